@@ -1,0 +1,33 @@
+# Every target builds .venv first, from nothing, so a fresh clone needs only `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: venv test demo bench serve clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# The CPU build of torch lies on this machine's disk; take it first so nothing pulls a CUDA build.
+	$(PY) -m pip install --quiet torch==2.13.0 || $(PY) -m pip install --quiet torch
+	$(PY) -m pip install --quiet -e ".[all,test]"
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+demo: $(STAMP)
+	$(PY) -m examples.demo
+
+bench: $(STAMP)
+	$(PY) -m pip install --quiet -e ".[bench]"
+	$(PY) -m tests.benchmarks
+
+serve: $(STAMP)
+	$(PY) -m local_backend serve --model default --host 127.0.0.1 --port 8000
+
+clean:
+	rm -rf $(VENV)

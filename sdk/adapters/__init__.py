@@ -1,0 +1,23 @@
+"""One adapter per intercepted API: native kwargs <-> `Call`, plus usage and stream-event readers."""
+
+from __future__ import annotations
+
+from sdk.adapters._base import Adapter, StreamState, map_descriptions, map_text
+from sdk.call import Api
+
+__all__ = ["Adapter", "StreamState", "adapter_for", "map_descriptions", "map_text"]
+
+
+def adapter_for(api: Api) -> Adapter:
+    """The adapter of `api`; imported lazily so a missing optional client only fails where it is used."""
+    if api is Api.CHAT:
+        from sdk.adapters.openai_chat import ChatAdapter
+
+        return ChatAdapter()
+    if api is Api.RESPONSES:
+        from sdk.adapters.openai_responses import ResponsesAdapter
+
+        return ResponsesAdapter()
+    from sdk.adapters.anthropic_messages import MessagesAdapter
+
+    return MessagesAdapter()

@@ -1,0 +1,110 @@
+"""What every API adapter shares: walking native content for text, and the stream reader's state."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from sdk.call import Api, Call, Provider, Usage
+
+TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
+
+
+def is_given(value: object) -> bool:
+    """True unless `value` is one of the clients' "not given" sentinels (`omit`, `NOT_GIVEN`)."""
+    return type(value).__name__ not in ("Omit", "NotGiven")
+
+
+def map_text(content: Any, transform: Callable[[str], str]) -> Any:
+    """Return `content` with every text leaf transformed; other shapes (images, audio) are kept as is."""
+    if isinstance(content, str):
+        return transform(content)
+    if isinstance(content, list):
+        return [map_text(item, transform) for item in content]
+    if isinstance(content, dict):
+        if content.get("type") in TEXT_PART_TYPES and isinstance(content.get("text"), str):
+            return {**content, "text": transform(content["text"])}
+        if "content" in content and content.get("type") not in ("tool_result", "function_call_output"):
+            return {**content, "content": map_text(content["content"], transform)}
+    return content
+
+
+def map_descriptions(tool: Any, transform: Callable[[str], str]) -> Any:
+    """Return a tool definition with every `description` string (schema ones included) transformed."""
+    if isinstance(tool, list):
+        return [map_descriptions(item, transform) for item in tool]
+    if isinstance(tool, dict):
+        return {
+            key: transform(value) if key == "description" and isinstance(value, str) else map_descriptions(value, transform)
+            for key, value in tool.items()
+        }
+    return tool
+
+
+@dataclass(slots=True)
+class StreamState:
+    """What a stream reader learned from the events seen so far."""
+
+    text: list[str] = field(default_factory=list)
+    finished: bool = False
+    usage: Usage | None = None
+    finish_reasons: list[str] = field(default_factory=list)
+    response_id: str | None = None
+    response_model: str | None = None
+    output_units: int = 0
+    timings: dict[str, float] | None = None
+    last_event: Any = None
+
+
+class Adapter:
+    """Native kwargs <-> `Call`, and the readers of responses and stream events, for one API.
+
+    Subclasses set the class attributes and implement the conversions; nothing here does I/O.
+    """
+
+    api: ClassVar[Api]
+    text_part_type: ClassVar[str] = "text"
+    max_tokens_params: ClassVar[tuple[str, ...]]
+    stop_param: ClassVar[str | None]
+    stop_limit: ClassVar[int | None] = None
+    has_penalties: ClassVar[bool] = False
+    breakpoint_key: ClassVar[str]
+
+    def to_call(self, kwargs: dict[str, Any], provider: Provider) -> Call:
+        raise NotImplementedError
+
+    def to_kwargs(self, call: Call) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def usage(self, response: Any) -> Usage | None:
+        raise NotImplementedError
+
+    def read_event(self, event: Any, state: StreamState) -> str:
+        """Update `state` from one stream event and return the text it carries ("" if none)."""
+        raise NotImplementedError
+
+    def cut_events(self, state: StreamState, truncated: bool) -> list[Any]:
+        """Events, in the client's own types, that end a stream the SDK cut.
+
+        `truncated` is True for the loop guard (the API's length signal) and False for a
+        client-side stop sequence (a normal end).
+        """
+        raise NotImplementedError
+
+    def truncate_text(self, response: Any, stops: tuple[str, ...]) -> bool:
+        """Cut a non-streamed response's text at the first client-side stop; True if it cut."""
+        raise NotImplementedError
+
+
+def first_stop(text: str, stops: tuple[str, ...]) -> int | None:
+    """Index of the earliest occurrence of any stop sequence in `text`, or None."""
+    positions = [index for stop in stops if (index := text.find(stop)) >= 0]
+    return min(positions) if positions else None
+
+
+def timings_of(obj: Any) -> dict[str, float] | None:
+    """llama.cpp-style `timings` carried as an extra field of a response or chunk, if any."""
+    extra = getattr(obj, "model_extra", None) or {}
+    timings = extra.get("timings")
+    return dict(timings) if isinstance(timings, dict) else None

@@ -1,0 +1,133 @@
+"""Messages API (`client.messages.create` / `.stream`) <-> `Call`.
+
+`system` (a string or text blocks) is the system tier; a string is turned into one text block so a
+`cache_control` breakpoint can be placed on it. Anthropic requires `max_tokens`: the cap fills it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from anthropic.types import (
+    MessageDeltaUsage,
+    RawContentBlockStopEvent,
+    RawMessageDeltaEvent,
+    RawMessageStopEvent,
+)
+from anthropic.types.raw_message_delta_event import Delta
+
+from sdk.adapters._base import Adapter, StreamState, first_stop, is_given, timings_of
+from sdk.call import Api, Call, Provider, Usage
+
+
+def messages_usage(usage: Any) -> Usage | None:
+    """Anthropic usage -> `Usage`: input counts the uncached, cache-read and cache-written tokens."""
+    if usage is None:
+        return None
+    read = int(getattr(usage, "cache_read_input_tokens", None) or 0)
+    write = int(getattr(usage, "cache_creation_input_tokens", None) or 0)
+    return Usage(
+        input_tokens=int(getattr(usage, "input_tokens", None) or 0) + read + write,
+        output_tokens=int(getattr(usage, "output_tokens", None) or 0),
+        cache_read_tokens=read,
+        cache_write_tokens=write,
+    )
+
+
+class MessagesAdapter(Adapter):
+    api = Api.MESSAGES
+    max_tokens_params = ("max_tokens",)
+    stop_param = "stop_sequences"
+    breakpoint_key = "cache_control"
+
+    def to_call(self, kwargs: dict[str, Any], provider: Provider) -> Call:
+        params = {key: value for key, value in kwargs.items() if is_given(value)}
+        messages = params.pop("messages", None)
+        if not isinstance(messages, (list, tuple)):
+            raise TypeError(f"messages.create: messages must be a list of messages, got {type(messages).__name__}")
+        system = params.pop("system", None)
+        if isinstance(system, str):
+            system_blocks: list[Any] = [{"type": "text", "text": system}] if system else []
+        elif isinstance(system, (list, tuple)):
+            system_blocks = list(system)
+        elif system is None:
+            system_blocks = []
+        else:
+            raise TypeError(f"messages.create: system must be a string or a list of text blocks, got {type(system).__name__}")
+        tools = params.pop("tools", [])
+        if not isinstance(tools, (list, tuple)):
+            raise TypeError(f"messages.create: tools must be a list, got {type(tools).__name__}")
+        return Call(
+            api=self.api,
+            provider=provider,
+            model=str(params.get("model", "")),
+            tools=list(tools),
+            system=system_blocks,
+            messages=list(messages),
+            params=params,
+            system_was_string=isinstance(system, str),
+        )
+
+    def to_kwargs(self, call: Call) -> dict[str, Any]:
+        kwargs = dict(call.params)
+        kwargs["messages"] = call.messages
+        if call.system:
+            plain = len(call.system) == 1 and set(call.system[0]) == {"type", "text"}
+            kwargs["system"] = call.system[0]["text"] if call.system_was_string and plain else call.system
+        if call.tools:
+            kwargs["tools"] = call.tools
+        return kwargs
+
+    def usage(self, response: Any) -> Usage | None:
+        return messages_usage(getattr(response, "usage", None))
+
+    def read_event(self, event: Any, state: StreamState) -> str:
+        state.last_event = event
+        kind = getattr(event, "type", "")
+        if kind == "message_start":
+            state.response_id = event.message.id
+            state.response_model = event.message.model
+            state.usage = messages_usage(event.message.usage)
+        elif kind == "content_block_delta":
+            state.output_units += 1
+            return getattr(event.delta, "text", None) or ""
+        elif kind == "message_delta":
+            if event.delta.stop_reason is not None:
+                state.finish_reasons.append(event.delta.stop_reason)
+            start = state.usage or Usage()
+            delta = messages_usage(event.usage)
+            if delta is not None:
+                state.usage = Usage(
+                    input_tokens=delta.input_tokens or start.input_tokens,
+                    output_tokens=delta.output_tokens,
+                    cache_read_tokens=delta.cache_read_tokens or start.cache_read_tokens,
+                    cache_write_tokens=delta.cache_write_tokens or start.cache_write_tokens,
+                )
+            state.timings = timings_of(event) or state.timings
+        elif kind == "message_stop":
+            state.finished = True
+        return ""
+
+    def cut_events(self, state: StreamState, truncated: bool) -> list[Any]:
+        index = getattr(state.last_event, "index", 0) or 0
+        reason = "max_tokens" if truncated else "stop_sequence"
+        state.finished = True
+        state.finish_reasons.append(reason)
+        return [
+            RawContentBlockStopEvent(index=index, type="content_block_stop"),
+            RawMessageDeltaEvent(
+                delta=Delta(stop_reason=reason, stop_sequence=None),
+                type="message_delta",
+                usage=MessageDeltaUsage(output_tokens=state.output_units),
+            ),
+            RawMessageStopEvent(type="message_stop"),
+        ]
+
+    def truncate_text(self, response: Any, stops: tuple[str, ...]) -> bool:
+        for block in response.content:
+            text = getattr(block, "text", None)
+            if text and (index := first_stop(text, stops)) is not None:
+                block.text = text[:index]
+                response.stop_reason = "stop_sequence"
+                return True
+        return False

@@ -1,0 +1,118 @@
+"""Chat Completions (`client.chat.completions.create`) <-> `Call`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from openai.types.chat import ChatCompletionChunk
+from openai.types.chat.chat_completion_chunk import Choice, ChoiceDelta
+
+from sdk.adapters._base import Adapter, StreamState, first_stop, is_given, timings_of
+from sdk.call import Api, Call, Provider, Usage
+
+_SYSTEM_ROLES = ("system", "developer")
+
+
+def _cached(details: Any, name: str) -> int:
+    return int(getattr(details, name, None) or 0) if details is not None else 0
+
+
+def chat_usage(usage: Any) -> Usage | None:
+    """`CompletionUsage` -> `Usage` (prompt_tokens already include the cached ones)."""
+    if usage is None:
+        return None
+    prompt_details = getattr(usage, "prompt_tokens_details", None)
+    completion_details = getattr(usage, "completion_tokens_details", None)
+    return Usage(
+        input_tokens=usage.prompt_tokens or 0,
+        output_tokens=usage.completion_tokens or 0,
+        cache_read_tokens=_cached(prompt_details, "cached_tokens"),
+        cache_write_tokens=_cached(prompt_details, "cache_write_tokens"),
+        reasoning_tokens=_cached(completion_details, "reasoning_tokens"),
+    )
+
+
+class ChatAdapter(Adapter):
+    """Leading system/developer messages form the system tier; the rest are turns."""
+
+    api = Api.CHAT
+    max_tokens_params = ("max_tokens", "max_completion_tokens")
+    stop_param = "stop"
+    stop_limit = 4
+    has_penalties = True
+    breakpoint_key = "prompt_cache_breakpoint"
+
+    def to_call(self, kwargs: dict[str, Any], provider: Provider) -> Call:
+        params = {key: value for key, value in kwargs.items() if is_given(value)}
+        messages = params.pop("messages", None)
+        if not isinstance(messages, (list, tuple)):
+            raise TypeError(f"chat.completions.create: messages must be a list of messages, got {type(messages).__name__}")
+        messages = list(messages)
+        split = 0
+        while split < len(messages) and isinstance(messages[split], dict) and messages[split].get("role") in _SYSTEM_ROLES:
+            split += 1
+        tools = params.pop("tools", [])
+        if not isinstance(tools, (list, tuple)):
+            raise TypeError(f"chat.completions.create: tools must be a list, got {type(tools).__name__}")
+        return Call(
+            api=self.api,
+            provider=provider,
+            model=str(params.get("model", "")),
+            tools=list(tools),
+            system=messages[:split],
+            messages=messages[split:],
+            params=params,
+        )
+
+    def to_kwargs(self, call: Call) -> dict[str, Any]:
+        kwargs = dict(call.params)
+        kwargs["messages"] = [*call.system, *call.messages]
+        if call.tools:
+            kwargs["tools"] = call.tools
+        return kwargs
+
+    def usage(self, response: Any) -> Usage | None:
+        return chat_usage(getattr(response, "usage", None))
+
+    def read_event(self, event: ChatCompletionChunk, state: StreamState) -> str:
+        state.last_event = event
+        state.response_id = event.id or state.response_id
+        state.response_model = event.model or state.response_model
+        if event.usage is not None:
+            state.usage = chat_usage(event.usage)
+        state.timings = timings_of(event) or state.timings
+        text = ""
+        for choice in event.choices:
+            if choice.finish_reason is not None:
+                state.finished = True
+                state.finish_reasons.append(choice.finish_reason)
+            if choice.index == 0 and choice.delta is not None:
+                text = choice.delta.content or ""
+                if text or choice.delta.tool_calls:
+                    state.output_units += 1
+        return text
+
+    def cut_events(self, state: StreamState, truncated: bool) -> list[Any]:
+        last = state.last_event
+        reason = "length" if truncated else "stop"
+        state.finished = True
+        state.finish_reasons.append(reason)
+        return [
+            ChatCompletionChunk(
+                id=state.response_id or "",
+                choices=[Choice(index=0, delta=ChoiceDelta(), finish_reason=reason)],
+                created=last.created if last is not None else 0,
+                model=state.response_model or "",
+                object="chat.completion.chunk",
+            )
+        ]
+
+    def truncate_text(self, response: Any, stops: tuple[str, ...]) -> bool:
+        cut = False
+        for choice in response.choices:
+            content = choice.message.content
+            if content and (index := first_stop(content, stops)) is not None:
+                choice.message.content = content[:index]
+                choice.finish_reason = "stop"
+                cut = True
+        return cut

@@ -1,0 +1,152 @@
+"""Responses API (`client.responses.create`) <-> `Call`.
+
+`instructions` (held as a pseudo-item with role "instructions") and leading system/developer input
+items form the system tier. The API takes no
+stop sequences, so the policy's are enforced client-side (`Call.client_stops`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from openai.types.responses import (
+    Response,
+    ResponseCompletedEvent,
+    ResponseIncompleteEvent,
+    ResponseOutputMessage,
+    ResponseOutputText,
+)
+from openai.types.responses.response import IncompleteDetails
+
+from sdk.adapters._base import Adapter, StreamState, first_stop, is_given, timings_of
+from sdk.call import Api, Call, Provider, Usage
+
+_SYSTEM_ROLES = ("system", "developer")
+_FINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")
+_INSTRUCTIONS = "instructions"
+
+
+def responses_usage(usage: Any) -> Usage | None:
+    """`ResponseUsage` -> `Usage` (input_tokens already include the cached ones)."""
+    if usage is None:
+        return None
+    details = getattr(usage, "input_tokens_details", None)
+    out_details = getattr(usage, "output_tokens_details", None)
+    return Usage(
+        input_tokens=usage.input_tokens or 0,
+        output_tokens=usage.output_tokens or 0,
+        cache_read_tokens=int(getattr(details, "cached_tokens", 0) or 0),
+        cache_write_tokens=int(getattr(details, "cache_write_tokens", 0) or 0),
+        reasoning_tokens=int(getattr(out_details, "reasoning_tokens", 0) or 0),
+    )
+
+
+class ResponsesAdapter(Adapter):
+    api = Api.RESPONSES
+    text_part_type = "input_text"
+    max_tokens_params = ("max_output_tokens",)
+    stop_param = None
+    breakpoint_key = "prompt_cache_breakpoint"
+
+    def to_call(self, kwargs: dict[str, Any], provider: Provider) -> Call:
+        params = {key: value for key, value in kwargs.items() if is_given(value)}
+        raw_input = params.pop("input", [])
+        if isinstance(raw_input, str):
+            items: list[Any] = [{"role": "user", "content": raw_input}]
+        elif isinstance(raw_input, (list, tuple)):
+            items = list(raw_input)
+        else:
+            raise TypeError(f"responses.create: input must be a string or a list of items, got {type(raw_input).__name__}")
+        split = 0
+        while split < len(items) and isinstance(items[split], dict) and items[split].get("role") in _SYSTEM_ROLES:
+            split += 1
+        system = items[:split]
+        instructions = params.pop(_INSTRUCTIONS, None)
+        if isinstance(instructions, str):
+            system.insert(0, {"role": _INSTRUCTIONS, "content": instructions})
+        elif instructions is not None:
+            params[_INSTRUCTIONS] = instructions
+        tools = params.pop("tools", [])
+        if not isinstance(tools, (list, tuple)):
+            raise TypeError(f"responses.create: tools must be a list, got {type(tools).__name__}")
+        return Call(
+            api=self.api,
+            provider=provider,
+            model=str(params.get("model", "")),
+            tools=list(tools),
+            system=system,
+            messages=items[split:],
+            params=params,
+            system_was_string=isinstance(raw_input, str),
+        )
+
+    def to_kwargs(self, call: Call) -> dict[str, Any]:
+        kwargs = dict(call.params)
+        system = list(call.system)
+        if system and isinstance(system[0], dict) and system[0].get("role") == _INSTRUCTIONS:
+            kwargs[_INSTRUCTIONS] = system.pop(0)["content"]
+        items = [*system, *call.messages]
+        single = items[0] if len(items) == 1 else None
+        if call.system_was_string and single is not None and isinstance(single.get("content"), str):
+            kwargs["input"] = single["content"]
+        else:
+            kwargs["input"] = items
+        if call.tools:
+            kwargs["tools"] = call.tools
+        return kwargs
+
+    def usage(self, response: Any) -> Usage | None:
+        return responses_usage(getattr(response, "usage", None))
+
+    def read_event(self, event: Any, state: StreamState) -> str:
+        state.last_event = event
+        kind = getattr(event, "type", "")
+        response = getattr(event, "response", None)
+        if isinstance(response, Response):
+            state.response_id = response.id
+            state.response_model = response.model
+            state.timings = timings_of(response) or state.timings
+            if kind in _FINAL_EVENTS:
+                state.finished = True
+                state.usage = responses_usage(response.usage)
+                state.finish_reasons.append(response.status or kind.removeprefix("response."))
+        if kind == "response.output_text.delta":
+            state.output_units += 1
+            return event.delta or ""
+        return ""
+
+    def cut_events(self, state: StreamState, truncated: bool) -> list[Any]:
+        snapshot = getattr(state.last_event, "response", None)
+        base = snapshot if isinstance(snapshot, Response) else None
+        text = "".join(state.text)
+        message = ResponseOutputMessage(
+            id=f"msg_{state.response_id or 'kvwise'}",
+            content=[ResponseOutputText(annotations=[], text=text, type="output_text")],
+            role="assistant",
+            status="incomplete" if truncated else "completed",
+            type="message",
+        )
+        status = "incomplete" if truncated else "completed"
+        update: dict[str, Any] = {"status": status, "output": [message]}
+        if truncated:
+            update["incomplete_details"] = IncompleteDetails(reason="max_output_tokens")
+        response = base.model_copy(update=update) if base is not None else Response.model_construct(
+            id=state.response_id or "", model=state.response_model or "", object="response", output=[message], **{
+                k: v for k, v in update.items() if k != "output"
+            }
+        )
+        sequence = int(getattr(state.last_event, "sequence_number", 0) or 0) + 1
+        state.finished = True
+        state.finish_reasons.append(status)
+        if truncated:
+            return [ResponseIncompleteEvent(response=response, sequence_number=sequence, type="response.incomplete")]
+        return [ResponseCompletedEvent(response=response, sequence_number=sequence, type="response.completed")]
+
+    def truncate_text(self, response: Any, stops: tuple[str, ...]) -> bool:
+        for item in response.output:
+            for part in getattr(item, "content", None) or []:
+                text = getattr(part, "text", None)
+                if text and (index := first_stop(text, stops)) is not None:
+                    part.text = text[:index]
+                    return True
+        return False

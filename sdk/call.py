@@ -1,0 +1,87 @@
+"""The provider-neutral call: what every middleware step reads and rewrites.
+
+An adapter turns an API's native keyword arguments into a `Call` and back. The prompt is split into
+the stability tiers of canonical order (tools, system, history, final user turn); each tier keeps
+the native dicts so unknown content shapes (images, audio, tool results) pass through untouched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Api(StrEnum):
+    """The intercepted APIs."""
+
+    CHAT = "chat.completions"
+    RESPONSES = "responses"
+    MESSAGES = "messages"
+
+
+class Provider(StrEnum):
+    """Who serves the call: decides which cache hints apply."""
+
+    OPENAI = "openai"
+    ANTHROPIC = "anthropic"
+    OPENAI_COMPATIBLE = "openai_compatible"
+
+
+@dataclass(slots=True)
+class Call:
+    """One request in neutral form.
+
+    `tools` are native tool definitions; `system` is a list of native text parts
+    (`{"type": "text", "text": ...}`); `messages` are the native turns after the system prompt,
+    the final user turn included; `params` holds every other native keyword argument.
+    """
+
+    api: Api
+    provider: Provider
+    model: str
+    tools: list[Any]
+    system: list[dict[str, Any]]
+    messages: list[Any]
+    params: dict[str, Any]
+    system_was_string: bool = False
+    context_note: list[str] = field(default_factory=list)
+    changes: list[str] = field(default_factory=list)
+    client_stops: tuple[str, ...] = ()
+    fingerprint: str | None = None
+    break_at: str | None = None
+    break_cause: str | None = None
+
+    @property
+    def stream(self) -> bool:
+        """Whether the caller asked for a stream."""
+        return self.params.get("stream") is True
+
+    @property
+    def history_end(self) -> int:
+        """Index of the final user turn in `messages`: turns before it are history (stable)."""
+        for index in range(len(self.messages) - 1, -1, -1):
+            message = self.messages[index]
+            if isinstance(message, dict) and message.get("role") == "user":
+                return index
+        return len(self.messages)
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token usage of one call, normalised across APIs.
+
+    `input_tokens` counts ALL input tokens, cached ones included (for Anthropic that is
+    input + cache_read + cache_creation), as the GenAI semantic conventions define it.
+    """
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    @property
+    def hit_ratio(self) -> float:
+        """Cache-read tokens over all input tokens (0 when there was no input)."""
+        return self.cache_read_tokens / self.input_tokens if self.input_tokens else 0.0

@@ -1,0 +1,66 @@
+"""The policy: one frozen object that says what the SDK may change on every call."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+VolatileMode = Literal["move", "warn", "off"]
+CacheTtl = Literal["5m", "1h"]
+
+_VOLATILE_MODES = ("move", "warn", "off")
+_CACHE_TTLS = ("5m", "1h")
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """What `sdk.wrap` does to each call; every default is safe.
+
+    >>> client = sdk.wrap(openai.OpenAI(), policy=sdk.Policy(max_output_tokens=512))
+
+    - `canonicalize`: put the prompt in canonical order (tools, system, history, dynamic, user).
+    - `volatile`: what to do with volatile bytes found in the stable prefix ("move", "warn", "off").
+    - `cache_hints`: place provider cache breakpoints / keys; `cache_ttl` ("5m", "1h") for Anthropic.
+    - `max_output_tokens`: a larger request is clamped to it, a missing one is filled in.
+    - `stop`: stop sequences merged with the caller's, within each API's limit.
+    - `frequency_penalty`, `presence_penalty`: defaults where the API has them and the caller set none.
+    - `loop_guard`: cut a streamed answer whose text repeats back-to-back.
+    - `retries`: attempts after the first, made by the SDK (the client's own retries are turned off).
+    - `capture_content`: record prompt and completion text on spans; None reads
+      OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT.
+    - `prices`: model -> {"input", "cached_input", "cache_write", "output"} in USD per million tokens,
+      overriding the built-in table.
+    """
+
+    canonicalize: bool = True
+    volatile: VolatileMode = "move"
+    cache_hints: bool = True
+    cache_ttl: CacheTtl | None = None
+    max_output_tokens: int = 4096
+    stop: tuple[str, ...] = ()
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    loop_guard: bool = True
+    retries: int = 2
+    capture_content: bool | None = None
+    prices: Mapping[str, Mapping[str, float]] | None = None
+
+    def __post_init__(self) -> None:
+        if self.volatile not in _VOLATILE_MODES:
+            raise ValueError(f"Policy.volatile must be one of {_VOLATILE_MODES}, got {self.volatile!r}")
+        if self.cache_ttl is not None and self.cache_ttl not in _CACHE_TTLS:
+            raise ValueError(f"Policy.cache_ttl must be None or one of {_CACHE_TTLS}, got {self.cache_ttl!r}")
+        if isinstance(self.max_output_tokens, bool) or not isinstance(self.max_output_tokens, int):
+            raise ValueError(f"Policy.max_output_tokens must be an int, got {self.max_output_tokens!r}")
+        if self.max_output_tokens < 1:
+            raise ValueError(f"Policy.max_output_tokens must be >= 1, got {self.max_output_tokens}")
+        if isinstance(self.stop, str) or not all(isinstance(s, str) and s for s in self.stop):
+            raise ValueError(f"Policy.stop must be a tuple of non-empty strings, got {self.stop!r}")
+        object.__setattr__(self, "stop", tuple(self.stop))
+        for name in ("frequency_penalty", "presence_penalty"):
+            value = getattr(self, name)
+            if value is not None and not -2.0 <= value <= 2.0:
+                raise ValueError(f"Policy.{name} must be None or within [-2, 2], got {value!r}")
+        if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
+            raise ValueError(f"Policy.retries must be an int >= 0, got {self.retries!r}")
