@@ -1,0 +1,124 @@
+"""`POST /v1/messages` in the wire format of anthropic 2.x (`Message` and the raw stream events).
+
+Stream (each with its `event:` line, which the client needs): `message_start` (usage with the input
+side and `output_tokens: 1`), `content_block_start` (empty text block), `ping`, one
+`content_block_delta` (`text_delta`) per token, `content_block_stop`, `message_delta`
+(`stop_reason`, `stop_sequence`, cumulative usage), `message_stop`. Usage: `input_tokens` (only the
+tokens after the last cached position), `cache_read_input_tokens`, `cache_creation_input_tokens`
+(with the `cache_creation` 5m/1h split), `output_tokens`.
+
+Checks like the real API: `max_tokens` is required, and at most 4 `cache_control` breakpoints
+(tools, system blocks, message content blocks, plus the top-level `cache_control`, which marks the
+last block).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from .constants import ANTHROPIC_MAX_BREAKPOINTS
+from .decode import DecodeParams, Finish
+from .errors import ApiError, Flavour
+from .tokens import Block, Prompt, content_blocks, marker_ttl, message_blocks, tool_blocks
+from .wire import Job, Outcome, SseEvent, new_id, required, stop_list, token_cap
+
+_TEXT_PARTS = frozenset({"text"})
+_STOP_REASON = {Finish.END: "end_turn", Finish.STOP: "stop_sequence", Finish.LENGTH: "max_tokens"}
+
+
+class MessagesApi:
+    path = "/v1/messages"
+    flavour = Flavour.ANTHROPIC
+
+    def parse(self, body: dict[str, Any]) -> Job:
+        model = required(body, "model", str)
+        messages = required(body, "messages", list)
+        cap = token_cap(body, "max_tokens")
+        if cap is None:
+            raise ApiError(400, "max_tokens: Field required", param="max_tokens")
+        blocks = tool_blocks(body.get("tools"))
+        if body.get("system") is not None:
+            blocks += [Block("<|system|>\n", boundary=False), *content_blocks(body["system"], _TEXT_PARTS)]
+        for message in messages:
+            blocks += message_blocks(message, _TEXT_PARTS)
+        blocks = _with_top_level_marker(blocks, marker_ttl(body))
+        found = sum(block.is_breakpoint for block in blocks)
+        if found > ANTHROPIC_MAX_BREAKPOINTS:
+            raise ApiError(
+                400, f"A maximum of {ANTHROPIC_MAX_BREAKPOINTS} blocks with cache_control may be provided. Found {found}."
+            )
+        params = DecodeParams(cap, stop_list(body, "stop_sequences", None))
+        return Job(model, Prompt.from_blocks(blocks), params, bool(body.get("stream")), body)
+
+    def encoder(self, outcome: Outcome) -> MessagesEncoder:
+        return MessagesEncoder(outcome)
+
+
+def _with_top_level_marker(blocks: list[Block], ttl: str | None) -> list[Block]:
+    """The request's top-level `cache_control` puts a breakpoint on its last content block."""
+    last = max((i for i, block in enumerate(blocks) if block.boundary), default=None)
+    if ttl is None or last is None or blocks[last].is_breakpoint:
+        return blocks
+    return [*blocks[:last], replace(blocks[last], ttl=ttl), *blocks[last + 1 :]]
+
+
+class MessagesEncoder:
+    def __init__(self, outcome: Outcome) -> None:
+        self._outcome = outcome
+        self._id = new_id("msg_")
+
+    def _usage(self, output_tokens: int) -> dict[str, Any]:
+        cache = self._outcome.cache
+        return {
+            "input_tokens": cache.uncached_tail,
+            "cache_creation_input_tokens": cache.written,
+            "cache_read_input_tokens": cache.read,
+            "cache_creation": {
+                "ephemeral_5m_input_tokens": cache.written - cache.written_1h,
+                "ephemeral_1h_input_tokens": cache.written_1h,
+            },
+            "output_tokens": output_tokens,
+            "service_tier": "standard",
+        }
+
+    def _message(self, done: bool) -> dict[str, Any]:
+        decoded = self._outcome.decoded
+        return {
+            "id": self._id,
+            "type": "message",
+            "role": "assistant",
+            "model": self._outcome.job.model,
+            "content": [{"type": "text", "text": decoded.text}] if done else [],
+            "stop_reason": _STOP_REASON[decoded.finish] if done else None,
+            "stop_sequence": decoded.stop_sequence if done else None,
+            "usage": self._usage(self._outcome.output_tokens if done else 1),
+        }
+
+    def complete(self) -> dict[str, Any]:
+        return self._message(done=True)
+
+    def opening(self) -> list[SseEvent]:
+        return [
+            SseEvent.of({"type": "message_start", "message": self._message(done=False)}, "message_start"),
+            SseEvent.of(
+                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+                "content_block_start",
+            ),
+            SseEvent.of({"type": "ping"}, "ping"),
+        ]
+
+    def token(self, text: str) -> list[SseEvent]:
+        delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}
+        return [SseEvent.of(delta, "content_block_delta")]
+
+    def closing(self) -> list[SseEvent]:
+        decoded = self._outcome.decoded
+        usage = self._usage(self._outcome.output_tokens)
+        del usage["cache_creation"], usage["service_tier"]
+        delta = {"stop_reason": _STOP_REASON[decoded.finish], "stop_sequence": decoded.stop_sequence}
+        return [
+            SseEvent.of({"type": "content_block_stop", "index": 0}, "content_block_stop"),
+            SseEvent.of({"type": "message_delta", "delta": delta, "usage": usage}, "message_delta"),
+            SseEvent.of({"type": "message_stop"}, "message_stop"),
+        ]

@@ -1,0 +1,86 @@
+"""Scripted faults: what the next requests get instead of (or during) a normal answer.
+
+Faults queue up in the order they were scripted; each request takes the head of the queue, and an
+entry scripted `times=N` serves N requests before the next entry's turn. A new kind of fault is a
+new dataclass here plus its case in `ProviderSimulator._serve` (or in `respond` for faults that act
+mid-answer); the queue does not care what it holds.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from collections import deque
+from dataclasses import dataclass
+
+from .errors import ApiError
+
+
+class CutMode(enum.Enum):
+    """How a cut answer ends on the wire.
+
+    END: the HTTP body ends properly (last chunk of a chunked stream, or a `Content-Length` that
+    matches the cut JSON), so only the API's own final event is missing.
+    DROP: the server closes the connection mid-body (FIN): the HTTP framing is incomplete.
+    RESET: the server aborts the connection with a TCP RST mid-body.
+    """
+
+    END = "end"
+    DROP = "drop"
+    RESET = "reset"
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorFault:
+    """Answer with this API error (status, body in the API's shape, extra headers)."""
+
+    error: ApiError
+
+
+@dataclass(frozen=True, slots=True)
+class ResetFault:
+    """Abort the connection with a TCP RST before sending any byte of the answer."""
+
+
+@dataclass(frozen=True, slots=True)
+class CutFault:
+    """Stop a stream after `after_tokens` content tokens without its final events (a JSON answer:
+    after half its body), ending the connection as `mode` says."""
+
+    after_tokens: int
+    mode: CutMode
+
+    def __post_init__(self) -> None:
+        if self.after_tokens < 0:
+            raise ValueError(f"after_tokens must be >= 0, got {self.after_tokens!r}")
+
+
+Fault = ErrorFault | ResetFault | CutFault
+
+
+class FaultQueue:
+    """A thread-safe FIFO of faults, each for a number of requests."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: deque[tuple[Fault, int]] = deque()
+
+    def add(self, fault: Fault, times: int) -> None:
+        if times < 1:
+            raise ValueError(f"times must be >= 1, got {times!r}")
+        with self._lock:
+            self._queue.append((fault, times))
+
+    def take(self) -> Fault | None:
+        """The fault for the request now arriving, or None when none is scripted."""
+        with self._lock:
+            if not self._queue:
+                return None
+            fault, times = self._queue.popleft()
+            if times > 1:
+                self._queue.appendleft((fault, times - 1))
+            return fault
+
+    def clear(self) -> None:
+        with self._lock:
+            self._queue.clear()

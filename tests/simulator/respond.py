@@ -1,0 +1,101 @@
+"""Sending one outcome: as a whole JSON body or as an SSE stream, token by token.
+
+Both paths share the timing rules: `first_token_delay` passes before anything of the body (for SSE,
+after the headers and before the first event); `token_delay` passes between content tokens. While
+waiting, and before each token, the client's socket is polled, so a client that hangs up stops the
+"decode" at once; `StreamRecord` tells how far it got.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from .faults import CutFault, CutMode
+from .records import StreamRecord
+from .server import Exchange
+from .wire import Encoder, Outcome, SseEvent
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    first_token_delay: float
+    token_delay: float
+
+
+def send_whole(exchange: Exchange, encoder: Encoder, headers: Mapping[str, str], timing: Timing,
+               cut: CutFault | None) -> None:
+    """The JSON answer; under a cut, only its first half (framing per `cut.mode`)."""
+    if exchange.hung_up(timing.first_token_delay):
+        return
+    payload = json.dumps(encoder.complete(), separators=(",", ":")).encode()
+    if cut is None:
+        exchange.send(200, payload, {"Content-Type": "application/json", **headers})
+        return
+    half = payload[: len(payload) // 2]
+    declared = len(half) if cut.mode is CutMode.END else len(payload)
+    if exchange.send(200, half, {"Content-Type": "application/json", **headers}, declared_length=declared):
+        exchange.drop(reset=cut.mode is CutMode.RESET)
+
+
+def send_stream(exchange: Exchange, encoder: Encoder, outcome: Outcome, headers: Mapping[str, str],
+                timing: Timing, cut: CutFault | None) -> StreamRecord:
+    """The SSE answer; returns what was sent and whether the client hung up first."""
+    progress = _Progress(exchange)
+    tokens = outcome.decoded.tokens
+    if cut is not None:
+        tokens = tokens[: cut.after_tokens]
+    if not exchange.start_stream(headers) or exchange.hung_up(timing.first_token_delay):
+        progress.client_closed = True
+    elif progress.write(encoder.opening()) and progress.write_tokens(encoder, tokens, timing.token_delay):
+        _finish(exchange, encoder, progress, cut)
+    return StreamRecord(
+        path=exchange.path,
+        tokens_sent=progress.tokens,
+        events_sent=progress.events,
+        client_closed=progress.client_closed,
+        completed=progress.completed,
+    )
+
+
+def _finish(exchange: Exchange, encoder: Encoder, progress: _Progress, cut: CutFault | None) -> None:
+    """After the last token: the final events and the end of the body, or the scripted cut."""
+    if cut is None:
+        progress.completed = progress.write(encoder.closing()) and exchange.end_stream()
+        progress.client_closed = not progress.completed
+    elif cut.mode is CutMode.END:
+        exchange.end_stream()
+        exchange.drop(reset=False)
+    else:
+        exchange.drop(reset=cut.mode is CutMode.RESET)
+
+
+class _Progress:
+    """Counts what reached the socket; notes when the client turns out to be gone."""
+
+    def __init__(self, exchange: Exchange) -> None:
+        self._exchange = exchange
+        self.tokens = 0
+        self.events = 0
+        self.completed = False
+        self.client_closed = False
+
+    def write(self, events: Iterable[SseEvent]) -> bool:
+        batch = list(events)
+        if self._exchange.write_chunk(b"".join(event.encode() for event in batch)):
+            self.events += len(batch)
+            return True
+        self.client_closed = True
+        return False
+
+    def write_tokens(self, encoder: Encoder, tokens: Iterable[str], delay: float) -> bool:
+        """One batch of events per token, `delay` apart; True when all were sent."""
+        for index, token in enumerate(tokens):
+            if self._exchange.hung_up(delay if index else 0.0):
+                self.client_closed = True
+                return False
+            if not self.write(encoder.token(token)):
+                return False
+            self.tokens += 1
+        return True

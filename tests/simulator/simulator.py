@@ -1,0 +1,228 @@
+"""`ProviderSimulator`: a fake OpenAI + Anthropic server on loopback for tests with the real clients.
+
+```python
+with ProviderSimulator() as sim:
+    client = openai.OpenAI(base_url=sim.openai_base_url, api_key="test")
+    sim.reply = "Some answer text."          # streamed token by token (see `tokens`)
+    sim.first_token_delay = 0.3              # before the first event / the JSON body
+    sim.loop("I keep saying this. ")         # replies repeat this until the cap or a hang-up
+    sim.fail(429, times=2, headers={"retry-after": "0"})
+    sim.cut_stream_after(5)                  # next stream ends after 5 tokens, no final event
+    client.chat.completions.create(...)
+    sim.requests[-1].body, sim.streams[-1].tokens_sent
+```
+
+Serves `POST /v1/chat/completions`, `/v1/responses`, `/v1/messages` (JSON, or SSE with
+`"stream": true`) and `GET /v1/models` (OpenAI's list shape, Anthropic's when the request carries
+`anthropic-version`). Cache accounting: `cache.PrefixCache` for OpenAI, `cache.BreakpointCache` for
+Anthropic; every served prompt is remembered once its answer ends (even if the client hung up).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from types import TracebackType
+from typing import Any, Literal
+
+from .anthropic_messages import MessagesApi
+from .cache import BreakpointCache, CacheUse, PrefixCache
+from .constants import ANTHROPIC_MIN_CACHE_TOKENS, DEFAULT_MAX_OUTPUT_TOKENS, DEFAULT_MODELS, DEFAULT_REPLY, HOST
+from .constants import IDLE_WAIT_SECONDS
+from .decode import decode
+from .errors import ApiError, Flavour, request_id_header
+from .faults import CutFault, CutMode, ErrorFault, Fault, FaultQueue, ResetFault
+from .openai_chat import ChatCompletionsApi
+from .openai_responses import ResponsesApi
+from .records import RecordedRequest, StreamRecord
+from .respond import Timing, send_stream, send_whole
+from .server import Exchange, LoopbackServer
+from .wire import Api, Job, Outcome, now
+
+MODELS_PATH = "/v1/models"
+
+
+class ProviderSimulator:
+    """A fake hosted-LLM server speaking the installed `openai` and `anthropic` clients' wire formats.
+
+    Settings (plain attributes, read at each request): `reply`, `first_token_delay`, `token_delay`
+    (seconds), `anthropic_min_cache_tokens`. Scripting: `loop`, `fail`, `cut_stream_after`,
+    `reset`. Records: `requests`, `streams`.
+    """
+
+    def __init__(self) -> None:
+        self.reply: str = DEFAULT_REPLY
+        self.first_token_delay: float = 0.0
+        self.token_delay: float = 0.0
+        self.anthropic_min_cache_tokens: int = ANTHROPIC_MIN_CACHE_TOKENS
+        self._loop_unit: str | None = None
+        self._faults = FaultQueue()
+        self._requests: list[RecordedRequest] = []
+        self._streams: list[StreamRecord] = []
+        self._prefix_cache = PrefixCache()
+        self._breakpoint_cache = BreakpointCache()
+        self._activity = threading.Condition()
+        self._in_flight = 0
+        apis: list[Api] = [ChatCompletionsApi(), ResponsesApi(), MessagesApi()]
+        self._apis = {api.path: api for api in apis}
+        self._server = LoopbackServer(self._handle)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def __enter__(self) -> ProviderSimulator:
+        self._server.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._server.stop()
+
+    @property
+    def openai_base_url(self) -> str:
+        return f"http://{HOST}:{self._server.port}/v1"
+
+    @property
+    def anthropic_base_url(self) -> str:
+        return f"http://{HOST}:{self._server.port}"
+
+    # -- scripting ---------------------------------------------------------------------------
+
+    def loop(self, unit: str | None) -> None:
+        """From now on every reply repeats `unit` until the token cap or a hang-up; None ends it."""
+        if unit == "":
+            raise ValueError("loop unit must be a non-empty string (or None to stop looping)")
+        self._loop_unit = unit
+
+    def fail(self, status: int = 429, *, times: int = 1, headers: Mapping[str, str] | None = None,
+             message: str = "", error_type: str | None = None, reset: bool = False) -> None:
+        """The next `times` requests fail: with `status` and the API's own error body (plus `headers`,
+        e.g. `retry-after`), or, with `reset=True`, by a TCP reset before any answer."""
+        fault: Fault = ResetFault() if reset else ErrorFault(
+            ApiError(status, message, error_type=error_type, headers=dict(headers or {}))
+        )
+        self._faults.add(fault, times)
+
+    def cut_stream_after(self, n_tokens: int, *, mode: Literal["end", "drop", "reset"] = "end",
+                         times: int = 1) -> None:
+        """The next `times` answers stop after `n_tokens` content tokens, without the final events.
+
+        `mode` (see `faults.CutMode`): "end" ends the HTTP body properly (both clients then end the
+        iteration silently), "drop" closes the connection mid-body, "reset" sends a TCP RST.
+        A non-streamed answer under a cut sends half its JSON body.
+        """
+        self._faults.add(CutFault(n_tokens, CutMode(mode)), times)
+
+    def reset(self) -> None:
+        """Forget requests, streams, caches, scripted faults and loop mode; settings stay."""
+        self.wait_idle()
+        self._requests.clear()
+        self._streams.clear()
+        self._prefix_cache.clear()
+        self._breakpoint_cache.clear()
+        self._faults.clear()
+        self._loop_unit = None
+
+    # -- records -----------------------------------------------------------------------------
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """Every request received so far, in arrival order (a copy)."""
+        return list(self._requests)
+
+    @property
+    def streams(self) -> list[StreamRecord]:
+        """Every stream that has ended, in the order they ended (a copy).
+
+        Waits (up to a few seconds) for requests still being answered, so a test that just closed
+        a stream sees its record once the server noticed the hang-up.
+        """
+        self.wait_idle()
+        return list(self._streams)
+
+    def wait_idle(self, timeout: float = IDLE_WAIT_SECONDS) -> bool:
+        """Wait until no request is being answered; False if that took longer than `timeout`."""
+        with self._activity:
+            return self._activity.wait_for(lambda: self._in_flight == 0, timeout)
+
+    @contextmanager
+    def _answering(self) -> Iterator[None]:
+        with self._activity:
+            self._in_flight += 1
+        try:
+            yield
+        finally:
+            with self._activity:
+                self._in_flight -= 1
+                self._activity.notify_all()
+
+    # -- serving -----------------------------------------------------------------------------
+
+    def _handle(self, exchange: Exchange) -> None:
+        with self._answering():
+            self._requests.append(RecordedRequest(
+                exchange.method, exchange.path, exchange.headers, _parse_json(exchange.raw), exchange.raw
+            ))
+            api = self._apis.get(exchange.path)
+            flavour = api.flavour if api else _flavour_of(exchange)
+            try:
+                self._serve(exchange, api, flavour, self._faults.take())
+            except ApiError as error:
+                header, request_id = request_id_header(flavour)
+                exchange.send_json(error.status, error.body(flavour, request_id), {header: request_id, **error.headers})
+
+    def _serve(self, exchange: Exchange, api: Api | None, flavour: Flavour, fault: Fault | None) -> None:
+        match fault:
+            case ResetFault():
+                return exchange.drop(reset=True)
+            case ErrorFault(error):
+                raise error
+        if exchange.method == "GET" and exchange.path == MODELS_PATH:
+            exchange.send_json(200, _models_list(flavour), dict([request_id_header(flavour)]))
+            return
+        if api is None or exchange.method != "POST":
+            raise ApiError(404, f"Invalid URL ({exchange.method} {exchange.path})")
+        body = _parse_json(exchange.raw)
+        if not isinstance(body, dict):
+            raise ApiError(400, "The request body is not a JSON object.")
+        job = api.parse(body)
+        outcome = Outcome(job, self._lookup(flavour, job), decode(self.reply, self._loop_unit, job.decode,
+                                                                   DEFAULT_MAX_OUTPUT_TOKENS))
+        cut = fault if isinstance(fault, CutFault) else None
+        timing = Timing(self.first_token_delay, self.token_delay)
+        headers = dict([request_id_header(flavour)])
+        try:
+            if job.stream:
+                self._streams.append(send_stream(exchange, api.encoder(outcome), outcome, headers, timing, cut))
+            else:
+                send_whole(exchange, api.encoder(outcome), headers, timing, cut)
+        finally:
+            cache = self._prefix_cache if flavour is Flavour.OPENAI else self._breakpoint_cache
+            cache.commit(outcome.cache)
+
+    def _lookup(self, flavour: Flavour, job: Job) -> CacheUse:
+        if flavour is Flavour.OPENAI:
+            return self._prefix_cache.lookup(job.model, job.prompt)
+        return self._breakpoint_cache.lookup(job.model, job.prompt, self.anthropic_min_cache_tokens)
+
+
+def _parse_json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw) if raw else None
+    except ValueError:
+        return None
+
+
+def _flavour_of(exchange: Exchange) -> Flavour:
+    """For paths shared or unknown: Anthropic's client always sends `anthropic-version`."""
+    return Flavour.ANTHROPIC if "anthropic-version" in exchange.headers else Flavour.OPENAI
+
+
+def _models_list(flavour: Flavour) -> dict[str, Any]:
+    if flavour is Flavour.ANTHROPIC:
+        data = [{"type": "model", "id": model, "display_name": model, "created_at": "2025-01-01T00:00:00Z"}
+                for model in DEFAULT_MODELS]
+        return {"data": data, "has_more": False, "first_id": data[0]["id"], "last_id": data[-1]["id"]}
+    data = [{"id": model, "object": "model", "created": now(), "owned_by": "simulator"} for model in DEFAULT_MODELS]
+    return {"object": "list", "data": data}
