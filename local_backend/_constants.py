@@ -1,0 +1,36 @@
+"""Engine tunables in one place: defaults a caller may override, never literals in the logic."""
+
+from typing import Final
+
+DEFAULT_MODEL_NAME: Final = "default"
+"""`Engine.from_pretrained("default")` resolves to the bundled checkpoint under `models/default/`."""
+
+DEFAULT_BLOCK_SIZE: Final = 16
+"""Tokens per KV block: the unit of allocation and of prefix-cache reuse."""
+
+DEFAULT_KV_CACHE_MEMORY_CPU: Final = 512 * 1024**2
+"""Bytes of KV cache on CPU when the caller gives no budget."""
+
+DEFAULT_KV_CACHE_FRACTION_CUDA: Final = 0.5
+"""Share of the GPU's free memory (after loading weights) given to the KV cache by default."""
+
+DEFAULT_MAX_NUM_SEQS: Final = 64
+"""Most sequences decoded together in one step."""
+
+DEFAULT_MAX_MODEL_LEN: Final = 8192
+"""Cap on prompt + output tokens when the checkpoint allows more."""
+
+DEFAULT_MAX_NUM_BATCHED_TOKENS: Final = 2048
+"""Per-step token budget: decodes first, then prefill chunks fill what is left."""
+
+HASH_DIGEST_BYTES: Final = 8
+"""Bytes of the blake2b digest that names a full block in the prefix cache."""
+
+DRY_DEFAULT_BREAKERS: Final = ("\n", ":", '"', "*")
+"""llama.cpp's default DRY sequence breakers: a repeat never extends across them."""
+
+DRY_MAX_EXPONENT_LOG: Final = 88.7228391
+"""log(float32 max): the DRY exponent is clamped so base**exp stays finite (llama.cpp)."""
+
+DETOKENIZE_CONTEXT_TOKENS: Final = 6
+"""Tokens decoded before the new ones so word-piece spacing comes out right incrementally."""

@@ -1,0 +1,102 @@
+"""Checkpoint directory → a ready `CausalLM`: file checks and safetensors weights, packed in place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from local_backend.config import ModelConfig
+from local_backend.model import CausalLM
+
+REQUIRED_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json")
+
+_PACKED = {
+    "q_proj": ("qkv_proj", 0),
+    "k_proj": ("qkv_proj", 1),
+    "v_proj": ("qkv_proj", 2),
+    "gate_proj": ("gate_up_proj", 0),
+    "up_proj": ("gate_up_proj", 1),
+}
+"""Hugging Face projection → (our packed projection, shard index inside it)."""
+
+
+def check_checkpoint(directory: Path) -> None:
+    """Raise one `FileNotFoundError` naming every file the directory lacks."""
+    if not directory.is_dir():
+        raise FileNotFoundError(f"checkpoint directory {directory} does not exist")
+    missing = [name for name in REQUIRED_FILES if not (directory / name).is_file()]
+    if not any(directory.glob("*.safetensors")):
+        missing.append("*.safetensors")
+    if missing:
+        raise FileNotFoundError(
+            f"checkpoint directory {directory} is missing {', '.join(missing)}; a Hugging Face "
+            "Llama-family checkpoint (config.json, *.safetensors, tokenizer.json, "
+            "tokenizer_config.json) is expected"
+        )
+
+
+def load_model(
+    directory: Path, cfg: ModelConfig, device: torch.device, dtype: torch.dtype
+) -> CausalLM:
+    """Build the model without initialising it, then copy each stored tensor into its slot."""
+    with torch.device("meta"):
+        model = CausalLM(cfg, dtype)
+    model.to_empty(device=device)
+    if cfg.tie_word_embeddings:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    params = dict(model.named_parameters(remove_duplicate=False))
+    shard_sizes = {
+        "qkv_proj": [cfg.num_heads * cfg.head_dim] + [cfg.num_kv_heads * cfg.head_dim] * 2,
+        "gate_up_proj": [cfg.intermediate_size] * 2,
+    }
+    loaded: set[str] = set()
+    for file in sorted(directory.glob("*.safetensors")):
+        with safe_open(file, framework="pt") as handle:
+            for name in handle.keys():
+                if "rotary_emb" in name:
+                    continue
+                target, offset, size = _target(name, shard_sizes)
+                if target not in params:
+                    raise ValueError(f"{file.name}: unexpected tensor {name!r} for {cfg.model_type}")
+                dest = params[target].data
+                if size is not None:
+                    dest = dest.narrow(0, offset, size)
+                dest.copy_(handle.get_tensor(name))
+                loaded.add(name if size is None else f"{target}#{offset}")
+    _check_complete(params, loaded, shard_sizes, cfg)
+    return model.eval()
+
+
+def _target(name: str, shard_sizes: dict[str, list[int]]) -> tuple[str, int, int | None]:
+    """Our parameter name, the row offset inside it and the row count (None: the whole tensor)."""
+    parts = name.split(".")
+    for i, part in enumerate(parts):
+        if part in _PACKED:
+            packed, shard = _PACKED[part]
+            parts[i] = packed
+            sizes = shard_sizes[packed]
+            return ".".join(parts), sum(sizes[:shard]), sizes[shard]
+    return name, 0, None
+
+
+def _check_complete(
+    params: dict[str, torch.nn.Parameter],
+    loaded: set[str],
+    shard_sizes: dict[str, list[int]],
+    cfg: ModelConfig,
+) -> None:
+    expected = set()
+    for name in params:
+        if cfg.tie_word_embeddings and name == "lm_head.weight":
+            continue
+        packed = next((p for p in shard_sizes if f".{p}." in name), None)
+        if packed is None:
+            expected.add(name)
+        else:
+            sizes = shard_sizes[packed]
+            expected.update(f"{name}#{sum(sizes[:i])}" for i in range(len(sizes)))
+    missing = sorted(expected - loaded)
+    if missing:
+        raise ValueError(f"checkpoint lacks {len(missing)} tensors, first: {missing[:3]}")

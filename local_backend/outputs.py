@@ -1,0 +1,65 @@
+"""What the engine hands back: finished completions, stream deltas, and pool statistics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+FinishReason = Literal["stop", "length", "abort"]
+"""`stop`: EOS, a stop token or a stop string; `length`: max_tokens or max_model_len; `abort`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Timings:
+    """Seconds spent waiting for a slot, computing the prompt, and decoding after the first token."""
+
+    queue_s: float
+    prefill_s: float
+    decode_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """One finished request. `cached_tokens` prompt tokens came from the prefix cache."""
+
+    request_id: str
+    prompt_token_ids: tuple[int, ...]
+    token_ids: tuple[int, ...]
+    text: str
+    finish_reason: FinishReason
+    cached_tokens: int
+    timings: Timings
+
+
+@dataclass(frozen=True, slots=True)
+class StreamDelta:
+    """New text (and the tokens that made it) since the previous delta of a stream.
+
+    The last delta of a request carries its `completion` (finish reason, usage, timings).
+    """
+
+    text: str
+    token_ids: tuple[int, ...]
+    completion: Completion | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    """A snapshot for `/metrics`: the block pool, the queues and cumulative token counts.
+
+    kv_cache_bytes = num_blocks × block_size × kv_bytes_per_token.
+    """
+
+    num_blocks: int
+    blocks_used: int
+    blocks_free: int
+    blocks_cached: int
+    block_size: int
+    kv_bytes_per_token: int
+    kv_cache_bytes: int
+    num_running: int
+    num_waiting: int
+    num_preemptions: int
+    prompt_tokens: int
+    prefix_cache_hit_tokens: int
+    generation_tokens: int

@@ -1,0 +1,84 @@
+"""Per-request decoding parameters, validated where they are made."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from local_backend._constants import DRY_DEFAULT_BREAKERS
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """How one request decodes; the defaults are greedy-free plain sampling with no penalties.
+
+    - `temperature=0` is greedy (argmax after penalties); `top_k=None`, `top_p=1`, `min_p=0` disable
+      their filters. `seed` makes the draws of this request repeat whatever shares its batch.
+    - Penalties follow vLLM: `repetition_penalty` r over prompt and output tokens divides a positive
+      logit by r and multiplies a negative one by r; over output tokens only,
+      logit −= frequency_penalty × count + presence_penalty × [count > 0].
+    - DRY follows llama.cpp: a token that would extend a repeat of n ≥ `dry_allowed_length` tokens
+      loses `dry_multiplier` × `dry_base`^(n − `dry_allowed_length`); repeats never cross a token
+      whose text contains a `dry_sequence_breakers` string; the last `dry_penalty_last_n` tokens
+      are searched (None: the whole sequence). `dry_multiplier=0` (the default) turns it off.
+    - `stop` strings end the text before them and are never partly streamed; `stop_token_ids` and
+      (unless `ignore_eos`) the checkpoint's EOS ids end with `finish_reason="stop"`.
+    """
+
+    max_tokens: int = 16
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int | None = None
+    min_p: float = 0.0
+    seed: int | None = None
+    repetition_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    dry_multiplier: float = 0.0
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2
+    dry_penalty_last_n: int | None = None
+    dry_sequence_breakers: tuple[str, ...] = DRY_DEFAULT_BREAKERS
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stop", _as_tuple(self.stop))
+        object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
+        object.__setattr__(self, "dry_sequence_breakers", _as_tuple(self.dry_sequence_breakers))
+        checks = [
+            ("max_tokens", self.max_tokens, self.max_tokens >= 1, "must be >= 1"),
+            ("temperature", self.temperature, self.temperature >= 0, "must be >= 0"),
+            ("top_p", self.top_p, 0 < self.top_p <= 1, "must be in (0, 1]"),
+            ("top_k", self.top_k, self.top_k is None or self.top_k >= 1, "must be >= 1 or None"),
+            ("min_p", self.min_p, 0 <= self.min_p <= 1, "must be in [0, 1]"),
+            ("repetition_penalty", self.repetition_penalty, self.repetition_penalty > 0, "must be > 0"),
+            ("frequency_penalty", self.frequency_penalty, -2 <= self.frequency_penalty <= 2, "must be in [-2, 2]"),
+            ("presence_penalty", self.presence_penalty, -2 <= self.presence_penalty <= 2, "must be in [-2, 2]"),
+            ("dry_multiplier", self.dry_multiplier, self.dry_multiplier >= 0, "must be >= 0"),
+            ("dry_base", self.dry_base, self.dry_base >= 1, "must be >= 1"),
+            ("dry_allowed_length", self.dry_allowed_length, self.dry_allowed_length >= 1, "must be >= 1"),
+            ("dry_penalty_last_n", self.dry_penalty_last_n, self.dry_penalty_last_n is None or self.dry_penalty_last_n >= 0, "must be >= 0 or None"),
+            ("stop", self.stop, all(isinstance(s, str) and s for s in self.stop), "must be non-empty strings"),
+            ("stop_token_ids", self.stop_token_ids, all(isinstance(i, int) and i >= 0 for i in self.stop_token_ids), "must be token ids >= 0"),
+        ]
+        for name, value, ok, rule in checks:
+            if not ok:
+                raise ValueError(f"SamplingParams.{name}={value!r} {rule}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    @property
+    def has_penalties(self) -> bool:
+        return (
+            self.repetition_penalty != 1
+            or self.frequency_penalty != 0
+            or self.presence_penalty != 0
+        )
+
+
+def _as_tuple(value: str | Iterable[str]) -> tuple[str, ...]:
+    return (value,) if isinstance(value, str) else tuple(value)

@@ -1,0 +1,117 @@
+"""Which sequences run in the next step, and how many of their tokens (continuous batching).
+
+Each step has a token budget. Running sequences go first, oldest first: a decode costs one token,
+an unfinished prefill takes a chunk of what is left. Then waiting sequences are admitted while the
+budget, `max_num_seqs` and the block pool allow, their first chunk in the same step. When a running
+sequence needs a block and none is left, the newest running sequence is preempted: its blocks are
+released (the full ones stay cached) and it waits at the front to be recomputed later.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from local_backend.block_manager import BlockManager
+from local_backend.sequence import Sequence, Status
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledBatch:
+    """Sequences of one step and how many new tokens each computes (in step order)."""
+
+    seqs: tuple[Sequence, ...]
+    num_new_tokens: tuple[int, ...]
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(self.num_new_tokens)
+
+
+class Scheduler:
+    """Queues and the step plan; `add`, `schedule`, `update` after the step, `finish`."""
+
+    def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int):
+        self.block_manager = block_manager
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.num_preemptions = 0
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def schedule(self) -> ScheduledBatch:
+        budget = self.max_num_batched_tokens
+        seqs: list[Sequence] = []
+        counts: list[int] = []
+        preempted = False
+        i = 0
+        while i < len(self.running) and budget > 0:
+            seq = self.running[i]
+            while not self.block_manager.can_append(seq):
+                preempted = True
+                self._preempt(self.running.pop())
+                if seq.status is Status.WAITING:
+                    break
+            if seq.status is Status.WAITING:
+                break
+            self.block_manager.append(seq)
+            n = min(seq.num_uncomputed_tokens, budget)
+            seqs.append(seq)
+            counts.append(n)
+            budget -= n
+            i += 1
+        while (
+            not preempted
+            and self.waiting
+            and budget > 0
+            and len(self.running) < self.max_num_seqs
+            and self.block_manager.can_allocate(self.waiting[0])
+        ):
+            seq = self.waiting.popleft()
+            reused = self.block_manager.allocate(seq)
+            if seq.num_preemptions == 0:
+                seq.num_cached_tokens = reused
+                seq.scheduled_time = time.perf_counter()
+            seq.num_computed_tokens = reused
+            seq.status = Status.RUNNING
+            self.running.append(seq)
+            n = min(seq.num_uncomputed_tokens, budget)
+            seqs.append(seq)
+            counts.append(n)
+            budget -= n
+        return ScheduledBatch(tuple(seqs), tuple(counts))
+
+    def update(self, batch: ScheduledBatch) -> list[Sequence]:
+        """Record the computed tokens; return the sequences whose step ends in a sampled token."""
+        sampling = []
+        for seq, n in zip(batch.seqs, batch.num_new_tokens):
+            before = seq.num_computed_tokens
+            seq.num_computed_tokens += n
+            self.block_manager.commit(seq, before)
+            if seq.num_uncomputed_tokens == 0:
+                sampling.append(seq)
+        return sampling
+
+    def finish(self, seq: Sequence) -> None:
+        """Take a sequence out of its queue and release its blocks (finished or aborted)."""
+        if seq.status is Status.RUNNING:
+            self.running.remove(seq)
+            self.block_manager.deallocate(seq)
+        elif seq.status is Status.WAITING:
+            self.waiting.remove(seq)
+        seq.status = Status.FINISHED
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.block_manager.deallocate(seq)
+        seq.num_computed_tokens = 0
+        seq.num_preemptions += 1
+        seq.status = Status.WAITING
+        self.waiting.appendleft(seq)
+        self.num_preemptions += 1

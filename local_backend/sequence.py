@@ -1,0 +1,75 @@
+"""A request's token state as the scheduler and block manager see it."""
+
+from __future__ import annotations
+
+import enum
+import time
+
+import torch
+
+from local_backend.sampling_params import SamplingParams
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class Sequence:
+    """Prompt and output tokens, how many have KV in the cache, and the blocks that hold them.
+
+    Tokens `[0, num_computed_tokens)` have KV in the cache; the rest (the prompt at first, then the
+    last sampled token) are computed by the next steps. A step that computes the last token samples
+    the next one. Preemption drops the KV (`num_computed_tokens = 0`) and keeps the tokens.
+    """
+
+    __slots__ = (
+        "request_id", "params", "token_ids", "num_prompt_tokens", "num_computed_tokens",
+        "num_cached_tokens", "block_table", "block_hashes", "status", "num_preemptions",
+        "generator", "arrival_time", "scheduled_time", "first_token_time", "finished_time",
+    )  # fmt: skip
+
+    def __init__(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams):
+        self.request_id = request_id
+        self.params = params
+        self.token_ids = list(prompt_token_ids)
+        self.num_prompt_tokens = len(prompt_token_ids)
+        self.num_computed_tokens = 0
+        self.num_cached_tokens = 0
+        self.block_table: list[int] = []
+        self.block_hashes: list[int] = []
+        self.status = Status.WAITING
+        self.num_preemptions = 0
+        self.generator: torch.Generator | None = None
+        self.arrival_time = time.perf_counter()
+        self.scheduled_time: float | None = None
+        self.first_token_time: float | None = None
+        self.finished_time: float | None = None
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_uncomputed_tokens(self) -> int:
+        return len(self.token_ids) - self.num_computed_tokens
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids) - self.num_prompt_tokens
+
+    @property
+    def prompt_token_ids(self) -> list[int]:
+        return self.token_ids[: self.num_prompt_tokens]
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.token_ids[self.num_prompt_tokens :]
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is Status.FINISHED
+
+    def num_blocks_needed(self, block_size: int) -> int:
+        """Blocks to hold every token: ⌈len / block_size⌉."""
+        return -(-len(self.token_ids) // block_size)

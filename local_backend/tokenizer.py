@@ -1,0 +1,97 @@
+"""Text ↔ token ids from `tokenizer.json`, and the chat template of `tokenizer_config.json`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from jinja2.exceptions import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from tokenizers import Tokenizer
+
+
+class TextTokenizer:
+    """A `tokenizers.Tokenizer` plus the special tokens and chat template transformers would use.
+
+    `encode("hi")` adds the checkpoint's BOS as transformers does; `chat_prompt(messages)` renders
+    the Jinja chat template and encodes it without adding special tokens (the template has them).
+    """
+
+    def __init__(self, tokenizer: Tokenizer, config: Mapping[str, Any], template: str | None):
+        self._tokenizer = tokenizer
+        self.bos_token = _token_text(config.get("bos_token"))
+        self.eos_token = _token_text(config.get("eos_token"))
+        self.bos_token_id = tokenizer.token_to_id(self.bos_token) if self.bos_token else None
+        self.eos_token_id = tokenizer.token_to_id(self.eos_token) if self.eos_token else None
+        self._add_bos = bool(config.get("add_bos_token", False))
+        self._template = None
+        if template is not None:
+            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+            env.filters["tojson"] = _tojson
+            env.globals["raise_exception"] = _raise_exception
+            env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+            self._template = env.from_string(template)
+
+    @classmethod
+    def from_dir(cls, directory: Path) -> TextTokenizer:
+        """Read `tokenizer.json`, `tokenizer_config.json` and `chat_template.jinja` if present."""
+        config = json.loads((directory / "tokenizer_config.json").read_text())
+        template = config.get("chat_template")
+        if isinstance(template, list):
+            template = next((t["template"] for t in template if t.get("name") == "default"), None)
+        separate = directory / "chat_template.jinja"
+        if separate.exists():
+            template = separate.read_text()
+        return cls(Tokenizer.from_file(str(directory / "tokenizer.json")), config, template)
+
+    @property
+    def vocab_size(self) -> int:
+        return self._tokenizer.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        ids = self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+        bos = self.bos_token_id
+        if add_special_tokens and self._add_bos and bos is not None and ids[:1] != [bos]:
+            ids.insert(0, bos)
+        return ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of `ids` with special tokens skipped."""
+        return self._tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    def id_to_token_text(self, token_id: int) -> str:
+        return self._tokenizer.decode([token_id], skip_special_tokens=False)
+
+    def chat_prompt(
+        self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True
+    ) -> list[int]:
+        """Token ids of `messages` rendered by the checkpoint's chat template."""
+        if self._template is None:
+            raise ValueError("this checkpoint has no chat_template in tokenizer_config.json")
+        try:
+            text = self._template.render(
+                messages=list(messages),
+                add_generation_prompt=add_generation_prompt,
+                bos_token=self.bos_token or "",
+                eos_token=self.eos_token or "",
+            )
+        except TemplateError as exc:
+            raise ValueError(f"chat template failed: {exc}") from exc
+        return self.encode(text, add_special_tokens=False)
+
+
+def _token_text(value: str | Mapping[str, Any] | None) -> str | None:
+    if isinstance(value, Mapping):
+        return str(value.get("content"))
+    return value
+
+
+def _tojson(value: Any, indent: int | None = None) -> str:
+    return json.dumps(value, ensure_ascii=False, indent=indent)
+
+
+def _raise_exception(message: str) -> None:
+    raise TemplateError(message)
