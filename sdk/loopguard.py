@@ -1,0 +1,179 @@
+"""The streaming repetition detector: notice a decode that has started to loop.
+
+Decoding that reinforces its recent tokens falls into loops, the same span of text emitted
+back-to-back until the token cap. Each looping token costs money and time and adds nothing, so the
+stream guard feeds every text delta to a `LoopDetector` and, when it trips, closes the HTTP stream
+(the server stops decoding) and ends the caller's stream with the provider's truncation signal.
+
+The detector is pure (no I/O) and cheap: it runs on every chunk of every stream. It keeps a bounded
+window of recent text, looks only after enough new text arrived, finds candidate periods with
+`str.rfind` of the recent suffix, and verifies them with slice comparisons (all in C).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sdk._constants import (
+    LOOP_CHECK_EVERY_CHARS,
+    LOOP_DIVERSE_UNIT_CHARS,
+    LOOP_MAX_PERIOD_CHARS,
+    LOOP_MIN_REPEATS,
+    LOOP_MIN_SPAN_CHARS,
+    LOOP_PROBE_CHARS,
+    LOOP_WINDOW_CHARS,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Loop:
+    """What tripped the detector: `unit` repeated back-to-back `repeats` times (`chars` in all)."""
+
+    unit: str
+    repeats: int
+    chars: int
+
+
+class LoopDetector:
+    """Trips when the streamed text ends in a span that repeats back-to-back.
+
+    Usage::
+
+        detector = LoopDetector()
+        for delta in deltas:
+            if detector.feed(delta) is not None:
+                break  # close upstream, end the stream as truncated
+
+    Rule. For a period `p` (1 <= p <= max_period_chars) let `L(p)` be the length of the longest
+    suffix of the text with period `p` (each character equals the one `p` later) and `d` the number
+    of distinct characters in the repeating unit. The detector trips when, for some `p`::
+
+        L(p) >= required(p) = max(min_repeats * p, ceil(min_span_chars / min(d, LOOP_DIVERSE_UNIT_CHARS)))
+
+    With the defaults (4, 640, 8): a sentence of 20 to 256 characters trips after 4 repeats; a unit
+    with few distinct characters needs a long span, so separators (`"=" * 80`, `|---|---|`) and
+    short arrays (`[0, 0, 0, 0]`) pass: "=" needs 640 characters, "|---" 320, "0, " 214, "the " 160.
+
+    The check runs once at least `LOOP_CHECK_EVERY_CHARS` new characters arrived, so a loop is
+    seen at most that many characters (plus one chunk) after it qualifies. Candidate periods are
+    the offsets at which the last `LOOP_PROBE_CHARS` characters recur, so a qualifying run must also
+    be at least `p + LOOP_PROBE_CHARS` long, which every `required(p)` of the defaults is.
+    Memory is bounded by `window_chars` (plus one chunk).
+    """
+
+    __slots__ = ("_min_repeats", "_min_span", "_max_period", "_window", "_text", "_pending", "_pending_chars", "_tripped")
+
+    def __init__(
+        self,
+        *,
+        min_repeats: int = LOOP_MIN_REPEATS,
+        min_span_chars: int = LOOP_MIN_SPAN_CHARS,
+        max_period_chars: int = LOOP_MAX_PERIOD_CHARS,
+        window_chars: int = LOOP_WINDOW_CHARS,
+    ) -> None:
+        if min_repeats < 2:
+            raise ValueError(f"LoopDetector min_repeats must be at least 2, got {min_repeats!r}")
+        if min_span_chars < 1:
+            raise ValueError(f"LoopDetector min_span_chars must be positive, got {min_span_chars!r}")
+        if max_period_chars < 1:
+            raise ValueError(f"LoopDetector max_period_chars must be positive, got {max_period_chars!r}")
+        needed = max(min_repeats * max_period_chars, min_span_chars)
+        if window_chars < needed:
+            raise ValueError(
+                f"LoopDetector window_chars must hold the longest required span "
+                f"max(min_repeats * max_period_chars, min_span_chars) = {needed}, got {window_chars!r}"
+            )
+        self._min_repeats = min_repeats
+        self._min_span = min_span_chars
+        self._max_period = max_period_chars
+        self._window = window_chars
+        self._text = ""
+        self._pending: list[str] = []
+        self._pending_chars = 0
+        self._tripped: Loop | None = None
+
+    @property
+    def tripped(self) -> Loop | None:
+        """The loop that tripped the detector, or `None` while it has not."""
+        return self._tripped
+
+    def feed(self, text: str) -> Loop | None:
+        """Take the next streamed text; return the `Loop` once tripped (and on every later call)."""
+        if self._tripped is not None:
+            return self._tripped
+        self._pending.append(text)
+        self._pending_chars += len(text)
+        if self._pending_chars < LOOP_CHECK_EVERY_CHARS:
+            return None
+        window = (self._text + "".join(self._pending))[-self._window :]
+        self._pending.clear()
+        self._pending_chars = 0
+        self._tripped = self._find(window)
+        self._text = "" if self._tripped is not None else window
+        return self._tripped
+
+    def _required(self, period: int, distinct: int) -> int:
+        """The run length at which a period with `distinct` characters trips."""
+        diverse = min(distinct, LOOP_DIVERSE_UNIT_CHARS)
+        return max(self._min_repeats * period, -(-self._min_span // diverse))
+
+    def _find(self, text: str) -> Loop | None:
+        """The loop `text` ends in, if any; candidate periods nearest first."""
+        n = len(text)
+        probe_len = LOOP_PROBE_CHARS
+        if n <= probe_len:
+            return None
+        probe = text[n - probe_len :]
+        low = max(0, n - probe_len - self._max_period)
+        end = n - 1
+        while (start := text.rfind(probe, low, end)) >= 0:
+            period = n - probe_len - start
+            required = self._required(period, len(set(text[n - period :])))
+            if required <= n and _has_period(text, period, required):
+                run = _periodic_suffix(text, period, required)
+                repeats = run // period
+                return Loop(unit=_readable(text[n - run : n - run + period]), repeats=repeats, chars=repeats * period)
+            end = start + probe_len - 1
+            if period <= probe_len:
+                # No other period recurs inside this run (Fine-Wilf), so search before it.
+                run = _periodic_suffix(text, period, probe_len + period, below=min(required, n + 1))
+                end = min(end, n - run + probe_len - 1)
+        return None
+
+
+def _has_period(text: str, period: int, length: int) -> bool:
+    """Whether the last `length` characters of `text` have period `period`."""
+    n = len(text)
+    return text[n - length + period :] == text[n - length : n - period]
+
+
+def _periodic_suffix(text: str, period: int, known: int, below: int | None = None) -> int:
+    """The length of the longest suffix of `text` with period `period`, given `known` (< `below`) has it."""
+    n = len(text)
+    low = known
+    if below is None:
+        high = low
+        while high < n:
+            high = min(n, 2 * high)
+            if not _has_period(text, period, high):
+                break
+            low = high
+        else:
+            return n
+    else:
+        high = below
+    while high - low > 1:
+        middle = (low + high) // 2
+        if _has_period(text, period, middle):
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+def _readable(unit: str) -> str:
+    """The rotation of `unit` that starts a word (`"the "` rather than `" the"`), else `unit`."""
+    for index in range(1, len(unit)):
+        if unit[index - 1].isspace() and not unit[index].isspace():
+            return unit[index:] + unit[:index]
+    return unit
