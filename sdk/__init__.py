@@ -1,1 +1,14 @@
-"""kvwise SDK: wrap an openai or anthropic client so every call respects prefill, decode and the KV cache."""
+"""kvwise SDK: wrap an openai or anthropic client so every call respects prefill, decode and the KV cache.
+
+    client = sdk.wrap(openai.OpenAI(), policy=sdk.Policy(max_output_tokens=512))
+    client.chat.completions.create(model=..., messages=[...])   # same call, same return types
+"""
+
+from sdk.chain import Middleware
+from sdk.errors import StreamTruncated
+from sdk.lint import Finding, lint
+from sdk.policy import Policy
+from sdk.prompt import Prompt
+from sdk.wrap import wrap
+
+__all__ = ["Finding", "Middleware", "Policy", "Prompt", "StreamTruncated", "lint", "wrap"]

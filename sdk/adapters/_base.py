@@ -80,6 +80,10 @@ class Adapter:
     def usage(self, response: Any) -> Usage | None:
         raise NotImplementedError
 
+    def finish_reasons(self, response: Any) -> tuple[str, ...]:
+        """Why a non-streamed response ended, in the API's own words."""
+        raise NotImplementedError
+
     def read_event(self, event: Any, state: StreamState) -> str:
         """Update `state` from one stream event and return the text it carries ("" if none)."""
         raise NotImplementedError
@@ -90,6 +94,10 @@ class Adapter:
         `truncated` is True for the loop guard (the API's length signal) and False for a
         client-side stop sequence (a normal end).
         """
+        raise NotImplementedError
+
+    def set_event_text(self, event: Any, text: str) -> None:
+        """Replace the text an event carries (used to cut it at a client-side stop)."""
         raise NotImplementedError
 
     def truncate_text(self, response: Any, stops: tuple[str, ...]) -> bool:

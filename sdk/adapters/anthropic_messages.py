@@ -81,6 +81,9 @@ class MessagesAdapter(Adapter):
     def usage(self, response: Any) -> Usage | None:
         return messages_usage(getattr(response, "usage", None))
 
+    def finish_reasons(self, response: Any) -> tuple[str, ...]:
+        return (response.stop_reason,) if response.stop_reason else ()
+
     def read_event(self, event: Any, state: StreamState) -> str:
         state.last_event = event
         kind = getattr(event, "type", "")

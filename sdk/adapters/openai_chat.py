@@ -74,6 +74,9 @@ class ChatAdapter(Adapter):
     def usage(self, response: Any) -> Usage | None:
         return chat_usage(getattr(response, "usage", None))
 
+    def finish_reasons(self, response: Any) -> tuple[str, ...]:
+        return tuple(choice.finish_reason for choice in response.choices if choice.finish_reason)
+
     def read_event(self, event: ChatCompletionChunk, state: StreamState) -> str:
         state.last_event = event
         state.response_id = event.id or state.response_id
@@ -106,6 +109,9 @@ class ChatAdapter(Adapter):
                 object="chat.completion.chunk",
             )
         ]
+
+    def set_event_text(self, event: ChatCompletionChunk, text: str) -> None:
+        event.choices[0].delta.content = text
 
     def truncate_text(self, response: Any, stops: tuple[str, ...]) -> bool:
         cut = False

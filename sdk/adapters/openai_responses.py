@@ -98,6 +98,9 @@ class ResponsesAdapter(Adapter):
     def usage(self, response: Any) -> Usage | None:
         return responses_usage(getattr(response, "usage", None))
 
+    def finish_reasons(self, response: Any) -> tuple[str, ...]:
+        return (response.status,) if response.status else ()
+
     def read_event(self, event: Any, state: StreamState) -> str:
         state.last_event = event
         kind = getattr(event, "type", "")
@@ -141,6 +144,9 @@ class ResponsesAdapter(Adapter):
         if truncated:
             return [ResponseIncompleteEvent(response=response, sequence_number=sequence, type="response.incomplete")]
         return [ResponseCompletedEvent(response=response, sequence_number=sequence, type="response.completed")]
+
+    def set_event_text(self, event: Any, text: str) -> None:
+        event.delta = text
 
     def truncate_text(self, response: Any, stops: tuple[str, ...]) -> bool:
         for item in response.output:

@@ -1,0 +1,142 @@
+"""Provider prompt-cache hints: Anthropic `cache_control` breakpoints, OpenAI cache keys and breakpoints.
+
+Anthropic caches only at breakpoints (at most 4 per request, the caller's included) and only when
+the prefix up to one reaches the model family's minimum length. OpenAI caches the longest seen
+prefix automatically; `prompt_cache_key` routes calls with the same stable prefix to the same
+cache, and models from gpt-5.6 on also take explicit `prompt_cache_breakpoint` marks on text parts.
+Other OpenAI-compatible servers (vLLM, SGLang, llama.cpp, the local backend) ignore the key and
+cache by prefix: for them only the order matters.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from sdk.adapters import Adapter
+from sdk.call import Api, Call
+from sdk.fingerprint import prefix_key
+from sdk.policy import Policy
+
+# Minimum cacheable prompt length in tokens by Anthropic model family, first match wins.
+# Source: Anthropic prompt-caching docs as summarised in LiteLLM's docs, 2026-10-07.
+ANTHROPIC_MIN_CACHEABLE_TOKENS: tuple[tuple[str, int], ...] = (
+    (r"claude-(opus|fable|mythos)-5", 512),
+    (r"claude-haiku-4-5|claude-opus-4-[567]", 4096),
+    (r"claude-(3-5-haiku|3-haiku|haiku-3)|claude-sonnet-4-6", 2048),
+    (r"claude-", 1024),
+)
+ANTHROPIC_DEFAULT_MIN_TOKENS = 1024
+ANTHROPIC_MAX_BREAKPOINTS = 4
+CHARS_PER_TOKEN = 4  # a conservative estimate for English text and JSON
+CACHE_KEY_PREFIX = "kvwise-"
+_OPENAI_EXPLICIT_BREAKPOINT_MODELS = re.compile(r"gpt-(\d+)\.(\d+)")
+_OPENAI_FIRST_EXPLICIT = (5, 6)
+
+
+def anthropic_min_tokens(model: str) -> int:
+    """The minimum cacheable prefix length of `model`'s family."""
+    for pattern, tokens in ANTHROPIC_MIN_CACHEABLE_TOKENS:
+        if re.search(pattern, model):
+            return tokens
+    return ANTHROPIC_DEFAULT_MIN_TOKENS
+
+
+def estimate_tokens(value: Any) -> int:
+    """A rough token count of a JSON-able value: characters / 4."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return len(text) // CHARS_PER_TOKEN
+
+
+def count_breakpoints(value: Any, key: str) -> int:
+    """How many `key` marks (`cache_control`, `prompt_cache_breakpoint`) `value` already carries."""
+    if isinstance(value, dict):
+        return (key in value) + sum(count_breakpoints(v, key) for v in value.values())
+    if isinstance(value, list):
+        return sum(count_breakpoints(v, key) for v in value)
+    return 0
+
+
+def supports_openai_breakpoints(model: str) -> bool:
+    """Whether `model` takes explicit prompt-cache breakpoints (gpt-5.6 and later)."""
+    match = _OPENAI_EXPLICIT_BREAKPOINT_MODELS.search(model)
+    return match is not None and (int(match[1]), int(match[2])) >= _OPENAI_FIRST_EXPLICIT
+
+
+def place_cache_hints(call: Call, policy: Policy, adapter: Adapter) -> None:
+    """Add the provider's cache hints to `call` in place, recording each in `call.changes`."""
+    if call.api in (Api.CHAT, Api.RESPONSES):
+        if "prompt_cache_key" not in call.params:
+            call.params["prompt_cache_key"] = CACHE_KEY_PREFIX + prefix_key(call)
+            call.changes.append("prompt_cache_key")
+        if supports_openai_breakpoints(call.model):
+            _place_breakpoints(call, adapter, {"mode": "explicit"}, min_tokens=0)
+        return
+    marker: dict[str, Any] = {"type": "ephemeral"}
+    if policy.cache_ttl is not None:
+        marker["ttl"] = policy.cache_ttl
+    _place_breakpoints(call, adapter, marker, min_tokens=anthropic_min_tokens(call.model))
+
+
+def _place_breakpoints(call: Call, adapter: Adapter, marker: dict[str, Any], min_tokens: int) -> None:
+    """Mark the ends of the tools, the system prompt and the last history turn, within the limit.
+
+    Longer prefixes are marked first (they save the most); a position the caller marked, or whose
+    prefix is shorter than `min_tokens`, is skipped.
+    """
+    key = adapter.breakpoint_key
+    used = count_breakpoints([call.tools, call.system, call.messages, call.params.get(key)], key)
+    free = ANTHROPIC_MAX_BREAKPOINTS - used
+    history = call.messages[: call.history_end]
+    prefix_tokens = [
+        estimate_tokens(call.tools),
+        estimate_tokens(call.tools) + estimate_tokens(call.system),
+        estimate_tokens(call.tools) + estimate_tokens(call.system) + estimate_tokens(history),
+    ]
+    for position in (2, 1, 0):
+        if free <= 0 or prefix_tokens[position] < max(min_tokens, 1):
+            continue
+        if position == 0 and call.tools and call.api is Api.MESSAGES:
+            marked = _mark_last(call.tools, marker, key)
+        elif position == 1 and call.system:
+            marked = _mark_content(call.system, len(call.system) - 1, marker, key, adapter.text_part_type)
+        elif position == 2 and history:
+            marked = _mark_content(call.messages, len(history) - 1, marker, key, adapter.text_part_type)
+        else:
+            continue
+        if marked is not None:
+            free -= 1
+            call.changes.append(f"cache_breakpoint:{('tools', 'system', 'history')[position]}")
+
+
+def _mark_last(items: list[Any], marker: dict[str, Any], key: str) -> int | None:
+    """Put `marker` on the last dict of `items`, unless it has one; return its index."""
+    last = items[-1]
+    if not isinstance(last, dict) or key in last:
+        return None
+    items[-1] = {**last, key: dict(marker)}
+    return len(items) - 1
+
+
+def _mark_content(turns: list[Any], index: int, marker: dict[str, Any], key: str, part_type: str) -> int | None:
+    """Put `marker` on the last content part of `turns[index]` (a system block or a message)."""
+    turn = turns[index]
+    if not isinstance(turn, dict) or turn.get("role") == "instructions":  # Responses' instructions: a plain string
+        return None
+    if "content" not in turn:  # an Anthropic system text block: the block itself is the part
+        if key in turn:
+            return None
+        turns[index] = {**turn, key: dict(marker)}
+        return index
+    content = turn["content"]
+    if isinstance(content, str):
+        parts: list[Any] = [{"type": part_type, "text": content}]
+    elif isinstance(content, list) and content:
+        parts = list(content)
+    else:
+        return None
+    if count_breakpoints(parts, key) or _mark_last(parts, marker, key) is None:
+        return None
+    turns[index] = {**turn, "content": parts}
+    return index

@@ -1,0 +1,56 @@
+"""The request-rewrite chain: canonical order -> fingerprint -> cache hints -> decode guards.
+
+Each step is a `Middleware`: it reads and rewrites the provider-neutral `Call` in place, without
+I/O, so the sync and async clients share it. Users add their own steps with
+`sdk.wrap(client, middleware=[...])`; theirs run first, on the caller's prompt, before kvwise
+puts it in canonical order. Retries and telemetry wrap the send that follows (see `sdk.wrap`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from sdk.adapters import adapter_for
+from sdk.cache_hints import place_cache_hints
+from sdk.call import Call
+from sdk.canonical import canonicalize
+from sdk.fingerprint import PrefixTracker
+from sdk.guards import apply_guards
+from sdk.policy import Policy
+
+
+@runtime_checkable
+class Middleware(Protocol):
+    """A step of the chain: rewrite `call` in place before it is sent.
+
+    >>> class TagUser:
+    ...     def on_request(self, call: sdk.call.Call) -> None:
+    ...         call.params.setdefault("user", "team-a")
+    >>> client = sdk.wrap(openai.OpenAI(), middleware=[TagUser()])
+    """
+
+    def on_request(self, call: Call) -> None: ...
+
+
+class Chain:
+    """The built-in steps under one policy, after the user's own."""
+
+    def __init__(self, policy: Policy, tracker: PrefixTracker, extra: Sequence[Middleware] = ()) -> None:
+        for step in extra:
+            if not isinstance(step, Middleware):
+                raise TypeError(f"middleware must have an on_request(call) method, got {step!r}")
+        self.policy = policy
+        self.tracker = tracker
+        self.extra = tuple(extra)
+
+    def run(self, call: Call) -> None:
+        """Rewrite `call` through every step, in order."""
+        adapter = adapter_for(call.api)
+        for step in self.extra:
+            step.on_request(call)
+        canonicalize(call, self.policy, adapter)
+        self.tracker.observe(call)
+        if self.policy.cache_hints:
+            place_cache_hints(call, self.policy, adapter)
+        apply_guards(call, self.policy, adapter)

@@ -1,0 +1,132 @@
+"""Retries with tenacity: exponential backoff with jitter, honouring Retry-After.
+
+Retried: connection errors, timeouts, 408, 409, 429 and 5xx (529 "overloaded" included). The
+wrapped client's own retries are turned off so attempts never multiply; when the attempts run out
+the caller gets the client's own exception.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tenacity.wait import wait_base
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    Retrying,
+    before_sleep_log,
+    retry_if_exception,
+    stop_after_attempt,
+
+    wait_exponential_jitter,
+)
+
+from sdk._constants import RETRY_AFTER_CAP_SECONDS, RETRY_INITIAL_DELAY_SECONDS, RETRY_MAX_DELAY_SECONDS
+
+log = logging.getLogger("sdk")
+
+RETRYABLE_STATUS = frozenset({408, 409, 429})
+
+
+def _error_classes() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+    """(connection errors, status errors) of the installed clients."""
+    connection: list[type[BaseException]] = []
+    status: list[type[BaseException]] = []
+    for module_name in ("openai", "anthropic"):
+        try:
+            module = __import__(module_name)
+        except ImportError:
+            continue
+        connection.append(module.APIConnectionError)
+        status.append(module.APIStatusError)
+    return tuple(connection), tuple(status)
+
+
+def is_retryable(error: BaseException) -> bool:
+    """Whether a failed attempt is worth another: transient network or server trouble only."""
+    connection, status = _error_classes()
+    if isinstance(error, connection):
+        return True
+    if isinstance(error, status):
+        code = getattr(error, "status_code", 0)
+        return code in RETRYABLE_STATUS or code >= 500
+    return False
+
+
+def retry_after_seconds(error: BaseException | None) -> float | None:
+    """The server's Retry-After hint in seconds: `retry-after-ms`, then seconds, then an HTTP date.
+
+    Used only when finite and 0 < value <= RETRY_AFTER_CAP_SECONDS.
+    """
+    response = getattr(error, "response", None)
+    headers = getattr(response, "headers", None)
+    if headers is None:
+        return None
+    value: float | None = None
+    if (ms := headers.get("retry-after-ms")) is not None:
+        value = _as_float(ms, scale=1000.0)
+    if value is None and (raw := headers.get("retry-after")) is not None:
+        value = _as_float(raw)
+        if value is None and (date := _parse_date(raw)) is not None:
+            value = date - time.time()
+    if value is None or not math.isfinite(value) or not 0 < value <= RETRY_AFTER_CAP_SECONDS:
+        return None
+    return value
+
+
+def _as_float(text: str, scale: float = 1.0) -> float | None:
+    try:
+        return float(text) / scale
+    except ValueError:
+        return None
+
+
+def _parse_date(text: str) -> float | None:
+    parsed = email.utils.parsedate_tz(text)
+    return email.utils.mktime_tz(parsed) if parsed is not None else None
+
+
+class wait_retry_after(wait_base):
+    """Wait what the server's Retry-After says, else fall back to `fallback`."""
+
+    def __init__(self, fallback: wait_base) -> None:
+        self.fallback = fallback
+
+    def __call__(self, retry_state: RetryCallState) -> float:
+        outcome = retry_state.outcome
+        hint = retry_after_seconds(outcome.exception() if outcome is not None else None)
+        return hint if hint is not None else self.fallback(retry_state)
+
+
+def retry_kwargs(retries: int, on_attempt: Callable[[int], None], sleep: Callable[[float], Any] | None) -> dict[str, Any]:
+    """Keyword arguments for `Retrying`/`AsyncRetrying`: never tenacity's forever-and-wrap defaults."""
+    kwargs: dict[str, Any] = dict(
+        stop=stop_after_attempt(retries + 1),
+        retry=retry_if_exception(is_retryable),
+        wait=wait_retry_after(wait_exponential_jitter(multiplier=RETRY_INITIAL_DELAY_SECONDS, max=RETRY_MAX_DELAY_SECONDS)),
+        reraise=True,
+        before=lambda state: on_attempt(state.attempt_number),
+        before_sleep=before_sleep_log(log, logging.INFO),
+    )
+    if sleep is not None:
+        kwargs["sleep"] = sleep
+    return kwargs
+
+
+def call_with_retries(send: Callable[[], Any], retries: int, on_attempt: Callable[[int], None], sleep: Callable[[float], Any] | None = None) -> Any:
+    """Run `send()` with retries (sync)."""
+    return Retrying(**retry_kwargs(retries, on_attempt, sleep))(send)
+
+
+async def acall_with_retries(send: Callable[[], Any], retries: int, on_attempt: Callable[[int], None], sleep: Callable[[float], Any] | None = None) -> Any:
+    """Run `await send()` with retries (async)."""
+
+    async def attempt() -> Any:  # tenacity awaits only what a coroutine function returns
+        return await send()
+
+    return await AsyncRetrying(**retry_kwargs(retries, on_attempt, sleep))(attempt)

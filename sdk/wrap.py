@@ -1,0 +1,222 @@
+"""`sdk.wrap`: the client proxies (sync and async) and the interception of the four create methods.
+
+The proxy is used exactly like the client it wraps. `chat.completions.create`, `responses.create`,
+`messages.create` and `messages.stream` run the request-rewrite chain, then send through the SDK's
+retries and telemetry; every other attribute is the wrapped client's own. Sends go through a copy
+of the client with `max_retries=0`, so attempts never multiply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from sdk.adapters import adapter_for
+from sdk.adapters._base import timings_of
+from sdk.call import Api, Call, Provider
+from sdk.chain import Chain, Middleware
+from sdk.fingerprint import PrefixTracker
+from sdk.policy import Policy
+from sdk.retry import acall_with_retries, call_with_retries
+from sdk.stream import StreamWatch, guard_async, guard_sync
+from sdk.telemetry import CallRecord, Telemetry
+
+_HOSTED = {"api.openai.com": Provider.OPENAI, "api.anthropic.com": Provider.ANTHROPIC}
+
+
+@dataclass(frozen=True, slots=True)
+class _Shared:
+    """What every proxy of one `wrap` call shares (the `with_options` copies included)."""
+
+    policy: Policy
+    chain: Chain
+    telemetry: Telemetry
+    is_async: bool
+    is_anthropic: bool
+
+
+def wrap(
+    client: Any,
+    policy: Policy | None = None,
+    *,
+    tracer_provider: Any = None,
+    meter_provider: Any = None,
+    middleware: Sequence[Middleware] = (),
+) -> Any:
+    """Wrap an `openai.OpenAI`, `openai.AsyncOpenAI`, `anthropic.Anthropic` or `anthropic.AsyncAnthropic`.
+
+    >>> client = sdk.wrap(openai.OpenAI(), policy=sdk.Policy(max_output_tokens=512))
+    >>> client.chat.completions.create(model="gpt-5.6", messages=[...])   # same call, same types
+    """
+    policy = policy if policy is not None else Policy()
+    if not isinstance(policy, Policy):
+        raise TypeError(f"policy must be an sdk.Policy, got {type(policy).__name__}")
+    kind = _client_kind(client)
+    shared = _Shared(
+        policy=policy,
+        chain=Chain(policy, PrefixTracker(), middleware),
+        telemetry=Telemetry(policy, tracer_provider=tracer_provider, meter_provider=meter_provider),
+        is_async=kind in ("AsyncOpenAI", "AsyncAnthropic"),
+        is_anthropic=kind in ("Anthropic", "AsyncAnthropic"),
+    )
+    return WrappedClient(client, shared)
+
+
+def _client_kind(client: Any) -> str:
+    for module_name, names in (("openai", ("AsyncOpenAI", "OpenAI")), ("anthropic", ("AsyncAnthropic", "Anthropic"))):
+        try:
+            module = __import__(module_name)
+        except ImportError:
+            continue
+        for name in names:
+            if isinstance(client, getattr(module, name)):
+                return name
+    raise TypeError(
+        "sdk.wrap takes an openai.OpenAI, openai.AsyncOpenAI, anthropic.Anthropic or "
+        f"anthropic.AsyncAnthropic client, got {type(client).__name__}"
+    )
+
+
+class _Proxy:
+    """Attribute access goes to `target`, except the names in `overrides`."""
+
+    def __init__(self, target: Any, overrides: dict[str, Callable[[], Any]]) -> None:
+        self._target = target
+        self._overrides = overrides
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self._overrides:
+            return self._overrides[name]()
+        return getattr(self._target, name)
+
+    def __repr__(self) -> str:
+        return f"<kvwise {self._target!r}>"
+
+
+class WrappedClient(_Proxy):
+    """The wrapped client: the original's attributes, with the create methods intercepted."""
+
+    def __init__(self, client: Any, shared: _Shared) -> None:
+        self._client = client
+        self._shared = shared
+        self._sender = client.with_options(max_retries=0)
+        base = urlsplit(str(client.base_url))
+        self._server = (base.hostname, base.port or (443 if base.scheme == "https" else 80))
+        if shared.is_anthropic:
+            self._provider = Provider.ANTHROPIC
+        else:
+            self._provider = _HOSTED.get(base.hostname or "", Provider.OPENAI_COMPATIBLE)
+        overrides: dict[str, Callable[[], Any]] = {"with_options": lambda: self._with_options}
+        if shared.is_anthropic:
+            overrides["messages"] = lambda: _Proxy(
+                client.messages,
+                {
+                    "create": lambda: self._method(Api.MESSAGES, lambda: self._sender.messages.create),
+                    "stream": lambda: self._message_stream,
+                },
+            )
+        else:
+            create_chat = lambda: self._method(Api.CHAT, lambda: self._sender.chat.completions.create)  # noqa: E731
+            overrides["chat"] = lambda: _Proxy(
+                client.chat, {"completions": lambda: _Proxy(client.chat.completions, {"create": create_chat})}
+            )
+            overrides["responses"] = lambda: _Proxy(
+                client.responses, {"create": lambda: self._method(Api.RESPONSES, lambda: self._sender.responses.create)}
+            )
+        super().__init__(client, overrides)
+
+    def _with_options(self, **options: Any) -> WrappedClient:
+        return WrappedClient(self._client.with_options(**options), self._shared)
+
+    def _prepare(self, api: Api, kwargs: dict[str, Any]) -> tuple[Call, dict[str, Any]]:
+        adapter = adapter_for(api)
+        call = adapter.to_call(kwargs, self._provider)
+        self._shared.chain.run(call)
+        return call, adapter.to_kwargs(call)
+
+    def _method(self, api: Api, native: Callable[[], Callable[..., Any]]) -> Callable[..., Any]:
+        if self._shared.is_async:
+
+            async def acreate(**kwargs: Any) -> Any:
+                call, native_kwargs = self._prepare(api, kwargs)
+                return await self._asend(call, lambda: native()(**native_kwargs))
+
+            return acreate
+
+        def create(**kwargs: Any) -> Any:
+            call, native_kwargs = self._prepare(api, kwargs)
+            return self._send(call, lambda: native()(**native_kwargs))
+
+        return create
+
+    def _send(self, call: Call, send: Callable[[], Any]) -> Any:
+        policy = self._shared.policy
+        record = self._shared.telemetry.start(call, self._server)
+        try:
+            with record.activate():
+                result = call_with_retries(send, policy.retries, record.attempt)
+        except BaseException as error:
+            record.end(error=error)
+            raise
+        if call.stream:
+            watch = StreamWatch(adapter_for(call.api), call, policy, record)
+            reopen = lambda: call_with_retries(send, 0, record.attempt)  # noqa: E731
+            return guard_sync(result, watch, reopen)
+        return _finish(call, result, record)
+
+    async def _asend(self, call: Call, send: Callable[[], Any]) -> Any:
+        policy = self._shared.policy
+        record = self._shared.telemetry.start(call, self._server)
+        try:
+            with record.activate():
+                result = await acall_with_retries(send, policy.retries, record.attempt)
+        except BaseException as error:
+            record.end(error=error)
+            raise
+        if call.stream:
+            watch = StreamWatch(adapter_for(call.api), call, policy, record)
+            return guard_async(result, watch, lambda: acall_with_retries(send, 0, record.attempt))
+        return _finish(call, result, record)
+
+    def _message_stream(self, **kwargs: Any) -> Any:
+        """`messages.stream(...)`: the client's own stream manager around a guarded raw stream."""
+        call, native_kwargs = self._prepare(Api.MESSAGES, kwargs)
+        call.params["stream"] = True
+        stream = self._sender.messages.stream
+        request_of = lambda manager: getattr(manager, f"_{type(manager).__name__}__api_request")  # noqa: E731
+        if self._shared.is_async:
+            from anthropic.lib.streaming import AsyncMessageStreamManager
+
+            async def open_async() -> Any:
+                return await self._asend(call, lambda: request_of(stream(**native_kwargs)))
+
+            return AsyncMessageStreamManager(open_async(), output_format=kwargs.get("output_format", _not_given()))
+        from anthropic.lib.streaming import MessageStreamManager
+
+        return MessageStreamManager(
+            lambda: self._send(call, lambda: request_of(stream(**native_kwargs))()),
+            output_format=kwargs.get("output_format", _not_given()),
+        )
+
+
+def _not_given() -> Any:
+    from anthropic import NOT_GIVEN
+
+    return NOT_GIVEN
+
+
+def _finish(call: Call, response: Any, record: CallRecord) -> Any:
+    """Finish a non-streamed call: client-side stops, then telemetry."""
+    adapter = adapter_for(call.api)
+    if call.client_stops:
+        adapter.truncate_text(response, call.client_stops)
+    record.end(
+        usage=adapter.usage(response),
+        response_id=getattr(response, "id", None),
+        response_model=getattr(response, "model", None),
+        finish_reasons=adapter.finish_reasons(response),
+        timings=timings_of(response),
+    )
+    return response

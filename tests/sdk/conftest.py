@@ -1,0 +1,26 @@
+"""Fixtures of the SDK tests: real clients, sync and async, pointed at the provider simulator."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+
+@pytest.fixture(params=["sync", "async"])
+def mode(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+def openai_client(simulator: Any, mode: str) -> Any:
+    cls = openai.OpenAI if mode == "sync" else openai.AsyncOpenAI
+    return cls(base_url=simulator.openai_base_url, api_key="test-key", max_retries=0)
+
+
+@pytest.fixture
+def anthropic_client(simulator: Any, mode: str) -> Any:
+    cls = anthropic.Anthropic if mode == "sync" else anthropic.AsyncAnthropic
+    return cls(base_url=simulator.anthropic_base_url, api_key="test-key", max_retries=0)

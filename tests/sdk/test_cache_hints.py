@@ -1,0 +1,116 @@
+"""Cache hints: Anthropic breakpoints within the limit of four, OpenAI cache keys and explicit marks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import sdk
+from sdk.adapters import adapter_for
+from sdk.cache_hints import anthropic_min_tokens, count_breakpoints, place_cache_hints
+from sdk.call import Api, Provider
+from tests.sdk.helpers import LONG_SYSTEM, resolve
+
+TOOLS = [
+    {"name": name, "description": "Look things up. " * 200, "input_schema": {"type": "object", "properties": {}}}
+    for name in ("a_tool", "b_tool")
+]
+HISTORY = [
+    {"role": "user", "content": "First question " * 300},
+    {"role": "assistant", "content": "First answer " * 300},
+    {"role": "user", "content": "Next?"},
+]
+
+
+async def test_anthropic_breakpoints_mark_tools_system_and_history_and_the_cache_is_read_back(simulator, anthropic_client):
+    wrapped = sdk.wrap(anthropic_client)
+    usages = []
+    for _ in range(2):
+        message = await resolve(
+            wrapped.messages.create(model="claude-opus-4-1", system=LONG_SYSTEM, tools=TOOLS, messages=HISTORY, max_tokens=32)
+        )
+        usages.append(message.usage)
+    body = simulator.requests[-1].body
+    assert "cache_control" in body["tools"][-1]
+    assert "cache_control" in body["system"][-1]
+    assert "cache_control" in body["messages"][1]["content"][-1]
+    assert count_breakpoints(body, "cache_control") == 3
+    assert usages[0].cache_creation_input_tokens > 0 and usages[0].cache_read_input_tokens == 0
+    assert usages[1].cache_read_input_tokens >= 1024
+
+
+async def test_a_callers_four_breakpoints_are_left_alone_and_no_fifth_is_added(simulator, anthropic_client):
+    marked = {"type": "ephemeral"}
+    system = [{"type": "text", "text": LONG_SYSTEM, "cache_control": marked}]
+    tools = [{**TOOLS[0], "cache_control": marked}, TOOLS[1]]
+    history = [
+        {"role": "user", "content": [{"type": "text", "text": "First question " * 300, "cache_control": marked}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "First answer " * 300, "cache_control": marked}]},
+        {"role": "user", "content": "Next?"},
+    ]
+    wrapped = sdk.wrap(anthropic_client)
+    await resolve(wrapped.messages.create(model="claude-opus-4-1", system=system, tools=tools, messages=history, max_tokens=32))
+    body = simulator.requests[-1].body
+    assert count_breakpoints(body, "cache_control") == 4
+    assert body["system"] == system and body["messages"][:2] == history[:2]
+
+
+async def test_no_breakpoint_is_placed_below_the_models_minimum_length(simulator, anthropic_client):
+    wrapped = sdk.wrap(anthropic_client)
+    await resolve(wrapped.messages.create(model="claude-haiku-4-5", system="Be brief.", messages=[{"role": "user", "content": "hi"}]))
+    assert count_breakpoints(simulator.requests[-1].body, "cache_control") == 0
+
+
+async def test_cache_ttl_from_the_policy_is_on_every_placed_breakpoint(simulator, anthropic_client):
+    wrapped = sdk.wrap(anthropic_client, sdk.Policy(cache_ttl="1h"))
+    await resolve(wrapped.messages.create(model="claude-opus-4-1", system=LONG_SYSTEM, messages=[{"role": "user", "content": "hi"}]))
+    assert simulator.requests[-1].body["system"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
+
+
+async def test_openai_prompt_cache_key_comes_from_the_stable_prefix_unless_the_caller_set_one(simulator, openai_client):
+    wrapped = sdk.wrap(openai_client)
+    for question in ("one", "two"):
+        await resolve(wrapped.chat.completions.create(model="m", messages=[{"role": "system", "content": LONG_SYSTEM}, {"role": "user", "content": question}]))
+    keys = [request.body["prompt_cache_key"] for request in simulator.requests]
+    assert keys[0] == keys[1] and keys[0].startswith("kvwise-")
+    await resolve(wrapped.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}], prompt_cache_key="mine"))
+    assert simulator.requests[-1].body["prompt_cache_key"] == "mine"
+
+
+def test_openai_explicit_breakpoints_only_for_models_that_take_them():
+    adapter = adapter_for(Api.CHAT)
+    for model, expected in (("gpt-5.6", 2), ("gpt-5.4", 0), ("llama-3", 0)):
+        call = adapter.to_call(
+            {"model": model, "messages": [{"role": "system", "content": LONG_SYSTEM}, *HISTORY]}, Provider.OPENAI
+        )
+        place_cache_hints(call, sdk.Policy(), adapter)
+        assert count_breakpoints(adapter.to_kwargs(call), "prompt_cache_breakpoint") == expected, model
+
+
+@pytest.mark.parametrize(
+    ("model", "tokens"),
+    [("claude-sonnet-4-5", 1024), ("claude-haiku-4-5-20251001", 4096), ("claude-opus-4-5", 4096), ("claude-3-5-haiku-latest", 2048), ("claude-opus-5", 512)],
+)
+def test_minimum_cacheable_length_by_model_family(model, tokens):
+    assert anthropic_min_tokens(model) == tokens
+
+
+def test_unknown_content_shapes_pass_through_byte_for_byte():
+    adapter = adapter_for(Api.MESSAGES)
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+    tool_result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "text", "text": "42"}]}
+    audio = {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}
+    messages = [
+        {"role": "user", "content": [image, audio]},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "calc", "input": {}}]},
+        {"role": "user", "content": [tool_result]},
+    ]
+    kwargs = {"model": "claude-opus-4-1", "messages": messages, "max_tokens": 10}
+    call = adapter.to_call(json.loads(json.dumps(kwargs)), Provider.ANTHROPIC)
+    from sdk.chain import Chain
+    from sdk.fingerprint import PrefixTracker
+
+    Chain(sdk.Policy(), PrefixTracker()).run(call)
+    out = adapter.to_kwargs(call)
+    assert json.dumps(out["messages"]) == json.dumps(messages)

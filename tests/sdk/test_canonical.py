@@ -1,0 +1,131 @@
+"""Canonical order: tiers, tool sorting, volatile moving; idempotent and content-preserving."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import sdk
+from sdk.adapters import adapter_for
+from sdk.call import Api, Provider
+from sdk.canonical import NOTE_OPEN, canonicalize
+
+UUID = "3f2a8c1e-9b4d-4e7a-8f1c-2d5e6a7b8c9d"
+
+
+def _canonical(kwargs: dict, api: Api = Api.CHAT, policy: sdk.Policy | None = None) -> tuple[dict, list[str]]:
+    adapter = adapter_for(api)
+    call = adapter.to_call(copy.deepcopy(kwargs), Provider.OPENAI)
+    canonicalize(call, policy or sdk.Policy(), adapter)
+    return adapter.to_kwargs(call), call.changes
+
+
+def test_volatile_lines_move_from_the_system_prompt_to_a_note_in_the_final_user_turn():
+    kwargs = {
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": f"Request ID: {UUID}\nYou are a careful assistant."},
+            {"role": "user", "content": "Hello"},
+        ],
+    }
+    out, changes = _canonical(kwargs)
+    assert UUID not in out["messages"][0]["content"]
+    assert out["messages"][0]["content"].strip() == "You are a careful assistant."
+    final = out["messages"][-1]["content"]
+    assert final.startswith(NOTE_OPEN) and f"Request ID: {UUID}" in final and final.endswith("Hello")
+    assert any(change.startswith("volatile_moved") for change in changes)
+
+
+def test_anthropic_note_goes_after_tool_results_in_the_final_turn():
+    kwargs = {
+        "model": "claude-opus-4-1",
+        "system": f"Session {UUID} started. Be brief.",
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]},
+        ],
+    }
+    out, _ = _canonical(kwargs, Api.MESSAGES)
+    final = out["messages"][-1]["content"]
+    assert final[0]["type"] == "tool_result"
+    assert final[1]["type"] == "text" and UUID in final[1]["text"]
+    assert UUID not in json.dumps(out["system"])
+
+
+def test_warn_mode_records_volatile_bytes_but_moves_nothing():
+    kwargs = {"model": "m", "messages": [{"role": "system", "content": f"id {UUID}"}, {"role": "user", "content": "q"}]}
+    out, changes = _canonical(kwargs, policy=sdk.Policy(volatile="warn"))
+    assert out["messages"] == kwargs["messages"]
+    assert "volatile_found:uuid" in [change.lower() for change in changes]
+
+
+def test_turns_are_never_reordered_and_the_schema_key_order_is_kept():
+    schema = {"type": "object", "properties": {"zeta": {"type": "string"}, "alpha": {"type": "string"}}, "required": ["zeta", "alpha"]}
+    kwargs = {
+        "model": "m",
+        "tools": [{"type": "function", "function": {"parameters": schema, "name": "b"}}, {"type": "function", "function": {"name": "a"}}],
+        "messages": [{"role": "user", "content": "1"}, {"role": "assistant", "content": "2"}, {"role": "user", "content": "3"}],
+    }
+    out, _ = _canonical(kwargs)
+    assert [m["content"] for m in out["messages"]] == ["1", "2", "3"]
+    assert [t["function"]["name"] for t in out["tools"]] == ["a", "b"]
+    assert list(out["tools"][1]["function"]["parameters"]["properties"]) == ["zeta", "alpha"]
+    assert list(out["tools"][1]["function"]) == ["name", "parameters"]
+
+
+text_strategy = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=200)
+volatile_tokens = st.sampled_from([UUID, "2026-11-29T08:55:21Z", "Request ID: req_8f3a2b1c9d7e6f5a", "1764406521", ""])
+
+
+@st.composite
+def chat_calls(draw):
+    system = draw(text_strategy) + " " + draw(volatile_tokens) + " " + draw(text_strategy)
+    turns = draw(st.lists(text_strategy, min_size=1, max_size=5))
+    roles = ["user" if i % 2 == 0 else "assistant" for i in range(len(turns))]
+    if roles[-1] != "user":
+        turns.append(draw(text_strategy))
+        roles.append("user")
+    names = draw(st.lists(st.text(alphabet="abcdefgh", min_size=1, max_size=6), max_size=4, unique=True))
+    tools = [{"type": "function", "function": {"name": name, "description": draw(text_strategy)}} for name in names]
+    messages = [{"role": "system", "content": system}] + [{"role": r, "content": t} for r, t in zip(roles, turns)]
+    return {"model": "m", "messages": messages, "tools": tools}
+
+
+def _chars(value: object) -> list[str]:
+    return sorted(c for c in json.dumps(value, ensure_ascii=False) if not c.isspace())
+
+
+@settings(max_examples=150, deadline=None)
+@given(chat_calls())
+def test_canonicalisation_is_idempotent(kwargs):
+    once, _ = _canonical(kwargs)
+    twice, changes = _canonical(once)
+    assert twice == once
+    assert not [c for c in changes if c.startswith("volatile_moved")]
+
+
+@settings(max_examples=150, deadline=None)
+@given(chat_calls())
+def test_canonicalisation_preserves_every_character(kwargs):
+    out, _ = _canonical(kwargs)
+    original = _chars([m["content"] for m in kwargs["messages"]] + [t["function"] for t in kwargs["tools"]])
+    result = "".join(_chars([m["content"] for m in out["messages"]] + [t["function"] for t in out["tools"]]))
+    remaining = list(result)
+    for char in original:
+        assert char in remaining
+        remaining.remove(char)
+
+
+@settings(max_examples=150, deadline=None)
+@given(chat_calls())
+def test_canonicalisation_keeps_turn_order(kwargs):
+    out, _ = _canonical(kwargs)
+    turns_in = [m for m in kwargs["messages"] if m["role"] != "system"]
+    turns_out = [m for m in out["messages"] if m["role"] != "system"]
+    assert [m["role"] for m in turns_in] == [m["role"] for m in turns_out]
+    assert [m["content"] for m in turns_in[:-1]] == [m["content"] for m in turns_out[:-1]]
+    assert turns_out[-1]["content"].endswith(turns_in[-1]["content"])

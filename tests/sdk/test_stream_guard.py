@@ -1,0 +1,99 @@
+"""The streaming loop guard and truncated streams, end to end over loopback."""
+
+from __future__ import annotations
+
+import anthropic
+import openai
+import pytest
+
+import sdk
+from tests.sdk.helpers import collect, resolve
+
+LOOP_UNIT = "I will keep repeating this sentence. "
+CAP = 2000
+USER = [{"role": "user", "content": "Tell me something."}]
+
+
+async def test_chat_loop_is_cut_and_ends_with_finish_reason_length(simulator, openai_client):
+    simulator.loop(LOOP_UNIT)
+    wrapped = sdk.wrap(openai_client, sdk.Policy(max_output_tokens=CAP))
+    stream = await resolve(wrapped.chat.completions.create(model="m", messages=USER, stream=True))
+    events = await collect(stream)
+    text = "".join(e.choices[0].delta.content or "" for e in events if e.choices)
+    assert events[-1].choices[0].finish_reason == "length"
+    assert text.count(LOOP_UNIT) <= 8
+    record = simulator.streams[-1]
+    assert record.client_closed and not record.completed
+    assert record.tokens_sent < CAP // 10
+
+
+async def test_anthropic_loop_is_cut_and_ends_with_stop_reason_max_tokens(simulator, anthropic_client):
+    simulator.loop(LOOP_UNIT)
+    wrapped = sdk.wrap(anthropic_client, sdk.Policy(max_output_tokens=CAP))
+    stream = await resolve(wrapped.messages.create(model="claude-opus-4-1", messages=USER, stream=True))
+    kinds = [(e.type, getattr(getattr(e, "delta", None), "stop_reason", None)) for e in await collect(stream)]
+    assert kinds[-3:] == [("content_block_stop", None), ("message_delta", "max_tokens"), ("message_stop", None)]
+    assert simulator.streams[-1].client_closed
+    assert simulator.streams[-1].tokens_sent < CAP // 10
+
+
+def test_messages_stream_helper_sees_a_cut_loop_as_max_tokens(simulator):
+    simulator.loop(LOOP_UNIT)
+    client = sdk.wrap(anthropic.Anthropic(base_url=simulator.anthropic_base_url, api_key="k", max_retries=0))
+    with client.messages.stream(model="claude-opus-4-1", max_tokens=CAP, messages=USER) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert final.stop_reason == "max_tokens"
+    assert text.count(LOOP_UNIT) <= 8
+    assert simulator.streams[-1].client_closed
+
+
+async def test_responses_loop_is_cut_and_ends_incomplete(simulator, openai_client):
+    simulator.loop(LOOP_UNIT)
+    wrapped = sdk.wrap(openai_client, sdk.Policy(max_output_tokens=CAP))
+    stream = await resolve(wrapped.responses.create(model="gpt-5.4", input="go", stream=True))
+    events = await collect(stream)
+    assert events[-1].type == "response.incomplete"
+    assert events[-1].response.incomplete_details.reason == "max_output_tokens"
+    assert simulator.streams[-1].client_closed
+
+
+async def test_ordinary_streamed_prose_is_not_cut(simulator, openai_client):
+    simulator.reply = (
+        "Prefill is one forward pass over the whole prompt. It sets the time to first token. "
+        "Decode then produces one token at a time, reusing the keys and values stored in the KV cache. "
+        "1. Keep stable content first.\n2. Move request IDs to the end.\n3. Ask for short answers.\n"
+    )
+    wrapped = sdk.wrap(openai_client)
+    stream = await resolve(wrapped.chat.completions.create(model="m", messages=USER, stream=True))
+    events = await collect(stream)
+    text = "".join(e.choices[0].delta.content or "" for e in events if e.choices)
+    assert text == simulator.reply
+    assert events[-1].choices[0].finish_reason == "stop"
+
+
+async def test_loop_guard_off_lets_the_server_run_to_the_cap(simulator, openai_client):
+    simulator.loop(LOOP_UNIT)
+    wrapped = sdk.wrap(openai_client, sdk.Policy(max_output_tokens=120, loop_guard=False))
+    events = await collect(await resolve(wrapped.chat.completions.create(model="m", messages=USER, stream=True)))
+    assert events[-1].choices[0].finish_reason == "length"
+    assert simulator.streams[-1].tokens_sent == 120
+
+
+async def test_a_stream_cut_mid_way_raises_stream_truncated_not_a_silent_end(simulator, openai_client):
+    simulator.reply = "word " * 50
+    simulator.cut_stream_after(5)
+    wrapped = sdk.wrap(openai_client)
+    stream = await resolve(wrapped.chat.completions.create(model="m", messages=USER, stream=True))
+    with pytest.raises(sdk.StreamTruncated) as info:
+        await collect(stream)
+    assert isinstance(info.value, openai.APIConnectionError)
+
+
+async def test_an_anthropic_stream_cut_mid_way_raises_the_clients_connection_error(simulator, anthropic_client):
+    simulator.reply = "word " * 50
+    simulator.cut_stream_after(5)
+    wrapped = sdk.wrap(anthropic_client)
+    stream = await resolve(wrapped.messages.create(model="claude-opus-4-1", messages=USER, stream=True))
+    with pytest.raises(anthropic.APIConnectionError):
+        await collect(stream)

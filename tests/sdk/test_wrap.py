@@ -1,0 +1,152 @@
+"""sdk.wrap end to end: the real clients over loopback against the provider simulator."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import subprocess
+import sys
+import uuid
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+import sdk
+from tests.sdk.helpers import LONG_SYSTEM, collect, resolve
+
+
+def _volatile_system() -> tuple[str, str]:
+    request_id = str(uuid.uuid4())
+    stamp = datetime.datetime.now(datetime.timezone.utc).isoformat()
+    return request_id, f"Request ID: {request_id}\nCurrent time: {stamp}\n{LONG_SYSTEM}"
+
+
+def _cached(response: Any) -> int:
+    return response.usage.prompt_tokens_details.cached_tokens or 0
+
+
+async def test_wrapped_calls_hit_the_cache_when_the_system_prompt_starts_with_a_fresh_uuid(simulator, openai_client):
+    wrapped = sdk.wrap(openai_client)
+    cached, ids = [], []
+    for _ in range(3):
+        request_id, system = _volatile_system()
+        ids.append(request_id)
+        response = await resolve(
+            wrapped.chat.completions.create(
+                model="gpt-5.4", messages=[{"role": "system", "content": system}, {"role": "user", "content": "Hi"}]
+            )
+        )
+        assert isinstance(response, openai.types.chat.ChatCompletion)
+        cached.append(_cached(response))
+    assert cached[0] == 0
+    assert cached[1] >= 1024 and cached[2] >= 1024
+    for request_id, recorded in zip(ids, simulator.requests):
+        assert request_id in recorded.raw.decode()  # moved, not dropped
+        assert request_id not in json.dumps(recorded.body["messages"][0])
+
+
+async def test_unwrapped_calls_miss_the_cache_when_the_system_prompt_starts_with_a_fresh_uuid(openai_client):
+    cached = []
+    for _ in range(3):
+        _, system = _volatile_system()
+        response = await resolve(
+            openai_client.chat.completions.create(
+                model="gpt-5.4", messages=[{"role": "system", "content": system}, {"role": "user", "content": "Hi"}]
+            )
+        )
+        cached.append(_cached(response))
+    assert cached == [0, 0, 0]
+
+
+async def test_shuffled_tool_lists_reach_the_server_as_identical_bytes(simulator, openai_client):
+    import random
+
+    tools = [
+        {"type": "function", "function": {"name": name, "description": f"Tool {name}.", "parameters": {"type": "object", "properties": {"x": {"type": "string"}, "a": {"type": "integer"}}, "required": ["x", "a"]}}}
+        for name in ("search", "fetch", "add", "zip", "lookup")
+    ]
+    wrapped = sdk.wrap(openai_client)
+    rng = random.Random(7)
+    for _ in range(5):
+        shuffled = [dict(reversed(list(tool.items()))) if rng.random() < 0.5 else tool for tool in tools]
+        rng.shuffle(shuffled)
+        await resolve(wrapped.chat.completions.create(model="m", messages=[{"role": "user", "content": "go"}], tools=shuffled))
+    sent = [json.dumps(request.body["tools"]) for request in simulator.requests]
+    assert len(set(sent)) == 1
+    assert [tool["function"]["name"] for tool in simulator.requests[0].body["tools"]] == ["add", "fetch", "lookup", "search", "zip"]
+
+
+async def test_other_attributes_pass_through_to_the_wrapped_client(openai_client):
+    wrapped = sdk.wrap(openai_client)
+    models = await resolve(wrapped.models.list())
+    assert wrapped.api_key == "test-key"
+    assert models is not None
+    assert wrapped.base_url == openai_client.base_url
+
+
+async def test_with_options_returns_a_wrapped_client(simulator, openai_client):
+    wrapped = sdk.wrap(openai_client, sdk.Policy(max_output_tokens=33)).with_options(timeout=5.0)
+    await resolve(wrapped.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}]))
+    assert simulator.requests[-1].body["max_completion_tokens"] == 33
+
+
+async def test_streams_are_the_clients_own_types(simulator, openai_client, anthropic_client, mode):
+    chat = await resolve(
+        sdk.wrap(openai_client).chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True)
+    )
+    assert isinstance(chat, openai.Stream if mode == "sync" else openai.AsyncStream)
+    events = await collect(chat)
+    assert events[-1].choices[0].finish_reason == "stop"
+    message = await resolve(
+        sdk.wrap(anthropic_client).messages.create(model="claude-opus-4-1", messages=[{"role": "user", "content": "hi"}], stream=True)
+    )
+    assert isinstance(message, anthropic.Stream if mode == "sync" else anthropic.AsyncStream)
+    kinds = [event.type for event in await collect(message)]
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
+
+
+async def test_responses_api_is_intercepted_streamed_and_not(simulator, openai_client):
+    wrapped = sdk.wrap(openai_client, sdk.Policy(max_output_tokens=50))
+    response = await resolve(wrapped.responses.create(model="gpt-5.4", input="Say hi", instructions="Be brief."))
+    assert isinstance(response, openai.types.responses.Response)
+    assert response.output_text == simulator.reply
+    assert simulator.requests[-1].body["max_output_tokens"] == 50
+    stream = await resolve(wrapped.responses.create(model="gpt-5.4", input="Say hi", stream=True))
+    events = await collect(stream)
+    assert events[-1].type == "response.completed"
+
+
+def test_messages_stream_helper_keeps_working_through_the_proxy(simulator):
+    client = sdk.wrap(anthropic.Anthropic(base_url=simulator.anthropic_base_url, api_key="k", max_retries=0))
+    with client.messages.stream(model="claude-opus-4-1", max_tokens=64, messages=[{"role": "user", "content": "hi"}]) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text == simulator.reply
+    assert final.stop_reason == "end_turn"
+
+
+async def test_async_messages_stream_helper_keeps_working_through_the_proxy(simulator):
+    client = sdk.wrap(anthropic.AsyncAnthropic(base_url=simulator.anthropic_base_url, api_key="k", max_retries=0))
+    async with client.messages.stream(model="claude-opus-4-1", max_tokens=64, messages=[{"role": "user", "content": "hi"}]) as stream:
+        text = "".join([chunk async for chunk in stream.text_stream])
+        final = await stream.get_final_message()
+    assert text == simulator.reply
+    assert final.stop_reason == "end_turn"
+
+
+def test_wrap_rejects_what_is_not_a_supported_client():
+    with pytest.raises(TypeError, match="openai.OpenAI"):
+        sdk.wrap(object())
+
+
+def test_importing_sdk_does_not_import_torch():
+    code = "import sys, sdk; sdk.wrap; print('torch' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"
+
+
+def test_public_surface_is_exactly_the_documented_names():
+    assert sdk.__all__ == sorted(sdk.__all__)
+    assert set(sdk.__all__) == {"Finding", "Middleware", "Policy", "Prompt", "StreamTruncated", "lint", "wrap"}
