@@ -45,9 +45,8 @@ class MessagesApi:
         blocks = _with_top_level_marker(blocks, marker_ttl(body))
         found = sum(block.is_breakpoint for block in blocks)
         if found > ANTHROPIC_MAX_BREAKPOINTS:
-            raise ApiError(
-                400, f"A maximum of {ANTHROPIC_MAX_BREAKPOINTS} blocks with cache_control may be provided. Found {found}."
-            )
+            limit = ANTHROPIC_MAX_BREAKPOINTS
+            raise ApiError(400, f"A maximum of {limit} blocks with cache_control may be provided. Found {found}.")
         params = DecodeParams(cap, stop_list(body, "stop_sequences", None))
         return Job(model, Prompt.from_blocks(blocks), params, bool(body.get("stream")), body)
 

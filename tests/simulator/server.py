@@ -40,7 +40,9 @@ class Exchange:
         self.headers: dict[str, str] = {name.lower(): value for name, value in handler.headers.items()}
         self.raw = raw
 
-    def send(self, status: int, payload: bytes, headers: Mapping[str, str], *, declared_length: int | None = None) -> bool:
+    def send(
+        self, status: int, payload: bytes, headers: Mapping[str, str], *, declared_length: int | None = None
+    ) -> bool:
         """A whole answer with a `Content-Length` (`declared_length` may claim more than is sent)."""
         handler = self._handler
         try:
@@ -91,7 +93,7 @@ class Exchange:
         deadline = time.monotonic() + wait
         poller = select.poll()
         poller.register(self._socket, select.POLLIN | select.POLLHUP | select.POLLERR)
-        if not poller.poll(max(wait, 0.0) * 1000) :
+        if not poller.poll(max(wait, 0.0) * 1000):
             return False
         try:
             closed = self._socket.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
