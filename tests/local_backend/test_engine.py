@@ -1,0 +1,157 @@
+"""End-to-end engine behaviour on tiny random checkpoints, checked against transformers."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+import local_backend
+from local_backend import Engine, SamplingParams
+
+GREEDY = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)
+
+
+def _prompts(engine: Engine, lengths: list[int], seed: int = 0) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(4, engine.config.vocab_size) for _ in range(n)] for n in lengths]
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2", "qwen3"])
+def test_greedy_batch_matches_transformers_token_for_token(make_engine, hf_greedy, kind):
+    engine = make_engine(kind)
+    prompts = _prompts(engine, [5, 17, 33, 48])
+    outputs = engine.generate(prompts, GREEDY)
+    for prompt, out in zip(prompts, outputs):
+        assert list(out.token_ids) == hf_greedy(kind, prompt, GREEDY.max_tokens)
+        assert out.finish_reason == "length"
+        assert list(out.prompt_token_ids) == prompt
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+def test_shared_prefix_is_served_from_cache_with_identical_output(make_engine, hf_greedy, kind):
+    engine = make_engine(kind)
+    [prefix] = _prompts(engine, [70], seed=1)
+    first = prefix + [7, 8, 9]
+    second = prefix + [10, 11]
+    [cold] = engine.generate([first], GREEDY)
+    [warm] = engine.generate([second], GREEDY)
+    assert cold.cached_tokens == 0
+    assert warm.cached_tokens == 64  # every full 16-token block of the shared 70 tokens
+    assert list(warm.token_ids) == hf_greedy(kind, second, GREEDY.max_tokens)
+    [again] = engine.generate([first], GREEDY)
+    assert again.cached_tokens == 64 and again.token_ids == cold.token_ids
+    assert engine.stats().prefix_cache_hit_tokens == 128
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+def test_batch_that_runs_out_of_blocks_is_preempted_and_still_matches(make_engine, hf_greedy, kind):
+    block_bytes = 16 * 2 * 2 * 2 * 16 * 4  # block_size × 2 × layers × kv_heads × head_dim × 4 bytes
+    engine = make_engine(kind, kv_cache_memory=14 * block_bytes)
+    prompts = _prompts(engine, [30, 41, 25, 38, 33, 20], seed=2)
+    params = SamplingParams(max_tokens=40, temperature=0, ignore_eos=True)
+    outputs = engine.generate(prompts, params)
+    assert engine.stats().num_preemptions > 0
+    for prompt, out in zip(prompts, outputs):
+        assert list(out.token_ids) == hf_greedy(kind, prompt, params.max_tokens)
+    assert engine.stats().blocks_used == 0
+
+
+def test_chunked_prefill_under_a_small_token_budget_gives_the_same_tokens(make_engine, hf_greedy):
+    engine = make_engine(max_num_batched_tokens=8, max_num_seqs=4)
+    prompts = _prompts(engine, [45, 9, 30], seed=3)
+    for prompt, out in zip(prompts, engine.generate(prompts, GREEDY)):
+        assert list(out.token_ids) == hf_greedy("llama", prompt, GREEDY.max_tokens)
+
+
+def test_kv_bytes_per_token_follows_the_formula_and_sizes_the_pool(make_engine):
+    engine = make_engine(kv_cache_memory=100_000)
+    cfg = engine.config
+    assert engine.kv_bytes_per_token == 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4
+    stats = engine.stats()
+    assert stats.kv_cache_bytes == stats.num_blocks * 16 * engine.kv_bytes_per_token <= 100_000
+    cache = engine.runner.kv_cache
+    assert cache.numel() * cache.element_size() == stats.kv_cache_bytes
+
+
+def test_seeded_sampling_repeats_whatever_shares_the_batch(make_engine):
+    engine = make_engine()
+    prompt, *others = _prompts(engine, [12, 20, 7], seed=4)
+    seeded = SamplingParams(max_tokens=16, temperature=1.0, top_p=0.9, seed=1234, ignore_eos=True)
+    [alone] = engine.generate([prompt], seeded)
+    batch = engine.generate([prompt, *others], [seeded, SamplingParams(max_tokens=16), SamplingParams(max_tokens=9, seed=9)])
+    assert batch[0].token_ids == alone.token_ids
+    [other_seed] = engine.generate([prompt], SamplingParams(max_tokens=16, seed=4321, ignore_eos=True))
+    assert other_seed.token_ids != alone.token_ids
+
+
+def test_max_tokens_ends_with_length_and_stop_token_with_stop(make_engine):
+    engine = make_engine()
+    [prompt] = _prompts(engine, [10], seed=5)
+    [long] = engine.generate([prompt], SamplingParams(max_tokens=12, temperature=0, ignore_eos=True))
+    assert (long.finish_reason, len(long.token_ids)) == ("length", 12)
+    stop_id = long.token_ids[5]
+    [stopped] = engine.generate([prompt], SamplingParams(max_tokens=12, temperature=0, stop_token_ids=(stop_id,)))
+    assert stopped.finish_reason == "stop"
+    assert stopped.token_ids == long.token_ids[: long.token_ids.index(stop_id) + 1]
+
+
+def test_stop_string_ends_the_text_before_it(make_engine):
+    engine = make_engine()
+    prompt = "The quick brown fox"
+    [free] = engine.generate([prompt], SamplingParams(max_tokens=30, temperature=0, ignore_eos=True))
+    stop = free.text[8:10]
+    [cut] = engine.generate([prompt], SamplingParams(max_tokens=30, temperature=0, stop=stop, ignore_eos=True))
+    assert cut.finish_reason == "stop"
+    assert cut.text == free.text[: free.text.find(stop)]
+
+
+@pytest.mark.parametrize(
+    ("prompt", "params", "message"),
+    [
+        ("", SamplingParams(), "empty"),
+        ([], SamplingParams(), "empty"),
+        ([5] * 256, SamplingParams(), "max_model_len"),
+        ([5, 99_999], SamplingParams(), "unknown token ids"),
+        ([5, -1], SamplingParams(), "unknown token ids"),
+        ([5], SamplingParams(stop_token_ids=(99_999,)), "stop_token_ids"),
+    ],
+)
+def test_bad_input_raises_value_error_and_the_engine_keeps_serving(make_engine, prompt, params, message):
+    engine = make_engine()
+    with pytest.raises(ValueError, match=message):
+        engine.generate(["fine prompt", prompt], params)
+    [out] = engine.generate(["fine prompt"], SamplingParams(max_tokens=3))
+    assert len(out.token_ids) <= 3
+    assert engine.stats().num_waiting == engine.stats().num_running == 0
+
+
+@pytest.mark.parametrize(("field", "value"), [("max_tokens", 0), ("temperature", -0.5), ("top_p", 0.0)])
+def test_bad_sampling_params_raise_value_error_naming_the_field(field, value):
+    with pytest.raises(ValueError, match=f"{field}={value}"):
+        SamplingParams(**{field: value})
+
+
+def test_chat_prompt_renders_the_template_and_generates(make_engine):
+    engine = make_engine()
+    ids = engine.chat_prompt([{"role": "user", "content": "Hello world!"}])
+    assert ids[0] == engine.tokenizer.bos_token_id and ids.count(engine.tokenizer.bos_token_id) == 1
+    text = engine.tokenizer.decode(ids)
+    assert text.endswith("user\nHello world!\nassistant\n")
+    [out] = engine.generate([ids], SamplingParams(max_tokens=4))
+    assert out.prompt_token_ids == tuple(ids)
+
+
+def test_unsupported_checkpoint_files_are_named_in_the_error(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match=r"tokenizer.json, tokenizer_config.json, \*.safetensors"):
+        Engine.from_pretrained(tmp_path)
+
+
+def test_default_model_resolves_to_the_bundled_directory():
+    bundled = Path(local_backend.__file__).parent / "models" / "default"
+    if (bundled / "config.json").exists():
+        pytest.skip("the bundled checkpoint is present")
+    with pytest.raises(FileNotFoundError, match="models/default"):
+        Engine.from_pretrained("default", device="cpu")
