@@ -1,0 +1,172 @@
+"""Call and outcome -> GenAI semconv and kvwise span attributes (pure functions, no OpenTelemetry calls).
+
+Kept apart from the span plumbing so another flavour of the same facts (OpenInference for Phoenix:
+`llm.token_count.*`, `llm.model_name`, ...) is one more sibling module mapping the same `Call` and
+`Outcome`, called beside these from `spans.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sdk.call import Call, Provider, Usage
+from sdk.errors import StreamTruncated
+from sdk.telemetry import semconv as sc
+from sdk.telemetry.pricing import Cost
+
+Attributes = dict[str, Any]
+
+_SCALAR_PARAMS = (
+    ("max_tokens", sc.GEN_AI_REQUEST_MAX_TOKENS),
+    ("max_completion_tokens", sc.GEN_AI_REQUEST_MAX_TOKENS),
+    ("max_output_tokens", sc.GEN_AI_REQUEST_MAX_TOKENS),
+    ("temperature", sc.GEN_AI_REQUEST_TEMPERATURE),
+    ("top_p", sc.GEN_AI_REQUEST_TOP_P),
+    ("top_k", sc.GEN_AI_REQUEST_TOP_K),
+    ("frequency_penalty", sc.GEN_AI_REQUEST_FREQUENCY_PENALTY),
+    ("presence_penalty", sc.GEN_AI_REQUEST_PRESENCE_PENALTY),
+    ("seed", sc.GEN_AI_REQUEST_SEED),
+)
+"""Native request parameters (of any of the three APIs) and the attribute each is reported under."""
+
+_STOP_PARAMS = ("stop", "stop_sequences")
+_SCALARS = (bool, int, float, str)
+_CHAT = sc.OperationName.CHAT.value
+_OPENAI, _ANTHROPIC = sc.ProviderName.OPENAI.value, sc.ProviderName.ANTHROPIC.value
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a call ended with, as the recorder saw it; the input of every end-of-call attribute."""
+
+    usage: Usage | None
+    cost: Cost | None
+    response_id: str | None
+    response_model: str | None
+    finish_reasons: tuple[str, ...]
+    timings: Mapping[str, float] | None
+    error_type: str | None
+    attempts: int
+    guard: str | None
+    tokens_saved: int | None
+    chunks: int | None
+    time_to_first_chunk_s: float | None
+
+
+def provider_name(call: Call, host: str | None) -> str:
+    """`gen_ai.provider.name`: the provider, or for an OpenAI-compatible server its semconv name if known."""
+    if call.provider is Provider.ANTHROPIC:
+        return _ANTHROPIC
+    if call.provider is Provider.OPENAI_COMPATIBLE and host:
+        for suffix, name in sc.KNOWN_SERVERS:
+            if host.endswith(suffix):
+                return name.value
+    return _OPENAI
+
+
+def span_name(call: Call) -> str:
+    """The call span's name: `"{gen_ai.operation.name} {gen_ai.request.model}"`, e.g. `chat gpt-4o`."""
+    return f"{_CHAT} {call.model}" if call.model else _CHAT
+
+
+def request_attributes(call: Call, provider: str, server: tuple[str | None, int | None]) -> Attributes:
+    """Attributes known before sending: operation, provider, request parameters, server, prefix facts."""
+    attributes: Attributes = {
+        sc.GEN_AI_OPERATION_NAME: _CHAT,
+        sc.GEN_AI_PROVIDER_NAME: provider,
+        sc.GEN_AI_REQUEST_MODEL: call.model,
+        sc.GEN_AI_REQUEST_STREAM: call.stream,
+    }
+    params = call.params
+    for name, key in _SCALAR_PARAMS:
+        value = params.get(name)
+        if isinstance(value, _SCALARS):
+            attributes[key] = value
+    for name in _STOP_PARAMS:
+        stops = params.get(name)
+        if isinstance(stops, str):
+            attributes[sc.GEN_AI_REQUEST_STOP_SEQUENCES] = (stops,)
+        elif isinstance(stops, (list, tuple)) and stops:
+            attributes[sc.GEN_AI_REQUEST_STOP_SEQUENCES] = tuple(str(stop) for stop in stops)
+    host, port = server
+    if host:
+        attributes[sc.SERVER_ADDRESS] = host
+    if port:
+        attributes[sc.SERVER_PORT] = port
+    if call.fingerprint:
+        attributes[sc.KVWISE_PREFIX_FINGERPRINT] = call.fingerprint
+    if call.break_at:
+        attributes[sc.KVWISE_PREFIX_BREAK_AT] = call.break_at
+    if call.break_cause:
+        attributes[sc.KVWISE_PREFIX_BREAK_CAUSE] = call.break_cause
+    if call.changes:
+        attributes[sc.KVWISE_CANONICAL_CHANGES] = tuple(call.changes)
+    return attributes
+
+
+def outcome_attributes(outcome: Outcome) -> Attributes:
+    """Attributes known at the end: response, usage, cache ratio, cost, guards, attempts, server timings."""
+    attributes: Attributes = {sc.KVWISE_ATTEMPTS: outcome.attempts}
+    if outcome.response_id:
+        attributes[sc.GEN_AI_RESPONSE_ID] = outcome.response_id
+    if outcome.response_model:
+        attributes[sc.GEN_AI_RESPONSE_MODEL] = outcome.response_model
+    if outcome.finish_reasons:
+        attributes[sc.GEN_AI_RESPONSE_FINISH_REASONS] = outcome.finish_reasons
+    if outcome.usage is not None:
+        attributes.update(usage_attributes(outcome.usage))
+    if outcome.cost is not None:
+        attributes.update(cost_attributes(outcome.cost))
+    if outcome.time_to_first_chunk_s is not None:
+        attributes[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = outcome.time_to_first_chunk_s
+    if outcome.chunks is not None:
+        attributes[sc.KVWISE_STREAM_CHUNKS] = outcome.chunks
+    if outcome.guard:
+        attributes[sc.KVWISE_GUARD_TRIPPED] = outcome.guard
+        if outcome.tokens_saved is not None:
+            attributes[sc.KVWISE_GUARD_TOKENS_SAVED] = outcome.tokens_saved
+    if outcome.timings:
+        for native, key in sc.SERVER_TIMINGS:
+            value = outcome.timings.get(native)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                attributes[key] = float(value)
+    if outcome.error_type:
+        attributes[sc.ERROR_TYPE] = outcome.error_type
+    return attributes
+
+
+def usage_attributes(usage: Usage) -> Attributes:
+    """Token counts under their semconv names, and the cache hit ratio."""
+    attributes: Attributes = {
+        sc.GEN_AI_USAGE_INPUT_TOKENS: usage.input_tokens,
+        sc.GEN_AI_USAGE_OUTPUT_TOKENS: usage.output_tokens,
+        sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: usage.cache_read_tokens,
+        sc.GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS: usage.cache_write_tokens,
+        sc.KVWISE_CACHE_HIT_RATIO: usage.hit_ratio,
+    }
+    if usage.reasoning_tokens:
+        attributes[sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS] = usage.reasoning_tokens
+    return attributes
+
+
+def cost_attributes(cost: Cost) -> Attributes:
+    """The cost split in USD and what the cache reads saved."""
+    return {
+        sc.KVWISE_COST_USD: cost.total_usd,
+        sc.KVWISE_COST_INPUT_USD: cost.input_usd,
+        sc.KVWISE_COST_CACHED_INPUT_USD: cost.cached_input_usd,
+        sc.KVWISE_COST_CACHE_WRITE_USD: cost.cache_write_usd,
+        sc.KVWISE_COST_OUTPUT_USD: cost.output_usd,
+        sc.KVWISE_COST_SAVED_USD: cost.saved_usd,
+    }
+
+
+def error_type(error: BaseException | str) -> str:
+    """`error.type`: a kvwise code for its own failures, else the exception's class name."""
+    if isinstance(error, str):
+        return error or sc.ErrorType.OTHER.value
+    if isinstance(error, StreamTruncated):
+        return sc.ErrorType.STREAM_TRUNCATED.value
+    return type(error).__qualname__

@@ -1,0 +1,141 @@
+"""Prompt and answer text for telemetry, only when capture is switched on (it is off by default).
+
+Where content goes is a `ContentCapture` mode: `Policy.capture_content` decides when set (False: none;
+True: the environment's mode, or the span when the environment says none), else the environment
+variable `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT` does. Content is rendered in the
+semconv message shapes as JSON strings:
+
+    gen_ai.system_instructions  [{"type": "text", "content": "You are terse."}]
+    gen_ai.input.messages       [{"role": "user", "parts": [{"type": "text", "content": "Hi"}]}]
+    gen_ai.output.messages      [{"role": "assistant", "parts": [...], "finish_reason": "stop"}]
+
+Native shapes of all three APIs (text blocks, tool calls and results, Responses items) map to
+`text`, `tool_call` and `tool_call_response` parts; anything else (images, audio) becomes a part
+that names only its type, so no binary payload is copied.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sdk.call import Call
+from sdk.telemetry.semconv import CAPTURE_MESSAGE_CONTENT_ENV, ContentCapture
+
+logger = logging.getLogger(__name__)
+
+_TEXT_TYPES = frozenset({"text", "input_text", "output_text"})
+_LEGACY_SPELLINGS = {"true": ContentCapture.SPAN_AND_EVENT, "false": ContentCapture.NO_CONTENT}
+_ASSISTANT, _TOOL = "assistant", "tool"
+
+
+def parse_capture(value: str | None) -> ContentCapture:
+    """The capture mode an environment value names; unset, empty or unknown values mean no content."""
+    if not value:
+        return ContentCapture.NO_CONTENT
+    text = value.strip()
+    try:
+        return ContentCapture(text.upper())
+    except ValueError:
+        pass
+    if text.lower() in _LEGACY_SPELLINGS:
+        return _LEGACY_SPELLINGS[text.lower()]
+    logger.debug("%s=%r is not one of %s; capturing no content", CAPTURE_MESSAGE_CONTENT_ENV, value, list(ContentCapture))
+    return ContentCapture.NO_CONTENT
+
+
+def capture_mode(policy_value: bool | None, environ: Mapping[str, str] = os.environ) -> ContentCapture:
+    """Resolve `Policy.capture_content` against the environment variable (see the module docstring)."""
+    from_env = parse_capture(environ.get(CAPTURE_MESSAGE_CONTENT_ENV))
+    if policy_value is None:
+        return from_env
+    if not policy_value:
+        return ContentCapture.NO_CONTENT
+    return from_env if from_env is not ContentCapture.NO_CONTENT else ContentCapture.SPAN_ONLY
+
+
+def to_json(value: object) -> str:
+    """Compact JSON for an attribute value; objects JSON cannot encode are written as their `str`."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def system_instructions(call: Call) -> list[dict[str, Any]]:
+    """The system tier as semconv parts (a flat list, whatever the API's native shape)."""
+    parts: list[dict[str, Any]] = []
+    for item in call.system:
+        native = _native(item)
+        parts.extend(content_parts(native.get("content")) if "role" in native else content_parts([native]))
+    return parts
+
+
+def input_messages(call: Call) -> list[dict[str, Any]]:
+    """The turns after the system tier, in the semconv input-message shape."""
+    return [_message(_native(message)) for message in call.messages]
+
+
+def output_messages(text: str | None, finish_reasons: Sequence[str]) -> list[dict[str, Any]]:
+    """The answer's text in the semconv output-message shape (empty when nothing was produced)."""
+    if text is None:
+        return []
+    parts = [{"type": "text", "content": text}] if text else []
+    return [{"role": _ASSISTANT, "parts": parts, "finish_reason": finish_reasons[0] if finish_reasons else ""}]
+
+
+def content_parts(content: Any) -> list[dict[str, Any]]:
+    """Native message content (a string or a list of blocks/parts) -> semconv parts."""
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [{"type": "text", "content": content}]
+    if not isinstance(content, (list, tuple)):
+        return [_part(_native(content))]
+    return [{"type": "text", "content": item} if isinstance(item, str) else _part(_native(item)) for item in content]
+
+
+def _part(block: Mapping[str, Any]) -> dict[str, Any]:
+    kind = block.get("type")
+    if kind in _TEXT_TYPES:
+        return {"type": "text", "content": block.get("text", "")}
+    if kind == "tool_use":
+        return {"type": "tool_call", "id": block.get("id"), "name": block.get("name"), "arguments": block.get("input")}
+    if kind == "tool_result":
+        return {"type": "tool_call_response", "id": block.get("tool_use_id"), "response": _text_of(block.get("content"))}
+    return {"type": str(kind or "unknown")}
+
+
+def _message(message: Mapping[str, Any]) -> dict[str, Any]:
+    kind = message.get("type")
+    if kind == "function_call":  # Responses API item
+        call_part = {"type": "tool_call", "id": message.get("call_id"), "name": message.get("name"), "arguments": message.get("arguments")}
+        return {"role": _ASSISTANT, "parts": [call_part]}
+    if kind == "function_call_output":
+        return {"role": _TOOL, "parts": [{"type": "tool_call_response", "id": message.get("call_id"), "response": message.get("output")}]}
+    role = str(message.get("role") or "user")
+    if role == _TOOL:  # Chat Completions tool result
+        response = {"type": "tool_call_response", "id": message.get("tool_call_id"), "response": _text_of(message.get("content"))}
+        return {"role": role, "parts": [response]}
+    parts = content_parts(message.get("content"))
+    for tool_call in message.get("tool_calls") or ():
+        native = _native(tool_call)
+        function = _native(native.get("function") or {})
+        parts.append({"type": "tool_call", "id": native.get("id"), "name": function.get("name"), "arguments": function.get("arguments")})
+    return {"role": role, "parts": parts}
+
+
+def _text_of(content: Any) -> Any:
+    """A tool result's content as plain text where it is text, else as given."""
+    if isinstance(content, (list, tuple)):
+        texts = [part["content"] for part in content_parts(content) if part["type"] == "text"]
+        return "".join(texts) if len(texts) == len(content) else content_parts(content)
+    return content
+
+
+def _native(item: Any) -> Mapping[str, Any]:
+    """A message or block as a mapping: callers may pass the clients' own pydantic objects back in."""
+    if isinstance(item, Mapping):
+        return item
+    dump = getattr(item, "model_dump", None)
+    return dump() if callable(dump) else {}

@@ -1,0 +1,313 @@
+"""Every telemetry name kvwise emits: attributes, metrics, span and event names, allowed values.
+
+GenAI names follow the newest OpenTelemetry GenAI semantic conventions
+(open-telemetry/semantic-conventions-genai), which moved out of the core conventions: the installed
+`opentelemetry-semantic-conventions` package marks them deprecated and still spells the cache-write
+count `cache_creation`, so the names are written out here rather than imported. kvwise's own names
+live under `kvwise.*`. No other module spells a telemetry string: they import it from here.
+
+Another attribute flavour (OpenInference for Phoenix) adds its names in its own section here and its
+own mapping module beside `attributes.py`.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Final
+
+# --- GenAI: operation and provider ---------------------------------------------------------------
+
+GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
+"""The operation being performed; kvwise reports `chat` for all three intercepted APIs."""
+
+GEN_AI_PROVIDER_NAME: Final = "gen_ai.provider.name"
+"""The provider as the client sees it: `openai`, `anthropic`, or a known OpenAI-compatible server."""
+
+# --- GenAI: request ------------------------------------------------------------------------------
+
+GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
+"""The model name the request was made to, exactly as the caller wrote it."""
+
+GEN_AI_REQUEST_MAX_TOKENS: Final = "gen_ai.request.max_tokens"
+"""The output cap actually sent (after the policy clamped or filled it in)."""
+
+GEN_AI_REQUEST_TEMPERATURE: Final = "gen_ai.request.temperature"
+"""Sampling temperature sent."""
+
+GEN_AI_REQUEST_TOP_P: Final = "gen_ai.request.top_p"
+"""Nucleus-sampling threshold sent."""
+
+GEN_AI_REQUEST_TOP_K: Final = "gen_ai.request.top_k"
+"""Top-k sampling limit sent."""
+
+GEN_AI_REQUEST_STOP_SEQUENCES: Final = "gen_ai.request.stop_sequences"
+"""Stop sequences sent (the caller's merged with the policy's)."""
+
+GEN_AI_REQUEST_FREQUENCY_PENALTY: Final = "gen_ai.request.frequency_penalty"
+"""Frequency penalty sent."""
+
+GEN_AI_REQUEST_PRESENCE_PENALTY: Final = "gen_ai.request.presence_penalty"
+"""Presence penalty sent."""
+
+GEN_AI_REQUEST_SEED: Final = "gen_ai.request.seed"
+"""Sampling seed sent."""
+
+GEN_AI_REQUEST_STREAM: Final = "gen_ai.request.stream"
+"""Whether the caller asked for a stream."""
+
+# --- GenAI: response -----------------------------------------------------------------------------
+
+GEN_AI_RESPONSE_ID: Final = "gen_ai.response.id"
+"""The provider's id of the completion."""
+
+GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
+"""The model that answered (often a dated snapshot of the requested name)."""
+
+GEN_AI_RESPONSE_FINISH_REASONS: Final = "gen_ai.response.finish_reasons"
+"""Why generation stopped, one entry per choice, in the provider's own words."""
+
+GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK: Final = "gen_ai.response.time_to_first_chunk"
+"""Seconds from the call's start to the first content chunk reaching the caller (streams only)."""
+
+# --- GenAI: usage --------------------------------------------------------------------------------
+
+GEN_AI_USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
+"""ALL input tokens, cached ones included (Anthropic: input + cache read + cache write)."""
+
+GEN_AI_USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
+"""Output tokens, reasoning ones included."""
+
+GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: Final = "gen_ai.usage.cache_read.input_tokens"
+"""Input tokens served from the provider's prefix cache (a subset of the input tokens)."""
+
+GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS: Final = "gen_ai.usage.cache_write.input_tokens"
+"""Input tokens written to the provider's prefix cache (the newest name; it replaced `cache_creation`)."""
+
+GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: Final = "gen_ai.usage.reasoning.output_tokens"
+"""Output tokens spent on hidden reasoning (a subset of the output tokens)."""
+
+GEN_AI_TOKEN_TYPE: Final = "gen_ai.token.type"
+"""Metric attribute of `gen_ai.client.token.usage`: which tokens a measurement counts."""
+
+# --- GenAI: content (opt-in) ---------------------------------------------------------------------
+
+GEN_AI_INPUT_MESSAGES: Final = "gen_ai.input.messages"
+"""The chat history sent, as a JSON string in the semconv message shape (`role`, `parts`)."""
+
+GEN_AI_OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
+"""The answer, as a JSON string in the semconv output-message shape (with `finish_reason`)."""
+
+GEN_AI_SYSTEM_INSTRUCTIONS: Final = "gen_ai.system_instructions"
+"""The system prompt, as a JSON string: a list of parts (`{"type": "text", "content": ...}`)."""
+
+GEN_AI_INFERENCE_DETAILS_EVENT: Final = "gen_ai.client.inference.operation.details"
+"""Event name carrying the content when capture goes to events (a log record tied to the span)."""
+
+# --- General ---------------------------------------------------------------------------------
+
+ERROR_TYPE: Final = "error.type"
+"""Low-cardinality error class of a failed call: the exception's class name or an `ErrorType`."""
+
+SERVER_ADDRESS: Final = "server.address"
+"""Host the wrapped client sends to."""
+
+SERVER_PORT: Final = "server.port"
+"""Port the wrapped client sends to."""
+
+# --- GenAI metrics -------------------------------------------------------------------------------
+
+GEN_AI_CLIENT_TOKEN_USAGE: Final = "gen_ai.client.token.usage"
+"""Histogram of input and output tokens per call (split by `gen_ai.token.type`)."""
+
+GEN_AI_CLIENT_OPERATION_DURATION: Final = "gen_ai.client.operation.duration"
+"""Histogram of whole-call durations in seconds."""
+
+GEN_AI_CLIENT_OPERATION_TIME_TO_FIRST_CHUNK: Final = "gen_ai.client.operation.time_to_first_chunk"
+"""Histogram of seconds to the first content chunk (streams only): the client-side TTFT."""
+
+GEN_AI_CLIENT_OPERATION_TIME_PER_OUTPUT_CHUNK: Final = "gen_ai.client.operation.time_per_output_chunk"
+"""Histogram of seconds per output chunk after the first (streams only); one mean per call."""
+
+TOKEN_UNIT: Final = "{token}"
+"""UCUM annotation unit of token counts."""
+
+SECONDS_UNIT: Final = "s"
+"""Unit of the duration histograms."""
+
+USD_UNIT: Final = "USD"
+"""Unit of the cost counter."""
+
+TOKEN_BUCKETS: Final = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
+"""Semconv explicit bucket boundaries of `gen_ai.client.token.usage`."""
+
+DURATION_BUCKETS: Final = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
+"""Semconv explicit bucket boundaries of the duration, time-to-first-chunk and per-chunk histograms."""
+
+# --- kvwise: cache and prefix ----------------------------------------------------------------
+
+KVWISE_CACHE_HIT_RATIO: Final = "kvwise.cache.hit_ratio"
+"""Cache-read tokens divided by all input tokens, in [0, 1]: the share of prefill the cache skipped."""
+
+KVWISE_CACHE_READ_TOKENS: Final = "kvwise.cache.read_tokens"
+"""Counter of input tokens read from provider caches, summed over calls."""
+
+KVWISE_PREFIX_FINGERPRINT: Final = "kvwise.prefix.fingerprint"
+"""Hash of the stable prefix (tools, system, history): equal fingerprints can share a cache entry."""
+
+KVWISE_PREFIX_BREAK_AT: Final = "kvwise.prefix.break_at"
+"""The first prefix segment that changed since the previous call (e.g. `system[0]`)."""
+
+KVWISE_PREFIX_BREAK_CAUSE: Final = "kvwise.prefix.break_cause"
+"""Why that segment changed: a cause code of `sdk.fingerprint.BreakCause`."""
+
+KVWISE_CANONICAL_CHANGES: Final = "kvwise.canonical.changes"
+"""What canonicalisation rewrote in this request (one short description per change)."""
+
+# --- kvwise: guards and retries ------------------------------------------------------------------
+
+KVWISE_GUARD_TRIPPED: Final = "kvwise.guard.tripped"
+"""Which decode guard cut the answer (a `GuardKind`)."""
+
+KVWISE_GUARD_TOKENS_SAVED: Final = "kvwise.guard.tokens_saved"
+"""Output tokens the cut saved against the cap (cap minus tokens seen)."""
+
+KVWISE_ATTEMPTS: Final = "kvwise.attempts"
+"""How many attempts the SDK made (1 when the first one succeeded)."""
+
+KVWISE_STREAM_CHUNKS: Final = "kvwise.stream.chunks"
+"""Content chunks that reached the caller (streams only)."""
+
+# --- kvwise: cost ----------------------------------------------------------------------------
+
+KVWISE_COST_USD: Final = "kvwise.cost.usd"
+"""Span attribute and counter: what the call cost in USD at the price table's rates."""
+
+KVWISE_COST_INPUT_USD: Final = "kvwise.cost.input_usd"
+"""Cost of the uncached input tokens."""
+
+KVWISE_COST_CACHED_INPUT_USD: Final = "kvwise.cost.cached_input_usd"
+"""Cost of the input tokens read from the cache."""
+
+KVWISE_COST_CACHE_WRITE_USD: Final = "kvwise.cost.cache_write_usd"
+"""Cost of the input tokens written to the cache."""
+
+KVWISE_COST_OUTPUT_USD: Final = "kvwise.cost.output_usd"
+"""Cost of the output tokens."""
+
+KVWISE_COST_SAVED_USD: Final = "kvwise.cost.saved_usd"
+"""What the cache reads saved: cache-read tokens priced at the input rate minus at the cached rate."""
+
+# --- kvwise: server-reported timings ---------------------------------------------------------
+
+KVWISE_SERVER_QUEUE_MS: Final = "kvwise.server.queue_ms"
+"""Milliseconds the request waited in the server's queue (llama.cpp-style `timings.queue_ms`)."""
+
+KVWISE_SERVER_PREFILL_MS: Final = "kvwise.server.prefill_ms"
+"""Milliseconds the server spent on prefill (`timings.prompt_ms`)."""
+
+KVWISE_SERVER_DECODE_MS: Final = "kvwise.server.decode_ms"
+"""Milliseconds the server spent on decode (`timings.predicted_ms`)."""
+
+SERVER_TIMINGS: Final = (
+    ("queue_ms", KVWISE_SERVER_QUEUE_MS),
+    ("prompt_ms", KVWISE_SERVER_PREFILL_MS),
+    ("predicted_ms", KVWISE_SERVER_DECODE_MS),
+)
+"""llama.cpp `timings` keys and the attributes they are reported under."""
+
+# --- Environment variables -------------------------------------------------------------------
+
+CAPTURE_MESSAGE_CONTENT_ENV: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+"""Where content goes: a `ContentCapture` value (case-insensitive); `true`/`false` as older spellings."""
+
+
+# --- Allowed values --------------------------------------------------------------------------
+
+
+class OperationName(StrEnum):
+    """Values of `gen_ai.operation.name` that kvwise reports."""
+
+    CHAT = "chat"
+
+
+class ProviderName(StrEnum):
+    """Values of `gen_ai.provider.name` that kvwise reports (the semconv well-known values)."""
+
+    OPENAI = "openai"
+    ANTHROPIC = "anthropic"
+    AZURE_AI_OPENAI = "azure.ai.openai"
+    DEEPSEEK = "deepseek"
+    GCP_GEMINI = "gcp.gemini"
+    GROQ = "groq"
+    MISTRAL_AI = "mistral_ai"
+    MOONSHOT_AI = "moonshot_ai"
+    PERPLEXITY = "perplexity"
+    X_AI = "x_ai"
+
+
+KNOWN_SERVERS: Final = (
+    (".openai.azure.com", ProviderName.AZURE_AI_OPENAI),
+    ("api.deepseek.com", ProviderName.DEEPSEEK),
+    ("generativelanguage.googleapis.com", ProviderName.GCP_GEMINI),
+    ("api.groq.com", ProviderName.GROQ),
+    ("api.mistral.ai", ProviderName.MISTRAL_AI),
+    ("api.moonshot.ai", ProviderName.MOONSHOT_AI),
+    ("api.perplexity.ai", ProviderName.PERPLEXITY),
+    ("api.x.ai", ProviderName.X_AI),
+)
+"""Host suffixes of OpenAI-compatible servers with a semconv provider name; others report `openai`."""
+
+
+class TokenType(StrEnum):
+    """Values of `gen_ai.token.type`."""
+
+    INPUT = "input"
+    OUTPUT = "output"
+
+
+class ErrorType(StrEnum):
+    """kvwise's own values of `error.type` (otherwise the exception's class name is used).
+
+    `stream_truncated`: the connection dropped after output reached the caller (`sdk.StreamTruncated`);
+    `stream_abandoned`: the caller stopped reading (closed or dropped the stream) before its end.
+    """
+
+    STREAM_TRUNCATED = "stream_truncated"
+    STREAM_ABANDONED = "stream_abandoned"
+    OTHER = "_OTHER"
+
+
+class GuardKind(StrEnum):
+    """Values of `kvwise.guard.tripped`."""
+
+    LOOP = "loop"
+
+
+class PhaseName(StrEnum):
+    """Names of the child spans of a streamed call."""
+
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
+class ContentCapture(StrEnum):
+    """Values of `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`: where prompt and answer text go."""
+
+    NO_CONTENT = "NO_CONTENT"
+    SPAN_ONLY = "SPAN_ONLY"
+    EVENT_ONLY = "EVENT_ONLY"
+    SPAN_AND_EVENT = "SPAN_AND_EVENT"
+
+    @property
+    def on_span(self) -> bool:
+        """Whether content goes on the call span's attributes."""
+        return self in (ContentCapture.SPAN_ONLY, ContentCapture.SPAN_AND_EVENT)
+
+    @property
+    def on_event(self) -> bool:
+        """Whether content goes on a `gen_ai.client.inference.operation.details` event."""
+        return self in (ContentCapture.EVENT_ONLY, ContentCapture.SPAN_AND_EVENT)
+
+
+INSTRUMENTATION_SCOPE: Final = "kvwise"
+"""Name of the tracer, meter and event logger kvwise creates."""

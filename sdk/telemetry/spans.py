@@ -1,0 +1,241 @@
+"""The telemetry of one call: its CLIENT span, the `prefill` and `decode` child spans, and its metrics.
+
+    chat gpt-4o-mini                  CLIENT  start() ............................ end()
+    ├── anthropic.messages.create     (the client's own span, if it traces; ours is current while it sends)
+    ├── prefill                       INTERNAL  last attempt sent -> first content chunk
+    └── decode                        INTERNAL  first content chunk -> last content chunk
+
+The wrapper drives a `CallRecord` through `activate`, `attempt`, `first_chunk`, `chunk`,
+`guard_tripped` and exactly one `end`. The phase spans are created at `end` with the timestamps
+taken on the way, so a stream that is abandoned, cut or failed still ends every span it has, and the
+per-chunk path is one counter and one clock read. Every method swallows (and logs at debug level)
+its own exceptions: a broken tracer, meter or exporter never breaks the call.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from time import time_ns
+from types import TracebackType
+from typing import Any, ParamSpec, TypeVar
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry._logs import Logger, LogRecord
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
+
+from sdk.call import Call, Usage
+from sdk.telemetry import content
+from sdk.telemetry import semconv as sc
+from sdk.telemetry.attributes import Attributes, Outcome, error_type, outcome_attributes
+from sdk.telemetry.metrics import Instruments
+from sdk.telemetry.pricing import PriceTable, cost_of
+
+logger = logging.getLogger(__name__)
+
+_PREFILL, _DECODE = sc.PhaseName.PREFILL.value, sc.PhaseName.DECODE.value
+_NO_CONTENT = sc.ContentCapture.NO_CONTENT
+_NS_PER_S = 1e9
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def guarded(method: Callable[P, R | None]) -> Callable[P, R | None]:
+    """Run `method`, logging and swallowing its exceptions: telemetry must never fail the call."""
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R | None:
+        try:
+            return method(*args, **kwargs)
+        except Exception:
+            logger.debug("kvwise telemetry: %s failed; the call goes on", method.__qualname__, exc_info=True)
+            return None
+
+    return wrapper
+
+
+@dataclass(frozen=True, slots=True)
+class Sinks:
+    """What every call of one wrapped client records into (built once by `Telemetry`)."""
+
+    tracer: Tracer
+    instruments: Instruments | None
+    prices: PriceTable
+    capture: sc.ContentCapture
+    event_logger: Logger | None
+
+
+class _Activation:
+    """Makes a span the current one for the `with` block; the block's own exceptions propagate."""
+
+    __slots__ = ("_span", "_token")
+
+    def __init__(self, span: Span) -> None:
+        self._span = span
+        self._token: object = None
+
+    def __enter__(self) -> Span:
+        try:
+            self._token = otel_context.attach(trace.set_span_in_context(self._span))
+        except Exception:
+            logger.debug("kvwise telemetry: could not activate the call span", exc_info=True)
+        return self._span
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        if self._token is not None:
+            try:
+                otel_context.detach(self._token)  # type: ignore[arg-type]
+            except Exception:
+                logger.debug("kvwise telemetry: could not deactivate the call span", exc_info=True)
+            self._token = None
+
+
+class CallRecord:
+    """The telemetry of one call, driven by the wrapper and the stream guard (see the module docstring)."""
+
+    __slots__ = (
+        "_attempt_ns", "_attempts", "_base", "_call", "_chunks", "_ended", "_first_ns", "_guard",
+        "_last_ns", "_sinks", "_span", "_start_ns", "_tokens_saved",
+    )  # fmt: skip
+
+    def __init__(self, sinks: Sinks | None, call: Call, span: Span | None, base: Attributes, start_ns: int) -> None:
+        self._sinks = sinks
+        self._call = call
+        self._span = span
+        self._base = base
+        self._start_ns = self._attempt_ns = start_ns
+        self._attempts = 1
+        self._first_ns: int | None = None
+        self._last_ns: int | None = None
+        self._chunks = 0
+        self._guard: str | None = None
+        self._tokens_saved: int | None = None
+        self._ended = span is None
+
+    @property
+    def span(self) -> Span | None:
+        """The call's CLIENT span (None when telemetry could not start one)."""
+        return self._span
+
+    def activate(self) -> AbstractContextManager[Any]:
+        """Make the call span current while the client sends, so the client's own spans nest under it."""
+        return _Activation(self._span) if self._span is not None else nullcontext()
+
+    @guarded
+    def attempt(self, number: int) -> None:
+        """Attempt `number` (1, 2, ...) is about to be sent: the prefill of a stream starts here."""
+        self._attempts = number
+        self._attempt_ns = time_ns()
+
+    @guarded
+    def first_chunk(self) -> None:
+        """The first content chunk reached the caller: prefill ends, decode starts."""
+        if self._first_ns is None:
+            self._first_ns = self._last_ns = time_ns()
+
+    def chunk(self) -> None:
+        """A content chunk reached the caller (called for every chunk, the first included).
+
+        The hot path of a stream: one counter and one clock read, nothing that can raise, so no guard.
+        """
+        self._chunks += 1
+        self._last_ns = time_ns()
+
+    @guarded
+    def guard_tripped(self, kind: str, tokens_saved: int | None) -> None:
+        """A decode guard (`kind`, e.g. "loop") cut the answer, saving `tokens_saved` against the cap."""
+        self._guard = kind
+        self._tokens_saved = tokens_saved
+
+    @guarded
+    def end(
+        self,
+        *,
+        usage: Usage | None = None,
+        response_id: str | None = None,
+        response_model: str | None = None,
+        finish_reasons: tuple[str, ...] = (),
+        timings: dict[str, float] | None = None,
+        output_text: str | None = None,
+        error: BaseException | str | None = None,
+    ) -> None:
+        """Finish the call: attributes, phase spans, content, metrics, then the span ends. Only once."""
+        if self._ended or self._sinks is None or self._span is None:
+            return
+        self._ended = True
+        end_ns = time_ns()
+        sinks, span, call = self._sinks, self._span, self._call
+        price = (sinks.prices.lookup(response_model) or sinks.prices.lookup(call.model)) if usage is not None else None
+        streamed = call.stream
+        first = self._first_ns
+        outcome = Outcome(
+            usage=usage,
+            cost=cost_of(usage, price) if usage is not None and price is not None else None,
+            response_id=response_id,
+            response_model=response_model,
+            finish_reasons=tuple(finish_reasons),
+            timings=timings,
+            error_type=error_type(error) if error is not None else None,
+            attempts=self._attempts,
+            guard=self._guard,
+            tokens_saved=self._tokens_saved,
+            chunks=self._chunks if streamed else None,
+            time_to_first_chunk_s=(first - self._start_ns) / _NS_PER_S if streamed and first is not None else None,
+        )
+        try:
+            attributes = outcome_attributes(outcome)
+            if sinks.capture is not _NO_CONTENT:
+                attributes.update(self._capture(sinks, span, outcome, output_text))
+            span.set_attributes(attributes)
+            if outcome.error_type:
+                span.set_status(Status(StatusCode.ERROR, outcome.error_type))
+            if streamed:
+                self._end_phases(sinks.tracer, span, end_ns)
+        finally:
+            span.end(end_time=end_ns)
+        if sinks.instruments is not None:
+            sinks.instruments.record(outcome, self._base, end_ns - self._start_ns, self._per_chunk_ns(streamed))
+
+    def _per_chunk_ns(self, streamed: bool) -> float | None:
+        if not streamed or self._first_ns is None or self._last_ns is None or self._chunks < 2:
+            return None
+        return (self._last_ns - self._first_ns) / (self._chunks - 1)
+
+    def _end_phases(self, tracer: Tracer, span: Span, end_ns: int) -> None:
+        """Create and end `prefill` (and `decode`, once a chunk arrived) as children of the call span."""
+        parent = trace.set_span_in_context(span)
+        first = self._first_ns
+        prefill = tracer.start_span(_PREFILL, parent, kind=SpanKind.INTERNAL, start_time=self._attempt_ns)
+        prefill.end(end_time=first if first is not None else end_ns)
+        if first is not None:
+            decode = tracer.start_span(
+                _DECODE,
+                parent,
+                kind=SpanKind.INTERNAL,
+                attributes={sc.KVWISE_STREAM_CHUNKS: self._chunks},
+                start_time=first,
+            )
+            decode.end(end_time=max(self._last_ns or first, first))
+
+    def _capture(self, sinks: Sinks, span: Span, outcome: Outcome, output_text: str | None) -> Attributes:
+        """Emit the prompt and answer as an event and/or return them as span attributes, per the capture mode."""
+        call = self._call
+        captured: Attributes = {
+            sc.GEN_AI_SYSTEM_INSTRUCTIONS: content.to_json(content.system_instructions(call)),
+            sc.GEN_AI_INPUT_MESSAGES: content.to_json(content.input_messages(call)),
+            sc.GEN_AI_OUTPUT_MESSAGES: content.to_json(content.output_messages(output_text, outcome.finish_reasons)),
+        }
+        if sinks.capture.on_event and sinks.event_logger is not None:
+            sinks.event_logger.emit(
+                LogRecord(
+                    event_name=sc.GEN_AI_INFERENCE_DETAILS_EVENT,
+                    context=trace.set_span_in_context(span),
+                    attributes={**self._base, **captured},
+                )
+            )
+        return captured if sinks.capture.on_span else {}
