@@ -54,9 +54,8 @@ def script_tokens(reply: str, loop_unit: str | None, cap: int) -> list[str]:
     """The tokens the model would say: the reply, or enough repeats of the loop unit to pass `cap`."""
     if loop_unit is None:
         return tokenize(reply)
-    unit_tokens = max(len(tokenize(loop_unit)), 1)
-    repeats = cap // unit_tokens + 2
-    return tokenize(loop_unit * repeats)
+    per_repeat = len(tokenize(loop_unit * 2)) - len(tokenize(loop_unit))  # joined repeats may merge tokens
+    return tokenize(loop_unit * (cap // max(per_repeat, 1) + 2))
 
 
 def decode(reply: str, loop_unit: str | None, params: DecodeParams, default_cap: int) -> Decoded:

@@ -91,8 +91,8 @@ class ProviderSimulator:
 
     def loop(self, unit: str | None) -> None:
         """From now on every reply repeats `unit` until the token cap or a hang-up; None ends it."""
-        if unit == "":
-            raise ValueError("loop unit must be a non-empty string (or None to stop looping)")
+        if unit is not None and not unit.strip():
+            raise ValueError(f"loop unit must contain more than whitespace, got {unit!r} (None stops looping)")
         self._loop_unit = unit
 
     def fail(self, status: int = 429, *, times: int = 1, headers: Mapping[str, str] | None = None,
