@@ -15,6 +15,7 @@ LOOP_MAX_PERIOD_CHARS = 256  # longest period looked for (a short paragraph)
 LOOP_WINDOW_CHARS = 1024  # recent text kept; must hold max(LOOP_MIN_REPEATS * LOOP_MAX_PERIOD_CHARS, LOOP_MIN_SPAN_CHARS)
 LOOP_PROBE_CHARS = 16  # length of the recent suffix searched for to find candidate periods
 LOOP_CHECK_EVERY_CHARS = 16  # new characters needed before the next check
+LOOP_MAX_CANDIDATES = 12  # candidate periods verified per check, nearest first (bounds the worst case)
 
 # Volatile content
 VOLATILE_MIN_HEX_CHARS = 16  # a hex run this long (with digits and letters) is a nonce

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from sdk._constants import (
     LOOP_CHECK_EVERY_CHARS,
     LOOP_DIVERSE_UNIT_CHARS,
+    LOOP_MAX_CANDIDATES,
     LOOP_MAX_PERIOD_CHARS,
     LOOP_MIN_REPEATS,
     LOOP_MIN_SPAN_CHARS,
@@ -57,7 +58,10 @@ class LoopDetector:
     The check runs once at least `LOOP_CHECK_EVERY_CHARS` new characters arrived, so a loop is
     seen at most that many characters (plus one chunk) after it qualifies. Candidate periods are
     the offsets at which the last `LOOP_PROBE_CHARS` characters recur, so a qualifying run must also
-    be at least `p + LOOP_PROBE_CHARS` long, which every `required(p)` of the defaults is.
+    be at least `p + LOOP_PROBE_CHARS` long, which every `required(p)` of the defaults is. A check
+    tries at most `LOOP_MAX_CANDIDATES` of them, nearest first: a tail of one repeated character can
+    recur at every offset of an earlier run, and a later check, with a more varied tail, finds the
+    longer period.
     Memory is bounded by `window_chars` (plus one chunk).
     """
 
@@ -126,17 +130,23 @@ class LoopDetector:
         probe = text[n - probe_len :]
         low = max(0, n - probe_len - self._max_period)
         end = n - 1
-        while (start := text.rfind(probe, low, end)) >= 0:
+        for _ in range(LOOP_MAX_CANDIDATES):
+            if (start := text.rfind(probe, low, end)) < 0:
+                return None
             period = n - probe_len - start
-            required = self._required(period, len(set(text[n - period :])))
-            if required <= n and _has_period(text, period, required):
-                run = _periodic_suffix(text, period, required)
-                repeats = run // period
-                return Loop(unit=_readable(text[n - run : n - run + period]), repeats=repeats, chars=repeats * period)
+            fails_at = min(self._min_repeats * period, n + 1)  # a length known not to have the period
+            if fails_at <= n and _has_period(text, period, fails_at):
+                required = self._required(period, len(set(text[n - period :])))
+                if required <= n and _has_period(text, period, required):
+                    run = _periodic_suffix(text, period, required)
+                    repeats = run // period
+                    unit = _readable(text[n - run : n - run + period])
+                    return Loop(unit=unit, repeats=repeats, chars=repeats * period)
+                fails_at = min(required, n + 1)
             end = start + probe_len - 1
             if period <= probe_len:
                 # No other period recurs inside this run (Fine-Wilf), so search before it.
-                run = _periodic_suffix(text, period, probe_len + period, below=min(required, n + 1))
+                run = _periodic_suffix(text, period, probe_len + period, below=fails_at)
                 end = min(end, n - run + probe_len - 1)
         return None
 

@@ -1,0 +1,284 @@
+"""Volatile content: the bytes in a prompt that change on every call, and how to cut them out.
+
+A provider's prompt cache hits only on a byte-identical prefix. One UUID, timestamp or request id in
+the tools or the system prompt makes every call's prefix new, and everything after it is prefilled
+again. `find_volatile` finds such bytes; `cut_volatile` removes them tidily, so that the
+canonicaliser can move them to a context note at the end of the prompt (nothing is dropped);
+`mask_volatile` replaces them with placeholders, to tell a volatile change from a real one.
+
+What counts (each a `VolatileKind`):
+- UUID: any version, optionally in braces.
+- TIMESTAMP: a date *with a time*: ISO 8601, `date`/`ctime` output, RFC 2822, `29/11/2026 08:55`,
+  `Nov 29, 2026 8:55 AM`. A plain date ("Founded on 2019-05-01") is not volatile.
+- EPOCH: Unix seconds (10 digits in [1e9, 2e9), optionally with a fraction) or milliseconds (13).
+- NONCE: a hex run of at least `VOLATILE_MIN_HEX_CHARS`, a base64/base64url run of at least
+  `VOLATILE_MIN_BASE64_CHARS` with upper and lower case and digits, or a JWT. Runs that look like
+  identifiers (a lowercase word longer than `VOLATILE_MAX_WORD_RUN`), paths (a `/` without the `+`
+  or `=` of real base64) or alphabets (an ascending run longer than `VOLATILE_MAX_ASCENDING_RUN`)
+  are not nonces.
+- LABELLED_LINE: a whole line `Request ID: ...`, `Trace-Id: ...`, `Timestamp: ...`,
+  `Current time: ...`, `Date: ...`, `Session: ...`, `Nonce: ...` (label capitalised, value with a
+  digit) or a log-style `request_id=...`; also such a label and the rest of its line after a
+  sentence ("You are helpful. Current time: ..."). It wins over the tokens inside it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from sdk._constants import (
+    VOLATILE_MAX_ASCENDING_RUN,
+    VOLATILE_MAX_WORD_RUN,
+    VOLATILE_MIN_BASE64_CHARS,
+    VOLATILE_MIN_HEX_CHARS,
+)
+
+
+class VolatileKind(StrEnum):
+    """What kind of volatile bytes a match is."""
+
+    UUID = "uuid"
+    TIMESTAMP = "timestamp"
+    EPOCH = "epoch"
+    NONCE = "nonce"
+    LABELLED_LINE = "labelled_line"
+
+
+@dataclass(frozen=True, slots=True)
+class VolatileMatch:
+    """Volatile bytes `text` at `start:end`; `label` is the line's label or the kind's name."""
+
+    start: int
+    end: int
+    kind: VolatileKind
+    label: str
+    text: str
+
+
+_DAY = r"(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday|Mon|Tues|Tue|Wed|Thurs|Thur|Thu|Fri|Sat|Sun)"
+_MONTH = (
+    r"(?:January|February|March|April|May|June|July|August|September|October|November|December"
+    r"|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept|Sep|Oct|Nov|Dec)\.?"
+)
+_TIME = r"(?:[01]?\d|2[0-3]):[0-5]\d(?::[0-5]\d(?:[.,]\d{1,9})?)?"
+_AMPM = r"(?:[ ]?[AaPp](?:\.[Mm]\.|[Mm]))"
+_ZONE = r"(?:[ ]?(?:Z|[+-](?:[01]\d|2[0-3]):?[0-5]\d|(?:UTC|GMT)(?:[+-]\d{1,2}(?::?\d\d)?)?|[A-Z]{2,4}T))"
+_CLOCK = rf"(?:at[ ]+)?{_TIME}{_AMPM}?{_ZONE}?"
+_YMD = r"\d{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])"
+_TIMESTAMPS = [
+    rf"{_YMD}[T ]{_TIME}{_ZONE}?",  # ISO 8601: 2026-11-29T08:55:21Z, 2026-11-29 08:55:21.123+01:00
+    r"(?:19|20)\d\d(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])T[0-2]\d[0-5]\d(?:[0-5]\d)?Z?",  # 20261129T085521Z
+    rf"{_DAY}[ ]+{_MONTH}[ ]+\d{{1,2}}[ ]+{_TIME}(?:[ ]+[A-Z]{{2,5}})?[ ]+\d{{4}}",  # Sun Nov 29 08:55:21 UTC 2026
+    rf"(?:{_DAY},?[ ]+)?\d{{1,2}}[ ]+{_MONTH}[ ]+\d{{4}},?[ ]+{_CLOCK}",  # Sun, 29 Nov 2026 08:55:21 +0000
+    rf"(?:{_DAY},?[ ]+)?{_MONTH}[ ]+\d{{1,2}}(?:st|nd|rd|th)?,?[ ]+\d{{4}},?[ ]+{_CLOCK}",  # Nov 29, 2026 8:55 AM
+    rf"(?:\d{{1,2}}(?P<sep>[/.-])\d{{1,2}}(?P=sep)(?:\d{{4}}|\d\d)|\d{{4}}/\d{{1,2}}/\d{{1,2}}),?[ ]+{_CLOCK}",  # 29/11/2026 08:55
+]
+_HEX_CHARS = r"[0-9a-fA-F]"
+_UUID_BODY = rf"{_HEX_CHARS}{{8}}-(?:{_HEX_CHARS}{{4}}-){{3}}{_HEX_CHARS}{{12}}"
+_LABELS = (
+    r"(?:x-)?(?:request|trace|span|correlation|session|run|conversation|message|event)[ _-]?id"
+    r"|session|nonce|timestamp|generated[ _-](?:at|on)"
+    r"|(?:(?:current|local|server|today'?s?)[ _-])?date(?:[ _-]?(?:and[ _-])?time)?"
+    r"|(?:current|local|server)[ _-]time"
+)
+_EMPHASIS = r"(?:\*\*|__)?"
+_LABELLED_LINE = re.compile(
+    rf"(?:^[ \t]*(?:[-*+>][ \t]+)?|(?<=[.!?;][ \t])){_EMPHASIS}(?P<label>(?i:{_LABELS})){_EMPHASIS}"
+    rf"(?:[ \t]*:{_EMPHASIS}[ \t]*(?P<colon>\S(?:[^\n]*\S)?)|=(?P<equals>[\w.:+/-]+)(?:[ \t][^\n]*\S)?)(?=[ \t\r]*$)",
+    re.MULTILINE | re.ASCII,
+)
+_DIGIT = re.compile(r"\d", re.ASCII)
+_LOWER_WORD = re.compile(rf"[a-z]{{{VOLATILE_MAX_WORD_RUN + 1},}}")
+
+
+def _is_labelled_line(match: re.Match[str]) -> bool:
+    if (value := match["equals"]) is not None:
+        return _DIGIT.search(value) is not None
+    return match["label"][0].isupper() and _DIGIT.search(match["colon"]) is not None
+
+
+def _ascending_run(token: str) -> int:
+    longest = run = 1
+    for before, after in zip(token, token[1:]):
+        run = run + 1 if ord(after) == ord(before) + 1 else 1
+        longest = max(longest, run)
+    return longest
+
+
+def _is_hex_nonce(match: re.Match[str]) -> bool:
+    token = match[0].removeprefix("0x")
+    return (
+        any(c.isdigit() for c in token)
+        and any(c.isalpha() for c in token)
+        and _ascending_run(token.lower()) <= VOLATILE_MAX_ASCENDING_RUN
+    )
+
+
+def _is_base64_nonce(match: re.Match[str]) -> bool:
+    token = match[0]
+    return (
+        any(c.isupper() for c in token)
+        and any(c.islower() for c in token)
+        and any(c.isdigit() for c in token)
+        and ("/" not in token or "+" in token or token.endswith("="))
+        and _LOWER_WORD.search(token) is None
+        and _ascending_run(token) <= VOLATILE_MAX_ASCENDING_RUN
+    )
+
+
+def _always(match: re.Match[str]) -> bool:
+    return True
+
+
+def _token(pattern: str) -> re.Pattern[str]:
+    return re.compile(rf"(?<!\w)(?:{pattern})(?!\w)", re.ASCII)
+
+
+# (kind, pattern, acceptance test); at equal start and length the earlier entry wins.
+_PATTERNS: list[tuple[VolatileKind, re.Pattern[str], Callable[[re.Match[str]], bool]]] = [
+    (VolatileKind.LABELLED_LINE, _LABELLED_LINE, _is_labelled_line),
+    (VolatileKind.UUID, re.compile(rf"\{{{_UUID_BODY}\}}|(?<![\w-]){_UUID_BODY}(?![\w-])", re.ASCII), _always),
+    *((VolatileKind.TIMESTAMP, _token(pattern), _always) for pattern in _TIMESTAMPS),
+    (VolatileKind.EPOCH, re.compile(r"(?<![\w.+$-])1(?:\d{12}|\d{9}(?:\.\d{1,9})?)(?!\w|\.\d)", re.ASCII), _always),
+    (VolatileKind.NONCE, _token(r"eyJ[\w-]{8,}\.eyJ[\w-]{8,}\.[\w-]+"), _always),
+    (
+        VolatileKind.NONCE,
+        re.compile(rf"(?<![\w-])(?:0x)?{_HEX_CHARS}{{{VOLATILE_MIN_HEX_CHARS},}}(?![\w-])", re.ASCII),
+        _is_hex_nonce,
+    ),
+    (
+        VolatileKind.NONCE,
+        re.compile(rf"(?<![\w+/=.-])[\w+/-]{{{VOLATILE_MIN_BASE64_CHARS},}}={{0,2}}(?![\w+/=-])", re.ASCII),
+        _is_base64_nonce,
+    ),
+]
+
+
+def find_volatile(text: str) -> list[VolatileMatch]:
+    """The volatile bytes in `text`: non-overlapping, in order; a labelled line wins over its tokens.
+
+    Of overlapping candidates the one starting first wins, then the longest, then the earlier kind.
+    """
+    candidates: list[tuple[int, int, int, VolatileKind, str]] = []
+    for rank, (kind, pattern, accept) in enumerate(_PATTERNS):
+        for match in pattern.finditer(text):
+            if accept(match):
+                label = match["label"] if kind is VolatileKind.LABELLED_LINE else kind.value
+                candidates.append((match.start(), -match.end(), rank, kind, label))
+    candidates.sort()
+    found: list[VolatileMatch] = []
+    for start, negative_end, _, kind, label in candidates:
+        if not found or start >= found[-1].end:
+            found.append(VolatileMatch(start, -negative_end, kind, label, text[start:-negative_end]))
+    return found
+
+
+def mask_volatile(text: str) -> str:
+    """`text` with each match replaced by `<label>`: `<uuid>`, `<timestamp>`, `<Request ID>`, ..."""
+    pieces: list[str] = []
+    position = 0
+    for match in find_volatile(text):
+        pieces += [text[position : match.start], f"<{match.label}>"]
+        position = match.end
+    pieces.append(text[position:])
+    return "".join(pieces)
+
+
+def render_note_line(match: VolatileMatch) -> str:
+    """The line that carries a cut match in the context note: `Request ID: 7f3c...`, `uuid: 550e...`."""
+    if match.kind is VolatileKind.LABELLED_LINE:
+        return match.text.strip()
+    return f"{match.label}: {match.text}"
+
+
+_SPACES = " \t"
+_CLOSERS = {"(": ")", "[": "]", "{": "}"}
+_TIGHT = ",.;:!?)]}"
+
+
+def cut_volatile(text: str) -> tuple[str, list[VolatileMatch]]:
+    """`text` without its volatile bytes, and the matches removed, in order of position.
+
+    A labelled line goes whole, with its newline (a label after a sentence goes to the line's end). An inline token goes with any brackets it leaves
+    empty (they become part of the match's `text`), and the whitespace around the cut is tidied:
+    no double spaces, no space before `,` or `)`, no line left blank. Only whitespace is dropped, so
+    the result plus the matches' texts hold every other character of `text`. If a cut joins the
+    text around it into new volatile bytes (a date and a time that a UUID separated), those are cut
+    too, so the result is free of volatile bytes; such a match's `start:end` spans the earlier cut.
+    """
+    chars = list(text)
+    origin = list(range(len(text)))
+    removed: list[VolatileMatch] = []
+    matches = find_volatile(text)
+    while matches:
+        removed += [_cut(chars, origin, match) for match in reversed(matches)]
+        matches = find_volatile("".join(chars))
+    removed.sort(key=lambda match: (match.start, match.end))
+    return "".join(chars), removed
+
+
+def _cut(chars: list[str], origin: list[int], match: VolatileMatch) -> VolatileMatch:
+    """Delete `match` (in `chars` coordinates) and tidy; return it in the input's coordinates."""
+    start, end = match.start, match.end
+    if match.kind is not VolatileKind.LABELLED_LINE:
+        while True:
+            left, right = _skip_spaces_left(chars, start), _skip_spaces_right(chars, end)
+            if left == 0 or right == len(chars) or _CLOSERS.get(chars[left - 1]) != chars[right]:
+                break
+            start, end = left - 1, right + 1
+    cut = VolatileMatch(origin[start], origin[end - 1] + 1, match.kind, match.label, "".join(chars[start:end]))
+    if match.kind is VolatileKind.LABELLED_LINE and (start == 0 or chars[start - 1] == "\n"):
+        _delete_line(chars, origin, start, end)
+    else:
+        _delete(chars, origin, start, end)
+        _tidy(chars, origin, start)
+    return cut
+
+
+def _skip_spaces_left(chars: list[str], index: int) -> int:
+    while index > 0 and chars[index - 1] in _SPACES:
+        index -= 1
+    return index
+
+
+def _skip_spaces_right(chars: list[str], index: int) -> int:
+    while index < len(chars) and chars[index] in _SPACES:
+        index += 1
+    return index
+
+
+def _delete(chars: list[str], origin: list[int], start: int, end: int) -> None:
+    del chars[start:end]
+    del origin[start:end]
+
+
+def _delete_line(chars: list[str], origin: list[int], start: int, end: int) -> None:
+    """Delete the line holding `start:end` (and nothing but whitespace around it) with one newline."""
+    start, end = _skip_spaces_left(chars, start), _skip_spaces_right(chars, end)
+    if end < len(chars) and chars[end] == "\r":
+        end += 1
+    if end < len(chars) and chars[end] == "\n":
+        end += 1
+    elif start > 0 and chars[start - 1] == "\n":
+        start -= 1
+        if start > 0 and chars[start - 1] == "\r":
+            start -= 1
+    _delete(chars, origin, start, end)
+
+
+def _tidy(chars: list[str], origin: list[int], at: int) -> None:
+    """Tidy the whitespace where a token was cut out at `at`."""
+    left, right = _skip_spaces_left(chars, at), _skip_spaces_right(chars, at)
+    line_start = left == 0 or chars[left - 1] == "\n"
+    line_end = right == len(chars) or chars[right] in "\r\n"
+    if line_start and line_end:
+        _delete_line(chars, origin, left, right)
+    elif line_start:
+        _delete(chars, origin, at, right)  # keep the indentation, drop the space after the cut
+    elif line_end or chars[right] in _TIGHT or chars[left - 1] in _CLOSERS:
+        _delete(chars, origin, left, right)
+    elif left < at < right:
+        _delete(chars, origin, at, right)

@@ -1,0 +1,329 @@
+"""Volatile content: which bytes count, how they are cut, and that cutting keeps everything else."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sdk.volatile import VolatileKind, VolatileMatch, cut_volatile, find_volatile, mask_volatile, render_note_line
+
+UUID, TIMESTAMP, EPOCH, NONCE, LINE = (
+    VolatileKind.UUID,
+    VolatileKind.TIMESTAMP,
+    VolatileKind.EPOCH,
+    VolatileKind.NONCE,
+    VolatileKind.LABELLED_LINE,
+)
+
+POSITIVE = [
+    # (text around the token, the token, kind)
+    ("id {} here", "550e8400-e29b-41d4-a716-446655440000", UUID),
+    ("id {} here", "{550E8400-E29B-11D4-A716-446655440000}", UUID),
+    ("v7 {}.", "01936b2e-5a4f-7c3d-8e9f-0a1b2c3d4e5f", UUID),
+    ("at {}.", "2026-11-29T08:55:21Z", TIMESTAMP),
+    ("at {} ok", "2026-11-29 08:55:21.123+01:00", TIMESTAMP),
+    ("at {} ok", "2026-11-29T08:55", TIMESTAMP),
+    ("at {} ok", "2026-11-29T08:55:21.123456", TIMESTAMP),
+    ("at {} ok", "20261129T085521Z", TIMESTAMP),
+    ("built {} ok", "Sun Nov 29 08:55:21 UTC 2026", TIMESTAMP),
+    ("built {} ok", "Sun Nov 29 08:55:21 2026", TIMESTAMP),
+    ("on {} ok", "29/11/2026 08:55", TIMESTAMP),
+    ("on {} ok", "11/29/2026, 8:55:21 PM", TIMESTAMP),
+    ("on {} ok", "29.11.2026 08:55", TIMESTAMP),
+    ("on {}.", "Nov 29, 2026 8:55 AM", TIMESTAMP),
+    ("on {}.", "Sunday, November 29, 2026 at 8:55 a.m.", TIMESTAMP),
+    ("sent {} ok", "Sun, 29 Nov 2026 08:55:21 +0000", TIMESTAMP),
+    ("sent {} ok", "29 Nov 2026 08:55:21 GMT", TIMESTAMP),
+    ("ts {} ok", "1732870521", EPOCH),
+    ("ts {} ok", "1732870521.123456", EPOCH),
+    ("ts={},", "1732870521123", EPOCH),
+    ("nonce {} ok", "a3f9c2e81b7d4e6f", NONCE),
+    ("sha {} ok", "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", NONCE),
+    ("key {} ok", "0x1f2e3d4c5b6a79880f1e", NONCE),
+    ("token {} ok", "Zx8Kq2Lm9Np4Rt7Vw1Yb3Cd", NONCE),
+    ("token {} ok", "dGhpcyBpcyBhIHRlc3Qgbm9uY2U4Nzk=", NONCE),
+    ("token {} ok", "k3J9_aX2-mQ7vL0pZr8WbT", NONCE),
+    ("sig {} ok", "aB3+cD4/eF5gH6iJ7kL8mN9==", NONCE),
+    (
+        "jwt {} ok",
+        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+        NONCE,
+    ),
+]
+
+
+@pytest.mark.parametrize(("around", "token", "kind"), POSITIVE)
+def test_volatile_tokens_are_found_whole_with_their_kind(around: str, token: str, kind: VolatileKind) -> None:
+    text = around.format(token)
+    [match] = find_volatile(text)
+    assert (match.kind, match.text, match.label) == (kind, token, kind.value)
+    assert text[match.start : match.end] == token
+
+
+LABELLED = [
+    ("Request ID: 7f3c9a2e41", "Request ID"),
+    ("request_id=req_8f2k1", "request_id"),
+    ("Trace-Id: 4bf92f3577b34da6a3ce929d0e0e4736", "Trace-Id"),
+    ("X-Request-Id: 12ab", "X-Request-Id"),
+    ("Timestamp: 1732870521", "Timestamp"),
+    ("Current time: 08:55 UTC", "Current time"),
+    ("Current date and time: Sunday 29 November, 08:55", "Current date and time"),
+    ("Date: 2026-11-29", "Date"),
+    ("Today's date: 29 November 2026", "Today's date"),
+    ("Session: 48213", "Session"),
+    ("Session ID: s-20261129-0042", "Session ID"),
+    ("Nonce: 8812", "Nonce"),
+    ("- **Request ID:** 7f3c9a2e41", "Request ID"),
+    ("    Correlation-ID: 42-17", "Correlation-ID"),
+    ("session_id=8812 user=alice path=/v1/chat", "session_id"),
+]
+
+
+@pytest.mark.parametrize(("line", "label"), LABELLED)
+def test_labelled_lines_are_found_whole_and_win_over_their_tokens(line: str, label: str) -> None:
+    text = f"Intro line.\n{line}\nOutro line."
+    [match] = find_volatile(text)
+    assert (match.kind, match.label, match.text) == (LINE, label, line)
+
+
+def test_a_label_after_a_sentence_takes_the_rest_of_the_line() -> None:
+    text = "You are a helpful assistant. Request ID: 7f3c9a2e41\nBe brief."
+    [match] = find_volatile(text)
+    assert (match.kind, match.text) == (LINE, "Request ID: 7f3c9a2e41")
+    assert cut_volatile(text)[0] == "You are a helpful assistant.\nBe brief."
+
+
+NEGATIVE = [
+    "Founded on 2019-05-01 in Berlin.",
+    "Released on Nov 29, 2026.",
+    "The meeting is at 08:55 every day.",
+    "Python 3.11.7, numpy 1.26.4, version 2.0.0-rc1.",
+    "It costs $1,299.99 or 1299.99 EUR; call +1 (555) 123-4567 or 555-123-4567.",
+    "Phone 2125551234, order 1234567, ISBN 9781234567897, count 12345678901.",
+    "Use max_tokens=4096 and temperature=0.7 on port 8080.",
+    "getUserProfileByIdentifier2, XMLHttpRequest2Handler, convertUtf8ToUtf16String",
+    "src/components/Button2/index.tsx and docs/v2/API/Auth/Tokens/list",
+    "https://github.com/openai/openai-python/blob/main/README.md",
+    "HEX = '0123456789abcdef'; B64 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/'",
+    "deadbeefcafebabe is a word-ish hex without digits; 1234567890123456 is a number.",
+    "timestamp: int = 0\nsession_id: str = 'abc1'\nrequest_id = str(uuid.uuid4())",
+    "Date: see below.\nSession: morning keynote\nTime: O(n log n)",
+    "    client.send(\n        request_id=request_id,\n        session=session2,\n    )",
+    '{"request_id": "req_123", "created_at": "2019-05-01"}',
+    "The the the extraordinarily long word antidisestablishmentarianism appears.",
+]
+
+
+@pytest.mark.parametrize("text", NEGATIVE)
+def test_ordinary_text_versions_prices_and_identifiers_are_not_volatile(text: str) -> None:
+    assert find_volatile(text) == []
+
+
+CUTS = [
+    # (input, output after the cut, removed texts)
+    (
+        "Session started at 2026-11-29T08:55:21Z, please be brief.",
+        "Session started at, please be brief.",
+        ["2026-11-29T08:55:21Z"],
+    ),
+    (
+        "Call me (550e8400-e29b-41d4-a716-446655440000) later.",
+        "Call me later.",
+        ["(550e8400-e29b-41d4-a716-446655440000)"],
+    ),
+    ("The id (ref 1732870521) is logged.", "The id (ref) is logged.", ["1732870521"]),
+    ("a 1732870521 b", "a b", ["1732870521"]),
+    ("trailing 1732870521\nnext", "trailing\nnext", ["1732870521"]),
+    ("    1732870521 indented", "    indented", ["1732870521"]),
+    ("before\n  1732870521  \nafter", "before\nafter", ["1732870521"]),
+    ("Intro.\nRequest ID: 7f3c9a2e41\nOutro.", "Intro.\nOutro.", ["Request ID: 7f3c9a2e41"]),
+    ("Intro.\nRequest ID: 7f3c9a2e41", "Intro.", ["Request ID: 7f3c9a2e41"]),
+    ("Request ID: 7f3c9a2e41\r\nOutro.", "Outro.", ["Request ID: 7f3c9a2e41"]),
+    (
+        "ids: 1732870521, 1732870522 and 1732870523.",
+        "ids:, and.",
+        ["1732870521", "1732870522", "1732870523"],
+    ),
+    ("on 2026-11-29 550e8400-e29b-41d4-a716-446655440000 08:55 ok", "on ok", None),
+]
+
+
+@pytest.mark.parametrize(("text", "expected", "removed"), CUTS)
+def test_cutting_removes_matches_with_tidy_whitespace(text: str, expected: str, removed: list[str] | None) -> None:
+    rest, matches = cut_volatile(text)
+    assert rest == expected
+    if removed is not None:
+        assert [match.text for match in matches] == removed
+    assert find_volatile(rest) == []
+    for match in matches:
+        assert text[match.start] == match.text[0]
+        assert text[match.end - 1] == match.text[-1]
+
+
+def test_mask_replaces_each_match_with_its_label_placeholder() -> None:
+    text = "Request ID: 7f3c\nuser 550e8400-e29b-41d4-a716-446655440000 at 2026-11-29T08:55:21Z."
+    assert mask_volatile(text) == "<Request ID>\nuser <uuid> at <timestamp>."
+    assert mask_volatile(text.replace("7f3c", "9a9b").replace("08:55", "09:10")) == mask_volatile(text)
+
+
+def test_note_lines_keep_a_labelled_line_and_label_a_token_with_its_kind() -> None:
+    line = VolatileMatch(0, 24, LINE, "Request ID", "  Request ID: 7f3c9a2e41")
+    token = VolatileMatch(5, 41, UUID, "uuid", "550e8400-e29b-41d4-a716-446655440000")
+    assert render_note_line(line) == "Request ID: 7f3c9a2e41"
+    assert render_note_line(token) == "uuid: 550e8400-e29b-41d4-a716-446655440000"
+
+
+SYSTEM_PROMPT = """\
+You are Ada, the support assistant of Northwind Analytics (founded on 2019-05-01 in Lisbon).
+Answer in the user's language, in at most 200 words, with a friendly and precise tone.
+
+## Rules
+1. Never invent prices: the Team plan costs $49.00 per seat per month (billed yearly: $470.40).
+2. The API is at https://api.northwind.example/v2/ and the status page at status.northwind.example.
+3. Support hours are 09:00 to 17:30 (Lisbon time), Monday to Friday; phone +351 21 123 4567.
+4. Our SDKs: Python 3.9+ (northwind==4.12.0), Node 18+ (@northwind/sdk 4.12.0), Go 1.21+.
+5. Refer to tickets as NW-12345 and to invoices as INV-2024-000123.
+6. Rate limits: 600 requests per minute, 1,000,000 tokens per day on the Team plan.
+7. When unsure, say so and offer to open a ticket; escalate outages to on-call.
+"""
+
+TOOL_DESCRIPTION = """\
+Search the knowledge base and return the most relevant articles.
+
+Parameters:
+- query (string, required): what to look for, in plain words.
+- limit (integer, optional): how many articles to return, 1 to 20 (default 5).
+- since (string, optional): only articles updated on or after this date, as YYYY-MM-DD.
+- locale (string, optional): an IETF tag such as en-US or pt-PT.
+
+Returns a JSON array of objects: {"id": "kb_1234", "title": "...", "updated": "2024-03-01",
+"score": 0.87}. Scores below 0.35 are dropped. Use this tool before answering any product question,
+and cite the article ids you used as [kb_1234].
+"""
+
+CODE = '''\
+import hashlib
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    max_attempts: int = 3
+    initial_delay_seconds: float = 0.5
+    max_delay_seconds: float = 8.0
+    retry_on_status: tuple[int, ...] = (408, 409, 429, 500, 502, 503, 504)
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def delay(self, attempt: int) -> float:
+        """Exponential backoff: min(max_delay, initial * 2 ** (attempt - 1))."""
+        return min(self.max_delay_seconds, self.initial_delay_seconds * 2 ** (attempt - 1))
+
+
+def fingerprint(segments: list[bytes]) -> str:
+    digest = hashlib.sha256()
+    for segment in segments:
+        digest.update(len(segment).to_bytes(8, "big"))
+        digest.update(segment)
+    return digest.hexdigest()[:16]
+
+
+class HttpClientWithRetries2:
+    def __init__(self, base_url: str = "http://localhost:8080/v1", timeout: float = 30.0) -> None:
+        self.base_url = base_url
+        self.timeout = timeout
+        self.request_id = None
+        self.session = None
+'''
+
+CORPUS = {"system prompt": SYSTEM_PROMPT, "tool description": TOOL_DESCRIPTION, "code": CODE}
+
+
+@pytest.mark.parametrize("name", CORPUS)
+def test_realistic_prompts_without_volatile_bytes_have_none(name: str) -> None:
+    assert find_volatile(CORPUS[name]) == []
+    assert cut_volatile(CORPUS[name]) == (CORPUS[name], [])
+
+
+VOLATILE_SAMPLES = [
+    "550e8400-e29b-41d4-a716-446655440000",
+    "{550E8400-E29B-11D4-A716-446655440000}",
+    "2026-11-29T08:55:21Z",
+    "2026-11-29 08:55:21.123+01:00",
+    "Sun Nov 29 08:55:21 UTC 2026",
+    "29/11/2026 08:55",
+    "Nov 29, 2026 8:55 AM",
+    "Sun, 29 Nov 2026 08:55:21 +0000",
+    "1732870521",
+    "1732870521123",
+    "a3f9c2e81b7d4e6f0a9b",
+    "Zx8Kq2Lm9Np4Rt7Vw1Yb3Cd",
+    "\nRequest ID: 7f3c9a2e41\n",
+    "\nrequest_id=req_8f2k1\n",
+    "\nCurrent time: 08:55\n",
+]
+
+words = st.sampled_from(
+    ["the", "cache", "prefix", "tokens", "a", "(", ")", "[", "]", ",", ".", ":", " ", "  ", "\n", "\t", "-",
+     "v1.2.3", "$19.99", "2019-05-01", "08:55", "id", "x=1", "Date", "Request ID:", "0x", "ff", "ABC", "42"]
+)  # fmt: skip
+pieces = st.one_of(words, words, words, st.sampled_from(VOLATILE_SAMPLES), st.text(max_size=12))
+texts = st.lists(pieces, max_size=40).map("".join)
+
+
+def non_whitespace(text: str) -> Counter[str]:
+    return Counter(char for char in text if not char.isspace())
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=texts)
+def test_cutting_is_idempotent(text: str) -> None:
+    rest, _ = cut_volatile(text)
+    assert find_volatile(rest) == []
+    assert cut_volatile(rest) == (rest, [])
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=texts)
+def test_cutting_keeps_every_non_whitespace_character(text: str) -> None:
+    rest, matches = cut_volatile(text)
+    assert non_whitespace(rest + "".join(match.text for match in matches)) == non_whitespace(text)
+    for found in find_volatile(text):
+        assert any(found.text in match.text for match in matches)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    name=st.sampled_from(sorted(CORPUS)),
+    at=st.integers(min_value=0),
+    sample=st.sampled_from(VOLATILE_SAMPLES),
+)
+def test_a_token_injected_into_a_realistic_prompt_is_the_only_thing_cut(name: str, at: int, sample: str) -> None:
+    prompt = CORPUS[name]
+    lines = prompt.split("\n")
+    index = at % len(lines)
+    lines[index] = f"{lines[index]} {sample.strip()}" if "\n" not in sample else f"{lines[index]}{sample.rstrip()}"
+    text = "\n".join(lines)
+    rest, matches = cut_volatile(text)
+    assert [match.text.strip("{}") for match in matches] == [sample.strip().strip("{}")]
+    assert non_whitespace(rest) == non_whitespace(prompt)
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=texts)
+def test_find_returns_ordered_non_overlapping_matches_that_mask_consistently(text: str) -> None:
+    matches = find_volatile(text)
+    for before, after in zip(matches, matches[1:]):
+        assert before.end <= after.start
+    for match in matches:
+        assert text[match.start : match.end] == match.text
+    assert mask_volatile(text).count("<") - text.count("<") == len(matches)
+
+
+def test_a_fresh_uuid_and_timestamp_each_call_cut_to_the_same_prefix() -> None:
+    prompts = [f"Request ID: {uuid.uuid4()}\nNow: 2026-11-29T08:{minute:02d}:00Z\n{SYSTEM_PROMPT}" for minute in range(3)]
+    rests = {cut_volatile(prompt)[0] for prompt in prompts}
+    assert len(rests) == 1
