@@ -113,7 +113,7 @@ def test_canonicalisation_is_idempotent(kwargs):
 def test_canonicalisation_preserves_every_character(kwargs):
     out, _ = _canonical(kwargs)
     original = _chars([m["content"] for m in kwargs["messages"]] + [t["function"] for t in kwargs["tools"]])
-    result = "".join(_chars([m["content"] for m in out["messages"]] + [t["function"] for t in out["tools"]]))
+    result = "".join(_chars([m["content"] for m in out["messages"]] + [t["function"] for t in out.get("tools", [])]))
     remaining = list(result)
     for char in original:
         assert char in remaining

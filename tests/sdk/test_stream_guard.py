@@ -11,11 +11,13 @@ from tests.sdk.helpers import collect, resolve
 
 LOOP_UNIT = "I will keep repeating this sentence. "
 CAP = 2000
+DECODE_SECONDS_PER_TOKEN = 0.002  # a real server decodes for milliseconds per token: it sees the hang-up soon
 USER = [{"role": "user", "content": "Tell me something."}]
 
 
 async def test_chat_loop_is_cut_and_ends_with_finish_reason_length(simulator, openai_client):
     simulator.loop(LOOP_UNIT)
+    simulator.token_delay = DECODE_SECONDS_PER_TOKEN
     wrapped = sdk.wrap(openai_client, sdk.Policy(max_output_tokens=CAP))
     stream = await resolve(wrapped.chat.completions.create(model="m", messages=USER, stream=True))
     events = await collect(stream)
@@ -29,6 +31,7 @@ async def test_chat_loop_is_cut_and_ends_with_finish_reason_length(simulator, op
 
 async def test_anthropic_loop_is_cut_and_ends_with_stop_reason_max_tokens(simulator, anthropic_client):
     simulator.loop(LOOP_UNIT)
+    simulator.token_delay = DECODE_SECONDS_PER_TOKEN
     wrapped = sdk.wrap(anthropic_client, sdk.Policy(max_output_tokens=CAP))
     stream = await resolve(wrapped.messages.create(model="claude-opus-4-1", messages=USER, stream=True))
     kinds = [(e.type, getattr(getattr(e, "delta", None), "stop_reason", None)) for e in await collect(stream)]
@@ -50,6 +53,7 @@ def test_messages_stream_helper_sees_a_cut_loop_as_max_tokens(simulator):
 
 async def test_responses_loop_is_cut_and_ends_incomplete(simulator, openai_client):
     simulator.loop(LOOP_UNIT)
+    simulator.token_delay = DECODE_SECONDS_PER_TOKEN
     wrapped = sdk.wrap(openai_client, sdk.Policy(max_output_tokens=CAP))
     stream = await resolve(wrapped.responses.create(model="gpt-5.4", input="go", stream=True))
     events = await collect(stream)
