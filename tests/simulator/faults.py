@@ -55,7 +55,20 @@ class CutFault:
             raise ValueError(f"after_tokens must be >= 0, got {self.after_tokens!r}")
 
 
-Fault = ErrorFault | ResetFault | CutFault
+@dataclass(frozen=True, slots=True)
+class StallFault:
+    """Pause `seconds` more before content token `at_token` (0: before the first event, or before a
+    JSON answer), e.g. to trip a client's read timeout once."""
+
+    seconds: float
+    at_token: int = 0
+
+    def __post_init__(self) -> None:
+        if self.seconds < 0 or self.at_token < 0:
+            raise ValueError(f"seconds and at_token must be >= 0, got {self.seconds!r}, {self.at_token!r}")
+
+
+Fault = ErrorFault | ResetFault | CutFault | StallFault
 
 
 class FaultQueue:

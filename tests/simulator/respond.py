@@ -1,7 +1,8 @@
 """Sending one outcome: as a whole JSON body or as an SSE stream, token by token.
 
-Both paths share the timing rules: `first_token_delay` passes before anything of the body (for SSE,
-after the headers and before the first event); `token_delay` passes between content tokens. While
+Both paths share the timing rules (`Timing`): `first_token_delay` passes before anything of the body
+(for SSE, after the headers and before the first event); `token_delay` passes between content
+tokens; a scripted stall adds to one of those pauses. While
 waiting, and before each token, the client's socket is polled, so a client that hangs up stops the
 "decode" at once; `StreamRecord` tells how far it got.
 """
@@ -12,22 +13,30 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from .faults import CutFault, CutMode
+from .faults import CutFault, CutMode, StallFault
 from .records import StreamRecord
 from .server import Exchange
-from .wire import Encoder, Outcome, SseEvent
+from .wire import Encoder, SseEvent
 
 
 @dataclass(frozen=True, slots=True)
 class Timing:
+    """The pauses of one answer: the simulator's delays plus a scripted stall, if any."""
+
     first_token_delay: float
     token_delay: float
+    stall: StallFault | None = None
+
+    def before(self, index: int) -> float:
+        """Seconds to wait before content token `index` (0: before the first event or the JSON body)."""
+        base = self.first_token_delay if index == 0 else self.token_delay
+        return base + (self.stall.seconds if self.stall and self.stall.at_token == index else 0.0)
 
 
 def send_whole(exchange: Exchange, encoder: Encoder, headers: Mapping[str, str], timing: Timing,
                cut: CutFault | None) -> None:
     """The JSON answer; under a cut, only its first half (framing per `cut.mode`)."""
-    if exchange.hung_up(timing.first_token_delay):
+    if exchange.hung_up(timing.before(0)):
         return
     payload = json.dumps(encoder.complete(), separators=(",", ":")).encode()
     if cut is None:
@@ -39,16 +48,15 @@ def send_whole(exchange: Exchange, encoder: Encoder, headers: Mapping[str, str],
         exchange.drop(reset=cut.mode is CutMode.RESET)
 
 
-def send_stream(exchange: Exchange, encoder: Encoder, outcome: Outcome, headers: Mapping[str, str],
+def send_stream(exchange: Exchange, encoder: Encoder, tokens: tuple[str, ...], headers: Mapping[str, str],
                 timing: Timing, cut: CutFault | None) -> StreamRecord:
-    """The SSE answer; returns what was sent and whether the client hung up first."""
+    """The SSE answer, `tokens` one by one; returns what was sent and whether the client hung up first."""
     progress = _Progress(exchange)
-    tokens = outcome.decoded.tokens
     if cut is not None:
         tokens = tokens[: cut.after_tokens]
-    if not exchange.start_stream(headers) or exchange.hung_up(timing.first_token_delay):
+    if not exchange.start_stream(headers) or exchange.hung_up(timing.before(0)):
         progress.client_closed = True
-    elif progress.write(encoder.opening()) and progress.write_tokens(encoder, tokens, timing.token_delay):
+    elif progress.write(encoder.opening()) and progress.write_tokens(encoder, tokens, timing):
         _finish(exchange, encoder, progress, cut)
     return StreamRecord(
         path=exchange.path,
@@ -89,10 +97,10 @@ class _Progress:
         self.client_closed = True
         return False
 
-    def write_tokens(self, encoder: Encoder, tokens: Iterable[str], delay: float) -> bool:
-        """One batch of events per token, `delay` apart; True when all were sent."""
+    def write_tokens(self, encoder: Encoder, tokens: Iterable[str], timing: Timing) -> bool:
+        """One batch of events per token, paced by `timing`; True when all were sent."""
         for index, token in enumerate(tokens):
-            if self._exchange.hung_up(delay if index else 0.0):
+            if self._exchange.hung_up(timing.before(index) if index else 0.0):
                 self.client_closed = True
                 return False
             if not self.write(encoder.token(token)):

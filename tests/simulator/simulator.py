@@ -8,6 +8,7 @@ with ProviderSimulator() as sim:
     sim.loop("I keep saying this. ")         # replies repeat this until the cap or a hang-up
     sim.fail(429, times=2, headers={"retry-after": "0"})
     sim.cut_stream_after(5)                  # next stream ends after 5 tokens, no final event
+    sim.stall(2.0)                           # next answer waits 2 s more before its first event
     client.chat.completions.create(...)
     sim.requests[-1].body, sim.streams[-1].tokens_sent
 ```
@@ -29,11 +30,17 @@ from typing import Any, Literal
 
 from .anthropic_messages import MessagesApi
 from .cache import BreakpointCache, CacheUse, PrefixCache
-from .constants import ANTHROPIC_MIN_CACHE_TOKENS, DEFAULT_MAX_OUTPUT_TOKENS, DEFAULT_MODELS, DEFAULT_REPLY, HOST
-from .constants import IDLE_WAIT_SECONDS
+from .constants import (
+    ANTHROPIC_MIN_CACHE_TOKENS,
+    DEFAULT_MAX_OUTPUT_TOKENS,
+    DEFAULT_MODELS,
+    DEFAULT_REPLY,
+    HOST,
+    IDLE_WAIT_SECONDS,
+)
 from .decode import decode
 from .errors import ApiError, Flavour, request_id_header
-from .faults import CutFault, CutMode, ErrorFault, Fault, FaultQueue, ResetFault
+from .faults import CutFault, CutMode, ErrorFault, Fault, FaultQueue, ResetFault, StallFault
 from .openai_chat import ChatCompletionsApi
 from .openai_responses import ResponsesApi
 from .records import RecordedRequest, StreamRecord
@@ -48,7 +55,7 @@ class ProviderSimulator:
     """A fake hosted-LLM server speaking the installed `openai` and `anthropic` clients' wire formats.
 
     Settings (plain attributes, read at each request): `reply`, `first_token_delay`, `token_delay`
-    (seconds), `anthropic_min_cache_tokens`. Scripting: `loop`, `fail`, `cut_stream_after`,
+    (seconds), `anthropic_min_cache_tokens`. Scripting: `loop`, `fail`, `cut_stream_after`, `stall`,
     `reset`. Records: `requests`, `streams`.
     """
 
@@ -114,6 +121,11 @@ class ProviderSimulator:
         """
         self._faults.add(CutFault(n_tokens, CutMode(mode)), times)
 
+    def stall(self, seconds: float, *, at_token: int = 0, times: int = 1) -> None:
+        """The next `times` answers pause `seconds` more before content token `at_token` (0: before
+        the first event or the JSON body): a client read timeout shorter than that trips once."""
+        self._faults.add(StallFault(seconds, at_token), times)
+
     def reset(self) -> None:
         """Forget requests, streams, caches, scripted faults and loop mode; settings stay."""
         self.wait_idle()
@@ -175,7 +187,8 @@ class ProviderSimulator:
     def _serve(self, exchange: Exchange, api: Api | None, flavour: Flavour, fault: Fault | None) -> None:
         match fault:
             case ResetFault():
-                return exchange.drop(reset=True)
+                exchange.drop(reset=True)
+                return
             case ErrorFault(error):
                 raise error
         if exchange.method == "GET" and exchange.path == MODELS_PATH:
@@ -187,14 +200,14 @@ class ProviderSimulator:
         if not isinstance(body, dict):
             raise ApiError(400, "The request body is not a JSON object.")
         job = api.parse(body)
-        outcome = Outcome(job, self._lookup(flavour, job), decode(self.reply, self._loop_unit, job.decode,
-                                                                   DEFAULT_MAX_OUTPUT_TOKENS))
+        decoded = decode(self.reply, self._loop_unit, job.decode, DEFAULT_MAX_OUTPUT_TOKENS)
+        outcome = Outcome(job, self._lookup(flavour, job), decoded)
         cut = fault if isinstance(fault, CutFault) else None
-        timing = Timing(self.first_token_delay, self.token_delay)
+        timing = Timing(self.first_token_delay, self.token_delay, fault if isinstance(fault, StallFault) else None)
         headers = dict([request_id_header(flavour)])
         try:
             if job.stream:
-                self._streams.append(send_stream(exchange, api.encoder(outcome), outcome, headers, timing, cut))
+                self._streams.append(send_stream(exchange, api.encoder(outcome), decoded.tokens, headers, timing, cut))
             else:
                 send_whole(exchange, api.encoder(outcome), headers, timing, cut)
         finally:

@@ -45,7 +45,7 @@ class Block:
 
 @dataclass(frozen=True, slots=True)
 class Prompt:
-    """A rendered prompt: its tokens and the token offset at which each block ends.
+    """A rendered prompt: its tokens and the token offset at which each content block ends.
 
     `breakpoints` maps a block end offset to the cache TTL its marker asked for ("5m" or "1h").
     """
@@ -114,8 +114,8 @@ def message_blocks(message: object, text_types: frozenset[str]) -> list[Block]:
     role = message.get("role", message.get("type", "item"))
     blocks = [Block(f"<|{role}|>\n", boundary=False)]
     blocks += content_blocks(message.get("content"), text_types)
-    rest = {k: v for k, v in message.items() if k not in ("role", "content")}
-    if rest and not (set(rest) <= {"type"} and rest.get("type") == "message"):
+    rest = {k: v for k, v in message.items() if k not in ("role", "content") and (k, v) != ("type", "message")}
+    if rest:
         blocks.append(Block(as_json(rest)))
     return blocks
 

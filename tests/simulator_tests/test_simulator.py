@@ -240,3 +240,13 @@ async def test_requests_are_recorded_and_other_paths_answer_like_the_apis(
     assert [m.id for m in models.data] == [m.id for m in claude_models.data] == ["gpt-sim-1", "claude-sim-1"]
     sim.reset()
     assert sim.requests == [] and sim.streams == []
+
+
+async def test_a_stall_trips_the_client_read_timeout_once(sim: ProviderSimulator, oai: Any) -> None:
+    sim.stall(5.0, at_token=2)
+    with pytest.raises(openai.APITimeoutError):
+        list(oai.with_options(timeout=0.3).chat.completions.create(model="m", messages=USER, stream=True))
+    again = oai.with_options(timeout=0.3).chat.completions.create(model="m", messages=USER)
+
+    assert again.choices[0].message.content == REPLY
+    assert [(s.tokens_sent, s.client_closed) for s in sim.streams] == [(2, True)]
