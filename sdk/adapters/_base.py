@@ -16,6 +16,27 @@ def is_given(value: object) -> bool:
     return type(value).__name__ not in ("Omit", "NotGiven")
 
 
+def given_params(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The caller's keyword arguments without the "not given" sentinels."""
+    return {key: value for key, value in kwargs.items() if is_given(value)}
+
+
+def pop_list(params: dict[str, Any], key: str, where: str, required: bool = False) -> list[Any]:
+    """Remove `params[key]` and return it as a list; a clear `TypeError` for anything else."""
+    value = params.pop(key, None if required else [])
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(f"{where}: {key} must be a list, got {type(value).__name__}")
+    return list(value)
+
+
+def count_leading_system(items: list[Any]) -> int:
+    """How many leading items are system/developer messages (the system tier of OpenAI APIs)."""
+    count = 0
+    while count < len(items) and isinstance(items[count], dict) and items[count].get("role") in ("system", "developer"):
+        count += 1
+    return count
+
+
 def map_text(content: Any, transform: Callable[[str], str]) -> Any:
     """Return `content` with every text leaf transformed; other shapes (images, audio) are kept as is."""
     if isinstance(content, str):

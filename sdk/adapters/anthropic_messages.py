@@ -16,7 +16,7 @@ from anthropic.types import (
 )
 from anthropic.types.raw_message_delta_event import Delta
 
-from sdk.adapters._base import Adapter, StreamState, first_stop, is_given, timings_of
+from sdk.adapters._base import Adapter, StreamState, first_stop, given_params, pop_list, timings_of
 from sdk.call import Api, Call, Provider, Usage
 
 
@@ -41,10 +41,8 @@ class MessagesAdapter(Adapter):
     breakpoint_key = "cache_control"
 
     def to_call(self, kwargs: dict[str, Any], provider: Provider) -> Call:
-        params = {key: value for key, value in kwargs.items() if is_given(value)}
-        messages = params.pop("messages", None)
-        if not isinstance(messages, (list, tuple)):
-            raise TypeError(f"messages.create: messages must be a list of messages, got {type(messages).__name__}")
+        params = given_params(kwargs)
+        messages = pop_list(params, "messages", "messages.create", required=True)
         system = params.pop("system", None)
         if isinstance(system, str):
             system_blocks: list[Any] = [{"type": "text", "text": system}] if system else []
@@ -54,16 +52,13 @@ class MessagesAdapter(Adapter):
             system_blocks = []
         else:
             raise TypeError(f"messages.create: system must be a string or a list of text blocks, got {type(system).__name__}")
-        tools = params.pop("tools", [])
-        if not isinstance(tools, (list, tuple)):
-            raise TypeError(f"messages.create: tools must be a list, got {type(tools).__name__}")
         return Call(
             api=self.api,
             provider=provider,
             model=str(params.get("model", "")),
-            tools=list(tools),
+            tools=pop_list(params, "tools", "messages.create"),
             system=system_blocks,
-            messages=list(messages),
+            messages=messages,
             params=params,
             system_was_string=isinstance(system, str),
         )

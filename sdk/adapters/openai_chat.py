@@ -7,11 +7,8 @@ from typing import Any
 from openai.types.chat import ChatCompletionChunk
 from openai.types.chat.chat_completion_chunk import Choice, ChoiceDelta
 
-from sdk.adapters._base import Adapter, StreamState, first_stop, is_given, timings_of
+from sdk.adapters._base import Adapter, StreamState, count_leading_system, first_stop, given_params, pop_list, timings_of
 from sdk.call import Api, Call, Provider, Usage
-
-_SYSTEM_ROLES = ("system", "developer")
-
 
 def _cached(details: Any, name: str) -> int:
     return int(getattr(details, name, None) or 0) if details is not None else 0
@@ -43,22 +40,14 @@ class ChatAdapter(Adapter):
     breakpoint_key = "prompt_cache_breakpoint"
 
     def to_call(self, kwargs: dict[str, Any], provider: Provider) -> Call:
-        params = {key: value for key, value in kwargs.items() if is_given(value)}
-        messages = params.pop("messages", None)
-        if not isinstance(messages, (list, tuple)):
-            raise TypeError(f"chat.completions.create: messages must be a list of messages, got {type(messages).__name__}")
-        messages = list(messages)
-        split = 0
-        while split < len(messages) and isinstance(messages[split], dict) and messages[split].get("role") in _SYSTEM_ROLES:
-            split += 1
-        tools = params.pop("tools", [])
-        if not isinstance(tools, (list, tuple)):
-            raise TypeError(f"chat.completions.create: tools must be a list, got {type(tools).__name__}")
+        params = given_params(kwargs)
+        messages = pop_list(params, "messages", "chat.completions.create", required=True)
+        split = count_leading_system(messages)
         return Call(
             api=self.api,
             provider=provider,
             model=str(params.get("model", "")),
-            tools=list(tools),
+            tools=pop_list(params, "tools", "chat.completions.create"),
             system=messages[:split],
             messages=messages[split:],
             params=params,

@@ -18,10 +18,9 @@ from openai.types.responses import (
 )
 from openai.types.responses.response import IncompleteDetails
 
-from sdk.adapters._base import Adapter, StreamState, first_stop, is_given, timings_of
+from sdk.adapters._base import Adapter, StreamState, count_leading_system, first_stop, given_params, pop_list, timings_of
 from sdk.call import Api, Call, Provider, Usage
 
-_SYSTEM_ROLES = ("system", "developer")
 _FINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")
 _INSTRUCTIONS = "instructions"
 
@@ -49,7 +48,7 @@ class ResponsesAdapter(Adapter):
     breakpoint_key = "prompt_cache_breakpoint"
 
     def to_call(self, kwargs: dict[str, Any], provider: Provider) -> Call:
-        params = {key: value for key, value in kwargs.items() if is_given(value)}
+        params = given_params(kwargs)
         raw_input = params.pop("input", [])
         if isinstance(raw_input, str):
             items: list[Any] = [{"role": "user", "content": raw_input}]
@@ -57,23 +56,18 @@ class ResponsesAdapter(Adapter):
             items = list(raw_input)
         else:
             raise TypeError(f"responses.create: input must be a string or a list of items, got {type(raw_input).__name__}")
-        split = 0
-        while split < len(items) and isinstance(items[split], dict) and items[split].get("role") in _SYSTEM_ROLES:
-            split += 1
+        split = count_leading_system(items)
         system = items[:split]
         instructions = params.pop(_INSTRUCTIONS, None)
         if isinstance(instructions, str):
             system.insert(0, {"role": _INSTRUCTIONS, "content": instructions})
         elif instructions is not None:
             params[_INSTRUCTIONS] = instructions
-        tools = params.pop("tools", [])
-        if not isinstance(tools, (list, tuple)):
-            raise TypeError(f"responses.create: tools must be a list, got {type(tools).__name__}")
         return Call(
             api=self.api,
             provider=provider,
             model=str(params.get("model", "")),
-            tools=list(tools),
+            tools=pop_list(params, "tools", "responses.create"),
             system=system,
             messages=items[split:],
             params=params,
