@@ -1,0 +1,73 @@
+"""The price table: lookup of dated model names, policy overrides, the cost formula."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+import pytest
+
+from sdk.call import Usage
+from sdk.telemetry.pricing import Price, PriceTable, cost_of
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        ("gpt-4o", "gpt-4o"),
+        ("gpt-4o-2024-08-06", "gpt-4o"),
+        ("gpt-4o-mini-2024-07-18", "gpt-4o-mini"),
+        ("claude-sonnet-4-5-20250929", "claude-sonnet-4-5"),
+        ("claude-sonnet-4-20250514", "claude-sonnet-4"),
+        ("claude-opus-4-5-20251101", "claude-opus-4-5"),
+        ("claude-3-7-sonnet-latest", "claude-3-7-sonnet"),
+        ("gpt-5.2", None),
+        ("gpt-4o.1", None),
+        ("my-local-model", None),
+        ("", None),
+    ],
+)
+def test_a_model_is_priced_by_its_exact_name_or_the_longest_base_name_it_extends(model: str, expected: str | None) -> None:
+    table = PriceTable.load()
+    assert table.lookup(model) == (table.prices[expected] if expected else None)
+
+
+def test_the_builtin_table_states_its_source_date_and_covers_both_providers() -> None:
+    raw = json.loads(resources.files("sdk.telemetry").joinpath("prices.json").read_text())
+    assert raw["source_date"] and raw["sources"] and raw["unit"] == "USD per million tokens"
+    assert PriceTable.load().source_date == raw["source_date"]
+    names = set(raw["models"])
+    assert any(name.startswith("gpt-") for name in names) and any(name.startswith("claude-") for name in names)
+
+
+def test_policy_prices_override_and_extend_the_builtin_table() -> None:
+    table = PriceTable.load({"gpt-4o": {"input": 1.0, "output": 2.0}, "local": {"input": 0.0, "output": 0.0}})
+    assert table.lookup("gpt-4o-2024-08-06") == Price(input=1.0, output=2.0, cached_input=1.0, cache_write=1.0)
+    assert table.lookup("local") == Price(0.0, 0.0, 0.0, 0.0)
+    assert table.lookup("gpt-4o-mini") == PriceTable.load().lookup("gpt-4o-mini")
+
+
+@pytest.mark.parametrize(
+    ("rates", "message"),
+    [
+        ({"input": 1.0}, "needs 'input' and 'output'"),
+        ({"input": 1.0, "output": 2.0, "batch": 0.5}, "needs 'input' and 'output'"),
+        ({"input": -1.0, "output": 2.0}, "Price.input must be a finite number"),
+        ({"input": 1.0, "output": float("nan")}, "Price.output must be a finite number"),
+        ({"input": "1", "output": 2.0}, "Price.input must be a finite number"),
+    ],
+)
+def test_an_invalid_price_override_is_refused_with_the_field_and_value(rates: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        PriceTable.load({"m": rates})
+
+
+def test_cost_prices_uncached_cached_written_and_output_tokens_at_their_own_rates() -> None:
+    price = Price(input=2.0, output=8.0, cached_input=0.5, cache_write=2.5)
+    cost = cost_of(Usage(input_tokens=10_000, output_tokens=1_000, cache_read_tokens=6_000, cache_write_tokens=3_000), price)
+    assert cost.input_usd == pytest.approx(1_000 * 2.0 / 1e6)
+    assert cost.cached_input_usd == pytest.approx(6_000 * 0.5 / 1e6)
+    assert cost.cache_write_usd == pytest.approx(3_000 * 2.5 / 1e6)
+    assert cost.output_usd == pytest.approx(1_000 * 8.0 / 1e6)
+    assert cost.total_usd == pytest.approx((2_000 + 3_000 + 7_500 + 8_000) / 1e6)
+    assert cost.saved_usd == pytest.approx(6_000 * 1.5 / 1e6)
