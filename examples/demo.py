@@ -1,0 +1,204 @@
+"""`make demo`: why stable prefixes, short answers and decode guards matter, measured on the bundled model.
+
+Starts the local backend on a free loopback port, points real `openai` and `anthropic` clients at
+it, and prints, with numbers from this run: (a) cache hits with and without `sdk.wrap` when the
+system prompt starts with a request ID and a timestamp, (b) tokens decoded on a looping prompt
+with and without the guards, (c) a per-call table read from the OpenTelemetry spans, and (d) OTLP
+export when OTEL_EXPORTER_OTLP_ENDPOINT is set.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anthropic
+import openai
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import sdk
+from examples.local_server import local_server
+from sdk.telemetry import semconv as sc
+
+MODEL = "default"
+SYSTEM_PROMPT = (
+    "You are kvwise's helper. You answer questions about LLM inference in one or two short sentences. "
+    "Prefill is one forward pass over the whole prompt and sets the time to first token. "
+    "Decode produces one token at a time and sets the stream speed. "
+    "The KV cache stores keys and values for every prompt token so decode does not redo the prompt. "
+    "Identical prompt prefixes can reuse the cached keys and values. "
+) * 6
+QUESTIONS = ("What is prefill?", "What is decode?", "What is the KV cache?")
+LOOP_PROMPT = "Say it again and again."
+UNGUARDED_MAX_TOKENS = 256
+DEMO_PRICES = {MODEL: {"input": 0.15, "cached_input": 0.015, "cache_write": 0.15, "output": 0.60}}
+"""As if the bundled model were priced like a small hosted one (USD per million tokens)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """One streamed call as the caller saw it."""
+
+    ttft_ms: float
+    cached_tokens: int
+    output_tokens: int
+    finish: str
+
+
+def _volatile_system() -> str:
+    stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return f"Request ID: {uuid.uuid4()}\nTimestamp: {stamp}\n{SYSTEM_PROMPT}"
+
+
+def stream_chat(client: Any, messages: list[dict[str, Any]], **params: Any) -> Measured:
+    """Stream one chat call; time to the first content chunk, cached and output tokens from usage."""
+    started = time.perf_counter()
+    ttft = None
+    finish = ""
+    usage = None
+    pieces = 0
+    stream = client.chat.completions.create(
+        model=MODEL, messages=messages, stream=True, stream_options={"include_usage": True}, **params
+    )
+    for chunk in stream:
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            if choice.delta.content:
+                pieces += 1
+                ttft = ttft if ttft is not None else (time.perf_counter() - started) * 1000
+            finish = choice.finish_reason or finish
+    cached = (usage.prompt_tokens_details.cached_tokens or 0) if usage and usage.prompt_tokens_details else 0
+    output = usage.completion_tokens if usage is not None else pieces
+    return Measured(ttft_ms=ttft or 0.0, cached_tokens=cached, output_tokens=output, finish=finish)
+
+
+def cache_section(raw: Any, wrapped: Any, out: Callable[[str], None]) -> list[tuple[Measured, Measured]]:
+    """(a) The same questions with a request ID and timestamp at the front of the system prompt."""
+    out("\n(a) Prefix cache: a ~%d-token system prompt that starts with a request ID and a timestamp" % (len(SYSTEM_PROMPT) // 4))
+    out(f"    {'call':<6}{'unwrapped TTFT ms':>19}{'cached':>8}   {'sdk.wrap TTFT ms':>17}{'cached':>8}")
+    rows = []
+    for index, question in enumerate(QUESTIONS, start=1):
+        messages = lambda: [{"role": "system", "content": _volatile_system()}, {"role": "user", "content": question}]  # noqa: E731
+        plain = stream_chat(raw, messages(), max_tokens=32)
+        guarded = stream_chat(wrapped, messages(), max_tokens=32)
+        rows.append((plain, guarded))
+        out(f"    {index:<6}{plain.ttft_ms:>19.1f}{plain.cached_tokens:>8}   {guarded.ttft_ms:>17.1f}{guarded.cached_tokens:>8}")
+    return rows
+
+
+def loop_section(raw_openai: Any, openai_wrapped: Any, raw_anthropic: Any, anthropic_wrapped: Any, out: Callable[[str], None]) -> dict[str, tuple[int, int]]:
+    """(b) A prompt the tiny model loops on: tokens decoded without guards and with them."""
+    out(f"\n(b) Runaway decode: {LOOP_PROMPT!r} (cap {UNGUARDED_MAX_TOKENS} tokens without guards)")
+    messages = [{"role": "user", "content": LOOP_PROMPT}]
+    plain = stream_chat(raw_openai, messages, max_tokens=UNGUARDED_MAX_TOKENS)
+    guarded = stream_chat(openai_wrapped, messages, max_tokens=UNGUARDED_MAX_TOKENS)
+    results = {"openai chat": (plain.output_tokens, guarded.output_tokens)}
+    plain_a = _anthropic_tokens(raw_anthropic, messages)
+    guarded_a = _anthropic_tokens(anthropic_wrapped, messages)
+    results["anthropic messages"] = (plain_a, guarded_a)
+    out(f"    {'client':<22}{'no guards':>10}{'sdk.wrap':>10}   finish with sdk.wrap")
+    out(f"    {'openai chat':<22}{plain.output_tokens:>10}{guarded.output_tokens:>10}   {guarded.finish}")
+    out(f"    {'anthropic messages':<22}{plain_a:>10}{guarded_a:>10}   max_tokens (loop guard)")
+    return results
+
+
+def _anthropic_tokens(client: Any, messages: list[dict[str, Any]]) -> int:
+    with client.messages.stream(model=MODEL, max_tokens=UNGUARDED_MAX_TOKENS, messages=messages) as stream:
+        for _ in stream.text_stream:
+            pass
+        return stream.get_final_message().usage.output_tokens
+
+
+def span_section(exporter: InMemorySpanExporter, out: Callable[[str], None]) -> list[dict[str, Any]]:
+    """(c) What the OpenTelemetry spans recorded for every wrapped call."""
+    out("\n(c) Per call, from the OpenTelemetry spans of the wrapped clients")
+    out(f"    {'span':<16}{'input':>7}{'cached':>8}{'output':>8}{'prefill ms':>12}{'decode ms':>11}{'cost $':>11}  guard")
+    rows = []
+    spans = [span for span in exporter.get_finished_spans() if span.parent is None]
+    children = {}
+    for span in exporter.get_finished_spans():
+        if span.parent is not None:
+            children.setdefault(span.parent.span_id, {})[span.name] = (span.end_time - span.start_time) / 1e6
+    for span in sorted(spans, key=lambda s: s.start_time):
+        attributes = dict(span.attributes or {})
+        phases = children.get(span.context.span_id, {})
+        row = {
+            "name": span.name,
+            "input": attributes.get(sc.GEN_AI_USAGE_INPUT_TOKENS, 0),
+            "cached": attributes.get(sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, 0),
+            "output": attributes.get(sc.GEN_AI_USAGE_OUTPUT_TOKENS, 0),
+            "prefill_ms": phases.get("prefill", 0.0),
+            "decode_ms": phases.get("decode", 0.0),
+            "cost": attributes.get(sc.KVWISE_COST_USD, 0.0),
+            "guard": attributes.get(sc.KVWISE_GUARD_TRIPPED, ""),
+        }
+        rows.append(row)
+        out(
+            f"    {row['name']:<16}{row['input']:>7}{row['cached']:>8}{row['output']:>8}"
+            f"{row['prefill_ms']:>12.1f}{row['decode_ms']:>11.1f}{row['cost']:>11.7f}  {row['guard']}"
+        )
+    return rows
+
+
+def tracer_provider(exporter: InMemorySpanExporter) -> TracerProvider:
+    """A provider that keeps spans in memory, and also exports by OTLP when the standard variable is set."""
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    return provider
+
+
+def run_demo(base_url: str, out: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the three sections against a running local backend at `base_url`; return what was measured."""
+    exporter = InMemorySpanExporter()
+    provider = tracer_provider(exporter)
+    policy = sdk.Policy(max_output_tokens=UNGUARDED_MAX_TOKENS, prices=DEMO_PRICES)
+    raw_openai = openai.OpenAI(base_url=f"{base_url}/v1", api_key="local")
+    raw_anthropic = anthropic.Anthropic(base_url=base_url, api_key="local")
+    openai_wrapped = sdk.wrap(raw_openai, policy, tracer_provider=provider)
+    anthropic_wrapped = sdk.wrap(raw_anthropic, policy, tracer_provider=provider)
+    cache = cache_section(raw_openai, openai_wrapped, out)
+    loops = loop_section(raw_openai, openai_wrapped, raw_anthropic, anthropic_wrapped, out)
+    spans = span_section(exporter, out)
+    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+        provider.force_flush()
+        out(f"\n(d) The same traces were exported by OTLP to {os.environ['OTEL_EXPORTER_OTLP_ENDPOINT']}")
+    else:
+        out("\n(d) Set OTEL_EXPORTER_OTLP_ENDPOINT to export the same traces to any OTLP backend")
+    provider.shutdown()
+    return {"cache": cache, "loops": loops, "spans": spans}
+
+
+def main() -> int:
+    print("kvwise demo: the bundled model, served locally on CPU, called through the real openai and anthropic clients")
+    started = time.monotonic()
+    dots = 0
+
+    def progress(elapsed: float) -> None:
+        nonlocal dots
+        if int(elapsed) > dots:
+            dots = int(elapsed)
+            print(f"\rloading the model and starting the server ... {dots} s", end="", flush=True)
+
+    with local_server(on_wait=progress) as base_url:
+        print(f"\rserver ready at {base_url} after {time.monotonic() - started:.1f} s" + " " * 20)
+        run_demo(base_url)
+    print(f"\ndone in {time.monotonic() - started:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
