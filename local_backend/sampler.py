@@ -109,7 +109,7 @@ def filter_logits(
     kth = ordered.gather(1, (top_k - 1).clamp(max=logits.shape[-1] - 1)[:, None])
     drop = ordered < kth
     probs = ordered.masked_fill(drop, -math.inf).softmax(dim=-1)
-    drop |= (probs.cumsum(dim=-1) - probs > top_p[:, None]) & (top_p[:, None] < 1)
+    drop |= (probs.cumsum(dim=-1) - probs >= top_p[:, None]) & (top_p[:, None] < 1)
     drop |= probs < min_p[:, None] * probs[:, :1]
     drop[:, 0] = False
     return logits.masked_fill(torch.zeros_like(drop).scatter_(1, order, drop), -math.inf)

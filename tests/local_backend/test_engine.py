@@ -6,6 +6,7 @@ import random
 from pathlib import Path
 
 import pytest
+import torch
 
 import local_backend
 from local_backend import Engine, SamplingParams
@@ -155,3 +156,35 @@ def test_default_model_resolves_to_the_bundled_directory():
         pytest.skip("the bundled checkpoint is present")
     with pytest.raises(FileNotFoundError, match="models/default"):
         Engine.from_pretrained("default", device="cpu")
+
+
+def _make_looping(engine: Engine) -> None:
+    """Rewire the model so greedy decoding cycles t → t+1 → t+2 → t inside each group of three ids.
+
+    With attention and MLP outputs zeroed every layer is the identity, so the logits are
+    lm_head · h_t where h_t is the normed embedding of the current token; lm_head row s = h_{g(s)}
+    with g the inverse cycle makes |h_t|² (the largest dot product) land on the next id of the cycle.
+    """
+    model = engine.runner.model
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        h = model.model.norm(model.model.embed_tokens.weight)
+        ids = torch.arange(h.shape[0])
+        inverse = (3 * (ids // 3) + (ids + 2) % 3).clamp(max=h.shape[0] - 1)
+        model.lm_head.weight.copy_(h[inverse] * 3 / h.pow(2).sum(-1).mean())
+
+
+@pytest.mark.parametrize(
+    "penalty",
+    [{"repetition_penalty": 3.0}, {"frequency_penalty": 0.5}, {"presence_penalty": 2.0}, {"dry_multiplier": 1.0}],
+)
+def test_penalties_break_the_loop_of_a_looping_model(make_engine, penalty):
+    engine = make_engine()
+    _make_looping(engine)
+    plain = SamplingParams(max_tokens=30, temperature=0, ignore_eos=True)
+    [looping] = engine.generate([[30]], plain)
+    assert looping.token_ids[:6] == (31, 32, 30, 31, 32, 30) and len(set(looping.token_ids)) == 3
+    [penalised] = engine.generate([[30]], SamplingParams(max_tokens=30, temperature=0, ignore_eos=True, **penalty))
+    assert len(set(penalised.token_ids)) > 3

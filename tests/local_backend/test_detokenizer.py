@@ -1,0 +1,65 @@
+"""Incremental text and stop strings: a stop string is cut, never streamed in part."""
+
+from __future__ import annotations
+
+from local_backend.detokenizer import Detokenizer
+
+
+class CharTokenizer:
+    """One character per token id (id = code point); enough to drive the detokenizer."""
+
+    def decode(self, ids):
+        return "".join(chr(i) for i in ids)
+
+
+def _feed(text: str, stop: tuple[str, ...]) -> tuple[list[str], Detokenizer]:
+    detok = Detokenizer(CharTokenizer(), [ord(">")], stop)
+    deltas = []
+    for ch in text:
+        stopped = detok.add(ord(ch))
+        deltas.append(detok.take_delta(final=stopped))
+        if stopped:
+            break
+    return deltas, detok
+
+
+def test_text_accumulates_token_by_token_without_stops():
+    deltas, detok = _feed("hello", ())
+    assert deltas == ["h", "e", "l", "l", "o"] and detok.text == "hello"
+
+
+def test_a_stop_string_ends_the_text_before_it():
+    deltas, detok = _feed("say END now", ("END",))
+    assert detok.stopped and detok.text == "say "
+    assert "".join(deltas) == "say "
+
+
+def test_a_possible_stop_prefix_is_held_back_then_released_when_it_diverges():
+    deltas, detok = _feed("aENx", ("END",))
+    assert deltas == ["a", "", "", "ENx"]
+    assert not detok.stopped
+
+
+def test_the_earliest_of_several_stop_strings_wins():
+    _, detok = _feed("abcXYZ", ("XYZ", "cX"))
+    assert detok.text == "ab"
+
+
+def test_final_take_releases_held_back_text_when_generation_ends_otherwise():
+    detok = Detokenizer(CharTokenizer(), [], ("END",))
+    detok.add(ord("E"))
+    assert detok.take_delta(final=False) == ""
+    assert detok.take_delta(final=True) == "E"
+
+
+def test_incomplete_characters_wait_for_the_next_token():
+    class Bytes(CharTokenizer):
+        def decode(self, ids):
+            return bytes(ids).decode("utf-8", errors="replace")
+
+    detok = Detokenizer(Bytes(), [], ())
+    first, second = "é".encode()
+    detok.add(first)
+    assert detok.take_delta(final=False) == ""
+    detok.add(second)
+    assert detok.take_delta(final=False) == "é"

@@ -1,0 +1,110 @@
+"""Step planning: continuous batching, chunked prefill under a token budget, preemption."""
+
+from __future__ import annotations
+
+from local_backend.block_manager import BlockManager
+from local_backend.sampling_params import SamplingParams
+from local_backend.scheduler import Scheduler
+from local_backend.sequence import Sequence, Status
+
+
+def _scheduler(num_blocks: int = 16, block_size: int = 4, max_num_seqs: int = 8, budget: int = 64) -> Scheduler:
+    return Scheduler(BlockManager(num_blocks, block_size), max_num_seqs, budget)
+
+
+def _seq(name: str, length: int) -> Sequence:
+    """Distinct tokens per name, so no prefix is shared by accident."""
+    return Sequence(name, [ord(name) * 100 + i for i in range(length)], SamplingParams())
+
+
+def _step(scheduler: Scheduler, next_token: int = 7) -> dict[str, int]:
+    """Plan a step, pretend to run it, append a token to each sequence that sampled."""
+    batch = scheduler.schedule()
+    for seq in scheduler.update(batch):
+        seq.token_ids.append(next_token)
+    return {seq.request_id: n for seq, n in zip(batch.seqs, batch.num_new_tokens)}
+
+
+def test_waiting_prompts_are_admitted_and_prefilled_in_one_step():
+    s = _scheduler()
+    s.add(_seq("a", 5))
+    s.add(_seq("b", 3))
+    assert _step(s) == {"a": 5, "b": 3}
+    assert [q.request_id for q in s.running] == ["a", "b"]
+
+
+def test_running_sequences_decode_one_token_per_step():
+    s = _scheduler()
+    s.add(_seq("a", 5))
+    _step(s)
+    assert _step(s) == {"a": 1}
+
+
+def test_a_new_request_joins_between_decode_steps():
+    s = _scheduler()
+    s.add(_seq("a", 5))
+    _step(s)
+    s.add(_seq("b", 6))
+    assert _step(s) == {"a": 1, "b": 6}
+
+
+def test_a_long_prompt_is_prefilled_in_chunks_within_the_token_budget():
+    s = _scheduler(budget=4)
+    s.add(_seq("a", 10))
+    assert _step(s) == {"a": 4}
+    assert _step(s) == {"a": 4}
+    seq = s.running[0]
+    assert len(seq) == 10  # nothing sampled before the prompt is done
+    assert _step(s) == {"a": 2}
+    assert len(seq) == 11
+
+
+def test_decodes_are_served_before_new_prefills_take_the_rest_of_the_budget():
+    s = _scheduler(budget=6)
+    s.add(_seq("a", 3))
+    _step(s)
+    s.add(_seq("b", 20))
+    assert _step(s) == {"a": 1, "b": 5}
+
+
+def test_max_num_seqs_caps_the_running_set():
+    s = _scheduler(max_num_seqs=2)
+    for name in "abc":
+        s.add(_seq(name, 2))
+    assert set(_step(s)) == {"a", "b"}
+    assert [q.request_id for q in s.waiting] == ["c"]
+
+
+def test_the_newest_sequence_is_preempted_when_blocks_run_out_and_recomputed_later():
+    s = _scheduler(num_blocks=4, block_size=2)
+    s.add(_seq("a", 4))
+    s.add(_seq("b", 4))
+    _step(s)  # a and b hold 2 blocks each; both sampled a 5th token
+    plan = _step(s)  # a needs a third block: b is preempted to give it one
+    assert plan == {"a": 1}
+    assert s.num_preemptions == 1
+    b = s.waiting[0]
+    assert (b.request_id, b.status, b.num_computed_tokens, b.block_table) == ("b", Status.WAITING, 0, [])
+    assert len(b) == 5  # its sampled token is kept and recomputed
+
+
+def test_a_prompt_sharing_computed_blocks_skips_them():
+    s = _scheduler()
+    s.add(Sequence("a", list(range(9)), SamplingParams()))
+    _step(s)
+    s.add(Sequence("b", list(range(8)) + [42, 43], SamplingParams()))
+    assert _step(s) == {"a": 1, "b": 2}
+    assert s.running[1].num_cached_tokens == 8
+
+
+def test_finish_releases_the_blocks_of_running_and_forgets_waiting_sequences():
+    s = _scheduler(max_num_seqs=1)
+    s.add(_seq("a", 3))
+    s.add(_seq("b", 3))
+    _step(s)
+    a, b = s.running[0], s.waiting[0]
+    s.finish(a)
+    s.finish(b)
+    assert not s.has_unfinished()
+    assert s.block_manager.num_used == 0
+    assert a.status is b.status is Status.FINISHED
