@@ -78,7 +78,7 @@ class ChatEncoder:
 
     def complete(self) -> dict[str, Any]:
         decoded = self._outcome.decoded
-        message = {"role": "assistant", "content": decoded.text, "refusal": None, "annotations": []}
+        message: dict[str, Any] = {"role": "assistant", "content": decoded.text, "refusal": None, "annotations": []}
         choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": _FINISH[decoded.finish]}
         return {**self._envelope("chat.completion"), "choices": [choice], "usage": chat_usage(self._outcome)}
 

@@ -2,9 +2,9 @@
 
 Both paths share the timing rules (`Timing`): `first_token_delay` passes before anything of the body
 (for SSE, after the headers and before the first event); `token_delay` passes between content
-tokens; a scripted stall adds to one of those pauses. While
-waiting, and before each token, the client's socket is polled, so a client that hangs up stops the
-"decode" at once; `StreamRecord` tells how far it got.
+tokens; a scripted stall adds to one of those pauses. While waiting, and before each token, the
+client's socket is polled, so a client that hangs up stops the "decode" at once; `StreamRecord`
+tells how far it got.
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ def send_whole(exchange: Exchange, encoder: Encoder, headers: Mapping[str, str],
     """The JSON answer; under a cut, only its first half (framing per `cut.mode`)."""
     if exchange.hung_up(timing.before(0)):
         return
-    payload = json.dumps(encoder.complete(), separators=(",", ":")).encode()
     if cut is None:
-        exchange.send(200, payload, {"Content-Type": "application/json", **headers})
+        exchange.send_json(200, encoder.complete(), headers)
         return
+    payload = json.dumps(encoder.complete(), separators=(",", ":")).encode()
     half = payload[: len(payload) // 2]
     declared = len(half) if cut.mode is CutMode.END else len(payload)
     if exchange.send(200, half, {"Content-Type": "application/json", **headers}, declared_length=declared):

@@ -64,10 +64,10 @@ class Exchange:
     def start_stream(self, headers: Mapping[str, str]) -> bool:
         """Send the headers of a 200 `text/event-stream` answer with chunked transfer encoding."""
         handler = self._handler
+        sse = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
         try:
             handler.send_response(200)
-            for name, value in {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache",
-                                **headers, "Transfer-Encoding": "chunked"}.items():
+            for name, value in {**sse, **headers, "Transfer-Encoding": "chunked"}.items():
                 handler.send_header(name, value)
             handler.end_headers()
         except _GONE:
@@ -111,12 +111,15 @@ class Exchange:
         """Close the connection now, without a word more: FIN, or RST when `reset`."""
         handler = self._handler
         handler.close_connection = True
-        if reset:
-            self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            handler.rfile.close()  # drops the makefile reference, so close() below really closes
-            self._socket.close()
-        else:
-            self._socket.shutdown(socket.SHUT_RDWR)
+        try:
+            if reset:
+                self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                handler.rfile.close()  # drops the makefile reference, so close() below really closes
+                self._socket.close()
+            else:
+                self._socket.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # the client left first
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -237,5 +237,7 @@ def _models_list(flavour: Flavour) -> dict[str, Any]:
         data = [{"type": "model", "id": model, "display_name": model, "created_at": "2025-01-01T00:00:00Z"}
                 for model in DEFAULT_MODELS]
         return {"data": data, "has_more": False, "first_id": data[0]["id"], "last_id": data[-1]["id"]}
-    data = [{"id": model, "object": "model", "created": now(), "owned_by": "simulator"} for model in DEFAULT_MODELS]
-    return {"object": "list", "data": data}
+    listed: list[dict[str, Any]] = [
+        {"id": model, "object": "model", "created": now(), "owned_by": "simulator"} for model in DEFAULT_MODELS
+    ]
+    return {"object": "list", "data": listed}
