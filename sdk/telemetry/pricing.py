@@ -6,14 +6,16 @@
 
 The built-in table is data (`prices.json`, with its source date); `Policy.prices` overrides it
 entry by entry. A model is found by its exact name, else by the longest table name it extends with a
-`-suffix` (a date snapshot or `-latest`): `claude-sonnet-4-5-20250929` is priced as
-`claude-sonnet-4-5`, while an unknown `gpt-5.2` gets no price rather than a wrong one.
+dated-snapshot or `-latest` suffix: `claude-sonnet-4-5-20250929` and `gpt-4o-2024-08-06` are priced
+as their base model, while an unknown variant (`gpt-5.1-codex`, `gpt-6-sol`) gets no price rather
+than a wrong one.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -26,7 +28,8 @@ TOKENS_PER_PRICE_UNIT = 1_000_000
 """Prices are quoted per million tokens."""
 
 _PRICE_FILE = "prices.json"
-_SUFFIX_SEPARATOR = "-"
+_SNAPSHOT_SUFFIX = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{8}|(chat-)?latest)")
+"""What may follow a table name in a model name priced as that entry: a date or a `latest` alias."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +141,7 @@ class PriceTable:
         price = self.prices.get(model)
         if price is None:
             for name in self._by_length:
-                if model.startswith(name) and model[len(name) : len(name) + 1] == _SUFFIX_SEPARATOR:
+                if model.startswith(name) and _SNAPSHOT_SUFFIX.fullmatch(model, len(name)):
                     price = self.prices[name]
                     break
         self._resolved[model] = price
