@@ -113,8 +113,9 @@ class MessagesEncoder:
 
     def closing(self) -> list[SseEvent]:
         decoded = self._outcome.decoded
-        usage = self._usage(self._outcome.output_tokens)
-        del usage["cache_creation"], usage["service_tier"]
+        # message_delta's usage (MessageDeltaUsage) is cumulative but has no cache_creation split or tier
+        full = self._usage(self._outcome.output_tokens)
+        usage = {key: value for key, value in full.items() if key not in ("cache_creation", "service_tier")}
         delta = {"stop_reason": _STOP_REASON[decoded.finish], "stop_sequence": decoded.stop_sequence}
         return [
             SseEvent.of({"type": "content_block_stop", "index": 0}, "content_block_stop"),
