@@ -9,10 +9,10 @@ RETRY_AFTER_CAP_SECONDS = 60.0  # a longer server Retry-After is ignored (backof
 
 # Loop guard
 LOOP_MIN_REPEATS = 4  # back-to-back occurrences of a period before the guard trips
-LOOP_MIN_SPAN_CHARS = 640  # span a one-character period ("====...") must reach; divided by the period's distinct characters
-LOOP_DIVERSE_UNIT_CHARS = 8  # distinct characters from which a period counts as fully diverse (the divisor's cap)
+LOOP_MIN_SPAN_CHARS = 640  # span a period without letters ("====", "0, ") must reach; divided by its distinct letters
+LOOP_DIVERSE_UNIT_LETTERS = 8  # distinct letters from which a period counts as prose-like (the divisor's cap)
 LOOP_MAX_PERIOD_CHARS = 256  # longest period looked for (a short paragraph)
-LOOP_WINDOW_CHARS = 1024  # recent text kept; must hold max(LOOP_MIN_REPEATS * LOOP_MAX_PERIOD_CHARS, LOOP_MIN_SPAN_CHARS)
+LOOP_WINDOW_CHARS = 1024  # recent text kept; at least max(MIN_REPEATS * MAX_PERIOD_CHARS, MIN_SPAN_CHARS)
 LOOP_PROBE_CHARS = 16  # length of the recent suffix searched for to find candidate periods
 LOOP_CHECK_EVERY_CHARS = 16  # new characters needed before the next check
 LOOP_MAX_CANDIDATES = 12  # candidate periods verified per check, nearest first (bounds the worst case)
@@ -21,4 +21,4 @@ LOOP_MAX_CANDIDATES = 12  # candidate periods verified per check, nearest first 
 VOLATILE_MIN_HEX_CHARS = 16  # a hex run this long (with digits and letters) is a nonce
 VOLATILE_MIN_BASE64_CHARS = 20  # a base64/base64url run this long (mixed case and digits) is a nonce
 VOLATILE_MAX_WORD_RUN = 5  # a nonce has no run of lowercase letters longer than this (identifiers have words)
-VOLATILE_MAX_ASCENDING_RUN = 4  # a nonce has no longer run of consecutive code points ("0123456789abcdef" is an alphabet)
+VOLATILE_MAX_ASCENDING_RUN = 4  # a nonce has no longer run of consecutive code points ("0123456789abcdef")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from sdk._constants import (
     LOOP_CHECK_EVERY_CHARS,
-    LOOP_DIVERSE_UNIT_CHARS,
+    LOOP_DIVERSE_UNIT_LETTERS,
     LOOP_MAX_CANDIDATES,
     LOOP_MAX_PERIOD_CHARS,
     LOOP_MIN_REPEATS,
@@ -46,14 +46,16 @@ class LoopDetector:
                 break  # close upstream, end the stream as truncated
 
     Rule. For a period `p` (1 <= p <= max_period_chars) let `L(p)` be the length of the longest
-    suffix of the text with period `p` (each character equals the one `p` later) and `d` the number
-    of distinct characters in the repeating unit. The detector trips when, for some `p`::
+    suffix of the text with period `p` (each character equals the one `p` later) and `a` the number
+    of distinct letters (any script) in the repeating unit. The detector trips when, for some `p`::
 
-        L(p) >= required(p) = max(min_repeats * p, ceil(min_span_chars / min(d, LOOP_DIVERSE_UNIT_CHARS)))
+        L(p) >= required(p) = max(min_repeats * p, ceil(min_span_chars / clamp(a, 1, DIVERSE)))
 
-    With the defaults (4, 640, 8): a sentence of 20 to 256 characters trips after 4 repeats; a unit
-    with few distinct characters needs a long span, so separators (`"=" * 80`, `|---|---|`) and
-    short arrays (`[0, 0, 0, 0]`) pass: "=" needs 640 characters, "|---" 320, "0, " 214, "the " 160.
+    where DIVERSE is `LOOP_DIVERSE_UNIT_LETTERS`. With the defaults (4, 640, 8): a sentence of 20
+    to 256 characters with 8 or more distinct letters trips after 4 repeats; a unit
+    with few distinct letters needs a long span, so separators (`"=" * 80`, `|---|---|`), short
+    arrays and rows of numbers (`[0, 0, 0, 0],`) pass: "=", "|---" and "0, " need 640 characters,
+    "ha " 320, "the " 214, "None,\n" 160.
 
     The check runs once at least `LOOP_CHECK_EVERY_CHARS` new characters arrived, so a loop is
     seen at most that many characters (plus one chunk) after it qualifies. Candidate periods are
@@ -61,11 +63,19 @@ class LoopDetector:
     be at least `p + LOOP_PROBE_CHARS` long, which every `required(p)` of the defaults is. A check
     tries at most `LOOP_MAX_CANDIDATES` of them, nearest first: a tail of one repeated character can
     recur at every offset of an earlier run, and a later check, with a more varied tail, finds the
-    longer period.
-    Memory is bounded by `window_chars` (plus one chunk).
+    longer period. Memory is bounded by `window_chars` (plus one chunk).
     """
 
-    __slots__ = ("_min_repeats", "_min_span", "_max_period", "_window", "_text", "_pending", "_pending_chars", "_tripped")
+    __slots__ = (
+        "_min_repeats",
+        "_min_span",
+        "_max_period",
+        "_window",
+        "_text",
+        "_pending",
+        "_pending_chars",
+        "_tripped",
+    )
 
     def __init__(
         self,
@@ -116,9 +126,9 @@ class LoopDetector:
         self._text = "" if self._tripped is not None else window
         return self._tripped
 
-    def _required(self, period: int, distinct: int) -> int:
-        """The run length at which a period with `distinct` characters trips."""
-        diverse = min(distinct, LOOP_DIVERSE_UNIT_CHARS)
+    def _required(self, period: int, letters: int) -> int:
+        """The run length at which a period with `letters` distinct letters trips."""
+        diverse = min(max(letters, 1), LOOP_DIVERSE_UNIT_LETTERS)
         return max(self._min_repeats * period, -(-self._min_span // diverse))
 
     def _find(self, text: str) -> Loop | None:
@@ -136,7 +146,7 @@ class LoopDetector:
             period = n - probe_len - start
             fails_at = min(self._min_repeats * period, n + 1)  # a length known not to have the period
             if fails_at <= n and _has_period(text, period, fails_at):
-                required = self._required(period, len(set(text[n - period :])))
+                required = self._required(period, _distinct_letters(text[n - period :]))
                 if required <= n and _has_period(text, period, required):
                     run = _periodic_suffix(text, period, required)
                     repeats = run // period
@@ -149,6 +159,11 @@ class LoopDetector:
                 run = _periodic_suffix(text, period, probe_len + period, below=fails_at)
                 end = min(end, n - run + probe_len - 1)
         return None
+
+
+def _distinct_letters(unit: str) -> int:
+    """How many distinct letters (any script) `unit` has."""
+    return sum(1 for char in set(unit) if char.isalpha())
 
 
 def _has_period(text: str, period: int, length: int) -> bool:
@@ -182,8 +197,9 @@ def _periodic_suffix(text: str, period: int, known: int, below: int | None = Non
 
 
 def _readable(unit: str) -> str:
-    """The rotation of `unit` that starts a word (`"the "` rather than `" the"`), else `unit`."""
-    for index in range(1, len(unit)):
-        if unit[index - 1].isspace() and not unit[index].isspace():
-            return unit[index:] + unit[:index]
+    """The rotation of `unit` that starts a line, else a word (`"the "`, not `" the"`), else `unit`."""
+    for breaks in ("\n", " \t\r\f\v"):
+        for index in range(len(unit)):  # unit[-1] precedes unit[0]: the unit is cyclic
+            if unit[index - 1] in breaks and not unit[index].isspace():
+                return unit[index:] + unit[:index]
     return unit

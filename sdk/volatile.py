@@ -74,7 +74,8 @@ _TIMESTAMPS = [
     rf"{_DAY}[ ]+{_MONTH}[ ]+\d{{1,2}}[ ]+{_TIME}(?:[ ]+[A-Z]{{2,5}})?[ ]+\d{{4}}",  # Sun Nov 29 08:55:21 UTC 2026
     rf"(?:{_DAY},?[ ]+)?\d{{1,2}}[ ]+{_MONTH}[ ]+\d{{4}},?[ ]+{_CLOCK}",  # Sun, 29 Nov 2026 08:55:21 +0000
     rf"(?:{_DAY},?[ ]+)?{_MONTH}[ ]+\d{{1,2}}(?:st|nd|rd|th)?,?[ ]+\d{{4}},?[ ]+{_CLOCK}",  # Nov 29, 2026 8:55 AM
-    rf"(?:\d{{1,2}}(?P<sep>[/.-])\d{{1,2}}(?P=sep)(?:\d{{4}}|\d\d)|\d{{4}}/\d{{1,2}}/\d{{1,2}}),?[ ]+{_CLOCK}",  # 29/11/2026 08:55
+    # 29/11/2026 08:55, 11/29/2026, 8:55 PM, 2026/11/29 08:55
+    rf"(?:\d{{1,2}}(?P<sep>[/.-])\d{{1,2}}(?P=sep)(?:\d{{4}}|\d\d)|\d{{4}}/\d{{1,2}}/\d{{1,2}}),?[ ]+{_CLOCK}",
 ]
 _HEX_CHARS = r"[0-9a-fA-F]"
 _UUID_BODY = rf"{_HEX_CHARS}{{8}}-(?:{_HEX_CHARS}{{4}}-){{3}}{_HEX_CHARS}{{12}}"
@@ -202,12 +203,13 @@ _TIGHT = ",.;:!?)]}"
 def cut_volatile(text: str) -> tuple[str, list[VolatileMatch]]:
     """`text` without its volatile bytes, and the matches removed, in order of position.
 
-    A labelled line goes whole, with its newline (a label after a sentence goes to the line's end). An inline token goes with any brackets it leaves
-    empty (they become part of the match's `text`), and the whitespace around the cut is tidied:
-    no double spaces, no space before `,` or `)`, no line left blank. Only whitespace is dropped, so
-    the result plus the matches' texts hold every other character of `text`. If a cut joins the
-    text around it into new volatile bytes (a date and a time that a UUID separated), those are cut
-    too, so the result is free of volatile bytes; such a match's `start:end` spans the earlier cut.
+    A labelled line goes whole, with its newline (a label after a sentence, to the line's end). An
+    inline token goes with any brackets it leaves empty (they become part of the match's `text`),
+    and the whitespace around the cut is tidied: no double spaces, no space before `,` or `)`, no
+    line left blank. Only whitespace is dropped, so the result plus the matches' texts hold every
+    other character of `text`. If a cut joins the text around it into new volatile bytes (a date
+    and a time that a UUID separated), those are cut too, so the result is free of volatile bytes
+    (cutting it again finds nothing); such a match's `start:end` spans the earlier cut.
     """
     chars = list(text)
     origin = list(range(len(text)))

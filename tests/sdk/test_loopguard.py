@@ -146,6 +146,13 @@ hahaha, ha ha ha, no no no no no, very very very very good.
 {"~" * 100}
 """
 
+MATRIX = f"""\
+identity = np.eye(4)
+zeros = np.array([
+{"    [0, 0, 0, 0, 0, 0, 0, 0],\n" * 8}])
+defaults = (None, None, None, None, None, None)
+"""
+
 REALISTIC = {
     "prose": PROSE,
     "numbered list": NUMBERED_LIST,
@@ -156,6 +163,7 @@ REALISTIC = {
     "json array": JSON_ARRAY,
     "poem with refrain": POEM,
     "separators and short arrays": SEPARATORS,
+    "matrix of zeros": MATRIX,
 }
 
 
@@ -207,15 +215,16 @@ def test_loop_guard_trips_within_a_few_periods_when_a_sentence_repeats(sentence:
 @pytest.mark.parametrize(
     ("loop_text", "unit", "max_chars"),
     [
-        ("the " * 200, "the ", 200),
-        ("ha " * 200, "ha ", 260),
-        ("0, " * 200, "0, ", 260),
+        ("the " * 200, "the ", 260),
+        ("ha " * 200, "ha ", 360),
+        ("0, " * 300, "0, ", 700),
+        ("[0, 0, 0, 0],\n" * 60, "[0, 0, 0, 0],\n", 700),
         ("=" * 1000, "=", 700),
         ("好的" * 300, "好的", 360),
         ("\n" * 1000, "\n", 700),
     ],
 )
-def test_short_periods_trip_only_after_a_long_span(loop_text: str, unit: str, max_chars: int) -> None:
+def test_periods_with_few_letters_trip_only_after_a_long_span(loop_text: str, unit: str, max_chars: int) -> None:
     head = "Sure, here it is: "
     tripped = feed_in_chunks(LoopDetector(), head + loop_text, seed=1)
     assert tripped is not None
@@ -284,12 +293,12 @@ def test_custom_settings_change_the_rule() -> None:
 @settings(max_examples=150, deadline=None)
 @given(
     unit=st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=0x2FF), min_size=20, max_size=200).filter(
-        lambda u: len(set(u)) >= 8
+        lambda u: sum(char.isalpha() for char in set(u)) >= 8
     ),
     head=st.text(max_size=300),
     seed=st.integers(0, 1000),
 )
-def test_any_diverse_unit_repeating_trips_within_five_periods_and_reports_a_real_loop(
+def test_any_unit_with_eight_letters_repeating_trips_within_five_periods_and_reports_a_real_loop(
     unit: str, head: str, seed: int
 ) -> None:
     tripped = feed_in_chunks(LoopDetector(), head + unit * 8, seed)
