@@ -146,10 +146,11 @@ hahaha, ha ha ha, no no no no no, very very very very good.
 {"~" * 100}
 """
 
+ZERO_ROW = "    [0, 0, 0, 0, 0, 0, 0, 0],\n"
 MATRIX = f"""\
 identity = np.eye(4)
 zeros = np.array([
-{"    [0, 0, 0, 0, 0, 0, 0, 0],\n" * 8}])
+{ZERO_ROW * 8}])
 defaults = (None, None, None, None, None, None)
 """
 
