@@ -47,6 +47,19 @@ def _error_classes() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseEx
     return tuple(connection), tuple(status)
 
 
+def connection_errors() -> tuple[type[BaseException], ...]:
+    """What a dropped connection raises while a stream is read.
+
+    openai wraps it in `APIConnectionError`; anthropic lets `httpx2`'s own errors through.
+    """
+    connection, _ = _error_classes()
+    try:
+        import httpx2
+    except ImportError:
+        return connection
+    return (*connection, httpx2.TransportError)
+
+
 def is_retryable(error: BaseException) -> bool:
     """Whether a failed attempt is worth another: transient network or server trouble only."""
     connection, status = _error_classes()

@@ -19,7 +19,11 @@ from sdk.call import Call
 from sdk.errors import StreamTruncated
 from sdk.loopguard import LoopDetector
 from sdk.policy import Policy
+from sdk.retry import connection_errors
 from sdk.telemetry import CallRecord
+
+
+CONNECTION_ERRORS = connection_errors()
 
 
 class StreamWatch:
@@ -33,9 +37,8 @@ class StreamWatch:
         self.stops = call.client_stops
         self._stop_tail = ""
         self.cap = next((call.params[p] for p in adapter.max_tokens_params if isinstance(call.params.get(p), int)), None)
-        self.delivered = 0
+        self.delivered = 0  # content chunks handed to the caller: after the first, never send again
         self.reopens_left = policy.retries
-        self._first_seen = False
         self._finalized = False
 
     def process(self, event: Any) -> tuple[list[Any], bool]:
@@ -43,9 +46,9 @@ class StreamWatch:
         text = self.adapter.read_event(event, self.state)
         if not text:
             return [event], False
-        if not self._first_seen:
-            self._first_seen = True
+        if not self.delivered:
             self.record.first_chunk()
+        self.delivered += 1
         self.record.chunk()
         if self.stops and (cut := self._cut_at_stop(event, text)) is not None:
             return cut, True
@@ -67,6 +70,17 @@ class StreamWatch:
         self.adapter.set_event_text(event, keep)
         head = [event] if keep else []
         return [*head, *self.adapter.cut_events(self.state, truncated=False)]
+
+    def may_reopen(self) -> bool:
+        """A stream that broke before its first content chunk is sent again, within the retries.
+
+        Only header events (role chunk, `message_start`, `response.created`) can have reached the
+        caller; the new stream repeats them, and every client's accumulator starts over on them.
+        """
+        if self.delivered or self.reopens_left <= 0:
+            return False
+        self.reopens_left -= 1
+        return True
 
     def truncated(self) -> StreamTruncated:
         return StreamTruncated(
@@ -116,20 +130,22 @@ def _guarded(upstream: Upstream, watch: StreamWatch, reopen: Callable[[], Any]) 
     error: BaseException | None = None
     try:
         while True:
-            for event in upstream.iterator:
-                out, cut = watch.process(event)
-                if cut:
-                    upstream.response.close()
-                for item in out:
-                    watch.delivered += 1
-                    yield item
-                if cut:
-                    return
-            if watch.state.finished:
+            broken: BaseException | None = None
+            try:
+                for event in upstream.iterator:
+                    out, cut = watch.process(event)
+                    if cut:
+                        upstream.response.close()
+                    for item in out:
+                        yield item
+                    if cut:
+                        return
+            except CONNECTION_ERRORS as exc:
+                broken = exc
+            if broken is None and watch.state.finished:
                 return
-            if watch.delivered or watch.reopens_left <= 0:
-                raise watch.truncated()
-            watch.reopens_left -= 1
+            if not watch.may_reopen():
+                raise watch.truncated() from broken
             upstream.replace(reopen())
     except GeneratorExit:  # the caller closed or dropped the stream: abandoned, not failed
         raise
@@ -152,20 +168,22 @@ async def _aguarded(upstream: Upstream, watch: StreamWatch, reopen: Callable[[],
     error: BaseException | None = None
     try:
         while True:
-            async for event in upstream.iterator:
-                out, cut = watch.process(event)
-                if cut:
-                    await upstream.response.aclose()
-                for item in out:
-                    watch.delivered += 1
-                    yield item
-                if cut:
-                    return
-            if watch.state.finished:
+            broken: BaseException | None = None
+            try:
+                async for event in upstream.iterator:
+                    out, cut = watch.process(event)
+                    if cut:
+                        await upstream.response.aclose()
+                    for item in out:
+                        yield item
+                    if cut:
+                        return
+            except CONNECTION_ERRORS as exc:
+                broken = exc
+            if broken is None and watch.state.finished:
                 return
-            if watch.delivered or watch.reopens_left <= 0:
-                raise watch.truncated()
-            watch.reopens_left -= 1
+            if not watch.may_reopen():
+                raise watch.truncated() from broken
             upstream.replace(await reopen())
     except GeneratorExit:  # the caller closed or dropped the stream: abandoned, not failed
         raise

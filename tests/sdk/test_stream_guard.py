@@ -42,6 +42,7 @@ async def test_anthropic_loop_is_cut_and_ends_with_stop_reason_max_tokens(simula
 
 def test_messages_stream_helper_sees_a_cut_loop_as_max_tokens(simulator):
     simulator.loop(LOOP_UNIT)
+    simulator.token_delay = DECODE_SECONDS_PER_TOKEN
     client = sdk.wrap(anthropic.Anthropic(base_url=simulator.anthropic_base_url, api_key="k", max_retries=0))
     with client.messages.stream(model="claude-opus-4-1", max_tokens=CAP, messages=USER) as stream:
         text = "".join(stream.text_stream)
@@ -101,3 +102,30 @@ async def test_an_anthropic_stream_cut_mid_way_raises_the_clients_connection_err
     stream = await resolve(wrapped.messages.create(model="claude-opus-4-1", messages=USER, stream=True))
     with pytest.raises(anthropic.APIConnectionError):
         await collect(stream)
+
+
+@pytest.mark.parametrize("cut_mode", ["drop", "reset"])
+async def test_a_connection_lost_mid_stream_raises_stream_truncated_for_both_clients(simulator, openai_client, anthropic_client, cut_mode):
+    simulator.reply = "word " * 50
+    for client, create in (
+        (openai_client, lambda c: c.chat.completions.create(model="m", messages=USER, stream=True)),
+        (anthropic_client, lambda c: c.messages.create(model="claude-opus-4-1", messages=USER, stream=True)),
+    ):
+        simulator.cut_stream_after(5, mode=cut_mode)
+        stream = await resolve(create(sdk.wrap(client)))
+        with pytest.raises(sdk.StreamTruncated):
+            await collect(stream)
+
+
+async def test_a_stream_that_breaks_before_its_first_content_chunk_is_sent_again(simulator, openai_client, anthropic_client):
+    simulator.cut_stream_after(0, mode="drop")
+    wrapped = sdk.wrap(openai_client)
+    events = await collect(await resolve(wrapped.chat.completions.create(model="m", messages=USER, stream=True)))
+    assert "".join(e.choices[0].delta.content or "" for e in events if e.choices) == simulator.reply
+    assert events[-1].choices[0].finish_reason == "stop"
+    simulator.cut_stream_after(0, mode="reset")
+    wrapped_anthropic = sdk.wrap(anthropic_client)
+    stream = await resolve(wrapped_anthropic.messages.create(model="claude-opus-4-1", messages=USER, stream=True))
+    kinds = [event.type for event in await collect(stream)]
+    assert kinds[-1] == "message_stop"
+    assert len(simulator.requests) == 4
