@@ -14,7 +14,8 @@ import sdk
 from sdk.telemetry import semconv as sc
 from tests.sdk.helpers import LONG_SYSTEM, collect, resolve
 from tests.sdk.test_telemetry_content import SECRET_ANSWER, SECRET_PROMPT, SECRET_SYSTEM
-from tests.sdk.test_telemetry_spans import Otel, RaisingExporter, otel  # noqa: F401
+from tests.sdk.test_telemetry_resilience import RaisingExporter
+from tests.sdk.test_telemetry_spans import Otel, otel  # noqa: F401
 
 MODEL = "gpt-4o-mini"
 CLAUDE = "claude-sonnet-4-5"
