@@ -13,8 +13,7 @@ import asyncio
 import itertools
 import logging
 import threading
-import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +23,16 @@ from local_backend import _constants as C
 from local_backend.block_manager import BlockManager
 from local_backend.config import ModelConfig
 from local_backend.detokenizer import Detokenizer
-from local_backend.loader import check_checkpoint, load_model
+from local_backend.loader import (
+    check_checkpoint,
+    default_kv_cache_memory,
+    load_model,
+    resolve_device,
+    resolve_directory,
+)
 from local_backend.model_runner import ModelRunner
-from local_backend.outputs import Completion, EngineStats, FinishReason, StreamDelta, Timings
+from local_backend.outputs import Completion, EngineStats, FinishReason, StreamDelta
+from local_backend.request import Prompt, Request, Sink, prompt_token_ids
 from local_backend.sampler import Sampler
 from local_backend.sampling_params import SamplingParams
 from local_backend.scheduler import Scheduler
@@ -35,16 +41,6 @@ from local_backend.sequence import Status
 from local_backend.tokenizer import TextTokenizer
 
 logger = logging.getLogger(__name__)
-
-Prompt = str | Sequence[int]
-Sink = Callable[[StreamDelta], None]
-
-
-class _Request:
-    __slots__ = ("seq", "detokenizer", "sink")
-
-    def __init__(self, seq: Seq, detokenizer: Detokenizer, sink: Sink):
-        self.seq, self.detokenizer, self.sink = seq, detokenizer, sink
 
 
 class Engine:
@@ -77,13 +73,12 @@ class Engine:
         self.scheduler = Scheduler(
             self.block_manager, max_num_seqs, max(max_num_batched_tokens, max_num_seqs)
         )
-        sampler = Sampler(cfg.vocab_size, self._breaker_ids)
+        sampler = Sampler(cfg.vocab_size, tokenizer.ids_containing)
         self.runner = ModelRunner(model, cfg, sampler, num_blocks, block_size, self.max_model_len)
         self._eos = frozenset(cfg.eos_token_ids) | (
             {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
         )
-        self._breakers: dict[tuple[str, ...], frozenset[int]] = {}
-        self._requests: dict[str, _Request] = {}
+        self._requests: dict[str, Request] = {}
         self._live_ids: set[str] = set()
         self._inbox: list[tuple[str, Any]] = []
         self._ids = itertools.count()
@@ -111,32 +106,22 @@ class Engine:
         on CPU. `kv_cache_memory` (bytes) sizes the block pool: num_blocks = memory ÷ (block_size ×
         kv_bytes_per_token); by default 512 MiB on CPU, half the free memory on CUDA.
         """
-        directory = Path(__file__).parent / "models" / "default" if path == C.DEFAULT_MODEL_NAME else Path(path)
+        directory = resolve_directory(path)
         check_checkpoint(directory)
-        for name, value, low in (("block_size", block_size, 1), ("max_num_seqs", max_num_seqs, 1)):
-            if value < low:
-                raise ValueError(f"{name}={value} must be >= {low}")
+        for name, value in (("block_size", block_size), ("max_num_seqs", max_num_seqs)):
+            if value < 1:
+                raise ValueError(f"{name}={value} must be >= 1")
         cfg = ModelConfig.from_file(directory / "config.json")
-        dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else "cpu" if device == "auto" else device)
-        if dtype == "auto":
-            dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
-        elif isinstance(dtype, str):
-            dtype = getattr(torch, dtype)
-        model = load_model(directory, cfg, dev, dtype)
-        if kv_cache_memory is None:
-            if dev.type == "cuda":
-                free, _ = torch.cuda.mem_get_info(dev)
-                kv_cache_memory = int(free * C.DEFAULT_KV_CACHE_FRACTION_CUDA)
-            else:
-                kv_cache_memory = C.DEFAULT_KV_CACHE_MEMORY_CPU
         limit = min(cfg.max_position_embeddings, cfg.sliding_window or cfg.max_position_embeddings)
         if max_model_len is not None and max_model_len > limit:
             raise ValueError(f"max_model_len={max_model_len} exceeds the model's limit of {limit}")
+        dev, dtype = resolve_device(device, dtype)
+        model = load_model(directory, cfg, dev, dtype)
         return cls(
             cfg,
             TextTokenizer.from_dir(directory),
             model,
-            kv_cache_memory=kv_cache_memory,
+            kv_cache_memory=kv_cache_memory or default_kv_cache_memory(dev),
             block_size=block_size,
             max_num_seqs=max_num_seqs,
             max_model_len=max_model_len or min(limit, C.DEFAULT_MAX_MODEL_LEN),
@@ -268,29 +253,11 @@ class Engine:
             self._thread.join()
 
     def _prepare(self, prompt: Prompt, params: SamplingParams | None) -> list[int]:
-        if params is not None and not isinstance(params, SamplingParams):
-            raise ValueError(f"params must be SamplingParams, got {type(params).__name__}")
-        if isinstance(prompt, str):
-            ids = self.tokenizer.encode(prompt) if prompt else []
-        else:
-            ids = list(prompt)
-            bad = [t for t in ids if not isinstance(t, int) or not 0 <= t < self.config.vocab_size]
-            if bad:
-                raise ValueError(f"prompt has unknown token ids {bad[:5]}; valid: 0..{self.config.vocab_size - 1}")
-        if not ids:
-            raise ValueError("prompt is empty: give at least one token")
-        if len(ids) >= self.max_model_len:
-            raise ValueError(
-                f"prompt has {len(ids)} tokens; max_model_len={self.max_model_len} leaves no room to generate"
-            )
-        stop_ids = params.stop_token_ids if params else ()
-        if any(t >= self.config.vocab_size for t in stop_ids):
-            raise ValueError(f"stop_token_ids {stop_ids} exceed the vocabulary ({self.config.vocab_size})")
-        return ids
+        return prompt_token_ids(prompt, params, self.tokenizer, self.config.vocab_size, self.max_model_len)
 
     def _submit(self, token_ids: list[int], params: SamplingParams, sink: Sink, request_id: str | None) -> str:
         rid = request_id or f"req-{next(self._ids)}"
-        request = _Request(Seq(rid, token_ids, params), Detokenizer(self.tokenizer, token_ids, params.stop), sink)
+        request = Request(Seq(rid, token_ids, params), Detokenizer(self.tokenizer, token_ids, params.stop), sink)
         with self._wake:
             if rid in self._live_ids:
                 raise ValueError(f"request_id {rid!r} is already in use")
@@ -314,44 +281,18 @@ class Engine:
             elif item in self._requests:
                 self._finish(self._requests[item], "abort")
 
-    def _on_token(self, request: _Request, token: int) -> None:
-        seq, params = request.seq, request.seq.params
-        seq.token_ids.append(token)
+    def _on_token(self, request: Request, token: int) -> None:
         self._generation_tokens += 1
-        if seq.first_token_time is None:
-            seq.first_token_time = time.perf_counter()
-        reason: FinishReason | None = None
-        if request.detokenizer.add(token) or token in params.stop_token_ids:
-            reason = "stop"
-        elif token in self._eos and not params.ignore_eos:
-            reason = "stop"
-        elif seq.num_output_tokens >= params.max_tokens or len(seq) >= self.max_model_len:
-            reason = "length"
-        if reason is None:
-            request.sink(StreamDelta(request.detokenizer.take_delta(final=False), (token,)))
-        else:
+        reason = request.add_token(token, self._eos, self.max_model_len)
+        if reason is not None:
             self._finish(request, reason, (token,))
 
-    def _finish(self, request: _Request, reason: FinishReason, new_tokens: tuple[int, ...] = ()) -> None:
-        seq = request.seq
-        self.scheduler.finish(seq)
-        del self._requests[seq.request_id]
+    def _finish(self, request: Request, reason: FinishReason, new_tokens: tuple[int, ...] = ()) -> None:
+        self.scheduler.finish(request.seq)
+        del self._requests[request.seq.request_id]
         with self._wake:
-            self._live_ids.discard(seq.request_id)
-        now = time.perf_counter()
-        seq.finished_time = now
-        scheduled = seq.scheduled_time or now
-        first = seq.first_token_time or now
-        completion = Completion(
-            request_id=seq.request_id,
-            prompt_token_ids=tuple(seq.prompt_token_ids),
-            token_ids=tuple(seq.output_token_ids),
-            text=request.detokenizer.text,
-            finish_reason=reason,
-            cached_tokens=seq.num_cached_tokens,
-            timings=Timings(scheduled - seq.arrival_time, first - scheduled, now - first),
-        )
-        request.sink(StreamDelta(request.detokenizer.take_delta(final=True), new_tokens, completion))
+            self._live_ids.discard(request.seq.request_id)
+        request.finish(reason, new_tokens)
 
     def _start_loop(self) -> None:
         with self._wake:
@@ -372,12 +313,3 @@ class Engine:
                 with self._step_lock:
                     for request in list(self._requests.values()):
                         self._finish(request, "abort")
-
-    def _breaker_ids(self, breakers: tuple[str, ...]) -> frozenset[int]:
-        """Token ids whose text contains a DRY sequence breaker (resolved once per breaker set)."""
-        if breakers not in self._breakers:
-            texts = (self.tokenizer.id_to_token_text(i) for i in range(self.tokenizer.vocab_size))
-            self._breakers[breakers] = frozenset(
-                i for i, text in enumerate(texts) if any(b in text for b in breakers)
-            )
-        return self._breakers[breakers]

@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
+from local_backend import _constants as C
 from local_backend.config import ModelConfig
 from local_backend.model import CausalLM
 
@@ -20,6 +21,36 @@ _PACKED = {
     "up_proj": ("gate_up_proj", 1),
 }
 """Hugging Face projection → (our packed projection, shard index inside it)."""
+
+
+def resolve_directory(path: str | Path) -> Path:
+    """`"default"` names the bundled checkpoint; anything else is a directory path."""
+    if str(path) == C.DEFAULT_MODEL_NAME:
+        return Path(__file__).parent / "models" / "default"
+    return Path(path)
+
+
+def resolve_device(device: str | torch.device, dtype: str | torch.dtype) -> tuple[torch.device, torch.dtype]:
+    """`"auto"`: CUDA in bf16 when available, else CPU in float32; dtype names as in `torch`."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = torch.device(device)
+    if dtype == "auto":
+        return dev, torch.bfloat16 if dev.type == "cuda" else torch.float32
+    if isinstance(dtype, str):
+        resolved = getattr(torch, dtype, None)
+        if not isinstance(resolved, torch.dtype):
+            raise ValueError(f"dtype={dtype!r} is not a torch dtype name")
+        return dev, resolved
+    return dev, dtype
+
+
+def default_kv_cache_memory(device: torch.device) -> int:
+    """Bytes for the KV pool when none is given: a fixed budget on CPU, a share of free GPU memory."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free * C.DEFAULT_KV_CACHE_FRACTION_CUDA)
+    return C.DEFAULT_KV_CACHE_MEMORY_CPU
 
 
 def check_checkpoint(directory: Path) -> None:

@@ -27,6 +27,7 @@ class TextTokenizer:
         self.bos_token_id = tokenizer.token_to_id(self.bos_token) if self.bos_token else None
         self.eos_token_id = tokenizer.token_to_id(self.eos_token) if self.eos_token else None
         self._add_bos = bool(config.get("add_bos_token", False))
+        self._containing: dict[tuple[str, ...], frozenset[int]] = {}
         self._template = None
         if template is not None:
             env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
@@ -62,8 +63,15 @@ class TextTokenizer:
         """Text of `ids` with special tokens skipped."""
         return self._tokenizer.decode(list(ids), skip_special_tokens=True)
 
-    def id_to_token_text(self, token_id: int) -> str:
-        return self._tokenizer.decode([token_id], skip_special_tokens=False)
+    def ids_containing(self, strings: tuple[str, ...]) -> frozenset[int]:
+        """Ids of the tokens whose text contains one of `strings` (DRY breakers), computed once."""
+        if strings not in self._containing:
+            self._containing[strings] = frozenset(
+                i
+                for i in range(self.vocab_size)
+                if any(s in self._tokenizer.decode([i], skip_special_tokens=False) for s in strings)
+            )
+        return self._containing[strings]
 
     def chat_prompt(
         self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True

@@ -1,0 +1,93 @@
+"""`python -m local_backend serve`: load a checkpoint and serve it over the OpenAI and Anthropic APIs.
+
+    python -m local_backend serve --model default --host 127.0.0.1 --port 8000 [--api-key KEY]
+        [--device auto|cpu|cuda] [--kv-cache-memory BYTES] [--max-queue N]
+
+Prints the base URL once the server accepts connections. SIGTERM or Ctrl-C stops accepting, lets
+in-flight requests finish for up to a grace period, then exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import uvicorn
+
+from local_backend._constants import DEFAULT_MODEL_NAME
+from local_backend.engine import Engine
+from local_backend.server import create_app
+from local_backend.server._constants import (
+    API_KEY_ENV,
+    DEFAULT_HOST,
+    DEFAULT_MAX_QUEUE,
+    DEFAULT_PORT,
+    LOOPBACK_HOSTS,
+    SHUTDOWN_GRACE_SECONDS,
+)
+
+logger = logging.getLogger("local_backend")
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, announcing its URL once its sockets are listening."""
+
+    def __init__(self, config: uvicorn.Config, url: str):
+        super().__init__(config)
+        self._url = url
+
+    async def startup(self, sockets: list | None = None) -> None:  # type: ignore[type-arg]
+        await super().startup(sockets)
+        if self.started:
+            print(f"kvwise local backend ready at {self._url}  (OpenAI: {self._url}/v1)", flush=True)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m local_backend", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="serve a checkpoint over HTTP")
+    serve.add_argument("--model", default=DEFAULT_MODEL_NAME, help="'default' (bundled) or a checkpoint directory")
+    serve.add_argument("--host", default=DEFAULT_HOST, help="bind address (loopback by default)")
+    serve.add_argument("--port", type=int, default=DEFAULT_PORT)
+    serve.add_argument("--api-key", default=os.environ.get(API_KEY_ENV), help=f"required key (or ${API_KEY_ENV})")
+    serve.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    serve.add_argument("--kv-cache-memory", type=int, default=None, metavar="BYTES", help="KV cache pool size")
+    serve.add_argument("--max-queue", type=int, default=DEFAULT_MAX_QUEUE, metavar="N",
+                       help="waiting requests beyond the batch before new ones get 429 / 529")  # fmt: skip
+    return parser
+
+
+def serve(args: argparse.Namespace) -> int:
+    if args.host not in LOOPBACK_HOSTS and not args.api_key:
+        logger.warning("serving on %s without --api-key: anyone who can reach this port can use the model", args.host)
+    print(f"loading {args.model} ...", file=sys.stderr, flush=True)
+    engine = Engine.from_pretrained(args.model, device=args.device, kv_cache_memory=args.kv_cache_memory)
+    name = args.model if args.model == DEFAULT_MODEL_NAME else Path(args.model).name
+    app = create_app(engine, model_name=name, api_key=args.api_key, max_queue=args.max_queue)
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    config = uvicorn.Config(
+        app, host=args.host, port=args.port, lifespan="off", timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS
+    )
+    try:
+        _Server(config, f"http://{host}:{args.port}").run()
+    finally:
+        engine.close()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    args = _parser().parse_args(argv)
+    try:
+        return serve(args)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

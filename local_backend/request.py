@@ -1,0 +1,93 @@
+"""One request's life after admission: tokens in, stop checks, deltas and the final completion."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from collections.abc import Sequence as Seq
+
+from local_backend.detokenizer import Detokenizer
+from local_backend.outputs import Completion, FinishReason, StreamDelta, Timings
+from local_backend.sampling_params import SamplingParams
+from local_backend.sequence import Sequence
+from local_backend.tokenizer import TextTokenizer
+
+Prompt = str | Seq[int]
+"""A prompt is text (encoded with the checkpoint's BOS) or token ids taken as they are."""
+
+Sink = Callable[[StreamDelta], None]
+"""Where a request's deltas go: a stream's queue, or generate()'s collector."""
+
+
+def prompt_token_ids(
+    prompt: Prompt,
+    params: SamplingParams | None,
+    tokenizer: TextTokenizer,
+    vocab_size: int,
+    max_model_len: int,
+) -> list[int]:
+    """The prompt's token ids, or a `ValueError` saying what is wrong with the request."""
+    if params is not None and not isinstance(params, SamplingParams):
+        raise ValueError(f"params must be SamplingParams, got {type(params).__name__}")
+    if isinstance(prompt, str):
+        ids = tokenizer.encode(prompt) if prompt else []
+    else:
+        ids = list(prompt)
+        bad = [t for t in ids if not isinstance(t, int) or not 0 <= t < vocab_size]
+        if bad:
+            raise ValueError(f"prompt has unknown token ids {bad[:5]}; valid: 0..{vocab_size - 1}")
+    if not ids:
+        raise ValueError("prompt is empty: give at least one token")
+    if len(ids) >= max_model_len:
+        raise ValueError(
+            f"prompt has {len(ids)} tokens; max_model_len={max_model_len} leaves no room to generate"
+        )
+    stop_ids = params.stop_token_ids if params else ()
+    if any(t >= vocab_size for t in stop_ids):
+        raise ValueError(f"stop_token_ids {stop_ids} exceed the vocabulary ({vocab_size})")
+    return ids
+
+
+class Request:
+    """A sequence, its text so far, and its sink; decides when the request is done.
+
+    Finish checks, in order: a stop string or `stop_token_ids` → "stop"; EOS unless `ignore_eos`
+    → "stop"; `max_tokens` output tokens or `max_model_len` in all → "length".
+    """
+
+    __slots__ = ("seq", "detokenizer", "sink")
+
+    def __init__(self, seq: Sequence, detokenizer: Detokenizer, sink: Sink):
+        self.seq, self.detokenizer, self.sink = seq, detokenizer, sink
+
+    def add_token(self, token: int, eos: frozenset[int], max_model_len: int) -> FinishReason | None:
+        """Append a sampled token; return why the request ends here, or None to go on."""
+        seq, params = self.seq, self.seq.params
+        seq.token_ids.append(token)
+        if seq.first_token_time is None:
+            seq.first_token_time = time.perf_counter()
+        if self.detokenizer.add(token) or token in params.stop_token_ids:
+            return "stop"
+        if token in eos and not params.ignore_eos:
+            return "stop"
+        if seq.num_output_tokens >= params.max_tokens or len(seq) >= max_model_len:
+            return "length"
+        self.sink(StreamDelta(self.detokenizer.take_delta(final=False), (token,)))
+        return None
+
+    def finish(self, reason: FinishReason, new_tokens: tuple[int, ...]) -> None:
+        """Deliver the last delta with the `Completion` (the sequence is already out of the queues)."""
+        seq = self.seq
+        now = seq.finished_time = time.perf_counter()
+        scheduled = seq.scheduled_time or now
+        first = seq.first_token_time or now
+        completion = Completion(
+            request_id=seq.request_id,
+            prompt_token_ids=tuple(seq.prompt_token_ids),
+            token_ids=tuple(seq.output_token_ids),
+            text=self.detokenizer.text,
+            finish_reason=reason,
+            cached_tokens=seq.num_cached_tokens,
+            timings=Timings(scheduled - seq.arrival_time, first - scheduled, now - first),
+        )
+        self.sink(StreamDelta(self.detokenizer.take_delta(final=True), new_tokens, completion))

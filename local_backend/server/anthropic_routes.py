@@ -1,0 +1,140 @@
+"""Anthropic wire format: `POST /v1/messages`, JSON or the full SSE event sequence.
+
+Stream: `message_start`, `content_block_start`, `ping`, one `content_block_delta` per text delta,
+`content_block_stop`, `message_delta` (stop reason, cumulative usage, `timings`), `message_stop`
+(`timings` again: the final event). `message_start` reports the whole prompt as `input_tokens`,
+since the cache split is only known at the end; `message_delta` then gives the split, which the
+clients' accumulators take over:
+
+    input_tokens (uncached) + cache_read_input_tokens + cache_creation_input_tokens = prompt tokens
+
+`system` may be a string or text blocks; `cache_control` marks are accepted and ignored (the
+engine caches every full block of every prompt automatically).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from local_backend.outputs import Completion
+from local_backend.server._constants import ANTHROPIC_MAX_TEMPERATURE, ANTHROPIC_ROLES, ANTHROPIC_UNSUPPORTED
+from local_backend.server.errors import Flavor
+from local_backend.server.generation import Backend
+from local_backend.server.streaming import respond, sse
+from local_backend.server.usage import Usage, timings
+from local_backend.server.validation import (
+    chat_turns,
+    optional,
+    read_json,
+    refuse_present,
+    required,
+    sampling_params,
+    stop_strings,
+    text_of,
+)
+
+
+class AnthropicFormat:
+    """A `Message`, whole or as its stream events."""
+
+    flavor = Flavor.ANTHROPIC
+
+    def __init__(self, model: str, block_size: int, stops: tuple[str, ...], decode: Callable[[Sequence[int]], str]):
+        self._model, self._block_size, self._stops, self._decode = model, block_size, stops, decode
+        self._id = "msg_" + uuid.uuid4().hex
+
+    def whole(self, completion: Completion) -> dict[str, Any]:
+        body = self._message([{"type": "text", "text": completion.text}], self._usage(completion))
+        return {**body, **self._stop(completion), "timings": timings(completion)}
+
+    def opening(self, prompt_tokens: int) -> list[bytes]:
+        usage = {"input_tokens": prompt_tokens, "output_tokens": 0,
+                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}  # fmt: skip
+        start = self._message([], usage) | {"stop_reason": None, "stop_sequence": None}
+        block = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+        return [
+            sse({"type": "message_start", "message": start}, "message_start"),
+            sse(block, "content_block_start"),
+            sse({"type": "ping"}, "ping"),
+        ]
+
+    def text(self, text: str) -> list[bytes]:
+        delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}
+        return [sse(delta, "content_block_delta")]
+
+    def closing(self, completion: Completion) -> list[bytes]:
+        extra = {"timings": timings(completion)}
+        delta = {"type": "message_delta", "delta": self._stop(completion), "usage": self._usage(completion), **extra}
+        return [
+            sse({"type": "content_block_stop", "index": 0}, "content_block_stop"),
+            sse(delta, "message_delta"),
+            sse({"type": "message_stop", **extra}, "message_stop"),
+        ]
+
+    def failure(self, body: dict[str, Any]) -> list[bytes]:
+        return [sse(body, "error")]
+
+    def _message(self, content: list[dict[str, Any]], usage: dict[str, Any]) -> dict[str, Any]:
+        return {"id": self._id, "type": "message", "role": "assistant", "model": self._model,
+                "content": content, "usage": usage}  # fmt: skip
+
+    def _usage(self, completion: Completion) -> dict[str, Any]:
+        usage = Usage.of(completion, self._block_size)
+        return {
+            "input_tokens": usage.uncached,
+            "cache_creation_input_tokens": usage.cache_write,
+            "cache_read_input_tokens": usage.cache_read,
+            "output_tokens": usage.output_tokens,
+        }
+
+    def _stop(self, completion: Completion) -> dict[str, Any]:
+        """`stop_reason`: `max_tokens`, `stop_sequence` (with the one that matched) or `end_turn`."""
+        if completion.finish_reason == "length":
+            return {"stop_reason": "max_tokens", "stop_sequence": None}
+        matched = _first_stop(self._decode(completion.token_ids), self._stops)
+        return {"stop_reason": "stop_sequence" if matched else "end_turn", "stop_sequence": matched}
+
+
+def _first_stop(text: str, stops: tuple[str, ...]) -> str | None:
+    """The stop string found earliest in the output's full text (the engine cut its answer there).
+
+    The engine reports `stop` for EOS and stop strings alike; it does not say which string matched.
+    """
+    found = [(i, stop) for stop in stops if (i := text.find(stop)) >= 0]
+    return min(found)[1] if found else None
+
+
+def routes(backend: Backend) -> list[Route]:
+    engine = backend.engine
+
+    async def messages(request: Request) -> Response:
+        body = await read_json(request)
+        refuse_present(body, ANTHROPIC_UNSUPPORTED)
+        model = required(body, "model", str)
+        max_tokens = required(body, "max_tokens", int)
+        turns = chat_turns(body.get("messages"), ANTHROPIC_ROLES)
+        system = body.get("system")
+        if system:
+            turns.insert(0, {"role": "system", "content": text_of(system, "system")})
+        ids = backend.prompt_ids(turns)
+        stops = stop_strings(body, "stop_sequences")
+        params = sampling_params(
+            body,
+            prompt_tokens=len(ids),
+            max_model_len=engine.max_model_len,
+            max_tokens=max_tokens,
+            max_tokens_param="max_tokens",
+            stop=stops,
+            max_temperature=ANTHROPIC_MAX_TEMPERATURE,
+        )
+        fmt = AnthropicFormat(model, backend.block_size, stops, engine.tokenizer.decode)
+        generation = backend.start(ids, params)
+        return await respond(request, generation, fmt, optional(body, "stream", bool, False))
+
+    return [Route("/v1/messages", messages, methods=["POST"])]

@@ -1,0 +1,90 @@
+"""The Starlette app: OpenAI and Anthropic routes over one `Engine`, `/health`, `/metrics`, errors by route.
+
+    app = create_app(Engine.from_pretrained("default"), api_key="secret")
+    uvicorn.run(app, host="127.0.0.1", port=8000)
+
+Every refusal is the API's own error body: requests under `/v1/messages` get Anthropic's, the rest
+OpenAI's (see `errors`). Unknown paths are 404 in that shape too, and an unexpected failure is a 500
+whose message names no request content.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from local_backend.engine import Engine
+from local_backend.server import anthropic_routes, openai_routes
+from local_backend.server._constants import DEFAULT_MAX_QUEUE, HEALTH_PATH
+from local_backend.server.auth import ApiKeyMiddleware
+from local_backend.server.errors import ApiError, ErrorKind, Flavor, error_body, error_response, status_of
+from local_backend.server.generation import Backend
+from local_backend.server.metrics import CONTENT_TYPE, exposition
+
+logger = logging.getLogger(__name__)
+
+
+def create_app(
+    engine: Engine, *, model_name: str = "default", api_key: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE
+) -> Starlette:
+    """An ASGI app serving `engine` as `model_name`; with `api_key`, all but `/health` need the key.
+
+    Beyond the engine's batch plus `max_queue` waiting requests, new requests are refused at once.
+    The caller owns the engine (and closes it after the server stops).
+    """
+    if max_queue < 0:
+        raise ValueError(f"max_queue={max_queue} must be >= 0")
+    backend = Backend(engine, model_name, max_queue)
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def metrics(request: Request) -> Response:
+        return PlainTextResponse(exposition(engine.stats(), backend.admission), media_type=CONTENT_TYPE)
+
+    routes = [
+        Route(HEALTH_PATH, health, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        *openai_routes.routes(backend),
+        *anthropic_routes.routes(backend),
+    ]
+    return Starlette(
+        routes=routes,
+        middleware=[Middleware(ApiKeyMiddleware, api_key=api_key)] if api_key else [],
+        exception_handlers={
+            ApiError: _api_error,
+            HTTPException: _http_error,
+            ClientDisconnect: _client_gone,
+            Exception: _internal_error,
+        },
+    )
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return error_response(exc, Flavor.of_path(request.url.path))
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own 404 / 405, in the route's error shape and with its status."""
+    assert isinstance(exc, HTTPException)
+    kind = ErrorKind.NOT_FOUND if exc.status_code == 404 else ErrorKind.BAD_REQUEST
+    error = ApiError(f"{request.method} {request.url.path}: {exc.detail}", kind)
+    return JSONResponse(error_body(error, Flavor.of_path(request.url.path)), status_code=exc.status_code)
+
+
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    return Response(status_code=204)  # hung up while sending its body: nobody to answer
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    logger.error("%s %s failed: %s", request.method, request.url.path, type(exc).__name__)
+    flavor = Flavor.of_path(request.url.path)
+    error = ApiError("internal server error; see the server log", ErrorKind.INTERNAL)
+    return JSONResponse(error_body(error, flavor), status_code=status_of(error, flavor))

@@ -1,0 +1,94 @@
+"""API errors: one exception, rendered as OpenAI's or Anthropic's own error body, chosen by route.
+
+    ApiError (an `Exception`) carries a wire-neutral `ErrorKind`; `render(error, flavor)` maps the
+    kind to that API's status code and error type:
+
+    kind            OpenAI                               Anthropic
+    BAD_REQUEST     400 invalid_request_error            400 invalid_request_error
+    UNAUTHORIZED    401 invalid_request_error/invalid_api_key   401 authentication_error
+    NOT_FOUND       404 invalid_request_error            404 not_found_error
+    TOO_LARGE       413 invalid_request_error            413 request_too_large
+    OVERLOADED      429 rate_limit_error                 529 overloaded_error
+    INTERNAL        500 server_error                     500 api_error
+
+Both clients map the status to their own exception class (429 `RateLimitError`, 529
+`OverloadedError`/`InternalServerError`), so a caller's retry policy sees what a hosted API would send.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.responses import JSONResponse
+
+from local_backend.server._constants import ANTHROPIC_PATH_PREFIX
+
+
+class Flavor(enum.Enum):
+    """Which API's error body a route answers with."""
+
+    OPENAI = "openai"
+    ANTHROPIC = "anthropic"
+
+    @classmethod
+    def of_path(cls, path: str) -> Flavor:
+        return cls.ANTHROPIC if path.startswith(ANTHROPIC_PATH_PREFIX) else cls.OPENAI
+
+
+class ErrorKind(enum.Enum):
+    BAD_REQUEST = "bad_request"
+    UNAUTHORIZED = "unauthorized"
+    NOT_FOUND = "not_found"
+    TOO_LARGE = "too_large"
+    OVERLOADED = "overloaded"
+    INTERNAL = "internal"
+
+
+_OPENAI: dict[ErrorKind, tuple[int, str, str | None]] = {
+    ErrorKind.BAD_REQUEST: (400, "invalid_request_error", None),
+    ErrorKind.UNAUTHORIZED: (401, "invalid_request_error", "invalid_api_key"),
+    ErrorKind.NOT_FOUND: (404, "invalid_request_error", "not_found"),
+    ErrorKind.TOO_LARGE: (413, "invalid_request_error", "request_too_large"),
+    ErrorKind.OVERLOADED: (429, "rate_limit_error", "rate_limit_exceeded"),
+    ErrorKind.INTERNAL: (500, "server_error", None),
+}
+_ANTHROPIC: dict[ErrorKind, tuple[int, str]] = {
+    ErrorKind.BAD_REQUEST: (400, "invalid_request_error"),
+    ErrorKind.UNAUTHORIZED: (401, "authentication_error"),
+    ErrorKind.NOT_FOUND: (404, "not_found_error"),
+    ErrorKind.TOO_LARGE: (413, "request_too_large"),
+    ErrorKind.OVERLOADED: (529, "overloaded_error"),
+    ErrorKind.INTERNAL: (500, "api_error"),
+}
+
+
+@dataclass(eq=False)
+class ApiError(Exception):
+    """A request the server refuses or could not serve; `message` says what, with which value."""
+
+    message: str
+    kind: ErrorKind = ErrorKind.BAD_REQUEST
+    param: str | None = None
+    code: str | None = None
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def status_of(error: ApiError, flavor: Flavor) -> int:
+    return (_OPENAI if flavor is Flavor.OPENAI else _ANTHROPIC)[error.kind][0]
+
+
+def error_body(error: ApiError, flavor: Flavor) -> dict[str, Any]:
+    """`{"error": {message, type, param, code}}` (OpenAI) or `{"type": "error", "error": {type, message}}`."""
+    if flavor is Flavor.ANTHROPIC:
+        _, kind = _ANTHROPIC[error.kind]
+        return {"type": "error", "error": {"type": kind, "message": error.message}}
+    _, kind, code = _OPENAI[error.kind]
+    return {"error": {"message": error.message, "type": kind, "param": error.param, "code": error.code or code}}
+
+
+def error_response(error: ApiError, flavor: Flavor) -> JSONResponse:
+    return JSONResponse(error_body(error, flavor), status_code=status_of(error, flavor))

@@ -1,0 +1,149 @@
+"""One request's life in the engine: admission against a bounded queue, its deltas, and its end.
+
+The server never waits forever for a slot: `Admission` counts the requests it has handed to the
+engine and refuses a new one at once (`ErrorKind.OVERLOADED`: 429 OpenAI, 529 Anthropic) when the
+engine's batch (`max_num_seqs`) and `max_queue` waiting requests are all taken.
+
+A `Generation` owns its engine stream: closing it, finishing, or the client hanging up aborts the
+request, which returns its KV blocks to the pool at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+
+from starlette.requests import Request
+
+from local_backend.engine import Engine
+from local_backend.outputs import Completion, StreamDelta
+from local_backend.sampling_params import SamplingParams
+from local_backend.server.errors import ApiError, ErrorKind
+
+
+class ClientGone(Exception):
+    """The client hung up before its answer was ready; nothing is left to send."""
+
+
+@dataclass(slots=True)
+class Admission:
+    """Requests in the engine now, and how many were refused; touched only by the event loop."""
+
+    capacity: int
+    max_queue: int
+    in_flight: int = 0
+    rejected: int = 0
+
+    def enter(self) -> None:
+        if self.in_flight >= self.capacity + self.max_queue:
+            self.rejected += 1
+            raise ApiError(
+                f"the server is at capacity ({self.capacity} running, {self.max_queue} waiting): retry later",
+                ErrorKind.OVERLOADED,
+            )
+        self.in_flight += 1
+
+    def leave(self) -> None:
+        self.in_flight -= 1
+
+
+@dataclass(slots=True)
+class Backend:
+    """What every route needs: the engine, the served model's name, and the admission queue."""
+
+    engine: Engine
+    model_name: str
+    max_queue: int = 0
+    admission: Admission = field(init=False)
+    block_size: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.block_size = self.engine.stats().block_size
+        # Engine does not expose max_num_seqs yet (requested); the scheduler holds it.
+        self.admission = Admission(self.engine.scheduler.max_num_seqs, self.max_queue)
+
+    def prompt_ids(self, turns: Sequence[dict[str, str]]) -> list[int]:
+        """The chat template applied to checked turns; a template that refuses them is a 400."""
+        try:
+            return self.engine.chat_prompt(turns)
+        except ValueError as exc:
+            raise ApiError(str(exc), param="messages") from None
+
+    def start(self, token_ids: list[int], params: SamplingParams) -> Generation:
+        """Check the input with the engine, then take a slot (or refuse at once)."""
+        try:
+            deltas = self.engine.stream(token_ids, params)
+        except ValueError as exc:
+            raise ApiError(str(exc)) from None
+        self.admission.enter()
+        return Generation(deltas, self.admission, len(token_ids))
+
+
+class Generation:
+    """An admitted request's `StreamDelta`s; the last carries the `Completion`.
+
+    `aclose()` (idempotent) aborts the request if it is still running and frees its slot.
+    """
+
+    def __init__(self, deltas: AsyncIterator[StreamDelta], admission: Admission, prompt_tokens: int):
+        self._deltas = deltas
+        self._admission: Admission | None = admission
+        self.prompt_tokens = prompt_tokens
+
+    def __aiter__(self) -> Generation:
+        return self
+
+    async def __anext__(self) -> StreamDelta:
+        delta = await self._deltas.__anext__()
+        if delta.completion is not None:
+            self._release()
+        return delta
+
+    async def aclose(self) -> None:
+        self._release()
+        await self._deltas.aclose()  # type: ignore[attr-defined]
+
+    async def completion(self) -> Completion:
+        """Drain the deltas; the finished request (an engine failure is a 500)."""
+        async for delta in self:
+            if delta.completion is not None:
+                return ensure_finished(delta.completion)
+        raise ApiError("the engine ended the request without a result", ErrorKind.INTERNAL)
+
+    def _release(self) -> None:
+        if self._admission is not None:
+            self._admission.leave()
+            self._admission = None
+
+
+def ensure_finished(completion: Completion) -> Completion:
+    """The completion, unless the engine aborted it (a failed step): then a 500."""
+    if completion.finish_reason == "abort":
+        raise ApiError("the engine failed while generating; see the server log", ErrorKind.INTERNAL)
+    return completion
+
+
+async def run_to_completion(request: Request, generation: Generation) -> Completion:
+    """The finished request, or `ClientGone` (after aborting it) if the client hangs up first."""
+    work = asyncio.ensure_future(generation.completion())
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not work.done():
+            work.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await work
+        await generation.aclose()
+    if work.cancelled():
+        raise ClientGone
+    return work.result()
+
+
+async def _disconnected(request: Request) -> None:
+    """Return when the client disconnects (the body is read, so only `http.disconnect` can come)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass

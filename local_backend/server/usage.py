@@ -1,0 +1,67 @@
+"""Token accounting and llama.cpp-style `timings` of one finished request, for both wire formats.
+
+    prompt_tokens = cache_read + cache_write + uncached
+    cache_read    = prompt tokens whose KV came from the prefix cache (`Completion.cached_tokens`)
+    cache_write   = prompt tokens in full blocks computed now: ⌊prompt / block_size⌋ × block_size − cache_read
+
+`cache_write` is what this request adds to the prefix cache as the engine names full blocks. It is
+an upper bound when two concurrent requests compute the same new block (only one copy is named);
+the engine does not report the exact count yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from local_backend.outputs import Completion
+
+_MS_PER_S = 1000.0
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int
+    output_tokens: int
+    cache_read: int
+    cache_write: int
+
+    @classmethod
+    def of(cls, completion: Completion, block_size: int) -> Usage:
+        prompt = len(completion.prompt_token_ids)
+        full_blocks = prompt // block_size * block_size
+        return cls(
+            prompt_tokens=prompt,
+            output_tokens=len(completion.token_ids),
+            cache_read=completion.cached_tokens,
+            cache_write=max(full_blocks - completion.cached_tokens, 0),
+        )
+
+    @property
+    def uncached(self) -> int:
+        """Prompt tokens neither read from nor written to the cache (Anthropic's `input_tokens`)."""
+        return self.prompt_tokens - self.cache_read - self.cache_write
+
+
+def timings(completion: Completion) -> dict[str, float]:
+    """llama.cpp's `timings`: prompt_n excludes the cached tokens (cache_n); rates are tokens per second.
+
+    prompt_ms runs from scheduling to the first sampled token; predicted_ms from there to the end.
+    """
+    t = completion.timings
+    prompt_n = len(completion.prompt_token_ids) - completion.cached_tokens
+    predicted_n = len(completion.token_ids)
+    prompt_ms, predicted_ms = t.prefill_s * _MS_PER_S, t.decode_s * _MS_PER_S
+    return {
+        "prompt_n": prompt_n,
+        "prompt_ms": prompt_ms,
+        "prompt_per_second": _rate(prompt_n, prompt_ms),
+        "predicted_n": predicted_n,
+        "predicted_ms": predicted_ms,
+        "predicted_per_second": _rate(predicted_n, predicted_ms),
+        "cache_n": completion.cached_tokens,
+        "queue_ms": t.queue_s * _MS_PER_S,
+    }
+
+
+def _rate(tokens: int, ms: float) -> float:
+    return tokens * _MS_PER_S / ms if ms > 0 else 0.0
