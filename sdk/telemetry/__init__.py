@@ -87,8 +87,12 @@ class Telemetry:
         try:
             attributes = request_attributes(call, provider_name(call, server[0]), server)
             base = {key: attributes[key] for key in _METRIC_KEYS if key in attributes}
-            span = self.sinks.tracer.start_span(span_name(call), kind=SpanKind.CLIENT, attributes=attributes, start_time=start_ns)
-            return CallRecord(self.sinks, call, span, base, start_ns)
         except Exception:
-            logger.debug("kvwise telemetry: could not start the call span; this call goes unrecorded", exc_info=True)
+            logger.debug("kvwise telemetry: could not describe the call; it goes unrecorded", exc_info=True)
             return CallRecord(None, call, None, {}, start_ns)
+        try:
+            span = self.sinks.tracer.start_span(span_name(call), kind=SpanKind.CLIENT, attributes=attributes, start_time=start_ns)
+        except Exception:
+            logger.debug("kvwise telemetry: the tracer failed; this call gets metrics only", exc_info=True)
+            span = None
+        return CallRecord(self.sinks, call, span, base, start_ns)

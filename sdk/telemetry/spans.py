@@ -115,11 +115,11 @@ class CallRecord:
         self._chunks = 0
         self._guard: str | None = None
         self._tokens_saved: int | None = None
-        self._ended = span is None
+        self._ended = sinks is None
 
     @property
     def span(self) -> Span | None:
-        """The call's CLIENT span (None when telemetry could not start one)."""
+        """The call's CLIENT span (None when the tracer could not start one; metrics are still recorded)."""
         return self._span
 
     def activate(self) -> AbstractContextManager[Any]:
@@ -164,16 +164,36 @@ class CallRecord:
         output_text: str | None = None,
         error: BaseException | str | None = None,
     ) -> None:
-        """Finish the call: attributes, phase spans, content, metrics, then the span ends. Only once."""
-        if self._ended or self._sinks is None or self._span is None:
+        """Finish the call: attributes, phase spans, content, then the span ends; then metrics. Only once."""
+        if self._ended or self._sinks is None:
             return
         self._ended = True
         end_ns = time_ns()
-        sinks, span, call = self._sinks, self._span, self._call
-        price = (sinks.prices.lookup(response_model) or sinks.prices.lookup(call.model)) if usage is not None else None
-        streamed = call.stream
-        first = self._first_ns
-        outcome = Outcome(
+        sinks, span = self._sinks, self._span
+        try:
+            outcome = self._outcome(sinks, usage, response_id, response_model, finish_reasons, timings, error)
+        except Exception:
+            if span is not None:
+                span.end(end_time=end_ns)  # never leave the span open
+            raise
+        if span is not None:
+            self._finish_span(sinks, span, outcome, output_text, end_ns)
+        if sinks.instruments is not None:
+            self._record_metrics(sinks.instruments, outcome, end_ns)
+
+    def _outcome(
+        self,
+        sinks: Sinks,
+        usage: Usage | None,
+        response_id: str | None,
+        response_model: str | None,
+        finish_reasons: tuple[str, ...],
+        timings: dict[str, float] | None,
+        error: BaseException | str | None,
+    ) -> Outcome:
+        streamed, first = self._call.stream, self._first_ns
+        price = (sinks.prices.lookup(response_model) or sinks.prices.lookup(self._call.model)) if usage is not None else None
+        return Outcome(
             usage=usage,
             cost=cost_of(usage, price) if usage is not None and price is not None else None,
             response_id=response_id,
@@ -187,6 +207,9 @@ class CallRecord:
             chunks=self._chunks if streamed else None,
             time_to_first_chunk_s=(first - self._start_ns) / _NS_PER_S if streamed and first is not None else None,
         )
+
+    @guarded
+    def _finish_span(self, sinks: Sinks, span: Span, outcome: Outcome, output_text: str | None, end_ns: int) -> None:
         try:
             attributes = outcome_attributes(outcome)
             if sinks.capture is not _NO_CONTENT:
@@ -194,12 +217,14 @@ class CallRecord:
             span.set_attributes(attributes)
             if outcome.error_type:
                 span.set_status(Status(StatusCode.ERROR, outcome.error_type))
-            if streamed:
+            if self._call.stream:
                 self._end_phases(sinks.tracer, span, end_ns)
         finally:
             span.end(end_time=end_ns)
-        if sinks.instruments is not None:
-            sinks.instruments.record(outcome, self._base, end_ns - self._start_ns, self._per_chunk_ns(streamed))
+
+    @guarded
+    def _record_metrics(self, instruments: Instruments, outcome: Outcome, end_ns: int) -> None:
+        instruments.record(outcome, self._base, end_ns - self._start_ns, self._per_chunk_ns(self._call.stream))
 
     def _per_chunk_ns(self, streamed: bool) -> float | None:
         if not streamed or self._first_ns is None or self._last_ns is None or self._chunks < 2:
