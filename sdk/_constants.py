@@ -20,5 +20,8 @@ LOOP_MAX_CANDIDATES = 12  # candidate periods verified per check, nearest first 
 # Volatile content
 VOLATILE_MIN_HEX_CHARS = 16  # a hex run this long (with digits and letters) is a nonce
 VOLATILE_MIN_BASE64_CHARS = 20  # a base64/base64url run this long (mixed case and digits) is a nonce
-VOLATILE_MAX_WORD_RUN = 5  # a nonce has no run of lowercase letters longer than this (identifiers have words)
+VOLATILE_MAX_WORD_SHARE = 0.5  # a nonce has less of its length in words ("Range", "EXAMPLE"); identifiers have more
+VOLATILE_IDENTIFIER_PARTS = 3  # a token split by "_"/"-" into this many parts or more ...
+VOLATILE_IDENTIFIER_PART_CHARS = 7  # ... with parts this short on average is an identifier ("_OP_NO_SSLv2_OR_SSLv3")
+VOLATILE_MIN_DISTINCT_CHARS = 6  # a nonce has this many distinct characters ("0x7fffffffffffffff" is a constant)
 VOLATILE_MAX_ASCENDING_RUN = 4  # a nonce has no longer run of consecutive code points ("0123456789abcdef")

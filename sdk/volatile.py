@@ -12,10 +12,12 @@ What counts (each a `VolatileKind`):
   `Nov 29, 2026 8:55 AM`. A plain date ("Founded on 2019-05-01") is not volatile.
 - EPOCH: Unix seconds (10 digits in [1e9, 2e9), optionally with a fraction) or milliseconds (13).
 - NONCE: a hex run of at least `VOLATILE_MIN_HEX_CHARS`, a base64/base64url run of at least
-  `VOLATILE_MIN_BASE64_CHARS` with upper and lower case and digits, or a JWT. Runs that look like
-  identifiers (a lowercase word longer than `VOLATILE_MAX_WORD_RUN`), paths (a `/` without the `+`
-  or `=` of real base64) or alphabets (an ascending run longer than `VOLATILE_MAX_ASCENDING_RUN`)
-  are not nonces.
+  `VOLATILE_MIN_BASE64_CHARS` with upper and lower case and digits, or a JWT. Runs that read as
+  identifiers (half their length in words, or many short `_`/`-` parts), paths (a `/` without the
+  `+` or `=` of real base64), repetitive constants (`0x7fffffffffffffff`) or alphabets
+  (`0123456789abcdef`) are not nonces. Detection is best effort: about one random token in ten
+  reads as words by chance and stays (a missed nonce costs a cache miss; a false one would move
+  the user's text).
 - LABELLED_LINE: a whole line `Request ID: ...`, `Trace-Id: ...`, `Timestamp: ...`,
   `Current time: ...`, `Date: ...`, `Session: ...`, `Nonce: ...` (label capitalised, value with a
   digit) or a log-style `request_id=...`; also such a label and the rest of its line after a
@@ -30,9 +32,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from sdk._constants import (
+    VOLATILE_IDENTIFIER_PART_CHARS,
+    VOLATILE_IDENTIFIER_PARTS,
     VOLATILE_MAX_ASCENDING_RUN,
-    VOLATILE_MAX_WORD_RUN,
+    VOLATILE_MAX_WORD_SHARE,
     VOLATILE_MIN_BASE64_CHARS,
+    VOLATILE_MIN_DISTINCT_CHARS,
     VOLATILE_MIN_HEX_CHARS,
 )
 
@@ -92,7 +97,8 @@ _LABELLED_LINE = re.compile(
     re.MULTILINE | re.ASCII,
 )
 _DIGIT = re.compile(r"\d", re.ASCII)
-_LOWER_WORD = re.compile(rf"[a-z]{{{VOLATILE_MAX_WORD_RUN + 1},}}")
+_WORD = re.compile(r"[A-Z]?[a-z]{3,}|[A-Z]{3,}")
+_SEPARATOR = re.compile(r"[_-]+")
 
 
 def _is_labelled_line(match: re.Match[str]) -> bool:
@@ -109,13 +115,22 @@ def _ascending_run(token: str) -> int:
     return longest
 
 
+def _looks_random(token: str) -> bool:
+    """Neither a repetitive constant nor an alphabet."""
+    return len(set(token)) >= VOLATILE_MIN_DISTINCT_CHARS and _ascending_run(token) <= VOLATILE_MAX_ASCENDING_RUN
+
+
 def _is_hex_nonce(match: re.Match[str]) -> bool:
-    token = match[0].removeprefix("0x")
-    return (
-        any(c.isdigit() for c in token)
-        and any(c.isalpha() for c in token)
-        and _ascending_run(token.lower()) <= VOLATILE_MAX_ASCENDING_RUN
-    )
+    token = match[0].removeprefix("0x").lower()
+    return any(c.isdigit() for c in token) and any(c.isalpha() for c in token) and _looks_random(token)
+
+
+def _is_identifier(token: str) -> bool:
+    """Whether `token` reads as words (`LineOver1DRangeSeries`, `_OP_NO_SSLv2_OR_SSLv3`)."""
+    if sum(len(word) for word in _WORD.findall(token)) >= VOLATILE_MAX_WORD_SHARE * len(token):
+        return True
+    parts = [part for part in _SEPARATOR.split(token) if part]
+    return len(parts) >= VOLATILE_IDENTIFIER_PARTS and len(token) < VOLATILE_IDENTIFIER_PART_CHARS * len(parts)
 
 
 def _is_base64_nonce(match: re.Match[str]) -> bool:
@@ -125,8 +140,8 @@ def _is_base64_nonce(match: re.Match[str]) -> bool:
         and any(c.islower() for c in token)
         and any(c.isdigit() for c in token)
         and ("/" not in token or "+" in token or token.endswith("="))
-        and _LOWER_WORD.search(token) is None
-        and _ascending_run(token) <= VOLATILE_MAX_ASCENDING_RUN
+        and not _is_identifier(token)
+        and _looks_random(token)
     )
 
 
@@ -147,7 +162,7 @@ _PATTERNS: list[tuple[VolatileKind, re.Pattern[str], Callable[[re.Match[str]], b
     (VolatileKind.NONCE, _token(r"eyJ[\w-]{8,}\.eyJ[\w-]{8,}\.[\w-]+"), _always),
     (
         VolatileKind.NONCE,
-        re.compile(rf"(?<![\w-])(?:0x)?{_HEX_CHARS}{{{VOLATILE_MIN_HEX_CHARS},}}(?![\w-])", re.ASCII),
+        re.compile(rf"(?<![\w.-])(?:0x)?{_HEX_CHARS}{{{VOLATILE_MIN_HEX_CHARS},}}(?![\w-])", re.ASCII),
         _is_hex_nonce,
     ),
     (

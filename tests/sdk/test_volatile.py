@@ -45,7 +45,7 @@ POSITIVE = [
     ("sha {} ok", "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", NONCE),
     ("key {} ok", "0x1f2e3d4c5b6a79880f1e", NONCE),
     ("token {} ok", "Zx8Kq2Lm9Np4Rt7Vw1Yb3Cd", NONCE),
-    ("token {} ok", "dGhpcyBpcyBhIHRlc3Qgbm9uY2U4Nzk=", NONCE),
+    ("token {} ok", "q7Vh0ZpX3kLmT9wRbN2cYe8=", NONCE),
     ("token {} ok", "k3J9_aX2-mQ7vL0pZr8WbT", NONCE),
     ("sig {} ok", "aB3+cD4/eF5gH6iJ7kL8mN9==", NONCE),
     (
@@ -110,6 +110,8 @@ NEGATIVE = [
     "https://github.com/openai/openai-python/blob/main/README.md",
     "HEX = '0123456789abcdef'; B64 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/'",
     "deadbeefcafebabe is a word-ish hex without digits; 1234567890123456 is a number.",
+    "MAX = 0x7fffffffffffffff; MASK = 0b1111111111111111111111; x = 1.000000000000000000e+00",
+    "LineOver1DRangeSeries, _OP_NO_SSLv2_OR_SSLv3, TestAssignValues_1009_UCS2, AmazonFreeRTOS-TI-CC3220SF",
     "timestamp: int = 0\nsession_id: str = 'abc1'\nrequest_id = str(uuid.uuid4())",
     "Date: see below.\nSession: morning keynote\nTime: O(n log n)",
     "    client.send(\n        request_id=request_id,\n        session=session2,\n    )",
