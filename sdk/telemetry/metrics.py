@@ -11,11 +11,14 @@ Histograms carry the semconv explicit bucket boundaries as advice. The semconv r
 time-per-chunk once per chunk after the first; kvwise records the call's mean once instead: a
 histogram record costs microseconds, and a per-chunk cost on a 200-chunk stream would be most of the
 SDK's overhead. The mean keeps the sum right for rate dashboards; the count is per call.
+
+Every point carries the attributes the semconv requires (operation, provider, request model, and
+`gen_ai.token.type` / `error.type` where they apply) and none of the merely recommended ones
+(`gen_ai.response.model`, `server.*`): each attribute costs about 1.5 µs per record in the
+OpenTelemetry SDK, and the call span carries them all.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from opentelemetry.metrics import Counter, Histogram, Meter
 
@@ -58,11 +61,8 @@ class Instruments:
             name, unit=sc.SECONDS_UNIT, description=description, explicit_bucket_boundaries_advisory=list(sc.DURATION_BUCKETS)
         )
 
-    def record(self, outcome: Outcome, base: Attributes, duration_ns: int, per_chunk_ns: float | None) -> None:
-        """Record one finished call; `base` holds operation, provider, request model and server."""
-        attributes: dict[str, Any] = dict(base)
-        if outcome.response_model:
-            attributes[sc.GEN_AI_RESPONSE_MODEL] = outcome.response_model
+    def record(self, outcome: Outcome, attributes: Attributes, duration_ns: int, per_chunk_ns: float | None) -> None:
+        """Record one finished call; `attributes` are its operation, provider and request model."""
         if outcome.error_type:
             self.duration.record(duration_ns / _NS_PER_S, {**attributes, sc.ERROR_TYPE: outcome.error_type})
         else:
