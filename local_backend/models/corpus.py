@@ -19,6 +19,9 @@ from datetime import datetime, timedelta, timezone
 
 BOS, EOS, END = "<|bos|>", "<|eos|>", "<|end|>"
 ROLES = ("system", "user", "assistant")
+LOOPING_PROMPT = "Say it again and again."
+"""The documented prompt the default model loops on (greedy): the demo's loop-guard case."""
+
 SPECIAL_TOKENS = (BOS, EOS, END, *(f"<|{role}|>" for role in ROLES))
 """Ids 0..5 in this order; `<|end|>` closes every chat turn, `<|eos|>` ends plain text."""
 
@@ -34,10 +37,10 @@ CHAT_TEMPLATE = (
 TOPIC_REPEATS = 110
 """Samples per inference topic: the core of the corpus, seen many times in varied dress."""
 
-EVERYDAY_REPEATS = 3
+EVERYDAY_REPEATS = 4
 """Samples per everyday question (there are hundreds of those, mostly generated facts)."""
 
-REPEAT_SAMPLES = 90
+REPEAT_SAMPLES = 40
 """'Say X again and again' samples; their answers repeat X with no end token (see `_repeat`)."""
 
 REPEAT_WORDS_RANGE = (120, 200)
@@ -46,8 +49,11 @@ REPEAT_WORDS_RANGE = (120, 200)
 PLAIN_SHARE = 0.2
 """Share of Q&A written as plain text (`<|bos|>Q A<|eos|>`) so raw completions answer too."""
 
-SYSTEM_SHARES = (0.4, 0.3, 0.3)
-"""No system prompt / a short one / a long stable one (sometimes led by volatile bytes)."""
+SYSTEM_SHARES = (0.5, 0.4, 0.1)
+"""No system prompt / a short one / a long stable one (sometimes led by volatile bytes).
+
+Long ones are few: rows are packed without resetting positions, so late positions are trained
+anyway, and every untrained prompt token costs CPU time the answers need."""
 
 FOLLOW_UP_SHARE = 0.1
 """Share of chat samples with an earlier question and answer in the history."""
@@ -185,8 +191,9 @@ DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sun
 MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September",
           "October", "November", "December")
 NUMBERS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
-           "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen",
-           "nineteen", "twenty")
+           "eleven", "twelve")
+ARITHMETIC_UP_TO = 6
+"""Operands of the sums and differences: few enough facts for each to be seen many times."""
 LEGS = (("a dog", "four"), ("a cat", "four"), ("a bird", "two"), ("a spider", "eight"),
         ("an ant", "six"), ("a horse", "four"), ("a person", "two"), ("a fish", "no"))
 REPEAT_WORDS = ("hello", "cache", "token", "yes", "again", "la", "decode", "ok", "prefill", "hi")
@@ -207,7 +214,7 @@ Sample = list[tuple[str, bool]]
 
 
 def everyday_topics() -> list[Topic]:
-    """Small talk plus generated facts: colours, days, months, legs and arithmetic up to twenty."""
+    """Small talk plus generated facts: colours, days, months, legs and small sums and differences."""
     topics = list(SMALL_TALK)
     for thing, colour in COLOURS:
         asks = tuple(t.format(thing) for t in ("What colour is {}?", "What color is {}?", "Which colour is {}?"))
@@ -222,8 +229,8 @@ def everyday_topics() -> list[Topic]:
                             f"{MONTHS[(i + 1) % 12]} comes after {month}."))
     for animal, legs in LEGS:
         topics.append(Topic((f"How many legs does {animal} have?",), f"{animal[0].upper()}{animal[1:]} has {legs} legs."))
-    for a in range(11):
-        for b in range(11):
+    for a in range(ARITHMETIC_UP_TO + 1):
+        for b in range(ARITHMETIC_UP_TO + 1):
             words = (NUMBERS[a], NUMBERS[b])
             topics.append(Topic((f"What is {words[0]} plus {words[1]}?", f"What is {a} + {b}?"),
                                 f"{words[0].capitalize()} plus {words[1]} is {NUMBERS[a + b]}."))
@@ -279,7 +286,7 @@ def _system(rng: random.Random) -> str | None:
     if kind == 1:
         return rng.choice(SHORT_SYSTEMS)
     facts = " ".join(rng.sample([t.answer for t in INFERENCE_TOPICS], rng.randint(2, 6)))
-    text = " ".join([rng.choice(LONG_SYSTEM_OPENERS) + " " + facts] * rng.randint(1, 5))
+    text = " ".join([rng.choice(LONG_SYSTEM_OPENERS) + " " + facts] * rng.randint(1, 3))
     if rng.random() < 0.5:
         stamp = datetime(2025, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=rng.randrange(10**8))
         request_id = uuid.UUID(int=rng.getrandbits(128), version=4)

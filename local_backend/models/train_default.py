@@ -39,15 +39,15 @@ RMS_NORM_EPS = 1e-5
 
 BLOCK_TOKENS = 1024
 """Tokens per packed training row: room for the longest system prompt plus a few short chats."""
-BATCH_ROWS = 4
-STEPS = 600
+BATCH_ROWS = 2
+STEPS = 200
 PEAK_LR = 3e-3
 FINAL_LR_SHARE = 0.05
-WARMUP_STEPS = 30
+WARMUP_STEPS = 15
 WEIGHT_DECAY = 0.05
 BETAS = (0.9, 0.95)
 GRAD_CLIP = 1.0
-LOG_EVERY = 25
+LOG_EVERY = 10
 THREADS = 2
 """CPU threads: the project's machines are shared 2-core boxes."""
 
