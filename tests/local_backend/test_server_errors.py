@@ -1,0 +1,202 @@
+"""Bad requests, keys, a full queue and clients that hang up: the APIs' own error bodies, and the
+server keeps serving and frees every KV block."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx2
+import openai
+import pytest
+
+from local_backend import Engine
+from local_backend.server import create_app, serve_in_thread
+
+KEY = "test-key"
+IDLE_DEADLINE_SECONDS = 30.0
+CLIENT_TIMEOUT_SECONDS = 60.0  # given, so anthropic does not refuse a huge non-streamed max_tokens itself
+LONG = {"max_tokens": 400, "extra_body": {"ignore_eos": True}}
+OK = {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 2}
+
+
+@dataclass(frozen=True)
+class Served:
+    url: str
+    engine: Engine
+
+
+@pytest.fixture(scope="module")
+def served(llama_dir: Path) -> Iterator[Served]:
+    engine = Engine.from_pretrained(llama_dir, device="cpu", max_model_len=512, kv_cache_memory=2**21)
+    with serve_in_thread(create_app(engine, model_name="tiny")) as url:
+        yield Served(url, engine)
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def guarded(llama_dir: Path) -> Iterator[Served]:
+    """An API key, one running request and no queue: the second concurrent request is refused."""
+    engine = Engine.from_pretrained(llama_dir, device="cpu", max_model_len=512, kv_cache_memory=2**21, max_num_seqs=1)
+    with serve_in_thread(create_app(engine, model_name="tiny", api_key=KEY, max_queue=0)) as url:
+        yield Served(url, engine)
+    engine.close()
+
+
+def _openai(url: str, key: str = KEY) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0)
+
+
+def _anthropic(url: str, key: str = KEY) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=url, api_key=key, max_retries=0, timeout=CLIENT_TIMEOUT_SECONDS)
+
+
+def _send(flavor: str, url: str, key: str = KEY, **request: Any) -> tuple[int, dict[str, Any]]:
+    """Status and JSON body of one chat / messages call made with the real client."""
+    try:
+        if flavor == "openai":
+            with _openai(url, key) as client:
+                client.chat.completions.create(model="tiny", **request)
+        else:
+            with _anthropic(url, key) as client:
+                client.messages.create(model="tiny", **request)
+    except (openai.APIStatusError, anthropic.APIStatusError) as exc:
+        return exc.status_code, exc.response.json()
+    return 200, {}
+
+
+def _error_type(flavor: str, body: dict[str, Any]) -> str:
+    """The error's type, after checking the body has that API's shape."""
+    if flavor == "openai":
+        assert set(body["error"]) == {"message", "type", "param", "code"} and body["error"]["message"]
+    else:
+        assert body["type"] == "error" and set(body["error"]) == {"type", "message"} and body["error"]["message"]
+    return body["error"]["type"]
+
+
+def _wait_idle(engine: Engine) -> None:
+    """Poll until no request runs or waits and no block is in use (fails after a generous deadline)."""
+    deadline = time.monotonic() + IDLE_DEADLINE_SECONDS
+    while time.monotonic() < deadline:
+        stats = engine.stats()
+        if stats.num_running == stats.num_waiting == stats.blocks_used == 0:
+            return
+        time.sleep(0.01)
+    pytest.fail(f"the engine is not idle: {engine.stats()}")
+
+
+BAD_REQUESTS = {
+    "negative max_tokens": ({"messages": OK["messages"], "max_tokens": -1}, "max_tokens"),
+    "huge max_tokens": ({"messages": OK["messages"], "max_tokens": 10**9}, "max_tokens"),
+    "empty messages": ({"messages": [], "max_tokens": 2}, "messages"),
+    "unknown role": ({"messages": [{"role": "wizard", "content": "hi"}], "max_tokens": 2}, "messages[0].role"),
+    "prompt over the context": ({"messages": [{"role": "user", "content": "word " * 1000}], "max_tokens": 2}, "messages"),
+    "non-text content": ({"messages": [{"role": "user", "content": [{"type": "image"}]}], "max_tokens": 2}, "messages[0].content"),
+}
+
+
+@pytest.mark.parametrize("flavor", ["openai", "anthropic"])
+@pytest.mark.parametrize("case", BAD_REQUESTS, ids=list(BAD_REQUESTS))
+def test_bad_request_gets_400_in_the_api_shape_and_the_server_keeps_serving(served, flavor, case):
+    request, param = BAD_REQUESTS[case]
+    status, body = _send(flavor, served.url, **request)
+    assert status == 400 and _error_type(flavor, body) == "invalid_request_error"
+    if flavor == "openai":
+        assert body["error"]["param"] == param
+    assert _send(flavor, served.url, **OK) == (200, {})
+
+
+def test_prompt_over_the_context_says_so_in_openai_code(served):
+    _, body = _send("openai", served.url, **BAD_REQUESTS["prompt over the context"][0])
+    assert body["error"]["code"] == "context_length_exceeded"
+
+
+@pytest.mark.parametrize(("path", "flavor"), [("/v1/chat/completions", "openai"), ("/v1/completions", "openai"), ("/v1/messages", "anthropic")])
+@pytest.mark.parametrize("payload", [b"{not json", b"[1, 2]", b"\xff\xfe"], ids=["malformed", "not an object", "not utf-8"])
+def test_invalid_json_gets_400(served, path, flavor, payload):
+    with httpx2.Client() as http:
+        response = http.post(f"{served.url}{path}", content=payload, headers={"content-type": "application/json"})
+    assert response.status_code == 400 and _error_type(flavor, response.json()) == "invalid_request_error"
+
+
+def test_n_above_one_is_refused_with_a_clear_400(served):
+    status, body = _send("openai", served.url, n=2, **OK)
+    assert status == 400 and body["error"]["param"] == "n" and "n=1" in body["error"]["message"]
+
+
+@pytest.mark.parametrize("flavor", ["openai", "anthropic"])
+def test_ten_megabyte_body_gets_413_and_the_server_keeps_serving(served, flavor):
+    huge = {"messages": [{"role": "user", "content": "x" * 10_000_000}], "max_tokens": 2}
+    status, body = _send(flavor, served.url, **huge)
+    assert status == 413
+    assert _error_type(flavor, body) == ("invalid_request_error" if flavor == "openai" else "request_too_large")
+    assert _send(flavor, served.url, **OK) == (200, {})
+
+
+@pytest.mark.parametrize(("path", "flavor"), [("/v1/nothing", "openai"), ("/v1/messages/nothing", "anthropic")])
+def test_unknown_path_gets_404_in_the_api_shape(served, path, flavor):
+    with httpx2.Client() as http:
+        response = http.get(f"{served.url}{path}")
+    assert response.status_code == 404 and response.json()
+
+
+@pytest.mark.parametrize("flavor", ["openai", "anthropic"])
+def test_wrong_api_key_gets_401_and_the_right_one_is_served(guarded, flavor):
+    status, body = _send(flavor, guarded.url, key="wrong", **OK)
+    assert status == 401
+    assert _error_type(flavor, body) == ("invalid_request_error" if flavor == "openai" else "authentication_error")
+    assert _send(flavor, guarded.url, **OK) == (200, {})
+
+
+def test_health_needs_no_key_and_either_header_works_on_every_route(guarded):
+    with httpx2.Client(base_url=guarded.url) as http:
+        assert http.get("/health").status_code == 200
+        assert http.get("/metrics").status_code == 401
+        assert http.get("/metrics", headers={"x-api-key": KEY}).status_code == 200
+        assert http.get("/v1/models", headers={"authorization": f"Bearer {KEY}"}).status_code == 200
+        body = {"model": "tiny", **OK}
+        assert http.post("/v1/messages", json=body, headers={"authorization": f"Bearer {KEY}"}).status_code == 200
+
+
+def test_full_queue_gets_429_from_openai_routes_and_529_from_anthropic_at_once(guarded):
+    with _openai(guarded.url) as client:
+        stream = client.chat.completions.create(model="tiny", messages=OK["messages"], stream=True, **LONG)
+        next(iter(stream))  # admitted and running: the one slot is taken
+        try:
+            status, body = _send("openai", guarded.url, **OK)
+            assert status == 429 and _error_type("openai", body) == "rate_limit_error"
+            status, body = _send("anthropic", guarded.url, **OK)
+            assert status == 529 and _error_type("anthropic", body) == "overloaded_error"
+        finally:
+            stream.close()
+    _wait_idle(guarded.engine)
+    assert _send("openai", guarded.url, **OK) == (200, {})
+
+
+def _hang_up_openai(url: str) -> None:
+    with _openai(url) as client:
+        stream = client.chat.completions.create(model="tiny", messages=OK["messages"], stream=True, **LONG)
+        for _, _chunk in zip(range(3), stream):
+            pass
+        stream.close()
+
+
+def _hang_up_anthropic(url: str) -> None:
+    with _anthropic(url) as client, client.messages.stream(model="tiny", messages=OK["messages"], **LONG) as stream:
+        for _, _text in zip(range(3), stream.text_stream):
+            pass
+
+
+@pytest.mark.parametrize("hang_up", [_hang_up_openai, _hang_up_anthropic], ids=["openai", "anthropic"])
+def test_client_hanging_up_mid_stream_aborts_and_frees_its_blocks(served, hang_up):
+    before = served.engine.stats().generation_tokens
+    hang_up(served.url)
+    _wait_idle(served.engine)
+    assert served.engine.stats().generation_tokens - before < LONG["max_tokens"]
+    with httpx2.Client() as http:
+        metrics = http.get(f"{served.url}/metrics").text
+    assert 'kvwise_kv_blocks{state="used"} 0' in metrics and "kvwise_requests_in_flight 0" in metrics
