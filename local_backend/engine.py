@@ -133,7 +133,9 @@ class Engine:
         """num_blocks × block_size × kv_bytes_per_token: the bytes of the KV pool."""
         return self.block_manager.num_blocks * self.block_manager.block_size * self.kv_bytes_per_token
 
-    def chat_prompt(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True) -> list[int]:
+    def chat_prompt(
+        self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True
+    ) -> list[int]:
         """Token ids of `messages` rendered with the checkpoint's chat template (pass to generate)."""
         return self.tokenizer.chat_prompt(messages, add_generation_prompt)
 
@@ -257,7 +259,8 @@ class Engine:
 
     def _submit(self, token_ids: list[int], params: SamplingParams, sink: Sink, request_id: str | None) -> str:
         rid = request_id or f"req-{next(self._ids)}"
-        request = Request(Seq(rid, token_ids, params), Detokenizer(self.tokenizer, token_ids, params.stop), sink)
+        detokenizer = Detokenizer(self.tokenizer, token_ids, params.stop)
+        request = Request(Seq(rid, token_ids, params), detokenizer, sink)
         with self._wake:
             if rid in self._live_ids:
                 raise ValueError(f"request_id {rid!r} is already in use")
@@ -300,10 +303,13 @@ class Engine:
                 self._thread = threading.Thread(target=self._loop, name="kvwise-engine", daemon=True)
                 self._thread.start()
 
+    def _has_work(self) -> bool:
+        return self._closed or bool(self._inbox) or self.scheduler.has_unfinished()
+
     def _loop(self) -> None:
         while True:
             with self._wake:
-                self._wake.wait_for(lambda: self._closed or bool(self._inbox) or self.scheduler.has_unfinished())
+                self._wake.wait_for(self._has_work)
                 if self._closed:
                     return
             try:

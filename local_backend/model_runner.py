@@ -84,10 +84,8 @@ class ModelRunner:
             lengths = [seq.num_computed_tokens + 1 for seq in seqs[:num_decodes]]
             longest = max(lengths)
             blocks = -(-longest // self.block_size)
-            tables = torch.tensor(
-                [s.block_table[:blocks] + [0] * (blocks - len(s.block_table[:blocks])) for s in seqs[:num_decodes]],
-                device=self.device,
-            )
+            padded = [(s.block_table + [0] * blocks)[:blocks] for s in seqs[:num_decodes]]
+            tables = torch.tensor(padded, device=self.device)
             grid = (tables[:, :, None] * self.block_size + self._block_offsets).view(num_decodes, -1)
             decode_slots = grid[:, :longest].contiguous()
             ctx = torch.tensor(lengths, device=self.device)

@@ -47,25 +47,27 @@ class SamplingParams:
         object.__setattr__(self, "stop", _as_tuple(self.stop))
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
         object.__setattr__(self, "dry_sequence_breakers", _as_tuple(self.dry_sequence_breakers))
+        top_k, last_n = self.top_k, self.dry_penalty_last_n
         checks = [
-            ("max_tokens", self.max_tokens, self.max_tokens >= 1, "must be >= 1"),
-            ("temperature", self.temperature, self.temperature >= 0, "must be >= 0"),
-            ("top_p", self.top_p, 0 < self.top_p <= 1, "must be in (0, 1]"),
-            ("top_k", self.top_k, self.top_k is None or self.top_k >= 1, "must be >= 1 or None"),
-            ("min_p", self.min_p, 0 <= self.min_p <= 1, "must be in [0, 1]"),
-            ("repetition_penalty", self.repetition_penalty, self.repetition_penalty > 0, "must be > 0"),
-            ("frequency_penalty", self.frequency_penalty, -2 <= self.frequency_penalty <= 2, "must be in [-2, 2]"),
-            ("presence_penalty", self.presence_penalty, -2 <= self.presence_penalty <= 2, "must be in [-2, 2]"),
-            ("dry_multiplier", self.dry_multiplier, self.dry_multiplier >= 0, "must be >= 0"),
-            ("dry_base", self.dry_base, self.dry_base >= 1, "must be >= 1"),
-            ("dry_allowed_length", self.dry_allowed_length, self.dry_allowed_length >= 1, "must be >= 1"),
-            ("dry_penalty_last_n", self.dry_penalty_last_n, self.dry_penalty_last_n is None or self.dry_penalty_last_n >= 0, "must be >= 0 or None"),
-            ("stop", self.stop, all(isinstance(s, str) and s for s in self.stop), "must be non-empty strings"),
-            ("stop_token_ids", self.stop_token_ids, all(isinstance(i, int) and i >= 0 for i in self.stop_token_ids), "must be token ids >= 0"),
-        ]
-        for name, value, ok, rule in checks:
+            ("max_tokens", self.max_tokens >= 1, "must be >= 1"),
+            ("temperature", self.temperature >= 0, "must be >= 0"),
+            ("top_p", 0 < self.top_p <= 1, "must be in (0, 1]"),
+            ("top_k", top_k is None or top_k >= 1, "must be >= 1 or None"),
+            ("min_p", 0 <= self.min_p <= 1, "must be in [0, 1]"),
+            ("repetition_penalty", self.repetition_penalty > 0, "must be > 0"),
+            ("frequency_penalty", -2 <= self.frequency_penalty <= 2, "must be in [-2, 2]"),
+            ("presence_penalty", -2 <= self.presence_penalty <= 2, "must be in [-2, 2]"),
+            ("dry_multiplier", self.dry_multiplier >= 0, "must be >= 0"),
+            ("dry_base", self.dry_base >= 1, "must be >= 1"),
+            ("dry_allowed_length", self.dry_allowed_length >= 1, "must be >= 1"),
+            ("dry_penalty_last_n", last_n is None or last_n >= 0, "must be >= 0 or None"),
+            ("stop", all(isinstance(s, str) and s for s in self.stop), "must be non-empty strings"),
+            ("stop_token_ids", all(isinstance(i, int) and i >= 0 for i in self.stop_token_ids),
+             "must be token ids >= 0"),
+        ]  # fmt: skip
+        for name, ok, rule in checks:
             if not ok:
-                raise ValueError(f"SamplingParams.{name}={value!r} {rule}")
+                raise ValueError(f"SamplingParams.{name}={getattr(self, name)!r} {rule}")
 
     @property
     def greedy(self) -> bool:
