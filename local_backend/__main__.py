@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -72,6 +73,10 @@ def serve(args: argparse.Namespace) -> int:
     config = uvicorn.Config(
         app, host=args.host, port=args.port, lifespan="off", timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS
     )
+    # uvicorn re-raises the stop signal after its graceful shutdown; a no-op handler makes that a
+    # clean exit 0 (the default SIGTERM handler would kill us with -15 after all the good work).
+    for stop in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop, lambda *_: None)
     try:
         _Server(config, f"http://{host}:{args.port}").run()
     finally:

@@ -141,7 +141,8 @@ def test_ten_megabyte_body_gets_413_and_the_server_keeps_serving(served, flavor)
 def test_unknown_path_gets_404_in_the_api_shape(served, path, flavor):
     with httpx2.Client() as http:
         response = http.get(f"{served.url}{path}")
-    assert response.status_code == 404 and response.json()
+    assert response.status_code == 404
+    assert _error_type(flavor, response.json()) == ("invalid_request_error" if flavor == "openai" else "not_found_error")
 
 
 @pytest.mark.parametrize("flavor", ["openai", "anthropic"])

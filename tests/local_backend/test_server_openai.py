@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import signal
+import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +19,7 @@ from local_backend.server import create_app, serve_in_thread
 TIMINGS_KEYS = {"prompt_n", "prompt_ms", "prompt_per_second", "predicted_n", "predicted_ms",
                 "predicted_per_second", "cache_n", "queue_ms"}  # fmt: skip
 GREEDY = {"temperature": 0, "extra_body": {"ignore_eos": True}}
+CLI_KEY = "cli-secret-4f2a"
 LONG_SYSTEM = " ".join(["Prefill computes the prompt; decode emits one token at a time."] * 12)
 
 
@@ -123,3 +128,22 @@ async def test_eight_concurrent_streams_return_what_each_returns_alone(base_url)
         alone = [await run(p, stream=False) for p in prompts]
         together = await asyncio.gather(*(run(p, stream=True) for p in prompts))
     assert together == alone
+
+
+def test_cli_serves_a_checkpoint_prints_its_url_and_exits_zero_on_sigterm(llama_dir):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    command = [sys.executable, "-m", "local_backend", "serve", "--model", str(llama_dir), "--port", str(port),
+               "--kv-cache-memory", str(2**21), "--api-key", CLI_KEY]  # fmt: skip
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+        try:
+            line = process.stdout.readline()
+            assert f"http://127.0.0.1:{port}" in line, process.stderr.read()
+            with openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=CLI_KEY, max_retries=0) as client:
+                assert _chat(client, "Hello", max_tokens=2).usage.completion_tokens == 2
+        finally:
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=60) == 0
+        logs = process.stdout.read() + process.stderr.read()
+    assert "Shutting down" in logs and CLI_KEY not in logs
