@@ -18,18 +18,18 @@ from sdk.telemetry.pricing import Cost
 
 Attributes = dict[str, Any]
 
-_SCALAR_PARAMS = (
-    ("max_tokens", sc.GEN_AI_REQUEST_MAX_TOKENS),
-    ("max_completion_tokens", sc.GEN_AI_REQUEST_MAX_TOKENS),
-    ("max_output_tokens", sc.GEN_AI_REQUEST_MAX_TOKENS),
-    ("temperature", sc.GEN_AI_REQUEST_TEMPERATURE),
-    ("top_p", sc.GEN_AI_REQUEST_TOP_P),
-    ("top_k", sc.GEN_AI_REQUEST_TOP_K),
-    ("frequency_penalty", sc.GEN_AI_REQUEST_FREQUENCY_PENALTY),
-    ("presence_penalty", sc.GEN_AI_REQUEST_PRESENCE_PENALTY),
-    ("seed", sc.GEN_AI_REQUEST_SEED),
-)
-"""Native request parameters (of any of the three APIs) and the attribute each is reported under."""
+_PARAM_ATTRIBUTES = {
+    "max_tokens": sc.GEN_AI_REQUEST_MAX_TOKENS,
+    "max_completion_tokens": sc.GEN_AI_REQUEST_MAX_TOKENS,
+    "max_output_tokens": sc.GEN_AI_REQUEST_MAX_TOKENS,
+    "temperature": sc.GEN_AI_REQUEST_TEMPERATURE,
+    "top_p": sc.GEN_AI_REQUEST_TOP_P,
+    "top_k": sc.GEN_AI_REQUEST_TOP_K,
+    "frequency_penalty": sc.GEN_AI_REQUEST_FREQUENCY_PENALTY,
+    "presence_penalty": sc.GEN_AI_REQUEST_PRESENCE_PENALTY,
+    "seed": sc.GEN_AI_REQUEST_SEED,
+}
+"""Native scalar request parameters (of any of the three APIs) and the attribute each is reported under."""
 
 _STOP_PARAMS = ("stop", "stop_sequences")
 _SCALARS = (bool, int, float, str)
@@ -79,17 +79,16 @@ def request_attributes(call: Call, provider: str, server: tuple[str | None, int 
         sc.GEN_AI_REQUEST_MODEL: call.model,
         sc.GEN_AI_REQUEST_STREAM: call.stream,
     }
-    params = call.params
-    for name, key in _SCALAR_PARAMS:
-        value = params.get(name)
-        if isinstance(value, _SCALARS):
-            attributes[key] = value
-    for name in _STOP_PARAMS:
-        stops = params.get(name)
-        if isinstance(stops, str):
-            attributes[sc.GEN_AI_REQUEST_STOP_SEQUENCES] = (stops,)
-        elif isinstance(stops, (list, tuple)) and stops:
-            attributes[sc.GEN_AI_REQUEST_STOP_SEQUENCES] = tuple(str(stop) for stop in stops)
+    for name, value in call.params.items():
+        key = _PARAM_ATTRIBUTES.get(name)
+        if key is not None:
+            if isinstance(value, _SCALARS):
+                attributes[key] = value
+        elif name in _STOP_PARAMS:
+            if isinstance(value, str):
+                attributes[sc.GEN_AI_REQUEST_STOP_SEQUENCES] = (value,)
+            elif isinstance(value, (list, tuple)) and value:
+                attributes[sc.GEN_AI_REQUEST_STOP_SEQUENCES] = tuple(str(stop) for stop in value)
     host, port = server
     if host:
         attributes[sc.SERVER_ADDRESS] = host

@@ -100,12 +100,13 @@ class CallRecord:
 
     __slots__ = (
         "_attempt_ns", "_attempts", "_base", "_call", "_chunks", "_ended", "_first_ns", "_guard",
-        "_last_ns", "_sinks", "_span", "_start_ns", "_tokens_saved",
+        "_last_ns", "_sinks", "_span", "_start_ns", "_streamed", "_tokens_saved",
     )  # fmt: skip
 
     def __init__(self, sinks: Sinks | None, call: Call, span: Span | None, base: Attributes, start_ns: int) -> None:
         self._sinks = sinks
         self._call = call
+        self._streamed = call.stream
         self._span = span
         self._base = base
         self._start_ns = self._attempt_ns = start_ns
@@ -191,7 +192,7 @@ class CallRecord:
         timings: dict[str, float] | None,
         error: BaseException | str | None,
     ) -> Outcome:
-        streamed, first = self._call.stream, self._first_ns
+        streamed, first = self._streamed, self._first_ns
         price = (sinks.prices.lookup(response_model) or sinks.prices.lookup(self._call.model)) if usage is not None else None
         return Outcome(
             usage=usage,
@@ -217,17 +218,17 @@ class CallRecord:
             span.set_attributes(attributes)
             if outcome.error_type:
                 span.set_status(Status(StatusCode.ERROR, outcome.error_type))
-            if self._call.stream:
+            if self._streamed:
                 self._end_phases(sinks.tracer, span, end_ns)
         finally:
             span.end(end_time=end_ns)
 
     @guarded
     def _record_metrics(self, instruments: Instruments, outcome: Outcome, end_ns: int) -> None:
-        instruments.record(outcome, self._base, end_ns - self._start_ns, self._per_chunk_ns(self._call.stream))
+        instruments.record(outcome, self._base, end_ns - self._start_ns, self._per_chunk_ns())
 
-    def _per_chunk_ns(self, streamed: bool) -> float | None:
-        if not streamed or self._first_ns is None or self._last_ns is None or self._chunks < 2:
+    def _per_chunk_ns(self) -> float | None:
+        if not self._streamed or self._first_ns is None or self._last_ns is None or self._chunks < 2:
             return None
         return (self._last_ns - self._first_ns) / (self._chunks - 1)
 
