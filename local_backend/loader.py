@@ -71,13 +71,16 @@ def check_checkpoint(directory: Path) -> None:
 def load_model(
     directory: Path, cfg: ModelConfig, device: torch.device, dtype: torch.dtype
 ) -> CausalLM:
-    """Build the model without initialising it, then copy each stored tensor into its slot."""
+    """Build the model without initialising it, then copy each stored tensor into its slot.
+
+    Projection weights land transposed in `weight_t`, q/k/v and gate/up side by side in their
+    packed matrix; with tied embeddings the lm_head is the embedding's transpose (a copy on CPU,
+    where decode streams it faster, a view elsewhere).
+    """
     with torch.device("meta"):
         model = CausalLM(cfg, dtype)
     model.to_empty(device=device)
-    if cfg.tie_word_embeddings:
-        model.lm_head.weight = model.model.embed_tokens.weight
-    params = dict(model.named_parameters(remove_duplicate=False))
+    params = dict(model.named_parameters())
     shard_sizes = {
         "qkv_proj": [cfg.num_heads * cfg.head_dim] + [cfg.num_kv_heads * cfg.head_dim] * 2,
         "gate_up_proj": [cfg.intermediate_size] * 2,
@@ -86,20 +89,26 @@ def load_model(
     for file in sorted(directory.glob("*.safetensors")):
         with safe_open(file, framework="pt") as handle:
             for name in handle.keys():
-                if "rotary_emb" in name:
+                if "rotary_emb" in name or (cfg.tie_word_embeddings and name == "lm_head.weight"):
                     continue
                 target, offset, size = _target(name, shard_sizes)
-                if target not in params:
+                transposed = f"{target}_t" in params
+                key = f"{target}_t" if transposed else target
+                if key not in params:
                     raise ValueError(f"{file.name}: unexpected tensor {name!r} for {cfg.model_type}")
-                dest = params[target].data
+                tensor = handle.get_tensor(name)
+                dest = params[key].data
                 if size is not None:
-                    dest = dest.narrow(0, offset, size)
-                dest.copy_(handle.get_tensor(name))
-                loaded.add(name if size is None else f"{target}#{offset}")
+                    dest = dest.narrow(1 if transposed else 0, offset, size)
+                dest.copy_(tensor.t() if transposed else tensor)
+                loaded.add(key if size is None else f"{key}#{offset}")
+    if cfg.tie_word_embeddings:
+        embedding_t = model.model.embed_tokens.weight.detach().t()
+        model.lm_head.weight_t = torch.nn.Parameter(
+            embedding_t.contiguous() if device.type == "cpu" else embedding_t, requires_grad=False
+        )
     _check_complete(params, loaded, shard_sizes, cfg)
-    return model.eval()
-
-
+    return model.eval().requires_grad_(False)
 def _target(name: str, shard_sizes: dict[str, list[int]]) -> tuple[str, int, int | None]:
     """Our parameter name, the row offset inside it and the row count (None: the whole tensor)."""
     parts = name.split(".")
@@ -120,7 +129,7 @@ def _check_complete(
 ) -> None:
     expected = set()
     for name in params:
-        if cfg.tie_word_embeddings and name == "lm_head.weight":
+        if cfg.tie_word_embeddings and name == "lm_head.weight_t":
             continue
         packed = next((p for p in shard_sizes if f".{p}." in name), None)
         if packed is None:

@@ -1,7 +1,8 @@
 """Llama-family decoder layers (Llama 2/3, Mistral, Qwen2/2.5, Qwen3, SmolLM) over a paged KV cache.
 
 Parameter names mirror Hugging Face's, except that q/k/v and gate/up projections are packed into
-one matrix each (`qkv_proj`, `gate_up_proj`) so a step does two matmuls where it would do five.
+one matrix each (`qkv_proj`, `gate_up_proj`) so a step does two matmuls where it would do five,
+and projection matrices are stored transposed (`weight_t`, see `Linear`).
 Tokens of all sequences in a step are flattened to `[T, hidden]`; only attention looks at sequences.
 """
 
@@ -57,6 +58,25 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + rotated * sin
 
 
+class Linear(nn.Module):
+    """y = x·Wᵀ + b with W stored transposed, `weight_t [in, out]`.
+
+    Decode multiplies one row by each matrix, which streams the whole matrix from memory; on CPU
+    a row-major [in, out] matrix streams about twice as fast as [out, in] (32000×512 lm_head:
+    4.5 ms against 9.9 ms on one core), and large matmuls are no slower.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.weight_t = nn.Parameter(torch.empty(in_features, out_features, dtype=dtype))
+        self.bias = nn.Parameter(torch.empty(out_features, dtype=dtype)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.bias is None:
+            return x @ self.weight_t
+        return torch.addmm(self.bias, x, self.weight_t)
+
+
 class RMSNorm(nn.Module):
     """x / √(mean(x²) + eps) · weight."""
 
@@ -77,10 +97,8 @@ class Attention(nn.Module):
         self.q_size = cfg.num_heads * cfg.head_dim
         self.kv_size = cfg.num_kv_heads * cfg.head_dim
         self.head_dim = cfg.head_dim
-        self.qkv_proj = nn.Linear(
-            cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=cfg.qkv_bias, dtype=dtype
-        )
-        self.o_proj = nn.Linear(self.q_size, cfg.hidden_size, bias=cfg.o_bias, dtype=dtype)
+        self.qkv_proj = Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, cfg.qkv_bias, dtype)
+        self.o_proj = Linear(self.q_size, cfg.hidden_size, cfg.o_bias, dtype)
         self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, dtype) if cfg.qk_norm else None
         self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, dtype) if cfg.qk_norm else None
 
@@ -110,8 +128,8 @@ class MLP(nn.Module):
     def __init__(self, cfg: ModelConfig, dtype: torch.dtype) -> None:
         super().__init__()
         size = cfg.intermediate_size
-        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * size, bias=cfg.mlp_bias, dtype=dtype)
-        self.down_proj = nn.Linear(size, cfg.hidden_size, bias=cfg.mlp_bias, dtype=dtype)
+        self.gate_up_proj = Linear(cfg.hidden_size, 2 * size, cfg.mlp_bias, dtype)
+        self.down_proj = Linear(size, cfg.hidden_size, cfg.mlp_bias, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
@@ -160,7 +178,7 @@ class CausalLM(nn.Module):
     def __init__(self, cfg: ModelConfig, dtype: torch.dtype) -> None:
         super().__init__()
         self.model = Backbone(cfg, dtype)
-        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False, dtype=dtype)
+        self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size, False, dtype)
 
     def forward(
         self,

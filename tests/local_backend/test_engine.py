@@ -162,18 +162,18 @@ def _make_looping(engine: Engine) -> None:
     """Rewire the model so greedy decoding cycles t → t+1 → t+2 → t inside each group of three ids.
 
     With attention and MLP outputs zeroed every layer is the identity, so the logits are
-    lm_head · h_t where h_t is the normed embedding of the current token; lm_head row s = h_{g(s)}
+    lm_head · h_t where h_t is the normed embedding of the current token; lm_head row s (a column of `weight_t`) = h_{g(s)}
     with g the inverse cycle makes |h_t|² (the largest dot product) land on the next id of the cycle.
     """
     model = engine.runner.model
     with torch.no_grad():
         for layer in model.model.layers:
-            layer.self_attn.o_proj.weight.zero_()
-            layer.mlp.down_proj.weight.zero_()
+            layer.self_attn.o_proj.weight_t.zero_()
+            layer.mlp.down_proj.weight_t.zero_()
         h = model.model.norm(model.model.embed_tokens.weight)
         ids = torch.arange(h.shape[0])
         inverse = (3 * (ids // 3) + (ids + 2) % 3).clamp(max=h.shape[0] - 1)
-        model.lm_head.weight.copy_(h[inverse] * 3 / h.pow(2).sum(-1).mean())
+        model.lm_head.weight_t.copy_((h[inverse] * 3 / h.pow(2).sum(-1).mean()).t())
 
 
 @pytest.mark.parametrize(
