@@ -25,9 +25,11 @@ def serve_in_thread(app: ASGIApp, host: str = DEFAULT_HOST) -> Iterator[str]:
     """Yield the base URL (no `/v1`) once the server accepts connections; stop it on exit.
 
     The socket is bound before the thread starts (port 0: the OS picks a free one), so two
-    servers never race for a port.
+    servers never race for a port. The explicit IPPROTO_TCP matters: asyncio sets TCP_NODELAY only
+    on sockets whose proto says TCP, and without it each JSON answer (headers, then body) waits
+    ~40 ms for the client's delayed ACK.
     """
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, 0))
     port = sock.getsockname()[1]
