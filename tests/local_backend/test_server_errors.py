@@ -3,6 +3,8 @@ server keeps serving and frees every KV block."""
 
 from __future__ import annotations
 
+import json
+import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -201,3 +203,18 @@ def test_client_hanging_up_mid_stream_aborts_and_frees_its_blocks(served, hang_u
     with httpx2.Client() as http:
         metrics = http.get(f"{served.url}/metrics").text
     assert 'kvwise_kv_blocks{state="used"} 0' in metrics and "kvwise_requests_in_flight 0" in metrics
+
+
+def test_client_hanging_up_before_a_whole_answer_aborts_it(served):
+    """Non-streamed: the server watches for the hang-up while the engine works."""
+    body = json.dumps({"model": "tiny", "max_tokens": 480, "ignore_eos": True, "messages": OK["messages"]}).encode()
+    host, port = served.url.removeprefix("http://").split(":")
+    before = served.engine.stats().generation_tokens
+    with socket.create_connection((host, int(port))) as sock:
+        head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        sock.sendall(head.encode() + body)
+        deadline = time.monotonic() + IDLE_DEADLINE_SECONDS
+        while served.engine.stats().generation_tokens == before and time.monotonic() < deadline:
+            time.sleep(0.001)  # wait until it is decoding, then hang up
+    _wait_idle(served.engine)
+    assert 0 < served.engine.stats().generation_tokens - before < 480
