@@ -1,6 +1,7 @@
 """Attention over the paged KV cache with `scaled_dot_product_attention` (CPU and CUDA alike).
 
-The cache of one layer is a flat array of slots, `[num_blocks * block_size, kv_heads, head_dim]`;
+The cache of one layer is a flat array of slots, `[num_blocks * block_size, 2, kv_heads, head_dim]`
+(key and value side by side, so one copy stores both and one gather reads both);
 slot = block_id × block_size + offset. Each step writes the new tokens' keys and values into their
 slots, then gathers every sequence's context by slot index and attends over it:
 
@@ -47,31 +48,23 @@ class AttentionMetadata:
 
 
 def paged_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    meta: AttentionMetadata,
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata
 ) -> torch.Tensor:
-    """Store `k`, `v` in their slots, then attend: `q [T, H, D]` → `[T, H × D]`.
+    """Store `k`, `v` in their slots of `kv_cache`, then attend: `q [T, H, D]` → `[T, H × D]`.
 
     softmax(q·kᵀ / √D + mask) · v per sequence, grouped-query heads shared via `enable_gqa`.
     """
-    k_cache.index_copy_(0, meta.slot_mapping, k)
-    v_cache.index_copy_(0, meta.slot_mapping, v)
+    kv_cache.index_copy_(0, meta.slot_mapping, torch.stack((k, v), dim=1))
     outputs = []
     if meta.num_decodes:
         n = meta.num_decodes
         assert meta.decode_slots is not None
         batch, context = meta.decode_slots.shape
-        flat = meta.decode_slots.view(-1)
-        keys = k_cache.index_select(0, flat).view(batch, context, *k_cache.shape[1:])
-        values = v_cache.index_select(0, flat).view(batch, context, *v_cache.shape[1:])
+        kv = kv_cache.index_select(0, meta.decode_slots.view(-1)).view(batch, context, *kv_cache.shape[1:])
         out = F.scaled_dot_product_attention(
             q[:n].unsqueeze(2),
-            keys.transpose(1, 2),
-            values.transpose(1, 2),
+            kv[:, :, 0].transpose(1, 2),
+            kv[:, :, 1].transpose(1, 2),
             attn_mask=meta.decode_mask,
             enable_gqa=True,
         )
@@ -80,7 +73,8 @@ def paged_attention(
         if seg.slots is None:
             keys, values = k[seg.start : seg.end], v[seg.start : seg.end]
         else:
-            keys, values = k_cache.index_select(0, seg.slots), v_cache.index_select(0, seg.slots)
+            kv = kv_cache.index_select(0, seg.slots)
+            keys, values = kv[:, 0], kv[:, 1]
         out = F.scaled_dot_product_attention(
             q[seg.start : seg.end].transpose(0, 1).unsqueeze(0),
             keys.transpose(0, 1).unsqueeze(0),

@@ -108,8 +108,7 @@ class Attention(nn.Module):
         cos: torch.Tensor,
         sin: torch.Tensor,
         meta: AttentionMetadata,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
+        kv_cache: torch.Tensor,
     ) -> torch.Tensor:
         tokens = x.shape[0]
         q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
@@ -119,7 +118,7 @@ class Attention(nn.Module):
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        return self.o_proj(paged_attention(q, k, v, k_cache, v_cache, meta))
+        return self.o_proj(paged_attention(q, k, v, kv_cache, meta))
 
 
 class MLP(nn.Module):
@@ -152,10 +151,9 @@ class DecoderLayer(nn.Module):
         cos: torch.Tensor,
         sin: torch.Tensor,
         meta: AttentionMetadata,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
+        kv_cache: torch.Tensor,
     ) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, meta, k_cache, v_cache)
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, meta, kv_cache)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -188,10 +186,10 @@ class CausalLM(nn.Module):
         meta: AttentionMetadata,
         kv_cache: torch.Tensor,
     ) -> torch.Tensor:
-        """Hidden states `[T, hidden]` of the step's tokens; `kv_cache` is `[2, layers, slots, ...]`."""
+        """Hidden states `[T, hidden]` of the step's tokens; `kv_cache` is `[layers, slots, 2, ...]`."""
         x = self.model.embed_tokens(input_ids)
-        for i, layer in enumerate(self.model.layers):
-            x = layer(x, cos, sin, meta, kv_cache[0, i], kv_cache[1, i])
+        for layer, layer_cache in zip(self.model.layers, kv_cache):
+            x = layer(x, cos, sin, meta, layer_cache)
         return self.model.norm(x)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

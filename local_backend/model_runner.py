@@ -18,7 +18,7 @@ from local_backend.sequence import Sequence
 
 
 class ModelRunner:
-    """Owns the model, the `[2, layers, slots, kv_heads, head_dim]` KV cache and the rope tables."""
+    """Owns the model, the `[layers, slots, 2, kv_heads, head_dim]` KV cache and the rope tables."""
 
     def __init__(
         self,
@@ -35,7 +35,7 @@ class ModelRunner:
         self.device = param.device
         self.block_size = block_size
         self.kv_cache = torch.zeros(
-            2, cfg.num_layers, num_blocks * block_size, cfg.num_kv_heads, cfg.head_dim,
+            cfg.num_layers, num_blocks * block_size, 2, cfg.num_kv_heads, cfg.head_dim,
             dtype=param.dtype, device=self.device,
         )  # fmt: skip
         self.cos, self.sin = rope_tables(cfg.rope, cfg.head_dim, max_model_len, self.device, param.dtype)
