@@ -174,8 +174,9 @@ class Engine:
     ) -> AsyncIterator[StreamDelta]:
         """Async iterator of `StreamDelta`s; the last one carries the `Completion`.
 
-        Input is checked now (`ValueError`); the request starts at the first iteration. Closing or
-        abandoning the iterator aborts the request and frees its blocks.
+        Input is checked now (`ValueError`); the request starts at the first iteration and runs on
+        the engine's background thread. Closing the iterator (`contextlib.aclosing`, or garbage
+        collection of an abandoned one) aborts the request and frees its blocks.
         """
         params = params or SamplingParams()
         return self._stream(self._prepare(prompt, params), params, request_id)

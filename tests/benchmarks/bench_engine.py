@@ -10,6 +10,7 @@ the same measures on a GPU in bf16.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -136,7 +137,9 @@ def report(hf: dict[str, float], ours: dict[str, float], label: str) -> None:
                  ours["concurrent"] / hf["concurrent"],
                  f"vs HF batch-1 {vs_b1:.1f}x >= {TARGETS['concurrent_vs_hf_b1']:g}x: "
                  f"{'PASS' if vs_b1 >= TARGETS['concurrent_vs_hf_b1'] else 'FAIL'}"))  # fmt: skip
-    print(f"\nkvwise engine vs transformers generate() — {label}")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"\nkvwise engine vs transformers generate() — {label}; load average at the end {load}")
+    print("(ratio: how many times the engine is faster; compare runs on an otherwise idle machine)")
     print(f"{'measure':<30}{'transformers':>14}{'engine':>12}{'ratio':>9}  target")
     for name, theirs, mine, ratio, target in rows:
         print(f"{name:<30}{theirs:>14.1f}{mine:>12.1f}{ratio:>8.1f}x  {target}")
