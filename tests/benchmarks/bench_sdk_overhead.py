@@ -12,6 +12,10 @@ with an in-memory reader), against one loopback mock server in a process of its 
     otel-genai   opentelemetry-instrumentation-genai-openai's OpenAIInstrumentor (official GenAI)
     openllmetry  opentelemetry-instrumentation-openai's OpenAIInstrumentor (Traceloop), its defaults
 
+Both peers work with openai 3.x as installed (genai-openai 1.3b0, OpenLLMetry 0.62.4); a peer that
+fails to import or instrument is listed with its error instead of a figure. The deprecated
+`opentelemetry-instrumentation-openai-v2` is no contender: it does not import with openai 3.x.
+
 The mock answers with Content-Length and TCP_NODELAY (without them every call stalls ~40 ms on
 delayed ACKs). The contenders' rounds are interleaved (so a change in machine load hits all alike)
 and each figure is the best round's mean µs per call; the non-streamed call and a 200-chunk stream
