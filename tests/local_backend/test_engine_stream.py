@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
 from contextlib import aclosing
 
@@ -57,6 +58,7 @@ async def test_abandoned_stream_aborts_its_request_and_frees_its_blocks(make_eng
     engine.step()  # drain the abort if the loop thread was busy
     stats = engine.stats()
     assert stats.num_running == stats.num_waiting == stats.blocks_used == 0
+    assert stats.generation_tokens < 150  # aborted, not run to its 200 tokens
 
 
 def test_abort_of_a_waiting_or_unknown_request_is_harmless(make_engine):
@@ -88,3 +90,19 @@ async def test_two_hundred_requests_with_aborts_leave_no_block_leaked(make_engin
     cache = engine.runner.kv_cache
     assert cache.numel() * cache.element_size() == stats.kv_cache_bytes
     assert all(b.ref_count == 0 for b in engine.block_manager.blocks)
+
+
+async def test_a_stream_dropped_without_closing_is_aborted_when_collected(make_engine):
+    engine = make_engine()
+    stream = engine.stream("Hello world", SamplingParams(max_tokens=200, ignore_eos=True))
+    await stream.__anext__()
+    del stream
+    gc.collect()
+    for _ in range(100):  # the loop's async-generator finaliser runs the stream's `finally`
+        await asyncio.sleep(0.01)
+        engine.step()
+        if engine.stats().num_running == 0:
+            break
+    stats = engine.stats()
+    assert stats.num_running == stats.num_waiting == stats.blocks_used == 0
+    assert stats.generation_tokens < 150  # aborted, not run to its 200 tokens
