@@ -17,6 +17,7 @@ import openai
 import pytest
 
 from local_backend import Engine
+from local_backend.__main__ import main
 from local_backend.server import create_app, serve_in_thread
 
 KEY = "test-key"
@@ -218,3 +219,10 @@ def test_client_hanging_up_before_a_whole_answer_aborts_it(served):
             time.sleep(0.001)  # wait until it is decoding, then hang up
     _wait_idle(served.engine)
     assert 0 < served.engine.stats().generation_tokens - before < 480
+
+
+@pytest.mark.parametrize(("args", "warned"), [(["--host", "0.0.0.0"], True), (["--host", "0.0.0.0", "--api-key", "k"], False), ([], False)])
+def test_cli_warns_when_bound_beyond_loopback_without_a_key_and_refuses_a_missing_model(caplog, capsys, args, warned):
+    assert main(["serve", "--model", "/no/such/checkpoint", *args]) == 2  # fails before binding anything
+    assert ("without --api-key" in caplog.text) is warned
+    assert "/no/such/checkpoint does not exist" in capsys.readouterr().err
