@@ -1,4 +1,4 @@
-"""Tiny random checkpoints (Llama, Qwen2, Qwen3) with a tiny byte-level BPE tokenizer, built once."""
+"""Tiny random checkpoints (Llama, Mistral, Qwen2, Qwen3) with a tiny byte-level BPE tokenizer, built once."""
 
 from __future__ import annotations
 
@@ -65,6 +65,9 @@ def _build(directory: Path, kind: str) -> Path:
                 "high_freq_factor": 4.0, "original_max_position_embeddings": 64, "rope_theta": 10000.0}
         config = transformers.LlamaConfig(**common, rope_parameters=rope)
         model_cls = transformers.LlamaForCausalLM
+    elif kind == "mistral":
+        config = transformers.MistralConfig(**common, sliding_window=4096)
+        model_cls = transformers.MistralForCausalLM
     elif kind == "qwen2":
         config = transformers.Qwen2Config(**common, tie_word_embeddings=True)
         model_cls = transformers.Qwen2ForCausalLM
@@ -84,7 +87,7 @@ def _build(directory: Path, kind: str) -> Path:
 @pytest.fixture(scope="session")
 def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("checkpoints")
-    return {kind: _build(root / kind, kind) for kind in ("llama", "qwen2", "qwen3")}
+    return {kind: _build(root / kind, kind) for kind in ("llama", "mistral", "qwen2", "qwen3")}
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,7 @@ def _prompts(engine: Engine, lengths: list[int], seed: int = 0) -> list[list[int
     return [[rng.randrange(4, engine.config.vocab_size) for _ in range(n)] for n in lengths]
 
 
-@pytest.mark.parametrize("kind", ["llama", "qwen2", "qwen3"])
+@pytest.mark.parametrize("kind", ["llama", "mistral", "qwen2", "qwen3"])
 def test_greedy_batch_matches_transformers_token_for_token(make_engine, hf_greedy, kind):
     engine = make_engine(kind)
     prompts = _prompts(engine, [5, 17, 33, 48])
