@@ -19,6 +19,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from local_backend._constants import DEFAULT_MODEL_NAME
 from local_backend.engine import Engine
 from local_backend.server import anthropic_routes, openai_routes
 from local_backend.server._constants import DEFAULT_MAX_QUEUE, HEALTH_PATH
@@ -31,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 
 def create_app(
-    engine: Engine, *, model_name: str = "default", api_key: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE
+    engine: Engine, *, model_name: str = DEFAULT_MODEL_NAME, api_key: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE
 ) -> Starlette:
     """An ASGI app serving `engine` as `model_name`; with `api_key`, all but `/health` need the key.
 

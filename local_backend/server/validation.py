@@ -27,8 +27,9 @@ _TYPE_NAMES = {float: "a number", int: "an integer", bool: "a boolean", str: "a 
 
 async def read_json(request: Request) -> dict[str, Any]:
     """The body as a JSON object; 413 past `MAX_BODY_BYTES` (read and dropped, so the client gets it)."""
-    declared = request.headers.get("content-length", "")
-    too_large = declared.isdigit() and int(declared) > MAX_BODY_BYTES
+    header = request.headers.get("content-length", "")
+    declared = int(header) if header.isdigit() else 0
+    too_large = declared > MAX_BODY_BYTES
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
@@ -40,7 +41,7 @@ async def read_json(request: Request) -> dict[str, Any]:
             chunks.append(chunk)
     if too_large:
         raise ApiError(
-            f"request body of {max(size, int(declared or 0))} bytes exceeds the limit of {MAX_BODY_BYTES} bytes",
+            f"request body of {max(size, declared)} bytes exceeds the limit of {MAX_BODY_BYTES} bytes",
             ErrorKind.TOO_LARGE,
         )
     try:

@@ -102,7 +102,7 @@ def test_stop_sequence_ends_the_text_before_it(client):
 
 
 def test_seed_repeats_a_sampled_answer_and_penalties_are_accepted(client):
-    kwargs = dict(max_tokens=10, temperature=0.9, top_p=0.95, seed=7, frequency_penalty=0.5,
+    kwargs = dict(max_completion_tokens=10, temperature=0.9, top_p=0.95, seed=7, frequency_penalty=0.5,
                   presence_penalty=0.3, extra_body={"top_k": 40, "repetition_penalty": 1.1})  # fmt: skip
     first = _chat(client, "Hello world", **kwargs).choices[0].message.content
     assert _chat(client, "Hello world", **kwargs).choices[0].message.content == first
