@@ -255,6 +255,12 @@ class Engine:
         if self._thread is not None:
             self._thread.join()
 
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def _prepare(self, prompt: Prompt, params: SamplingParams | None) -> list[int]:
         return prompt_token_ids(prompt, params, self.tokenizer, self.config.vocab_size, self.max_model_len)
 
