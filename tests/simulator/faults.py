@@ -68,7 +68,35 @@ class StallFault:
             raise ValueError(f"seconds and at_token must be >= 0, got {self.seconds!r}, {self.at_token!r}")
 
 
-Fault = ErrorFault | ResetFault | CutFault | StallFault
+class EventKind(enum.Enum):
+    """A malformed or unexpected SSE event slipped into a stream.
+
+    BAD_JSON: a `data:` line whose JSON is cut off half-way; the stream then goes on normally.
+    UNKNOWN: an event of a type the API does not define (`event: simulator.unknown`); the stream
+    then goes on normally, so a client that skips unknown events completes the call.
+    ERROR: the API's own mid-stream error event (OpenAI: a `data: {"error": ...}` chunk; Anthropic:
+    `event: error` with an `overloaded_error` body); the HTTP body then ends properly.
+    """
+
+    BAD_JSON = "bad_json"
+    UNKNOWN = "unknown"
+    ERROR = "error"
+
+
+@dataclass(frozen=True, slots=True)
+class EventFault:
+    """Send a `kind` event before content token `at_token` of a stream (0: right after the opening
+    events). A JSON answer under it is sent normally: only streams have events."""
+
+    kind: EventKind
+    at_token: int = 0
+
+    def __post_init__(self) -> None:
+        if self.at_token < 0:
+            raise ValueError(f"at_token must be >= 0, got {self.at_token!r}")
+
+
+Fault = ErrorFault | ResetFault | CutFault | StallFault | EventFault
 
 
 class FaultQueue:

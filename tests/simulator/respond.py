@@ -4,7 +4,7 @@ Both paths share the timing rules (`Timing`): `first_token_delay` passes before 
 (for SSE, after the headers and before the first event); `token_delay` passes between content
 tokens; a scripted stall adds to one of those pauses. While waiting, and before each token, the
 client's socket is polled, so a client that hangs up stops the "decode" at once; `StreamRecord`
-tells how far it got.
+tells how far it got. A scripted `EventFault` slips its `Injection` in before one token.
 """
 
 from __future__ import annotations
@@ -13,10 +13,16 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from .faults import CutFault, CutMode, StallFault
+from .errors import ApiError, Flavour, request_id_header
+from .faults import CutFault, CutMode, EventFault, EventKind, StallFault
 from .records import StreamRecord
 from .server import Exchange
 from .wire import Encoder, SseEvent
+
+UNKNOWN_EVENT_TYPE = "simulator.unknown"
+"""Event name and `type` of `EventKind.UNKNOWN`: defined by no API."""
+STREAM_ERROR_STATUS = 529
+"""The error an `EventKind.ERROR` event reports: "overloaded", the mid-stream error Anthropic documents."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +37,30 @@ class Timing:
         """Seconds to wait before content token `index` (0: before the first event or the JSON body)."""
         base = self.first_token_delay if index == 0 else self.token_delay
         return base + (self.stall.seconds if self.stall and self.stall.at_token == index else 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Injection:
+    """Events written just before content token `at_token` (after the last one when the reply is
+    shorter); `ends`: the HTTP body then ends properly, with no more tokens and no final events."""
+
+    at_token: int
+    events: tuple[SseEvent, ...]
+    ends: bool
+
+
+def injection(fault: EventFault, encoder: Encoder, flavour: Flavour) -> Injection:
+    """The events an `EventFault` slips into a stream, framed as the API frames its own."""
+    match fault.kind:
+        case EventKind.BAD_JSON:
+            whole = encoder.token(" lost")[0]
+            events = (SseEvent(whole.data[: len(whole.data) // 2], whole.event),)
+        case EventKind.UNKNOWN:
+            events = (SseEvent.of({"type": UNKNOWN_EVENT_TYPE}, UNKNOWN_EVENT_TYPE),)
+        case EventKind.ERROR:
+            body = ApiError(STREAM_ERROR_STATUS).body(flavour, request_id_header(flavour)[1])
+            events = (SseEvent.of(body, "error" if flavour is Flavour.ANTHROPIC else None),)
+    return Injection(fault.at_token, events, ends=fault.kind is EventKind.ERROR)
 
 
 def send_whole(exchange: Exchange, encoder: Encoder, headers: Mapping[str, str], timing: Timing,
@@ -49,14 +79,16 @@ def send_whole(exchange: Exchange, encoder: Encoder, headers: Mapping[str, str],
 
 
 def send_stream(exchange: Exchange, encoder: Encoder, tokens: tuple[str, ...], headers: Mapping[str, str],
-                timing: Timing, cut: CutFault | None) -> StreamRecord:
+                timing: Timing, cut: CutFault | None, inject: Injection | None = None) -> StreamRecord:
     """The SSE answer, `tokens` one by one; returns what was sent and whether the client hung up first."""
     progress = _Progress(exchange)
+    if inject is not None and inject.ends:
+        cut = CutFault(inject.at_token, CutMode.END)
     if cut is not None:
         tokens = tokens[: cut.after_tokens]
     if not exchange.start_stream(headers) or exchange.hung_up(timing.before(0)):
         progress.client_closed = True
-    elif progress.write(encoder.opening()) and progress.write_tokens(encoder, tokens, timing):
+    elif progress.write(encoder.opening()) and progress.write_tokens(encoder, tokens, timing, inject):
         _finish(exchange, encoder, progress, cut)
     return StreamRecord(
         path=exchange.path,
@@ -97,13 +129,19 @@ class _Progress:
         self.client_closed = True
         return False
 
-    def write_tokens(self, encoder: Encoder, tokens: Iterable[str], timing: Timing) -> bool:
-        """One batch of events per token, paced by `timing`; True when all were sent."""
+    def write_tokens(self, encoder: Encoder, tokens: tuple[str, ...], timing: Timing,
+                     inject: Injection | None) -> bool:
+        """One batch of events per token, paced by `timing`, with `inject` in its place; True when
+        all were sent."""
         for index, token in enumerate(tokens):
             if self._exchange.hung_up(timing.before(index) if index else 0.0):
                 self.client_closed = True
                 return False
+            if inject is not None and inject.at_token == index and not self.write(inject.events):
+                return False
             if not self.write(encoder.token(token)):
                 return False
             self.tokens += 1
+        if inject is not None and inject.at_token >= len(tokens):
+            return self.write(inject.events)
         return True

@@ -9,6 +9,7 @@ with ProviderSimulator() as sim:
     sim.fail(429, times=2, headers={"retry-after": "0"})
     sim.cut_stream_after(5)                  # next stream ends after 5 tokens, no final event
     sim.stall(2.0)                           # next answer waits 2 s more before its first event
+    sim.inject_event("bad_json", at_token=3) # next stream carries a malformed event before token 3
     client.chat.completions.create(...)
     sim.requests[-1].body, sim.streams[-1].tokens_sent
 ```
@@ -40,11 +41,11 @@ from .constants import (
 )
 from .decode import decode
 from .errors import ApiError, Flavour, request_id_header
-from .faults import CutFault, CutMode, ErrorFault, Fault, FaultQueue, ResetFault, StallFault
+from .faults import CutFault, CutMode, ErrorFault, EventFault, EventKind, Fault, FaultQueue, ResetFault, StallFault
 from .openai_chat import ChatCompletionsApi
 from .openai_responses import ResponsesApi
 from .records import RecordedRequest, StreamRecord
-from .respond import Timing, send_stream, send_whole
+from .respond import Timing, injection, send_stream, send_whole
 from .server import Exchange, LoopbackServer
 from .wire import Api, Job, Outcome, now
 
@@ -56,7 +57,7 @@ class ProviderSimulator:
 
     Settings (plain attributes, read at each request): `reply`, `first_token_delay`, `token_delay`
     (seconds), `anthropic_min_cache_tokens`. Scripting: `loop`, `fail`, `cut_stream_after`, `stall`,
-    `reset`. Records: `requests`, `streams`.
+    `inject_event`, `reset`. Records: `requests`, `streams`.
     """
 
     def __init__(self) -> None:
@@ -125,6 +126,16 @@ class ProviderSimulator:
         """The next `times` answers pause `seconds` more before content token `at_token` (0: before
         the first event or the JSON body): a client read timeout shorter than that trips once."""
         self._faults.add(StallFault(seconds, at_token), times)
+
+    def inject_event(self, kind: Literal["bad_json", "unknown", "error"], *, at_token: int = 0,
+                     times: int = 1) -> None:
+        """The next `times` streams carry a `kind` event just before content token `at_token`.
+
+        `kind` (see `faults.EventKind`): "bad_json" a `data:` line with half its JSON, "unknown" an
+        event type no API defines, "error" the API's own mid-stream error event, after which the body
+        ends. A non-streamed answer under it is sent normally.
+        """
+        self._faults.add(EventFault(EventKind(kind), at_token), times)
 
     def reset(self) -> None:
         """Forget requests, streams, caches, scripted faults and loop mode; settings stay."""
@@ -205,11 +216,13 @@ class ProviderSimulator:
         cut = fault if isinstance(fault, CutFault) else None
         timing = Timing(self.first_token_delay, self.token_delay, fault if isinstance(fault, StallFault) else None)
         headers = dict([request_id_header(flavour)])
+        encoder = api.encoder(outcome)
         try:
             if job.stream:
-                self._streams.append(send_stream(exchange, api.encoder(outcome), decoded.tokens, headers, timing, cut))
+                inject = injection(fault, encoder, flavour) if isinstance(fault, EventFault) else None
+                self._streams.append(send_stream(exchange, encoder, decoded.tokens, headers, timing, cut, inject))
             else:
-                send_whole(exchange, api.encoder(outcome), headers, timing, cut)
+                send_whole(exchange, encoder, headers, timing, cut)
         finally:
             cache = self._prefix_cache if flavour is Flavour.OPENAI else self._breakpoint_cache
             cache.commit(outcome.cache)

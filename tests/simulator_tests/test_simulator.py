@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -251,3 +252,30 @@ async def test_a_stall_trips_the_client_read_timeout_once(sim: ProviderSimulator
 
     assert again.choices[0].message.content == REPLY
     assert [(s.tokens_sent, s.client_closed) for s in sim.streams] == [(2, True)]
+
+
+async def test_injected_events_reach_the_clients_as_each_api_would_send_them(
+    sim: ProviderSimulator, oai: Any, claude: Any
+) -> None:
+    def chat() -> list[Any]:
+        return list(oai.chat.completions.create(model="m", messages=USER, stream=True))
+
+    def messages() -> list[Any]:
+        return list(claude.messages.create(model="c", max_tokens=50, messages=USER, stream=True))
+
+    for create in (chat, messages):
+        sim.inject_event("bad_json", at_token=2)
+        with pytest.raises(json.JSONDecodeError):  # neither client wraps a malformed `data:` line
+            create()
+    sim.inject_event("unknown", at_token=2, times=2)
+    chunks, events = chat(), messages()
+    sim.inject_event("error", at_token=2, times=2)
+    with pytest.raises(openai.APIError, match="Overloaded"):
+        chat()
+    with pytest.raises(anthropic.APIStatusError) as overloaded:
+        messages()
+
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == REPLY
+    assert [e.type for e in events].count("simulator.unknown") == 1 and events[-1].type == "message_stop"
+    assert overloaded.value.body["error"]["type"] == "overloaded_error"
+    assert [(s.tokens_sent, s.completed) for s in sim.streams[-2:]] == [(2, False)] * 2
