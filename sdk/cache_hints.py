@@ -68,7 +68,7 @@ def place_cache_hints(call: Call, policy: Policy, adapter: Adapter) -> None:
     """Add the provider's cache hints to `call` in place, recording each in `call.changes`."""
     if call.api in (Api.CHAT, Api.RESPONSES):
         if "prompt_cache_key" not in call.params:
-            call.params["prompt_cache_key"] = CACHE_KEY_PREFIX + prefix_key(call)
+            call.params["prompt_cache_key"] = CACHE_KEY_PREFIX + (call.prefix_key or prefix_key(call))
             call.changes.append("prompt_cache_key")
         if supports_openai_breakpoints(call.model):
             _place_breakpoints(call, adapter, {"mode": "explicit"}, min_tokens=0)

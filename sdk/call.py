@@ -49,6 +49,7 @@ class Call:
     changes: list[str] = field(default_factory=list)
     client_stops: tuple[str, ...] = ()
     fingerprint: str | None = None
+    prefix_key: str | None = None
     break_at: str | None = None
     break_cause: str | None = None
 

@@ -35,17 +35,24 @@ class BreakCause(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Segment:
-    """One stable segment: its key ("system[0]"), chained hash, and the hashes used to explain a break."""
+    """One stable segment: its key ("system[0]"), chained hash, and its bytes (to explain a break)."""
 
     key: str
     chain: str
     content: str
-    sorted_content: str
-    masked_content: str
     tool: str | None
+
+    def same_when_sorted(self, other: Segment) -> bool:
+        """Equal as JSON with sorted keys: only the serialisation differs."""
+        return _dumps(json.loads(self.content), sort_keys=True) == _dumps(json.loads(other.content), sort_keys=True)
+
+    def same_when_masked(self, other: Segment) -> bool:
+        """Equal once volatile bytes are masked: only volatile content differs."""
+        return mask_volatile(self.content) == mask_volatile(other.content)
 
 
 def _dumps(value: Any, sort_keys: bool = False) -> str:
+    """Compact JSON, as the clients send it (key order kept unless `sort_keys`)."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=sort_keys, default=str)
 
 
@@ -63,22 +70,13 @@ def segments(call: Call) -> list[Segment]:
     for key, value, tool in items:
         content = _dumps(value)
         chain = _digest(chain + key + content)
-        result.append(
-            Segment(
-                key=key,
-                chain=chain,
-                content=_digest(content),
-                sorted_content=_digest(_dumps(value, sort_keys=True)),
-                masked_content=_digest(mask_volatile(content)),
-                tool=tool,
-            )
-        )
+        result.append(Segment(key=key, chain=chain, content=content, tool=tool))
     return result
 
 
-def prefix_key(call: Call) -> str:
+def prefix_key(call: Call, chain: list[Segment] | None = None) -> str:
     """A short hash of the tools and system prompt: stable across the turns of one conversation."""
-    stable = [segment for segment in segments(call) if not segment.key.startswith("messages")]
+    stable = [segment for segment in (chain if chain is not None else segments(call)) if not segment.key.startswith("messages")]
     return stable[-1].chain[:FINGERPRINT_HEX_CHARS] if stable else _digest(call.model)[:FINGERPRINT_HEX_CHARS]
 
 
@@ -92,9 +90,9 @@ def explain_break(previous: list[Segment], current: list[Segment]) -> tuple[str,
             continue
         if old.key != new.key:
             return new.key, _cause_of_shape(old, new)
-        if old.sorted_content == new.sorted_content:
+        if old.same_when_sorted(new):
             return new.key, BreakCause.UNSTABLE_SERIALISATION
-        if old.masked_content == new.masked_content:
+        if old.same_when_masked(new):
             return new.key, BreakCause.VOLATILE_CONTENT
         if new.tool is not None:
             names_old = [s.tool for s in previous if s.tool is not None]
@@ -129,6 +127,7 @@ class PrefixTracker:
         """Set `call.fingerprint` and, when the prefix changed since the last call, `break_at`/`break_cause`."""
         current = segments(call)
         call.fingerprint = current[-1].chain[:FINGERPRINT_HEX_CHARS] if current else None
+        call.prefix_key = prefix_key(call, current)
         with self._lock:
             previous = self._last.get((call.api, call.model))
             self._last[(call.api, call.model)] = current

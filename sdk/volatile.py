@@ -26,6 +26,7 @@ What counts (each a `VolatileKind`):
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,6 +40,7 @@ from sdk._constants import (
     VOLATILE_MIN_BASE64_CHARS,
     VOLATILE_MIN_DISTINCT_CHARS,
     VOLATILE_MIN_HEX_CHARS,
+    VOLATILE_SCAN_CACHE_SIZE,
 )
 
 
@@ -177,7 +179,16 @@ def find_volatile(text: str) -> list[VolatileMatch]:
     """The volatile bytes in `text`: non-overlapping, in order; a labelled line wins over its tokens.
 
     Of overlapping candidates the one starting first wins, then the longest, then the earlier kind.
+    Every pattern needs a digit (a UUID of letters only is not worth the scan), so text without
+    one is skipped; the same text (a system prompt sent on every call) is scanned once.
     """
+    if _DIGIT.search(text) is None:
+        return []
+    return list(_scan(text))
+
+
+@functools.lru_cache(maxsize=VOLATILE_SCAN_CACHE_SIZE)
+def _scan(text: str) -> tuple[VolatileMatch, ...]:
     candidates: list[tuple[int, int, int, VolatileKind, str]] = []
     for rank, (kind, pattern, accept) in enumerate(_PATTERNS):
         for match in pattern.finditer(text):
@@ -189,7 +200,7 @@ def find_volatile(text: str) -> list[VolatileMatch]:
     for start, negative_end, _, kind, label in candidates:
         if not found or start >= found[-1].end:
             found.append(VolatileMatch(start, -negative_end, kind, label, text[start:-negative_end]))
-    return found
+    return tuple(found)
 
 
 def mask_volatile(text: str) -> str:
@@ -226,10 +237,12 @@ def cut_volatile(text: str) -> tuple[str, list[VolatileMatch]]:
     and a time that a UUID separated), those are cut too, so the result is free of volatile bytes
     (cutting it again finds nothing); such a match's `start:end` spans the earlier cut.
     """
+    matches = find_volatile(text)
+    if not matches:
+        return text, []
     chars = list(text)
     origin = list(range(len(text)))
     removed: list[VolatileMatch] = []
-    matches = find_volatile(text)
     while matches:
         removed += [_cut(chars, origin, match) for match in reversed(matches)]
         matches = find_volatile("".join(chars))

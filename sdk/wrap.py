@@ -80,15 +80,15 @@ def _client_kind(client: Any) -> str:
 
 
 class _Proxy:
-    """Attribute access goes to `target`, except the names in `overrides`."""
+    """Attribute access goes to `target`, except the names in `overrides` (built once, reused)."""
 
-    def __init__(self, target: Any, overrides: dict[str, Callable[[], Any]]) -> None:
+    def __init__(self, target: Any, overrides: dict[str, Any]) -> None:
         self._target = target
         self._overrides = overrides
 
     def __getattr__(self, name: str) -> Any:
         if name in self._overrides:
-            return self._overrides[name]()
+            return self._overrides[name]
         return getattr(self._target, name)
 
     def __repr__(self) -> str:
@@ -108,22 +108,20 @@ class WrappedClient(_Proxy):
             self._provider = Provider.ANTHROPIC
         else:
             self._provider = _HOSTED.get(base.hostname or "", Provider.OPENAI_COMPATIBLE)
-        overrides: dict[str, Callable[[], Any]] = {"with_options": lambda: self._with_options}
+        overrides: dict[str, Any] = {"with_options": self._with_options}
         if shared.is_anthropic:
-            overrides["messages"] = lambda: _Proxy(
+            overrides["messages"] = _Proxy(
                 client.messages,
                 {
-                    "create": lambda: self._method(Api.MESSAGES, lambda: self._sender.messages.create),
-                    "stream": lambda: self._message_stream,
+                    "create": self._method(Api.MESSAGES, lambda: self._sender.messages.create),
+                    "stream": self._message_stream,
                 },
             )
         else:
-            create_chat = lambda: self._method(Api.CHAT, lambda: self._sender.chat.completions.create)  # noqa: E731
-            overrides["chat"] = lambda: _Proxy(
-                client.chat, {"completions": lambda: _Proxy(client.chat.completions, {"create": create_chat})}
-            )
-            overrides["responses"] = lambda: _Proxy(
-                client.responses, {"create": lambda: self._method(Api.RESPONSES, lambda: self._sender.responses.create)}
+            create_chat = self._method(Api.CHAT, lambda: self._sender.chat.completions.create)
+            overrides["chat"] = _Proxy(client.chat, {"completions": _Proxy(client.chat.completions, {"create": create_chat})})
+            overrides["responses"] = _Proxy(
+                client.responses, {"create": self._method(Api.RESPONSES, lambda: self._sender.responses.create)}
             )
         super().__init__(client, overrides)
 
@@ -218,5 +216,6 @@ def _finish(call: Call, response: Any, record: CallRecord) -> Any:
         response_model=getattr(response, "model", None),
         finish_reasons=adapter.finish_reasons(response),
         timings=timings_of(response),
+        output_text=adapter.output_text(response),
     )
     return response

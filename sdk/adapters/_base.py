@@ -76,6 +76,7 @@ class StreamState:
     output_units: int = 0
     timings: dict[str, float] | None = None
     last_event: Any = None
+    last_start_usage: Any = None
 
 
 class Adapter:
@@ -99,6 +100,10 @@ class Adapter:
         raise NotImplementedError
 
     def usage(self, response: Any) -> Usage | None:
+        raise NotImplementedError
+
+    def output_text(self, response: Any) -> str:
+        """The text of a non-streamed response (for opt-in content capture)."""
         raise NotImplementedError
 
     def finish_reasons(self, response: Any) -> tuple[str, ...]:

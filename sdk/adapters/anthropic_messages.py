@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 from anthropic.types import (
@@ -32,6 +33,21 @@ def messages_usage(usage: Any) -> Usage | None:
         cache_read_tokens=read,
         cache_write_tokens=write,
     )
+
+
+def _merged_usage(start: Any, delta: Any) -> Usage | None:
+    """`message_delta` usage is cumulative; a field it leaves out (None) keeps `message_start`'s value.
+
+    A present 0 is a real value: every prompt token may have come from, or gone to, the cache.
+    """
+    if delta is None:
+        return messages_usage(start)
+    fields = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+    merged = {
+        name: value if (value := getattr(delta, name, None)) is not None else getattr(start, name, None)
+        for name in fields
+    }
+    return messages_usage(SimpleNamespace(**merged))
 
 
 class MessagesAdapter(Adapter):
@@ -76,6 +92,9 @@ class MessagesAdapter(Adapter):
     def usage(self, response: Any) -> Usage | None:
         return messages_usage(getattr(response, "usage", None))
 
+    def output_text(self, response: Any) -> str:
+        return "".join(getattr(block, "text", "") for block in response.content)
+
     def finish_reasons(self, response: Any) -> tuple[str, ...]:
         return (response.stop_reason,) if response.stop_reason else ()
 
@@ -85,6 +104,7 @@ class MessagesAdapter(Adapter):
         if kind == "message_start":
             state.response_id = event.message.id
             state.response_model = event.message.model
+            state.last_start_usage = event.message.usage
             state.usage = messages_usage(event.message.usage)
         elif kind == "content_block_delta":
             state.output_units += 1
@@ -92,15 +112,7 @@ class MessagesAdapter(Adapter):
         elif kind == "message_delta":
             if event.delta.stop_reason is not None:
                 state.finish_reasons.append(event.delta.stop_reason)
-            start = state.usage or Usage()
-            delta = messages_usage(event.usage)
-            if delta is not None:
-                state.usage = Usage(
-                    input_tokens=delta.input_tokens or start.input_tokens,
-                    output_tokens=delta.output_tokens,
-                    cache_read_tokens=delta.cache_read_tokens or start.cache_read_tokens,
-                    cache_write_tokens=delta.cache_write_tokens or start.cache_write_tokens,
-                )
+            state.usage = _merged_usage(state.last_start_usage, event.usage)
             state.timings = timings_of(event) or state.timings
         elif kind == "message_stop":
             state.finished = True

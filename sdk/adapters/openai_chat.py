@@ -63,6 +63,9 @@ class ChatAdapter(Adapter):
     def usage(self, response: Any) -> Usage | None:
         return chat_usage(getattr(response, "usage", None))
 
+    def output_text(self, response: Any) -> str:
+        return "".join(choice.message.content or "" for choice in response.choices[:1])
+
     def finish_reasons(self, response: Any) -> tuple[str, ...]:
         return tuple(choice.finish_reason for choice in response.choices if choice.finish_reason)
 

@@ -92,6 +92,9 @@ class ResponsesAdapter(Adapter):
     def usage(self, response: Any) -> Usage | None:
         return responses_usage(getattr(response, "usage", None))
 
+    def output_text(self, response: Any) -> str:
+        return str(response.output_text)
+
     def finish_reasons(self, response: Any) -> tuple[str, ...]:
         return (response.status,) if response.status else ()
 
