@@ -71,22 +71,23 @@ class StreamWatch:
         head = [event] if keep else []
         return [*head, *self.adapter.cut_events(self.state, truncated=False)]
 
-    def may_reopen(self) -> bool:
-        """A stream that broke before its first content chunk is sent again, within the retries.
+    def reopen_after(self, broken: BaseException | None) -> bool:
+        """After upstream ended (`broken`: the connection error, if any): False when the stream is
+        complete, True to send it again, else raise `StreamTruncated`.
 
-        Only header events (role chunk, `message_start`, `response.created`) can have reached the
+        A stream is sent again only if it broke before its first content chunk, within the retries:
+        only header events (role chunk, `message_start`, `response.created`) can have reached the
         caller; the new stream repeats them, and every client's accumulator starts over on them.
         """
-        if self.delivered or self.reopens_left <= 0:
+        if broken is None and self.state.finished:
             return False
+        if self.delivered or self.reopens_left <= 0:
+            raise StreamTruncated(
+                "the stream ended without its final event after output reached the caller; "
+                "the answer is incomplete (connection dropped mid-stream)"
+            ) from broken
         self.reopens_left -= 1
         return True
-
-    def truncated(self) -> StreamTruncated:
-        return StreamTruncated(
-            "the stream ended without its final event after output reached the caller; "
-            "the answer is incomplete (connection dropped mid-stream)"
-        )
 
     def finish(self, error: BaseException | None) -> None:
         """End the call's telemetry, once."""
@@ -142,10 +143,8 @@ def _guarded(upstream: Upstream, watch: StreamWatch, reopen: Callable[[], Any]) 
                         return
             except CONNECTION_ERRORS as exc:
                 broken = exc
-            if broken is None and watch.state.finished:
+            if not watch.reopen_after(broken):
                 return
-            if not watch.may_reopen():
-                raise watch.truncated() from broken
             upstream.replace(reopen())
     except GeneratorExit:  # the caller closed or dropped the stream: abandoned, not failed
         raise
@@ -180,10 +179,8 @@ async def _aguarded(upstream: Upstream, watch: StreamWatch, reopen: Callable[[],
                         return
             except CONNECTION_ERRORS as exc:
                 broken = exc
-            if broken is None and watch.state.finished:
+            if not watch.reopen_after(broken):
                 return
-            if not watch.may_reopen():
-                raise watch.truncated() from broken
             upstream.replace(await reopen())
     except GeneratorExit:  # the caller closed or dropped the stream: abandoned, not failed
         raise
