@@ -37,7 +37,6 @@ from local_backend.sampler import Sampler
 from local_backend.sampling_params import SamplingParams
 from local_backend.scheduler import Scheduler
 from local_backend.sequence import Sequence as Seq
-from local_backend.sequence import Status
 from local_backend.tokenizer import TextTokenizer
 
 logger = logging.getLogger(__name__)
