@@ -104,6 +104,10 @@ class Engine:
         `device="auto"` is CUDA when available, else CPU; `dtype="auto"` is bf16 on CUDA, float32
         on CPU. `kv_cache_memory` (bytes) sizes the block pool: num_blocks = memory ÷ (block_size ×
         kv_bytes_per_token); by default 512 MiB on CPU, half the free memory on CUDA.
+        `max_model_len` (prompt + output) defaults to min(8192, the model's limit) and is cut to
+        what the pool holds; `max_num_seqs` caps the running batch; `max_num_batched_tokens` is
+        the per-step token budget that chunks long prompts. Missing files raise
+        `FileNotFoundError` naming them; an unsupported architecture raises `ValueError`.
         """
         directory = resolve_directory(path)
         check_checkpoint(directory)
