@@ -199,3 +199,8 @@ def test_bfloat16_halves_the_kv_bytes_and_runs_every_sampler_path(make_engine):
     )  # fmt: skip
     [out] = engine.generate(["Hello world"], params)
     assert len(out.token_ids) == 8 or out.finish_reason == "stop"
+
+
+def test_max_model_len_beyond_the_model_limit_is_refused(llama_dir):
+    with pytest.raises(ValueError, match="max_model_len=10000 exceeds the model's limit of 512"):
+        Engine.from_pretrained(llama_dir, device="cpu", max_model_len=10_000)
