@@ -124,7 +124,7 @@ class Engine:
             cfg,
             TextTokenizer.from_dir(directory),
             model,
-            kv_cache_memory=kv_cache_memory or default_kv_cache_memory(dev),
+            kv_cache_memory=default_kv_cache_memory(dev) if kv_cache_memory is None else kv_cache_memory,
             block_size=block_size,
             max_num_seqs=max_num_seqs,
             max_model_len=max_model_len or min(limit, C.DEFAULT_MAX_MODEL_LEN),
