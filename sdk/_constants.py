@@ -5,6 +5,7 @@ from __future__ import annotations
 # Retries
 RETRY_INITIAL_DELAY_SECONDS = 0.5  # first backoff before jitter
 RETRY_MAX_DELAY_SECONDS = 8.0  # backoff ceiling
+RETRY_JITTER_SECONDS = 1.0  # random extra wait added to each backoff, so clients that failed together spread out
 RETRY_AFTER_CAP_SECONDS = 60.0  # a longer server Retry-After is ignored (backoff is used instead)
 
 # Loop guard

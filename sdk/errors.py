@@ -1,14 +1,19 @@
-"""The SDK's own exceptions.
+"""The SDK's own exceptions, and the one place that decides what a failed call raises.
 
     KvwiseError
     └── StreamTruncated   (also the installed clients' APIConnectionError, so existing handlers catch it)
 
-Everything else the caller sees is the wrapped client's own exception.
+Everything else the caller sees is the wrapped client's own exception. One fault the clients let
+through raw is turned into theirs: a 200 whose JSON body arrived cut short (`json.JSONDecodeError`
+from both) is a transport fault, retried like a dropped connection, and raised as the client's own
+`APIConnectionError` once the attempts run out (`client_error`).
 """
 
 from __future__ import annotations
 
 import importlib
+import json
+from collections.abc import Callable
 
 
 class KvwiseError(Exception):
@@ -38,3 +43,22 @@ class StreamTruncated(KvwiseError, *_connection_errors()):  # type: ignore[misc]
         self.request = request
         self.body = None
         self.code = self.param = self.type = None
+
+
+def client_error(error: BaseException, connection_error: Callable[..., Exception]) -> BaseException:
+    """What the caller sees for a call that failed with `error`: the client's own exception.
+
+    `connection_error` is the wrapped client's `APIConnectionError`. A `json.JSONDecodeError` (a
+    200 body cut short) becomes one, with the parse error as its cause; anything else is kept.
+    """
+    if not isinstance(error, json.JSONDecodeError):
+        return error
+    failure = connection_error(
+        message=(
+            f"the 200 response body is not complete JSON ({error.msg} at byte {error.pos}): the "
+            "connection delivered it cut short on every attempt; send the request again later"
+        ),
+        request=None,
+    )
+    failure.__cause__ = error
+    return failure

@@ -1,20 +1,21 @@
 """Retries with tenacity: exponential backoff with jitter, honouring Retry-After.
 
-Retried: connection errors, timeouts, 408, 409, 429 and 5xx (529 "overloaded" included). The
-wrapped client's own retries are turned off so attempts never multiply; when the attempts run out
-the caller gets the client's own exception.
+Retried: transport faults (connection errors, timeouts, and a 200 whose JSON body was cut short),
+408, 409, 429 and 5xx (529 "overloaded" included). The wrapped client's own retries are turned off
+so attempts never multiply, and one `Attempts` budget covers a call's retries and any reopening of
+its stream; when the attempts run out the caller gets the client's own exception.
 """
 
 from __future__ import annotations
 
 import email.utils
+import json
 import logging
 import math
 import time
 from collections.abc import Callable
 from typing import Any
 
-from tenacity.wait import wait_base
 from tenacity import (
     AsyncRetrying,
     RetryCallState,
@@ -22,11 +23,17 @@ from tenacity import (
     before_sleep_log,
     retry_if_exception,
     stop_after_attempt,
-
-    wait_exponential_jitter,
+    wait_exponential,
+    wait_random,
 )
+from tenacity.wait import wait_base
 
-from sdk._constants import RETRY_AFTER_CAP_SECONDS, RETRY_INITIAL_DELAY_SECONDS, RETRY_MAX_DELAY_SECONDS
+from sdk._constants import (
+    RETRY_AFTER_CAP_SECONDS,
+    RETRY_INITIAL_DELAY_SECONDS,
+    RETRY_JITTER_SECONDS,
+    RETRY_MAX_DELAY_SECONDS,
+)
 
 log = logging.getLogger("sdk")
 
@@ -47,23 +54,25 @@ def _error_classes() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseEx
     return tuple(connection), tuple(status)
 
 
-def connection_errors() -> tuple[type[BaseException], ...]:
-    """What a dropped connection raises while a stream is read.
+def transport_errors() -> tuple[type[BaseException], ...]:
+    """What a faulty transport raises, whether a request is sent or a stream is read.
 
-    openai wraps it in `APIConnectionError`; anthropic lets `httpx2`'s own errors through.
+    openai wraps a dropped connection or a timeout in `APIConnectionError`; anthropic lets
+    `httpx2`'s own errors through mid-stream; and both let `json.JSONDecodeError` through when a
+    body or an SSE `data:` line arrives cut short, which only the wire can do to a 200 answer.
     """
     connection, _ = _error_classes()
     try:
         import httpx2
     except ImportError:
-        return connection
-    return (*connection, httpx2.TransportError)
+        return (*connection, json.JSONDecodeError)
+    return (*connection, httpx2.TransportError, json.JSONDecodeError)
 
 
 def is_retryable(error: BaseException) -> bool:
     """Whether a failed attempt is worth another: transient network or server trouble only."""
-    connection, status = _error_classes()
-    if isinstance(error, connection):
+    _, status = _error_classes()
+    if isinstance(error, transport_errors()):
         return True
     if isinstance(error, status):
         code = getattr(error, "status_code", 0)
@@ -116,14 +125,50 @@ class wait_retry_after(wait_base):
         return hint if hint is not None else self.fallback(retry_state)
 
 
-def retry_kwargs(retries: int, on_attempt: Callable[[int], None], sleep: Callable[[float], Any] | None) -> dict[str, Any]:
+class Attempts:
+    """The attempts of one call: `retries + 1` in all, shared by its first send, the retries, and
+    the sends that reopen a stream which broke before its first content chunk.
+
+    One budget, so a flaky server costs at most `Policy.retries` extra requests per call, and
+    `on_attempt` hears the call's running count (1, 2, ...), never a count restarted by a reopen.
+    """
+
+    def __init__(self, retries: int, on_attempt: Callable[[int], None]) -> None:
+        self.limit = retries + 1
+        self.made = 0
+        self._on_attempt = on_attempt
+
+    @property
+    def left(self) -> int:
+        return self.limit - self.made
+
+    def start(self) -> None:
+        """An attempt is about to be sent."""
+        self.made += 1
+        self._on_attempt(self.made)
+
+
+def backoff() -> wait_base:
+    """Exponential backoff with jitter, for when the server gave no usable Retry-After:
+
+        wait(n) = min(RETRY_INITIAL_DELAY_SECONDS * 2 ** (n - 1), RETRY_MAX_DELAY_SECONDS) + uniform(0, RETRY_JITTER_SECONDS)
+
+    Built from `wait_exponential` and `wait_random`, which every tenacity 9.x has (the `multiplier`
+    of `wait_exponential_jitter` is newer than the `tenacity>=9.0` the package allows).
+    """
+    return wait_exponential(multiplier=RETRY_INITIAL_DELAY_SECONDS, max=RETRY_MAX_DELAY_SECONDS) + wait_random(
+        0, RETRY_JITTER_SECONDS
+    )
+
+
+def retry_kwargs(attempts: Attempts, sleep: Callable[[float], Any] | None) -> dict[str, Any]:
     """Keyword arguments for `Retrying`/`AsyncRetrying`: never tenacity's forever-and-wrap defaults."""
     kwargs: dict[str, Any] = dict(
-        stop=stop_after_attempt(retries + 1),
+        stop=stop_after_attempt(attempts.left),
         retry=retry_if_exception(is_retryable),
-        wait=wait_retry_after(wait_exponential_jitter(multiplier=RETRY_INITIAL_DELAY_SECONDS, max=RETRY_MAX_DELAY_SECONDS)),
+        wait=wait_retry_after(backoff()),
         reraise=True,
-        before=lambda state: on_attempt(state.attempt_number),
+        before=lambda state: attempts.start(),
         before_sleep=before_sleep_log(log, logging.INFO),
     )
     if sleep is not None:
@@ -131,15 +176,15 @@ def retry_kwargs(retries: int, on_attempt: Callable[[int], None], sleep: Callabl
     return kwargs
 
 
-def call_with_retries(send: Callable[[], Any], retries: int, on_attempt: Callable[[int], None], sleep: Callable[[float], Any] | None = None) -> Any:
-    """Run `send()` with retries (sync)."""
-    return Retrying(**retry_kwargs(retries, on_attempt, sleep))(send)
+def call_with_retries(send: Callable[[], Any], attempts: Attempts, sleep: Callable[[float], Any] | None = None) -> Any:
+    """Run `send()` with what is left of `attempts` (sync)."""
+    return Retrying(**retry_kwargs(attempts, sleep))(send)
 
 
-async def acall_with_retries(send: Callable[[], Any], retries: int, on_attempt: Callable[[int], None], sleep: Callable[[float], Any] | None = None) -> Any:
-    """Run `await send()` with retries (async)."""
+async def acall_with_retries(send: Callable[[], Any], attempts: Attempts, sleep: Callable[[float], Any] | None = None) -> Any:
+    """Run `await send()` with what is left of `attempts` (async)."""
 
     async def attempt() -> Any:  # tenacity awaits only what a coroutine function returns
         return await send()
 
-    return await AsyncRetrying(**retry_kwargs(retries, on_attempt, sleep))(attempt)
+    return await AsyncRetrying(**retry_kwargs(attempts, sleep))(attempt)

@@ -5,6 +5,10 @@ only its event iterator is replaced by a guarded generator. `StreamWatch` holds 
 does no I/O; the sync and async generators are thin loops around it. Each finalises the call's
 telemetry exactly once: on the final event, a cut, an error, `close()`, or the garbage collection of
 a half-read stream; and each always closes the HTTP response.
+
+A stream is broken when it ends without its final event or a transport fault interrupts it (a
+dropped connection, a read timeout, a `data:` line cut short). Before its first content chunk it is
+sent again, from the call's `Attempts`; after, the caller gets `StreamTruncated`.
 """
 
 from __future__ import annotations
@@ -19,17 +23,17 @@ from sdk.call import Call
 from sdk.errors import StreamTruncated
 from sdk.loopguard import LoopDetector
 from sdk.policy import Policy
-from sdk.retry import connection_errors
+from sdk.retry import Attempts, transport_errors
 from sdk.telemetry import CallRecord
 
 
-CONNECTION_ERRORS = connection_errors()
+TRANSPORT_ERRORS = transport_errors()
 
 
 class StreamWatch:
     """What the guard knows about one stream, and what to do with each event."""
 
-    def __init__(self, adapter: Adapter, call: Call, policy: Policy, record: CallRecord) -> None:
+    def __init__(self, adapter: Adapter, call: Call, policy: Policy, record: CallRecord, attempts: Attempts) -> None:
         self.adapter = adapter
         self.record = record
         self.state = StreamState()
@@ -38,7 +42,7 @@ class StreamWatch:
         self._stop_tail = ""
         self.cap = next((call.params[p] for p in adapter.max_tokens_params if isinstance(call.params.get(p), int)), None)
         self.delivered = 0  # content chunks handed to the caller: after the first, never send again
-        self.reopens_left = policy.retries
+        self.attempts = attempts
         self._finalized = False
 
     def process(self, event: Any) -> tuple[list[Any], bool]:
@@ -72,21 +76,22 @@ class StreamWatch:
         return [*head, *self.adapter.cut_events(self.state, truncated=False)]
 
     def reopen_after(self, broken: BaseException | None) -> bool:
-        """After upstream ended (`broken`: the connection error, if any): False when the stream is
+        """After upstream ended (`broken`: the transport fault, if any): False when the stream is
         complete, True to send it again, else raise `StreamTruncated`.
 
-        A stream is sent again only if it broke before its first content chunk, within the retries:
-        only header events (role chunk, `message_start`, `response.created`) can have reached the
-        caller; the new stream repeats them, and every client's accumulator starts over on them.
+        A stream is sent again only if it broke before its first content chunk, within the call's
+        attempts: only header events (role chunk, `message_start`, `response.created`) can have
+        reached the caller; the new stream repeats them, and every client's accumulator starts over
+        on them.
         """
         if broken is None and self.state.finished:
             return False
-        if self.delivered or self.reopens_left <= 0:
+        if self.delivered or self.attempts.left <= 0:
+            why = "the body ended without the final event" if broken is None else f"{type(broken).__name__}: {broken}"
             raise StreamTruncated(
-                "the stream ended without its final event after output reached the caller; "
-                "the answer is incomplete (connection dropped mid-stream)"
+                f"the stream broke after {self.delivered} content chunks reached the caller, on attempt "
+                f"{self.attempts.made} ({why}); the answer is incomplete: send the request again"
             ) from broken
-        self.reopens_left -= 1
         return True
 
     def finish(self, error: BaseException | None) -> None:
@@ -141,7 +146,7 @@ def _guarded(upstream: Upstream, watch: StreamWatch, reopen: Callable[[], Any]) 
                         yield item
                     if cut:
                         return
-            except CONNECTION_ERRORS as exc:
+            except TRANSPORT_ERRORS as exc:
                 broken = exc
             if not watch.reopen_after(broken):
                 return
@@ -177,7 +182,7 @@ async def _aguarded(upstream: Upstream, watch: StreamWatch, reopen: Callable[[],
                         yield item
                     if cut:
                         return
-            except CONNECTION_ERRORS as exc:
+            except TRANSPORT_ERRORS as exc:
                 broken = exc
             if not watch.reopen_after(broken):
                 return

@@ -3,7 +3,8 @@
 The proxy is used exactly like the client it wraps. `chat.completions.create`, `responses.create`,
 `messages.create` and `messages.stream` run the request-rewrite chain, then send through the SDK's
 retries and telemetry; every other attribute is the wrapped client's own. Sends go through a copy
-of the client with `max_retries=0`, so attempts never multiply.
+of the client with `max_retries=0`, so attempts never multiply; a failed call raises the client's
+own exception (`errors.client_error`).
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from sdk.adapters import adapter_for
 from sdk.adapters._base import timings_of
 from sdk.call import Api, Call, Provider
 from sdk.chain import Chain, Middleware
+from sdk.errors import client_error
 from sdk.fingerprint import PrefixTracker
 from sdk.policy import Policy
-from sdk.retry import acall_with_retries, call_with_retries
+from sdk.retry import Attempts, acall_with_retries, call_with_retries
 from sdk.stream import StreamWatch, guard_async, guard_sync
 from sdk.telemetry import CallRecord, Telemetry
 
@@ -35,6 +37,7 @@ class _Shared:
     telemetry: Telemetry
     is_async: bool
     is_anthropic: bool
+    connection_error: type[Exception]  # the wrapped client's `APIConnectionError`
 
 
 def wrap(
@@ -54,12 +57,14 @@ def wrap(
     if not isinstance(policy, Policy):
         raise TypeError(f"policy must be an sdk.Policy, got {type(policy).__name__}")
     kind = _client_kind(client)
+    is_anthropic = kind in ("Anthropic", "AsyncAnthropic")
     shared = _Shared(
         policy=policy,
         chain=Chain(policy, PrefixTracker(), middleware),
         telemetry=Telemetry(policy, tracer_provider=tracer_provider, meter_provider=meter_provider),
         is_async=kind in ("AsyncOpenAI", "AsyncAnthropic"),
-        is_anthropic=kind in ("Anthropic", "AsyncAnthropic"),
+        is_anthropic=is_anthropic,
+        connection_error=__import__("anthropic" if is_anthropic else "openai").APIConnectionError,
     )
     return WrappedClient(client, shared)
 
@@ -152,31 +157,36 @@ class WrappedClient(_Proxy):
     def _send(self, call: Call, send: Callable[[], Any]) -> Any:
         policy = self._shared.policy
         record = self._shared.telemetry.start(call, self._server)
+        attempts = Attempts(policy.retries, record.attempt)
         try:
             with record.activate():
-                result = call_with_retries(send, policy.retries, record.attempt)
+                result = call_with_retries(send, attempts)
         except BaseException as error:
-            record.end(error=error)
-            raise
+            raise self._failed(record, error)
         if call.stream:
-            watch = StreamWatch(adapter_for(call.api), call, policy, record)
-            reopen = lambda: call_with_retries(send, 0, record.attempt)  # noqa: E731
-            return guard_sync(result, watch, reopen)
+            watch = StreamWatch(adapter_for(call.api), call, policy, record, attempts)
+            return guard_sync(result, watch, lambda: call_with_retries(send, attempts))
         return _finish(call, result, record)
 
     async def _asend(self, call: Call, send: Callable[[], Any]) -> Any:
         policy = self._shared.policy
         record = self._shared.telemetry.start(call, self._server)
+        attempts = Attempts(policy.retries, record.attempt)
         try:
             with record.activate():
-                result = await acall_with_retries(send, policy.retries, record.attempt)
+                result = await acall_with_retries(send, attempts)
         except BaseException as error:
-            record.end(error=error)
-            raise
+            raise self._failed(record, error)
         if call.stream:
-            watch = StreamWatch(adapter_for(call.api), call, policy, record)
-            return guard_async(result, watch, lambda: acall_with_retries(send, 0, record.attempt))
+            watch = StreamWatch(adapter_for(call.api), call, policy, record, attempts)
+            return guard_async(result, watch, lambda: acall_with_retries(send, attempts))
         return _finish(call, result, record)
+
+    def _failed(self, record: CallRecord, error: BaseException) -> BaseException:
+        """End the telemetry of a call whose attempts all failed; return what the caller gets."""
+        failure = client_error(error, self._shared.connection_error)
+        record.end(error=failure)
+        return failure
 
     def _message_stream(self, **kwargs: Any) -> Any:
         """`messages.stream(...)`: the client's own stream manager around a guarded raw stream."""

@@ -77,7 +77,7 @@ class ChatAdapter(Adapter):
             state.usage = chat_usage(event.usage)
         state.timings = timings_of(event) or state.timings
         text = ""
-        for choice in event.choices:
+        for choice in event.choices or ():  # None on an event type the client does not know
             if choice.finish_reason is not None:
                 state.finished = True
                 state.finish_reasons.append(choice.finish_reason)

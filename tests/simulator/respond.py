@@ -74,7 +74,7 @@ def send_whole(exchange: Exchange, encoder: Encoder, headers: Mapping[str, str],
     payload = json.dumps(encoder.complete(), separators=(",", ":")).encode()
     half = payload[: len(payload) // 2]
     declared = len(half) if cut.mode is CutMode.END else len(payload)
-    if exchange.send(200, half, {"Content-Type": "application/json", **headers}, declared_length=declared):
+    if exchange.send(200, half, {"Content-Type": "application/json", **_closing(headers)}, declared_length=declared):
         exchange.drop(reset=cut.mode is CutMode.RESET)
 
 
@@ -85,7 +85,7 @@ def send_stream(exchange: Exchange, encoder: Encoder, tokens: tuple[str, ...], h
     if inject is not None and inject.ends:
         cut = CutFault(inject.at_token, CutMode.END)
     if cut is not None:
-        tokens = tokens[: cut.after_tokens]
+        tokens, headers = tokens[: cut.after_tokens], _closing(headers)
     if not exchange.start_stream(headers) or exchange.hung_up(timing.before(0)):
         progress.client_closed = True
     elif progress.write(encoder.opening()) and progress.write_tokens(encoder, tokens, timing, inject):
@@ -97,6 +97,12 @@ def send_stream(exchange: Exchange, encoder: Encoder, tokens: tuple[str, ...], h
         client_closed=progress.client_closed,
         completed=progress.completed,
     )
+
+
+def _closing(headers: Mapping[str, str]) -> dict[str, str]:
+    """`headers` of an answer after which the connection is closed: saying so keeps a client from
+    sending its next request (an immediate retry) on a connection that is about to go."""
+    return {**headers, "Connection": "close"}
 
 
 def _finish(exchange: Exchange, encoder: Encoder, progress: _Progress, cut: CutFault | None) -> None:
