@@ -8,7 +8,8 @@
 
 Only `opentelemetry-api` is used here: with no SDK configured every call is a cheap no-op, and the
 app's own providers (or the ones passed in) receive everything. Modules: `semconv` (every name),
-`attributes` (call/outcome -> attributes), `spans` (the recorder), `metrics`, `pricing`, `content`.
+`attributes` (call/outcome -> attributes), `openinference` (the same facts as Phoenix reads them),
+`spans` (the recorder), `metrics`, `pricing`, `content`; `setup` configures an SDK for apps without one.
 """
 
 from __future__ import annotations
@@ -24,14 +25,16 @@ from opentelemetry.trace import SpanKind
 
 from sdk.call import Call
 from sdk.policy import Policy
+from sdk.telemetry import openinference
 from sdk.telemetry import semconv as sc
 from sdk.telemetry.attributes import provider_name, request_attributes, span_name
 from sdk.telemetry.content import capture_mode
 from sdk.telemetry.metrics import Instruments
 from sdk.telemetry.pricing import PriceTable
+from sdk.telemetry.setup import setup
 from sdk.telemetry.spans import CallRecord, Sinks
 
-__all__ = ["CallRecord", "Telemetry"]
+__all__ = ["CallRecord", "Telemetry", "setup"]
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +87,9 @@ class Telemetry:
         """Open the call's CLIENT span, named `"{operation} {model}"`, with everything known before sending."""
         start_ns = time_ns()
         try:
-            attributes = request_attributes(call, provider_name(call, server[0]), server)
+            provider = provider_name(call, server[0])
+            attributes = request_attributes(call, provider, server)
+            attributes.update(openinference.request_attributes(call, provider))
             base = {key: attributes[key] for key in _METRIC_KEYS if key in attributes}
         except Exception:
             logger.debug("kvwise telemetry: could not describe the call; it goes unrecorded", exc_info=True)

@@ -6,8 +6,9 @@ GenAI names follow the newest OpenTelemetry GenAI semantic conventions
 count `cache_creation`, so the names are written out here rather than imported. kvwise's own names
 live under `kvwise.*`. No other module spells a telemetry string: they import it from here.
 
-Another attribute flavour (OpenInference for Phoenix) adds its names in its own section here and its
-own mapping module beside `attributes.py`.
+OpenInference names (the flavour Arize Phoenix reads: `openinference.*`, `llm.*`) have their own
+section, as spelled by the `openinference-semantic-conventions` package; `openinference.py` maps
+calls to them beside `attributes.py`.
 """
 
 from __future__ import annotations
@@ -215,6 +216,50 @@ SERVER_TIMINGS: Final = (
 )
 """llama.cpp `timings` keys and the attributes they are reported under."""
 
+# --- OpenInference (Arize Phoenix) -----------------------------------------------------------
+
+OPENINFERENCE_SPAN_KIND: Final = "openinference.span.kind"
+"""How Phoenix classifies a span (an `OpenInferenceSpanKind`): `LLM` for the call span."""
+
+OPENINFERENCE_PROJECT_NAME: Final = "openinference.project.name"
+"""Resource attribute: the Phoenix project a provider's spans land in (`default` without it)."""
+
+LLM_MODEL_NAME: Final = "llm.model_name"
+"""The model that answered, else the one requested (Phoenix looks its prices up by this name)."""
+
+LLM_PROVIDER: Final = "llm.provider"
+"""Who hosts the model, in OpenInference's words (an `LlmProvider`)."""
+
+LLM_SYSTEM: Final = "llm.system"
+"""The API family the client speaks (an `LlmSystem`)."""
+
+LLM_TOKEN_COUNT_PROMPT: Final = "llm.token_count.prompt"
+"""ALL prompt tokens, cached ones included: the same count as `gen_ai.usage.input_tokens`."""
+
+LLM_TOKEN_COUNT_COMPLETION: Final = "llm.token_count.completion"
+"""Completion tokens, reasoning ones included: the same count as `gen_ai.usage.output_tokens`."""
+
+LLM_TOKEN_COUNT_TOTAL: Final = "llm.token_count.total"
+"""Prompt plus completion tokens."""
+
+LLM_TOKEN_COUNT_PROMPT_DETAILS_CACHE_READ: Final = "llm.token_count.prompt_details.cache_read"
+"""Prompt tokens read from the provider's prefix cache."""
+
+LLM_TOKEN_COUNT_PROMPT_DETAILS_CACHE_WRITE: Final = "llm.token_count.prompt_details.cache_write"
+"""Prompt tokens written to the provider's prefix cache."""
+
+LLM_TOKEN_COUNT_COMPLETION_DETAILS_REASONING: Final = "llm.token_count.completion_details.reasoning"
+"""Completion tokens spent on hidden reasoning (set only when there were some)."""
+
+LLM_COST_TOTAL: Final = "llm.cost.total"
+"""USD of the whole call at kvwise's price table (Phoenix's own cost column prices by model name)."""
+
+LLM_COST_PROMPT: Final = "llm.cost.prompt"
+"""USD of all prompt tokens: uncached input, cache reads and cache writes."""
+
+LLM_COST_COMPLETION: Final = "llm.cost.completion"
+"""USD of the completion tokens."""
+
 # --- Environment variables -------------------------------------------------------------------
 
 CAPTURE_MESSAGE_CONTENT_ENV: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
@@ -307,6 +352,34 @@ class ContentCapture(StrEnum):
     def on_event(self) -> bool:
         """Whether content goes on a `gen_ai.client.inference.operation.details` event."""
         return self in (ContentCapture.EVENT_ONLY, ContentCapture.SPAN_AND_EVENT)
+
+
+class OpenInferenceSpanKind(StrEnum):
+    """Values of `openinference.span.kind` that kvwise reports."""
+
+    LLM = "LLM"
+
+
+class LlmProvider(StrEnum):
+    """Values of `llm.provider` (OpenInference's well-known providers) that kvwise reports."""
+
+    OPENAI = "openai"
+    ANTHROPIC = "anthropic"
+    AZURE = "azure"
+    DEEPSEEK = "deepseek"
+    GOOGLE = "google"
+    GROQ = "groq"
+    MISTRALAI = "mistralai"
+    MOONSHOT = "moonshot"
+    PERPLEXITY = "perplexity"
+    XAI = "xai"
+
+
+class LlmSystem(StrEnum):
+    """Values of `llm.system`: the API family, `openai` for every OpenAI-compatible server."""
+
+    OPENAI = "openai"
+    ANTHROPIC = "anthropic"
 
 
 INSTRUMENTATION_SCOPE: Final = "kvwise"

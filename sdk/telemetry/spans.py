@@ -29,7 +29,7 @@ from opentelemetry._logs import Logger, LogRecord
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from sdk.call import Call, Usage
-from sdk.telemetry import content
+from sdk.telemetry import content, openinference
 from sdk.telemetry import semconv as sc
 from sdk.telemetry.attributes import Attributes, Outcome, error_type, outcome_attributes
 from sdk.telemetry.metrics import Instruments
@@ -213,6 +213,7 @@ class CallRecord:
     def _finish_span(self, sinks: Sinks, span: Span, outcome: Outcome, output_text: str | None, end_ns: int) -> None:
         try:
             attributes = outcome_attributes(outcome)
+            attributes.update(openinference.outcome_attributes(outcome))
             if sinks.capture is not _NO_CONTENT:
                 attributes.update(self._capture(sinks, span, outcome, output_text))
             span.set_attributes(attributes)
