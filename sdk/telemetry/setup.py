@@ -40,7 +40,9 @@ def setup(
     Phoenix project through the resource attribute `openinference.project.name`. With
     `set_global=False` the provider is only returned: pass it to `sdk.wrap(..., tracer_provider=)`.
     OpenTelemetry lets the global provider be set once per process; later calls only return theirs.
-    Call `provider.shutdown()` (or let the process exit) to flush what is still queued.
+    Call `provider.shutdown()` (or let the process exit) to flush what is still queued; with the
+    backend down that flush retries for the export timeout (`OTEL_EXPORTER_OTLP_TRACES_TIMEOUT`,
+    10 s by default), then drops the spans.
     """
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
