@@ -151,7 +151,7 @@ class Attempts:
 def backoff() -> wait_base:
     """Exponential backoff with jitter, for when the server gave no usable Retry-After:
 
-        wait(n) = min(RETRY_INITIAL_DELAY_SECONDS * 2 ** (n - 1), RETRY_MAX_DELAY_SECONDS) + uniform(0, RETRY_JITTER_SECONDS)
+        wait(n) = min(INITIAL * 2 ** (n - 1), MAX) + uniform(0, JITTER)     (RETRY_*_SECONDS constants)
 
     Built from `wait_exponential` and `wait_random`, which every tenacity 9.x has (the `multiplier`
     of `wait_exponential_jitter` is newer than the `tenacity>=9.0` the package allows).
