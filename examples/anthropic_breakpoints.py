@@ -11,7 +11,7 @@ import anthropic
 
 import sdk
 
-POLICY_DOCUMENT = "Refunds are accepted within 30 days with a receipt. " * 200
+POLICY_DOCUMENT = "Refunds are accepted within 30 days with a receipt. " * 60
 
 
 def main(base_url: str, model: str = "default") -> list[int]:
