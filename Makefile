@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test demo bench serve clean
+.PHONY: venv test demo phoenix-demo bench serve clean
 
 venv: $(STAMP)
 
@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	# The CPU build of torch lies on this machine's disk; take it first so nothing pulls a CUDA build.
 	$(PY) -m pip install --quiet torch==2.13.0 || $(PY) -m pip install --quiet torch
-	$(PY) -m pip install --quiet -e ".[all,test]"
+	$(PY) -m pip install --quiet -e ".[all,test,phoenix]"
 	touch $(STAMP)
 
 test: $(STAMP)
@@ -21,6 +21,9 @@ test: $(STAMP)
 
 demo: $(STAMP)
 	$(PY) -m examples.demo
+
+phoenix-demo: $(STAMP)
+	$(PY) -m examples.demo --phoenix
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[bench]"

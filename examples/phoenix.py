@@ -1,0 +1,151 @@
+"""Start Arize Phoenix in a child process on free loopback ports, for the demo, the examples and the tests.
+
+    with phoenix_server() as phoenix:                  # needs the `phoenix` extra
+        setup(phoenix.url, project="my-app")           # sdk.telemetry.setup: OTLP/HTTP to Phoenix
+        ...
+        phoenix.spans("my-app")                        # REST: what Phoenix stored
+        phoenix.trace_url("my-app", trace_id)          # the page a person opens
+
+Phoenix keeps its database in a working directory (a fresh temporary one unless given), makes no
+requests outside the machine (`PHOENIX_ALLOW_EXTERNAL_RESOURCES=false`, telemetry off), and serves
+its UI, OTLP/HTTP (`/v1/traces`) and REST API on one port.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from examples.local_server import free_port
+
+HOST = "127.0.0.1"
+STARTUP_TIMEOUT_SECONDS = 240.0
+STOP_TIMEOUT_SECONDS = 20.0
+REQUEST_TIMEOUT_SECONDS = 10.0
+POLL_SECONDS = 0.5
+SPAN_LIMIT = 1000
+LOG_FILE = "phoenix.log"
+LOG_TAIL_CHARS = 3000
+
+
+@dataclass(frozen=True, slots=True)
+class Phoenix:
+    """A running Phoenix: its base URL (UI, OTLP/HTTP and REST) and a few REST reads."""
+
+    url: str
+
+    def get(self, path: str, **query: Any) -> Any:
+        """GET a REST path (`/v1/projects`) and return its decoded JSON."""
+        suffix = f"?{urllib.parse.urlencode(query)}" if query else ""
+        with urllib.request.urlopen(f"{self.url}{path}{suffix}", timeout=REQUEST_TIMEOUT_SECONDS) as response:
+            return json.load(response)
+
+    def project_id(self, project: str) -> str | None:
+        """The id of the project named `project` (it exists once its first span arrived), else None."""
+        for entry in self.get("/v1/projects")["data"]:
+            if entry["name"] == project:
+                return str(entry["id"])
+        return None
+
+    def spans(self, project: str) -> list[dict[str, Any]]:
+        """Every span Phoenix stored in `project`, as its REST API returns them (flat attributes)."""
+        try:
+            return list(self.get(f"/v1/projects/{urllib.parse.quote(project)}/spans", limit=SPAN_LIMIT)["data"])
+        except urllib.error.HTTPError as error:
+            if error.code == 404:  # no span has reached the project yet
+                return []
+            raise
+
+    def wait_for_spans(self, project: str, count: int, timeout: float = STARTUP_TIMEOUT_SECONDS) -> list[dict[str, Any]]:
+        """The project's spans once at least `count` are stored (Phoenix ingests in the background)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            spans = self.spans(project)
+            if len(spans) >= count:
+                return spans
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Phoenix stored {len(spans)} of {count} spans in {project!r} after {timeout:.0f} s")
+            time.sleep(POLL_SECONDS)
+
+    def project_url(self, project: str) -> str:
+        """The page listing the project's traces (the project must exist: wait for a span first)."""
+        project_id = self.project_id(project)
+        if project_id is None:
+            raise LookupError(f"Phoenix has no project {project!r} yet; no span has reached it")
+        return f"{self.url}/projects/{project_id}"
+
+    def trace_url(self, project: str, trace_id: str) -> str:
+        """The page of one trace: its span tree (waterfall) and the selected span's attributes."""
+        return f"{self.project_url(project)}/traces/{trace_id}"
+
+
+def phoenix_environment(working_dir: Path, port: int, grpc_port: int) -> dict[str, str]:
+    """Phoenix's settings: loopback ports, its own working directory, nothing fetched from outside."""
+    return {
+        "PHOENIX_WORKING_DIR": str(working_dir),
+        "PHOENIX_HOST": HOST,
+        "PHOENIX_PORT": str(port),
+        "PHOENIX_GRPC_PORT": str(grpc_port),
+        "PHOENIX_ALLOW_EXTERNAL_RESOURCES": "false",
+        "PHOENIX_TELEMETRY_ENABLED": "false",
+    }
+
+
+@contextlib.contextmanager
+def phoenix_server(working_dir: Path | None = None, on_wait: Callable[[float], None] | None = None) -> Iterator[Phoenix]:
+    """Run `python -m phoenix.server.main serve` until the block exits; yield it once healthy.
+
+    Its output goes to `phoenix.log` in the working directory, quoted in the error if it fails to start.
+    """
+    with contextlib.ExitStack() as stack:
+        if working_dir is None:
+            working_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kvwise-phoenix-")))
+        port = free_port()
+        env = {**os.environ, **phoenix_environment(working_dir, port, free_port())}
+        log_path = working_dir / LOG_FILE
+        log = stack.enter_context(log_path.open("wb"))
+        command = [sys.executable, "-m", "phoenix.server.main", "serve"]
+        process = subprocess.Popen(command, env=env, cwd=working_dir, stdout=log, stderr=subprocess.STDOUT)
+        stack.callback(_stop, process)
+        phoenix = Phoenix(f"http://{HOST}:{port}")
+        _wait_healthy(phoenix, process, log_path, on_wait)
+        yield phoenix
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=STOP_TIMEOUT_SECONDS)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def _wait_healthy(phoenix: Phoenix, process: subprocess.Popen[bytes], log_path: Path, on_wait: Callable[[float], None] | None) -> None:
+    started = time.monotonic()
+    while time.monotonic() - started < STARTUP_TIMEOUT_SECONDS:
+        if process.poll() is not None:
+            log = log_path.read_text(errors="replace")[-LOG_TAIL_CHARS:]
+            raise RuntimeError(f"Phoenix exited with {process.returncode} while starting; its log ends:\n{log}")
+        try:
+            with urllib.request.urlopen(f"{phoenix.url}/healthz", timeout=REQUEST_TIMEOUT_SECONDS) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        if on_wait is not None:
+            on_wait(time.monotonic() - started)
+        time.sleep(POLL_SECONDS)
+    raise TimeoutError(f"Phoenix at {phoenix.url} was not healthy after {STARTUP_TIMEOUT_SECONDS:.0f} s; see {log_path}")

@@ -1,0 +1,64 @@
+"""Wrapped calls to the local backend, exported to a real Arize Phoenix and read back by its REST API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+
+from sdk.telemetry import semconv as sc
+from tests.integration.conftest import Traced, span_id, trace_id
+
+STREAMED = ("streamed", "cached", "looping")
+AS_SENT_PREFIXES = ("gen_ai.usage.", "llm.token_count.", "llm.cost.", "kvwise.cost.", "kvwise.guard.", "kvwise.cache.")
+"""Attributes compared between what was sent and what Phoenix stored: usage, cache, cost, guards."""
+
+
+def _as_sent(span: ReadableSpan) -> dict[str, Any]:
+    attributes = dict(span.attributes or {})
+    return {key: list(value) if isinstance(value, tuple) else value
+            for key, value in attributes.items() if key.startswith(AS_SENT_PREFIXES)}  # fmt: skip
+
+
+def _as_stored(traced: Traced, span: ReadableSpan) -> dict[str, Any]:
+    attributes = traced.stored[span_id(span)]["attributes"]
+    return {key: value for key, value in attributes.items() if key.startswith(AS_SENT_PREFIXES)}
+
+
+def test_phoenix_stores_every_span_that_was_sent(traced: Traced) -> None:
+    assert traced.stored.keys() == traced.sent.keys()
+
+
+def test_each_streamed_call_is_an_llm_span_with_prefill_and_decode_children_in_its_trace(traced: Traced) -> None:
+    for name in STREAMED:
+        root = traced.roots[name]
+        stored = traced.stored[span_id(root)]
+        assert (stored["name"], stored["span_kind"], stored["parent_id"]) == ("chat tiny", "LLM", None), name
+        children = traced.stored_children(root)
+        assert sorted(child["name"] for child in children) == ["decode", "prefill"], name
+        assert {child["context"]["trace_id"] for child in children} == {trace_id(root)}, name
+
+
+def test_a_non_streamed_call_is_one_llm_span_without_phases(traced: Traced) -> None:
+    root = traced.roots["non-streamed"]
+    assert traced.stored[span_id(root)]["span_kind"] == "LLM"
+    assert traced.stored_children(root) == []
+
+
+def test_token_counts_cache_reads_and_cost_are_stored_as_sent(traced: Traced) -> None:
+    for name in ("streamed", "cached", "non-streamed"):
+        root = traced.roots[name]
+        sent = _as_sent(root)
+        assert sent.keys() >= {sc.GEN_AI_USAGE_INPUT_TOKENS, sc.GEN_AI_USAGE_OUTPUT_TOKENS, sc.LLM_TOKEN_COUNT_PROMPT,
+                               sc.LLM_TOKEN_COUNT_PROMPT_DETAILS_CACHE_READ, sc.LLM_COST_TOTAL, sc.KVWISE_COST_USD}, name
+        assert _as_stored(traced, root) == sent, name
+    cached = traced.stored[span_id(traced.roots["cached"])]["attributes"]
+    assert cached[sc.LLM_TOKEN_COUNT_PROMPT_DETAILS_CACHE_READ] > 0
+    assert cached[sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] == cached[sc.LLM_TOKEN_COUNT_PROMPT_DETAILS_CACHE_READ]
+
+
+def test_the_loop_guard_trip_is_stored_as_sent(traced: Traced) -> None:
+    root = traced.roots["looping"]
+    stored = _as_stored(traced, root)
+    assert stored[sc.KVWISE_GUARD_TRIPPED] == "loop"
+    assert stored == _as_sent(root)
