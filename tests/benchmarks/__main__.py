@@ -1,11 +1,14 @@
 """`python -m tests.benchmarks [NAME ...]`: run every `bench_*.py` (or the named ones) in its own process.
 
 Each runs alone so one benchmark's instrumentation (OpenLLMetry does not unwrap) or threads cannot
-skew another's figures.
+skew another's figures. OpenMP threads are told to sleep, not spin, when idle (`OMP_WAIT_POLICY=PASSIVE`,
+unless set): on a small shared machine spinning workers cost the engine and transformers alike
+12-15 ms per small parallel op, which would measure the machine's load rather than the code.
 """
 
 from __future__ import annotations
 
+import os
 import pathlib
 import subprocess
 import sys
@@ -14,10 +17,11 @@ import sys
 def main() -> int:
     here = pathlib.Path(__file__).parent
     names = sys.argv[1:] or sorted(path.stem for path in here.glob("bench_*.py") if not path.stem.endswith("_cuda"))
+    env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
     failed = 0
     for name in names:
         print(f"\n=== {name} ===", flush=True)
-        failed += subprocess.call([sys.executable, "-m", f"tests.benchmarks.{name}"]) != 0
+        failed += subprocess.call([sys.executable, "-m", f"tests.benchmarks.{name}"], env=env) != 0
     return 1 if failed else 0
 
 
