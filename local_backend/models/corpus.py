@@ -6,8 +6,9 @@ most coherently when a question always maps to the same words) and many paraphra
 facts come from the text the product grew from (prefill, decode, TTFT, the KV cache and its
 formula, prefix caching, volatile bytes, repetition loops, output token cost).
 
-A `Sample` is a list of `(text, trained)` pieces: the loss covers only the trained pieces (the
-answers and the token that ends them), so the model learns to answer, not to write questions.
+A `Sample` is a list of `(text, trained)` pieces: the loss covers the conversation (questions,
+answers and the tokens that end them) but not `<|bos|>` or the system prompt, whose long repeated
+text would otherwise take most of the CPU time the answers need.
 """
 
 from __future__ import annotations
@@ -49,11 +50,10 @@ REPEAT_WORDS_RANGE = (120, 200)
 PLAIN_SHARE = 0.2
 """Share of Q&A written as plain text (`<|bos|>Q A<|eos|>`) so raw completions answer too."""
 
-SYSTEM_SHARES = (0.5, 0.4, 0.1)
+SYSTEM_SHARES = (0.55, 0.4, 0.05)
 """No system prompt / a short one / a long stable one (sometimes led by volatile bytes).
 
-Long ones are few: rows are packed without resetting positions, so late positions are trained
-anyway, and every untrained prompt token costs CPU time the answers need."""
+Long ones are few: every untrained prompt token costs CPU time the answers need."""
 
 FOLLOW_UP_SHARE = 0.1
 """Share of chat samples with an earlier question and answer in the history."""
@@ -196,7 +196,8 @@ ARITHMETIC_UP_TO = 6
 """Operands of the sums and differences: few enough facts for each to be seen many times."""
 LEGS = (("a dog", "four"), ("a cat", "four"), ("a bird", "two"), ("a spider", "eight"),
         ("an ant", "six"), ("a horse", "four"), ("a person", "two"), ("a fish", "no"))
-REPEAT_WORDS = ("hello", "cache", "token", "yes", "again", "la", "decode", "ok", "prefill", "hi")
+REPEAT_WORDS = ("it", "cache", "token", "yes", "again", "la", "decode", "ok", "prefill", "that")
+"""No greeting words: a greeting must never look like the start of a repeat."""
 REPEAT_ASKS = ("Say {w} again and again.", "Repeat {w} forever.", "Keep saying {w}.",
                "Say {w} over and over.", "Say {w} again and again and again.")
 
@@ -258,7 +259,7 @@ def _dress(rng: random.Random, question: str) -> str:
 def _qa(rng: random.Random, topic: Topic) -> Sample:
     question = _dress(rng, rng.choice(topic.questions))
     if rng.random() < PLAIN_SHARE:
-        return [(BOS + question, False), (" " + topic.answer + EOS, True)]
+        return [(BOS, False), (question + " " + topic.answer + EOS, True)]
     history: list[tuple[str, str]] = []
     if rng.random() < FOLLOW_UP_SHARE:
         earlier = rng.choice(INFERENCE_TOPICS + SMALL_TALK)
@@ -286,7 +287,7 @@ def _system(rng: random.Random) -> str | None:
     if kind == 1:
         return rng.choice(SHORT_SYSTEMS)
     facts = " ".join(rng.sample([t.answer for t in INFERENCE_TOPICS], rng.randint(2, 6)))
-    text = " ".join([rng.choice(LONG_SYSTEM_OPENERS) + " " + facts] * rng.randint(1, 3))
+    text = " ".join([rng.choice(LONG_SYSTEM_OPENERS) + " " + facts] * rng.randint(1, 2))
     if rng.random() < 0.5:
         stamp = datetime(2025, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=rng.randrange(10**8))
         request_id = uuid.UUID(int=rng.getrandbits(128), version=4)
@@ -295,10 +296,7 @@ def _system(rng: random.Random) -> str | None:
 
 
 def _chat(system: str | None, turns: list[tuple[str, str]], closed: bool = True) -> Sample:
-    """Render like `CHAT_TEMPLATE`; the last answer (and its `<|end|>` when `closed`) is trained."""
+    """Render like `CHAT_TEMPLATE`; the turns are trained, the last answer unclosed unless `closed`."""
     head = BOS + (f"<|system|>\n{system}{END}\n" if system is not None else "")
-    for question, answer in turns[:-1]:
-        head += f"<|user|>\n{question}{END}\n<|assistant|>\n{answer}{END}\n"
-    question, answer = turns[-1]
-    head += f"<|user|>\n{question}{END}\n<|assistant|>\n"
-    return [(head, False), (answer + (END if closed else ""), True)]
+    body = "".join(f"<|user|>\n{question}{END}\n<|assistant|>\n{answer}{END}\n" for question, answer in turns)
+    return [(head, False), (body.removesuffix("\n") if closed else body.removesuffix(f"{END}\n"), True)]

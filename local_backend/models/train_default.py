@@ -5,7 +5,7 @@
 The project ships a model it can rebuild offline, so the demo and the tests never download one.
 Steps: (1) `corpus.build_corpus` writes the text, (2) a byte-level BPE tokenizer is trained on it
 with `tokenizers`, (3) a 4-layer `LlamaForCausalLM` (GQA, tied embeddings) is trained with AdamW
-and a cosine schedule on packed blocks, the loss on answers only, (4) a Hugging Face checkpoint
+and a cosine schedule on length-bucketed batches (no loss on the system prompt), (4) a Hugging Face checkpoint
 directory is written (bf16 safetensors: the engine's CUDA dtype, and a few MB), and (5) greedy
 answers to a few questions are printed for the model card. Seeded throughout: two runs on the same
 torch build give the same files. Needs `transformers` (training only; the engine never imports it).
@@ -28,6 +28,7 @@ from local_backend.models import corpus
 
 SEED = 0
 VOCAB_SIZE = 3072
+"""An upper bound: the narrow corpus runs out of merges at about 2.1k tokens."""
 HIDDEN_SIZE = 256
 INTERMEDIATE_SIZE = 704
 NUM_LAYERS = 4
@@ -37,13 +38,13 @@ MAX_POSITIONS = 2048
 ROPE_THETA = 10000.0
 RMS_NORM_EPS = 1e-5
 
-BLOCK_TOKENS = 1024
-"""Tokens per packed training row: room for the longest system prompt plus a few short chats."""
-BATCH_ROWS = 2
-STEPS = 200
+BATCH_TOKENS = 2048
+"""Rows × padded length per step: ~60 short chats, or two with long system prompts."""
+MAX_SAMPLE_TOKENS = 1024
+STEPS = 500
 PEAK_LR = 3e-3
 FINAL_LR_SHARE = 0.05
-WARMUP_STEPS = 15
+WARMUP_STEPS = 20
 WEIGHT_DECAY = 0.05
 BETAS = (0.9, 0.95)
 GRAD_CLIP = 1.0
@@ -83,7 +84,7 @@ def encode_sample(tok: Tokenizer, sample: corpus.Sample) -> tuple[list[int], lis
 
     The text is encoded in one go, not piece by piece, so the boundaries match inference; a token
     is trained when it starts inside a trained piece. The leading `<|bos|>` is never a target: a
-    packed row must not teach the model to start a new conversation after a runaway answer.
+    runaway answer must never be taught to end by starting a new conversation.
     """
     text, spans, at = "", [], 0
     for piece, trained in sample:
@@ -99,20 +100,30 @@ def encode_sample(tok: Tokenizer, sample: corpus.Sample) -> tuple[list[int], lis
     return enc.ids, labels
 
 
-def pack(encoded: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """First-fit whole samples into rows of `BLOCK_TOKENS`; padding at a row's end is never a target."""
-    rows: list[tuple[list[int], list[int]]] = []
-    for ids, labels in sorted(encoded, key=lambda pair: -len(pair[0])):
-        ids, labels = ids[:BLOCK_TOKENS], labels[:BLOCK_TOKENS]
-        row = next((r for r in rows if len(r[0]) + len(ids) <= BLOCK_TOKENS), None)
-        if row is None:
-            rows.append((list(ids), list(labels)))
-        else:
-            row[0].extend(ids)
-            row[1].extend(labels)
-    inputs = torch.full((len(rows), BLOCK_TOKENS), pad_id, dtype=torch.long)
-    targets = torch.full((len(rows), BLOCK_TOKENS), IGNORE, dtype=torch.long)
-    for i, (ids, labels) in enumerate(rows):
+def make_batches(encoded: list[tuple[list[int], list[int]]], pad_id: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Group length-sorted samples into padded batches of at most `BATCH_TOKENS` (rows × longest).
+
+    Each sample starts at position 0 behind its own `<|bos|>`, exactly as at inference: packing
+    several into one row put short chats late in long rows, and the model then answered them badly
+    at the start of a fresh context. Padding sits at a row's end, is never a target, and causal
+    attention keeps it out of the real tokens.
+    """
+    batches: list[tuple[torch.Tensor, torch.Tensor]] = []
+    group: list[tuple[list[int], list[int]]] = []
+    for ids, labels in sorted(encoded, key=lambda pair: len(pair[0])):
+        if group and (len(group) + 1) * len(ids) > BATCH_TOKENS:
+            batches.append(_pad(group, pad_id))
+            group = []
+        group.append((ids[:MAX_SAMPLE_TOKENS], labels[:MAX_SAMPLE_TOKENS]))
+    batches.append(_pad(group, pad_id))
+    return batches
+
+
+def _pad(group: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(ids) for ids, _ in group)
+    inputs = torch.full((len(group), width), pad_id, dtype=torch.long)
+    targets = torch.full((len(group), width), IGNORE, dtype=torch.long)
+    for i, (ids, labels) in enumerate(group):
         inputs[i, : len(ids)] = torch.tensor(ids)
         targets[i, : len(labels)] = torch.tensor(labels)
     return inputs, targets
@@ -145,8 +156,8 @@ def lr_at(step: int, steps: int) -> float:
     return PEAK_LR * (FINAL_LR_SHARE + (1 - FINAL_LR_SHARE) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def train(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor, steps: int) -> float:
-    """AdamW over shuffled packed rows; returns the mean loss of the last `LOG_EVERY` steps."""
+def train(model: torch.nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]], steps: int) -> float:
+    """AdamW over the batches, reshuffled each epoch; returns the mean loss of the last `LOG_EVERY` steps."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW(
@@ -154,17 +165,17 @@ def train(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor, s
         lr=PEAK_LR, betas=BETAS,
     )
     generator = torch.Generator().manual_seed(SEED)
-    order = torch.randperm(len(inputs), generator=generator)
-    cursor, recent, started = 0, [], time.perf_counter()
+    order: list[int] = []
+    recent: list[float] = []
+    started = time.perf_counter()
     model.train()
     for step in range(steps):
-        if cursor + BATCH_ROWS > len(order):
-            order, cursor = torch.randperm(len(inputs), generator=generator), 0
-        batch = order[cursor : cursor + BATCH_ROWS]
-        cursor += BATCH_ROWS
+        if not order:
+            order = torch.randperm(len(batches), generator=generator).tolist()
+        inputs, targets = batches[order.pop()]
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, steps)
-        loss = model(input_ids=inputs[batch], labels=targets[batch]).loss
+        loss = model(input_ids=inputs, labels=targets).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
@@ -217,14 +228,14 @@ def main() -> None:
     samples = corpus.build_corpus(SEED)
     tok = train_tokenizer(samples)
     encoded = [encode_sample(tok, sample) for sample in samples]
-    inputs, targets = pack(encoded, tok.token_to_id(corpus.EOS))
-    trained = int((targets != IGNORE).sum())
+    batches = make_batches(encoded, tok.token_to_id(corpus.EOS))
+    trained = sum(int((targets != IGNORE).sum()) for _, targets in batches)
     print(f"{len(samples)} samples, {sum(len(ids) for ids, _ in encoded)} tokens ({trained} trained) "
-          f"in {len(inputs)} rows of {BLOCK_TOKENS}; vocab {tok.get_vocab_size()}", flush=True)
+          f"in {len(batches)} batches; vocab {tok.get_vocab_size()}", flush=True)
     end_ids = [tok.token_to_id(corpus.END), tok.token_to_id(corpus.EOS)]
     model = build_model(tok.get_vocab_size(), *end_ids, tok.token_to_id(corpus.BOS))
     print(f"{sum(p.numel() for p in model.parameters())} parameters", flush=True)
-    loss = train(model, inputs, targets, args.steps)
+    loss = train(model, batches, args.steps)
     print(f"final loss {loss:.4f} after {args.steps} steps, {time.perf_counter() - started:.0f}s", flush=True)
     probe(model, tok, end_ids)
     save(model, tok, args.out)
