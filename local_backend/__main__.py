@@ -1,7 +1,10 @@
 """`python -m local_backend serve`: load a checkpoint and serve it over the OpenAI and Anthropic APIs.
 
-    python -m local_backend serve --model default --host 127.0.0.1 --port 8000 [--api-key KEY]
+    python -m local_backend serve --model default --host 127.0.0.1 --port 8000 [--api-key KEY ...]
         [--device auto|cpu|cuda] [--kv-cache-memory BYTES] [--max-queue N]
+
+`--api-key` may be repeated or comma-separated (`--api-key A,B`); each key is a tenant with its own
+prefix cache: one key never gets a cache hit from another's prompt.
 
 Prints the base URL once the server accepts connections. SIGTERM or Ctrl-C stops accepting, lets
 in-flight requests finish for up to a grace period, then exits 0.
@@ -24,6 +27,7 @@ from local_backend.engine import Engine
 from local_backend.server import create_app
 from local_backend.server._constants import (
     API_KEY_ENV,
+    API_KEY_SEPARATOR,
     DEFAULT_HOST,
     DEFAULT_MAX_QUEUE,
     DEFAULT_PORT,
@@ -54,7 +58,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--model", default=DEFAULT_MODEL_NAME, help="'default' (bundled) or a checkpoint directory")
     serve.add_argument("--host", default=DEFAULT_HOST, help="bind address (loopback by default)")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT)
-    serve.add_argument("--api-key", default=os.environ.get(API_KEY_ENV), help=f"required key (or ${API_KEY_ENV})")
+    serve.add_argument("--api-key", action="append", metavar="KEY[,KEY...]",
+                       help=f"required key(s), repeatable; each key is a tenant (or ${API_KEY_ENV})")  # fmt: skip
     serve.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     serve.add_argument("--kv-cache-memory", type=int, default=None, metavar="BYTES", help="KV cache pool size")
     serve.add_argument("--max-queue", type=int, default=DEFAULT_MAX_QUEUE, metavar="N",
@@ -62,13 +67,20 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _api_keys(given: list[str] | None) -> list[str]:
+    """Keys from every `--api-key` (or the environment), each split at commas; empty parts dropped."""
+    values = given if given is not None else [os.environ.get(API_KEY_ENV, "")]
+    return [key for value in values for key in value.split(API_KEY_SEPARATOR) if key]
+
+
 def serve(args: argparse.Namespace) -> int:
-    if args.host not in LOOPBACK_HOSTS and not args.api_key:
+    api_keys = _api_keys(args.api_key)
+    if args.host not in LOOPBACK_HOSTS and not api_keys:
         logger.warning("serving on %s without --api-key: anyone who can reach this port can use the model", args.host)
     print(f"loading {args.model} ...", file=sys.stderr, flush=True)
     engine = Engine.from_pretrained(args.model, device=args.device, kv_cache_memory=args.kv_cache_memory)
     name = args.model if args.model == DEFAULT_MODEL_NAME else Path(args.model).name
-    app = create_app(engine, model_name=name, api_key=args.api_key, max_queue=args.max_queue)
+    app = create_app(engine, model_name=name, api_key=api_keys, max_queue=args.max_queue)
     host = f"[{args.host}]" if ":" in args.host else args.host
     config = uvicorn.Config(
         app, host=args.host, port=args.port, lifespan="off", timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS

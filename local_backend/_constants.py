@@ -26,6 +26,9 @@ DEFAULT_MAX_NUM_BATCHED_TOKENS: Final = 2048
 HASH_DIGEST_BYTES: Final = 8
 """Bytes of the blake2b digest that names a full block in the prefix cache."""
 
+SALT_PERSON: Final = b"kvwise-salt"
+"""blake2b personalisation of a cache salt's hash, so a salt's root never equals a block's name."""
+
 DRY_DEFAULT_BREAKERS: Final = ("\n", ":", '"', "*")
 """llama.cpp's default DRY sequence breakers: a repeat never extends across them."""
 

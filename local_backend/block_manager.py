@@ -1,7 +1,9 @@
 """Bookkeeping of the KV block pool: allocation, reference counts, and the prefix cache.
 
 A full block whose KV is computed is named by a hash chain, h_i = H(h_{i-1}, tokens of block i),
-so equal names mean equal prefixes. A sequence admitted with a prompt whose leading blocks are
+so equal names mean equal prefixes. The chain starts at h_{-1} = root(cache_salt): 0 without a
+salt, else a hash of it, so sequences with different salts (tenants) never share a block, and one
+can never get a cache hit, or a faster first token, from another's prompt (vLLM's `cache_salt`). A sequence admitted with a prompt whose leading blocks are
 already named reuses them (reference count + 1) instead of computing them. A block whose count
 drops to 0 keeps its name and KV as "cached" until the pool needs it: cached blocks are evicted
 least recently released first. No tensors here; the model runner owns the cache itself.
@@ -14,7 +16,7 @@ from array import array
 from collections import OrderedDict, deque
 from collections.abc import Sequence as Seq
 
-from local_backend._constants import HASH_DIGEST_BYTES
+from local_backend._constants import HASH_DIGEST_BYTES, SALT_PERSON
 from local_backend.sequence import Sequence
 
 
@@ -22,6 +24,14 @@ def chain_hash(parent: int, tokens: Seq[int]) -> int:
     """H(parent, tokens): blake2b over the parent's name and the block's token ids."""
     digest = hashlib.blake2b(parent.to_bytes(HASH_DIGEST_BYTES, "little"), digest_size=HASH_DIGEST_BYTES)
     digest.update(array("q", tokens).tobytes())
+    return int.from_bytes(digest.digest(), "little")
+
+
+def chain_root(cache_salt: str | None) -> int:
+    """The parent of a sequence's first block: 0 without a salt, else blake2b of the salt."""
+    if cache_salt is None:
+        return 0
+    digest = hashlib.blake2b(cache_salt.encode(), digest_size=HASH_DIGEST_BYTES, person=SALT_PERSON)
     return int.from_bytes(digest.digest(), "little")
 
 
@@ -72,7 +82,7 @@ class BlockManager:
         """Names of the sequence's full blocks, extended as tokens arrive."""
         size = self.block_size
         for i in range(len(seq.block_hashes), len(seq) // size):
-            parent = seq.block_hashes[-1] if seq.block_hashes else 0
+            parent = seq.block_hashes[-1] if seq.block_hashes else chain_root(seq.cache_salt)
             seq.block_hashes.append(chain_hash(parent, seq.token_ids[i * size : (i + 1) * size]))
         return seq.block_hashes
 
@@ -121,15 +131,24 @@ class BlockManager:
             seq.block_table.append(self._take())
 
     def commit(self, seq: Sequence, computed_before: int) -> None:
-        """Name the blocks that became full and computed since `computed_before` tokens."""
+        """Name the blocks that became full and computed since `computed_before` tokens.
+
+        A block is named unless its name is already taken (another sequence computed the same
+        prefix). Prompt blocks this sequence names the first time it offers them add to
+        `seq.num_cache_written_tokens`.
+        """
         size = self.block_size
         hashes = self._hashes(seq)
-        for i in range(computed_before // size, seq.num_computed_tokens // size):
+        full = seq.num_computed_tokens // size
+        for i in range(computed_before // size, full):
             block = self.blocks[seq.block_table[i]]
             if block.hash is None and hashes[i] not in self._by_hash:
                 block.hash = hashes[i]
                 block.token_ids = tuple(seq.token_ids[i * size : (i + 1) * size])
                 self._by_hash[block.hash] = block.block_id
+                if seq.num_offered_blocks <= i < seq.num_prompt_tokens // size:
+                    seq.num_cache_written_tokens += size
+        seq.num_offered_blocks = max(seq.num_offered_blocks, full)
 
     def deallocate(self, seq: Sequence) -> None:
         """Release the sequence's blocks, last first, so a chain's tail is evicted before its head."""

@@ -12,7 +12,8 @@ class Detokenizer:
     A token's text is decode(context + new) − decode(context) over a few earlier tokens, so spaces
     and multi-byte characters come out as a full decode would give them; text ending in an
     incomplete character (U+FFFD) waits for the next token. Text is held back while its tail could
-    still grow into a stop string, and a found stop string ends the text just before it.
+    still grow into a stop string, and a found stop string ends the text just before it
+    (`stop_string` then names it: the one found earliest in the text).
     """
 
     def __init__(self, tokenizer: TextTokenizer, prompt_token_ids: list[int], stop: tuple[str, ...]):
@@ -23,7 +24,7 @@ class Detokenizer:
         self._stop = stop
         self._emitted = 0
         self.text = ""
-        self.stopped = False
+        self.stop_string: str | None = None
 
     def add(self, token_id: int) -> bool:
         """Add one output token; True when the text now ends at a stop string."""
@@ -47,17 +48,16 @@ class Detokenizer:
         for stop in self._stop:
             at = self.text.find(stop, max(0, checked - len(stop) + 1))
             if at >= 0 and (cut is None or at < cut):
-                cut = at
+                cut, self.stop_string = at, stop
         if cut is None:
             return False
         self.text = self.text[:cut]
-        self.stopped = True
         return True
 
     def take_delta(self, final: bool) -> str:
         """Text not yet taken, minus (unless `final`) a tail that may begin a stop string."""
         end = len(self.text)
-        if not final and not self.stopped:
+        if not final and self.stop_string is None:
             end -= self._held_back()
         delta = self.text[self._emitted : end]
         self._emitted = max(self._emitted, end)

@@ -143,11 +143,16 @@ class Engine:
         return self.tokenizer.chat_prompt(messages, add_generation_prompt)
 
     def generate(
-        self, prompts: Sequence[Prompt], params: SamplingParams | Sequence[SamplingParams] | None = None
+        self,
+        prompts: Sequence[Prompt],
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
+        *,
+        cache_salt: str | None = None,
     ) -> list[Completion]:
         """Run every prompt (text or token ids) to completion; one `Completion` per prompt, in order.
 
-        Bad input raises `ValueError` before anything is queued.
+        `cache_salt` (a tenant's id) keeps the prompts' prefix-cache blocks apart from those of
+        other salts (see `stream`). Bad input raises `ValueError` before anything is queued.
         """
         if isinstance(prompts, str):
             raise ValueError("prompts must be a list of prompts, got one string")
@@ -162,7 +167,7 @@ class Engine:
             if delta.completion is not None:
                 done[delta.completion.request_id] = delta.completion
 
-        ids = [self._submit(ids, sp, sink, None) for ids, sp in zip(prepared, params)]
+        ids = [self._submit(ids, sp, sink, None, cache_salt) for ids, sp in zip(prepared, params)]
         try:
             while len(done) < len(ids):
                 self.step()
@@ -173,19 +178,26 @@ class Engine:
         return [done[i] for i in ids]
 
     def stream(
-        self, prompt: Prompt, params: SamplingParams | None = None, *, request_id: str | None = None
+        self,
+        prompt: Prompt,
+        params: SamplingParams | None = None,
+        *,
+        request_id: str | None = None,
+        cache_salt: str | None = None,
     ) -> AsyncIterator[StreamDelta]:
         """Async iterator of `StreamDelta`s; the last one carries the `Completion`.
 
         Input is checked now (`ValueError`); the request starts at the first iteration and runs on
         the engine's background thread. Closing the iterator (`contextlib.aclosing`, or garbage
-        collection of an abandoned one) aborts the request and frees its blocks.
+        collection of an abandoned one) aborts the request and frees its blocks. `cache_salt` is
+        mixed into the first block's hash (vLLM's `cache_salt`): requests share prefix-cache blocks
+        only with requests of the same salt (None is a salt of its own).
         """
         params = params or SamplingParams()
-        return self._stream(self._prepare(prompt, params), params, request_id)
+        return self._stream(self._prepare(prompt, params), params, request_id, cache_salt)
 
     async def _stream(
-        self, token_ids: list[int], params: SamplingParams, request_id: str | None
+        self, token_ids: list[int], params: SamplingParams, request_id: str | None, cache_salt: str | None
     ) -> AsyncIterator[StreamDelta]:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[StreamDelta] = asyncio.Queue()
@@ -196,7 +208,7 @@ class Engine:
             except RuntimeError:  # the consumer's loop is gone
                 pass
 
-        rid = self._submit(token_ids, params, sink, request_id)
+        rid = self._submit(token_ids, params, sink, request_id, cache_salt)
         self._start_loop()
         try:
             while True:
@@ -220,6 +232,7 @@ class Engine:
         bm = self.block_manager
         return EngineStats(
             num_blocks=bm.num_blocks,
+            max_num_seqs=self.scheduler.max_num_seqs,
             blocks_used=bm.num_used,
             blocks_free=bm.num_free,
             blocks_cached=bm.num_cached,
@@ -267,10 +280,12 @@ class Engine:
     def _prepare(self, prompt: Prompt, params: SamplingParams | None) -> list[int]:
         return prompt_token_ids(prompt, params, self.tokenizer, self.config.vocab_size, self.max_model_len)
 
-    def _submit(self, token_ids: list[int], params: SamplingParams, sink: Sink, request_id: str | None) -> str:
+    def _submit(
+        self, token_ids: list[int], params: SamplingParams, sink: Sink, request_id: str | None, cache_salt: str | None
+    ) -> str:
         rid = request_id or f"req-{next(self._ids)}"
         detokenizer = Detokenizer(self.tokenizer, token_ids, params.stop)
-        request = Request(Seq(rid, token_ids, params), detokenizer, sink)
+        request = Request(Seq(rid, token_ids, params, cache_salt), detokenizer, sink)
         with self._wake:
             if rid in self._live_ids:
                 raise ValueError(f"request_id {rid!r} is already in use")

@@ -20,7 +20,13 @@ class Timings:
 
 @dataclass(frozen=True, slots=True)
 class Completion:
-    """One finished request. `cached_tokens` prompt tokens came from the prefix cache."""
+    """One finished request and how its prompt met the prefix cache.
+
+    `cached_tokens` prompt tokens came from the prefix cache; `cache_written_tokens` prompt tokens
+    are in full blocks this request added to it (a block another request named first is not
+    counted), so cached_tokens + cache_written_tokens <= len(prompt_token_ids). `stop_string` is
+    the stop string that ended the text, if one did.
+    """
 
     request_id: str
     prompt_token_ids: tuple[int, ...]
@@ -28,6 +34,8 @@ class Completion:
     text: str
     finish_reason: FinishReason
     cached_tokens: int
+    cache_written_tokens: int
+    stop_string: str | None
     timings: Timings
 
 
@@ -35,11 +43,15 @@ class Completion:
 class StreamDelta:
     """New text (and the tokens that made it) since the previous delta of a stream.
 
-    The last delta of a request carries its `completion` (finish reason, usage, timings).
+    The last delta of a request carries its `completion` (finish reason, usage, timings). The
+    prompt's prefix-cache split (`cached_tokens`, `cache_written_tokens`, as in `Completion`) is
+    final from the first delta on, since the whole prompt is computed before the first token.
     """
 
     text: str
     token_ids: tuple[int, ...]
+    cached_tokens: int
+    cache_written_tokens: int
     completion: Completion | None = None
 
 
@@ -51,6 +63,7 @@ class EngineStats:
     """
 
     num_blocks: int
+    max_num_seqs: int
     blocks_used: int
     blocks_free: int
     blocks_cached: int

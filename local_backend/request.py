@@ -72,7 +72,7 @@ class Request:
             return "stop"
         if seq.num_output_tokens >= params.max_tokens or len(seq) >= max_model_len:
             return "length"
-        self.sink(StreamDelta(self.detokenizer.take_delta(final=False), (token,)))
+        self.sink(self._delta(self.detokenizer.take_delta(final=False), (token,)))
         return None
 
     def finish(self, reason: FinishReason, new_tokens: tuple[int, ...]) -> None:
@@ -88,6 +88,12 @@ class Request:
             text=self.detokenizer.text,
             finish_reason=reason,
             cached_tokens=seq.num_cached_tokens,
+            cache_written_tokens=seq.num_cache_written_tokens,
+            stop_string=self.detokenizer.stop_string,
             timings=Timings(scheduled - seq.arrival_time, first - scheduled, now - first),
         )
-        self.sink(StreamDelta(self.detokenizer.take_delta(final=True), new_tokens, completion))
+        self.sink(self._delta(self.detokenizer.take_delta(final=True), new_tokens, completion))
+
+    def _delta(self, text: str, token_ids: tuple[int, ...], completion: Completion | None = None) -> StreamDelta:
+        seq = self.seq
+        return StreamDelta(text, token_ids, seq.num_cached_tokens, seq.num_cache_written_tokens, completion)

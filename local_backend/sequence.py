@@ -22,21 +22,36 @@ class Sequence:
     Tokens `[0, num_computed_tokens)` have KV in the cache; the rest (the prompt at first, then the
     last sampled token) are computed by the next steps. A step that computes the last token samples
     the next one. Preemption drops the KV (`num_computed_tokens = 0`) and keeps the tokens.
+
+    `cache_salt` (e.g. a tenant) is mixed into the first block's name, so only sequences with the
+    same salt share prefix-cache blocks. `num_cache_written_tokens` counts prompt tokens in blocks this
+    sequence added to the prefix cache; `num_offered_blocks` is how many of its leading full blocks
+    were already offered to the cache (each is counted once, even when recomputed after preemption).
     """
 
     __slots__ = (
-        "request_id", "params", "token_ids", "num_prompt_tokens", "num_computed_tokens",
-        "num_cached_tokens", "block_table", "block_hashes", "status", "num_preemptions",
+        "request_id", "params", "cache_salt", "token_ids", "num_prompt_tokens", "num_computed_tokens",
+        "num_cached_tokens", "num_cache_written_tokens", "num_offered_blocks", "block_table",
+        "block_hashes", "status", "num_preemptions",
         "generator", "arrival_time", "scheduled_time", "first_token_time", "finished_time",
     )  # fmt: skip
 
-    def __init__(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams):
+    def __init__(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        cache_salt: str | None = None,
+    ):
         self.request_id = request_id
         self.params = params
+        self.cache_salt = cache_salt
         self.token_ids = list(prompt_token_ids)
         self.num_prompt_tokens = len(prompt_token_ids)
         self.num_computed_tokens = 0
         self.num_cached_tokens = 0
+        self.num_cache_written_tokens = 0
+        self.num_offered_blocks = 0
         self.block_table: list[int] = []
         self.block_hashes: list[int] = []
         self.status = Status.WAITING

@@ -75,4 +75,16 @@ ANTHROPIC_UNSUPPORTED: Final = ("tools",)
 when set, never silently dropped. Other unknown fields (`prompt_cache_key`, `metadata`...) are ignored."""
 
 API_KEY_ENV: Final = "KVWISE_API_KEY"
-"""`serve` reads the API key from here when `--api-key` is not given (keeps it out of `ps`)."""
+"""`serve` reads the API key(s) from here when `--api-key` is not given (keeps them out of `ps`)."""
+
+API_KEY_SEPARATOR: Final = ","
+"""`--api-key A,B` (or `KVWISE_API_KEY=A,B`) gives two keys, two tenants; a key cannot hold a comma."""
+
+TENANT_STATE: Final = "kvwise.tenant"
+"""Key of the request's tenant id in the ASGI scope's `state`, set by the API-key middleware."""
+
+TENANT_HASH_PERSON: Final = b"kvwise-tenant"
+"""blake2b personalisation of the key hash that names a tenant."""
+
+TENANT_ID_BYTES: Final = 16
+"""Bytes of that hash: a tenant id is twice as many hex digits."""

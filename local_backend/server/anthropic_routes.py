@@ -2,9 +2,8 @@
 
 Stream: `message_start`, `content_block_start`, `ping`, one `content_block_delta` per text delta,
 `content_block_stop`, `message_delta` (stop reason, cumulative usage, `timings`), `message_stop`
-(`timings` again: the final event). `message_start` reports the whole prompt as `input_tokens`,
-since the cache split is only known at the end; `message_delta` then gives the split, which the
-clients' accumulators take over:
+(`timings` again: the final event). `message_start` is sent with the first delta, when the prompt
+is computed, so its usage already has the exact cache split, which `message_delta` repeats:
 
     input_tokens (uncached) + cache_read_input_tokens + cache_creation_input_tokens = prompt tokens
 
@@ -15,7 +14,6 @@ engine caches every full block of every prompt automatically).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
 from typing import Any
 
 from starlette.requests import Request
@@ -45,18 +43,16 @@ class AnthropicFormat:
 
     flavor = Flavor.ANTHROPIC
 
-    def __init__(self, model: str, block_size: int, stops: tuple[str, ...], decode: Callable[[Sequence[int]], str]):
-        self._model, self._block_size, self._stops, self._decode = model, block_size, stops, decode
+    def __init__(self, model: str):
+        self._model = model
         self._id = "msg_" + uuid.uuid4().hex
 
     def whole(self, completion: Completion) -> dict[str, Any]:
-        body = self._message([{"type": "text", "text": completion.text}], self._usage(completion))
-        return {**body, **self._stop(completion), "timings": timings(completion)}
+        body = self._message([{"type": "text", "text": completion.text}], _usage(Usage.of(completion)))
+        return {**body, **_stop(completion), "timings": timings(completion)}
 
-    def opening(self, prompt_tokens: int) -> list[bytes]:
-        usage = {"input_tokens": prompt_tokens, "output_tokens": 0,
-                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}  # fmt: skip
-        start = self._message([], usage) | {"stop_reason": None, "stop_sequence": None}
+    def opening(self, usage: Usage) -> list[bytes]:
+        start = self._message([], _usage(usage)) | {"stop_reason": None, "stop_sequence": None}
         block = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
         return [
             sse({"type": "message_start", "message": start}, "message_start"),
@@ -70,7 +66,7 @@ class AnthropicFormat:
 
     def closing(self, completion: Completion) -> list[bytes]:
         extra = {"timings": timings(completion)}
-        delta = {"type": "message_delta", "delta": self._stop(completion), "usage": self._usage(completion), **extra}
+        delta = {"type": "message_delta", "delta": _stop(completion), "usage": _usage(Usage.of(completion)), **extra}
         return [
             sse({"type": "content_block_stop", "index": 0}, "content_block_stop"),
             sse(delta, "message_delta"),
@@ -84,30 +80,22 @@ class AnthropicFormat:
         return {"id": self._id, "type": "message", "role": "assistant", "model": self._model,
                 "content": content, "usage": usage}  # fmt: skip
 
-    def _usage(self, completion: Completion) -> dict[str, Any]:
-        usage = Usage.of(completion, self._block_size)
-        return {
-            "input_tokens": usage.uncached,
-            "cache_creation_input_tokens": usage.cache_write,
-            "cache_read_input_tokens": usage.cache_read,
-            "output_tokens": usage.output_tokens,
-        }
 
-    def _stop(self, completion: Completion) -> dict[str, Any]:
-        """`stop_reason`: `max_tokens`, `stop_sequence` (with the one that matched) or `end_turn`."""
-        if completion.finish_reason == "length":
-            return {"stop_reason": "max_tokens", "stop_sequence": None}
-        matched = _first_stop(self._decode(completion.token_ids), self._stops)
-        return {"stop_reason": "stop_sequence" if matched else "end_turn", "stop_sequence": matched}
+def _usage(usage: Usage) -> dict[str, Any]:
+    return {
+        "input_tokens": usage.uncached,
+        "cache_creation_input_tokens": usage.cache_write,
+        "cache_read_input_tokens": usage.cache_read,
+        "output_tokens": usage.output_tokens,
+    }
 
 
-def _first_stop(text: str, stops: tuple[str, ...]) -> str | None:
-    """The stop string found earliest in the output's full text (the engine cut its answer there).
-
-    The engine reports `stop` for EOS and stop strings alike; it does not say which string matched.
-    """
-    found = [(i, stop) for stop in stops if (i := text.find(stop)) >= 0]
-    return min(found)[1] if found else None
+def _stop(completion: Completion) -> dict[str, Any]:
+    """`stop_reason`: `max_tokens`, `stop_sequence` (with the one that matched) or `end_turn`."""
+    if completion.finish_reason == "length":
+        return {"stop_reason": "max_tokens", "stop_sequence": None}
+    matched = completion.stop_string
+    return {"stop_reason": "stop_sequence" if matched else "end_turn", "stop_sequence": matched}
 
 
 def routes(backend: Backend) -> list[Route]:
@@ -133,8 +121,8 @@ def routes(backend: Backend) -> list[Route]:
             stop=stops,
             max_temperature=ANTHROPIC_MAX_TEMPERATURE,
         )
-        fmt = AnthropicFormat(model, backend.block_size, stops, engine.tokenizer.decode)
-        generation = backend.start(ids, params)
+        generation = backend.start(request, ids, params)
+        fmt = AnthropicFormat(model)
         return await respond(request, generation, fmt, optional(body, "stream", bool, False))
 
     return [Route("/v1/messages", messages, methods=["POST"])]

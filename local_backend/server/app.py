@@ -11,6 +11,7 @@ whose message names no request content.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -32,15 +33,21 @@ logger = logging.getLogger(__name__)
 
 
 def create_app(
-    engine: Engine, *, model_name: str = DEFAULT_MODEL_NAME, api_key: str | None = None, max_queue: int = DEFAULT_MAX_QUEUE
+    engine: Engine,
+    *,
+    model_name: str = DEFAULT_MODEL_NAME,
+    api_key: str | Sequence[str] | None = None,
+    max_queue: int = DEFAULT_MAX_QUEUE,
 ) -> Starlette:
-    """An ASGI app serving `engine` as `model_name`; with `api_key`, all but `/health` need the key.
+    """An ASGI app serving `engine` as `model_name`; with `api_key`, all but `/health` need a key.
 
-    Beyond the engine's batch plus `max_queue` waiting requests, new requests are refused at once.
-    The caller owns the engine (and closes it after the server stops).
+    `api_key` is one key or several: each key is a tenant whose prefix-cache blocks are kept apart
+    from the others' (see `auth`). Beyond the engine's batch plus `max_queue` waiting requests, new
+    requests are refused at once. The caller owns the engine (and closes it after the server stops).
     """
     if max_queue < 0:
         raise ValueError(f"max_queue={max_queue} must be >= 0")
+    keys = (api_key,) if isinstance(api_key, str) else tuple(api_key or ())
     backend = Backend(engine, model_name, max_queue)
 
     async def health(request: Request) -> Response:
@@ -57,7 +64,7 @@ def create_app(
     ]
     return Starlette(
         routes=routes,
-        middleware=[Middleware(ApiKeyMiddleware, api_key=api_key)] if api_key else [],
+        middleware=[Middleware(ApiKeyMiddleware, api_keys=keys)] if keys else [],
         exception_handlers={
             ApiError: _api_error,
             HTTPException: _http_error,

@@ -20,6 +20,7 @@ from starlette.requests import Request
 from local_backend.engine import Engine
 from local_backend.outputs import Completion, StreamDelta
 from local_backend.sampling_params import SamplingParams
+from local_backend.server.auth import tenant_of
 from local_backend.server.errors import ApiError, ErrorKind
 
 
@@ -57,12 +58,9 @@ class Backend:
     model_name: str
     max_queue: int = 0
     admission: Admission = field(init=False)
-    block_size: int = field(init=False)
 
     def __post_init__(self) -> None:
-        self.block_size = self.engine.stats().block_size
-        # Engine does not expose max_num_seqs yet (requested); the scheduler holds it.
-        self.admission = Admission(self.engine.scheduler.max_num_seqs, self.max_queue)
+        self.admission = Admission(self.engine.stats().max_num_seqs, self.max_queue)
 
     def prompt_ids(self, turns: Sequence[dict[str, str]]) -> list[int]:
         """The chat template applied to checked turns; a template that refuses them is a 400."""
@@ -71,10 +69,13 @@ class Backend:
         except ValueError as exc:
             raise ApiError(str(exc), param="messages") from None
 
-    def start(self, token_ids: list[int], params: SamplingParams) -> Generation:
-        """Check the input with the engine, then take a slot (or refuse at once)."""
+    def start(self, request: Request, token_ids: list[int], params: SamplingParams) -> Generation:
+        """Check the input with the engine, then take a slot (or refuse at once).
+
+        The request's tenant (its API key's, see `auth`) salts its prefix-cache blocks.
+        """
         try:
-            deltas = self.engine.stream(token_ids, params)
+            deltas = self.engine.stream(token_ids, params, cache_salt=tenant_of(request))
         except ValueError as exc:
             raise ApiError(str(exc)) from None
         self.admission.enter()

@@ -44,8 +44,8 @@ class OpenAIFormat:
 
     flavor = Flavor.OPENAI
 
-    def __init__(self, model: str, block_size: int, *, chat: bool, include_usage: bool):
-        self._model, self._block_size = model, block_size
+    def __init__(self, model: str, *, chat: bool, include_usage: bool):
+        self._model = model
         self._chat, self._include_usage = chat, include_usage
         self._id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         self._created = int(time.time())
@@ -59,7 +59,7 @@ class OpenAIFormat:
             choice = {"index": 0, "text": completion.text, "logprobs": None, "finish_reason": completion.finish_reason}
         return {**body, "choices": [choice], "usage": self._usage(completion), "timings": timings(completion)}
 
-    def opening(self, prompt_tokens: int) -> list[bytes]:
+    def opening(self, usage: Usage) -> list[bytes]:
         return [self._chunk({"role": "assistant", "content": ""}, None)] if self._chat else []
 
     def text(self, text: str) -> list[bytes]:
@@ -89,7 +89,7 @@ class OpenAIFormat:
         return sse(body)
 
     def _usage(self, completion: Completion) -> dict[str, Any]:
-        usage = Usage.of(completion, self._block_size)
+        usage = Usage.of(completion)
         return {
             "prompt_tokens": usage.prompt_tokens,
             "completion_tokens": usage.output_tokens,
@@ -146,11 +146,10 @@ def routes(backend: Backend) -> list[Route]:
         options = optional(body, "stream_options", dict, {})
         fmt = OpenAIFormat(
             optional(body, "model", str, backend.model_name),
-            backend.block_size,
             chat=chat,
             include_usage=bool(options.get("include_usage")),
         )
-        generation = backend.start(ids, params)
+        generation = backend.start(request, ids, params)
         return await respond(request, generation, fmt, optional(body, "stream", bool, False))
 
     return [

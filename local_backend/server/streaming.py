@@ -20,6 +20,7 @@ from local_backend.outputs import Completion
 from local_backend.server._constants import SSE_HEADERS
 from local_backend.server.errors import ApiError, Flavor, error_body
 from local_backend.server.generation import ClientGone, Generation, ensure_finished, run_to_completion
+from local_backend.server.usage import Usage
 
 
 class WireFormat(Protocol):
@@ -29,7 +30,7 @@ class WireFormat(Protocol):
 
     def whole(self, completion: Completion) -> dict[str, Any]: ...
 
-    def opening(self, prompt_tokens: int) -> list[bytes]: ...
+    def opening(self, usage: Usage) -> list[bytes]: ...
 
     def text(self, text: str) -> list[bytes]: ...
 
@@ -55,9 +56,13 @@ async def respond(request: Request, generation: Generation, fmt: WireFormat, str
 
 
 async def _events(generation: Generation, fmt: WireFormat) -> AsyncIterator[bytes]:
-    for chunk in fmt.opening(generation.prompt_tokens):
-        yield chunk
+    """The opening events wait for the first delta, which knows how the prompt met the cache."""
+    opened = False
     async for delta in generation:
+        if not opened:
+            opened = True
+            for chunk in fmt.opening(Usage.at_start(generation.prompt_tokens, delta)):
+                yield chunk
         if delta.text:
             for chunk in fmt.text(delta.text):
                 yield chunk

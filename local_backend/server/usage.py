@@ -1,19 +1,20 @@
 """Token accounting and llama.cpp-style `timings` of one finished request, for both wire formats.
 
     prompt_tokens = cache_read + cache_write + uncached
-    cache_read    = prompt tokens whose KV came from the prefix cache (`Completion.cached_tokens`)
-    cache_write   = prompt tokens in full blocks computed now: ⌊prompt / block_size⌋ × block_size − cache_read
+    cache_read    = prompt tokens whose KV came from the prefix cache (`cached_tokens`)
+    cache_write   = prompt tokens in full blocks this request added to it (`cache_written_tokens`)
 
-`cache_write` is what this request adds to the prefix cache as the engine names full blocks. It is
-an upper bound when two concurrent requests compute the same new block (only one copy is named);
-the engine does not report the exact count yet.
+Both counts are exact and known from a stream's first delta on (the prompt is computed before the
+first token), so Anthropic's `message_start` already carries the final split. A block that two
+concurrent requests compute is written by the one that names it first; the other counts it as
+uncached.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from local_backend.outputs import Completion
+from local_backend.outputs import Completion, StreamDelta
 
 _MS_PER_S = 1000.0
 
@@ -26,15 +27,18 @@ class Usage:
     cache_write: int
 
     @classmethod
-    def of(cls, completion: Completion, block_size: int) -> Usage:
-        prompt = len(completion.prompt_token_ids)
-        full_blocks = prompt // block_size * block_size
+    def of(cls, completion: Completion) -> Usage:
         return cls(
-            prompt_tokens=prompt,
+            prompt_tokens=len(completion.prompt_token_ids),
             output_tokens=len(completion.token_ids),
             cache_read=completion.cached_tokens,
-            cache_write=max(full_blocks - completion.cached_tokens, 0),
+            cache_write=completion.cache_written_tokens,
         )
+
+    @classmethod
+    def at_start(cls, prompt_tokens: int, first: StreamDelta) -> Usage:
+        """The usage a stream can report at its first delta: no output yet, the prompt's final split."""
+        return cls(prompt_tokens, 0, first.cached_tokens, first.cache_written_tokens)
 
     @property
     def uncached(self) -> int:

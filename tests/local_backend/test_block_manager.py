@@ -124,3 +124,46 @@ def test_deallocating_twice_trips_the_reference_count_invariant():
 def test_a_pool_without_blocks_is_refused():
     with pytest.raises(ValueError, match="num_blocks=0"):
         BlockManager(num_blocks=0, block_size=16)
+
+
+def test_a_cache_salt_renames_the_whole_chain_so_another_salt_never_hits():
+    bm = BlockManager(num_blocks=16, block_size=4)
+    tokens = list(range(13))
+    _run(bm, Sequence("a", tokens, SamplingParams(), cache_salt="tenant-a"))
+    assert _run(bm, Sequence("b", tokens, SamplingParams(), cache_salt="tenant-b")) == 0
+    assert _run(bm, Sequence("c", tokens, SamplingParams())) == 0
+    assert _run(bm, Sequence("d", tokens, SamplingParams(), cache_salt="tenant-a")) == 12
+    salted = Sequence("e", tokens, SamplingParams(), cache_salt="tenant-a")
+    plain = Sequence("f", tokens, SamplingParams())
+    assert all(x != y for x, y in zip(bm._hashes(salted), bm._hashes(plain)))
+
+
+def test_cache_written_tokens_count_the_prompt_blocks_a_sequence_named_first():
+    bm = BlockManager(num_blocks=16, block_size=4)
+    first = _seq(list(range(10)), "a")
+    _run(bm, first)
+    assert first.num_cache_written_tokens == 8  # two full prompt blocks; the third is partial
+    second = _seq(list(range(14)), "b")
+    assert _run(bm, second) == 8
+    assert second.num_cache_written_tokens == 4  # only block 2 is new
+    for seq in (first, second):
+        bm.deallocate(seq)
+    bm.reset_prefix_cache()
+    twins = [_seq(list(range(14)), name) for name in "cd"]
+    for seq in twins:  # both admitted before either commits: both compute the same blocks
+        bm.allocate(seq)
+    for seq in twins:
+        seq.num_computed_tokens = len(seq)
+        bm.commit(seq, 0)
+    assert [seq.num_cache_written_tokens for seq in twins] == [12, 0]
+
+
+def test_blocks_recomputed_after_preemption_are_not_counted_as_written_twice():
+    bm = BlockManager(num_blocks=16, block_size=4)
+    seq = _seq(list(range(10)), "a")
+    _run(bm, seq)
+    bm.deallocate(seq)  # preempted: its blocks stay cached, then the pool forgets them
+    bm.reset_prefix_cache()
+    seq.num_computed_tokens = 0
+    _run(bm, seq)
+    assert seq.num_cache_written_tokens == 8

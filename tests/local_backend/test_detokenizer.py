@@ -30,19 +30,19 @@ def test_text_accumulates_token_by_token_without_stops():
 
 def test_a_stop_string_ends_the_text_before_it():
     deltas, detok = _feed("say END now", ("END",))
-    assert detok.stopped and detok.text == "say "
+    assert detok.stop_string == "END" and detok.text == "say "
     assert "".join(deltas) == "say "
 
 
 def test_a_possible_stop_prefix_is_held_back_then_released_when_it_diverges():
     deltas, detok = _feed("aENx", ("END",))
     assert deltas == ["a", "", "", "ENx"]
-    assert not detok.stopped
+    assert detok.stop_string is None
 
 
 def test_the_earliest_of_several_stop_strings_wins():
     _, detok = _feed("abcXYZ", ("XYZ", "cX"))
-    assert detok.text == "ab"
+    assert detok.text == "ab" and detok.stop_string == "cX"
 
 
 def test_final_take_releases_held_back_text_when_generation_ends_otherwise():

@@ -204,3 +204,30 @@ def test_bfloat16_halves_the_kv_bytes_and_runs_every_sampler_path(make_engine):
 def test_max_model_len_beyond_the_model_limit_is_refused(llama_dir):
     with pytest.raises(ValueError, match="max_model_len=10000 exceeds the model's limit of 512"):
         Engine.from_pretrained(llama_dir, device="cpu", max_model_len=10_000)
+
+
+def test_cache_salt_keeps_each_tenants_prefix_cache_apart_with_exact_write_counts(make_engine):
+    engine = make_engine()
+    [prompt] = _prompts(engine, [70], seed=3)
+    [a_cold] = engine.generate([prompt], GREEDY, cache_salt="tenant-a")
+    [a_warm] = engine.generate([prompt], GREEDY, cache_salt="tenant-a")
+    [b_cold] = engine.generate([prompt], GREEDY, cache_salt="tenant-b")
+    [unsalted] = engine.generate([prompt], GREEDY)
+    assert (a_cold.cached_tokens, a_cold.cache_written_tokens) == (0, 64)
+    assert (a_warm.cached_tokens, a_warm.cache_written_tokens) == (64, 0)
+    assert (b_cold.cached_tokens, b_cold.cache_written_tokens) == (0, 64)
+    assert unsalted.cached_tokens == 0
+    assert a_cold.token_ids == a_warm.token_ids == b_cold.token_ids == unsalted.token_ids
+
+
+def test_completion_names_the_stop_string_that_ended_it(make_engine):
+    engine = make_engine()
+    [free] = engine.generate(["The quick brown fox"], SamplingParams(max_tokens=30, temperature=0, ignore_eos=True))
+    stop = free.text[8:10]
+    params = SamplingParams(max_tokens=30, temperature=0, stop=("never-seen", stop), ignore_eos=True)
+    [cut] = engine.generate(["The quick brown fox"], params)
+    assert cut.stop_string == stop and free.stop_string is None
+
+
+def test_stats_report_the_batch_limit(make_engine):
+    assert make_engine(max_num_seqs=3).stats().max_num_seqs == 3

@@ -106,3 +106,13 @@ async def test_a_stream_dropped_without_closing_is_aborted_when_collected(make_e
     stats = engine.stats()
     assert stats.num_running == stats.num_waiting == stats.blocks_used == 0
     assert stats.generation_tokens < 150  # aborted, not run to its 200 tokens
+
+
+async def test_every_delta_knows_the_prompts_final_cache_split(make_engine):
+    engine = make_engine()
+    prompt = list(range(4, 44))  # two full 16-token blocks and a partial one
+    engine.generate([prompt], SamplingParams(max_tokens=1))
+    deltas = await _collect(engine, prompt + [50, 51], GREEDY)
+    completion = deltas[-1].completion
+    assert (completion.cached_tokens, completion.cache_written_tokens) == (32, 0)
+    assert {(d.cached_tokens, d.cache_written_tokens) for d in deltas} == {(32, 0)}
