@@ -48,6 +48,8 @@ def create_app(
     if max_queue < 0:
         raise ValueError(f"max_queue={max_queue} must be >= 0")
     keys = (api_key,) if isinstance(api_key, str) else tuple(api_key or ())
+    if not all(isinstance(key, str) and key for key in keys):
+        raise ValueError("api_key must be a non-empty string or a list of them; an empty key would let anyone in")
     backend = Backend(engine, model_name, max_queue)
 
     async def health(request: Request) -> Response:

@@ -44,8 +44,6 @@ class ApiKeyMiddleware:
     """Pure ASGI middleware (it never buffers a response, so streams pass through untouched)."""
 
     def __init__(self, app: ASGIApp, api_keys: Sequence[str]):
-        if not api_keys or not all(api_keys):
-            raise ValueError("api_keys must be one or more non-empty keys")
         self._app = app
         self._keys = [(key.encode(), tenant_id(key)) for key in api_keys]
 
