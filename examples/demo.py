@@ -4,11 +4,14 @@ Starts the local backend on a free loopback port, points real `openai` and `anth
 it, and prints, with numbers from this run: (a) cache hits with and without `sdk.wrap` when the
 system prompt starts with a request ID and a timestamp, (b) tokens decoded on a looping prompt
 with and without the guards, (c) a per-call table read from the OpenTelemetry spans, and (d) OTLP
-export when OTEL_EXPORTER_OTLP_ENDPOINT is set.
+export when OTEL_EXPORTER_OTLP_ENDPOINT is set. With `--phoenix` (`make phoenix-demo`, needs the
+`phoenix` extra) it first starts Arize Phoenix on a free loopback port, exports the traces there,
+prints the page to open and keeps Phoenix running until Ctrl-C.
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import os
 import sys
@@ -26,6 +29,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import sdk
 from examples.local_server import local_server
+from examples.phoenix import phoenix_server
 from sdk.telemetry import semconv as sc
 
 MODEL = "default"
@@ -41,6 +45,7 @@ LOOP_PROMPT = "Say it again and again."
 UNGUARDED_MAX_TOKENS = 256
 DEMO_PRICES = {MODEL: {"input": 0.15, "cached_input": 0.015, "cache_write": 0.15, "output": 0.60}}
 """As if the bundled model were priced like a small hosted one (USD per million tokens)."""
+PHOENIX_PROJECT = "kvwise-demo"
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +187,21 @@ def run_demo(base_url: str, out: Callable[[str], None] = print) -> dict[str, Any
     return {"cache": cache, "loops": loops, "spans": spans}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m examples.demo")
+    parser.add_argument("--phoenix", action="store_true", help="send the traces to Arize Phoenix, started here, kept until Ctrl-C")
+    if not parser.parse_args(argv).phoenix:
+        return demo()
+    print("starting Arize Phoenix on a free loopback port ...")
+    with phoenix_server() as phoenix:
+        os.environ.update(phoenix.otlp_environment(PHOENIX_PROJECT))
+        demo()
+        phoenix.show_until_interrupted(PHOENIX_PROJECT)
+    return 0
+
+
+def demo() -> int:
+    """The demo itself: start the local backend, run the three sections, report the time."""
     print("kvwise demo: the bundled model, served locally on CPU, called through the real openai and anthropic clients")
     started = time.monotonic()
     dots = 0

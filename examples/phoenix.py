@@ -5,6 +5,7 @@
         ...
         phoenix.spans("my-app")                        # REST: what Phoenix stored
         phoenix.trace_url("my-app", trace_id)          # the page a person opens
+        phoenix.show_until_interrupted("my-app")       # print the project's page, wait for Ctrl-C
 
 Phoenix keeps its database in a working directory (a fresh temporary one unless given), makes no
 requests outside the machine (`PHOENIX_ALLOW_EXTERNAL_RESOURCES=false`, telemetry off), and serves
@@ -29,12 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from examples.local_server import free_port
+from sdk.telemetry import semconv as sc
 
 HOST = "127.0.0.1"
 STARTUP_TIMEOUT_SECONDS = 240.0
 STOP_TIMEOUT_SECONDS = 20.0
 REQUEST_TIMEOUT_SECONDS = 10.0
 POLL_SECONDS = 0.5
+IDLE_SLEEP_SECONDS = 3600.0
 SPAN_LIMIT = 1000
 LOG_FILE = "phoenix.log"
 LOG_TAIL_CHARS = 3000
@@ -89,6 +92,23 @@ class Phoenix:
     def trace_url(self, project: str, trace_id: str) -> str:
         """The page of one trace: its span tree (waterfall) and the selected span's attributes."""
         return f"{self.project_url(project)}/traces/{trace_id}"
+
+    def otlp_environment(self, project: str) -> dict[str, str]:
+        """The standard OpenTelemetry variables that send an app's spans to this Phoenix, in `project`."""
+        return {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": self.url,
+            "OTEL_RESOURCE_ATTRIBUTES": f"{sc.OPENINFERENCE_PROJECT_NAME}={project}",
+        }
+
+    def show_until_interrupted(self, project: str, out: Callable[[str], None] = print) -> None:
+        """Once a span of `project` is stored, print the page of its traces; then wait for Ctrl-C."""
+        self.wait_for_spans(project, 1)
+        out(f"\nThe traces in Phoenix: {self.project_url(project)}\nCtrl-C stops Phoenix.")
+        try:
+            while True:
+                time.sleep(IDLE_SLEEP_SECONDS)
+        except KeyboardInterrupt:
+            out("\nstopping Phoenix")
 
 
 def phoenix_environment(working_dir: Path, port: int, grpc_port: int) -> dict[str, str]:
