@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test demo phoenix-demo bench serve clean
+.PHONY: venv test soak demo phoenix-demo bench serve clean
 
 venv: $(STAMP)
 
@@ -18,6 +18,10 @@ $(STAMP): pyproject.toml
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# The server load test at soak size (minutes; not in CI): prints its counts.
+soak: $(STAMP)
+	KVWISE_SOAK=1 $(PY) -m pytest -q tests/local_backend/test_server_load.py -k soak
 
 demo: $(STAMP)
 	$(PY) -m examples.demo
