@@ -71,7 +71,7 @@ def stream_chat(client: Any, messages: list[dict[str, Any]], **params: Any) -> M
     usage = None
     pieces = 0
     stream = client.chat.completions.create(
-        model=MODEL, messages=messages, stream=True, stream_options={"include_usage": True}, **params
+        model=MODEL, messages=messages, stream=True, stream_options={"include_usage": True}, temperature=0, **params
     )
     for chunk in stream:
         if chunk.usage is not None:
@@ -117,7 +117,9 @@ def loop_section(raw_openai: Any, openai_wrapped: Any, raw_anthropic: Any, anthr
 
 
 def _anthropic_tokens(client: Any, messages: list[dict[str, Any]]) -> int:
-    with client.messages.stream(model=MODEL, max_tokens=UNGUARDED_MAX_TOKENS, messages=messages) as stream:
+    with client.messages.stream(
+        model=MODEL, max_tokens=UNGUARDED_MAX_TOKENS, messages=messages, extra_body={"temperature": 0}
+    ) as stream:
         for _ in stream.text_stream:
             pass
         return stream.get_final_message().usage.output_tokens
@@ -140,7 +142,7 @@ def span_section(exporter: InMemorySpanExporter, out: Callable[[str], None]) -> 
             "name": span.name,
             "input": attributes.get(sc.GEN_AI_USAGE_INPUT_TOKENS, 0),
             "cached": attributes.get(sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, 0),
-            "output": attributes.get(sc.GEN_AI_USAGE_OUTPUT_TOKENS, 0),
+            "output": attributes.get(sc.GEN_AI_USAGE_OUTPUT_TOKENS) or attributes.get(sc.KVWISE_STREAM_CHUNKS, 0),
             "prefill_ms": phases.get("prefill", 0.0),
             "decode_ms": phases.get("decode", 0.0),
             "cost": attributes.get(sc.KVWISE_COST_USD, 0.0),

@@ -1,0 +1,65 @@
+"""Every example and the demo's code path, against the real local server with the bundled model."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from examples import anthropic_breakpoints, async_stream_loop_guard, demo, other_servers, otlp_export, prompt_builder, wrap_openai
+from examples.local_server import local_server
+
+
+@pytest.fixture(scope="module")
+def base_url() -> Iterator[str]:
+    with local_server() as url:
+        yield url
+
+
+def test_wrap_openai_answers_in_text(base_url):
+    assert wrap_openai.main(base_url).strip()
+
+
+def test_anthropic_breakpoints_read_the_cache_on_the_second_call(base_url):
+    first, second = anthropic_breakpoints.main(base_url)
+    assert second > first
+
+
+def test_async_stream_loop_guard_cuts_the_looping_prompt(base_url):
+    text, finish = async_stream_loop_guard.main(base_url)
+    assert finish == "length"
+    assert text
+
+
+def test_prompt_builder_renders_for_both_apis(base_url):
+    openai_text, anthropic_text = prompt_builder.main(base_url)
+    assert openai_text.strip() and anthropic_text.strip()
+
+
+def test_other_servers_example_sees_the_prefix_cache_hit(base_url):
+    first, second = other_servers.main(base_url)
+    assert second > 0
+
+
+def test_otlp_example_exports_the_call_span(base_url):
+    exporter = InMemorySpanExporter()
+    otlp_export.main(base_url, exporter=exporter)
+    names = [span.name for span in exporter.get_finished_spans()]
+    assert "chat default" in names and "prefill" in names and "decode" in names
+
+
+def test_demo_shows_cache_hits_loop_cuts_and_span_rows(base_url):
+    lines: list[str] = []
+    result = demo.run_demo(base_url, out=lines.append)
+    unwrapped_cached = [plain.cached_tokens for plain, _ in result["cache"]]
+    wrapped_cached = [guarded.cached_tokens for _, guarded in result["cache"]]
+    assert unwrapped_cached == [0, 0, 0]
+    assert wrapped_cached[1] > 0 and wrapped_cached[2] > 0
+    for plain, guarded in result["loops"].values():
+        assert guarded < plain
+    completed = [row for row in result["spans"] if row["guard"] != "loop"]
+    assert len(completed) == 3 and all(row["input"] > 0 and row["output"] > 0 for row in completed)
+    assert [row["cached"] for row in completed][1:] == wrapped_cached[1:]
+    assert sum(row["guard"] == "loop" for row in result["spans"]) == 2
+    assert any("(c)" in line for line in lines)
