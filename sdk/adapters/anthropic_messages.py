@@ -82,9 +82,13 @@ class MessagesAdapter(Adapter):
     def to_kwargs(self, call: Call) -> dict[str, Any]:
         kwargs = dict(call.params)
         kwargs["messages"] = call.messages
-        if call.system:
-            plain = len(call.system) == 1 and set(call.system[0]) == {"type", "text"}
-            kwargs["system"] = call.system[0]["text"] if call.system_was_string and plain else call.system
+        # A string system prompt comes back a string (our own one block); one that moving volatile
+        # bytes emptied is dropped, as the caller's empty string was (idempotent).
+        plain = call.system_was_string and len(call.system) == 1 and set(call.system[0]) == {"type", "text"}
+        if plain and call.system[0]["text"]:
+            kwargs["system"] = call.system[0]["text"]
+        elif call.system and not plain:
+            kwargs["system"] = call.system
         if call.tools:
             kwargs["tools"] = call.tools
         return kwargs

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import collections
 import copy
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -129,3 +131,82 @@ def test_canonicalisation_keeps_turn_order(kwargs):
     assert [m["role"] for m in turns_in] == [m["role"] for m in turns_out]
     assert [m["content"] for m in turns_in[:-1]] == [m["content"] for m in turns_out[:-1]]
     assert turns_out[-1]["content"].endswith(turns_in[-1]["content"])
+
+
+# Fuzzing: any API's messages, any text and content blocks; garbage is refused with a TypeError naming the
+# method, never an internal error.
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=10,
+)
+any_text = st.one_of(text_strategy, st.tuples(text_strategy, volatile_tokens, text_strategy).map(" ".join))
+API_KEYS = {Api.CHAT: ("messages", "system", "text"), Api.MESSAGES: ("messages", "system", "text"),
+            Api.RESPONSES: ("input", "instructions", "input_text")}  # fmt: skip
+METHODS = {Api.CHAT: "chat.completions.create", Api.MESSAGES: "messages.create", Api.RESPONSES: "responses.create"}
+STRUCTURE_KEYS = frozenset({"type", "role", "cache_control", "id", "tool_use_id", "name"})
+
+
+@st.composite
+def any_call(draw, api: Api) -> dict:
+    """A well-formed call of `api`: text or text blocks (with or without volatile bytes) in every tier."""
+    messages_key, system_key, part_type = API_KEYS[api]
+    blocks = st.lists(any_text.map(lambda t: {"type": part_type, "text": t}), min_size=1, max_size=3)
+    turns = draw(st.lists(any_text | blocks, min_size=1, max_size=5))
+    if len(turns) % 2 == 0:
+        turns.append(draw(any_text))
+    messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)]
+    system = draw(any_text | (blocks if api is Api.MESSAGES else any_text))
+    if api is Api.CHAT:
+        messages.insert(0, {"role": "system", "content": system})
+        kwargs = {"model": "m", messages_key: messages}
+    else:
+        kwargs = {"model": "m", messages_key: messages, system_key: system}
+    return kwargs
+
+
+def _canonical_any(kwargs: dict, api: Api) -> dict:
+    adapter = adapter_for(api)
+    provider = Provider.ANTHROPIC if api is Api.MESSAGES else Provider.OPENAI
+    call = adapter.to_call(copy.deepcopy(kwargs), provider)
+    canonicalize(call, sdk.Policy(), adapter)
+    return adapter.to_kwargs(call)
+
+
+def _text_chars(value: object, key: str | None = None) -> list[str]:
+    """Non-space characters of every string in `value`, except structural ones (types, roles, ids)."""
+    if isinstance(value, str):
+        return [] if key in STRUCTURE_KEYS else [c for c in value if not c.isspace()]
+    if isinstance(value, dict):
+        return [c for k, v in value.items() for c in _text_chars(v, k)]
+    if isinstance(value, list):
+        return [c for v in value for c in _text_chars(v, key)]
+    return []
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+@pytest.mark.parametrize("api", list(API_KEYS), ids=[api.value for api in API_KEYS])
+def test_any_well_formed_call_of_any_api_canonicalises_idempotently_keeping_every_character(api, data):
+    kwargs = data.draw(any_call(api))
+    once = _canonical_any(kwargs, api)
+    assert _canonical_any(once, api) == once
+    remaining = collections.Counter(_text_chars(once))
+    remaining.subtract(_text_chars(kwargs))
+    assert not -remaining, f"characters lost: {sorted((-remaining).elements())}"
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data(), messages=json_values, system=json_values, tools=json_values)
+@pytest.mark.parametrize("api", list(API_KEYS), ids=[api.value for api in API_KEYS])
+def test_any_json_in_a_call_is_canonicalised_or_refused_with_a_type_error_naming_the_method(
+    api, data, messages, system, tools
+):
+    messages_key, system_key, _ = API_KEYS[api]
+    messages = data.draw(st.just(messages) | st.lists(json_values, max_size=4))
+    kwargs = {"model": "m", messages_key: messages, system_key: system, "tools": tools}
+    try:
+        _canonical_any(kwargs, api)
+    except TypeError as exc:
+        assert str(exc).startswith(f"{METHODS[api]}:"), exc

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -315,3 +316,31 @@ def test_any_unit_with_eight_letters_repeating_trips_within_five_periods_and_rep
 @given(words=st.permutations(PROSE.split()), seed=st.integers(0, 1000))
 def test_shuffled_prose_words_never_trip_the_detector(words: list[str], seed: int) -> None:
     assert feed_in_chunks(LoopDetector(), " ".join(words), seed) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    head=st.text(max_size=200),
+    unit=st.text(min_size=1, max_size=60),
+    repeats=st.integers(0, 60),
+    sizes=st.lists(st.integers(0, 40), min_size=1, max_size=20),
+)
+def test_any_text_in_any_chunks_never_crashes_and_a_reported_loop_is_really_in_the_text(
+    head: str, unit: str, repeats: int, sizes: list[int]
+) -> None:
+    text = head + unit * repeats
+    detector = LoopDetector()
+    fed = 0
+    for i in itertools.count():
+        if fed >= len(text):
+            break
+        chunk = text[fed : fed + sizes[i % len(sizes)]]  # empty chunks too
+        fed += len(chunk) or 1
+        loop = detector.feed(chunk)
+        assert len(detector._text) <= 1024 + len(chunk)
+        if loop is not None:
+            assert loop.repeats >= 4 and loop.chars == len(loop.unit) * loop.repeats
+            rotations = (loop.unit[j:] + loop.unit[:j] for j in range(len(loop.unit)))  # the unit is shown rotated
+            assert any(rotation * loop.repeats in text[:fed] for rotation in rotations)
+            assert detector.feed("more") is loop
+            break
