@@ -34,6 +34,7 @@ from sdk.telemetry import semconv as sc
 
 HOST = "127.0.0.1"
 STARTUP_TIMEOUT_SECONDS = 240.0
+INGEST_TIMEOUT_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 20.0
 REQUEST_TIMEOUT_SECONDS = 10.0
 POLL_SECONDS = 0.5
@@ -71,7 +72,7 @@ class Phoenix:
                 return []
             raise
 
-    def wait_for_spans(self, project: str, count: int, timeout: float = STARTUP_TIMEOUT_SECONDS) -> list[dict[str, Any]]:
+    def wait_for_spans(self, project: str, count: int, timeout: float = INGEST_TIMEOUT_SECONDS) -> list[dict[str, Any]]:
         """The project's spans once at least `count` are stored (Phoenix ingests in the background)."""
         deadline = time.monotonic() + timeout
         while True:

@@ -68,13 +68,13 @@ def trace_id(span: ReadableSpan) -> str:
     return f"{span.context.trace_id:032x}"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Phoenix]:
     with phoenix_server(tmp_path_factory.mktemp("phoenix")) as server:
         yield server
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def local_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     checkpoint = _build(tmp_path_factory.mktemp("checkpoint") / "llama", "llama")
     engine = Engine.from_pretrained(checkpoint, device="cpu", max_model_len=512, kv_cache_memory=2**22)
@@ -85,7 +85,7 @@ def local_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         engine.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def traced(phoenix: Phoenix, local_url: str) -> Traced:
     memory = InMemorySpanExporter()
     provider = setup(phoenix.url, project=PROJECT, set_global=False)
