@@ -25,14 +25,24 @@ EXPORT_TIMEOUT_S = "2"
 SIMULATOR_REPLY = "Prefill reads the prompt once."
 
 
-class _Collector(BaseHTTPRequestHandler):
-    """An OTLP/HTTP receiver that keeps what it is sent: (path, decoded request) pairs."""
+class _Collector(ThreadingHTTPServer):
+    """An OTLP/HTTP receiver on a free loopback port that keeps what it is sent: (path, request) pairs."""
 
-    received: list[tuple[str, ExportTraceServiceRequest]]
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Receive)
+        self.received: list[tuple[str, ExportTraceServiceRequest]] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _Receive(BaseHTTPRequestHandler):
+    server: _Collector
 
     def do_POST(self) -> None:  # noqa: N802 (http.server's spelling)
         body = self.rfile.read(int(self.headers["Content-Length"]))
-        self.received.append((self.path, ExportTraceServiceRequest.FromString(body)))
+        self.server.received.append((self.path, ExportTraceServiceRequest.FromString(body)))
         self.send_response(200)
         self.send_header("Content-Type", "application/x-protobuf")
         self.send_header("Content-Length", "0")
@@ -43,13 +53,10 @@ class _Collector(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def collector() -> Iterator[tuple[str, list[tuple[str, ExportTraceServiceRequest]]]]:
-    received: list[tuple[str, ExportTraceServiceRequest]] = []
-    handler = type("Handler", (_Collector,), {"received": received})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", received
+def collector() -> Iterator[_Collector]:
+    server = _Collector()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
     server.shutdown()
     server.server_close()
 
@@ -62,12 +69,11 @@ def closed_port() -> Iterator[int]:
         yield sock.getsockname()[1]
 
 
-def test_setup_sends_spans_with_the_service_and_the_phoenix_project_to_the_otlp_traces_path(collector: Any) -> None:
-    base_url, received = collector
-    provider = setup(base_url, service_name="my-service", project="my-project", set_global=False)
+def test_setup_sends_spans_with_the_service_and_the_phoenix_project_to_the_otlp_traces_path(collector: _Collector) -> None:
+    provider = setup(collector.url, service_name="my-service", project="my-project", set_global=False)
     provider.get_tracer("test").start_span("chat m").end()
     provider.shutdown()
-    [(path, request)] = received
+    [(path, request)] = collector.received
     [resource_spans] = request.resource_spans
     resource = {kv.key: kv.value.string_value for kv in resource_spans.resource.attributes}
     assert path == "/v1/traces"
@@ -75,12 +81,11 @@ def test_setup_sends_spans_with_the_service_and_the_phoenix_project_to_the_otlp_
     assert [span.name for scope in resource_spans.scope_spans for span in scope.spans] == ["chat m"]
 
 
-def test_setup_without_a_project_leaves_phoenix_to_its_default_project(collector: Any) -> None:
-    base_url, received = collector
-    provider = setup(base_url, set_global=False)
+def test_setup_without_a_project_leaves_phoenix_to_its_default_project(collector: _Collector) -> None:
+    provider = setup(collector.url, set_global=False)
     provider.get_tracer("test").start_span("chat m").end()
     provider.shutdown()
-    keys = {kv.key for kv in received[0][1].resource_spans[0].resource.attributes}
+    keys = {kv.key for kv in collector.received[0][1].resource_spans[0].resource.attributes}
     assert "service.name" in keys and sc.OPENINFERENCE_PROJECT_NAME not in keys
 
 
