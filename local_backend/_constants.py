@@ -29,6 +29,9 @@ HASH_DIGEST_BYTES: Final = 8
 SALT_PERSON: Final = b"kvwise-salt"
 """blake2b personalisation of a cache salt's hash, so a salt's root never equals a block's name."""
 
+SEED_RANGE: Final = (-(2**63), 2**64 - 1)
+"""Seeds `torch.Generator.manual_seed` takes; one outside would fail the whole batch's step."""
+
 DRY_DEFAULT_BREAKERS: Final = ("\n", ":", '"', "*")
 """llama.cpp's default DRY sequence breakers: a repeat never extends across them."""
 

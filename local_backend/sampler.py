@@ -159,7 +159,7 @@ class Sampler:
         if any(p.top_k or p.top_p < 1 or p.min_p > 0 for p in (s.params for s in seqs)):
             logits = filter_logits(
                 logits,
-                per_row(lambda p: p.top_k or self.vocab_size, torch.long),
+                per_row(lambda p: min(p.top_k or self.vocab_size, self.vocab_size), torch.long),
                 per_row(lambda p: p.top_p),
                 per_row(lambda p: p.min_p),
             )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from local_backend._constants import DRY_DEFAULT_BREAKERS
+from local_backend._constants import DRY_DEFAULT_BREAKERS, SEED_RANGE
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,13 +47,15 @@ class SamplingParams:
         object.__setattr__(self, "stop", _as_tuple(self.stop))
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids))
         object.__setattr__(self, "dry_sequence_breakers", _as_tuple(self.dry_sequence_breakers))
-        top_k, last_n = self.top_k, self.dry_penalty_last_n
+        top_k, last_n, seed = self.top_k, self.dry_penalty_last_n, self.seed
+        low, high = SEED_RANGE
         checks = [
             ("max_tokens", self.max_tokens >= 1, "must be >= 1"),
             ("temperature", self.temperature >= 0, "must be >= 0"),
             ("top_p", 0 < self.top_p <= 1, "must be in (0, 1]"),
             ("top_k", top_k is None or top_k >= 1, "must be >= 1 or None"),
             ("min_p", 0 <= self.min_p <= 1, "must be in [0, 1]"),
+            ("seed", seed is None or low <= seed <= high, f"must be in [{low}, {high}] or None"),
             ("repetition_penalty", self.repetition_penalty > 0, "must be > 0"),
             ("frequency_penalty", -2 <= self.frequency_penalty <= 2, "must be in [-2, 2]"),
             ("presence_penalty", -2 <= self.presence_penalty <= 2, "must be in [-2, 2]"),

@@ -128,7 +128,7 @@ def test_bad_input_raises_value_error_and_the_engine_keeps_serving(make_engine, 
     assert engine.stats().num_waiting == engine.stats().num_running == 0
 
 
-@pytest.mark.parametrize(("field", "value"), [("max_tokens", 0), ("temperature", -0.5), ("top_p", 0.0)])
+@pytest.mark.parametrize(("field", "value"), [("max_tokens", 0), ("temperature", -0.5), ("top_p", 0.0), ("seed", 2**64), ("seed", -(2**63) - 1)])
 def test_bad_sampling_params_raise_value_error_naming_the_field(field, value):
     with pytest.raises(ValueError, match=f"{field}={value}"):
         SamplingParams(**{field: value})
@@ -231,3 +231,10 @@ def test_completion_names_the_stop_string_that_ended_it(make_engine):
 
 def test_stats_report_the_batch_limit(make_engine):
     assert make_engine(max_num_seqs=3).stats().max_num_seqs == 3
+
+
+def test_a_top_k_beyond_the_vocabulary_filters_nothing_and_extreme_seeds_work(make_engine):
+    engine = make_engine()
+    sampled = [SamplingParams(max_tokens=3, top_k=2**64, seed=seed) for seed in (2**64 - 1, -(2**63))]
+    outputs = engine.generate(["Hello", "Hello"], sampled)  # neither fails the batch's step
+    assert all(out.finish_reason in ("stop", "length") for out in outputs)
