@@ -130,6 +130,20 @@ class WrappedClient(_Proxy):
             )
         super().__init__(client, overrides)
 
+    def __enter__(self) -> WrappedClient:
+        self._client.__enter__()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self._client.__exit__(*exc_info)
+
+    async def __aenter__(self) -> WrappedClient:
+        await self._client.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self._client.__aexit__(*exc_info)
+
     def _with_options(self, **options: Any) -> WrappedClient:
         return WrappedClient(self._client.with_options(**options), self._shared)
 

@@ -150,3 +150,16 @@ def test_importing_sdk_does_not_import_torch():
 def test_public_surface_is_exactly_the_documented_names():
     assert sdk.__all__ == sorted(sdk.__all__)
     assert set(sdk.__all__) == {"Finding", "Middleware", "Policy", "Prompt", "StreamTruncated", "lint", "wrap"}
+
+
+def test_the_wrapped_client_is_a_context_manager_like_the_client(simulator):
+    with sdk.wrap(openai.OpenAI(base_url=simulator.openai_base_url, api_key="k"), sdk.Policy(max_output_tokens=9)) as client:
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    assert simulator.requests[-1].body["max_completion_tokens"] == 9  # the proxy, not the bare client, was entered
+    assert client._client.is_closed()
+
+
+async def test_the_wrapped_async_client_is_an_async_context_manager(simulator):
+    async with sdk.wrap(anthropic.AsyncAnthropic(base_url=simulator.anthropic_base_url, api_key="k")) as client:
+        await client.messages.create(model="claude-opus-4-1", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+    assert client._client.is_closed()
