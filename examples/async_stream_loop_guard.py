@@ -16,7 +16,9 @@ import sdk
 async def stream_answer(base_url: str, prompt: str, model: str = "default") -> tuple[str, str | None]:
     """Stream one answer; return its text and finish reason."""
     client = sdk.wrap(openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="local"), policy=sdk.Policy(max_output_tokens=256))
-    stream = await client.chat.completions.create(model=model, messages=[{"role": "user", "content": prompt}], stream=True)
+    stream = await client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": prompt}], temperature=0, stream=True
+    )
     text, finish = [], None
     async for chunk in stream:
         for choice in chunk.choices:
