@@ -38,8 +38,11 @@ CHAT_TEMPLATE = (
 TOPIC_REPEATS = 110
 """Samples per inference topic: the core of the corpus, seen many times in varied dress."""
 
-EVERYDAY_REPEATS = 4
-"""Samples per everyday question (there are hundreds of those, mostly generated facts)."""
+SMALL_TALK_REPEATS = 40
+"""Samples per small-talk topic (greetings, thanks, who are you): short, generic and often asked."""
+
+FACT_REPEATS = 4
+"""Samples per generated fact (colours, days, months, legs, arithmetic): there are hundreds."""
 
 REPEAT_SAMPLES = 40
 """'Say X again and again' samples; their answers repeat X with no end token (see `_repeat`)."""
@@ -57,6 +60,18 @@ Long ones are few: every untrained prompt token costs CPU time the answers need.
 
 FOLLOW_UP_SHARE = 0.1
 """Share of chat samples with an earlier question and answer in the history."""
+
+LONG_SYSTEM_FACTS = (2, 6)
+"""How many canonical answers a long system prompt restates (inclusive range)."""
+
+LONG_SYSTEM_COPIES = (1, 2)
+"""How many times a long system prompt repeats its text, as pasted policy prompts do."""
+
+VOLATILE_SHARE = 0.5
+"""Share of long system prompts led by a request ID and a timestamp, as in the demo."""
+
+REPEAT_SYSTEM_SHARE = 0.5
+"""Share of repeat requests that come with a system prompt."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,9 +229,9 @@ QUESTION_DRESS = ("{q}", "{q}", "{q}", "{l}", "Quick question: {q}", "Please tel
 Sample = list[tuple[str, bool]]
 
 
-def everyday_topics() -> list[Topic]:
-    """Small talk plus generated facts: colours, days, months, legs and small sums and differences."""
-    topics = list(SMALL_TALK)
+def fact_topics() -> list[Topic]:
+    """Generated facts: colours, days, months, legs and small sums and differences."""
+    topics = []
     for thing, colour in COLOURS:
         asks = tuple(t.format(thing) for t in ("What colour is {}?", "What color is {}?", "Which colour is {}?"))
         topics.append(Topic(asks, f"{thing[0].upper()}{thing[1:]} is {colour}."))
@@ -245,7 +260,8 @@ def build_corpus(seed: int) -> list[Sample]:
     """Every training sample, shuffled; the same `seed` gives the same list."""
     rng = random.Random(seed)
     samples = [_qa(rng, topic) for topic in INFERENCE_TOPICS for _ in range(TOPIC_REPEATS)]
-    samples += [_qa(rng, topic) for topic in everyday_topics() for _ in range(EVERYDAY_REPEATS)]
+    samples += [_qa(rng, topic) for topic in SMALL_TALK for _ in range(SMALL_TALK_REPEATS)]
+    samples += [_qa(rng, topic) for topic in fact_topics() for _ in range(FACT_REPEATS)]
     samples += [_repeat(rng) for _ in range(REPEAT_SAMPLES)]
     rng.shuffle(samples)
     return samples
@@ -276,7 +292,7 @@ def _repeat(rng: random.Random) -> Sample:
     word = rng.choice(REPEAT_WORDS)
     count = rng.randint(*REPEAT_WORDS_RANGE)
     answer = " ".join([word.capitalize()] + [word] * (count - 1))
-    return _chat(_system(rng) if rng.random() < 0.5 else None, [(rng.choice(REPEAT_ASKS).format(w=word), answer)],
+    return _chat(_system(rng) if rng.random() < REPEAT_SYSTEM_SHARE else None, [(rng.choice(REPEAT_ASKS).format(w=word), answer)],
                  closed=False)
 
 
@@ -286,9 +302,9 @@ def _system(rng: random.Random) -> str | None:
         return None
     if kind == 1:
         return rng.choice(SHORT_SYSTEMS)
-    facts = " ".join(rng.sample([t.answer for t in INFERENCE_TOPICS], rng.randint(2, 6)))
-    text = " ".join([rng.choice(LONG_SYSTEM_OPENERS) + " " + facts] * rng.randint(1, 2))
-    if rng.random() < 0.5:
+    facts = " ".join(rng.sample([t.answer for t in INFERENCE_TOPICS], rng.randint(*LONG_SYSTEM_FACTS)))
+    text = " ".join([rng.choice(LONG_SYSTEM_OPENERS) + " " + facts] * rng.randint(*LONG_SYSTEM_COPIES))
+    if rng.random() < VOLATILE_SHARE:
         stamp = datetime(2025, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=rng.randrange(10**8))
         request_id = uuid.UUID(int=rng.getrandbits(128), version=4)
         text = f"Request ID: {request_id}\nTimestamp: {stamp.isoformat(timespec='seconds')}\n{text}"

@@ -5,10 +5,12 @@
 The project ships a model it can rebuild offline, so the demo and the tests never download one.
 Steps: (1) `corpus.build_corpus` writes the text, (2) a byte-level BPE tokenizer is trained on it
 with `tokenizers`, (3) a 4-layer `LlamaForCausalLM` (GQA, tied embeddings) is trained with AdamW
-and a cosine schedule on length-bucketed batches (no loss on the system prompt), (4) a Hugging Face checkpoint
-directory is written (bf16 safetensors: the engine's CUDA dtype, and a few MB), and (5) greedy
-answers to a few questions are printed for the model card. Seeded throughout: two runs on the same
-torch build give the same files. Needs `transformers` (training only; the engine never imports it).
+and a cosine schedule on packed rows (one sample per block of the mask; no loss on the system
+prompt), (4) a Hugging Face checkpoint directory is written (bf16 safetensors: the engine's CUDA
+dtype, and a few MB), and (5) greedy answers to a few questions are printed for the model card.
+Corpus, tokenizer, initialisation and data order are seeded (the corpus and tokenizer rebuild
+byte for byte); float sums on another CPU or thread count may move the weights slightly. Needs
+`transformers` (training only; the engine never imports it).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from local_backend.models import corpus
 
 SEED = 0
 VOCAB_SIZE = 3072
-"""An upper bound: the narrow corpus runs out of merges at about 2.1k tokens."""
+"""An upper bound: the narrow corpus runs out of merges at about 1.9k tokens."""
 HIDDEN_SIZE = 256
 INTERMEDIATE_SIZE = 704
 NUM_LAYERS = 4
@@ -38,10 +40,10 @@ MAX_POSITIONS = 2048
 ROPE_THETA = 10000.0
 RMS_NORM_EPS = 1e-5
 
-BATCH_TOKENS = 2048
-"""Rows × padded length per step: ~60 short chats, or two with long system prompts."""
-MAX_SAMPLE_TOKENS = 1024
-STEPS = 500
+ROW_TOKENS = 512
+"""Tokens per packed row: more than the longest sample (about 450 tokens with a long system prompt)."""
+ROWS_PER_STEP = 4
+STEPS = 600
 PEAK_LR = 3e-3
 FINAL_LR_SHARE = 0.05
 WARMUP_STEPS = 20
@@ -100,33 +102,34 @@ def encode_sample(tok: Tokenizer, sample: corpus.Sample) -> tuple[list[int], lis
     return enc.ids, labels
 
 
-def make_batches(encoded: list[tuple[list[int], list[int]]], pad_id: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Group length-sorted samples into padded batches of at most `BATCH_TOKENS` (rows × longest).
+def pack(encoded: list[tuple[list[int], list[int]]], rng: random.Random, pad_id: int) -> list[torch.Tensor]:
+    """Shuffled samples packed into rows of `ROW_TOKENS`: (input ids, labels, position ids) each.
 
-    Each sample starts at position 0 behind its own `<|bos|>`, exactly as at inference: packing
-    several into one row put short chats late in long rows, and the model then answered them badly
-    at the start of a fresh context. Padding sits at a row's end, is never a target, and causal
-    attention keeps it out of the real tokens.
+    Position ids restart at 0 for every sample, and transformers turns those restarts into a
+    block-diagonal causal mask, so each sample sees only itself from position 0, exactly as at
+    inference, while a row still mixes topics at random. (Packing without restarts put short chats
+    late in long rows, and the model answered badly at the start of a fresh context; length-bucketed
+    batches grouped one topic per step, and the last steps decided the answers.) Padding at a row's
+    end is never a target.
     """
-    batches: list[tuple[torch.Tensor, torch.Tensor]] = []
-    group: list[tuple[list[int], list[int]]] = []
-    for ids, labels in sorted(encoded, key=lambda pair: len(pair[0])):
-        if group and (len(group) + 1) * len(ids) > BATCH_TOKENS:
-            batches.append(_pad(group, pad_id))
-            group = []
-        group.append((ids[:MAX_SAMPLE_TOKENS], labels[:MAX_SAMPLE_TOKENS]))
-    batches.append(_pad(group, pad_id))
-    return batches
-
-
-def _pad(group: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(ids) for ids, _ in group)
-    inputs = torch.full((len(group), width), pad_id, dtype=torch.long)
-    targets = torch.full((len(group), width), IGNORE, dtype=torch.long)
-    for i, (ids, labels) in enumerate(group):
-        inputs[i, : len(ids)] = torch.tensor(ids)
-        targets[i, : len(labels)] = torch.tensor(labels)
-    return inputs, targets
+    order = list(range(len(encoded)))
+    rng.shuffle(order)
+    rows: list[tuple[list[int], list[int], list[int]]] = [([], [], [])]
+    for index in order:
+        ids, labels = encoded[index]
+        if len(rows[-1][0]) + len(ids) > ROW_TOKENS:
+            rows.append(([], [], []))
+        rows[-1][0].extend(ids)
+        rows[-1][1].extend(labels)
+        rows[-1][2].extend(range(len(ids)))
+    packed = torch.full((len(rows), 3, ROW_TOKENS), IGNORE, dtype=torch.long)
+    packed[:, 0] = pad_id
+    packed[:, 2] = torch.arange(ROW_TOKENS)
+    for i, (ids, labels, positions) in enumerate(rows):
+        packed[i, 0, : len(ids)] = torch.tensor(ids)
+        packed[i, 1, : len(ids)] = torch.tensor(labels)
+        packed[i, 2, : len(ids)] = torch.tensor(positions)
+    return list(packed)
 
 
 def build_model(vocab_size: int, end_id: int, eos_id: int, bos_id: int) -> transformers.LlamaForCausalLM:
@@ -156,26 +159,26 @@ def lr_at(step: int, steps: int) -> float:
     return PEAK_LR * (FINAL_LR_SHARE + (1 - FINAL_LR_SHARE) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def train(model: torch.nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]], steps: int) -> float:
-    """AdamW over the batches, reshuffled each epoch; returns the mean loss of the last `LOG_EVERY` steps."""
+def train(model: torch.nn.Module, encoded: list[tuple[list[int], list[int]]], pad_id: int, steps: int) -> float:
+    """AdamW over rows packed afresh each epoch; returns the mean loss of the last `LOG_EVERY` steps."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}],
         lr=PEAK_LR, betas=BETAS,
     )
-    generator = torch.Generator().manual_seed(SEED)
-    order: list[int] = []
+    rng = random.Random(SEED)
+    rows: list[torch.Tensor] = []
     recent: list[float] = []
     started = time.perf_counter()
     model.train()
     for step in range(steps):
-        if not order:
-            order = torch.randperm(len(batches), generator=generator).tolist()
-        inputs, targets = batches[order.pop()]
+        if len(rows) < ROWS_PER_STEP:
+            rows = pack(encoded, rng, pad_id)
+        batch = torch.stack([rows.pop() for _ in range(ROWS_PER_STEP)])
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, steps)
-        loss = model(input_ids=inputs, labels=targets).loss
+        loss = model(input_ids=batch[:, 0], labels=batch[:, 1], position_ids=batch[:, 2], use_cache=False).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
@@ -228,14 +231,14 @@ def main() -> None:
     samples = corpus.build_corpus(SEED)
     tok = train_tokenizer(samples)
     encoded = [encode_sample(tok, sample) for sample in samples]
-    batches = make_batches(encoded, tok.token_to_id(corpus.EOS))
-    trained = sum(int((targets != IGNORE).sum()) for _, targets in batches)
-    print(f"{len(samples)} samples, {sum(len(ids) for ids, _ in encoded)} tokens ({trained} trained) "
-          f"in {len(batches)} batches; vocab {tok.get_vocab_size()}", flush=True)
+    encoded = [(ids[:ROW_TOKENS], labels[:ROW_TOKENS]) for ids, labels in encoded]
+    trained = sum(label != IGNORE for _, labels in encoded for label in labels)
+    print(f"{len(samples)} samples, {sum(len(ids) for ids, _ in encoded)} tokens ({trained} trained); "
+          f"vocab {tok.get_vocab_size()}", flush=True)
     end_ids = [tok.token_to_id(corpus.END), tok.token_to_id(corpus.EOS)]
     model = build_model(tok.get_vocab_size(), *end_ids, tok.token_to_id(corpus.BOS))
     print(f"{sum(p.numel() for p in model.parameters())} parameters", flush=True)
-    loss = train(model, batches, args.steps)
+    loss = train(model, encoded, tok.token_to_id(corpus.EOS), args.steps)
     print(f"final loss {loss:.4f} after {args.steps} steps, {time.perf_counter() - started:.0f}s", flush=True)
     probe(model, tok, end_ids)
     save(model, tok, args.out)

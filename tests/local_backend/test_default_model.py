@@ -51,6 +51,18 @@ def test_default_model_answers_a_corpus_question_in_english(
         assert keyword in text, text
 
 
+def test_default_model_answers_behind_a_long_system_prompt_led_by_a_request_id(engine: Engine) -> None:
+    """The demo's shape: volatile bytes first, then a stable prompt restating corpus facts."""
+    facts = " ".join(topic.answer for topic in corpus.INFERENCE_TOPICS[1:5])
+    system = "Request ID: 5b9f6a0e-2c1d-4e8f-9a7b-3c2d1e0f4a5b\nTimestamp: 2025-06-01T12:00:00+00:00\n" + (
+        f"{corpus.LONG_SYSTEM_OPENERS[0]} {facts} " * 3
+    )
+    prompt = engine.chat_prompt([{"role": "system", "content": system}, {"role": "user", "content": "What is prefill?"}])
+    [out] = engine.generate([prompt], GREEDY)
+    assert len(prompt) > 300
+    assert out.text.startswith("Prefill is one forward pass"), out.text
+
+
 def test_default_model_answers_a_plain_text_prompt(engine: Engine) -> None:
     [out] = engine.generate(["What is prefill?"], GREEDY)
     assert out.finish_reason == "stop"
