@@ -161,15 +161,21 @@ def backoff() -> wait_base:
     )
 
 
+_RETRY = retry_if_exception(is_retryable)
+_WAIT = wait_retry_after(backoff())
+_BEFORE_SLEEP = before_sleep_log(log, logging.INFO)
+"""Tenacity's strategies hold no state: built once, shared by every call."""
+
+
 def retry_kwargs(attempts: Attempts, sleep: Callable[[float], Any] | None) -> dict[str, Any]:
     """Keyword arguments for `Retrying`/`AsyncRetrying`: never tenacity's forever-and-wrap defaults."""
     kwargs: dict[str, Any] = dict(
         stop=stop_after_attempt(attempts.left),
-        retry=retry_if_exception(is_retryable),
-        wait=wait_retry_after(backoff()),
+        retry=_RETRY,
+        wait=_WAIT,
         reraise=True,
         before=lambda state: attempts.start(),
-        before_sleep=before_sleep_log(log, logging.INFO),
+        before_sleep=_BEFORE_SLEEP,
     )
     if sleep is not None:
         kwargs["sleep"] = sleep
