@@ -29,7 +29,8 @@ def local_server(model: str = "default", on_wait: Callable[[float], None] | None
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     base_url = f"http://127.0.0.1:{port}"
     try:
-        _wait_healthy(base_url, process, on_wait)
+        stderr = process.stderr
+        wait_healthy(f"{base_url}/health", process, lambda: stderr.read().decode(errors="replace")[-2000:] if stderr else "", on_wait)
         yield base_url
     finally:
         process.terminate()
@@ -39,14 +40,20 @@ def local_server(model: str = "default", on_wait: Callable[[float], None] | None
             process.kill()
 
 
-def _wait_healthy(base_url: str, process: subprocess.Popen[bytes], on_wait: Callable[[float], None] | None) -> None:
+def wait_healthy(
+    health_url: str,
+    process: subprocess.Popen[bytes],
+    describe_exit: Callable[[], str],
+    on_wait: Callable[[float], None] | None = None,
+    timeout: float = STARTUP_TIMEOUT_SECONDS,
+) -> None:
+    """Poll `health_url` until it answers 200; raise if `process` exits first (`describe_exit` says why)."""
     started = time.monotonic()
-    while time.monotonic() - started < STARTUP_TIMEOUT_SECONDS:
+    while time.monotonic() - started < timeout:
         if process.poll() is not None:
-            error = process.stderr.read().decode(errors="replace") if process.stderr else ""
-            raise RuntimeError(f"the local server exited with {process.returncode}:\n{error[-2000:]}")
+            raise RuntimeError(f"{health_url}: the server exited with {process.returncode}:\n{describe_exit()}")
         try:
-            with urllib.request.urlopen(f"{base_url}/health", timeout=1) as response:
+            with urllib.request.urlopen(health_url, timeout=1) as response:
                 if response.status == 200:
                     return
         except (urllib.error.URLError, ConnectionError, TimeoutError):
@@ -54,4 +61,4 @@ def _wait_healthy(base_url: str, process: subprocess.Popen[bytes], on_wait: Call
         if on_wait is not None:
             on_wait(time.monotonic() - started)
         time.sleep(POLL_SECONDS)
-    raise TimeoutError(f"the local server at {base_url} was not healthy after {STARTUP_TIMEOUT_SECONDS:.0f} s")
+    raise TimeoutError(f"{health_url} was not healthy after {timeout:.0f} s")

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from examples.local_server import free_port
+from examples.local_server import free_port, wait_healthy
 from sdk.telemetry import semconv as sc
 
 HOST = "127.0.0.1"
@@ -141,7 +141,13 @@ def phoenix_server(working_dir: Path | None = None, on_wait: Callable[[float], N
         process = subprocess.Popen(command, env=env, cwd=working_dir, stdout=log, stderr=subprocess.STDOUT)
         stack.callback(_stop, process)
         phoenix = Phoenix(f"http://{HOST}:{port}")
-        _wait_healthy(phoenix, process, log_path, on_wait)
+        wait_healthy(
+            f"{phoenix.url}/healthz",
+            process,
+            lambda: f"Phoenix's log ({log_path}) ends:\n" + log_path.read_text(errors="replace")[-LOG_TAIL_CHARS:],
+            on_wait,
+            timeout=STARTUP_TIMEOUT_SECONDS,
+        )
         yield phoenix
 
 
@@ -152,21 +158,3 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
-
-
-def _wait_healthy(phoenix: Phoenix, process: subprocess.Popen[bytes], log_path: Path, on_wait: Callable[[float], None] | None) -> None:
-    started = time.monotonic()
-    while time.monotonic() - started < STARTUP_TIMEOUT_SECONDS:
-        if process.poll() is not None:
-            log = log_path.read_text(errors="replace")[-LOG_TAIL_CHARS:]
-            raise RuntimeError(f"Phoenix exited with {process.returncode} while starting; its log ends:\n{log}")
-        try:
-            with urllib.request.urlopen(f"{phoenix.url}/healthz", timeout=REQUEST_TIMEOUT_SECONDS) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
-        if on_wait is not None:
-            on_wait(time.monotonic() - started)
-        time.sleep(POLL_SECONDS)
-    raise TimeoutError(f"Phoenix at {phoenix.url} was not healthy after {STARTUP_TIMEOUT_SECONDS:.0f} s; see {log_path}")

@@ -7,7 +7,6 @@ import json
 import socket
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import pytest
 
 from local_backend import Engine
 from local_backend.__main__ import main
-from local_backend.server import create_app, serve_in_thread
+from tests.local_backend.serving import Served, served_engine
 
 KEY = "test-key"
 IDLE_DEADLINE_SECONDS = 30.0
@@ -27,27 +26,18 @@ LONG = {"max_tokens": 400, "extra_body": {"ignore_eos": True}}
 OK = {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 2}
 
 
-@dataclass(frozen=True)
-class Served:
-    url: str
-    engine: Engine
-
-
 @pytest.fixture(scope="module")
 def served(llama_dir: Path) -> Iterator[Served]:
-    engine = Engine.from_pretrained(llama_dir, device="cpu", max_model_len=512, kv_cache_memory=2**21)
-    with serve_in_thread(create_app(engine, model_name="tiny")) as url:
-        yield Served(url, engine)
-    engine.close()
+    with served_engine(llama_dir, max_model_len=512, kv_cache_memory=2**21) as served:
+        yield served
 
 
 @pytest.fixture(scope="module")
 def guarded(llama_dir: Path) -> Iterator[Served]:
     """An API key, one running request and no queue: the second concurrent request is refused."""
-    engine = Engine.from_pretrained(llama_dir, device="cpu", max_model_len=512, kv_cache_memory=2**21, max_num_seqs=1)
-    with serve_in_thread(create_app(engine, model_name="tiny", api_key=KEY, max_queue=0)) as url:
-        yield Served(url, engine)
-    engine.close()
+    app_options = {"api_key": KEY, "max_queue": 0}
+    with served_engine(llama_dir, app_options, max_model_len=512, kv_cache_memory=2**21, max_num_seqs=1) as served:
+        yield served
 
 
 def _openai(url: str, key: str = KEY) -> openai.OpenAI:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from local_backend import Engine
-from local_backend.server import create_app, serve_in_thread
+from tests.local_backend.serving import Served, served_engine
 
 CLIENT_TIMEOUT_SECONDS = 30.0
 IDLE_DEADLINE_SECONDS = 30.0
@@ -30,18 +28,10 @@ SERVER_ERROR_TYPES = ('"server_error"', '"api_error"')
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-@dataclass(frozen=True)
-class Served:
-    url: str
-    engine: Engine
-
-
 @pytest.fixture(scope="module")
 def served(llama_dir: Path) -> Iterator[Served]:
-    engine = Engine.from_pretrained(llama_dir, device="cpu", max_model_len=48, kv_cache_memory=2**20)
-    with serve_in_thread(create_app(engine, model_name="tiny")) as url:
-        yield Served(url, engine)
-    engine.close()
+    with served_engine(llama_dir, max_model_len=48, kv_cache_memory=2**20) as served:
+        yield served
 
 
 @pytest.fixture(scope="module")

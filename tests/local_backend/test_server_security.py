@@ -7,7 +7,6 @@ import contextlib
 import json
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import anthropic
@@ -21,9 +20,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import sdk
-from local_backend import Engine
 from local_backend.__main__ import _api_keys
-from local_backend.server import create_app, serve_in_thread
+from local_backend.server import create_app
+from tests.local_backend.serving import Served, served_engine
 from local_backend.server._constants import API_KEY_ENV
 from local_backend.server.auth import tenant_id
 
@@ -36,18 +35,10 @@ OURS = ("local_backend", "sdk", "uvicorn", "starlette")
 """Loggers of the server and of kvwise (the HTTP clients log their own requests at DEBUG: not ours)."""
 
 
-@dataclass(frozen=True)
-class Served:
-    url: str
-    engine: Engine
-
-
 @pytest.fixture(scope="module")
 def served(llama_dir: Path) -> Iterator[Served]:
-    engine = Engine.from_pretrained(llama_dir, device="cpu", max_model_len=512, kv_cache_memory=2**21)
-    with serve_in_thread(create_app(engine, model_name="tiny", api_key=[KEY_A, KEY_B])) as url:
-        yield Served(url, engine)
-    engine.close()
+    with served_engine(llama_dir, {"api_key": [KEY_A, KEY_B]}, max_model_len=512, kv_cache_memory=2**21) as served:
+        yield served
 
 
 def _openai_cached(url: str, key: str, content: str) -> int:
