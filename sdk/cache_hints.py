@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from sdk.adapters import Adapter
-from sdk.call import Api, Call
+from sdk.call import Api, Call, Provider
 from sdk.fingerprint import prefix_key
 from sdk.policy import Policy
 
@@ -67,6 +67,8 @@ def supports_openai_breakpoints(model: str) -> bool:
 def place_cache_hints(call: Call, policy: Policy, adapter: Adapter) -> None:
     """Add the provider's cache hints to `call` in place, recording each in `call.changes`."""
     if call.api in (Api.CHAT, Api.RESPONSES):
+        if call.provider is not Provider.OPENAI:
+            return  # vLLM, SGLang, llama.cpp, the local backend: prefix caching needs only the order
         if "prompt_cache_key" not in call.params:
             call.params["prompt_cache_key"] = CACHE_KEY_PREFIX + (call.prefix_key or prefix_key(call))
             call.changes.append("prompt_cache_key")

@@ -37,6 +37,7 @@ class _Shared:
     telemetry: Telemetry
     is_async: bool
     is_anthropic: bool
+    provider: Provider | None
     connection_error: type[Exception]  # the wrapped client's `APIConnectionError`
 
 
@@ -47,16 +48,24 @@ def wrap(
     tracer_provider: Any = None,
     meter_provider: Any = None,
     middleware: Sequence[Middleware] = (),
+    provider: str | None = None,
 ) -> Any:
     """Wrap an `openai.OpenAI`, `openai.AsyncOpenAI`, `anthropic.Anthropic` or `anthropic.AsyncAnthropic`.
 
     >>> client = sdk.wrap(openai.OpenAI(), policy=sdk.Policy(max_output_tokens=512))
     >>> client.chat.completions.create(model="gpt-5.6", messages=[...])   # same call, same types
+
+    `provider` ("openai", "anthropic", "openai_compatible") says who serves the calls when the base
+    URL does not (a proxy or gateway in front of OpenAI); by default api.openai.com is OpenAI and
+    any other OpenAI-API server (vLLM, SGLang, llama.cpp, the local backend) caches prefixes by itself,
+    so it gets no cache keys, only the canonical order.
     """
     policy = policy if policy is not None else Policy()
     if not isinstance(policy, Policy):
         raise TypeError(f"policy must be an sdk.Policy, got {type(policy).__name__}")
     kind = _client_kind(client)
+    if provider is not None and provider not in tuple(Provider):
+        raise ValueError(f"provider must be one of {[p.value for p in Provider]}, got {provider!r}")
     is_anthropic = kind in ("Anthropic", "AsyncAnthropic")
     shared = _Shared(
         policy=policy,
@@ -65,6 +74,7 @@ def wrap(
         is_async=kind in ("AsyncOpenAI", "AsyncAnthropic"),
         is_anthropic=is_anthropic,
         connection_error=__import__("anthropic" if is_anthropic else "openai").APIConnectionError,
+        provider=Provider(provider) if provider is not None else None,
     )
     return WrappedClient(client, shared)
 
@@ -109,7 +119,9 @@ class WrappedClient(_Proxy):
         self._sender = client.with_options(max_retries=0)
         base = urlsplit(str(client.base_url))
         self._server = (base.hostname, base.port or (443 if base.scheme == "https" else 80))
-        if shared.is_anthropic:
+        if shared.provider is not None:
+            self._provider = shared.provider
+        elif shared.is_anthropic:
             self._provider = Provider.ANTHROPIC
         else:
             self._provider = _HOSTED.get(base.hostname or "", Provider.OPENAI_COMPATIBLE)

@@ -62,6 +62,16 @@ async def test_no_breakpoint_is_placed_below_the_models_minimum_length(simulator
     assert count_breakpoints(simulator.requests[-1].body, "cache_control") == 0
 
 
+async def test_other_openai_compatible_servers_get_no_cache_key(simulator, openai_client):
+    await resolve(sdk.wrap(openai_client).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}]))
+    assert "prompt_cache_key" not in simulator.requests[-1].body
+
+
+def test_an_unknown_provider_is_refused(openai_client):
+    with pytest.raises(ValueError, match="provider"):
+        sdk.wrap(openai_client, provider="palm")
+
+
 async def test_cache_ttl_from_the_policy_is_on_every_placed_breakpoint(simulator, anthropic_client):
     wrapped = sdk.wrap(anthropic_client, sdk.Policy(cache_ttl="1h"))
     await resolve(wrapped.messages.create(model="claude-opus-4-1", system=LONG_SYSTEM, messages=[{"role": "user", "content": "hi"}]))
@@ -69,7 +79,7 @@ async def test_cache_ttl_from_the_policy_is_on_every_placed_breakpoint(simulator
 
 
 async def test_openai_prompt_cache_key_comes_from_the_stable_prefix_unless_the_caller_set_one(simulator, openai_client):
-    wrapped = sdk.wrap(openai_client)
+    wrapped = sdk.wrap(openai_client, provider="openai")
     for question in ("one", "two"):
         await resolve(wrapped.chat.completions.create(model="m", messages=[{"role": "system", "content": LONG_SYSTEM}, {"role": "user", "content": question}]))
     keys = [request.body["prompt_cache_key"] for request in simulator.requests]

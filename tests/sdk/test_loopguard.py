@@ -334,8 +334,11 @@ def test_any_text_in_any_chunks_never_crashes_and_a_reported_loop_is_really_in_t
     for i in itertools.count():
         if fed >= len(text):
             break
-        chunk = text[fed : fed + sizes[i % len(sizes)]]  # empty chunks too
-        fed += len(chunk) or 1
+        size = sizes[i % len(sizes)]
+        if size == 0:
+            assert detector.feed("") is detector.tripped  # an empty delta changes nothing
+        chunk = text[fed : fed + max(size, 1)]
+        fed += len(chunk)
         loop = detector.feed(chunk)
         assert len(detector._text) <= 1024 + len(chunk)
         if loop is not None:
