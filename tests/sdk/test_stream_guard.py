@@ -129,3 +129,11 @@ async def test_a_stream_that_breaks_before_its_first_content_chunk_is_sent_again
     kinds = [event.type for event in await collect(stream)]
     assert kinds[-1] == "message_stop"
     assert len(simulator.requests) == 4
+
+
+async def test_a_responses_stream_cut_mid_way_raises_stream_truncated(simulator, openai_client):
+    simulator.reply = "word " * 50
+    simulator.cut_stream_after(5)
+    stream = await resolve(sdk.wrap(openai_client).responses.create(model="gpt-5.4", input="go", stream=True))
+    with pytest.raises(sdk.StreamTruncated):
+        await collect(stream)
