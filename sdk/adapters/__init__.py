@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import functools
+
 from sdk.adapters._base import Adapter, StreamState, map_descriptions, map_text
 from sdk.call import Api
 
 __all__ = ["Adapter", "StreamState", "adapter_for", "map_descriptions", "map_text"]
 
 
+@functools.cache
 def adapter_for(api: Api) -> Adapter:
-    """The adapter of `api`; imported lazily so a missing optional client only fails where it is used."""
+    """The adapter of `api` (stateless, made once); imported lazily so a missing optional client only
+    fails where it is used."""
     if api is Api.CHAT:
         from sdk.adapters.openai_chat import ChatAdapter
 
