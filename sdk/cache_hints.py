@@ -10,6 +10,7 @@ cache by prefix: for them only the order matters.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from typing import Any
@@ -91,11 +92,7 @@ def _place_breakpoints(call: Call, adapter: Adapter, marker: dict[str, Any], min
     used = count_breakpoints([call.tools, call.system, call.messages, call.params.get(key)], key)
     free = ANTHROPIC_MAX_BREAKPOINTS - used
     history = call.messages[: call.history_end]
-    prefix_tokens = [
-        estimate_tokens(call.tools),
-        estimate_tokens(call.tools) + estimate_tokens(call.system),
-        estimate_tokens(call.tools) + estimate_tokens(call.system) + estimate_tokens(history),
-    ]
+    prefix_tokens = list(itertools.accumulate(estimate_tokens(tier) for tier in (call.tools, call.system, history)))
     for position in (2, 1, 0):
         if free <= 0 or prefix_tokens[position] < max(min_tokens, 1):
             continue

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from local_backend import Engine
+from local_backend.engine import EngineStats
 from local_backend.server import create_app, serve_in_thread
 
 
@@ -27,3 +29,17 @@ def served_engine(checkpoint: Path, app_options: dict[str, Any] | None = None, *
             yield Served(url, engine)
     finally:
         engine.close()
+
+
+IDLE_DEADLINE_SECONDS = 30.0  # generous: the machines are noisy
+
+
+def wait_idle(engine: Engine, timeout: float = IDLE_DEADLINE_SECONDS) -> EngineStats:
+    """The engine's stats once no request runs or waits and no block is in use, or at the deadline."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        stats = engine.stats()
+        if stats.num_running == stats.num_waiting == stats.blocks_used == 0:
+            return stats
+        time.sleep(0.01)
+    return engine.stats()

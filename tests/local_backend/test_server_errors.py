@@ -17,7 +17,7 @@ import pytest
 
 from local_backend import Engine
 from local_backend.__main__ import main
-from tests.local_backend.serving import Served, served_engine
+from tests.local_backend.serving import Served, served_engine, wait_idle
 
 KEY = "test-key"
 IDLE_DEADLINE_SECONDS = 30.0
@@ -73,13 +73,9 @@ def _error_type(flavor: str, body: dict[str, Any]) -> str:
 
 def _wait_idle(engine: Engine) -> None:
     """Poll until no request runs or waits and no block is in use (fails after a generous deadline)."""
-    deadline = time.monotonic() + IDLE_DEADLINE_SECONDS
-    while time.monotonic() < deadline:
-        stats = engine.stats()
-        if stats.num_running == stats.num_waiting == stats.blocks_used == 0:
-            return
-        time.sleep(0.01)
-    pytest.fail(f"the engine is not idle: {engine.stats()}")
+    stats = wait_idle(engine)
+    if not stats.num_running == stats.num_waiting == stats.blocks_used == 0:
+        pytest.fail(f"the engine is not idle: {stats}")
 
 
 BAD_REQUESTS = {

@@ -8,7 +8,6 @@ timeout turns a hang into a failure.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,10 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.local_backend.serving import Served, served_engine
+from tests.local_backend.serving import Served, served_engine, wait_idle
 
 CLIENT_TIMEOUT_SECONDS = 30.0
-IDLE_DEADLINE_SECONDS = 30.0
 PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/messages")
 SERVER_ERROR_TYPES = ('"server_error"', '"api_error"')
 """Error types of a 500 in OpenAI's and Anthropic's bodies: never expected, not even inside a stream."""
@@ -124,12 +122,6 @@ def test_any_bytes_get_an_answer_below_500(http, path, payload):
 
 
 def test_after_the_fuzzing_no_request_runs_and_no_block_is_in_use(served, http):
-    deadline = time.monotonic() + IDLE_DEADLINE_SECONDS
-    while time.monotonic() < deadline:
-        stats = served.engine.stats()
-        if stats.num_running == stats.num_waiting == stats.blocks_used == 0:
-            break
-        time.sleep(0.01)
-    stats = served.engine.stats()
+    stats = wait_idle(served.engine)
     assert stats.num_running == stats.num_waiting == stats.blocks_used == 0
     assert http.get("/health").status_code == 200

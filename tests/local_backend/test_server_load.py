@@ -18,7 +18,6 @@ import enum
 import json
 import os
 import random
-import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ import transformers
 
 from local_backend import Engine, SamplingParams
 from local_backend.server import create_app, serve_in_thread
+from tests.local_backend.serving import wait_idle
 
 SOAK_ENV = "KVWISE_SOAK"
 CLIENT_TIMEOUT_SECONDS = 120.0
@@ -182,17 +182,6 @@ class SoloJudge:
         return int(ties[0]) if len(ties) else None
 
 
-def _wait_idle(engine: Engine) -> int:
-    """Blocks still in use once nothing runs or waits (polled up to a generous deadline)."""
-    deadline = time.monotonic() + IDLE_DEADLINE_SECONDS
-    while time.monotonic() < deadline:
-        stats = engine.stats()
-        if stats.num_running == stats.num_waiting == stats.blocks_used == 0:
-            break
-        time.sleep(0.01)
-    return engine.stats().blocks_used
-
-
 @pytest.mark.parametrize(
     "size",
     [CI, SOAK] if os.environ.get(SOAK_ENV) else [CI],  # the soak size runs only under `make soak`
@@ -204,7 +193,7 @@ def test_concurrent_streams_with_hang_ups_match_solo_runs_and_leak_no_block(llam
     try:
         with serve_in_thread(create_app(engine, model_name="tiny")) as url:
             outcomes = asyncio.run(_load(url, plan, size.clients))
-            leaked = _wait_idle(engine)
+            leaked = wait_idle(engine, IDLE_DEADLINE_SECONDS).blocks_used
             with httpx2.Client(base_url=url) as http:
                 in_flight = http.get("/metrics").text.count("kvwise_requests_in_flight 0")
         completed = [(p, o) for p, o in zip(plan, outcomes) if o.finished]
