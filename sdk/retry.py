@@ -168,13 +168,17 @@ _BEFORE_SLEEP = before_sleep_log(log, logging.INFO)
 
 
 def retry_kwargs(attempts: Attempts, sleep: Callable[[float], Any] | None) -> dict[str, Any]:
-    """Keyword arguments for `Retrying`/`AsyncRetrying`: never tenacity's forever-and-wrap defaults."""
+    """Keyword arguments for `Retrying`/`AsyncRetrying` taking over after a failed first attempt.
+
+    Tenacity's attempt 1 is that failure replayed (already counted in `attempts`); never
+    tenacity's forever-and-wrap defaults.
+    """
     kwargs: dict[str, Any] = dict(
-        stop=stop_after_attempt(attempts.left),
+        stop=stop_after_attempt(attempts.left + 1),
         retry=_RETRY,
         wait=_WAIT,
         reraise=True,
-        before=lambda state: attempts.start(),
+        before=lambda state: state.attempt_number > 1 and attempts.start(),
         before_sleep=_BEFORE_SLEEP,
     )
     if sleep is not None:
@@ -182,15 +186,51 @@ def retry_kwargs(attempts: Attempts, sleep: Callable[[float], Any] | None) -> di
     return kwargs
 
 
+def _worth_retrying(error: BaseException, attempts: Attempts) -> bool:
+    return attempts.left > 0 and is_retryable(error)
+
+
+def _replay(failure: BaseException, send: Callable[[], Any]) -> Callable[[], Any]:
+    """A send whose first call raises `failure` again (the attempt already made), then sends for real."""
+    pending = [failure]
+
+    def attempt() -> Any:
+        if pending:
+            raise pending.pop()
+        return send()
+
+    return attempt
+
+
 def call_with_retries(send: Callable[[], Any], attempts: Attempts, sleep: Callable[[float], Any] | None = None) -> Any:
-    """Run `send()` with what is left of `attempts` (sync)."""
-    return Retrying(**retry_kwargs(attempts, sleep))(send)
+    """Run `send()` with what is left of `attempts` (sync).
+
+    The first attempt runs bare: tenacity's per-call state costs more than the rest of the SDK's
+    work on a call, and most calls succeed at once. A retryable failure is replayed to tenacity as
+    its attempt 1, so its wait (Retry-After, backoff), stop and log see the same history.
+    """
+    attempts.start()
+    try:
+        return send()
+    except Exception as error:
+        if not _worth_retrying(error, attempts):
+            raise
+        failure = error
+    return Retrying(**retry_kwargs(attempts, sleep))(_replay(failure, send))
 
 
 async def acall_with_retries(send: Callable[[], Any], attempts: Attempts, sleep: Callable[[float], Any] | None = None) -> Any:
-    """Run `await send()` with what is left of `attempts` (async)."""
+    """Run `await send()` with what is left of `attempts` (async); the first attempt runs bare, as above."""
+    attempts.start()
+    try:
+        return await send()
+    except Exception as error:
+        if not _worth_retrying(error, attempts):
+            raise
+        failure = error
+    replay = _replay(failure, send)
 
     async def attempt() -> Any:  # tenacity awaits only what a coroutine function returns
-        return await send()
+        return await replay()
 
     return await AsyncRetrying(**retry_kwargs(attempts, sleep))(attempt)
