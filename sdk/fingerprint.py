@@ -10,9 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import NamedTuple
 
 from sdk.call import Call
 from sdk.canonical import tool_name
@@ -33,8 +32,7 @@ class BreakCause(StrEnum):
     UNSTABLE_SERIALISATION = "unstable_serialisation"
 
 
-@dataclass(frozen=True, slots=True)
-class Segment:
+class Segment(NamedTuple):
     """One stable segment: its key ("system[0]"), chained hash, and its bytes (to explain a break)."""
 
     key: str
@@ -44,16 +42,16 @@ class Segment:
 
     def same_when_sorted(self, other: Segment) -> bool:
         """Equal as JSON with sorted keys: only the serialisation differs."""
-        return _dumps(json.loads(self.content), sort_keys=True) == _dumps(json.loads(other.content), sort_keys=True)
+        return _dumps_sorted(json.loads(self.content)) == _dumps_sorted(json.loads(other.content))
 
     def same_when_masked(self, other: Segment) -> bool:
         """Equal once volatile bytes are masked: only volatile content differs."""
         return mask_volatile(self.content) == mask_volatile(other.content)
 
 
-def _dumps(value: Any, sort_keys: bool = False) -> str:
-    """Compact JSON, as the clients send it (key order kept unless `sort_keys`)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=sort_keys, default=str)
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
+"""Compact JSON, as the clients send it (key order kept): one encoder, not one per `json.dumps` call."""
+_dumps_sorted = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True, default=str).encode
 
 
 def _digest(text: str) -> str:
@@ -62,22 +60,23 @@ def _digest(text: str) -> str:
 
 def segments(call: Call) -> list[Segment]:
     """The hash chain over `call`'s stable segments: tools, system items, history turns."""
-    items = [(f"tools[{i}]", tool, tool_name(tool)) for i, tool in enumerate(call.tools)]
-    items += [(f"system[{i}]", item, None) for i, item in enumerate(call.system)]
-    items += [(f"messages[{i}]", turn, None) for i, turn in enumerate(call.messages[: call.history_end])]
     chain = ""
-    result = []
-    for key, value, tool in items:
-        content = _dumps(value)
-        chain = _digest(chain + key + content)
-        result.append(Segment(key=key, chain=chain, content=content, tool=tool))
+    result: list[Segment] = []
+    for tier, values in (("tools", call.tools), ("system", call.system), ("messages", call.messages[: call.history_end])):
+        for index, value in enumerate(values):
+            key = f"{tier}[{index}]"
+            content = _dumps(value)
+            chain = _digest(chain + key + content)
+            result.append(Segment(key, chain, content, tool_name(value) if tier == "tools" else None))
     return result
 
 
 def prefix_key(call: Call, chain: list[Segment] | None = None) -> str:
     """A short hash of the tools and system prompt: stable across the turns of one conversation."""
-    stable = [segment for segment in (chain if chain is not None else segments(call)) if not segment.key.startswith("messages")]
-    return stable[-1].chain[:FINGERPRINT_HEX_CHARS] if stable else _digest(call.model)[:FINGERPRINT_HEX_CHARS]
+    stable = len(call.tools) + len(call.system)  # `segments` puts these first
+    if not stable:
+        return _digest(call.model)[:FINGERPRINT_HEX_CHARS]
+    return (chain if chain is not None else segments(call))[stable - 1].chain[:FINGERPRINT_HEX_CHARS]
 
 
 def explain_break(previous: list[Segment], current: list[Segment]) -> tuple[str, BreakCause] | None:
@@ -85,7 +84,7 @@ def explain_break(previous: list[Segment], current: list[Segment]) -> tuple[str,
 
     A call whose prefix extends or shortens the previous one (a new turn, a reset) is no break.
     """
-    for index, (old, new) in enumerate(zip(previous, current)):
+    for old, new in zip(previous, current):
         if old.chain == new.chain:
             continue
         if old.key != new.key:

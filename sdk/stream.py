@@ -106,7 +106,7 @@ class StreamWatch:
             response_model=state.response_model,
             finish_reasons=tuple(state.finish_reasons),
             timings=state.timings,
-            output_text="".join(state.text),
+            output_text="".join(state.text) if self.record.captures_content else None,
             error=error if error is not None else (None if state.finished else "stream_abandoned"),
         )
 

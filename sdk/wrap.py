@@ -252,6 +252,6 @@ def _finish(call: Call, response: Any, record: CallRecord) -> Any:
         response_model=getattr(response, "model", None),
         finish_reasons=adapter.finish_reasons(response),
         timings=timings_of(response),
-        output_text=adapter.output_text(response),
+        output_text=adapter.output_text(response) if record.captures_content else None,
     )
     return response

@@ -123,6 +123,11 @@ class CallRecord:
         """The call's CLIENT span (None when the tracer could not start one; metrics are still recorded)."""
         return self._span
 
+    @property
+    def captures_content(self) -> bool:
+        """Whether `end` records the answer's text (content capture is on); callers skip building it otherwise."""
+        return self._sinks is not None and self._sinks.capture is not _NO_CONTENT
+
     def activate(self) -> AbstractContextManager[Any]:
         """Make the call span current while the client sends, so the client's own spans nest under it."""
         return _Activation(self._span) if self._span is not None else nullcontext()
