@@ -1,25 +1,30 @@
 """Per-call overhead of `sdk.wrap` (telemetry on) against the raw client and two OpenAI instrumentations.
 
-    .venv/bin/python tests/benchmarks/bench_sdk_overhead.py [--calls 300] [--rounds 7]
+    .venv/bin/python tests/benchmarks/bench_sdk_overhead.py [--calls 300] [--rounds 7] [--processes 2]
 
-Contenders, each in its own process (OpenLLMetry's `uninstrument()` does not unwrap), all with the
-same OpenTelemetry SDK setup (TracerProvider + BatchSpanProcessor to a null exporter, MeterProvider
-with an in-memory reader), against one loopback mock server in a process of its own:
+Contenders, each in processes of its own (OpenLLMetry's `uninstrument()` does not unwrap), all with
+the same OpenTelemetry SDK setup (TracerProvider + BatchSpanProcessor to a null exporter,
+MeterProvider with an in-memory reader), against one loopback mock server in a process of its own:
 
     raw          openai.OpenAI, nothing else
     kvwise-noop  sdk.wrap with no OpenTelemetry SDK configured (the SDK's own rewrite and guards)
     kvwise       sdk.wrap, telemetry on
     otel-genai   opentelemetry-instrumentation-genai-openai's OpenAIInstrumentor (official GenAI)
     openllmetry  opentelemetry-instrumentation-openai's OpenAIInstrumentor (Traceloop), its defaults
+    otel-floor   the raw client plus only the OpenTelemetry SDK calls that emit what kvwise records
+                 for the call (its span with the same attributes, made current while the client
+                 sends; a stream's prefill and decode spans; the same metric points), with every
+                 attribute computed once up front: the least any instrumentation pays to emit it
 
 Both peers work with openai 3.x as installed (genai-openai 1.3b0, OpenLLMetry 0.62.4); a peer that
 fails to import or instrument is listed with its error instead of a figure. The deprecated
 `opentelemetry-instrumentation-openai-v2` is no contender: it does not import with openai 3.x.
 
 The mock answers with Content-Length and TCP_NODELAY (without them every call stalls ~40 ms on
-delayed ACKs). The contenders' rounds are interleaved (so a change in machine load hits all alike)
-and each figure is the best round's mean µs per call; the non-streamed call and a 200-chunk stream
-are timed in the same run. `recorder` times kvwise's `CallRecord` alone (start, activate, attempt,
+delayed ACKs). The contenders' rounds are interleaved (so a change in machine load hits all alike),
+each contender runs in `--processes` processes (one process's memory layout can cost it tens of
+µs per call for its whole life), and each figure is the median over those processes of each one's
+best round (mean µs per call); the non-streamed call and a 200-chunk stream are timed in the same run. `recorder` times kvwise's `CallRecord` alone (start, activate, attempt,
 chunks, end with usage; no I/O) with the same SDK setup.
 """
 
@@ -27,7 +32,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -39,7 +47,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "gpt-5.4-mini"
 STREAM_CHUNKS = 200
-CONTENDERS = ("raw", "kvwise-noop", "kvwise", "otel-genai", "openllmetry")
+CONTENDERS = ("raw", "kvwise-noop", "kvwise", "otel-genai", "openllmetry", "otel-floor")
 PEERS = ("otel-genai", "openllmetry")
 MESSAGES = [{"role": "system", "content": "You answer briefly."}, {"role": "user", "content": "What is prefill?"}]
 USAGE = {"prompt_tokens": 20, "completion_tokens": STREAM_CHUNKS, "total_tokens": 20 + STREAM_CHUNKS,
@@ -193,10 +201,103 @@ class Recorder:
         self.whole, self.streamed = one(False), one(True)
 
 
+class _Captured:
+    """What kvwise records for one call of each shape (plain, streamed), captured once from a real wrapped call."""
+
+    def __init__(self, port: int) -> None:
+        import openai
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+
+        import sdk
+
+        started: dict[str, dict[str, Any]] = {}
+        ended: dict[str, dict[str, Any]] = {}
+
+        class Capture(SpanProcessor):
+            def on_start(self, span: Any, parent_context: Any = None) -> None:
+                started[span.name] = dict(span.attributes or {})
+
+            def on_end(self, span: Any) -> None:
+                ended[span.name] = dict(span.attributes or {})
+
+        self.shapes: dict[bool, dict[str, Any]] = {}
+        for stream in (False, True):
+            tracer_provider, reader = TracerProvider(), InMemoryMetricReader()
+            tracer_provider.add_span_processor(Capture())
+            started.clear(), ended.clear()
+            client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="bench", max_retries=0)
+            wrapped = sdk.wrap(client, tracer_provider=tracer_provider, meter_provider=MeterProvider(metric_readers=[reader]))
+            answer = wrapped.chat.completions.create(model=MODEL, messages=MESSAGES, stream=stream,
+                                                      **({"stream_options": {"include_usage": True}} if stream else {}))
+            if stream:
+                list(answer)
+            data = reader.get_metrics_data()
+            points = [(metric.name, dict(point.attributes)) for rm in data.resource_metrics for sm in rm.scope_metrics
+                      for metric in sm.metrics for point in metric.data.data_points]
+            root = next(name for name in started if name.startswith("chat"))
+            self.shapes[stream] = {
+                "root": root,
+                "start": started[root],
+                "end": {key: value for key, value in ended[root].items() if key not in started[root]},
+                "phases": {name: ended[name] for name in ("prefill", "decode") if name in ended},
+                "points": points,
+            }
+
+
+class Floor:
+    """The OpenTelemetry SDK calls that emit what kvwise records, around the raw client (see the module docstring)."""
+
+    def __init__(self, port: int) -> None:
+        from opentelemetry import context, metrics, trace
+        from opentelemetry.trace import SpanKind
+
+        captured = _Captured(port)
+        _install_otel_sdk()
+        tracer, meter = trace.get_tracer("bench-floor"), metrics.get_meter("bench-floor")
+        recorders: dict[str, Callable[[float, dict[str, Any]], None]] = {}
+        create = _client("raw", port).chat.completions.create
+
+        def recorder(name: str) -> Callable[[float, dict[str, Any]], None]:
+            """`add` of a counter (kvwise's), `record` of a histogram (the GenAI ones), made once per name."""
+            if name not in recorders:
+                recorders[name] = meter.create_counter(name).add if name.startswith("kvwise.") else meter.create_histogram(name).record
+            return recorders[name]
+
+        def one(stream: bool) -> Callable[[], None]:
+            shape = captured.shapes[stream]
+            points = [(recorder(name), attributes) for name, attributes in shape["points"]]
+            extra = {"stream": True, "stream_options": {"include_usage": True}} if stream else {}
+
+            def run() -> None:
+                span = tracer.start_span(shape["root"], kind=SpanKind.CLIENT, attributes=shape["start"])
+                token = context.attach(trace.set_span_in_context(span))
+                try:
+                    answer = create(model=MODEL, messages=MESSAGES, **extra)
+                    if stream:
+                        answer = [_ for _ in answer]  # consumed as every contender's stream is
+                finally:
+                    context.detach(token)
+                span.set_attributes(shape["end"])
+                parent = trace.set_span_in_context(span)
+                for name, attributes in shape["phases"].items():
+                    tracer.start_span(name, parent, attributes=attributes).end()
+                span.end()
+                for record, attributes in points:
+                    record(1, attributes)
+
+            return run
+
+        self.whole, self.streamed = one(False), one(True)
+
+
 def work(name: str, port: int, calls: int) -> None:
     """A contender process: set up, warm up, then answer one timed round per line read from stdin."""
     try:
-        contender: Contender | Recorder = Recorder() if name == "recorder" else Contender(name, port)
+        contender: Contender | Recorder | Floor = (
+            Recorder() if name == "recorder" else Floor(port) if name == "otel-floor" else Contender(name, port)
+        )
         for _ in range(max(calls // 5, 10)):
             contender.whole()
         for _ in range(max(calls // 50, 3)):
@@ -215,42 +316,62 @@ def work(name: str, port: int, calls: int) -> None:
 # --- the driver ------------------------------------------------------------------------------
 
 
-def _rounds(names: tuple[str, ...], common: list[str], rounds: int) -> list[dict[str, Any]]:
-    """Run every contender in its own process, interleaving their rounds so load changes hit all alike."""
-    workers: dict[str, subprocess.Popen[str]] = {}
+def _start(name: str, common: list[str]) -> tuple[subprocess.Popen[str] | None, str | None]:
+    """A warmed-up worker for `name`, or None and why it could not start."""
+    env = {**os.environ, "PYTHONHASHSEED": "0"}  # one dict layout for every worker
+    worker = subprocess.Popen([sys.executable, __file__, "--contender", name, *common], cwd=ROOT, text=True, env=env,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert worker.stdout is not None and worker.stderr is not None
+    first = worker.stdout.readline()
+    status = json.loads(first) if first.startswith("{") else {"error": worker.stderr.read().strip()[-300:] or "?"}
+    if "error" in status:
+        worker.kill()
+        return None, status["error"]
+    return worker, None
+
+
+def _rounds(names: tuple[str, ...], common: list[str], rounds: int, processes: int) -> list[dict[str, Any]]:
+    """Run every contender in `processes` processes of its own, interleaving all their rounds so load changes hit all alike.
+
+    A contender's figure is the median over its processes of each one's best round.
+    """
+    workers: list[tuple[str, subprocess.Popen[str]]] = []
     results: dict[str, dict[str, Any]] = {}
     for name in names:
-        worker = subprocess.Popen([sys.executable, __file__, "--contender", name, *common], cwd=ROOT, text=True,
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        assert worker.stdout is not None
-        first = worker.stdout.readline()
-        status = json.loads(first) if first.startswith("{") else {"error": worker.stderr.read().strip()[-300:] if worker.stderr else "?"}
-        if "error" in status:
-            results[name] = {"name": name, "error": status["error"]}
-            worker.kill()
-            continue
-        workers[name] = worker
-        results[name] = {"name": name, "whole_us": [], "stream_us": []}
+        results[name] = {"name": name}
+        for _ in range(processes):
+            worker, error = _start(name, common)
+            if worker is None:
+                results[name] = {"name": name, "error": error}
+                break
+            workers.append((name, worker))
+    workers = [(name, worker) for name, worker in workers if "error" not in results[name]]
+    best: dict[int, dict[str, float]] = {}
     for _ in range(rounds):
-        for name, worker in workers.items():
+        for name, worker in workers:
             assert worker.stdin is not None and worker.stdout is not None
             worker.stdin.write("round\n")
             worker.stdin.flush()
             measured = json.loads(worker.stdout.readline())
+            mine = best.setdefault(worker.pid, {})
             for key in ("whole_us", "stream_us"):
-                results[name][key].append(measured[key])
-    for name, worker in workers.items():
+                mine[key] = min(mine.get(key, math.inf), measured[key])  # the least disturbed round
+    for name, worker in workers:
         worker.kill()
         worker.wait()
         for key in ("whole_us", "stream_us"):
-            results[name][key] = min(results[name][key])  # the least disturbed round
+            results[name].setdefault(key, []).append(best[worker.pid][key])
+    for result in results.values():
+        for key in ("whole_us", "stream_us"):
+            if key in result:
+                result[key] = statistics.median(result[key])
     return [results[name] for name in names]
 
 
 def _report(results: list[dict[str, Any]]) -> None:
     by_name = {r["name"]: r for r in results}
     raw = by_name.get("raw", {})
-    print(f"\nµs per call (best of interleaved rounds); overhead = contender - raw; {STREAM_CHUNKS}-chunk stream\n")
+    print(f"\nµs per call (median over processes of each one's best round); overhead = contender - raw; {STREAM_CHUNKS}-chunk stream\n")
     print(f"{'contender':<13} {'call':>9} {'overhead':>9} {'x raw':>6} {'stream':>9} {'overhead':>9} {'x raw':>6}")
     for r in results:
         if "error" in r:
@@ -272,13 +393,19 @@ def _report(results: list[dict[str, Any]]) -> None:
                     ours, theirs = kvwise[key] - raw[key], other[key] - raw[key]
                     verdict = f"{theirs / ours:.1f}x kvwise's" if ours > 0 else "kvwise adds nothing measurable"
                     print(f"{peer} {label} overhead: {theirs:.0f} µs vs kvwise {ours:.0f} µs ({verdict})")
+    floor = by_name.get("otel-floor")
+    if kvwise and "error" not in kvwise and floor and "error" not in floor and raw:
+        for key, label in (("whole_us", "call"), ("stream_us", "stream")):
+            print(f"OpenTelemetry SDK floor for kvwise's data, {label}: {floor[key] - raw[key]:.0f} µs; "
+                  f"kvwise beyond it: {kvwise[key] - floor[key]:.0f} µs")
 
 
 def main() -> None:
     """Start the mock server, time every contender in its own process, print the table and ratios."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=300, help="calls per round (streams: a tenth)")
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--processes", type=int, default=4, help="processes per contender")
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     parser.add_argument("--contender", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -295,7 +422,8 @@ def main() -> None:
         while not port_file.exists() or not port_file.read_text():
             time.sleep(0.05)
         port = int(port_file.read_text())
-        results = _rounds((*CONTENDERS, "recorder"), ["--calls", str(args.calls), "--port", str(port)], args.rounds)
+        common = ["--calls", str(args.calls), "--port", str(port)]
+        results = _rounds((*CONTENDERS, "recorder"), common, args.rounds, args.processes)
     finally:
         server.terminate()
         server.wait()
