@@ -217,6 +217,8 @@ class CallRecord:
     @guarded
     def _finish_span(self, sinks: Sinks, span: Span, outcome: Outcome, output_text: str | None, end_ns: int) -> None:
         try:
+            if not span.is_recording() and sinks.capture is _NO_CONTENT:
+                return  # sampled out, or no SDK: nothing reads its attributes (the span still ends)
             attributes = outcome_attributes(outcome)
             attributes.update(openinference.outcome_attributes(outcome))
             if sinks.capture is not _NO_CONTENT:

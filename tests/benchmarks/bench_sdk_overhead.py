@@ -1,6 +1,6 @@
 """Per-call overhead of `sdk.wrap` (telemetry on) against the raw client and two OpenAI instrumentations.
 
-    .venv/bin/python tests/benchmarks/bench_sdk_overhead.py [--calls 300] [--rounds 7] [--processes 2]
+    .venv/bin/python tests/benchmarks/bench_sdk_overhead.py [--calls 300] [--rounds 5] [--processes 4]
 
 Contenders, each in processes of its own (OpenLLMetry's `uninstrument()` does not unwrap), all with
 the same OpenTelemetry SDK setup (TracerProvider + BatchSpanProcessor to a null exporter,

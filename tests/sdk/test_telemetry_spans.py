@@ -18,6 +18,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader, Metric
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import SpanKind, StatusCode
 
 from sdk.adapters import adapter_for
@@ -310,3 +311,21 @@ def test_without_an_sdk_configured_every_method_is_a_harmless_no_op() -> None:
         stream_through(record, chunks=2)
     record.guard_tripped("loop", None)
     record.end(usage=Usage(input_tokens=1), error="stream_abandoned")
+
+
+def test_sampled_out_calls_export_no_span_and_still_record_their_metrics(otel: Otel) -> None:
+    sampled_out = TracerProvider(sampler=ALWAYS_OFF)
+    sampled_out.add_span_processor(SimpleSpanProcessor(otel.spans_exporter))
+    telemetry = Telemetry(Policy(), sampled_out, otel.meter_provider)
+    plain = telemetry.start(make_call(), SERVER)
+    assert plain.span is not None and not plain.span.is_recording()
+    plain.end(usage=Usage(input_tokens=30, output_tokens=5), finish_reasons=("stop",))
+    streamed = telemetry.start(make_call(stream=True), SERVER)
+    stream_through(streamed, chunks=3)
+    streamed.end(usage=Usage(input_tokens=30, output_tokens=3), finish_reasons=("stop",))
+    assert otel.spans() == ()
+    metrics = otel.metrics()
+    [duration] = metrics[sc.GEN_AI_CLIENT_OPERATION_DURATION].data.data_points
+    assert duration.count == 2
+    assert sum(point.sum for point in metrics[sc.GEN_AI_CLIENT_TOKEN_USAGE].data.data_points) == 30 + 5 + 30 + 3
+    assert metrics[sc.GEN_AI_CLIENT_OPERATION_TIME_TO_FIRST_CHUNK].data.data_points[0].count == 1
