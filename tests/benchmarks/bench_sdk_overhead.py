@@ -226,7 +226,8 @@ class _Captured:
         for stream in (False, True):
             tracer_provider, reader = TracerProvider(), InMemoryMetricReader()
             tracer_provider.add_span_processor(Capture())
-            started.clear(), ended.clear()
+            started.clear()
+            ended.clear()
             client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="bench", max_retries=0)
             wrapped = sdk.wrap(client, tracer_provider=tracer_provider, meter_provider=MeterProvider(metric_readers=[reader]))
             answer = wrapped.chat.completions.create(model=MODEL, messages=MESSAGES, stream=stream,
