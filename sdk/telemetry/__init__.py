@@ -27,7 +27,7 @@ from sdk.call import Call
 from sdk.policy import Policy
 from sdk.telemetry import openinference
 from sdk.telemetry import semconv as sc
-from sdk.telemetry.attributes import provider_name, request_attributes, span_name
+from sdk.telemetry.attributes import Attributes, provider_name, request_attributes, shape_attributes, span_name
 from sdk.telemetry.content import capture_mode
 from sdk.telemetry.metrics import Instruments
 from sdk.telemetry.pricing import PriceTable
@@ -41,6 +41,11 @@ logger = logging.getLogger(__name__)
 _DISTRIBUTION = "kvwise"
 _METRIC_KEYS = (sc.GEN_AI_OPERATION_NAME, sc.GEN_AI_PROVIDER_NAME, sc.GEN_AI_REQUEST_MODEL)
 """Attributes of every metric point (see `sdk.telemetry.metrics` for why no others)."""
+_MAX_SHAPES = 1024
+"""Call shapes (model, provider, stream flag, server) whose attributes are kept; past it the memo starts over."""
+Server = tuple[str | None, int | None]
+Shape = tuple[str, Attributes, Attributes]
+"""A call shape's span name, request attributes and metric attributes."""
 
 
 def _version() -> str | None:
@@ -81,22 +86,36 @@ class Telemetry:
                 event_logger = _logs.get_logger(sc.INSTRUMENTATION_SCOPE, version, logger_provider=logger_provider)
         except Exception:
             logger.debug("kvwise telemetry: a provider failed; recording what is left", exc_info=True)
+        self._shapes: dict[tuple[object, ...], Shape] = {}
         self.sinks = Sinks(tracer=tracer, instruments=instruments, prices=prices, capture=capture, event_logger=event_logger)
 
-    def start(self, call: Call, server: tuple[str | None, int | None]) -> CallRecord:
+    def start(self, call: Call, server: Server) -> CallRecord:
         """Open the call's CLIENT span, named `"{operation} {model}"`, with everything known before sending."""
         start_ns = time_ns()
         try:
-            provider = provider_name(call, server[0])
-            attributes = request_attributes(call, provider, server)
-            attributes.update(openinference.request_attributes(call, provider))
-            base = {key: attributes[key] for key in _METRIC_KEYS if key in attributes}
+            name, shape, metric_attributes = self._shape(call, server)
+            attributes = request_attributes(call, shape)
         except Exception:
             logger.debug("kvwise telemetry: could not describe the call; it goes unrecorded", exc_info=True)
             return CallRecord(None, call, None, {}, start_ns)
         try:
-            span = self.sinks.tracer.start_span(span_name(call), kind=SpanKind.CLIENT, attributes=attributes, start_time=start_ns)
+            span = self.sinks.tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attributes, start_time=start_ns)
         except Exception:
             logger.debug("kvwise telemetry: the tracer failed; this call gets metrics only", exc_info=True)
             span = None
-        return CallRecord(self.sinks, call, span, base, start_ns)
+        return CallRecord(self.sinks, call, span, metric_attributes, start_ns)
+
+    def _shape(self, call: Call, server: Server) -> Shape:
+        """What every call of this model, provider, stream flag and server shares, built once (read-only)."""
+        key = (call.model, call.provider, call.stream, server)
+        shape = self._shapes.get(key)
+        if shape is None:
+            provider = provider_name(call, server[0])
+            attributes = shape_attributes(call, provider, server)
+            attributes.update(openinference.request_attributes(call, provider))
+            metric_attributes = {name: attributes[name] for name in _METRIC_KEYS if name in attributes}
+            shape = (span_name(call), attributes, metric_attributes)
+            if len(self._shapes) >= _MAX_SHAPES:
+                self._shapes.clear()
+            self._shapes[key] = shape
+        return shape

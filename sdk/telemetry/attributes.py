@@ -71,14 +71,25 @@ def span_name(call: Call) -> str:
     return f"{_CHAT} {call.model}" if call.model else _CHAT
 
 
-def request_attributes(call: Call, provider: str, server: tuple[str | None, int | None]) -> Attributes:
-    """Attributes known before sending: operation, provider, request parameters, server, prefix facts."""
+def shape_attributes(call: Call, provider: str, server: tuple[str | None, int | None]) -> Attributes:
+    """Request attributes shared by every call of the same model, stream flag and server (cacheable)."""
     attributes: Attributes = {
         sc.GEN_AI_OPERATION_NAME: _CHAT,
         sc.GEN_AI_PROVIDER_NAME: provider,
         sc.GEN_AI_REQUEST_MODEL: call.model,
         sc.GEN_AI_REQUEST_STREAM: call.stream,
     }
+    host, port = server
+    if host:
+        attributes[sc.SERVER_ADDRESS] = host
+    if port:
+        attributes[sc.SERVER_PORT] = port
+    return attributes
+
+
+def request_attributes(call: Call, shape: Attributes) -> Attributes:
+    """Attributes known before sending: `shape`'s, then the request parameters and prefix facts."""
+    attributes = dict(shape)
     for name, value in call.params.items():
         key = _PARAM_ATTRIBUTES.get(name)
         if key is not None:
@@ -89,11 +100,6 @@ def request_attributes(call: Call, provider: str, server: tuple[str | None, int 
                 attributes[sc.GEN_AI_REQUEST_STOP_SEQUENCES] = (value,)
             elif isinstance(value, (list, tuple)) and value:
                 attributes[sc.GEN_AI_REQUEST_STOP_SEQUENCES] = tuple(str(stop) for stop in value)
-    host, port = server
-    if host:
-        attributes[sc.SERVER_ADDRESS] = host
-    if port:
-        attributes[sc.SERVER_PORT] = port
     if call.fingerprint:
         attributes[sc.KVWISE_PREFIX_FINGERPRINT] = call.fingerprint
     if call.break_at:

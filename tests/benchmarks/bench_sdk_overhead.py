@@ -24,8 +24,10 @@ The mock answers with Content-Length and TCP_NODELAY (without them every call st
 delayed ACKs). The contenders' rounds are interleaved (so a change in machine load hits all alike),
 each contender runs in `--processes` processes (one process's memory layout can cost it tens of
 µs per call for its whole life), and each figure is the median over those processes of each one's
-best round (mean µs per call); the non-streamed call and a 200-chunk stream are timed in the same run. `recorder` times kvwise's `CallRecord` alone (start, activate, attempt,
-chunks, end with usage; no I/O) with the same SDK setup.
+best round (mean µs per call); the non-streamed call and a 200-chunk stream are timed in the same
+run. Two rows have no I/O at all, with the same SDK setup: `recorder` times kvwise's `CallRecord`
+alone (start, activate, attempt, chunks, end with usage), and `floor-alone` the otel-floor's SDK
+calls alone (the client is not called): what emitting kvwise's data costs before any I/O.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ MODEL = "gpt-5.4-mini"
 STREAM_CHUNKS = 200
 CONTENDERS = ("raw", "kvwise-noop", "kvwise", "otel-genai", "openllmetry", "otel-floor")
 PEERS = ("otel-genai", "openllmetry")
+NO_IO = ("recorder", "floor-alone")
+"""Rows timed without any I/O: absolute µs per call, not compared with the raw client."""
 MESSAGES = [{"role": "system", "content": "You answer briefly."}, {"role": "user", "content": "What is prefill?"}]
 USAGE = {"prompt_tokens": 20, "completion_tokens": STREAM_CHUNKS, "total_tokens": 20 + STREAM_CHUNKS,
          "prompt_tokens_details": {"cached_tokens": 0}}
@@ -248,9 +252,12 @@ class _Captured:
 
 
 class Floor:
-    """The OpenTelemetry SDK calls that emit what kvwise records, around the raw client (see the module docstring)."""
+    """The OpenTelemetry SDK calls that emit what kvwise records, around the raw client (see the module docstring).
 
-    def __init__(self, port: int) -> None:
+    With `send=False` the client is not called: the SDK calls alone, no I/O (the `floor-alone` row).
+    """
+
+    def __init__(self, port: int, send: bool = True) -> None:
         from opentelemetry import context, metrics, trace
         from opentelemetry.trace import SpanKind
 
@@ -275,9 +282,10 @@ class Floor:
                 span = tracer.start_span(shape["root"], kind=SpanKind.CLIENT, attributes=shape["start"])
                 token = context.attach(trace.set_span_in_context(span))
                 try:
-                    answer = create(model=MODEL, messages=MESSAGES, **extra)
-                    if stream:
-                        answer = [_ for _ in answer]  # consumed as every contender's stream is
+                    if send:
+                        answer = create(model=MODEL, messages=MESSAGES, **extra)
+                        if stream:
+                            answer = [_ for _ in answer]  # consumed as every contender's stream is
                 finally:
                     context.detach(token)
                 span.set_attributes(shape["end"])
@@ -297,7 +305,9 @@ def work(name: str, port: int, calls: int) -> None:
     """A contender process: set up, warm up, then answer one timed round per line read from stdin."""
     try:
         contender: Contender | Recorder | Floor = (
-            Recorder() if name == "recorder" else Floor(port) if name == "otel-floor" else Contender(name, port)
+            Recorder() if name == "recorder"
+            else Floor(port, send=name == "otel-floor") if name in ("otel-floor", "floor-alone")
+            else Contender(name, port)
         )
         for _ in range(max(calls // 5, 10)):
             contender.whole()
@@ -306,7 +316,7 @@ def work(name: str, port: int, calls: int) -> None:
     except Exception as error:  # a peer that does not work with the installed client: say why
         print(json.dumps({"error": f"{type(error).__name__}: {error}"[:300]}), flush=True)
         return
-    scale = 5 if name == "recorder" else 1  # no I/O: more calls for the same precision
+    scale = 5 if name in NO_IO else 1  # no I/O: more calls for the same precision
     print(json.dumps({"ready": True}), flush=True)
     for _ in sys.stdin:
         whole = _mean_us(contender.whole, calls * scale)
@@ -381,8 +391,8 @@ def _report(results: list[dict[str, Any]]) -> None:
         cells = []
         for key in ("whole_us", "stream_us"):
             value, base = r[key], raw.get(key)
-            extra = value - base if base and r["name"] != "recorder" else value
-            ratio = f"{value / base:6.2f}" if base and r["name"] != "recorder" else "     -"
+            extra = value - base if base and r["name"] not in NO_IO else value
+            ratio = f"{value / base:6.2f}" if base and r["name"] not in NO_IO else "     -"
             cells.append(f"{value:9.0f} {extra:9.0f} {ratio}")
         print(f"{r['name']:<13} " + " ".join(cells))
     kvwise = by_name.get("kvwise")
@@ -399,6 +409,10 @@ def _report(results: list[dict[str, Any]]) -> None:
         for key, label in (("whole_us", "call"), ("stream_us", "stream")):
             print(f"OpenTelemetry SDK floor for kvwise's data, {label}: {floor[key] - raw[key]:.0f} µs; "
                   f"kvwise beyond it: {kvwise[key] - floor[key]:.0f} µs")
+    recorder, alone = by_name.get("recorder"), by_name.get("floor-alone")
+    if recorder and alone and "error" not in recorder and "error" not in alone:
+        for key, label in (("whole_us", "call"), ("stream_us", "stream")):
+            print(f"Without I/O, per {label}: the SDK calls alone {alone[key]:.0f} µs, kvwise's recorder {recorder[key]:.0f} µs")
 
 
 def main() -> None:
@@ -424,7 +438,7 @@ def main() -> None:
             time.sleep(0.05)
         port = int(port_file.read_text())
         common = ["--calls", str(args.calls), "--port", str(port)]
-        results = _rounds((*CONTENDERS, "recorder"), common, args.rounds, args.processes)
+        results = _rounds((*CONTENDERS, *NO_IO), common, args.rounds, args.processes)
     finally:
         server.terminate()
         server.wait()

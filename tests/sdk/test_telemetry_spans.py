@@ -253,6 +253,27 @@ def test_the_provider_name_is_the_provider_or_a_known_compatible_server(
     assert (otel.spans()[-1].attributes or {})[sc.GEN_AI_PROVIDER_NAME] == expected
 
 
+def test_calls_of_one_client_keep_their_own_request_attributes_across_shapes(otel: Otel) -> None:
+    """One `Telemetry` serves every call of a client: what one call adds never reaches the next."""
+    telemetry = otel.telemetry()
+    first = make_call(temperature=0.5, max_tokens=64)
+    first.fingerprint = "first"
+    telemetry.start(first, SERVER).end()
+    telemetry.start(make_call(), SERVER).end()  # same model, server and stream flag
+    telemetry.start(make_call(model="gpt-4o", stream=True), ("api.openai.com", 443)).end()
+    telemetry.start(make_call(provider=Provider.OPENAI_COMPATIBLE), ("api.deepseek.com", 443)).end()
+    calls = [span for span in otel.spans() if span.kind is SpanKind.CLIENT]  # the stream also has its prefill span
+    one, two, three, four = (dict(span.attributes or {}) for span in calls)
+    assert (one[sc.GEN_AI_REQUEST_TEMPERATURE], one[sc.GEN_AI_REQUEST_MAX_TOKENS], one[sc.KVWISE_PREFIX_FINGERPRINT]) == (
+        0.5, 64, "first",
+    )
+    assert not {sc.GEN_AI_REQUEST_TEMPERATURE, sc.GEN_AI_REQUEST_MAX_TOKENS, sc.KVWISE_PREFIX_FINGERPRINT} & set(two)
+    assert (two[sc.GEN_AI_REQUEST_MODEL], two[sc.SERVER_ADDRESS], two[sc.GEN_AI_REQUEST_STREAM]) == ("gpt-4o-mini", "127.0.0.1", False)
+    assert (three[sc.GEN_AI_REQUEST_MODEL], three[sc.SERVER_ADDRESS], three[sc.GEN_AI_REQUEST_STREAM]) == ("gpt-4o", "api.openai.com", True)
+    assert [span.name for span in calls] == ["chat gpt-4o-mini", "chat gpt-4o-mini", "chat gpt-4o", "chat gpt-4o-mini"]
+    assert (two[sc.GEN_AI_PROVIDER_NAME], four[sc.GEN_AI_PROVIDER_NAME]) == ("openai", "deepseek")
+
+
 def test_prefix_facts_and_canonical_changes_of_the_call_are_on_the_span(otel: Otel) -> None:
     call = make_call()
     call.fingerprint, call.break_at, call.break_cause = "abc123", "system[0]", "volatile_content"
