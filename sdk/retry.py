@@ -14,6 +14,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 from tenacity import (
@@ -40,8 +41,9 @@ log = logging.getLogger("sdk")
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 
 
+@cache
 def _error_classes() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
-    """(connection errors, status errors) of the installed clients."""
+    """(connection errors, status errors) of the installed clients, looked up once."""
     connection: list[type[BaseException]] = []
     status: list[type[BaseException]] = []
     for module_name in ("openai", "anthropic"):
@@ -54,6 +56,7 @@ def _error_classes() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseEx
     return tuple(connection), tuple(status)
 
 
+@cache
 def transport_errors() -> tuple[type[BaseException], ...]:
     """What a faulty transport raises, whether a request is sent or a stream is read.
 
