@@ -19,7 +19,7 @@ class Prompt:
 
     >>> prompt = sdk.Prompt(system="You are terse.", documents=[policy_text], history=turns,
     ...                     dynamic={"Request ID": rid}, user="Summarise the policy.")
-    >>> anthropic_client.messages.create(**prompt.to_anthropic(model="claude-sonnet-4-5", max_tokens=512))
+    >>> anthropic_client.messages.create(**prompt.to_anthropic(model="claude-sonnet-4-6", max_tokens=512))
 
     Tiers, front to back: tools, system, documents (pinned: rendered after the system prompt),
     history (native turns, never reordered), dynamic (key: value lines in a context note at the

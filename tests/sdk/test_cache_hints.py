@@ -28,7 +28,7 @@ async def test_anthropic_breakpoints_mark_tools_system_and_history_and_the_cache
     usages = []
     for _ in range(2):
         message = await resolve(
-            wrapped.messages.create(model="claude-opus-4-1", system=LONG_SYSTEM, tools=TOOLS, messages=HISTORY, max_tokens=32)
+            wrapped.messages.create(model="claude-sonnet-5", system=LONG_SYSTEM, tools=TOOLS, messages=HISTORY, max_tokens=32)
         )
         usages.append(message.usage)
     body = simulator.requests[-1].body
@@ -50,7 +50,7 @@ async def test_a_callers_four_breakpoints_are_left_alone_and_no_fifth_is_added(s
         {"role": "user", "content": "Next?"},
     ]
     wrapped = sdk.wrap(anthropic_client)
-    await resolve(wrapped.messages.create(model="claude-opus-4-1", system=system, tools=tools, messages=history, max_tokens=32))
+    await resolve(wrapped.messages.create(model="claude-sonnet-5", system=system, tools=tools, messages=history, max_tokens=32))
     body = simulator.requests[-1].body
     assert count_breakpoints(body, "cache_control") == 4
     assert body["system"] == system and body["messages"][:2] == history[:2]
@@ -74,7 +74,7 @@ def test_an_unknown_provider_is_refused(openai_client):
 
 async def test_cache_ttl_from_the_policy_is_on_every_placed_breakpoint(simulator, anthropic_client):
     wrapped = sdk.wrap(anthropic_client, sdk.Policy(cache_ttl="1h"))
-    await resolve(wrapped.messages.create(model="claude-opus-4-1", system=LONG_SYSTEM, messages=[{"role": "user", "content": "hi"}]))
+    await resolve(wrapped.messages.create(model="claude-sonnet-5", system=LONG_SYSTEM, messages=[{"role": "user", "content": "hi"}]))
     assert simulator.requests[-1].body["system"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
 
 
@@ -100,7 +100,7 @@ def test_openai_explicit_breakpoints_only_for_models_that_take_them():
 
 @pytest.mark.parametrize(
     ("model", "tokens"),
-    [("claude-sonnet-4-5", 1024), ("claude-haiku-4-5-20251001", 4096), ("claude-opus-4-5", 4096), ("claude-3-5-haiku-latest", 2048), ("claude-opus-5", 512)],
+    [("claude-sonnet-5", 1024), ("claude-haiku-4-5-20251001", 4096), ("claude-opus-4-5", 4096), ("claude-sonnet-4-6", 2048), ("claude-opus-5", 512)],
 )
 def test_minimum_cacheable_length_by_model_family(model, tokens):
     assert anthropic_min_tokens(model) == tokens
@@ -116,7 +116,7 @@ def test_unknown_content_shapes_pass_through_byte_for_byte():
         {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "calc", "input": {}}]},
         {"role": "user", "content": [tool_result]},
     ]
-    kwargs = {"model": "claude-opus-4-1", "messages": messages, "max_tokens": 10}
+    kwargs = {"model": "claude-sonnet-5", "messages": messages, "max_tokens": 10}
     call = adapter.to_call(json.loads(json.dumps(kwargs)), Provider.ANTHROPIC)
     from sdk.chain import Chain
     from sdk.fingerprint import PrefixTracker

@@ -43,7 +43,7 @@ def test_volatile_lines_move_from_the_system_prompt_to_a_note_in_the_final_user_
 
 def test_anthropic_note_goes_after_tool_results_in_the_final_turn():
     kwargs = {
-        "model": "claude-opus-4-1",
+        "model": "claude-sonnet-4-6",
         "system": f"Session {UUID} started. Be brief.",
         "messages": [
             {"role": "user", "content": "hi"},

@@ -32,7 +32,7 @@ async def test_chat_output_cap_is_filled_or_clamped(simulator, openai_client, gi
 
 async def test_anthropic_max_tokens_is_filled_from_the_cap(simulator, anthropic_client):
     wrapped = sdk.wrap(anthropic_client, sdk.Policy(max_output_tokens=77))
-    message = await resolve(wrapped.messages.create(model="claude-opus-4-1", messages=USER))
+    message = await resolve(wrapped.messages.create(model="claude-sonnet-4-6", messages=USER))
     assert isinstance(message, anthropic.types.Message)
     assert simulator.requests[-1].body["max_tokens"] == 77
 
@@ -71,7 +71,7 @@ async def test_penalties_are_defaulted_only_where_the_caller_set_none(simulator,
 
 async def test_anthropic_gets_no_penalty_fields(simulator, anthropic_client):
     wrapped = sdk.wrap(anthropic_client, sdk.Policy(frequency_penalty=0.5))
-    await resolve(wrapped.messages.create(model="claude-opus-4-1", messages=USER))
+    await resolve(wrapped.messages.create(model="claude-sonnet-4-6", messages=USER))
     assert "frequency_penalty" not in simulator.requests[-1].body
 
 

@@ -22,7 +22,7 @@ def test_lint_finds_volatile_bytes_unsorted_tools_short_prefix_and_missing_cap()
 
 
 def test_lint_is_quiet_on_a_cache_friendly_call():
-    kwargs = {"model": "claude-opus-4-1", "system": LONG_SYSTEM, "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}
+    kwargs = {"model": "claude-sonnet-4-6", "system": LONG_SYSTEM, "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}
     assert sdk.lint(kwargs, provider="anthropic") == []
 
 
@@ -40,7 +40,7 @@ def test_prompt_renders_tiers_in_canonical_order_for_anthropic_with_breakpoints(
         dynamic={"Request ID": UUID},
         user="Summarise.",
     )
-    kwargs = prompt.to_anthropic(model="claude-opus-4-1", max_tokens=100)
+    kwargs = prompt.to_anthropic(model="claude-sonnet-4-6", max_tokens=100)
     assert [tool["name"] for tool in kwargs["tools"]] == ["aa", "zz"]
     assert kwargs["system"][0]["text"] == LONG_SYSTEM and "cache_control" in kwargs["system"][-1]
     final = kwargs["messages"][-1]["content"]

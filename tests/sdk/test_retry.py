@@ -27,7 +27,7 @@ async def test_two_429s_then_success_is_one_successful_call_with_three_attempts(
 async def test_anthropic_overloaded_529_is_retried(simulator, anthropic_client):
     simulator.fail(status=529, times=1, headers={"retry-after-ms": "5"})
     wrapped = sdk.wrap(anthropic_client)
-    message = await resolve(wrapped.messages.create(model="claude-opus-4-1", messages=USER))
+    message = await resolve(wrapped.messages.create(model="claude-sonnet-4-6", messages=USER))
     assert message.content[0].text == simulator.reply
     assert len(simulator.requests) == 2
 

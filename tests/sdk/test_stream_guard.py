@@ -33,7 +33,7 @@ async def test_anthropic_loop_is_cut_and_ends_with_stop_reason_max_tokens(simula
     simulator.loop(LOOP_UNIT)
     simulator.token_delay = DECODE_SECONDS_PER_TOKEN
     wrapped = sdk.wrap(anthropic_client, sdk.Policy(max_output_tokens=CAP))
-    stream = await resolve(wrapped.messages.create(model="claude-opus-4-1", messages=USER, stream=True))
+    stream = await resolve(wrapped.messages.create(model="claude-sonnet-4-6", messages=USER, stream=True))
     kinds = [(e.type, getattr(getattr(e, "delta", None), "stop_reason", None)) for e in await collect(stream)]
     assert kinds[-3:] == [("content_block_stop", None), ("message_delta", "max_tokens"), ("message_stop", None)]
     assert simulator.streams[-1].client_closed
@@ -44,7 +44,7 @@ def test_messages_stream_helper_sees_a_cut_loop_as_max_tokens(simulator):
     simulator.loop(LOOP_UNIT)
     simulator.token_delay = DECODE_SECONDS_PER_TOKEN
     client = sdk.wrap(anthropic.Anthropic(base_url=simulator.anthropic_base_url, api_key="k", max_retries=0))
-    with client.messages.stream(model="claude-opus-4-1", max_tokens=CAP, messages=USER) as stream:
+    with client.messages.stream(model="claude-sonnet-4-6", max_tokens=CAP, messages=USER) as stream:
         text = "".join(stream.text_stream)
         final = stream.get_final_message()
     assert final.stop_reason == "max_tokens"
@@ -99,7 +99,7 @@ async def test_an_anthropic_stream_cut_mid_way_raises_the_clients_connection_err
     simulator.reply = "word " * 50
     simulator.cut_stream_after(5)
     wrapped = sdk.wrap(anthropic_client)
-    stream = await resolve(wrapped.messages.create(model="claude-opus-4-1", messages=USER, stream=True))
+    stream = await resolve(wrapped.messages.create(model="claude-sonnet-4-6", messages=USER, stream=True))
     with pytest.raises(anthropic.APIConnectionError):
         await collect(stream)
 
@@ -109,7 +109,7 @@ async def test_a_connection_lost_mid_stream_raises_stream_truncated_for_both_cli
     simulator.reply = "word " * 50
     for client, create in (
         (openai_client, lambda c: c.chat.completions.create(model="m", messages=USER, stream=True)),
-        (anthropic_client, lambda c: c.messages.create(model="claude-opus-4-1", messages=USER, stream=True)),
+        (anthropic_client, lambda c: c.messages.create(model="claude-sonnet-4-6", messages=USER, stream=True)),
     ):
         simulator.cut_stream_after(5, mode=cut_mode)
         stream = await resolve(create(sdk.wrap(client)))
@@ -125,7 +125,7 @@ async def test_a_stream_that_breaks_before_its_first_content_chunk_is_sent_again
     assert events[-1].choices[0].finish_reason == "stop"
     simulator.cut_stream_after(0, mode="reset")
     wrapped_anthropic = sdk.wrap(anthropic_client)
-    stream = await resolve(wrapped_anthropic.messages.create(model="claude-opus-4-1", messages=USER, stream=True))
+    stream = await resolve(wrapped_anthropic.messages.create(model="claude-sonnet-4-6", messages=USER, stream=True))
     kinds = [event.type for event in await collect(stream)]
     assert kinds[-1] == "message_stop"
     assert len(simulator.requests) == 4

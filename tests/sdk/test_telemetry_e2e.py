@@ -18,7 +18,7 @@ from tests.sdk.test_telemetry_resilience import RaisingExporter
 from tests.sdk.test_telemetry_spans import Otel, otel  # noqa: F401
 
 MODEL = "gpt-4o-mini"
-CLAUDE = "claude-sonnet-4-5"
+CLAUDE = "claude-sonnet-4-6"
 FIRST_TOKEN_DELAY_S = 0.3
 USAGE_IN_STREAM = {"include_usage": True}
 

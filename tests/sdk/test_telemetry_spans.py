@@ -290,8 +290,8 @@ def test_anthropic_cache_reads_and_writes_are_reported_and_counted_in_the_input(
     native = type("U", (), {"input_tokens": 20, "output_tokens": 8, "cache_read_input_tokens": 1500,
                             "cache_creation_input_tokens": 300})()
     usage = messages_usage(native)
-    record = otel.telemetry().start(make_call(Api.MESSAGES, Provider.ANTHROPIC, model="claude-sonnet-4-5", max_tokens=64), SERVER)
-    record.end(usage=usage, response_model="claude-sonnet-4-5-20250929")
+    record = otel.telemetry().start(make_call(Api.MESSAGES, Provider.ANTHROPIC, model="claude-sonnet-4-6", max_tokens=64), SERVER)
+    record.end(usage=usage, response_model="claude-sonnet-4-6")
     attributes = otel.spans()[-1].attributes or {}
     assert attributes[sc.GEN_AI_USAGE_INPUT_TOKENS] == 20 + 1500 + 300
     assert attributes[sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] == 1500
@@ -300,7 +300,7 @@ def test_anthropic_cache_reads_and_writes_are_reported_and_counted_in_the_input(
 
 
 def test_cost_is_split_by_token_kind_with_what_the_cache_saved(otel: Otel) -> None:
-    record = otel.telemetry().start(make_call(model="claude-sonnet-4-5"), SERVER)
+    record = otel.telemetry().start(make_call(model="claude-sonnet-4-6"), SERVER)
     record.end(usage=Usage(input_tokens=2_000_000, output_tokens=1_000_000, cache_read_tokens=1_000_000,
                            cache_write_tokens=500_000))
     attributes = otel.spans()[-1].attributes or {}

@@ -100,7 +100,7 @@ async def test_streams_are_the_clients_own_types(simulator, openai_client, anthr
     events = await collect(chat)
     assert events[-1].choices[0].finish_reason == "stop"
     message = await resolve(
-        sdk.wrap(anthropic_client).messages.create(model="claude-opus-4-1", messages=[{"role": "user", "content": "hi"}], stream=True)
+        sdk.wrap(anthropic_client).messages.create(model="claude-sonnet-4-6", messages=[{"role": "user", "content": "hi"}], stream=True)
     )
     assert isinstance(message, anthropic.Stream if mode == "sync" else anthropic.AsyncStream)
     kinds = [event.type for event in await collect(message)]
@@ -120,7 +120,7 @@ async def test_responses_api_is_intercepted_streamed_and_not(simulator, openai_c
 
 def test_messages_stream_helper_keeps_working_through_the_proxy(simulator):
     client = sdk.wrap(anthropic.Anthropic(base_url=simulator.anthropic_base_url, api_key="k", max_retries=0))
-    with client.messages.stream(model="claude-opus-4-1", max_tokens=64, messages=[{"role": "user", "content": "hi"}]) as stream:
+    with client.messages.stream(model="claude-sonnet-4-6", max_tokens=64, messages=[{"role": "user", "content": "hi"}]) as stream:
         text = "".join(stream.text_stream)
         final = stream.get_final_message()
     assert text == simulator.reply
@@ -129,7 +129,7 @@ def test_messages_stream_helper_keeps_working_through_the_proxy(simulator):
 
 async def test_async_messages_stream_helper_keeps_working_through_the_proxy(simulator):
     client = sdk.wrap(anthropic.AsyncAnthropic(base_url=simulator.anthropic_base_url, api_key="k", max_retries=0))
-    async with client.messages.stream(model="claude-opus-4-1", max_tokens=64, messages=[{"role": "user", "content": "hi"}]) as stream:
+    async with client.messages.stream(model="claude-sonnet-4-6", max_tokens=64, messages=[{"role": "user", "content": "hi"}]) as stream:
         text = "".join([chunk async for chunk in stream.text_stream])
         final = await stream.get_final_message()
     assert text == simulator.reply
@@ -161,5 +161,5 @@ def test_the_wrapped_client_is_a_context_manager_like_the_client(simulator):
 
 async def test_the_wrapped_async_client_is_an_async_context_manager(simulator):
     async with sdk.wrap(anthropic.AsyncAnthropic(base_url=simulator.anthropic_base_url, api_key="k")) as client:
-        await client.messages.create(model="claude-opus-4-1", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+        await client.messages.create(model="claude-sonnet-4-6", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
     assert client._client.is_closed()
