@@ -3,8 +3,17 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Phoenix is a server, like a database: a venv of its own (its pins clash with anthropic 2.x), built on
+# first use; kvwise talks to it over OTLP/HTTP alone. Pinned to its newest release when last checked.
+PHOENIX_VENV := .venv-phoenix
+PHOENIX_STAMP := $(PHOENIX_VENV)/.installed
+PHOENIX_VERSION := 20.26.1
+PHOENIX_PORT ?= 6006
+PHOENIX_WORKING_DIR ?= .phoenix
+# The Phoenix browser tests render the trace page in Debian's headless Chromium.
+BROWSER := chromium
 
-.PHONY: venv test soak demo phoenix-demo bench serve clean
+.PHONY: venv phoenix-venv browser test soak demo phoenix phoenix-demo bench serve clean
 
 venv: $(STAMP)
 
@@ -16,7 +25,25 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[all,test,phoenix]"
 	touch $(STAMP)
 
-test: $(STAMP)
+phoenix-venv: $(PHOENIX_STAMP)
+
+$(PHOENIX_STAMP):
+	rm -rf $(PHOENIX_VENV)
+	$(PYTHON) -m venv $(PHOENIX_VENV)
+	$(PHOENIX_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(PHOENIX_VENV)/bin/python -m pip install --quiet arize-phoenix==$(PHOENIX_VERSION)
+	touch $(PHOENIX_STAMP)
+
+# Installs the browser as root (CI, containers); anyone else is told the one command to run.
+browser:
+	@command -v $(BROWSER) >/dev/null || if [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(BROWSER); \
+	else \
+		echo "make test needs Debian's $(BROWSER): run 'sudo apt-get install -y $(BROWSER)', then 'make test' again" >&2; \
+		exit 1; \
+	fi
+
+test: $(STAMP) $(PHOENIX_STAMP) browser
 	$(PY) -m pytest -q
 
 # The server load test at soak size (minutes; not in CI): prints its counts.
@@ -26,8 +53,14 @@ soak: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m examples.demo
 
-phoenix-demo: $(STAMP)
+phoenix-demo: $(STAMP) $(PHOENIX_STAMP)
 	$(PY) -m examples.demo --phoenix
+
+# Phoenix on http://127.0.0.1:$(PHOENIX_PORT) (UI, OTLP/HTTP, REST), its database in $(PHOENIX_WORKING_DIR), until Ctrl-C.
+phoenix: $(PHOENIX_STAMP)
+	mkdir -p $(PHOENIX_WORKING_DIR)
+	PHOENIX_HOST=127.0.0.1 PHOENIX_PORT=$(PHOENIX_PORT) PHOENIX_WORKING_DIR=$(abspath $(PHOENIX_WORKING_DIR)) \
+		PHOENIX_TELEMETRY_ENABLED=false PHOENIX_ALLOW_EXTERNAL_RESOURCES=false $(PHOENIX_VENV)/bin/phoenix serve
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[bench]"
@@ -37,4 +70,4 @@ serve: $(STAMP)
 	$(PY) -m local_backend serve --model default --host 127.0.0.1 --port 8000
 
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(PHOENIX_VENV)
