@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	# The CPU build of torch lies on this machine's disk; take it first so nothing pulls a CUDA build.
 	$(PY) -m pip install --quiet torch==2.13.0 || $(PY) -m pip install --quiet torch
-	$(PY) -m pip install --quiet -e ".[all,test,phoenix]"
+	$(PY) -m pip install --quiet -e ".[all,test]"
 	touch $(STAMP)
 
 phoenix-venv: $(PHOENIX_STAMP)

@@ -1,15 +1,18 @@
 """Start Arize Phoenix in a child process on free loopback ports, for the demo, the examples and the tests.
 
-    with phoenix_server() as phoenix:                  # needs the `phoenix` extra
+    with phoenix_server() as phoenix:                  # builds .venv-phoenix first if it is missing
         setup(phoenix.url, project="my-app")           # sdk.telemetry.setup: OTLP/HTTP to Phoenix
         ...
         phoenix.spans("my-app")                        # REST: what Phoenix stored
         phoenix.trace_url("my-app", trace_id)          # the page a person opens
         phoenix.show_until_interrupted("my-app")       # print the project's page, wait for Ctrl-C
 
-Phoenix keeps its database in a working directory (a fresh temporary one unless given), makes no
-requests outside the machine (`PHOENIX_ALLOW_EXTERNAL_RESOURCES=false`, telemetry off), and serves
-its UI, OTLP/HTTP (`/v1/traces`) and REST API on one port.
+Phoenix is a server with dependencies of its own (they clash with anthropic 2.x), so it runs from
+its own venv, `.venv-phoenix`, built by `make phoenix-venv` (the one place its install is written);
+nothing here imports it: spans go to it over OTLP/HTTP, reads come back over REST and GraphQL. It
+keeps its database in a working directory (a fresh temporary one unless given), makes no requests
+outside the machine (`PHOENIX_ALLOW_EXTERNAL_RESOURCES=false`, telemetry off), and serves its UI,
+OTLP/HTTP (`/v1/traces`), REST and GraphQL on one port.
 """
 
 from __future__ import annotations
@@ -32,6 +35,11 @@ from typing import Any
 from examples.local_server import free_port, wait_healthy
 from sdk.telemetry import semconv as sc
 
+ROOT = Path(__file__).resolve().parents[1]
+PHOENIX_VENV = ROOT / ".venv-phoenix"
+PHOENIX_EXECUTABLE = PHOENIX_VENV / "bin" / "phoenix"
+PHOENIX_STAMP = PHOENIX_VENV / ".installed"
+"""Written by `make phoenix-venv` once the install finished; a venv without it is rebuilt."""
 HOST = "127.0.0.1"
 STARTUP_TIMEOUT_SECONDS = 240.0
 INGEST_TIMEOUT_SECONDS = 60.0
@@ -40,6 +48,7 @@ REQUEST_TIMEOUT_SECONDS = 10.0
 POLL_SECONDS = 0.5
 IDLE_SLEEP_SECONDS = 3600.0
 SPAN_LIMIT = 1000
+SPAN_COST_QUERY = "query($spanId: String!) { getSpanByOtelId(spanId: $spanId) { costSummary { total { cost } } } }"
 LOG_FILE = "phoenix.log"
 LOG_TAIL_CHARS = 3000
 
@@ -55,6 +64,25 @@ class Phoenix:
         suffix = f"?{urllib.parse.urlencode(query)}" if query else ""
         with urllib.request.urlopen(f"{self.url}{path}{suffix}", timeout=REQUEST_TIMEOUT_SECONDS) as response:
             return json.load(response)
+
+    def graphql(self, query: str, **variables: Any) -> dict[str, Any]:
+        """POST a GraphQL query to Phoenix (what its UI reads) and return its `data`; errors raise."""
+        body = json.dumps({"query": query, "variables": variables}).encode()
+        request = urllib.request.Request(f"{self.url}/graphql", body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_SECONDS) as response:
+            answer = json.load(response)
+        if answer.get("errors"):
+            raise RuntimeError(f"Phoenix's GraphQL API answered {answer['errors']}")
+        return dict(answer["data"])
+
+    def span_cost(self, span_id: str) -> float | None:
+        """The cost in USD Phoenix computed for a span (from its own price table), None if it has none.
+
+        Phoenix ignores the `llm.cost.*` attributes: it prices `llm.token_count.*` by `llm.model_name`.
+        """
+        span = self.graphql(SPAN_COST_QUERY, spanId=span_id)["getSpanByOtelId"]
+        summary = span and span["costSummary"]
+        return None if not summary else summary["total"]["cost"]
 
     def project_id(self, project: str) -> str | None:
         """The id of the project named `project` (it exists once its first span arrived), else None."""
@@ -126,10 +154,11 @@ def phoenix_environment(working_dir: Path, port: int, grpc_port: int) -> dict[st
 
 @contextlib.contextmanager
 def phoenix_server(working_dir: Path | None = None, on_wait: Callable[[float], None] | None = None) -> Iterator[Phoenix]:
-    """Run `python -m phoenix.server.main serve` until the block exits; yield it once healthy.
+    """Run `.venv-phoenix/bin/phoenix serve` until the block exits; yield it once healthy.
 
     Its output goes to `phoenix.log` in the working directory, quoted in the error if it fails to start.
     """
+    executable = phoenix_executable()
     with contextlib.ExitStack() as stack:
         if working_dir is None:
             working_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kvwise-phoenix-")))
@@ -137,8 +166,7 @@ def phoenix_server(working_dir: Path | None = None, on_wait: Callable[[float], N
         env = {**os.environ, **phoenix_environment(working_dir, port, free_port())}
         log_path = working_dir / LOG_FILE
         log = stack.enter_context(log_path.open("wb"))
-        command = [sys.executable, "-m", "phoenix.server.main", "serve"]
-        process = subprocess.Popen(command, env=env, cwd=working_dir, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen([str(executable), "serve"], env=env, cwd=working_dir, stdout=log, stderr=subprocess.STDOUT)
         stack.callback(_stop, process)
         phoenix = Phoenix(f"http://{HOST}:{port}")
         wait_healthy(
@@ -149,6 +177,14 @@ def phoenix_server(working_dir: Path | None = None, on_wait: Callable[[float], N
             timeout=STARTUP_TIMEOUT_SECONDS,
         )
         yield phoenix
+
+
+def phoenix_executable() -> Path:
+    """Phoenix's `phoenix` command, from its own venv, built first by `make phoenix-venv` if missing."""
+    if not PHOENIX_STAMP.exists():
+        print(f"building {PHOENIX_VENV.name} (Arize Phoenix, about 850 MB, once): make phoenix-venv", file=sys.stderr)
+        subprocess.run(["make", "-C", str(ROOT), "phoenix-venv"], check=True)
+    return PHOENIX_EXECUTABLE
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:

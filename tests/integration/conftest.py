@@ -2,7 +2,8 @@
 
 The calls go through a real `openai` client wrapped by `sdk.wrap`, to the real local backend, and
 their spans to Phoenix by `sdk.telemetry.setup` (OTLP/HTTP); an in-memory exporter on the same
-provider keeps what was sent, to compare with what Phoenix stored.
+provider keeps what was sent, to compare with what Phoenix stored. Phoenix runs from its own venv
+(built on first use by `make phoenix-venv`); nothing of it is imported here.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from sdk.telemetry import setup
 from tests.local_backend.conftest import _build
 
 PROJECT = "kvwise-test"
-MODEL = "tiny"
-PRICES = {MODEL: {"input": 0.15, "cached_input": 0.015, "cache_write": 0.15, "output": 0.60}}
+MODEL = "gpt-5.4-mini"
+"""The name the tiny checkpoint is served under: a hosted model priced in kvwise's table and in Phoenix's
+(Phoenix prices a span by `llm.model_name` from its own table and ignores `llm.cost.*`)."""
 SYSTEM = "Prefill computes the prompt; decode emits one token at a time. A KV cache stores keys and values. " * 2
 LOOP_MAX_TOKENS = 480
 """Room for the repeated two-character token (" e") to pass the loop guard's tripping span (640 characters)."""
@@ -91,7 +93,7 @@ def traced(phoenix: Phoenix, local_url: str) -> Traced:
     provider = setup(phoenix.url, project=PROJECT, set_global=False)
     provider.add_span_processor(SimpleSpanProcessor(memory))
     raw = openai.OpenAI(base_url=f"{local_url}/v1", api_key="local", max_retries=0)
-    client = sdk.wrap(raw, sdk.Policy(prices=PRICES), tracer_provider=provider)
+    client = sdk.wrap(raw, tracer_provider=provider)
     for _, kwargs in CALLS:
         answer = client.chat.completions.create(model=MODEL, temperature=0, **kwargs)
         if kwargs.get("stream"):

@@ -1,4 +1,4 @@
-"""Wrapped calls to the local backend, exported to a real Arize Phoenix and read back by its REST API."""
+"""Wrapped calls to the local backend, exported to a real Arize Phoenix and read back by its REST and GraphQL APIs."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 
 from examples import export_phoenix
@@ -39,7 +40,7 @@ def test_each_streamed_call_is_an_llm_span_with_prefill_and_decode_children_in_i
     for name in STREAMED:
         root = traced.roots[name]
         stored = traced.stored[span_id(root)]
-        assert (stored["name"], stored["span_kind"], stored["parent_id"]) == ("chat tiny", "LLM", None), name
+        assert (stored["name"], stored["span_kind"], stored["parent_id"]) == (f"chat {MODEL}", "LLM", None), name
         children = traced.stored_children(root)
         assert sorted(child["name"] for child in children) == ["decode", "prefill"], name
         assert {child["context"]["trace_id"] for child in children} == {trace_id(root)}, name
@@ -61,6 +62,15 @@ def test_token_counts_cache_reads_and_cost_are_stored_as_sent(traced: Traced) ->
     cached = traced.stored[span_id(traced.roots["cached"])]["attributes"]
     assert cached[sc.LLM_TOKEN_COUNT_PROMPT_DETAILS_CACHE_READ] > 0
     assert cached[sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] == cached[sc.LLM_TOKEN_COUNT_PROMPT_DETAILS_CACHE_READ]
+
+
+def test_phoenix_prices_each_call_at_kvwises_cost_and_its_phases_at_nothing(traced: Traced) -> None:
+    for name, root in traced.roots.items():
+        cost = traced.sent[span_id(root)].attributes[sc.LLM_COST_TOTAL]
+        assert cost > 0, name
+        assert traced.phoenix.span_cost(span_id(root)) == pytest.approx(cost, rel=1e-9), name
+        children = traced.stored_children(root)
+        assert [traced.phoenix.span_cost(child["context"]["span_id"]) for child in children] == [None] * len(children), name
 
 
 def test_the_loop_guard_trip_is_stored_as_sent(traced: Traced) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sdk.telemetry import semconv as sc
-from tests.integration.conftest import PROJECT, Traced, span_id, trace_id
+from tests.integration.conftest import MODEL, PROJECT, Traced, span_id, trace_id
 
 BROWSER = "chromium"
 FLAGS = (
@@ -51,7 +51,7 @@ def test_the_trace_page_shows_the_call_its_phases_and_its_token_count(traced: Tr
     ARTIFACTS.mkdir(exist_ok=True)
     DOM.write_text(dom)
     total = traced.stored[span_id(root)]["attributes"][sc.LLM_TOKEN_COUNT_TOTAL]
-    for text in ("chat tiny", "prefill", "decode", f">{total}<"):  # the span tree and its token badge
+    for text in (f"chat {MODEL}", "prefill", "decode", f">{total}<"):  # the span tree and its token badge
         assert text in dom, f"{text!r} is not on the rendered trace page {url}"
 
 
