@@ -18,6 +18,7 @@ class Api(StrEnum):
     CHAT = "chat.completions"
     RESPONSES = "responses"
     MESSAGES = "messages"
+    COMPLETIONS = "completions"  # legacy text completions (`client.completions.create`)
 
 
 class Provider(StrEnum):

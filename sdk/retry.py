@@ -1,7 +1,9 @@
 """Retries with tenacity: exponential backoff with jitter, honouring Retry-After.
 
 Retried: transport faults (connection errors, timeouts, and a 200 whose JSON body was cut short),
-408, 409, 429 and 5xx (529 "overloaded" included). The wrapped client's own retries are turned off
+408, 409, 429 and 5xx (529 "overloaded" included), unless the answer says `x-should-retry: false`
+(and any error answer saying `x-should-retry: true`). Each attempt carries its number in
+`x-stainless-retry-count`, as the clients' own retries do (see `sdk.send`). The wrapped client's own retries are turned off
 so attempts never multiply, and one `Attempts` budget covers a call's retries and any reopening of
 its stream; when the attempts run out the caller gets the client's own exception.
 """
@@ -35,6 +37,7 @@ from sdk._constants import (
     RETRY_JITTER_SECONDS,
     RETRY_MAX_DELAY_SECONDS,
 )
+from sdk.compat import should_retry
 
 log = logging.getLogger("sdk")
 
@@ -73,11 +76,17 @@ def transport_errors() -> tuple[type[BaseException], ...]:
 
 
 def is_retryable(error: BaseException) -> bool:
-    """Whether a failed attempt is worth another: transient network or server trouble only."""
+    """Whether a failed attempt is worth another: transient network or server trouble only.
+
+    An error answer's `x-should-retry: true/false` header decides first, as in the clients' own
+    `_should_retry`.
+    """
     _, status = _error_classes()
     if isinstance(error, transport_errors()):
         return True
     if isinstance(error, status):
+        if (verdict := should_retry(error)) is not None:
+            return verdict
         code = getattr(error, "status_code", 0)
         return code in RETRYABLE_STATUS or code >= 500
     return False

@@ -1,31 +1,38 @@
-"""`sdk.wrap`: the client proxies (sync and async) and the interception of the four create methods.
+"""`sdk.wrap`: the client, with every model-calling method of `sdk.surface`'s table going through kvwise.
 
-The proxy is used exactly like the client it wraps. `chat.completions.create`, `responses.create`,
-`messages.create` and `messages.stream` run the request-rewrite chain, then send through the SDK's
-retries and telemetry; every other attribute is the wrapped client's own. Sends go through a copy
-of the client with `max_retries=0`, so attempts never multiply; a failed call raises the client's
-own exception (`errors.client_error`).
+The wrapped client reads and writes its attributes on the live client (so `client.api_key = ...`
+after wrapping is honoured), except the resources on the way to an intercepted one. An intercepted
+resource is a fresh instance of the client's own resource class on the live client whose
+intercepted methods are kvwise's: each runs the rewrite chain (`Chain.run`) on its arguments, then
+the client's own method on a copy of the resource that sends through `sdk.send.Sender`. So
+`parse`, the stream helpers and the `with_raw_response` / `with_streaming_response` forms (the
+client's rebindings of those methods, at resource and client level) are the client's own code
+around one kvwise send: one span, kvwise's retries, the stream guard.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import functools
+import inspect
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
+from sdk import compat, surface
 from sdk.adapters import adapter_for
-from sdk.adapters._base import timings_of
 from sdk.call import Api, Call, Provider
 from sdk.chain import Chain, Middleware
-from sdk.errors import client_error
 from sdk.fingerprint import PrefixTracker
 from sdk.policy import Policy
-from sdk.retry import Attempts, acall_with_retries, call_with_retries
-from sdk.stream import StreamWatch, guard_async, guard_sync
-from sdk.telemetry import CallRecord, Telemetry
+from sdk.send import Sender, Server
+from sdk.surface import Intercept, Kind, Path
+from sdk.telemetry import Telemetry
+
+ClientT = TypeVar("ClientT")
 
 _HOSTED = {"api.openai.com": Provider.OPENAI, "api.anthropic.com": Provider.ANTHROPIC}
+_RAW_FORMS = frozenset({"with_raw_response", "with_streaming_response"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,223 +42,208 @@ class _Shared:
     policy: Policy
     chain: Chain
     telemetry: Telemetry
-    is_async: bool
-    is_anthropic: bool
+    family: compat.Family
     provider: Provider | None
-    connection_error: type[Exception]  # the wrapped client's `APIConnectionError`
 
 
 def wrap(
-    client: Any,
+    client: ClientT,
     policy: Policy | None = None,
     *,
     tracer_provider: Any = None,
     meter_provider: Any = None,
     middleware: Sequence[Middleware] = (),
     provider: str | None = None,
-) -> Any:
-    """Wrap an `openai.OpenAI`, `openai.AsyncOpenAI`, `anthropic.Anthropic` or `anthropic.AsyncAnthropic`.
+) -> ClientT:
+    """Wrap an openai 3.x or anthropic 2.x client (sync or async; Azure, Bedrock, Vertex, Foundry too).
 
     >>> client = sdk.wrap(openai.OpenAI(), policy=sdk.Policy(max_output_tokens=512))
     >>> client.chat.completions.create(model="gpt-5.6", messages=[...])   # same call, same types
 
-    `provider` ("openai", "anthropic", "openai_compatible") says who serves the calls when the base
-    URL does not (a proxy or gateway in front of OpenAI); by default api.openai.com is OpenAI and
-    any other OpenAI-API server (vLLM, SGLang, llama.cpp, the local backend) caches prefixes by itself,
-    so it gets no cache keys, only the canonical order.
+    Type checkers see the client's own type. `provider` ("openai", "anthropic",
+    "openai_compatible") says who serves the calls when the base URL does not (a gateway in front
+    of OpenAI); by default api.openai.com is OpenAI and any other OpenAI-API server (vLLM, SGLang,
+    llama.cpp, the local backend) caches prefixes by itself, so it gets no cache keys, only the
+    canonical order.
     """
     policy = policy if policy is not None else Policy()
     if not isinstance(policy, Policy):
         raise TypeError(f"policy must be an sdk.Policy, got {type(policy).__name__}")
-    kind = _client_kind(client)
+    family = compat.client_family(client)
     if provider is not None and provider not in tuple(Provider):
         raise ValueError(f"provider must be one of {[p.value for p in Provider]}, got {provider!r}")
-    is_anthropic = kind in ("Anthropic", "AsyncAnthropic")
     shared = _Shared(
         policy=policy,
         chain=Chain(policy, PrefixTracker(), middleware),
         telemetry=Telemetry(policy, tracer_provider=tracer_provider, meter_provider=meter_provider),
-        is_async=kind in ("AsyncOpenAI", "AsyncAnthropic"),
-        is_anthropic=is_anthropic,
-        connection_error=__import__("anthropic" if is_anthropic else "openai").APIConnectionError,
+        family=family,
         provider=Provider(provider) if provider is not None else None,
     )
-    return WrappedClient(client, shared)
+    return cast(ClientT, WrappedClient(client, shared))
 
 
-def _client_kind(client: Any) -> str:
-    for module_name, names in (("openai", ("AsyncOpenAI", "OpenAI")), ("anthropic", ("AsyncAnthropic", "Anthropic"))):
-        try:
-            module = __import__(module_name)
-        except ImportError:
-            continue
-        for name in names:
-            if isinstance(client, getattr(module, name)):
-                return name
-    raise TypeError(
-        "sdk.wrap takes an openai.OpenAI, openai.AsyncOpenAI, anthropic.Anthropic or "
-        f"anthropic.AsyncAnthropic client, got {type(client).__name__}"
-    )
+class _Node:
+    """A client or resource on the way to an intercepted resource: attribute access goes to `target`
+    except the names leading to intercepted resources and the raw-response forms (built once)."""
 
+    __slots__ = ("_target", "_path", "_root", "_children")
 
-class _Proxy:
-    """Attribute access goes to `target`, except the names in `overrides` (built once, reused)."""
-
-    def __init__(self, target: Any, overrides: dict[str, Any]) -> None:
-        self._target = target
-        self._overrides = overrides
+    def __init__(self, target: Any, path: Path, root: WrappedClient | None = None) -> None:
+        object.__setattr__(self, "_target", target)
+        object.__setattr__(self, "_path", path)
+        object.__setattr__(self, "_root", root if root is not None else self)
+        object.__setattr__(self, "_children", {})
 
     def __getattr__(self, name: str) -> Any:
-        if name in self._overrides:
-            return self._overrides[name]
-        return getattr(self._target, name)
+        children: dict[str, Any] = self._children
+        if name in children:
+            return children[name]
+        if name in _RAW_FORMS:
+            value = type(getattr(self._target, name))(self)  # the client's own wrapper, rebinding our methods
+        else:
+            path = (*self._path, name)
+            family = self._root._shared.family.name
+            if surface.intercepted(family, path):
+                value = self._root._view(path, getattr(self._target, name))
+            elif surface.leads_to_intercepted(family, path):
+                value = _Node(getattr(self._target, name), path, self._root)
+            else:
+                return getattr(self._target, name)
+        children[name] = value
+        return value
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._target, name, value)
+
+    def __dir__(self) -> list[str]:
+        return dir(self._target)
 
     def __repr__(self) -> str:
         return f"<kvwise {self._target!r}>"
 
 
-class WrappedClient(_Proxy):
-    """The wrapped client: the original's attributes, with the create methods intercepted."""
+class WrappedClient(_Node):
+    """The wrapped client: the live client's attributes, with the table's methods intercepted."""
+
+    __slots__ = ("_shared", "_views", "_where")
 
     def __init__(self, client: Any, shared: _Shared) -> None:
-        self._client = client
-        self._shared = shared
-        self._sender = client.with_options(max_retries=0)
-        base = urlsplit(str(client.base_url))
-        self._server = (base.hostname, base.port or (443 if base.scheme == "https" else 80))
-        if shared.provider is not None:
-            self._provider = shared.provider
-        elif shared.is_anthropic:
-            self._provider = Provider.ANTHROPIC
-        else:
-            self._provider = _HOSTED.get(base.hostname or "", Provider.OPENAI_COMPATIBLE)
-        overrides: dict[str, Any] = {"with_options": self._with_options}
-        if shared.is_anthropic:
-            overrides["messages"] = _Proxy(
-                client.messages,
-                {
-                    "create": self._method(Api.MESSAGES, lambda: self._sender.messages.create),
-                    "stream": self._message_stream,
-                },
-            )
-        else:
-            create_chat = self._method(Api.CHAT, lambda: self._sender.chat.completions.create)
-            overrides["chat"] = _Proxy(client.chat, {"completions": _Proxy(client.chat.completions, {"create": create_chat})})
-            overrides["responses"] = _Proxy(
-                client.responses, {"create": self._method(Api.RESPONSES, lambda: self._sender.responses.create)}
-            )
-        super().__init__(client, overrides)
+        super().__init__(client, ())
+        object.__setattr__(self, "_shared", shared)
+        object.__setattr__(self, "_views", {})
+        object.__setattr__(self, "_where", ("", Provider.OPENAI, (None, None)))
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:  # isinstance(wrapped, openai.OpenAI) holds, as for the bare client
+        return type(self._target)
 
     def __enter__(self) -> WrappedClient:
-        self._client.__enter__()
+        self._target.__enter__()
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
-        self._client.__exit__(*exc_info)
+        self._target.__exit__(*exc_info)
 
     async def __aenter__(self) -> WrappedClient:
-        await self._client.__aenter__()
+        await self._target.__aenter__()
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:
-        await self._client.__aexit__(*exc_info)
+        await self._target.__aexit__(*exc_info)
 
-    def _with_options(self, **options: Any) -> WrappedClient:
-        return WrappedClient(self._client.with_options(**options), self._shared)
+    def with_options(self, *args: Any, **options: Any) -> WrappedClient:
+        """The client's `with_options` (alias `copy`), wrapped under the same policy and telemetry."""
+        return WrappedClient(self._target.with_options(*args, **options), self._shared)
 
-    def _prepare(self, api: Api, kwargs: dict[str, Any]) -> tuple[Call, dict[str, Any]]:
+    copy = with_options
+
+    def _view(self, path: Path, resource: Any) -> Any:
+        """The intercepted resource at `path`: the client's own class, kvwise's methods (made once)."""
+        views: dict[Path, Any] = self._views
+        if path in views:
+            return views[path]
+        view = compat.new_resource(resource)
+        for spec in surface.intercepted(self._shared.family.name, path):
+            setattr(view, spec.method, self._method(view, spec))
+        for child in surface.INTERCEPTED[self._shared.family.name]:
+            if child[:-1] == path and (sub := getattr(resource, child[-1], None)) is not None:
+                setattr(view, child[-1], self._view(child, sub))
+        views[path] = view
+        return view
+
+    def _method(self, view: Any, spec: Intercept) -> Callable[..., Any]:
+        """kvwise's `spec.method` of `view`: the chain, then the client's own method sending through kvwise."""
+        original = getattr(type(view), spec.method)
+        if inspect.iscoroutinefunction(original):
+
+            async def amethod(*args: Any, **kwargs: Any) -> Any:
+                sender, native = self._prepare(view, spec, original, kwargs)
+                return await original(sender, *args, **native)
+
+            method: Callable[..., Any] = amethod
+        else:
+
+            def method(*args: Any, **kwargs: Any) -> Any:
+                sender, native = self._prepare(view, spec, original, kwargs)
+                return original(sender, *args, **native)
+
+        return functools.update_wrapper(method, original, assigned=("__module__", "__name__", "__qualname__", "__doc__"), updated=())
+
+    def _prepare(self, view: Any, spec: Intercept, original: Callable[..., Any], kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """Rewrite the arguments of one call; return the resource copy to send it through, and them."""
+        shared = self._shared
+        provider, server = self._provider_and_server()
+        if spec.kind is Kind.BATCH:
+            call, native = self._rewrite_batch(spec.api, provider, kwargs)
+        else:
+            call = adapter_for(spec.api).to_call(kwargs, provider)
+            shared.chain.run(call)
+            native = adapter_for(spec.api).to_kwargs(call)
+            if spec.kind is Kind.COUNT:
+                native = _accepted(original, native)
+        family = shared.family
+        sender = Sender(call, spec.kind, compat.resource_client(view), server, shared.policy, shared.telemetry, family.connection_error)
+        return compat.with_send(view, sender.apost if family.is_async else sender.post), native
+
+    def _rewrite_batch(self, api: Api, provider: Provider, kwargs: dict[str, Any]) -> tuple[Call, dict[str, Any]]:
+        """Every request of a batch through the chain; the batch's span describes its first request."""
         adapter = adapter_for(api)
-        call = adapter.to_call(kwargs, self._provider)
-        self._shared.chain.run(call)
-        return call, adapter.to_kwargs(call)
+        requests, calls = [], []
+        for request in kwargs.get("requests") or ():
+            call = adapter.to_call(dict(request["params"]), provider)
+            self._shared.chain.run(call)
+            calls.append(call)
+            requests.append({**request, "params": adapter.to_kwargs(call)})
+        first = calls[0] if calls else adapter.to_call({"model": "", "messages": []}, provider)
+        return first, {**kwargs, "requests": requests}
 
-    def _method(self, api: Api, native: Callable[[], Callable[..., Any]]) -> Callable[..., Any]:
-        if self._shared.is_async:
-
-            async def acreate(**kwargs: Any) -> Any:
-                call, native_kwargs = self._prepare(api, kwargs)
-                return await self._asend(call, lambda: native()(**native_kwargs))
-
-            return acreate
-
-        def create(**kwargs: Any) -> Any:
-            call, native_kwargs = self._prepare(api, kwargs)
-            return self._send(call, lambda: native()(**native_kwargs))
-
-        return create
-
-    def _send(self, call: Call, send: Callable[[], Any]) -> Any:
-        policy = self._shared.policy
-        record = self._shared.telemetry.start(call, self._server)
-        attempts = Attempts(policy.retries, record.attempt)
-        try:
-            with record.activate():
-                result = call_with_retries(send, attempts)
-        except BaseException as error:
-            raise self._failed(record, error)
-        if call.stream:
-            watch = StreamWatch(adapter_for(call.api), call, policy, record, attempts)
-            return guard_sync(result, watch, lambda: call_with_retries(send, attempts))
-        return _finish(call, result, record)
-
-    async def _asend(self, call: Call, send: Callable[[], Any]) -> Any:
-        policy = self._shared.policy
-        record = self._shared.telemetry.start(call, self._server)
-        attempts = Attempts(policy.retries, record.attempt)
-        try:
-            with record.activate():
-                result = await acall_with_retries(send, attempts)
-        except BaseException as error:
-            raise self._failed(record, error)
-        if call.stream:
-            watch = StreamWatch(adapter_for(call.api), call, policy, record, attempts)
-            return guard_async(result, watch, lambda: acall_with_retries(send, attempts))
-        return _finish(call, result, record)
-
-    def _failed(self, record: CallRecord, error: BaseException) -> BaseException:
-        """End the telemetry of a call whose attempts all failed; return what the caller gets."""
-        failure = client_error(error, self._shared.connection_error)
-        record.end(error=failure)
-        return failure
-
-    def _message_stream(self, **kwargs: Any) -> Any:
-        """`messages.stream(...)`: the client's own stream manager around a guarded raw stream."""
-        call, native_kwargs = self._prepare(Api.MESSAGES, kwargs)
-        call.params["stream"] = True
-        stream = self._sender.messages.stream
-        request_of = lambda manager: getattr(manager, f"_{type(manager).__name__}__api_request")  # noqa: E731
-        if self._shared.is_async:
-            from anthropic.lib.streaming import AsyncMessageStreamManager
-
-            async def open_async() -> Any:
-                return await self._asend(call, lambda: request_of(stream(**native_kwargs)))
-
-            return AsyncMessageStreamManager(open_async(), output_format=kwargs.get("output_format", _not_given()))
-        from anthropic.lib.streaming import MessageStreamManager
-
-        return MessageStreamManager(
-            lambda: self._send(call, lambda: request_of(stream(**native_kwargs))()),
-            output_format=kwargs.get("output_format", _not_given()),
-        )
+    def _provider_and_server(self) -> tuple[Provider, Server]:
+        """Who serves the live client's base URL (read at each call: it may have been changed)."""
+        base_url = str(self._target.base_url)
+        key, provider, server = self._where
+        if key != base_url:
+            base = urlsplit(base_url)
+            server = (base.hostname, base.port or (443 if base.scheme == "https" else 80))
+            provider = self._shared.provider or (
+                Provider.ANTHROPIC
+                if self._shared.family.name == "anthropic"
+                else _HOSTED.get(base.hostname or "", Provider.OPENAI_COMPATIBLE)
+            )
+            object.__setattr__(self, "_where", (base_url, provider, server))
+        return provider, server
 
 
-def _not_given() -> Any:
-    from anthropic import NOT_GIVEN
+@functools.cache
+def _parameters(function: Callable[..., Any]) -> frozenset[str] | None:
+    """The keyword parameters `function` takes (None: it takes any)."""
+    parameters = inspect.signature(function).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return frozenset(p.name for p in parameters)
 
-    return NOT_GIVEN
 
-
-def _finish(call: Call, response: Any, record: CallRecord) -> Any:
-    """Finish a non-streamed call: client-side stops, then telemetry."""
-    adapter = adapter_for(call.api)
-    if call.client_stops:
-        adapter.truncate_text(response, call.client_stops)
-    record.end(
-        usage=adapter.usage(response),
-        response_id=getattr(response, "id", None),
-        response_model=getattr(response, "model", None),
-        finish_reasons=adapter.finish_reasons(response),
-        timings=timings_of(response),
-        output_text=adapter.output_text(response) if record.captures_content else None,
-    )
-    return response
+def _accepted(function: Callable[..., Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """`kwargs` without what `function` does not take (the output parameters the guards add to a
+    prompt that is only counted)."""
+    names = _parameters(function)
+    return dict(kwargs) if names is None else {key: value for key, value in kwargs.items() if key in names}

@@ -18,6 +18,10 @@ def adapter_for(api: Api) -> Adapter:
         from sdk.adapters.openai_chat import ChatAdapter
 
         return ChatAdapter()
+    if api is Api.COMPLETIONS:
+        from sdk.adapters.openai_completions import CompletionsAdapter
+
+        return CompletionsAdapter()
     if api is Api.RESPONSES:
         from sdk.adapters.openai_responses import ResponsesAdapter
 

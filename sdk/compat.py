@@ -1,0 +1,164 @@
+"""Every contact kvwise has with the clients' private parts, checked against the installed release.
+
+openai 3.x and anthropic 2.x are generated from one template (Stainless), and kvwise relies on these
+parts of it, nowhere else:
+
+- a resource's `_post` (the bound send all its methods call): `with_send` copies a resource and
+  swaps `_post` for kvwise's send, so the client's own `create`, `parse` and stream helpers run
+  unchanged around it;
+- the request options `max_retries` and `headers`, and the header names `x-stainless-retry-count`
+  (set per attempt), `x-should-retry` (read from an error answer) and `X-Stainless-Raw-Response`
+  (marks the `with_raw_response` / `with_streaming_response` forms);
+- a raw response's parse cache (`_parsed_by_type`), so `.parse()` of a streamed raw response gives
+  the guarded stream;
+- a stream's `_iterator` (what the stream guard replaces);
+- `APIConnectionError(message=..., request=...)`.
+
+`client_family` runs at `wrap()` time and raises `UnsupportedClient`, naming the supported
+releases, when the installed client is not one of them or lacks one of these parts.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sdk.errors import KvwiseError
+
+SUPPORTED_MAJOR = {"openai": 3, "anthropic": 2}
+"""The client releases kvwise is built against: openai 3.x, anthropic 2.x."""
+SUPPORTED = "openai 3.x (OpenAI, AzureOpenAI and their async twins) or anthropic 2.x (Anthropic, AnthropicBedrock, AnthropicVertex, AnthropicFoundry and their async twins)"
+
+RETRY_COUNT_HEADER = "x-stainless-retry-count"
+SHOULD_RETRY_HEADER = "x-should-retry"
+RAW_RESPONSE_HEADER = "X-Stainless-Raw-Response"
+
+
+class UnsupportedClient(KvwiseError, TypeError):
+    """`sdk.wrap` was given a client, or a client release, it does not know."""
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """What kvwise needs to know about a wrapped client's package."""
+
+    name: str  # "openai" or "anthropic"
+    is_async: bool
+    connection_error: type[Exception]  # the package's `APIConnectionError`
+
+
+def client_family(client: object) -> Family:
+    """The family of a supported client; `UnsupportedClient` for anything else."""
+    for name in SUPPORTED_MAJOR:
+        try:
+            base = importlib.import_module(f"{name}._base_client")
+        except ImportError:
+            continue
+        if isinstance(client, (base.SyncAPIClient, base.AsyncAPIClient)):
+            _check_release(name)
+            module = importlib.import_module(name)
+            return Family(name, isinstance(client, base.AsyncAPIClient), module.APIConnectionError)
+    raise UnsupportedClient(f"sdk.wrap takes a client of {SUPPORTED}, got {type(client).__module__}.{type(client).__name__}")
+
+
+@functools.cache
+def _check_release(name: str) -> None:
+    """Raise `UnsupportedClient` unless the installed `name` is a supported release with the parts above."""
+    module = importlib.import_module(name)
+    version = str(getattr(module, "__version__", "0"))
+    major = version.split(".", 1)[0]
+    if major != str(SUPPORTED_MAJOR[name]):
+        raise UnsupportedClient(f"sdk.wrap supports {SUPPORTED}; the installed {name} is {version}: install {name}=={SUPPORTED_MAJOR[name]}.*")
+    types = importlib.import_module(f"{name}._types")
+    resource = importlib.import_module(f"{name}._resource")
+    response = importlib.import_module(f"{name}._response")
+    streaming = importlib.import_module(f"{name}._streaming")
+    missing = [
+        what
+        for what, present in (
+            ("RequestOptions.max_retries", "max_retries" in types.RequestOptions.__annotations__),
+            ("RequestOptions.headers", "headers" in types.RequestOptions.__annotations__),
+            ("SyncAPIResource._post", "self._post = client.post" in _source(resource.SyncAPIResource.__init__)),
+            ("APIResponse._parsed_by_type", "_parsed_by_type" in response.BaseAPIResponse.__annotations__),
+            ("Stream._iterator", "self._iterator" in _source(streaming.Stream.__init__)),
+        )
+        if not present
+    ]
+    if missing:
+        raise UnsupportedClient(
+            f"sdk.wrap supports {SUPPORTED}; the installed {name} {version} lacks {', '.join(missing)}, which kvwise relies on"
+        )
+
+
+def _source(function: Callable[..., Any]) -> str:
+    """`function`'s source; where none is installed (bytecode only) the check is skipped."""
+    try:
+        return inspect.getsource(function)
+    except (OSError, TypeError):
+        return "self._post = client.post self._iterator"
+
+
+def resource_client(resource: Any) -> Any:
+    """The client a resource sends through."""
+    return resource._client
+
+
+def new_resource(resource: Any) -> Any:
+    """A fresh resource of the same class on the same client: none of `resource`'s cached sub-resources."""
+    return type(resource)(resource._client)
+
+
+def with_send(resource: Any, post: Callable[..., Any]) -> Any:
+    """A copy of `resource` whose methods send through `post` (same signature as the client's `post`)."""
+    sender = object.__new__(type(resource))
+    sender.__dict__.update(resource.__dict__)
+    sender._post = post
+    return sender
+
+
+def attempt_options(options: Mapping[str, Any] | None, retries_taken: int) -> dict[str, Any]:
+    """Request options for one attempt: the client's own retries off, and the attempt's retry count
+    in the header the client's own retries set."""
+    merged = dict(options or {})
+    merged["max_retries"] = 0
+    merged["headers"] = {**(merged.get("headers") or {}), RETRY_COUNT_HEADER: str(retries_taken)}
+    return merged
+
+
+def raw_mode(options: Mapping[str, Any] | None) -> str | None:
+    """Which raw-response form a request is ("raw", "true", "stream"), or None for a plain call."""
+    headers = (options or {}).get("headers") or {}
+    value = headers.get(RAW_RESPONSE_HEADER)
+    return value if isinstance(value, str) else None
+
+
+def should_retry(error: BaseException) -> bool | None:
+    """What the server's `x-should-retry` header on an error answer says (None: it says nothing)."""
+    response = getattr(error, "response", None)
+    headers = getattr(response, "headers", None)
+    value = headers.get(SHOULD_RETRY_HEADER) if headers is not None else None
+    return {"true": True, "false": False}.get(value) if isinstance(value, str) else None
+
+
+def cache_parsed(raw: Any, value: Any) -> None:
+    """Make `raw.parse()` return `value` (the guarded stream) from now on."""
+    raw._parsed_by_type[raw._cast_to] = value
+
+
+def stream_iterator(stream: Any) -> Any:
+    """The event iterator a client's `Stream` / `AsyncStream` reads from."""
+    return stream._iterator
+
+
+def set_stream_iterator(stream: Any, iterator: Any) -> None:
+    """Make a client's stream read its events from `iterator`."""
+    stream._iterator = iterator
+
+
+def connection_error(error_class: Callable[..., Exception], message: str) -> Exception:
+    """A client's `APIConnectionError` for a fault that has no HTTP request of its own."""
+    return error_class(message=message, request=None)
