@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -25,13 +27,18 @@ ARTIFACTS = Path(__file__).parent / "artifacts"
 SCREENSHOT = ARTIFACTS / "phoenix-trace.png"
 DOM = ARTIFACTS / "phoenix-trace.html"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+TOTAL_COST = re.compile(r">Total Cost</h3><span[^>]*>([^<]*)</span>")
+"""The trace header's "Total Cost" value, as Phoenix renders it."""
+UNDER_A_CENT = "<$0.01"
+"""How Phoenix shows a cost above zero and under a cent (zero is `$0`, no cost at all `--`)."""
+CENT = 0.01
 
 
 @pytest.fixture(scope="module")
 def browser() -> str:
     path = shutil.which(BROWSER)
     if path is None:
-        pytest.fail(f"no `{BROWSER}` on PATH: install Debian's (`apt-get install -y chromium`, as .ci/run does)")
+        pytest.fail(f"no `{BROWSER}` on PATH: install Debian's (`apt-get install -y chromium`, as `make test` does)")
     return path
 
 
@@ -44,7 +51,7 @@ def _render(browser: str, url: str, profile: Path, *output: str) -> str:
     return result.stdout
 
 
-def test_the_trace_page_shows_the_call_its_phases_and_its_token_count(traced: Traced, browser: str, tmp_path: Path) -> None:
+def test_the_trace_page_shows_the_call_its_phases_its_token_count_and_its_cost(traced: Traced, browser: str, tmp_path: Path) -> None:
     root = traced.roots["cached"]
     url = traced.phoenix.trace_url(PROJECT, trace_id(root))
     dom = _render(browser, url, tmp_path / "dom-profile", "--dump-dom")
@@ -53,6 +60,10 @@ def test_the_trace_page_shows_the_call_its_phases_and_its_token_count(traced: Tr
     total = traced.stored[span_id(root)]["attributes"][sc.LLM_TOKEN_COUNT_TOTAL]
     for text in (f"chat {MODEL}", "prefill", "decode", f">{total}<"):  # the span tree and its token badge
         assert text in dom, f"{text!r} is not on the rendered trace page {url}"
+    cost = traced.phoenix.span_cost(span_id(root))  # Phoenix's own pricing of the call, read by GraphQL
+    assert cost is not None and 0 < cost < CENT, cost
+    shown = TOTAL_COST.search(dom)
+    assert shown is not None and html.unescape(shown[1]) == UNDER_A_CENT, f"the trace's Total Cost on {url}"
 
 
 def test_a_screenshot_of_the_trace_page_is_kept_as_an_artifact(traced: Traced, browser: str, tmp_path: Path) -> None:
