@@ -4,8 +4,8 @@ Starts the local backend on a free loopback port, points real `openai` and `anth
 it, and prints, with numbers from this run: (a) cache hits with and without `sdk.wrap` when the
 system prompt starts with a request ID and a timestamp, (b) tokens decoded on a looping prompt
 with and without the guards, (c) a per-call table read from the OpenTelemetry spans, and (d) OTLP
-export when OTEL_EXPORTER_OTLP_ENDPOINT is set. With `--phoenix` (`make phoenix-demo`, needs the
-`phoenix` extra) it first starts Arize Phoenix on a free loopback port, exports the traces there,
+export when OTEL_EXPORTER_OTLP_ENDPOINT is set. With `--phoenix` (`make phoenix-demo`, Phoenix from
+its own venv) it first starts Arize Phoenix on a free loopback port, exports the traces there,
 prints the page to open and keeps Phoenix running until Ctrl-C.
 """
 

@@ -1,6 +1,6 @@
 """Export kvwise's spans to Arize Phoenix: `sdk.telemetry.setup` with Phoenix's URL and a project name.
 
-    pip install 'kvwise[phoenix]' && phoenix serve &         # UI, OTLP and REST on http://127.0.0.1:6006
+    make phoenix &                                           # UI, OTLP and REST on http://127.0.0.1:6006
     python -m local_backend serve --model default &
     python -m examples.export_phoenix http://127.0.0.1:8000 http://127.0.0.1:6006
 
