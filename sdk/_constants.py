@@ -9,14 +9,16 @@ RETRY_JITTER_SECONDS = 1.0  # random extra wait added to each backoff, so client
 RETRY_AFTER_CAP_SECONDS = 60.0  # a longer server Retry-After is ignored (backoff is used instead)
 
 # Loop guard
-LOOP_MIN_REPEATS = 4  # back-to-back occurrences of a period before the guard trips
-LOOP_MIN_SPAN_CHARS = 640  # span a period without letters ("====", "0, ") must reach; divided by its distinct letters
+LOOP_MIN_REPEATS = 3  # back-to-back copies of a prose period before the guard trips ("cut within 3 periods")
+LOOP_MIN_SPAN_CHARS = 480  # span a period without letters ("====", "0, ") must reach; divided by its distinct letters
 LOOP_DIVERSE_UNIT_LETTERS = 8  # distinct letters from which a period counts as prose-like (the divisor's cap)
 LOOP_MAX_PERIOD_CHARS = 256  # longest period looked for (a short paragraph)
 LOOP_WINDOW_CHARS = 1024  # recent text kept; at least max(MIN_REPEATS * MAX_PERIOD_CHARS, MIN_SPAN_CHARS)
 LOOP_PROBE_CHARS = 16  # length of the recent suffix searched for to find candidate periods
 LOOP_CHECK_EVERY_CHARS = 16  # new characters needed before the next check
 LOOP_MAX_CANDIDATES = 12  # candidate periods verified per check, nearest first (bounds the worst case)
+LOOP_STRUCTURED_MIN_REPEATS = 64  # copies of a record-like period (rows, log lines, JSON records) before it trips ...
+LOOP_STRUCTURED_MIN_SPAN_CHARS = 4096  # ... and the span they must reach: a legitimate list of repeats passes
 
 # Volatile content
 VOLATILE_MIN_HEX_CHARS = 16  # a hex run this long (with digits and letters) is a nonce

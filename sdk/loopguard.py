@@ -4,6 +4,8 @@ Decoding that reinforces its recent tokens falls into loops, the same span of te
 back-to-back until the token cap. Each looping token costs money and time and adds nothing, so the
 stream guard feeds every text delta to a `LoopDetector` and, when it trips, closes the HTTP stream
 (the server stops decoding) and ends the caller's stream with the provider's truncation signal.
+Answers that repeat on purpose (identical records, table rows, log lines, unrolled code) are told
+apart by the shape of the repeating unit (`sdk.repetition`) and pass.
 
 The detector is pure (no I/O) and cheap: it runs on every chunk of every stream. It keeps a bounded
 window of recent text, looks only after enough new text arrived, finds candidate periods with
@@ -13,6 +15,7 @@ window of recent text, looks only after enough new text arrived, finds candidate
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sdk._constants import (
     LOOP_CHECK_EVERY_CHARS,
@@ -22,8 +25,14 @@ from sdk._constants import (
     LOOP_MIN_REPEATS,
     LOOP_MIN_SPAN_CHARS,
     LOOP_PROBE_CHARS,
+    LOOP_STRUCTURED_MIN_REPEATS,
+    LOOP_STRUCTURED_MIN_SPAN_CHARS,
     LOOP_WINDOW_CHARS,
 )
+from sdk.repetition import is_structured, wants_structured_output
+
+if TYPE_CHECKING:
+    from sdk.call import Call
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,34 +45,41 @@ class Loop:
 
 
 class LoopDetector:
-    """Trips when the streamed text ends in a span that repeats back-to-back.
+    """Trips when the streamed text ends in a span of prose that repeats back-to-back.
 
     Usage::
 
-        detector = LoopDetector()
+        detector = LoopDetector.for_call(call)  # or LoopDetector()
         for delta in deltas:
             if detector.feed(delta) is not None:
                 break  # close upstream, end the stream as truncated
 
     Rule. For a period `p` (1 <= p <= max_period_chars) let `L(p)` be the length of the longest
     suffix of the text with period `p` (each character equals the one `p` later) and `a` the number
-    of distinct letters (any script) in the repeating unit. The detector trips when, for some `p`::
+    of distinct letters (any script) in the repeating unit. A unit qualifies when, for some `p`::
 
         L(p) >= required(p) = max(min_repeats * p, ceil(min_span_chars / clamp(a, 1, DIVERSE)))
 
-    where DIVERSE is `LOOP_DIVERSE_UNIT_LETTERS`. With the defaults (4, 640, 8): a sentence of 20
-    to 256 characters with 8 or more distinct letters trips after 4 repeats; a unit
-    with few distinct letters needs a long span, so separators (`"=" * 80`, `|---|---|`), short
-    arrays and rows of numbers (`[0, 0, 0, 0],`) pass: "=", "|---" and "0, " need 640 characters,
-    "ha " 320, "the " 214, "None,\n" 160.
+    where DIVERSE is `LOOP_DIVERSE_UNIT_LETTERS`. With the defaults (3, 480, 8): a sentence of 20
+    to 256 characters with 8 or more distinct letters qualifies on the chunk that completes its
+    third copy; a unit with few distinct letters needs a long span, so separators (`"=" * 80`),
+    short rows of numbers and interjections pass: "=" and "0, " need 480 characters, "ha " 240,
+    "the " 160.
 
-    The check runs once at least `LOOP_CHECK_EVERY_CHARS` new characters arrived, so a loop is
-    seen at most that many characters (plus one chunk) after it qualifies. Candidate periods are
-    the offsets at which the last `LOOP_PROBE_CHARS` characters recur, so a qualifying run must also
-    be at least `p + LOOP_PROBE_CHARS` long, which every `required(p)` of the defaults is. A check
-    tries at most `LOOP_MAX_CANDIDATES` of them, nearest first: a tail of one repeated character can
-    recur at every offset of an earlier run, and a later check, with a more varied tail, finds the
-    longer period. Memory is bounded by `window_chars` (plus one chunk).
+    A qualifying unit that reads as records (`sdk.repetition.is_structured`: table rows, log lines,
+    code, JSON records, and with `structured_output` anything crossing JSON tokens) trips only once
+    its run reaches `max(LOOP_STRUCTURED_MIN_REPEATS * p, LOOP_STRUCTURED_MIN_SPAN_CHARS)` (64
+    copies and 4096 characters): the detector follows that run past its window, checking only that
+    each new character equals the one `p` before. Prose trips at once.
+
+    The check runs once at least `LOOP_CHECK_EVERY_CHARS` new characters arrived, or sooner when a
+    candidate's run is that close to its `required(p)`: then the next check comes exactly when the
+    run can reach it, so a loop is seen on the chunk that completes it. Candidate periods are the
+    offsets at which the last `LOOP_PROBE_CHARS` characters recur, so a qualifying run must also be
+    at least `p + LOOP_PROBE_CHARS` long, which every `required(p)` of the defaults is. A check tries
+    at most `LOOP_MAX_CANDIDATES` of them, nearest first: a tail of one repeated character can recur
+    at every offset of an earlier run, and a later check, with a more varied tail, finds the longer
+    period. Memory is bounded by `window_chars` (plus one chunk).
     """
 
     __slots__ = (
@@ -71,9 +87,14 @@ class LoopDetector:
         "_min_span",
         "_max_period",
         "_window",
+        "_structured_output",
         "_text",
         "_pending",
         "_pending_chars",
+        "_next_check",
+        "_follow_period",
+        "_follow_chars",
+        "_follow_required",
         "_tripped",
     )
 
@@ -84,6 +105,7 @@ class LoopDetector:
         min_span_chars: int = LOOP_MIN_SPAN_CHARS,
         max_period_chars: int = LOOP_MAX_PERIOD_CHARS,
         window_chars: int = LOOP_WINDOW_CHARS,
+        structured_output: bool = False,
     ) -> None:
         if min_repeats < 2:
             raise ValueError(f"LoopDetector min_repeats must be at least 2, got {min_repeats!r}")
@@ -101,10 +123,20 @@ class LoopDetector:
         self._min_span = min_span_chars
         self._max_period = max_period_chars
         self._window = window_chars
+        self._structured_output = structured_output
         self._text = ""
         self._pending: list[str] = []
         self._pending_chars = 0
+        self._next_check = LOOP_CHECK_EVERY_CHARS
+        self._follow_period = 0  # period of the structured run being followed (0: none)
+        self._follow_chars = 0
+        self._follow_required = 0
         self._tripped: Loop | None = None
+
+    @classmethod
+    def for_call(cls, call: Call) -> LoopDetector:
+        """The detector for one call: JSON-aware when the call asks for structured output."""
+        return cls(structured_output=wants_structured_output(call.params))
 
     @property
     def tripped(self) -> Loop | None:
@@ -117,22 +149,60 @@ class LoopDetector:
             return self._tripped
         self._pending.append(text)
         self._pending_chars += len(text)
-        if self._pending_chars < LOOP_CHECK_EVERY_CHARS:
+        if self._pending_chars < self._next_check:
             return None
+        new = self._pending_chars
         window = (self._text + "".join(self._pending))[-self._window :]
         self._pending.clear()
         self._pending_chars = 0
-        self._tripped = self._find(window)
+        self._next_check = LOOP_CHECK_EVERY_CHARS
+        if self._follow_period and self._follows(window, new):
+            self._tripped = self._structured_loop(window)
+        else:
+            self._follow_period = 0
+            if (found := self._find(window)) is not None:
+                self._tripped = self._judge(window, *found)
         self._text = "" if self._tripped is not None else window
         return self._tripped
 
+    def _follows(self, text: str, new: int) -> bool:
+        """Whether the `new` characters at the end of `text` continue the followed run."""
+        period = self._follow_period
+        if new + period > len(text) or not _has_period(text, period, new + period):
+            return False
+        self._follow_chars += new
+        return True
+
+    def _structured_loop(self, text: str) -> Loop | None:
+        """The followed structured run as a `Loop` once it is long enough, else None."""
+        period = self._follow_period
+        if self._follow_chars < self._follow_required:
+            return None
+        repeats = self._follow_chars // period
+        unit = _readable(text[len(text) - period :])
+        return Loop(unit=unit, repeats=repeats, chars=repeats * period)
+
+    def _judge(self, text: str, period: int, run: int) -> Loop | None:
+        """The loop `text` ends in (`run` characters of period `period`) if it is prose; a structured
+        one is followed instead, and a `Loop` only once it is long enough."""
+        n = len(text)
+        unit = text[n - run : n - run + period]
+        if not is_structured(unit, self._structured_output):
+            repeats = run // period
+            return Loop(unit=_readable(unit), repeats=repeats, chars=repeats * period)
+        self._follow_period = period
+        self._follow_chars = run
+        self._follow_required = max(LOOP_STRUCTURED_MIN_REPEATS * period, LOOP_STRUCTURED_MIN_SPAN_CHARS)
+        return self._structured_loop(text)
+
     def _required(self, period: int, letters: int) -> int:
-        """The run length at which a period with `letters` distinct letters trips."""
+        """The run length at which a period with `letters` distinct letters qualifies."""
         diverse = min(max(letters, 1), LOOP_DIVERSE_UNIT_LETTERS)
         return max(self._min_repeats * period, -(-self._min_span // diverse))
 
-    def _find(self, text: str) -> Loop | None:
-        """The loop `text` ends in, if any; candidate periods nearest first."""
+    def _find(self, text: str) -> tuple[int, int] | None:
+        """(period, run) of the first qualifying candidate, nearest first; arms `_next_check` for
+        a candidate whose run is within `LOOP_CHECK_EVERY_CHARS` of qualifying."""
         n = len(text)
         probe_len = LOOP_PROBE_CHARS
         if n <= probe_len:
@@ -144,15 +214,20 @@ class LoopDetector:
             if (start := text.rfind(probe, low, end)) < 0:
                 return None
             period = n - probe_len - start
-            fails_at = min(self._min_repeats * period, n + 1)  # a length known not to have the period
-            if fails_at <= n and _has_period(text, period, fails_at):
+            # The rfind hit gives the period to probe_len + period characters; a shorter run than
+            # `near` is too far from any required(p) to arm the next check.
+            near = max(probe_len + period, self._min_repeats * period - LOOP_CHECK_EVERY_CHARS)
+            fails_at = min(near, n + 1)  # a length known not to have the period (n + 1: none)
+            if near <= n and _has_period(text, period, near):
                 required = self._required(period, _distinct_letters(text[n - period :]))
                 if required <= n and _has_period(text, period, required):
-                    run = _periodic_suffix(text, period, required)
-                    repeats = run // period
-                    unit = _readable(text[n - run : n - run + period])
-                    return Loop(unit=unit, repeats=repeats, chars=repeats * period)
+                    return period, _periodic_suffix(text, period, required)
                 fails_at = min(required, n + 1)
+                near = max(near, required - LOOP_CHECK_EVERY_CHARS)
+                if near < fails_at and _has_period(text, period, near):
+                    run = _periodic_suffix(text, period, near, below=fails_at)
+                    self._next_check = min(self._next_check, required - run)
+                    fails_at = run + 1
             end = start + probe_len - 1
             if period <= probe_len:
                 # No other period recurs inside this run (Fine-Wilf), so search before it.

@@ -1,15 +1,22 @@
-"""The loop guard's detector: trips within a few periods on loops, never on realistic text."""
+"""The loop guard's detector: cuts runaway prose within 3 periods, never realistic or repetitive answers."""
 
 from __future__ import annotations
 
 import itertools
 import random
+import re
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sdk.adapters import adapter_for
+from sdk.call import Api, Provider
 from sdk.loopguard import Loop, LoopDetector
+from sdk.repetition import is_structured, wants_structured_output
+from tests.sdk.loop_corpus import LEGITIMATE, RUNAWAY_PROSE, RUNAWAY_SHORT, STRUCTURED_RUNAWAY
+from tests.simulator.tokens import tokenize
 
 PROSE = """\
 Prefill and decode stress a GPU in different ways. Prefill processes the whole prompt at once, so it
@@ -169,16 +176,55 @@ REALISTIC = {
 }
 
 
-def feed_in_chunks(detector: LoopDetector, text: str, seed: int) -> tuple[int, Loop] | None:
-    """Feed `text` in random chunks of 1 to 20 characters; return (characters fed, loop) on a trip."""
+def random_chunks(text: str, seed: int) -> list[str]:
+    """Chunks of 1 to 20 characters."""
     rng = random.Random(seed)
+    chunks: list[str] = []
+    while (fed := sum(map(len, chunks))) < len(text):
+        chunks.append(text[fed : fed + rng.randint(1, 20)])
+    return chunks
+
+
+def token_chunks(text: str, seed: int) -> list[str]:
+    """One token per chunk, as OpenAI streams (the simulator's tokenizer: a word or a punctuation mark)."""
+    return tokenize(text)
+
+
+def burst_chunks(text: str, seed: int) -> list[str]:
+    """1 to 6 tokens per chunk, as Anthropic and busy servers batch them."""
+    rng = random.Random(seed)
+    tokens = tokenize(text)
+    chunks: list[str] = []
+    while tokens:
+        size = rng.randint(1, 6)
+        chunks.append("".join(tokens[:size]))
+        del tokens[:size]
+    return chunks
+
+
+CHUNKINGS: dict[str, Callable[[str, int], list[str]]] = {"random": random_chunks, "tokens": token_chunks, "bursts": burst_chunks}
+
+
+def feed_chunks(detector: LoopDetector, chunks: list[str]) -> tuple[int, Loop, str] | None:
+    """Feed `chunks` in order; on a trip return (characters fed, the loop, the chunk that tripped it)."""
     fed = 0
-    while fed < len(text):
-        chunk = text[fed : fed + rng.randint(1, 20)]
+    for chunk in chunks:
         fed += len(chunk)
         if (loop := detector.feed(chunk)) is not None:
-            return fed, loop
+            return fed, loop, chunk
     return None
+
+
+def feed_in_chunks(detector: LoopDetector, text: str, seed: int) -> tuple[int, Loop] | None:
+    """Feed `text` in random chunks of 1 to 20 characters; return (characters fed, loop) on a trip."""
+    tripped = feed_chunks(detector, random_chunks(text, seed))
+    return None if tripped is None else tripped[:2]
+
+
+def really_repeats(loop: Loop, text: str) -> bool:
+    """Whether some rotation of the reported unit occurs `repeats` times back-to-back in `text`."""
+    rotations = (loop.unit[j:] + loop.unit[:j] for j in range(len(loop.unit)))  # the unit is shown rotated
+    return loop.chars == len(loop.unit) * loop.repeats and any(r * loop.repeats in text for r in rotations)
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -192,56 +238,139 @@ def test_all_realistic_texts_in_one_stream_never_trip_the_detector(seed: int) ->
     assert feed_in_chunks(LoopDetector(), "\n".join(REALISTIC.values()), seed) is None
 
 
-SENTENCES = [
-    "I am sorry about it.",  # 20 characters
-    "Let me check that again for you. ",
-    "The answer is 42, as computed in the previous step above. ",
-    "I apologise for the confusion; here is the corrected version of the function below:\n",
+def test_the_legitimate_corpus_holds_at_least_30_answers_that_repeat_back_to_back() -> None:
+    repeating = [name for name, answer in LEGITIMATE.items() if re.search(r"(.{8,}?)\1\1", answer.text, re.S)]
+    assert len(repeating) >= 30, repeating
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("chunking", CHUNKINGS)
+@pytest.mark.parametrize("name", LEGITIMATE)
+def test_legitimate_repetitive_answers_are_never_cut(name: str, chunking: str, seed: int) -> None:
+    answer = LEGITIMATE[name]
+    detector = LoopDetector(structured_output=answer.structured_output)
+    assert feed_chunks(detector, CHUNKINGS[chunking](answer.text, seed)) is None
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("chunking", CHUNKINGS)
+@pytest.mark.parametrize("name", RUNAWAY_PROSE)
+def test_runaway_prose_is_cut_within_3_periods_of_the_loop_starting(name: str, chunking: str, seed: int) -> None:
+    runaway = RUNAWAY_PROSE[name]
+    tripped = feed_chunks(LoopDetector(structured_output=runaway.structured_output), CHUNKINGS[chunking](runaway.text, seed))
+    assert tripped is not None
+    fed, loop, chunk = tripped
+    period = len(runaway.unit)
+    assert fed - len(chunk) < len(runaway.head) + 3 * period  # the tripping chunk began within the third copy
+    assert loop.repeats >= 3 and len(loop.unit) <= period
+    assert really_repeats(loop, runaway.text[:fed])
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("name", RUNAWAY_SHORT)
+def test_units_with_few_letters_are_cut_only_after_a_long_span(name: str, seed: int) -> None:
+    runaway = RUNAWAY_SHORT[name]
+    tripped = feed_chunks(LoopDetector(structured_output=runaway.structured_output), random_chunks(runaway.text, seed))
+    assert tripped is not None
+    fed, loop, chunk = tripped
+    assert loop.unit == runaway.unit
+    assert loop.chars >= 150
+    assert fed - len(chunk) < len(runaway.head) + 480
+
+
+@pytest.mark.parametrize("chunking", CHUNKINGS)
+@pytest.mark.parametrize("name", STRUCTURED_RUNAWAY)
+def test_a_record_repeated_without_end_is_cut_after_64_copies_and_4096_characters(name: str, chunking: str) -> None:
+    runaway = STRUCTURED_RUNAWAY[name]
+    tripped = feed_chunks(LoopDetector(structured_output=runaway.structured_output), CHUNKINGS[chunking](runaway.text, 0))
+    assert tripped is not None
+    fed, loop, chunk = tripped
+    required = max(64 * len(runaway.unit), 4096)
+    assert required <= fed - len(runaway.head) < required + len(runaway.unit) + len(chunk)
+    assert loop.repeats >= 64 and sorted(loop.unit) == sorted(runaway.unit)
+    assert really_repeats(loop, runaway.text[:fed])
+
+
+UNITS = [
+    # (unit, under structured output, reads as records)
+    ('{"id": 7, "status": "ok"},\n', False, True),
+    ("| pending | not started |\n", False, True),
+    ("2024-05-01 12:00:00 WARN pool exhausted\n", False, True),
+    ("[ERROR] connection refused\n", False, True),
+    ("ERROR connection refused by the upstream service\n", False, True),
+    ("model.add(Dense(64, activation='relu'))\n", False, True),
+    ("    return visit(node.parent)\n", False, True),
+    ("N/A,N/A,unknown\n", False, True),
+    ("key=value other=thing ", False, True),
+    ("<li>Pending review</li>", False, True),
+    ("- Not applicable here\n", False, True),
+    ("status: waiting for approval\n", False, True),
+    ("curl --fail https://example.com/health\n", False, True),
+    ('"needs_review", ', True, True),
+    ("0.0, ", True, True),
+    ("null, ", True, True),
+    ("I am sorry about it. ", False, False),
+    ("I will keep repeating this sentence.\n", False, False),
+    ("- Clear the cache and restart the server.\n", False, False),
+    ("Here is the final answer to your question\n", False, False),
+    ("Well, as I said, the prefix must be identical. ", True, False),
+    ("I am not sure about this part: the cache. ", True, False),
+    ("0, ", False, False),
+    ("\n ", True, False),
+    ("\n\n", False, False),
 ]
 
 
-@pytest.mark.parametrize("seed", range(10))
-@pytest.mark.parametrize("sentence", SENTENCES)
-def test_loop_guard_trips_within_a_few_periods_when_a_sentence_repeats(sentence: str, seed: int) -> None:
-    head = PROSE[:300]
-    tripped = feed_in_chunks(LoopDetector(), head + sentence * 50, seed)
-    assert tripped is not None
-    fed, loop = tripped
-    assert (fed - len(head)) / len(sentence) < 6
-    assert loop.repeats >= 4
-    assert len(loop.unit) == len(sentence)
-    assert loop.unit in sentence * 2
-    assert loop.chars == len(loop.unit) * loop.repeats
+@pytest.mark.parametrize(("unit", "structured_output", "expected"), UNITS)
+def test_a_repeating_unit_reads_as_records_or_prose(unit: str, structured_output: bool, expected: bool) -> None:
+    assert is_structured(unit, structured_output) is expected
+    rotated = unit[len(unit) // 2 :] + unit[: len(unit) // 2]
+    assert is_structured(rotated, structured_output) is expected  # where the period starts does not matter
 
 
-@pytest.mark.parametrize(
-    ("loop_text", "unit", "max_chars"),
-    [
-        ("the " * 200, "the ", 260),
-        ("ha " * 200, "ha ", 360),
-        ("0, " * 300, "0, ", 700),
-        ("[0, 0, 0, 0],\n" * 60, "[0, 0, 0, 0],\n", 700),
-        ("=" * 1000, "=", 700),
-        ("好的" * 300, "好的", 360),
-        ("\n" * 1000, "\n", 700),
-    ],
-)
-def test_periods_with_few_letters_trip_only_after_a_long_span(loop_text: str, unit: str, max_chars: int) -> None:
-    head = "Sure, here it is: "
-    tripped = feed_in_chunks(LoopDetector(), head + loop_text, seed=1)
-    assert tripped is not None
-    fed, loop = tripped
-    assert loop.unit == unit
-    assert loop.chars >= 150
-    assert fed - len(head) <= max_chars
+SCHEMA = {"type": "json_schema", "json_schema": {"name": "out", "schema": {"type": "object"}}}
+PARAMS = [
+    ({"response_format": {"type": "json_object"}}, True),
+    ({"response_format": SCHEMA}, True),
+    ({"response_format": {"type": "text"}}, False),
+    ({"response_format": dict}, True),  # a class, as `parse` takes
+    ({"text": {"format": {"type": "json_schema", "name": "out", "schema": {}}}}, True),
+    ({"text": {"format": {"type": "text"}}}, False),
+    ({"text_format": dict}, True),
+    ({"output_config": {"format": {"type": "json_schema", "schema": {}}}}, True),
+    ({"output_config": {"effort": "low"}}, False),
+    ({"output_format": {"type": "json_schema", "schema": {}}}, True),
+    ({"extra_body": {"response_format": {"type": "json_object"}}}, True),
+    ({"temperature": 0}, False),
+    ({}, False),
+]
 
 
-def test_a_paragraph_repeating_trips_after_four_repeats() -> None:
+@pytest.mark.parametrize(("params", "expected"), PARAMS)
+def test_structured_output_is_read_from_every_api_s_parameters(params: dict, expected: bool) -> None:
+    assert wants_structured_output(params) is expected
+
+
+@pytest.mark.parametrize(("api", "kwargs"), [
+    (Api.CHAT, {"model": "m", "messages": [{"role": "user", "content": "q"}], "response_format": {"type": "json_object"}}),
+    (Api.RESPONSES, {"model": "m", "input": "q", "text": {"format": {"type": "json_object"}}}),
+    (Api.MESSAGES, {"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "q"}],
+                    "output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}}}),
+])  # fmt: skip
+def test_the_detector_made_for_a_json_call_lets_a_long_json_array_through(api: Api, kwargs: dict) -> None:
+    array = "[" + "0, " * 400 + "0]"
+    call = adapter_for(api).to_call(dict(kwargs), Provider.OPENAI)
+    assert feed_in_chunks(LoopDetector.for_call(call), array, seed=1) is None
+    plain = adapter_for(api).to_call({k: v for k, v in kwargs.items() if k not in ("response_format", "text", "output_config")}, Provider.OPENAI)
+    assert feed_in_chunks(LoopDetector.for_call(plain), array, seed=1) is not None
+
+
+def test_a_paragraph_repeating_is_cut_within_three_periods() -> None:
     paragraph = PROSE[:240] + "\n"
     tripped = feed_in_chunks(LoopDetector(), PROSE + paragraph * 10, seed=3)
     assert tripped is not None
     fed, loop = tripped
-    assert (fed - len(PROSE)) / len(paragraph) < 5
+    assert (fed - len(PROSE)) / len(paragraph) < 3.1
     assert len(loop.unit) == len(paragraph)
 
 
@@ -270,6 +399,16 @@ def test_memory_stays_within_the_window() -> None:
     assert len(detector._text) <= 1024
 
 
+def test_records_that_stop_repeating_are_followed_no_further_and_prose_after_them_is_cut() -> None:
+    records = '{"sku": "WID-0001", "status": "in_stock"},\n' * 30
+    loop = "I am sorry, I cannot continue with this request. "
+    tripped = feed_chunks(LoopDetector(), token_chunks(records + "]\n" + loop * 10, 0))
+    assert tripped is not None
+    fed, found, chunk = tripped
+    assert fed - len(chunk) < len(records) + 2 + 3 * len(loop)
+    assert found.unit.strip() == loop.strip()
+
+
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [
@@ -286,29 +425,33 @@ def test_bad_settings_raise_value_error_naming_the_field(kwargs: dict[str, int],
 
 
 def test_custom_settings_change_the_rule() -> None:
-    detector = LoopDetector(min_repeats=3, min_span_chars=32, max_period_chars=64, window_chars=256)
+    detector = LoopDetector(min_repeats=5, min_span_chars=32, max_period_chars=64, window_chars=512)
     tripped = feed_in_chunks(detector, "Preamble text. " + "loop de loop! " * 10, seed=0)
     assert tripped is not None
-    assert tripped[1].repeats >= 3
+    assert tripped[1].repeats >= 5
+
+
+PROSE_CHARS = st.characters(min_codepoint=32, max_codepoint=0x2FF, blacklist_characters="{}[]|=<>,;\t\\")
 
 
 @settings(max_examples=150, deadline=None)
 @given(
-    unit=st.text(alphabet=st.characters(min_codepoint=32, max_codepoint=0x2FF), min_size=20, max_size=200).filter(
+    unit=st.text(alphabet=PROSE_CHARS, min_size=20, max_size=200).filter(
         lambda u: sum(char.isalpha() for char in set(u)) >= 8
     ),
     head=st.text(max_size=300),
     seed=st.integers(0, 1000),
 )
-def test_any_unit_with_eight_letters_repeating_trips_within_five_periods_and_reports_a_real_loop(
+def test_any_prose_unit_with_eight_letters_repeating_is_cut_within_three_periods_and_reports_a_real_loop(
     unit: str, head: str, seed: int
 ) -> None:
-    tripped = feed_in_chunks(LoopDetector(), head + unit * 8, seed)
+    text = head + unit * 8
+    tripped = feed_chunks(LoopDetector(), random_chunks(text, seed))
     assert tripped is not None
-    fed, loop = tripped
-    assert fed - len(head) < 5 * len(unit) + 36
-    assert loop.repeats >= 4
-    assert loop.unit * loop.repeats in head + unit * 8
+    fed, loop, chunk = tripped
+    assert fed - len(chunk) < len(head) + 3 * len(unit)
+    assert loop.repeats >= 3
+    assert loop.unit * loop.repeats in text
     assert len(loop.unit) <= len(unit)
 
 
@@ -324,12 +467,13 @@ def test_shuffled_prose_words_never_trip_the_detector(words: list[str], seed: in
     unit=st.text(min_size=1, max_size=60),
     repeats=st.integers(0, 60),
     sizes=st.lists(st.integers(0, 40), min_size=1, max_size=20),
+    structured_output=st.booleans(),
 )
 def test_any_text_in_any_chunks_never_crashes_and_a_reported_loop_is_really_in_the_text(
-    head: str, unit: str, repeats: int, sizes: list[int]
+    head: str, unit: str, repeats: int, sizes: list[int], structured_output: bool
 ) -> None:
     text = head + unit * repeats
-    detector = LoopDetector()
+    detector = LoopDetector(structured_output=structured_output)
     fed = 0
     for i in itertools.count():
         if fed >= len(text):
@@ -342,8 +486,7 @@ def test_any_text_in_any_chunks_never_crashes_and_a_reported_loop_is_really_in_t
         loop = detector.feed(chunk)
         assert len(detector._text) <= 1024 + len(chunk)
         if loop is not None:
-            assert loop.repeats >= 4 and loop.chars == len(loop.unit) * loop.repeats
-            rotations = (loop.unit[j:] + loop.unit[:j] for j in range(len(loop.unit)))  # the unit is shown rotated
-            assert any(rotation * loop.repeats in text[:fed] for rotation in rotations)
+            assert loop.repeats >= 3
+            assert really_repeats(loop, text[:fed])
             assert detector.feed("more") is loop
             break
