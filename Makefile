@@ -6,8 +6,8 @@ STAMP := $(VENV)/.installed
 # Phoenix is a server, like a database: a venv of its own (its pins clash with anthropic 2.x), built on
 # first use; kvwise talks to it over OTLP/HTTP alone. Pinned to its newest release when last checked.
 PHOENIX_VENV := .venv-phoenix
-PHOENIX_STAMP := $(PHOENIX_VENV)/.installed
 PHOENIX_VERSION := 20.26.1
+PHOENIX_STAMP := $(PHOENIX_VENV)/.installed-$(PHOENIX_VERSION)
 PHOENIX_PORT ?= 6006
 PHOENIX_WORKING_DIR ?= .phoenix
 # The Phoenix browser tests render the trace page in Debian's headless Chromium.
@@ -43,7 +43,7 @@ browser:
 		exit 1; \
 	fi
 
-test: $(STAMP) $(PHOENIX_STAMP) browser
+test: browser $(STAMP) $(PHOENIX_STAMP)
 	$(PY) -m pytest -q
 
 # The server load test at soak size (minutes; not in CI): prints its counts.

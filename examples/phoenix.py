@@ -38,8 +38,8 @@ from sdk.telemetry import semconv as sc
 ROOT = Path(__file__).resolve().parents[1]
 PHOENIX_VENV = ROOT / ".venv-phoenix"
 PHOENIX_EXECUTABLE = PHOENIX_VENV / "bin" / "phoenix"
-PHOENIX_STAMP = PHOENIX_VENV / ".installed"
-"""Written by `make phoenix-venv` once the install finished; a venv without it is rebuilt."""
+MAKE_PHOENIX_VENV = ("make", "--no-print-directory", "-C", str(ROOT), "phoenix-venv")
+"""The Makefile holds Phoenix's install (its pinned version too); `make -q` says whether it is done."""
 HOST = "127.0.0.1"
 STARTUP_TIMEOUT_SECONDS = 240.0
 INGEST_TIMEOUT_SECONDS = 60.0
@@ -180,10 +180,10 @@ def phoenix_server(working_dir: Path | None = None, on_wait: Callable[[float], N
 
 
 def phoenix_executable() -> Path:
-    """Phoenix's `phoenix` command, from its own venv, built first by `make phoenix-venv` if missing."""
-    if not PHOENIX_STAMP.exists():
+    """Phoenix's `phoenix` command, from its own venv, (re)built first by `make phoenix-venv` if missing or stale."""
+    if subprocess.run([*MAKE_PHOENIX_VENV, "--question"], check=False).returncode != 0:
         print(f"building {PHOENIX_VENV.name} (Arize Phoenix, about 850 MB, once): make phoenix-venv", file=sys.stderr)
-        subprocess.run(["make", "-C", str(ROOT), "phoenix-venv"], check=True)
+        subprocess.run(MAKE_PHOENIX_VENV, check=True)
     return PHOENIX_EXECUTABLE
 
 
