@@ -1,67 +1,81 @@
 """Stream guards: observe each event, cut upstream on a loop or a client-side stop, catch truncation.
 
-The client's own stream object is kept (the caller gets `openai.Stream`, `anthropic.Stream`, ...):
-only its event iterator is replaced by a guarded generator. `StreamWatch` holds all the logic and
-does no I/O; the sync and async generators are thin loops around it. Each finalises the call's
-telemetry exactly once: on the final event, a cut, an error, `close()`, or the garbage collection of
-a half-read stream; and each always closes the HTTP response.
+The caller gets the client's own stream object behind a proxy (`sdk.stream_proxy`), so it is still
+an `openai.Stream`, an `anthropic.AsyncStream`, ...; iterating it runs a guard generator over the
+client stream's own iteration. `StreamWatch` holds all the logic and does no I/O; the sync and async
+generators are thin loops around it. The call's telemetry ends exactly once: on the final event, a
+cut, an error, `close()`, `with` exit, or when the caller drops the stream; and the HTTP response
+is always closed.
+
+Content is any event a re-sent stream would repeat: text, tool-call and function arguments,
+thinking, refusals (each adapter's `read_event` says which). Header events before the first content
+(the role chunk, `message_start`, `response.created`) are held back and handed on with it, so a
+stream sent again before its first content is invisible to the caller: no header seen twice, no
+accumulator (`ChatCompletionStream`, `MessageStream`, `ResponseStream`) fed two beginnings.
 
 A stream is broken when it ends without its final event or a transport fault interrupts it (a
-dropped connection, a read timeout, a `data:` line cut short). Before its first content chunk it is
-sent again, from the call's `Attempts`; after, the caller gets `StreamTruncated`.
+dropped connection, a read timeout, a `data:` line cut short). Before its first content event it is
+sent again, from the call's `Attempts`, with the call span current (so the client's own span for
+the re-send is a child of ours); after, the caller gets `StreamTruncated`.
 """
 
 from __future__ import annotations
 
-import weakref
+import dataclasses
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 from sdk.adapters import Adapter, StreamState
 from sdk.adapters._base import first_stop
-from sdk.call import Call
+from sdk.cache_hints import estimate_tokens
+from sdk.call import Call, Usage
 from sdk.errors import StreamTruncated
 from sdk.loopguard import LoopDetector
 from sdk.policy import Policy
 from sdk.retry import Attempts, transport_errors
+from sdk.stream_proxy import AsyncGuardedStream, GuardedStream, Upstream
 from sdk.telemetry import CallRecord
 
+logger = logging.getLogger(__name__)
 
 TRANSPORT_ERRORS = transport_errors()
 
 
 class StreamWatch:
-    """What the guard knows about one stream, and what to do with each event."""
+    """What the guard knows about one stream, and what to do with each content event."""
 
     def __init__(self, adapter: Adapter, call: Call, policy: Policy, record: CallRecord, attempts: Attempts) -> None:
         self.adapter = adapter
+        self.call = call
         self.record = record
-        self.state = StreamState()
-        self.detector = LoopDetector() if policy.loop_guard else None
+        self.state = StreamState(hide_usage=adapter.hides_usage(call))
+        self.read = adapter.read_event
+        self.detector = LoopDetector.for_call(call) if policy.loop_guard else None
         self.stops = call.client_stops
         self._stop_tail = ""
         self.cap = next((call.params[p] for p in adapter.max_tokens_params if isinstance(call.params.get(p), int)), None)
-        self.delivered = 0  # content chunks handed to the caller: after the first, never send again
+        self.delivered = 0  # content events handed to the caller: after the first, never send again
         self.attempts = attempts
-        self._finalized = False
+        self.finalized = False
 
-    def process(self, event: Any) -> tuple[list[Any], bool]:
-        """The events to hand the caller for one upstream event, and whether to cut upstream now."""
-        text = self.adapter.read_event(event, self.state)
-        if not text:
-            return [event], False
+    def content(self, event: Any, text: str) -> list[Any] | None:
+        """A content event is about to reach the caller: None to hand it on as it is, else the events
+        that end the stream here (a loop or a client-side stop; upstream is then cut)."""
         if not self.delivered:
             self.record.first_chunk()
         self.delivered += 1
         self.record.chunk()
+        if not text:
+            return None
         if self.stops and (cut := self._cut_at_stop(event, text)) is not None:
-            return cut, True
+            return cut
         self.state.text.append(text)
         if self.detector is not None and self.detector.feed(text) is not None:
             saved = self.cap - self.state.output_units if self.cap is not None else None
             self.record.guard_tripped("loop", saved)
-            return [event, *self.adapter.cut_events(self.state, truncated=True)], True
-        return [event], False
+            return [event, *self.adapter.cut_events(self.state, truncated=True)]
+        return None
 
     def _cut_at_stop(self, event: Any, text: str) -> list[Any] | None:
         window = self._stop_tail + text
@@ -79,10 +93,8 @@ class StreamWatch:
         """After upstream ended (`broken`: the transport fault, if any): False when the stream is
         complete, True to send it again, else raise `StreamTruncated`.
 
-        A stream is sent again only if it broke before its first content chunk, within the call's
-        attempts: only header events (role chunk, `message_start`, `response.created`) can have
-        reached the caller; the new stream repeats them, and every client's accumulator starts over
-        on them.
+        A stream is sent again only if it broke before its first content event, within the call's
+        attempts: its header events were held back, so the caller saw nothing of it.
         """
         if broken is None and self.state.finished:
             return False
@@ -96,102 +108,154 @@ class StreamWatch:
 
     def finish(self, error: BaseException | None) -> None:
         """End the call's telemetry, once."""
-        if self._finalized:
+        if self.finalized:
             return
-        self._finalized = True
+        self.finalized = True
         state = self.state
+        usage, estimated = self._usage()
         self.record.end(
-            usage=state.usage,
+            usage=usage,
             response_id=state.response_id,
             response_model=state.response_model,
             finish_reasons=tuple(state.finish_reasons),
             timings=state.timings,
             output_text="".join(state.text) if self.record.captures_content else None,
             error=error if error is not None else (None if state.finished else "stream_abandoned"),
+            usage_estimated=estimated,
         )
 
+    def _usage(self) -> tuple[Usage | None, bool]:
+        """The stream's usage, and whether it is an estimate (the server never reported it)."""
+        state = self.state
+        usage = state.usage
+        try:
+            if usage is None:
+                return estimated_usage(self.call, state.output_units), True
+            if not state.finished and usage.output_tokens < state.output_units:  # cut: the server's count stopped early
+                return dataclasses.replace(usage, output_tokens=state.output_units), False
+        except Exception:
+            logger.debug("kvwise: could not estimate a stream's usage", exc_info=True)
+        return usage, False
 
-class Upstream:
-    """The HTTP stream being read: replaced when a stream is reopened before any output."""
 
-    def __init__(self, stream: Any) -> None:
-        self.outer = weakref.ref(stream)  # no reference cycle: a dropped stream is closed at once
-        self.response = stream.response
-        self.iterator = stream._iterator
+def estimated_usage(call: Call, output_units: int) -> Usage:
+    """The usage of a stream whose server never reported it (cut, closed early, or usage at the end only).
 
-    def replace(self, stream: Any) -> None:
-        self.response, self.iterator = stream.response, stream._iterator
-        if (outer := self.outer()) is not None:
-            outer.response = self.response
+        input  = characters of the tools, system prompt and turns as sent (JSON) / 4   (`estimate_tokens`)
+        output = content events seen (about one token each on OpenAI's streams)
+        cache  = 0: which prefix the server had cached is not knowable client-side, so the estimate
+                 prices every input token as uncached (an upper bound on the cost)
+
+    No tokenizer: tiktoken, the OpenAI models' own, downloads its BPE files at run time, and no
+    package on the registry ships o200k offline at a reasonable size.
+    """
+    prompt = estimate_tokens(call.tools) + estimate_tokens(call.system) + estimate_tokens(call.messages)
+    return Usage(input_tokens=max(prompt, 1), output_tokens=output_units)
 
 
 def guard_sync(stream: Any, watch: StreamWatch, reopen: Callable[[], Any]) -> Any:
-    """Swap `stream`'s iterator for a guarded one; return the same stream object."""
-    upstream = Upstream(stream)
-    stream._iterator = _guarded(upstream, watch, reopen)
-    return stream
+    """The caller's stream: `stream` (the client's) behind a `GuardedStream` proxy, guarded by `watch`;
+    `reopen()` sends the request again (a stream that broke before its first content)."""
+    upstream = Upstream(stream, iter(stream))
+    return GuardedStream(stream, upstream, _guarded(upstream, watch, reopen), watch)
 
 
 def _guarded(upstream: Upstream, watch: StreamWatch, reopen: Callable[[], Any]) -> Iterator[Any]:
+    read, state = watch.read, watch.state
     error: BaseException | None = None
     try:
         while True:
             broken: BaseException | None = None
+            held: list[Any] | None = []  # header events until the first content event, then None
             try:
-                for event in upstream.iterator:
-                    out, cut = watch.process(event)
-                    if cut:
-                        upstream.response.close()
-                    for item in out:
-                        yield item
-                    if cut:
-                        return
+                for event in upstream.events:
+                    text = read(event, state)
+                    if text is None:
+                        if state.swallow:
+                            state.swallow = False
+                        elif held is None:
+                            yield event
+                        else:
+                            held.append(event)
+                        continue
+                    if held is not None:
+                        yield from held
+                        held = None
+                    cut = watch.content(event, text)
+                    if cut is None:
+                        yield event
+                        continue
+                    upstream.stream.close()  # the server stops decoding now
+                    yield from cut
+                    return
             except TRANSPORT_ERRORS as exc:
                 broken = exc
             if not watch.reopen_after(broken):
+                yield from held or ()
                 return
-            upstream.replace(reopen())
+            with watch.record.activate():
+                stream = reopen()
+            upstream.replace(stream, iter(stream))
     except GeneratorExit:  # the caller closed or dropped the stream: abandoned, not failed
         raise
     except BaseException as exc:
         error = exc
         raise
     finally:
-        upstream.response.close()
+        upstream.stream.close()
         watch.finish(error)
 
 
 def guard_async(stream: Any, watch: StreamWatch, reopen: Callable[[], Awaitable[Any]]) -> Any:
-    """Async twin of `guard_sync`."""
-    upstream = Upstream(stream)
-    stream._iterator = _aguarded(upstream, watch, reopen)
-    return stream
+    """Async twin of `guard_sync`: an `AsyncGuardedStream`."""
+    upstream = Upstream(stream, aiter(stream))
+    return AsyncGuardedStream(stream, upstream, _aguarded(upstream, watch, reopen), watch)
 
 
 async def _aguarded(upstream: Upstream, watch: StreamWatch, reopen: Callable[[], Awaitable[Any]]) -> AsyncIterator[Any]:
+    read, state = watch.read, watch.state
     error: BaseException | None = None
     try:
         while True:
             broken: BaseException | None = None
+            held: list[Any] | None = []  # header events until the first content event, then None
             try:
-                async for event in upstream.iterator:
-                    out, cut = watch.process(event)
-                    if cut:
-                        await upstream.response.aclose()
-                    for item in out:
+                async for event in upstream.events:
+                    text = read(event, state)
+                    if text is None:
+                        if state.swallow:
+                            state.swallow = False
+                        elif held is None:
+                            yield event
+                        else:
+                            held.append(event)
+                        continue
+                    if held is not None:
+                        for header in held:
+                            yield header
+                        held = None
+                    cut = watch.content(event, text)
+                    if cut is None:
+                        yield event
+                        continue
+                    await upstream.stream.close()  # the server stops decoding now
+                    for item in cut:
                         yield item
-                    if cut:
-                        return
+                    return
             except TRANSPORT_ERRORS as exc:
                 broken = exc
             if not watch.reopen_after(broken):
+                for header in held or ():
+                    yield header
                 return
-            upstream.replace(await reopen())
+            with watch.record.activate():
+                stream = await reopen()
+            upstream.replace(stream, aiter(stream))
     except GeneratorExit:  # the caller closed or dropped the stream: abandoned, not failed
         raise
     except BaseException as exc:
         error = exc
         raise
     finally:
-        await upstream.response.aclose()
+        await upstream.stream.close()
         watch.finish(error)

@@ -65,7 +65,12 @@ def map_descriptions(tool: Any, transform: Callable[[str], str]) -> Any:
 
 @dataclass(slots=True)
 class StreamState:
-    """What a stream reader learned from the events seen so far."""
+    """What a stream reader learned from the events seen so far.
+
+    `hide_usage`: the SDK asked for a usage event the caller did not (Chat's `include_usage`), so the
+    reader keeps it, and the traces of asking, from the caller; it sets `swallow` on such an event.
+    `output_units`: content events of the answer (text, tool arguments, thinking, refusals).
+    """
 
     text: list[str] = field(default_factory=list)
     finished: bool = False
@@ -77,6 +82,8 @@ class StreamState:
     timings: dict[str, float] | None = None
     last_event: Any = None
     last_start_usage: Any = None
+    hide_usage: bool = False
+    swallow: bool = False
 
 
 class Adapter:
@@ -110,8 +117,18 @@ class Adapter:
         """Why a non-streamed response ended, in the API's own words."""
         raise NotImplementedError
 
-    def read_event(self, event: Any, state: StreamState) -> str:
-        """Update `state` from one stream event and return the text it carries ("" if none)."""
+    def hides_usage(self, call: Call) -> bool:
+        """Whether the SDK asks this streamed call for a usage event the caller did not ask for."""
+        return False
+
+    def read_event(self, event: Any, state: StreamState) -> str | None:
+        """Update `state` from one stream event; None when it carries no content, else the answer
+        text it carries ("" for content that is not answer text: tool arguments, thinking, refusals).
+
+        Content is what a re-sent stream would repeat: once any reached the caller, a broken stream
+        can only end in `StreamTruncated`. Events before it (role chunk, `message_start`,
+        `response.created`) are headers, held back until the first content event.
+        """
         raise NotImplementedError
 
     def cut_events(self, state: StreamState, truncated: bool) -> list[Any]:

@@ -50,6 +50,18 @@ def _merged_usage(start: Any, delta: Any) -> Usage | None:
     return messages_usage(SimpleNamespace(**merged))
 
 
+def _block_start_content(block: Any) -> str | None:
+    """What a `content_block_start` delivers: nothing for an empty text or thinking block (its
+    deltas carry the content), else its text, or "" for a block complete from the start
+    (`tool_use` with its name, `redacted_thinking`, server tool results)."""
+    kind = getattr(block, "type", None)
+    if kind == "text":
+        return block.text or None
+    if kind == "thinking":
+        return "" if block.thinking else None
+    return ""
+
+
 class MessagesAdapter(Adapter):
     api = Api.MESSAGES
     max_tokens_params = ("max_tokens",)
@@ -102,17 +114,19 @@ class MessagesAdapter(Adapter):
     def finish_reasons(self, response: Any) -> tuple[str, ...]:
         return (response.stop_reason,) if response.stop_reason else ()
 
-    def read_event(self, event: Any, state: StreamState) -> str:
+    def read_event(self, event: Any, state: StreamState) -> str | None:
         state.last_event = event
         kind = getattr(event, "type", "")
+        if kind == "content_block_delta":  # text, tool input JSON, thinking, signature, citations
+            state.output_units += 1
+            return event.delta.text if event.delta.type == "text_delta" else ""
+        if kind == "content_block_start":
+            return _block_start_content(event.content_block)
         if kind == "message_start":
             state.response_id = event.message.id
             state.response_model = event.message.model
             state.last_start_usage = event.message.usage
             state.usage = messages_usage(event.message.usage)
-        elif kind == "content_block_delta":
-            state.output_units += 1
-            return getattr(event.delta, "text", None) or ""
         elif kind == "message_delta":
             if event.delta.stop_reason is not None:
                 state.finish_reasons.append(event.delta.stop_reason)
@@ -120,7 +134,7 @@ class MessagesAdapter(Adapter):
             state.timings = timings_of(event) or state.timings
         elif kind == "message_stop":
             state.finished = True
-        return ""
+        return None
 
     def cut_events(self, state: StreamState, truncated: bool) -> list[Any]:
         index = getattr(state.last_event, "index", 0) or 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from openai.types.chat import ChatCompletionChunk
@@ -27,6 +28,29 @@ def chat_usage(usage: Any) -> Usage | None:
         cache_write_tokens=_cached(prompt_details, "cache_write_tokens"),
         reasoning_tokens=_cached(completion_details, "reasoning_tokens"),
     )
+
+
+def stream_usage_options(call: Call) -> dict[str, Any] | None:
+    """The `stream_options` a streamed call is sent with when the caller did not ask for usage:
+    theirs plus `include_usage`, so the server reports usage (and cache reads) on every stream.
+    None when the call is not streamed or the caller asked for usage themselves."""
+    if not call.stream:
+        return None
+    options = call.params.get("stream_options")
+    if options is None:
+        return {"include_usage": True}
+    if isinstance(options, Mapping) and options.get("include_usage") is not True:
+        return {**options, "include_usage": True}
+    return None
+
+
+def _carries_content(delta: ChoiceDelta) -> bool:
+    """Whether a delta without text carries content: tool-call or function arguments, a refusal,
+    or a server's extra field such as `reasoning_content` (thinking, on vLLM and DeepSeek)."""
+    if delta.tool_calls or delta.function_call or delta.refusal:
+        return True
+    extra = delta.model_extra
+    return bool(extra) and any(extra.values())
 
 
 class ChatAdapter(Adapter):
@@ -58,6 +82,8 @@ class ChatAdapter(Adapter):
         kwargs["messages"] = [*call.system, *call.messages]
         if call.tools:
             kwargs["tools"] = call.tools
+        if (options := stream_usage_options(call)) is not None:
+            kwargs["stream_options"] = options  # usage on every stream; the reader hides it (`hides_usage`)
         return kwargs
 
     def usage(self, response: Any) -> Usage | None:
@@ -69,22 +95,40 @@ class ChatAdapter(Adapter):
     def finish_reasons(self, response: Any) -> tuple[str, ...]:
         return tuple(choice.finish_reason for choice in response.choices if choice.finish_reason)
 
-    def read_event(self, event: ChatCompletionChunk, state: StreamState) -> str:
+    def hides_usage(self, call: Call) -> bool:
+        return stream_usage_options(call) is not None
+
+    def read_event(self, event: ChatCompletionChunk, state: StreamState) -> str | None:
         state.last_event = event
+        if state.hide_usage:  # the bare client's chunks carry no `"usage": null`: leave it unset
+            event.__pydantic_fields_set__.discard("usage")
         state.response_id = event.id or state.response_id
         state.response_model = event.model or state.response_model
-        if event.usage is not None:
-            state.usage = chat_usage(event.usage)
+        usage = event.usage
+        if usage is not None:  # the final usage chunk, or every chunk on servers that report it so
+            state.usage = chat_usage(usage)
         state.timings = timings_of(event) or state.timings
-        text = ""
-        for choice in event.choices or ():  # None on an event type the client does not know
+        choices = event.choices
+        if not choices:  # None on an event type the client does not know
+            state.swallow = state.hide_usage and usage is not None and choices is not None
+            return None
+        text: str | None = None
+        for choice in choices:
             if choice.finish_reason is not None:
                 state.finished = True
                 state.finish_reasons.append(choice.finish_reason)
-            if choice.index == 0 and choice.delta is not None:
-                text = choice.delta.content or ""
-                if text or choice.delta.tool_calls:
-                    state.output_units += 1
+            delta = choice.delta
+            if delta is None:
+                continue
+            if delta.content:
+                if choice.index == 0:
+                    text = delta.content  # the answer text that stops and the loop guard read
+                elif text is None:
+                    text = ""
+            elif text is None and _carries_content(delta):
+                text = ""
+        if text is not None:
+            state.output_units += 1
         return text
 
     def cut_events(self, state: StreamState, truncated: bool) -> list[Any]:

@@ -98,9 +98,17 @@ class ResponsesAdapter(Adapter):
     def finish_reasons(self, response: Any) -> tuple[str, ...]:
         return (response.status,) if response.status else ()
 
-    def read_event(self, event: Any, state: StreamState) -> str:
+    def read_event(self, event: Any, state: StreamState) -> str | None:
         state.last_event = event
         kind = getattr(event, "type", "")
+        if kind == "response.output_text.delta":
+            state.output_units += 1
+            return event.delta or ""
+        if kind.endswith(".delta"):  # refusal, function and tool arguments, reasoning, audio
+            state.output_units += 1
+            return ""
+        if kind == "response.output_item.added":  # an item (a message, a call, reasoning) begins
+            return ""
         response = getattr(event, "response", None)
         if isinstance(response, Response):
             state.response_id = response.id
@@ -110,10 +118,7 @@ class ResponsesAdapter(Adapter):
                 state.finished = True
                 state.usage = responses_usage(response.usage)
                 state.finish_reasons.append(response.status or kind.removeprefix("response."))
-        if kind == "response.output_text.delta":
-            state.output_units += 1
-            return event.delta or ""
-        return ""
+        return None
 
     def cut_events(self, state: StreamState, truncated: bool) -> list[Any]:
         snapshot = getattr(state.last_event, "response", None)

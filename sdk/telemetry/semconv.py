@@ -178,6 +178,11 @@ KVWISE_ATTEMPTS: Final = "kvwise.attempts"
 KVWISE_STREAM_CHUNKS: Final = "kvwise.stream.chunks"
 """Content chunks that reached the caller (streams only)."""
 
+KVWISE_USAGE_ESTIMATED: Final = "kvwise.usage.estimated"
+"""True when the server never reported the input tokens of a stream (it was cut, closed early, or
+the server sends usage only at the end): the `gen_ai.usage.*` figures are then estimates, input
+from the prompt's characters (4 per token), output from the content chunks seen."""
+
 # --- kvwise: cost ----------------------------------------------------------------------------
 
 KVWISE_COST_USD: Final = "kvwise.cost.usd"

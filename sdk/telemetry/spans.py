@@ -100,7 +100,7 @@ class CallRecord:
 
     __slots__ = (
         "_attempt_ns", "_attempts", "_base", "_call", "_chunks", "_ended", "_first_ns", "_guard",
-        "_last_ns", "_sinks", "_span", "_start_ns", "_streamed", "_tokens_saved",
+        "_last_ns", "_sinks", "_span", "_start_ns", "_streamed", "_tokens_saved", "_usage_estimated",
     )  # fmt: skip
 
     def __init__(self, sinks: Sinks | None, call: Call, span: Span | None, base: Attributes, start_ns: int) -> None:
@@ -116,6 +116,7 @@ class CallRecord:
         self._chunks = 0
         self._guard: str | None = None
         self._tokens_saved: int | None = None
+        self._usage_estimated = False
         self._ended = sinks is None
 
     @property
@@ -169,11 +170,16 @@ class CallRecord:
         timings: dict[str, float] | None = None,
         output_text: str | None = None,
         error: BaseException | str | None = None,
+        usage_estimated: bool = False,
     ) -> None:
-        """Finish the call: attributes, phase spans, content, then the span ends; then metrics. Only once."""
+        """Finish the call: attributes, phase spans, content, then the span ends; then metrics. Only once.
+
+        `usage_estimated`: the server never reported the input tokens (see `KVWISE_USAGE_ESTIMATED`).
+        """
         if self._ended or self._sinks is None:
             return
         self._ended = True
+        self._usage_estimated = usage_estimated
         end_ns = time_ns()
         sinks, span = self._sinks, self._span
         try:
@@ -223,6 +229,8 @@ class CallRecord:
             attributes.update(openinference.outcome_attributes(outcome))
             if sinks.capture is not _NO_CONTENT:
                 attributes.update(self._capture(sinks, span, outcome, output_text))
+            if self._usage_estimated:
+                attributes[sc.KVWISE_USAGE_ESTIMATED] = True
             span.set_attributes(attributes)
             if outcome.error_type:
                 span.set_status(Status(StatusCode.ERROR, outcome.error_type))

@@ -66,6 +66,10 @@ class MessagesEncoder:
     def __init__(self, outcome: Outcome) -> None:
         self._outcome = outcome
         self._id = new_id("msg_")
+        self._block = 0  # index of the content block being streamed
+
+    def _stop_reason(self) -> str:
+        return _STOP_REASON[self._outcome.decoded.finish]
 
     def _usage(self, output_tokens: int) -> dict[str, Any]:
         cache = self._outcome.cache
@@ -89,7 +93,7 @@ class MessagesEncoder:
             "role": "assistant",
             "model": self._outcome.job.model,
             "content": [{"type": "text", "text": decoded.text}] if done else [],
-            "stop_reason": _STOP_REASON[decoded.finish] if done else None,
+            "stop_reason": self._stop_reason() if done else None,
             "stop_sequence": decoded.stop_sequence if done else None,
             "usage": self._usage(self._outcome.output_tokens if done else 1),
         }
@@ -116,9 +120,9 @@ class MessagesEncoder:
         # message_delta's usage (MessageDeltaUsage) is cumulative but has no cache_creation split or tier
         full = self._usage(self._outcome.output_tokens)
         usage = {key: value for key, value in full.items() if key not in ("cache_creation", "service_tier")}
-        delta = {"stop_reason": _STOP_REASON[decoded.finish], "stop_sequence": decoded.stop_sequence}
+        delta = {"stop_reason": self._stop_reason(), "stop_sequence": decoded.stop_sequence}
         return [
-            SseEvent.of({"type": "content_block_stop", "index": 0}, "content_block_stop"),
+            SseEvent.of({"type": "content_block_stop", "index": self._block}, "content_block_stop"),
             SseEvent.of({"type": "message_delta", "delta": delta, "usage": usage}, "message_delta"),
             SseEvent.of({"type": "message_stop"}, "message_stop"),
         ]

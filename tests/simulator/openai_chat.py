@@ -76,10 +76,13 @@ class ChatEncoder:
             "system_fingerprint": SYSTEM_FINGERPRINT,
         }
 
+    def _finish_reason(self) -> str:
+        return _FINISH[self._outcome.decoded.finish]
+
     def complete(self) -> dict[str, Any]:
         decoded = self._outcome.decoded
         message: dict[str, Any] = {"role": "assistant", "content": decoded.text, "refusal": None, "annotations": []}
-        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": _FINISH[decoded.finish]}
+        choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": self._finish_reason()}
         return {**self._envelope("chat.completion"), "choices": [choice], "usage": chat_usage(self._outcome)}
 
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> SseEvent:
@@ -96,7 +99,7 @@ class ChatEncoder:
         return [self._chunk({"content": text})]
 
     def closing(self) -> list[SseEvent]:
-        events = [self._chunk({}, _FINISH[self._outcome.decoded.finish])]
+        events = [self._chunk({}, self._finish_reason())]
         if self._include_usage:
             usage_chunk = {**self._envelope("chat.completion.chunk"), "choices": [], "usage": chat_usage(self._outcome)}
             events.append(SseEvent.of(usage_chunk))

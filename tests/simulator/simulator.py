@@ -45,6 +45,7 @@ from .faults import CutFault, CutMode, ErrorFault, EventFault, EventKind, Fault,
 from .openai_chat import ChatCompletionsApi
 from .openai_responses import ResponsesApi
 from .records import RecordedRequest, StreamRecord
+from .shapes import shaped_encoder, stream_tokens
 from .respond import Timing, injection, send_stream, send_whole
 from .server import Exchange, LoopbackServer
 from .wire import Api, Job, Outcome, now
@@ -56,7 +57,9 @@ class ProviderSimulator:
     """A fake hosted-LLM server speaking the installed `openai` and `anthropic` clients' wire formats.
 
     Settings (plain attributes, read at each request): `reply`, `first_token_delay`, `token_delay`
-    (seconds), `anthropic_min_cache_tokens`. Scripting: `loop`, `fail`, `cut_stream_after`, `stall`,
+    (seconds), `anthropic_min_cache_tokens`, `tool_call` and `thinking` (see `shapes`), `reasoning_tokens` (hidden reasoning every reply spends
+    first, out of the request's output cap, as reasoning models and extended thinking do: a reply
+    left no room comes back empty, with the length finish). Scripting: `loop`, `fail`, `cut_stream_after`, `stall`,
     `inject_event`, `reset`. Records: `requests`, `streams`.
     """
 
@@ -65,6 +68,9 @@ class ProviderSimulator:
         self.first_token_delay: float = 0.0
         self.token_delay: float = 0.0
         self.anthropic_min_cache_tokens: int = ANTHROPIC_MIN_CACHE_TOKENS
+        self.reasoning_tokens: int = 0
+        self.tool_call: str | None = None
+        self.thinking: str = ""
         self._loop_unit: str | None = None
         self._faults = FaultQueue()
         self._requests: list[RecordedRequest] = []
@@ -216,11 +222,12 @@ class ProviderSimulator:
         cut = fault if isinstance(fault, CutFault) else None
         timing = Timing(self.first_token_delay, self.token_delay, fault if isinstance(fault, StallFault) else None)
         headers = dict([request_id_header(flavour)])
-        encoder = api.encoder(outcome)
+        encoder = shaped_encoder(api.encoder(outcome), outcome, self.tool_call, self.thinking)
         try:
             if job.stream:
                 inject = injection(fault, encoder, flavour) if isinstance(fault, EventFault) else None
-                self._streams.append(send_stream(exchange, encoder, decoded.tokens, headers, timing, cut, inject))
+                tokens = stream_tokens(encoder, self.thinking, decoded.tokens)
+                self._streams.append(send_stream(exchange, encoder, tokens, headers, timing, cut, inject))
             else:
                 send_whole(exchange, encoder, headers, timing, cut)
         finally:

@@ -1,0 +1,197 @@
+"""The caller's stream under kvwise: the client's own stream object behind a proxy that owns the
+call's telemetry (the OpenTelemetry GenAI utilities' idea: a `wrapt.ObjectProxy` that finalises once).
+
+`GuardedStream` and `AsyncGuardedStream` keep the client's type (`isinstance(s, openai.Stream)`),
+every attribute is the client stream's, and the client's stream helpers (`ChatCompletionStream`,
+`MessageStream`, `ResponseStream`) work on them. Iterating one runs the guard generator
+(`sdk.stream`). It finalises exactly once (the call span ends, the HTTP response is closed) on
+exhaustion, error, `close()`, `with` exit, `response.close()` (what the helpers' `close()` calls),
+and when the caller drops it, half-read or never read. Nothing a proxy holds refers back to it (the
+generator reaches it through a weak reference only), so reference counting alone frees a dropped
+stream: its span ends at `del stream`, not whenever the cycle collector runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, Protocol
+
+import wrapt
+
+logger = logging.getLogger(__name__)
+
+
+class Finishing(Protocol):
+    """What a proxy needs of the stream's watch: end its telemetry, once."""
+
+    finalized: bool
+
+    def finish(self, error: BaseException | None) -> None: ...
+
+
+class Upstream:
+    """The client stream being read (and its iterator): replaced when a stream is sent again."""
+
+    __slots__ = ("events", "outer", "stream")
+
+    def __init__(self, stream: Any, events: Any) -> None:
+        self.stream = stream
+        self.events = events
+        self.outer: weakref.ref[Any] | None = None  # the caller's proxy, weakly: no reference cycle
+
+    def replace(self, stream: Any, events: Any) -> None:
+        self.stream, self.events = stream, events
+        outer = self.outer() if self.outer is not None else None
+        if outer is not None:
+            outer.__wrapped__ = stream  # the caller's attributes (`response`, ...) are the new stream's
+
+
+class _Closer:
+    """Ends one stream: its guard generator, the client stream, the telemetry (sync)."""
+
+    __slots__ = ("events", "upstream", "watch")
+
+    def __init__(self, upstream: Upstream, events: Iterator[Any], watch: Finishing) -> None:
+        self.upstream, self.events, self.watch = upstream, events, watch
+
+    def close(self) -> None:
+        self.events.close()  # a suspended guard runs its `finally`; one never started has none
+        self.upstream.stream.close()
+        self.watch.finish(None)
+
+    def drop(self) -> None:
+        """The caller let go of the stream: close it, raising nothing."""
+        if self.watch.finalized and self.upstream.stream.response.is_closed:
+            return
+        try:
+            self.close()
+        except Exception:
+            logger.debug("kvwise: closing a dropped stream failed", exc_info=True)
+
+
+class _AsyncCloser:
+    """Async twin of `_Closer`."""
+
+    __slots__ = ("events", "upstream", "watch")
+
+    def __init__(self, upstream: Upstream, events: AsyncIterator[Any], watch: Finishing) -> None:
+        self.upstream, self.events, self.watch = upstream, events, watch
+
+    async def close(self) -> None:
+        await self.events.aclose()  # type: ignore[attr-defined]
+        await self.upstream.stream.close()
+        self.watch.finish(None)
+
+    def drop(self) -> None:
+        """The caller let go of the stream: end the telemetry now and close the response on the
+        running loop. (A guard generator already started is also closed by asyncio's own async
+        generator finaliser; closing twice is harmless.)"""
+        try:
+            self.watch.finish(None)
+            if self.upstream.stream.response.is_closed:
+                return
+            asyncio.get_running_loop().create_task(self.upstream.stream.close())
+        except RuntimeError:  # no running loop (interpreter shutdown): the client's own cleanup remains
+            pass
+        except Exception:
+            logger.debug("kvwise: closing a dropped stream failed", exc_info=True)
+
+
+class _ClosingResponse(wrapt.ObjectProxy):  # type: ignore[misc]
+    """The stream's `httpx2.Response`, whose `close()` closes the whole guarded stream (the
+    client's stream helpers close the response they read at their start, not the stream)."""
+
+    def __init__(self, response: Any, closer: _Closer) -> None:
+        super().__init__(response)
+        self._self_closer = closer
+
+    def close(self) -> None:
+        self._self_closer.close()
+
+
+class _AsyncClosingResponse(wrapt.ObjectProxy):  # type: ignore[misc]
+    """Async twin of `_ClosingResponse`."""
+
+    def __init__(self, response: Any, closer: _AsyncCloser) -> None:
+        super().__init__(response)
+        self._self_closer = closer
+
+    async def aclose(self) -> None:
+        await self._self_closer.close()
+
+
+class GuardedStream(wrapt.ObjectProxy):  # type: ignore[misc]
+    """A client's sync stream (`openai.Stream`, `anthropic.Stream`) as the caller sees it under kvwise.
+
+    It is its own iterator, as the bare stream's `for` loop holds the stream while it runs, so a
+    stream is dropped only once nothing, loop included, refers to it.
+    """
+
+    def __init__(self, stream: Any, upstream: Upstream, events: Iterator[Any], watch: Finishing) -> None:
+        super().__init__(stream)
+        self._self_events = events
+        self._self_closer = _Closer(upstream, events, watch)
+        upstream.outer = weakref.ref(self)
+
+    def __iter__(self) -> GuardedStream:
+        return self
+
+    def __next__(self) -> Any:
+        return self._self_events.__next__()
+
+    @property
+    def response(self) -> Any:
+        return _ClosingResponse(self.__wrapped__.response, self._self_closer)
+
+    def close(self) -> None:
+        """Close the response and end the call's telemetry (the answer, if unfinished, is abandoned)."""
+        self._self_closer.close()
+
+    def __enter__(self) -> GuardedStream:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._self_closer.close()
+
+    def __del__(self) -> None:
+        self._self_closer.drop()
+
+
+class AsyncGuardedStream(wrapt.ObjectProxy):  # type: ignore[misc]
+    """A client's async stream (`openai.AsyncStream`, `anthropic.AsyncStream`) under kvwise."""
+
+    def __init__(self, stream: Any, upstream: Upstream, events: AsyncIterator[Any], watch: Finishing) -> None:
+        super().__init__(stream)
+        self._self_events = events
+        self._self_closer = _AsyncCloser(upstream, events, watch)
+        upstream.outer = weakref.ref(self)
+
+    def __aiter__(self) -> AsyncGuardedStream:
+        return self
+
+    def __anext__(self) -> Any:
+        return self._self_events.__anext__()
+
+    @property
+    def response(self) -> Any:
+        return _AsyncClosingResponse(self.__wrapped__.response, self._self_closer)
+
+    async def close(self) -> None:
+        """Close the response and end the call's telemetry (the answer, if unfinished, is abandoned)."""
+        await self._self_closer.close()
+
+    async def aclose(self) -> None:
+        """Alias of `close()` (openai's `AsyncStream` has both)."""
+        await self._self_closer.close()
+
+    async def __aenter__(self) -> AsyncGuardedStream:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._self_closer.close()
+
+    def __del__(self) -> None:
+        self._self_closer.drop()
