@@ -99,7 +99,9 @@ class BlockManager:
         return hits
 
     def can_allocate(self, seq: Sequence) -> bool:
-        hits = self._prefix_hits(seq)
+        return self._fits(seq, self._prefix_hits(seq))
+
+    def _fits(self, seq: Sequence, hits: list[int]) -> bool:
         reclaimed = sum(1 for b in hits if b in self._cached)
         needed = seq.num_blocks_needed(self.block_size) - len(hits)
         return needed <= self.num_free + self.num_cached - reclaimed
@@ -108,6 +110,8 @@ class BlockManager:
         """Give the sequence blocks for all its tokens, reusing cached ones; return tokens reused."""
         assert not seq.block_table, f"{seq.request_id} already holds blocks"
         hits = self._prefix_hits(seq)
+        if not self._fits(seq, hits):  # checked first, so a refusal changes nothing
+            raise RuntimeError(f"no room for {seq.request_id}: call can_allocate first")
         for block_id in hits:
             block = self.blocks[block_id]
             if block.ref_count == 0:

@@ -11,7 +11,8 @@ class Detokenizer:
 
     A token's text is decode(context + new) − decode(context) over a few earlier tokens, so spaces
     and multi-byte characters come out as a full decode would give them; text ending in an
-    incomplete character (U+FFFD) waits for the next token. Text is held back while its tail could
+    incomplete character (U+FFFD) waits for the next token, and `flush()` at the end keeps its
+complete characters. Text is held back while its tail could
     still grow into a stop string, and a found stop string ends the text just before it
     (`stop_string` then names it: the one found earliest in the text).
     """
@@ -41,6 +42,21 @@ class Detokenizer:
             drop = self._prefix_offset
             self._ids = self._ids[drop:]
             self._prefix_offset, self._read_offset = 0, self._read_offset - drop
+        return self._find_stop(checked)
+
+    def flush(self) -> bool:
+        """At the end: add what tokens held back as a possibly incomplete character decode to, up to
+        the last complete character; True when the text now ends at a stop string."""
+        if self.stop_string is not None or self._read_offset == len(self._ids):
+            return False
+        prefix = self._tokenizer.decode(self._ids[self._prefix_offset : self._read_offset])
+        full = self._tokenizer.decode(self._ids[self._prefix_offset :])
+        tail = full[len(prefix) :].rstrip("\ufffd") if len(full) > len(prefix) else ""
+        self._read_offset = len(self._ids)
+        if not tail:
+            return False
+        checked = len(self.text)
+        self.text += tail
         return self._find_stop(checked)
 
     def _find_stop(self, checked: int) -> bool:

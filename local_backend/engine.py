@@ -1,10 +1,12 @@
-"""The engine: requests in, completions and stream deltas out, one scheduler step at a time.
+"""The engine's front: requests in from any thread, completions and stream deltas out.
 
-Threading model: `step()` runs under a lock, so any thread may drive it. `generate()` drives steps
-itself until its requests finish; `stream()` starts one background thread per engine that steps
-while there is work, and hands deltas to each stream's asyncio queue. Requests and aborts from any
-thread go through an inbox drained at the start of each step, so the scheduler is only ever
-touched by the stepping thread.
+The stepping itself is `EngineCore`'s (synchronous, single-threaded). This front owns the rest:
+`step()` runs the core under a lock, so any thread may drive it; `generate()` drives steps itself
+until its requests finish; `stream()` starts one background thread per engine that steps while
+there is work and hands deltas to each stream's asyncio queue. Requests and aborts from any thread
+go through an inbox drained at the start of each step, so only the stepping thread touches the
+core. Aborts name the request object (a reused `request_id` never aborts its successor), and
+`close()` finishes every request it accepted, so no stream ever waits forever.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -23,6 +25,7 @@ from local_backend import _constants as C
 from local_backend.block_manager import BlockManager
 from local_backend.config import ModelConfig
 from local_backend.detokenizer import Detokenizer
+from local_backend.engine_core import EngineCore, describe
 from local_backend.loader import (
     check_checkpoint,
     default_kv_cache_memory,
@@ -31,9 +34,8 @@ from local_backend.loader import (
     resolve_directory,
 )
 from local_backend.model_runner import ModelRunner
-from local_backend.outputs import Completion, EngineStats, FinishReason, StreamDelta
+from local_backend.outputs import Completion, EngineStats, StreamDelta
 from local_backend.request import Prompt, Request, Sink, prompt_token_ids
-from local_backend.sampler import Sampler
 from local_backend.sampling_params import SamplingParams
 from local_backend.scheduler import Scheduler
 from local_backend.sequence import Sequence as Seq
@@ -50,42 +52,19 @@ class Engine:
         async for delta in engine.stream("Hi", SamplingParams(max_tokens=8)): print(delta.text)
     """
 
-    def __init__(
-        self,
-        cfg: ModelConfig,
-        tokenizer: TextTokenizer,
-        model: torch.nn.Module,
-        *,
-        kv_cache_memory: int,
-        block_size: int,
-        max_num_seqs: int,
-        max_model_len: int,
-        max_num_batched_tokens: int,
-    ):
-        dtype = next(model.parameters()).dtype
-        self.config = cfg
+    def __init__(self, core: EngineCore, tokenizer: TextTokenizer):
+        self.core = core
+        self.config = core.config
         self.tokenizer = tokenizer
-        self.kv_bytes_per_token = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * dtype.itemsize
-        num_blocks = kv_cache_memory // (block_size * self.kv_bytes_per_token)
-        self.block_manager = BlockManager(num_blocks, block_size)
-        self.max_model_len = min(max_model_len, num_blocks * block_size)
-        self.scheduler = Scheduler(
-            self.block_manager, max_num_seqs, max(max_num_batched_tokens, max_num_seqs)
-        )
-        sampler = Sampler(cfg.vocab_size, tokenizer.ids_containing)
-        self.runner = ModelRunner(model, cfg, sampler, num_blocks, block_size, self.max_model_len)
-        self._eos = frozenset(cfg.eos_token_ids) | (
-            {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
-        )
-        self._requests: dict[str, Request] = {}
-        self._live_ids: set[str] = set()
-        self._inbox: list[tuple[str, Any]] = []
+        self.kv_bytes_per_token = core.kv_bytes_per_token
+        self.max_model_len = core.max_model_len
+        self._live: dict[str, Request] = {}
+        self._inbox: list[tuple[Literal["add", "abort"], Request]] = []
         self._ids = itertools.count()
         self._step_lock = threading.Lock()
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closed = False
-        self._prompt_tokens = self._generation_tokens = 0
 
     @classmethod
     def from_pretrained(
@@ -102,8 +81,9 @@ class Engine:
         """Load a Hugging Face checkpoint directory, or `"default"` for the bundled model.
 
         `device="auto"` is CUDA when available, else CPU; `dtype="auto"` is bf16 on CUDA, float32
-        on CPU. `kv_cache_memory` (bytes) sizes the block pool: num_blocks = memory ÷ (block_size ×
-        kv_bytes_per_token); by default 512 MiB on CPU, half the free memory on CUDA.
+        on CPU. `kv_cache_memory` (bytes) bounds the block pool: num_blocks = min(memory ÷ (block_size
+        × kv_bytes_per_token), max_num_seqs × ⌈max_model_len ÷ block_size⌉), never more than a
+        full batch can use; by default 512 MiB on CPU, half the free memory on CUDA.
         `max_model_len` (prompt + output) defaults to min(8192, the model's limit) and is cut to
         what the pool holds; `max_num_seqs` caps the running batch; `max_num_batched_tokens` is
         the per-step token budget that chunks long prompts. Missing files raise
@@ -120,9 +100,10 @@ class Engine:
             raise ValueError(f"max_model_len={max_model_len} exceeds the model's limit of {limit}")
         dev, dtype = resolve_device(device, dtype)
         model = load_model(directory, cfg, dev, dtype)
-        return cls(
+        tokenizer = TextTokenizer.from_dir(directory)
+        core = EngineCore(
             cfg,
-            TextTokenizer.from_dir(directory),
+            tokenizer,
             model,
             kv_cache_memory=default_kv_cache_memory(dev) if kv_cache_memory is None else kv_cache_memory,
             block_size=block_size,
@@ -130,6 +111,19 @@ class Engine:
             max_model_len=max_model_len or min(limit, C.DEFAULT_MAX_MODEL_LEN),
             max_num_batched_tokens=max_num_batched_tokens,
         )
+        return cls(core, tokenizer)
+
+    @property
+    def block_manager(self) -> BlockManager:
+        return self.core.block_manager
+
+    @property
+    def scheduler(self) -> Scheduler:
+        return self.core.scheduler
+
+    @property
+    def runner(self) -> ModelRunner:
+        return self.core.runner
 
     @property
     def kv_cache_bytes(self) -> int:
@@ -152,7 +146,8 @@ class Engine:
         """Run every prompt (text or token ids) to completion; one `Completion` per prompt, in order.
 
         `cache_salt` (a tenant's id) keeps the prompts' prefix-cache blocks apart from those of
-        other salts (see `stream`). Bad input raises `ValueError` before anything is queued.
+        other salts (see `stream`). Bad input raises `ValueError` before anything is queued; a
+        closed engine raises `RuntimeError`.
         """
         if isinstance(prompts, str):
             raise ValueError("prompts must be a list of prompts, got one string")
@@ -161,21 +156,25 @@ class Engine:
         if len(params) != len(prompts):
             raise ValueError(f"{len(params)} SamplingParams for {len(prompts)} prompts")
         prepared = [self._prepare(p, sp) for p, sp in zip(prompts, params)]
-        done: dict[str, Completion] = {}
+        done: dict[int, Completion] = {}
 
-        def sink(delta: StreamDelta) -> None:
-            if delta.completion is not None:
-                done[delta.completion.request_id] = delta.completion
+        def collector(i: int) -> Sink:
+            def sink(delta: StreamDelta) -> None:
+                if delta.completion is not None:
+                    done[i] = delta.completion
 
-        ids = [self._submit(ids, sp, sink, None, cache_salt) for ids, sp in zip(prepared, params)]
+            return sink
+
+        requests = [
+            self._submit(ids, sp, collector(i), None, cache_salt) for i, (ids, sp) in enumerate(zip(prepared, params))
+        ]
         try:
-            while len(done) < len(ids):
+            while len(done) < len(requests):
                 self.step()
         finally:
-            for request_id in ids:
-                if request_id not in done:
-                    self.abort(request_id)
-        return [done[i] for i in ids]
+            for request in requests:
+                self._abort(request)
+        return [done[i] for i in range(len(requests))]
 
     def stream(
         self,
@@ -187,14 +186,18 @@ class Engine:
     ) -> AsyncIterator[StreamDelta]:
         """Async iterator of `StreamDelta`s; the last one carries the `Completion`.
 
-        Input is checked now (`ValueError`); the request starts at the first iteration and runs on
-        the engine's background thread. Closing the iterator (`contextlib.aclosing`, or garbage
-        collection of an abandoned one) aborts the request and frees its blocks. `cache_salt` is
-        mixed into the first block's hash (vLLM's `cache_salt`): requests share prefix-cache blocks
-        only with requests of the same salt (None is a salt of its own).
+        Input is checked now (`ValueError`; `RuntimeError` once closed); the request starts at the
+        first iteration and runs on the engine's background thread. Closing the iterator
+        (`contextlib.aclosing`, or garbage collection of an abandoned one) aborts the request and
+        frees its blocks. `cache_salt` is mixed into the first block's hash (vLLM's `cache_salt`):
+        requests share prefix-cache blocks only with requests of the same salt (None is a salt of
+        its own). A failed step ends the stream with `finish_reason="error"`; `close()` ends it
+        with "abort".
         """
         params = params or SamplingParams()
-        return self._stream(self._prepare(prompt, params), params, request_id, cache_salt)
+        token_ids = self._prepare(prompt, params)
+        self._check_open()
+        return self._stream(token_ids, params, request_id, cache_salt)
 
     async def _stream(
         self, token_ids: list[int], params: SamplingParams, request_id: str | None, cache_salt: str | None
@@ -208,7 +211,7 @@ class Engine:
             except RuntimeError:  # the consumer's loop is gone
                 pass
 
-        rid = self._submit(token_ids, params, sink, request_id, cache_salt)
+        request = self._submit(token_ids, params, sink, request_id, cache_salt)
         self._start_loop()
         try:
             while True:
@@ -217,16 +220,14 @@ class Engine:
                 if delta.completion is not None:
                     return
         finally:
-            self.abort(rid)
+            self._abort(request)
 
     def abort(self, request_id: str) -> None:
-        """Stop a request (no-op when unknown or finished); its blocks return to the pool."""
-        self._post("abort", request_id)
-        if self._step_lock.acquire(blocking=False):
-            try:
-                self._drain_inbox()
-            finally:
-                self._step_lock.release()
+        """Stop the live request of that id (no-op when unknown or finished); its blocks return to the pool."""
+        with self._wake:
+            request = self._live.get(request_id)
+        if request is not None:
+            self._abort(request)
 
     def stats(self) -> EngineStats:
         bm = self.block_manager
@@ -242,9 +243,9 @@ class Engine:
             num_running=len(self.scheduler.running),
             num_waiting=len(self.scheduler.waiting),
             num_preemptions=self.scheduler.num_preemptions,
-            prompt_tokens=self._prompt_tokens,
+            prompt_tokens=self.core.prompt_tokens,
             prefix_cache_hit_tokens=bm.hit_tokens,
-            generation_tokens=self._generation_tokens,
+            generation_tokens=self.core.generation_tokens,
         )
 
     def reset_prefix_cache(self) -> None:
@@ -256,20 +257,18 @@ class Engine:
         """Admit queued requests, run one scheduled batch, and deliver what it produced."""
         with self._step_lock:
             self._drain_inbox()
-            if not self.scheduler.has_unfinished():
-                return
-            batch = self.scheduler.schedule()
-            tokens = self.runner.run(batch) if batch.seqs else []
-            for seq, token in zip(self.scheduler.update(batch), tokens):
-                self._on_token(self._requests[seq.request_id], token)
+            self.core.step()
 
     def close(self) -> None:
-        """Stop the background loop, if one was started."""
+        """Stop the background loop, then finish every accepted request with "abort"; idempotent."""
         with self._wake:
             self._closed = True
             self._wake.notify_all()
-        if self._thread is not None:
+        if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
+        with self._step_lock:
+            self._drain_inbox()
+            self.core.finish_all("abort")
 
     def __enter__(self) -> Engine:
         return self
@@ -280,47 +279,55 @@ class Engine:
     def _prepare(self, prompt: Prompt, params: SamplingParams | None) -> list[int]:
         return prompt_token_ids(prompt, params, self.tokenizer, self.config.vocab_size, self.max_model_len)
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the engine is closed: start a new one")
+
     def _submit(
         self, token_ids: list[int], params: SamplingParams, sink: Sink, request_id: str | None, cache_salt: str | None
-    ) -> str:
+    ) -> Request:
         rid = request_id or f"req-{next(self._ids)}"
         detokenizer = Detokenizer(self.tokenizer, token_ids, params.stop)
-        request = Request(Seq(rid, token_ids, params, cache_salt), detokenizer, sink)
-        with self._wake:
-            if rid in self._live_ids:
-                raise ValueError(f"request_id {rid!r} is already in use")
-            self._live_ids.add(rid)
-        self._post("add", request)
-        return rid
+        request: Request
 
-    def _post(self, kind: str, item: Any) -> None:
+        def deliver(delta: StreamDelta) -> None:
+            if delta.completion is not None:
+                with self._wake:
+                    if self._live.get(rid) is request:
+                        del self._live[rid]
+            sink(delta)
+
+        request = Request(Seq(rid, token_ids, params, cache_salt), detokenizer, deliver)
         with self._wake:
-            self._inbox.append((kind, item))
+            self._check_open()
+            if rid in self._live:
+                raise ValueError(f"request_id {rid!r} is already in use")
+            self._live[rid] = request
+            self._inbox.append(("add", request))
             self._wake.notify()
+        return request
+
+    def _abort(self, request: Request) -> None:
+        """Abort this request object (whatever its id now names); applied at once if no step runs."""
+        if request.is_finished:
+            return
+        with self._wake:
+            self._inbox.append(("abort", request))
+            self._wake.notify()
+        if self._step_lock.acquire(blocking=False):
+            try:
+                self._drain_inbox()
+            finally:
+                self._step_lock.release()
 
     def _drain_inbox(self) -> None:
         with self._wake:
             commands, self._inbox = self._inbox, []
-        for kind, item in commands:
+        for kind, request in commands:
             if kind == "add":
-                self._requests[item.seq.request_id] = item
-                self._prompt_tokens += item.seq.num_prompt_tokens
-                self.scheduler.add(item.seq)
-            elif item in self._requests:
-                self._finish(self._requests[item], "abort")
-
-    def _on_token(self, request: Request, token: int) -> None:
-        self._generation_tokens += 1
-        reason = request.add_token(token, self._eos, self.max_model_len)
-        if reason is not None:
-            self._finish(request, reason, (token,))
-
-    def _finish(self, request: Request, reason: FinishReason, new_tokens: tuple[int, ...] = ()) -> None:
-        self.scheduler.finish(request.seq)
-        del self._requests[request.seq.request_id]
-        with self._wake:
-            self._live_ids.discard(request.seq.request_id)
-        request.finish(reason, new_tokens)
+                self.core.add(request)
+            else:
+                self.core.abort(request)
 
     def _start_loop(self) -> None:
         with self._wake:
@@ -329,9 +336,10 @@ class Engine:
                 self._thread.start()
 
     def _has_work(self) -> bool:
-        return self._closed or bool(self._inbox) or self.scheduler.has_unfinished()
+        return self._closed or bool(self._inbox) or self.core.has_unfinished()
 
     def _loop(self) -> None:
+        """Step while there is work; the core contains a step's failures, this catches the rest."""
         while True:
             with self._wake:
                 self._wake.wait_for(self._has_work)
@@ -339,8 +347,7 @@ class Engine:
                     return
             try:
                 self.step()
-            except Exception:
-                logger.exception("engine step failed; aborting its requests")
+            except Exception as exc:
+                logger.exception("engine loop failed outside a step; failing every request")
                 with self._step_lock:
-                    for request in list(self._requests.values()):
-                        self._finish(request, "abort")
+                    self.core.finish_all("error", describe(exc))

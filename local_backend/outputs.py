@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-FinishReason = Literal["stop", "length", "abort"]
-"""`stop`: EOS, a stop token or a stop string; `length`: max_tokens or max_model_len; `abort`."""
+FinishReason = Literal["stop", "length", "abort", "error"]
+"""`stop`: EOS, a stop token or a stop string; `length`: max_tokens or max_model_len; `abort`: the
+caller stopped it or the engine closed; `error`: the step that ran it failed (`Completion.error`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +26,8 @@ class Completion:
     `cached_tokens` prompt tokens came from the prefix cache; `cache_written_tokens` prompt tokens
     are in full blocks this request added to it (a block another request named first is not
     counted), so cached_tokens + cache_written_tokens <= len(prompt_token_ids). `stop_string` is
-    the stop string that ended the text, if one did.
+    the stop string that ended the text, if one did; `error` says what failed when
+    `finish_reason == "error"`.
     """
 
     request_id: str
@@ -37,6 +39,7 @@ class Completion:
     cache_written_tokens: int
     stop_string: str | None
     timings: Timings
+    error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

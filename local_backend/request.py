@@ -51,8 +51,9 @@ def prompt_token_ids(
 class Request:
     """A sequence, its text so far, and its sink; decides when the request is done.
 
-    Finish checks, in order: a stop string or `stop_token_ids` → "stop"; EOS unless `ignore_eos`
-    → "stop"; `max_tokens` output tokens or `max_model_len` in all → "length".
+    Finish checks, in order: `stop_token_ids`, or EOS unless `ignore_eos` → "stop" (the token is
+    in `token_ids`, its text is not in the text); a stop string → "stop"; `max_tokens` output
+    tokens or `max_model_len` in all → "length".
     """
 
     __slots__ = ("seq", "detokenizer", "sink")
@@ -66,18 +67,28 @@ class Request:
         seq.token_ids.append(token)
         if seq.first_token_time is None:
             seq.first_token_time = time.perf_counter()
-        if self.detokenizer.add(token) or token in params.stop_token_ids:
-            return "stop"
-        if token in eos and not params.ignore_eos:
+        if token in params.stop_token_ids or (token in eos and not params.ignore_eos):
+            return "stop"  # its text is not part of the output (vLLM)
+        if self.detokenizer.add(token):
             return "stop"
         if seq.num_output_tokens >= params.max_tokens or len(seq) >= max_model_len:
             return "length"
         self.sink(self._delta(self.detokenizer.take_delta(final=False), (token,)))
         return None
 
-    def finish(self, reason: FinishReason, new_tokens: tuple[int, ...]) -> None:
-        """Deliver the last delta with the `Completion` (the sequence is already out of the queues)."""
+    @property
+    def is_finished(self) -> bool:
+        return self.seq.is_finished
+
+    def finish(self, reason: FinishReason, new_tokens: tuple[int, ...] = (), error: str | None = None) -> None:
+        """Deliver the last delta with the `Completion` (the sequence is already out of the queues).
+
+        Text held back as a possibly incomplete character is flushed first; if it ends at a stop
+        string, a "length" finish becomes "stop".
+        """
         seq = self.seq
+        if self.detokenizer.flush() and reason == "length":
+            reason = "stop"
         now = seq.finished_time = time.perf_counter()
         scheduled = seq.scheduled_time or now
         first = seq.first_token_time or now
@@ -91,6 +102,7 @@ class Request:
             cache_written_tokens=seq.num_cache_written_tokens,
             stop_string=self.detokenizer.stop_string,
             timings=Timings(scheduled - seq.arrival_time, first - scheduled, now - first),
+            error=error,
         )
         self.sink(self._delta(self.detokenizer.take_delta(final=True), new_tokens, completion))
 

@@ -29,6 +29,14 @@ class ScheduledBatch:
         return sum(self.num_new_tokens)
 
 
+class ScheduleFailed(Exception):
+    """`schedule()` raised while planning `seq` (None: before any); the queues are still consistent."""
+
+    def __init__(self, seq: Sequence | None):
+        super().__init__(f"scheduling {seq.request_id if seq else 'the step'} failed")
+        self.seq = seq
+
+
 class Scheduler:
     """Queues and the step plan; `add`, `schedule`, `update` after the step, `finish`."""
 
@@ -47,45 +55,55 @@ class Scheduler:
         self.waiting.append(seq)
 
     def schedule(self) -> ScheduledBatch:
+        """Plan the next step; on an error, `ScheduleFailed` names the sequence being planned.
+
+        Every mutation leaves the queues consistent first (a sequence leaves `waiting` only once
+        its blocks are allocated), so whatever raises, each sequence is in exactly one queue.
+        """
         budget = self.max_num_batched_tokens
         seqs: list[Sequence] = []
         counts: list[int] = []
         preempted = False
-        i = 0
-        while i < len(self.running) and budget > 0:
-            seq = self.running[i]
-            while not self.block_manager.can_append(seq):
-                preempted = True
-                self._preempt(self.running.pop())
+        seq: Sequence | None = None
+        try:
+            i = 0
+            while i < len(self.running) and budget > 0:
+                seq = self.running[i]
+                while not self.block_manager.can_append(seq):
+                    preempted = True
+                    self._preempt(self.running[-1])
+                    if seq.status is Status.WAITING:
+                        break
                 if seq.status is Status.WAITING:
                     break
-            if seq.status is Status.WAITING:
-                break
-            self.block_manager.append(seq)
-            n = min(seq.num_uncomputed_tokens, budget)
-            seqs.append(seq)
-            counts.append(n)
-            budget -= n
-            i += 1
-        while (
-            not preempted
-            and self.waiting
-            and budget > 0
-            and len(self.running) < self.max_num_seqs
-            and self.block_manager.can_allocate(self.waiting[0])
-        ):
-            seq = self.waiting.popleft()
-            reused = self.block_manager.allocate(seq)
-            if seq.num_preemptions == 0:
-                seq.num_cached_tokens = reused
-                seq.scheduled_time = time.perf_counter()
-            seq.num_computed_tokens = reused
-            seq.status = Status.RUNNING
-            self.running.append(seq)
-            n = min(seq.num_uncomputed_tokens, budget)
-            seqs.append(seq)
-            counts.append(n)
-            budget -= n
+                self.block_manager.append(seq)
+                n = min(seq.num_uncomputed_tokens, budget)
+                seqs.append(seq)
+                counts.append(n)
+                budget -= n
+                i += 1
+            while (
+                not preempted
+                and self.waiting
+                and budget > 0
+                and len(self.running) < self.max_num_seqs
+                and self.block_manager.can_allocate(self.waiting[0])
+            ):
+                seq = self.waiting[0]
+                reused = self.block_manager.allocate(seq)
+                self.waiting.popleft()
+                if seq.num_preemptions == 0:
+                    seq.num_cached_tokens = reused
+                    seq.scheduled_time = time.perf_counter()
+                seq.num_computed_tokens = reused
+                seq.status = Status.RUNNING
+                self.running.append(seq)
+                n = min(seq.num_uncomputed_tokens, budget)
+                seqs.append(seq)
+                counts.append(n)
+                budget -= n
+        except Exception as exc:
+            raise ScheduleFailed(seq) from exc
         return ScheduledBatch(tuple(seqs), tuple(counts))
 
     def update(self, batch: ScheduledBatch) -> list[Sequence]:
@@ -100,16 +118,18 @@ class Scheduler:
         return sampling
 
     def finish(self, seq: Sequence) -> None:
-        """Take a sequence out of its queue and release its blocks (finished or aborted)."""
-        if seq.status is Status.RUNNING:
+        """Take a sequence out of whichever queue holds it and release its blocks (finished or aborted)."""
+        if seq in self.running:
             self.running.remove(seq)
-            self.block_manager.deallocate(seq)
-        elif seq.status is Status.WAITING:
+        elif seq in self.waiting:
             self.waiting.remove(seq)
+        if seq.block_table:
+            self.block_manager.deallocate(seq)
         seq.status = Status.FINISHED
 
     def _preempt(self, seq: Sequence) -> None:
         self.block_manager.deallocate(seq)
+        self.running.remove(seq)
         seq.num_computed_tokens = 0
         seq.num_preemptions += 1
         seq.status = Status.WAITING

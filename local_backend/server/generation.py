@@ -120,9 +120,11 @@ class Generation:
 
 
 def ensure_finished(completion: Completion) -> Completion:
-    """The completion, unless the engine aborted it (a failed step): then a 500."""
-    if completion.finish_reason == "abort":
+    """The completion, unless the engine failed it (a failed step) or shut down first: then a 500."""
+    if completion.finish_reason == "error":
         raise ApiError("the engine failed while generating; see the server log", ErrorKind.INTERNAL)
+    if completion.finish_reason == "abort":
+        raise ApiError("the engine shut down before the answer was finished", ErrorKind.INTERNAL)
     return completion
 
 

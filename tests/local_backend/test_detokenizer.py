@@ -63,3 +63,39 @@ def test_incomplete_characters_wait_for_the_next_token():
     assert detok.take_delta(final=False) == ""
     detok.add(second)
     assert detok.take_delta(final=False) == "é"
+
+
+def _byte_level_tokenizer(pieces: list[bytes]):
+    """A real byte-level BPE tokenizer whose tokens are exactly `pieces` (ids in that order)."""
+    from tokenizers import Tokenizer, decoders, models
+
+    from local_backend.tokenizer import TextTokenizer
+
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    extra = iter(range(256, 512))
+    char = {b: chr(b) if b in printable else chr(next(extra)) for b in range(256)}  # GPT-2's byte map
+    vocab = {"".join(char[b] for b in piece): i for i, piece in enumerate(pieces)}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.decoder = decoders.ByteLevel()
+    return TextTokenizer(tok, {}, None)
+
+
+def test_final_text_keeps_complete_characters_held_back_behind_an_incomplete_one():
+    from local_backend.request import Request
+    from local_backend.sampling_params import SamplingParams
+    from local_backend.sequence import Sequence
+
+    nichi, hon, go = "日".encode(), "本".encode(), "語".encode()
+    # each token after "ok " ends inside a character: 日 and 本 complete only in a later token
+    pieces = [b"o", b"k", b" ", nichi[:2], nichi[2:] + hon[:1], hon[1:] + go[:1]]
+    tokenizer = _byte_level_tokenizer(pieces)
+    output = list(range(len(pieces)))
+    assert tokenizer.decode(output) == "ok 日本\ufffd"
+    params = SamplingParams(max_tokens=len(output))
+    finals = []
+    request = Request(Sequence("r", [0], params), Detokenizer(tokenizer, [0], ()), finals.append)
+    reasons = [request.add_token(t, frozenset(), max_model_len=100) for t in output]
+    assert reasons[-1] == "length"
+    request.finish("length", (output[-1],))
+    streamed = "".join(d.text for d in finals)
+    assert finals[-1].completion.text == streamed == "ok 日本"  # cut mid-character: the last one drops

@@ -237,3 +237,43 @@ def test_a_top_k_beyond_the_vocabulary_filters_nothing_and_extreme_seeds_work(ma
     sampled = [SamplingParams(max_tokens=3, top_k=2**64, seed=seed) for seed in (2**64 - 1, -(2**63))]
     outputs = engine.generate(["Hello", "Hello"], sampled)  # neither fails the batch's step
     assert all(out.finish_reason in ("stop", "length") for out in outputs)
+
+
+def test_a_block_is_named_by_its_whole_prefix_not_by_its_own_tokens(make_engine, hf_greedy):
+    engine = make_engine()
+    a, z, b = _prompts(engine, [16, 16, 16], seed=6)
+    [first] = engine.generate([a + z + z + b + [7]], GREEDY)
+    [second] = engine.generate([a + b + [7]], GREEDY)  # b's block follows a here, not a+z+z
+    assert first.cached_tokens == 0
+    assert second.cached_tokens == 16
+    assert list(second.token_ids) == hf_greedy("llama", a + b + [7], GREEDY.max_tokens)
+
+
+def test_preemption_in_the_middle_of_a_chunked_prefill_still_matches(make_engine, hf_greedy, monkeypatch):
+    block_bytes = 16 * 2 * 2 * 2 * 16 * 4
+    engine = make_engine(kv_cache_memory=9 * block_bytes, max_num_batched_tokens=8, max_num_seqs=4)
+    mid_prefill = []
+    preempt = engine.scheduler._preempt
+
+    def observed(seq):
+        mid_prefill.append(0 < seq.num_computed_tokens < seq.num_prompt_tokens)
+        preempt(seq)
+
+    monkeypatch.setattr(engine.scheduler, "_preempt", observed)
+    prompts = _prompts(engine, [20, 70, 30], seed=7)
+    params = SamplingParams(max_tokens=40, temperature=0, ignore_eos=True)
+    outputs = engine.generate(prompts, params)
+    assert any(mid_prefill)
+    for prompt, out in zip(prompts, outputs):
+        assert list(out.token_ids) == hf_greedy("llama", prompt, params.max_tokens)
+    [again] = engine.generate([prompts[1]], params)
+    assert again.token_ids == outputs[1].token_ids and again.cached_tokens == 64
+
+
+def test_the_pool_holds_no_more_blocks_than_a_full_batch_can_use(make_engine):
+    engine = make_engine(kv_cache_memory=2**30, max_num_seqs=2, max_model_len=100)
+    stats = engine.stats()
+    assert stats.num_blocks == 2 * 7  # max_num_seqs × ⌈100 / 16⌉, not the 2**30 bytes' 131072
+    assert len(engine.block_manager.blocks) == stats.num_blocks
+    outputs = engine.generate([[5] * 90, [6] * 90], SamplingParams(max_tokens=10, temperature=0, ignore_eos=True))
+    assert [len(o.token_ids) for o in outputs] == [10, 10] and engine.stats().num_preemptions == 0

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from local_backend.block_manager import BlockManager
 from local_backend.sampling_params import SamplingParams
-from local_backend.scheduler import Scheduler
+from local_backend.scheduler import ScheduleFailed, Scheduler
 from local_backend.sequence import Sequence, Status
 
 
@@ -108,3 +110,39 @@ def test_finish_releases_the_blocks_of_running_and_forgets_waiting_sequences():
     assert not s.has_unfinished()
     assert s.block_manager.num_used == 0
     assert a.status is b.status is Status.FINISHED
+
+
+def test_preemption_mid_chunked_prefill_leaves_only_the_computed_blocks_named():
+    s = _scheduler(num_blocks=7, block_size=4, budget=4)
+    s.add(_seq("a", 4))
+    _step(s)  # a: 4 prompt tokens computed, a 5th sampled
+    s.add(_seq("b", 20))  # 5 blocks, prefilled 3 tokens a step beside a's decodes
+    plans = [_step(s) for _ in range(4)]
+    assert plans == [{"a": 1, "b": 3}] * 4
+    b = s.running[1]
+    assert b.num_computed_tokens == 12  # blocks 0-2 computed; blocks 3-4 hold tokens, no KV yet
+    assert _step(s) == {"a": 1}  # a needs a third block: b is preempted in the middle of its prefill
+    assert (b.status, b.block_table, s.num_preemptions) == (Status.WAITING, [], 1)
+    s.finish(s.running[0])
+    _step(s)  # b comes back: only its computed blocks are found in the prefix cache
+    assert b.num_computed_tokens == 12 + 4
+    assert s.block_manager.hit_tokens == 12
+
+
+def test_a_failed_admission_leaves_the_sequence_waiting_and_the_pool_untouched():
+    s = _scheduler()
+    s.add(_seq("a", 5))
+    allocate = s.block_manager.allocate
+
+    def failing(seq):
+        raise RuntimeError("injected")
+
+    s.block_manager.allocate = failing  # type: ignore[method-assign]
+    with pytest.raises(ScheduleFailed) as failure:
+        s.schedule()
+    assert failure.value.seq is s.waiting[0] and isinstance(failure.value.__cause__, RuntimeError)
+    assert [q.request_id for q in s.waiting] == ["a"] and not s.running
+    assert s.block_manager.num_used == 0
+    s.block_manager.allocate = allocate  # type: ignore[method-assign]
+    s.finish(s.waiting[0])
+    assert not s.has_unfinished()

@@ -150,7 +150,12 @@ class Verdict(enum.Enum):
 
 
 class SoloJudge:
-    """Compares an answer with the same request run alone through the engine."""
+    """Compares an answer with the same request run alone, cold, on an engine of its own.
+
+    The baseline never comes from the engine under test: a fault that left that engine's cache or
+    state wrong after the load would make its "solo" runs wrong in the same way. Each solo run
+    starts with an empty prefix cache.
+    """
 
     def __init__(self, engine: Engine, checkpoint: Path):
         self._engine, self._checkpoint = engine, checkpoint
@@ -158,6 +163,7 @@ class SoloJudge:
 
     def __call__(self, planned: Planned, text: str) -> Verdict:
         engine = self._engine
+        engine.reset_prefix_cache()
         if planned.path == "/v1/completions":
             ids = engine.tokenizer.encode(planned.text)
         else:
@@ -182,13 +188,17 @@ class SoloJudge:
         return int(ties[0]) if len(ties) else None
 
 
+def _engine(checkpoint: Path) -> Engine:
+    return Engine.from_pretrained(checkpoint, device="cpu", max_model_len=512, kv_cache_memory=KV_CACHE_MEMORY)
+
+
 @pytest.mark.parametrize(
     "size",
     [CI, SOAK] if os.environ.get(SOAK_ENV) else [CI],  # the soak size runs only under `make soak`
     ids=["ci", "soak"] if os.environ.get(SOAK_ENV) else ["ci"],
 )
 def test_concurrent_streams_with_hang_ups_match_solo_runs_and_leak_no_block(llama_dir: Path, capsys, size: LoadSize):
-    engine = Engine.from_pretrained(llama_dir, device="cpu", max_model_len=512, kv_cache_memory=KV_CACHE_MEMORY)
+    engine = _engine(llama_dir)
     plan = _plan(size, seed=size.requests)
     try:
         with serve_in_thread(create_app(engine, model_name="tiny")) as url:
@@ -198,11 +208,12 @@ def test_concurrent_streams_with_hang_ups_match_solo_runs_and_leak_no_block(llam
                 in_flight = http.get("/metrics").text.count("kvwise_requests_in_flight 0")
         completed = [(p, o) for p, o in zip(plan, outcomes) if o.finished]
         aborted = [o for o in outcomes if o.status == 200 and not o.finished]
-        judge = SoloJudge(engine, llama_dir)
-        verdicts = Counter(judge(p, o.text) for p, o in completed)
         stats = engine.stats()
     finally:
         engine.close()
+    with _engine(llama_dir) as fresh:
+        judge = SoloJudge(fresh, llama_dir)
+        verdicts = Counter(judge(p, o.text) for p, o in completed)
     statuses = Counter(o.status for o in outcomes)
     server_errors = sum(n for status, n in statuses.items() if status >= 500)
     with capsys.disabled():

@@ -1,0 +1,75 @@
+"""The sampler alone: milliseconds per step at batch 1/16/64 and vocabulary 32k/152k.
+
+Rows are requests 512 prompt tokens in, 128 output tokens along (so penalties have real contexts);
+the logits are random. Measures: temperature sampling, top-p (0.9) sampling and vLLM's three
+penalties with sampling, each the median of several steps after a warm-up step. Target (issue 18):
+batch 64, vocabulary 32k, under 5 ms per step for each.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+
+import torch
+
+from local_backend.sampler import Sampler
+from local_backend.sampling_params import SamplingParams
+from local_backend.sequence import Sequence
+
+BATCHES = (1, 16, 64)
+VOCABS = (32_000, 151_936)
+PROMPT, OUTPUT = 512, 128
+STEPS = 7
+TARGET_MS = 5.0
+CASES = {
+    "temperature": SamplingParams(temperature=0.8),
+    "top_p": SamplingParams(temperature=0.8, top_p=0.9),
+    "penalties": SamplingParams(temperature=0.8, repetition_penalty=1.1, frequency_penalty=0.3, presence_penalty=0.3),
+}
+
+
+def _seqs(batch: int, vocab: int, params: SamplingParams) -> list[Sequence]:
+    rng = random.Random(batch)
+    seqs = []
+    for i in range(batch):
+        seq = Sequence(f"r{i}", [rng.randrange(vocab) for _ in range(PROMPT)], params)
+        seq.token_ids.extend(rng.randrange(vocab) for _ in range(OUTPUT))
+        seqs.append(seq)
+    return seqs
+
+
+def step_ms(batch: int, vocab: int, params: SamplingParams) -> float:
+    """Median milliseconds of one sampler call, each step appending the drawn tokens as the engine does."""
+    sampler = Sampler(vocab, lambda _: frozenset())
+    seqs = _seqs(batch, vocab, params)
+    torch.manual_seed(0)
+    logits = torch.randn(batch, vocab) * 3
+    samples = []
+    for step in range(STEPS + 1):
+        start = time.perf_counter()
+        tokens = sampler(logits, seqs)
+        elapsed = time.perf_counter() - start
+        for seq, token in zip(seqs, tokens):
+            seq.token_ids.append(token)
+        if step:
+            samples.append(elapsed * 1000)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    print(f"sampler ms/step (median of {STEPS}); prompt {PROMPT} + output {OUTPUT} tokens per row")
+    print(f"{'case':<12} {'vocab':>7} " + " ".join(f"{'b' + str(b):>9}" for b in BATCHES))
+    for name, params in CASES.items():
+        for vocab in VOCABS:
+            figures = [step_ms(b, vocab, params) for b in BATCHES]
+            print(f"{name:<12} {vocab:>7} " + " ".join(f"{f:>9.2f}" for f in figures), flush=True)
+            if vocab == VOCABS[0]:
+                met = "met" if figures[-1] < TARGET_MS else "NOT met"
+                print(f"  target b{BATCHES[-1]} vocab {vocab} < {TARGET_MS} ms: {met}")
+
+
+if __name__ == "__main__":
+    main()
