@@ -84,7 +84,7 @@ def _check_release(name: str) -> None:
             ("RequestOptions.headers", "headers" in types.RequestOptions.__annotations__),
             ("SyncAPIResource._post", "self._post = client.post" in _source(resource.SyncAPIResource.__init__)),
             ("APIResponse._parsed_by_type", "_parsed_by_type" in response.BaseAPIResponse.__annotations__),
-            ("Stream._iterator", "self._iterator" in _source(streaming.Stream.__init__)),
+            ("Stream._iterator", "_iterator" in vars(streaming.Stream) or "self._iterator" in _source(streaming.Stream.__init__)),
         )
         if not present
     ]

@@ -19,6 +19,8 @@ ANTHROPIC_MIN_CACHE_TOKENS: Final = 1024
 ANTHROPIC_MAX_BREAKPOINTS: Final = 4
 ANTHROPIC_LOOKBACK_BLOCKS: Final = 20
 CHAT_MAX_STOP_SEQUENCES: Final = 4
+LEGACY_DEFAULT_MAX_TOKENS: Final = 16
+"""What `/v1/completions` decodes when the request names no `max_tokens` (the API's own default)."""
 
 DEFAULT_REPLY: Final = "This is the simulated assistant reply."
 DEFAULT_MAX_OUTPUT_TOKENS: Final = 4096

@@ -129,6 +129,8 @@ class _Progress:
 
     def write(self, events: Iterable[SseEvent]) -> bool:
         batch = list(events)
+        if not batch:  # an empty chunk would end the HTTP body
+            return True
         if self._exchange.write_chunk(b"".join(event.encode() for event in batch)):
             self.events += len(batch)
             return True

@@ -14,8 +14,10 @@ with ProviderSimulator() as sim:
     sim.requests[-1].body, sim.streams[-1].tokens_sent
 ```
 
-Serves `POST /v1/chat/completions`, `/v1/responses`, `/v1/messages` (JSON, or SSE with
-`"stream": true`) and `GET /v1/models` (OpenAI's list shape, Anthropic's when the request carries
+Serves `POST /v1/chat/completions`, `/v1/completions`, `/v1/responses`, `/v1/messages` (JSON, or
+SSE with `"stream": true`; also at the Bedrock, Vertex and Azure paths, see `platforms`),
+`/v1/messages/count_tokens`, `/v1/messages/batches` and `/v1/responses/input_tokens` (see `instant`),
+and `GET /v1/models` (OpenAI's list shape, Anthropic's when the request carries
 `anthropic-version`). Cache accounting: `cache.PrefixCache` for OpenAI, `cache.BreakpointCache` for
 Anthropic; every served prompt is remembered once its answer ends (even if the client hung up).
 """
@@ -42,7 +44,9 @@ from .constants import (
 from .decode import decode
 from .errors import ApiError, Flavour, request_id_header
 from .faults import CutFault, CutMode, ErrorFault, EventFault, EventKind, Fault, FaultQueue, ResetFault, StallFault
+from . import instant, platforms
 from .openai_chat import ChatCompletionsApi
+from .openai_completions import CompletionsApi
 from .openai_responses import ResponsesApi
 from .records import RecordedRequest, StreamRecord
 from .shapes import shaped_encoder, stream_tokens
@@ -79,7 +83,7 @@ class ProviderSimulator:
         self._breakpoint_cache = BreakpointCache()
         self._activity = threading.Condition()
         self._in_flight = 0
-        apis: list[Api] = [ChatCompletionsApi(), ResponsesApi(), MessagesApi()]
+        apis: list[Api] = [ChatCompletionsApi(), ResponsesApi(), MessagesApi(), CompletionsApi()]
         self._apis = {api.path: api for api in apis}
         self._server = LoopbackServer(self._handle)
 
@@ -193,6 +197,7 @@ class ProviderSimulator:
             self._requests.append(RecordedRequest(
                 exchange.method, exchange.path, exchange.headers, _parse_json(exchange.raw), exchange.raw
             ))
+            exchange.path, exchange.raw = platforms.route(exchange.path, exchange.raw)
             api = self._apis.get(exchange.path)
             flavour = api.flavour if api else _flavour_of(exchange)
             try:
@@ -210,6 +215,9 @@ class ProviderSimulator:
                 raise error
         if exchange.method == "GET" and exchange.path == MODELS_PATH:
             exchange.send_json(200, _models_list(flavour), dict([request_id_header(flavour)]))
+            return
+        if (answer := instant.ROUTES.get(exchange.path)) is not None and exchange.method == "POST":
+            exchange.send_json(200, answer(_parse_json(exchange.raw) or {}), dict([request_id_header(flavour)]))
             return
         if api is None or exchange.method != "POST":
             raise ApiError(404, f"Invalid URL ({exchange.method} {exchange.path})")
