@@ -15,6 +15,7 @@ from sdk.adapters import adapter_for
 from sdk.cache_hints import place_cache_hints
 from sdk.call import Call
 from sdk.canonical import canonicalize
+from sdk.families import FamilyMemory
 from sdk.fingerprint import PrefixTracker
 from sdk.guards import apply_guards
 from sdk.policy import Policy
@@ -42,6 +43,7 @@ class Chain:
                 raise TypeError(f"middleware must have an on_request(call) method, got {step!r}")
         self.policy = policy
         self.tracker = tracker
+        self.families = FamilyMemory()  # per wrapped client, like the tracker: which bytes change between calls
         self.extra = tuple(extra)
 
     def run(self, call: Call) -> None:
@@ -49,7 +51,7 @@ class Chain:
         adapter = adapter_for(call.api)
         for step in self.extra:
             step.on_request(call)
-        canonicalize(call, self.policy, adapter)
+        canonicalize(call, self.policy, adapter, self.families)
         self.tracker.observe(call)
         if self.policy.cache_hints:
             place_cache_hints(call, self.policy, adapter)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -226,8 +226,11 @@ _CLOSERS = {"(": ")", "[": "]", "{": "}"}
 _TIGHT = ",.;:!?)]}"
 
 
-def cut_volatile(text: str) -> tuple[str, list[VolatileMatch]]:
+def cut_volatile(text: str, keep: Collection[int] = ()) -> tuple[str, list[VolatileMatch]]:
     """`text` without its volatile bytes, and the matches removed, in order of position.
+
+    `keep` names matches that stay where they are, by their index in `find_volatile(text)` (bytes
+    that look volatile but are the same on every call).
 
     A labelled line goes whole, with its newline (a label after a sentence, to the line's end). An
     inline token goes with any brackets it leaves empty (they become part of the match's `text`),
@@ -235,9 +238,11 @@ def cut_volatile(text: str) -> tuple[str, list[VolatileMatch]]:
     line left blank. Only whitespace is dropped, so the result plus the matches' texts hold every
     other character of `text`. If a cut joins the text around it into new volatile bytes (a date
     and a time that a UUID separated), those are cut too, so the result is free of volatile bytes
-    (cutting it again finds nothing); such a match's `start:end` spans the earlier cut.
+    (cutting it again finds only the kept ones); such a match's `start:end` spans the earlier cut.
     """
-    matches = find_volatile(text)
+    found = find_volatile(text)
+    kept = {(match.start, match.end) for index, match in enumerate(found) if index in keep}
+    matches = [match for match in found if (match.start, match.end) not in kept]
     if not matches:
         return text, []
     chars = list(text)
@@ -245,9 +250,15 @@ def cut_volatile(text: str) -> tuple[str, list[VolatileMatch]]:
     removed: list[VolatileMatch] = []
     while matches:
         removed += [_cut(chars, origin, match) for match in reversed(matches)]
-        matches = find_volatile("".join(chars))
+        matches = [match for match in find_volatile("".join(chars)) if _span(origin, match) not in kept]
     removed.sort(key=lambda match: (match.start, match.end))
     return "".join(chars), removed
+
+
+def _span(origin: list[int], match: VolatileMatch) -> tuple[int, int] | None:
+    """Where `match` (in `chars` coordinates) lay in the input, if no cut fell inside it."""
+    start, last = origin[match.start], origin[match.end - 1]
+    return (start, last + 1) if last - start == match.end - 1 - match.start else None
 
 
 def _cut(chars: list[str], origin: list[int], match: VolatileMatch) -> VolatileMatch:
