@@ -100,6 +100,18 @@ class _AsyncCloser:
             logger.debug("kvwise: closing a dropped stream failed", exc_info=True)
 
 
+class _Absent:
+    """A method `wrapt.ObjectProxy` defines that the proxied stream lacks (the sync stream's
+    `__aenter__`, the async one's `__enter__` and `__iter__`): reading it raises `AttributeError`,
+    so `hasattr` answers as it would for the client's stream."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    def __get__(self, instance: object, owner: type | None = None) -> Any:
+        raise AttributeError(self._name)
+
+
 class _ClosingResponse(wrapt.ObjectProxy):  # type: ignore[misc]
     """The stream's `httpx2.Response`, whose `close()` closes the whole guarded stream (the
     client's stream helpers close the response they read at their start, not the stream)."""
@@ -156,8 +168,14 @@ class GuardedStream(wrapt.ObjectProxy):  # type: ignore[misc]
     def __exit__(self, *exc_info: object) -> None:
         self._self_closer.close()
 
+    __aenter__ = __aexit__ = _Absent()
+
     def __del__(self) -> None:
-        self._self_closer.drop()
+        try:
+            closer = self._self_closer
+        except (AttributeError, ValueError):  # never initialised
+            return
+        closer.drop()
 
 
 class AsyncGuardedStream(wrapt.ObjectProxy):  # type: ignore[misc]
@@ -193,5 +211,11 @@ class AsyncGuardedStream(wrapt.ObjectProxy):  # type: ignore[misc]
     async def __aexit__(self, *exc_info: object) -> None:
         await self._self_closer.close()
 
+    __enter__ = __exit__ = __iter__ = _Absent()
+
     def __del__(self) -> None:
-        self._self_closer.drop()
+        try:
+            closer = self._self_closer
+        except (AttributeError, ValueError):  # never initialised
+            return
+        closer.drop()

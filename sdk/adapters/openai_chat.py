@@ -100,13 +100,15 @@ class ChatAdapter(Adapter):
 
     def read_event(self, event: ChatCompletionChunk, state: StreamState) -> str | None:
         state.last_event = event
-        if state.hide_usage:  # the bare client's chunks carry no `"usage": null`: leave it unset
-            event.__pydantic_fields_set__.discard("usage")
         state.response_id = event.id or state.response_id
         state.response_model = event.model or state.response_model
         usage = event.usage
         if usage is not None:  # the final usage chunk, or every chunk on servers that report it so
             state.usage = chat_usage(usage)
+            if state.hide_usage:
+                event.usage = None
+        if state.hide_usage:  # the bare client's chunks carry no `"usage": null`: leave it unset
+            event.__pydantic_fields_set__.discard("usage")
         state.timings = timings_of(event) or state.timings
         choices = event.choices
         if not choices:  # None on an event type the client does not know

@@ -2,7 +2,8 @@
 
 Stream: a role chunk, one chunk per token, a chunk with `finish_reason` and an empty delta, then,
 with `stream_options.include_usage`, a chunk with `choices: []` and the usage (every other chunk then
-carries `usage: null`), then `data: [DONE]`. Usage: `prompt_tokens` (cached included),
+carries `usage: null`; with vLLM's `stream_options.continuous_usage_stats` as well, every chunk
+carries the usage so far instead), then `data: [DONE]`. Usage: `prompt_tokens` (cached included),
 `prompt_tokens_details.cached_tokens` / `cache_write_tokens`, `completion_tokens`.
 """
 
@@ -39,11 +40,13 @@ class ChatCompletionsApi:
         return ChatEncoder(outcome)
 
 
-def chat_usage(outcome: Outcome) -> dict[str, Any]:
+def chat_usage(outcome: Outcome, completion_tokens: int | None = None) -> dict[str, Any]:
+    """The answer's usage; `completion_tokens` (default: all) counts the tokens sent so far."""
+    completion = outcome.output_tokens if completion_tokens is None else completion_tokens
     return {
         "prompt_tokens": outcome.prompt_tokens,
-        "completion_tokens": outcome.output_tokens,
-        "total_tokens": outcome.prompt_tokens + outcome.output_tokens,
+        "completion_tokens": completion,
+        "total_tokens": outcome.prompt_tokens + completion,
         "prompt_tokens_details": {
             "cached_tokens": outcome.cache.read,
             "cache_write_tokens": outcome.cache.written,
@@ -65,6 +68,8 @@ class ChatEncoder:
         self._created = now()
         options = outcome.job.body.get("stream_options") or {}
         self._include_usage = bool(options.get("include_usage"))
+        self._continuous_usage = self._include_usage and bool(options.get("continuous_usage_stats"))
+        self._sent = 0  # chunks of output so far (for continuous usage)
 
     def _envelope(self, obj: str) -> dict[str, Any]:
         return {
@@ -88,8 +93,10 @@ class ChatEncoder:
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> SseEvent:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
         chunk = {**self._envelope("chat.completion.chunk"), "choices": [choice]}
+        if delta and "role" not in delta:
+            self._sent += 1
         if self._include_usage:
-            chunk["usage"] = None
+            chunk["usage"] = chat_usage(self._outcome, self._sent) if self._continuous_usage else None
         return SseEvent.of(chunk)
 
     def opening(self) -> list[SseEvent]:
