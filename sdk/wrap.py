@@ -164,7 +164,8 @@ class WrappedClient(_Node):
             return views[path]
         view = compat.new_resource(resource)
         for spec in surface.intercepted(self._shared.family.name, path):
-            setattr(view, spec.method, self._method(view, spec))
+            if hasattr(type(view), spec.method):  # Bedrock's beta messages have no count_tokens
+                setattr(view, spec.method, self._method(view, spec))
         for child in surface.INTERCEPTED[self._shared.family.name]:
             if child[:-1] == path and (sub := getattr(resource, child[-1], None)) is not None:
                 setattr(view, child[-1], self._view(child, sub))

@@ -1,0 +1,147 @@
+"""The installed clients' resource trees against `sdk.surface`'s table: a client release that adds a
+model-calling method (one that takes a `model`) shows up here as a red test, not as a silent bypass."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+from anthropic import _resource as anthropic_resource
+from openai import _resource as openai_resource
+
+import sdk
+from sdk import surface
+
+_RESOURCES = (
+    openai_resource.SyncAPIResource,
+    openai_resource.AsyncAPIResource,
+    anthropic_resource.SyncAPIResource,
+    anthropic_resource.AsyncAPIResource,
+)
+_SKIP = frozenset({"with_raw_response", "with_streaming_response"})
+
+CLIENTS = {
+    "OpenAI": lambda: openai.OpenAI(api_key="k", base_url="http://127.0.0.1:9/v1"),
+    "AsyncOpenAI": lambda: openai.AsyncOpenAI(api_key="k", base_url="http://127.0.0.1:9/v1"),
+    "AzureOpenAI": lambda: openai.AzureOpenAI(api_key="k", api_version="2024-10-21", azure_endpoint="https://x.openai.azure.com"),
+    "AsyncAzureOpenAI": lambda: openai.AsyncAzureOpenAI(api_key="k", api_version="2024-10-21", azure_endpoint="https://x.openai.azure.com"),
+    "Anthropic": lambda: anthropic.Anthropic(api_key="k"),
+    "AsyncAnthropic": lambda: anthropic.AsyncAnthropic(api_key="k"),
+    "AnthropicBedrock": lambda: anthropic.AnthropicBedrock(aws_region="us-east-1", api_key="k"),
+    "AsyncAnthropicBedrock": lambda: anthropic.AsyncAnthropicBedrock(aws_region="us-east-1", api_key="k"),
+    "AnthropicVertex": lambda: anthropic.AnthropicVertex(region="us-east5", project_id="p", access_token="t"),
+    "AsyncAnthropicVertex": lambda: anthropic.AsyncAnthropicVertex(region="us-east5", project_id="p", access_token="t"),
+    "AnthropicFoundry": lambda: anthropic.AnthropicFoundry(resource="r", api_key="k"),
+    "AsyncAnthropicFoundry": lambda: anthropic.AsyncAnthropicFoundry(resource="r", api_key="k"),
+}
+
+
+def _family(client: Any) -> str:
+    return "openai" if isinstance(client, (openai.OpenAI, openai.AsyncOpenAI)) else "anthropic"
+
+
+def _children(node: Any) -> Iterator[tuple[str, Any]]:
+    """The sub-resources of a client or resource: its properties, cached properties and attributes."""
+    names = {name for klass in type(node).__mro__ for name in vars(klass)} | set(vars(node))
+    for name in sorted(names):
+        if name.startswith("_") or name in _SKIP:
+            continue
+        try:
+            value = getattr(node, name)
+        except Exception:  # a property that needs credentials the test client lacks
+            continue
+        if isinstance(value, _RESOURCES):
+            yield name, value
+
+
+def _model_methods(resource: Any) -> Iterator[str]:
+    """The resource's public methods that take a `model`: the ones that call a model."""
+    for name in dir(type(resource)):
+        function = getattr(type(resource), name)
+        if not name.startswith("_") and name not in _SKIP and inspect.isfunction(function):
+            if "model" in inspect.signature(function).parameters:
+                yield name
+
+
+def _passes_through(family: str, path: tuple[str, ...]) -> bool:
+    return any(path[:length] in surface.PASS_THROUGH[family] for length in range(1, len(path) + 1))
+
+
+def unclassified(client: Any) -> list[str]:
+    """Every model-calling method of `client` that is neither intercepted, rebound nor passed through,
+    and every resource that is neither on the way to an intercepted one nor passed through."""
+    family = _family(client)
+    missing: list[str] = []
+
+    def walk(node: Any, path: tuple[str, ...]) -> None:
+        for name, child in _children(node):
+            child_path = (*path, name)
+            if _passes_through(family, child_path):
+                continue
+            if not surface.leads_to_intercepted(family, child_path):
+                missing.append(".".join(child_path) + " (resource)")
+                continue
+            handled = {spec.method for spec in surface.intercepted(family, child_path)}
+            for method in _model_methods(child):
+                full = (*child_path, method)
+                if method not in handled and full not in surface.REBOUND[family] and not _passes_through(family, full):
+                    missing.append(".".join(full))
+            walk(child, child_path)
+
+    walk(client, ())
+    return missing
+
+
+@pytest.mark.parametrize("name", sorted(CLIENTS))
+def test_every_model_calling_method_of_the_installed_client_is_intercepted_or_passed_through_with_a_reason(name):
+    assert unclassified(CLIENTS[name]()) == []
+
+
+def test_a_new_model_calling_method_would_be_reported():
+    client = CLIENTS["OpenAI"]()
+
+    def summarize(self: Any, *, model: str, input: str) -> None: ...
+
+    type(client.chat.completions).summarize = summarize
+    try:
+        assert unclassified(client) == ["beta.chat.completions.summarize", "chat.completions.summarize"]
+    finally:
+        del type(client.chat.completions).summarize
+
+
+@pytest.mark.parametrize("name", sorted(CLIENTS))
+def test_every_intercepted_method_of_the_wrapped_client_is_kvwises_own(name):
+    client = CLIENTS[name]()
+    family = _family(client)
+    wrapped = sdk.wrap(client)
+    checked = 0
+    for path, specs in surface.INTERCEPTED[family].items():
+        live, proxy = client, wrapped
+        for part in path:
+            live, proxy = getattr(live, part, None), getattr(proxy, part, None)
+        if live is None:  # Foundry has no batches
+            continue
+        for spec in (spec for spec in specs if hasattr(live, spec.method)):
+            assert getattr(live, spec.method).__self__ is live  # the client's own, bound
+            assert not hasattr(getattr(proxy, spec.method), "__self__")  # kvwise's
+            checked += 1
+    assert checked >= 5
+
+
+def test_every_entry_of_the_table_names_a_method_the_clients_have():
+    for name in ("OpenAI", "Anthropic"):
+        client = CLIENTS[name]()
+        for path, specs in surface.INTERCEPTED[_family(client)].items():
+            resource = client
+            for part in path:
+                resource = getattr(resource, part)
+            assert all(inspect.isfunction(getattr(type(resource), spec.method)) for spec in specs), path
+        for dotted in surface.REBOUND[_family(client)]:
+            resource = client
+            for part in dotted[:-1]:
+                resource = getattr(resource, part)
+            assert inspect.isfunction(getattr(type(resource), dotted[-1])), dotted
