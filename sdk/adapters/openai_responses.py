@@ -23,6 +23,9 @@ from sdk.call import Api, Call, Provider, Usage
 
 _FINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")
 _INSTRUCTIONS = "instructions"
+_ITEMS_WITH_DELTAS = frozenset({"message", "function_call"})
+"""Output items whose content comes in deltas right behind `output_item.added`; any other item
+(reasoning, a tool's own call) counts as content from its start, as it can take long to finish."""
 
 
 def responses_usage(usage: Any) -> Usage | None:
@@ -107,8 +110,8 @@ class ResponsesAdapter(Adapter):
         if kind.endswith(".delta"):  # refusal, function and tool arguments, reasoning, audio
             state.output_units += 1
             return ""
-        if kind == "response.output_item.added":  # an item (a message, a call, reasoning) begins
-            return ""
+        if kind == "response.output_item.added":  # a message or a call is a header: its deltas follow at once
+            return None if getattr(event.item, "type", None) in _ITEMS_WITH_DELTAS else ""
         response = getattr(event, "response", None)
         if isinstance(response, Response):
             state.response_id = response.id
