@@ -109,7 +109,7 @@ async def test_streams_are_the_clients_own_types(simulator, openai_client, anthr
 
 async def test_responses_api_is_intercepted_streamed_and_not(simulator, openai_client):
     wrapped = sdk.wrap(openai_client, sdk.Policy(max_output_tokens=50))
-    response = await resolve(wrapped.responses.create(model="gpt-5.4", input="Say hi", instructions="Be brief."))
+    response = await resolve(wrapped.responses.create(model="gpt-4.1", input="Say hi", instructions="Be brief."))
     assert isinstance(response, openai.types.responses.Response)
     assert response.output_text == simulator.reply
     assert simulator.requests[-1].body["max_output_tokens"] == 50
@@ -163,3 +163,76 @@ async def test_the_wrapped_async_client_is_an_async_context_manager(simulator):
     async with sdk.wrap(anthropic.AsyncAnthropic(base_url=simulator.anthropic_base_url, api_key="k")) as client:
         await client.messages.create(model="claude-sonnet-4-6", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
     assert client.is_closed()
+
+
+async def test_copy_returns_a_wrapped_client_like_with_options(simulator, openai_client):
+    wrapped = sdk.wrap(openai_client, sdk.Policy(max_output_tokens=33)).copy(timeout=5.0)
+    await resolve(wrapped.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}]))
+    assert simulator.requests[-1].body["max_completion_tokens"] == 33
+
+
+async def test_an_api_key_or_base_url_set_after_wrapping_is_used_by_the_next_call(simulator, mode):
+    cls = openai.OpenAI if mode == "sync" else openai.AsyncOpenAI
+    client = cls(base_url="http://127.0.0.1:9/v1", api_key="old", max_retries=0)  # nothing listens on port 9
+    wrapped = sdk.wrap(client)
+    client.base_url = simulator.openai_base_url
+    client.api_key = "rotated"
+    await resolve(wrapped.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}]))
+    assert simulator.requests[-1].headers["authorization"] == "Bearer rotated"
+    wrapped.api_key = "set-on-the-proxy"
+    assert client.api_key == "set-on-the-proxy"
+    await resolve(wrapped.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}]))
+    assert simulator.requests[-1].headers["authorization"] == "Bearer set-on-the-proxy"
+
+
+def test_the_wrapped_client_passes_isinstance_checks_for_the_clients_class(openai_client):
+    assert isinstance(sdk.wrap(openai_client), type(openai_client))
+
+
+_TOOLS = [{"name": n, "description": n, "input_schema": {"type": "object"}} for n in ("zeta", "alpha")]
+
+
+def _platform_client(name: str, mode: str, simulator: Any) -> Any:
+    prefix = "" if mode == "sync" else "Async"
+    if name == "Bedrock":
+        return getattr(anthropic, f"{prefix}AnthropicBedrock")(base_url=simulator.anthropic_base_url, aws_region="us-east-1", api_key="k")
+    if name == "Vertex":
+        cls = getattr(anthropic, f"{prefix}AnthropicVertex")
+        return cls(base_url=simulator.anthropic_base_url, region="us-east5", project_id="p", access_token="t")
+    if name == "Foundry":
+        return getattr(anthropic, f"{prefix}AnthropicFoundry")(base_url=simulator.anthropic_base_url, api_key="k")
+    cls = getattr(openai, f"{prefix}AzureOpenAI")
+    return cls(base_url=f"{simulator.openai_base_url}/deployments/gpt-4.1", api_key="k", api_version="2024-10-21")
+
+
+@pytest.mark.parametrize("platform", ["Bedrock", "Vertex", "Foundry", "Azure"])
+async def test_the_cloud_platform_clients_are_wrapped_and_intercepted(simulator, mode, platform):
+    wrapped = sdk.wrap(_platform_client(platform, mode, simulator), sdk.Policy(max_output_tokens=21))
+    if platform == "Azure":
+        tools = [{"type": "function", "function": {"name": tool["name"], "parameters": tool["input_schema"]}} for tool in _TOOLS]
+        response = await resolve(wrapped.chat.completions.create(model="gpt-4.1", messages=[{"role": "user", "content": "hi"}], tools=tools))
+        assert response.choices[0].message.content == simulator.reply
+        assert [tool["function"]["name"] for tool in simulator.requests[-1].body["tools"]] == ["alpha", "zeta"]
+        assert simulator.requests[-1].body["max_completion_tokens"] == 21
+        return
+    message = await resolve(
+        wrapped.messages.create(model="claude-sonnet-4-6", messages=[{"role": "user", "content": "hi"}], tools=_TOOLS)
+    )
+    assert message.content[0].text == simulator.reply
+    sent = simulator.requests[-1]
+    assert [tool["name"] for tool in sent.body["tools"]] == ["alpha", "zeta"]
+    assert sent.body["max_tokens"] == 21
+    assert sent.path != "/v1/messages" if platform in ("Bedrock", "Vertex") else sent.path == "/v1/messages"
+
+
+async def test_a_vertex_stream_and_token_count_go_through_kvwise(simulator, mode):
+    wrapped = sdk.wrap(_platform_client("Vertex", mode, simulator), sdk.Policy(max_output_tokens=21))
+    stream = await resolve(wrapped.messages.create(model="claude-sonnet-4-6", messages=[{"role": "user", "content": "hi"}], stream=True))
+    kinds = [event.type for event in await collect(stream)]
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
+    assert simulator.requests[-1].path.endswith(":streamRawPredict")
+    assert simulator.requests[-1].body["max_tokens"] == 21
+    count = await resolve(wrapped.messages.count_tokens(model="claude-sonnet-4-6", messages=[{"role": "user", "content": "hi"}], tools=_TOOLS))
+    assert count.input_tokens > 0
+    assert [tool["name"] for tool in simulator.requests[-1].body["tools"]] == ["alpha", "zeta"]
+    assert "max_tokens" not in simulator.requests[-1].body
