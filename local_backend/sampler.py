@@ -1,58 +1,98 @@
 """Next tokens from logits: penalties, DRY, temperature, top-k/top-p/min-p, greedy or seeded draws.
 
 The order is vLLM's: penalties on the raw logits, then (llama.cpp) DRY, then temperature, then the
-filters, then a draw. Greedy rows (`temperature == 0`) take the argmax after penalties and DRY. A
-draw is argmax(p / e) with e ~ Exp(1), i.e. an exact sample of p; a seeded request draws e from its
-own generator, so its tokens do not depend on what else is in the batch.
+filters, then a draw. Greedy rows (`temperature == 0`) take the argmax after penalties and DRY.
+
+Built to scale with batch and vocabulary (a few passes over `[rows, vocab]` per step, no sort of
+a whole row, no per-step tensor rebuilt from a request's token list):
+- penalties touch only each row's seen tokens, kept incrementally per request (`PenaltyState`);
+- weights w = 2^((logit − max) · log2(e) / T), so w ∈ (0, 1] and the top token has w = 1;
+- every filter is "drop w < threshold": top-k's k-th weight and top-p's smallest kept weight come
+  from a sort of the few candidates above a cutoff (`keep_thresholds`), min-p is min_p itself;
+- the draw is inverse-CDF with one uniform per row (chunk sums, then the chosen chunk): an exact
+  sample of w / Σw. A seeded request draws its uniform from its own generator, so its tokens do not
+  depend on what else is in the batch.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from collections.abc import Sequence as Seq
 
 import torch
 
-from local_backend._constants import DRY_MAX_EXPONENT_LOG
+from local_backend._constants import (
+    DRY_MAX_EXPONENT_LOG,
+    SAMPLER_CANDIDATE_CUTOFFS,
+    SAMPLER_CHUNK,
+    SAMPLER_STATE_MIN_CAPACITY,
+)
 from local_backend.sampling_params import SamplingParams
 from local_backend.sequence import Sequence
 
+LOG2E = 1.0 / math.log(2.0)
 
-def token_counts(rows: Seq[Seq[int]], vocab_size: int, device: torch.device) -> torch.Tensor:
-    """`[len(rows), vocab_size]` counts of each token id per row."""
-    width = max((len(r) for r in rows), default=0)
-    padded = torch.full((len(rows), width), vocab_size, dtype=torch.long)
-    for i, row in enumerate(rows):
-        padded[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-    counts = torch.zeros(len(rows), vocab_size + 1, dtype=torch.long)
-    counts.scatter_add_(1, padded, torch.ones_like(padded))
-    return counts[:, :vocab_size].to(device)
+
+class PenaltyState:
+    """One request's distinct seen tokens (prompt ∪ output) and their output counts, on the device.
+
+    `ids[:n]` are the distinct ids, `counts[:n]` how often each appears in the output (0 for
+    prompt-only ids). `update` counts the tokens appended since the last call: O(new tokens).
+    """
+
+    __slots__ = ("ids", "counts", "n", "_index", "_counted", "_py_counts")
+
+    def __init__(self, seq: Sequence, device: torch.device):
+        prompt = sorted(set(seq.prompt_token_ids))
+        capacity = max(SAMPLER_STATE_MIN_CAPACITY, 2 * len(prompt))
+        self.ids = torch.zeros(capacity, dtype=torch.long, device=device)
+        self.ids[: len(prompt)] = torch.tensor(prompt, dtype=torch.long, device=device)
+        self.counts = torch.zeros(capacity, device=device)
+        self.n = len(prompt)
+        self._index = {token: i for i, token in enumerate(prompt)}
+        self._py_counts = [0] * len(prompt)
+        self._counted = seq.num_prompt_tokens
+
+    def update(self, seq: Sequence) -> None:
+        for token in seq.token_ids[self._counted :]:
+            i = self._index.get(token)
+            if i is None:
+                i = self._add(token)
+            self._py_counts[i] += 1
+            self.counts[i] = self._py_counts[i]
+        self._counted = len(seq.token_ids)
+
+    def _add(self, token: int) -> int:
+        if self.n == len(self.ids):
+            grown = 2 * len(self.ids)
+            self.ids = torch.cat((self.ids, torch.zeros_like(self.ids)))[:grown]
+            self.counts = torch.cat((self.counts, torch.zeros_like(self.counts)))[:grown]
+        i = self.n
+        self.ids[i] = token
+        self._index[token] = i
+        self._py_counts.append(0)
+        self.n += 1
+        return i
 
 
 def apply_penalties(
-    logits: torch.Tensor,
-    prompt_counts: torch.Tensor,
-    output_counts: torch.Tensor,
+    values: torch.Tensor,
+    counts: torch.Tensor,
     repetition: torch.Tensor,
     frequency: torch.Tensor,
     presence: torch.Tensor,
 ) -> torch.Tensor:
-    """vLLM penalties; `repetition`, `frequency`, `presence` are per row.
+    """vLLM penalties on the logits of seen tokens (prompt or output), one entry per token.
 
-    seen = token in prompt or output: logit / r if logit > 0 else logit × r;
-    then logit − frequency × output count − presence × [output count > 0].
+    logit / r if logit > 0 else logit × r; then logit − frequency × output count − presence ×
+    [output count > 0]. `repetition`, `frequency`, `presence` are given per entry.
     """
-    in_output = output_counts > 0
-    seen = in_output | (prompt_counts > 0)
-    rep = torch.where(seen, repetition[:, None].to(logits.dtype), 1.0)
-    logits = torch.where(logits > 0, logits / rep, logits * rep)
-    return logits - frequency[:, None] * output_counts - presence[:, None] * in_output
+    values = torch.where(values > 0, values / repetition, values * repetition)
+    return values - frequency * counts - presence * (counts > 0)
 
 
-def dry_penalties(
-    tokens: Seq[int], params: SamplingParams, breakers: frozenset[int]
-) -> dict[int, float]:
+def dry_penalties(tokens: Seq[int], params: SamplingParams, breakers: frozenset[int]) -> dict[int, float]:
     """llama.cpp DRY: the penalty of each token that would extend a repeat of the context's end.
 
     For every earlier position, n = how many tokens before it match the context's last tokens
@@ -76,8 +116,7 @@ def dry_penalties(
             longest[token] = max(longest.get(token, 0), n)
     max_exp = DRY_MAX_EXPONENT_LOG / math.log(params.dry_base) if params.dry_base > 1 else math.inf
     return {
-        token: params.dry_multiplier
-        * params.dry_base ** min(n - params.dry_allowed_length, max_exp)
+        token: params.dry_multiplier * params.dry_base ** min(n - params.dry_allowed_length, max_exp)
         for token, n in longest.items()
         if token not in breakers
     }
@@ -97,22 +136,72 @@ def _z_function(s: list[int]) -> list[int]:
     return z
 
 
-def filter_logits(
-    logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor
-) -> torch.Tensor:
-    """Mask to −inf what the per-row filters drop.
+def keep_thresholds(w: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
+    """Per row, the weight below which the filters drop a token (w: `[rows, vocab]`, max 1 per row).
 
-    top-k keeps the k largest; top-p keeps the fewest most likely tokens whose probabilities sum
-    to at least p; min-p keeps tokens with p ≥ min_p × max p.
+    top-k keeps the k largest (ties with the k-th kept); top-p, over what top-k kept, keeps the
+    fewest most likely tokens whose probabilities sum to at least p; min-p keeps w ≥ min_p (the
+    top token has w = 1). The first two need only the tokens above a cutoff, sorted: the cutoff
+    falls (`SAMPLER_CANDIDATE_CUTOFFS`, ending at 0, a whole row) until a row's candidates hold k
+    tokens and p of the mass.
     """
-    ordered, order = logits.sort(dim=-1, descending=True)
-    kth = ordered.gather(1, (top_k - 1).clamp(max=logits.shape[-1] - 1)[:, None])
-    drop = ordered < kth
-    probs = ordered.masked_fill(drop, -math.inf).softmax(dim=-1)
-    drop |= (probs.cumsum(dim=-1) - probs >= top_p[:, None]) & (top_p[:, None] < 1)
-    drop |= probs < min_p[:, None] * probs[:, :1]
-    drop[:, 0] = False
-    return logits.masked_fill(torch.zeros_like(drop).scatter_(1, order, drop), -math.inf)
+    rows, vocab = w.shape
+    threshold = min_p.to(w.dtype).clone()
+    k = top_k.clamp(max=vocab)
+    pending = torch.nonzero((k < vocab) | (top_p < 1)).flatten()
+    if not len(pending):
+        return threshold
+    total = w.sum(dim=-1).double()
+    for cutoff in SAMPLER_CANDIDATE_CUTOFFS:
+        sub = w if len(pending) == rows else w[pending]  # after the first cutoff, a few rows at most
+        flat = torch.nonzero(sub.view(-1) >= cutoff).flatten()
+        row, vals = flat // vocab, sub.view(-1)[flat].double()
+        order = torch.sort(row.double() * 2 + (1 - vals)).indices  # by row, then weight descending
+        row, vals = row[order], vals[order]
+        n = len(pending)
+        count = torch.bincount(row, minlength=n)
+        start = count.cumsum(0) - count
+        kk, p = k[pending], top_p[pending].double()
+        in_k = (torch.arange(len(row), device=w.device) - start[row]) < kk[row]  # a prefix of each row
+        v = vals * in_k
+        mass_k = torch.zeros(n, dtype=torch.float64, device=w.device).index_add_(0, row, v)
+        before = v.cumsum(0) - v - (mass_k.cumsum(0) - mass_k)[row]  # mass above, within its row
+        limited = kk < vocab
+        k_found = limited & (count >= kk)  # the top-k set lies among the candidates
+        norm = torch.where(k_found, mass_k, total[pending])
+        ok = k_found | (~limited & ((p >= 1) | (mass_k >= p * norm)))
+        keep = in_k & ((p[row] >= 1) | (before < p[row] * norm[row]))  # again a prefix of each row
+        kept = torch.bincount(row[keep], minlength=n)
+        smallest = vals[start + kept - 1].to(w.dtype)
+        done = pending[ok]
+        threshold[done] = torch.maximum(threshold[done], smallest[ok])
+        pending = pending[~ok]
+        if not len(pending):
+            break
+    return threshold
+
+def draw(w: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """Token ids drawn from w / Σw per row by inverse CDF, one uniform in [0, 1) per row.
+
+    Σ over chunks of `SAMPLER_CHUNK` tokens picks the chunk, a cumulative sum inside it the token:
+    one pass over w, in float64 where it is summed.
+    """
+    rows, vocab = w.shape
+    size = min(SAMPLER_CHUNK, vocab)
+    whole = vocab // size
+    sums = torch.cat(
+        (w.unfold(1, size, size).sum(-1), w[:, whole * size :].sum(-1, True)), dim=1
+    ).double()  # float32 sums of 256 weights: exact enough, and far faster than float64 ones
+    cdf = sums.cumsum(-1)
+    target = (uniforms * cdf[:, -1])[:, None]
+    chunk = torch.searchsorted(cdf, target, right=True).clamp_(max=sums.shape[1] - 1)
+    offset = target - (cdf.gather(1, chunk) - sums.gather(1, chunk))
+    cols = chunk * size + torch.arange(size, device=w.device)
+    part = w.gather(1, cols.clamp(max=vocab - 1)).double() * (cols < vocab)
+    inside = part.cumsum(-1)
+    last = (inside < inside[:, -1:]).sum(-1, keepdim=True)  # the chunk's last token of weight > 0
+    pick = torch.minimum(torch.searchsorted(inside, offset, right=True), last)
+    return (chunk * size + pick).squeeze(1)
 
 
 class Sampler:
@@ -126,63 +215,97 @@ class Sampler:
         self.breakers = breakers
 
     def __call__(self, logits: torch.Tensor, seqs: Seq[Sequence]) -> list[int]:
-        logits = logits.float()
         params = [s.params for s in seqs]
-        if any(p.has_penalties for p in params):
-            logits = self._penalise(logits, seqs)
-        for i, seq in enumerate(seqs):
-            if seq.params.dry_multiplier > 0:
-                breakers = self.breakers(seq.params.dry_sequence_breakers)
-                for token, penalty in dry_penalties(seq.token_ids, seq.params, breakers).items():
-                    logits[i, token] -= penalty
+        logits = self.adjusted_logits(logits, seqs)
         if all(p.greedy for p in params):
             return logits.argmax(dim=-1).tolist()
-        return self._draw(logits, seqs)
+        tokens = draw(self.weights(logits, params), self._uniforms(seqs, logits.device))
+        greedy = [i for i, p in enumerate(params) if p.greedy]
+        if greedy:
+            tokens[greedy] = logits[greedy].argmax(dim=-1)
+        return tokens.tolist()
 
-    def _penalise(self, logits: torch.Tensor, seqs: Seq[Sequence]) -> torch.Tensor:
+    def adjusted_logits(self, logits: torch.Tensor, seqs: Seq[Sequence]) -> torch.Tensor:
+        """The logits after vLLM's penalties and llama.cpp's DRY (a copy when either applies)."""
+        penalised = [i for i, s in enumerate(seqs) if s.params.has_penalties]
+        dry = [i for i, s in enumerate(seqs) if s.params.dry_multiplier > 0]
+        out = logits.float()
+        if not penalised and not dry:
+            return out
+        out = out.clone() if out is logits or not out.is_contiguous() else out
+        if penalised:
+            self._penalise(out, [seqs[i] for i in penalised], penalised)
+        if dry:
+            self._dry(out, seqs, dry)
+        return out
+
+    def weights(self, logits: torch.Tensor, params: Seq[SamplingParams]) -> torch.Tensor:
+        """Unnormalised probabilities each row draws from: temperature, then top-k/top-p/min-p.
+
+        w = 2^((logit − max) · log2(e) / T) (greedy rows use T = 1), 0 where a filter drops.
+        """
         device = logits.device
-        per_row = _column(seqs, logits.device)
-        return apply_penalties(
-            logits,
-            token_counts([s.prompt_token_ids for s in seqs], self.vocab_size, device),
-            token_counts([s.output_token_ids for s in seqs], self.vocab_size, device),
-            per_row(lambda p: p.repetition_penalty),
-            per_row(lambda p: p.frequency_penalty),
-            per_row(lambda p: p.presence_penalty),
-        )
-
-    def _draw(self, logits: torch.Tensor, seqs: Seq[Sequence]) -> list[int]:
-        per_row = _column(seqs, logits.device)
-        greedy = logits.argmax(dim=-1)
-        temperature = per_row(lambda p: p.temperature if p.temperature > 0 else 1.0)
-        logits = logits / temperature[:, None]
-        if any(p.top_k or p.top_p < 1 or p.min_p > 0 for p in (s.params for s in seqs)):
-            logits = filter_logits(
-                logits,
-                per_row(lambda p: min(p.top_k or self.vocab_size, self.vocab_size), torch.long),
-                per_row(lambda p: p.top_p),
-                per_row(lambda p: p.min_p),
+        temperature = torch.tensor([p.temperature if p.temperature > 0 else 1.0 for p in params], device=device)
+        scale = (LOG2E / temperature)[:, None]
+        w = torch.addcmul(-(logits.amax(dim=-1, keepdim=True) * scale), logits, scale).exp2_()
+        if any(p.top_k or p.top_p < 1 or p.min_p > 0 for p in params):
+            vocab = self.vocab_size
+            threshold = keep_thresholds(
+                w,
+                torch.tensor([min(p.top_k or vocab, vocab) for p in params], device=device),
+                torch.tensor([p.top_p for p in params], device=device),
+                torch.tensor([p.min_p for p in params], device=device),
             )
-        probs = logits.softmax(dim=-1)
-        noise = torch.empty_like(probs).exponential_()
+            if any(p.min_p > 0 for p in params):
+                threshold = torch.minimum(threshold, w.amax(dim=-1))  # min_p=1 keeps the top token
+            w.mul_(w >= threshold[:, None])
+        return w
+
+    def _uniforms(self, seqs: Seq[Sequence], device: torch.device) -> torch.Tensor:
+        uniforms = torch.rand(len(seqs), dtype=torch.float64, device=device)
         for i, seq in enumerate(seqs):
             if seq.params.seed is not None:
                 if seq.generator is None:
-                    seq.generator = torch.Generator(device=probs.device)
+                    seq.generator = torch.Generator(device=device)
                     seq.generator.manual_seed(seq.params.seed)
-                noise[i].exponential_(generator=seq.generator)
-        drawn = (probs / noise).argmax(dim=-1)
-        is_greedy = torch.tensor([s.params.greedy for s in seqs], device=logits.device)
-        return torch.where(is_greedy, greedy, drawn).tolist()
+                uniforms[i] = torch.rand(1, generator=seq.generator, dtype=torch.float64, device=device)
+        return uniforms
 
+    def _penalise(self, logits: torch.Tensor, seqs: list[Sequence], rows: list[int]) -> None:
+        """Penalties on each row's seen tokens only, gathered and scattered back in place."""
+        device = logits.device
+        states = []
+        for seq in seqs:
+            if seq.penalty_state is None:
+                seq.penalty_state = PenaltyState(seq, device)
+            seq.penalty_state.update(seq)
+            states.append(seq.penalty_state)
+        lengths = torch.tensor([state.n for state in states], device=device)
 
-def _column(
-    seqs: Iterable[Sequence], device: torch.device
-) -> Callable[..., torch.Tensor]:
-    """A helper that gathers one parameter of every row into a tensor."""
-    rows = [s.params for s in seqs]
+        def per_entry(values: list[float]) -> torch.Tensor:
+            return torch.tensor(values, device=device).repeat_interleave(lengths)
 
-    def per_row(get: Callable[[SamplingParams], float], dtype: torch.dtype = torch.float) -> torch.Tensor:
-        return torch.tensor([get(p) for p in rows], dtype=dtype, device=device)
+        flat = logits.view(-1)
+        index = per_entry(rows).long() * logits.shape[-1] + torch.cat([state.ids[: state.n] for state in states])
+        flat[index] = apply_penalties(
+            flat[index],
+            torch.cat([state.counts[: state.n] for state in states]),
+            per_entry([s.params.repetition_penalty for s in seqs]),
+            per_entry([s.params.frequency_penalty for s in seqs]),
+            per_entry([s.params.presence_penalty for s in seqs]),
+        )
 
-    return per_row
+    def _dry(self, logits: torch.Tensor, seqs: Seq[Sequence], rows: list[int]) -> None:
+        at: list[int] = []
+        tokens: list[int] = []
+        amounts: list[float] = []
+        for i in rows:
+            params = seqs[i].params
+            penalties = dry_penalties(seqs[i].token_ids, params, self.breakers(params.dry_sequence_breakers))
+            at.extend([i] * len(penalties))
+            tokens.extend(penalties)
+            amounts.extend(penalties.values())
+        if at:
+            device = logits.device
+            index = (torch.tensor(at, device=device), torch.tensor(tokens, device=device))
+            logits.index_put_(index, -torch.tensor(amounts, device=device), accumulate=True)

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import enum
 import time
+from typing import TYPE_CHECKING
 
 import torch
 
 from local_backend.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from local_backend.sampler import PenaltyState
 
 
 class Status(enum.Enum):
@@ -33,7 +37,7 @@ class Sequence:
         "request_id", "params", "cache_salt", "token_ids", "num_prompt_tokens", "num_computed_tokens",
         "num_cached_tokens", "num_cache_written_tokens", "num_offered_blocks", "block_table",
         "block_hashes", "status", "num_preemptions",
-        "generator", "arrival_time", "scheduled_time", "first_token_time", "finished_time",
+        "generator", "penalty_state", "arrival_time", "scheduled_time", "first_token_time", "finished_time",
     )  # fmt: skip
 
     def __init__(
@@ -57,6 +61,7 @@ class Sequence:
         self.status = Status.WAITING
         self.num_preemptions = 0
         self.generator: torch.Generator | None = None
+        self.penalty_state: PenaltyState | None = None  # the sampler's, built on first use
         self.arrival_time = time.perf_counter()
         self.scheduled_time: float | None = None
         self.first_token_time: float | None = None

@@ -7,31 +7,51 @@ import math
 import pytest
 import torch
 
-from local_backend.sampler import Sampler, apply_penalties, dry_penalties, filter_logits, token_counts
+from local_backend.sampler import PenaltyState, Sampler, apply_penalties, draw, dry_penalties, keep_thresholds
 from local_backend.sampling_params import SamplingParams
 from local_backend.sequence import Sequence
 
 NO_BREAKERS: frozenset[int] = frozenset()
+CPU = torch.device("cpu")
 
 
-def test_token_counts_counts_each_id_per_row():
-    counts = token_counts([[1, 2, 2], []], vocab_size=4, device=torch.device("cpu"))
-    assert counts.tolist() == [[0, 1, 2, 0], [0, 0, 0, 0]]
+def test_penalty_state_keeps_distinct_seen_tokens_and_output_counts_as_tokens_arrive():
+    seq = Sequence("r", [3, 1, 3], SamplingParams())
+    state = PenaltyState(seq, CPU)
+    seq.token_ids.extend([1, 2, 2])
+    state.update(seq)
+    seq.token_ids.extend(range(10, 80))  # past the initial room: the buffers grow
+    state.update(seq)
+    seen = dict(zip(state.ids[: state.n].tolist(), state.counts[: state.n].tolist()))
+    assert seen == {1: 1.0, 2: 2.0, 3: 0.0} | {t: 1.0 for t in range(10, 80)}
 
 
 def test_penalties_follow_vllm_semantics():
-    logits = torch.tensor([[2.0, -1.0, 0.5, 3.0]])
-    cpu = torch.device("cpu")
-    out = apply_penalties(
-        logits,
-        prompt_counts=token_counts([[0]], 4, cpu),
-        output_counts=token_counts([[1, 2, 2]], 4, cpu),
-        repetition=torch.tensor([2.0]),
-        frequency=torch.tensor([0.5]),
-        presence=torch.tensor([0.25]),
-    )
-    # token 0: prompt only, 2/2; token 1: -1×2 −0.5×1 −0.25; token 2: 0.5/2 −0.5×2 −0.25; token 3 unseen
-    assert out.tolist() == [[1.0, -2.75, -1.0, 3.0]]
+    # seen tokens 0 (prompt only), 1 and 2 (output once and twice); token 3 is unseen, untouched
+    values, counts = torch.tensor([2.0, -1.0, 0.5]), torch.tensor([0.0, 1.0, 2.0])
+    out = apply_penalties(values, counts, torch.tensor(2.0), torch.tensor(0.5), torch.tensor(0.25))
+    # token 0: 2/2; token 1: -1×2 −0.5×1 −0.25; token 2: 0.5/2 −0.5×2 −0.25
+    assert out.tolist() == [1.0, -2.75, -1.0]
+
+
+def test_sampler_penalises_only_the_seen_tokens_of_each_row():
+    logits = torch.tensor([[2.0, -1.0, 0.5, 3.0], [2.0, -1.0, 0.5, 3.0]])
+    penalised = Sequence("p", [0], SamplingParams(repetition_penalty=2.0, frequency_penalty=0.5, presence_penalty=0.25))
+    penalised.token_ids.extend([1, 2, 2])
+    plain = Sequence("q", [0], SamplingParams())
+    out = Sampler(4, lambda _: NO_BREAKERS).adjusted_logits(logits, [penalised, plain])
+    assert out.tolist() == [[1.0, -2.75, -1.0, 3.0], [2.0, -1.0, 0.5, 3.0]]
+    assert logits[0].tolist() == [2.0, -1.0, 0.5, 3.0]  # the caller's logits are left as they were
+
+
+def test_penalties_apply_before_temperature():
+    # vLLM's order: (logit − frequency × count) / T, not logit / T − frequency × count
+    seq = Sequence("r", [0], SamplingParams(temperature=0.5, frequency_penalty=1.0))
+    seq.token_ids.append(1)
+    sampler = Sampler(2, lambda _: NO_BREAKERS)
+    w = sampler.weights(sampler.adjusted_logits(torch.zeros(1, 2), [seq]), [seq.params])
+    probs = (w / w.sum()).flatten().tolist()
+    assert probs == pytest.approx([1 / (1 + math.exp(-2.0)), math.exp(-2.0) / (1 + math.exp(-2.0))])
 
 
 PROBS = [0.5, 0.3, 0.15, 0.05]
@@ -48,13 +68,40 @@ PROBS = [0.5, 0.3, 0.15, 0.05]
         (4, 1.0, 0.5, [0, 1]),
         (4, 1.0, 0.7, [0]),
         (1, 1.0, 0.0, [0]),
+        (2, 0.7, 0.0, [0, 1]),  # top-p over what top-k kept: 0.5 / 0.8 < 0.7
+        (3, 0.6, 0.0, [0, 1]),
     ],
 )
 def test_filters_keep_the_hand_computed_tokens(top_k, top_p, min_p, kept):
-    logits = torch.tensor([PROBS, PROBS[::-1]]).log()
-    out = filter_logits(logits, torch.tensor([top_k] * 2), torch.tensor([top_p] * 2), torch.tensor([min_p] * 2))
-    assert torch.isfinite(out[0]).nonzero().flatten().tolist() == kept
-    assert torch.isfinite(out[1]).nonzero().flatten().tolist() == sorted(3 - i for i in kept)
+    w = torch.tensor([PROBS, PROBS[::-1]]) / max(PROBS)
+    threshold = keep_thresholds(w, torch.tensor([top_k] * 2), torch.tensor([top_p] * 2), torch.tensor([min_p] * 2))
+    assert (w[0] >= threshold[0]).nonzero().flatten().tolist() == kept
+    assert (w[1] >= threshold[1]).nonzero().flatten().tolist() == sorted(3 - i for i in kept)
+
+
+def test_filters_find_a_wide_nucleus_below_the_first_candidate_cutoff():
+    torch.manual_seed(0)
+    logits = torch.randn(3, 5000) * 0.5  # nearly flat: the nucleus is most of the vocabulary
+    w = (logits - logits.amax(-1, keepdim=True)).exp()
+    threshold = keep_thresholds(w, torch.tensor([5000, 5000, 40]), torch.tensor([0.9, 0.5, 0.9]), torch.zeros(3))
+    for row, p in ((0, 0.9), (1, 0.5)):
+        ordered = w[row].sort(descending=True).values / w[row].sum()
+        kept = int(((ordered.cumsum(0) - ordered) < p).sum())
+        assert int((w[row] >= threshold[row]).sum()) == kept
+    top40 = w[2].topk(40).values
+    ordered = top40 / top40.sum()
+    assert int((w[2] >= threshold[2]).sum()) == int(((ordered.cumsum(0) - ordered) < 0.9).sum())
+
+
+def test_draw_by_inverse_cdf_follows_the_weights_across_chunks():
+    torch.manual_seed(0)
+    w = torch.zeros(1, 1000)
+    w[0, [3, 700, 999]] = torch.tensor([1.0, 2.0, 1.0])  # in different chunks, one in the tail
+    tokens = torch.cat([draw(w, torch.rand(1, dtype=torch.float64)) for _ in range(4000)]).tolist()
+    assert set(tokens) == {3, 700, 999}
+    assert 0.45 < tokens.count(700) / len(tokens) < 0.55
+    edge = draw(w, torch.tensor([0.0, 1.0 - 2**-53], dtype=torch.float64).view(2)[:1].expand(1))
+    assert edge.tolist() == [3]
 
 
 def test_dry_penalises_the_token_that_would_extend_a_repeat():
