@@ -332,3 +332,23 @@ def test_a_fresh_uuid_and_timestamp_each_call_cut_to_the_same_prefix() -> None:
     ]
     rests = {cut_volatile(prompt)[0] for prompt in prompts}
     assert len(rests) == 1
+
+
+def test_kept_matches_stay_in_place_and_only_the_others_are_cut() -> None:
+    text = "Request ID: 7f3c9a2e41\nFile tickets in project 550e8400-e29b-41d4-a716-446655440000 from 2026-11-29T08:55:21Z."
+    rest, removed = cut_volatile(text, keep={1})
+    assert rest == "File tickets in project 550e8400-e29b-41d4-a716-446655440000 from."
+    assert [match.text for match in removed] == ["Request ID: 7f3c9a2e41", "2026-11-29T08:55:21Z"]
+    assert cut_volatile(text, keep={0, 1, 2}) == (text, [])
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=texts, keep=st.sets(st.integers(0, 12)))
+def test_cutting_with_kept_matches_keeps_each_of_them_and_every_other_character(text: str, keep: set[int]) -> None:
+    rest, removed = cut_volatile(text, keep)
+    assert non_whitespace(rest + "".join(match.text for match in removed)) == non_whitespace(text)
+    for index, match in enumerate(find_volatile(text)):
+        if index in keep:
+            assert match.text in rest
+        else:
+            assert any(match.text in cut.text for cut in removed)

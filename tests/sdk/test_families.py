@@ -1,0 +1,187 @@
+"""Volatile means "changes between calls": the per-client family memory and what moves because of it."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from typing import Any
+
+import pytest
+
+import sdk
+from sdk.adapters import adapter_for
+from sdk.call import Api, Call, Provider
+from sdk.canonical import NOTE_OPEN
+from sdk.chain import Chain
+from sdk.families import FamilyMemory, family_key
+from sdk.fingerprint import PrefixTracker
+from tests.sdk.helpers import LONG_SYSTEM, resolve
+
+PROJECT = "5b0e7c1a-3d4f-4a8e-9c2b-7f1d6e5a4b3c"
+EXAMPLE = "2026-01-01T09:00:00Z"
+KEY = family_key(["Request ID: <Request ID>\nFile tickets in project <uuid>."])
+
+
+@pytest.mark.parametrize(
+    ("calls", "expected"),
+    [
+        ([("a", "p")], [None]),
+        ([("a", "p"), ("b", "p")], [None, (True, False)]),
+        ([("a", "p"), ("b", "p"), ("c", "p")], [None, (True, False), (True, False)]),
+        ([("a", "p"), ("a", "p"), ("a", "q")], [None, (False, False), (False, True)]),
+        ([("a", "p"), ("a", "q"), ("a", "p"), ("a", "p")], [None, (False, True), (False, True), (False, True)]),
+        ([("a", "p"), ("a", "p", "x")], [None, None]),  # a different shape starts the family over
+    ],
+)
+def test_a_candidate_changes_once_it_differed_between_two_calls_and_from_then_on(calls, expected):
+    memory = FamilyMemory()
+    assert [memory.changing(KEY, values) for values in calls] == expected
+
+
+def test_the_memory_forgets_the_least_recently_used_family_beyond_its_size():
+    memory = FamilyMemory(size=2)
+    first, second, third = (family_key([name]) for name in ("first", "second", "third"))
+    memory.changing(first, ("a",))
+    memory.changing(second, ("a",))
+    memory.changing(first, ("a",))  # used again: now the second is the oldest
+    memory.changing(third, ("a",))
+    assert len(memory) == 2
+    assert memory.changing(first, ("a",)) == (False,)
+    assert memory.changing(second, ("a",)) is None
+
+
+def test_concurrent_calls_of_one_family_see_exactly_one_first_call_and_no_change():
+    memory = FamilyMemory()
+    results: list[Any] = []
+    lock = threading.Lock()
+
+    def worker() -> None:
+        for _ in range(200):
+            outcome = memory.changing(KEY, ("same", "bytes"))
+            with lock:
+                results.append(outcome)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results.count(None) == 1
+    assert all(outcome == (False, False) for outcome in results if outcome is not None)
+
+
+def test_a_memory_of_no_size_is_refused_naming_the_size():
+    with pytest.raises(ValueError, match="size"):
+        FamilyMemory(size=0)
+
+
+def _chat(chain: Chain, system: str, *, tools: list | None = None, turns: list | None = None, api: Api = Api.CHAT) -> Call:
+    kwargs: dict[str, Any] = {"model": "m", "tools": tools or []}
+    user = turns or [{"role": "user", "content": "Hello"}]
+    if api is Api.RESPONSES:
+        kwargs.update(instructions=system, input=user)
+    else:
+        kwargs["messages"] = [{"role": "system", "content": system}, *user]
+    call = adapter_for(api).to_call(kwargs, Provider.OPENAI)
+    chain.run(call)
+    return call
+
+
+def _volatile(call: Call) -> list[str]:
+    """The changes the volatile step recorded (the chain's other steps record theirs too)."""
+    return sorted(change for change in call.changes if change.startswith("volatile"))
+
+
+def _system_text(call: Call) -> str:
+    return json.dumps(call.system)
+
+
+def _request(project: str = PROJECT) -> str:
+    return f"Request ID: {uuid.uuid4()}\nYou are the support assistant. File tickets in project {project}."
+
+
+def test_a_stable_uuid_stays_in_the_system_prompt_from_the_second_call_while_the_request_id_moves():
+    chain = Chain(sdk.Policy(), PrefixTracker())
+    calls = [_chat(chain, _request()) for _ in range(4)]
+    assert PROJECT not in _system_text(calls[0])  # a family's first call moves every candidate
+    for call in calls[1:]:
+        assert PROJECT in _system_text(call) and "Request ID" not in _system_text(call)
+        assert _volatile(call) == ["volatile_moved:labelled_line"]
+        note = call.messages[-1]["content"]
+        assert note.startswith(NOTE_OPEN) and "Request ID: " in note and PROJECT not in note
+    assert len({_system_text(call) for call in calls[1:]}) == 1  # the same bytes every call: cacheable
+
+
+def test_a_kept_candidate_that_changes_later_moves_from_that_call_on_for_good():
+    chain = Chain(sdk.Policy(), PrefixTracker())
+    other = "0c9d8e7f-6a5b-4c3d-8e2f-1a0b9c8d7e6f"
+    projects = [PROJECT, PROJECT, other, PROJECT, PROJECT]
+    calls = [_chat(chain, _request(project)) for project in projects]
+    assert PROJECT in _system_text(calls[1])
+    for call, project in zip(calls[2:], projects[2:]):
+        assert project not in _system_text(call) and project in call.messages[-1]["content"]
+
+
+def test_families_are_told_apart_by_their_stable_text_and_remembered_per_wrapped_client():
+    chain = Chain(sdk.Policy(), PrefixTracker())
+    _chat(chain, _request())
+    assert PROJECT in _system_text(_chat(chain, _request()))
+    assert PROJECT not in _system_text(_chat(chain, _request().replace("support", "billing")))  # a new family
+    assert PROJECT not in _system_text(_chat(Chain(sdk.Policy(), PrefixTracker()), _request()))  # another client
+
+
+def test_tool_definitions_are_never_rewritten_and_an_example_that_changes_is_reported():
+    def tools(example: str) -> list:
+        schema = {"type": "object", "properties": {"start": {"type": "string", "description": f"ISO 8601 start, e.g. {example}"}}}
+        return [{"type": "function", "function": {"name": "book", "description": "Book a meeting.", "parameters": schema}}]
+
+    chain = Chain(sdk.Policy(), PrefixTracker())
+    for example in (EXAMPLE, EXAMPLE, EXAMPLE):
+        call = _chat(chain, "Be brief.", tools=tools(example))
+        assert call.tools == tools(example) and not _volatile(call)
+    changed = _chat(chain, "Be brief.", tools=tools("2026-01-02T10:30:00Z"))
+    assert changed.tools == tools("2026-01-02T10:30:00Z")
+    assert _volatile(changed) == ["volatile_found:timestamp"]
+
+
+def test_warn_mode_reports_what_changes_between_calls_and_moves_nothing():
+    chain = Chain(sdk.Policy(volatile="warn"), PrefixTracker())
+    first, second = (_chat(chain, _request()) for _ in range(2))
+    assert _volatile(first) == ["volatile_found:labelled_line", "volatile_found:uuid"]
+    assert _volatile(second) == ["volatile_found:labelled_line"]
+    assert "Request ID" in _system_text(second) and second.messages[-1]["content"] == "Hello"
+
+
+CHAT_LOOP = [
+    {"role": "user", "content": "Book a meeting with Ana."},
+    {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "book", "arguments": "{}"}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "booked"},
+]  # fmt: skip
+RESPONSES_LOOP = [
+    {"role": "user", "content": "Book a meeting with Ana."},
+    {"type": "function_call", "call_id": "c1", "name": "book", "arguments": "{}"},
+    {"type": "function_call_output", "call_id": "c1", "output": "booked"},
+]
+
+
+@pytest.mark.parametrize(("api", "loop"), [(Api.CHAT, CHAT_LOOP), (Api.RESPONSES, RESPONSES_LOOP)], ids=["chat", "responses"])
+def test_in_a_tool_loop_the_note_is_a_user_turn_after_the_loop_so_the_loop_stays_cacheable(api, loop):
+    chain = Chain(sdk.Policy(), PrefixTracker())
+    call = _chat(chain, _request(), turns=[dict(turn) for turn in loop], api=api)
+    assert call.messages[: len(loop)] == loop  # the caller's turns, untouched
+    assert call.messages[-1]["role"] == "user" and call.messages[-1]["content"].startswith(NOTE_OPEN)
+    assert call.history_end == len(loop)  # the loop is history: fingerprinted, breakpoints after it
+
+
+async def test_through_a_wrapped_client_the_stable_project_uuid_reaches_the_server_in_place(simulator, openai_client):
+    wrapped = sdk.wrap(openai_client)
+    systems = []
+    for _ in range(3):
+        system = f"Request ID: {uuid.uuid4()}\nFile tickets in project {PROJECT}.\n{LONG_SYSTEM}"
+        await resolve(wrapped.chat.completions.create(model="gpt-5.4", messages=[{"role": "system", "content": system}, {"role": "user", "content": "Hi"}]))
+        systems.append(system)
+    sent = [request.body["messages"][0]["content"] for request in simulator.requests]
+    assert sent[1] == sent[2] == f"File tickets in project {PROJECT}.\n{LONG_SYSTEM}"
+    for system, request in zip(systems, simulator.requests):
+        assert system.splitlines()[0] in request.body["messages"][-1]["content"]  # the request id: moved, not dropped
