@@ -6,7 +6,7 @@
 
 The built-in table is data (`prices.json`, with its source date); `Policy.prices` overrides it
 entry by entry. A model is found by its exact name, else by the longest table name it extends with a
-dated-snapshot or `-latest` suffix: `claude-sonnet-4-5-20250929` and `gpt-4o-2024-08-06` are priced
+dated-snapshot or `-latest` suffix: `claude-haiku-4-5-20251001` and `gpt-4o-2024-08-06` are priced
 as their base model, while an unknown variant (`gpt-5.1-codex`, `gpt-6-sol`) gets no price rather
 than a wrong one.
 """
@@ -106,8 +106,8 @@ class PriceTable:
     """Model name -> `Price`, with dated snapshots resolved to their base model.
 
     >>> table = PriceTable.load(overrides={"my-model": {"input": 1.0, "output": 2.0}})
-    >>> table.lookup("claude-sonnet-4-5-20250929")
-    Price(input=3.0, output=15.0, cached_input=0.3, cache_write=3.75)
+    >>> table.lookup("claude-haiku-4-5-20251001")
+    Price(input=1.0, output=5.0, cached_input=0.1, cache_write=1.25)
     """
 
     prices: Mapping[str, Price]
