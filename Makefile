@@ -13,7 +13,7 @@ PHOENIX_WORKING_DIR ?= .phoenix
 # The Phoenix browser tests render the trace page in Debian's headless Chromium.
 BROWSER := chromium
 
-.PHONY: venv phoenix-venv browser test soak demo phoenix phoenix-demo bench serve clean
+.PHONY: venv phoenix-venv browser test test-cuda soak demo phoenix phoenix-demo bench serve clean
 
 venv: $(STAMP)
 
@@ -45,6 +45,11 @@ browser:
 
 test: browser $(STAMP) $(PHOENIX_STAMP)
 	$(PY) -m pytest -q
+
+# On a machine with a GPU only (never in CI): the CUDA parity tests, then the engine benchmark on CUDA.
+test-cuda: $(STAMP)
+	KVWISE_CUDA=1 $(PY) -m pytest -q tests/local_backend/test_engine_cuda.py
+	$(PY) -m tests.benchmarks bench_engine_cuda
 
 # The server load test at soak size (minutes; not in CI): prints its counts.
 soak: $(STAMP)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,6 +27,9 @@ CHAT_TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 SPECIALS = ["<s>", "</s>", "<|im_start|>", "<|im_end|>"]
+CUDA_ENV = "KVWISE_CUDA"
+"""Set by `make test-cuda`: only then are the GPU tests collected (never by `make test` or CI)."""
+collect_ignore = [] if os.environ.get(CUDA_ENV) else ["test_engine_cuda.py"]
 
 
 def _tokenizer(directory: Path) -> int:
