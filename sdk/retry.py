@@ -179,6 +179,12 @@ _BEFORE_SLEEP = before_sleep_log(log, logging.INFO)
 """Tenacity's strategies hold no state: built once, shared by every call."""
 
 
+def _start_retry(state: RetryCallState, attempts: Attempts) -> None:
+    """Tenacity's `before` hook: count each retry (its attempt 1 is the replayed failure)."""
+    if state.attempt_number > 1:
+        attempts.start()
+
+
 def retry_kwargs(attempts: Attempts, sleep: Callable[[float], Any] | None) -> dict[str, Any]:
     """Keyword arguments for `Retrying`/`AsyncRetrying` taking over after a failed first attempt.
 
@@ -190,7 +196,7 @@ def retry_kwargs(attempts: Attempts, sleep: Callable[[float], Any] | None) -> di
         retry=_RETRY,
         wait=_WAIT,
         reraise=True,
-        before=lambda state: state.attempt_number > 1 and attempts.start(),
+        before=lambda state: _start_retry(state, attempts),
         before_sleep=_BEFORE_SLEEP,
     )
     if sleep is not None:

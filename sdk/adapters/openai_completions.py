@@ -8,7 +8,7 @@ telemetry. A prompt given as a list (a batch of prompts, or token ids) stays as 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from openai.types import Completion, CompletionChoice
 
@@ -86,7 +86,7 @@ class CompletionsAdapter(Adapter):
 
     def cut_events(self, state: StreamState, truncated: bool) -> list[Any]:
         last = state.last_event
-        reason = "length" if truncated else "stop"
+        reason: Literal["length", "stop"] = "length" if truncated else "stop"
         state.finished = True
         state.finish_reasons.append(reason)
         choice = CompletionChoice(finish_reason=reason, index=0, logprobs=None, text="")
