@@ -28,5 +28,6 @@ VOLATILE_IDENTIFIER_PARTS = 3  # a token split by "_"/"-" into this many parts o
 VOLATILE_IDENTIFIER_PART_CHARS = 7  # ... with parts this short on average is an identifier ("_OP_NO_SSLv2_OR_SSLv3")
 VOLATILE_MIN_DISTINCT_CHARS = 6  # a nonce has this many distinct characters ("0x7fffffffffffffff" is a constant)
 VOLATILE_SCAN_CACHE_SIZE = 256  # texts whose scan is remembered: a stable system prompt is scanned once
+VOLATILE_LINE_CACHE_SIZE = 4096  # lines whose scan is remembered: a prompt with one new line rescans that line
 VOLATILE_FAMILIES = 256  # prompt families whose candidate bytes a wrapped client remembers (LRU)
 VOLATILE_MAX_ASCENDING_RUN = 4  # a nonce has no longer run of consecutive code points ("0123456789abcdef")

@@ -13,10 +13,10 @@ warning), as are the system prompt's under `volatile="warn"`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
-from sdk.adapters import Adapter, map_descriptions, map_text
+from sdk.adapters import Adapter, map_text
 from sdk.call import Call
 from sdk.families import FamilyMemory, family_key
 from sdk.policy import Policy
@@ -35,7 +35,7 @@ def move_volatile(call: Call, policy: Policy, adapter: Adapter, families: Family
 
     `families` is the wrapped client's memory; without one every call is a family's first.
     """
-    system_texts, tool_texts = _texts(call.system, map_text), _texts(call.tools, map_descriptions)
+    system_texts, tool_texts = _texts(call.system), _descriptions(call.tools, [])
     found = [find_volatile(text) for text in (*system_texts, *tool_texts)]
     candidates = [match for matches in found for match in matches]
     if not candidates:
@@ -51,18 +51,32 @@ def move_volatile(call: Call, policy: Policy, adapter: Adapter, families: Family
     if policy.volatile == "warn" or call.history_end >= len(call.messages):
         _report(call, [m for m, move in zip(candidates, moves) if move], "system prompt")
         return
-    removed = _cut_system(call, found[: len(system_texts)], moves)
+    removed = _cut_system(call, found[: len(system_texts)], moves) if any(moves) else []
     if removed:
         call.changes.extend(f"volatile_moved:{match.kind}" for match in removed)
         _add_note(call, [render_note_line(match) for match in removed], adapter.text_part_type)
 
 
-def _texts(items: list[Any], walk: Callable[[Any, Callable[[str], str]], Any]) -> list[str]:
-    """The text leaves of `items`, in the order `walk` visits them."""
+def _texts(system: list[Any]) -> list[str]:
+    """The text leaves of the system prompt, in the order `map_text` visits them."""
     texts: list[str] = []
-    for item in items:
-        walk(item, lambda text: texts.append(text) or text)
+    for item in system:
+        map_text(item, lambda text: texts.append(text) or text)
     return texts
+
+
+def _descriptions(value: Any, out: list[str]) -> list[str]:
+    """Every `description` string of tool definitions (schema ones included), in a fixed order."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key == "description" and isinstance(item, str):
+                out.append(item)
+            else:
+                _descriptions(item, out)
+    elif isinstance(value, list):
+        for item in value:
+            _descriptions(item, out)
+    return out
 
 
 def _cut_system(call: Call, found: list[list[VolatileMatch]], moves: tuple[bool, ...]) -> list[VolatileMatch]:

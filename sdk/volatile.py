@@ -40,6 +40,7 @@ from sdk._constants import (
     VOLATILE_MIN_BASE64_CHARS,
     VOLATILE_MIN_DISTINCT_CHARS,
     VOLATILE_MIN_HEX_CHARS,
+    VOLATILE_LINE_CACHE_SIZE,
     VOLATILE_SCAN_CACHE_SIZE,
 )
 
@@ -180,7 +181,8 @@ def find_volatile(text: str) -> list[VolatileMatch]:
 
     Of overlapping candidates the one starting first wins, then the longest, then the earlier kind.
     Every pattern needs a digit (a UUID of letters only is not worth the scan), so text without
-    one is skipped; the same text (a system prompt sent on every call) is scanned once.
+    one is skipped; the same text (a system prompt sent on every call) is scanned once, and a text
+    seen with one line changed (a new request id) rescans that line only.
     """
     if _DIGIT.search(text) is None:
         return []
@@ -189,6 +191,21 @@ def find_volatile(text: str) -> list[VolatileMatch]:
 
 @functools.lru_cache(maxsize=VOLATILE_SCAN_CACHE_SIZE)
 def _scan(text: str) -> tuple[VolatileMatch, ...]:
+    """Line by line: no pattern matches across a newline, and each treats one as it treats the
+    text's ends, so the matches are those of the whole text."""
+    if "\n" not in text:
+        return _scan_line(text)
+    found: list[VolatileMatch] = []
+    offset = 0
+    for line in text.split("\n"):
+        if _DIGIT.search(line) is not None:
+            found += [VolatileMatch(m.start + offset, m.end + offset, m.kind, m.label, m.text) for m in _scan_line(line)]
+        offset += len(line) + 1
+    return tuple(found)
+
+
+@functools.lru_cache(maxsize=VOLATILE_LINE_CACHE_SIZE)
+def _scan_line(text: str) -> tuple[VolatileMatch, ...]:
     candidates: list[tuple[int, int, int, VolatileKind, str]] = []
     for rank, (kind, pattern, accept) in enumerate(_PATTERNS):
         for match in pattern.finditer(text):

@@ -352,3 +352,14 @@ def test_cutting_with_kept_matches_keeps_each_of_them_and_every_other_character(
             assert match.text in rest
         else:
             assert any(match.text in cut.text for cut in removed)
+
+
+lines_of_pieces = st.lists(st.lists(pieces, max_size=8).map("".join), max_size=8).map("\n".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=lines_of_pieces)
+def test_scanning_line_by_line_finds_exactly_what_one_scan_of_the_whole_text_finds(text: str) -> None:
+    from sdk.volatile import _scan_line  # the single-pass scan, applied to the whole text
+
+    assert find_volatile(text) == list(_scan_line(text))
