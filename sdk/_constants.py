@@ -31,3 +31,6 @@ VOLATILE_SCAN_CACHE_SIZE = 256  # texts whose scan is remembered: a stable syste
 VOLATILE_LINE_CACHE_SIZE = 4096  # lines whose scan is remembered: a prompt with one new line rescans that line
 VOLATILE_FAMILIES = 256  # prompt families whose candidate bytes a wrapped client remembers (LRU)
 VOLATILE_MAX_ASCENDING_RUN = 4  # a nonce has no longer run of consecutive code points ("0123456789abcdef")
+
+# Decode guards
+REASONING_ROOM_TOKENS = 16_000  # added to the cap where Anthropic requires max_tokens and adaptive thinking sets no budget

@@ -34,6 +34,8 @@ CHARS_PER_TOKEN = 4  # a conservative estimate for English text and JSON
 CACHE_KEY_PREFIX = "kvwise-"
 _OPENAI_EXPLICIT_BREAKPOINT_MODELS = re.compile(r"gpt-(\d+)\.(\d+)")
 _OPENAI_FIRST_EXPLICIT = (5, 6)
+_SCHEMA_KEYS = frozenset({"input_schema", "parameters", "schema"})  # JSON schemas: a property may be named like a mark
+_THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
 
 
 def anthropic_min_tokens(model: str) -> int:
@@ -51,12 +53,20 @@ def estimate_tokens(value: Any) -> int:
 
 
 def count_breakpoints(value: Any, key: str) -> int:
-    """How many `key` marks (`cache_control`, `prompt_cache_breakpoint`) `value` already carries."""
+    """How many `key` marks (`cache_control`, `prompt_cache_breakpoint`) `value` carries, wherever they
+    are (a request body's top-level `cache_control` included); a JSON schema's properties are not marks."""
     if isinstance(value, dict):
-        return (key in value) + sum(count_breakpoints(v, key) for v in value.values())
-    if isinstance(value, list):
+        nested = (count_breakpoints(v, key) for k, v in value.items() if k not in _SCHEMA_KEYS)
+        return (value.get(key) is not None) + sum(nested)
+    if isinstance(value, (list, tuple)):
         return sum(count_breakpoints(v, key) for v in value)
     return 0
+
+
+def caller_breakpoints(call: Call, key: str) -> int:
+    """The breakpoints the caller placed: in tools, system and messages, and the top-level one (in
+    the named parameters or `extra_body`), which marks the last block and takes a slot of its own."""
+    return count_breakpoints([call.tools, call.system, call.messages], key) + count_breakpoints(call.params, key)
 
 
 def supports_openai_breakpoints(model: str) -> bool:
@@ -89,8 +99,7 @@ def _place_breakpoints(call: Call, adapter: Adapter, marker: dict[str, Any], min
     prefix is shorter than `min_tokens`, is skipped.
     """
     key = adapter.breakpoint_key
-    used = count_breakpoints([call.tools, call.system, call.messages, call.params.get(key)], key)
-    free = ANTHROPIC_MAX_BREAKPOINTS - used
+    free = ANTHROPIC_MAX_BREAKPOINTS - caller_breakpoints(call, key)
     history = call.messages[: call.history_end]
     prefix_tokens = list(itertools.accumulate(estimate_tokens(tier) for tier in (call.tools, call.system, history)))
     for position in (2, 1, 0):
@@ -109,13 +118,13 @@ def _place_breakpoints(call: Call, adapter: Adapter, marker: dict[str, Any], min
             call.changes.append(f"cache_breakpoint:{('tools', 'system', 'history')[position]}")
 
 
-def _mark_last(items: list[Any], marker: dict[str, Any], key: str) -> int | None:
-    """Put `marker` on the last dict of `items`, unless it has one; return its index."""
-    last = items[-1]
-    if not isinstance(last, dict) or key in last:
+def _mark_last(items: list[Any], marker: dict[str, Any], key: str, index: int = -1) -> int | None:
+    """Put `marker` on `items[index]` (the last item by default), unless it has one; return its index."""
+    item = items[index]
+    if not isinstance(item, dict) or key in item:
         return None
-    items[-1] = {**last, key: dict(marker)}
-    return len(items) - 1
+    items[index] = {**item, key: dict(marker)}
+    return index % len(items)
 
 
 def _mark_content(turns: list[Any], index: int, marker: dict[str, Any], key: str, part_type: str) -> int | None:
@@ -135,7 +144,13 @@ def _mark_content(turns: list[Any], index: int, marker: dict[str, Any], key: str
         parts = list(content)
     else:
         return None
-    if count_breakpoints(parts, key) or _mark_last(parts, marker, key) is None:
+    # Thinking blocks go back exactly as the API sent them: the mark goes on the last other part.
+    last = next((i for i in range(len(parts) - 1, -1, -1) if not _is_thinking(parts[i])), None)
+    if last is None or count_breakpoints(parts, key) or _mark_last(parts, marker, key, last) is None:
         return None
     turns[index] = {**turn, "content": parts}
     return index
+
+
+def _is_thinking(part: Any) -> bool:
+    return isinstance(part, dict) and part.get("type") in _THINKING_TYPES

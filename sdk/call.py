@@ -29,6 +29,20 @@ class Provider(StrEnum):
     OPENAI_COMPATIBLE = "openai_compatible"
 
 
+@dataclass(frozen=True, slots=True)
+class OutputCap:
+    """The output-token limit a request carries, decided once by the guards and read by every later layer.
+
+    `tokens` is the value sent (reasoning and thinking included, where the API counts them in it);
+    `param` the native parameter carrying it; `in_extra_body` whether it travels in `extra_body`
+    (which the client merges over the named parameters).
+    """
+
+    tokens: int
+    param: str
+    in_extra_body: bool = False
+
+
 @dataclass(slots=True)
 class Call:
     """One request in neutral form.
@@ -36,6 +50,9 @@ class Call:
     `tools` are native tool definitions; `system` is a list of native text parts
     (`{"type": "text", "text": ...}`); `messages` are the native turns after the system prompt,
     the final user turn included; `params` holds every other native keyword argument.
+    `given` names the tier parameters the caller passed (`tools`, `system`, `input`): they are sent
+    back even when empty, since `tools=[]` is not an absent `tools`. `cap` is the guards' decision
+    (None: the request carries no output limit).
     """
 
     api: Api
@@ -53,6 +70,8 @@ class Call:
     prefix_key: str | None = None
     break_at: str | None = None
     break_cause: str | None = None
+    given: frozenset[str] = frozenset()
+    cap: OutputCap | None = None
 
     @property
     def stream(self) -> bool:

@@ -71,12 +71,24 @@ def canonicalize(call: Call, policy: Policy, adapter: Adapter, families: FamilyM
     (`sdk.families`); without one, every call is its prompt family's first.
     """
     if policy.canonicalize and call.tools:
-        tools = sorted((canonical_tool(tool) for tool in call.tools), key=tool_name)
-        if [tool_name(t) for t in tools] != [tool_name(t) for t in call.tools]:
-            call.changes.append("tools_sorted")
-        elif [list(t) for t in tools if isinstance(t, dict)] != [list(t) for t in call.tools if isinstance(t, dict)]:
-            call.changes.append("tools_serialised")
-        call.tools = tools
+        _sort_tools(call, adapter.breakpoint_key)
     if policy.volatile != "off":
         move_volatile(call, policy, adapter, families)
 
+def _sort_tools(call: Call, mark: str) -> None:
+    """Sort the tools by name, envelopes in one key order; a breakpoint the caller put on the last
+    tool marks the end of the tools, so it moves to the tool that is last after sorting."""
+    order = sorted(range(len(call.tools)), key=lambda index: tool_name(call.tools[index]))
+    tools = [canonical_tool(call.tools[index]) for index in order]
+    if [tool_name(t) for t in tools] != [tool_name(t) for t in call.tools]:
+        call.changes.append("tools_sorted")
+    elif [list(t) for t in tools if isinstance(t, dict)] != [list(t) for t in call.tools if isinstance(t, dict)]:
+        call.changes.append("tools_serialised")
+    was_last = order.index(len(tools) - 1)
+    end, new_end = tools[was_last], tools[-1]
+    if end is not new_end and isinstance(end, dict) and end.get(mark) is not None:
+        if isinstance(new_end, dict) and mark not in new_end:
+            tools[-1] = canonical_tool({**new_end, mark: end[mark]})
+            tools[was_last] = {key: value for key, value in end.items() if key != mark}
+            call.changes.append("tools_breakpoint_moved")
+    call.tools = tools

@@ -1,79 +1,128 @@
 """Decode guards: cap the output, merge stop sequences, default the penalties.
 
 Decode is the expensive phase: every output token costs several input tokens. The cap clamps a
-larger request and fills a missing one (Anthropic requires it anyway). Stops the API cannot take
-(beyond Chat Completions' 4; all of them on the Responses API) are enforced client-side.
+larger request and fills a missing one (Anthropic requires it anyway), and is decided here once
+(`Call.cap`). Stops the API cannot take (beyond Chat Completions' 4; all of them on the Responses
+API) are enforced client-side.
+
+The guards never turn a request the API would accept into one it refuses, nor an answer into an
+empty one. The client merges `extra_body` over the named parameters, so a limit or stops given
+there are read and rewritten there. On a call that reasons (`sdk.reasoning`), the output limit
+also holds the reasoning:
+
+- with a thinking budget (Anthropic `thinking.type="enabled"`): the cap bounds the visible answer,
+  so the limit is `budget + cap`, above the budget as the API requires;
+- without one (OpenAI reasoning models, Anthropic adaptive thinking): how much the model reasons is
+  unknown, so a caller's limit is kept as given and a missing one is left missing, except where the
+  API requires it (Anthropic), filled with `cap + REASONING_ROOM_TOKENS`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from sdk._constants import REASONING_ROOM_TOKENS
 from sdk.adapters import Adapter
-from sdk.call import Api, Call
+from sdk.call import Call, OutputCap
 from sdk.policy import Policy
 
-_FILL_PARAM = {Api.CHAT: "max_completion_tokens", Api.RESPONSES: "max_output_tokens", Api.MESSAGES: "max_tokens"}
+_EXTRA_BODY = "extra_body"
 
 
 def apply_guards(call: Call, policy: Policy, adapter: Adapter) -> None:
     """Cap output tokens, merge stops and default penalties on `call` in place."""
-    _cap(call, policy, adapter)
-    _merge_stops(call, policy, adapter)
+    extra = _extra_body(call)
+    _cap(call, policy, adapter, extra)
+    _merge_stops(call, policy, adapter, extra)
     if adapter.has_penalties:
         for name in ("frequency_penalty", "presence_penalty"):
             value = getattr(policy, name)
-            if value is not None and name not in call.params:
+            if value is not None and name not in call.params and name not in extra:
                 call.params[name] = value
                 call.changes.append(name)
 
 
-def _cap(call: Call, policy: Policy, adapter: Adapter) -> None:
+def _extra_body(call: Call) -> dict[str, Any]:
+    """The caller's `extra_body` as a dict of our own (so rewriting it never touches theirs), or {}."""
+    extra = call.params.get(_EXTRA_BODY)
+    if not isinstance(extra, Mapping):
+        return {}
+    extra = dict(extra)
+    call.params[_EXTRA_BODY] = extra
+    return extra
+
+
+def _cap(call: Call, policy: Policy, adapter: Adapter, extra: dict[str, Any]) -> None:
+    """Decide the output limit (see the module docstring) and record it as `call.cap`."""
     cap = policy.max_output_tokens
-    given = [name for name in adapter.max_tokens_params if name in call.params]
+    reasoning = adapter.reasoning(call.model, {**call.params, **extra})
+    limit = cap if reasoning is None else None if reasoning.budget is None else reasoning.budget + cap
+    given = [(name, extra if name in extra else call.params) for name in adapter.max_tokens_params]
+    given = [(name, where) for name, where in given if name in where]
     if not given:
-        call.params[_FILL_PARAM[call.api]] = cap
-        call.changes.append(f"max_tokens_filled:{cap}")
+        _fill(call, adapter, limit, cap)
         return
-    for name in given:
-        value = call.params[name]
-        if value is None:  # the caller's explicit None is theirs to send
-            continue
+    caps: list[OutputCap] = []
+    for name, where in given:
+        value = where[name]
         if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{call.api}.create: {name} must be an int, got {value!r}")
-        if value < 1:
-            raise ValueError(f"{call.api}.create: {name} must be >= 1, got {value}")
-        if value > cap:
-            call.params[name] = cap
-            call.changes.append(f"max_tokens_clamped:{value}->{cap}")
+            continue  # the caller's None, or a value only the API can judge, is theirs to send
+        label = f"{_EXTRA_BODY}.{name}" if where is extra else name
+        if limit is None and value > cap:
+            call.changes.append(f"max_tokens_kept:{label}:reasoning")
+        elif limit is not None and value > limit:
+            where[name] = limit
+            call.changes.append(f"max_tokens_clamped:{label}:{value}->{limit}")
+            value = limit
+        if where is extra:  # the client sends extra_body's value under this name: the named one agrees
+            call.params[name] = value
+        caps.append(OutputCap(value, name, in_extra_body=where is extra))
+    call.cap = min(caps, key=lambda found: found.tokens, default=None)
 
 
-def _merge_stops(call: Call, policy: Policy, adapter: Adapter) -> None:
+def _fill(call: Call, adapter: Adapter, limit: int | None, cap: int) -> None:
+    """Fill a missing limit: `limit`, or on a reasoning call without a budget only where required."""
+    name = adapter.fill_param
+    if limit is None and not adapter.requires_max_tokens:
+        call.changes.append("max_tokens_not_filled:reasoning")
+        return
+    value = limit if limit is not None else cap + REASONING_ROOM_TOKENS
+    call.params[name] = value
+    call.cap = OutputCap(value, name)
+    call.changes.append(f"max_tokens_filled:{name}:{value}")
+
+
+def _merge_stops(call: Call, policy: Policy, adapter: Adapter, extra: dict[str, Any]) -> None:
     if not policy.stop:
         return
     if adapter.stop_param is None:
         call.client_stops = policy.stop
         call.changes.append("stop_client_side")
         return
-    caller = _as_stop_list(call.params.get(adapter.stop_param), call.api, adapter.stop_param)
-    extra = [stop for stop in policy.stop if stop not in caller]
-    if not extra:
+    where = extra if adapter.stop_param in extra else call.params
+    caller = _as_stop_list(where.get(adapter.stop_param))
+    if caller is None:
+        return  # not a stop list: the API judges it, as it would the bare client's request
+    extra_stops = [stop for stop in policy.stop if stop not in caller]
+    if not extra_stops:
         return
     limit = adapter.stop_limit
-    room = max(0, limit - len(caller)) if limit is not None else len(extra)
+    room = max(0, limit - len(caller)) if limit is not None else len(extra_stops)
     if room:
-        call.params[adapter.stop_param] = [*caller, *extra[:room]]
-        call.changes.append("stop_merged")
-    if extra[room:]:
-        call.client_stops = tuple(extra[room:])
+        where[adapter.stop_param] = [*caller, *extra_stops[:room]]
+        call.changes.append("stop_merged" if where is call.params else f"stop_merged:{_EXTRA_BODY}")
+    if extra_stops[room:]:
+        call.client_stops = tuple(extra_stops[room:])
         call.changes.append("stop_client_side")
 
 
-def _as_stop_list(value: Any, api: Api, name: str) -> list[str]:
+def _as_stop_list(value: Any) -> list[str] | None:
+    """The caller's stops as a list; None for a value that is not a string or a list of strings."""
     if value is None:
         return []
     if isinstance(value, str):
         return [value]
     if isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value):
         return list(value)
-    raise TypeError(f"{api}.create: {name} must be a string or a list of strings, got {value!r}")
+    return None

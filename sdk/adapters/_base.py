@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from sdk.call import Api, Call, Provider, Usage
+from sdk.reasoning import Reasoning
 
 TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
 
@@ -21,12 +22,30 @@ def given_params(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in kwargs.items() if is_given(value)}
 
 
-def pop_list(params: dict[str, Any], key: str, where: str, required: bool = False) -> list[Any]:
-    """Remove `params[key]` and return it as a list; a clear `TypeError` for anything else."""
-    value = params.pop(key, None if required else [])
-    if not isinstance(value, (list, tuple)):
-        raise TypeError(f"{where}: {key} must be a list, got {type(value).__name__}")
+def as_items(value: Any, key: str, where: str) -> list[Any]:
+    """`value` as a list, materialised once: any iterable the clients take as `Iterable[...]` (a list,
+    a tuple, a generator); strings, bytes and mappings are refused with a clear `TypeError`."""
+    if isinstance(value, list):
+        return list(value)
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise TypeError(f"{where}: {key} must be a list (or another iterable) of items, got {type(value).__name__}")
     return list(value)
+
+
+def pop_list(params: dict[str, Any], key: str, where: str, required: bool = False) -> list[Any]:
+    """Remove `params[key]` and return it as a list (see `as_items`).
+
+    An absent optional key is `[]`; so is an explicit None, which stays in `params`: the caller's
+    None is theirs to send.
+    """
+    if not required and params.get(key) is None:
+        return []
+    return as_items(params.pop(key, None), key, where)
+
+
+def given_tiers(params: dict[str, Any], *keys: str) -> frozenset[str]:
+    """Which of the tier parameters `keys` the caller passed with a value (see `Call.given`)."""
+    return frozenset(key for key in keys if params.get(key) is not None)
 
 
 def count_leading_system(items: list[Any]) -> int:
@@ -95,6 +114,8 @@ class Adapter:
     api: ClassVar[Api]
     text_part_type: ClassVar[str] = "text"
     max_tokens_params: ClassVar[tuple[str, ...]]
+    fill_param: ClassVar[str]  # the parameter a missing cap is filled in (the API's current name)
+    requires_max_tokens: ClassVar[bool] = False
     stop_param: ClassVar[str | None]
     stop_limit: ClassVar[int | None] = None
     has_penalties: ClassVar[bool] = False
@@ -104,6 +125,10 @@ class Adapter:
         raise NotImplementedError
 
     def to_kwargs(self, call: Call) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def reasoning(self, model: str, params: Mapping[str, Any]) -> Reasoning | None:
+        """Whether a call with these (effective) parameters reasons first, and within what budget."""
         raise NotImplementedError
 
     def usage(self, response: Any) -> Usage | None:

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,8 +18,9 @@ from anthropic.types import (
 )
 from anthropic.types.raw_message_delta_event import Delta
 
-from sdk.adapters._base import Adapter, StreamState, first_stop, given_params, pop_list, timings_of
+from sdk.adapters._base import Adapter, StreamState, as_items, first_stop, given_params, given_tiers, pop_list, timings_of
 from sdk.call import Api, Call, Provider, Usage
+from sdk.reasoning import Reasoning, anthropic_reasoning
 
 
 def messages_usage(usage: Any) -> Usage | None:
@@ -65,21 +67,22 @@ def _block_start_content(block: Any) -> str | None:
 class MessagesAdapter(Adapter):
     api = Api.MESSAGES
     max_tokens_params = ("max_tokens",)
+    fill_param = "max_tokens"
+    requires_max_tokens = True
     stop_param = "stop_sequences"
     breakpoint_key = "cache_control"
 
     def to_call(self, kwargs: dict[str, Any], provider: Provider) -> Call:
         params = given_params(kwargs)
+        given = given_tiers(params, "tools", "system")
         messages = pop_list(params, "messages", "messages.create", required=True)
-        system = params.pop("system", None)
+        system = params.pop("system") if "system" in given else None
         if isinstance(system, str):
             system_blocks: list[Any] = [{"type": "text", "text": system}] if system else []
-        elif isinstance(system, (list, tuple)):
-            system_blocks = list(system)
         elif system is None:
             system_blocks = []
         else:
-            raise TypeError(f"messages.create: system must be a string or a list of text blocks, got {type(system).__name__}")
+            system_blocks = as_items(system, "system", "messages.create")
         return Call(
             api=self.api,
             provider=provider,
@@ -89,21 +92,27 @@ class MessagesAdapter(Adapter):
             messages=messages,
             params=params,
             system_was_string=isinstance(system, str),
+            given=given,
         )
 
     def to_kwargs(self, call: Call) -> dict[str, Any]:
         kwargs = dict(call.params)
         kwargs["messages"] = call.messages
         # A string system prompt comes back a string (our own one block); one that moving volatile
-        # bytes emptied is dropped, as the caller's empty string was (idempotent).
+        # bytes emptied is dropped. What the caller sent empty (`system=""`, `[]`) is sent as given.
         plain = call.system_was_string and len(call.system) == 1 and set(call.system[0]) == {"type", "text"}
         if plain and call.system[0]["text"]:
             kwargs["system"] = call.system[0]["text"]
         elif call.system and not plain:
             kwargs["system"] = call.system
-        if call.tools:
+        elif not call.system and "system" in call.given:
+            kwargs["system"] = "" if call.system_was_string else []
+        if call.tools or "tools" in call.given:
             kwargs["tools"] = call.tools
         return kwargs
+
+    def reasoning(self, model: str, params: Mapping[str, Any]) -> Reasoning | None:
+        return anthropic_reasoning(params.get("thinking"))
 
     def usage(self, response: Any) -> Usage | None:
         return messages_usage(getattr(response, "usage", None))

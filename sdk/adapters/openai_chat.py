@@ -8,8 +8,9 @@ from typing import Any
 from openai.types.chat import ChatCompletionChunk
 from openai.types.chat.chat_completion_chunk import Choice, ChoiceDelta
 
-from sdk.adapters._base import Adapter, StreamState, count_leading_system, first_stop, given_params, pop_list, timings_of
+from sdk.adapters._base import Adapter, StreamState, count_leading_system, first_stop, given_params, given_tiers, pop_list, timings_of
 from sdk.call import Api, Call, Provider, Usage
+from sdk.reasoning import Reasoning, openai_reasoning
 
 def _cached(details: Any, name: str) -> int:
     return int(getattr(details, name, None) or 0) if details is not None else 0
@@ -58,6 +59,7 @@ class ChatAdapter(Adapter):
 
     api = Api.CHAT
     max_tokens_params = ("max_tokens", "max_completion_tokens")
+    fill_param = "max_completion_tokens"
     stop_param = "stop"
     stop_limit = 4
     has_penalties = True
@@ -65,6 +67,7 @@ class ChatAdapter(Adapter):
 
     def to_call(self, kwargs: dict[str, Any], provider: Provider) -> Call:
         params = given_params(kwargs)
+        given = given_tiers(params, "tools")
         messages = pop_list(params, "messages", "chat.completions.create", required=True)
         split = count_leading_system(messages)
         return Call(
@@ -75,16 +78,20 @@ class ChatAdapter(Adapter):
             system=messages[:split],
             messages=messages[split:],
             params=params,
+            given=given,
         )
 
     def to_kwargs(self, call: Call) -> dict[str, Any]:
         kwargs = dict(call.params)
         kwargs["messages"] = [*call.system, *call.messages]
-        if call.tools:
+        if call.tools or "tools" in call.given:
             kwargs["tools"] = call.tools
         if (options := stream_usage_options(call)) is not None:
             kwargs["stream_options"] = options  # usage on every stream; the reader hides it (`hides_usage`)
         return kwargs
+
+    def reasoning(self, model: str, params: Mapping[str, Any]) -> Reasoning | None:
+        return openai_reasoning(model, params.get("reasoning_effort"))
 
     def usage(self, response: Any) -> Usage | None:
         return chat_usage(getattr(response, "usage", None))

@@ -7,6 +7,7 @@ stop sequences, so the policy's are enforced client-side (`Call.client_stops`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from openai.types.responses import (
@@ -18,8 +19,9 @@ from openai.types.responses import (
 )
 from openai.types.responses.response import IncompleteDetails
 
-from sdk.adapters._base import Adapter, StreamState, count_leading_system, first_stop, given_params, pop_list, timings_of
+from sdk.adapters._base import Adapter, StreamState, count_leading_system, first_stop, given_params, given_tiers, pop_list, timings_of
 from sdk.call import Api, Call, Provider, Usage
+from sdk.reasoning import Reasoning, openai_reasoning
 
 _FINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")
 _INSTRUCTIONS = "instructions"
@@ -47,12 +49,14 @@ class ResponsesAdapter(Adapter):
     api = Api.RESPONSES
     text_part_type = "input_text"
     max_tokens_params = ("max_output_tokens",)
+    fill_param = "max_output_tokens"
     stop_param = None
     breakpoint_key = "prompt_cache_breakpoint"
 
     def to_call(self, kwargs: dict[str, Any], provider: Provider) -> Call:
         params = given_params(kwargs)
-        raw_input = params.pop("input", [])
+        given = given_tiers(params, "tools", "input")
+        raw_input = params.pop("input") if "input" in given else []
         if isinstance(raw_input, str):
             items: list[Any] = [{"role": "user", "content": raw_input}]
         elif isinstance(raw_input, (list, tuple)):
@@ -61,11 +65,8 @@ class ResponsesAdapter(Adapter):
             raise TypeError(f"responses.create: input must be a string or a list of items, got {type(raw_input).__name__}")
         split = count_leading_system(items)
         system = items[:split]
-        instructions = params.pop(_INSTRUCTIONS, None)
-        if isinstance(instructions, str):
-            system.insert(0, {"role": _INSTRUCTIONS, "content": instructions})
-        elif instructions is not None:
-            params[_INSTRUCTIONS] = instructions
+        if isinstance(params.get(_INSTRUCTIONS), str):
+            system.insert(0, {"role": _INSTRUCTIONS, "content": params.pop(_INSTRUCTIONS)})
         return Call(
             api=self.api,
             provider=provider,
@@ -75,6 +76,7 @@ class ResponsesAdapter(Adapter):
             messages=items[split:],
             params=params,
             system_was_string=isinstance(raw_input, str),
+            given=given,
         )
 
     def to_kwargs(self, call: Call) -> dict[str, Any]:
@@ -86,11 +88,15 @@ class ResponsesAdapter(Adapter):
         single = items[0] if len(items) == 1 else None
         if call.system_was_string and single is not None and isinstance(single.get("content"), str):
             kwargs["input"] = single["content"]
-        else:
+        elif items or "input" in call.given:  # no `input` (a `previous_response_id` or `prompt` call) stays absent
             kwargs["input"] = items
-        if call.tools:
+        if call.tools or "tools" in call.given:
             kwargs["tools"] = call.tools
         return kwargs
+
+    def reasoning(self, model: str, params: Mapping[str, Any]) -> Reasoning | None:
+        config = params.get("reasoning")
+        return openai_reasoning(model, config.get("effort") if isinstance(config, Mapping) else None)
 
     def usage(self, response: Any) -> Usage | None:
         return responses_usage(getattr(response, "usage", None))

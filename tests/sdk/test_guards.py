@@ -75,20 +75,25 @@ async def test_anthropic_gets_no_penalty_fields(simulator, anthropic_client):
     assert "frequency_penalty" not in simulator.requests[-1].body
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "error"),
-    [
-        ({"max_tokens": "many"}, TypeError),
-        ({"max_tokens": 0}, ValueError),
-        ({"stop": 5}, TypeError),
-        ({"messages": "hello"}, TypeError),
-    ],
-)
-async def test_malformed_arguments_raise_a_clear_error_before_sending(simulator, openai_client, kwargs, error):
-    wrapped = sdk.wrap(openai_client, sdk.Policy(stop=("END",)))
+@pytest.mark.parametrize("kwargs", [{"max_tokens": "many"}, {"max_tokens": 0}, {"stop": 5}])
+async def test_values_only_the_api_can_judge_reach_it_untouched_and_fail_as_they_do_for_the_bare_client(
+    simulator, openai_client, kwargs
+):
     arguments = {"model": "m", "messages": USER, **kwargs}
-    with pytest.raises(error):
+    with pytest.raises(openai.BadRequestError) as bare:
+        await resolve(openai_client.chat.completions.create(**arguments))
+    wrapped = sdk.wrap(openai_client, sdk.Policy(stop=("END",)))
+    with pytest.raises(openai.BadRequestError) as ours:
         await resolve(wrapped.chat.completions.create(**arguments))
+    assert str(ours.value) == str(bare.value)
+    [name] = kwargs
+    assert simulator.requests[-1].body[name] == simulator.requests[0].body[name] == kwargs[name]
+
+
+async def test_messages_that_are_not_a_list_of_turns_are_refused_before_sending(simulator, openai_client):
+    wrapped = sdk.wrap(openai_client)
+    with pytest.raises(TypeError, match="chat.completions.create: messages"):
+        await resolve(wrapped.chat.completions.create(model="m", messages="hello"))
     assert simulator.requests == []
 
 

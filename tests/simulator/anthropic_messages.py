@@ -7,9 +7,11 @@ side and `output_tokens: 1`), `content_block_start` (empty text block), `ping`, 
 tokens after the last cached position), `cache_read_input_tokens`, `cache_creation_input_tokens`
 (with the `cache_creation` 5m/1h split), `output_tokens`.
 
-Checks like the real API: `max_tokens` is required, and at most 4 `cache_control` breakpoints
-(tools, system blocks, message content blocks, plus the top-level `cache_control`, which marks the
-last block).
+Checks like the real API: `max_tokens` is required (0 pre-warms the cache and decodes nothing) and,
+with `thinking.type="enabled"`, greater than `thinking.budget_tokens` (itself at least 1024); at
+most 4 `cache_control` breakpoints (tools, system blocks, message content blocks, plus the
+top-level `cache_control`, which marks the last block); `thinking` and `redacted_thinking` blocks
+carry only their own fields (they go back as the API sent them: no `cache_control`).
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from .constants import ANTHROPIC_MAX_BREAKPOINTS
+from .constants import ANTHROPIC_MAX_BREAKPOINTS, MIN_THINKING_BUDGET
 from .decode import DecodeParams, Finish
 from .errors import ApiError, Flavour
 from .tokens import Block, Prompt, content_blocks, marker_ttl, message_blocks, tool_blocks
 from .wire import Job, Outcome, SseEvent, new_id, required, stop_list, token_cap
 
 _TEXT_PARTS = frozenset({"text"})
+_THINKING_FIELDS = {"thinking": {"type", "thinking", "signature"}, "redacted_thinking": {"type", "data"}}
 _STOP_REASON = {Finish.END: "end_turn", Finish.STOP: "stop_sequence", Finish.LENGTH: "max_tokens"}
 
 
@@ -34,9 +37,11 @@ class MessagesApi:
     def parse(self, body: dict[str, Any]) -> Job:
         model = required(body, "model", str)
         messages = required(body, "messages", list)
-        cap = token_cap(body, "max_tokens")
+        cap = token_cap(body, "max_tokens", minimum=0)
         if cap is None:
             raise ApiError(400, "max_tokens: Field required", param="max_tokens")
+        _check_thinking(body.get("thinking"), cap)
+        _check_thinking_blocks(messages)
         blocks = tool_blocks(body.get("tools"))
         if body.get("system") is not None:
             blocks += [Block("<|system|>\n", boundary=False), *content_blocks(body["system"], _TEXT_PARTS)]
@@ -52,6 +57,26 @@ class MessagesApi:
 
     def encoder(self, outcome: Outcome) -> MessagesEncoder:
         return MessagesEncoder(outcome)
+
+
+def _check_thinking(thinking: object, max_tokens: int) -> None:
+    if not isinstance(thinking, dict) or thinking.get("type") != "enabled":
+        return
+    budget = thinking.get("budget_tokens")
+    if not isinstance(budget, int) or budget < MIN_THINKING_BUDGET:
+        raise ApiError(400, f"thinking.enabled.budget_tokens: Input should be greater than or equal to {MIN_THINKING_BUDGET}")
+    if max_tokens <= budget:
+        raise ApiError(400, "`max_tokens` must be greater than `thinking.budget_tokens`.")
+
+
+def _check_thinking_blocks(messages: list[Any]) -> None:
+    for i, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, dict) else None
+        for j, part in enumerate(content if isinstance(content, list) else ()):
+            kind = part.get("type") if isinstance(part, dict) else None
+            extra = sorted(set(part) - _THINKING_FIELDS[kind]) if kind in _THINKING_FIELDS else []
+            if extra:
+                raise ApiError(400, f"messages.{i}.content.{j}.{kind}.{extra[0]}: Extra inputs are not permitted")
 
 
 def _with_top_level_marker(blocks: list[Block], ttl: str | None) -> list[Block]:

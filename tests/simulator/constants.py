@@ -17,6 +17,8 @@ OPENAI_CACHE_STEP_TOKENS: Final = 128
 ANTHROPIC_MIN_CACHE_TOKENS: Final = 1024
 """Default of `ProviderSimulator.anthropic_min_cache_tokens`."""
 ANTHROPIC_MAX_BREAKPOINTS: Final = 4
+MIN_THINKING_BUDGET: Final = 1024
+"""Anthropic's smallest `thinking.budget_tokens`."""
 ANTHROPIC_LOOKBACK_BLOCKS: Final = 20
 CHAT_MAX_STOP_SEQUENCES: Final = 4
 LEGACY_DEFAULT_MAX_TOKENS: Final = 16

@@ -27,14 +27,15 @@ class Finish(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class DecodeParams:
-    """What the request asked of decode; `max_tokens` None means the default cap `decode` is given."""
+    """What the request asked of decode; `max_tokens` None means the default cap `decode` is given
+    (0, which Anthropic takes to pre-warm the cache, decodes nothing)."""
 
     max_tokens: int | None
     stop: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.max_tokens is not None and self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens!r}")
+        if self.max_tokens is not None and self.max_tokens < 0:
+            raise ValueError(f"max_tokens must be at least 0, got {self.max_tokens!r}")
 
 
 @dataclass(frozen=True, slots=True)

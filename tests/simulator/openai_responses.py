@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from .decode import DecodeParams, Finish
-from .errors import Flavour
+from .errors import ApiError, Flavour
 from .tokens import Block, Prompt, content_blocks, message_blocks, tool_blocks
 from .wire import Job, Outcome, SseEvent, new_id, now, required, token_cap
 
@@ -27,7 +27,9 @@ class ResponsesApi:
 
     def parse(self, body: dict[str, Any]) -> Job:
         model = required(body, "model", str)
-        items = required(body, "input", str, list)
+        items = body.get("input") or []  # optional: a `previous_response_id` or `prompt` call may send none
+        if not isinstance(items, (str, list)):
+            raise ApiError(400, f"input: expected str or list, got {type(items).__name__}", param="input")
         blocks = tool_blocks(body.get("tools"))
         instructions = body.get("instructions")
         if isinstance(instructions, list):

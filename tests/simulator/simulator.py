@@ -28,6 +28,7 @@ import json
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from types import TracebackType
 from typing import Any, Literal
 
@@ -225,7 +226,10 @@ class ProviderSimulator:
         if not isinstance(body, dict):
             raise ApiError(400, "The request body is not a JSON object.")
         job = api.parse(body)
-        decoded = decode(self.reply, self._loop_unit, job.decode, DEFAULT_MAX_OUTPUT_TOKENS)
+        params = job.decode
+        if self.reasoning_tokens and params.max_tokens is not None:
+            params = replace(params, max_tokens=max(params.max_tokens - self.reasoning_tokens, 0))
+        decoded = decode(self.reply, self._loop_unit, params, DEFAULT_MAX_OUTPUT_TOKENS)
         outcome = Outcome(job, self._lookup(flavour, job), decoded)
         cut = fault if isinstance(fault, CutFault) else None
         timing = Timing(self.first_token_delay, self.token_delay, fault if isinstance(fault, StallFault) else None)

@@ -102,15 +102,15 @@ def required(body: dict[str, Any], key: str, *kinds: type) -> Any:
     return value
 
 
-def token_cap(body: dict[str, Any], *keys: str) -> int | None:
-    """The smallest positive integer given under any of `keys`, None when none is given."""
+def token_cap(body: dict[str, Any], *keys: str, minimum: int = 1) -> int | None:
+    """The smallest integer >= `minimum` given under any of `keys`, None when none is given."""
     caps = []
     for key in keys:
         value = body.get(key)
         if value is None:
             continue
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ApiError(400, f"{key}: must be an integer >= 1, got {value!r}", param=key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise ApiError(400, f"{key}: must be an integer >= {minimum}, got {value!r}", param=key)
         caps.append(value)
     return min(caps, default=None)
 

@@ -1,0 +1,50 @@
+"""Which calls reason before they answer, and within what budget.
+
+Reasoning (OpenAI o-series and gpt-5 models, Anthropic extended or adaptive thinking) is decoded
+into the same output limit as the answer: `max_completion_tokens` / `max_output_tokens` count the
+reasoning tokens, and Anthropic's `max_tokens` must exceed `thinking.budget_tokens`. A cap sized
+for the answer alone can be spent on reasoning and come back empty, so the guards read this
+first (see `sdk.guards`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# OpenAI model families that reason by default (o1, o3, o4-mini, gpt-5 and its point releases);
+# a caller's `reasoning_effort="none"` turns reasoning off on those that allow it.
+OPENAI_REASONING_MODELS = re.compile(r"(?:^|/)(?:o\d|gpt-5)")
+_NO_EFFORT = "none"
+_ANTHROPIC_UNBUDGETED = ("adaptive", "between_tools")
+
+
+@dataclass(frozen=True, slots=True)
+class Reasoning:
+    """A call that reasons: `budget` is the caller's thinking budget, None when the model decides."""
+
+    budget: int | None = None
+
+
+def openai_reasoning(model: str, effort: Any) -> Reasoning | None:
+    """A Chat or Responses call's reasoning: from the caller's effort, else from the model family."""
+    if effort == _NO_EFFORT:
+        return None
+    if isinstance(effort, str) or OPENAI_REASONING_MODELS.search(model):
+        return Reasoning()
+    return None
+
+
+def anthropic_reasoning(thinking: Any) -> Reasoning | None:
+    """A Messages call's reasoning, from its `thinking` config (`enabled` carries a budget)."""
+    if not isinstance(thinking, Mapping):
+        return None
+    kind = thinking.get("type")
+    if kind == "enabled":
+        budget = thinking.get("budget_tokens")
+        return Reasoning(budget if isinstance(budget, int) and not isinstance(budget, bool) else None)
+    if kind in _ANTHROPIC_UNBUDGETED:
+        return Reasoning()
+    return None
