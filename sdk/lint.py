@@ -13,6 +13,10 @@ from sdk.canonical import tool_name
 from sdk.volatile import find_volatile
 
 OPENAI_MIN_CACHEABLE_TOKENS = 1024
+_ADVICE = {
+    "system": "keep it out of the system prompt (sdk.wrap moves what changes, with Policy(volatile='move'))",
+    "tools": "take it out of the tool definition (sdk.wrap never rewrites tools)",
+}
 _APIS = {"openai": Api.CHAT, "openai_chat": Api.CHAT, "openai_responses": Api.RESPONSES, "anthropic": Api.MESSAGES}
 
 
@@ -53,8 +57,8 @@ def lint(call_kwargs: dict[str, Any], provider: str = "openai") -> list[Finding]
                     Finding(
                         FindingCode.VOLATILE_IN_PREFIX,
                         f"{where}[{index}]",
-                        f"{match.label} {match.text!r} changes every call and breaks the prompt cache; "
-                        "move it to the end of the prompt (sdk.wrap does this with Policy(volatile='move'))",
+                        f"{match.label} {match.text!r} looks volatile: if it changes between calls, it breaks "
+                        f"the prompt cache from here on; {_ADVICE[where]}",
                     )
                 )
     names = [tool_name(tool) for tool in call.tools]
