@@ -75,6 +75,7 @@ def canonicalize(call: Call, policy: Policy, adapter: Adapter, families: FamilyM
     if policy.volatile != "off":
         move_volatile(call, policy, adapter, families)
 
+
 def _sort_tools(call: Call, mark: str) -> None:
     """Sort the tools by name, envelopes in one key order; a breakpoint the caller put on the last
     tool marks the end of the tools, so it moves to the tool that is last after sorting."""
