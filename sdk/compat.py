@@ -11,8 +11,8 @@ parts of it, nowhere else:
   (marks the `with_raw_response` / `with_streaming_response` forms);
 - a raw response's parse cache (`_parsed_by_type`), so `.parse()` of a streamed raw response gives
   the guarded stream;
-- a stream's `_iterator` (what the stream guard replaces);
-- `APIConnectionError(message=..., request=...)`.
+- the client family's base classes (`_base_client.SyncAPIClient` / `AsyncAPIClient`);
+- `APIConnectionError(message=..., request=...)`, for a fault that has no request of its own.
 
 `client_family` runs at `wrap()` time and raises `UnsupportedClient`, naming the supported
 releases, when the installed client is not one of them or lacks one of these parts.
@@ -76,7 +76,6 @@ def _check_release(name: str) -> None:
     types = importlib.import_module(f"{name}._types")
     resource = importlib.import_module(f"{name}._resource")
     response = importlib.import_module(f"{name}._response")
-    streaming = importlib.import_module(f"{name}._streaming")
     missing = [
         what
         for what, present in (
@@ -84,7 +83,6 @@ def _check_release(name: str) -> None:
             ("RequestOptions.headers", "headers" in types.RequestOptions.__annotations__),
             ("SyncAPIResource._post", "self._post = client.post" in _source(resource.SyncAPIResource.__init__)),
             ("APIResponse._parsed_by_type", "_parsed_by_type" in response.BaseAPIResponse.__annotations__),
-            ("Stream._iterator", "_iterator" in vars(streaming.Stream) or "self._iterator" in _source(streaming.Stream.__init__)),
         )
         if not present
     ]
@@ -99,7 +97,7 @@ def _source(function: Callable[..., Any]) -> str:
     try:
         return inspect.getsource(function)
     except (OSError, TypeError):
-        return "self._post = client.post self._iterator"
+        return "self._post = client.post"
 
 
 def resource_client(resource: Any) -> Any:
@@ -147,16 +145,6 @@ def should_retry(error: BaseException) -> bool | None:
 def cache_parsed(raw: Any, value: Any) -> None:
     """Make `raw.parse()` return `value` (the guarded stream) from now on."""
     raw._parsed_by_type[raw._cast_to] = value
-
-
-def stream_iterator(stream: Any) -> Any:
-    """The event iterator a client's `Stream` / `AsyncStream` reads from."""
-    return stream._iterator
-
-
-def set_stream_iterator(stream: Any, iterator: Any) -> None:
-    """Make a client's stream read its events from `iterator`."""
-    stream._iterator = iterator
 
 
 def connection_error(error_class: Callable[..., Exception], message: str) -> Exception:

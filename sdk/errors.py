@@ -45,20 +45,18 @@ class StreamTruncated(KvwiseError, *_connection_errors()):  # type: ignore[misc]
         self.code = self.param = self.type = None
 
 
-def client_error(error: BaseException, connection_error: Callable[..., Exception]) -> BaseException:
+def client_error(error: BaseException, connection_error: Callable[[str], Exception]) -> BaseException:
     """What the caller sees for a call that failed with `error`: the client's own exception.
 
-    `connection_error` is the wrapped client's `APIConnectionError`. A `json.JSONDecodeError` (a
-    200 body cut short) becomes one, with the parse error as its cause; anything else is kept.
+    `connection_error(message)` makes the wrapped client's `APIConnectionError` (see
+    `sdk.compat.connection_error`). A `json.JSONDecodeError` (a 200 body cut short) becomes one,
+    with the parse error as its cause; anything else is kept.
     """
     if not isinstance(error, json.JSONDecodeError):
         return error
     failure = connection_error(
-        message=(
-            f"the 200 response body is not complete JSON ({error.msg} at byte {error.pos}): the "
-            "connection delivered it cut short on every attempt; send the request again later"
-        ),
-        request=None,
+        f"the 200 response body is not complete JSON ({error.msg} at byte {error.pos}): the "
+        "connection delivered it cut short on every attempt; send the request again later"
     )
     failure.__cause__ = error
     return failure

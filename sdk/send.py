@@ -10,6 +10,7 @@ parsed (or guarded) result kvwise recorded.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -100,7 +101,7 @@ class Sender:
 
     def _failed(self, record: CallRecord, error: BaseException) -> BaseException:
         """End the telemetry of a call whose attempts all failed; return what the caller gets."""
-        failure = client_error(error, self.connection_error)
+        failure = client_error(error, functools.partial(compat.connection_error, self.connection_error))
         record.end(error=failure)
         return failure
 

@@ -236,3 +236,16 @@ async def test_a_vertex_stream_and_token_count_go_through_kvwise(simulator, mode
     assert count.input_tokens > 0
     assert [tool["name"] for tool in simulator.requests[-1].body["tools"]] == ["alpha", "zeta"]
     assert "max_tokens" not in simulator.requests[-1].body
+
+
+async def test_the_raw_response_of_a_stream_parses_to_the_kvwise_guarded_stream(simulator, openai_client, anthropic_client):
+    simulator.loop("I keep saying the same thing over and over. ")
+    chat = sdk.wrap(openai_client).chat.completions.with_raw_response
+    raw = await resolve(chat.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True))
+    events = await collect(raw.parse())
+    assert events[-1].choices[0].finish_reason == "length"  # the loop guard cut it, not the server's cap
+    messages = sdk.wrap(anthropic_client).messages.with_raw_response
+    raw = await resolve(messages.create(model="claude-sonnet-4-6", max_tokens=4000, messages=[{"role": "user", "content": "hi"}], stream=True))
+    events = await collect(await resolve(raw.parse()))
+    assert [event.delta.stop_reason for event in events if event.type == "message_delta"] == ["max_tokens"]
+    assert all(stream.client_closed for stream in simulator.streams)
