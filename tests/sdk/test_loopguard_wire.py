@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import sdk
 from tests.sdk.helpers import collect, resolve
@@ -18,13 +19,16 @@ def _chat_text(events: list) -> str:
     return "".join(e.choices[0].delta.content or "" for e in events if e.choices)
 
 
+async def _stream_json_answer(simulator: Any, client: Any, reply: str) -> list[Any]:
+    """The events of a streamed json_object Chat call through a wrapped client, the server saying `reply`."""
+    simulator.reply = reply
+    wrapped = sdk.wrap(client)
+    stream = await resolve(wrapped.chat.completions.create(model="m", messages=USER, stream=True, response_format=JSON_OBJECT))
+    return await collect(stream)
+
+
 async def test_twelve_identical_json_records_under_json_object_arrive_whole_with_finish_reason_stop(simulator, openai_client):
-    simulator.reply = TWELVE_RECORDS_JSON_OBJECT
-    wrapped = sdk.wrap(openai_client)
-    stream = await resolve(
-        wrapped.chat.completions.create(model="m", messages=USER, stream=True, response_format=JSON_OBJECT)
-    )
-    events = await collect(stream)
+    events = await _stream_json_answer(simulator, openai_client, TWELVE_RECORDS_JSON_OBJECT)
     text = _chat_text(events)
     assert text == TWELVE_RECORDS_JSON_OBJECT
     assert len(json.loads(text)["records"]) == 12
@@ -55,13 +59,8 @@ async def test_a_responses_json_answer_of_repeated_records_completes(simulator, 
 
 async def test_a_prose_loop_inside_a_json_string_is_still_cut_within_3_periods(simulator, openai_client):
     head = '{"answer": "'
-    simulator.reply = head + LOOP_IN_A_STRING * 40 + '"}'
     simulator.token_delay = DECODE_SECONDS_PER_TOKEN
-    wrapped = sdk.wrap(openai_client)
-    stream = await resolve(
-        wrapped.chat.completions.create(model="m", messages=USER, stream=True, response_format=JSON_OBJECT)
-    )
-    events = await collect(stream)
+    events = await _stream_json_answer(simulator, openai_client, head + LOOP_IN_A_STRING * 40 + '"}')
     text = _chat_text(events)
     assert events[-1].choices[0].finish_reason == "length"
     pieces = [e.choices[0].delta.content for e in events if e.choices and e.choices[0].delta.content]
