@@ -41,9 +41,9 @@ DRY_MAX_EXPONENT_LOG: Final = 88.7228391
 DETOKENIZE_CONTEXT_TOKENS: Final = 6
 """Tokens decoded before the new ones so word-piece spacing comes out right incrementally."""
 
-SAMPLER_CANDIDATE_CUTOFFS: Final = (2.0**-10, 2.0**-14, 2.0**-18, 2.0**-22, 2.0**-26, 0.0)
-"""Weights (relative to the top token's 1) above which top-k/top-p look for their cut, lowered in
-turn until a row's candidates suffice; 0 takes the whole row."""
+SAMPLER_FIRST_CUTOFF: Final = 2.0**-12
+"""Weight (relative to the top token's 1) above which top-k/top-p first look for their cut; it holds
+the nucleus of most rows of a trained model, and a row it leaves short looks again lower."""
 
 SAMPLER_CHUNK: Final = 256
 """Tokens per chunk of the inverse-CDF draw: the chunk is found from chunk sums, then the token."""
