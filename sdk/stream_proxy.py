@@ -146,6 +146,7 @@ class GuardedStream(wrapt.ObjectProxy):  # type: ignore[misc]
         super().__init__(stream)
         self._self_events = events
         self._self_closer = _Closer(upstream, events, watch)
+        self._self_response: Any = None
         upstream.outer = weakref.ref(self)
 
     def __iter__(self) -> GuardedStream:
@@ -156,7 +157,11 @@ class GuardedStream(wrapt.ObjectProxy):  # type: ignore[misc]
 
     @property
     def response(self) -> Any:
-        return _ClosingResponse(self.__wrapped__.response, self._self_closer)
+        """The client's response, whose `close()` closes this stream (one object per response)."""
+        response = self.__wrapped__.response
+        if self._self_response is None or self._self_response.__wrapped__ is not response:
+            self._self_response = _ClosingResponse(response, self._self_closer)
+        return self._self_response
 
     def close(self) -> None:
         """Close the response and end the call's telemetry (the answer, if unfinished, is abandoned)."""
@@ -185,6 +190,7 @@ class AsyncGuardedStream(wrapt.ObjectProxy):  # type: ignore[misc]
         super().__init__(stream)
         self._self_events = events
         self._self_closer = _AsyncCloser(upstream, events, watch)
+        self._self_response: Any = None
         upstream.outer = weakref.ref(self)
 
     def __aiter__(self) -> AsyncGuardedStream:
@@ -195,7 +201,11 @@ class AsyncGuardedStream(wrapt.ObjectProxy):  # type: ignore[misc]
 
     @property
     def response(self) -> Any:
-        return _AsyncClosingResponse(self.__wrapped__.response, self._self_closer)
+        """The client's response, whose `aclose()` closes this stream (one object per response)."""
+        response = self.__wrapped__.response
+        if self._self_response is None or self._self_response.__wrapped__ is not response:
+            self._self_response = _AsyncClosingResponse(response, self._self_closer)
+        return self._self_response
 
     async def close(self) -> None:
         """Close the response and end the call's telemetry (the answer, if unfinished, is abandoned)."""

@@ -50,7 +50,7 @@ def _carries_content(delta: ChoiceDelta) -> bool:
     or a server's extra field such as `reasoning_content` (thinking, on vLLM and DeepSeek)."""
     if delta.tool_calls or delta.function_call or delta.refusal:
         return True
-    extra = delta.model_extra
+    extra = delta.__pydantic_extra__
     return bool(extra) and any(extra.values())
 
 
@@ -112,11 +112,10 @@ class ChatAdapter(Adapter):
         usage = event.usage
         if usage is not None:  # the final usage chunk, or every chunk on servers that report it so
             state.usage = chat_usage(usage)
-            if state.hide_usage:
-                event.usage = None
-        if state.hide_usage:  # the bare client's chunks carry no `"usage": null`: leave it unset
+        elif state.hide_usage:  # the bare client's chunks carry no `"usage": null`: leave it unset
             event.__pydantic_fields_set__.discard("usage")
-        state.timings = timings_of(event) or state.timings
+        if event.__pydantic_extra__:  # llama.cpp-style `timings` (the property `model_extra` costs more)
+            state.timings = timings_of(event) or state.timings
         choices = event.choices
         if not choices:  # None on an event type the client does not know
             state.swallow = state.hide_usage and usage is not None and choices is not None
