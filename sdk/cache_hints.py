@@ -13,9 +13,11 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 from sdk.adapters import Adapter
+from sdk.adapters._base import TEXT_PART_TYPES
 from sdk.call import Api, Call, Provider
 from sdk.fingerprint import prefix_key
 from sdk.policy import Policy
@@ -100,6 +102,7 @@ def _place_breakpoints(call: Call, adapter: Adapter, marker: dict[str, Any], min
     """
     key = adapter.breakpoint_key
     free = ANTHROPIC_MAX_BREAKPOINTS - caller_breakpoints(call, key)
+    markable = _anthropic_markable if call.api is Api.MESSAGES else _openai_markable
     history = call.messages[: call.history_end]
     prefix_tokens = list(itertools.accumulate(estimate_tokens(tier) for tier in (call.tools, call.system, history)))
     for position in (2, 1, 0):
@@ -108,9 +111,9 @@ def _place_breakpoints(call: Call, adapter: Adapter, marker: dict[str, Any], min
         if position == 0 and call.tools and call.api is Api.MESSAGES:
             marked = _mark_last(call.tools, marker, key)
         elif position == 1 and call.system:
-            marked = _mark_content(call.system, len(call.system) - 1, marker, key, adapter.text_part_type)
+            marked = _mark_content(call.system, len(call.system) - 1, marker, key, adapter.text_part_type, markable)
         elif position == 2 and history:
-            marked = _mark_content(call.messages, len(history) - 1, marker, key, adapter.text_part_type)
+            marked = _mark_content(call.messages, len(history) - 1, marker, key, adapter.text_part_type, markable)
         else:
             continue
         if marked is not None:
@@ -127,13 +130,15 @@ def _mark_last(items: list[Any], marker: dict[str, Any], key: str, index: int = 
     return index % len(items)
 
 
-def _mark_content(turns: list[Any], index: int, marker: dict[str, Any], key: str, part_type: str) -> int | None:
-    """Put `marker` on the last content part of `turns[index]` (a system block or a message)."""
+def _mark_content(
+    turns: list[Any], index: int, marker: dict[str, Any], key: str, part_type: str, markable: Callable[[Any], bool]
+) -> int | None:
+    """Put `marker` on the last `markable` content part of `turns[index]` (a system block or a message)."""
     turn = turns[index]
     if not isinstance(turn, dict) or turn.get("role") == "instructions":  # Responses' instructions: a plain string
         return None
-    if "content" not in turn:  # an Anthropic system text block: the block itself is the part
-        if key in turn:
+    if "content" not in turn:  # an Anthropic system text block is its own part (a Responses call item is not one)
+        if key in turn or "role" in turn or not markable(turn):
             return None
         turns[index] = {**turn, key: dict(marker)}
         return index
@@ -144,13 +149,18 @@ def _mark_content(turns: list[Any], index: int, marker: dict[str, Any], key: str
         parts = list(content)
     else:
         return None
-    # Thinking blocks go back exactly as the API sent them: the mark goes on the last other part.
-    last = next((i for i in range(len(parts) - 1, -1, -1) if not _is_thinking(parts[i])), None)
+    last = next((i for i in range(len(parts) - 1, -1, -1) if markable(parts[i])), None)
     if last is None or count_breakpoints(parts, key) or _mark_last(parts, marker, key, last) is None:
         return None
     turns[index] = {**turn, "content": parts}
     return index
 
 
-def _is_thinking(part: Any) -> bool:
-    return isinstance(part, dict) and part.get("type") in _THINKING_TYPES
+def _anthropic_markable(part: Any) -> bool:
+    """Any block but thinking ones, which go back exactly as the API sent them."""
+    return isinstance(part, dict) and part.get("type") not in _THINKING_TYPES
+
+
+def _openai_markable(part: Any) -> bool:
+    """OpenAI takes explicit marks on text parts only (not images, audio, files, reasoning or call items)."""
+    return isinstance(part, dict) and part.get("type") in TEXT_PART_TYPES

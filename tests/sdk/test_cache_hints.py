@@ -124,3 +124,36 @@ def test_unknown_content_shapes_pass_through_byte_for_byte():
     Chain(sdk.Policy(), PrefixTracker()).run(call)
     out = adapter.to_kwargs(call)
     assert json.dumps(out["messages"]) == json.dumps(messages)
+
+
+@pytest.mark.parametrize(
+    ("value", "marks"),
+    [
+        ({"cache_control": {"type": "ephemeral"}, "messages": []}, 1),
+        ({"cache_control": None, "system": [{"type": "text", "text": "x", "cache_control": {"type": "ephemeral"}}]}, 1),
+        ({"input_schema": {"type": "object", "properties": {"cache_control": {"type": "object"}}}}, 0),
+        ({"extra_body": {"cache_control": {"type": "ephemeral"}}, "tools": ({"name": "t", "cache_control": {}},)}, 2),
+    ],
+    ids=["top_level", "explicit_none_is_no_mark", "schema_property_named_like_a_mark", "extra_body_and_tuple"],
+)
+def test_breakpoints_are_counted_wherever_the_caller_put_them_and_nowhere_else(value, marks):
+    assert count_breakpoints(value, "cache_control") == marks
+
+
+def _hinted(api: Api, kwargs: dict) -> dict:
+    adapter = adapter_for(api)
+    call = adapter.to_call(json.loads(json.dumps(kwargs)), Provider.OPENAI)
+    place_cache_hints(call, sdk.Policy(), adapter)
+    return adapter.to_kwargs(call)
+
+
+def test_openai_explicit_marks_go_on_text_parts_only():
+    image = {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}
+    history = [HISTORY[0], {"role": "user", "content": [{"type": "text", "text": "This one:"}, image]}, HISTORY[2]]
+    out = _hinted(Api.CHAT, {"model": "gpt-5.6", "messages": history})
+    marked = {"type": "text", "text": "This one:", "prompt_cache_breakpoint": {"mode": "explicit"}}
+    assert out["messages"][1]["content"] == [marked, image]
+    call_item = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+    items = [{"role": "user", "content": "First question " * 300}, call_item, {"role": "user", "content": "Next?"}]
+    out = _hinted(Api.RESPONSES, {"model": "gpt-5.6", "input": items})
+    assert out["input"][1] == call_item

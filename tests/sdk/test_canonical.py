@@ -210,3 +210,27 @@ def test_any_json_in_a_call_is_canonicalised_or_refused_with_a_type_error_naming
         _canonical_any(kwargs, api)
     except TypeError as exc:
         assert str(exc).startswith(f"{METHODS[api]}:"), exc
+
+
+@pytest.mark.parametrize("mark", ["cache_control", "prompt_cache_breakpoint"])
+def test_a_breakpoint_on_the_last_tool_moves_to_the_tool_that_is_last_after_sorting(mark):
+    api = Api.MESSAGES if mark == "cache_control" else Api.RESPONSES
+    tools = [
+        {"type": "function", "name": "zeta", "parameters": {}},
+        {"type": "function", "name": "beta", "parameters": {}, mark: {"type": "ephemeral"}},
+        {"type": "function", "name": "alpha", "parameters": {}, mark: {"type": "ephemeral"}},
+    ]
+    kwargs = {"model": "m", "tools": tools, "max_tokens": 5}
+    kwargs["messages" if api is Api.MESSAGES else "input"] = [{"role": "user", "content": "q"}]
+    out, changes = _canonical(kwargs, api)
+    assert [(tool["name"], mark in tool) for tool in out["tools"]] == [("alpha", False), ("beta", True), ("zeta", True)]
+    assert "tools_breakpoint_moved" in changes
+    again, changes = _canonical(out, api)
+    assert again == out and "tools_breakpoint_moved" not in changes
+
+
+def test_a_breakpoint_on_a_tool_that_stays_last_or_on_an_inner_tool_stays_where_the_caller_put_it():
+    tools = [{"name": "b", "cache_control": {"type": "ephemeral"}}, {"name": "c"}, {"name": "a"}]
+    out, changes = _canonical({"model": "m", "tools": tools, "messages": [{"role": "user", "content": "q"}]}, Api.MESSAGES)
+    assert [(tool["name"], "cache_control" in tool) for tool in out["tools"]] == [("a", False), ("b", True), ("c", False)]
+    assert "tools_breakpoint_moved" not in changes
