@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -36,6 +37,18 @@ class Finding:
     message: str
 
 
+def _texts(item: Any, walk: Callable[[Any, Callable[[str], str]], Any]) -> list[str]:
+    """The text leaves of `item`, as `walk` (`map_text`, `map_descriptions`) visits them."""
+    texts: list[str] = []
+
+    def collect(text: str) -> str:
+        texts.append(text)
+        return text
+
+    walk(item, collect)
+    return texts
+
+
 def lint(call_kwargs: dict[str, Any], provider: str = "openai") -> list[Finding]:
     """Findings for the native kwargs of one call; `provider` is "openai", "openai_responses" or "anthropic".
 
@@ -50,9 +63,7 @@ def lint(call_kwargs: dict[str, Any], provider: str = "openai") -> list[Finding]
     findings: list[Finding] = []
     for where, items, walk in (("tools", call.tools, map_descriptions), ("system", call.system, map_text)):
         for index, item in enumerate(items):
-            texts: list[str] = []
-            walk(item, lambda text: texts.append(text) or text)
-            for match in (m for text in texts for m in find_volatile(text)):
+            for match in (m for text in _texts(item, walk) for m in find_volatile(text)):
                 findings.append(
                     Finding(
                         FindingCode.VOLATILE_IN_PREFIX,

@@ -60,8 +60,13 @@ def move_volatile(call: Call, policy: Policy, adapter: Adapter, families: Family
 def _texts(system: list[Any]) -> list[str]:
     """The text leaves of the system prompt, in the order `map_text` visits them."""
     texts: list[str] = []
+
+    def collect(text: str) -> str:
+        texts.append(text)
+        return text
+
     for item in system:
-        map_text(item, lambda text: texts.append(text) or text)
+        map_text(item, collect)
     return texts
 
 
