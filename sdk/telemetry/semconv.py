@@ -179,9 +179,10 @@ KVWISE_STREAM_CHUNKS: Final = "kvwise.stream.chunks"
 """Content chunks that reached the caller (streams only)."""
 
 KVWISE_USAGE_ESTIMATED: Final = "kvwise.usage.estimated"
-"""True when the server never reported the input tokens of a stream (it was cut, closed early, or
-the server sends usage only at the end): the `gen_ai.usage.*` figures are then estimates, input
-from the prompt's characters (4 per token), output from the content chunks seen."""
+"""True when the server never reported the input tokens of a stream (it was cut or closed before the
+usage the server sends at the end): the `gen_ai.usage.*` figures are then estimates, input from the
+prompt's characters (4 per token), output from the content chunks seen, cache reads 0 (unknowable
+client-side, so the cost is an upper bound). See `sdk.stream.estimated_usage`."""
 
 # --- kvwise: cost ----------------------------------------------------------------------------
 
