@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -11,6 +10,7 @@ from sdk.adapters import adapter_for, map_descriptions, map_text
 from sdk.cache_hints import anthropic_min_tokens, estimate_tokens
 from sdk.call import Api, Provider
 from sdk.canonical import tool_name
+from sdk.moving import text_leaves
 from sdk.volatile import find_volatile
 
 OPENAI_MIN_CACHEABLE_TOKENS = 1024
@@ -37,18 +37,6 @@ class Finding:
     message: str
 
 
-def _texts(item: Any, walk: Callable[[Any, Callable[[str], str]], Any]) -> list[str]:
-    """The text leaves of `item`, as `walk` (`map_text`, `map_descriptions`) visits them."""
-    texts: list[str] = []
-
-    def collect(text: str) -> str:
-        texts.append(text)
-        return text
-
-    walk(item, collect)
-    return texts
-
-
 def lint(call_kwargs: dict[str, Any], provider: str = "openai") -> list[Finding]:
     """Findings for the native kwargs of one call; `provider` is "openai", "openai_responses" or "anthropic".
 
@@ -63,7 +51,7 @@ def lint(call_kwargs: dict[str, Any], provider: str = "openai") -> list[Finding]
     findings: list[Finding] = []
     for where, items, walk in (("tools", call.tools, map_descriptions), ("system", call.system, map_text)):
         for index, item in enumerate(items):
-            for match in (m for text in _texts(item, walk) for m in find_volatile(text)):
+            for match in (m for text in text_leaves([item], walk) for m in find_volatile(text)):
                 findings.append(
                     Finding(
                         FindingCode.VOLATILE_IN_PREFIX,

@@ -13,7 +13,7 @@ warning), as are the system prompt's under `volatile="warn"`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from sdk.adapters import Adapter, map_text
@@ -35,7 +35,7 @@ def move_volatile(call: Call, policy: Policy, adapter: Adapter, families: Family
 
     `families` is the wrapped client's memory; without one every call is a family's first.
     """
-    system_texts, tool_texts = _texts(call.system), _descriptions(call.tools, [])
+    system_texts, tool_texts = text_leaves(call.system), _descriptions(call.tools, [])
     found = [find_volatile(text) for text in (*system_texts, *tool_texts)]
     candidates = [match for matches in found for match in matches]
     if not candidates:
@@ -57,16 +57,16 @@ def move_volatile(call: Call, policy: Policy, adapter: Adapter, families: Family
         _add_note(call, [render_note_line(match) for match in removed], adapter.text_part_type)
 
 
-def _texts(system: list[Any]) -> list[str]:
-    """The text leaves of the system prompt, in the order `map_text` visits them."""
+def text_leaves(items: list[Any], walk: Callable[[Any, Callable[[str], str]], Any] = map_text) -> list[str]:
+    """The text leaves of `items`, in the order `walk` (`map_text`, `map_descriptions`) visits them."""
     texts: list[str] = []
 
     def collect(text: str) -> str:
         texts.append(text)
         return text
 
-    for item in system:
-        map_text(item, collect)
+    for item in items:
+        walk(item, collect)
     return texts
 
 
