@@ -7,7 +7,9 @@ import openai
 import pytest
 
 import sdk
+from sdk.telemetry import semconv as sc
 from tests.sdk.helpers import collect, resolve
+from tests.sdk.test_telemetry_spans import otel  # noqa: F401
 
 USER = [{"role": "user", "content": "hi"}]
 
@@ -67,6 +69,15 @@ async def test_penalties_are_defaulted_only_where_the_caller_set_none(simulator,
     body = simulator.requests[-1].body
     assert body["frequency_penalty"] == 0.5
     assert body["presence_penalty"] == 0.0
+
+
+async def test_a_penalty_the_caller_set_in_extra_body_is_not_defaulted_over(simulator, openai_client, otel):
+    policy = sdk.Policy(frequency_penalty=0.5)
+    wrapped = sdk.wrap(openai_client, policy, tracer_provider=otel.tracer_provider, meter_provider=otel.meter_provider)
+    await resolve(wrapped.chat.completions.create(model="m", messages=USER, extra_body={"frequency_penalty": 0.0}))
+    assert simulator.requests[-1].body["frequency_penalty"] == 0.0
+    [span] = otel.spans()
+    assert "frequency_penalty" not in (span.attributes or {}).get(sc.KVWISE_CANONICAL_CHANGES, ())
 
 
 async def test_anthropic_gets_no_penalty_fields(simulator, anthropic_client):

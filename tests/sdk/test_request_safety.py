@@ -22,7 +22,7 @@ from sdk.call import Api, OutputCap, Provider
 from sdk.chain import Chain
 from sdk.fingerprint import PrefixTracker
 from sdk.telemetry import semconv as sc
-from tests.sdk.helpers import LONG_SYSTEM, resolve
+from tests.sdk.helpers import LONG_SYSTEM, collect, resolve
 from tests.sdk.test_telemetry_spans import Otel, otel  # noqa: F401
 
 MARK = {"type": "ephemeral"}
@@ -118,6 +118,8 @@ CASES = [
     Case("responses_without_input", Api.RESPONSES, lambda: {"model": "m", "previous_response_id": "resp_1", "max_output_tokens": 9}),
     Case("responses_empty_instructions_and_tools", Api.RESPONSES, lambda: {"model": "m", "instructions": "", "tools": [], "input": "hi", "max_output_tokens": 9}),
     Case("responses_extra_body_max_output_tokens", Api.RESPONSES, lambda: {"model": "m", "input": "hi", "extra_body": {"max_output_tokens": 9000}}),
+    Case("anthropic_thinking_budget_streamed", Api.MESSAGES, lambda: {**_thinking_call(), "stream": True}),
+    Case("responses_without_input_streamed", Api.RESPONSES, lambda: {"model": "m", "previous_response_id": "resp_1", "stream": True}),
 ]
 
 
@@ -146,7 +148,9 @@ async def test_a_request_the_bare_client_gets_answered_is_answered_wrapped_and_e
     bare = await resolve(_send(client, case.api, case.arguments()))
     wrapped = sdk.wrap(client, case.policy, tracer_provider=otel.tracer_provider, meter_provider=otel.meter_provider)
     ours = await resolve(_send(wrapped, case.api, case.arguments()))
-    assert type(ours) is type(bare)
+    assert isinstance(ours, type(bare))
+    if case.arguments().get("stream"):
+        assert [event.type for event in await collect(ours)] == [event.type for event in await collect(bare)]
     assert len(simulator.requests) == 2, "one request each, none refused and re-sent"
     sent_bare, sent_ours = simulator.requests[0].body, simulator.requests[1].body
     changes = _changes(otel)
