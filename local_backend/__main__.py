@@ -2,9 +2,12 @@
 
     python -m local_backend serve --model default --host 127.0.0.1 --port 8000 [--api-key KEY ...]
         [--device auto|cpu|cuda] [--kv-cache-memory BYTES] [--max-queue N]
+        [--served-model-name NAME [NAME ...]] [--allowed-origins ORIGIN [ORIGIN ...]]
 
 `--api-key` may be repeated or comma-separated (`--api-key A,B`); each key is a tenant with its own
-prefix cache: one key never gets a cache hit from another's prompt.
+prefix cache: one key never gets a cache hit from another's prompt. `--served-model-name` gives the
+names requests may use (the first is reported; any other name is a 404); `--allowed-origins` lets
+browser pages on those origins (`*`: any) call the API.
 
 Prints the base URL once the server accepts connections. SIGTERM or Ctrl-C stops accepting, lets
 in-flight requests finish for up to a grace period, then exits 0.
@@ -64,6 +67,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--kv-cache-memory", type=int, default=None, metavar="BYTES", help="KV cache pool size")
     serve.add_argument("--max-queue", type=int, default=DEFAULT_MAX_QUEUE, metavar="N",
                        help="waiting requests beyond the batch before new ones get 429 / 529")  # fmt: skip
+    serve.add_argument("--served-model-name", nargs="+", metavar="NAME",
+                       help="model names requests may use (default: the checkpoint's)")  # fmt: skip
+    serve.add_argument("--allowed-origins", nargs="+", default=[], metavar="ORIGIN",
+                       help="CORS: origins whose pages may call the API ('*' for any)")  # fmt: skip
     return parser
 
 
@@ -80,7 +87,8 @@ def serve(args: argparse.Namespace) -> int:
     print(f"loading {args.model} ...", file=sys.stderr, flush=True)
     engine = Engine.from_pretrained(args.model, device=args.device, kv_cache_memory=args.kv_cache_memory)
     name = args.model if args.model == DEFAULT_MODEL_NAME else Path(args.model).name
-    app = create_app(engine, model_name=name, api_key=api_keys, max_queue=args.max_queue)
+    app = create_app(engine, model_name=args.served_model_name or name, api_key=api_keys, max_queue=args.max_queue,
+                     allowed_origins=args.allowed_origins)  # fmt: skip
     host = f"[{args.host}]" if ":" in args.host else args.host
     config = uvicorn.Config(
         app, host=args.host, port=args.port, lifespan="off", timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS

@@ -68,12 +68,6 @@ OPENAI_CHAT_ROLES: Final = frozenset({"system", "developer", "user", "assistant"
 
 ANTHROPIC_ROLES: Final = frozenset({"user", "assistant"})
 
-OPENAI_CHAT_UNSUPPORTED: Final = ("tools", "functions", "logprobs", "top_logprobs", "logit_bias")
-OPENAI_COMPLETIONS_UNSUPPORTED: Final = ("echo", "suffix", "logprobs", "logit_bias")
-ANTHROPIC_UNSUPPORTED: Final = ("tools",)
-"""Fields that would change the answer in ways a text-only engine cannot honour: refused with 400
-when set, never silently dropped. Other unknown fields (`prompt_cache_key`, `metadata`...) are ignored."""
-
 API_KEY_ENV: Final = "KVWISE_API_KEY"
 """`serve` reads the API key(s) from here when `--api-key` is not given (keeps them out of `ps`)."""
 

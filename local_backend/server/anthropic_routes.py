@@ -21,7 +21,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from local_backend.outputs import Completion
-from local_backend.server._constants import ANTHROPIC_MAX_TEMPERATURE, ANTHROPIC_ROLES, ANTHROPIC_UNSUPPORTED
+from local_backend.server import fields
+from local_backend.server._constants import ANTHROPIC_MAX_TEMPERATURE, ANTHROPIC_ROLES
 from local_backend.server.errors import Flavor
 from local_backend.server.generation import Backend
 from local_backend.server.streaming import respond, sse
@@ -30,7 +31,6 @@ from local_backend.server.validation import (
     chat_turns,
     optional,
     read_json,
-    refuse_present,
     required,
     sampling_params,
     stop_strings,
@@ -103,8 +103,8 @@ def routes(backend: Backend) -> list[Route]:
 
     async def messages(request: Request) -> Response:
         body = await read_json(request)
-        refuse_present(body, ANTHROPIC_UNSUPPORTED)
-        model = required(body, "model", str)
+        fields.check(body, fields.MESSAGES, "POST /v1/messages")
+        model = backend.check_model(required(body, "model", str))
         max_tokens = required(body, "max_tokens", int)
         turns = chat_turns(body.get("messages"), ANTHROPIC_ROLES)
         system = body.get("system")

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
@@ -35,11 +36,16 @@ logger = logging.getLogger(__name__)
 def create_app(
     engine: Engine,
     *,
-    model_name: str = DEFAULT_MODEL_NAME,
+    model_name: str | Sequence[str] = DEFAULT_MODEL_NAME,
     api_key: str | Sequence[str] | None = None,
     max_queue: int = DEFAULT_MAX_QUEUE,
+    allowed_origins: Sequence[str] = (),
 ) -> Starlette:
     """An ASGI app serving `engine` as `model_name`; with `api_key`, all but `/health` need a key.
+
+    `model_name` may be several names (vLLM's `--served-model-name`): the first is reported, all
+    are accepted, any other is a 404. `allowed_origins` (`"*"` for any) lets browser pages on those
+    origins call the API (CORS, preflights included; the key is still checked on the real request).
 
     `api_key` is one key or several: each key is a tenant whose prefix-cache blocks are kept apart
     from the others' (see `auth`). Beyond the engine's batch plus `max_queue` waiting requests, new
@@ -50,7 +56,10 @@ def create_app(
     keys = (api_key,) if isinstance(api_key, str) else tuple(api_key or ())
     if not all(isinstance(key, str) and key for key in keys):
         raise ValueError("api_key must be a non-empty string or a list of them; an empty key would let anyone in")
-    backend = Backend(engine, model_name, max_queue)
+    names = (model_name,) if isinstance(model_name, str) else tuple(model_name)
+    if not names or not all(isinstance(name, str) and name for name in names):
+        raise ValueError(f"model_name={model_name!r} must be a non-empty string or a list of them")
+    backend = Backend(engine, names, max_queue)
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -64,9 +73,13 @@ def create_app(
         *openai_routes.routes(backend),
         *anthropic_routes.routes(backend),
     ]
+    middleware = [Middleware(ApiKeyMiddleware, api_keys=keys)] if keys else []
+    if allowed_origins:  # outermost: a preflight carries no key, and even a 401 needs CORS headers
+        middleware.insert(0, Middleware(CORSMiddleware, allow_origins=list(allowed_origins),
+                                        allow_methods=["*"], allow_headers=["*"]))  # fmt: skip
     return Starlette(
         routes=routes,
-        middleware=[Middleware(ApiKeyMiddleware, api_keys=keys)] if keys else [],
+        middleware=middleware,
         exception_handlers={
             ApiError: _api_error,
             HTTPException: _http_error,

@@ -52,15 +52,33 @@ class Admission:
 
 @dataclass(slots=True)
 class Backend:
-    """What every route needs: the engine, the served model's name, and the admission queue."""
+    """What every route needs: the engine, the served model's names, and the admission queue.
+
+    `model_names[0]` is the name answers report; the others are aliases (`--served-model-name`).
+    """
 
     engine: Engine
-    model_name: str
+    model_names: tuple[str, ...]
     max_queue: int = 0
     admission: Admission = field(init=False)
 
     def __post_init__(self) -> None:
         self.admission = Admission(self.engine.stats().max_num_seqs, self.max_queue)
+
+    @property
+    def model_name(self) -> str:
+        return self.model_names[0]
+
+    def check_model(self, name: str | None) -> str:
+        """The name answers report; an unknown name is a 404 (vLLM's rule), a missing one the first."""
+        if name is not None and name not in self.model_names:
+            raise ApiError(
+                f"model: {name!r} does not exist; this server serves {list(self.model_names)}",
+                ErrorKind.NOT_FOUND,
+                param="model",
+                code="model_not_found",
+            )
+        return self.model_name
 
     def prompt_ids(self, turns: Sequence[dict[str, str]]) -> list[int]:
         """The chat template applied to checked turns; a template that refuses them is a 400."""

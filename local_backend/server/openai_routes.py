@@ -17,11 +17,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from local_backend.outputs import Completion
+from local_backend.server import fields
 from local_backend.server._constants import (
     MODEL_OWNER,
     OPENAI_CHAT_ROLES,
-    OPENAI_CHAT_UNSUPPORTED,
-    OPENAI_COMPLETIONS_UNSUPPORTED,
     OPENAI_MAX_TEMPERATURE,
     SSE_DONE,
 )
@@ -33,7 +32,6 @@ from local_backend.server.validation import (
     chat_turns,
     optional,
     read_json,
-    refuse_present,
     sampling_params,
     stop_strings,
 )
@@ -44,9 +42,10 @@ class OpenAIFormat:
 
     flavor = Flavor.OPENAI
 
-    def __init__(self, model: str, *, chat: bool, include_usage: bool):
+    def __init__(self, model: str, *, chat: bool, include_usage: bool, echo: str = ""):
         self._model = model
         self._chat, self._include_usage = chat, include_usage
+        self._echo = echo  # legacy `echo`: the prompt's text before the answer's
         self._id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         self._created = int(time.time())
 
@@ -56,11 +55,14 @@ class OpenAIFormat:
             message = {"role": "assistant", "content": completion.text, "refusal": None}
             choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": completion.finish_reason}
         else:
-            choice = {"index": 0, "text": completion.text, "logprobs": None, "finish_reason": completion.finish_reason}
+            text = self._echo + completion.text
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": completion.finish_reason}
         return {**body, "choices": [choice], "usage": self._usage(completion), "timings": timings(completion)}
 
     def opening(self, usage: Usage) -> list[bytes]:
-        return [self._chunk({"role": "assistant", "content": ""}, None)] if self._chat else []
+        if self._chat:
+            return [self._chunk({"role": "assistant", "content": ""}, None)]
+        return [self._chunk(self._echo, None)] if self._echo else []
 
     def text(self, text: str) -> list[bytes]:
         return [self._chunk({"content": text} if self._chat else text, None)]
@@ -103,7 +105,7 @@ def routes(backend: Backend) -> list[Route]:
 
     async def chat_completions(request: Request) -> Response:
         body = await read_json(request)
-        refuse_present(body, OPENAI_CHAT_UNSUPPORTED)
+        fields.check(body, fields.CHAT, "POST /v1/chat/completions")
         turns = chat_turns(body.get("messages"), OPENAI_CHAT_ROLES)
         for turn in turns:
             if turn["role"] == "developer":
@@ -112,7 +114,7 @@ def routes(backend: Backend) -> list[Route]:
 
     async def completions(request: Request) -> Response:
         body = await read_json(request)
-        refuse_present(body, OPENAI_COMPLETIONS_UNSUPPORTED)
+        fields.check(body, fields.COMPLETIONS, "POST /v1/completions")
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]  # a batch of one
@@ -125,9 +127,9 @@ def routes(backend: Backend) -> list[Route]:
         return await _generate(request, body, ids, chat=False)
 
     async def models(request: Request) -> Response:
-        model = {"id": backend.model_name, "object": "model", "created": 0, "owned_by": MODEL_OWNER,
-                 "max_model_len": engine.max_model_len}  # fmt: skip
-        return JSONResponse({"object": "list", "data": [model]})
+        listed = [{"id": name, "object": "model", "created": 0, "owned_by": MODEL_OWNER,
+                   "max_model_len": engine.max_model_len} for name in backend.model_names]  # fmt: skip
+        return JSONResponse({"object": "list", "data": listed})
 
     async def _generate(request: Request, body: dict[str, Any], ids: list[int], *, chat: bool) -> Response:
         n = optional(body, "n", int, 1)
@@ -145,9 +147,10 @@ def routes(backend: Backend) -> list[Route]:
         )
         options = optional(body, "stream_options", dict, {})
         fmt = OpenAIFormat(
-            optional(body, "model", str, backend.model_name),
+            backend.check_model(optional(body, "model", str)),
             chat=chat,
             include_usage=bool(options.get("include_usage")),
+            echo=engine.tokenizer.decode(ids) if not chat and optional(body, "echo", bool, False) else "",
         )
         generation = backend.start(request, ids, params)
         return await respond(request, generation, fmt, optional(body, "stream", bool, False))

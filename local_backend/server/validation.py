@@ -117,13 +117,6 @@ def chat_turns(messages: Any, roles: Collection[str], param: str = "messages") -
     return turns
 
 
-def refuse_present(body: Mapping[str, Any], names: Collection[str]) -> None:
-    """400 for features this backend cannot honour (tools, logprobs...), rather than ignoring them."""
-    for name in names:
-        if body.get(name):
-            raise ApiError(f"{name} is not supported by the kvwise local backend", param=name)
-
-
 def sampling_params(
     body: Mapping[str, Any],
     *,

@@ -135,7 +135,7 @@ def test_cli_serves_a_checkpoint_prints_its_url_and_exits_zero_on_sigterm(llama_
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     command = [sys.executable, "-m", "local_backend", "serve", "--model", str(llama_dir), "--port", str(port),
-               "--kv-cache-memory", str(2**21), "--api-key", CLI_KEY]  # fmt: skip
+               "--kv-cache-memory", str(2**21), "--api-key", CLI_KEY, "--served-model-name", "tiny", "tiny-2"]  # fmt: skip
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
         try:
             line = process.stdout.readline()

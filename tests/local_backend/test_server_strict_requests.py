@@ -1,0 +1,340 @@
+"""Strict requests: every field the installed clients' request types name is honoured (its effect is
+seen in the answer), inert (the answer is unchanged) or refused with a 400 naming it; never ignored.
+
+The fields come from the clients' own TypedDicts (`ChatCompletionCreateParams`,
+`CompletionCreateParams`, `MessageCreateParams`), so a field a new client release adds fails
+`test_every_field_the_client_can_send_has_a_rule` until the server decides what to do with it.
+"""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import anthropic
+import httpx2
+import openai
+import pytest
+from anthropic.types import message_create_params
+from openai.types import completion_create_params
+from openai.types.chat import completion_create_params as chat_create_params
+
+from local_backend import Engine
+from local_backend.server import create_app, fields, serve_in_thread
+from local_backend.server._constants import SAMPLING_KNOBS
+
+NAMES = ("tiny", "tiny-alias")
+SEEDS = (1, 2, 3, 4, 5)
+ORIGIN = "http://app.example"
+QUESTION = "What is the capital of France?"  # the bundled model answers it, and samples vary
+
+
+@dataclass(frozen=True)
+class Answer:
+    texts: list[str]
+    finishes: list[str]
+    prompt_tokens: int
+    output_tokens: int
+    model: str
+    chunks: int = 0
+    usage_chunk: bool = False
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    name: str
+    types: tuple[type, ...]
+    table: fields.Table
+    base: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def client_fields(self) -> set[str]:
+        return {name for t in self.types for name in typing.get_type_hints(t)}
+
+
+ENDPOINTS = {
+    "chat": Endpoint("chat", (chat_create_params.CompletionCreateParamsNonStreaming,
+                              chat_create_params.CompletionCreateParamsStreaming), fields.CHAT,
+                     {"messages": [{"role": "user", "content": QUESTION}]}),
+    "completions": Endpoint("completions", (completion_create_params.CompletionCreateParamsNonStreaming,
+                                            completion_create_params.CompletionCreateParamsStreaming),
+                            fields.COMPLETIONS, {"prompt": "The quick brown fox"}),
+    "messages": Endpoint("messages", (message_create_params.MessageCreateParamsNonStreaming,
+                                      message_create_params.MessageCreateParamsStreaming), fields.MESSAGES,
+                         {"messages": [{"role": "user", "content": QUESTION}]}),
+}  # fmt: skip
+BASE = {"model": "tiny", "max_tokens": 12, "temperature": 0, "ignore_eos": True}
+
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
+ON_VALUES: dict[str, dict[str, Any]] = {
+    "chat": {
+        "service_tier": "flex", "store": True, "modalities": ["text", "audio"],
+        "response_format": {"type": "json_object"}, "tools": [TOOL], "tool_choice": "auto",
+        "parallel_tool_calls": True, "functions": [TOOL["function"]], "function_call": "auto",
+        "top_logprobs": 2, "audio": {"voice": "alloy", "format": "wav"},
+        "prediction": {"type": "content", "content": "Hello"}, "reasoning_effort": "high", "verbosity": "low",
+        "web_search_options": {}, "moderation": {"model": "omni-moderation-latest"}, "logit_bias": {"42": 10},
+        "logprobs": True,
+    },
+    "completions": {"logit_bias": {"42": 10}, "logprobs": 2, "best_of": 2, "suffix": " the end"},
+    "messages": {
+        "speed": "fast", "inference_geo": "us", "diagnostics": {"previous_message_id": "msg_1"},
+        "container": "container_1", "output_config": {"effort": "low"},
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+        "tools": [{"name": "f", "input_schema": {"type": "object"}}], "tool_choice": {"type": "auto"},
+    },
+}  # fmt: skip
+INERT_VALUES: dict[str, Any] = {
+    "user": "user-1", "metadata": {"user_id": "u1"}, "safety_identifier": "s1", "prompt_cache_key": "k1",
+    "prompt_cache_retention": "24h", "prompt_cache_options": {"ttl": "1h"}, "cache_control": {"type": "ephemeral"},
+    "user_profile_id": "profile-1", "workspace_id": "wrkspc_1", "service_tier": "standard_only",
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def base_url() -> Iterator[str]:
+    engine = Engine.from_pretrained("default", device="cpu", max_model_len=512, kv_cache_memory=2**22)
+    try:
+        with serve_in_thread(create_app(engine, model_name=NAMES, allowed_origins=[ORIGIN])) as url:
+            yield url
+    finally:
+        engine.close()
+
+
+def _ask(base_url: str, endpoint: Endpoint, request: dict[str, Any]) -> Answer:
+    """One call with the real client: the client's own fields as arguments, the rest in `extra_body`."""
+    known = endpoint.client_fields
+    kwargs = {k: v for k, v in request.items() if k in known}
+    extra = {k: v for k, v in request.items() if k not in known}
+    if endpoint.name == "messages":
+        with anthropic.Anthropic(base_url=base_url, api_key="unused", max_retries=0) as client:
+            return _message_answer(client.messages.create(**kwargs, extra_body=extra))
+    with openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0) as client:
+        create = client.chat.completions.create if endpoint.name == "chat" else client.completions.create
+        return _openai_answer(create(**kwargs, extra_body=extra), chat=endpoint.name == "chat")
+
+
+def _openai_answer(response: Any, chat: bool) -> Answer:
+    if not isinstance(response, openai.Stream):
+        texts = [c.message.content if chat else c.text for c in response.choices]
+        usage = response.usage
+        return Answer(texts, [c.finish_reason for c in response.choices], usage.prompt_tokens,
+                      usage.completion_tokens, response.model)  # fmt: skip
+    chunks = list(response)
+    by_index: dict[int, list[str]] = {}
+    finishes: dict[int, str] = {}
+    for chunk in chunks:
+        for c in chunk.choices:
+            by_index.setdefault(c.index, []).append((c.delta.content if chat else c.text) or "")
+            if c.finish_reason:
+                finishes[c.index] = c.finish_reason
+    usage = chunks[-1].usage
+    return Answer(["".join(by_index[i]) for i in sorted(by_index)], [finishes[i] for i in sorted(finishes)],
+                  usage.prompt_tokens if usage else 0, usage.completion_tokens if usage else 0,
+                  chunks[0].model, chunks=len(chunks), usage_chunk=usage is not None)  # fmt: skip
+
+
+def _message_answer(response: Any) -> Answer:
+    if isinstance(response, anthropic.Stream):
+        with response:
+            events = list(response)
+        start = events[0].message
+        text = "".join(e.delta.text for e in events if e.type == "content_block_delta")
+        last = next(e for e in events if e.type == "message_delta")
+        finish = "length" if last.delta.stop_reason == "max_tokens" else "stop"
+        usage = start.usage
+        prompt = usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens
+        return Answer([text], [finish], prompt, last.usage.output_tokens, start.model, chunks=len(events))
+    usage = response.usage
+    prompt = usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens
+    finish = "length" if response.stop_reason == "max_tokens" else "stop"
+    return Answer(["".join(b.text for b in response.content)], [finish], prompt, usage.output_tokens, response.model)
+
+
+Ask = Callable[..., Answer]
+
+
+def _refusal(ask: Ask, **request: Any) -> tuple[int, str, str | None]:
+    """Status, message and (OpenAI) param of a refused request."""
+    with pytest.raises((openai.APIStatusError, anthropic.APIStatusError)) as caught:
+        ask(**request)
+    body = caught.value.body  # openai's is the `error` object, anthropic's the whole body
+    error = body.get("error", body) if isinstance(body, dict) else {}
+    return caught.value.status_code, error.get("message", ""), error.get("param")
+
+
+def _assert_refused_naming(ask: Ask, name: str, status: int = 400, **request: Any) -> None:
+    code, message, param = _refusal(ask, **request)
+    assert code == status
+    assert message.startswith(name) or param == name, (message, param)
+
+
+@pytest.fixture(params=list(ENDPOINTS))
+def endpoint(request: pytest.FixtureRequest) -> Endpoint:
+    return ENDPOINTS[request.param]
+
+
+def _asker(base_url: str, endpoint: Endpoint) -> Ask:
+    return lambda **over: _ask(base_url, endpoint, {**BASE, **endpoint.base, **over})
+
+
+def _fields_of(use: type | fields.Use) -> list[tuple[str, str]]:
+    return [
+        (e.name, name)
+        for e in ENDPOINTS.values()
+        for name, rule in e.table.items()
+        if (isinstance(rule, fields.Off) if use is fields.Off else rule is use)
+    ]
+
+
+def test_every_field_the_client_can_send_has_a_rule(endpoint):
+    assert endpoint.client_fields - set(endpoint.table) == set()
+    assert set(endpoint.table) - endpoint.client_fields <= set(SAMPLING_KNOBS)
+
+
+@pytest.mark.parametrize(("name", "field_name"), _fields_of(fields.Off))
+def test_a_field_of_a_missing_feature_is_refused_with_a_400_naming_it(base_url, name, field_name):
+    endpoint = ENDPOINTS[name]
+    _assert_refused_naming(_asker(base_url, endpoint), field_name, **{field_name: ON_VALUES[name][field_name]})
+
+
+@pytest.mark.parametrize(("name", "field_name"), _fields_of(fields.INERT))
+def test_an_inert_field_is_accepted_and_leaves_the_answer_unchanged(base_url, name, field_name):
+    ask = _asker(base_url, ENDPOINTS[name])
+    assert ask(**{field_name: INERT_VALUES[field_name]}) == ask()
+
+
+def test_a_field_no_client_knows_is_refused_with_a_400_naming_it(base_url, endpoint):
+    _assert_refused_naming(_asker(base_url, endpoint), "frobnicate", frobnicate=True)
+
+
+def _greedy(ask: Ask, **over: Any) -> str:
+    return ask(**over).texts[0]
+
+
+def _sampled(ask: Ask, **over: Any) -> set[str]:
+    return {ask(seed=seed, **over).texts[0] for seed in SEEDS}
+
+
+def _check_model(ask: Ask) -> None:
+    assert ask(model="tiny-alias").model == "tiny" and ask(model="tiny").texts == ask(model="tiny-alias").texts
+    _assert_refused_naming(ask, "model", status=404, model="gpt-unknown")
+
+
+def _check_stop(ask: Ask, name: str) -> None:
+    text = _greedy(ask)
+    stop = text[4:8]
+    assert _greedy(ask, **{name: [stop]}) == text[: text.index(stop)]
+
+
+def _check_penalty(name: str, value: float) -> Callable[[Ask], None]:
+    def check(ask: Ask) -> None:
+        assert _greedy(ask, max_tokens=32, **{name: value}) != _greedy(ask, max_tokens=32)
+
+    return check
+
+
+def _check_greedy_filter(name: str, value: float) -> Callable[[Ask], None]:
+    def check(ask: Ask) -> None:
+        assert _sampled(ask, temperature=1.0, **{name: value}) == {_greedy(ask)}
+
+    return check
+
+
+def _check_temperature(ask: Ask) -> None:
+    assert len(_sampled(ask, temperature=1.0)) > 1 and _sampled(ask, temperature=0) == {_greedy(ask)}
+
+
+def _check_seed(ask: Ask) -> None:
+    assert ask(temperature=1.0, seed=7) == ask(temperature=1.0, seed=7)
+    assert len(_sampled(ask, temperature=1.0)) > 1
+
+
+def _check_max_tokens(name: str) -> Callable[[Ask], None]:
+    def check(ask: Ask) -> None:
+        answer = ask(**{name: 3})
+        assert answer.output_tokens == 3 and answer.finishes == ["length"]
+
+    return check
+
+
+def _check_ignore_eos(ask: Ask) -> None:
+    assert ask(ignore_eos=False, max_tokens=200).finishes == ["stop"]
+    assert ask(ignore_eos=True, max_tokens=200).output_tokens == 200
+
+
+def _check_stream(ask: Ask) -> None:
+    whole, streamed = ask(), ask(stream=True)
+    assert streamed.chunks > 2 and streamed.texts == whole.texts and streamed.finishes == whole.finishes
+
+
+def _check_stream_options(ask: Ask) -> None:
+    assert not ask(stream=True).usage_chunk
+    streamed = ask(stream=True, stream_options={"include_usage": True})
+    assert streamed.usage_chunk and streamed.output_tokens == ask().output_tokens
+
+
+def _check_prompt_changes(name: str, other: Any) -> Callable[[Ask], None]:
+    def check(ask: Ask) -> None:
+        assert ask(**{name: other}).prompt_tokens != ask().prompt_tokens
+
+    return check
+
+
+def _check_n(ask: Ask) -> None:
+    assert len(ask(n=1).texts) == 1
+    _assert_refused_naming(ask, "n", n=2)
+
+
+def _check_echo(ask: Ask) -> None:
+    plain, echoed = ask(), ask(echo=True)
+    assert echoed.texts == [ENDPOINTS["completions"].base["prompt"] + plain.texts[0]]
+
+
+def _check_system(ask: Ask) -> None:
+    assert ask(system="You are terse.").prompt_tokens > ask().prompt_tokens
+
+
+HONOURED_CHECKS: dict[str, Callable[[Ask], None]] = {
+    "model": _check_model,
+    "stop": lambda ask: _check_stop(ask, "stop"),
+    "stop_sequences": lambda ask: _check_stop(ask, "stop_sequences"),
+    "stream": _check_stream,
+    "stream_options": _check_stream_options,
+    "max_tokens": _check_max_tokens("max_tokens"),
+    "max_completion_tokens": _check_max_tokens("max_completion_tokens"),
+    "temperature": _check_temperature,
+    "seed": _check_seed,
+    "top_p": _check_greedy_filter("top_p", 1e-9),
+    "top_k": _check_greedy_filter("top_k", 1),
+    "min_p": _check_greedy_filter("min_p", 1.0),
+    "frequency_penalty": _check_penalty("frequency_penalty", 2.0),
+    "presence_penalty": _check_penalty("presence_penalty", 2.0),
+    "repetition_penalty": _check_penalty("repetition_penalty", 3.0),
+    "ignore_eos": _check_ignore_eos,
+    "messages": _check_prompt_changes("messages", [{"role": "user", "content": "Hello"}]),
+    "prompt": _check_prompt_changes("prompt", "A KV cache stores keys and values for every layer and token of the prompt"),
+    "system": _check_system,
+    "n": _check_n,
+    "echo": _check_echo,
+}
+
+
+@pytest.mark.parametrize(("name", "field_name"), _fields_of(fields.HONOURED))
+def test_an_honoured_field_changes_the_answer_as_it_says(base_url, name, field_name):
+    HONOURED_CHECKS[field_name](_asker(base_url, ENDPOINTS[name]))
+
+
+@pytest.mark.parametrize("allowed", [True, False])
+def test_cors_answers_a_preflight_only_for_an_allowed_origin(base_url, allowed):
+    origin = ORIGIN if allowed else "http://elsewhere.example"
+    headers = {"origin": origin, "access-control-request-method": "POST",
+               "access-control-request-headers": "authorization,content-type"}  # fmt: skip
+    with httpx2.Client(base_url=base_url) as http:
+        preflight = http.options("/v1/chat/completions", headers=headers)
+        models = http.get("/v1/models", headers={"origin": origin})
+    assert (preflight.headers.get("access-control-allow-origin") == origin) is allowed
+    assert (models.headers.get("access-control-allow-origin") == origin) is allowed
+    assert [m["id"] for m in models.json()["data"]] == list(NAMES)
