@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
 from typing import Any
 
 from sdk.adapters import Adapter, StreamState
@@ -160,7 +160,7 @@ def guard_sync(stream: Any, watch: StreamWatch, reopen: Callable[[], Any]) -> An
     return GuardedStream(stream, upstream, _guarded(upstream, watch, reopen), watch)
 
 
-def _guarded(upstream: Upstream, watch: StreamWatch, reopen: Callable[[], Any]) -> Iterator[Any]:
+def _guarded(upstream: Upstream, watch: StreamWatch, reopen: Callable[[], Any]) -> Generator[Any, None, None]:
     read, state = watch.read, watch.state
     error: BaseException | None = None
     try:
@@ -212,7 +212,7 @@ def guard_async(stream: Any, watch: StreamWatch, reopen: Callable[[], Awaitable[
     return AsyncGuardedStream(stream, upstream, _aguarded(upstream, watch, reopen), watch)
 
 
-async def _aguarded(upstream: Upstream, watch: StreamWatch, reopen: Callable[[], Awaitable[Any]]) -> AsyncIterator[Any]:
+async def _aguarded(upstream: Upstream, watch: StreamWatch, reopen: Callable[[], Awaitable[Any]]) -> AsyncGenerator[Any, None]:
     read, state = watch.read, watch.state
     error: BaseException | None = None
     try:

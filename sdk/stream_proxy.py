@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Generator
 from typing import Any, Protocol
 
 import wrapt
@@ -54,7 +54,7 @@ class _Closer:
 
     __slots__ = ("events", "upstream", "watch")
 
-    def __init__(self, upstream: Upstream, events: Iterator[Any], watch: Finishing) -> None:
+    def __init__(self, upstream: Upstream, events: Generator[Any, None, None], watch: Finishing) -> None:
         self.upstream, self.events, self.watch = upstream, events, watch
 
     def close(self) -> None:
@@ -77,11 +77,11 @@ class _AsyncCloser:
 
     __slots__ = ("events", "upstream", "watch")
 
-    def __init__(self, upstream: Upstream, events: AsyncIterator[Any], watch: Finishing) -> None:
+    def __init__(self, upstream: Upstream, events: AsyncGenerator[Any, None], watch: Finishing) -> None:
         self.upstream, self.events, self.watch = upstream, events, watch
 
     async def close(self) -> None:
-        await self.events.aclose()  # type: ignore[attr-defined]
+        await self.events.aclose()
         await self.upstream.stream.close()
         self.watch.finish(None)
 
@@ -142,7 +142,7 @@ class GuardedStream(wrapt.ObjectProxy):  # type: ignore[misc]
     stream is dropped only once nothing, loop included, refers to it.
     """
 
-    def __init__(self, stream: Any, upstream: Upstream, events: Iterator[Any], watch: Finishing) -> None:
+    def __init__(self, stream: Any, upstream: Upstream, events: Generator[Any, None, None], watch: Finishing) -> None:
         super().__init__(stream)
         self._self_events = events
         self._self_closer = _Closer(upstream, events, watch)
@@ -186,7 +186,7 @@ class GuardedStream(wrapt.ObjectProxy):  # type: ignore[misc]
 class AsyncGuardedStream(wrapt.ObjectProxy):  # type: ignore[misc]
     """A client's async stream (`openai.AsyncStream`, `anthropic.AsyncStream`) under kvwise."""
 
-    def __init__(self, stream: Any, upstream: Upstream, events: AsyncIterator[Any], watch: Finishing) -> None:
+    def __init__(self, stream: Any, upstream: Upstream, events: AsyncGenerator[Any, None], watch: Finishing) -> None:
         super().__init__(stream)
         self._self_events = events
         self._self_closer = _AsyncCloser(upstream, events, watch)

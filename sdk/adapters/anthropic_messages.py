@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Literal
 
 from anthropic.types import (
     MessageDeltaUsage,
@@ -147,7 +147,7 @@ class MessagesAdapter(Adapter):
 
     def cut_events(self, state: StreamState, truncated: bool) -> list[Any]:
         index = getattr(state.last_event, "index", 0) or 0
-        reason = "max_tokens" if truncated else "stop_sequence"
+        reason: Literal["max_tokens", "stop_sequence"] = "max_tokens" if truncated else "stop_sequence"
         state.finished = True
         state.finish_reasons.append(reason)
         return [

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from openai.types.chat import ChatCompletionChunk
 from openai.types.chat.chat_completion_chunk import Choice, ChoiceDelta
@@ -51,7 +51,7 @@ def _carries_content(delta: ChoiceDelta) -> bool:
     if delta.tool_calls or delta.function_call or delta.refusal:
         return True
     extra = delta.__pydantic_extra__
-    return bool(extra) and any(extra.values())
+    return any(extra.values()) if extra else False
 
 
 class ChatAdapter(Adapter):
@@ -141,7 +141,7 @@ class ChatAdapter(Adapter):
 
     def cut_events(self, state: StreamState, truncated: bool) -> list[Any]:
         last = state.last_event
-        reason = "length" if truncated else "stop"
+        reason: Literal["length", "stop"] = "length" if truncated else "stop"
         state.finished = True
         state.finish_reasons.append(reason)
         return [
