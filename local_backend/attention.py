@@ -5,8 +5,10 @@ The cache of one layer is a flat array of slots, `[num_blocks * block_size, 2, k
 slot = block_id × block_size + offset. Each step writes the new tokens' keys and values into their
 slots, then gathers every sequence's context by slot index and attends over it:
 
-- decodes (one query token each) are batched into one SDPA call, padded to the longest context
-  with a boolean mask;
+- decodes (one query token each), ordered by context length, are batched into a few SDPA calls:
+  a group is padded to its longest context with a boolean mask, and a new group starts where
+  padding would add more than `_constants.DECODE_PADDING_SHARE` to the group's gathered context (so one long
+  context no longer makes every short one in the batch gather and attend over its length);
 - each prefill chunk is one SDPA call with a causal mask shifted by the tokens already cached.
 """
 
@@ -33,17 +35,25 @@ class PrefillSegment:
 
 
 @dataclass(frozen=True, slots=True)
+class DecodeGroup:
+    """Single-token queries in rows `start:end`, attending to `slots` (`[rows, longest context]`),
+    masked by `mask` when their context lengths differ."""
+
+    start: int
+    end: int
+    slots: torch.Tensor
+    mask: torch.Tensor | None
+
+
+@dataclass(frozen=True, slots=True)
 class AttentionMetadata:
     """Per-step layout shared by every layer: where tokens go in the cache and what each attends to.
 
-    The step's first `num_decodes` rows are single-token queries whose contexts are `decode_slots`
-    (`[batch, max_context]`, masked by `decode_mask` when lengths differ); `prefills` follow.
+    The step's first rows are the decode groups' single-token queries; `prefills` follow.
     """
 
     slot_mapping: torch.Tensor
-    num_decodes: int
-    decode_slots: torch.Tensor | None
-    decode_mask: torch.Tensor | None
+    decodes: tuple[DecodeGroup, ...]
     prefills: tuple[PrefillSegment, ...]
 
 
@@ -56,19 +66,17 @@ def paged_attention(
     """
     kv_cache.index_copy_(0, meta.slot_mapping, torch.stack((k, v), dim=1))
     outputs = []
-    if meta.num_decodes:
-        n = meta.num_decodes
-        assert meta.decode_slots is not None
-        batch, context = meta.decode_slots.shape
-        kv = kv_cache.index_select(0, meta.decode_slots.view(-1)).view(batch, context, *kv_cache.shape[1:])
+    for group in meta.decodes:
+        batch, context = group.slots.shape
+        kv = kv_cache.index_select(0, group.slots.view(-1)).view(batch, context, *kv_cache.shape[1:])
         out = F.scaled_dot_product_attention(
-            q[:n].unsqueeze(2),
+            q[group.start : group.end].unsqueeze(2),
             kv[:, :, 0].transpose(1, 2),
             kv[:, :, 1].transpose(1, 2),
-            attn_mask=meta.decode_mask,
+            attn_mask=group.mask,
             enable_gqa=True,
         )
-        outputs.append(out.reshape(n, -1))
+        outputs.append(out.reshape(batch, -1))
     for seg in meta.prefills:
         if seg.slots is None:
             keys, values = k[seg.start : seg.end], v[seg.start : seg.end]

@@ -1,7 +1,8 @@
 """The only place that touches tensors: the KV cache, one forward per step, and sampling.
 
 A step's sequences are laid out as one flat batch of tokens: first every single-token query
-(decodes) so their attention is one batched call, then each prefill chunk. Logits are computed only
+(decodes), shortest context first, so their attention is a few batched calls (`decode_groups`),
+then each prefill chunk. Logits are computed only
 for the rows that end a sequence's uncomputed tokens, i.e. the ones that sample.
 """
 
@@ -9,7 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from local_backend.attention import AttentionMetadata, PrefillSegment
+from local_backend._constants import DECODE_PADDING_SHARE
+from local_backend.attention import AttentionMetadata, DecodeGroup, PrefillSegment
 from local_backend.config import ModelConfig
 from local_backend.model import CausalLM, rope_tables
 from local_backend.sampler import Sampler
@@ -44,7 +46,11 @@ class ModelRunner:
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> list[int]:
         """Compute the batch's tokens; return one sampled token per sequence that completes."""
-        order = sorted(range(len(batch.seqs)), key=lambda i: batch.num_new_tokens[i] != 1)
+        def place(i: int) -> tuple[bool, int]:  # decodes first, shortest context first; then prefills
+            decode = batch.num_new_tokens[i] == 1
+            return not decode, batch.seqs[i].num_computed_tokens if decode else 0
+
+        order = sorted(range(len(batch.seqs)), key=place)
         seqs = [batch.seqs[i] for i in order]
         counts = [batch.num_new_tokens[i] for i in order]
         ids: list[int] = []
@@ -79,31 +85,48 @@ class ModelRunner:
     def _metadata(self, seqs: list[Sequence], counts: list[int], pos: torch.Tensor) -> AttentionMetadata:
         num_decodes = sum(1 for n in counts if n == 1)
         slot_parts = []
-        decode_slots = decode_mask = None
-        if num_decodes:
-            lengths = [seq.num_computed_tokens + 1 for seq in seqs[:num_decodes]]
-            longest = max(lengths)
+        decodes = []
+        lengths = [seq.num_computed_tokens + 1 for seq in seqs[:num_decodes]]
+        for start, end in decode_groups(lengths):
+            group = lengths[start:end]
+            longest = group[-1]
             blocks = -(-longest // self.block_size)
-            padded = [(s.block_table + [0] * blocks)[:blocks] for s in seqs[:num_decodes]]
+            padded = [(s.block_table + [0] * blocks)[:blocks] for s in seqs[start:end]]
             tables = torch.tensor(padded, device=self.device)
-            grid = (tables[:, :, None] * self.block_size + self._block_offsets).view(num_decodes, -1)
-            decode_slots = grid[:, :longest].contiguous()
-            ctx = torch.tensor(lengths, device=self.device)
-            slot_parts.append(decode_slots.gather(1, (ctx - 1)[:, None]).view(-1))
-            if min(lengths) != longest:
-                mask = torch.arange(longest, device=self.device)[None, :] < ctx[:, None]
-                decode_mask = mask[:, None, None, :]
+            grid = (tables[:, :, None] * self.block_size + self._block_offsets).view(end - start, -1)
+            slots = grid[:, :longest].contiguous()
+            ctx = torch.tensor(group, device=self.device)
+            slot_parts.append(slots.gather(1, (ctx - 1)[:, None]).view(-1))
+            mask = None
+            if group[0] != longest:
+                mask = (torch.arange(longest, device=self.device)[None, :] < ctx[:, None])[:, None, None, :]
+            decodes.append(DecodeGroup(start, end, slots, mask))
         prefills = []
         start = num_decodes
         for seq, n in zip(seqs[num_decodes:], counts[num_decodes:]):
             done = seq.num_computed_tokens
             slots = self._slots(seq, done + n)
             slot_parts.append(slots[done:])
-            mask = None
+            prefill_mask = None
             if done:
                 query_pos = pos[start : start + n]
-                mask = torch.arange(done + n, device=self.device)[None, :] <= query_pos[:, None]
-            prefills.append(PrefillSegment(start, start + n, slots if done else None, mask))
+                prefill_mask = torch.arange(done + n, device=self.device)[None, :] <= query_pos[:, None]
+            prefills.append(PrefillSegment(start, start + n, slots if done else None, prefill_mask))
             start += n
         slot_mapping = slot_parts[0] if len(slot_parts) == 1 else torch.cat(slot_parts)
-        return AttentionMetadata(slot_mapping, num_decodes, decode_slots, decode_mask, tuple(prefills))
+        return AttentionMetadata(slot_mapping, tuple(decodes), tuple(prefills))
+
+
+def decode_groups(lengths: list[int]) -> list[tuple[int, int]]:
+    """Row ranges of decode groups over ascending context lengths: a group grows while padding
+    every row to its newest (longest) length adds at most `DECODE_PADDING_SHARE` to what it gathers."""
+    groups: list[tuple[int, int]] = []
+    start, total = 0, 0
+    for i, length in enumerate(lengths):
+        if i > start and (i - start + 1) * length > (1 + DECODE_PADDING_SHARE) * (total + length):
+            groups.append((start, i))
+            start, total = i, 0
+        total += length
+    if lengths:
+        groups.append((start, len(lengths)))
+    return groups
