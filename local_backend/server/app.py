@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from local_backend._constants import DEFAULT_MODEL_NAME
@@ -28,7 +28,7 @@ from local_backend.server._constants import DEFAULT_MAX_QUEUE, HEALTH_PATH
 from local_backend.server.auth import ApiKeyMiddleware
 from local_backend.server.errors import ApiError, ErrorKind, Flavor, error_body, error_response, status_of
 from local_backend.server.generation import Backend
-from local_backend.server.metrics import CONTENT_TYPE, exposition
+from local_backend.server.metrics import CONTENT_TYPE, ServerMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -60,12 +60,14 @@ def create_app(
     if not names or not all(isinstance(name, str) and name for name in names):
         raise ValueError(f"model_name={model_name!r} must be a non-empty string or a list of them")
     backend = Backend(engine, names, max_queue)
+    server_metrics = ServerMetrics(engine.stats, backend.admission)
+    backend.on_finish = server_metrics.observe
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
     async def metrics(request: Request) -> Response:
-        return PlainTextResponse(exposition(engine.stats(), backend.admission), media_type=CONTENT_TYPE)
+        return Response(server_metrics.exposition(), media_type=CONTENT_TYPE)
 
     routes = [
         Route(HEALTH_PATH, health, methods=["GET"]),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 from starlette.requests import Request
@@ -60,6 +60,7 @@ class Backend:
     engine: Engine
     model_names: tuple[str, ...]
     max_queue: int = 0
+    on_finish: Callable[[Completion], None] | None = None  # each finished request (the metrics)
     admission: Admission = field(init=False)
 
     def __post_init__(self) -> None:
@@ -97,7 +98,7 @@ class Backend:
         except ValueError as exc:
             raise ApiError(str(exc)) from None
         self.admission.enter()
-        return Generation(deltas, self.admission, len(token_ids))
+        return Generation(deltas, self.admission, len(token_ids), self.on_finish)
 
 
 class Generation:
@@ -106,9 +107,16 @@ class Generation:
     `aclose()` (idempotent) aborts the request if it is still running and frees its slot.
     """
 
-    def __init__(self, deltas: AsyncIterator[StreamDelta], admission: Admission, prompt_tokens: int):
+    def __init__(
+        self,
+        deltas: AsyncIterator[StreamDelta],
+        admission: Admission,
+        prompt_tokens: int,
+        on_finish: Callable[[Completion], None] | None = None,
+    ):
         self._deltas = deltas
         self._admission: Admission | None = admission
+        self._on_finish = on_finish
         self.prompt_tokens = prompt_tokens
 
     def __aiter__(self) -> Generation:
@@ -118,6 +126,8 @@ class Generation:
         delta = await self._deltas.__anext__()
         if delta.completion is not None:
             self._release()
+            if self._on_finish is not None:
+                self._on_finish(delta.completion)
         return delta
 
     async def aclose(self) -> None:

@@ -1,46 +1,108 @@
-"""`GET /metrics`: the engine's block pool, queues and token counters in Prometheus text format.
+"""`GET /metrics`: the engine's pool, queues and token counters, and latency histograms, via `prometheus_client`.
 
-Hand-written exposition (format 0.0.4), so the server needs no extra dependency. No label or value
-ever holds prompt text or a key.
+One `ServerMetrics` per app, on a registry of its own (two servers in one process never mix their
+numbers). Gauges and counters are read from `Engine.stats()` and the admission queue at scrape
+time; the histograms are observed once per finished request, from its `Completion.timings`, with
+vLLM's metric set as the model (`vllm:time_to_first_token_seconds` is
+`kvwise_time_to_first_token_seconds` here):
+
+    queue time     = queue_s                     (arrival in the engine → scheduled)
+    TTFT           = queue_s + prefill_s         (arrival → first token)
+    time per token = decode_s ÷ (output tokens − 1), for answers of two tokens or more
+    end-to-end     = queue_s + prefill_s + decode_s
+
+No label or value ever holds prompt text or a key.
 """
 
 from __future__ import annotations
 
-from local_backend.outputs import EngineStats
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from local_backend.outputs import Completion, EngineStats
+from local_backend.server._constants import (
+    METRICS_PREFIX,
+    REQUEST_LATENCY_BUCKETS,
+    TIME_PER_OUTPUT_TOKEN_BUCKETS,
+    TTFT_BUCKETS,
+)
 from local_backend.server.generation import Admission
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-_PREFIX = "kvwise_"
 
 
-def exposition(stats: EngineStats, admission: Admission) -> str:
-    """Every metric with its HELP and TYPE lines; counters end in `_total`."""
-    families = [
-        ("kv_blocks", "gauge", "KV cache blocks by state: used by a request, cached for reuse, or free.",
-         [({"state": "used"}, stats.blocks_used), ({"state": "cached"}, stats.blocks_cached),
-          ({"state": "free"}, stats.blocks_free)]),
-        ("kv_blocks_capacity", "gauge", "KV cache blocks in the pool.", [({}, stats.num_blocks)]),
-        ("kv_block_size_tokens", "gauge", "Tokens per KV block.", [({}, stats.block_size)]),
-        ("kv_cache_bytes", "gauge", "Bytes of the KV cache pool.", [({}, stats.kv_cache_bytes)]),
-        ("requests", "gauge", "Requests in the engine by state.",
-         [({"state": "running"}, stats.num_running), ({"state": "waiting"}, stats.num_waiting)]),
-        ("requests_in_flight", "gauge", "Requests admitted by the server and not yet finished.",
-         [({}, admission.in_flight)]),
-        ("requests_rejected_total", "counter", "Requests refused because the queue was full.",
-         [({}, admission.rejected)]),
-        ("preemptions_total", "counter", "Running requests preempted for lack of KV blocks.",
-         [({}, stats.num_preemptions)]),
-        ("prompt_tokens_total", "counter", "Prompt tokens received, cached ones included.",
-         [({}, stats.prompt_tokens)]),
-        ("prefix_cache_hit_tokens_total", "counter", "Prompt tokens whose KV came from the prefix cache.",
-         [({}, stats.prefix_cache_hit_tokens)]),
-        ("generation_tokens_total", "counter", "Tokens generated.", [({}, stats.generation_tokens)]),
-    ]  # fmt: skip
-    lines = []
-    for name, kind, help_text, samples in families:
-        full = _PREFIX + name
-        lines += [f"# HELP {full} {help_text}", f"# TYPE {full} {kind}"]
-        for labels, value in samples:
-            rendered = ",".join(f'{key}="{val}"' for key, val in labels.items())
-            lines.append(f"{full}{{{rendered}}} {value}" if rendered else f"{full} {value}")
-    return "\n".join(lines) + "\n"
+class ServerMetrics:
+    """The app's registry: engine gauges and counters read live, request histograms observed."""
+
+    def __init__(self, stats: Callable[[], EngineStats], admission: Admission):
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry.register(_EngineCollector(stats, admission))
+
+        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+            return Histogram(METRICS_PREFIX + name, doc, buckets=buckets, registry=self.registry)
+
+        self.ttft = histogram("time_to_first_token_seconds", "Arrival to first token.", TTFT_BUCKETS)
+        self.tpot = histogram("time_per_output_token_seconds", "Decode time per token after the first.",
+                              TIME_PER_OUTPUT_TOKEN_BUCKETS)  # fmt: skip
+        self.queue = histogram("request_queue_time_seconds", "Arrival to scheduled.", REQUEST_LATENCY_BUCKETS)
+        self.prefill = histogram("request_prefill_time_seconds", "Scheduled to first token.", REQUEST_LATENCY_BUCKETS)
+        self.decode = histogram("request_decode_time_seconds", "First token to the end.", REQUEST_LATENCY_BUCKETS)
+        self.e2e = histogram("e2e_request_latency_seconds", "Arrival to the end.", REQUEST_LATENCY_BUCKETS)
+        self.finished = Counter(METRICS_PREFIX + "request_success", "Finished requests by finish reason.",
+                                ["finished_reason"], registry=self.registry)  # fmt: skip
+
+    def observe(self, completion: Completion) -> None:
+        t = completion.timings
+        self.finished.labels(completion.finish_reason).inc()
+        self.queue.observe(t.queue_s)
+        self.prefill.observe(t.prefill_s)
+        self.decode.observe(t.decode_s)
+        self.e2e.observe(t.queue_s + t.prefill_s + t.decode_s)
+        if completion.token_ids:
+            self.ttft.observe(t.queue_s + t.prefill_s)
+        if len(completion.token_ids) > 1:
+            self.tpot.observe(t.decode_s / (len(completion.token_ids) - 1))
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _EngineCollector(Collector):
+    """The engine's and the admission queue's numbers, read at each scrape."""
+
+    def __init__(self, stats: Callable[[], EngineStats], admission: Admission):
+        self._stats, self._admission = stats, admission
+
+    def collect(self) -> Iterator[Metric]:
+        stats, admission = self._stats(), self._admission
+        blocks = GaugeMetricFamily(METRICS_PREFIX + "kv_blocks",
+                                   "KV cache blocks by state: used by a request, cached for reuse, or free.",
+                                   labels=["state"])  # fmt: skip
+        for state, value in (("used", stats.blocks_used), ("cached", stats.blocks_cached), ("free", stats.blocks_free)):
+            blocks.add_metric([state], value)
+        requests = GaugeMetricFamily(METRICS_PREFIX + "requests", "Requests in the engine by state.", labels=["state"])
+        requests.add_metric(["running"], stats.num_running)
+        requests.add_metric(["waiting"], stats.num_waiting)
+        yield blocks
+        yield requests
+        gauges = [
+            ("kv_blocks_capacity", "KV cache blocks in the pool.", stats.num_blocks),
+            ("kv_block_size_tokens", "Tokens per KV block.", stats.block_size),
+            ("kv_cache_bytes", "Bytes of the KV cache pool.", stats.kv_cache_bytes),
+            ("requests_in_flight", "Requests admitted by the server and not yet finished.", admission.in_flight),
+        ]
+        for name, doc, value in gauges:
+            yield GaugeMetricFamily(METRICS_PREFIX + name, doc, value=value)
+        counters = [
+            ("requests_rejected", "Requests refused because the queue was full.", admission.rejected),
+            ("preemptions", "Running requests preempted for lack of KV blocks.", stats.num_preemptions),
+            ("prompt_tokens", "Prompt tokens received, cached ones included.", stats.prompt_tokens),
+            ("prefix_cache_hit_tokens", "Prompt tokens whose KV came from the prefix cache.",
+             stats.prefix_cache_hit_tokens),
+            ("generation_tokens", "Tokens generated.", stats.generation_tokens),
+        ]  # fmt: skip
+        for name, doc, value in counters:
+            yield CounterMetricFamily(METRICS_PREFIX + name, doc, value=value)
