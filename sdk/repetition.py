@@ -16,7 +16,9 @@ A unit is structured when any of these holds:
   (code, YAML, nested JSON), starting with a digit, `|`, `{`, `[` or `<`, a log level
   (`WARN ...`, `[ERROR] ...`), code (`f(`, `snake_case`, `->`, `::`, a URL, a `--flag`), ending with `,` or
   `;`, a `key: value` line, or a list item that is not a sentence (`- TBD`).
-Everything else is prose, including whole lines that are sentences (`I apologise.\\n`, `- Try
+A unit of one repeated character (`}}}}`, `||||`) or of special tokens only (`<|im_end|>`, `</s>`,
+`[PAD]`) is never structured: that is a model stuck, not a record. Everything else is prose,
+including whole lines that are sentences (`I apologise.\\n`, `- Try
 again.\\n`), so runaway prose is cut on the prose rule. Numbered lists and records whose fields
 vary are not exact repeats, so they never reach this question.
 """
@@ -36,10 +38,15 @@ _KEY_VALUE = re.compile(r"[\w.-]+:(?:\s|$)")
 _LIST_ITEM = re.compile(r"[-*+\u2022]\s")
 _SENTENCE_END = re.compile(r"[.!?\u2026][\"'\u201d)\]*_]*$")
 _STRUCTURED_FORMATS = frozenset({"json_object", "json_schema"})
+_SPECIAL_TOKENS = re.compile(r"(?:\s*(?:<\|?/?[\w.-]+\|?>|\[[A-Z_]+\]))+\s*")
+_SPACE = frozenset(" \t\r\n")
 
 
 def is_structured(unit: str, structured_output: bool = False) -> bool:
     """Whether `unit`, repeating back-to-back, reads as records rather than prose (see the module)."""
+    opening = min((index for index in (unit.find("<"), unit.find("[")) if index >= 0), default=0)
+    if len(set(unit) - _SPACE) <= 1 or _SPECIAL_TOKENS.fullmatch(unit[opening:] + unit[:opening]):
+        return False  # "}}}}", "||||", "<|im_end|><|im_end|>": a model stuck, not a record
     cyclic = unit + unit
     if _RECORD_DELIMITER.search(cyclic):
         return True

@@ -8,7 +8,9 @@ the call asked for structured output (`response_format` / `text.format` / `outpu
 or paragraph (20 to 256 characters, 8 or more distinct letters) said again and again. The guard must
 cut each one within 3 periods of the loop starting: on the chunk that completes the third copy, or
 earlier. `RUNAWAY_SHORT` holds loops of units with few letters (whitespace, separators, "ha "),
-which are only cut after a long span, so that "no no no" or a row of "=" passes.
+which are only cut after a long span, so that "no no no" or a row of "=" passes; and
+`RUNAWAY_SPECIAL_TOKENS` special tokens a local model leaks again and again, which look like
+markup but are no records.
 """
 
 from __future__ import annotations
@@ -177,6 +179,13 @@ RUNAWAY_SHORT: dict[str, Runaway] = {
     "chinese ok": Runaway("Sure, here it is: ", "好的", repeats=300),
     "newlines": Runaway("Sure, here it is: ", "\n", repeats=1000),
     "whitespace under json mode": Runaway('{"answer": "42",', "\n ", repeats=600, structured_output=True),
+    "closing braces under json mode": Runaway('{"a": {"b": [', "}", repeats=1000, structured_output=True),
+}
+
+RUNAWAY_SPECIAL_TOKENS: dict[str, Runaway] = {
+    "chatml end": Runaway("The answer is 42.", "<|im_end|>", repeats=200),
+    "end of sequence": Runaway("The answer is 42.", "</s>\n", repeats=200),
+    "padding": Runaway("The answer is 42.", "[PAD] ", repeats=200),
 }
 
 STRUCTURED_RUNAWAY: dict[str, Runaway] = {

@@ -15,7 +15,7 @@ from sdk.adapters import adapter_for
 from sdk.call import Api, Provider
 from sdk.loopguard import Loop, LoopDetector
 from sdk.repetition import is_structured, wants_structured_output
-from tests.sdk.loop_corpus import LEGITIMATE, RUNAWAY_PROSE, RUNAWAY_SHORT, STRUCTURED_RUNAWAY
+from tests.sdk.loop_corpus import LEGITIMATE, RUNAWAY_PROSE, RUNAWAY_SHORT, RUNAWAY_SPECIAL_TOKENS, STRUCTURED_RUNAWAY
 from tests.simulator.tokens import tokenize
 
 PROSE = """\
@@ -279,6 +279,17 @@ def test_units_with_few_letters_are_cut_only_after_a_long_span(name: str, seed: 
 
 
 @pytest.mark.parametrize("chunking", CHUNKINGS)
+@pytest.mark.parametrize("name", RUNAWAY_SPECIAL_TOKENS)
+def test_a_leaked_special_token_repeating_is_cut_like_prose_not_followed_like_a_record(name: str, chunking: str) -> None:
+    runaway = RUNAWAY_SPECIAL_TOKENS[name]
+    tripped = feed_chunks(LoopDetector(), CHUNKINGS[chunking](runaway.text, 0))
+    assert tripped is not None
+    fed, loop, chunk = tripped
+    assert fed - len(chunk) < len(runaway.head) + 480
+    assert sorted(loop.unit) == sorted(runaway.unit)
+
+
+@pytest.mark.parametrize("chunking", CHUNKINGS)
 @pytest.mark.parametrize("name", STRUCTURED_RUNAWAY)
 def test_a_record_repeated_without_end_is_cut_after_64_copies_and_4096_characters(name: str, chunking: str) -> None:
     runaway = STRUCTURED_RUNAWAY[name]
@@ -318,6 +329,11 @@ UNITS = [
     ("0, ", False, False),
     ("\n ", True, False),
     ("\n\n", False, False),
+    ("}", True, False),
+    ("|", False, False),
+    ("<|im_end|>", False, False),
+    ("</s>\n", False, False),
+    ("[PAD] ", False, False),
 ]
 
 
