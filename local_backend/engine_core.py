@@ -14,10 +14,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-import torch
-
 from local_backend.block_manager import BlockManager
 from local_backend.config import ModelConfig
+from local_backend.model import CausalLM
 from local_backend.model_runner import ModelRunner
 from local_backend.outputs import FinishReason
 from local_backend.request import Request
@@ -45,7 +44,7 @@ class EngineCore:
         self,
         cfg: ModelConfig,
         tokenizer: TextTokenizer,
-        model: torch.nn.Module,
+        model: CausalLM,
         *,
         kv_cache_memory: int,
         block_size: int,

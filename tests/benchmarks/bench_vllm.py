@@ -34,6 +34,8 @@ from pathlib import Path
 
 import httpx2
 
+from examples.local_server import free_port, wait_healthy
+
 from .bench_engine import CONCURRENT, CONCURRENT_OUTPUT, CONCURRENT_PROMPT, DECODE_TOKENS, PROMPT_LENGTHS, SUFFIX, build_checkpoint, prompts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,27 +58,13 @@ VLLM_ENV = {
 }
 
 
-def _wait_healthy(url: str, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the server at {url} exited with {process.returncode} while starting")
-        try:
-            if httpx2.get(f"{url}/health", timeout=2.0).status_code == 200:
-                return
-        except httpx2.HTTPError:
-            pass
-        time.sleep(1.0)
-    raise RuntimeError(f"the server at {url} did not become healthy in {START_TIMEOUT_SECONDS:.0f} s")
-
-
 @contextmanager
 def server(command: list[str], port: int, env: dict[str, str] | None = None) -> Iterator[str]:
     """A server process on loopback `port`, healthy, stopped on exit."""
     url = f"http://127.0.0.1:{port}"
     process = subprocess.Popen(command, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL)
     try:
-        _wait_healthy(url, process)
+        wait_healthy(f"{url}/health", process, lambda: "see its output above", timeout=START_TIMEOUT_SECONDS)
         yield url
     finally:
         process.terminate()
@@ -84,14 +72,6 @@ def server(command: list[str], port: int, env: dict[str, str] | None = None) -> 
             process.wait(timeout=30)
         except subprocess.TimeoutExpired:
             process.kill()
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def vllm_command(model: Path, name: str, port: int) -> list[str]:
@@ -197,9 +177,11 @@ def hit_ratios(url: str) -> tuple[float, float]:
                 model=DEMO_MODEL, max_tokens=16, temperature=0,
                 messages=[{"role": "system", "content": system}, {"role": "user", "content": question}],
             )  # fmt: skip
-            details = answer.usage.prompt_tokens_details
+            usage = answer.usage
+            assert usage is not None, "vLLM answered without usage"
+            details = usage.prompt_tokens_details
             cached += (details.cached_tokens or 0) if details else 0
-            total += answer.usage.prompt_tokens
+            total += usage.prompt_tokens
         shares.append(cached / total)
     return shares[0], shares[1]
 
@@ -210,7 +192,7 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = build_checkpoint(Path(tmp))
-        vllm_port, ours_port = _free_port(), _free_port()
+        vllm_port, ours_port = free_port(), free_port()
         with server(vllm_command(checkpoint, SERVED, vllm_port), vllm_port, VLLM_ENV) as vllm_url, \
                 server(kvwise_command(checkpoint, SERVED, ours_port), ours_port) as ours_url:  # fmt: skip
             vllm_rounds, our_rounds = [], []
@@ -220,7 +202,7 @@ def main() -> None:
                 our_rounds.append(asyncio.run(measure(ours_url, seed)))  # the same prompts, its own cache
         report(vllm_rounds, our_rounds)
     bundled = ROOT / "local_backend" / "models" / "default"
-    port = _free_port()
+    port = free_port()
     with server(vllm_command(bundled, DEMO_MODEL, port), port, VLLM_ENV) as url:
         plain, wrapped = hit_ratios(url)
     print(f"\nvLLM prefix-cache hits on the demo's volatile-header workload: {plain:.0%} of prompt tokens "
