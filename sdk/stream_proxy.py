@@ -58,7 +58,10 @@ class _Closer:
         self.upstream, self.events, self.watch = upstream, events, watch
 
     def close(self) -> None:
-        self.events.close()  # a suspended guard runs its `finally`; one never started has none
+        try:
+            self.events.close()  # a suspended guard runs its `finally`; one never started has none
+        except ValueError:  # being read in another thread: closing the response ends that read
+            pass
         self.upstream.stream.close()
         self.watch.finish(None)
 
@@ -81,7 +84,10 @@ class _AsyncCloser:
         self.upstream, self.events, self.watch = upstream, events, watch
 
     async def close(self) -> None:
-        await self.events.aclose()
+        try:
+            await self.events.aclose()
+        except RuntimeError:  # being read by another task: closing the response ends that read
+            pass
         await self.upstream.stream.close()
         self.watch.finish(None)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import inspect
+import threading
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -26,6 +27,7 @@ CLAUDE = "claude-sonnet-4-6"
 PROSE = "Prefill reads the whole prompt at once; decode then writes the answer one token at a time."
 LONG_REPLY = "word " * 200  # still streaming when the caller lets go after the first events
 TOKEN_DELAY = 0.002
+READER_WAIT_S = 10.0  # a bound, never reached unless the reader hangs
 CREATE: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "chat": ("openai_client", lambda c: c.chat.completions.create(model="m", messages=USER, stream=True)),
     "responses": ("openai_client", lambda c: c.responses.create(model="gpt-5.4", input="go", stream=True)),
@@ -217,3 +219,33 @@ async def test_a_stream_sent_again_is_sent_under_the_call_span(simulator: Any, m
     sends = [span for span in otel.spans() if span.name == "anthropic.messages.create"]
     assert len(sends) == 2 == len(simulator.requests)
     assert all(span.parent is not None and span.parent.span_id == root.context.span_id for span in sends)
+
+
+def test_a_stream_closed_from_another_thread_stops_its_reader_as_the_bare_client_does(
+    simulator: Any, otel: Otel
+) -> None:
+    simulator.reply, simulator.token_delay = LONG_REPLY, TOKEN_DELAY
+    client = openai.OpenAI(base_url=simulator.openai_base_url, api_key="test-key", max_retries=0)
+    wrapped = sdk.wrap(client, sdk.Policy(loop_guard=False), tracer_provider=otel.tracer_provider)
+    outcomes: dict[str, list[bool]] = {}
+    for name, source in (("bare", client), ("wrapped", wrapped)):
+        stream = source.chat.completions.create(model="m", messages=USER, stream=True)
+        reading, errors = threading.Event(), []
+
+        def read(stream: Any = stream, reading: threading.Event = reading, errors: list[BaseException] = errors) -> None:
+            try:
+                for _ in stream:
+                    reading.set()
+            except Exception as error:  # what the reader sees is the subject of the test
+                errors.append(error)
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        assert reading.wait(READER_WAIT_S)
+        stream.close()
+        reader.join(READER_WAIT_S)
+        assert not reader.is_alive()
+        outcomes[name] = [isinstance(error, openai.APIConnectionError) for error in errors]
+    assert outcomes["wrapped"] == outcomes["bare"] == [True]  # the client's connection error, or a subclass
+    [root] = _roots(otel)
+    assert root.end_time is not None
