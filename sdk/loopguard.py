@@ -214,18 +214,23 @@ class LoopDetector:
             if (start := text.rfind(probe, low, end)) < 0:
                 return None
             period = n - probe_len - start
-            # The rfind hit gives the period to probe_len + period characters; a shorter run than
-            # `near` is too far from any required(p) to arm the next check.
-            near = max(probe_len + period, self._min_repeats * period - LOOP_CHECK_EVERY_CHARS)
-            fails_at = min(near, n + 1)  # a length known not to have the period (n + 1: none)
-            if near <= n and _has_period(text, period, near):
+            known = probe_len + period  # the rfind hit gives the period to this many characters
+            near = max(known, self._min_repeats * period - LOOP_CHECK_EVERY_CHARS)  # shorter: too far to arm
+            fails_at = n + 1  # a length known not to have the period (n + 1: none)
+            if near > n or (near > known and not _has_period(text, period, near)):
+                fails_at = min(near, n + 1)
+            else:
                 required = self._required(period, _distinct_letters(text[n - period :]))
-                if required <= n and _has_period(text, period, required):
+                arm = max(near, required - LOOP_CHECK_EVERY_CHARS)  # a run this long arms the next check
+                if arm >= min(required, n + 1):  # required <= near (known to have the period), or beyond the window
+                    if required <= n:
+                        return period, _periodic_suffix(text, period, required)
+                elif arm > near and not _has_period(text, period, arm):
+                    fails_at = arm
+                elif required <= n and _has_period(text, period, required):
                     return period, _periodic_suffix(text, period, required)
-                fails_at = min(required, n + 1)
-                near = max(near, required - LOOP_CHECK_EVERY_CHARS)
-                if near < fails_at and _has_period(text, period, near):
-                    run = _periodic_suffix(text, period, near, below=fails_at)
+                else:
+                    run = _periodic_suffix(text, period, arm, below=min(required, n + 1))
                     self._next_check = min(self._next_check, required - run)
                     fails_at = run + 1
             end = start + probe_len - 1
