@@ -3,7 +3,7 @@
 A UUID, a date with a time or a long hex string in a system prompt *looks* volatile, but a project
 id or a schema's example timestamp is the same on every call: moving it would change what the
 prompt says and gain nothing. Only calls can tell, so each wrapped client remembers, per prompt
-family, the candidate bytes of the family's last call.
+family, the candidate bytes of the family's last call (as hashes: no id or token is kept).
 
 A prompt family is the calls whose stable texts (system prompt, tool descriptions) are the same once
 every candidate is masked (`mask_volatile`): "Request ID: <Request ID>\\nFile tickets in project
@@ -33,7 +33,7 @@ from sdk._constants import VOLATILE_FAMILIES
 
 @dataclass(frozen=True, slots=True)
 class _Family:
-    values: tuple[str, ...]  # the candidates' bytes on the family's last call, in order
+    values: tuple[int, ...]  # hashes of the candidates' bytes on the family's last call, in order
     changed: tuple[bool, ...]  # which have ever differed from one call to the next
 
 
@@ -50,9 +50,9 @@ class FamilyMemory:
     """Per wrapped client: the candidate bytes of each prompt family's last call (see the module).
 
     >>> memory = FamilyMemory()
-    >>> memory.changing(key, ("req-1", "project-a")) is None   # the family's first call
+    >>> memory.changing(key, (hash("req-1"), hash("project-a"))) is None   # the family's first call
     True
-    >>> memory.changing(key, ("req-2", "project-a"))
+    >>> memory.changing(key, (hash("req-2"), hash("project-a")))
     (True, False)
     """
 
@@ -63,9 +63,10 @@ class FamilyMemory:
         self._families: OrderedDict[bytes, _Family] = OrderedDict()
         self._lock = threading.Lock()
 
-    def changing(self, family: bytes, values: tuple[str, ...]) -> tuple[bool, ...] | None:
-        """Record this call's candidate `values`; return, for each, whether it changes between calls,
-        or None on the family's first call (nothing is known yet)."""
+    def changing(self, family: bytes, values: tuple[int, ...]) -> tuple[bool, ...] | None:
+        """Record this call's candidates (`values`: the hash of each one's bytes, so no request id or
+        token is kept); return, for each, whether it changes between calls, or None on the family's
+        first call (nothing is known yet)."""
         with self._lock:
             last = self._families.pop(family, None)  # re-inserted below: the most recently used
             if last is None or len(last.values) != len(values):

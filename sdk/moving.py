@@ -43,7 +43,7 @@ def move_volatile(call: Call, policy: Policy, adapter: Adapter, families: Family
     changing = None
     if families is not None:
         key = family_key([mask_volatile(text) for text in (*system_texts, *tool_texts)])
-        changing = families.changing(key, tuple(match.text for match in candidates))
+        changing = families.changing(key, tuple(hash(match.text) for match in candidates))
     in_system = sum(len(matches) for matches in found[: len(system_texts)])
     moves = changing[:in_system] if changing is not None else (True,) * in_system
     if changing is not None:
