@@ -32,6 +32,8 @@ ANTHROPIC_MIN_CACHEABLE_TOKENS: tuple[tuple[str, int], ...] = (
 )
 ANTHROPIC_DEFAULT_MIN_TOKENS = 1024
 ANTHROPIC_MAX_BREAKPOINTS = 4
+DEFAULT_TTL = "5m"
+LONG_TTL = "1h"  # Anthropic requires every 1h mark to come before any 5m one
 CHARS_PER_TOKEN = 4  # a conservative estimate for English text and JSON
 CACHE_KEY_PREFIX = "kvwise-"
 _OPENAI_EXPLICIT_BREAKPOINT_MODELS = re.compile(r"gpt-(\d+)\.(\d+)")
@@ -97,16 +99,24 @@ def place_cache_hints(call: Call, policy: Policy, adapter: Adapter) -> None:
 def _place_breakpoints(call: Call, adapter: Adapter, marker: dict[str, Any], min_tokens: int) -> None:
     """Mark the ends of the tools, the system prompt and the last history turn, within the limit.
 
-    Longer prefixes are marked first (they save the most); a position the caller marked, or whose
-    prefix is shorter than `min_tokens`, is skipped.
+    Longer prefixes are marked first (they save the most); a position the caller marked, whose
+    prefix is shorter than `min_tokens`, or where the mark's TTL would break the order the API
+    requires (a 1h mark before every 5m one) against the caller's own marks, is skipped.
     """
     key = adapter.breakpoint_key
     free = ANTHROPIC_MAX_BREAKPOINTS - caller_breakpoints(call, key)
     markable = _anthropic_markable if call.api is Api.MESSAGES else _openai_markable
     history = call.messages[: call.history_end]
     prefix_tokens = list(itertools.accumulate(estimate_tokens(tier) for tier in (call.tools, call.system, history)))
+    tiers = (call.tools, call.system, history, [*call.messages[call.history_end :], call.params])
+    ttls = [_ttls(tier, key) for tier in tiers]
+    ttl = marker.get("ttl", DEFAULT_TTL)
     for position in (2, 1, 0):
         if free <= 0 or prefix_tokens[position] < max(min_tokens, 1):
+            continue
+        before = {t for tier in ttls[: position + 1] for t in tier}
+        after = {t for tier in ttls[position + 1 :] for t in tier}
+        if (ttl != LONG_TTL and LONG_TTL in after) or (ttl == LONG_TTL and before - {LONG_TTL}):
             continue
         if position == 0 and call.tools and call.api is Api.MESSAGES:
             marked = _mark_last(call.tools, marker, key)
@@ -119,6 +129,17 @@ def _place_breakpoints(call: Call, adapter: Adapter, marker: dict[str, Any], min
         if marked is not None:
             free -= 1
             call.changes.append(f"cache_breakpoint:{('tools', 'system', 'history')[position]}")
+
+
+def _ttls(value: Any, key: str) -> list[str]:
+    """The TTLs of the `key` marks in `value`, in request order (a mark without one is 5m)."""
+    if isinstance(value, dict):
+        mark = value.get(key)
+        own = [str(mark.get("ttl", DEFAULT_TTL)) if isinstance(mark, dict) else DEFAULT_TTL] if mark is not None else []
+        return [t for k, v in value.items() if k not in _SCHEMA_KEYS for t in _ttls(v, key)] + own
+    if isinstance(value, (list, tuple)):
+        return [t for item in value for t in _ttls(item, key)]
+    return []
 
 
 def _mark_last(items: list[Any], marker: dict[str, Any], key: str, index: int = -1) -> int | None:

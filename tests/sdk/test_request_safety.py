@@ -321,3 +321,27 @@ async def test_messages_may_be_any_iterable_the_client_takes_and_are_read_once(s
     arguments = {"model": "claude-sonnet-5" if api is Api.MESSAGES else "m", "messages": turns()}
     await resolve(_send(sdk.wrap(client), api, arguments))
     assert simulator.requests[-1].body["messages"] == USER and reads == [1]
+
+
+@pytest.mark.parametrize(
+    ("policy_ttl", "caller_mark", "marked"),
+    [
+        (None, {"type": "ephemeral", "ttl": "1h"}, ["history"]),  # a 5m mark before the caller's 1h one is refused
+        ("1h", {"type": "ephemeral"}, ["tools", "system"]),  # a 1h mark after the caller's 5m one is too
+        ("1h", {"type": "ephemeral", "ttl": "1h"}, ["tools", "system", "history"]),
+    ],
+    ids=["5m_before_callers_1h", "1h_around_callers_5m", "1h_with_callers_1h"],
+)
+async def test_placed_breakpoints_keep_the_ttl_order_the_api_requires(simulator, anthropic_client, policy_ttl, caller_mark, marked):
+    arguments = {
+        "model": "claude-sonnet-5", "max_tokens": 9, "tools": TOOLS, "system": LONG_SYSTEM,
+        "messages": [{"role": "user", "content": [{"type": "text", "text": LONG_TURN, "cache_control": caller_mark}]},
+                     {"role": "assistant", "content": "An answer " * 300}, {"role": "user", "content": "Next?"}],
+    }
+    await resolve(anthropic_client.messages.create(**copy.deepcopy(arguments)))
+    wrapped = sdk.wrap(anthropic_client, sdk.Policy(cache_ttl=policy_ttl))
+    await resolve(wrapped.messages.create(**copy.deepcopy(arguments)))
+    body = simulator.requests[-1].body
+    placed = {"tools": "cache_control" in body["tools"][-1], "system": isinstance(body["system"], list),
+              "history": isinstance(body["messages"][1]["content"], list)}
+    assert [where for where, mark in placed.items() if mark] == marked

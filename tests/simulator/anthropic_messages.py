@@ -10,8 +10,9 @@ tokens after the last cached position), `cache_read_input_tokens`, `cache_creati
 Checks like the real API: `max_tokens` is required (0 pre-warms the cache and decodes nothing) and,
 with `thinking.type="enabled"`, greater than `thinking.budget_tokens` (itself at least 1024); at
 most 4 `cache_control` breakpoints (tools, system blocks, message content blocks, plus the
-top-level `cache_control`, which marks the last block); `thinking` and `redacted_thinking` blocks
-carry only their own fields (they go back as the API sent them: no `cache_control`).
+top-level `cache_control`, which marks the last block), every 1h one before any 5m one;
+`thinking` and `redacted_thinking` blocks carry only their own fields (they go back as the API
+sent them: no `cache_control`).
 """
 
 from __future__ import annotations
