@@ -71,6 +71,12 @@ LEGITIMATE: dict[str, Answer] = {
     "json array of nulls under json_schema": Answer(
         json.dumps({"scores": [None] * 64, "reason": "no ratings were submitted this week"}), structured_output=True
     ),
+    "jsonl records numbered by id": Answer(
+        "".join(json.dumps({"id": i, **RECORD}) + "\n" for i in range(1, 41)), structured_output=True
+    ),
+    "log lines a second apart": Answer(
+        "".join(f"2024-05-01 12:00:{s:02d} INFO health check passed for billing-api in 12 ms\n" for s in range(40))
+    ),
     "yaml list of identical items": Answer(
         "replicas:\n" + "  - name: worker\n    image: registry.example.com/worker:2.4.1\n    cpu: 500m\n" * 8
     ),
