@@ -214,7 +214,10 @@ async def test_a_stream_sent_again_is_sent_under_the_call_span(simulator: Any, m
                  open_telemetry={"tracer_provider": otel.tracer_provider})
     simulator.cut_stream_after(0, mode="drop")
     wrapped = sdk.wrap(client, tracer_provider=otel.tracer_provider)
-    await collect(await resolve(wrapped.messages.create(model=CLAUDE, max_tokens=64, messages=USER, stream=True)))
+    stream = await resolve(wrapped.messages.create(model=CLAUDE, max_tokens=64, messages=USER, stream=True))
+    first_response = stream.response.__wrapped__
+    await collect(stream)
+    assert first_response.is_closed and stream.response.__wrapped__ is not first_response  # the re-sent one's
     [root] = _roots(otel)
     sends = [span for span in otel.spans() if span.name == "anthropic.messages.create"]
     assert len(sends) == 2 == len(simulator.requests)
