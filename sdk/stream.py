@@ -17,6 +17,13 @@ A stream is broken when it ends without its final event or a transport fault int
 dropped connection, a read timeout, a `data:` line cut short). Before its first content event it is
 sent again, from the call's `Attempts`, with the call span current (so the client's own span for
 the re-send is a child of ours); after, the caller gets `StreamTruncated`.
+
+Usage: a Chat stream is sent with `stream_options.include_usage` when the caller did not ask for it
+(`openai_chat.stream_usage_options`); its usage chunk and the `"usage": null` on every other chunk
+are kept from the caller, who sees the bare client's chunks. A stream that ends before the server
+reported its usage (cut by a guard, closed early) gets `estimated_usage`, marked
+`kvwise.usage.estimated` on the span; Anthropic's `message_start`, and servers that report usage
+on every chunk, give exact input and cache figures even then.
 """
 
 from __future__ import annotations
