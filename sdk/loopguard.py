@@ -70,7 +70,8 @@ class LoopDetector:
     code, JSON records, and with `structured_output` anything crossing JSON tokens) trips only once
     its run reaches `max(LOOP_STRUCTURED_MIN_REPEATS * p, LOOP_STRUCTURED_MIN_SPAN_CHARS)` (64
     copies and 4096 characters): the detector follows that run past its window, checking only that
-    each new character equals the one `p` before. Prose trips at once.
+    each new character equals the one `p` before (a chunk longer than the window starts the count
+    over). Prose trips at once.
 
     The check runs once at least `LOOP_CHECK_EVERY_CHARS` new characters arrived, or sooner when a
     candidate's run is that close to its `required(p)`: then the next check comes exactly when the
