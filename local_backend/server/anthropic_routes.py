@@ -1,4 +1,5 @@
-"""Anthropic wire format: `POST /v1/messages`, JSON or the full SSE event sequence.
+"""Anthropic wire format: `POST /v1/messages`, JSON or the full SSE event sequence, and
+`POST /v1/messages/count_tokens` (the prompt tokens the same body's message would report).
 
 Stream: `message_start`, `content_block_start`, `ping`, one `content_block_delta` per text delta,
 `content_block_stop`, `message_delta` (stop reason, cumulative usage, `timings`), `message_stop`
@@ -14,13 +15,14 @@ engine caches every full block of every prompt automatically).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from local_backend.outputs import Completion
+from local_backend.outputs import Completion, StreamDelta
 from local_backend.server import fields
 from local_backend.server._constants import ANTHROPIC_MAX_TEMPERATURE, ANTHROPIC_ROLES
 from local_backend.server.errors import Flavor
@@ -47,7 +49,8 @@ class AnthropicFormat:
         self._model = model
         self._id = "msg_" + uuid.uuid4().hex
 
-    def whole(self, completion: Completion) -> dict[str, Any]:
+    def whole(self, completions: Sequence[Completion]) -> dict[str, Any]:
+        [completion] = completions
         body = self._message([{"type": "text", "text": completion.text}], _usage(Usage.of(completion)))
         return {**body, **_stop(completion), "timings": timings(completion)}
 
@@ -60,18 +63,20 @@ class AnthropicFormat:
             sse({"type": "ping"}, "ping"),
         ]
 
-    def text(self, text: str) -> list[bytes]:
-        delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}
-        return [sse(delta, "content_block_delta")]
+    def delta(self, index: int, delta: StreamDelta) -> list[bytes]:
+        if not delta.text:
+            return []
+        event = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": delta.text}}
+        return [sse(event, "content_block_delta")]
 
-    def closing(self, completion: Completion) -> list[bytes]:
+    def finished(self, index: int, completion: Completion) -> list[bytes]:
+        return [sse({"type": "content_block_stop", "index": 0}, "content_block_stop")]
+
+    def closing(self, completions: Sequence[Completion]) -> list[bytes]:
+        [completion] = completions
         extra = {"timings": timings(completion)}
         delta = {"type": "message_delta", "delta": _stop(completion), "usage": _usage(Usage.of(completion)), **extra}
-        return [
-            sse({"type": "content_block_stop", "index": 0}, "content_block_stop"),
-            sse(delta, "message_delta"),
-            sse({"type": "message_stop", **extra}, "message_stop"),
-        ]
+        return [sse(delta, "message_delta"), sse({"type": "message_stop", **extra}, "message_stop")]
 
     def failure(self, body: dict[str, Any]) -> list[bytes]:
         return [sse(body, "error")]
@@ -101,16 +106,20 @@ def _stop(completion: Completion) -> dict[str, Any]:
 def routes(backend: Backend) -> list[Route]:
     engine = backend.engine
 
-    async def messages(request: Request) -> Response:
-        body = await read_json(request)
-        fields.check(body, fields.MESSAGES, "POST /v1/messages")
+    def prompt(body: dict[str, Any]) -> tuple[str, list[int]]:
+        """The reported model name and the prompt's token ids (the same for a message and its count)."""
         model = backend.check_model(required(body, "model", str))
-        max_tokens = required(body, "max_tokens", int)
         turns = chat_turns(body.get("messages"), ANTHROPIC_ROLES)
         system = body.get("system")
         if system:
             turns.insert(0, {"role": "system", "content": text_of(system, "system")})
-        ids = backend.prompt_ids(turns)
+        return model, backend.prompt_ids(turns)
+
+    async def messages(request: Request) -> Response:
+        body = await read_json(request)
+        fields.check(body, fields.MESSAGES, "POST /v1/messages")
+        model, ids = prompt(body)
+        max_tokens = required(body, "max_tokens", int)
         stops = stop_strings(body, "stop_sequences")
         params = sampling_params(
             body,
@@ -123,6 +132,16 @@ def routes(backend: Backend) -> list[Route]:
         )
         generation = backend.start(request, ids, params)
         fmt = AnthropicFormat(model)
-        return await respond(request, generation, fmt, optional(body, "stream", bool, False))
+        return await respond(request, [generation], fmt, optional(body, "stream", bool, False))
 
-    return [Route("/v1/messages", messages, methods=["POST"])]
+    async def count_tokens(request: Request) -> Response:
+        """`input_tokens`: exactly the prompt tokens `POST /v1/messages` computes and reports for the same body."""
+        body = await read_json(request)
+        fields.check(body, fields.COUNT_TOKENS, "POST /v1/messages/count_tokens")
+        _, ids = prompt(body)
+        return JSONResponse({"input_tokens": len(ids)})
+
+    return [
+        Route("/v1/messages", messages, methods=["POST"]),
+        Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
+    ]

@@ -117,6 +117,13 @@ MESSAGES: Final[Table] = {
     "tool_choice": Off(({"type": "none"},)),
 }
 
+COUNT_TOKENS: Final[Table] = {
+    name: MESSAGES[name]
+    for name in ("model", "messages", "system", "cache_control", "user_profile_id", "workspace_id", "speed",
+                 "output_config", "thinking", "tools", "tool_choice")
+}  # fmt: skip
+"""The fields of a message that shape its prompt, with the same rules as `MESSAGES`."""
+
 
 def check(body: Mapping[str, Any], table: Table, endpoint: str) -> None:
     """400 naming the first field `table` does not know, or one set to a feature the backend lacks."""

@@ -156,9 +156,9 @@ def ensure_finished(completion: Completion) -> Completion:
     return completion
 
 
-async def run_to_completion(request: Request, generation: Generation) -> Completion:
-    """The finished request, or `ClientGone` (after aborting it) if the client hangs up first."""
-    work = asyncio.ensure_future(generation.completion())
+async def run_to_completion(request: Request, generations: Sequence[Generation]) -> list[Completion]:
+    """The finished requests (one per choice), or `ClientGone` (after aborting them) if the client hangs up first."""
+    work = asyncio.ensure_future(asyncio.gather(*(generation.completion() for generation in generations)))
     gone = asyncio.ensure_future(_disconnected(request))
     try:
         await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
@@ -168,7 +168,8 @@ async def run_to_completion(request: Request, generation: Generation) -> Complet
             work.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await work
-        await generation.aclose()
+        for generation in generations:
+            await generation.aclose()
     if work.cancelled():
         raise ClientGone
     return work.result()

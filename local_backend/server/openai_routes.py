@@ -3,77 +3,76 @@
 JSON or SSE (`data: {chunk}` lines ending with `data: [DONE]`). With
 `stream_options.include_usage` every chunk has `usage: null` and one last chunk with no choices
 carries the usage. `usage.prompt_tokens_details.cached_tokens` counts prefix-cache hits. The whole
-body, the finishing chunk and the usage chunk carry llama.cpp-style `timings`. Only `n=1`.
+body, each finishing chunk and the usage chunk carry llama.cpp-style `timings` (of the first
+choice). With `n > 1` the prompt is counted once and `completion_tokens` sums every choice's.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from local_backend.outputs import Completion
+from local_backend.outputs import Completion, StreamDelta
 from local_backend.server import fields
-from local_backend.server._constants import (
-    MODEL_OWNER,
-    OPENAI_CHAT_ROLES,
-    OPENAI_MAX_TEMPERATURE,
-    SSE_DONE,
-)
+from local_backend.server._constants import MODEL_OWNER, OPENAI_CHAT_ROLES, OPENAI_MAX_TEMPERATURE, SSE_DONE
+from local_backend.server.choices import choice_count, per_choice, start_choices
 from local_backend.server.errors import ApiError, Flavor
 from local_backend.server.generation import Backend
 from local_backend.server.streaming import respond, sse
 from local_backend.server.usage import Usage, timings
-from local_backend.server.validation import (
-    chat_turns,
-    optional,
-    read_json,
-    sampling_params,
-    stop_strings,
-)
+from local_backend.server.validation import chat_turns, optional, read_json, sampling_params, stop_strings
 
 
 class OpenAIFormat:
-    """Chat Completions (`chat=True`) or legacy Completions, whole or as chunks."""
+    """Chat Completions (`chat=True`) or legacy Completions, whole or as chunks, of one or more choices."""
 
     flavor = Flavor.OPENAI
 
-    def __init__(self, model: str, *, chat: bool, include_usage: bool, echo: str = ""):
+    def __init__(self, model: str, *, chat: bool, include_usage: bool, echo: str = "", n: int = 1):
         self._model = model
         self._chat, self._include_usage = chat, include_usage
         self._echo = echo  # legacy `echo`: the prompt's text before the answer's
+        self._n = n
         self._id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         self._created = int(time.time())
 
-    def whole(self, completion: Completion) -> dict[str, Any]:
+    def whole(self, completions: Sequence[Completion]) -> dict[str, Any]:
         body = self._envelope(chunk=False)
-        if self._chat:
-            message = {"role": "assistant", "content": completion.text, "refusal": None}
-            choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": completion.finish_reason}
-        else:
-            text = self._echo + completion.text
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": completion.finish_reason}
-        return {**body, "choices": [choice], "usage": self._usage(completion), "timings": timings(completion)}
+        choices = []
+        for index, completion in enumerate(completions):
+            choice: dict[str, Any] = {"index": index, "logprobs": None, "finish_reason": completion.finish_reason}
+            if self._chat:
+                choice["message"] = {"role": "assistant", "content": completion.text, "refusal": None}
+            else:
+                choice["text"] = self._echo + completion.text
+            choices.append(choice)
+        return {**body, "choices": choices, "usage": self._usage(completions), "timings": timings(completions[0])}
 
     def opening(self, usage: Usage) -> list[bytes]:
         if self._chat:
-            return [self._chunk({"role": "assistant", "content": ""}, None)]
-        return [self._chunk(self._echo, None)] if self._echo else []
+            return [self._chunk(i, {"role": "assistant", "content": ""}, None) for i in range(self._n)]
+        return [self._chunk(i, self._echo, None) for i in range(self._n)] if self._echo else []
 
-    def text(self, text: str) -> list[bytes]:
-        return [self._chunk({"content": text} if self._chat else text, None)]
+    def delta(self, index: int, delta: StreamDelta) -> list[bytes]:
+        if not delta.text:
+            return []
+        return [self._chunk(index, {"content": delta.text} if self._chat else delta.text, None)]
 
-    def closing(self, completion: Completion) -> list[bytes]:
-        extra = {"timings": timings(completion)}
-        chunks = [self._chunk({} if self._chat else "", completion.finish_reason, extra)]
-        if self._include_usage:
-            last = {**self._envelope(chunk=True), "choices": [], "usage": self._usage(completion), **extra}
-            chunks.append(sse(last))
-        return [*chunks, SSE_DONE]
+    def finished(self, index: int, completion: Completion) -> list[bytes]:
+        return [self._chunk(index, {} if self._chat else "", completion.finish_reason, {"timings": timings(completion)})]
+
+    def closing(self, completions: Sequence[Completion]) -> list[bytes]:
+        if not self._include_usage:
+            return [SSE_DONE]
+        last = {**self._envelope(chunk=True), "choices": [], "usage": self._usage(completions),
+                "timings": timings(completions[0])}  # fmt: skip
+        return [sse(last), SSE_DONE]
 
     def failure(self, body: dict[str, Any]) -> list[bytes]:
         return [sse(body), SSE_DONE]
@@ -82,20 +81,24 @@ class OpenAIFormat:
         kind = ("chat.completion" if self._chat else "text_completion") + (".chunk" if chunk and self._chat else "")
         return {"id": self._id, "object": kind, "created": self._created, "model": self._model, "system_fingerprint": None}
 
-    def _chunk(self, delta: dict[str, Any] | str, finish_reason: str | None, extra: dict[str, Any] | None = None) -> bytes:
-        choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": finish_reason}
+    def _chunk(
+        self, index: int, delta: dict[str, Any] | str, finish_reason: str | None, extra: dict[str, Any] | None = None
+    ) -> bytes:
+        choice: dict[str, Any] = {"index": index, "logprobs": None, "finish_reason": finish_reason}
         choice["delta" if self._chat else "text"] = delta
         body = {**self._envelope(chunk=True), "choices": [choice], **(extra or {})}
         if self._include_usage:
             body["usage"] = None
         return sse(body)
 
-    def _usage(self, completion: Completion) -> dict[str, Any]:
-        usage = Usage.of(completion)
+    @staticmethod
+    def _usage(completions: Sequence[Completion]) -> dict[str, Any]:
+        usage = Usage.of(completions[0])
+        output = sum(len(c.token_ids) for c in completions)
         return {
             "prompt_tokens": usage.prompt_tokens,
-            "completion_tokens": usage.output_tokens,
-            "total_tokens": usage.prompt_tokens + usage.output_tokens,
+            "completion_tokens": output,
+            "total_tokens": usage.prompt_tokens + output,
             "prompt_tokens_details": {"cached_tokens": usage.cache_read},
         }
 
@@ -132,9 +135,7 @@ def routes(backend: Backend) -> list[Route]:
         return JSONResponse({"object": "list", "data": listed})
 
     async def _generate(request: Request, body: dict[str, Any], ids: list[int], *, chat: bool) -> Response:
-        n = optional(body, "n", int, 1)
-        if n != 1:
-            raise ApiError(f"n={n} is not supported: the local backend returns one choice per request (n=1)", param="n")
+        n = choice_count(optional(body, "n", int, 1))
         name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
         params = sampling_params(
             body,
@@ -151,9 +152,10 @@ def routes(backend: Backend) -> list[Route]:
             chat=chat,
             include_usage=bool(options.get("include_usage")),
             echo=engine.tokenizer.decode(ids) if not chat and optional(body, "echo", bool, False) else "",
+            n=n,
         )
-        generation = backend.start(request, ids, params)
-        return await respond(request, generation, fmt, optional(body, "stream", bool, False))
+        generations = await start_choices(backend, request, ids, per_choice(params, n))
+        return await respond(request, generations, fmt, optional(body, "stream", bool, False))
 
     return [
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),

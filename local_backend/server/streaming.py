@@ -1,22 +1,24 @@
-"""The one streaming loop both wire formats share, and the response that owns it.
+"""The one streaming loop every wire format shares, and the response that owns it.
 
-A route checks its request, starts a `Generation` and hands it to `respond` with its `WireFormat`:
-non-streamed, the whole body once the request finishes; streamed, `text/event-stream` built from
-the format's opening, per-delta and closing events. The response closes the generation however
-the stream ends, so a client that hangs up aborts its request and frees its blocks at once.
+A route checks its request, starts one `Generation` per choice (`n`) and hands them to `respond`
+with its `WireFormat`: non-streamed, the whole body once every choice finishes; streamed,
+`text/event-stream` built from the format's opening, per-delta, per-choice finishing and closing
+events, the choices' deltas interleaved as they come. The response closes the generations however
+the stream ends, so a client that hangs up aborts its requests and frees their blocks at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Send
 
-from local_backend.outputs import Completion
+from local_backend.outputs import Completion, StreamDelta
 from local_backend.server._constants import SSE_HEADERS
 from local_backend.server.errors import ApiError, Flavor, error_body
 from local_backend.server.generation import ClientGone, Generation, ensure_finished, run_to_completion
@@ -24,17 +26,19 @@ from local_backend.server.usage import Usage
 
 
 class WireFormat(Protocol):
-    """How one API spells a response: whole, or as server-sent events."""
+    """How one API spells a response of one or more choices: whole, or as server-sent events."""
 
     flavor: Flavor
 
-    def whole(self, completion: Completion) -> dict[str, Any]: ...
+    def whole(self, completions: Sequence[Completion]) -> dict[str, Any]: ...
 
     def opening(self, usage: Usage) -> list[bytes]: ...
 
-    def text(self, text: str) -> list[bytes]: ...
+    def delta(self, index: int, delta: StreamDelta) -> list[bytes]: ...
 
-    def closing(self, completion: Completion) -> list[bytes]: ...
+    def finished(self, index: int, completion: Completion) -> list[bytes]: ...
+
+    def closing(self, completions: Sequence[Completion]) -> list[bytes]: ...
 
     def failure(self, body: dict[str, Any]) -> list[bytes]: ...
 
@@ -45,46 +49,80 @@ def sse(data: Any, event: str | None = None) -> bytes:
     return payload if event is None else f"event: {event}\n".encode() + payload
 
 
-async def respond(request: Request, generation: Generation, fmt: WireFormat, stream: bool) -> Response:
+async def respond(request: Request, generations: Sequence[Generation], fmt: WireFormat, stream: bool) -> Response:
     if stream:
-        return EventStreamResponse(generation, _events(generation, fmt))
+        return EventStreamResponse(generations, _events(generations, fmt))
     try:
-        completion = await run_to_completion(request, generation)
+        completions = await run_to_completion(request, generations)
     except ClientGone:
         return Response(status_code=204)  # nobody is listening; nothing more to do
-    return JSONResponse(fmt.whole(completion))
+    return JSONResponse(fmt.whole(completions))
 
 
-async def _events(generation: Generation, fmt: WireFormat) -> AsyncIterator[bytes]:
+async def _events(generations: Sequence[Generation], fmt: WireFormat) -> AsyncIterator[bytes]:
     """The opening events wait for the first delta, which knows how the prompt met the cache."""
     opened = False
-    async for delta in generation:
+    done: dict[int, Completion] = {}
+    async for index, delta in _interleaved(generations):
         if not opened:
             opened = True
-            for chunk in fmt.opening(Usage.at_start(generation.prompt_tokens, delta)):
+            for chunk in fmt.opening(Usage.at_start(generations[0].prompt_tokens, delta)):
                 yield chunk
-        if delta.text:
-            for chunk in fmt.text(delta.text):
-                yield chunk
+        for chunk in fmt.delta(index, delta):
+            yield chunk
         if delta.completion is not None:
             try:
-                chunks = fmt.closing(ensure_finished(delta.completion))
+                completion = ensure_finished(delta.completion)
             except ApiError as error:
-                chunks = fmt.failure(error_body(error, fmt.flavor))
-            for chunk in chunks:
+                for chunk in fmt.failure(error_body(error, fmt.flavor)):
+                    yield chunk
+                return
+            done[index] = completion
+            for chunk in fmt.finished(index, completion):
                 yield chunk
+    for chunk in fmt.closing([done[i] for i in range(len(generations))]):
+        yield chunk
+
+
+async def _interleaved(generations: Sequence[Generation]) -> AsyncIterator[tuple[int, StreamDelta]]:
+    """(choice index, delta) from every generation, in arrival order, until each has finished."""
+    if len(generations) == 1:
+        async for delta in generations[0]:
+            yield 0, delta
+        return
+    queue: asyncio.Queue[tuple[int, StreamDelta | BaseException]] = asyncio.Queue()
+
+    async def pump(index: int, generation: Generation) -> None:
+        try:
+            async for delta in generation:
+                queue.put_nowait((index, delta))
+        except Exception as exc:  # handed to the consumer, which raises it in the response
+            queue.put_nowait((index, exc))
+
+    tasks = [asyncio.ensure_future(pump(i, g)) for i, g in enumerate(generations)]
+    try:
+        remaining = len(generations)
+        while remaining:
+            index, item = await queue.get()
+            if isinstance(item, BaseException):
+                raise item
+            yield index, item
+            remaining -= item.completion is not None
+    finally:
+        for task in tasks:
+            task.cancel()
 
 
 class EventStreamResponse(StreamingResponse):
-    """`text/event-stream` that closes its `Generation` when the stream ends, fails or is cancelled."""
+    """`text/event-stream` that closes its `Generation`s when the stream ends, fails or is cancelled."""
 
-    def __init__(self, generation: Generation, events: AsyncIterator[bytes]):
+    def __init__(self, generations: Sequence[Generation], events: AsyncIterator[bytes]):
         super().__init__(events, media_type="text/event-stream", headers=SSE_HEADERS)
-        self._generation = generation
+        self._generations = generations
 
     async def stream_response(self, send: Send) -> None:
         try:
             await super().stream_response(send)
         finally:
-            await self._generation.aclose()
-
+            for generation in self._generations:
+                await generation.aclose()

@@ -17,6 +17,7 @@ import pytest
 
 from local_backend import Engine
 from local_backend.__main__ import main
+from local_backend.server._constants import MAX_CHOICES
 from tests.local_backend.serving import Served, served_engine, wait_idle
 
 KEY = "test-key"
@@ -112,9 +113,10 @@ def test_invalid_json_gets_400(served, path, flavor, payload):
     assert response.status_code == 400 and _error_type(flavor, response.json()) == "invalid_request_error"
 
 
-def test_n_above_one_is_refused_with_a_clear_400(served):
-    status, body = _send("openai", served.url, n=2, **OK)
-    assert status == 400 and body["error"]["param"] == "n" and "n=1" in body["error"]["message"]
+@pytest.mark.parametrize("n", [0, MAX_CHOICES + 1])
+def test_n_outside_one_to_the_limit_is_refused_with_a_clear_400(served, n):
+    status, body = _send("openai", served.url, n=n, **OK)
+    assert status == 400 and body["error"]["param"] == "n" and f"n={n}" in body["error"]["message"]
 
 
 @pytest.mark.parametrize("flavor", ["openai", "anthropic"])

@@ -17,7 +17,7 @@ import anthropic
 import httpx2
 import openai
 import pytest
-from anthropic.types import message_create_params
+from anthropic.types import message_count_tokens_params, message_create_params
 from openai.types import completion_create_params
 from openai.types.chat import completion_create_params as chat_create_params
 
@@ -54,18 +54,20 @@ class Endpoint:
         return {name for t in self.types for name in typing.get_type_hints(t)}
 
 
+PROMPT = {"messages": [{"role": "user", "content": QUESTION}]}
 ENDPOINTS = {
     "chat": Endpoint("chat", (chat_create_params.CompletionCreateParamsNonStreaming,
-                              chat_create_params.CompletionCreateParamsStreaming), fields.CHAT,
-                     {"messages": [{"role": "user", "content": QUESTION}]}),
+                              chat_create_params.CompletionCreateParamsStreaming), fields.CHAT, PROMPT),
     "completions": Endpoint("completions", (completion_create_params.CompletionCreateParamsNonStreaming,
                                             completion_create_params.CompletionCreateParamsStreaming),
                             fields.COMPLETIONS, {"prompt": "The quick brown fox"}),
     "messages": Endpoint("messages", (message_create_params.MessageCreateParamsNonStreaming,
-                                      message_create_params.MessageCreateParamsStreaming), fields.MESSAGES,
-                         {"messages": [{"role": "user", "content": QUESTION}]}),
+                                      message_create_params.MessageCreateParamsStreaming), fields.MESSAGES, PROMPT),
+    "count_tokens": Endpoint("count_tokens", (message_count_tokens_params.MessageCountTokensParams,),
+                             fields.COUNT_TOKENS, PROMPT),
 }  # fmt: skip
 BASE = {"model": "tiny", "max_tokens": 12, "temperature": 0, "ignore_eos": True}
+"""Every generating request's fields besides its endpoint's own (a count has only `model`)."""
 
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
 ON_VALUES: dict[str, dict[str, Any]] = {
@@ -86,6 +88,7 @@ ON_VALUES: dict[str, dict[str, Any]] = {
         "tools": [{"name": "f", "input_schema": {"type": "object"}}], "tool_choice": {"type": "auto"},
     },
 }  # fmt: skip
+ON_VALUES["count_tokens"] = ON_VALUES["messages"]
 INERT_VALUES: dict[str, Any] = {
     "user": "user-1", "metadata": {"user_id": "u1"}, "safety_identifier": "s1", "prompt_cache_key": "k1",
     "prompt_cache_retention": "24h", "prompt_cache_options": {"ttl": "1h"}, "cache_control": {"type": "ephemeral"},
@@ -108,8 +111,11 @@ def _ask(base_url: str, endpoint: Endpoint, request: dict[str, Any]) -> Answer:
     known = endpoint.client_fields
     kwargs = {k: v for k, v in request.items() if k in known}
     extra = {k: v for k, v in request.items() if k not in known}
-    if endpoint.name == "messages":
+    if endpoint.name in ("messages", "count_tokens"):
         with anthropic.Anthropic(base_url=base_url, api_key="unused", max_retries=0) as client:
+            if endpoint.name == "count_tokens":
+                counted = client.messages.count_tokens(**kwargs, extra_body=extra)
+                return Answer([], [], counted.input_tokens, 0, "")
             return _message_answer(client.messages.create(**kwargs, extra_body=extra))
     with openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0) as client:
         create = client.chat.completions.create if endpoint.name == "chat" else client.completions.create
@@ -177,7 +183,8 @@ def endpoint(request: pytest.FixtureRequest) -> Endpoint:
 
 
 def _asker(base_url: str, endpoint: Endpoint) -> Ask:
-    return lambda **over: _ask(base_url, endpoint, {**BASE, **endpoint.base, **over})
+    base = {"model": "tiny"} if endpoint.name == "count_tokens" else BASE
+    return lambda **over: _ask(base_url, endpoint, {**base, **endpoint.base, **over})
 
 
 def _fields_of(use: type | fields.Use) -> list[tuple[str, str]]:
@@ -285,12 +292,18 @@ def _check_prompt_changes(name: str, other: Any) -> Callable[[Ask], None]:
 
 def _check_n(ask: Ask) -> None:
     assert len(ask(n=1).texts) == 1
-    _assert_refused_naming(ask, "n", n=2)
+    sampled = ask(n=3, temperature=1.0, seed=3)
+    assert len(sampled.texts) == 3 and len(set(sampled.texts)) > 1
 
 
 def _check_echo(ask: Ask) -> None:
     plain, echoed = ask(), ask(echo=True)
     assert echoed.texts == [ENDPOINTS["completions"].base["prompt"] + plain.texts[0]]
+
+
+def _check_counted_model(ask: Ask) -> None:
+    assert ask(model="tiny-alias") == ask()
+    _assert_refused_naming(ask, "model", status=404, model="gpt-unknown")
 
 
 def _check_system(ask: Ask) -> None:
@@ -319,12 +332,14 @@ HONOURED_CHECKS: dict[str, Callable[[Ask], None]] = {
     "system": _check_system,
     "n": _check_n,
     "echo": _check_echo,
+    "count_tokens.model": _check_counted_model,
 }
 
 
 @pytest.mark.parametrize(("name", "field_name"), _fields_of(fields.HONOURED))
 def test_an_honoured_field_changes_the_answer_as_it_says(base_url, name, field_name):
-    HONOURED_CHECKS[field_name](_asker(base_url, ENDPOINTS[name]))
+    check = HONOURED_CHECKS.get(f"{name}.{field_name}") or HONOURED_CHECKS[field_name]
+    check(_asker(base_url, ENDPOINTS[name]))
 
 
 @pytest.mark.parametrize("allowed", [True, False])
