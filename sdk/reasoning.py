@@ -14,9 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-# OpenAI model families that reason by default (o1, o3, o4-mini, gpt-5 and its point releases);
-# a caller's `reasoning_effort="none"` turns reasoning off on those that allow it.
-OPENAI_REASONING_MODELS = re.compile(r"(?:^|/)(?:o\d|gpt-5)")
+# Model families that reason by default on the OpenAI APIs: OpenAI's o-series and gpt-5 (with its
+# point releases), and the open reasoning models OpenAI-compatible servers serve (gpt-oss,
+# DeepSeek-R1, QwQ), which also spend the output limit on reasoning. A caller's
+# `reasoning_effort="none"` turns reasoning off on those that allow it.
+OPENAI_REASONING_MODELS = re.compile(r"(?:^|/)(?:o\d|gpt-5|gpt-oss)|deepseek-r1|deepseek-reasoner|qwq", re.IGNORECASE)
 _NO_EFFORT = "none"
 _ANTHROPIC_UNBUDGETED = ("adaptive", "between_tools")
 
@@ -29,7 +31,11 @@ class Reasoning:
 
 
 def openai_reasoning(model: str, effort: Any) -> Reasoning | None:
-    """A Chat or Responses call's reasoning: from the caller's effort, else from the model family."""
+    """A Chat or Responses call's reasoning: from the caller's effort, else from the model family.
+
+    >>> openai_reasoning("o3", None), openai_reasoning("gpt-4o", "high"), openai_reasoning("gpt-5.4", "none")
+    (Reasoning(budget=None), Reasoning(budget=None), None)
+    """
     if effort == _NO_EFFORT:
         return None
     if isinstance(effort, str) or OPENAI_REASONING_MODELS.search(model):

@@ -345,3 +345,25 @@ async def test_placed_breakpoints_keep_the_ttl_order_the_api_requires(simulator,
     placed = {"tools": "cache_control" in body["tools"][-1], "system": isinstance(body["system"], list),
               "history": isinstance(body["messages"][1]["content"], list)}
     assert [where for where, mark in placed.items() if mark] == marked
+
+
+@pytest.mark.parametrize(
+    ("api", "arguments", "budget"),
+    [
+        (Api.CHAT, {"model": "o4-mini"}, None),
+        (Api.CHAT, {"model": "openai/gpt-oss-120b"}, None),
+        (Api.CHAT, {"model": "deepseek-ai/DeepSeek-R1"}, None),
+        (Api.CHAT, {"model": "gpt-4o", "reasoning_effort": "low"}, None),
+        (Api.CHAT, {"model": "gpt-4o"}, "no"),
+        (Api.CHAT, {"model": "gpt-5.4", "reasoning_effort": "none"}, "no"),
+        (Api.RESPONSES, {"model": "gpt-5.4", "reasoning": {"effort": "none"}}, "no"),
+        (Api.RESPONSES, {"model": "llama-3", "reasoning": {"effort": "high"}}, None),
+        (Api.MESSAGES, {"model": "c", "thinking": {"type": "enabled", "budget_tokens": 2048}}, 2048),
+        (Api.MESSAGES, {"model": "c", "thinking": {"type": "adaptive"}}, None),
+        (Api.MESSAGES, {"model": "c", "thinking": {"type": "disabled"}}, "no"),
+        (Api.MESSAGES, {"model": "c"}, "no"),
+    ],
+)
+def test_which_calls_reason_and_within_what_budget(api, arguments, budget):
+    reasoning = adapter_for(api).reasoning(arguments["model"], arguments)
+    assert (reasoning.budget if reasoning is not None else "no") == budget
