@@ -50,6 +50,9 @@ class MessagesApi:
             blocks += message_blocks(message, _TEXT_PARTS)
         blocks = _with_top_level_marker(blocks, marker_ttl(body))
         found = sum(block.is_breakpoint for block in blocks)
+        ttls = [block.ttl for block in blocks if block.ttl is not None]
+        if "5m" in ttls and "1h" in ttls[ttls.index("5m") :]:
+            raise ApiError(400, "A cache_control block with ttl='1h' must not come after one with ttl='5m'.")
         if found > ANTHROPIC_MAX_BREAKPOINTS:
             limit = ANTHROPIC_MAX_BREAKPOINTS
             raise ApiError(400, f"A maximum of {limit} blocks with cache_control may be provided. Found {found}.")
