@@ -206,6 +206,17 @@ def draw(w: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     return (chunk * size + pick).squeeze(1)
 
 
+def processed(logits: torch.Tensor, seqs: Seq[Sequence]) -> torch.Tensor:
+    """Each request's own `logits_processor` on its raw row (a copy; none set: the logits as they are)."""
+    rows = [i for i, s in enumerate(seqs) if s.params.logits_processor is not None]
+    if not rows:
+        return logits
+    out = logits.clone()
+    for i in rows:
+        out[i] = seqs[i].params.logits_processor(seqs[i].output_token_ids, out[i])
+    return out
+
+
 class Sampler:
     """Turns one step's logits (one row per sampling sequence) into token ids.
 
@@ -228,7 +239,7 @@ class Sampler:
 
     def __call__(self, logits: torch.Tensor, seqs: Seq[Sequence]) -> list[int]:
         params = [s.params for s in seqs]
-        logits = self.adjusted_logits(logits, seqs)
+        logits = self.adjusted_logits(processed(logits, seqs), seqs)
         if all(p.greedy for p in params):
             return logits.argmax(dim=-1).tolist()
         tokens = draw(self.weights(logits, params), self._uniforms(seqs, logits.device))

@@ -2,10 +2,25 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 from local_backend._constants import DRY_DEFAULT_BREAKERS, SEED_RANGE
+
+if TYPE_CHECKING:
+    import torch
+
+
+class LogitsProcessor(Protocol):
+    """A request's own step on its raw next-token logits (a grammar's mask, a logprobs recorder).
+
+    Called once per sampled token, on the engine's thread, with the output so far and the row of
+    logits (`[vocab]`, before penalties and temperature); returns the row to sample from (it may
+    change it in place). It must not raise: an error fails the whole batch's step.
+    """
+
+    def __call__(self, output_token_ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +38,7 @@ class SamplingParams:
       are searched (None: the whole sequence). `dry_multiplier=0` (the default) turns it off.
     - `stop` strings end the text before them and are never partly streamed; `stop_token_ids` and
       (unless `ignore_eos`) the checkpoint's EOS ids end with `finish_reason="stop"`.
+    - `logits_processor` runs first, on the raw logits (see `LogitsProcessor`).
     """
 
     max_tokens: int = 16
@@ -42,6 +58,7 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
+    logits_processor: LogitsProcessor | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop", _as_tuple(self.stop))
