@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import AsyncGenerator, Generator
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
 from typing import Any, Protocol
 
 import wrapt
@@ -144,8 +144,10 @@ class _AsyncClosingResponse(wrapt.ObjectProxy):  # type: ignore[misc]
 class GuardedStream(wrapt.ObjectProxy):  # type: ignore[misc]
     """A client's sync stream (`openai.Stream`, `anthropic.Stream`) as the caller sees it under kvwise.
 
-    It is its own iterator, as the bare stream's `for` loop holds the stream while it runs, so a
-    stream is dropped only once nothing, loop included, refers to it.
+    Like the bare stream, `iter()` gives a new generator over the one shared event iterator, which
+    holds the stream while a loop runs (so a stream is dropped only once nothing, loop included,
+    refers to it), and a loop left with `break` can be taken up again. Per event it costs one
+    generator step: reading an attribute of a `wrapt` proxy costs far more, so none is read per event.
     """
 
     def __init__(self, stream: Any, upstream: Upstream, events: Generator[Any, None, None], watch: Finishing) -> None:
@@ -155,8 +157,8 @@ class GuardedStream(wrapt.ObjectProxy):  # type: ignore[misc]
         self._self_response: Any = None
         upstream.outer = weakref.ref(self)
 
-    def __iter__(self) -> GuardedStream:
-        return self
+    def __iter__(self) -> Iterator[Any]:
+        return _iterate(self)
 
     def __next__(self) -> Any:
         return self._self_events.__next__()
@@ -199,8 +201,8 @@ class AsyncGuardedStream(wrapt.ObjectProxy):  # type: ignore[misc]
         self._self_response: Any = None
         upstream.outer = weakref.ref(self)
 
-    def __aiter__(self) -> AsyncGuardedStream:
-        return self
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return _aiterate(self)
 
     def __anext__(self) -> Any:
         return self._self_events.__anext__()
@@ -235,3 +237,15 @@ class AsyncGuardedStream(wrapt.ObjectProxy):  # type: ignore[misc]
         except (AttributeError, ValueError):  # never initialised
             return
         closer.drop()
+
+
+def _iterate(stream: GuardedStream) -> Iterator[Any]:
+    """The events of `stream`, holding it while a loop reads them (the bare stream's `__iter__`)."""
+    for event in stream._self_events:
+        yield event
+
+
+async def _aiterate(stream: AsyncGuardedStream) -> AsyncIterator[Any]:
+    """Async twin of `_iterate` (the bare stream's `__aiter__`)."""
+    async for event in stream._self_events:
+        yield event
