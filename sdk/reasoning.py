@@ -19,6 +19,9 @@ from typing import Any
 # DeepSeek-R1, QwQ), which also spend the output limit on reasoning. A caller's
 # `reasoning_effort="none"` turns reasoning off on those that allow it.
 OPENAI_REASONING_MODELS = re.compile(r"(?:^|/)(?:o\d|gpt-5|gpt-oss)|deepseek-r1|deepseek-reasoner|qwq", re.IGNORECASE)
+# Anthropic models that think adaptively even when `thinking` is omitted (they refuse "disabled"):
+# Mythos (Preview, 5, 5.x) and Fable 5.x, per Anthropic's adaptive-thinking docs, 2026.
+ANTHROPIC_ALWAYS_THINKING = re.compile(r"claude-(?:mythos|fable)")
 _NO_EFFORT = "none"
 _ANTHROPIC_UNBUDGETED = ("adaptive", "between_tools")
 
@@ -43,8 +46,11 @@ def openai_reasoning(model: str, effort: Any) -> Reasoning | None:
     return None
 
 
-def anthropic_reasoning(thinking: Any) -> Reasoning | None:
-    """A Messages call's reasoning, from its `thinking` config (`enabled` carries a budget)."""
+def anthropic_reasoning(model: str, thinking: Any) -> Reasoning | None:
+    """A Messages call's reasoning, from its `thinking` config (`enabled` carries a budget), else
+    from the model family (some always think)."""
+    if thinking is None:
+        return Reasoning() if ANTHROPIC_ALWAYS_THINKING.search(model) else None
     if not isinstance(thinking, Mapping):
         return None
     kind = thinking.get("type")

@@ -112,7 +112,7 @@ class MessagesAdapter(Adapter):
         return kwargs
 
     def reasoning(self, model: str, params: Mapping[str, Any]) -> Reasoning | None:
-        return anthropic_reasoning(params.get("thinking"))
+        return anthropic_reasoning(model, params.get("thinking"))
 
     def usage(self, response: Any) -> Usage | None:
         return messages_usage(getattr(response, "usage", None))

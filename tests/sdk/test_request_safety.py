@@ -362,8 +362,30 @@ async def test_placed_breakpoints_keep_the_ttl_order_the_api_requires(simulator,
         (Api.MESSAGES, {"model": "c", "thinking": {"type": "adaptive"}}, None),
         (Api.MESSAGES, {"model": "c", "thinking": {"type": "disabled"}}, "no"),
         (Api.MESSAGES, {"model": "c"}, "no"),
+        (Api.MESSAGES, {"model": "claude-mythos-5-1"}, None),
+        (Api.MESSAGES, {"model": "claude-fable-5"}, None),
+        (Api.MESSAGES, {"model": "claude-sonnet-5"}, "no"),
     ],
 )
 def test_which_calls_reason_and_within_what_budget(api, arguments, budget):
     reasoning = adapter_for(api).reasoning(arguments["model"], arguments)
     assert (reasoning.budget if reasoning is not None else "no") == budget
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"model": "claude-sonnet-5", "max_tokens": 20000, "thinking": {"type": "adaptive"}, "messages": USER},
+        {"model": "claude-mythos-5", "max_tokens": 20000, "messages": USER},
+    ],
+    ids=["adaptive_thinking", "always_thinking_model"],
+)
+async def test_a_thinking_call_without_a_budget_keeps_the_callers_limit_and_is_answered_as_bare(
+    simulator, anthropic_client, arguments
+):
+    simulator.reasoning_tokens = 6000
+    bare = await resolve(anthropic_client.messages.create(**copy.deepcopy(arguments)))
+    wrapped = sdk.wrap(anthropic_client, sdk.Policy(max_output_tokens=4096))
+    ours = await resolve(wrapped.messages.create(**copy.deepcopy(arguments)))
+    assert ours.content[0].text == bare.content[0].text != ""
+    assert simulator.requests[-1].body["max_tokens"] == 20000
