@@ -252,3 +252,34 @@ def test_a_stream_closed_from_another_thread_stops_its_reader_as_the_bare_client
     assert outcomes["wrapped"] == outcomes["bare"] == [True]  # the client's connection error, or a subclass
     [root] = _roots(otel)
     assert root.end_time is not None
+
+
+async def _two_loops(stream: Any) -> list[Any]:
+    """The events of `stream` read by a loop left with `break` after two, then a second loop."""
+    events: list[Any] = []
+    if hasattr(stream, "__aiter__"):
+        async for event in stream:
+            events.append(event)
+            if len(events) == 2:
+                break
+        events += [event async for event in stream]
+    else:
+        for event in stream:
+            events.append(event)
+            if len(events) == 2:
+                break
+        events += list(stream)
+    return events
+
+
+async def test_a_loop_left_with_break_can_be_taken_up_again_as_with_the_bare_client(
+    simulator: Any, openai_client: Any, otel: Otel
+) -> None:
+    simulator.reply = PROSE
+    create = lambda c: c.chat.completions.create(model="m", messages=USER, stream=True)  # noqa: E731
+    bare = await _two_loops(await resolve(create(openai_client)))
+    wrapped = await _two_loops(await resolve(create(sdk.wrap(openai_client, tracer_provider=otel.tracer_provider))))
+    assert [e.choices[0].delta.content for e in wrapped] == [e.choices[0].delta.content for e in bare]
+    assert "".join(e.choices[0].delta.content or "" for e in wrapped) == PROSE
+    [root] = _roots(otel)
+    assert sc.ERROR_TYPE not in (root.attributes or {})
