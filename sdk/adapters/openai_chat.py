@@ -114,7 +114,8 @@ class ChatAdapter(Adapter):
             state.usage = chat_usage(usage)
         elif state.hide_usage:  # the bare client's chunks carry no `"usage": null`: leave it unset
             event.__pydantic_fields_set__.discard("usage")
-        if event.__pydantic_extra__:  # llama.cpp-style `timings` (the property `model_extra` costs more)
+        extra = event.__pydantic_extra__  # (the property `model_extra` costs more; OpenAI adds `obfuscation`)
+        if extra and "timings" in extra:  # llama.cpp-style server timings
             state.timings = timings_of(event) or state.timings
         choices = event.choices
         if not choices:  # None on an event type the client does not know
