@@ -45,6 +45,9 @@ SAMPLER_FIRST_CUTOFF: Final = 2.0**-12
 """Weight (relative to the top token's 1) above which top-k/top-p first look for their cut; it holds
 the nucleus of most rows of a trained model, and a row it leaves short looks again lower."""
 
+SAMPLER_REJECTION_ROUNDS: Final = 4
+"""Draws a top-p/min-p row may have refused before its filters are applied by a mask instead."""
+
 SAMPLER_CHUNK: Final = 256
 """Tokens per chunk of the inverse-CDF draw: the chunk is found from chunk sums, then the token."""
 

@@ -7,8 +7,9 @@ Built to scale with batch and vocabulary (a few passes over `[rows, vocab]` per 
 a whole row, no per-step tensor rebuilt from a request's token list):
 - penalties touch only each row's seen tokens, kept incrementally per request (`PenaltyState`);
 - weights w = 2^((logit − max) · log2(e) / T), so w ∈ (0, 1] and the top token has w = 1;
-- every filter is "drop w < threshold": top-k's k-th weight and top-p's smallest kept weight come
-  from a sort of the few candidates above a cutoff (`keep_thresholds`), min-p is min_p itself;
+- top-p and min-p alone filter by rejection: a row's draw is kept if the filters keep that token,
+  else drawn again; top-k (and what comes with it) masks w below a threshold found by sorting the
+  few candidates above a cutoff (`keep_thresholds`);
 - the draw is inverse-CDF with one uniform per row (chunk sums, then the chosen chunk): an exact
   sample of w / Σw. A seeded request draws its uniform from its own generator, so its tokens do not
   depend on what else is in the batch.
@@ -25,6 +26,7 @@ import torch
 from local_backend._constants import (
     DRY_MAX_EXPONENT_LOG,
     SAMPLER_FIRST_CUTOFF,
+    SAMPLER_REJECTION_ROUNDS,
     SAMPLER_CHUNK,
     SAMPLER_STATE_MIN_CAPACITY,
 )
@@ -242,7 +244,7 @@ class Sampler:
         logits = self.adjusted_logits(processed(logits, seqs), seqs)
         if all(p.greedy for p in params):
             return logits.argmax(dim=-1).tolist()
-        tokens = draw(self.weights(logits, params), self._uniforms(seqs, logits.device))
+        tokens = self._draw(self.weights(logits, params), seqs)
         greedy = [i for i, p in enumerate(params) if p.greedy]
         if greedy:
             tokens[greedy] = logits[greedy].argmax(dim=-1)
@@ -263,28 +265,74 @@ class Sampler:
         return out
 
     def weights(self, logits: torch.Tensor, params: Seq[SamplingParams]) -> torch.Tensor:
-        """Unnormalised probabilities each row draws from: temperature, then top-k/top-p/min-p.
+        """Unnormalised probabilities after temperature: w = 2^((logit − max) · log2(e) / T).
 
-        w = 2^((logit − max) · log2(e) / T) (greedy rows use T = 1), 0 where a filter drops; a work
-        buffer, valid until the next call.
+        Greedy rows use T = 1. A work buffer, valid until the next call.
         """
         device = logits.device
         temperature = torch.tensor([p.temperature if p.temperature > 0 else 1.0 for p in params], device=device)
         scale = (LOG2E / temperature)[:, None]
         w = self._buffer("weights", logits)
-        torch.addcmul(-(logits.amax(dim=-1, keepdim=True) * scale), logits, scale, out=w).exp2_()
-        if any(p.top_k or p.top_p < 1 or p.min_p > 0 for p in params):
-            vocab = self.vocab_size
-            threshold = keep_thresholds(
-                w,
-                torch.tensor([min(p.top_k or vocab, vocab) for p in params], device=device),
-                torch.tensor([p.top_p for p in params], device=device),
-                torch.tensor([p.min_p for p in params], device=device),
-            )
-            if any(p.min_p > 0 for p in params):
-                threshold = torch.minimum(threshold, w.amax(dim=-1))  # min_p=1 keeps the top token
-            w.mul_(torch.ge(w, threshold[:, None], out=self._buffer("mask", w, torch.bool)))
-        return w
+        return torch.addcmul(-(logits.amax(dim=-1, keepdim=True) * scale), logits, scale, out=w).exp2_()
+
+    def _draw(self, w: torch.Tensor, seqs: Seq[Sequence]) -> torch.Tensor:
+        """One token per row from w under its filters.
+
+        Rows with top-k are masked below `keep_thresholds` first. Rows with only top-p or min-p draw
+        from the whole row and keep the token if the filters keep it (mass of heavier tokens < p ·
+        Σw, and w ≥ min_p), else draw again: an exact sample of the filtered distribution that
+        costs a pass or two instead of a search for the cut (a kept token has probability ≥ p, so
+        a redraw is rare); rows still refused after `SAMPLER_REJECTION_ROUNDS` are masked.
+        """
+        vocab = self.vocab_size
+        params = [s.params for s in seqs]
+        sampled = [i for i, p in enumerate(params) if not p.greedy]
+        with_k = [i for i in sampled if params[i].top_k is not None and params[i].top_k < vocab]
+        if with_k:
+            self._mask([seqs[i] for i in with_k], w, with_k)
+        tokens = draw(w, self._uniforms(seqs, w.device))
+        rest = [i for i in sampled if i not in with_k and (params[i].top_p < 1 or params[i].min_p > 0)]
+        for _ in range(SAMPLER_REJECTION_ROUNDS):
+            if not rest:
+                break
+            index = torch.tensor(rest, device=w.device)
+            sub = w if len(rest) == len(seqs) else w[index]
+            chosen = sub.gather(1, tokens[index][:, None])
+            top_p = torch.tensor([params[i].top_p for i in rest], device=w.device)
+            min_p = torch.tensor([params[i].min_p for i in rest], device=w.device)
+            heavier = torch.where(
+                torch.gt(sub, chosen, out=self._buffer("mask", sub, torch.bool)), sub, sub.new_zeros(()),
+                out=self._buffer("scratch", sub),
+            ).sum(-1)  # fmt: skip
+            kept = (top_p >= 1) | (heavier < top_p * sub.sum(-1))
+            if any(params[i].min_p > 0 for i in rest):
+                kept &= chosen[:, 0] >= torch.minimum(min_p, sub.amax(-1))
+            refused = [i for i, ok in zip(rest, kept.tolist()) if not ok]
+            if refused:
+                again = torch.tensor(refused, device=w.device)
+                tokens[again] = draw(w[again], self._uniforms([seqs[i] for i in refused], w.device))
+            rest = refused
+        if rest:
+            self._mask([seqs[i] for i in rest], w, rest)
+            again = torch.tensor(rest, device=w.device)
+            tokens[again] = draw(w[again], self._uniforms([seqs[i] for i in rest], w.device))
+        return tokens
+
+    def _mask(self, seqs: list[Sequence], w: torch.Tensor, rows: list[int]) -> None:
+        """Zero, in these rows of w, what top-k/top-p/min-p drop."""
+        vocab = self.vocab_size
+        every = len(rows) == w.shape[0]
+        sub = w if every else w[torch.tensor(rows, device=w.device)]
+        threshold = keep_thresholds(
+            sub,
+            torch.tensor([min(s.params.top_k or vocab, vocab) for s in seqs], device=w.device),
+            torch.tensor([s.params.top_p for s in seqs], device=w.device),
+            torch.tensor([s.params.min_p for s in seqs], device=w.device),
+        )
+        threshold = torch.minimum(threshold, sub.amax(dim=-1))  # min_p=1 keeps the top token
+        sub.mul_(torch.ge(sub, threshold[:, None], out=self._buffer("mask", sub, torch.bool)))
+        if not every:
+            w[torch.tensor(rows, device=w.device)] = sub
 
     def _uniforms(self, seqs: Seq[Sequence], device: torch.device) -> torch.Tensor:
         uniforms = torch.rand(len(seqs), dtype=torch.float64, device=device)

@@ -169,3 +169,28 @@ def test_draws_follow_the_distribution():
     seq = _seq("a", SamplingParams(temperature=1.0))
     draws = [_sampler()(logits, [seq])[0] for _ in range(2000)]
     assert 0.7 < draws.count(1) / len(draws) < 0.8
+
+
+@pytest.mark.parametrize(("params", "kept"), [
+    (SamplingParams(top_p=0.6), {0: 0.5 / 0.8, 1: 0.3 / 0.8}),
+    (SamplingParams(min_p=0.5), {0: 0.5 / 0.8, 1: 0.3 / 0.8}),
+    (SamplingParams(top_k=3, top_p=0.9), {0: 0.5 / 0.95, 1: 0.3 / 0.95, 2: 0.15 / 0.95}),
+])  # fmt: skip
+def test_filtered_draws_follow_the_renormalised_distribution(params, kept):
+    torch.manual_seed(0)
+    logits = torch.tensor([PROBS + [0.0] * 46]).log()
+    seq = _seq("a", params)
+    sampler = Sampler(vocab_size=50, breakers=lambda _: NO_BREAKERS)
+    draws = [sampler(logits, [seq])[0] for _ in range(1200)]
+    assert set(draws) == set(kept)
+    for token, share in kept.items():
+        assert abs(draws.count(token) / len(draws) - share) < 0.05
+
+
+def test_a_filter_that_refuses_almost_every_draw_is_applied_as_a_mask():
+    torch.manual_seed(0)
+    logits = torch.zeros(2, 1000)
+    logits[:, 7] = 1e-3  # the top token, barely: min_p=0.9999 keeps it alone
+    seqs = [_seq("a", SamplingParams(min_p=0.9999)), _seq("b", SamplingParams(min_p=0.9999, seed=5))]
+    sampler = Sampler(vocab_size=1000, breakers=lambda _: NO_BREAKERS)
+    assert [sampler(logits, seqs) for _ in range(5)] == [[7, 7]] * 5
