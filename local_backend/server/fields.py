@@ -56,7 +56,7 @@ _OPENAI_SHARED: Final[dict[str, Rule]] = {
     "stream_options": HONOURED,
     "user": INERT,
     "logit_bias": Off(({},)),
-    "logprobs": Off((False,)),
+    "logprobs": HONOURED,
 }
 
 CHAT: Final[Table] = {
@@ -77,7 +77,7 @@ CHAT: Final[Table] = {
     "parallel_tool_calls": Off(),
     "functions": Off(([],)),
     "function_call": Off(("none",)),
-    "top_logprobs": Off(),
+    "top_logprobs": HONOURED,
     "audio": Off(),
     "prediction": Off(),
     "reasoning_effort": Off(("none",)),

@@ -9,6 +9,7 @@ choice). With `n > 1` the prompt is counted once and `completion_tokens` sums ev
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections.abc import Sequence
@@ -24,6 +25,7 @@ from local_backend.server._constants import MODEL_OWNER, OPENAI_CHAT_ROLES, OPEN
 from local_backend.server.choices import choice_count, per_choice, start_choices
 from local_backend.server.errors import ApiError, Flavor
 from local_backend.server.generation import Backend
+from local_backend.server.logprobs import Decode, LogprobsRecorder, chat_logprobs, completion_logprobs, requested_top
 from local_backend.server.streaming import respond, sse
 from local_backend.server.usage import Usage, timings
 from local_backend.server.validation import chat_turns, optional, read_json, sampling_params, stop_strings
@@ -34,11 +36,23 @@ class OpenAIFormat:
 
     flavor = Flavor.OPENAI
 
-    def __init__(self, model: str, *, chat: bool, include_usage: bool, echo: str = "", n: int = 1):
+    def __init__(
+        self,
+        model: str,
+        *,
+        chat: bool,
+        include_usage: bool,
+        echo: str = "",
+        n: int = 1,
+        recorders: Sequence[LogprobsRecorder] = (),
+        decode: Decode = str,
+    ):
         self._model = model
         self._chat, self._include_usage = chat, include_usage
         self._echo = echo  # legacy `echo`: the prompt's text before the answer's
         self._n = n
+        self._recorders, self._decode = recorders, decode  # one recorder per choice, when logprobs are asked for
+        self._offsets = [len(echo)] * n  # legacy `text_offset` of each choice's next token
         self._id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         self._created = int(time.time())
 
@@ -46,7 +60,8 @@ class OpenAIFormat:
         body = self._envelope(chunk=False)
         choices = []
         for index, completion in enumerate(completions):
-            choice: dict[str, Any] = {"index": index, "logprobs": None, "finish_reason": completion.finish_reason}
+            logprobs = self._logprobs(index, completion.token_ids)
+            choice: dict[str, Any] = {"index": index, "logprobs": logprobs, "finish_reason": completion.finish_reason}
             if self._chat:
                 choice["message"] = {"role": "assistant", "content": completion.text, "refusal": None}
             else:
@@ -60,9 +75,10 @@ class OpenAIFormat:
         return [self._chunk(i, self._echo, None) for i in range(self._n)] if self._echo else []
 
     def delta(self, index: int, delta: StreamDelta) -> list[bytes]:
-        if not delta.text:
+        logprobs = self._logprobs(index, delta.token_ids) if delta.token_ids else None
+        if not delta.text and logprobs is None:
             return []
-        return [self._chunk(index, {"content": delta.text} if self._chat else delta.text, None)]
+        return [self._chunk(index, {"content": delta.text} if self._chat else delta.text, None, logprobs=logprobs)]
 
     def finished(self, index: int, completion: Completion) -> list[bytes]:
         return [self._chunk(index, {} if self._chat else "", completion.finish_reason, {"timings": timings(completion)})]
@@ -81,10 +97,25 @@ class OpenAIFormat:
         kind = ("chat.completion" if self._chat else "text_completion") + (".chunk" if chunk and self._chat else "")
         return {"id": self._id, "object": kind, "created": self._created, "model": self._model, "system_fingerprint": None}
 
+    def _logprobs(self, index: int, tokens: Sequence[int]) -> dict[str, Any] | None:
+        if not self._recorders:
+            return None
+        entries = self._recorders[index].take(tokens)
+        if self._chat:
+            return chat_logprobs(entries, self._decode)
+        logprobs = completion_logprobs(entries, self._decode, self._offsets[index])
+        self._offsets[index] += sum(map(len, logprobs["tokens"]))
+        return logprobs
+
     def _chunk(
-        self, index: int, delta: dict[str, Any] | str, finish_reason: str | None, extra: dict[str, Any] | None = None
+        self,
+        index: int,
+        delta: dict[str, Any] | str,
+        finish_reason: str | None,
+        extra: dict[str, Any] | None = None,
+        logprobs: dict[str, Any] | None = None,
     ) -> bytes:
-        choice: dict[str, Any] = {"index": index, "logprobs": None, "finish_reason": finish_reason}
+        choice: dict[str, Any] = {"index": index, "logprobs": logprobs, "finish_reason": finish_reason}
         choice["delta" if self._chat else "text"] = delta
         body = {**self._envelope(chunk=True), "choices": [choice], **(extra or {})}
         if self._include_usage:
@@ -147,14 +178,25 @@ def routes(backend: Backend) -> list[Route]:
             max_temperature=OPENAI_MAX_TEMPERATURE,
         )
         options = optional(body, "stream_options", dict, {})
+        echo = optional(body, "echo", bool, False) and not chat
+        top = requested_top(body, chat)
+        if echo and top is not None:
+            raise ApiError("logprobs with echo needs the prompt's logprobs, which this backend does not compute",
+                           param="logprobs")  # fmt: skip
+        recorders = [LogprobsRecorder(top) for _ in range(n)] if top is not None else []
+        choices = per_choice(params, n)
+        if recorders:
+            choices = [dataclasses.replace(p, logits_processor=r) for p, r in zip(choices, recorders)]
         fmt = OpenAIFormat(
             backend.check_model(optional(body, "model", str)),
             chat=chat,
             include_usage=bool(options.get("include_usage")),
-            echo=engine.tokenizer.decode(ids) if not chat and optional(body, "echo", bool, False) else "",
+            echo=engine.tokenizer.decode(ids) if echo else "",
             n=n,
+            recorders=recorders,
+            decode=lambda token: engine.tokenizer.decode([token]),
         )
-        generations = await start_choices(backend, request, ids, per_choice(params, n))
+        generations = await start_choices(backend, request, ids, choices)
         return await respond(request, generations, fmt, optional(body, "stream", bool, False))
 
     return [

@@ -40,6 +40,7 @@ class Answer:
     model: str
     chunks: int = 0
     usage_chunk: bool = False
+    logprobs: Any = None  # the first choice's, as the client parsed them
 
 
 @dataclass(frozen=True)
@@ -75,12 +76,11 @@ ON_VALUES: dict[str, dict[str, Any]] = {
         "service_tier": "flex", "store": True, "modalities": ["text", "audio"],
         "response_format": {"type": "json_object"}, "tools": [TOOL], "tool_choice": "auto",
         "parallel_tool_calls": True, "functions": [TOOL["function"]], "function_call": "auto",
-        "top_logprobs": 2, "audio": {"voice": "alloy", "format": "wav"},
+        "audio": {"voice": "alloy", "format": "wav"},
         "prediction": {"type": "content", "content": "Hello"}, "reasoning_effort": "high", "verbosity": "low",
         "web_search_options": {}, "moderation": {"model": "omni-moderation-latest"}, "logit_bias": {"42": 10},
-        "logprobs": True,
     },
-    "completions": {"logit_bias": {"42": 10}, "logprobs": 2, "best_of": 2, "suffix": " the end"},
+    "completions": {"logit_bias": {"42": 10}, "best_of": 2, "suffix": " the end"},
     "messages": {
         "speed": "fast", "inference_geo": "us", "diagnostics": {"previous_message_id": "msg_1"},
         "container": "container_1", "output_config": {"effort": "low"},
@@ -127,7 +127,7 @@ def _openai_answer(response: Any, chat: bool) -> Answer:
         texts = [c.message.content if chat else c.text for c in response.choices]
         usage = response.usage
         return Answer(texts, [c.finish_reason for c in response.choices], usage.prompt_tokens,
-                      usage.completion_tokens, response.model)  # fmt: skip
+                      usage.completion_tokens, response.model, logprobs=response.choices[0].logprobs)  # fmt: skip
     chunks = list(response)
     by_index: dict[int, list[str]] = {}
     finishes: dict[int, str] = {}
@@ -306,6 +306,22 @@ def _check_counted_model(ask: Ask) -> None:
     _assert_refused_naming(ask, "model", status=404, model="gpt-unknown")
 
 
+def _check_chat_logprobs(ask: Ask) -> None:
+    answer = ask(logprobs=True)
+    assert ask().logprobs is None and len(answer.logprobs.content) == answer.output_tokens
+    assert ask(logprobs=True, top_logprobs=0).logprobs.content[0].top_logprobs == []
+
+
+def _check_top_logprobs(ask: Ask) -> None:
+    assert all(len(entry.top_logprobs) == 2 for entry in ask(logprobs=True, top_logprobs=2).logprobs.content)
+
+
+def _check_legacy_logprobs(ask: Ask) -> None:
+    answer = ask(logprobs=2)
+    assert ask().logprobs is None and len(answer.logprobs.tokens) == answer.output_tokens
+    assert all(len(top) == 2 for top in answer.logprobs.top_logprobs)
+
+
 def _check_system(ask: Ask) -> None:
     assert ask(system="You are terse.").prompt_tokens > ask().prompt_tokens
 
@@ -333,6 +349,9 @@ HONOURED_CHECKS: dict[str, Callable[[Ask], None]] = {
     "n": _check_n,
     "echo": _check_echo,
     "count_tokens.model": _check_counted_model,
+    "chat.logprobs": _check_chat_logprobs,
+    "top_logprobs": _check_top_logprobs,
+    "completions.logprobs": _check_legacy_logprobs,
 }
 
 
