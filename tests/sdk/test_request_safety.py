@@ -13,7 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import anthropic
+import openai
 import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 import sdk
 from sdk.adapters import adapter_for
@@ -389,3 +393,62 @@ async def test_a_thinking_call_without_a_budget_keeps_the_callers_limit_and_is_a
     ours = await resolve(wrapped.messages.create(**copy.deepcopy(arguments)))
     assert ours.content[0].text == bare.content[0].text != ""
     assert simulator.requests[-1].body["max_tokens"] == 20000
+
+
+# Any mix of the shapes above: what the bare client gets answered, the wrapped one gets answered, and
+# every body difference is recorded. Sync clients only: the rewrite is I/O-free and shared by both.
+
+_MESSAGES_SHAPES = {
+    "model": st.sampled_from(["claude-sonnet-5", "claude-mythos-5", "claude-haiku-4-5"]),
+    "max_tokens": st.sampled_from([0, 50, 9000, 20000]),
+    "thinking": st.sampled_from([None, {"type": "enabled", "budget_tokens": 2048}, {"type": "adaptive"}]),
+    "system": st.sampled_from([None, "", LONG_SYSTEM, [{"type": "text", "text": LONG_SYSTEM, "cache_control": {"type": "ephemeral", "ttl": "1h"}}]]),
+    "tools": st.sampled_from([None, [], TOOLS, [TOOLS[0], {**TOOLS[1], "cache_control": MARK}]]),
+    "cache_control": st.sampled_from([None, MARK, {"type": "ephemeral", "ttl": "1h"}]),
+    "messages": st.sampled_from([
+        USER,
+        _thinking_history([THINKING, {"type": "text", "text": "Done."}, REDACTED])()["messages"],
+        _top_level_cache_control()["messages"],
+    ]),
+    "extra_body": st.sampled_from([None, {"max_tokens": 9000}, {"stop_sequences": ["x"]}]),
+}
+_CHAT_SHAPES = {
+    "model": st.sampled_from(["m", "o3", "gpt-5.6"]),
+    "max_completion_tokens": st.sampled_from([None, 50, 9000]),
+    "reasoning_effort": st.sampled_from([None, "none", "high"]),
+    "tools": st.sampled_from([None, [], [{"type": "function", "function": {"name": n}} for n in ("b", "a")]]),
+    "messages": st.sampled_from([USER, [{"role": "system", "content": LONG_SYSTEM}, *USER]]),
+    "extra_body": st.sampled_from([None, {"max_tokens": 9000}, {"stop": ["a", "b", "c"]}]),
+}
+
+
+@st.composite
+def _calls(draw: Any, shapes: dict[str, Any]) -> dict[str, Any]:
+    return {name: value for name, strategy in shapes.items() if (value := draw(strategy)) is not None}
+
+
+@pytest.mark.parametrize(("api", "shapes"), [(Api.MESSAGES, _MESSAGES_SHAPES), (Api.CHAT, _CHAT_SHAPES)], ids=["messages", "chat"])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_any_mix_the_bare_client_gets_answered_is_answered_wrapped_with_every_difference_recorded(simulator, otel, api, shapes, data):
+    arguments = data.draw(_calls(shapes))
+    simulator.reset()
+    otel.spans_exporter.clear()
+    if api is Api.MESSAGES:
+        client: Any = anthropic.Anthropic(base_url=simulator.anthropic_base_url, api_key="k", max_retries=0)
+    else:
+        client = openai.OpenAI(base_url=simulator.openai_base_url, api_key="k", max_retries=0)
+    try:
+        _send(client, api, copy.deepcopy(arguments))
+    except (anthropic.BadRequestError, openai.BadRequestError, ValueError) as refused:
+        event(f"the bare request is refused: {type(refused).__name__}")
+        return  # nothing to keep valid
+    event("the bare request is answered")
+    wrapped = sdk.wrap(client, sdk.Policy(stop=("END",)), tracer_provider=otel.tracer_provider, meter_provider=otel.meter_provider)
+    _send(wrapped, api, copy.deepcopy(arguments))
+    sent_bare, sent_ours = simulator.requests[0].body, simulator.requests[1].body
+    changes = _changes(otel)
+    for name in sorted(set(sent_bare) | set(sent_ours)):
+        if sent_bare.get(name) != sent_ours.get(name):
+            prefixes = EXPLAINED_BY.get(name, (name,))
+            assert any(change.startswith(prefixes) for change in changes), (name, sent_bare.get(name), sent_ours.get(name), changes)
