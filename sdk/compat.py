@@ -11,7 +11,8 @@ parts of it, nowhere else:
   (marks the `with_raw_response` / `with_streaming_response` forms);
 - a raw response's parse cache (`_parsed_by_type`), so `.parse()` of a streamed raw response gives
   the guarded stream;
-- the client family's base classes (`_base_client.SyncAPIClient` / `AsyncAPIClient`);
+- the client family's base classes (`_base_client.SyncAPIClient` / `AsyncAPIClient`) and the
+  client's `_base_url` (read at each call, so a changed base URL is honoured);
 - `APIConnectionError(message=..., request=...)`, for a fault that has no request of its own.
 
 `client_family` runs at `wrap()` time and raises `UnsupportedClient`, naming the supported
@@ -98,6 +99,13 @@ def _source(function: Callable[..., Any]) -> str:
         return inspect.getsource(function)
     except (OSError, TypeError):
         return "self._post = client.post"
+
+
+def base_url(client: Any) -> Any:
+    """The client's base URL object, read without the `base_url` property's cost (openai's imports
+    a module on every read); the property where the attribute is missing."""
+    url = getattr(client, "__dict__", {}).get("_base_url")
+    return url if url is not None else client.base_url
 
 
 def resource_client(resource: Any) -> Any:

@@ -30,7 +30,7 @@ from sdk.telemetry import CallRecord, Telemetry
 Server = tuple[str | None, int | None]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Sender:
     """The send of one prepared call through the live client `client` (sync or async `post`)."""
 

@@ -131,7 +131,7 @@ class WrappedClient(_Node):
         super().__init__(client, ())
         object.__setattr__(self, "_shared", shared)
         object.__setattr__(self, "_views", {})
-        object.__setattr__(self, "_where", ("", Provider.OPENAI, (None, None)))
+        object.__setattr__(self, "_where", (None, Provider.OPENAI, (None, None)))
 
     @property  # type: ignore[misc]
     def __class__(self) -> type:  # isinstance(wrapped, openai.OpenAI) holds, as for the bare client
@@ -220,10 +220,10 @@ class WrappedClient(_Node):
 
     def _provider_and_server(self) -> tuple[Provider, Server]:
         """Who serves the live client's base URL (read at each call: it may have been changed)."""
-        base_url = str(self._target.base_url)
+        base_url = compat.base_url(self._target)  # the same object until someone sets it
         key, provider, server = self._where
-        if key != base_url:
-            base = urlsplit(base_url)
+        if key is not base_url:
+            base = urlsplit(str(base_url))
             server = (base.hostname, base.port or (443 if base.scheme == "https" else 80))
             provider = self._shared.provider or (
                 Provider.ANTHROPIC
