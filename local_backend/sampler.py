@@ -240,40 +240,38 @@ class Sampler:
         return buffer[:rows]
 
     def __call__(self, logits: torch.Tensor, seqs: Seq[Sequence]) -> list[int]:
+        """Token ids for `logits` (`[rows, vocab]`), one row per sequence; the logits are used up
+        (overwritten in place: in-place passes cost a fraction of ones into another buffer)."""
         params = [s.params for s in seqs]
         logits = self.adjusted_logits(processed(logits, seqs), seqs)
         if all(p.greedy for p in params):
             return logits.argmax(dim=-1).tolist()
-        tokens = self._draw(self.weights(logits, params), seqs)
         greedy = [i for i, p in enumerate(params) if p.greedy]
-        if greedy:
-            tokens[greedy] = logits[greedy].argmax(dim=-1)
+        argmax = logits[greedy].argmax(dim=-1) if greedy else None
+        tokens = self._draw(self.weights(logits, params), seqs)
+        if argmax is not None:
+            tokens[greedy] = argmax
         return tokens.tolist()
 
     def adjusted_logits(self, logits: torch.Tensor, seqs: Seq[Sequence]) -> torch.Tensor:
-        """The logits after vLLM's penalties and llama.cpp's DRY (then a work buffer, valid until the
-        next call; the caller's logits are never changed)."""
+        """The logits after vLLM's penalties and llama.cpp's DRY, applied in place (float32)."""
+        out = logits.float().contiguous()
         penalised = [i for i, s in enumerate(seqs) if s.params.has_penalties]
-        dry = [i for i, s in enumerate(seqs) if s.params.dry_multiplier > 0]
-        if not penalised and not dry:
-            return logits.float()
-        out = self._buffer("logits", logits).copy_(logits)
         if penalised:
             self._penalise(out, [seqs[i] for i in penalised], penalised)
+        dry = [i for i, s in enumerate(seqs) if s.params.dry_multiplier > 0]
         if dry:
             self._dry(out, seqs, dry)
         return out
 
     def weights(self, logits: torch.Tensor, params: Seq[SamplingParams]) -> torch.Tensor:
-        """Unnormalised probabilities after temperature: w = 2^((logit − max) · log2(e) / T).
+        """Unnormalised probabilities after temperature, in place: w = 2^((logit − max) · log2(e) / T).
 
-        Greedy rows use T = 1. A work buffer, valid until the next call.
+        Greedy rows use T = 1.
         """
-        device = logits.device
-        temperature = torch.tensor([p.temperature if p.temperature > 0 else 1.0 for p in params], device=device)
-        scale = (LOG2E / temperature)[:, None]
-        w = self._buffer("weights", logits)
-        return torch.addcmul(-(logits.amax(dim=-1, keepdim=True) * scale), logits, scale, out=w).exp2_()
+        temperature = torch.tensor([p.temperature if p.temperature > 0 else 1.0 for p in params], device=logits.device)
+        logits.sub_(logits.amax(dim=-1, keepdim=True)).mul_((LOG2E / temperature)[:, None])
+        return logits.exp2_()
 
     def _draw(self, w: torch.Tensor, seqs: Seq[Sequence]) -> torch.Tensor:
         """One token per row from w under its filters.
@@ -363,13 +361,14 @@ class Sampler:
         index = torch.tensor(rows, device=device)[entry_row] * logits.shape[-1] + torch.cat(
             [state.ids[: state.n] for state in states]
         )
-        flat[index] = apply_penalties(
-            flat[index],
+        penalised = apply_penalties(
+            flat.index_select(0, index),
             torch.cat([state.counts[: state.n] for state in states]),
             per_entry([s.params.repetition_penalty for s in seqs]),
             per_entry([s.params.frequency_penalty for s in seqs]),
             per_entry([s.params.presence_penalty for s in seqs]),
         )
+        flat.index_copy_(0, index, penalised)  # each index once: a row's seen ids are distinct
 
     def _dry(self, logits: torch.Tensor, seqs: Seq[Sequence], rows: list[int]) -> None:
         at: list[int] = []

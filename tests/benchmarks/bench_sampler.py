@@ -49,8 +49,9 @@ def step_ms(batch: int, vocab: int, params: SamplingParams) -> tuple[float, floa
     logits = torch.randn(batch, vocab) * 3
     samples = []
     for step in range(STEPS + 1):
+        fresh = logits.clone()  # the sampler uses its logits up, as the model's are each step
         start = time.perf_counter()
-        tokens = sampler(logits, seqs)
+        tokens = sampler(fresh, seqs)
         elapsed = time.perf_counter() - start
         for seq, token in zip(seqs, tokens):
             seq.token_ids.append(token)
