@@ -94,6 +94,8 @@ class Usage:
 
     `input_tokens` counts ALL input tokens, cached ones included (for Anthropic that is
     input + cache_read + cache_creation), as the GenAI semantic conventions define it.
+    `cache_write_1h_tokens` is the part of `cache_write_tokens` written with a one-hour TTL
+    (Anthropic's `cache_creation.ephemeral_1h_input_tokens`): those writes cost more.
     """
 
     input_tokens: int = 0
@@ -101,6 +103,7 @@ class Usage:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0
+    cache_write_1h_tokens: int = 0
 
     @property
     def hit_ratio(self) -> float:

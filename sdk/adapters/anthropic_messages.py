@@ -29,11 +29,13 @@ def messages_usage(usage: Any) -> Usage | None:
         return None
     read = int(getattr(usage, "cache_read_input_tokens", None) or 0)
     write = int(getattr(usage, "cache_creation_input_tokens", None) or 0)
+    split = getattr(usage, "cache_creation", None)  # the 5m/1h split of the writes (priced differently)
     return Usage(
         input_tokens=int(getattr(usage, "input_tokens", None) or 0) + read + write,
         output_tokens=int(getattr(usage, "output_tokens", None) or 0),
         cache_read_tokens=read,
         cache_write_tokens=write,
+        cache_write_1h_tokens=min(int(getattr(split, "ephemeral_1h_input_tokens", None) or 0), write),
     )
 
 
@@ -44,7 +46,7 @@ def _merged_usage(start: Any, delta: Any) -> Usage | None:
     """
     if delta is None:
         return messages_usage(start)
-    fields = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+    fields = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "cache_creation")
     merged = {
         name: value if (value := getattr(delta, name, None)) is not None else getattr(start, name, None)
         for name in fields

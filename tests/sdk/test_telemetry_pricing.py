@@ -75,3 +75,26 @@ def test_cost_prices_uncached_cached_written_and_output_tokens_at_their_own_rate
     assert cost.output_usd == pytest.approx(1_000 * 8.0 / 1e6)
     assert cost.total_usd == pytest.approx((2_000 + 3_000 + 7_500 + 8_000) / 1e6)
     assert cost.saved_usd == pytest.approx(6_000 * 1.5 / 1e6)
+
+
+def test_one_hour_cache_writes_are_priced_at_their_own_rate_and_the_rest_at_the_five_minute_rate() -> None:
+    price = Price(input=3.0, output=15.0, cached_input=0.3, cache_write=3.75, cache_write_1h=6.0)
+    usage = Usage(input_tokens=10_000, output_tokens=100, cache_write_tokens=4_000, cache_write_1h_tokens=3_000)
+    assert cost_of(usage, price).cache_write_usd == pytest.approx((1_000 * 3.75 + 3_000 * 6.0) / 1e6)
+
+
+def test_the_builtin_table_prices_anthropic_one_hour_writes_at_twice_input_and_gpt_5_6_writes_at_1_25x() -> None:
+    table = PriceTable.load()
+    for name in ("claude-sonnet-4-6", "claude-opus-4-7", "claude-haiku-4-5", "claude-opus-5-5"):
+        price = table.prices[name]
+        assert price.cache_write == pytest.approx(1.25 * price.input), name
+        assert price.cache_write_1h == pytest.approx(2 * price.input), name
+    gpt = table.lookup("gpt-5.6-2026-10-01")
+    assert gpt is not None and gpt.cache_write == pytest.approx(1.25 * gpt.input) and gpt.cached_input < gpt.input
+    assert table.prices["gpt-5.5"].cache_write == table.prices["gpt-5.5"].input  # no write surcharge before 5.6
+
+
+def test_an_override_without_a_one_hour_rate_prices_one_hour_writes_at_its_cache_write_rate() -> None:
+    table = PriceTable.load({"m": {"input": 1.0, "output": 2.0, "cache_write": 1.5}})
+    assert table.lookup("m") == Price(input=1.0, output=2.0, cached_input=1.0, cache_write=1.5, cache_write_1h=1.5)
+    assert PriceTable.load({"m": {"input": 1.0, "output": 2.0, "cache_write_1h": 2.0}}).prices["m"].cache_write_1h == 2.0
