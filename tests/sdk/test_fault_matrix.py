@@ -1,6 +1,6 @@
 """The SDK against every wire fault the provider simulator scripts: one table, both clients.
 
-Each fault case runs for Chat Completions and Messages, streamed and not (where the fault applies),
+Each fault case runs for Chat Completions, Responses and Messages, streamed and not (where the fault applies),
 and through anthropic's `messages.stream()` helper, sync and async, and checks four things: how many attempts reached the simulator, the exception the
 caller sees (always the client's own, `sdk.StreamTruncated` included), what the caller received (a
 completed answer is the whole reply; partial text only ever comes with an error), and what the call
@@ -195,6 +195,17 @@ APIS = {
         events_of,
         lambda event: (event.choices[0].delta.content or "") if event.choices else "",
         lambda event: bool(event.choices) and event.choices[0].finish_reason is not None,
+        "chat",
+    ),
+    "responses": ApiUnderTest(
+        "openai responses",
+        "openai_client",
+        openai,
+        lambda client, stream: client.responses.create(model="gpt-5.4", input="Tell me something.", stream=stream),
+        lambda response: response.output_text,
+        events_of,
+        lambda event: event.delta if event.type == "response.output_text.delta" else "",
+        lambda event: event.type in ("response.completed", "response.incomplete"),
         "chat",
     ),
     "messages": ApiUnderTest(
