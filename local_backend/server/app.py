@@ -23,7 +23,7 @@ from starlette.routing import Route
 
 from local_backend._constants import DEFAULT_MODEL_NAME
 from local_backend.engine import Engine
-from local_backend.server import anthropic_routes, openai_routes
+from local_backend.server import anthropic_routes, openai_routes, responses_routes
 from local_backend.server._constants import DEFAULT_MAX_QUEUE, HEALTH_PATH
 from local_backend.server.auth import ApiKeyMiddleware
 from local_backend.server.errors import ApiError, ErrorKind, Flavor, error_body, error_response, status_of
@@ -73,6 +73,7 @@ def create_app(
         Route(HEALTH_PATH, health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         *openai_routes.routes(backend),
+        *responses_routes.routes(backend),
         *anthropic_routes.routes(backend),
     ]
     middleware = [Middleware(ApiKeyMiddleware, api_keys=keys)] if keys else []

@@ -117,6 +117,42 @@ MESSAGES: Final[Table] = {
     "tool_choice": Off(({"type": "none"},)),
 }
 
+RESPONSES: Final[Table] = {
+    **_EXTRAS,
+    "model": HONOURED,
+    "input": HONOURED,
+    "instructions": HONOURED,
+    "max_output_tokens": HONOURED,
+    "stream": HONOURED,
+    "metadata": HONOURED,  # echoed back in the `Response`
+    "user": INERT,
+    "safety_identifier": INERT,
+    "prompt_cache_key": INERT,
+    "prompt_cache_retention": INERT,
+    "prompt_cache_options": INERT,
+    "service_tier": Off(("auto", "default")),
+    "store": Off((False,)),
+    "background": Off((False,)),
+    "stream_options": Off(({"include_obfuscation": False}, {})),
+    "truncation": Off(("disabled",)),
+    "include": Off(([],)),
+    "text": Off(({"format": {"type": "text"}},)),
+    "tools": Off(([],)),
+    "tool_choice": Off(("none",)),
+    "parallel_tool_calls": Off(),
+    "max_tool_calls": Off(),
+    "top_logprobs": Off((0,)),
+    "reasoning": Off(),
+    "previous_response_id": Off(),
+    "conversation": Off(),
+    "prompt": Off(),
+    "context_management": Off(),
+    "background_options": Off(),
+    "moderation": Off(),
+    "image": Off(),
+    "access_programs": Off(),
+}
+
 COUNT_TOKENS: Final[Table] = {
     name: MESSAGES[name]
     for name in ("model", "messages", "system", "cache_control", "user_profile_id", "workspace_id", "speed",

@@ -20,6 +20,7 @@ import pytest
 from anthropic.types import message_count_tokens_params, message_create_params
 from openai.types import completion_create_params
 from openai.types.chat import completion_create_params as chat_create_params
+from openai.types.responses import response_create_params
 
 from local_backend import Engine
 from local_backend.server import create_app, fields, serve_in_thread
@@ -41,6 +42,7 @@ class Answer:
     chunks: int = 0
     usage_chunk: bool = False
     logprobs: Any = None  # the first choice's, as the client parsed them
+    metadata: Any = None  # a Response's
 
 
 @dataclass(frozen=True)
@@ -64,11 +66,15 @@ ENDPOINTS = {
                             fields.COMPLETIONS, {"prompt": "The quick brown fox"}),
     "messages": Endpoint("messages", (message_create_params.MessageCreateParamsNonStreaming,
                                       message_create_params.MessageCreateParamsStreaming), fields.MESSAGES, PROMPT),
+    "responses": Endpoint("responses", (response_create_params.ResponseCreateParamsNonStreaming,
+                                        response_create_params.ResponseCreateParamsStreaming), fields.RESPONSES,
+                          {"input": QUESTION}),
     "count_tokens": Endpoint("count_tokens", (message_count_tokens_params.MessageCountTokensParams,),
                              fields.COUNT_TOKENS, PROMPT),
 }  # fmt: skip
 BASE = {"model": "tiny", "max_tokens": 12, "temperature": 0, "ignore_eos": True}
-"""Every generating request's fields besides its endpoint's own (a count has only `model`)."""
+"""Every generating request's fields besides its endpoint's own (a count has only `model`, a
+Responses request says `max_output_tokens`)."""
 
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
 ON_VALUES: dict[str, dict[str, Any]] = {
@@ -89,6 +95,16 @@ ON_VALUES: dict[str, dict[str, Any]] = {
     },
 }  # fmt: skip
 ON_VALUES["count_tokens"] = ON_VALUES["messages"]
+ON_VALUES["responses"] = {
+    "service_tier": "flex", "store": True, "background": True, "stream_options": {"include_obfuscation": True},
+    "truncation": "auto", "include": ["message.output_text.logprobs"], "text": {"format": {"type": "json_object"}},
+    "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}], "tool_choice": "auto",
+    "parallel_tool_calls": True, "max_tool_calls": 2, "top_logprobs": 2, "reasoning": {"effort": "low"},
+    "previous_response_id": "resp_1", "conversation": "conv_1", "prompt": {"id": "pmpt_1"},
+    "context_management": [{"type": "compaction"}], "background_options": {"completion_window": "2h"},
+    "moderation": {"model": "omni-moderation-latest"}, "image": {"context_compression": "enabled"},
+    "access_programs": {"cyber": "standard"},
+}  # fmt: skip
 INERT_VALUES: dict[str, Any] = {
     "user": "user-1", "metadata": {"user_id": "u1"}, "safety_identifier": "s1", "prompt_cache_key": "k1",
     "prompt_cache_retention": "24h", "prompt_cache_options": {"ttl": "1h"}, "cache_control": {"type": "ephemeral"},
@@ -118,6 +134,8 @@ def _ask(base_url: str, endpoint: Endpoint, request: dict[str, Any]) -> Answer:
                 return Answer([], [], counted.input_tokens, 0, "")
             return _message_answer(client.messages.create(**kwargs, extra_body=extra))
     with openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0) as client:
+        if endpoint.name == "responses":
+            return _response_answer(client.responses.create(**kwargs, extra_body=extra))
         create = client.chat.completions.create if endpoint.name == "chat" else client.completions.create
         return _openai_answer(create(**kwargs, extra_body=extra), chat=endpoint.name == "chat")
 
@@ -140,6 +158,17 @@ def _openai_answer(response: Any, chat: bool) -> Answer:
     return Answer(["".join(by_index[i]) for i in sorted(by_index)], [finishes[i] for i in sorted(finishes)],
                   usage.prompt_tokens if usage else 0, usage.completion_tokens if usage else 0,
                   chunks[0].model, chunks=len(chunks), usage_chunk=usage is not None)  # fmt: skip
+
+
+def _response_answer(response: Any) -> Answer:
+    chunks = 0
+    if isinstance(response, openai.Stream):
+        events = list(response)
+        chunks, response = len(events), events[-1].response
+    finish = "length" if response.status == "incomplete" else "stop"
+    usage = response.usage
+    return Answer([response.output_text], [finish], usage.input_tokens, usage.output_tokens, response.model,
+                  chunks=chunks, metadata=response.metadata)  # fmt: skip
 
 
 def _message_answer(response: Any) -> Answer:
@@ -184,7 +213,14 @@ def endpoint(request: pytest.FixtureRequest) -> Endpoint:
 
 def _asker(base_url: str, endpoint: Endpoint) -> Ask:
     base = {"model": "tiny"} if endpoint.name == "count_tokens" else BASE
-    return lambda **over: _ask(base_url, endpoint, {**base, **endpoint.base, **over})
+
+    def ask(**over: Any) -> Answer:
+        request = {**base, **endpoint.base, **over}
+        if endpoint.name == "responses":  # the same cap, under its Responses name
+            request["max_output_tokens"] = over.get("max_output_tokens", request.pop("max_tokens"))
+        return _ask(base_url, endpoint, request)
+
+    return ask
 
 
 def _fields_of(use: type | fields.Use) -> list[tuple[str, str]]:
@@ -322,6 +358,14 @@ def _check_legacy_logprobs(ask: Ask) -> None:
     assert all(len(top) == 2 for top in answer.logprobs.top_logprobs)
 
 
+def _check_metadata(ask: Ask) -> None:
+    assert ask(metadata={"run": "7"}).metadata == {"run": "7"}
+
+
+def _check_instructions(ask: Ask) -> None:
+    assert ask(instructions="You are terse.").prompt_tokens > ask().prompt_tokens
+
+
 def _check_system(ask: Ask) -> None:
     assert ask(system="You are terse.").prompt_tokens > ask().prompt_tokens
 
@@ -352,6 +396,10 @@ HONOURED_CHECKS: dict[str, Callable[[Ask], None]] = {
     "chat.logprobs": _check_chat_logprobs,
     "top_logprobs": _check_top_logprobs,
     "completions.logprobs": _check_legacy_logprobs,
+    "responses.metadata": _check_metadata,
+    "instructions": _check_instructions,
+    "input": _check_prompt_changes("input", "A KV cache stores keys and values for every layer and token of the prompt"),
+    "max_output_tokens": _check_max_tokens("max_output_tokens"),
 }
 
 

@@ -1,0 +1,102 @@
+"""`client.responses.create` (streamed and not) and `client.responses.stream` against the real
+server on the bundled model: the same answer as Chat Completions for the same turns, the Responses
+event sequence, `incomplete` when the cap cuts the answer."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import openai
+import pytest
+
+from local_backend import Engine
+from local_backend.server import create_app, serve_in_thread
+
+QUESTION = "What is the capital of France?"
+INSTRUCTIONS = "You answer briefly."
+GREEDY = {"model": "tiny", "temperature": 0}
+EVENTS = ["response.created", "response.in_progress", "response.output_item.added", "response.content_part.added"]
+CLOSING = ["response.output_text.done", "response.content_part.done", "response.output_item.done"]
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[openai.OpenAI]:
+    with Engine.from_pretrained("default", device="cpu", max_model_len=512, kv_cache_memory=2**22) as engine:
+        with serve_in_thread(create_app(engine, model_name="tiny")) as url:
+            with openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0) as client:
+                yield client
+
+
+def _chat(client: openai.OpenAI, messages: list[dict[str, str]], **kwargs):
+    return client.chat.completions.create(messages=messages, **GREEDY, **kwargs)
+
+
+def test_a_string_input_with_instructions_answers_as_chat_does(client):
+    response = client.responses.create(input=QUESTION, instructions=INSTRUCTIONS, **GREEDY)
+    chat = _chat(client, [{"role": "system", "content": INSTRUCTIONS}, {"role": "user", "content": QUESTION}])
+    assert response.object == "response" and response.status == "completed" and response.model == "tiny"
+    assert response.output_text == chat.choices[0].message.content
+    [item] = response.output
+    assert item.type == "message" and item.role == "assistant" and item.status == "completed"
+    assert response.usage.input_tokens == chat.usage.prompt_tokens
+    assert response.usage.output_tokens == chat.usage.completion_tokens
+    assert response.usage.total_tokens == response.usage.input_tokens + response.usage.output_tokens
+    assert response.instructions == INSTRUCTIONS and response.incomplete_details is None
+
+
+def test_item_inputs_carry_the_history_with_text_parts(client):
+    items = [
+        {"role": "developer", "content": INSTRUCTIONS},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Hi"}]},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Hello!"}]},
+        {"role": "user", "content": QUESTION},
+    ]
+    response = client.responses.create(input=items, **GREEDY)
+    chat = _chat(client, [{"role": "system", "content": INSTRUCTIONS}, {"role": "user", "content": "Hi"},
+                          {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": QUESTION}])  # fmt: skip
+    assert response.output_text == chat.choices[0].message.content
+    assert response.usage.input_tokens == chat.usage.prompt_tokens
+
+
+def test_max_output_tokens_cuts_the_answer_and_the_response_is_incomplete(client):
+    response = client.responses.create(input=QUESTION, max_output_tokens=3, **GREEDY)
+    assert response.status == "incomplete" and response.incomplete_details.reason == "max_output_tokens"
+    assert response.usage.output_tokens == 3 and response.output[0].status == "incomplete"
+    assert response.max_output_tokens == 3
+
+
+@pytest.mark.parametrize("max_output_tokens", [None, 3])
+def test_the_stream_sends_the_event_sequence_and_ends_with_the_whole_response(client, max_output_tokens):
+    cap = {} if max_output_tokens is None else {"max_output_tokens": max_output_tokens}
+    whole = client.responses.create(input=QUESTION, **GREEDY, **cap)
+    events = list(client.responses.create(input=QUESTION, stream=True, **GREEDY, **cap))
+    kinds = [e.type for e in events]
+    final = "response.completed" if max_output_tokens is None else "response.incomplete"
+    assert kinds[:4] == EVENTS and kinds[-4:] == [*CLOSING, final]
+    assert set(kinds[4:-4]) == {"response.output_text.delta"}
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert text == whole.output_text == events[-4].text
+    last = events[-1].response
+    assert last.output_text == text and last.status == whole.status
+    assert last.usage.output_tokens == whole.usage.output_tokens
+
+
+def test_the_clients_stream_helper_builds_the_final_response(client):
+    with client.responses.stream(input=QUESTION, instructions=INSTRUCTIONS, **GREEDY) as stream:
+        deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
+        final = stream.get_final_response()
+    assert final.output_text == "".join(deltas) == client.responses.create(
+        input=QUESTION, instructions=INSTRUCTIONS, **GREEDY
+    ).output_text
+
+
+@pytest.mark.parametrize(
+    ("request_", "param"),
+    [({"store": True}, "store"), ({"previous_response_id": "resp_1"}, "previous_response_id"),
+     ({"input": [{"type": "file_search_call", "id": "fs_1"}]}, "input[0]"), ({"model": "gpt-unknown"}, "model")],
+)  # fmt: skip
+def test_what_the_backend_cannot_do_is_refused_naming_the_field(client, request_, param):
+    with pytest.raises(openai.APIStatusError) as caught:
+        client.responses.create(**{"input": QUESTION, **GREEDY, **request_})
+    assert caught.value.status_code == (404 if param == "model" else 400) and caught.value.param == param
