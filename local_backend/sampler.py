@@ -5,7 +5,7 @@ filters, then a draw. Greedy rows (`temperature == 0`) take the argmax after pen
 
 Built to scale with batch and vocabulary (a few passes over `[rows, vocab]` per step, no sort of
 a whole row, no per-step tensor rebuilt from a request's token list):
-- penalties touch only each row's seen tokens, kept incrementally per request (`PenaltyState`);
+- penalties touch only each row's seen tokens, kept incrementally per request (`penalties`);
 - weights w = 2^((logit − max) · log2(e) / T), so w ∈ (0, 1] and the top token has w = 1;
 - top-p and min-p alone filter by rejection: a row's draw is kept if the filters keep that token,
   else drawn again; top-k (and what comes with it) masks w below a threshold found by sorting the
@@ -23,119 +23,12 @@ from collections.abc import Sequence as Seq
 
 import torch
 
-from local_backend._constants import (
-    DRY_MAX_EXPONENT_LOG,
-    SAMPLER_FIRST_CUTOFF,
-    SAMPLER_REJECTION_ROUNDS,
-    SAMPLER_CHUNK,
-    SAMPLER_STATE_MIN_CAPACITY,
-)
+from local_backend._constants import SAMPLER_CHUNK, SAMPLER_FIRST_CUTOFF, SAMPLER_REJECTION_ROUNDS
+from local_backend.penalties import PenaltyState, apply_penalties, dry_penalties
 from local_backend.sampling_params import SamplingParams
 from local_backend.sequence import Sequence
 
 LOG2E = 1.0 / math.log(2.0)
-
-
-class PenaltyState:
-    """One request's distinct seen tokens (prompt ∪ output) and their output counts, on the device.
-
-    `ids[:n]` are the distinct ids, `counts[:n]` how often each appears in the output (0 for
-    prompt-only ids). `update` counts the tokens appended since the last call: O(new tokens).
-    """
-
-    __slots__ = ("ids", "counts", "n", "_index", "_counted", "_py_counts")
-
-    def __init__(self, seq: Sequence, device: torch.device):
-        prompt = sorted(set(seq.prompt_token_ids))
-        capacity = max(SAMPLER_STATE_MIN_CAPACITY, 2 * len(prompt))
-        self.ids = torch.zeros(capacity, dtype=torch.long, device=device)
-        self.ids[: len(prompt)] = torch.tensor(prompt, dtype=torch.long, device=device)
-        self.counts = torch.zeros(capacity, device=device)
-        self.n = len(prompt)
-        self._index = {token: i for i, token in enumerate(prompt)}
-        self._py_counts = [0] * len(prompt)
-        self._counted = seq.num_prompt_tokens
-
-    def update(self, seq: Sequence) -> None:
-        for token in seq.token_ids[self._counted :]:
-            i = self._index.get(token)
-            if i is None:
-                i = self._add(token)
-            self._py_counts[i] += 1
-            self.counts[i] = self._py_counts[i]
-        self._counted = len(seq.token_ids)
-
-    def _add(self, token: int) -> int:
-        if self.n == len(self.ids):
-            grown = 2 * len(self.ids)
-            self.ids = torch.cat((self.ids, torch.zeros_like(self.ids)))[:grown]
-            self.counts = torch.cat((self.counts, torch.zeros_like(self.counts)))[:grown]
-        i = self.n
-        self.ids[i] = token
-        self._index[token] = i
-        self._py_counts.append(0)
-        self.n += 1
-        return i
-
-
-def apply_penalties(
-    values: torch.Tensor,
-    counts: torch.Tensor,
-    repetition: torch.Tensor,
-    frequency: torch.Tensor,
-    presence: torch.Tensor,
-) -> torch.Tensor:
-    """vLLM penalties on the logits of seen tokens (prompt or output), one entry per token.
-
-    logit / r if logit > 0 else logit × r; then logit − frequency × output count − presence ×
-    [output count > 0]. `repetition`, `frequency`, `presence` are given per entry.
-    """
-    values = torch.where(values > 0, values / repetition, values * repetition)
-    return values - frequency * counts - presence * (counts > 0)
-
-
-def dry_penalties(tokens: Seq[int], params: SamplingParams, breakers: frozenset[int]) -> dict[int, float]:
-    """llama.cpp DRY: the penalty of each token that would extend a repeat of the context's end.
-
-    For every earlier position, n = how many tokens before it match the context's last tokens
-    (Z-algorithm on the reversed context, capped at the distance to the last breaker); the token
-    that followed it gets multiplier × base^(n − allowed_length) when n ≥ allowed_length.
-    """
-    last_n = len(tokens) if params.dry_penalty_last_n is None else params.dry_penalty_last_n
-    context = list(tokens[len(tokens) - min(last_n, len(tokens)) :])
-    size = len(context)
-    if size <= params.dry_allowed_length:
-        return {}
-    limit = next((i for i, t in enumerate(reversed(context)) if t in breakers), size)
-    if limit < params.dry_allowed_length:
-        return {}
-    matches = _z_function(context[::-1])
-    longest: dict[int, int] = {}
-    for k in range(1, size):
-        n = min(matches[k], limit)
-        if n >= params.dry_allowed_length:
-            token = context[size - k]
-            longest[token] = max(longest.get(token, 0), n)
-    max_exp = DRY_MAX_EXPONENT_LOG / math.log(params.dry_base) if params.dry_base > 1 else math.inf
-    return {
-        token: params.dry_multiplier * params.dry_base ** min(n - params.dry_allowed_length, max_exp)
-        for token, n in longest.items()
-        if token not in breakers
-    }
-
-
-def _z_function(s: list[int]) -> list[int]:
-    """z[k] = length of the longest common prefix of s and s[k:] (z[0] = 0)."""
-    z = [0] * len(s)
-    left = right = 0
-    for k in range(1, len(s)):
-        if k < right:
-            z[k] = min(right - k, z[k - left])
-        while k + z[k] < len(s) and s[z[k]] == s[k + z[k]]:
-            z[k] += 1
-        if k + z[k] > right:
-            left, right = k, k + z[k]
-    return z
 
 
 def keep_thresholds(w: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
@@ -285,7 +178,7 @@ class Sampler:
         vocab = self.vocab_size
         params = [s.params for s in seqs]
         sampled = [i for i, p in enumerate(params) if not p.greedy]
-        with_k = [i for i in sampled if params[i].top_k is not None and params[i].top_k < vocab]
+        with_k = [i for i in sampled if (params[i].top_k or vocab) < vocab]
         if with_k:
             self._mask([seqs[i] for i in with_k], w, with_k)
         tokens = draw(w, self._uniforms(seqs, w.device))

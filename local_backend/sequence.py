@@ -11,7 +11,7 @@ import torch
 from local_backend.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
-    from local_backend.sampler import PenaltyState
+    from local_backend.penalties import PenaltyState
 
 
 class Status(enum.Enum):

@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from local_backend.sampler import PenaltyState, Sampler, apply_penalties, draw, dry_penalties, keep_thresholds
+from local_backend.penalties import PenaltyState, apply_penalties, dry_penalties
+from local_backend.sampler import Sampler, draw, keep_thresholds
 from local_backend.sampling_params import SamplingParams
 from local_backend.sequence import Sequence
 

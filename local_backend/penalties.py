@@ -1,0 +1,119 @@
+"""vLLM's penalties and llama.cpp's DRY: what a request's own tokens do to its next logits.
+
+Penalties touch only a request's seen tokens (prompt ∪ output), kept incrementally per request in a
+`PenaltyState` on the device, so a step costs O(distinct seen tokens), never a rebuild from its
+token list; DRY looks for repeats of the context's end with the Z-algorithm.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence as Seq
+
+import torch
+
+from local_backend._constants import DRY_MAX_EXPONENT_LOG, SAMPLER_STATE_MIN_CAPACITY
+from local_backend.sampling_params import SamplingParams
+from local_backend.sequence import Sequence
+
+
+class PenaltyState:
+    """One request's distinct seen tokens (prompt ∪ output) and their output counts, on the device.
+
+    `ids[:n]` are the distinct ids, `counts[:n]` how often each appears in the output (0 for
+    prompt-only ids). `update` counts the tokens appended since the last call: O(new tokens).
+    """
+
+    __slots__ = ("ids", "counts", "n", "_index", "_counted", "_py_counts")
+
+    def __init__(self, seq: Sequence, device: torch.device):
+        prompt = sorted(set(seq.prompt_token_ids))
+        capacity = max(SAMPLER_STATE_MIN_CAPACITY, 2 * len(prompt))
+        self.ids = torch.zeros(capacity, dtype=torch.long, device=device)
+        self.ids[: len(prompt)] = torch.tensor(prompt, dtype=torch.long, device=device)
+        self.counts = torch.zeros(capacity, device=device)
+        self.n = len(prompt)
+        self._index = {token: i for i, token in enumerate(prompt)}
+        self._py_counts = [0] * len(prompt)
+        self._counted = seq.num_prompt_tokens
+
+    def update(self, seq: Sequence) -> None:
+        for token in seq.token_ids[self._counted :]:
+            i = self._index.get(token)
+            if i is None:
+                i = self._add(token)
+            self._py_counts[i] += 1
+            self.counts[i] = self._py_counts[i]
+        self._counted = len(seq.token_ids)
+
+    def _add(self, token: int) -> int:
+        if self.n == len(self.ids):
+            grown = 2 * len(self.ids)
+            self.ids = torch.cat((self.ids, torch.zeros_like(self.ids)))[:grown]
+            self.counts = torch.cat((self.counts, torch.zeros_like(self.counts)))[:grown]
+        i = self.n
+        self.ids[i] = token
+        self._index[token] = i
+        self._py_counts.append(0)
+        self.n += 1
+        return i
+
+
+def apply_penalties(
+    values: torch.Tensor,
+    counts: torch.Tensor,
+    repetition: torch.Tensor,
+    frequency: torch.Tensor,
+    presence: torch.Tensor,
+) -> torch.Tensor:
+    """vLLM penalties on the logits of seen tokens (prompt or output), one entry per token.
+
+    logit / r if logit > 0 else logit × r; then logit − frequency × output count − presence ×
+    [output count > 0]. `repetition`, `frequency`, `presence` are given per entry.
+    """
+    values = torch.where(values > 0, values / repetition, values * repetition)
+    return values - frequency * counts - presence * (counts > 0)
+
+
+def dry_penalties(tokens: Seq[int], params: SamplingParams, breakers: frozenset[int]) -> dict[int, float]:
+    """llama.cpp DRY: the penalty of each token that would extend a repeat of the context's end.
+
+    For every earlier position, n = how many tokens before it match the context's last tokens
+    (Z-algorithm on the reversed context, capped at the distance to the last breaker); the token
+    that followed it gets multiplier × base^(n − allowed_length) when n ≥ allowed_length.
+    """
+    last_n = len(tokens) if params.dry_penalty_last_n is None else params.dry_penalty_last_n
+    context = list(tokens[len(tokens) - min(last_n, len(tokens)) :])
+    size = len(context)
+    if size <= params.dry_allowed_length:
+        return {}
+    limit = next((i for i, t in enumerate(reversed(context)) if t in breakers), size)
+    if limit < params.dry_allowed_length:
+        return {}
+    matches = _z_function(context[::-1])
+    longest: dict[int, int] = {}
+    for k in range(1, size):
+        n = min(matches[k], limit)
+        if n >= params.dry_allowed_length:
+            token = context[size - k]
+            longest[token] = max(longest.get(token, 0), n)
+    max_exp = DRY_MAX_EXPONENT_LOG / math.log(params.dry_base) if params.dry_base > 1 else math.inf
+    return {
+        token: params.dry_multiplier * params.dry_base ** min(n - params.dry_allowed_length, max_exp)
+        for token, n in longest.items()
+        if token not in breakers
+    }
+
+
+def _z_function(s: list[int]) -> list[int]:
+    """z[k] = length of the longest common prefix of s and s[k:] (z[0] = 0)."""
+    z = [0] * len(s)
+    left = right = 0
+    for k in range(1, len(s)):
+        if k < right:
+            z[k] = min(right - k, z[k - left])
+        while k + z[k] < len(s) and s[z[k]] == s[k + z[k]]:
+            z[k] += 1
+        if k + z[k] > right:
+            left, right = k, k + z[k]
+    return z
