@@ -168,7 +168,9 @@ def _client(case: Case, openai_client: Any, anthropic_client: Any) -> Any:
 
 def _changes(otel: Otel) -> tuple[str, ...]:
     [span] = [span for span in otel.spans() if span.parent is None]
-    return tuple((span.attributes or {}).get(sc.KVWISE_CANONICAL_CHANGES, ()))
+    changes = (span.attributes or {}).get(sc.KVWISE_CANONICAL_CHANGES, ())
+    assert isinstance(changes, tuple)
+    return tuple(str(change) for change in changes)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
@@ -422,7 +424,7 @@ async def test_a_thinking_call_without_a_budget_keeps_the_callers_limit_and_is_a
 # Any mix of the shapes above: what the bare client gets answered, the wrapped one gets answered, and
 # every body difference is recorded. Sync clients only: the rewrite is I/O-free and shared by both.
 
-_MESSAGES_SHAPES = {
+_MESSAGES_SHAPES: dict[str, Any] = {
     "model": st.sampled_from(["claude-sonnet-5", "claude-mythos-5", "claude-haiku-4-5"]),
     "max_tokens": st.sampled_from([0, 50, 9000, 20000]),
     "thinking": st.sampled_from([None, {"type": "enabled", "budget_tokens": 2048}, {"type": "adaptive"}]),
@@ -436,7 +438,7 @@ _MESSAGES_SHAPES = {
     ]),
     "extra_body": st.sampled_from([None, {"max_tokens": 9000}, {"stop_sequences": ["x"]}]),
 }
-_CHAT_SHAPES = {
+_CHAT_SHAPES: dict[str, Any] = {
     "model": st.sampled_from(["m", "o3", "gpt-5.6"]),
     "max_completion_tokens": st.sampled_from([None, 50, 9000]),
     "reasoning_effort": st.sampled_from([None, "none", "high"]),
@@ -445,7 +447,7 @@ _CHAT_SHAPES = {
     "extra_body": st.sampled_from([None, {"max_tokens": 9000}, {"stop": ["a", "b", "c"]}]),
 }
 
-_RESPONSES_SHAPES = {
+_RESPONSES_SHAPES: dict[str, Any] = {
     "model": st.sampled_from(["m", "gpt-5.4", "gpt-5.6"]),
     "input": st.sampled_from([None, "hi", [], [{"role": "developer", "content": LONG_SYSTEM}, {"role": "user", "content": "hi"}]]),
     "previous_response_id": st.sampled_from([None, "resp_1"]),
