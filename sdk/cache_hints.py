@@ -16,7 +16,6 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from sdk._constants import OPENAI_EXTENDED_RETENTION
 from sdk.adapters import Adapter
 from sdk.adapters._base import TEXT_PART_TYPES
 from sdk.call import Api, Call, Provider
@@ -88,9 +87,6 @@ def place_cache_hints(call: Call, policy: Policy, adapter: Adapter) -> None:
         if "prompt_cache_key" not in call.params:
             call.params["prompt_cache_key"] = CACHE_KEY_PREFIX + (call.prefix_key or prefix_key(call))
             call.changes.append("prompt_cache_key")
-        if policy.cache_ttl == LONG_TTL and "prompt_cache_retention" not in call.params:
-            call.params["prompt_cache_retention"] = OPENAI_EXTENDED_RETENTION  # in-memory lasts minutes, at most 1h
-            call.changes.append("prompt_cache_retention")
         if supports_openai_breakpoints(call.model):
             _place_breakpoints(call, adapter, {"mode": "explicit"}, min_tokens=0)
         return

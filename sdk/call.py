@@ -52,8 +52,7 @@ class Call:
     the final user turn included; `params` holds every other native keyword argument.
     `given` names the tier parameters the caller passed (`tools`, `system`, `input`): they are sent
     back even when empty, since `tools=[]` is not an absent `tools`. `cap` is the guards' decision
-    (None: the request carries no output limit). `learn_response`, when set (Anthropic cache
-    diagnostics), is told the answer's id, which the family's next request names as its previous one.
+    (None: the request carries no output limit).
     """
 
     api: Api
