@@ -96,6 +96,12 @@ class StreamWatch:
         head = [event] if keep else []
         return [*head, *self.adapter.cut_events(self.state, truncated=False)]
 
+    def awaits_usage(self) -> bool:
+        """Whether the stream finished but the usage the SDK asked for is still to come: the finish
+        chunk is then held until it, so a caller who stops reading at the finish leaves it recorded."""
+        state = self.state
+        return state.finished and state.hide_usage and state.usage is None
+
     def reopen_after(self, broken: BaseException | None) -> bool:
         """After upstream ended (`broken`: the transport fault, if any): False when the stream is
         complete, True to send it again, else raise `StreamTruncated`.
@@ -103,7 +109,7 @@ class StreamWatch:
         A stream is sent again only if it broke before its first content event, within the call's
         attempts: its header events were held back, so the caller saw nothing of it.
         """
-        if broken is None and self.state.finished:
+        if self.state.finished:  # a break after the final event loses nothing (at most the usage chunk)
             return False
         if self.delivered or self.attempts.left <= 0:
             why = "the body ended without the final event" if broken is None else f"{type(broken).__name__}: {broken}"
@@ -173,17 +179,21 @@ def _guarded(upstream: Upstream, watch: StreamWatch, reopen: Callable[[], Any]) 
     try:
         while True:
             broken: BaseException | None = None
-            held: list[Any] | None = []  # header events until the first content event, then None
+            held: list[Any] | None = []  # events held back: headers until the first content event, then None
             try:
                 for event in upstream.events:
                     text = read(event, state)
                     if text is None:
-                        if state.swallow:
+                        if state.swallow:  # the usage chunk the SDK asked for: what was held goes on
                             state.swallow = False
-                        elif held is None:
-                            yield event
-                        else:
+                            yield from held or ()
+                            held = None
+                        elif held is not None:
                             held.append(event)
+                        elif watch.awaits_usage():
+                            held = [event]  # the finish chunk waits for the usage chunk right behind it
+                        else:
+                            yield event
                         continue
                     if held is not None:
                         yield from held
@@ -225,17 +235,22 @@ async def _aguarded(upstream: Upstream, watch: StreamWatch, reopen: Callable[[],
     try:
         while True:
             broken: BaseException | None = None
-            held: list[Any] | None = []  # header events until the first content event, then None
+            held: list[Any] | None = []  # events held back: headers until the first content event, then None
             try:
                 async for event in upstream.events:
                     text = read(event, state)
                     if text is None:
-                        if state.swallow:
+                        if state.swallow:  # the usage chunk the SDK asked for: what was held goes on
                             state.swallow = False
-                        elif held is None:
-                            yield event
-                        else:
+                            for header in held or ():
+                                yield header
+                            held = None
+                        elif held is not None:
                             held.append(event)
+                        elif watch.awaits_usage():
+                            held = [event]  # the finish chunk waits for the usage chunk right behind it
+                        else:
+                            yield event
                         continue
                     if held is not None:
                         for header in held:

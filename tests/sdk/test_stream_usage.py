@@ -178,3 +178,19 @@ async def test_a_stream_cut_short_still_records_its_input_tokens(
         assert span[sc.KVWISE_USAGE_ESTIMATED] is True
         assert truth / ESTIMATE_FACTOR <= span[sc.GEN_AI_USAGE_INPUT_TOKENS] <= truth * ESTIMATE_FACTOR
         assert span[sc.GEN_AI_USAGE_OUTPUT_TOKENS] > 0
+
+
+async def test_a_caller_who_stops_reading_at_the_finish_chunk_still_leaves_the_exact_usage_recorded(
+    simulator: Any, openai_client: Any, otel: Otel
+) -> None:
+    stream = await resolve(_wrap(openai_client, otel).chat.completions.create(model=MODEL, messages=MESSAGES, stream=True))
+    async for chunk in events_of(stream):
+        if chunk.choices and chunk.choices[0].finish_reason is not None:
+            break
+    closed = stream.close()
+    if closed is not None:
+        await closed
+    server = await _server_usage(openai_client)
+    span = _root(otel, 0)
+    assert sc.KVWISE_USAGE_ESTIMATED not in span and sc.ERROR_TYPE not in span
+    assert span[sc.GEN_AI_USAGE_INPUT_TOKENS] == server.prompt_tokens
