@@ -109,7 +109,7 @@ class StreamWatch:
         A stream is sent again only if it broke before its first content event, within the call's
         attempts: its header events were held back, so the caller saw nothing of it.
         """
-        if self.state.finished:  # a break after the final event loses nothing (at most the usage chunk)
+        if self.state.finished and (broken is None or self.awaits_usage()):  # a break then loses only our usage chunk
             return False
         if self.delivered or self.attempts.left <= 0:
             why = "the body ended without the final event" if broken is None else f"{type(broken).__name__}: {broken}"
