@@ -181,7 +181,7 @@ class GuardedStream(wrapt.ObjectProxy):  # type: ignore[misc]
     def __exit__(self, *exc_info: object) -> None:
         self._self_closer.close()
 
-    __aenter__ = __aexit__ = _Absent()
+    __aenter__, __aexit__ = _Absent(), _Absent()
 
     def __del__(self) -> None:
         try:
@@ -229,7 +229,7 @@ class AsyncGuardedStream(wrapt.ObjectProxy):  # type: ignore[misc]
     async def __aexit__(self, *exc_info: object) -> None:
         await self._self_closer.close()
 
-    __enter__ = __exit__ = __iter__ = _Absent()
+    __enter__, __exit__, __iter__ = _Absent(), _Absent(), _Absent()
 
     def __del__(self) -> None:
         try:
