@@ -267,15 +267,16 @@ def cut_volatile(text: str, keep: Collection[int] = ()) -> tuple[str, list[Volat
     removed: list[VolatileMatch] = []
     while matches:
         removed += [_cut(chars, origin, match) for match in reversed(matches)]
-        matches = [match for match in find_volatile("".join(chars)) if _span(origin, match) not in kept]
+        matches = [match for match in find_volatile("".join(chars)) if not _touches(origin, match, kept)]
     removed.sort(key=lambda match: (match.start, match.end))
     return "".join(chars), removed
 
 
-def _span(origin: list[int], match: VolatileMatch) -> tuple[int, int] | None:
-    """Where `match` (in `chars` coordinates) lay in the input, if no cut fell inside it."""
-    start, last = origin[match.start], origin[match.end - 1]
-    return (start, last + 1) if last - start == match.end - 1 - match.start else None
+def _touches(origin: list[int], match: VolatileMatch, kept: set[tuple[int, int]]) -> bool:
+    """Whether `match` (in `chars` coordinates) overlaps a kept match of the input: a cut beside a
+    kept timestamp may make it read differently ("...21Z" + "the"), and it must stay whole."""
+    start, end = origin[match.start], origin[match.end - 1] + 1
+    return any(start < kept_end and kept_start < end for kept_start, kept_end in kept)
 
 
 def _cut(chars: list[str], origin: list[int], match: VolatileMatch) -> VolatileMatch:

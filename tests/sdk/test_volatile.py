@@ -6,7 +6,7 @@ import uuid
 from collections import Counter
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sdk.volatile import VolatileKind, VolatileMatch, cut_volatile, find_volatile, mask_volatile, render_note_line
@@ -344,6 +344,11 @@ def test_kept_matches_stay_in_place_and_only_the_others_are_cut() -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(text=texts, keep=st.sets(st.integers(0, 12)))
+@example(  # a cut beside a kept timestamp glued it to "the": it must still stay whole
+    text="550e8400-e29b-41d4-a716-446655440000{550E8400-E29B-11D4-A716-446655440000}2026-11-29T08:55:21Z"
+    "{550E8400-E29B-11D4-A716-446655440000}the",
+    keep={2},
+)
 def test_cutting_with_kept_matches_keeps_each_of_them_and_every_other_character(text: str, keep: set[int]) -> None:
     rest, removed = cut_volatile(text, keep)
     assert non_whitespace(rest + "".join(match.text for match in removed)) == non_whitespace(text)
