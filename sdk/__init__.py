@@ -5,10 +5,11 @@
 """
 
 from sdk.chain import Middleware
+from sdk.conversation import conversation
 from sdk.errors import StreamTruncated
 from sdk.lint import Finding, lint
 from sdk.policy import Policy
 from sdk.prompt import Prompt
 from sdk.wrap import wrap
 
-__all__ = ["Finding", "Middleware", "Policy", "Prompt", "StreamTruncated", "lint", "wrap"]
+__all__ = ["Finding", "Middleware", "Policy", "Prompt", "StreamTruncated", "conversation", "lint", "wrap"]

@@ -34,3 +34,8 @@ VOLATILE_MAX_ASCENDING_RUN = 4  # a nonce has no longer run of consecutive code 
 
 # Decode guards
 REASONING_ROOM_TOKENS = 16_000  # added to the cap where Anthropic requires max_tokens and adaptive thinking sets no budget
+
+# Prompt caches
+ANTHROPIC_CACHE_TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}  # how long Anthropic keeps a prefix after its last use
+OPENAI_EXTENDED_RETENTION_SECONDS = 86_400.0  # OpenAI's prompt_cache_retention="24h"
+OPENAI_EXTENDED_RETENTION = "24h"  # the prompt_cache_retention value Policy.cache_ttl="1h" asks for

@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from sdk._constants import OPENAI_EXTENDED_RETENTION
 from sdk.adapters import Adapter
 from sdk.adapters._base import TEXT_PART_TYPES
 from sdk.call import Api, Call, Provider
@@ -23,10 +24,15 @@ from sdk.fingerprint import prefix_key
 from sdk.policy import Policy
 
 # Minimum cacheable prompt length in tokens by Anthropic model family, first match wins.
-# Source: Anthropic prompt-caching docs as summarised in LiteLLM's docs, 2026-10-07.
+# Source date 2026-12-01: Anthropic's prompt-caching page ("Cache limitations") as quoted on
+# 2026-11 pages (dev.to "Claude's prompt cache fails silently below 1,024 tokens", LiteLLM's docs):
+# 512 for Opus/Fable/Mythos 5 and the 5.5 family, 2048 for Opus 4.7, 4096 for Opus 4.5/4.6 and
+# Haiku 4.5, 1024 for Sonnet 5, Opus 4.8 and the older Sonnet/Opus 4; Sonnet 4.6 kept at the 2048
+# the earlier page gave (sources differ: a higher minimum only skips a breakpoint that would not pay).
 ANTHROPIC_MIN_CACHEABLE_TOKENS: tuple[tuple[str, int], ...] = (
-    (r"claude-(opus|fable|mythos)-5", 512),
-    (r"claude-haiku-4-5|claude-opus-4-[567]", 4096),
+    (r"claude-(opus|sonnet|haiku)-5-5|claude-(opus|fable|mythos)-5", 512),
+    (r"claude-opus-4-7", 2048),
+    (r"claude-haiku-4-5|claude-opus-4-[56]", 4096),
     (r"claude-(3-5-haiku|3-haiku|haiku-3)|claude-sonnet-4-6", 2048),
     (r"claude-", 1024),
 )
@@ -87,6 +93,9 @@ def place_cache_hints(call: Call, policy: Policy, adapter: Adapter) -> None:
         if "prompt_cache_key" not in call.params:
             call.params["prompt_cache_key"] = CACHE_KEY_PREFIX + (call.prefix_key or prefix_key(call))
             call.changes.append("prompt_cache_key")
+        if policy.cache_ttl == LONG_TTL and "prompt_cache_retention" not in call.params:
+            call.params["prompt_cache_retention"] = OPENAI_EXTENDED_RETENTION  # in-memory lasts minutes, at most 1h
+            call.changes.append("prompt_cache_retention")
         if supports_openai_breakpoints(call.model):
             _place_breakpoints(call, adapter, {"mode": "explicit"}, min_tokens=0)
         return

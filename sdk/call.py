@@ -7,6 +7,7 @@ the native dicts so unknown content shapes (images, audio, tool results) pass th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -52,7 +53,8 @@ class Call:
     the final user turn included; `params` holds every other native keyword argument.
     `given` names the tier parameters the caller passed (`tools`, `system`, `input`): they are sent
     back even when empty, since `tools=[]` is not an absent `tools`. `cap` is the guards' decision
-    (None: the request carries no output limit).
+    (None: the request carries no output limit). `learn_response`, when set (Anthropic cache
+    diagnostics), is told the answer's id, which the family's next request names as its previous one.
     """
 
     api: Api
@@ -72,6 +74,7 @@ class Call:
     break_cause: str | None = None
     given: frozenset[str] = frozenset()
     cap: OutputCap | None = None
+    learn_response: Callable[[str], None] | None = None
 
     @property
     def stream(self) -> bool:

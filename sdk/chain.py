@@ -1,4 +1,4 @@
-"""The request-rewrite chain: canonical order -> fingerprint -> cache hints -> decode guards.
+"""The request-rewrite chain: canonical order -> fingerprint -> cache diagnostics -> cache hints -> decode guards.
 
 Each step is a `Middleware`: it reads and rewrites the provider-neutral `Call` in place, without
 I/O, so the sync and async clients share it. Users add their own steps with
@@ -16,7 +16,8 @@ from sdk.cache_hints import place_cache_hints
 from sdk.call import Call
 from sdk.canonical import canonicalize
 from sdk.families import FamilyMemory
-from sdk.fingerprint import PrefixTracker
+from sdk.diagnostics import request_diagnostics
+from sdk.fingerprint import PrefixTracker, cache_ttl_seconds
 from sdk.guards import apply_guards
 from sdk.policy import Policy
 
@@ -37,7 +38,9 @@ class Middleware(Protocol):
 class Chain:
     """The built-in steps under one policy, after the user's own."""
 
-    def __init__(self, policy: Policy, tracker: PrefixTracker, extra: Sequence[Middleware] = ()) -> None:
+    def __init__(
+        self, policy: Policy, tracker: PrefixTracker, extra: Sequence[Middleware] = (), *, diagnostics: bool = False
+    ) -> None:
         for step in extra:
             if not isinstance(step, Middleware):
                 raise TypeError(f"middleware must have an on_request(call) method, got {step!r}")
@@ -45,6 +48,7 @@ class Chain:
         self.tracker = tracker
         self.families = FamilyMemory()  # per wrapped client, like the tracker: which bytes change between calls
         self.extra = tuple(extra)
+        self.diagnostics = diagnostics and policy.cache_diagnostics  # Anthropic's own API only (`sdk.diagnostics`)
 
     def run(self, call: Call) -> None:
         """Rewrite `call` through every step, in order."""
@@ -52,7 +56,9 @@ class Chain:
         for step in self.extra:
             step.on_request(call)
         canonicalize(call, self.policy, adapter, self.families)
-        self.tracker.observe(call)
+        seen = self.tracker.observe(call, cache_ttl_seconds(call, self.policy.cache_ttl))
+        if self.diagnostics:
+            request_diagnostics(call, seen)
         if self.policy.cache_hints:
             place_cache_hints(call, self.policy, adapter)
         apply_guards(call, self.policy, adapter)

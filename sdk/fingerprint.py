@@ -3,6 +3,11 @@
 Each stable segment (every tool, system item and history turn, in the order sent) extends the
 chain: h_i = sha256(h_{i-1} || key_i || bytes_i). Two calls share a cacheable prefix exactly as far
 as their chains agree; the first segment that differs, and why, is the cache break.
+
+A cache also breaks with the prefix unchanged: another model (caches are per model), another
+`tool_choice` or `thinking` setting (Anthropic keys its message cache on them), or a gap since the
+family's last call longer than the cache's TTL. `PrefixTracker` names those causes too, in that
+order, after any segment that changed.
 """
 
 from __future__ import annotations
@@ -10,10 +15,14 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from enum import StrEnum
+from time import monotonic
 from typing import NamedTuple
 
-from sdk.call import Call
+from sdk._constants import ANTHROPIC_CACHE_TTL_SECONDS, OPENAI_EXTENDED_RETENTION_SECONDS
+from sdk.call import Call, Provider
 from sdk.canonical import tool_name
 from sdk.volatile import mask_volatile
 
@@ -30,6 +39,10 @@ class BreakCause(StrEnum):
     TOOLS_CHANGED = "tools_changed"
     HISTORY_REWRITTEN = "history_rewritten"
     UNSTABLE_SERIALISATION = "unstable_serialisation"
+    MODEL_CHANGED = "model_changed"
+    TOOL_CHOICE_CHANGED = "tool_choice_changed"
+    THINKING_CHANGED = "thinking_changed"
+    TTL_EXPIRED = "ttl_expired"
 
 
 class Segment(NamedTuple):
@@ -115,23 +128,85 @@ def _cause_of_shape(old: Segment, new: Segment) -> BreakCause:
     return BreakCause.HISTORY_REWRITTEN
 
 
+_SETTINGS = (("tool_choice", BreakCause.TOOL_CHOICE_CHANGED), ("thinking", BreakCause.THINKING_CHANGED))
+"""Request parameters outside the prompt that a provider's cache is keyed on, and the cause each names."""
+
+
+@dataclass(slots=True)
+class Seen:
+    """What the tracker remembers of a family's last call; `message_id` is learnt from its answer."""
+
+    model: str
+    chain: list[Segment]
+    settings: tuple[str, ...]
+    at: float
+    message_id: str | None = None
+    previous: Seen | None = None
+
+    def learn(self, message_id: str) -> None:
+        """The answer's id (named as the previous message by the family's next request)."""
+        self.message_id = message_id
+
+
 class PrefixTracker:
-    """Remembers the last prefix per (API, model) of one wrapped client, to name cache breaks."""
+    """Remembers the last call per (API, model) of one wrapped client, and per API the latest one,
+    to name cache breaks: a changed segment, model, setting, or an expired cache."""
 
-    def __init__(self) -> None:
-        self._last: dict[tuple[str, str], list[Segment]] = {}
+    def __init__(self, clock: Callable[[], float] | None = None) -> None:
+        self._last: dict[tuple[str, str], Seen] = {}
+        self._latest: dict[str, Seen] = {}
         self._lock = threading.Lock()
+        self._clock = clock  # None: `time.monotonic`
 
-    def observe(self, call: Call) -> None:
-        """Set `call.fingerprint` and, when the prefix changed since the last call, `break_at`/`break_cause`."""
+    def observe(self, call: Call, ttl_seconds: float | None = None) -> Seen:
+        """Set `call.fingerprint` and, when the cache broke since the family's last call, `break_at`
+        and `break_cause`; return what is remembered of `call` (its `previous` compared against).
+
+        `ttl_seconds`: how long the provider keeps the prefix (None: unknown, no TTL cause).
+        """
         current = segments(call)
         call.fingerprint = current[-1].chain[:FINGERPRINT_HEX_CHARS] if current else None
         call.prefix_key = prefix_key(call, current)
+        settings = tuple(_dumps(call.params.get(name)) for name, _ in _SETTINGS)
+        seen = Seen(call.model, current, settings, (self._clock or monotonic)())
         with self._lock:
             previous = self._last.get((call.api, call.model))
-            self._last[(call.api, call.model)] = current
+            latest = self._latest.get(call.api)
+            self._last[(call.api, call.model)] = self._latest[call.api] = seen
+        if previous is None and latest is not None and latest.model != call.model and latest.chain:
+            if explain_break(latest.chain, current) is None:
+                call.break_cause = str(BreakCause.MODEL_CHANGED)
+                seen.previous = latest
+                return seen
+        seen.previous = previous
         if previous:
-            found = explain_break(previous, current)
-            if found is not None:
-                call.break_at, cause = found
-                call.break_cause = str(cause)
+            cause = _cause(previous, seen, ttl_seconds)
+            if cause is not None:
+                call.break_at, call.break_cause = cause[0], str(cause[1])
+        return seen
+
+
+def _cause(previous: Seen, seen: Seen, ttl_seconds: float | None) -> tuple[str | None, BreakCause] | None:
+    found = explain_break(previous.chain, seen.chain)
+    if found is not None:
+        return found
+    for (_, cause), old, new in zip(_SETTINGS, previous.settings, seen.settings):
+        if old != new:
+            return None, cause
+    if ttl_seconds is not None and seen.at - previous.at > ttl_seconds:
+        return None, BreakCause.TTL_EXPIRED
+    return None
+
+
+def cache_ttl_seconds(call: Call, policy_ttl: str | None) -> float | None:
+    """How long the provider keeps `call`'s cached prefix after its last use (None: not known).
+
+    Anthropic: the TTL asked for (5 minutes by default, "1h"); OpenAI: 24 hours under extended
+    retention (`prompt_cache_retention="24h"`, which `Policy.cache_ttl="1h"` asks for), else not known
+    (in-memory retention lasts "5 to 10 minutes of inactivity, up to an hour"); other servers: not known.
+    """
+    if call.provider is Provider.ANTHROPIC:
+        return ANTHROPIC_CACHE_TTL_SECONDS[policy_ttl or "5m"]
+    if call.provider is Provider.OPENAI and (call.params.get("prompt_cache_retention") == "24h" or policy_ttl == "1h"):
+        return OPENAI_EXTENDED_RETENTION_SECONDS
+    return None

@@ -21,7 +21,11 @@ class Policy:
 
     - `canonicalize`: put the prompt in canonical order (tools, system, history, dynamic, user).
     - `volatile`: what to do with volatile bytes found in the stable prefix ("move", "warn", "off").
-    - `cache_hints`: place provider cache breakpoints / keys; `cache_ttl` ("5m", "1h") for Anthropic.
+    - `cache_hints`: place provider cache breakpoints / keys; `cache_ttl` ("5m", "1h"): Anthropic's
+      breakpoint TTL, and "1h" also asks OpenAI for extended retention (`prompt_cache_retention="24h"`:
+      its in-memory retention lasts minutes, at most an hour).
+    - `cache_diagnostics`: ask Anthropic why each cache miss happened (`diagnostics` on the request,
+      recorded as `kvwise.prefix.break_cause_server`); only on Anthropic's own API.
     - `max_output_tokens`: a larger request is clamped to it, a missing one is filled in.
     - `stop`: stop sequences merged with the caller's, within each API's limit.
     - `frequency_penalty`, `presence_penalty`: defaults where the API has them and the caller set none.
@@ -37,6 +41,7 @@ class Policy:
     volatile: VolatileMode = "move"
     cache_hints: bool = True
     cache_ttl: CacheTtl | None = None
+    cache_diagnostics: bool = True
     max_output_tokens: int = 4096
     stop: tuple[str, ...] = ()
     frequency_penalty: float | None = None

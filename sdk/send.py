@@ -26,6 +26,7 @@ from sdk.retry import Attempts, acall_with_retries, call_with_retries
 from sdk.stream import StreamWatch, guard_async, guard_sync
 from sdk.surface import Kind
 from sdk.telemetry import CallRecord, Telemetry
+from sdk.telemetry.attributes import response_facts
 
 Server = tuple[str | None, int | None]
 
@@ -116,6 +117,7 @@ def finish(call: Call, kind: Kind, response: Any, record: CallRecord) -> None:
     """End the span of a call that was not streamed: client-side stops and usage for a model call,
     the id alone for a token count or a batch (no model output yet)."""
     if kind is not Kind.CALL:
+        call.learn_response = None  # a batch's or a count's id is no message a later call can name
         record.end(response_id=getattr(response, "id", None))
         return
     adapter = adapter_for(call.api)
@@ -128,4 +130,5 @@ def finish(call: Call, kind: Kind, response: Any, record: CallRecord) -> None:
         finish_reasons=adapter.finish_reasons(response),
         timings=timings_of(response),
         output_text=adapter.output_text(response) if record.captures_content else None,
+        **response_facts(response),
     )

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
-from sdk import compat, surface
+from sdk import compat, diagnostics, surface
 from sdk.adapters import adapter_for
 from sdk.call import Api, Call, Provider
 from sdk.chain import Chain, Middleware
@@ -74,7 +74,7 @@ def wrap(
         raise ValueError(f"provider must be one of {[p.value for p in Provider]}, got {provider!r}")
     shared = _Shared(
         policy=policy,
-        chain=Chain(policy, PrefixTracker(), middleware),
+        chain=Chain(policy, PrefixTracker(), middleware, diagnostics=diagnostics.eligible(client, provider)),
         telemetry=Telemetry(policy, tracer_provider=tracer_provider, meter_provider=meter_provider),
         family=family,
         provider=Provider(provider) if provider is not None else None,

@@ -24,6 +24,7 @@ from opentelemetry.metrics import get_meter
 from opentelemetry.trace import SpanKind
 
 from sdk.call import Call
+from sdk.conversation import current_conversation
 from sdk.policy import Policy
 from sdk.telemetry import openinference
 from sdk.telemetry import semconv as sc
@@ -95,6 +96,9 @@ class Telemetry:
         try:
             name, shape, metric_attributes = self._shape(call, server)
             attributes = request_attributes(call, shape)
+            conversation_id = current_conversation()
+            if conversation_id is not None:
+                attributes[sc.GEN_AI_CONVERSATION_ID] = conversation_id
         except Exception:
             logger.debug("kvwise telemetry: could not describe the call; it goes unrecorded", exc_info=True)
             return CallRecord(None, call, None, {}, start_ns)
@@ -103,7 +107,7 @@ class Telemetry:
         except Exception:
             logger.debug("kvwise telemetry: the tracer failed; this call gets metrics only", exc_info=True)
             span = None
-        return CallRecord(self.sinks, call, span, metric_attributes, start_ns)
+        return CallRecord(self.sinks, call, span, metric_attributes, start_ns, attributes)
 
     def _shape(self, call: Call, server: Server) -> Shape:
         """What every call of this model, provider, stream flag and server shares, built once (read-only)."""

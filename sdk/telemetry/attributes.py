@@ -53,10 +53,18 @@ class Outcome:
     tokens_saved: int | None
     chunks: int | None
     time_to_first_chunk_s: float | None
+    service_tier: str | None = None
+    system_fingerprint: str | None = None
+    break_cause_server: str | None = None
 
 
 def provider_name(call: Call, host: str | None) -> str:
-    """`gen_ai.provider.name`: the provider, or for an OpenAI-compatible server its semconv name if known."""
+    """`gen_ai.provider.name`: the cloud platform hosting the model (Bedrock, Vertex AI, Azure AI
+    Inference) if the host is one, else the provider, or an OpenAI-compatible server's semconv name."""
+    if host:
+        for suffix, platform in sc.KNOWN_PLATFORMS:
+            if host.endswith(suffix):
+                return platform.value
     if call.provider is Provider.ANTHROPIC:
         return _ANTHROPIC
     if call.provider is Provider.OPENAI_COMPATIBLE and host:
@@ -77,8 +85,9 @@ def shape_attributes(call: Call, provider: str, server: tuple[str | None, int | 
         sc.GEN_AI_OPERATION_NAME: _CHAT,
         sc.GEN_AI_PROVIDER_NAME: provider,
         sc.GEN_AI_REQUEST_MODEL: call.model,
-        sc.GEN_AI_REQUEST_STREAM: call.stream,
     }
+    if call.stream:  # set if and only if streaming
+        attributes[sc.GEN_AI_REQUEST_STREAM] = True
     host, port = server
     if host:
         attributes[sc.SERVER_ADDRESS] = host
@@ -100,6 +109,9 @@ def request_attributes(call: Call, shape: Attributes) -> Attributes:
                 attributes[sc.GEN_AI_REQUEST_STOP_SEQUENCES] = (value,)
             elif isinstance(value, (list, tuple)) and value:
                 attributes[sc.GEN_AI_REQUEST_STOP_SEQUENCES] = tuple(str(stop) for stop in value)
+    tier = call.params.get("service_tier")
+    if isinstance(tier, str) and call.provider is not Provider.ANTHROPIC:
+        attributes[sc.OPENAI_REQUEST_SERVICE_TIER] = tier
     if call.fingerprint:
         attributes[sc.KVWISE_PREFIX_FINGERPRINT] = call.fingerprint
     if call.break_at:
@@ -120,6 +132,12 @@ def outcome_attributes(outcome: Outcome) -> Attributes:
         attributes[sc.GEN_AI_RESPONSE_MODEL] = outcome.response_model
     if outcome.finish_reasons:
         attributes[sc.GEN_AI_RESPONSE_FINISH_REASONS] = outcome.finish_reasons
+    if outcome.service_tier:
+        attributes[sc.OPENAI_RESPONSE_SERVICE_TIER] = outcome.service_tier
+    if outcome.system_fingerprint:
+        attributes[sc.OPENAI_RESPONSE_SYSTEM_FINGERPRINT] = outcome.system_fingerprint
+    if outcome.break_cause_server:
+        attributes[sc.KVWISE_PREFIX_BREAK_CAUSE_SERVER] = outcome.break_cause_server
     if outcome.usage is not None:
         attributes.update(usage_attributes(outcome.usage))
     if outcome.cost is not None:
@@ -166,6 +184,22 @@ def cost_attributes(cost: Cost) -> Attributes:
         sc.KVWISE_COST_OUTPUT_USD: cost.output_usd,
         sc.KVWISE_COST_SAVED_USD: cost.saved_usd,
     }
+
+
+def response_facts(response: Any) -> dict[str, str]:
+    """What an answer says beyond usage and text, as `CallRecord.end` keywords: OpenAI's service tier
+    and system fingerprint, Anthropic's cache-miss diagnosis (`diagnostics.cache_miss_reason.type`)."""
+    facts: dict[str, str] = {}
+    tier = getattr(response, "service_tier", None)
+    if isinstance(tier, str) and not hasattr(response, "stop_reason"):  # Anthropic's tier is in usage
+        facts["service_tier"] = tier
+    fingerprint = getattr(response, "system_fingerprint", None)
+    if isinstance(fingerprint, str):
+        facts["system_fingerprint"] = fingerprint
+    reason = getattr(getattr(getattr(response, "diagnostics", None), "cache_miss_reason", None), "type", None)
+    if isinstance(reason, str):
+        facts["cache_miss_reason"] = reason
+    return facts
 
 
 def error_type(error: BaseException | str) -> str:

@@ -3,11 +3,13 @@
 Where content goes is a `ContentCapture` mode: `Policy.capture_content` decides when set (False: none;
 True: the environment's mode, or the span when the environment says none), else the environment
 variable `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT` does. Content is rendered in the
-semconv message shapes as JSON strings:
+semconv message shapes, as JSON strings on the span (span attributes take no maps) and as the
+structured values themselves on the `gen_ai.client.inference.operation.details` event:
 
     gen_ai.system_instructions  [{"type": "text", "content": "You are terse."}]
     gen_ai.input.messages       [{"role": "user", "parts": [{"type": "text", "content": "Hi"}]}]
-    gen_ai.output.messages      [{"role": "assistant", "parts": [...], "finish_reason": "stop"}]
+    gen_ai.output.messages      [{"role": "assistant", "parts": [...]}]   (the finish reason is on
+                                gen_ai.response.finish_reasons: in the message it is deprecated)
 
 Native shapes of all three APIs (text blocks, tool calls and results, Responses items) map to
 `text`, `tool_call` and `tool_call_response` parts; anything else (images, audio) becomes a part
@@ -19,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from sdk.call import Call
@@ -76,12 +78,12 @@ def input_messages(call: Call) -> list[dict[str, Any]]:
     return [_message(_native(message)) for message in call.messages]
 
 
-def output_messages(text: str | None, finish_reasons: Sequence[str]) -> list[dict[str, Any]]:
+def output_messages(text: str | None) -> list[dict[str, Any]]:
     """The answer's text in the semconv output-message shape (empty when nothing was produced)."""
     if text is None:
         return []
     parts = [{"type": "text", "content": text}] if text else []
-    return [{"role": _ASSISTANT, "parts": parts, "finish_reason": finish_reasons[0] if finish_reasons else ""}]
+    return [{"role": _ASSISTANT, "parts": parts}]
 
 
 def content_parts(content: Any) -> list[dict[str, Any]]:

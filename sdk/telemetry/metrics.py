@@ -1,6 +1,6 @@
 """The GenAI client histograms and kvwise's counters, recorded once per call.
 
-    gen_ai.client.token.usage                      {token}  per call, input and output (gen_ai.token.type)
+    gen_ai.client.token.usage                      {token}  per successful call, input and output (gen_ai.token.type)
     gen_ai.client.operation.duration               s        per call (error.type on failure)
     gen_ai.client.operation.time_to_first_chunk    s        per streamed call
     gen_ai.client.operation.time_per_output_chunk  s        per streamed call: (last - first) / (chunks - 1)
@@ -69,8 +69,9 @@ class Instruments:
             self.duration.record(duration_ns / _NS_PER_S, attributes)
         usage = outcome.usage
         if usage is not None:
-            self.token_usage.record(usage.input_tokens, {**attributes, sc.GEN_AI_TOKEN_TYPE: _INPUT})
-            self.token_usage.record(usage.output_tokens, {**attributes, sc.GEN_AI_TOKEN_TYPE: _OUTPUT})
+            if not outcome.error_type:  # the conventions record token usage of successful operations only
+                self.token_usage.record(usage.input_tokens, {**attributes, sc.GEN_AI_TOKEN_TYPE: _INPUT})
+                self.token_usage.record(usage.output_tokens, {**attributes, sc.GEN_AI_TOKEN_TYPE: _OUTPUT})
             if usage.cache_read_tokens:
                 self.cache_reads.add(usage.cache_read_tokens, attributes)
         if outcome.time_to_first_chunk_s is not None:

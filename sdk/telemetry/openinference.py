@@ -10,6 +10,9 @@ Phoenix lists the call as an LLM span with its tokens, cache reads and cost:
     llm.token_count.completion gen_ai.usage.output_tokens;  .total = prompt + completion
     llm.token_count.prompt_details.cache_read / .cache_write   the cache counts
     llm.cost.prompt            input + cached input + cache write USD;  .completion = output USD
+    llm.cost.prompt_details.input / .cache_read / .cache_write   the prompt cost split;
+                               .cache_input = cache_read + cache_write (what went through the cache)
+    llm.finish_reason          the first of gen_ai.response.finish_reasons
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ _OPENAI_SYSTEM, _ANTHROPIC_SYSTEM = sc.LlmSystem.OPENAI.value, sc.LlmSystem.ANTH
 _PROVIDERS: dict[str, str] = {
     sc.ProviderName.OPENAI.value: sc.LlmProvider.OPENAI.value,
     sc.ProviderName.ANTHROPIC.value: sc.LlmProvider.ANTHROPIC.value,
+    sc.ProviderName.AWS_BEDROCK.value: sc.LlmProvider.AWS.value,
+    sc.ProviderName.GCP_VERTEX_AI.value: sc.LlmProvider.GOOGLE.value,
+    sc.ProviderName.AZURE_AI_INFERENCE.value: sc.LlmProvider.AZURE.value,
     sc.ProviderName.AZURE_AI_OPENAI.value: sc.LlmProvider.AZURE.value,
     sc.ProviderName.DEEPSEEK.value: sc.LlmProvider.DEEPSEEK.value,
     sc.ProviderName.GCP_GEMINI.value: sc.LlmProvider.GOOGLE.value,
@@ -52,6 +58,8 @@ def outcome_attributes(outcome: Outcome) -> Attributes:
     attributes: Attributes = {}
     if outcome.response_model:
         attributes[sc.LLM_MODEL_NAME] = outcome.response_model
+    if outcome.finish_reasons:
+        attributes[sc.LLM_FINISH_REASON] = outcome.finish_reasons[0]
     usage = outcome.usage
     if usage is not None:
         attributes[sc.LLM_TOKEN_COUNT_PROMPT] = usage.input_tokens
@@ -66,4 +74,8 @@ def outcome_attributes(outcome: Outcome) -> Attributes:
         attributes[sc.LLM_COST_TOTAL] = cost.total_usd
         attributes[sc.LLM_COST_PROMPT] = cost.input_usd + cost.cached_input_usd + cost.cache_write_usd
         attributes[sc.LLM_COST_COMPLETION] = cost.output_usd
+        attributes[sc.LLM_COST_PROMPT_DETAILS_INPUT] = cost.input_usd
+        attributes[sc.LLM_COST_PROMPT_DETAILS_CACHE_READ] = cost.cached_input_usd
+        attributes[sc.LLM_COST_PROMPT_DETAILS_CACHE_WRITE] = cost.cache_write_usd
+        attributes[sc.LLM_COST_PROMPT_DETAILS_CACHE_INPUT] = cost.cached_input_usd + cost.cache_write_usd
     return attributes

@@ -54,7 +54,19 @@ GEN_AI_REQUEST_SEED: Final = "gen_ai.request.seed"
 """Sampling seed sent."""
 
 GEN_AI_REQUEST_STREAM: Final = "gen_ai.request.stream"
-"""Whether the caller asked for a stream."""
+"""Set (to true) if and only if the caller asked for a stream."""
+
+GEN_AI_CONVERSATION_ID: Final = "gen_ai.conversation.id"
+"""The conversation the call belongs to, as the app named it with `sdk.conversation(id)`."""
+
+OPENAI_REQUEST_SERVICE_TIER: Final = "openai.request.service_tier"
+"""The service tier an OpenAI request asked for (`auto`, `default`, `flex`, `priority`), if it asked."""
+
+OPENAI_RESPONSE_SERVICE_TIER: Final = "openai.response.service_tier"
+"""The service tier OpenAI says served the request."""
+
+OPENAI_RESPONSE_SYSTEM_FINGERPRINT: Final = "openai.response.system_fingerprint"
+"""OpenAI's fingerprint of the backend configuration that answered (Chat Completions)."""
 
 # --- GenAI: response -----------------------------------------------------------------------------
 
@@ -96,13 +108,15 @@ GEN_AI_INPUT_MESSAGES: Final = "gen_ai.input.messages"
 """The chat history sent, as a JSON string in the semconv message shape (`role`, `parts`)."""
 
 GEN_AI_OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
-"""The answer, as a JSON string in the semconv output-message shape (with `finish_reason`)."""
+"""The answer, as a JSON string in the semconv output-message shape (`role`, `parts`); the finish
+reason is on `gen_ai.response.finish_reasons`, not in the message."""
 
 GEN_AI_SYSTEM_INSTRUCTIONS: Final = "gen_ai.system_instructions"
 """The system prompt, as a JSON string: a list of parts (`{"type": "text", "content": ...}`)."""
 
 GEN_AI_INFERENCE_DETAILS_EVENT: Final = "gen_ai.client.inference.operation.details"
-"""Event name carrying the content when capture goes to events (a log record tied to the span)."""
+"""Event name carrying the content when capture goes to events (a log record tied to the span): the
+span's attributes, with the content as structured values (lists of maps), not JSON strings."""
 
 # --- General ---------------------------------------------------------------------------------
 
@@ -159,7 +173,13 @@ KVWISE_PREFIX_BREAK_AT: Final = "kvwise.prefix.break_at"
 """The first prefix segment that changed since the previous call (e.g. `system[0]`)."""
 
 KVWISE_PREFIX_BREAK_CAUSE: Final = "kvwise.prefix.break_cause"
-"""Why that segment changed: a cause code of `sdk.fingerprint.BreakCause`."""
+"""Why the cacheable prefix changed since the family's previous call, as kvwise sees it client-side:
+a cause code of `sdk.fingerprint.BreakCause`."""
+
+KVWISE_PREFIX_BREAK_CAUSE_SERVER: Final = "kvwise.prefix.break_cause_server"
+"""Why the provider says its cache missed (Anthropic's `diagnostics.cache_miss_reason.type`:
+`model_changed`, `system_changed`, `tools_changed`, `messages_changed`,
+`previous_message_not_found`, `unavailable`), beside kvwise's own `kvwise.prefix.break_cause`."""
 
 KVWISE_CANONICAL_CHANGES: Final = "kvwise.canonical.changes"
 """What canonicalisation rewrote in this request (one short description per change)."""
@@ -266,6 +286,21 @@ LLM_COST_PROMPT: Final = "llm.cost.prompt"
 LLM_COST_COMPLETION: Final = "llm.cost.completion"
 """USD of the completion tokens."""
 
+LLM_COST_PROMPT_DETAILS_INPUT: Final = "llm.cost.prompt_details.input"
+"""USD of the prompt tokens neither read from nor written to the cache."""
+
+LLM_COST_PROMPT_DETAILS_CACHE_READ: Final = "llm.cost.prompt_details.cache_read"
+"""USD of the prompt tokens read from the cache."""
+
+LLM_COST_PROMPT_DETAILS_CACHE_WRITE: Final = "llm.cost.prompt_details.cache_write"
+"""USD of the prompt tokens written to the cache."""
+
+LLM_COST_PROMPT_DETAILS_CACHE_INPUT: Final = "llm.cost.prompt_details.cache_input"
+"""USD of the prompt tokens that went through the cache: the cache reads plus the cache writes."""
+
+LLM_FINISH_REASON: Final = "llm.finish_reason"
+"""Why generation stopped (the first of `gen_ai.response.finish_reasons`)."""
+
 # --- Environment variables -------------------------------------------------------------------
 
 CAPTURE_MESSAGE_CONTENT_ENV: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
@@ -286,6 +321,9 @@ class ProviderName(StrEnum):
 
     OPENAI = "openai"
     ANTHROPIC = "anthropic"
+    AWS_BEDROCK = "aws.bedrock"
+    GCP_VERTEX_AI = "gcp.vertex_ai"
+    AZURE_AI_INFERENCE = "azure.ai.inference"
     AZURE_AI_OPENAI = "azure.ai.openai"
     DEEPSEEK = "deepseek"
     GCP_GEMINI = "gcp.gemini"
@@ -295,6 +333,16 @@ class ProviderName(StrEnum):
     PERPLEXITY = "perplexity"
     X_AI = "x_ai"
 
+
+KNOWN_PLATFORMS: Final = (
+    (".amazonaws.com", ProviderName.AWS_BEDROCK),
+    ("aiplatform.googleapis.com", ProviderName.GCP_VERTEX_AI),
+    (".services.ai.azure.com", ProviderName.AZURE_AI_INFERENCE),
+    (".models.ai.azure.com", ProviderName.AZURE_AI_INFERENCE),
+    (".inference.ai.azure.com", ProviderName.AZURE_AI_INFERENCE),
+)
+"""Host suffixes of the clouds that host either provider's models (Bedrock, Vertex AI, Azure AI
+Inference / Foundry): the call is reported under the platform's name, whatever API it speaks."""
 
 KNOWN_SERVERS: Final = (
     (".openai.azure.com", ProviderName.AZURE_AI_OPENAI),
@@ -307,6 +355,13 @@ KNOWN_SERVERS: Final = (
     ("api.x.ai", ProviderName.X_AI),
 )
 """Host suffixes of OpenAI-compatible servers with a semconv provider name; others report `openai`."""
+
+
+class FinishReason(StrEnum):
+    """kvwise's own value of `gen_ai.response.finish_reasons`."""
+
+    ERROR = "error"
+    """The generation started but never reached a terminal reason (a cut, truncated or abandoned stream)."""
 
 
 class TokenType(StrEnum):
@@ -371,6 +426,7 @@ class LlmProvider(StrEnum):
 
     OPENAI = "openai"
     ANTHROPIC = "anthropic"
+    AWS = "aws"
     AZURE = "azure"
     DEEPSEEK = "deepseek"
     GOOGLE = "google"

@@ -14,6 +14,7 @@ its own exceptions: a broken tracer, meter or exporter never breaks the call.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from opentelemetry._logs import Logger, LogRecord
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from sdk.call import Call, Usage
+from sdk.diagnostics import disagree
 from sdk.telemetry import content, openinference
 from sdk.telemetry import semconv as sc
 from sdk.telemetry.attributes import Attributes, Outcome, error_type, outcome_attributes
@@ -40,6 +42,7 @@ logger = logging.getLogger(__name__)
 _PREFILL, _DECODE = sc.PhaseName.PREFILL.value, sc.PhaseName.DECODE.value
 _NO_CONTENT = sc.ContentCapture.NO_CONTENT
 _NS_PER_S = 1e9
+_UNFINISHED = (sc.FinishReason.ERROR.value,)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -68,6 +71,16 @@ class Sinks:
     prices: PriceTable
     capture: sc.ContentCapture
     event_logger: Logger | None
+
+
+def _server_cause(call: Call, reason: str | None) -> str | None:
+    """The provider's cache-miss reason, logged at warning level when it contradicts kvwise's cause."""
+    if reason and disagree(reason, call.break_cause, call.break_at):
+        logger.warning(
+            "kvwise: the provider says the cache missed because %s, kvwise thought %s (at %s)",
+            reason, call.break_cause or "nothing changed", call.break_at or "the call's settings",
+        )
+    return reason
 
 
 class _Activation:
@@ -100,15 +113,24 @@ class CallRecord:
 
     __slots__ = (
         "_attempt_ns", "_attempts", "_base", "_call", "_chunks", "_ended", "_first_ns", "_guard",
-        "_last_ns", "_sinks", "_span", "_start_ns", "_streamed", "_tokens_saved", "_usage_estimated",
+        "_last_ns", "_request", "_sinks", "_span", "_start_ns", "_streamed", "_tokens_saved", "_usage_estimated",
     )  # fmt: skip
 
-    def __init__(self, sinks: Sinks | None, call: Call, span: Span | None, base: Attributes, start_ns: int) -> None:
+    def __init__(
+        self,
+        sinks: Sinks | None,
+        call: Call,
+        span: Span | None,
+        base: Attributes,
+        start_ns: int,
+        request: Attributes | None = None,
+    ) -> None:
         self._sinks = sinks
         self._call = call
         self._streamed = call.stream
         self._span = span
         self._base = base
+        self._request = request  # the span's start attributes (read-only), for the content event
         self._start_ns = self._attempt_ns = start_ns
         self._attempts = 1
         self._first_ns: int | None = None
@@ -171,10 +193,14 @@ class CallRecord:
         output_text: str | None = None,
         error: BaseException | str | None = None,
         usage_estimated: bool = False,
+        service_tier: str | None = None,
+        system_fingerprint: str | None = None,
+        cache_miss_reason: str | None = None,
     ) -> None:
         """Finish the call: attributes, phase spans, content, then the span ends; then metrics. Only once.
 
         `usage_estimated`: the server never reported the input tokens (see `KVWISE_USAGE_ESTIMATED`).
+        `cache_miss_reason`: the provider's own diagnosis of a cache miss (Anthropic's diagnostics).
         """
         if self._ended or self._sinks is None:
             return
@@ -182,8 +208,18 @@ class CallRecord:
         self._usage_estimated = usage_estimated
         end_ns = time_ns()
         sinks, span = self._sinks, self._span
+        learn = self._call.learn_response
+        if learn is not None and response_id:
+            learn(response_id)  # the id the family's next request names as its previous message
         try:
             outcome = self._outcome(sinks, usage, response_id, response_model, finish_reasons, timings, error)
+            if service_tier or system_fingerprint or cache_miss_reason:
+                outcome = dataclasses.replace(
+                    outcome,
+                    service_tier=service_tier,
+                    system_fingerprint=system_fingerprint,
+                    break_cause_server=_server_cause(self._call, cache_miss_reason),
+                )
         except Exception:
             if span is not None:
                 span.end(end_time=end_ns)  # never leave the span open
@@ -205,6 +241,8 @@ class CallRecord:
     ) -> Outcome:
         streamed, first = self._streamed, self._first_ns
         price = (sinks.prices.lookup(response_model) or sinks.prices.lookup(self._call.model)) if usage is not None else None
+        if not finish_reasons and error is not None and (first is not None or response_id is not None):
+            finish_reasons = _UNFINISHED  # the generation started and never reached a terminal reason
         return Outcome(
             usage=usage,
             cost=cost_of(usage, price) if usage is not None and price is not None else None,
@@ -265,19 +303,26 @@ class CallRecord:
             decode.end(end_time=max(self._last_ns or first, first))
 
     def _capture(self, sinks: Sinks, span: Span, outcome: Outcome, output_text: str | None) -> Attributes:
-        """Emit the prompt and answer as an event and/or return them as span attributes, per the capture mode."""
+        """Emit the prompt and answer as an event and/or return them as span attributes, per the capture mode.
+
+        The event carries the span's attributes and the content as structured values; the span, whose
+        attributes take no maps, the content as JSON strings.
+        """
         call = self._call
-        captured: Attributes = {
-            sc.GEN_AI_SYSTEM_INSTRUCTIONS: content.to_json(content.system_instructions(call)),
-            sc.GEN_AI_INPUT_MESSAGES: content.to_json(content.input_messages(call)),
-            sc.GEN_AI_OUTPUT_MESSAGES: content.to_json(content.output_messages(output_text, outcome.finish_reasons)),
+        structured: Attributes = {
+            sc.GEN_AI_SYSTEM_INSTRUCTIONS: content.system_instructions(call),
+            sc.GEN_AI_INPUT_MESSAGES: content.input_messages(call),
+            sc.GEN_AI_OUTPUT_MESSAGES: content.output_messages(output_text),
         }
         if sinks.capture.on_event and sinks.event_logger is not None:
+            span_attributes = {**(self._request or self._base), **outcome_attributes(outcome)}
             sinks.event_logger.emit(
                 LogRecord(
                     event_name=sc.GEN_AI_INFERENCE_DETAILS_EVENT,
                     context=trace.set_span_in_context(span),
-                    attributes={**self._base, **captured},
+                    attributes={**span_attributes, **structured},
                 )
             )
-        return captured if sinks.capture.on_span else {}
+        if not sinks.capture.on_span:
+            return {}
+        return {name: content.to_json(value) for name, value in structured.items()}

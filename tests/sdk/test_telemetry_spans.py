@@ -112,7 +112,6 @@ def test_a_non_streamed_call_is_one_client_span_named_after_operation_and_model(
         sc.GEN_AI_REQUEST_MAX_TOKENS: 64,
         sc.GEN_AI_REQUEST_TEMPERATURE: 0.2,
         sc.GEN_AI_REQUEST_SEED: 7,
-        sc.GEN_AI_REQUEST_STREAM: False,
         sc.GEN_AI_RESPONSE_ID: "r1",
         sc.GEN_AI_RESPONSE_MODEL: "gpt-4o-mini-2024-07-18",
         sc.GEN_AI_RESPONSE_FINISH_REASONS: ("stop",),
@@ -123,6 +122,7 @@ def test_a_non_streamed_call_is_one_client_span_named_after_operation_and_model(
         sc.KVWISE_ATTEMPTS: 1,
     }.items()
     assert sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK not in (span.attributes or {})
+    assert sc.GEN_AI_REQUEST_STREAM not in (span.attributes or {})  # set if and only if streaming
 
 
 def test_a_streamed_call_has_prefill_then_decode_children_split_at_the_first_chunk(otel: Otel) -> None:
@@ -223,7 +223,7 @@ def test_the_active_block_lets_the_callers_exception_through_and_restores_the_co
          {sc.GEN_AI_REQUEST_MAX_TOKENS: 50, sc.GEN_AI_REQUEST_TOP_K: 40, sc.GEN_AI_REQUEST_STOP_SEQUENCES: ("a", "b")}),
         (Api.RESPONSES, {"max_output_tokens": 70, "temperature": 0.0, "stream": True},
          {sc.GEN_AI_REQUEST_MAX_TOKENS: 70, sc.GEN_AI_REQUEST_TEMPERATURE: 0.0, sc.GEN_AI_REQUEST_STREAM: True}),
-        (Api.CHAT, {"temperature": None}, {sc.GEN_AI_REQUEST_STREAM: False}),
+        (Api.CHAT, {"temperature": None}, {sc.GEN_AI_REQUEST_STREAM: None}),
     ],
 )
 def test_request_parameters_of_each_api_are_reported_under_semconv_names(
@@ -243,6 +243,10 @@ def test_request_parameters_of_each_api_are_reported_under_semconv_names(
         (Provider.OPENAI_COMPATIBLE, "api.deepseek.com", "deepseek"),
         (Provider.OPENAI_COMPATIBLE, "myres.openai.azure.com", "azure.ai.openai"),
         (Provider.OPENAI_COMPATIBLE, "127.0.0.1", "openai"),
+        (Provider.ANTHROPIC, "bedrock-runtime.us-east-1.amazonaws.com", "aws.bedrock"),
+        (Provider.ANTHROPIC, "us-east5-aiplatform.googleapis.com", "gcp.vertex_ai"),
+        (Provider.ANTHROPIC, "myres.services.ai.azure.com", "azure.ai.inference"),
+        (Provider.OPENAI_COMPATIBLE, "myres.services.ai.azure.com", "azure.ai.inference"),
         (Provider.OPENAI_COMPATIBLE, None, "openai"),
     ],
 )
@@ -268,7 +272,7 @@ def test_calls_of_one_client_keep_their_own_request_attributes_across_shapes(ote
         0.5, 64, "first",
     )
     assert not {sc.GEN_AI_REQUEST_TEMPERATURE, sc.GEN_AI_REQUEST_MAX_TOKENS, sc.KVWISE_PREFIX_FINGERPRINT} & set(two)
-    assert (two[sc.GEN_AI_REQUEST_MODEL], two[sc.SERVER_ADDRESS], two[sc.GEN_AI_REQUEST_STREAM]) == ("gpt-4o-mini", "127.0.0.1", False)
+    assert (two[sc.GEN_AI_REQUEST_MODEL], two[sc.SERVER_ADDRESS], two.get(sc.GEN_AI_REQUEST_STREAM)) == ("gpt-4o-mini", "127.0.0.1", None)
     assert (three[sc.GEN_AI_REQUEST_MODEL], three[sc.SERVER_ADDRESS], three[sc.GEN_AI_REQUEST_STREAM]) == ("gpt-4o", "api.openai.com", True)
     assert [span.name for span in calls] == ["chat gpt-4o-mini", "chat gpt-4o-mini", "chat gpt-4o", "chat gpt-4o-mini"]
     assert (two[sc.GEN_AI_PROVIDER_NAME], four[sc.GEN_AI_PROVIDER_NAME]) == ("openai", "deepseek")

@@ -149,7 +149,7 @@ def test_importing_sdk_does_not_import_torch():
 
 def test_public_surface_is_exactly_the_documented_names():
     assert sdk.__all__ == sorted(sdk.__all__)
-    assert set(sdk.__all__) == {"Finding", "Middleware", "Policy", "Prompt", "StreamTruncated", "lint", "wrap"}
+    assert set(sdk.__all__) == {"Finding", "Middleware", "Policy", "Prompt", "StreamTruncated", "conversation", "lint", "wrap"}
 
 
 def test_the_wrapped_client_is_a_context_manager_like_the_client(simulator):

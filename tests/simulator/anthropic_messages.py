@@ -12,7 +12,8 @@ with `thinking.type="enabled"`, greater than `thinking.budget_tokens` (itself at
 most 4 `cache_control` breakpoints (tools, system blocks, message content blocks, plus the
 top-level `cache_control`, which marks the last block), every 1h one before any 5m one;
 `thinking` and `redacted_thinking` blocks carry only their own fields (they go back as the API
-sent them: no `cache_control`).
+sent them: no `cache_control`). `diagnostics` is checked and answered (`Message.diagnostics`, in
+the complete message and in `message_start`'s) as `diagnostics.Diagnoser` says.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from . import diagnostics
 from .constants import ANTHROPIC_MAX_BREAKPOINTS, MIN_THINKING_BUDGET
 from .decode import DecodeParams, Finish
 from .errors import ApiError, Flavour
@@ -35,8 +37,12 @@ class MessagesApi:
     path = "/v1/messages"
     flavour = Flavour.ANTHROPIC
 
+    def __init__(self) -> None:
+        self.diagnoser = diagnostics.Diagnoser()
+
     def parse(self, body: dict[str, Any]) -> Job:
         model = required(body, "model", str)
+        diagnostics.check(body)
         messages = required(body, "messages", list)
         cap = token_cap(body, "max_tokens", minimum=0)
         if cap is None:
@@ -96,6 +102,11 @@ class MessagesEncoder:
         self._outcome = outcome
         self._id = new_id("msg_")
         self._block = 0  # index of the content block being streamed
+        self.diagnostics: dict[str, Any] | None = None  # the answer's, set by the server before encoding
+
+    @property
+    def message_id(self) -> str:
+        return self._id
 
     def _stop_reason(self) -> str:
         return _STOP_REASON[self._outcome.decoded.finish]
@@ -125,6 +136,7 @@ class MessagesEncoder:
             "stop_reason": self._stop_reason() if done else None,
             "stop_sequence": decoded.stop_sequence if done else None,
             "usage": self._usage(self._outcome.output_tokens if done else 1),
+            **({"diagnostics": self.diagnostics} if self.diagnostics is not None else {}),
         }
 
     def complete(self) -> dict[str, Any]:

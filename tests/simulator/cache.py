@@ -11,19 +11,23 @@ name, as caches are per model), so a lookup costs one pass over the prompt whate
   whose prefix reaches the minimum length; a request reads the longest entry found at a content-block
   boundary at or up to 20 blocks before one of its breakpoints; it writes up to its last cacheable
   breakpoint (`cache_creation = written_end - read`), and `input_tokens` counts the tokens after
-  `max(read, written_end)`.
+  `max(read, written_end)`. An entry lives for its breakpoint's TTL (5 minutes, or 1 hour) from its
+  last use, read or written; the clock is the store's `clock` (the simulator can move it on).
 
-`lookup` never changes the cache; `commit` stores what the request wrote, once it was served.
+`lookup` never changes the cache; `commit` stores what the request wrote (and refreshes what it
+read), once it was served.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import threading
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .constants import ANTHROPIC_LOOKBACK_BLOCKS, OPENAI_CACHE_MIN_TOKENS, OPENAI_CACHE_STEP_TOKENS
+from .constants import ANTHROPIC_CACHE_TTL_SECONDS, ANTHROPIC_LOOKBACK_BLOCKS, OPENAI_CACHE_MIN_TOKENS, OPENAI_CACHE_STEP_TOKENS
 from .tokens import Prompt
 
 
@@ -40,6 +44,8 @@ class CacheUse:
     uncached_tail: int
     written_1h: int = 0
     entries: frozenset[bytes] = field(default=frozenset(), repr=False)
+    lifetimes: Mapping[bytes, float] = field(default_factory=dict, repr=False)
+    """Seconds each entry (written or read) lives from now; an entry not named here never expires."""
 
 
 def prefix_digests(seed: str, tokens: Sequence[str], positions: Iterable[int]) -> dict[int, bytes]:
@@ -55,25 +61,32 @@ def prefix_digests(seed: str, tokens: Sequence[str], positions: Iterable[int]) -
     return digests
 
 
+def _lifetime(ttl: str) -> float:
+    return ANTHROPIC_CACHE_TTL_SECONDS.get(ttl, ANTHROPIC_CACHE_TTL_SECONDS["5m"])
+
+
 class _DigestStore:
     """A thread-safe set of prefix digests shared by the server's request threads."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.Lock()
-        self._entries: set[bytes] = set()
+        self._expiry: dict[bytes, float] = {}
+        self.clock = clock
 
     def _known(self, digest: bytes) -> bool:
         with self._lock:
-            return digest in self._entries
+            return self._expiry.get(digest, -math.inf) > self.clock()
 
     def commit(self, use: CacheUse) -> None:
-        """Remember the prefixes a served request wrote."""
+        """Remember the prefixes a served request wrote; restart the TTL of those it used."""
+        now = self.clock()
         with self._lock:
-            self._entries |= use.entries
+            for digest in use.entries | use.lifetimes.keys():
+                self._expiry[digest] = now + use.lifetimes.get(digest, math.inf)
 
     def clear(self) -> None:
         with self._lock:
-            self._entries.clear()
+            self._expiry.clear()
 
 
 class PrefixCache(_DigestStore):
@@ -101,11 +114,13 @@ class BreakpointCache(_DigestStore):
     def lookup(self, model: str, prompt: Prompt, min_tokens: int) -> CacheUse:
         ends = sorted(set(prompt.block_ends) | set(prompt.breakpoints))
         digests = prefix_digests(model, prompt.tokens, ends)
-        read = 0
+        read, read_ttl = 0, ANTHROPIC_CACHE_TTL_SECONDS["5m"]
         for breakpoint in prompt.breakpoints:
             at = ends.index(breakpoint)
             window = ends[max(0, at - ANTHROPIC_LOOKBACK_BLOCKS) : at + 1]
-            read = max(read, max((end for end in window if self._known(digests[end])), default=0))
+            hit = max((end for end in window if self._known(digests[end])), default=0)
+            if hit > read:
+                read, read_ttl = hit, _lifetime(prompt.breakpoints[breakpoint])
         writable = sorted(end for end in prompt.breakpoints if end >= min_tokens)
         written_end = max(writable, default=0)
         written_1h, previous = 0, read
@@ -119,4 +134,8 @@ class BreakpointCache(_DigestStore):
             uncached_tail=len(prompt) - max(read, written_end),
             written_1h=written_1h,
             entries=frozenset(digests[end] for end in writable),
+            lifetimes={
+                **({digests[read]: read_ttl} if read else {}),
+                **{digests[end]: _lifetime(prompt.breakpoints[end]) for end in writable},
+            },
         )

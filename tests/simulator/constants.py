@@ -17,6 +17,8 @@ OPENAI_CACHE_STEP_TOKENS: Final = 128
 ANTHROPIC_MIN_CACHE_TOKENS: Final = 1024
 """Default of `ProviderSimulator.anthropic_min_cache_tokens`."""
 ANTHROPIC_MAX_BREAKPOINTS: Final = 4
+ANTHROPIC_CACHE_TTL_SECONDS: Final = {"5m": 300.0, "1h": 3600.0}
+"""How long an Anthropic cache entry lives after its last use, by its breakpoint's TTL."""
 MIN_THINKING_BUDGET: Final = 1024
 """Anthropic's smallest `thinking.budget_tokens`."""
 ANTHROPIC_LOOKBACK_BLOCKS: Final = 20

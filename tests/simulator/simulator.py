@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from types import TracebackType
 from typing import Any, Literal
 
-from .anthropic_messages import MessagesApi
+from .anthropic_messages import MessagesApi, MessagesEncoder
 from .cache import BreakpointCache, CacheUse, PrefixCache
 from .constants import (
     ANTHROPIC_MIN_CACHE_TOKENS,
@@ -65,7 +66,7 @@ class ProviderSimulator:
     (seconds), `anthropic_min_cache_tokens`, `tool_call` and `thinking` (see `shapes`), `reasoning_tokens` (hidden reasoning every reply spends
     first, out of the request's output cap, as reasoning models and extended thinking do: a reply
     left no room comes back empty, with the length finish). Scripting: `loop`, `fail`, `cut_stream_after`, `stall`,
-    `inject_event`, `reset`. Records: `requests`, `streams`.
+    `inject_event`, `reset`, `advance_clock` (cache TTLs). Records: `requests`, `streams`.
     """
 
     def __init__(self) -> None:
@@ -80,11 +81,13 @@ class ProviderSimulator:
         self._faults = FaultQueue()
         self._requests: list[RecordedRequest] = []
         self._streams: list[StreamRecord] = []
-        self._prefix_cache = PrefixCache()
-        self._breakpoint_cache = BreakpointCache()
+        self._clock_offset = 0.0
+        self._prefix_cache = PrefixCache(self._clock)
+        self._breakpoint_cache = BreakpointCache(self._clock)
         self._activity = threading.Condition()
         self._in_flight = 0
-        apis: list[Api] = [ChatCompletionsApi(), ResponsesApi(), MessagesApi(), CompletionsApi()]
+        self._messages = MessagesApi()
+        apis: list[Api] = [ChatCompletionsApi(), ResponsesApi(), self._messages, CompletionsApi()]
         self._apis = {api.path: api for api in apis}
         self._server = LoopbackServer(self._handle)
 
@@ -148,6 +151,13 @@ class ProviderSimulator:
         """
         self._faults.add(EventFault(EventKind(kind), at_token), times)
 
+    def advance_clock(self, seconds: float) -> None:
+        """Move the caches' clock on by `seconds`: entries whose TTL runs out in that time expire."""
+        self._clock_offset += seconds
+
+    def _clock(self) -> float:
+        return time.monotonic() + self._clock_offset
+
     def reset(self) -> None:
         """Forget requests, streams, caches, scripted faults and loop mode; settings stay."""
         self.wait_idle()
@@ -155,6 +165,7 @@ class ProviderSimulator:
         self._streams.clear()
         self._prefix_cache.clear()
         self._breakpoint_cache.clear()
+        self._messages.diagnoser.clear()
         self._faults.clear()
         self._loop_unit = None
 
@@ -235,6 +246,8 @@ class ProviderSimulator:
         timing = Timing(self.first_token_delay, self.token_delay, fault if isinstance(fault, StallFault) else None)
         headers = dict([request_id_header(flavour)])
         encoder = shaped_encoder(api.encoder(outcome), outcome, self.tool_call, self.thinking)
+        if isinstance(api, MessagesApi) and isinstance(encoder, MessagesEncoder):
+            encoder.diagnostics = api.diagnoser.answer(job, encoder.message_id)
         try:
             if job.stream:
                 inject = injection(fault, encoder, flavour) if isinstance(fault, EventFault) else None
