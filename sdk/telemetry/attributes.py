@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from sdk.call import Call, Provider, Usage
 from sdk.errors import StreamTruncated
@@ -112,6 +112,9 @@ def request_attributes(call: Call, shape: Attributes) -> Attributes:
     tier = call.params.get("service_tier")
     if isinstance(tier, str) and call.provider is not Provider.ANTHROPIC:
         attributes[sc.OPENAI_REQUEST_SERVICE_TIER] = tier
+    if call.cap is not None:
+        attributes[sc.KVWISE_OUTPUT_CAP_TOKENS] = call.cap.tokens
+        attributes[sc.KVWISE_OUTPUT_CAP_SOURCE] = call.cap.source
     if call.fingerprint:
         attributes[sc.KVWISE_PREFIX_FINGERPRINT] = call.fingerprint
     if call.break_at:
@@ -186,10 +189,18 @@ def cost_attributes(cost: Cost) -> Attributes:
     }
 
 
-def response_facts(response: Any) -> dict[str, str]:
+class ResponseFacts(TypedDict, total=False):
+    """`CallRecord.end` keywords read off an answer by `response_facts`."""
+
+    service_tier: str
+    system_fingerprint: str
+    cache_miss_reason: str
+
+
+def response_facts(response: Any) -> ResponseFacts:
     """What an answer says beyond usage and text, as `CallRecord.end` keywords: OpenAI's service tier
     and system fingerprint, Anthropic's cache-miss diagnosis (`diagnostics.cache_miss_reason.type`)."""
-    facts: dict[str, str] = {}
+    facts: ResponseFacts = {}
     tier = getattr(response, "service_tier", None)
     if isinstance(tier, str) and not hasattr(response, "stop_reason"):  # Anthropic's tier is in usage
         facts["service_tier"] = tier
