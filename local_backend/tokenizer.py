@@ -29,6 +29,8 @@ class TextTokenizer:
         self._add_bos = bool(config.get("add_bos_token", False))
         self._containing: dict[tuple[str, ...], frozenset[int]] = {}
         self._template = None
+        self.renders_tools = template is not None and "tools" in template
+        """Whether the chat template itself renders a `tools` list (Hermes, Qwen, Llama 3.1 templates do)."""
         if template is not None:
             env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
             env.filters["tojson"] = _tojson
@@ -47,6 +49,10 @@ class TextTokenizer:
         if separate.exists():
             template = separate.read_text()
         return cls(Tokenizer.from_file(str(directory / "tokenizer.json")), config, template)
+
+    def to_json(self) -> str:
+        """The `tokenizer.json` text (what grammar libraries such as llguidance build their token tries from)."""
+        return self._tokenizer.to_str()
 
     @property
     def vocab_size(self) -> int:
@@ -74,9 +80,12 @@ class TextTokenizer:
         return self._containing[strings]
 
     def chat_prompt(
-        self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        add_generation_prompt: bool = True,
+        tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> list[int]:
-        """Token ids of `messages` rendered by the checkpoint's chat template."""
+        """Token ids of `messages` rendered by the checkpoint's chat template (with `tools` when given)."""
         if self._template is None:
             raise ValueError("this checkpoint has no chat_template in tokenizer_config.json")
         try:
@@ -85,6 +94,7 @@ class TextTokenizer:
                 add_generation_prompt=add_generation_prompt,
                 bos_token=self.bos_token or "",
                 eos_token=self.eos_token or "",
+                **({"tools": list(tools)} if tools else {}),
             )
         except TemplateError as exc:
             raise ValueError(f"chat template failed: {exc}") from exc

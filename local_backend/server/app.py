@@ -26,6 +26,7 @@ from local_backend.engine import Engine
 from local_backend.server import anthropic_routes, openai_routes, responses_routes
 from local_backend.server._constants import DEFAULT_MAX_QUEUE, HEALTH_PATH
 from local_backend.server.auth import ApiKeyMiddleware
+from local_backend.server.constrained import Grammars
 from local_backend.server.errors import ApiError, ErrorKind, Flavor, error_body, error_response, status_of
 from local_backend.server.generation import Backend
 from local_backend.server.metrics import CONTENT_TYPE, ServerMetrics
@@ -62,6 +63,7 @@ def create_app(
     backend = Backend(engine, names, max_queue)
     server_metrics = ServerMetrics(engine.stats, backend.admission)
     backend.on_finish = server_metrics.observe
+    grammars = Grammars(engine.tokenizer, engine.config.vocab_size, sorted(engine.core.eos))
 
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -72,7 +74,7 @@ def create_app(
     routes = [
         Route(HEALTH_PATH, health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
-        *openai_routes.routes(backend),
+        *openai_routes.routes(backend, grammars),
         *responses_routes.routes(backend),
         *anthropic_routes.routes(backend),
     ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from starlette.requests import Request
@@ -21,14 +21,24 @@ from starlette.routing import Route
 
 from local_backend.outputs import Completion, StreamDelta
 from local_backend.server import fields
-from local_backend.server._constants import MODEL_OWNER, OPENAI_CHAT_ROLES, OPENAI_MAX_TEMPERATURE, SSE_DONE
+from local_backend.server._constants import MODEL_OWNER, OPENAI_MAX_TEMPERATURE, SSE_DONE
+from local_backend.sampling_params import LogitsProcessor
+from local_backend.server.constrained import ANY_OBJECT, Grammars, chained
 from local_backend.server.choices import choice_count, per_choice, start_choices
 from local_backend.server.errors import ApiError, Flavor
 from local_backend.server.generation import Backend
 from local_backend.server.logprobs import Decode, LogprobsRecorder, chat_logprobs, completion_logprobs, requested_top
 from local_backend.server.streaming import respond, sse
 from local_backend.server.usage import Usage, timings
-from local_backend.server.validation import chat_turns, optional, read_json, sampling_params, stop_strings
+from local_backend.server.tool_requests import ToolChoice, openai_messages, openai_tools
+from local_backend.server.tools import ArgumentsPiece, CallStart, Event, TextPiece, Tool, ToolCall, ToolCallParser, prompt_ids
+from local_backend.server.validation import optional, read_json, sampling_params, stop_strings
+
+NO_TOOLS = ToolChoice("none")
+
+
+def _call_json(call: ToolCall) -> dict[str, Any]:
+    return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
 
 
 class OpenAIFormat:
@@ -46,6 +56,8 @@ class OpenAIFormat:
         n: int = 1,
         recorders: Sequence[LogprobsRecorder] = (),
         decode: Decode = str,
+        parse_tools: bool = False,
+        parallel_tool_calls: bool = True,
     ):
         self._model = model
         self._chat, self._include_usage = chat, include_usage
@@ -53,6 +65,8 @@ class OpenAIFormat:
         self._n = n
         self._recorders, self._decode = recorders, decode  # one recorder per choice, when logprobs are asked for
         self._offsets = [len(echo)] * n  # legacy `text_offset` of each choice's next token
+        self._parsers = [ToolCallParser("call_") for _ in range(n)] if parse_tools else []
+        self._parallel = parallel_tool_calls  # False: only the first call of an answer is kept
         self._id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         self._created = int(time.time())
 
@@ -62,7 +76,15 @@ class OpenAIFormat:
         for index, completion in enumerate(completions):
             logprobs = self._logprobs(index, completion.token_ids)
             choice: dict[str, Any] = {"index": index, "logprobs": logprobs, "finish_reason": completion.finish_reason}
-            if self._chat:
+            if self._parsers:
+                parser = self._parsers[index]
+                parser.feed(completion.text)
+                parser.finish()
+                calls = [_call_json(c) for c in parser.calls[: None if self._parallel else 1]]
+                message = {"role": "assistant", "content": parser.content or None, "refusal": None}
+                choice["message"] = {**message, "tool_calls": calls} if calls else message
+                choice["finish_reason"] = "tool_calls" if calls else completion.finish_reason
+            elif self._chat:
                 choice["message"] = {"role": "assistant", "content": completion.text, "refusal": None}
             else:
                 choice["text"] = self._echo + completion.text
@@ -76,12 +98,37 @@ class OpenAIFormat:
 
     def delta(self, index: int, delta: StreamDelta) -> list[bytes]:
         logprobs = self._logprobs(index, delta.token_ids) if delta.token_ids else None
-        if not delta.text and logprobs is None:
-            return []
-        return [self._chunk(index, {"content": delta.text} if self._chat else delta.text, None, logprobs=logprobs)]
+        if self._parsers:
+            pieces = self._tool_pieces(self._parsers[index].feed(delta.text))
+        else:
+            pieces = [{"content": delta.text} if self._chat else delta.text] if delta.text else []
+        if logprobs is not None and not pieces:
+            pieces = [{"content": ""} if self._chat else ""]
+        return [self._chunk(index, piece, None, logprobs=logprobs if i == 0 else None) for i, piece in enumerate(pieces)]
 
     def finished(self, index: int, completion: Completion) -> list[bytes]:
-        return [self._chunk(index, {} if self._chat else "", completion.finish_reason, {"timings": timings(completion)})]
+        reason: str = completion.finish_reason
+        chunks = []
+        if self._parsers:
+            parser = self._parsers[index]
+            chunks = [self._chunk(index, piece, None) for piece in self._tool_pieces(parser.finish())]
+            reason = "tool_calls" if parser.calls else reason
+        return [*chunks, self._chunk(index, {} if self._chat else "", reason, {"timings": timings(completion)})]
+
+    def _tool_pieces(self, events: Sequence[Event]) -> list[dict[str, Any]]:
+        """Chat deltas of parser events: content, a call's id and name, its arguments' pieces."""
+        pieces: list[dict[str, Any]] = []
+        for event in events:
+            if isinstance(event, TextPiece):
+                pieces.append({"content": event.text})
+            elif isinstance(event, (CallStart, ArgumentsPiece)) and (self._parallel or event.index == 0):
+                if isinstance(event, CallStart):
+                    call = {"index": event.index, "id": event.call_id, "type": "function",
+                            "function": {"name": event.name, "arguments": ""}}  # fmt: skip
+                else:
+                    call = {"index": event.index, "function": {"arguments": event.text}}
+                pieces.append({"tool_calls": [call]})
+        return pieces
 
     def closing(self, completions: Sequence[Completion]) -> list[bytes]:
         if not self._include_usage:
@@ -134,17 +181,29 @@ class OpenAIFormat:
         }
 
 
-def routes(backend: Backend) -> list[Route]:
+def response_schema(value: Any, param: str) -> dict[str, Any] | None:
+    """The JSON schema `response_format` asks for (`json_object`: any object), or None for text."""
+    if value is None or value == {"type": "text"}:
+        return None
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind == "json_object":
+        return dict(ANY_OBJECT)
+    spec = value.get("json_schema") if kind == "json_schema" else None
+    if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
+        raise ApiError(f"{param} must be text, json_object or json_schema with a schema object", param=param)
+    return spec.get("schema") or dict(ANY_OBJECT)
+
+
+def routes(backend: Backend, grammars: Grammars) -> list[Route]:
     engine = backend.engine
 
     async def chat_completions(request: Request) -> Response:
         body = await read_json(request)
         fields.check(body, fields.CHAT, "POST /v1/chat/completions")
-        turns = chat_turns(body.get("messages"), OPENAI_CHAT_ROLES)
-        for turn in turns:
-            if turn["role"] == "developer":
-                turn["role"] = "system"
-        return await _generate(request, body, backend.prompt_ids(turns), chat=True)
+        messages = openai_messages(body.get("messages"))
+        tools, choice = openai_tools(body)
+        ids = prompt_ids(engine.tokenizer, messages, choice.shown(tools))
+        return await _generate(request, body, ids, chat=True, tools=tools, choice=choice)
 
     async def completions(request: Request) -> Response:
         body = await read_json(request)
@@ -165,7 +224,15 @@ def routes(backend: Backend) -> list[Route]:
                    "max_model_len": engine.max_model_len} for name in backend.model_names]  # fmt: skip
         return JSONResponse({"object": "list", "data": listed})
 
-    async def _generate(request: Request, body: dict[str, Any], ids: list[int], *, chat: bool) -> Response:
+    async def _generate(
+        request: Request,
+        body: dict[str, Any],
+        ids: list[int],
+        *,
+        chat: bool,
+        tools: Sequence[Tool] = (),
+        choice: ToolChoice = NO_TOOLS,
+    ) -> Response:
         n = choice_count(optional(body, "n", int, 1))
         name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
         params = sampling_params(
@@ -184,9 +251,12 @@ def routes(backend: Backend) -> list[Route]:
             raise ApiError("logprobs with echo needs the prompt's logprobs, which this backend does not compute",
                            param="logprobs")  # fmt: skip
         recorders = [LogprobsRecorder(top) for _ in range(n)] if top is not None else []
-        choices = per_choice(params, n)
-        if recorders:
-            choices = [dataclasses.replace(p, logits_processor=r) for p, r in zip(choices, recorders)]
+        constraint = _constraint(body, tools, choice) if chat else None
+        choices = [
+            dataclasses.replace(p, logits_processor=chained(recorders[i] if recorders else None,
+                                                            constraint() if constraint else None))  # fmt: skip
+            for i, p in enumerate(per_choice(params, n))
+        ]
         fmt = OpenAIFormat(
             backend.check_model(optional(body, "model", str)),
             chat=chat,
@@ -195,9 +265,23 @@ def routes(backend: Backend) -> list[Route]:
             n=n,
             recorders=recorders,
             decode=lambda token: engine.tokenizer.decode([token]),
+            parse_tools=choice.mode != "none",
+            parallel_tool_calls=optional(body, "parallel_tool_calls", bool, True),
         )
         generations = await start_choices(backend, request, ids, choices)
         return await respond(request, generations, fmt, optional(body, "stream", bool, False))
+
+    def _constraint(body: dict[str, Any], tools: Sequence[Tool], choice: ToolChoice) -> Callable[[], LogitsProcessor] | None:
+        """A maker of each choice's grammar: a forced tool call, else `response_format`'s JSON, else none."""
+        if choice.forced:
+            forced = [t for t in tools if choice.mode == "required" or t.name == choice.name]
+            grammars.tool_call(forced, "tool_choice")  # compile errors are the request's: a 400 now
+            return lambda: grammars.tool_call(forced, "tool_choice")
+        schema = response_schema(body.get("response_format"), "response_format")
+        if schema is None:
+            return None
+        grammars.json(schema, "response_format")
+        return lambda: grammars.json(schema, "response_format")
 
     return [
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),

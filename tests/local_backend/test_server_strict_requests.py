@@ -8,6 +8,7 @@ The fields come from the clients' own TypedDicts (`ChatCompletionCreateParams`,
 
 from __future__ import annotations
 
+import json
 import typing
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ class Answer:
     usage_chunk: bool = False
     logprobs: Any = None  # the first choice's, as the client parsed them
     metadata: Any = None  # a Response's
+    calls: list[int] = field(default_factory=list)  # tool calls per choice
 
 
 @dataclass(frozen=True)
@@ -144,8 +146,10 @@ def _openai_answer(response: Any, chat: bool) -> Answer:
     if not isinstance(response, openai.Stream):
         texts = [c.message.content if chat else c.text for c in response.choices]
         usage = response.usage
+        calls = [len(c.message.tool_calls or ()) for c in response.choices] if chat else []
         return Answer(texts, [c.finish_reason for c in response.choices], usage.prompt_tokens,
-                      usage.completion_tokens, response.model, logprobs=response.choices[0].logprobs)  # fmt: skip
+                      usage.completion_tokens, response.model, logprobs=response.choices[0].logprobs,
+                      calls=calls)  # fmt: skip
     chunks = list(response)
     by_index: dict[int, list[str]] = {}
     finishes: dict[int, str] = {}
@@ -366,6 +370,29 @@ def _check_instructions(ask: Ask) -> None:
     assert ask(instructions="You are terse.").prompt_tokens > ask().prompt_tokens
 
 
+def _check_chat_tools(ask: Ask) -> None:
+    forced = ask(tools=[TOOL], tool_choice="required", max_tokens=60)
+    assert forced.calls == [1] and forced.finishes == ["tool_calls"]
+    assert ask(tools=[TOOL], tool_choice="none").prompt_tokens < ask(tools=[TOOL]).prompt_tokens  # listed when used
+
+
+def _check_chat_tool_choice(ask: Ask) -> None:
+    assert ask(tools=[TOOL], tool_choice="none").calls == [0]
+    assert ask(tools=[TOOL], tool_choice={"type": "function", "function": {"name": "f"}}, max_tokens=60).calls == [1]
+
+
+def _check_parallel_tool_calls(ask: Ask) -> None:
+    # a forced call is one call; with parallel_tool_calls false at most one is ever returned
+    assert ask(tools=[TOOL], tool_choice="required", parallel_tool_calls=False, max_tokens=60).calls == [1]
+
+
+def _check_response_format(ask: Ask) -> None:
+    with pytest.raises(ValueError):
+        json.loads(ask(max_tokens=60).texts[0])
+    answer = ask(max_tokens=60, response_format={"type": "json_object"}, ignore_eos=False)
+    assert isinstance(json.loads(answer.texts[0]), dict)
+
+
 def _check_system(ask: Ask) -> None:
     assert ask(system="You are terse.").prompt_tokens > ask().prompt_tokens
 
@@ -397,6 +424,10 @@ HONOURED_CHECKS: dict[str, Callable[[Ask], None]] = {
     "top_logprobs": _check_top_logprobs,
     "completions.logprobs": _check_legacy_logprobs,
     "responses.metadata": _check_metadata,
+    "chat.tools": _check_chat_tools,
+    "chat.tool_choice": _check_chat_tool_choice,
+    "chat.parallel_tool_calls": _check_parallel_tool_calls,
+    "chat.response_format": _check_response_format,
     "instructions": _check_instructions,
     "input": _check_prompt_changes("input", "A KV cache stores keys and values for every layer and token of the prompt"),
     "max_output_tokens": _check_max_tokens("max_output_tokens"),

@@ -1,0 +1,134 @@
+"""Constrained decoding with llguidance: JSON (`json_object`, `json_schema`) and forced tool calls.
+
+llguidance, not xgrammar: its wheel has no dependencies (xgrammar's pulls `triton` and
+`apache-tvm-ffi` and wants a CUDA-capable torch to be worth it), it builds its token trie from
+`tokenizer.json` in ~20 ms, and it compiles a JSON schema lazily, so the first token of a request
+is not held up by a large schema. vLLM ships both.
+
+A `GrammarProcessor` is the request's logits processor (see `SamplingParams.logits_processor`):
+at each step it feeds the matcher the tokens sampled since the last step, then sets every token
+the grammar forbids to −inf. Once the grammar is complete only EOS is allowed, so the answer ends
+there. JSON is written compactly (`", "` and `": "` separators, no free whitespace): a small
+model given free whitespace can fill its whole budget with newlines. For the same reason an object
+schema that does not say `additionalProperties` is held to its listed properties (as OpenAI's
+strict mode requires): the output is still valid against the schema as given, and cannot wander
+into invented keys until the token budget runs out.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import llguidance
+import torch
+
+from local_backend.sampling_params import LogitsProcessor
+from local_backend.server._constants import TOOL_CALL_END, TOOL_CALL_START
+from local_backend.server.errors import ApiError
+from local_backend.server.tools import Tool
+from local_backend.tokenizer import TextTokenizer
+
+logger = logging.getLogger(__name__)
+
+JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+ANY_OBJECT: Mapping[str, Any] = {"type": "object"}
+_BITS = 32
+
+
+class Grammars:
+    """The engine's llguidance tokenizer (built once, on first use) and grammar compilation."""
+
+    def __init__(self, tokenizer: TextTokenizer, vocab_size: int, eos: Sequence[int]):
+        self._tokenizer, self._vocab_size, self._eos = tokenizer, vocab_size, sorted(eos)
+        self._lltokenizer: llguidance.LLTokenizer | None = None
+
+    def json(self, schema: Any, param: str) -> GrammarProcessor:
+        """Output that is one JSON value valid against `schema` (an object schema for `json_object`)."""
+        if not isinstance(schema, dict):
+            raise ApiError(f"{param} must be a JSON schema object", param=param)
+        try:
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(closed(schema), overrides=JSON_OPTIONS)
+        except ValueError as exc:
+            raise ApiError(f"{param} is not a JSON schema llguidance accepts: {exc}", param=param) from None
+        return self._processor(grammar, param)
+
+    def tool_call(self, tools: Sequence[Tool], param: str) -> GrammarProcessor:
+        """Output that is exactly one `<tool_call>` block calling one of `tools` with schema-valid arguments."""
+        rules = []
+        for i, tool in enumerate(tools):
+            head = json.dumps(f"{json.dumps(tool.name)}, \"arguments\": ")
+            schema = {**closed(tool.parameters), "x-guidance": JSON_OPTIONS}
+            rules.append(f"call{i}: {head} args{i}\nargs{i}: %json {json.dumps(schema)}")
+        opening = json.dumps(f'{TOOL_CALL_START}\n{{"name": ')
+        closing = json.dumps(f"}}\n{TOOL_CALL_END}")
+        choice = " | ".join(f"call{i}" for i in range(len(tools)))
+        lark = f"start: {opening} ({choice}) {closing}\n" + "\n".join(rules)
+        return self._processor(llguidance.LLMatcher.grammar_from_lark(lark), param)
+
+    def _processor(self, grammar: str, param: str) -> GrammarProcessor:
+        error = llguidance.LLMatcher.validate_grammar(grammar, self._llt())
+        if error and not llguidance.LLMatcher.is_validate_warning(error):
+            raise ApiError(f"{param}: the grammar does not compile: {error}"[:300], param=param)
+        return GrammarProcessor(llguidance.LLMatcher(self._llt(), grammar, log_level=0), self._vocab_size)
+
+    def _llt(self) -> llguidance.LLTokenizer:
+        if self._lltokenizer is None:
+            self._lltokenizer = llguidance.LLTokenizer(self._tokenizer.to_json(), n_vocab=self._vocab_size,
+                                                       eos_token=self._eos)  # fmt: skip
+        return self._lltokenizer
+
+
+def closed(schema: Any) -> Any:
+    """`schema` with `additionalProperties: false` wherever an object lists properties and says nothing more."""
+    if isinstance(schema, list):
+        return [closed(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: closed(value) if key != "enum" and key != "const" else value for key, value in schema.items()}
+    if "properties" in out and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    return out
+
+
+class GrammarProcessor:
+    """Masks a request's logits to what its grammar allows next (see the module doc)."""
+
+    def __init__(self, matcher: llguidance.LLMatcher, vocab_size: int):
+        self._matcher = matcher
+        self._consumed = 0
+        self._shifts = torch.arange(_BITS, dtype=torch.int32)
+        self._vocab_size = vocab_size
+
+    def __call__(self, output_token_ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
+        matcher = self._matcher
+        for token in output_token_ids[self._consumed :]:
+            matcher.consume_token(token)
+        self._consumed = len(output_token_ids)
+        if matcher.is_error():  # never expected (the mask allowed the token); leave the row as it is
+            logger.warning("grammar matcher failed: %s", matcher.get_error())
+            return logits
+        words = torch.frombuffer(bytearray(matcher.compute_bitmask()), dtype=torch.int32)
+        allowed = ((words[:, None] >> self._shifts) & 1).flatten()[: logits.shape[-1]].bool()
+        if allowed.shape[0] < logits.shape[-1]:
+            allowed = torch.cat((allowed, allowed.new_zeros(logits.shape[-1] - allowed.shape[0])))
+        return logits.masked_fill_(~allowed.to(logits.device), float("-inf"))
+
+
+class Chain:
+    """Several logits processors in order (a logprobs recorder first, to see the unmasked logits)."""
+
+    def __init__(self, processors: Sequence[LogitsProcessor]):
+        self._processors = processors
+
+    def __call__(self, output_token_ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
+        for processor in self._processors:
+            logits = processor(output_token_ids, logits)
+        return logits
+
+
+def chained(*processors: LogitsProcessor | None) -> LogitsProcessor | None:
+    present = [p for p in processors if p is not None]
+    return None if not present else present[0] if len(present) == 1 else Chain(present)
