@@ -34,6 +34,14 @@ VOLATILE_MAX_ASCENDING_RUN = 4  # a nonce has no longer run of consecutive code 
 
 # Decode guards
 REASONING_ROOM_TOKENS = 16_000  # added to the cap where Anthropic requires max_tokens and adaptive thinking sets no budget
+ADAPTIVE_CAP_QUANTILE = 0.99  # the quantile of a family's output lengths its adaptive cap is set from
+ADAPTIVE_CAP_WINDOW = 512  # recent answers per family the quantile is taken over (a sliding window)
+ADAPTIVE_CAP_MIN_CALLS = 50  # answers a family needs before it gets an adaptive cap
+ADAPTIVE_CAP_FAMILIES = 256  # prompt families a wrapped client keeps output lengths for (LRU)
+ADAPTIVE_CAP_MAX_CUT_SHARE = 0.05  # adaptively capped answers cut at the cap, as a share of the window, before the family starts over
+
+# Fan-out warm-up
+FANOUT_OPENAI_MIN_PREFIX_TOKENS = 1024  # OpenAI caches prompts from 1024 tokens: a shorter prefix is never waited for
 
 # Prompt caches
 ANTHROPIC_CACHE_TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}  # how long Anthropic keeps a prefix after its last use

@@ -36,12 +36,14 @@ class OutputCap:
 
     `tokens` is the value sent (reasoning and thinking included, where the API counts them in it);
     `param` the native parameter carrying it; `in_extra_body` whether it travels in `extra_body`
-    (which the client merges over the named parameters).
+    (which the client merges over the named parameters); `source` who set it (a
+    `sdk.telemetry.semconv.CapSource`: "policy", "caller", "adaptive").
     """
 
     tokens: int
     param: str
     in_extra_body: bool = False
+    source: str = "policy"
 
 
 @dataclass(slots=True)
@@ -55,6 +57,7 @@ class Call:
     back even when empty, since `tools=[]` is not an absent `tools`. `cap` is the guards' decision
     (None: the request carries no output limit). `learn_response`, when set (Anthropic cache
     diagnostics), is told the answer's id, which the family's next request names as its previous one.
+    `learn_usage`, when set (adaptive caps), is told the usage of an answer that ended.
     """
 
     api: Api
@@ -75,6 +78,7 @@ class Call:
     given: frozenset[str] = frozenset()
     cap: OutputCap | None = None
     learn_response: Callable[[str], None] | None = None
+    learn_usage: Callable[[Usage], None] | None = None
 
     @property
     def stream(self) -> bool:

@@ -8,10 +8,12 @@ puts it in canonical order. Retries and telemetry wrap the send that follows (se
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from sdk.adapters import adapter_for
+from sdk.adaptive_caps import AdaptiveCaps, family_of
 from sdk.cache_hints import place_cache_hints
 from sdk.call import Call
 from sdk.canonical import canonicalize
@@ -20,6 +22,7 @@ from sdk.diagnostics import request_diagnostics
 from sdk.fingerprint import PrefixTracker, cache_ttl_seconds
 from sdk.guards import apply_guards
 from sdk.policy import Policy
+from sdk.telemetry.semconv import CapSource
 
 
 @runtime_checkable
@@ -48,6 +51,7 @@ class Chain:
         self.tracker = tracker
         self.families = FamilyMemory()  # per wrapped client, like the tracker: which bytes change between calls
         self.extra = tuple(extra)
+        self.caps = AdaptiveCaps() if policy.adaptive_caps else None  # per wrapped client: learnt output caps
         self.diagnostics = diagnostics and policy.cache_diagnostics  # Anthropic's own API only (`sdk.diagnostics`)
 
     def run(self, call: Call) -> None:
@@ -61,4 +65,6 @@ class Chain:
             request_diagnostics(call, seen)
         if self.policy.cache_hints:
             place_cache_hints(call, self.policy, adapter)
-        apply_guards(call, self.policy, adapter)
+        apply_guards(call, self.policy, adapter, self.caps)
+        if self.caps is not None and call.cap is not None and (family := family_of(call)) is not None:
+            call.learn_usage = functools.partial(self.caps.learn, family, cap=call.cap.tokens, adaptive=call.cap.source == CapSource.ADAPTIVE)

@@ -15,6 +15,10 @@ also holds the reasoning:
 - without one (OpenAI reasoning models, Anthropic adaptive thinking): how much the model reasons is
   unknown, so a caller's limit is kept as given and a missing one is left missing, except where the
   API requires it (Anthropic), filled with `cap + REASONING_ROOM_TOKENS`.
+
+Under `Policy.adaptive_caps` a call that neither reasons nor names a limit is filled with its prompt
+family's learnt cap (`sdk.adaptive_caps`) instead of the policy's, once the family has one; a
+caller's limit is never lowered by it. `Call.cap.source` says which: policy, caller or adaptive.
 """
 
 from __future__ import annotations
@@ -24,16 +28,19 @@ from typing import Any
 
 from sdk._constants import REASONING_ROOM_TOKENS
 from sdk.adapters import Adapter
+from sdk.adaptive_caps import AdaptiveCaps, family_of
 from sdk.call import Call, OutputCap
 from sdk.policy import Policy
+from sdk.telemetry.semconv import CapSource
 
 _EXTRA_BODY = "extra_body"
 
 
-def apply_guards(call: Call, policy: Policy, adapter: Adapter) -> None:
-    """Cap output tokens, merge stops and default penalties on `call` in place."""
+def apply_guards(call: Call, policy: Policy, adapter: Adapter, caps: AdaptiveCaps | None = None) -> None:
+    """Cap output tokens, merge stops and default penalties on `call` in place (`caps`: the
+    client's learnt family caps, under `Policy.adaptive_caps`)."""
     extra = _extra_body(call)
-    _cap(call, policy, adapter, extra)
+    _cap(call, policy, adapter, extra, caps)
     _merge_stops(call, policy, adapter, extra)
     if adapter.has_penalties:
         for name in ("frequency_penalty", "presence_penalty"):
@@ -53,7 +60,7 @@ def _extra_body(call: Call) -> dict[str, Any]:
     return extra
 
 
-def _cap(call: Call, policy: Policy, adapter: Adapter, extra: dict[str, Any]) -> None:
+def _cap(call: Call, policy: Policy, adapter: Adapter, extra: dict[str, Any], caps: AdaptiveCaps | None) -> None:
     """Decide the output limit (see the module docstring) and record it as `call.cap`."""
     cap = policy.max_output_tokens
     reasoning = adapter.reasoning(call.model, {**call.params, **extra})
@@ -61,24 +68,38 @@ def _cap(call: Call, policy: Policy, adapter: Adapter, extra: dict[str, Any]) ->
     given = [(name, extra if name in extra else call.params) for name in adapter.max_tokens_params]
     given = [(name, where) for name, where in given if name in where]
     if not given:
+        learnt = _adaptive(call, policy, caps) if reasoning is None else None
+        if learnt is not None:
+            call.params[adapter.fill_param] = learnt
+            call.cap = OutputCap(learnt, adapter.fill_param, source=CapSource.ADAPTIVE)
+            call.changes.append(f"max_tokens_adaptive:{adapter.fill_param}:{learnt}")
+            return
         _fill(call, adapter, limit, cap)
         return
-    caps: list[OutputCap] = []
+    found: list[OutputCap] = []
     for name, where in given:
         value = where[name]
         if isinstance(value, bool) or not isinstance(value, int):
             continue  # the caller's None, or a value only the API can judge, is theirs to send
         label = f"{_EXTRA_BODY}.{name}" if where is extra else name
+        source = CapSource.CALLER
         if limit is None and value > cap:
             call.changes.append(f"max_tokens_kept:{label}:reasoning")
         elif limit is not None and value > limit:
             where[name] = limit
             call.changes.append(f"max_tokens_clamped:{label}:{value}->{limit}")
-            value = limit
+            value, source = limit, CapSource.POLICY
         if where is extra:  # the client sends extra_body's value under this name: the named one agrees
             call.params[name] = value
-        caps.append(OutputCap(value, name, in_extra_body=where is extra))
-    call.cap = min(caps, key=lambda found: found.tokens, default=None)
+        found.append(OutputCap(value, name, in_extra_body=where is extra, source=source))
+    call.cap = min(found, key=lambda each: each.tokens, default=None)
+
+
+def _adaptive(call: Call, policy: Policy, caps: AdaptiveCaps | None) -> int | None:
+    """The family's learnt cap for a call without a limit of its own, None while there is none."""
+    if caps is None or not policy.adaptive_caps or (family := family_of(call)) is None:
+        return None
+    return caps.cap_for(family, policy.adaptive_cap_margin, policy.adaptive_cap_floor, policy.max_output_tokens)
 
 
 def _fill(call: Call, adapter: Adapter, limit: int | None, cap: int) -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 VolatileMode = Literal["move", "warn", "off"]
+FanoutMode = Literal["warm"]
 CacheTtl = Literal["5m", "1h"]
 
 _VOLATILE_MODES = ("move", "warn", "off")
@@ -27,6 +28,12 @@ class Policy:
     - `cache_diagnostics`: ask Anthropic why each cache miss happened (`diagnostics` on the request,
       recorded as `kvwise.prefix.break_cause_server`); only on Anthropic's own API.
     - `max_output_tokens`: a larger request is clamped to it, a missing one is filled in.
+    - `adaptive_caps`: a call whose caller set no output limit gets its prompt family's p99 of output
+      tokens x `adaptive_cap_margin`, at least `adaptive_cap_floor`, at most `max_output_tokens`, once
+      the family has enough answers (`sdk.adaptive_caps`); reasoning calls without a budget stay uncapped.
+    - `fanout`: "warm" holds a call whose cacheable prefix equals an in-flight call's (same client,
+      tenant and key) until that call's first chunk or answer, so it reads the cache instead of writing
+      it again, waiting at most `fanout_wait_seconds` (`sdk.fanout`); None sends every call at once.
     - `stop`: stop sequences merged with the caller's, within each API's limit.
     - `frequency_penalty`, `presence_penalty`: defaults where the API has them and the caller set none.
     - `loop_guard`: cut a streamed answer whose text repeats back-to-back.
@@ -43,6 +50,11 @@ class Policy:
     cache_ttl: CacheTtl | None = None
     cache_diagnostics: bool = True
     max_output_tokens: int = 4096
+    adaptive_caps: bool = False
+    adaptive_cap_margin: float = 1.5
+    adaptive_cap_floor: int = 256
+    fanout: FanoutMode | None = None
+    fanout_wait_seconds: float = 5.0
     stop: tuple[str, ...] = ()
     frequency_penalty: float | None = None
     presence_penalty: float | None = None
@@ -60,6 +72,14 @@ class Policy:
             raise ValueError(f"Policy.max_output_tokens must be an int, got {self.max_output_tokens!r}")
         if self.max_output_tokens < 1:
             raise ValueError(f"Policy.max_output_tokens must be >= 1, got {self.max_output_tokens}")
+        if isinstance(self.adaptive_cap_floor, bool) or not isinstance(self.adaptive_cap_floor, int) or self.adaptive_cap_floor < 1:
+            raise ValueError(f"Policy.adaptive_cap_floor must be an int >= 1, got {self.adaptive_cap_floor!r}")
+        if not self.adaptive_cap_margin >= 1.0:
+            raise ValueError(f"Policy.adaptive_cap_margin must be >= 1, got {self.adaptive_cap_margin!r}")
+        if self.fanout is not None and self.fanout != "warm":
+            raise ValueError(f"Policy.fanout must be None or 'warm', got {self.fanout!r}")
+        if not self.fanout_wait_seconds >= 0.0:
+            raise ValueError(f"Policy.fanout_wait_seconds must be >= 0, got {self.fanout_wait_seconds!r}")
         if isinstance(self.stop, str) or not all(isinstance(s, str) and s for s in self.stop):
             raise ValueError(f"Policy.stop must be a tuple of non-empty strings, got {self.stop!r}")
         object.__setattr__(self, "stop", tuple(self.stop))

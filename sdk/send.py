@@ -14,18 +14,21 @@ import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from sdk import compat
 from sdk.adapters import adapter_for
 from sdk.adapters._base import timings_of
 from sdk.call import Call
 from sdk.errors import client_error
+from sdk.fanout import FanOut, Leader, Waited
+from sdk.observed import Observed
 from sdk.policy import Policy
 from sdk.retry import Attempts, acall_with_retries, call_with_retries
 from sdk.stream import StreamWatch, guard_async, guard_sync
 from sdk.surface import Kind
 from sdk.telemetry import CallRecord, Telemetry
+from sdk.telemetry import semconv as sc
 from sdk.telemetry.attributes import response_facts
 
 Server = tuple[str | None, int | None]
@@ -42,22 +45,36 @@ class Sender:
     policy: Policy
     telemetry: Telemetry
     connection_error: type[Exception]
+    fanout: FanOut | None = None
+    fanout_key: bytes | None = None
 
-    def _start(self, path: str, post_kwargs: dict[str, Any]) -> tuple[CallRecord, Attempts, Callable[[], Any]]:
+    def _start(self, path: str, post_kwargs: dict[str, Any]) -> tuple[CallRecord, Attempts, Callable[[], Any], Leader | None]:
+        """The call's record, attempts and one-attempt send, and the fan-out leader it must wait for."""
         if post_kwargs.get("stream") and not self.call.stream:
             self.call.params["stream"] = True  # a stream helper says so only to `post`
         record = self.telemetry.start(self.call, self.server)
+        follow = leader = None
+        if self.fanout is not None and self.fanout_key is not None:
+            follow, leader = self.fanout.join(self.fanout_key)
+            if leader is not None:
+                leader.span_id = _span_id(record.span)
+        learn = self.call.learn_usage if self.kind is Kind.CALL else None
+        if leader is not None or learn is not None:
+            release = functools.partial(self.fanout.release, leader) if self.fanout is not None and leader is not None else None
+            record = cast(CallRecord, Observed(record, learn, release))
         attempts = Attempts(self.policy.retries, record.attempt)
         options = post_kwargs.get("options")
 
         def send() -> Any:
             return self.client.post(path, **{**post_kwargs, "options": compat.attempt_options(options, attempts.made - 1)})
 
-        return record, attempts, send
+        return record, attempts, send, follow
 
     def post(self, path: str, **post_kwargs: Any) -> Any:
         """The sync client's `post(path, ...)`, sent the kvwise way."""
-        record, attempts, send = self._start(path, post_kwargs)
+        record, attempts, send, follow = self._start(path, post_kwargs)
+        if follow is not None and self.fanout is not None:
+            _note_wait(record, self.fanout.wait(follow, self.policy.fanout_wait_seconds))
         raw = compat.raw_mode(post_kwargs.get("options"))
         try:
             with record.activate():
@@ -75,7 +92,9 @@ class Sender:
 
     async def apost(self, path: str, **post_kwargs: Any) -> Any:
         """The async client's `post(path, ...)`, sent the kvwise way."""
-        record, attempts, send = self._start(path, post_kwargs)
+        record, attempts, send, follow = self._start(path, post_kwargs)
+        if follow is not None and self.fanout is not None:
+            _note_wait(record, await self.fanout.await_release(follow, self.policy.fanout_wait_seconds))
         raw = compat.raw_mode(post_kwargs.get("options"))
         try:
             with record.activate():
@@ -105,6 +124,23 @@ class Sender:
         failure = client_error(error, functools.partial(compat.connection_error, self.connection_error))
         record.end(error=failure)
         return failure
+
+
+def _span_id(span: Any) -> str | None:
+    """A recording span's id as 16 hex digits (None without one)."""
+    if span is None or not span.is_recording():
+        return None
+    return f"{span.get_span_context().span_id:016x}"
+
+
+def _note_wait(record: CallRecord, waited: Waited) -> None:
+    """Record on the follower's span how long it waited, and for which leader."""
+    span = record.span
+    if span is None or not span.is_recording():
+        return
+    span.set_attribute(sc.KVWISE_FANOUT_WAITED_MS, waited.waited_ms)
+    if waited.leader_span_id is not None:
+        span.set_attribute(sc.KVWISE_FANOUT_LEADER_SPAN_ID, waited.leader_span_id)
 
 
 async def _parse(raw: Any) -> Any:

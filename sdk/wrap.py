@@ -23,6 +23,7 @@ from sdk import compat, diagnostics, surface
 from sdk.adapters import adapter_for
 from sdk.call import Api, Call, Provider
 from sdk.chain import Chain, Middleware
+from sdk.fanout import FanOut, fanout_key
 from sdk.fingerprint import PrefixTracker
 from sdk.policy import Policy
 from sdk.send import Sender, Server
@@ -44,6 +45,7 @@ class _Shared:
     telemetry: Telemetry
     family: compat.Family
     provider: Provider | None
+    fanout: FanOut | None = None
 
 
 def wrap(
@@ -78,6 +80,7 @@ def wrap(
         telemetry=Telemetry(policy, tracer_provider=tracer_provider, meter_provider=meter_provider),
         family=family,
         provider=Provider(provider) if provider is not None else None,
+        fanout=FanOut() if policy.fanout == "warm" else None,
     )
     return cast(ClientT, WrappedClient(client, shared))
 
@@ -203,7 +206,9 @@ class WrappedClient(_Node):
             if spec.kind is Kind.COUNT:
                 native = _accepted(original, native)
         family = shared.family
-        sender = Sender(call, spec.kind, compat.resource_client(view), server, shared.policy, shared.telemetry, family.connection_error)
+        client = compat.resource_client(view)
+        key = fanout_key(call, client) if shared.fanout is not None and spec.kind is Kind.CALL else None
+        sender = Sender(call, spec.kind, client, server, shared.policy, shared.telemetry, family.connection_error, shared.fanout, key)
         return compat.with_send(view, sender.apost if family.is_async else sender.post), native
 
     def _rewrite_batch(self, api: Api, provider: Provider, kwargs: dict[str, Any]) -> tuple[Call, dict[str, Any]]:

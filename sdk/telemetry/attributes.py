@@ -112,6 +112,9 @@ def request_attributes(call: Call, shape: Attributes) -> Attributes:
     tier = call.params.get("service_tier")
     if isinstance(tier, str) and call.provider is not Provider.ANTHROPIC:
         attributes[sc.OPENAI_REQUEST_SERVICE_TIER] = tier
+    if call.cap is not None:
+        attributes[sc.KVWISE_OUTPUT_CAP_TOKENS] = call.cap.tokens
+        attributes[sc.KVWISE_OUTPUT_CAP_SOURCE] = call.cap.source
     if call.fingerprint:
         attributes[sc.KVWISE_PREFIX_FINGERPRINT] = call.fingerprint
     if call.break_at:

@@ -192,6 +192,18 @@ KVWISE_GUARD_TRIPPED: Final = "kvwise.guard.tripped"
 KVWISE_GUARD_TOKENS_SAVED: Final = "kvwise.guard.tokens_saved"
 """Output tokens the cut saved against the cap (cap minus tokens seen)."""
 
+KVWISE_OUTPUT_CAP_TOKENS: Final = "kvwise.output_cap.tokens"
+"""The output-token limit kvwise decided for the request (`Call.cap`; thinking budget included)."""
+
+KVWISE_OUTPUT_CAP_SOURCE: Final = "kvwise.output_cap.source"
+"""Where that limit came from (a `CapSource`): the policy's cap, the caller's own, or the family's adaptive cap."""
+
+KVWISE_FANOUT_WAITED_MS: Final = "kvwise.fanout.waited_ms"
+"""How long the call waited for an in-flight call with the same cacheable prefix to warm the cache."""
+
+KVWISE_FANOUT_LEADER_SPAN_ID: Final = "kvwise.fanout.leader_span_id"
+"""The span id (16 hex digits) of the in-flight call this one waited for."""
+
 KVWISE_ATTEMPTS: Final = "kvwise.attempts"
 """How many attempts the SDK made (1 when the first one succeeded)."""
 
@@ -381,6 +393,14 @@ class ErrorType(StrEnum):
     STREAM_TRUNCATED = "stream_truncated"
     STREAM_ABANDONED = "stream_abandoned"
     OTHER = "_OTHER"
+
+
+class CapSource(StrEnum):
+    """Values of `kvwise.output_cap.source`."""
+
+    POLICY = "policy"
+    CALLER = "caller"
+    ADAPTIVE = "adaptive"
 
 
 class GuardKind(StrEnum):

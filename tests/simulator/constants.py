@@ -31,6 +31,8 @@ DEFAULT_MAX_OUTPUT_TOKENS: Final = 4096
 """Cap used when an OpenAI request names none, so loop mode always ends."""
 DEFAULT_MODELS: Final = ("gpt-sim-1", "claude-sim-1")
 
+HOLD_TIMEOUT_SECONDS: Final = 30.0
+"""Longest a held answer (`ProviderSimulator.hold`) waits for its release: a test that forgets it still ends."""
 IDLE_WAIT_SECONDS: Final = 5.0
 """How long `ProviderSimulator.streams` waits for in-flight requests to finish."""
 CONNECTION_IDLE_TIMEOUT_SECONDS: Final = 30.0

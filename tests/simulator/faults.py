@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import threading
 from collections import deque
+import threading
 from dataclasses import dataclass
 
 from .errors import ApiError
@@ -96,7 +97,17 @@ class EventFault:
             raise ValueError(f"at_token must be >= 0, got {self.at_token!r}")
 
 
-Fault = ErrorFault | ResetFault | CutFault | StallFault | EventFault
+@dataclass(frozen=True, slots=True)
+class HoldFault:
+    """The answer's prefill lasts until `release` is set (at most `timeout` seconds), then it is
+    served, or, with `status`, fails with that error: a leader a test controls (`sdk.fanout`)."""
+
+    release: threading.Event
+    timeout: float
+    status: int | None = None
+
+
+Fault = ErrorFault | ResetFault | CutFault | StallFault | EventFault | HoldFault
 
 
 class FaultQueue:

@@ -10,7 +10,7 @@ tells how far it got. A scripted `EventFault` slips its `Injection` in before on
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from .errors import ApiError, Flavour, request_id_header
@@ -64,10 +64,12 @@ def injection(fault: EventFault, encoder: Encoder, flavour: Flavour) -> Injectio
 
 
 def send_whole(exchange: Exchange, encoder: Encoder, headers: Mapping[str, str], timing: Timing,
-               cut: CutFault | None) -> None:
-    """The JSON answer; under a cut, only its first half (framing per `cut.mode`)."""
+               cut: CutFault | None, prefilled: Callable[[], None] = lambda: None) -> None:
+    """The JSON answer; under a cut, only its first half (framing per `cut.mode`). `prefilled` is
+    called once the prefill is over (the first-token delay), before anything of the body."""
     if exchange.hung_up(timing.before(0)):
         return
+    prefilled()
     if cut is None:
         exchange.send_json(200, encoder.complete(), headers)
         return
@@ -79,8 +81,10 @@ def send_whole(exchange: Exchange, encoder: Encoder, headers: Mapping[str, str],
 
 
 def send_stream(exchange: Exchange, encoder: Encoder, tokens: tuple[str, ...], headers: Mapping[str, str],
-                timing: Timing, cut: CutFault | None, inject: Injection | None = None) -> StreamRecord:
-    """The SSE answer, `tokens` one by one; returns what was sent and whether the client hung up first."""
+                timing: Timing, cut: CutFault | None, inject: Injection | None = None,
+                prefilled: Callable[[], None] = lambda: None) -> StreamRecord:
+    """The SSE answer, `tokens` one by one; returns what was sent and whether the client hung up first.
+    `prefilled` is called once the prefill is over (the first-token delay), before the first event."""
     progress = _Progress(exchange)
     if inject is not None and inject.ends:
         cut = CutFault(inject.at_token, CutMode.END)
@@ -88,8 +92,10 @@ def send_stream(exchange: Exchange, encoder: Encoder, tokens: tuple[str, ...], h
         tokens, headers = tokens[: cut.after_tokens], _closing(headers)
     if not exchange.start_stream(headers) or exchange.hung_up(timing.before(0)):
         progress.client_closed = True
-    elif progress.write(encoder.opening()) and progress.write_tokens(encoder, tokens, timing, inject):
-        _finish(exchange, encoder, progress, cut)
+    else:
+        prefilled()
+        if progress.write(encoder.opening()) and progress.write_tokens(encoder, tokens, timing, inject):
+            _finish(exchange, encoder, progress, cut)
     return StreamRecord(
         path=exchange.path,
         tokens_sent=progress.tokens,

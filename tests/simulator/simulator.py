@@ -41,11 +41,12 @@ from .constants import (
     DEFAULT_MODELS,
     DEFAULT_REPLY,
     HOST,
+    HOLD_TIMEOUT_SECONDS,
     IDLE_WAIT_SECONDS,
 )
 from .decode import decode
 from .errors import ApiError, Flavour, request_id_header
-from .faults import CutFault, CutMode, ErrorFault, EventFault, EventKind, Fault, FaultQueue, ResetFault, StallFault
+from .faults import CutFault, CutMode, ErrorFault, EventFault, EventKind, Fault, FaultQueue, HoldFault, ResetFault, StallFault
 from . import instant, platforms
 from .openai_chat import ChatCompletionsApi
 from .openai_completions import CompletionsApi
@@ -66,7 +67,9 @@ class ProviderSimulator:
     (seconds), `anthropic_min_cache_tokens`, `tool_call` and `thinking` (see `shapes`), `reasoning_tokens` (hidden reasoning every reply spends
     first, out of the request's output cap, as reasoning models and extended thinking do: a reply
     left no room comes back empty, with the length finish). Scripting: `loop`, `fail`, `cut_stream_after`, `stall`,
-    `inject_event`, `reset`, `advance_clock` (cache TTLs). Records: `requests`, `streams`.
+    `inject_event`, `hold`, `reset`, `advance_clock` (cache TTLs). Records: `requests`, `streams`.
+    Caches are written when an answer's prefill is over (before its first event or its JSON body),
+    as the providers write theirs: a request that arrives during another's prefill misses.
     """
 
     def __init__(self) -> None:
@@ -150,6 +153,12 @@ class ProviderSimulator:
         ends. A non-streamed answer under it is sent normally.
         """
         self._faults.add(EventFault(EventKind(kind), at_token), times)
+
+    def hold(self, release: threading.Event, *, status: int | None = None, times: int = 1,
+             timeout: float = HOLD_TIMEOUT_SECONDS) -> None:
+        """The next `times` answers stay in prefill (nothing sent, nothing cached) until `release` is
+        set, then are served, or fail with `status`: a leader whose first chunk a test lets out."""
+        self._faults.add(HoldFault(release, timeout, status), times)
 
     def advance_clock(self, seconds: float) -> None:
         """Move the caches' clock on by `seconds`: entries whose TTL runs out in that time expire."""
@@ -245,6 +254,11 @@ class ProviderSimulator:
         cut = fault if isinstance(fault, CutFault) else None
         timing = Timing(self.first_token_delay, self.token_delay, fault if isinstance(fault, StallFault) else None)
         headers = dict([request_id_header(flavour)])
+        if isinstance(fault, HoldFault):
+            fault.release.wait(fault.timeout)
+            if fault.status is not None:
+                raise ApiError(fault.status)
+        cache = self._prefix_cache if flavour is Flavour.OPENAI else self._breakpoint_cache
         encoder = shaped_encoder(api.encoder(outcome), outcome, self.tool_call, self.thinking)
         if isinstance(api, MessagesApi) and isinstance(encoder, MessagesEncoder):
             encoder.diagnostics = api.diagnoser.answer(job, encoder.message_id)
@@ -252,12 +266,13 @@ class ProviderSimulator:
             if job.stream:
                 inject = injection(fault, encoder, flavour) if isinstance(fault, EventFault) else None
                 tokens = stream_tokens(encoder, self.thinking, decoded.tokens)
-                self._streams.append(send_stream(exchange, encoder, tokens, headers, timing, cut, inject))
+                self._streams.append(
+                    send_stream(exchange, encoder, tokens, headers, timing, cut, inject, lambda: cache.commit(outcome.cache))
+                )
             else:
-                send_whole(exchange, encoder, headers, timing, cut)
+                send_whole(exchange, encoder, headers, timing, cut, lambda: cache.commit(outcome.cache))
         finally:
-            cache = self._prefix_cache if flavour is Flavour.OPENAI else self._breakpoint_cache
-            cache.commit(outcome.cache)
+            cache.commit(outcome.cache)  # also when the client hung up during the prefill
 
     def _lookup(self, flavour: Flavour, job: Job) -> CacheUse:
         if flavour is Flavour.OPENAI:

@@ -1,0 +1,164 @@
+"""Fan-out warm-up: concurrent calls with one cacheable prefix let the first one write the cache.
+
+A provider writes its prompt cache once a request's prefill has run. N calls sent at once with a
+shared long prefix (sub-agents, parallel tool planning, map steps) all prefill it and pay N writes;
+held until the first one's prefill is done, the other N-1 read it at a tenth of the price.
+
+Under `Policy.fanout="warm"` a wrapped client keeps its in-flight "leaders" by cacheable prefix: the
+stable prefix's fingerprint up to the last cache breakpoint (Anthropic), or the whole stable prefix
+(automatic caches: OpenAI and OpenAI-compatible servers), long enough to be cached, together with the
+API, model, base URL and credentials (so never across tenants or keys). A call whose prefix has an
+in-flight leader waits until the leader's first chunk, its answer or its failure, at most
+`Policy.fanout_wait_seconds`, then goes; a call that finds none is the leader of the next ones.
+Waiting works from threads and from any number of event loops; the leader is released once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from time import perf_counter
+from typing import Any
+
+from sdk._constants import FANOUT_OPENAI_MIN_PREFIX_TOKENS
+from sdk.cache_hints import anthropic_min_tokens, count_breakpoints, estimate_tokens
+from sdk.call import Call, Provider
+from sdk.fingerprint import segments
+
+_ANTHROPIC_MARK = "cache_control"
+_CREDENTIALS = ("api_key", "auth_token", "organization", "project", "base_url")
+
+
+def _stable_values(call: Call) -> Iterator[Any]:
+    """The stable segments' native values, in the order `sdk.fingerprint.segments` chains them."""
+    yield from call.tools
+    yield from call.system
+    yield from call.messages[: call.history_end]
+
+
+def cacheable_prefix(call: Call) -> str | None:
+    """The chain hash of `call`'s cacheable prefix, or None when it has none long enough to cache."""
+    chain = segments(call)
+    if not chain:
+        return None
+    values = list(_stable_values(call))
+    end = len(chain)
+    if call.provider is Provider.ANTHROPIC and count_breakpoints(call.params, _ANTHROPIC_MARK) == 0:
+        marked = [i for i, value in enumerate(values) if count_breakpoints(value, _ANTHROPIC_MARK)]
+        if not marked:
+            return None  # Anthropic caches nothing before a breakpoint
+        end = marked[-1] + 1
+    minimum = anthropic_min_tokens(call.model) if call.provider is Provider.ANTHROPIC else FANOUT_OPENAI_MIN_PREFIX_TOKENS
+    if sum(estimate_tokens(segment.content) for segment in chain[:end]) < minimum:
+        return None
+    return chain[end - 1].chain
+
+
+def fanout_key(call: Call, client: Any) -> bytes | None:
+    """Who may wait for whom: the cacheable prefix with the API, model, server and credentials."""
+    prefix = cacheable_prefix(call)
+    if prefix is None:
+        return None
+    digest = hashlib.blake2b(digest_size=16)
+    for part in (str(call.api), call.model, prefix, *(str(getattr(client, name, None)) for name in _CREDENTIALS)):
+        digest.update(part.encode("utf-8", "surrogatepass"))
+        digest.update(b"\x00")
+    return digest.digest()
+
+
+@dataclass(slots=True)
+class Leader:
+    """An in-flight call others wait for; `span_id` is its span's id (hex), when it has one."""
+
+    key: bytes
+    span_id: str | None = None
+    released: threading.Event = field(default_factory=threading.Event)
+    futures: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Waited:
+    """What a follower waited for: `leader` (its span id, if known) and for how long, in milliseconds."""
+
+    leader_span_id: str | None
+    waited_ms: float
+
+
+class FanOut:
+    """Per wrapped client: the in-flight leaders by fan-out key (see the module)."""
+
+    def __init__(self) -> None:
+        self._leaders: dict[bytes, Leader] = {}
+        self._lock = threading.Lock()
+        self._waiting = 0
+
+    def join(self, key: bytes) -> tuple[Leader | None, Leader | None]:
+        """`(leader to wait for, None)` when a call with this key is in flight, else `(None, the new leader)`."""
+        with self._lock:
+            found = self._leaders.get(key)
+            if found is not None:
+                return found, None
+            mine = self._leaders[key] = Leader(key)
+            return None, mine
+
+    def release(self, leader: Leader) -> None:
+        """The leader's first chunk, answer or failure arrived: let its followers go (once)."""
+        with self._lock:
+            if leader.released.is_set():
+                return
+            leader.released.set()
+            if self._leaders.get(leader.key) is leader:
+                del self._leaders[leader.key]
+            futures, leader.futures = leader.futures, []
+        for loop, future in futures:
+            try:
+                loop.call_soon_threadsafe(_resolve, future)
+            except RuntimeError:  # that loop is closed: nobody waits there any more
+                pass
+
+    def wait(self, leader: Leader, timeout: float) -> Waited:
+        """Block this thread until `leader` is released, at most `timeout` seconds."""
+        start = perf_counter()
+        with self._lock:
+            self._waiting += 1
+        try:
+            leader.released.wait(timeout)
+        finally:
+            with self._lock:
+                self._waiting -= 1
+        return Waited(leader.span_id, (perf_counter() - start) * 1000.0)
+
+    async def await_release(self, leader: Leader, timeout: float) -> Waited:
+        """Wait in this event loop until `leader` is released, at most `timeout` seconds."""
+        start = perf_counter()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        with self._lock:
+            self._waiting += 1
+            if leader.released.is_set():
+                future.set_result(None)
+            else:
+                leader.futures.append((loop, future))
+        try:
+            await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            pass  # the leader is slow: go without the cache
+        finally:
+            with self._lock:
+                self._waiting -= 1
+                if (loop, future) in leader.futures:
+                    leader.futures.remove((loop, future))
+        return Waited(leader.span_id, (perf_counter() - start) * 1000.0)
+
+    def waiting(self) -> int:
+        """How many calls wait for a leader right now (for tests and diagnostics)."""
+        with self._lock:
+            return self._waiting
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
