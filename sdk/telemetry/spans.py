@@ -14,7 +14,6 @@ its own exceptions: a broken tracer, meter or exporter never breaks the call.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 from collections.abc import Callable
@@ -202,24 +201,20 @@ class CallRecord:
         `usage_estimated`: the server never reported the input tokens (see `KVWISE_USAGE_ESTIMATED`).
         `cache_miss_reason`: the provider's own diagnosis of a cache miss (Anthropic's diagnostics).
         """
+        learn = self._call.learn_response
+        if learn is not None and response_id:
+            learn(response_id)  # the id the family's next request names as its previous message
         if self._ended or self._sinks is None:
             return
         self._ended = True
         self._usage_estimated = usage_estimated
         end_ns = time_ns()
         sinks, span = self._sinks, self._span
-        learn = self._call.learn_response
-        if learn is not None and response_id:
-            learn(response_id)  # the id the family's next request names as its previous message
         try:
-            outcome = self._outcome(sinks, usage, response_id, response_model, finish_reasons, timings, error)
-            if service_tier or system_fingerprint or cache_miss_reason:
-                outcome = dataclasses.replace(
-                    outcome,
-                    service_tier=service_tier,
-                    system_fingerprint=system_fingerprint,
-                    break_cause_server=_server_cause(self._call, cache_miss_reason),
-                )
+            outcome = self._outcome(
+                sinks, usage, response_id, response_model, finish_reasons, timings, error,
+                service_tier, system_fingerprint, cache_miss_reason,
+            )
         except Exception:
             if span is not None:
                 span.end(end_time=end_ns)  # never leave the span open
@@ -238,6 +233,9 @@ class CallRecord:
         finish_reasons: tuple[str, ...],
         timings: dict[str, float] | None,
         error: BaseException | str | None,
+        service_tier: str | None,
+        system_fingerprint: str | None,
+        cache_miss_reason: str | None,
     ) -> Outcome:
         streamed, first = self._streamed, self._first_ns
         price = (sinks.prices.lookup(response_model) or sinks.prices.lookup(self._call.model)) if usage is not None else None
@@ -256,6 +254,9 @@ class CallRecord:
             tokens_saved=self._tokens_saved,
             chunks=self._chunks if streamed else None,
             time_to_first_chunk_s=(first - self._start_ns) / _NS_PER_S if streamed and first is not None else None,
+            service_tier=service_tier,
+            system_fingerprint=system_fingerprint,
+            break_cause_server=_server_cause(self._call, cache_miss_reason) if cache_miss_reason else None,
         )
 
     @guarded
