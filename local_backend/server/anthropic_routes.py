@@ -15,7 +15,9 @@ engine caches every full block of every prompt automatically).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+import dataclasses
+import json
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from starlette.requests import Request
@@ -24,13 +26,16 @@ from starlette.routing import Route
 
 from local_backend.outputs import Completion, StreamDelta
 from local_backend.server import fields
-from local_backend.server._constants import ANTHROPIC_MAX_TEMPERATURE, ANTHROPIC_ROLES
-from local_backend.server.errors import Flavor
+from local_backend.sampling_params import LogitsProcessor
+from local_backend.server._constants import ANTHROPIC_MAX_TEMPERATURE
+from local_backend.server.constrained import Grammars
+from local_backend.server.tool_requests import ToolChoice, anthropic_messages, anthropic_tools
+from local_backend.server.tools import ArgumentsPiece, CallStart, Event, TextPiece, Tool, ToolCallParser, prompt_ids
+from local_backend.server.errors import ApiError, Flavor
 from local_backend.server.generation import Backend
 from local_backend.server.streaming import respond, sse
 from local_backend.server.usage import Usage, timings
 from local_backend.server.validation import (
-    chat_turns,
     optional,
     read_json,
     required,
@@ -41,18 +46,28 @@ from local_backend.server.validation import (
 
 
 class AnthropicFormat:
-    """A `Message`, whole or as its stream events."""
+    """A `Message`, whole or as its stream events; with tools, `tool_use` blocks after the text block."""
 
     flavor = Flavor.ANTHROPIC
 
-    def __init__(self, model: str):
+    def __init__(self, model: str, parse_tools: bool = False):
         self._model = model
         self._id = "msg_" + uuid.uuid4().hex
+        self._parser = ToolCallParser("toolu_") if parse_tools else None
 
     def whole(self, completions: Sequence[Completion]) -> dict[str, Any]:
         [completion] = completions
-        body = self._message([{"type": "text", "text": completion.text}], _usage(Usage.of(completion)))
-        return {**body, **_stop(completion), "timings": timings(completion)}
+        content: list[dict[str, Any]] = [{"type": "text", "text": completion.text}]
+        stop = _stop(completion)
+        if self._parser is not None:
+            self._parser.feed(completion.text)
+            self._parser.finish()
+            calls = [_tool_use(call.id, call.name, call.arguments) for call in self._parser.calls]
+            text = [{"type": "text", "text": self._parser.content}] if self._parser.content or not calls else []
+            content = text + calls
+            stop = _stop(completion, tool_use=bool(calls))
+        body = self._message(content, _usage(Usage.of(completion)))
+        return {**body, **stop, "timings": timings(completion)}
 
     def opening(self, usage: Usage) -> list[bytes]:
         start = self._message([], _usage(usage)) | {"stop_reason": None, "stop_sequence": None}
@@ -64,26 +79,62 @@ class AnthropicFormat:
         ]
 
     def delta(self, index: int, delta: StreamDelta) -> list[bytes]:
-        if not delta.text:
-            return []
-        event = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": delta.text}}
-        return [sse(event, "content_block_delta")]
+        if self._parser is None:
+            return _text_delta(delta.text) if delta.text else []
+        return self._events(self._parser.feed(delta.text))
 
     def finished(self, index: int, completion: Completion) -> list[bytes]:
-        return [sse({"type": "content_block_stop", "index": 0}, "content_block_stop")]
+        chunks = self._events(self._parser.finish()) if self._parser is not None else []
+        if self._parser is None or not self._parser.calls:  # the text block is still open
+            chunks.append(sse({"type": "content_block_stop", "index": 0}, "content_block_stop"))
+        return chunks
 
     def closing(self, completions: Sequence[Completion]) -> list[bytes]:
         [completion] = completions
         extra = {"timings": timings(completion)}
-        delta = {"type": "message_delta", "delta": _stop(completion), "usage": _usage(Usage.of(completion)), **extra}
+        stop = _stop(completion, tool_use=self._parser is not None and bool(self._parser.calls))
+        delta = {"type": "message_delta", "delta": stop, "usage": _usage(Usage.of(completion)), **extra}
         return [sse(delta, "message_delta"), sse({"type": "message_stop", **extra}, "message_stop")]
 
     def failure(self, body: dict[str, Any]) -> list[bytes]:
         return [sse(body, "error")]
 
+    def _events(self, events: Sequence[Event]) -> list[bytes]:
+        """Text into block 0; call i is block i + 1: `tool_use` start, `input_json_delta`s, stop."""
+        chunks = []
+        for event in events:
+            if isinstance(event, TextPiece):
+                chunks += _text_delta(event.text)
+            elif isinstance(event, CallStart):
+                if event.index == 0:
+                    chunks.append(sse({"type": "content_block_stop", "index": 0}, "content_block_stop"))
+                block = {"type": "tool_use", "id": event.call_id, "name": event.name, "input": {}}
+                start = {"type": "content_block_start", "index": event.index + 1, "content_block": block}
+                chunks.append(sse(start, "content_block_start"))
+            elif isinstance(event, ArgumentsPiece):
+                piece = {"type": "input_json_delta", "partial_json": event.text}
+                chunks.append(sse({"type": "content_block_delta", "index": event.index + 1, "delta": piece},
+                                  "content_block_delta"))  # fmt: skip
+            else:
+                chunks.append(sse({"type": "content_block_stop", "index": event.index + 1}, "content_block_stop"))
+        return chunks
+
     def _message(self, content: list[dict[str, Any]], usage: dict[str, Any]) -> dict[str, Any]:
         return {"id": self._id, "type": "message", "role": "assistant", "model": self._model,
                 "content": content, "usage": usage}  # fmt: skip
+
+
+def _text_delta(text: str) -> list[bytes]:
+    event = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}
+    return [sse(event, "content_block_delta")]
+
+
+def _tool_use(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    try:
+        value = json.loads(arguments)
+    except ValueError:  # a call cut short by max_tokens: its input is what could be read, none
+        value = {}
+    return {"type": "tool_use", "id": call_id, "name": name, "input": value if isinstance(value, dict) else {}}
 
 
 def _usage(usage: Usage) -> dict[str, Any]:
@@ -95,30 +146,50 @@ def _usage(usage: Usage) -> dict[str, Any]:
     }
 
 
-def _stop(completion: Completion) -> dict[str, Any]:
-    """`stop_reason`: `max_tokens`, `stop_sequence` (with the one that matched) or `end_turn`."""
+def _stop(completion: Completion, tool_use: bool = False) -> dict[str, Any]:
+    """`stop_reason`: `max_tokens`, `tool_use`, `stop_sequence` (with the one that matched) or `end_turn`."""
     if completion.finish_reason == "length":
         return {"stop_reason": "max_tokens", "stop_sequence": None}
+    if tool_use:
+        return {"stop_reason": "tool_use", "stop_sequence": None}
     matched = completion.stop_string
     return {"stop_reason": "stop_sequence" if matched else "end_turn", "stop_sequence": matched}
 
 
-def routes(backend: Backend) -> list[Route]:
+def routes(backend: Backend, grammars: Grammars) -> list[Route]:
     engine = backend.engine
 
-    def prompt(body: dict[str, Any]) -> tuple[str, list[int]]:
-        """The reported model name and the prompt's token ids (the same for a message and its count)."""
+    def prompt(body: dict[str, Any]) -> tuple[str, list[int], list[Tool], ToolChoice]:
+        """The reported model name, the prompt's token ids (the same for a message and its count), the tools."""
         model = backend.check_model(required(body, "model", str))
-        turns = chat_turns(body.get("messages"), ANTHROPIC_ROLES)
+        messages = anthropic_messages(body.get("messages"))
         system = body.get("system")
         if system:
-            turns.insert(0, {"role": "system", "content": text_of(system, "system")})
-        return model, backend.prompt_ids(turns)
+            messages.insert(0, {"role": "system", "content": text_of(system, "system")})
+        tools, choice = anthropic_tools(body)
+        return model, prompt_ids(engine.tokenizer, messages, choice.shown(tools)), tools, choice
+
+    def constraint(body: dict[str, Any], tools: list[Tool], choice: ToolChoice) -> Callable[[], LogitsProcessor] | None:
+        """A forced call's grammar (`tool_choice` any / tool), else `output_config.format`'s JSON schema."""
+        if choice.forced:
+            forced = [t for t in tools if choice.mode == "required" or t.name == choice.name]
+            return lambda: grammars.tool_call(forced, "tool_choice")
+        config = optional(body, "output_config", dict, {})
+        unknown = set(config) - {"format"}
+        if unknown:
+            raise ApiError(f"output_config.{sorted(unknown)[0]} is not supported by the kvwise local backend",
+                           param="output_config")  # fmt: skip
+        form = config.get("format")
+        if form is None:
+            return None
+        if not isinstance(form, dict) or form.get("type") != "json_schema" or not isinstance(form.get("schema"), dict):
+            raise ApiError("output_config.format must be {'type': 'json_schema', 'schema': {...}}", param="output_config")
+        return lambda: grammars.json(form["schema"], "output_config.format")
 
     async def messages(request: Request) -> Response:
         body = await read_json(request)
         fields.check(body, fields.MESSAGES, "POST /v1/messages")
-        model, ids = prompt(body)
+        model, ids, tools, choice = prompt(body)
         max_tokens = required(body, "max_tokens", int)
         stops = stop_strings(body, "stop_sequences")
         params = sampling_params(
@@ -130,15 +201,18 @@ def routes(backend: Backend) -> list[Route]:
             stop=stops,
             max_temperature=ANTHROPIC_MAX_TEMPERATURE,
         )
+        make = constraint(body, tools, choice)
+        if make is not None:
+            params = dataclasses.replace(params, logits_processor=make())
         generation = backend.start(request, ids, params)
-        fmt = AnthropicFormat(model)
+        fmt = AnthropicFormat(model, parse_tools=choice.mode != "none")
         return await respond(request, [generation], fmt, optional(body, "stream", bool, False))
 
     async def count_tokens(request: Request) -> Response:
         """`input_tokens`: exactly the prompt tokens `POST /v1/messages` computes and reports for the same body."""
         body = await read_json(request)
         fields.check(body, fields.COUNT_TOKENS, "POST /v1/messages/count_tokens")
-        _, ids = prompt(body)
+        _, ids, _, _ = prompt(body)
         return JSONResponse({"input_tokens": len(ids)})
 
     return [

@@ -76,7 +76,7 @@ def create_app(
         Route("/metrics", metrics, methods=["GET"]),
         *openai_routes.routes(backend, grammars),
         *responses_routes.routes(backend),
-        *anthropic_routes.routes(backend),
+        *anthropic_routes.routes(backend, grammars),
     ]
     middleware = [Middleware(ApiKeyMiddleware, api_keys=keys)] if keys else []
     if allowed_origins:  # outermost: a preflight carries no key, and even a 401 needs CORS headers

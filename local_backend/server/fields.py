@@ -111,10 +111,10 @@ MESSAGES: Final[Table] = {
     "inference_geo": Off(),
     "diagnostics": Off(),
     "container": Off(),
-    "output_config": Off(({},)),
+    "output_config": HONOURED,  # its `format` (structured outputs); `effort` is refused
     "thinking": Off(({"type": "disabled"},)),
-    "tools": Off(([],)),
-    "tool_choice": Off(({"type": "none"},)),
+    "tools": HONOURED,
+    "tool_choice": HONOURED,
 }
 
 RESPONSES: Final[Table] = {
@@ -156,8 +156,8 @@ RESPONSES: Final[Table] = {
 COUNT_TOKENS: Final[Table] = {
     name: MESSAGES[name]
     for name in ("model", "messages", "system", "cache_control", "user_profile_id", "workspace_id", "speed",
-                 "output_config", "thinking", "tools", "tool_choice")
-}  # fmt: skip
+                 "thinking", "tools", "tool_choice")
+} | {"output_config": INERT}  # fmt: skip  (a format constrains the answer, never the prompt counted)
 """The fields of a message that shape its prompt, with the same rules as `MESSAGES`."""
 
 

@@ -108,6 +108,7 @@ ON_VALUES["responses"] = {
     "access_programs": {"cyber": "standard"},
 }  # fmt: skip
 INERT_VALUES: dict[str, Any] = {
+    "output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}},
     "user": "user-1", "metadata": {"user_id": "u1"}, "safety_identifier": "s1", "prompt_cache_key": "k1",
     "prompt_cache_retention": "24h", "prompt_cache_options": {"ttl": "1h"}, "cache_control": {"type": "ephemeral"},
     "user_profile_id": "profile-1", "workspace_id": "wrkspc_1", "service_tier": "standard_only",
@@ -189,7 +190,10 @@ def _message_answer(response: Any) -> Answer:
     usage = response.usage
     prompt = usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens
     finish = "length" if response.stop_reason == "max_tokens" else "stop"
-    return Answer(["".join(b.text for b in response.content)], [finish], prompt, usage.output_tokens, response.model)
+    calls = sum(b.type == "tool_use" for b in response.content)
+    finish = "tool_calls" if response.stop_reason == "tool_use" else finish
+    return Answer(["".join(b.text for b in response.content if b.type == "text")], [finish], prompt,
+                  usage.output_tokens, response.model, calls=[calls])  # fmt: skip
 
 
 Ask = Callable[..., Answer]
@@ -393,6 +397,31 @@ def _check_response_format(ask: Ask) -> None:
     assert isinstance(json.loads(answer.texts[0]), dict)
 
 
+ANTHROPIC_TOOL = {"name": "f", "input_schema": {"type": "object", "properties": {"x": {"enum": [1, 2]}}}}
+
+
+def _check_anthropic_tools(ask: Ask) -> None:
+    assert ask(tools=[ANTHROPIC_TOOL], tool_choice={"type": "any"}, max_tokens=60).calls == [1]
+    assert ask(tools=[ANTHROPIC_TOOL]).prompt_tokens > ask().prompt_tokens
+
+
+def _check_anthropic_tool_choice(ask: Ask) -> None:
+    assert ask(tools=[ANTHROPIC_TOOL], tool_choice={"type": "none"}).calls == [0]
+    assert ask(tools=[ANTHROPIC_TOOL], tool_choice={"type": "tool", "name": "f"}, max_tokens=60).calls == [1]
+
+
+def _check_output_config(ask: Ask) -> None:
+    schema = {"type": "object", "properties": {"x": {"enum": [1, 2]}}, "required": ["x"]}
+    answer = ask(output_config={"format": {"type": "json_schema", "schema": schema}}, ignore_eos=False, max_tokens=60)
+    assert json.loads(answer.texts[0])["x"] in (1, 2)
+    _assert_refused_naming(ask, "output_config", output_config={"effort": "low"})
+
+
+def _check_counted_tools(ask: Ask) -> None:
+    assert ask(tools=[ANTHROPIC_TOOL]).prompt_tokens > ask().prompt_tokens
+    assert ask(tools=[ANTHROPIC_TOOL], tool_choice={"type": "none"}).prompt_tokens == ask().prompt_tokens
+
+
 def _check_system(ask: Ask) -> None:
     assert ask(system="You are terse.").prompt_tokens > ask().prompt_tokens
 
@@ -425,6 +454,11 @@ HONOURED_CHECKS: dict[str, Callable[[Ask], None]] = {
     "completions.logprobs": _check_legacy_logprobs,
     "responses.metadata": _check_metadata,
     "chat.tools": _check_chat_tools,
+    "messages.tools": _check_anthropic_tools,
+    "messages.tool_choice": _check_anthropic_tool_choice,
+    "messages.output_config": _check_output_config,
+    "count_tokens.tools": _check_counted_tools,
+    "count_tokens.tool_choice": _check_counted_tools,
     "chat.tool_choice": _check_chat_tool_choice,
     "chat.parallel_tool_calls": _check_parallel_tool_calls,
     "chat.response_format": _check_response_format,

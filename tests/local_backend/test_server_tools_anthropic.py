@@ -1,0 +1,98 @@
+"""Tool use and structured outputs through the real `anthropic` client against the bundled model: a
+tool_use → tool_result → answer loop, streamed and not (`input_json_delta`), forced tool choice
+always schema-valid, and `output_config.format` JSON valid against its schema."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import anthropic
+import jsonschema
+import pytest
+
+from local_backend import Engine
+from local_backend.server import create_app, serve_in_thread
+
+WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24},
+           "days": {"type": "integer", "minimum": 1, "maximum": 7}}, "required": ["city", "days"]}  # fmt: skip
+TOOLS = [{"name": "get_weather", "description": "Weather of a city", "input_schema": WEATHER},
+         {"name": "get_time", "input_schema": {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}},
+                                               "required": ["zone"]}}]  # fmt: skip
+SCHEMAS = {t["name"]: t["input_schema"] for t in TOOLS}
+QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
+BASE = {"model": "tiny", "max_tokens": 80, "tools": TOOLS}
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[anthropic.Anthropic]:
+    with Engine.from_pretrained("default", device="cpu", max_model_len=1024, kv_cache_memory=2**23) as engine:
+        with serve_in_thread(create_app(engine, model_name="tiny")) as url:
+            with anthropic.Anthropic(base_url=url, api_key="x", max_retries=0) as client:
+                yield client
+
+
+def _create(client: anthropic.Anthropic, stream: bool, **kwargs):
+    """The final message; streamed, also the tool_use inputs rebuilt from their `input_json_delta`s."""
+    if not stream:
+        return client.messages.create(**{**BASE, **kwargs}), None
+    with client.messages.stream(**{**BASE, **kwargs}) as events:
+        partial: dict[int, str] = {}
+        for event in events:
+            if event.type == "content_block_delta" and event.delta.type == "input_json_delta":
+                partial[event.index] = partial.get(event.index, "") + event.delta.partial_json
+        return events.get_final_message(), partial
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_tool_loop_uses_the_tool_gets_the_result_and_answers(client, stream):
+    message, partial = _create(client, stream, messages=QUESTION, tool_choice={"type": "any"},
+                               extra_body={"seed": 1})  # fmt: skip
+    [use] = [b for b in message.content if b.type == "tool_use"]
+    assert message.stop_reason == "tool_use" and use.id.startswith("toolu_")
+    jsonschema.validate(use.input, SCHEMAS[use.name])
+    if stream:
+        assert [json.loads(text) for text in partial.values()] == [use.input]
+    history = [*QUESTION, {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in message.content
+                                                            if b.type == "tool_use"]},
+               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "sunny"}]}]  # fmt: skip
+    answer, _ = _create(client, stream, messages=history, tool_choice={"type": "none"}, extra_body={"temperature": 0})
+    assert answer.stop_reason in ("end_turn", "max_tokens") and answer.content[0].type == "text"
+    assert answer.content[0].text and not [b for b in answer.content if b.type == "tool_use"]
+    with_result = client.messages.count_tokens(model="tiny", messages=history, tools=TOOLS).input_tokens
+    assert with_result > client.messages.count_tokens(model="tiny", messages=QUESTION, tools=TOOLS).input_tokens
+    assert client.messages.count_tokens(model="tiny", messages=QUESTION, tools=TOOLS).input_tokens > (
+        client.messages.count_tokens(model="tiny", messages=QUESTION).input_tokens
+    )
+
+
+@pytest.mark.parametrize("tool_choice", [{"type": "any"}, {"type": "tool", "name": "get_time"}])
+def test_a_forced_tool_choice_always_yields_a_schema_valid_tool_use(client, tool_choice):
+    for seed in range(10):
+        message, _ = _create(client, False, messages=QUESTION, tool_choice=tool_choice, extra_body={"seed": seed})
+        [use] = message.content
+        assert use.type == "tool_use" and message.stop_reason == "tool_use"
+        assert tool_choice["type"] == "any" or use.name == tool_choice["name"]
+        jsonschema.validate(use.input, SCHEMAS[use.name])
+
+
+def test_output_config_format_gives_json_valid_against_its_schema(client):
+    for seed in range(10):
+        message = client.messages.create(model="tiny", max_tokens=80, messages=QUESTION, extra_body={"seed": seed},
+                                         output_config={"format": {"type": "json_schema", "schema": WEATHER}})  # fmt: skip
+        assert message.stop_reason == "end_turn"
+        jsonschema.validate(json.loads(message.content[0].text), WEATHER)
+
+
+def test_the_clients_parse_with_an_output_format_type_gets_a_parsed_object(client):
+    import typing
+
+    import pydantic
+
+    class Forecast(pydantic.BaseModel):  # the client drops maxLength from the schema: no free strings here
+        unit: typing.Literal["C", "F"]
+        sunny: bool
+
+    message = client.messages.parse(model="tiny", max_tokens=80, messages=QUESTION, output_format=Forecast,
+                                    extra_body={"seed": 3})  # fmt: skip
+    assert isinstance(message.parsed_output, Forecast)
