@@ -80,7 +80,8 @@ GEN_AI_RESPONSE_FINISH_REASONS: Final = "gen_ai.response.finish_reasons"
 """Why generation stopped, one entry per choice, in the provider's own words."""
 
 GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK: Final = "gen_ai.response.time_to_first_chunk"
-"""Seconds from the call's start to the first content chunk reaching the caller (streams only)."""
+"""Seconds from the send of the request that produced it to the first chunk received, of any kind
+(a role or `message_start` header, text, tool-call arguments); streams only."""
 
 # --- GenAI: usage --------------------------------------------------------------------------------
 

@@ -3,6 +3,7 @@
     chat gpt-4o-mini                  CLIENT  start() ............................ end()
     ├── anthropic.messages.create     (the client's own span, if it traces; ours is current while it sends)
     ├── prefill                       INTERNAL  last attempt sent -> first content chunk
+    │                                 (gen_ai.response.time_to_first_chunk: last attempt sent -> its first chunk of any kind)
     └── decode                        INTERNAL  first content chunk -> last content chunk
 
 The wrapper drives a `CallRecord` through `activate`, `attempt`, `first_chunk`, `chunk`,
@@ -111,8 +112,8 @@ class CallRecord:
     """The telemetry of one call, driven by the wrapper and the stream guard (see the module docstring)."""
 
     __slots__ = (
-        "_attempt_ns", "_attempts", "_base", "_call", "_chunks", "_ended", "_first_ns", "_guard",
-        "_last_ns", "_request", "_sinks", "_span", "_start_ns", "_streamed", "_tokens_saved", "_usage_estimated",
+        "_attempt_ns", "_attempts", "_base", "_call", "_chunks", "_ended", "_first_ns", "_guard", "_last_ns",
+        "_received_ns", "_request", "_sinks", "_span", "_start_ns", "_streamed", "_tokens_saved", "_usage_estimated",
     )  # fmt: skip
 
     def __init__(
@@ -133,6 +134,7 @@ class CallRecord:
         self._start_ns = self._attempt_ns = start_ns
         self._attempts = 1
         self._first_ns: int | None = None
+        self._received_ns: int | None = None
         self._last_ns: int | None = None
         self._chunks = 0
         self._guard: str | None = None
@@ -161,10 +163,15 @@ class CallRecord:
         self._attempt_ns = time_ns()
 
     @guarded
-    def first_chunk(self) -> None:
-        """The first content chunk reached the caller: prefill ends, decode starts."""
+    def first_chunk(self, received_ns: int | None = None) -> None:
+        """The first content chunk reached the caller: prefill ends, decode starts.
+
+        `received_ns`: when the first chunk of any kind (a header event included) of the attempt that
+        produced it arrived, if before now: the time to first chunk runs from that attempt's send to it.
+        """
         if self._first_ns is None:
-            self._first_ns = self._last_ns = time_ns()
+            self._first_ns = self._last_ns = now = time_ns()
+            self._received_ns = received_ns if received_ns is not None else now
 
     def chunk(self) -> None:
         """A content chunk reached the caller (called for every chunk, the first included).
@@ -253,11 +260,16 @@ class CallRecord:
             guard=self._guard,
             tokens_saved=self._tokens_saved,
             chunks=self._chunks if streamed else None,
-            time_to_first_chunk_s=(first - self._start_ns) / _NS_PER_S if streamed and first is not None else None,
+            time_to_first_chunk_s=self._time_to_first_chunk_s() if streamed and first is not None else None,
             service_tier=service_tier,
             system_fingerprint=system_fingerprint,
             break_cause_server=_server_cause(self._call, cache_miss_reason) if cache_miss_reason else None,
         )
+
+    def _time_to_first_chunk_s(self) -> float:
+        """From the send of the attempt that produced the first chunk to that chunk's arrival."""
+        received = self._received_ns if self._received_ns is not None else self._first_ns or self._attempt_ns
+        return max(received - self._attempt_ns, 0) / _NS_PER_S
 
     @guarded
     def _finish_span(self, sinks: Sinks, span: Span, outcome: Outcome, output_text: str | None, end_ns: int) -> None:
