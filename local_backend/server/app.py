@@ -75,7 +75,7 @@ def create_app(
         Route(HEALTH_PATH, health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         *openai_routes.routes(backend, grammars),
-        *responses_routes.routes(backend),
+        *responses_routes.routes(backend, grammars),
         *anthropic_routes.routes(backend, grammars),
     ]
     middleware = [Middleware(ApiKeyMiddleware, api_keys=keys)] if keys else []

@@ -136,10 +136,10 @@ RESPONSES: Final[Table] = {
     "stream_options": Off(({"include_obfuscation": False}, {})),
     "truncation": Off(("disabled",)),
     "include": Off(([],)),
-    "text": Off(({"format": {"type": "text"}},)),
-    "tools": Off(([],)),
-    "tool_choice": Off(("none",)),
-    "parallel_tool_calls": Off(),
+    "text": HONOURED,  # its `format`: text, json_object or json_schema
+    "tools": HONOURED,  # function tools
+    "tool_choice": HONOURED,
+    "parallel_tool_calls": Off((True,)),  # false (at most one call) is not enforced here
     "max_tool_calls": Off(),
     "top_logprobs": Off((0,)),
     "reasoning": Off(),

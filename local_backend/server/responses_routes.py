@@ -13,6 +13,7 @@ Nothing is stored (`store: true` and `previous_response_id` are refused).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections.abc import Sequence
@@ -24,41 +25,41 @@ from starlette.routing import Route
 
 from local_backend.outputs import Completion, StreamDelta
 from local_backend.server import fields
-from local_backend.server._constants import OPENAI_CHAT_ROLES, OPENAI_MAX_TEMPERATURE
+from local_backend.server._constants import OPENAI_MAX_TEMPERATURE
+from local_backend.server.constrained import ANY_OBJECT, Grammars
+from local_backend.server.tool_requests import openai_messages, responses_items, responses_tools
+from local_backend.server.tools import ArgumentsPiece, CallStart, Event, TextPiece, ToolCallParser, prompt_ids
 from local_backend.server.errors import ApiError, Flavor
 from local_backend.server.generation import Backend
 from local_backend.server.streaming import respond, sse
 from local_backend.server.usage import Usage, timings
-from local_backend.server.validation import chat_turns, optional, read_json, sampling_params
+from local_backend.server.validation import optional, read_json, sampling_params
 
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 
 
-def input_turns(body: dict[str, Any]) -> list[dict[str, str]]:
-    """`instructions` then `input` as checked chat turns (`developer` rendered as `system`)."""
+def input_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """`instructions` then `input` as OpenAI Chat messages (calls and their outputs included)."""
     items = body.get("input")
     if isinstance(items, str):
         items = [{"role": "user", "content": items}]
     if not isinstance(items, list) or not items:
         raise ApiError("input must be a non-empty string or a non-empty list of input items", param="input")
     messages = []
-    for i, item in enumerate(items):
-        kind = item.get("type", "message") if isinstance(item, dict) else None
-        if kind != "message":
-            raise ApiError(f"input[{i}] of type {kind!r} is not supported: give messages", param=f"input[{i}]")
+    for item in responses_items(items):
         content = item.get("content")
-        if isinstance(content, list):
+        if item.get("role") != "tool" and isinstance(content, list):
             content = [{**part, "type": "text"} if isinstance(part, dict) and part.get("type") in _TEXT_PARTS else part
                        for part in content]  # fmt: skip
-        messages.append({"role": item.get("role"), "content": content})
-    turns = chat_turns(messages, OPENAI_CHAT_ROLES, param="input")
+        messages.append({k: v for k, v in {**item, "content": content}.items() if k != "type"})
     instructions = optional(body, "instructions", str)
     if instructions:
-        turns.insert(0, {"role": "system", "content": instructions})
-    for turn in turns:
-        if turn["role"] == "developer":
-            turn["role"] = "system"
-    return turns
+        messages.insert(0, {"role": "system", "content": instructions})
+    try:
+        return openai_messages(messages)
+    except ApiError as exc:
+        exc.message, exc.param = exc.message.replace("messages", "input"), (exc.param or "").replace("messages", "input")
+        raise
 
 
 class ResponsesFormat:
@@ -66,8 +67,11 @@ class ResponsesFormat:
 
     flavor = Flavor.OPENAI
 
-    def __init__(self, model: str, body: dict[str, Any]):
+    def __init__(self, model: str, body: dict[str, Any], parse_tools: bool = False):
         self._model, self._body = model, body
+        self._parser = ToolCallParser("call_") if parse_tools else None
+        self._call_items: list[str] = []  # the output item id of each call
+        self._fed = False  # whether the parser has read the answer (streamed) yet
         self._id = "resp_" + uuid.uuid4().hex
         self._item_id = "msg_" + uuid.uuid4().hex
         self._created = int(time.time())
@@ -75,6 +79,7 @@ class ResponsesFormat:
 
     def whole(self, completions: Sequence[Completion]) -> dict[str, Any]:
         [completion] = completions
+        self._content(completion)
         return {**self._response(completion), "timings": timings(completion)}
 
     def opening(self, usage: Usage) -> list[bytes]:
@@ -86,22 +91,68 @@ class ResponsesFormat:
         ]
 
     def delta(self, index: int, delta: StreamDelta) -> list[bytes]:
-        if not delta.text:
-            return []
-        return [self._event("response.output_text.delta", **self._at_part(), delta=delta.text, logprobs=[])]
+        if self._parser is not None:
+            self._fed = True
+            return self._events(self._parser.feed(delta.text))
+        return self._text(delta.text) if delta.text else []
 
     def finished(self, index: int, completion: Completion) -> list[bytes]:
-        return []
+        return self._events(self._parser.finish()) if self._parser is not None else []
 
     def closing(self, completions: Sequence[Completion]) -> list[bytes]:
         [completion] = completions
         final = "response.incomplete" if _incomplete(completion) else "response.completed"
+        text = self._content(completion)
         return [
-            self._event("response.output_text.done", **self._at_part(), text=completion.text, logprobs=[]),
-            self._event("response.content_part.done", **self._at_part(), part=_part(completion.text)),
+            self._event("response.output_text.done", **self._at_part(), text=text, logprobs=[]),
+            self._event("response.content_part.done", **self._at_part(), part=_part(text)),
             self._event("response.output_item.done", output_index=0, item=self._item(completion)),
             self._event(final, response={**self._response(completion), "timings": timings(completion)}),
         ]
+
+    def _text(self, text: str) -> list[bytes]:
+        return [self._event("response.output_text.delta", **self._at_part(), delta=text, logprobs=[])]
+
+    def _events(self, events: Sequence[Event]) -> list[bytes]:
+        """Text into the message (output 0); call i is output i + 1, its arguments streamed as deltas."""
+        assert self._parser is not None
+        chunks = []
+        for event in events:
+            if isinstance(event, TextPiece):
+                chunks += self._text(event.text)
+                continue
+            at = {"output_index": event.index + 1}
+            if isinstance(event, CallStart):
+                self._call_items.append("fc_" + uuid.uuid4().hex)
+                item = self._call_item(event.index, "", "in_progress")
+                chunks.append(self._event("response.output_item.added", **at, item=item))
+            elif isinstance(event, ArgumentsPiece):
+                chunks.append(self._event("response.function_call_arguments.delta", **at,
+                                          item_id=self._call_items[event.index], delta=event.text))  # fmt: skip
+            else:
+                call = self._parser.calls[event.index]
+                chunks.append(self._event("response.function_call_arguments.done", **at, name=call.name,
+                                          item_id=self._call_items[event.index], arguments=call.arguments))  # fmt: skip
+                item = self._call_item(event.index, call.arguments, "completed")
+                chunks.append(self._event("response.output_item.done", **at, item=item))
+        return chunks
+
+    def _call_item(self, index: int, arguments: str, status: str) -> dict[str, Any]:
+        assert self._parser is not None
+        call = self._parser.calls[index]
+        return {"type": "function_call", "id": self._call_items[index], "call_id": call.id, "name": call.name,
+                "arguments": arguments, "status": status}  # fmt: skip
+
+    def _content(self, completion: Completion) -> str:
+        """The message's text: the whole answer, or with tools what lies outside the calls."""
+        if self._parser is None:
+            return completion.text
+        if not self._fed:  # a whole answer: parse it now
+            self._fed = True
+            self._parser.feed(completion.text)
+            self._parser.finish()
+            self._call_items = ["fc_" + uuid.uuid4().hex for _ in self._parser.calls]
+        return self._parser.content
 
     def failure(self, body: dict[str, Any]) -> list[bytes]:
         error = body["error"]
@@ -115,7 +166,7 @@ class ResponsesFormat:
         return {"item_id": self._item_id, "output_index": 0, "content_index": 0}
 
     def _item(self, completion: Completion | None) -> dict[str, Any]:
-        content = [] if completion is None else [_part(completion.text)]
+        content = [] if completion is None else [_part(self._content(completion))]
         return {"id": self._item_id, "type": "message", "role": "assistant", "status": _status(completion),
                 "content": content}  # fmt: skip
 
@@ -133,19 +184,25 @@ class ResponsesFormat:
             "instructions": body.get("instructions"),
             "max_output_tokens": body.get("max_output_tokens"),
             "model": self._model,
-            "output": [] if completion is None else [self._item(completion)],
-            "parallel_tool_calls": False,
+            "output": [] if completion is None else [self._item(completion), *self._calls_out()],
+            "parallel_tool_calls": body.get("parallel_tool_calls", True),
             "previous_response_id": None,
             "temperature": body.get("temperature", 1.0),
-            "text": {"format": {"type": "text"}},
-            "tool_choice": "none",
-            "tools": [],
+            "text": body.get("text") or {"format": {"type": "text"}},
+            "tool_choice": body.get("tool_choice", "auto" if body.get("tools") else "none"),
+            "tools": body.get("tools") or [],
             "top_p": body.get("top_p", 1.0),
             "truncation": "disabled",
             "usage": None if completion is None else _usage(Usage.of(completion)),
             "metadata": body.get("metadata") or {},
             "store": False,
         }
+
+
+    def _calls_out(self) -> list[dict[str, Any]]:
+        if self._parser is None:
+            return []
+        return [self._call_item(i, call.arguments, "completed") for i, call in enumerate(self._parser.calls)]
 
 
 def _part(text: str) -> dict[str, Any]:
@@ -172,7 +229,24 @@ def _usage(usage: Usage) -> dict[str, Any]:
     }
 
 
-def routes(backend: Backend) -> list[Route]:
+def _text_schema(text: Any) -> dict[str, Any] | None:
+    """The JSON schema `text.format` asks for (`json_object`: any object), or None for text."""
+    if text is None:
+        return None
+    if not isinstance(text, dict) or set(text) - {"format"}:
+        raise ApiError("text supports only format (text, json_object or json_schema)", param="text")
+    form = text.get("format") or {"type": "text"}
+    kind = form.get("type") if isinstance(form, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return dict(ANY_OBJECT)
+    if kind == "json_schema" and isinstance(form.get("schema"), dict):
+        return form["schema"]
+    raise ApiError("text.format must be text, json_object or json_schema with a schema", param="text")
+
+
+def routes(backend: Backend, grammars: Grammars) -> list[Route]:
     engine = backend.engine
 
     async def responses(request: Request) -> Response:
@@ -180,7 +254,8 @@ def routes(backend: Backend) -> list[Route]:
         fields.check(body, fields.RESPONSES, "POST /v1/responses")
         model = backend.check_model(optional(body, "model", str))
         optional(body, "metadata", dict)
-        ids = backend.prompt_ids(input_turns(body))
+        tools, choice = responses_tools(body)
+        ids = prompt_ids(engine.tokenizer, input_messages(body), choice.shown(tools))
         params = sampling_params(
             body,
             prompt_tokens=len(ids),
@@ -190,7 +265,15 @@ def routes(backend: Backend) -> list[Route]:
             stop=(),
             max_temperature=OPENAI_MAX_TEMPERATURE,
         )
+        if choice.forced:
+            forced = [t for t in tools if choice.mode == "required" or t.name == choice.name]
+            params = dataclasses.replace(params, logits_processor=grammars.tool_call(forced, "tool_choice"))
+        else:
+            schema = _text_schema(body.get("text"))
+            if schema is not None:
+                params = dataclasses.replace(params, logits_processor=grammars.json(schema, "text.format"))
         generation = backend.start(request, ids, params)
-        return await respond(request, [generation], ResponsesFormat(model, body), optional(body, "stream", bool, False))
+        fmt = ResponsesFormat(model, body, parse_tools=choice.mode != "none")
+        return await respond(request, [generation], fmt, optional(body, "stream", bool, False))
 
     return [Route("/v1/responses", responses, methods=["POST"])]

@@ -100,3 +100,48 @@ def test_what_the_backend_cannot_do_is_refused_naming_the_field(client, request_
     with pytest.raises(openai.APIStatusError) as caught:
         client.responses.create(**{"input": QUESTION, **GREEDY, **request_})
     assert caught.value.status_code == (404 if param == "model" else 400) and caught.value.param == param
+
+
+WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24}}, "required": ["city"]}
+FUNCTION = {"type": "function", "name": "get_weather", "description": "Weather of a city", "parameters": WEATHER}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_function_tool_loop_calls_gets_the_output_and_answers(client, stream):
+    import json
+
+    import jsonschema
+
+    kwargs = dict(input=QUESTION, tools=[FUNCTION], tool_choice="required", max_output_tokens=80,
+                  model="tiny", extra_body={"seed": 2})  # fmt: skip
+    if stream:
+        events = list(client.responses.create(stream=True, **kwargs))
+        response = events[-1].response
+        deltas = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
+        [done] = [e for e in events if e.type == "response.function_call_arguments.done"]
+        assert deltas == done.arguments
+    else:
+        response = client.responses.create(**kwargs)
+    [call] = [item for item in response.output if item.type == "function_call"]
+    assert call.name == "get_weather" and call.call_id.startswith("call_") and call.status == "completed"
+    jsonschema.validate(json.loads(call.arguments), WEATHER)
+    history = [{"role": "user", "content": QUESTION},
+               {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
+               {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}]  # fmt: skip
+    answer = client.responses.create(input=history, tools=[FUNCTION], tool_choice="none", **GREEDY)
+    assert answer.output_text and not [i for i in answer.output if i.type == "function_call"]
+    shorter = client.responses.create(input=QUESTION, tools=[FUNCTION], tool_choice="none", **GREEDY)
+    assert answer.usage.input_tokens > shorter.usage.input_tokens
+
+
+def test_text_format_json_schema_gives_json_valid_against_it(client):
+    import json
+
+    import jsonschema
+
+    text = {"format": {"type": "json_schema", "name": "w", "schema": WEATHER, "strict": True}}
+    for seed in range(5):
+        response = client.responses.create(input=QUESTION, text=text, model="tiny", max_output_tokens=80,
+                                           extra_body={"seed": seed})  # fmt: skip
+        assert response.status == "completed"
+        jsonschema.validate(json.loads(response.output_text), WEATHER)

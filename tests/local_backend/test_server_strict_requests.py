@@ -101,7 +101,7 @@ ON_VALUES["responses"] = {
     "service_tier": "flex", "store": True, "background": True, "stream_options": {"include_obfuscation": True},
     "truncation": "auto", "include": ["message.output_text.logprobs"], "text": {"format": {"type": "json_object"}},
     "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}], "tool_choice": "auto",
-    "parallel_tool_calls": True, "max_tool_calls": 2, "top_logprobs": 2, "reasoning": {"effort": "low"},
+    "parallel_tool_calls": False, "max_tool_calls": 2, "top_logprobs": 2, "reasoning": {"effort": "low"},
     "previous_response_id": "resp_1", "conversation": "conv_1", "prompt": {"id": "pmpt_1"},
     "context_management": [{"type": "compaction"}], "background_options": {"completion_window": "2h"},
     "moderation": {"model": "omni-moderation-latest"}, "image": {"context_compression": "enabled"},
@@ -172,8 +172,9 @@ def _response_answer(response: Any) -> Answer:
         chunks, response = len(events), events[-1].response
     finish = "length" if response.status == "incomplete" else "stop"
     usage = response.usage
+    calls = [sum(item.type == "function_call" for item in response.output)]
     return Answer([response.output_text], [finish], usage.input_tokens, usage.output_tokens, response.model,
-                  chunks=chunks, metadata=response.metadata)  # fmt: skip
+                  chunks=chunks, metadata=response.metadata, calls=calls)  # fmt: skip
 
 
 def _message_answer(response: Any) -> Answer:
@@ -422,6 +423,25 @@ def _check_counted_tools(ask: Ask) -> None:
     assert ask(tools=[ANTHROPIC_TOOL], tool_choice={"type": "none"}).prompt_tokens == ask().prompt_tokens
 
 
+FUNCTION = {"type": "function", "name": "f", "parameters": {"type": "object", "properties": {"x": {"enum": [1, 2]}}}}
+
+
+def _check_responses_tools(ask: Ask) -> None:
+    assert ask(tools=[FUNCTION], tool_choice="required", max_tokens=60).calls == [1]
+    assert ask(tools=[FUNCTION]).prompt_tokens > ask().prompt_tokens
+
+
+def _check_responses_tool_choice(ask: Ask) -> None:
+    assert ask(tools=[FUNCTION], tool_choice="none").calls == [0]
+    assert ask(tools=[FUNCTION], tool_choice={"type": "function", "name": "f"}, max_tokens=60).calls == [1]
+
+
+def _check_text_format(ask: Ask) -> None:
+    answer = ask(text={"format": {"type": "json_object"}}, ignore_eos=False, max_tokens=60)
+    assert isinstance(json.loads(answer.texts[0]), dict)
+    _assert_refused_naming(ask, "text", text={"verbosity": "low"})
+
+
 def _check_system(ask: Ask) -> None:
     assert ask(system="You are terse.").prompt_tokens > ask().prompt_tokens
 
@@ -454,6 +474,9 @@ HONOURED_CHECKS: dict[str, Callable[[Ask], None]] = {
     "completions.logprobs": _check_legacy_logprobs,
     "responses.metadata": _check_metadata,
     "chat.tools": _check_chat_tools,
+    "responses.tools": _check_responses_tools,
+    "responses.tool_choice": _check_responses_tool_choice,
+    "responses.text": _check_text_format,
     "messages.tools": _check_anthropic_tools,
     "messages.tool_choice": _check_anthropic_tool_choice,
     "messages.output_config": _check_output_config,
