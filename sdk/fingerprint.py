@@ -167,7 +167,7 @@ class PrefixTracker:
         current = segments(call)
         call.fingerprint = current[-1].chain[:FINGERPRINT_HEX_CHARS] if current else None
         call.prefix_key = prefix_key(call, current)
-        settings = tuple(_dumps(call.params.get(name)) for name, _ in _SETTINGS)
+        settings = _settings(call.params)
         seen = Seen(call.model, current, settings, (self._clock or monotonic)())
         with self._lock:
             previous = self._last.get((call.api, call.model))
@@ -184,6 +184,12 @@ class PrefixTracker:
             if cause is not None:
                 call.break_at, call.break_cause = cause[0], str(cause[1])
         return seen
+
+
+def _settings(params: dict[str, object]) -> tuple[str, str]:
+    """The `_SETTINGS` a request carries, serialised ("" when absent: most calls set neither)."""
+    choice, thinking = params.get("tool_choice"), params.get("thinking")
+    return ("" if choice is None else _dumps(choice), "" if thinking is None else _dumps(thinking))
 
 
 def _cause(previous: Seen, seen: Seen, ttl_seconds: float | None) -> tuple[str | None, BreakCause] | None:
