@@ -32,6 +32,8 @@ class Timing:
     first_token_delay: float
     token_delay: float
     stall: StallFault | None = None
+    first_content_gap: float = 0.0
+    """Seconds between a stream's opening events (role chunk, `message_start`) and its first content token."""
 
     def before(self, index: int) -> float:
         """Seconds to wait before content token `index` (0: before the first event or the JSON body)."""
@@ -148,7 +150,7 @@ class _Progress:
         """One batch of events per token, paced by `timing`, with `inject` in its place; True when
         all were sent."""
         for index, token in enumerate(tokens):
-            if self._exchange.hung_up(timing.before(index) if index else 0.0):
+            if self._exchange.hung_up(timing.before(index) if index else timing.first_content_gap):
                 self.client_closed = True
                 return False
             if inject is not None and inject.at_token == index and not self.write(inject.events):

@@ -63,8 +63,8 @@ MODELS_PATH = "/v1/models"
 class ProviderSimulator:
     """A fake hosted-LLM server speaking the installed `openai` and `anthropic` clients' wire formats.
 
-    Settings (plain attributes, read at each request): `reply`, `first_token_delay`, `token_delay`
-    (seconds), `anthropic_min_cache_tokens`, `tool_call` and `thinking` (see `shapes`), `reasoning_tokens` (hidden reasoning every reply spends
+    Settings (plain attributes, read at each request): `reply`, `first_token_delay`, `token_delay`,
+    `first_content_delay` (between a stream's opening events and its first content token; seconds), `anthropic_min_cache_tokens`, `tool_call` and `thinking` (see `shapes`), `reasoning_tokens` (hidden reasoning every reply spends
     first, out of the request's output cap, as reasoning models and extended thinking do: a reply
     left no room comes back empty, with the length finish). Scripting: `loop`, `fail`, `cut_stream_after`, `stall`,
     `inject_event`, `hold`, `reset`, `advance_clock` (cache TTLs). Records: `requests`, `streams`.
@@ -76,6 +76,7 @@ class ProviderSimulator:
         self.reply: str = DEFAULT_REPLY
         self.first_token_delay: float = 0.0
         self.token_delay: float = 0.0
+        self.first_content_delay: float = 0.0
         self.anthropic_min_cache_tokens: int = ANTHROPIC_MIN_CACHE_TOKENS
         self.reasoning_tokens: int = 0
         self.tool_call: str | None = None
@@ -252,7 +253,8 @@ class ProviderSimulator:
         decoded = decode(self.reply, self._loop_unit, params, DEFAULT_MAX_OUTPUT_TOKENS)
         outcome = Outcome(job, self._lookup(flavour, job), decoded)
         cut = fault if isinstance(fault, CutFault) else None
-        timing = Timing(self.first_token_delay, self.token_delay, fault if isinstance(fault, StallFault) else None)
+        timing = Timing(self.first_token_delay, self.token_delay, fault if isinstance(fault, StallFault) else None,
+                        self.first_content_delay)
         headers = dict([request_id_header(flavour)])
         if isinstance(fault, HoldFault):
             fault.release.wait(fault.timeout)
