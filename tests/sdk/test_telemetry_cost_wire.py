@@ -12,7 +12,7 @@ import pytest
 
 import sdk
 from sdk.telemetry import semconv as sc
-from tests.sdk.helpers import LONG_SYSTEM, resolve
+from tests.sdk.helpers import LONG_SYSTEM, collect, resolve
 from tests.sdk.test_telemetry_spans import Otel, otel  # noqa: F401
 
 CLAUDE = "claude-sonnet-4-6"
@@ -66,3 +66,18 @@ async def test_a_gpt_5_6_call_with_cache_writes_is_priced_with_its_write_rate(op
     assert attributes[sc.KVWISE_COST_CACHE_WRITE_USD] == pytest.approx(written * rates["write"] / 1e6)
     assert attributes[sc.KVWISE_COST_USD] == pytest.approx(expected)
     assert _cost_counter(otel) == pytest.approx(expected)
+
+
+async def test_a_streamed_one_hour_ttl_call_keeps_the_one_hour_rate_from_message_start(
+    anthropic_client: Any, otel: Otel
+) -> None:
+    wrapped = _wrap(anthropic_client, otel, sdk.Policy(cache_ttl="1h"))
+    stream = await resolve(wrapped.messages.create(
+        model=CLAUDE, max_tokens=64, system=LONG_SYSTEM, messages=[{"role": "user", "content": "What is prefill?"}],
+        stream=True))
+    events = await collect(stream)
+    start_usage = events[0].message.usage
+    written_1h = start_usage.cache_creation.ephemeral_1h_input_tokens
+    assert written_1h == start_usage.cache_creation_input_tokens > 0
+    [root] = [span for span in otel.spans() if span.parent is None]
+    assert (root.attributes or {})[sc.KVWISE_COST_CACHE_WRITE_USD] == pytest.approx(written_1h * SONNET_4_6["write_1h"] / 1e6)
