@@ -15,6 +15,7 @@ import pytest
 
 import sdk
 import sdk.fingerprint
+from sdk import diagnostics
 from sdk.call import Api, Provider
 from sdk.telemetry import semconv as sc
 from tests.sdk.helpers import LONG_SYSTEM, resolve
@@ -159,3 +160,19 @@ def test_a_server_reason_that_contradicts_the_client_side_cause_is_logged_as_a_w
     assert [span.attributes[sc.KVWISE_PREFIX_BREAK_CAUSE_SERVER] for span in otel.spans()] == ["system_changed"] * 2
     [warning] = [record for record in caplog.records if record.levelno == logging.WARNING]
     assert "system_changed" in warning.getMessage() and "tool_schema_changed" in warning.getMessage()
+
+
+@pytest.mark.parametrize(
+    ("make_client", "provider", "expected"),
+    [
+        (lambda: anthropic.Anthropic(api_key="k"), None, True),  # api.anthropic.com
+        (lambda: anthropic.AsyncAnthropic(api_key="k"), None, True),
+        (lambda: anthropic.Anthropic(api_key="k", base_url="http://127.0.0.1:9"), None, False),  # a gateway, a local server
+        (lambda: anthropic.Anthropic(api_key="k", base_url="http://127.0.0.1:9"), "anthropic", True),  # said to be Anthropic
+        (lambda: anthropic.AnthropicVertex(region="us-east5", project_id="p", access_token="t"), "anthropic", False),
+        (lambda: anthropic.AnthropicFoundry(api_key="k", resource="r"), "anthropic", False),
+        (lambda: anthropic.AnthropicBedrock(aws_access_key="a", aws_secret_key="b", aws_region="us-east-1"), "anthropic", False),
+    ],
+)
+def test_only_anthropics_own_api_is_asked_for_diagnostics(make_client: Any, provider: str | None, expected: bool) -> None:
+    assert diagnostics.eligible(make_client(), provider) is expected
