@@ -1,4 +1,7 @@
-"""Responses API (`client.responses.create`) <-> `Call`.
+"""Responses API (`client.responses.create`, `client.beta.responses.create`) <-> `Call`.
+
+The beta API answers with its own types (`BetaResponse`, `BetaResponseCompletedEvent`, ...), of the
+same shape: both are read, and the events kvwise makes (a cut) are of the stream's own kind.
 
 `instructions` (held as a pseudo-item with role "instructions") and leading system/developer input
 items form the system tier. The API takes no
@@ -8,6 +11,7 @@ stop sequences, so the policy's are enforced client-side (`Call.client_stops`).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from openai.types.responses import (
@@ -17,12 +21,21 @@ from openai.types.responses import (
     ResponseOutputMessage,
     ResponseOutputText,
 )
+from openai.types.beta import (
+    BetaResponse,
+    BetaResponseCompletedEvent,
+    BetaResponseIncompleteEvent,
+    BetaResponseOutputMessage,
+    BetaResponseOutputText,
+)
+from openai.types.beta.beta_response import IncompleteDetails as BetaIncompleteDetails
 from openai.types.responses.response import IncompleteDetails
 
 from sdk.adapters._base import Adapter, StreamState, count_leading_system, first_stop, given_params, given_tiers, pop_list, timings_of
 from sdk.call import Api, Call, Provider, Usage
 from sdk.reasoning import Reasoning, openai_reasoning
 
+_RESPONSES = (Response, BetaResponse)
 _FINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")
 _INSTRUCTIONS = "instructions"
 _ITEMS_WITH_DELTAS = frozenset({"message", "function_call"})
@@ -43,6 +56,24 @@ def responses_usage(usage: Any) -> Usage | None:
         cache_write_tokens=int(getattr(details, "cache_write_tokens", 0) or 0),
         reasoning_tokens=int(getattr(out_details, "reasoning_tokens", 0) or 0),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Types:
+    """The classes of the events and objects kvwise makes for a cut stream of one API flavour."""
+
+    response: type[Any]
+    message: type[Any]
+    text: type[Any]
+    incomplete: type[Any]
+    completed_event: type[Any]
+    incomplete_event: type[Any]
+
+
+_TYPES = _Types(Response, ResponseOutputMessage, ResponseOutputText, IncompleteDetails, ResponseCompletedEvent, ResponseIncompleteEvent)
+_BETA_TYPES = _Types(
+    BetaResponse, BetaResponseOutputMessage, BetaResponseOutputText, BetaIncompleteDetails, BetaResponseCompletedEvent, BetaResponseIncompleteEvent
+)
 
 
 class ResponsesAdapter(Adapter):
@@ -102,7 +133,15 @@ class ResponsesAdapter(Adapter):
         return responses_usage(getattr(response, "usage", None))
 
     def output_text(self, response: Any) -> str:
-        return str(response.output_text)
+        if isinstance(response, Response):
+            return str(response.output_text)
+        return "".join(  # `BetaResponse` has no `output_text` property: the same join of its text parts
+            part.text
+            for item in response.output
+            if item.type == "message"
+            for part in item.content
+            if getattr(part, "type", None) == "output_text"
+        )
 
     def finish_reasons(self, response: Any) -> tuple[str, ...]:
         return (response.status,) if response.status else ()
@@ -119,7 +158,7 @@ class ResponsesAdapter(Adapter):
         if kind == "response.output_item.added":  # a message or a call is a header: its deltas follow at once
             return None if getattr(event.item, "type", None) in _ITEMS_WITH_DELTAS else ""
         response = getattr(event, "response", None)
-        if isinstance(response, Response):
+        if isinstance(response, _RESPONSES):
             state.response_id = response.id
             state.response_model = response.model
             state.timings = timings_of(response) or state.timings
@@ -131,11 +170,13 @@ class ResponsesAdapter(Adapter):
 
     def cut_events(self, state: StreamState, truncated: bool) -> list[Any]:
         snapshot = getattr(state.last_event, "response", None)
-        base = snapshot if isinstance(snapshot, Response) else None
+        base = snapshot if isinstance(snapshot, _RESPONSES) else None
+        beta = isinstance(base, BetaResponse) or type(state.last_event).__module__.startswith("openai.types.beta")
+        types = _BETA_TYPES if beta else _TYPES
         text = "".join(state.text)
-        message = ResponseOutputMessage(
+        message = types.message(
             id=f"msg_{state.response_id or 'kvwise'}",
-            content=[ResponseOutputText(annotations=[], text=text, type="output_text")],
+            content=[types.text(annotations=[], text=text, type="output_text")],
             role="assistant",
             status="incomplete" if truncated else "completed",
             type="message",
@@ -143,8 +184,8 @@ class ResponsesAdapter(Adapter):
         status = "incomplete" if truncated else "completed"
         update: dict[str, Any] = {"status": status, "output": [message]}
         if truncated:
-            update["incomplete_details"] = IncompleteDetails(reason="max_output_tokens")
-        response = base.model_copy(update=update) if base is not None else Response.model_construct(
+            update["incomplete_details"] = types.incomplete(reason="max_output_tokens")
+        response = base.model_copy(update=update) if base is not None else types.response.model_construct(
             id=state.response_id or "", model=state.response_model or "", object="response", output=[message], **{
                 k: v for k, v in update.items() if k != "output"
             }
@@ -153,8 +194,8 @@ class ResponsesAdapter(Adapter):
         state.finished = True
         state.finish_reasons.append(status)
         if truncated:
-            return [ResponseIncompleteEvent(response=response, sequence_number=sequence, type="response.incomplete")]
-        return [ResponseCompletedEvent(response=response, sequence_number=sequence, type="response.completed")]
+            return [types.incomplete_event(response=response, sequence_number=sequence, type="response.incomplete")]
+        return [types.completed_event(response=response, sequence_number=sequence, type="response.completed")]
 
     def set_event_text(self, event: Any, text: str) -> None:
         event.delta = text

@@ -214,3 +214,43 @@ async def test_every_intercepted_path_gives_one_span_canonical_order_the_cap_and
             assert _CAP_PARAM[case.api] not in body
         else:
             assert body[_CAP_PARAM[case.api]] == CAP
+
+
+LOOP_UNIT = "I will keep repeating this sentence. "
+
+
+def _one_span(spans: InMemorySpanExporter) -> Any:
+    (span,) = [span for span in spans.get_finished_spans() if span.kind is SpanKind.CLIENT]
+    return span
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["object", "stream"])
+async def test_beta_responses_are_read_as_responses_usage_finish_and_output_text(simulator, mode, spans, stream):
+    simulator.reply = "Beta answers are read too."
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    client = _client(Case("openai", ("beta", "responses"), "create", Api.RESPONSES, Kind.CALL, "plain", stream), simulator, mode)
+    wrapped = sdk.wrap(client, sdk.Policy(capture_content=True), tracer_provider=provider)
+
+    result = await resolve(wrapped.beta.responses.create(model="gpt-4.1", input="hi", stream=stream))
+    events = await collect(result) if stream else [result]
+
+    final = events[-1].response if stream else events[-1]
+    assert type(final).__name__ == "BetaResponse"
+    span = _one_span(spans)
+    assert span.attributes[sc.GEN_AI_USAGE_INPUT_TOKENS] == final.usage.input_tokens > 0
+    assert sc.KVWISE_USAGE_ESTIMATED not in span.attributes
+    assert span.attributes[sc.GEN_AI_RESPONSE_FINISH_REASONS] == ("completed",)
+    assert "Beta answers are read too." in span.attributes[sc.GEN_AI_OUTPUT_MESSAGES]
+
+
+async def test_a_cut_beta_responses_stream_ends_with_the_beta_incomplete_event(simulator, openai_client):
+    simulator.loop(LOOP_UNIT)
+    wrapped = sdk.wrap(openai_client, sdk.Policy(max_output_tokens=2000))
+    events = await collect(await resolve(wrapped.beta.responses.create(model="gpt-4.1", input="go", stream=True)))
+    assert type(events[-1]).__name__ == "BetaResponseIncompleteEvent"
+    assert type(events[-1].response).__name__ == "BetaResponse"
+    assert events[-1].response.incomplete_details.reason == "max_output_tokens"
+    assert type(events[-1].response.output[0]).__name__ == "BetaResponseOutputMessage"
+    assert LOOP_UNIT in events[-1].response.output[0].content[0].text
+    assert simulator.streams[-1].client_closed
