@@ -61,7 +61,7 @@ class StreamWatch:
         self.detector = LoopDetector.for_call(call) if policy.loop_guard else None
         self.stops = call.client_stops
         self._stop_tail = ""
-        self.cap = next((call.params[p] for p in adapter.max_tokens_params if isinstance(call.params.get(p), int)), None)
+        self.cap = call.cap.tokens if call.cap is not None else None  # the limit the guards decided and sent
         self.delivered = 0  # content events handed to the caller: after the first, never send again
         self.attempts = attempts
         self.finalized = False

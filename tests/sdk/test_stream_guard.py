@@ -5,8 +5,13 @@ from __future__ import annotations
 import anthropic
 import openai
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 
 import sdk
+from sdk.telemetry import semconv as sc
 from tests.sdk.helpers import collect, resolve
 
 LOOP_UNIT = "I will keep repeating this sentence. "
@@ -137,3 +142,20 @@ async def test_a_responses_stream_cut_mid_way_raises_stream_truncated(simulator,
     stream = await resolve(sdk.wrap(openai_client).responses.create(model="gpt-5.4", input="go", stream=True))
     with pytest.raises(sdk.StreamTruncated):
         await collect(stream)
+
+
+async def test_the_tokens_a_loop_cut_saves_are_counted_against_the_cap_the_guards_decided(simulator, openai_client):
+    simulator.loop(LOOP_UNIT)
+    simulator.token_delay = DECODE_SECONDS_PER_TOKEN
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    wrapped = sdk.wrap(openai_client, sdk.Policy(max_output_tokens=CAP), tracer_provider=provider)
+    # both limits given: the request's limit is the smaller one, which the guards record as `call.cap`
+    stream = await resolve(wrapped.chat.completions.create(
+        model="m", messages=USER, stream=True, max_tokens=1500, max_completion_tokens=1000))
+    await collect(stream)
+    (span,) = [span for span in spans.get_finished_spans() if span.kind is SpanKind.CLIENT]
+    attributes = span.attributes or {}
+    assert attributes[sc.KVWISE_GUARD_TRIPPED] == "loop"
+    assert attributes[sc.KVWISE_GUARD_TOKENS_SAVED] + attributes[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 1000
