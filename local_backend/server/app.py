@@ -5,7 +5,8 @@
 
 Every refusal is the API's own error body: requests under `/v1/messages` get Anthropic's, the rest
 OpenAI's (see `errors`). Unknown paths are 404 in that shape too, and an unexpected failure is a 500
-whose message names no request content.
+whose message names no request content. Every request field is honoured or refused by name
+(see `fields`); the engine's grammar support (`constrained.Grammars`) is shared by all routes.
 """
 
 from __future__ import annotations

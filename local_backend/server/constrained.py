@@ -33,7 +33,8 @@ from local_backend.tokenizer import TextTokenizer
 
 logger = logging.getLogger(__name__)
 
-JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+JSON_OPTIONS: Any = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+"""llguidance's JSON compile options: compact separators, no free whitespace."""
 ANY_OBJECT: Mapping[str, Any] = {"type": "object"}
 _BITS = 32
 
@@ -69,9 +70,9 @@ class Grammars:
         return self._processor(llguidance.LLMatcher.grammar_from_lark(lark), param)
 
     def _processor(self, grammar: str, param: str) -> GrammarProcessor:
-        error = llguidance.LLMatcher.validate_grammar(grammar, self._llt())
-        if error and not llguidance.LLMatcher.is_validate_warning(error):
-            raise ApiError(f"{param}: the grammar does not compile: {error}"[:300], param=param)
+        failed, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar, self._llt())
+        if failed:
+            raise ApiError(f"{param}: the grammar does not compile: {messages[0]}"[:300], param=param)
         return GrammarProcessor(llguidance.LLMatcher(self._llt(), grammar, log_level=0), self._vocab_size)
 
     def _llt(self) -> llguidance.LLTokenizer:
@@ -115,6 +116,33 @@ class GrammarProcessor:
         if allowed.shape[0] < logits.shape[-1]:
             allowed = torch.cat((allowed, allowed.new_zeros(logits.shape[-1] - allowed.shape[0])))
         return logits.masked_fill_(~allowed.to(logits.device), float("-inf"))
+
+
+class LogitBias:
+    """OpenAI's `logit_bias`: each listed token's logit moves by its bias (−100 bans it, 100 all but forces it)."""
+
+    def __init__(self, bias: Mapping[int, float]):
+        self._ids = torch.tensor(list(bias), dtype=torch.long)
+        self._values = torch.tensor(list(bias.values()), dtype=torch.float32)
+
+    def __call__(self, output_token_ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
+        return logits.index_add_(0, self._ids.to(logits.device), self._values.to(logits.device, logits.dtype))
+
+
+def logit_bias(value: Any, vocab_size: int) -> LogitBias | None:
+    """The processor of a `logit_bias` object (token id strings to numbers in [−100, 100]), or None."""
+    if not value:
+        return None
+    if not isinstance(value, dict):
+        raise ApiError("logit_bias must be an object of token ids to biases", param="logit_bias")
+    bias = {}
+    for key, amount in value.items():
+        if not (isinstance(key, str) and key.isdigit() and int(key) < vocab_size):
+            raise ApiError(f"logit_bias key {key!r} is not a token id below {vocab_size}", param="logit_bias")
+        if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not -100 <= amount <= 100:
+            raise ApiError(f"logit_bias[{key!r}]={amount!r} must be a number in [-100, 100]", param="logit_bias")
+        bias[int(key)] = float(amount)
+    return LogitBias(bias)
 
 
 class Chain:

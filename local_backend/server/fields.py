@@ -55,7 +55,7 @@ _OPENAI_SHARED: Final[dict[str, Rule]] = {
     "stream": HONOURED,
     "stream_options": HONOURED,
     "user": INERT,
-    "logit_bias": Off(({},)),
+    "logit_bias": HONOURED,
     "logprobs": HONOURED,
 }
 

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from starlette.requests import Request
 
@@ -80,13 +81,6 @@ class Backend:
                 code="model_not_found",
             )
         return self.model_name
-
-    def prompt_ids(self, turns: Sequence[dict[str, str]]) -> list[int]:
-        """The chat template applied to checked turns; a template that refuses them is a 400."""
-        try:
-            return self.engine.chat_prompt(turns)
-        except ValueError as exc:
-            raise ApiError(str(exc), param="messages") from None
 
     def start(self, request: Request, token_ids: list[int], params: SamplingParams) -> Generation:
         """Check the input with the engine, then take a slot (or refuse at once).
@@ -158,10 +152,13 @@ def ensure_finished(completion: Completion) -> Completion:
 
 async def run_to_completion(request: Request, generations: Sequence[Generation]) -> list[Completion]:
     """The finished requests (one per choice), or `ClientGone` (after aborting them) if the client hangs up first."""
-    work = asyncio.ensure_future(asyncio.gather(*(generation.completion() for generation in generations)))
+    work: asyncio.Future[list[Completion]] = asyncio.ensure_future(
+        asyncio.gather(*(generation.completion() for generation in generations))
+    )
     gone = asyncio.ensure_future(_disconnected(request))
     try:
-        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+        racers: list[asyncio.Future[Any]] = [work, gone]
+        await asyncio.wait(racers, return_when=asyncio.FIRST_COMPLETED)
     finally:
         gone.cancel()
         if not work.done():

@@ -5,6 +5,9 @@ JSON or SSE (`data: {chunk}` lines ending with `data: [DONE]`). With
 carries the usage. `usage.prompt_tokens_details.cached_tokens` counts prefix-cache hits. The whole
 body, each finishing chunk and the usage chunk carry llama.cpp-style `timings` (of the first
 choice). With `n > 1` the prompt is counted once and `completion_tokens` sums every choice's.
+Chat also serves `tools` (calls parsed from the model's `<tool_call>` blocks, see `tools`; streamed
+as `tool_calls` argument deltas; `finish_reason` `tool_calls`), `response_format` and forced
+`tool_choice` (constrained decoding, see `constrained`); both serve `logprobs` and `logit_bias`.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from local_backend.outputs import Completion, StreamDelta
 from local_backend.server import fields
 from local_backend.server._constants import MODEL_OWNER, OPENAI_MAX_TEMPERATURE, SSE_DONE
 from local_backend.sampling_params import LogitsProcessor
-from local_backend.server.constrained import ANY_OBJECT, Grammars, chained
+from local_backend.server.constrained import ANY_OBJECT, Grammars, chained, logit_bias
 from local_backend.server.choices import choice_count, per_choice, start_choices
 from local_backend.server.errors import ApiError, Flavor
 from local_backend.server.generation import Backend
@@ -98,8 +101,9 @@ class OpenAIFormat:
 
     def delta(self, index: int, delta: StreamDelta) -> list[bytes]:
         logprobs = self._logprobs(index, delta.token_ids) if delta.token_ids else None
+        pieces: list[dict[str, Any] | str]
         if self._parsers:
-            pieces = self._tool_pieces(self._parsers[index].feed(delta.text))
+            pieces = [*self._tool_pieces(self._parsers[index].feed(delta.text))]
         else:
             pieces = [{"content": delta.text} if self._chat else delta.text] if delta.text else []
         if logprobs is not None and not pieces:
@@ -252,8 +256,9 @@ def routes(backend: Backend, grammars: Grammars) -> list[Route]:
                            param="logprobs")  # fmt: skip
         recorders = [LogprobsRecorder(top) for _ in range(n)] if top is not None else []
         constraint = _constraint(body, tools, choice) if chat else None
+        bias = logit_bias(body.get("logit_bias"), engine.config.vocab_size)
         choices = [
-            dataclasses.replace(p, logits_processor=chained(recorders[i] if recorders else None,
+            dataclasses.replace(p, logits_processor=chained(recorders[i] if recorders else None, bias,
                                                             constraint() if constraint else None))  # fmt: skip
             for i, p in enumerate(per_choice(params, n))
         ]

@@ -8,7 +8,7 @@ that names the field and the bad value.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from starlette.requests import Request
@@ -98,23 +98,6 @@ def text_of(content: Any, param: str) -> str:
             raise ApiError(f"{param}[{i}] must be a text part {{'type': 'text', 'text': ...}}, got {_short(part)}", param=param)
         texts.append(part["text"])
     return "".join(texts)
-
-
-def chat_turns(messages: Any, roles: Collection[str], param: str = "messages") -> list[dict[str, str]]:
-    """`[{"role", "content"}]` with text content, from a non-empty list whose roles are all in `roles`."""
-    if not isinstance(messages, list) or not messages:
-        raise ApiError(f"{param} must be a non-empty array of messages, got {_short(messages)}", param=param)
-    turns = []
-    for i, message in enumerate(messages):
-        where = f"{param}[{i}]"
-        if not isinstance(message, dict):
-            raise ApiError(f"{where} must be an object, got {_short(message)}", param=where)
-        role = message.get("role")
-        if role not in roles:
-            raise ApiError(f"{where}.role {_short(role)} is not one of {sorted(roles)}", param=f"{where}.role")
-        content = message.get("content")
-        turns.append({"role": role, "content": "" if content is None else text_of(content, f"{where}.content")})
-    return turns
 
 
 def sampling_params(

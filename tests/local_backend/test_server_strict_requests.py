@@ -86,9 +86,9 @@ ON_VALUES: dict[str, dict[str, Any]] = {
         "parallel_tool_calls": True, "functions": [TOOL["function"]], "function_call": "auto",
         "audio": {"voice": "alloy", "format": "wav"},
         "prediction": {"type": "content", "content": "Hello"}, "reasoning_effort": "high", "verbosity": "low",
-        "web_search_options": {}, "moderation": {"model": "omni-moderation-latest"}, "logit_bias": {"42": 10},
+        "web_search_options": {}, "moderation": {"model": "omni-moderation-latest"},
     },
-    "completions": {"logit_bias": {"42": 10}, "best_of": 2, "suffix": " the end"},
+    "completions": {"best_of": 2, "suffix": " the end"},
     "messages": {
         "speed": "fast", "inference_geo": "us", "diagnostics": {"previous_message_id": "msg_1"},
         "container": "container_1", "output_config": {"effort": "low"},
@@ -442,6 +442,12 @@ def _check_text_format(ask: Ask) -> None:
     _assert_refused_naming(ask, "text", text={"verbosity": "low"})
 
 
+def _check_logit_bias(ask: Ask) -> None:
+    one = ask(logit_bias={"42": 100}, max_tokens=1).texts[0]
+    assert ask(logit_bias={"42": 100}, max_tokens=4).texts[0] == one * 4 != ask(max_tokens=4).texts[0]
+    _assert_refused_naming(ask, "logit_bias", logit_bias={"42": 101})
+
+
 def _check_system(ask: Ask) -> None:
     assert ask(system="You are terse.").prompt_tokens > ask().prompt_tokens
 
@@ -474,6 +480,7 @@ HONOURED_CHECKS: dict[str, Callable[[Ask], None]] = {
     "completions.logprobs": _check_legacy_logprobs,
     "responses.metadata": _check_metadata,
     "chat.tools": _check_chat_tools,
+    "logit_bias": _check_logit_bias,
     "responses.tools": _check_responses_tools,
     "responses.tool_choice": _check_responses_tool_choice,
     "responses.text": _check_text_format,
