@@ -54,6 +54,7 @@ class AnthropicFormat:
         self._model = model
         self._id = "msg_" + uuid.uuid4().hex
         self._parser = ToolCallParser("toolu_") if parse_tools else None
+        self._calling = False  # a streamed call has begun: the text block is closed
 
     def whole(self, completions: Sequence[Completion]) -> dict[str, Any]:
         [completion] = completions
@@ -63,7 +64,7 @@ class AnthropicFormat:
             self._parser.feed(completion.text)
             self._parser.finish()
             calls = [_tool_use(call.id, call.name, call.arguments) for call in self._parser.calls]
-            text = [{"type": "text", "text": self._parser.content}] if self._parser.content or not calls else []
+            text = [{"type": "text", "text": self._parser.lead}] if self._parser.lead or not calls else []
             content = text + calls
             stop = _stop(completion, tool_use=bool(calls))
         body = self._message(content, _usage(Usage.of(completion)))
@@ -104,8 +105,10 @@ class AnthropicFormat:
         chunks = []
         for event in events:
             if isinstance(event, TextPiece):
-                chunks += _text_delta(event.text)
+                if not self._calling:  # text after a call is dropped (its block is closed)
+                    chunks += _text_delta(event.text)
             elif isinstance(event, CallStart):
+                self._calling = True
                 if event.index == 0:
                     chunks.append(sse({"type": "content_block_stop", "index": 0}, "content_block_stop"))
                 block = {"type": "tool_use", "id": event.call_id, "name": event.name, "input": {}}
