@@ -63,3 +63,28 @@ def test_a_template_without_tools_gets_them_folded_into_its_turns(llama_dir):
     past_call = call_text("get_weather", '{"city": "Paris"}')
     assert "<tool_response>\nsunny\n</tool_response>" in text
     assert text.index("<tools>") < text.index("Weather?") < text.index(past_call) < text.index("sunny")
+
+
+HERMES_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n<tools>\n{% for t in tools %}{{ t | tojson }}\n{% endfor %}</tools><|im_end|>\n"
+    "{% endif %}{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
+    "{% for c in m.get('tool_calls') or [] %}<tool_call>{{ {'name': c['function']['name'],"
+    " 'arguments': c['function']['arguments']} | tojson }}</tool_call>{% endfor %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_a_template_that_renders_tools_gets_them_and_the_calls_arguments_as_objects(llama_dir):
+    from tokenizers import Tokenizer
+
+    raw = Tokenizer.from_file(str(llama_dir / "tokenizer.json"))
+    tokenizer = TextTokenizer(raw, {"bos_token": "<s>", "eos_token": "</s>"}, HERMES_TEMPLATE)
+    assert tokenizer.renders_tools
+    tool = Tool("f", None, {"type": "object"})
+    call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}
+    messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "", "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "done"}]  # fmt: skip
+    text = tokenizer.decode(prompt_ids(tokenizer, messages, [tool]))
+    assert json.dumps(tool.as_openai()) in text
+    assert '<tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>' in text  # an object, not a string
+    assert "tool\ndone" in text and "# Tools" not in text  # the template's own rendering, nothing folded in
