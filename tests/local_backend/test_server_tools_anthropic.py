@@ -4,6 +4,7 @@ always schema-valid, and `output_config.format` JSON valid against its schema.""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 
@@ -25,11 +26,33 @@ BASE = {"model": "tiny", "max_tokens": 80, "tools": TOOLS}
 
 
 @pytest.fixture(scope="module")
-def client() -> Iterator[anthropic.Anthropic]:
+def base_url() -> Iterator[str]:
     with Engine.from_pretrained("default", device="cpu", max_model_len=1024, kv_cache_memory=2**23) as engine:
         with serve_in_thread(create_app(engine, model_name="tiny")) as url:
-            with anthropic.Anthropic(base_url=url, api_key="x", max_retries=0) as client:
-                yield client
+            yield url
+
+
+@pytest.fixture(scope="module")
+def client(base_url: str) -> Iterator[anthropic.Anthropic]:
+    with anthropic.Anthropic(base_url=base_url, api_key="x", max_retries=0) as client:
+        yield client
+
+
+def _create_async(base_url: str, stream: bool, **kwargs):
+    """`_create`'s twin over `anthropic.AsyncAnthropic` (one event loop per call)."""
+
+    async def run():
+        async with anthropic.AsyncAnthropic(base_url=base_url, api_key="x", max_retries=0) as client:
+            if not stream:
+                return await client.messages.create(**{**BASE, **kwargs}), None
+            async with client.messages.stream(**{**BASE, **kwargs}) as events:
+                partial: dict[int, str] = {}
+                async for event in events:
+                    if event.type == "content_block_delta" and event.delta.type == "input_json_delta":
+                        partial[event.index] = partial.get(event.index, "") + event.delta.partial_json
+                return await events.get_final_message(), partial
+
+    return asyncio.run(run())
 
 
 def _create(client: anthropic.Anthropic, stream: bool, **kwargs):
@@ -44,10 +67,12 @@ def _create(client: anthropic.Anthropic, stream: bool, **kwargs):
         return events.get_final_message(), partial
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
-def test_a_tool_loop_uses_the_tool_gets_the_result_and_answers(client, stream):
-    message, partial = _create(client, stream, messages=QUESTION, tool_choice={"type": "any"},
-                               extra_body={"seed": 1})  # fmt: skip
+def test_a_tool_loop_uses_the_tool_gets_the_result_and_answers(client, base_url, stream, mode):
+    create = (lambda s, **kw: _create(client, s, **kw)) if mode == "sync" else (
+        lambda s, **kw: _create_async(base_url, s, **kw))
+    message, partial = create(stream, messages=QUESTION, tool_choice={"type": "any"}, extra_body={"seed": 1})
     [use] = [b for b in message.content if b.type == "tool_use"]
     assert message.stop_reason == "tool_use" and use.id.startswith("toolu_")
     jsonschema.validate(use.input, SCHEMAS[use.name])
@@ -56,7 +81,7 @@ def test_a_tool_loop_uses_the_tool_gets_the_result_and_answers(client, stream):
     history = [*QUESTION, {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in message.content
                                                             if b.type == "tool_use"]},
                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "sunny"}]}]  # fmt: skip
-    answer, _ = _create(client, stream, messages=history, tool_choice={"type": "none"}, extra_body={"temperature": 0})
+    answer, _ = create(stream, messages=history, tool_choice={"type": "none"}, extra_body={"temperature": 0})
     assert answer.stop_reason in ("end_turn", "max_tokens") and answer.content[0].type == "text"
     assert answer.content[0].text and not [b for b in answer.content if b.type == "tool_use"]
     with_result = client.messages.count_tokens(model="tiny", messages=history, tools=TOOLS).input_tokens

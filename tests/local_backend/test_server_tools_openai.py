@@ -3,6 +3,7 @@ loop, streamed and not; a forced call (`required` or named) is always valid agai
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 
@@ -27,11 +28,33 @@ BASE = {"model": "tiny", "max_tokens": 80, "tools": TOOLS}
 
 
 @pytest.fixture(scope="module")
-def client() -> Iterator[openai.OpenAI]:
+def base_url() -> Iterator[str]:
     with Engine.from_pretrained("default", device="cpu", max_model_len=1024, kv_cache_memory=2**23) as engine:
         with serve_in_thread(create_app(engine, model_name="tiny")) as url:
-            with openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0) as client:
-                yield client
+            yield url
+
+
+@pytest.fixture(scope="module")
+def client(base_url: str) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=f"{base_url}/v1", api_key="x", max_retries=0) as client:
+        yield client
+
+
+class AsyncAsker:
+    """`_ask`'s twin over `openai.AsyncOpenAI` (one event loop per call)."""
+
+    def __init__(self, base_url: str):
+        self._url = f"{base_url}/v1"
+
+    def ask(self, stream: bool, **kwargs) -> tuple[str, list[dict], str]:
+        async def run():
+            async with openai.AsyncOpenAI(base_url=self._url, api_key="x", max_retries=0) as client:
+                response = await client.chat.completions.create(stream=stream, **{**BASE, **kwargs})
+                if stream:
+                    return _streamed([chunk async for chunk in response])
+                return _whole(response)
+
+        return asyncio.run(run())
 
 
 def _streamed(stream) -> tuple[str, list[dict], str]:
@@ -50,22 +73,28 @@ def _streamed(stream) -> tuple[str, list[dict], str]:
 def _ask(client: openai.OpenAI, stream: bool, **kwargs) -> tuple[str, list[dict], str]:
     if stream:
         return _streamed(client.chat.completions.create(stream=True, **{**BASE, **kwargs}))
-    [choice] = client.chat.completions.create(**{**BASE, **kwargs}).choices
+    return _whole(client.chat.completions.create(**{**BASE, **kwargs}))
+
+
+def _whole(response) -> tuple[str, list[dict], str]:
+    [choice] = response.choices
     calls = [{"id": c.id, "name": c.function.name, "arguments": c.function.arguments}
              for c in choice.message.tool_calls or ()]  # fmt: skip
     return choice.message.content or "", calls, choice.finish_reason
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
-def test_a_tool_loop_calls_gets_the_result_and_answers(client, stream):
-    _, [call], finish = _ask(client, stream, messages=QUESTION, tool_choice="required", seed=1)
+def test_a_tool_loop_calls_gets_the_result_and_answers(client, base_url, stream, mode):
+    ask = (lambda s, **kw: _ask(client, s, **kw)) if mode == "sync" else AsyncAsker(base_url).ask
+    _, [call], finish = ask(stream, messages=QUESTION, tool_choice="required", seed=1)
     assert finish == "tool_calls" and call["id"].startswith("call_")
     jsonschema.validate(json.loads(call["arguments"]), SCHEMAS[call["name"]])
     history = [*QUESTION,
                {"role": "assistant", "content": None, "tool_calls": [{"id": call["id"], "type": "function",
                 "function": {"name": call["name"], "arguments": call["arguments"]}}]},
                {"role": "tool", "tool_call_id": call["id"], "content": json.dumps({"forecast": "sunny"})}]  # fmt: skip
-    content, calls, finish = _ask(client, stream, messages=history, tool_choice="none", temperature=0)
+    content, calls, finish = ask(stream, messages=history, tool_choice="none", temperature=0)
     assert content and calls == [] and finish in ("stop", "length")
     longer = client.chat.completions.create(**{**BASE, "messages": history, "tool_choice": "none", "max_tokens": 1})
     shorter = client.chat.completions.create(**{**BASE, "messages": QUESTION, "tool_choice": "none", "max_tokens": 1})
