@@ -153,6 +153,11 @@ class FanOut:
                     leader.futures.remove((loop, future))
         return Waited(leader.span_id, (perf_counter() - start) * 1000.0)
 
+    def in_flight(self) -> int:
+        """How many leaders have not been released yet (for tests and diagnostics)."""
+        with self._lock:
+            return len(self._leaders)
+
     def waiting(self) -> int:
         """How many calls wait for a leader right now (for tests and diagnostics)."""
         with self._lock:

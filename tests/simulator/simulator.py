@@ -81,6 +81,7 @@ class ProviderSimulator:
         self.reasoning_tokens: int = 0
         self.tool_call: str | None = None
         self.thinking: str = ""
+        self.refuse_stream_options: bool = False  # a 400 naming `stream_options`, as some OpenAI-compatible servers give
         self._loop_unit: str | None = None
         self._faults = FaultQueue()
         self._requests: list[RecordedRequest] = []
@@ -90,6 +91,7 @@ class ProviderSimulator:
         self._breakpoint_cache = BreakpointCache(self._clock)
         self._activity = threading.Condition()
         self._in_flight = 0
+        self._held = 0
         self._messages = MessagesApi()
         apis: list[Api] = [ChatCompletionsApi(), ResponsesApi(), self._messages, CompletionsApi()]
         self._apis = {api.path: api for api in apis}
@@ -160,6 +162,12 @@ class ProviderSimulator:
         """The next `times` answers stay in prefill (nothing sent, nothing cached) until `release` is
         set, then are served, or fail with `status`: a leader whose first chunk a test lets out."""
         self._faults.add(HoldFault(release, timeout, status), times)
+
+    @property
+    def held(self) -> int:
+        """How many answers `hold` keeps in prefill right now (their cache lookups are done)."""
+        with self._activity:
+            return self._held
 
     def advance_clock(self, seconds: float) -> None:
         """Move the caches' clock on by `seconds`: entries whose TTL runs out in that time expire."""
@@ -246,6 +254,8 @@ class ProviderSimulator:
         body = _parse_json(exchange.raw)
         if not isinstance(body, dict):
             raise ApiError(400, "The request body is not a JSON object.")
+        if self.refuse_stream_options and flavour is Flavour.OPENAI and "stream_options" in body:
+            raise ApiError(400, "Unrecognized request argument supplied: stream_options", param="stream_options")
         job = api.parse(body)
         params = job.decode
         if self.reasoning_tokens and params.max_tokens is not None:
@@ -257,7 +267,13 @@ class ProviderSimulator:
                         self.first_content_delay)
         headers = dict([request_id_header(flavour)])
         if isinstance(fault, HoldFault):
-            fault.release.wait(fault.timeout)
+            with self._activity:
+                self._held += 1
+            try:
+                fault.release.wait(fault.timeout)
+            finally:
+                with self._activity:
+                    self._held -= 1
             if fault.status is not None:
                 raise ApiError(fault.status)
         cache = self._prefix_cache if flavour is Flavour.OPENAI else self._breakpoint_cache
