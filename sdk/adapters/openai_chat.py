@@ -31,11 +31,18 @@ def chat_usage(usage: Any) -> Usage | None:
     )
 
 
+STREAM_USAGE_REQUESTED = "stream_usage_requested"
+"""The change recorded when kvwise sends a stream with `stream_options.include_usage` the caller did not ask for."""
+STREAM_USAGE_REFUSED = "stream_usage_refused"
+"""The change recorded when the server refuses `stream_options` (`sdk.stream_options`): none is added."""
+
+
 def stream_usage_options(call: Call) -> dict[str, Any] | None:
     """The `stream_options` a streamed call is sent with when the caller did not ask for usage:
     theirs plus `include_usage`, so the server reports usage (and cache reads) on every stream.
-    None when the call is not streamed or the caller asked for usage themselves."""
-    if not call.stream:
+    None when the call is not streamed, the caller asked for usage themselves, or the server
+    refuses `stream_options`."""
+    if not call.stream or STREAM_USAGE_REFUSED in call.changes:
         return None
     options = call.params.get("stream_options")
     if options is None:
@@ -43,6 +50,14 @@ def stream_usage_options(call: Call) -> dict[str, Any] | None:
     if isinstance(options, Mapping) and options.get("include_usage") is not True:
         return {**options, "include_usage": True}
     return None
+
+
+def add_stream_usage(call: Call, kwargs: dict[str, Any]) -> None:
+    """Ask for usage on a stream (`stream_usage_options`) in `kwargs`, recording the change."""
+    if (options := stream_usage_options(call)) is not None:
+        kwargs["stream_options"] = options  # the reader hides the usage chunk (`hides_usage`)
+        if STREAM_USAGE_REQUESTED not in call.changes:
+            call.changes.append(STREAM_USAGE_REQUESTED)
 
 
 def _carries_content(delta: ChoiceDelta) -> bool:
@@ -86,8 +101,7 @@ class ChatAdapter(Adapter):
         kwargs["messages"] = [*call.system, *call.messages]
         if call.tools or "tools" in call.given:
             kwargs["tools"] = call.tools
-        if (options := stream_usage_options(call)) is not None:
-            kwargs["stream_options"] = options  # usage on every stream; the reader hides it (`hides_usage`)
+        add_stream_usage(call, kwargs)
         return kwargs
 
     def reasoning(self, model: str, params: Mapping[str, Any]) -> Reasoning | None:

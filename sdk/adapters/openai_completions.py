@@ -13,7 +13,7 @@ from typing import Any, Literal
 from openai.types import Completion, CompletionChoice
 
 from sdk.adapters._base import Adapter, StreamState, first_stop, given_params, timings_of
-from sdk.adapters.openai_chat import chat_usage, stream_usage_options
+from sdk.adapters.openai_chat import add_stream_usage, chat_usage, stream_usage_options
 from sdk.call import Api, Call, Provider, Usage
 from sdk.reasoning import Reasoning
 
@@ -41,8 +41,7 @@ class CompletionsAdapter(Adapter):
         kwargs = dict(call.params)
         if call.messages:
             kwargs[_PROMPT] = call.messages[-1]["content"]
-        if (options := stream_usage_options(call)) is not None:
-            kwargs["stream_options"] = options
+        add_stream_usage(call, kwargs)
         return kwargs
 
     def reasoning(self, model: str, params: Mapping[str, Any]) -> Reasoning | None:

@@ -52,6 +52,7 @@ EXPLAINED_BY = {
     "prompt_cache_key": ("prompt_cache_key",),
     "stop": ("stop_merged",),
     "stop_sequences": ("stop_merged",),
+    "stream_options": ("stream_usage_requested",),
 }
 MARK_CHANGES = ("cache_breakpoint:", "tools_breakpoint_moved")
 MARK_KEYS = frozenset({"cache_control", "prompt_cache_breakpoint"})
@@ -151,6 +152,9 @@ CASES = [
     Case("responses_extra_body_max_output_tokens", Api.RESPONSES, lambda: {"model": "m", "input": "hi", "extra_body": {"max_output_tokens": 9000}}),
     Case("anthropic_thinking_budget_streamed", Api.MESSAGES, lambda: {**_thinking_call(), "stream": True}),
     Case("responses_without_input_streamed", Api.RESPONSES, lambda: {"model": "m", "previous_response_id": "resp_1", "stream": True}),
+    Case("chat_streamed_without_stream_options", Api.CHAT, lambda: {"model": "m", "messages": USER, "max_tokens": 9, "stream": True}),
+    Case("chat_streamed_with_the_callers_stream_options", Api.CHAT, lambda: {
+        "model": "m", "messages": USER, "max_tokens": 9, "stream": True, "stream_options": {"include_obfuscation": False}}),
 ]
 
 
@@ -164,6 +168,13 @@ def _send(client: Any, api: Api, arguments: dict[str, Any]) -> Any:
 
 def _client(case: Case, openai_client: Any, anthropic_client: Any) -> Any:
     return anthropic_client if case.api is Api.MESSAGES else openai_client
+
+
+def _kind(event: Any) -> Any:
+    """A stream event's kind: its `type`, or for a Chat chunk what it carries (usage included)."""
+    if hasattr(event, "type"):
+        return event.type
+    return event.model_dump(exclude={"id", "created", "system_fingerprint"}, exclude_unset=True)
 
 
 def _changes(otel: Otel) -> tuple[str, ...]:
@@ -183,7 +194,7 @@ async def test_a_request_the_bare_client_gets_answered_is_answered_wrapped_and_e
     ours = await resolve(_send(wrapped, case.api, case.arguments()))
     assert isinstance(ours, type(bare))
     if case.arguments().get("stream"):
-        assert [event.type for event in await collect(ours)] == [event.type for event in await collect(bare)]
+        assert [_kind(event) for event in await collect(ours)] == [_kind(event) for event in await collect(bare)]
     assert len(simulator.requests) == 2, "one request each, none refused and re-sent"
     sent_bare, sent_ours = simulator.requests[0].body, simulator.requests[1].body
     changes = _changes(otel)
