@@ -10,6 +10,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx2
 import openai
 import pytest
 
@@ -135,13 +136,17 @@ def test_cli_serves_a_checkpoint_prints_its_url_and_exits_zero_on_sigterm(llama_
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     command = [sys.executable, "-m", "local_backend", "serve", "--model", str(llama_dir), "--port", str(port),
-               "--kv-cache-memory", str(2**21), "--api-key", CLI_KEY, "--served-model-name", "tiny", "tiny-2"]  # fmt: skip
+               "--kv-cache-memory", str(2**21), "--api-key", CLI_KEY, "--served-model-name", "tiny", "tiny-2", "--allowed-origins", "http://app.example"]  # fmt: skip
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
         try:
             line = process.stdout.readline()
             assert f"http://127.0.0.1:{port}" in line, process.stderr.read()
             with openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=CLI_KEY, max_retries=0) as client:
                 assert _chat(client, "Hello", max_tokens=2).usage.completion_tokens == 2
+                assert [m.id for m in client.models.list()] == ["tiny", "tiny-2"]
+            preflight = httpx2.options(f"http://127.0.0.1:{port}/v1/models", headers={
+                "origin": "http://app.example", "access-control-request-method": "GET"})  # fmt: skip
+            assert preflight.headers["access-control-allow-origin"] == "http://app.example"
         finally:
             process.send_signal(signal.SIGTERM)
             assert process.wait(timeout=60) == 0
