@@ -26,6 +26,7 @@ from sdk.observed import Observed
 from sdk.policy import Policy
 from sdk.retry import Attempts, acall_with_retries, call_with_retries
 from sdk.stream import StreamWatch, guard_async, guard_sync
+from sdk.stream_options import Refusals
 from sdk.surface import Kind
 from sdk.telemetry import CallRecord, Telemetry
 from sdk.telemetry import semconv as sc
@@ -47,6 +48,7 @@ class Sender:
     connection_error: type[Exception]
     fanout: FanOut | None = None
     fanout_key: bytes | None = None
+    refusals: Refusals | None = None
 
     def _start(self, path: str, post_kwargs: dict[str, Any]) -> tuple[CallRecord, Attempts, Callable[[], Any], Leader | None]:
         """The call's record, attempts and one-attempt send, and the fan-out leader it must wait for."""
@@ -78,7 +80,12 @@ class Sender:
         raw = compat.raw_mode(post_kwargs.get("options"))
         try:
             with record.activate():
-                result = call_with_retries(send, attempts)
+                try:
+                    result = call_with_retries(send, attempts)
+                except Exception as error:
+                    if not self._took_back(error, post_kwargs, record):
+                        raise
+                    result = call_with_retries(send, attempts)  # as the caller wrote it (`sdk.stream_options`)
         except BaseException as error:
             raise self._failed(record, error)
         parsed = result.parse() if raw else result
@@ -98,7 +105,12 @@ class Sender:
         raw = compat.raw_mode(post_kwargs.get("options"))
         try:
             with record.activate():
-                result = await acall_with_retries(send, attempts)
+                try:
+                    result = await acall_with_retries(send, attempts)
+                except Exception as error:
+                    if not self._took_back(error, post_kwargs, record):
+                        raise
+                    result = await acall_with_retries(send, attempts)  # as the caller wrote it (`sdk.stream_options`)
         except BaseException as error:
             raise self._failed(record, error)
         parsed = await _parse(result) if raw else result
@@ -113,6 +125,10 @@ class Sender:
             return self._raw_with(result, guarded) if raw else guarded
         finish(self.call, self.kind, parsed, record)
         return result
+
+    def _took_back(self, error: Exception, post_kwargs: dict[str, Any], record: CallRecord) -> bool:
+        """Whether the server refused the `stream_options` kvwise added, now taken out of `post_kwargs`."""
+        return self.refusals is not None and self.refusals.take_back(error, self.call, self.server, post_kwargs, record.span)
 
     @staticmethod
     def _raw_with(raw: Any, guarded: Any) -> Any:

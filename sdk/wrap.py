@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
@@ -27,6 +27,7 @@ from sdk.fanout import FanOut, fanout_key
 from sdk.fingerprint import PrefixTracker
 from sdk.policy import Policy
 from sdk.send import Sender, Server
+from sdk.stream_options import Refusals
 from sdk.surface import Intercept, Kind, Path
 from sdk.telemetry import Telemetry
 
@@ -46,6 +47,7 @@ class _Shared:
     family: compat.Family
     provider: Provider | None
     fanout: FanOut | None = None
+    refusals: Refusals = field(default_factory=Refusals)
 
 
 def wrap(
@@ -202,13 +204,16 @@ class WrappedClient(_Node):
         else:
             call = adapter_for(spec.api).to_call(kwargs, provider)
             shared.chain.run(call)
+            shared.refusals.mark(call, server)
             native = adapter_for(spec.api).to_kwargs(call)
             if spec.kind is Kind.COUNT:
                 native = _accepted(original, native)
         family = shared.family
         client = compat.resource_client(view)
         key = fanout_key(call, client) if shared.fanout is not None and spec.kind is Kind.CALL else None
-        sender = Sender(call, spec.kind, client, server, shared.policy, shared.telemetry, family.connection_error, shared.fanout, key)
+        sender = Sender(
+            call, spec.kind, client, server, shared.policy, shared.telemetry, family.connection_error, shared.fanout, key, shared.refusals
+        )
         return compat.with_send(view, sender.apost if family.is_async else sender.post), native
 
     def _rewrite_batch(self, api: Api, provider: Provider, kwargs: dict[str, Any]) -> tuple[Call, dict[str, Any]]:
