@@ -82,7 +82,6 @@ class ProviderSimulator:
         self.tool_call: str | None = None
         self.thinking: str = ""
         self.refuse_stream_options: bool = False  # a 400 naming `stream_options`, as some OpenAI-compatible servers give
-        self.refuse_stream_options: bool = False  # a 400 naming `stream_options`, as some OpenAI-compatible servers give
         self._loop_unit: str | None = None
         self._faults = FaultQueue()
         self._requests: list[RecordedRequest] = []
@@ -255,8 +254,6 @@ class ProviderSimulator:
         body = _parse_json(exchange.raw)
         if not isinstance(body, dict):
             raise ApiError(400, "The request body is not a JSON object.")
-        if self.refuse_stream_options and flavour is Flavour.OPENAI and "stream_options" in body:
-            raise ApiError(400, "Unrecognized request argument supplied: stream_options", param="stream_options")
         if self.refuse_stream_options and flavour is Flavour.OPENAI and "stream_options" in body:
             raise ApiError(400, "Unrecognized request argument supplied: stream_options", param="stream_options")
         job = api.parse(body)
