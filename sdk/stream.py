@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
+from time import time_ns
 from typing import Any
 
 from sdk.adapters import Adapter, StreamState
@@ -43,6 +44,7 @@ from sdk.policy import Policy
 from sdk.retry import Attempts, transport_errors
 from sdk.stream_proxy import AsyncGuardedStream, GuardedStream, Upstream
 from sdk.telemetry import CallRecord
+from sdk.telemetry.attributes import stream_facts
 
 logger = logging.getLogger(__name__)
 
@@ -65,12 +67,13 @@ class StreamWatch:
         self.delivered = 0  # content events handed to the caller: after the first, never send again
         self.attempts = attempts
         self.finalized = False
+        self.received_ns: int | None = None  # when the answering attempt's first event (a header) arrived
 
     def content(self, event: Any, text: str) -> list[Any] | None:
         """A content event is about to reach the caller: None to hand it on as it is, else the events
         that end the stream here (a loop or a client-side stop; upstream is then cut)."""
         if not self.delivered:
-            self.record.first_chunk()
+            self.record.first_chunk(self.received_ns)
         self.delivered += 1
         self.record.chunk()
         if not text:
@@ -119,6 +122,12 @@ class StreamWatch:
             ) from broken
         return True
 
+    def header_received(self) -> None:
+        """A header event (role chunk, `message_start`) arrived before any content: the first chunk
+        received, which the time to first chunk runs to."""
+        if not self.delivered and self.received_ns is None:
+            self.received_ns = time_ns()
+
     def finish(self, error: BaseException | None) -> None:
         """End the call's telemetry, once."""
         if self.finalized:
@@ -135,6 +144,7 @@ class StreamWatch:
             output_text="".join(state.text) if self.record.captures_content else None,
             error=error if error is not None else (None if state.finished else "stream_abandoned"),
             usage_estimated=estimated,
+            **stream_facts(state.last_event, state.start_message),
         )
 
     def _usage(self) -> tuple[Usage | None, bool]:
@@ -180,6 +190,7 @@ def _guarded(upstream: Upstream, watch: StreamWatch, reopen: Callable[[], Any]) 
         while True:
             broken: BaseException | None = None
             held: list[Any] | None = []  # events held back: headers until the first content event, then None
+            watch.received_ns = None  # this attempt's first event is yet to come
             try:
                 for event in upstream.events:
                     text = read(event, state)
@@ -189,6 +200,8 @@ def _guarded(upstream: Upstream, watch: StreamWatch, reopen: Callable[[], Any]) 
                             yield from held or ()
                             held = None
                         elif held is not None:
+                            if not held:
+                                watch.header_received()
                             held.append(event)
                         elif watch.awaits_usage():
                             held = [event]  # the finish chunk waits for the usage chunk right behind it
@@ -236,6 +249,7 @@ async def _aguarded(upstream: Upstream, watch: StreamWatch, reopen: Callable[[],
         while True:
             broken: BaseException | None = None
             held: list[Any] | None = []  # events held back: headers until the first content event, then None
+            watch.received_ns = None  # this attempt's first event is yet to come
             try:
                 async for event in upstream.events:
                     text = read(event, state)
@@ -246,6 +260,8 @@ async def _aguarded(upstream: Upstream, watch: StreamWatch, reopen: Callable[[],
                                 yield header
                             held = None
                         elif held is not None:
+                            if not held:
+                                watch.header_received()
                             held.append(event)
                         elif watch.awaits_usage():
                             held = [event]  # the finish chunk waits for the usage chunk right behind it

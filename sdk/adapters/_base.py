@@ -101,6 +101,7 @@ class StreamState:
     timings: dict[str, float] | None = None
     last_event: Any = None
     last_start_usage: Any = None
+    start_message: Any = None  # Anthropic's `message_start` message (its diagnostics are read at the end)
     hide_usage: bool = False
     swallow: bool = False
 

@@ -137,6 +137,7 @@ class MessagesAdapter(Adapter):
             state.response_id = event.message.id
             state.response_model = event.message.model
             state.last_start_usage = event.message.usage
+            state.start_message = event.message
             state.usage = messages_usage(event.message.usage)
         elif kind == "message_delta":
             if event.delta.stop_reason is not None:

@@ -213,6 +213,18 @@ def response_facts(response: Any) -> ResponseFacts:
     return facts
 
 
+def stream_facts(last_event: Any, start_message: Any) -> ResponseFacts:
+    """`response_facts` of a stream, read once at its end: OpenAI's from the last chunk (Chat repeats
+    them on every chunk) or the final event's response (Responses), Anthropic's from `message_start`."""
+    facts = response_facts(last_event)
+    final = getattr(last_event, "response", None)
+    if final is not None:
+        facts.update(response_facts(final))
+    if start_message is not None:
+        facts.update(response_facts(start_message))
+    return facts
+
+
 def error_type(error: BaseException | str) -> str:
     """`error.type`: a kvwise code for its own failures, else the exception's class name."""
     if isinstance(error, str):

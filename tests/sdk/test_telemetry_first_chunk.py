@@ -13,6 +13,7 @@ from tests.sdk.helpers import collect, resolve
 from tests.sdk.test_telemetry_spans import SERVER, Otel, make_call, otel  # noqa: F401
 
 RETRY_AFTER_MS = "300"
+CONTENT_GAP_S = 0.2
 QUESTION = [{"role": "user", "content": "Weather in Paris?"}]
 
 
@@ -78,3 +79,15 @@ async def test_a_stream_of_tool_call_deltas_only_gets_a_time_to_first_chunk_and_
         assert {"prefill", "decode"} <= set(phases)
         assert phases["decode"].attributes[sc.KVWISE_STREAM_CHUNKS] >= 2
     assert sum(point.count for point in _ttft_points(otel)) == 2
+
+
+async def test_the_first_chunk_is_the_first_one_received_even_a_header_before_any_content(
+    simulator: Any, anthropic_client: Any, otel: Otel
+) -> None:
+    simulator.first_content_delay = CONTENT_GAP_S  # message_start, then a pause, then the first text delta
+    await collect(await resolve(_wrap(anthropic_client, otel).messages.create(
+        model="claude-haiku-4-5", max_tokens=64, messages=QUESTION, stream=True)))
+    root, phases = _call_and_phases(otel)
+    prefill_ns = phases["prefill"].end_time - phases["prefill"].start_time  # to the first content chunk
+    assert prefill_ns >= CONTENT_GAP_S * 1e9
+    assert root.attributes[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] * 1e9 < prefill_ns  # to message_start, before it
