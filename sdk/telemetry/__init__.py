@@ -82,9 +82,9 @@ class Telemetry:
         event_logger: _logs.Logger | None = None
         try:
             tracer = trace.get_tracer(sc.INSTRUMENTATION_SCOPE, version, tracer_provider)
-            instruments = Instruments(get_meter(sc.INSTRUMENTATION_SCOPE, version, meter_provider))
+            instruments = Instruments(get_meter(sc.INSTRUMENTATION_SCOPE, version or "", meter_provider))
             if capture.on_event:
-                event_logger = _logs.get_logger(sc.INSTRUMENTATION_SCOPE, version, logger_provider=logger_provider)
+                event_logger = _logs.get_logger(sc.INSTRUMENTATION_SCOPE, version or "", logger_provider=logger_provider)
         except Exception:
             logger.debug("kvwise telemetry: a provider failed; recording what is left", exc_info=True)
         self._shapes: dict[tuple[object, ...], Shape] = {}
