@@ -1,0 +1,233 @@
+"""Real apps' call patterns, bare and wrapped, against the simulator: a demanding user's review.
+
+Each pattern runs once with the bare client and once with the wrapped one. The request bodies the
+simulator received must differ only where kvwise recorded a change (`kvwise.canonical.changes` of
+that call's span), and what the caller got (objects, chunks, stream-helper events, final
+accumulations) must be identical apart from the ids and timestamps every answer has anew.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pydantic
+import pytest
+
+import sdk
+from tests.sdk.helpers import collect, resolve
+from tests.sdk.test_request_safety import _assert_every_difference_is_recorded
+from tests.sdk.test_telemetry_spans import Otel, otel  # noqa: F401
+
+GPT = "gpt-4.1"
+CLAUDE = "claude-sonnet-4-6"
+WEATHER_ARGS = '{"city": "Paris"}'
+FRESH = frozenset({"id", "created", "created_at", "completed_at", "system_fingerprint", "call_id", "tool_call_id", "tool_use_id", "item_id"})
+PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(range(64))).decode()
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+CHAT_TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city.", "parameters": SCHEMA}}]
+CLAUDE_TOOLS = [{"name": "get_weather", "description": "Weather of a city.", "input_schema": SCHEMA}]
+
+Pattern = Callable[[Any, Any], Awaitable[list[Any]]]
+
+
+class Weather(pydantic.BaseModel):
+    city: str
+    temperature_c: int
+
+
+def _fresh_free(value: Any) -> Any:
+    """`value` as plain data without the fields every answer has anew (ids, timestamps)."""
+    if isinstance(value, pydantic.BaseModel):
+        value = value.model_dump(exclude_unset=True, mode="json")
+    if isinstance(value, dict):
+        return {key: _fresh_free(item) for key, item in value.items() if key not in FRESH}
+    if isinstance(value, (list, tuple)):
+        return [_fresh_free(item) for item in value]
+    return value
+
+
+def _differences(bare: Any, ours: Any, path: str = "") -> list[str]:
+    """Where two plain-data values differ, as dotted paths."""
+    if isinstance(bare, dict) and isinstance(ours, dict):
+        return [d for key in sorted(bare.keys() | ours.keys()) for d in _differences(bare.get(key), ours.get(key), f"{path}.{key}")]
+    if isinstance(bare, list) and isinstance(ours, list) and len(bare) == len(ours):
+        return [d for index, pair in enumerate(zip(bare, ours)) for d in _differences(*pair, f"{path}[{index}]")]
+    return [] if bare == ours else [path or "."]
+
+
+async def _run_both(simulator: Any, client: Any, otel: Otel, pattern: Pattern, policy: sdk.Policy | None = None) -> None:
+    """Run `pattern` bare then wrapped; compare what the server received and what the caller got."""
+    bare = await pattern(client, simulator)
+    sent = len(simulator.requests)
+    wrapped = sdk.wrap(client, policy, tracer_provider=otel.tracer_provider)
+    ours = await pattern(wrapped, simulator)
+    assert len(simulator.requests) == 2 * sent, "one request per call, none refused and re-sent"
+    spans = [span for span in otel.spans() if span.parent is None]
+    assert len(spans) == sent
+    rewritten: set[str] = set()  # request fields kvwise changed (recorded): an answer may echo them
+    for index, span in enumerate(spans):
+        changes = tuple(str(change) for change in (span.attributes or {}).get("kvwise.canonical.changes", ()))
+        bare_body, our_body = (_fresh_free(simulator.requests[i].body) for i in (index, sent + index))
+        _assert_every_difference_is_recorded(bare_body, our_body, changes)
+        rewritten |= {name for name in bare_body.keys() | our_body.keys() if bare_body.get(name) != our_body.get(name)}
+        assert simulator.requests[index].headers.get("x-app") == simulator.requests[sent + index].headers.get("x-app")
+    got = [d for d in _differences(_fresh_free(bare), _fresh_free(ours)) if d.split(".")[1] not in rewritten]
+    assert got == []
+
+
+def _chat_message_of(chunks: list[Any]) -> dict[str, Any]:
+    """The assistant message a streamed Chat answer makes, as an app rebuilds it from the deltas."""
+    content, calls = "", {}
+    for chunk in chunks:
+        for choice in chunk.choices:
+            content += choice.delta.content or ""
+            for call in choice.delta.tool_calls or ():
+                slot = calls.setdefault(call.index, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}})
+                slot["id"] += call.id or ""
+                slot["function"]["name"] += (call.function.name or "") if call.function else ""
+                slot["function"]["arguments"] += (call.function.arguments or "") if call.function else ""
+    message: dict[str, Any] = {"role": "assistant", "content": content or None}
+    if calls:
+        message["tool_calls"] = [calls[index] for index in sorted(calls)]
+    return message
+
+
+def _chat_tool_loop(stream: bool) -> Pattern:
+    async def pattern(client: Any, simulator: Any) -> list[Any]:
+        messages: list[Any] = [{"role": "system", "content": "You use tools."}, {"role": "user", "content": "Weather in Paris?"}]
+        simulator.tool_call, simulator.reply = "get_weather", WEATHER_ARGS
+        first = await resolve(client.chat.completions.create(model=GPT, messages=messages, tools=CHAT_TOOLS, stream=stream))
+        got = await collect(first) if stream else [first]
+        assistant = _chat_message_of(got) if stream else first.choices[0].message.model_dump(exclude_unset=True)
+        call = assistant["tool_calls"][0]
+        assert json.loads(call["function"]["arguments"]) == {"city": "Paris"}
+        messages += [assistant, {"role": "tool", "tool_call_id": call["id"], "content": '{"sky": "sunny"}'}]
+        simulator.tool_call, simulator.reply = None, "It is sunny in Paris."
+        second = await resolve(client.chat.completions.create(model=GPT, messages=messages, tools=CHAT_TOOLS, stream=stream))
+        return got + (await collect(second) if stream else [second])
+
+    return pattern
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["object", "stream"])
+async def test_an_openai_tool_loop_gets_the_bare_clients_answers_and_requests(simulator, openai_client, otel, stream):
+    await _run_both(simulator, openai_client, otel, _chat_tool_loop(stream))
+
+
+async def _parse_both_apis(client: Any, simulator: Any) -> list[Any]:
+    simulator.reply = '{"city": "Paris", "temperature_c": 21}'
+    chat = await resolve(client.chat.completions.parse(
+        model=GPT, messages=[{"role": "user", "content": "Weather in Paris as JSON."}], response_format=Weather))
+    responses = await resolve(client.responses.parse(model=GPT, input="Weather in Paris as JSON.", text_format=Weather))
+    assert chat.choices[0].message.parsed == responses.output_parsed == Weather(city="Paris", temperature_c=21)
+    return [chat, chat.choices[0].message.parsed, responses, responses.output_parsed]
+
+
+async def test_structured_outputs_parse_into_the_callers_model_on_chat_and_responses(simulator, openai_client, otel):
+    await _run_both(simulator, openai_client, otel, _parse_both_apis)
+
+
+async def _claude_thinking_tool_loop(client: Any, simulator: Any) -> list[Any]:
+    thinking = {"type": "enabled", "budget_tokens": 2048}
+    messages: list[Any] = [{"role": "user", "content": "Weather in Paris?"}]
+    simulator.thinking, simulator.tool_call, simulator.reply = "The user wants the weather.", "get_weather", WEATHER_ARGS
+    first = await resolve(client.messages.create(
+        model=CLAUDE, max_tokens=4096, thinking=thinking, tools=CLAUDE_TOOLS, system="You use tools.", messages=messages))
+    assert [block.type for block in first.content] == ["thinking", "tool_use"]
+    use = first.content[-1]
+    messages += [  # the thinking blocks go back unmodified, as the API requires, as the client's own objects
+        {"role": "assistant", "content": first.content},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": '{"sky": "sunny"}'}]},
+    ]
+    simulator.tool_call, simulator.reply = None, "It is sunny in Paris."
+    second = await resolve(client.messages.create(
+        model=CLAUDE, max_tokens=4096, thinking=thinking, tools=CLAUDE_TOOLS, system="You use tools.", messages=messages))
+    return [first, second]
+
+
+async def test_an_anthropic_extended_thinking_tool_loop_passes_the_thinking_back(simulator, anthropic_client, otel):
+    await _run_both(simulator, anthropic_client, otel, _claude_thinking_tool_loop)
+    sent_back = simulator.requests[-1].body["messages"][1]["content"][0]
+    assert sent_back == {"type": "thinking", "thinking": "The user wants the weather.", "signature": sent_back["signature"]}
+
+
+async def _chat_image(client: Any, simulator: Any) -> list[Any]:
+    content = [{"type": "text", "text": "What is in this image?"}, {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}}]
+    return [await resolve(client.chat.completions.create(model=GPT, messages=[{"role": "user", "content": content}]))]
+
+
+async def _claude_image(client: Any, simulator: Any) -> list[Any]:
+    content = [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}},
+        {"type": "text", "text": "What is in this image?"},
+    ]
+    return [await resolve(client.messages.create(model=CLAUDE, max_tokens=256, messages=[{"role": "user", "content": content}]))]
+
+
+async def test_a_base64_image_in_a_user_turn_reaches_openai_as_sent(simulator, openai_client, otel):
+    await _run_both(simulator, openai_client, otel, _chat_image)
+    assert simulator.requests[-1].body["messages"][0]["content"][1]["image_url"]["url"].endswith(PNG)
+
+
+async def test_a_base64_image_in_a_user_turn_reaches_anthropic_as_sent(simulator, anthropic_client, otel):
+    await _run_both(simulator, anthropic_client, otel, _claude_image)
+    assert simulator.requests[-1].body["messages"][0]["content"][0]["source"]["data"] == PNG
+
+
+async def _extras(client: Any, simulator: Any) -> list[Any]:
+    answer = await resolve(client.chat.completions.create(
+        model=GPT, messages=[{"role": "user", "content": "hi"}], max_tokens=50,
+        extra_headers={"X-App": "demo"}, extra_body={"metadata": {"app": "demo"}}))
+    stream = await resolve(client.chat.completions.create(
+        model=GPT, messages=[{"role": "user", "content": "hi"}], stream=True,
+        extra_headers={"X-App": "demo"}, extra_body={"metadata": {"app": "demo"}}))
+    return [answer, *await collect(stream)]
+
+
+async def test_extra_body_and_extra_headers_reach_the_server_as_with_the_bare_client(simulator, openai_client, otel):
+    await _run_both(simulator, openai_client, otel, _extras)
+    for request in simulator.requests:
+        assert request.headers["x-app"] == "demo" and request.body["metadata"] == {"app": "demo"}
+
+
+async def _chat_stream_helper(client: Any, simulator: Any) -> list[Any]:
+    simulator.reply = '{"city": "Paris", "temperature_c": 21}'
+    manager = client.chat.completions.stream(model=GPT, messages=[{"role": "user", "content": "Weather?"}], response_format=Weather)
+    if hasattr(manager, "__aenter__"):
+        async with manager as stream:
+            events = [event async for event in stream]
+            final = await stream.get_final_completion()
+    else:
+        with manager as stream:
+            events = list(stream)
+            final = stream.get_final_completion()
+    assert final.choices[0].message.parsed == Weather(city="Paris", temperature_c=21)
+    return [*events, final]
+
+
+async def test_the_chat_stream_helper_gives_the_bare_events_and_final_completion(simulator, openai_client, otel):
+    await _run_both(simulator, openai_client, otel, _chat_stream_helper)
+
+
+async def _messages_stream_helper(client: Any, simulator: Any) -> list[Any]:
+    simulator.thinking, simulator.reply = "Short thought.", "Prefill reads the whole prompt once."
+    manager = client.messages.stream(
+        model=CLAUDE, max_tokens=4096, thinking={"type": "enabled", "budget_tokens": 1024},
+        messages=[{"role": "user", "content": "What is prefill?"}])
+    if hasattr(manager, "__aenter__"):
+        async with manager as stream:
+            text = "".join([piece async for piece in stream.text_stream])
+            final = await stream.get_final_message()
+    else:
+        with manager as stream:
+            text = "".join(stream.text_stream)
+            final = stream.get_final_message()
+    assert text == "Prefill reads the whole prompt once." == final.content[-1].text
+    return [text, final]
+
+
+async def test_the_messages_stream_helper_gives_the_bare_text_stream_and_final_message(simulator, anthropic_client, otel):
+    await _run_both(simulator, anthropic_client, otel, _messages_stream_helper)
