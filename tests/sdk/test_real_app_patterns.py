@@ -13,6 +13,7 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import openai
 import pydantic
 import pytest
 
@@ -58,6 +59,12 @@ def _differences(bare: Any, ours: Any, path: str = "") -> list[str]:
     return [] if bare == ours else [path or "."]
 
 
+def _echoed_field(path: str) -> str:
+    """The field a difference is in (`[3].response.max_output_tokens` -> `max_output_tokens`): a
+    Responses answer echoes its request's parameters, so a rewritten one differs there too."""
+    return path.rsplit(".", 1)[-1].split("[", 1)[0]
+
+
 async def _run_both(simulator: Any, client: Any, otel: Otel, pattern: Pattern, policy: sdk.Policy | None = None) -> None:
     """Run `pattern` bare then wrapped; compare what the server received and what the caller got."""
     bare = await pattern(client, simulator)
@@ -74,7 +81,7 @@ async def _run_both(simulator: Any, client: Any, otel: Otel, pattern: Pattern, p
         _assert_every_difference_is_recorded(bare_body, our_body, changes)
         rewritten |= {name for name in bare_body.keys() | our_body.keys() if bare_body.get(name) != our_body.get(name)}
         assert simulator.requests[index].headers.get("x-app") == simulator.requests[sent + index].headers.get("x-app")
-    got = [d for d in _differences(_fresh_free(bare), _fresh_free(ours)) if d.split(".")[1] not in rewritten]
+    got = [d for d in _differences(_fresh_free(bare), _fresh_free(ours)) if _echoed_field(d) not in rewritten]
     assert got == []
 
 
@@ -231,3 +238,97 @@ async def _messages_stream_helper(client: Any, simulator: Any) -> list[Any]:
 
 async def test_the_messages_stream_helper_gives_the_bare_text_stream_and_final_message(simulator, anthropic_client, otel):
     await _run_both(simulator, anthropic_client, otel, _messages_stream_helper)
+
+
+async def _chat_tool_loop_with_the_message_object(client: Any, simulator: Any) -> list[Any]:
+    messages: list[Any] = [{"role": "user", "content": "Weather in Paris?"}]
+    simulator.tool_call, simulator.reply = "get_weather", WEATHER_ARGS
+    first = await resolve(client.chat.completions.create(model=GPT, messages=messages, tools=CHAT_TOOLS))
+    message = first.choices[0].message
+    messages += [message, {"role": "tool", "tool_call_id": message.tool_calls[0].id, "content": '{"sky": "sunny"}'}]
+    simulator.tool_call, simulator.reply = None, "It is sunny in Paris."
+    return [first, await resolve(client.chat.completions.create(model=GPT, messages=messages, tools=CHAT_TOOLS))]
+
+
+async def test_a_tool_loop_appending_the_clients_message_object_works_as_bare(simulator, openai_client, otel):
+    await _run_both(simulator, openai_client, otel, _chat_tool_loop_with_the_message_object)
+
+
+async def _responses_tool_loop(client: Any, simulator: Any) -> list[Any]:
+    tools = [{"type": "function", "name": "get_weather", "description": "Weather of a city.", "parameters": SCHEMA, "strict": False}]
+    items: list[Any] = [{"role": "user", "content": "Weather in Paris?"}]
+    simulator.tool_call, simulator.reply = "get_weather", WEATHER_ARGS
+    first = await resolve(client.responses.create(model=GPT, instructions="You use tools.", input=items, tools=tools))
+    call = next(item for item in first.output if item.type == "function_call")
+    items += [*first.output, {"type": "function_call_output", "call_id": call.call_id, "output": '{"sky": "sunny"}'}]
+    simulator.tool_call, simulator.reply = None, "It is sunny in Paris."
+    return [first, await resolve(client.responses.create(model=GPT, instructions="You use tools.", input=items, tools=tools))]
+
+
+async def test_a_responses_tool_loop_passing_the_output_items_back_works_as_bare(simulator, openai_client, otel):
+    await _run_both(simulator, openai_client, otel, _responses_tool_loop)
+
+
+async def _claude_streamed_thinking_tool_loop(client: Any, simulator: Any) -> list[Any]:
+    thinking = {"type": "enabled", "budget_tokens": 2048}
+    messages: list[Any] = [{"role": "user", "content": "Weather in Paris?"}]
+    simulator.thinking, simulator.tool_call, simulator.reply = "The user wants the weather.", "get_weather", WEATHER_ARGS
+    finals = []
+    for _ in range(2):
+        manager = client.messages.stream(model=CLAUDE, max_tokens=4096, thinking=thinking, tools=CLAUDE_TOOLS, messages=messages)
+        if hasattr(manager, "__aenter__"):
+            async with manager as stream:
+                final = await stream.get_final_message()
+        else:
+            with manager as stream:
+                final = stream.get_final_message()
+        finals.append(final)
+        if final.stop_reason == "tool_use":
+            use = final.content[-1]
+            messages += [
+                {"role": "assistant", "content": final.content},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "sunny"}]},
+            ]
+            simulator.tool_call, simulator.reply = None, "It is sunny in Paris."
+    assert [block.type for block in finals[-1].content] == ["thinking", "text"]
+    return finals
+
+
+async def test_a_streamed_thinking_tool_loop_passing_the_final_messages_content_back_works_as_bare(simulator, anthropic_client, otel):
+    await _run_both(simulator, anthropic_client, otel, _claude_streamed_thinking_tool_loop)
+
+
+class GetWeather(pydantic.BaseModel):
+    city: str
+
+
+async def _stream_helpers_with_pydantic_tools(client: Any, simulator: Any) -> list[Any]:
+    simulator.tool_call, simulator.reply = "GetWeather", WEATHER_ARGS
+    tool = openai.pydantic_function_tool(GetWeather)
+    chat = client.chat.completions.stream(model=GPT, messages=[{"role": "user", "content": "Weather in Paris?"}], tools=[tool])
+    simulator_reply = '{"city": "Paris", "temperature_c": 21}'
+    responses = client.responses.stream(model=GPT, input="Weather in Paris as JSON.", text_format=Weather)
+    out: list[Any] = []
+    if hasattr(chat, "__aenter__"):
+        async with chat as stream:
+            out += [event async for event in stream]
+            out.append(completion := await stream.get_final_completion())
+        simulator.tool_call, simulator.reply = None, simulator_reply
+        async with responses as stream:
+            out += [event async for event in stream]
+            out.append(await stream.get_final_response())
+    else:
+        with chat as stream:
+            out += list(stream)
+            out.append(completion := stream.get_final_completion())
+        simulator.tool_call, simulator.reply = None, simulator_reply
+        with responses as stream:
+            out += list(stream)
+            out.append(stream.get_final_response())
+    assert completion.choices[0].message.tool_calls[0].function.parsed_arguments == GetWeather(city="Paris")
+    assert out[-1].output_parsed == Weather(city="Paris", temperature_c=21)
+    return out
+
+
+async def test_the_stream_helpers_with_pydantic_tools_and_text_format_give_the_bare_events_and_finals(simulator, openai_client, otel):
+    await _run_both(simulator, openai_client, otel, _stream_helpers_with_pydantic_tools)
