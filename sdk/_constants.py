@@ -38,7 +38,7 @@ ADAPTIVE_CAP_QUANTILE = 0.99  # the quantile of a family's output lengths its ad
 ADAPTIVE_CAP_WINDOW = 512  # recent answers per family the quantile is taken over (a sliding window)
 ADAPTIVE_CAP_MIN_CALLS = 50  # answers a family needs before it gets an adaptive cap
 ADAPTIVE_CAP_FAMILIES = 256  # prompt families a wrapped client keeps output lengths for (LRU)
-ADAPTIVE_CAP_MAX_CUT_SHARE = 0.05  # adaptively capped answers cut at the cap, as a share of the window, before the family starts over
+ADAPTIVE_CAP_MAX_CUT_SHARE = 0.05  # share of the window cut at the adaptive cap past which the family starts over
 
 # Fan-out warm-up
 FANOUT_OPENAI_MIN_PREFIX_TOKENS = 1024  # OpenAI caches prompts from 1024 tokens: a shorter prefix is never waited for
@@ -47,3 +47,6 @@ FANOUT_OPENAI_MIN_PREFIX_TOKENS = 1024  # OpenAI caches prompts from 1024 tokens
 ANTHROPIC_CACHE_TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}  # how long Anthropic keeps a prefix after its last use
 OPENAI_EXTENDED_RETENTION_SECONDS = 86_400.0  # OpenAI's prompt_cache_retention="24h"
 OPENAI_EXTENDED_RETENTION = "24h"  # the prompt_cache_retention value Policy.cache_ttl="1h" asks for
+
+# Report (`kvwise report`)
+REPORT_TOP_FAMILIES = 10  # prompt families in the report's table, by spend

@@ -64,7 +64,7 @@ class ProviderSimulator:
     """A fake hosted-LLM server speaking the installed `openai` and `anthropic` clients' wire formats.
 
     Settings (plain attributes, read at each request): `reply`, `first_token_delay`, `token_delay`,
-    `first_content_delay` (between a stream's opening events and its first content token; seconds), `anthropic_min_cache_tokens`, `tool_call` and `thinking` (see `shapes`), `reasoning_tokens` (hidden reasoning every reply spends
+    `first_content_delay` (between a stream's opening events and its first content token; seconds), `prefill_delay_per_token` (seconds per uncached prompt token, added to the first delay), `anthropic_min_cache_tokens`, `tool_call` and `thinking` (see `shapes`), `reasoning_tokens` (hidden reasoning every reply spends
     first, out of the request's output cap, as reasoning models and extended thinking do: a reply
     left no room comes back empty, with the length finish). Scripting: `loop`, `fail`, `cut_stream_after`, `stall`,
     `inject_event`, `hold`, `reset`, `advance_clock` (cache TTLs). Records: `requests`, `streams`.
@@ -77,6 +77,7 @@ class ProviderSimulator:
         self.first_token_delay: float = 0.0
         self.token_delay: float = 0.0
         self.first_content_delay: float = 0.0
+        self.prefill_delay_per_token: float = 0.0  # seconds per uncached prompt token, added to first_token_delay
         self.anthropic_min_cache_tokens: int = ANTHROPIC_MIN_CACHE_TOKENS
         self.reasoning_tokens: int = 0
         self.tool_call: str | None = None
@@ -263,7 +264,8 @@ class ProviderSimulator:
         decoded = decode(self.reply, self._loop_unit, params, DEFAULT_MAX_OUTPUT_TOKENS)
         outcome = Outcome(job, self._lookup(flavour, job), decoded)
         cut = fault if isinstance(fault, CutFault) else None
-        timing = Timing(self.first_token_delay, self.token_delay, fault if isinstance(fault, StallFault) else None,
+        prefill_s = self.prefill_delay_per_token * (outcome.prompt_tokens - outcome.cache.read)
+        timing = Timing(self.first_token_delay + prefill_s, self.token_delay, fault if isinstance(fault, StallFault) else None,
                         self.first_content_delay)
         headers = dict([request_id_header(flavour)])
         if isinstance(fault, HoldFault):

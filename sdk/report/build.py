@@ -1,0 +1,42 @@
+"""One report: every number, table row and finding, computed once from the calls."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sdk._constants import REPORT_TOP_FAMILIES
+from sdk.report.findings import findings
+from sdk.report.numbers import (
+    FamilyStats, HitPoint, ModelCost, ModelDecode, PrefillFit, family_stats, hit_series, model_costs, model_decode,
+    prefill_fit,
+)
+from sdk.report.spans import CallRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    calls: tuple[CallRecord, ...]
+    fit: PrefillFit | None
+    hits: dict[str, list[HitPoint]]
+    costs: tuple[ModelCost, ...]
+    decode: tuple[ModelDecode, ...]
+    families: tuple[FamilyStats, ...]
+    findings: tuple[str, ...]
+
+
+def build(records: Sequence[CallRecord], top: int = REPORT_TOP_FAMILIES) -> Report:
+    """The report of `records` (the wrapped calls, see `sdk.report.spans.calls`)."""
+    fit, costs, decode = prefill_fit(records), model_costs(records), model_decode(records)
+    families = family_stats(records, top)
+    return Report(tuple(records), fit, hit_series(records), tuple(costs), tuple(decode), tuple(families),
+                  tuple(findings(families, costs, decode, fit)))
+
+
+def summary(report: Report) -> str:
+    """The short text the CLI prints: totals, then the findings."""
+    spend = sum(cost.total_usd for cost in report.costs)
+    saved = sum(cost.saved_usd for cost in report.costs)
+    lines = [f"{len(report.calls)} calls, ${spend:.4f} spent, ${saved:.4f} saved by cache reads"]
+    lines += [f"- {finding}" for finding in report.findings]
+    return "\n".join(lines)

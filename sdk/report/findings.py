@@ -1,0 +1,47 @@
+"""The report's findings in plain words: what the numbers say to change, worst first."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sdk.report.numbers import FamilyStats, ModelCost, ModelDecode, PrefillFit
+
+ADVICE = {
+    "volatile_content": "a value that changes every call (a timestamp, an id); move it after the stable prefix or let kvwise move it",
+    "system_changed": "the system prompt changed; keep it fixed and put per-call text in the last user turn",
+    "tool_reorder": "the tools came in another order; keep their order fixed (kvwise canonicalisation can sort them)",
+    "tool_schema_changed": "a tool's schema changed; keep tool definitions fixed within a session",
+    "tools_changed": "the tool set changed; send the same tools on every call and restrict them with tool_choice",
+    "history_rewritten": "earlier turns were edited or trimmed; only append to the history",
+    "unstable_serialisation": "the same content serialised differently; build the request from stable data",
+    "model_changed": "the model changed; each model has its own cache",
+    "tool_choice_changed": "tool_choice changed; it is part of the cached prefix",
+    "thinking_changed": "the thinking settings changed; they are part of the cached prefix",
+    "ttl_expired": "calls came further apart than the cache lives; call sooner or ask for a longer TTL",
+}
+"""What to do about each `sdk.fingerprint.BreakCause`."""
+
+
+def findings(
+    families: Sequence[FamilyStats], costs: Sequence[ModelCost], decode: Sequence[ModelDecode], fit: PrefillFit | None
+) -> list[str]:
+    """Sentences a user can act on, from the table's numbers."""
+    found = []
+    for family in families:
+        if family.top_cause is not None:
+            where = f" in {family.top_break_at}" if family.top_break_at else ""
+            advice = ADVICE.get(family.top_cause, "see the spans' kvwise.prefix.* attributes")
+            found.append(f"family {family.family} broke its cache {family.top_cause_count} times on "
+                         f"`{family.top_cause}`{where}: {advice}.")
+    for cost in costs:
+        if cost.total_usd:
+            found.append(f"{cost.model}: decode (output) is {cost.decode_share:.0%} of ${cost.total_usd:.4f} spent; "
+                         f"cache reads saved ${cost.saved_usd:.4f}.")
+    for model in decode:
+        if model.guard_cuts:
+            found.append(f"{model.model}: the loop guard cut {model.guard_cuts} runaway answer(s), "
+                         f"saving {model.guard_tokens_saved} output tokens.")
+    if fit is not None:
+        found.append(f"prefill costs {fit.seconds_per_1k * 1000:.0f} ms per 1k uncached input tokens "
+                     f"(fitted over {fit.points} streamed calls): a TTFT spike on a long uncached prompt is the prompt, not the model.")
+    return found

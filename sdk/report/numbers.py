@@ -1,0 +1,173 @@
+"""The report's numbers, as pure functions of `CallRecord`s: the physics first, the money second.
+
+A prompt family is the calls kvwise compares a call's prefix with to name its cache breaks: the
+calls of one conversation (`gen_ai.conversation.id`) when the app named it, else of one model (the
+prefix tracker's own key is the API and the model of one wrapped client).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sdk.report.spans import CallRecord
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillFit:
+    """TTFT = intercept + slope x uncached input tokens, fitted by least squares over `points` calls."""
+
+    slope_s_per_token: float
+    intercept_s: float
+    points: int
+
+    @property
+    def seconds_per_1k(self) -> float:
+        return self.slope_s_per_token * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCost:
+    """One model's spend split by token kind, what cache reads saved, and decode's share of spend."""
+
+    model: str
+    calls: int
+    input_usd: float
+    cached_input_usd: float
+    cache_write_usd: float
+    output_usd: float
+    saved_usd: float
+
+    @property
+    def total_usd(self) -> float:
+        return self.input_usd + self.cached_input_usd + self.cache_write_usd + self.output_usd
+
+    @property
+    def decode_share(self) -> float:
+        return self.output_usd / self.total_usd if self.total_usd else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ModelDecode:
+    """One model's decode speed (median over streamed calls) and its loop-guard cuts."""
+
+    model: str
+    tokens_per_s: float | None
+    output_lengths: tuple[int, ...]
+    guard_cuts: int
+    guard_tokens_saved: int
+
+
+@dataclass(frozen=True, slots=True)
+class FamilyStats:
+    """One prompt family: its spend, hit ratio, breaks and their most frequent cause and place."""
+
+    family: str
+    calls: int
+    spend_usd: float
+    hit_ratio: float
+    breaks: int
+    top_cause: str | None
+    top_cause_count: int
+    top_break_at: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class HitPoint:
+    """One call of a family's hit-ratio series; `cause` is set where the cache broke."""
+
+    start_ns: int
+    hit_ratio: float
+    cause: str | None
+
+
+def prefill_fit(records: Sequence[CallRecord]) -> PrefillFit | None:
+    """The least-squares line of TTFT on uncached input tokens (None below two distinct sizes)."""
+    points = [(record.uncached_input_tokens, record.ttft_s) for record in records if record.ttft_s is not None]
+    if len({x for x, _ in points}) < 2:
+        return None
+    n = len(points)
+    mean_x = sum(x for x, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    sxx = sum((x - mean_x) ** 2 for x, _ in points)
+    sxy = sum((x - mean_x) * (y - mean_y) for x, y in points)
+    slope = sxy / sxx
+    return PrefillFit(slope, mean_y - slope * mean_x, n)
+
+
+def hit_ratio(records: Sequence[CallRecord]) -> float:
+    """Cache-read tokens over all input tokens of `records` (0 without input)."""
+    total = sum(record.input_tokens for record in records)
+    return sum(record.cache_read_tokens for record in records) / total if total else 0.0
+
+
+def cause_of(record: CallRecord) -> str | None:
+    """A break's label: kvwise's cause, with the provider's beside it when it gave one."""
+    if record.break_cause and record.break_cause_server:
+        return f"{record.break_cause} (server: {record.break_cause_server})"
+    return record.break_cause or (f"server: {record.break_cause_server}" if record.break_cause_server else None)
+
+
+def by_family(records: Sequence[CallRecord]) -> dict[str, list[CallRecord]]:
+    families: dict[str, list[CallRecord]] = defaultdict(list)
+    for record in records:
+        families[record.family].append(record)
+    return dict(families)
+
+
+def hit_series(records: Sequence[CallRecord]) -> dict[str, list[HitPoint]]:
+    """Each family's hit ratio call by call, in time order, with its breaks."""
+    return {
+        family: [HitPoint(r.start_ns, hit_ratio([r]), cause_of(r)) for r in calls]
+        for family, calls in by_family(records).items()
+    }
+
+
+def model_costs(records: Sequence[CallRecord]) -> list[ModelCost]:
+    """The cost split per model, most expensive first."""
+    models: dict[str, list[CallRecord]] = defaultdict(list)
+    for record in records:
+        models[record.model].append(record)
+    costs = [
+        ModelCost(
+            model, len(calls),
+            sum(r.cost_input_usd for r in calls), sum(r.cost_cached_input_usd for r in calls),
+            sum(r.cost_cache_write_usd for r in calls), sum(r.cost_output_usd for r in calls),
+            sum(r.cost_saved_usd for r in calls),
+        )
+        for model, calls in models.items()
+    ]
+    return sorted(costs, key=lambda cost: (-cost.total_usd, cost.model))
+
+
+def model_decode(records: Sequence[CallRecord]) -> list[ModelDecode]:
+    """Decode speed and output lengths per model, by name."""
+    models: dict[str, list[CallRecord]] = defaultdict(list)
+    for record in records:
+        models[record.model].append(record)
+    result = []
+    for model in sorted(models):
+        calls = models[model]
+        speeds = sorted(r.output_tokens / r.decode_s for r in calls if r.decode_s and r.output_tokens)
+        cuts = [r for r in calls if r.guard]
+        result.append(ModelDecode(
+            model, speeds[len(speeds) // 2] if speeds else None, tuple(r.output_tokens for r in calls),
+            len(cuts), sum(r.guard_tokens_saved for r in cuts),
+        ))
+    return result
+
+
+def family_stats(records: Sequence[CallRecord], top: int) -> list[FamilyStats]:
+    """The `top` families by spend, with their hit ratio and most frequent break cause."""
+    stats = []
+    for family, calls in by_family(records).items():
+        broken = [r for r in calls if r.broke]
+        causes = Counter(r.break_cause or f"server: {r.break_cause_server}" for r in broken)
+        top_cause, count = causes.most_common(1)[0] if causes else (None, 0)
+        places = Counter(r.break_at for r in broken if r.break_at and (r.break_cause or "") == top_cause)
+        stats.append(FamilyStats(
+            family, len(calls), sum(r.cost_usd for r in calls), hit_ratio(calls), len(broken),
+            top_cause, count, places.most_common(1)[0][0] if places else None,
+        ))
+    return sorted(stats, key=lambda s: (-s.spend_usd, s.family))[:top]

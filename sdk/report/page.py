@@ -1,0 +1,38 @@
+"""The report as one self-contained HTML page: the figures embedded as data URIs, the table, the findings."""
+
+from __future__ import annotations
+
+import base64
+import html
+from collections.abc import Mapping
+from pathlib import Path
+
+from sdk.report.build import Report, summary
+from sdk.report.figures import TITLES
+
+_STYLE = ("body{font-family:sans-serif;max-width:60em;margin:2em auto}table{border-collapse:collapse}"
+          "td,th{border:1px solid #ccc;padding:.3em .6em;text-align:right}td:first-child{text-align:left}"
+          "img{max-width:100%}")
+
+
+def render(report: Report, figures: Mapping[str, Path]) -> str:
+    """The page's HTML; `figures` by stem as `sdk.report.figures.write_figures` returns them."""
+    rows = "".join(
+        f"<tr><td>{html.escape(f.family)}</td><td>{f.calls}</td><td>${f.spend_usd:.4f}</td>"
+        f"<td>{f.hit_ratio:.0%}</td><td>{f.breaks}</td><td>{html.escape(f.top_cause or '-')}</td></tr>"
+        for f in report.families
+    )
+    images = "".join(
+        f"<h2>{html.escape(TITLES[stem])}</h2><img alt=\"{html.escape(TITLES[stem])}\" "
+        f"src=\"data:image/png;base64,{base64.b64encode(path.read_bytes()).decode('ascii')}\">"
+        for stem, path in figures.items()
+    )
+    items = "".join(f"<li>{html.escape(finding)}</li>" for finding in report.findings)
+    headline = html.escape(summary(report).splitlines()[0])
+    return (
+        f"<!doctype html><html><head><meta charset=\"utf-8\"><title>kvwise report</title><style>{_STYLE}</style>"
+        f"</head><body><h1>kvwise report</h1><p>{headline}</p><h2>Findings</h2><ul>{items}</ul>"
+        "<h2>Top prompt families by spend</h2><table><tr><th>family</th><th>calls</th><th>spend</th>"
+        f"<th>hit ratio</th><th>breaks</th><th>most frequent break cause</th></tr>{rows}</table>{images}"
+        "</body></html>"
+    )

@@ -1,0 +1,180 @@
+"""kvwise's call spans as flat records, read from an OTLP/JSON file or from in-process spans.
+
+Both sources become `RawSpan`s first (name, ids, times, plain attributes), so the numbers never see
+where the spans came from. A call is a span of kvwise's own tracer that is not a phase span; its
+`decode` child (streams only) gives the decode time. The OTLP/JSON reader takes what the
+OpenTelemetry collector's file exporter writes: one `ExportTraceServiceRequest` JSON per line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sdk.telemetry import semconv as sc
+
+_PHASES = frozenset(phase.value for phase in sc.PhaseName)
+
+
+@dataclass(frozen=True, slots=True)
+class RawSpan:
+    """One span, whatever its source: ids as opaque strings, times in Unix nanoseconds."""
+
+    name: str
+    scope: str
+    span_id: str
+    parent_id: str | None
+    start_ns: int
+    end_ns: int
+    attributes: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """The facts of one wrapped call that the report reads (missing numbers are 0, missing texts None)."""
+
+    start_ns: int
+    model: str
+    family: str
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    ttft_s: float | None
+    decode_s: float | None
+    cost_input_usd: float
+    cost_cached_input_usd: float
+    cost_cache_write_usd: float
+    cost_output_usd: float
+    cost_saved_usd: float
+    fingerprint: str | None
+    break_at: str | None
+    break_cause: str | None
+    break_cause_server: str | None
+    guard: str | None
+    guard_tokens_saved: int
+
+    @property
+    def uncached_input_tokens(self) -> int:
+        """Input tokens the server had to prefill (neither read from the cache nor counted twice)."""
+        return max(self.input_tokens - self.cache_read_tokens, 0)
+
+    @property
+    def cost_usd(self) -> float:
+        return self.cost_input_usd + self.cost_cached_input_usd + self.cost_cache_write_usd + self.cost_output_usd
+
+    @property
+    def broke(self) -> bool:
+        return self.break_cause is not None or self.break_cause_server is not None
+
+
+def from_readable(spans: Iterable[Any]) -> list[RawSpan]:
+    """`RawSpan`s from OpenTelemetry SDK `ReadableSpan`s (e.g. an InMemorySpanExporter's)."""
+    return [
+        RawSpan(
+            name=span.name,
+            scope=span.instrumentation_scope.name if span.instrumentation_scope else "",
+            span_id=format(span.context.span_id, "016x"),
+            parent_id=format(span.parent.span_id, "016x") if span.parent is not None else None,
+            start_ns=span.start_time or 0,
+            end_ns=span.end_time or 0,
+            attributes=dict(span.attributes or {}),
+        )
+        for span in spans
+    ]
+
+
+def read_otlp_json(path: Path) -> list[RawSpan]:
+    """`RawSpan`s from a file of OTLP/JSON `ExportTraceServiceRequest`s, one per line."""
+    spans: list[RawSpan] = []
+    with path.open(encoding="utf-8") as lines:
+        for line in lines:
+            if line.strip():
+                spans.extend(_request_spans(json.loads(line)))
+    return spans
+
+
+def _request_spans(request: Mapping[str, Any]) -> Iterator[RawSpan]:
+    for resource in request.get("resourceSpans", ()):
+        for scope_spans in resource.get("scopeSpans", ()):
+            scope = (scope_spans.get("scope") or {}).get("name", "")
+            for span in scope_spans.get("spans", ()):
+                yield RawSpan(
+                    name=span.get("name", ""),
+                    scope=scope,
+                    span_id=span.get("spanId", ""),
+                    parent_id=span.get("parentSpanId") or None,
+                    start_ns=int(span.get("startTimeUnixNano", 0)),
+                    end_ns=int(span.get("endTimeUnixNano", 0)),
+                    attributes={kv["key"]: _any_value(kv.get("value", {})) for kv in span.get("attributes", ())},
+                )
+
+
+def _any_value(value: Mapping[str, Any]) -> Any:
+    """An OTLP `AnyValue` as a Python value (64-bit integers arrive as JSON strings)."""
+    if "intValue" in value:
+        return int(value["intValue"])
+    if "doubleValue" in value:
+        return float(value["doubleValue"])
+    if "arrayValue" in value:
+        return tuple(_any_value(item) for item in value["arrayValue"].get("values", ()))
+    for key in ("stringValue", "boolValue"):
+        if key in value:
+            return value[key]
+    return None
+
+
+def calls(spans: Iterable[RawSpan]) -> list[CallRecord]:
+    """The wrapped calls among `spans`, in start order."""
+    spans = list(spans)
+    decode_s = {
+        span.parent_id: (span.end_ns - span.start_ns) / 1e9
+        for span in spans
+        if span.scope == sc.INSTRUMENTATION_SCOPE and span.name == sc.PhaseName.DECODE and span.parent_id
+    }
+    records = [
+        _record(span, decode_s.get(span.span_id))
+        for span in spans
+        if span.scope == sc.INSTRUMENTATION_SCOPE and span.name not in _PHASES
+    ]
+    return sorted(records, key=lambda record: record.start_ns)
+
+
+def _record(span: RawSpan, decode_s: float | None) -> CallRecord:
+    attributes = span.attributes
+
+    def number(key: str) -> float:
+        value = attributes.get(key)
+        return float(value) if isinstance(value, (int, float)) else 0.0
+
+    def text(key: str) -> str | None:
+        value = attributes.get(key)
+        return str(value) if value not in (None, "") else None
+
+    model = text(sc.GEN_AI_REQUEST_MODEL) or text(sc.GEN_AI_RESPONSE_MODEL) or "unknown"
+    ttft = attributes.get(sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK)
+    return CallRecord(
+        start_ns=span.start_ns,
+        model=model,
+        family=text(sc.GEN_AI_CONVERSATION_ID) or model,
+        input_tokens=int(number(sc.GEN_AI_USAGE_INPUT_TOKENS)),
+        output_tokens=int(number(sc.GEN_AI_USAGE_OUTPUT_TOKENS)),
+        cache_read_tokens=int(number(sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS)),
+        cache_write_tokens=int(number(sc.GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS)),
+        ttft_s=float(ttft) if isinstance(ttft, (int, float)) else None,
+        decode_s=decode_s,
+        cost_input_usd=number(sc.KVWISE_COST_INPUT_USD),
+        cost_cached_input_usd=number(sc.KVWISE_COST_CACHED_INPUT_USD),
+        cost_cache_write_usd=number(sc.KVWISE_COST_CACHE_WRITE_USD),
+        cost_output_usd=number(sc.KVWISE_COST_OUTPUT_USD),
+        cost_saved_usd=number(sc.KVWISE_COST_SAVED_USD),
+        fingerprint=text(sc.KVWISE_PREFIX_FINGERPRINT),
+        break_at=text(sc.KVWISE_PREFIX_BREAK_AT),
+        break_cause=text(sc.KVWISE_PREFIX_BREAK_CAUSE),
+        break_cause_server=text(sc.KVWISE_PREFIX_BREAK_CAUSE_SERVER),
+        guard=text(sc.KVWISE_GUARD_TRIPPED),
+        guard_tokens_saved=int(number(sc.KVWISE_GUARD_TOKENS_SAVED)),
+    )
