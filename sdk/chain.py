@@ -67,4 +67,5 @@ class Chain:
             place_cache_hints(call, self.policy, adapter)
         apply_guards(call, self.policy, adapter, self.caps)
         if self.caps is not None and call.cap is not None and (family := family_of(call)) is not None:
-            call.learn_usage = functools.partial(self.caps.learn, family, cap=call.cap.tokens, adaptive=call.cap.source == CapSource.ADAPTIVE)
+            adaptive = call.cap.source == CapSource.ADAPTIVE
+            call.learn_usage = functools.partial(self.caps.learn, family, cap=call.cap.tokens, adaptive=adaptive)

@@ -4,13 +4,13 @@ Adaptive caps learn from each answer's usage (`Call.learn_usage`) and fan-out fo
 leader's first chunk or end (`sdk.fanout`). Both must work without a tracer, and every path of a
 send (a whole answer, a stream, a failure) drives the `CallRecord`, so they hang on it: `Observed`
 stands in for the record only on calls that need it, forwarding everything else unchanged (the
-per-chunk method is the record's own bound method: no extra call per chunk).
+per-chunk method is the record's own bound method: no extra call per chunk; any other name is
+looked up on the record, so the record's surface can grow without this file).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from typing import Any
 
 from sdk.call import Usage
@@ -21,7 +21,7 @@ class Observed:
     """`record`, with `release` called at the first chunk or the end (once is enough: it is
     idempotent) and `learn` told the usage of an answer that ended well."""
 
-    __slots__ = ("_record", "_learn", "_release", "attempt", "chunk", "guard_tripped")
+    __slots__ = ("_record", "_learn", "_release", "chunk")
 
     def __init__(
         self, record: CallRecord, learn: Callable[[Usage], None] | None, release: Callable[[], None] | None
@@ -29,30 +29,20 @@ class Observed:
         self._record = record
         self._learn = learn
         self._release = release
-        self.attempt = record.attempt
         self.chunk = record.chunk
-        self.guard_tripped = record.guard_tripped
 
-    @property
-    def span(self) -> Any:
-        return self._record.span
+    def __getattr__(self, name: str) -> Any:  # the rest of the record's surface, as it is
+        return getattr(self._record, name)
 
-    @property
-    def captures_content(self) -> bool:
-        return self._record.captures_content
-
-    def activate(self) -> AbstractContextManager[Any]:
-        return self._record.activate()
-
-    def first_chunk(self) -> None:
+    def first_chunk(self, *args: Any, **kwargs: Any) -> None:
         if self._release is not None:
             self._release()
-        self._record.first_chunk()
+        self._record.first_chunk(*args, **kwargs)
 
-    def end(self, *, usage: Usage | None = None, error: BaseException | str | None = None,
-            usage_estimated: bool = False, **facts: Any) -> None:
+    def end(self, **facts: Any) -> None:
         if self._release is not None:
             self._release()
-        if self._learn is not None and usage is not None and error is None and not usage_estimated:
+        usage = facts.get("usage")
+        if self._learn is not None and usage is not None and facts.get("error") is None and not facts.get("usage_estimated"):
             self._learn(usage)
-        self._record.end(usage=usage, error=error, usage_estimated=usage_estimated, **facts)
+        self._record.end(**facts)

@@ -72,7 +72,8 @@ class Policy:
             raise ValueError(f"Policy.max_output_tokens must be an int, got {self.max_output_tokens!r}")
         if self.max_output_tokens < 1:
             raise ValueError(f"Policy.max_output_tokens must be >= 1, got {self.max_output_tokens}")
-        if isinstance(self.adaptive_cap_floor, bool) or not isinstance(self.adaptive_cap_floor, int) or self.adaptive_cap_floor < 1:
+        floor = self.adaptive_cap_floor
+        if isinstance(floor, bool) or not isinstance(floor, int) or floor < 1:
             raise ValueError(f"Policy.adaptive_cap_floor must be an int >= 1, got {self.adaptive_cap_floor!r}")
         if not self.adaptive_cap_margin >= 1.0:
             raise ValueError(f"Policy.adaptive_cap_margin must be >= 1, got {self.adaptive_cap_margin!r}")

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sdk.adapters import adapter_for
+from sdk.call import Api, Usage
 from tests.sdk.helpers import resolve
 
 RUNAWAY_UNIT = "I will keep going on and on. "
@@ -36,13 +38,19 @@ class Turn:
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """What came back: output tokens and whether the answer was cut at its limit."""
+    """What came back: its usage (as kvwise reads it) and whether the answer was cut at its limit."""
 
     turn: Turn
-    output_tokens: int
+    usage: Usage
     truncated: bool
-    input_tokens: int = 0
-    cache_read_tokens: int = 0
+
+    @property
+    def output_tokens(self) -> int:
+        return self.usage.output_tokens
+
+    @property
+    def cache_read_tokens(self) -> int:
+        return self.usage.cache_read_tokens
 
 
 def output_workload(seed: int = 7, learn: int = 60, measured: int = 60, runaway_every: int = 10) -> list[Turn]:
@@ -68,15 +76,11 @@ def _request(api: str, system: str, question: str) -> Callable[[Any], Any]:
     )
 
 
-def _facts(api: str, response: Any) -> tuple[int, bool, int, int]:
-    """Output tokens, truncated, input tokens (all), cache-read tokens of a whole answer."""
-    usage = response.usage
+def _facts(api: str, response: Any) -> tuple[Usage, bool]:
+    """The usage of a whole answer and whether it was cut at its limit."""
     if api == "anthropic":
-        read, written = usage.cache_read_input_tokens or 0, usage.cache_creation_input_tokens or 0
-        return usage.output_tokens, response.stop_reason == "max_tokens", usage.input_tokens + read + written, read
-    details = usage.prompt_tokens_details
-    read = (details.cached_tokens or 0) if details is not None else 0
-    return usage.completion_tokens, response.choices[0].finish_reason == "length", usage.prompt_tokens, read
+        return adapter_for(Api.MESSAGES).usage(response) or Usage(), response.stop_reason == "max_tokens"
+    return adapter_for(Api.CHAT).usage(response) or Usage(), response.choices[0].finish_reason == "length"
 
 
 async def replay(client: Any, simulator: Any, api: str, turns: list[Turn]) -> list[Answer]:

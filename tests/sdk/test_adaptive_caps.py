@@ -16,7 +16,7 @@ from sdk._constants import ADAPTIVE_CAP_MIN_CALLS, ADAPTIVE_CAP_WINDOW
 from sdk.adaptive_caps import AdaptiveCaps
 from sdk.call import Usage
 from sdk.telemetry import semconv as sc
-from tests.sdk.helpers import resolve
+from tests.sdk.helpers import collect, resolve
 from tests.sdk.savings_workloads import FAMILIES, Answer, output_workload, replay
 
 FIXED_CAP = 4096
@@ -61,11 +61,13 @@ def test_the_span_records_the_cap_and_where_it_came_from(simulator: Any, openai_
     simulator.reply = " word" * 10
     system = FAMILIES["classify"][0]
 
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": "Hi"}]
+
     async def body() -> None:
         for _ in range(ADAPTIVE_CAP_MIN_CALLS + 1):
-            await resolve(client.chat.completions.create(model="gpt-sim-1", messages=[{"role": "system", "content": system}, {"role": "user", "content": "Hi"}]))
-        await resolve(client.chat.completions.create(model="gpt-sim-1", max_tokens=900, messages=[{"role": "system", "content": system}, {"role": "user", "content": "Hi"}]))
-        await resolve(client.chat.completions.create(model="gpt-sim-1", max_tokens=9000, messages=[{"role": "system", "content": system}, {"role": "user", "content": "Hi"}]))
+            await resolve(client.chat.completions.create(model="gpt-sim-1", messages=messages))
+        await resolve(client.chat.completions.create(model="gpt-sim-1", max_tokens=900, messages=messages))
+        await resolve(client.chat.completions.create(model="gpt-sim-1", max_tokens=9000, messages=messages))
 
     asyncio.run(body())
     spans = [dict(span.attributes or {}) for span in exporter.get_finished_spans()]
@@ -76,7 +78,9 @@ def test_the_span_records_the_cap_and_where_it_came_from(simulator: Any, openai_
     assert simulator.requests[-2].body["max_tokens"] == 900
 
 
-def test_reasoning_calls_without_a_budget_stay_uncapped_when_the_family_has_learnt_a_cap(simulator: Any, openai_client: Any) -> None:
+def test_reasoning_calls_without_a_budget_stay_uncapped_when_the_family_has_learnt_a_cap(
+    simulator: Any, openai_client: Any
+) -> None:
     client = sdk.wrap(openai_client, sdk.Policy(adaptive_caps=True))
     simulator.reply = " word" * 10
     messages = [{"role": "system", "content": FAMILIES["classify"][0]}, {"role": "user", "content": "Hi"}]
@@ -118,3 +122,17 @@ def test_families_are_kept_in_bounded_memory_least_recently_used_first() -> None
     for _ in range(ADAPTIVE_CAP_MIN_CALLS):
         caps.learn(("chat.completions", "m", "a"), Usage(output_tokens=1), cap=None, adaptive=False)
     assert caps.quantile(("chat.completions", "m", "a")) == 1 and caps.quantile(("chat.completions", "m", "b")) is None
+
+
+def test_streamed_answers_teach_the_family_as_whole_ones_do(simulator: Any, anthropic_client: Any) -> None:
+    client = sdk.wrap(anthropic_client, sdk.Policy(adaptive_caps=True, adaptive_cap_floor=8))
+    simulator.reply = " word" * 20
+    call = {"model": "claude-sim-1", "system": FAMILIES["summarise"][0], "messages": [{"role": "user", "content": "Hi"}]}
+
+    async def body() -> None:
+        for _ in range(ADAPTIVE_CAP_MIN_CALLS):
+            await collect(await resolve(client.messages.create(**call, stream=True)))
+        await resolve(client.messages.create(**call))
+
+    asyncio.run(body())
+    assert [r.body["max_tokens"] for r in simulator.requests[-2:]] == [4096, 30]  # p99 20 x 1.5

@@ -171,7 +171,8 @@ def test_a_streamed_leader_releases_its_followers_at_its_first_chunk(simulator: 
         return await step() if is_async else await asyncio.to_thread(step)
 
     async def body() -> tuple[tuple[int, int], int, list[Answer | BaseException]]:
-        opening = asyncio.ensure_future(run(lambda: client.chat.completions.create(model="gpt-sim-1", messages=messages, stream=True)))
+        create = client.chat.completions.create
+        opening = asyncio.ensure_future(run(lambda: create(model="gpt-sim-1", messages=messages, stream=True)))
         await asyncio.to_thread(_until, lambda: simulator.held == 1)
         followers = asyncio.ensure_future(fan_out(client, "openai", system, n - 1, is_async=is_async))
         await asyncio.to_thread(_until, lambda: gate.waiting() == n - 1)
