@@ -34,7 +34,7 @@ def write_figures(report: Report, folder: Path) -> dict[str, Path]:
         draw(figure, report)
         figure.suptitle(TITLES[stem])
         paths[stem] = folder / f"{stem}.png"
-        figure.savefig(paths[stem], dpi=100)
+        figure.savefig(paths[stem], dpi=100, metadata={"Title": TITLES[stem]})
         pyplot.close(figure)
     return paths
 

@@ -1,0 +1,192 @@
+"""`kvwise report` from spans of real wrapped calls against the provider simulator, captured by the real
+OpenTelemetry SDK: the numbers, the findings, the figures, the page, the OTLP/JSON file route."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+from google.protobuf import json_format
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.trace import ReadableSpan
+from PIL import Image
+
+import sdk
+from sdk import report
+from sdk.report.cli import main
+from sdk.report.figures import TITLES
+from sdk.telemetry import semconv as sc
+from tests.sdk.helpers import LONG_SYSTEM
+from tests.sdk.test_telemetry_spans import Otel, otel  # noqa: F401
+
+GPT, CLAUDE = "gpt-4o-mini", "claude-sonnet-4-6"
+PREFILL_S_PER_TOKEN = 2e-4
+"""The simulator's prefill cost: 200 ms per 1k uncached tokens, far above loopback noise."""
+OTHER_SYSTEM = " ".join(f"Policy {i}: cite the cache figures you read, and nothing else." for i in range(160))
+SHORT_SYSTEM = " ".join(f"Note {i}: be brief about prefill and decode." for i in range(90))
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@dataclass
+class Workload:
+    """The spans of the workload, and the usage each call's answer reported to the caller."""
+
+    spans: tuple[ReadableSpan, ...]
+    gpt_usage: list[Any]
+    claude_usage: list[Any]
+
+
+def _run_workload(simulator: Any, otel: Otel) -> Workload:
+    """Streamed GPT calls whose system prompt changes twice (hits between), Claude calls that read their
+    cache, and a Claude stream that loops until the loop guard cuts it."""
+    simulator.prefill_delay_per_token = PREFILL_S_PER_TOKEN
+    providers = {"tracer_provider": otel.tracer_provider, "meter_provider": otel.meter_provider}
+    gpt = sdk.wrap(openai.OpenAI(base_url=simulator.openai_base_url, api_key="k", max_retries=0), **providers)
+    claude = sdk.wrap(anthropic.Anthropic(base_url=simulator.anthropic_base_url, api_key="k", max_retries=0), **providers)
+    gpt_usage = []
+    for system in (LONG_SYSTEM, LONG_SYSTEM, OTHER_SYSTEM, OTHER_SYSTEM, SHORT_SYSTEM, SHORT_SYSTEM):
+        chunks = list(gpt.chat.completions.create(
+            model=GPT, stream=True, stream_options={"include_usage": True},
+            messages=[{"role": "system", "content": system}, {"role": "user", "content": "What is prefill?"}]))
+        gpt_usage.append(chunks[-1].usage)
+    claude_usage = []
+    for _ in range(2):
+        answer = claude.messages.create(model=CLAUDE, max_tokens=64, system=LONG_SYSTEM,
+                                        messages=[{"role": "user", "content": "And decode?"}])
+        claude_usage.append(answer.usage)
+    simulator.loop("I keep saying this. ")
+    with claude.messages.stream(model=CLAUDE, max_tokens=2000, system=LONG_SYSTEM,
+                                messages=[{"role": "user", "content": "Talk."}]) as stream:
+        list(stream.text_stream)
+    simulator.loop(None)
+    return Workload(otel.spans(), gpt_usage, claude_usage)
+
+
+@pytest.fixture
+def workload(simulator: Any, otel: Otel) -> Workload:  # noqa: F811
+    return _run_workload(simulator, otel)
+
+
+def _otlp_json_lines(spans: tuple[ReadableSpan, ...]) -> str:
+    """The spans as the collector's file exporter writes them: OTLP/JSON, ids in hex, one request per line."""
+    request = json_format.MessageToDict(encode_spans(spans))
+    for resource in request["resourceSpans"]:
+        for scope in resource["scopeSpans"]:
+            for span in scope["spans"]:
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if key in span:
+                        span[key] = base64.b64decode(span[key]).hex()
+    return json.dumps(request) + "\n"
+
+
+def _by_model(items: Any) -> dict[str, Any]:
+    return {item.model: item for item in items}
+
+
+def test_the_fitted_prefill_cost_is_the_simulators_per_token_cost_within_ten_percent(workload: Workload) -> None:
+    built = report.build(report.calls(report.from_readable(workload.spans)))
+    assert built.fit is not None
+    assert built.fit.points == 7  # six GPT streams and the looping Claude stream
+    assert built.fit.slope_s_per_token == pytest.approx(PREFILL_S_PER_TOKEN, rel=0.10)
+
+
+def test_the_table_has_each_familys_hit_ratio_from_the_answers_usage_and_its_most_frequent_break(
+    workload: Workload,
+) -> None:
+    built = report.build(report.calls(report.from_readable(workload.spans)))
+    families = {family.family: family for family in built.families}
+    assert set(families) == {GPT, CLAUDE}
+    gpt = families[GPT]
+    read = sum(usage.prompt_tokens_details.cached_tokens for usage in workload.gpt_usage)
+    assert gpt.hit_ratio == pytest.approx(read / sum(usage.prompt_tokens for usage in workload.gpt_usage))
+    assert 0 < gpt.hit_ratio < 1
+    assert (gpt.calls, gpt.breaks, gpt.top_cause, gpt.top_cause_count, gpt.top_break_at) == (
+        6, 2, "system_changed", 2, "system[0]")
+    assert [point.cause is not None for point in built.hits[GPT]] == [False, False, True, False, True, False]
+    assert families[CLAUDE].calls == 3
+    assert [family.spend_usd for family in built.families] == sorted(
+        (family.spend_usd for family in built.families), reverse=True)
+
+
+def test_the_cost_split_per_model_adds_up_to_the_spans_cost_and_names_the_savings_and_decode_share(
+    workload: Workload,
+) -> None:
+    built = report.build(report.calls(report.from_readable(workload.spans)))
+    costs = _by_model(built.costs)
+    assert set(costs) == {GPT, CLAUDE}
+    calls = [s for s in workload.spans if s.name.startswith("chat ")]
+    for model, cost in costs.items():
+        spans = [s.attributes for s in calls if s.attributes[sc.GEN_AI_REQUEST_MODEL] == model]
+        assert cost.total_usd == pytest.approx(sum(a[sc.KVWISE_COST_USD] for a in spans))
+        assert cost.saved_usd > 0 and cost.cached_input_usd > 0
+        assert cost.decode_share == pytest.approx(cost.output_usd / cost.total_usd)
+    claude_reads = sum(usage.cache_read_input_tokens for usage in workload.claude_usage)
+    assert claude_reads > 0
+
+
+def test_the_loop_guard_cut_is_counted_with_the_tokens_it_saved_and_named_in_the_findings(
+    workload: Workload,
+) -> None:
+    built = report.build(report.calls(report.from_readable(workload.spans)))
+    decode = _by_model(built.decode)
+    [cut] = [s.attributes for s in workload.spans if s.attributes and sc.KVWISE_GUARD_TRIPPED in s.attributes]
+    assert (decode[CLAUDE].guard_cuts, decode[CLAUDE].guard_tokens_saved) == (1, cut[sc.KVWISE_GUARD_TOKENS_SAVED])
+    assert cut[sc.KVWISE_GUARD_TOKENS_SAVED] > 0 and decode[GPT].guard_cuts == 0
+    assert decode[GPT].tokens_per_s is not None and decode[GPT].tokens_per_s > 0
+    assert f"{CLAUDE}: the loop guard cut 1 runaway answer(s), saving {cut[sc.KVWISE_GUARD_TOKENS_SAVED]} output tokens." \
+        in built.findings
+    assert f"family {GPT} broke its cache 2 times on `system_changed` in system[0]: " \
+           "the system prompt changed; keep it fixed and put per-call text in the last user turn." in built.findings
+
+
+def test_every_figure_is_a_png_matplotlib_reads_back_with_its_title_and_the_page_embeds_them(
+    workload: Workload, tmp_path: Path
+) -> None:
+    from matplotlib import image
+
+    built, page = report.write_report_from_spans(workload.spans, tmp_path)
+    pngs = sorted(tmp_path.glob("*.png"))
+    assert [path.stem for path in pngs] == sorted(TITLES)
+    for path in pngs:
+        assert path.read_bytes()[:8] == PNG_MAGIC
+        assert image.imread(path).shape[0] > 0
+        with Image.open(path) as png:
+            assert png.text["Title"] == TITLES[path.stem]
+    html = page.read_text(encoding="utf-8")
+    assert html.count("data:image/png;base64,") == len(TITLES)
+    assert all(f"<h2>{title}</h2>" in html for title in TITLES.values())
+    assert "<td>system_changed</td>" in html and f"<td>{GPT}</td>" in html
+    assert all(finding.replace("`", "") in html.replace("`", "") for finding in built.findings if "&" not in finding)
+
+
+def test_an_otlp_json_file_of_the_same_spans_gives_the_same_report_through_the_cli(
+    workload: Workload, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    traces = tmp_path / "traces.jsonl"
+    traces.write_text(_otlp_json_lines(workload.spans), encoding="utf-8")
+    from_memory = report.build(report.calls(report.from_readable(workload.spans)))
+    from_file = report.build(report.calls(report.read_otlp_json(traces)))
+    assert from_file == from_memory
+    assert main(["report", str(traces), "--out", str(tmp_path / "out")]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"{len(from_memory.calls)} calls, $")
+    assert f"report: {tmp_path / 'out' / 'report.html'}" in printed
+    assert (tmp_path / "out" / "report.html").is_file()
+
+
+def test_sdk_and_the_reports_numbers_import_and_run_without_matplotlib(tmp_path: Path) -> None:
+    code = ("import sys; sys.modules['matplotlib'] = None\n"
+            "import sdk, sdk.report\n"
+            "print(sdk.report.summary(sdk.report.build([])))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[2],
+                            check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("0 calls, $0.0000 spent")
