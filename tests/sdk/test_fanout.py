@@ -191,3 +191,25 @@ def test_a_streamed_leader_releases_its_followers_at_its_first_chunk(simulator: 
     before_first_chunk, read, results = asyncio.run(body())
     assert before_first_chunk == (n - 1, 1) and read >= 1
     assert all(isinstance(r, Answer) and r.cache_read_tokens > 0.9 * PREFIX_TOKENS for r in results)
+
+
+@pytest.mark.parametrize(
+    ("api", "prefix_tokens", "cache_hints"),
+    [("openai", 200, True), ("anthropic", 200, True), ("anthropic", PREFIX_TOKENS, False)],
+    ids=["openai-too-short", "anthropic-too-short", "anthropic-no-breakpoint"],
+)
+def test_calls_whose_prefix_cannot_be_cached_never_wait(
+    simulator: Any, openai_client: Any, anthropic_client: Any, mode: str, api: str, prefix_tokens: int, cache_hints: bool
+) -> None:
+    bare, n = (openai_client if api == "openai" else anthropic_client), 4
+    client = _client(bare, fanout="warm", fanout_wait_seconds=600.0, cache_hints=cache_hints)
+    release = threading.Event()
+    simulator.hold(release)
+
+    def started() -> None:
+        _until(lambda: len(simulator.requests) == n)  # all went while the first is held: nobody waited
+        release.set()
+
+    results = asyncio.run(fan_out(client, api, shared_prefix(prefix_tokens), n, is_async=mode == "async", started=started))
+    assert all(isinstance(r, Answer) for r in results)
+    assert client._shared.fanout.in_flight() == 0
