@@ -48,6 +48,7 @@ browser:
 	fi
 
 test: browser $(STAMP) $(PHOENIX_STAMP)
+	$(PY) -m mypy sdk
 	$(PY) -m pytest -q
 
 # On a machine with a GPU only (never in CI): the CUDA parity tests, then the engine benchmark on CUDA.
