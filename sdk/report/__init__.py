@@ -6,10 +6,10 @@ HTML page (`page`). Nothing here imports matplotlib until a figure is drawn.
 """
 
 from sdk.report.build import Report, build, summary
-from sdk.report.cli import write_report, write_report_from_spans
+from sdk.report.cli import write_page, write_report, write_report_from_spans
 from sdk.report.spans import CallRecord, RawSpan, calls, from_readable, read_otlp_json
 
 __all__ = [
     "CallRecord", "RawSpan", "Report", "build", "calls", "from_readable", "read_otlp_json", "summary",
-    "write_report", "write_report_from_spans",
+    "write_page", "write_report", "write_report_from_spans",
 ]

@@ -1,8 +1,9 @@
-"""`kvwise report`: read spans, write the figures and the HTML page, print the summary."""
+"""`kvwise report`: read spans, print the summary, write the figures and the HTML page."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -10,17 +11,24 @@ from typing import Any
 from sdk.report.build import Report, build, summary
 from sdk.report.spans import RawSpan, calls, from_readable, read_otlp_json
 
+NEEDS_MATPLOTLIB = "the figures and the page need matplotlib: pip install 'kvwise[report]'"
 
-def write_report(spans: Iterable[RawSpan], out: Path) -> tuple[Report, Path]:
-    """Build the report of `spans` and write it under `out` (`report.html` and the PNGs beside it)."""
+
+def write_page(report: Report, out: Path) -> Path:
+    """Write the figures and `report.html` under `out`; return the page's path (needs matplotlib)."""
     from sdk.report.figures import write_figures
     from sdk.report.page import render
 
-    report = build(calls(spans))
     figures = write_figures(report, out)
     page = out / "report.html"
     page.write_text(render(report, figures), encoding="utf-8")
-    return report, page
+    return page
+
+
+def write_report(spans: Iterable[RawSpan], out: Path) -> tuple[Report, Path]:
+    """Build the report of `spans` and write it under `out` (`report.html` and the PNGs beside it)."""
+    report = build(calls(spans))
+    return report, write_page(report, out)
 
 
 def write_report_from_spans(spans: Iterable[Any], out: Path) -> tuple[Report, Path]:
@@ -29,13 +37,21 @@ def write_report_from_spans(spans: Iterable[Any], out: Path) -> tuple[Report, Pa
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The `kvwise` command; without matplotlib it still prints the summary, then exits 1."""
     parser = argparse.ArgumentParser(prog="kvwise", description="kvwise's tools")
     commands = parser.add_subparsers(dest="command", required=True)
-    report = commands.add_parser("report", help="diagnose prefill, decode and the cache from kvwise's spans")
-    report.add_argument("traces", type=Path, help="an OTLP/JSON file (the collector's file exporter output)")
-    report.add_argument("--out", type=Path, default=Path("kvwise-report"), help="folder for report.html and the PNGs")
+    command = commands.add_parser("report", help="diagnose prefill, decode and the cache from kvwise's spans")
+    command.add_argument("traces", type=Path, help="an OTLP/JSON file (the collector's file exporter output)")
+    command.add_argument("--out", type=Path, default=Path("kvwise-report"), help="folder for report.html and the PNGs")
     args = parser.parse_args(argv)
-    built, page = write_report(read_otlp_json(args.traces), args.out)
-    print(summary(built))
+    report = build(calls(read_otlp_json(args.traces)))
+    print(summary(report))
+    try:
+        page = write_page(report, args.out)
+    except ModuleNotFoundError as error:
+        if error.name != "matplotlib":
+            raise
+        print(NEEDS_MATPLOTLIB, file=sys.stderr)
+        return 1
     print(f"report: {page}")
     return 0

@@ -7,6 +7,7 @@ import base64
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,16 +17,19 @@ import openai
 import pytest
 from google.protobuf import json_format
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from PIL import Image
 
 import sdk
 from sdk import report
-from sdk.report.cli import main
+from sdk.report.cli import NEEDS_MATPLOTLIB, main
 from sdk.report.figures import TITLES
 from sdk.telemetry import semconv as sc
 from tests.sdk.helpers import LONG_SYSTEM
-from tests.sdk.test_telemetry_spans import Otel, otel  # noqa: F401
+from tests.simulator.simulator import ProviderSimulator
 
 GPT, CLAUDE = "gpt-4o-mini", "claude-sonnet-4-6"
 PREFILL_S_PER_TOKEN = 2e-4
@@ -44,11 +48,12 @@ class Workload:
     claude_usage: list[Any]
 
 
-def _run_workload(simulator: Any, otel: Otel) -> Workload:
+def _run_workload(simulator: ProviderSimulator, tracer_provider: TracerProvider, meter_provider: MeterProvider,
+                  exporter: InMemorySpanExporter) -> Workload:
     """Streamed GPT calls whose system prompt changes twice (hits between), Claude calls that read their
     cache, and a Claude stream that loops until the loop guard cuts it."""
     simulator.prefill_delay_per_token = PREFILL_S_PER_TOKEN
-    providers = {"tracer_provider": otel.tracer_provider, "meter_provider": otel.meter_provider}
+    providers = {"tracer_provider": tracer_provider, "meter_provider": meter_provider}
     gpt = sdk.wrap(openai.OpenAI(base_url=simulator.openai_base_url, api_key="k", max_retries=0), **providers)
     claude = sdk.wrap(anthropic.Anthropic(base_url=simulator.anthropic_base_url, api_key="k", max_retries=0), **providers)
     gpt_usage = []
@@ -67,12 +72,19 @@ def _run_workload(simulator: Any, otel: Otel) -> Workload:
                                 messages=[{"role": "user", "content": "Talk."}]) as stream:
         list(stream.text_stream)
     simulator.loop(None)
-    return Workload(otel.spans(), gpt_usage, claude_usage)
+    return Workload(exporter.get_finished_spans(), gpt_usage, claude_usage)
 
 
-@pytest.fixture
-def workload(simulator: Any, otel: Otel) -> Workload:  # noqa: F811
-    return _run_workload(simulator, otel)
+@pytest.fixture(scope="module")
+def workload() -> Iterator[Workload]:
+    """One run of the workload for the whole module (the reports only read its spans)."""
+    exporter = InMemorySpanExporter()
+    tracer_provider, meter_provider = TracerProvider(), MeterProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with ProviderSimulator() as simulator:
+        yield _run_workload(simulator, tracer_provider, meter_provider, exporter)
+    tracer_provider.shutdown()
+    meter_provider.shutdown()
 
 
 def _otlp_json_lines(spans: tuple[ReadableSpan, ...]) -> str:
@@ -182,11 +194,16 @@ def test_an_otlp_json_file_of_the_same_spans_gives_the_same_report_through_the_c
     assert (tmp_path / "out" / "report.html").is_file()
 
 
-def test_sdk_and_the_reports_numbers_import_and_run_without_matplotlib(tmp_path: Path) -> None:
-    code = ("import sys; sys.modules['matplotlib'] = None\n"
-            "import sdk, sdk.report\n"
-            "print(sdk.report.summary(sdk.report.build([])))")
+def test_python_m_sdk_report_without_matplotlib_prints_the_summary_and_says_what_to_install(
+    workload: Workload, tmp_path: Path
+) -> None:
+    traces = tmp_path / "traces.jsonl"
+    traces.write_text(_otlp_json_lines(workload.spans), encoding="utf-8")
+    code = ("import runpy, sys; sys.modules['matplotlib'] = None; import sdk\n"
+            f"sys.argv = ['sdk.report', {str(traces)!r}, '--out', {str(tmp_path / 'out')!r}]\n"
+            "runpy.run_module('sdk.report', run_name='__main__')")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[2],
                             check=False)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("0 calls, $0.0000 spent")
+    assert (result.returncode, result.stderr.strip()) == (1, NEEDS_MATPLOTLIB)
+    assert result.stdout == report.summary(report.build(report.calls(report.from_readable(workload.spans)))) + "\n"
+    assert not (tmp_path / "out" / "report.html").exists()
