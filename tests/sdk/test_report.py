@@ -53,9 +53,10 @@ def _run_workload(simulator: ProviderSimulator, tracer_provider: TracerProvider,
     """Streamed GPT calls whose system prompt changes twice (hits between), Claude calls that read their
     cache, and a Claude stream that loops until the loop guard cuts it."""
     simulator.prefill_delay_per_token = PREFILL_S_PER_TOKEN
-    providers = {"tracer_provider": tracer_provider, "meter_provider": meter_provider}
-    gpt = sdk.wrap(openai.OpenAI(base_url=simulator.openai_base_url, api_key="k", max_retries=0), **providers)
-    claude = sdk.wrap(anthropic.Anthropic(base_url=simulator.anthropic_base_url, api_key="k", max_retries=0), **providers)
+    gpt = sdk.wrap(openai.OpenAI(base_url=simulator.openai_base_url, api_key="k", max_retries=0),
+                   tracer_provider=tracer_provider, meter_provider=meter_provider)
+    claude = sdk.wrap(anthropic.Anthropic(base_url=simulator.anthropic_base_url, api_key="k", max_retries=0),
+                      tracer_provider=tracer_provider, meter_provider=meter_provider)
     gpt_usage = []
     for system in (LONG_SYSTEM, LONG_SYSTEM, OTHER_SYSTEM, OTHER_SYSTEM, SHORT_SYSTEM, SHORT_SYSTEM):
         chunks = list(gpt.chat.completions.create(
