@@ -20,3 +20,13 @@ async def collect(stream: Any) -> list[Any]:
     if hasattr(stream, "__aiter__"):
         return [event async for event in stream]
     return list(stream)
+
+
+async def in_stream(manager: Any, read: Any) -> Any:
+    """Enter a stream helper's manager (sync or async) and return what `read(stream)` gives, awaited
+    where the async helpers give an awaitable."""
+    if hasattr(manager, "__aenter__"):
+        async with manager as stream:
+            return await resolve(read(stream))
+    with manager as stream:
+        return await resolve(read(stream))

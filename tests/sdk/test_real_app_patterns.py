@@ -18,7 +18,7 @@ import pydantic
 import pytest
 
 import sdk
-from tests.sdk.helpers import collect, resolve
+from tests.sdk.helpers import collect, in_stream, resolve
 from tests.sdk.test_request_safety import _assert_every_difference_is_recorded
 from tests.sdk.test_telemetry_spans import Otel, otel  # noqa: F401
 
@@ -83,6 +83,16 @@ async def _run_both(simulator: Any, client: Any, otel: Otel, pattern: Pattern, p
         assert simulator.requests[index].headers.get("x-app") == simulator.requests[sent + index].headers.get("x-app")
     got = [d for d in _differences(_fresh_free(bare), _fresh_free(ours)) if _echoed_field(d) not in rewritten]
     assert got == []
+
+
+def _events_and(final: Callable[[Any], Any]) -> Callable[..., Awaitable[tuple[list[Any], Any]]]:
+    """A reader of a stream helper: the events (of `stream`, or of `events` given), then `final(stream)`."""
+
+    async def read(stream: Any, events: Any = None) -> tuple[list[Any], Any]:
+        got = await collect(stream if events is None else events)
+        return got, await resolve(final(stream))
+
+    return read
 
 
 def _chat_message_of(chunks: list[Any]) -> dict[str, Any]:
@@ -203,14 +213,7 @@ async def test_extra_body_and_extra_headers_reach_the_server_as_with_the_bare_cl
 async def _chat_stream_helper(client: Any, simulator: Any) -> list[Any]:
     simulator.reply = '{"city": "Paris", "temperature_c": 21}'
     manager = client.chat.completions.stream(model=GPT, messages=[{"role": "user", "content": "Weather?"}], response_format=Weather)
-    if hasattr(manager, "__aenter__"):
-        async with manager as stream:
-            events = [event async for event in stream]
-            final = await stream.get_final_completion()
-    else:
-        with manager as stream:
-            events = list(stream)
-            final = stream.get_final_completion()
+    events, final = await in_stream(manager, _events_and(lambda stream: stream.get_final_completion()))
     assert final.choices[0].message.parsed == Weather(city="Paris", temperature_c=21)
     return [*events, final]
 
@@ -224,14 +227,8 @@ async def _messages_stream_helper(client: Any, simulator: Any) -> list[Any]:
     manager = client.messages.stream(
         model=CLAUDE, max_tokens=4096, thinking={"type": "enabled", "budget_tokens": 1024},
         messages=[{"role": "user", "content": "What is prefill?"}])
-    if hasattr(manager, "__aenter__"):
-        async with manager as stream:
-            text = "".join([piece async for piece in stream.text_stream])
-            final = await stream.get_final_message()
-    else:
-        with manager as stream:
-            text = "".join(stream.text_stream)
-            final = stream.get_final_message()
+    pieces, final = await in_stream(manager, lambda stream: _events_and(lambda s: s.get_final_message())(stream, stream.text_stream))
+    text = "".join(pieces)
     assert text == "Prefill reads the whole prompt once." == final.content[-1].text
     return [text, final]
 
@@ -276,12 +273,7 @@ async def _claude_streamed_thinking_tool_loop(client: Any, simulator: Any) -> li
     finals = []
     for _ in range(2):
         manager = client.messages.stream(model=CLAUDE, max_tokens=4096, thinking=thinking, tools=CLAUDE_TOOLS, messages=messages)
-        if hasattr(manager, "__aenter__"):
-            async with manager as stream:
-                final = await stream.get_final_message()
-        else:
-            with manager as stream:
-                final = stream.get_final_message()
+        final = await in_stream(manager, lambda stream: stream.get_final_message())
         finals.append(final)
         if final.stop_reason == "tool_use":
             use = final.content[-1]
@@ -308,27 +300,68 @@ async def _stream_helpers_with_pydantic_tools(client: Any, simulator: Any) -> li
     chat = client.chat.completions.stream(model=GPT, messages=[{"role": "user", "content": "Weather in Paris?"}], tools=[tool])
     simulator_reply = '{"city": "Paris", "temperature_c": 21}'
     responses = client.responses.stream(model=GPT, input="Weather in Paris as JSON.", text_format=Weather)
-    out: list[Any] = []
-    if hasattr(chat, "__aenter__"):
-        async with chat as stream:
-            out += [event async for event in stream]
-            out.append(completion := await stream.get_final_completion())
-        simulator.tool_call, simulator.reply = None, simulator_reply
-        async with responses as stream:
-            out += [event async for event in stream]
-            out.append(await stream.get_final_response())
-    else:
-        with chat as stream:
-            out += list(stream)
-            out.append(completion := stream.get_final_completion())
-        simulator.tool_call, simulator.reply = None, simulator_reply
-        with responses as stream:
-            out += list(stream)
-            out.append(stream.get_final_response())
+    chat_events, completion = await in_stream(chat, _events_and(lambda stream: stream.get_final_completion()))
+    simulator.tool_call, simulator.reply = None, simulator_reply
+    events, response = await in_stream(responses, _events_and(lambda stream: stream.get_final_response()))
+    out = [*chat_events, completion, *events, response]
     assert completion.choices[0].message.tool_calls[0].function.parsed_arguments == GetWeather(city="Paris")
-    assert out[-1].output_parsed == Weather(city="Paris", temperature_c=21)
+    assert response.output_parsed == Weather(city="Paris", temperature_c=21)
     return out
 
 
 async def test_the_stream_helpers_with_pydantic_tools_and_text_format_give_the_bare_events_and_finals(simulator, openai_client, otel):
     await _run_both(simulator, openai_client, otel, _stream_helpers_with_pydantic_tools)
+
+
+async def _chat_stream_of_two_choices_read_with_its_response(client: Any, simulator: Any) -> list[Any]:
+    stream = await resolve(client.chat.completions.create(
+        model=GPT, messages=[{"role": "user", "content": "hi"}], n=2, stream=True, stop=["\n\n"], temperature=0.2))
+    status, request_id = stream.response.status_code, stream.response.headers.get("x-request-id")
+    chunks = await collect(stream)
+    assert status == 200 and request_id
+    return chunks
+
+
+async def test_a_stream_of_two_choices_with_stops_gives_the_bare_chunks_and_its_http_response(simulator, openai_client, otel):
+    await _run_both(simulator, openai_client, otel, _chat_stream_of_two_choices_read_with_its_response)
+
+
+async def _chat_app_options(client: Any, simulator: Any) -> list[Any]:
+    functions = [{"name": name, "description": "Look up.", "parameters": SCHEMA} for name in ("zeta_lookup", "alpha_lookup")]
+    legacy = await resolve(client.chat.completions.create(
+        model=GPT, messages=[{"role": "user", "content": "hi"}], functions=functions, function_call="auto"))
+    options = await resolve(client.chat.completions.create(
+        model=GPT, messages=[{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "hi"}],
+        tools=CHAT_TOOLS, tool_choice={"type": "function", "function": {"name": "get_weather"}}, parallel_tool_calls=False,
+        seed=7, user="u-1", logit_bias={"50256": -100}, metadata={"app": "demo"}, store=False, temperature=0))
+    return [legacy, options]
+
+
+async def test_a_chat_app_s_other_options_are_sent_as_the_bare_client_sends_them(simulator, openai_client, otel):
+    await _run_both(simulator, openai_client, otel, _chat_app_options)
+    assert [f["name"] for f in simulator.requests[-2].body["functions"]] == ["zeta_lookup", "alpha_lookup"]
+
+
+async def _claude_app_options(client: Any, simulator: Any) -> list[Any]:
+    system = [{"type": "text", "text": "You use tools.", "cache_control": {"type": "ephemeral"}}]
+    return [await resolve(client.messages.create(
+        model=CLAUDE, max_tokens=300, system=system, tools=CLAUDE_TOOLS, tool_choice={"type": "tool", "name": "get_weather"},
+        stop_sequences=["###"], metadata={"user_id": "u-1"}, messages=[{"role": "user", "content": "Paris?"}],
+        extra_headers={"anthropic-beta": "token-efficient-tools-2025-02-19"}))]
+
+
+async def test_an_anthropic_app_s_other_options_are_sent_as_the_bare_client_sends_them(simulator, anthropic_client, otel):
+    await _run_both(simulator, anthropic_client, otel, _claude_app_options)
+    assert simulator.requests[-1].headers["anthropic-beta"] == "token-efficient-tools-2025-02-19"
+
+
+async def _claude_parse(client: Any, simulator: Any) -> list[Any]:
+    simulator.reply = '{"city": "Paris", "temperature_c": 21}'
+    parsed = await resolve(client.messages.parse(
+        model=CLAUDE, max_tokens=200, messages=[{"role": "user", "content": "Weather in Paris as JSON."}], output_format=Weather))
+    assert parsed.parsed_output == Weather(city="Paris", temperature_c=21)
+    return [parsed, parsed.parsed_output]
+
+
+async def test_anthropic_structured_outputs_parse_into_the_callers_model(simulator, anthropic_client, otel):
+    await _run_both(simulator, anthropic_client, otel, _claude_parse)

@@ -11,7 +11,7 @@ import pytest
 
 import sdk
 from sdk.telemetry import semconv as sc
-from tests.sdk.helpers import collect, resolve
+from tests.sdk.helpers import collect, in_stream, resolve
 from tests.sdk.test_request_safety import _assert_every_difference_is_recorded, _kind
 from tests.sdk.test_telemetry_spans import Otel, otel  # noqa: F401
 
@@ -79,3 +79,14 @@ async def test_a_400_that_does_not_name_stream_options_is_not_sent_again(simulat
     assert "max_tokens" in str(ours.value) and type(ours.value) is type(bare.value)
     assert len(simulator.requests) == 2
     assert simulator.requests[-1].body["stream_options"] == {"include_usage": True}
+
+
+async def test_the_stream_helper_and_the_raw_forms_on_a_refusing_server_get_their_answer(simulator, openai_client):
+    simulator.refuse_stream_options = True
+    wrapped = sdk.wrap(openai_client)
+    final = await in_stream(wrapped.chat.completions.stream(model="m", messages=USER), lambda stream: stream.get_final_completion())
+    assert final.choices[0].message.content
+    raw = await resolve(sdk.wrap(openai_client).chat.completions.with_raw_response.create(model="m", messages=USER, stream=True))
+    chunks = await collect(await resolve(raw.parse()))
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    assert [("stream_options" in request.body) for request in simulator.requests] == [True, False, True, False]
