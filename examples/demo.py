@@ -3,8 +3,9 @@
 Starts the local backend on a free loopback port, points real `openai` and `anthropic` clients at
 it, and prints, with numbers from this run: (a) cache hits with and without `sdk.wrap` when the
 system prompt starts with a request ID and a timestamp, (b) tokens decoded on a looping prompt
-with and without the guards, (c) a per-call table read from the OpenTelemetry spans, and (d) OTLP
-export when OTEL_EXPORTER_OTLP_ENDPOINT is set. With `--phoenix` (`make phoenix-demo`, Phoenix from
+with and without the guards, (c) a tool loop through `sdk.wrap` (a forced tool call, the tool's
+result, the answer), (d) a per-call table read from the OpenTelemetry spans, and (e) OTLP export when
+OTEL_EXPORTER_OTLP_ENDPOINT is set. With `--phoenix` (`make phoenix-demo`, Phoenix from
 its own venv) it first starts Arize Phoenix on a free loopback port, exports the traces there,
 prints the page to open and keeps Phoenix running until Ctrl-C.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import sys
 import time
@@ -46,6 +48,24 @@ UNGUARDED_MAX_TOKENS = 256
 DEMO_PRICES = {MODEL: {"input": 0.15, "cached_input": 0.015, "cache_write": 0.15, "output": 0.60}}
 """As if the bundled model were priced like a small hosted one (USD per million tokens)."""
 PHOENIX_PROJECT = "kvwise-demo"
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "kv_cache_bytes",
+        "description": "KV cache bytes per token of a model: 2 x layers x kv_heads x head_dim x bytes per element.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "layers": {"type": "integer"},
+                "kv_heads": {"type": "integer"},
+                "head_dim": {"type": "integer"},
+                "bytes_per_elem": {"type": "integer"},
+            },
+            "required": ["layers", "kv_heads", "head_dim", "bytes_per_elem"],
+        },
+    },
+}
+TOOL_QUESTION = "How many KV cache bytes per token does a model with 8 layers, 4 KV heads of 64 dims in fp16 need?"
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,9 +145,36 @@ def _anthropic_tokens(client: Any, messages: list[dict[str, Any]]) -> int:
         return stream.get_final_message().usage.output_tokens
 
 
+def kv_cache_bytes(layers: int, kv_heads: int, head_dim: int, bytes_per_elem: int) -> int:
+    """The tool the model calls: the KV formula."""
+    return 2 * layers * kv_heads * head_dim * bytes_per_elem
+
+
+def tool_section(wrapped: Any, out: Callable[[str], None]) -> dict[str, Any]:
+    """(c) A tool loop through `sdk.wrap`: the server's constrained decoding makes even the tiny model's
+    forced call valid JSON for the tool's schema; the app runs the tool and sends its result back."""
+    out(f"\n(c) A tool loop through sdk.wrap: {TOOL_QUESTION!r}")
+    messages: list[dict[str, Any]] = [{"role": "user", "content": TOOL_QUESTION}]
+    first = wrapped.chat.completions.create(
+        model=MODEL, messages=messages, tools=[TOOL], tool_choice="required", temperature=0, max_tokens=96
+    )
+    call = first.choices[0].message.tool_calls[0]
+    arguments = json.loads(call.function.arguments)
+    result = kv_cache_bytes(**arguments)
+    out(f"    the model called {call.function.name}({call.function.arguments}) -> {result}")
+    messages += [
+        first.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": str(result)},
+    ]
+    answer = wrapped.chat.completions.create(model=MODEL, messages=messages, tools=[TOOL], temperature=0, max_tokens=48)
+    text = answer.choices[0].message.content or ""
+    out(f"    with the tool's result it answered: {text.strip()[:100]!r}")
+    return {"name": call.function.name, "arguments": arguments, "result": result, "answer": text}
+
+
 def span_section(exporter: InMemorySpanExporter, out: Callable[[str], None]) -> list[dict[str, Any]]:
-    """(c) What the OpenTelemetry spans recorded for every wrapped call."""
-    out("\n(c) Per call, from the OpenTelemetry spans of the wrapped clients")
+    """(d) What the OpenTelemetry spans recorded for every wrapped call."""
+    out("\n(d) Per call, from the OpenTelemetry spans of the wrapped clients")
     out(f"    {'span':<16}{'input':>7}{'cached':>8}{'output':>8}{'prefill ms':>12}{'decode ms':>11}{'cost $':>11}  guard")
     rows = []
     spans = [span for span in exporter.get_finished_spans() if span.parent is None]
@@ -169,7 +216,7 @@ def tracer_provider(exporter: InMemorySpanExporter) -> TracerProvider:
 
 
 def run_demo(base_url: str, out: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run the three sections against a running local backend at `base_url`; return what was measured."""
+    """Run the sections against a running local backend at `base_url`; return what was measured."""
     exporter = InMemorySpanExporter()
     provider = tracer_provider(exporter)
     policy = sdk.Policy(max_output_tokens=UNGUARDED_MAX_TOKENS, prices=DEMO_PRICES)
@@ -179,14 +226,15 @@ def run_demo(base_url: str, out: Callable[[str], None] = print) -> dict[str, Any
     anthropic_wrapped = sdk.wrap(raw_anthropic, policy, tracer_provider=provider)
     cache = cache_section(raw_openai, openai_wrapped, out)
     loops = loop_section(raw_openai, openai_wrapped, raw_anthropic, anthropic_wrapped, out)
+    tool = tool_section(openai_wrapped, out)
     spans = span_section(exporter, out)
     if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
         provider.force_flush()
-        out(f"\n(d) The same traces were exported by OTLP to {os.environ['OTEL_EXPORTER_OTLP_ENDPOINT']}")
+        out(f"\n(e) The same traces were exported by OTLP to {os.environ['OTEL_EXPORTER_OTLP_ENDPOINT']}")
     else:
-        out("\n(d) Set OTEL_EXPORTER_OTLP_ENDPOINT to export the same traces to any OTLP backend")
+        out("\n(e) Set OTEL_EXPORTER_OTLP_ENDPOINT to export the same traces to any OTLP backend")
     provider.shutdown()
-    return {"cache": cache, "loops": loops, "spans": spans}
+    return {"cache": cache, "loops": loops, "tool": tool, "spans": spans}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -203,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def demo() -> int:
-    """The demo itself: start the local backend, run the three sections, report the time."""
+    """The demo itself: start the local backend, run the sections, report the time."""
     print("kvwise demo: the bundled model, served locally on CPU, called through the real openai and anthropic clients")
     started = time.monotonic()
     dots = 0

@@ -68,6 +68,7 @@ class StreamWatch:
         self.attempts = attempts
         self.finalized = False
         self.received_ns: int | None = None  # when the answering attempt's first event (a header) arrived
+        self.cut = False  # kvwise ended the stream (a loop or a client-side stop): the server's count stopped early
 
     def content(self, event: Any, text: str) -> list[Any] | None:
         """A content event is about to reach the caller: None to hand it on as it is, else the events
@@ -84,6 +85,7 @@ class StreamWatch:
         if self.detector is not None and self.detector.feed(text) is not None:
             saved = self.cap - self.state.output_units if self.cap is not None else None
             self.record.guard_tripped("loop", saved)
+            self.cut = True
             return [event, *self.adapter.cut_events(self.state, truncated=True)]
         return None
 
@@ -97,6 +99,7 @@ class StreamWatch:
         self.state.text.append(keep)
         self.adapter.set_event_text(event, keep)
         head = [event] if keep else []
+        self.cut = True
         return [*head, *self.adapter.cut_events(self.state, truncated=False)]
 
     def awaits_usage(self) -> bool:
@@ -154,7 +157,7 @@ class StreamWatch:
         try:
             if usage is None:
                 return estimated_usage(self.call, state.output_units), True
-            if not state.finished and usage.output_tokens < state.output_units:  # cut: the server's count stopped early
+            if (self.cut or not state.finished) and usage.output_tokens < state.output_units:  # the server's count stopped early
                 return dataclasses.replace(usage, output_tokens=state.output_units), False
         except Exception:
             logger.debug("kvwise: could not estimate a stream's usage", exc_info=True)

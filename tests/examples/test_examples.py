@@ -58,8 +58,13 @@ def test_demo_shows_cache_hits_loop_cuts_and_span_rows(base_url):
     assert wrapped_cached[1] > 0 and wrapped_cached[2] > 0
     for plain, guarded in result["loops"].values():
         assert guarded < plain
+    tool = result["tool"]
+    assert tool["name"] == demo.TOOL["function"]["name"]
+    assert set(tool["arguments"]) == set(demo.TOOL["function"]["parameters"]["required"])
+    assert all(isinstance(value, int) for value in tool["arguments"].values())
+    assert tool["result"] == demo.kv_cache_bytes(**tool["arguments"])
     completed = [row for row in result["spans"] if row["guard"] != "loop"]
-    assert len(completed) == 3 and all(row["input"] > 0 and row["output"] > 0 for row in completed)
-    assert [row["cached"] for row in completed][1:] == wrapped_cached[1:]
+    assert len(completed) == 5 and all(row["input"] > 0 and row["output"] > 0 for row in completed)
+    assert [row["cached"] for row in completed][1:3] == wrapped_cached[1:]
     assert sum(row["guard"] == "loop" for row in result["spans"]) == 2
-    assert any("(c)" in line for line in lines)
+    assert any("(c) A tool loop" in line for line in lines) and any("(d)" in line for line in lines)
