@@ -50,3 +50,4 @@ OPENAI_EXTENDED_RETENTION = "24h"  # the prompt_cache_retention value Policy.cac
 
 # Report (`kvwise report`)
 REPORT_TOP_FAMILIES = 10  # prompt families in the report's table, by spend
+REPORT_BREAK_LABELS = 20  # cache breaks whose cause the hit-ratio figure writes out (all are marked)

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sdk._constants import REPORT_BREAK_LABELS
 from sdk.report.build import Report
 
 TITLES = {
@@ -51,23 +52,26 @@ def _ttft(figure: Any, report: Report) -> None:
                   "k--", label=f"prefill {report.fit.seconds_per_1k * 1000:.0f} ms / 1k tokens")
     axes.set_xlabel("uncached input tokens")
     axes.set_ylabel("time to first chunk (s)")
-    axes.legend()
+    axes.legend(loc="upper left")
 
 
 def _hit_ratio(figure: Any, report: Report) -> None:
+    """Breaks are one marker set per family; only the first `REPORT_BREAK_LABELS` get their cause written."""
     axes = figure.add_subplot()
     start = min((call.start_ns for call in report.calls), default=0)
+    labels = REPORT_BREAK_LABELS
     for family, points in report.hits.items():
         xs = [(p.start_ns - start) / 1e9 for p in points]
-        axes.plot(xs, [p.hit_ratio for p in points], marker="o", label=family)
-        for x, point in zip(xs, points):
-            if point.cause is not None:
-                axes.axvline(x, color="grey", linestyle=":")
-                axes.annotate(point.cause, (x, point.hit_ratio), rotation=60, fontsize=7)
+        line = axes.plot(xs, [p.hit_ratio for p in points], label=family)[0]
+        breaks = [(x, p) for x, p in zip(xs, points) if p.cause is not None]
+        axes.scatter([x for x, _ in breaks], [p.hit_ratio for _, p in breaks], marker="v", color=line.get_color())
+        for x, point in breaks[:labels]:
+            axes.annotate(point.cause, (x, point.hit_ratio), rotation=60, fontsize=7)
+        labels -= min(labels, len(breaks))
     axes.set_xlabel("seconds since the first call")
-    axes.set_ylabel("cache hit ratio")
+    axes.set_ylabel("cache hit ratio (breaks marked)")
     axes.set_ylim(-0.05, 1.05)
-    axes.legend()
+    axes.legend(loc="upper left")
 
 
 def _cost_split(figure: Any, report: Report) -> None:
@@ -83,7 +87,7 @@ def _cost_split(figure: Any, report: Report) -> None:
         axes.annotate(f"saved ${cost.saved_usd:.4f}\ndecode {cost.decode_share:.0%}", (index, bottom[index]),
                       ha="center", va="bottom", fontsize=8)
     axes.set_ylabel("USD")
-    axes.legend()
+    axes.legend(loc="upper left")
 
 
 def _decode(figure: Any, report: Report) -> None:
