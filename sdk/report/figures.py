@@ -35,7 +35,7 @@ def write_figures(report: Report, folder: Path) -> dict[str, Path]:
         draw(figure, report)
         figure.suptitle(TITLES[stem])
         paths[stem] = folder / f"{stem}.png"
-        figure.savefig(paths[stem], dpi=100, metadata={"Title": TITLES[stem]})
+        figure.savefig(paths[stem], dpi=100, metadata={"Title": TITLES[stem]}, bbox_inches="tight")
         pyplot.close(figure)
     return paths
 
@@ -71,7 +71,7 @@ def _hit_ratio(figure: Any, report: Report) -> None:
     axes.set_xlabel("seconds since the first call")
     axes.set_ylabel("cache hit ratio (breaks marked)")
     axes.set_ylim(-0.05, 1.05)
-    axes.legend(loc="upper left")
+    axes.legend(loc="upper left", bbox_to_anchor=(1, 1), fontsize=8)
 
 
 def _cost_split(figure: Any, report: Report) -> None:
@@ -86,8 +86,9 @@ def _cost_split(figure: Any, report: Report) -> None:
     for index, cost in enumerate(report.costs):
         axes.annotate(f"saved ${cost.saved_usd:.4f}\ndecode {cost.decode_share:.0%}", (index, bottom[index]),
                       ha="center", va="bottom", fontsize=8)
+    axes.set_ylim(0, max(bottom, default=0.0) * 1.25 or 1.0)
     axes.set_ylabel("USD")
-    axes.legend(loc="upper left")
+    axes.legend(loc="upper left", bbox_to_anchor=(1, 1), fontsize=8)
 
 
 def _decode(figure: Any, report: Report) -> None:
