@@ -41,8 +41,12 @@ def stream_usage_options(call: Call) -> dict[str, Any] | None:
     """The `stream_options` a streamed call is sent with when the caller did not ask for usage:
     theirs plus `include_usage`, so the server reports usage (and cache reads) on every stream.
     None when the call is not streamed, the caller asked for usage themselves, or the server
-    refuses `stream_options`."""
+    refuses `stream_options`. A `stream_options` in `extra_body` is the caller's as written (the
+    client merges it over the named one): kvwise neither adds to it nor hides the usage it asks for."""
     if not call.stream or STREAM_USAGE_REFUSED in call.changes:
+        return None
+    extra = call.params.get("extra_body")
+    if isinstance(extra, Mapping) and "stream_options" in extra:
         return None
     options = call.params.get("stream_options")
     if options is None:

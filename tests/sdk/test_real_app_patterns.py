@@ -365,3 +365,15 @@ async def _claude_parse(client: Any, simulator: Any) -> list[Any]:
 
 async def test_anthropic_structured_outputs_parse_into_the_callers_model(simulator, anthropic_client, otel):
     await _run_both(simulator, anthropic_client, otel, _claude_parse)
+
+
+async def _usage_asked_in_extra_body(client: Any, simulator: Any) -> list[Any]:
+    stream = await resolve(client.chat.completions.create(
+        model=GPT, messages=[{"role": "user", "content": "hi"}], stream=True, extra_body={"stream_options": {"include_usage": True}}))
+    chunks = await collect(stream)
+    assert chunks[-1].usage is not None and chunks[-1].usage.prompt_tokens > 0  # the usage chunk the caller asked for
+    return chunks
+
+
+async def test_usage_asked_for_in_extra_body_reaches_the_caller(simulator, openai_client, otel):
+    await _run_both(simulator, openai_client, otel, _usage_asked_in_extra_body)
