@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from sdk.report.build import Report, build, summary
 from sdk.report.spans import RawSpan, calls, from_readable, read_otlp_json
@@ -36,6 +36,21 @@ def write_report_from_spans(spans: Iterable[Any], out: Path) -> tuple[Report, Pa
     return write_report(from_readable(spans), out)
 
 
+def progress_bar(stream: TextIO, label: str) -> Callable[[int, int], None]:
+    """A one-line percentage on `stream`, rewritten only when the whole percent changes."""
+    shown = -1
+
+    def show(done: int, total: int) -> None:
+        nonlocal shown
+        percent = done * 100 // total if total else 100
+        if percent != shown:
+            shown = percent
+            stream.write(f"\r{label}: {percent:3d}%" + ("\n" if percent == 100 else ""))
+            stream.flush()
+
+    return show
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The `kvwise` command; without matplotlib it still prints the summary, then exits 1."""
     parser = argparse.ArgumentParser(prog="kvwise", description="kvwise's tools")
@@ -44,7 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     command.add_argument("traces", type=Path, help="an OTLP/JSON file (the collector's file exporter output)")
     command.add_argument("--out", type=Path, default=Path("kvwise-report"), help="folder for report.html and the PNGs")
     args = parser.parse_args(argv)
-    report = build(calls(read_otlp_json(args.traces)))
+    progress = progress_bar(sys.stderr, f"reading {args.traces}") if sys.stderr.isatty() else None
+    report = build(calls(read_otlp_json(args.traces, progress)))
     print(summary(report))
     try:
         page = write_page(report, args.out)

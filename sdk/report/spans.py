@@ -9,7 +9,7 @@ OpenTelemetry collector's file exporter writes: one `ExportTraceServiceRequest` 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -87,13 +87,20 @@ def from_readable(spans: Iterable[Any]) -> list[RawSpan]:
     ]
 
 
-def read_otlp_json(path: Path) -> list[RawSpan]:
-    """`RawSpan`s from a file of OTLP/JSON `ExportTraceServiceRequest`s, one per line."""
+def read_otlp_json(path: Path, progress: Callable[[int, int], None] | None = None) -> list[RawSpan]:
+    """`RawSpan`s from a file of OTLP/JSON `ExportTraceServiceRequest`s, one per line.
+
+    `progress(bytes_read, total_bytes)` is called after each line (for a progress bar on large files).
+    """
     spans: list[RawSpan] = []
-    with path.open(encoding="utf-8") as lines:
+    total, done = path.stat().st_size, 0
+    with path.open("rb") as lines:
         for line in lines:
             if line.strip():
                 spans.extend(_request_spans(json.loads(line)))
+            done += len(line)
+            if progress is not None:
+                progress(done, total)
     return spans
 
 

@@ -4,6 +4,7 @@ OpenTelemetry SDK: the numbers, the findings, the figures, the page, the OTLP/JS
 from __future__ import annotations
 
 import base64
+import io
 import json
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from PIL import Image
 
 import sdk
 from sdk import report
-from sdk.report.cli import NEEDS_MATPLOTLIB, main
+from sdk.report.cli import NEEDS_MATPLOTLIB, main, progress_bar
 from sdk.report.figures import TITLES
 from sdk.telemetry import semconv as sc
 from tests.sdk.helpers import LONG_SYSTEM
@@ -193,6 +194,22 @@ def test_an_otlp_json_file_of_the_same_spans_gives_the_same_report_through_the_c
     assert printed.startswith(f"{len(from_memory.calls)} calls, $")
     assert f"report: {tmp_path / 'out' / 'report.html'}" in printed
     assert (tmp_path / "out" / "report.html").is_file()
+
+
+def test_reading_a_trace_file_reports_its_progress_up_to_the_whole_file_and_the_bar_ends_at_100_percent(
+    workload: Workload, tmp_path: Path
+) -> None:
+    traces = tmp_path / "traces.jsonl"
+    traces.write_text(_otlp_json_lines(workload.spans[:4]) + _otlp_json_lines(workload.spans[4:]), encoding="utf-8")
+    seen: list[tuple[int, int]] = []
+    assert len(report.read_otlp_json(traces, lambda done, total: seen.append((done, total)))) == len(workload.spans)
+    size = traces.stat().st_size
+    assert len(seen) == 2 and seen[0][0] < size and seen[-1] == (size, size)
+    screen = io.StringIO()
+    bar = progress_bar(screen, "reading")
+    for done in (0, 1, 1, 2):
+        bar(done, 2)
+    assert screen.getvalue() == "\rreading:   0%\rreading:  50%\rreading: 100%\n"
 
 
 def test_python_m_sdk_report_without_matplotlib_prints_the_summary_and_says_what_to_install(
