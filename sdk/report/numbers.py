@@ -163,11 +163,16 @@ def family_stats(records: Sequence[CallRecord], top: int) -> list[FamilyStats]:
     stats = []
     for family, calls in by_family(records).items():
         broken = [r for r in calls if r.broke]
-        causes = Counter(r.break_cause or f"server: {r.break_cause_server}" for r in broken)
+        causes = Counter(_cause_key(r) for r in broken)
         top_cause, count = causes.most_common(1)[0] if causes else (None, 0)
-        places = Counter(r.break_at for r in broken if r.break_at and (r.break_cause or "") == top_cause)
+        places = Counter(r.break_at for r in broken if r.break_at and _cause_key(r) == top_cause)
         stats.append(FamilyStats(
             family, len(calls), sum(r.cost_usd for r in calls), hit_ratio(calls), len(broken),
             top_cause, count, places.most_common(1)[0][0] if places else None,
         ))
     return sorted(stats, key=lambda s: (-s.spend_usd, s.family))[:top]
+
+
+def _cause_key(record: CallRecord) -> str:
+    """A break's cause for counting: kvwise's own, else the provider's (a broken record has one)."""
+    return record.break_cause or f"server: {record.break_cause_server}"
