@@ -5,7 +5,8 @@ it, and prints, with numbers from this run: (a) cache hits with and without `sdk
 system prompt starts with a request ID and a timestamp, (b) tokens decoded on a looping prompt
 with and without the guards, (c) a tool loop through `sdk.wrap` (a forced tool call, the tool's
 result, the answer), (d) a per-call table read from the OpenTelemetry spans, and (e) OTLP export when
-OTEL_EXPORTER_OTLP_ENDPOINT is set. With `--phoenix` (`make phoenix-demo`, Phoenix from
+OTEL_EXPORTER_OTLP_ENDPOINT is set; it ends by writing `kvwise report`'s page for its own calls
+(`kvwise-report/report.html`). With `--phoenix` (`make phoenix-demo`, Phoenix from
 its own venv) it first starts Arize Phoenix on a free loopback port, exports the traces there,
 prints the page to open and keeps Phoenix running until Ctrl-C.
 """
@@ -21,6 +22,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -32,6 +34,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import sdk
 from examples.local_server import local_server
 from examples.phoenix import phoenix_server
+from sdk.report import write_report_from_spans
 from sdk.telemetry import semconv as sc
 
 MODEL = "default"
@@ -48,6 +51,7 @@ UNGUARDED_MAX_TOKENS = 256
 DEMO_PRICES = {MODEL: {"input": 0.15, "cached_input": 0.015, "cache_write": 0.15, "output": 0.60}}
 """As if the bundled model were priced like a small hosted one (USD per million tokens)."""
 PHOENIX_PROJECT = "kvwise-demo"
+REPORT_DIR = Path("kvwise-report")
 TOOL = {
     "type": "function",
     "function": {
@@ -215,8 +219,9 @@ def tracer_provider(exporter: InMemorySpanExporter) -> TracerProvider:
     return provider
 
 
-def run_demo(base_url: str, out: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run the sections against a running local backend at `base_url`; return what was measured."""
+def run_demo(base_url: str, out: Callable[[str], None] = print, report_dir: Path = REPORT_DIR) -> dict[str, Any]:
+    """Run the sections against a running local backend at `base_url`, write the report of its calls
+    under `report_dir`; return what was measured."""
     exporter = InMemorySpanExporter()
     provider = tracer_provider(exporter)
     policy = sdk.Policy(max_output_tokens=UNGUARDED_MAX_TOKENS, prices=DEMO_PRICES)
@@ -233,8 +238,10 @@ def run_demo(base_url: str, out: Callable[[str], None] = print) -> dict[str, Any
         out(f"\n(e) The same traces were exported by OTLP to {os.environ['OTEL_EXPORTER_OTLP_ENDPOINT']}")
     else:
         out("\n(e) Set OTEL_EXPORTER_OTLP_ENDPOINT to export the same traces to any OTLP backend")
+    _, page = write_report_from_spans(exporter.get_finished_spans(), report_dir)
+    out(f"\nkvwise report of these calls (TTFT against input, hit ratio, cost split, decode speed): {page}")
     provider.shutdown()
-    return {"cache": cache, "loops": loops, "tool": tool, "spans": spans}
+    return {"cache": cache, "loops": loops, "tool": tool, "spans": spans, "report": page}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -49,9 +49,9 @@ def test_otlp_example_exports_the_call_span(base_url):
     assert "chat default" in names and "prefill" in names and "decode" in names
 
 
-def test_demo_shows_cache_hits_loop_cuts_and_span_rows(base_url):
+def test_demo_shows_cache_hits_loop_cuts_and_span_rows(base_url, tmp_path):
     lines: list[str] = []
-    result = demo.run_demo(base_url, out=lines.append)
+    result = demo.run_demo(base_url, out=lines.append, report_dir=tmp_path)
     unwrapped_cached = [plain.cached_tokens for plain, _ in result["cache"]]
     wrapped_cached = [guarded.cached_tokens for _, guarded in result["cache"]]
     assert unwrapped_cached == [0, 0, 0]
@@ -68,3 +68,5 @@ def test_demo_shows_cache_hits_loop_cuts_and_span_rows(base_url):
     assert [row["cached"] for row in completed][1:3] == wrapped_cached[1:]
     assert sum(row["guard"] == "loop" for row in result["spans"]) == 2
     assert any("(c) A tool loop" in line for line in lines) and any("(d)" in line for line in lines)
+    page = result["report"].read_text()
+    assert result["report"].parent == tmp_path and "<img" in page and str(result["report"]) in lines[-1]
