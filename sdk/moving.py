@@ -13,11 +13,13 @@ warning), as are the system prompt's under `volatile="warn"`.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from sdk.adapters import Adapter, map_text
 from sdk.call import Call
+from sdk.clock_readings import is_clock_reading
 from sdk.families import FamilyMemory, family_key
 from sdk.policy import Policy
 from sdk.volatile import VolatileMatch, cut_volatile, find_volatile, mask_volatile, render_note_line
@@ -44,6 +46,9 @@ def move_volatile(call: Call, policy: Policy, adapter: Adapter, families: Family
     if families is not None:
         key = family_key([mask_volatile(text) for text in (*system_texts, *tool_texts)])
         changing = families.changing(key, tuple(hash(match.text) for match in candidates))
+        if changing is not None:  # the current time is the same on two calls within its resolution
+            now = time.time()
+            changing = tuple(seen or is_clock_reading(match, now) for seen, match in zip(changing, candidates))
     in_system = sum(len(matches) for matches in found[: len(system_texts)])
     moves = changing[:in_system] if changing is not None else (True,) * in_system
     if changing is not None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -14,8 +16,10 @@ from sdk.adapters import adapter_for
 from sdk.call import Api, Call, Provider
 from sdk.canonical import NOTE_OPEN
 from sdk.chain import Chain
+from sdk.clock_readings import is_clock_reading
 from sdk.families import FamilyMemory, family_key
 from sdk.fingerprint import PrefixTracker
+from sdk.volatile import find_volatile
 from tests.sdk.helpers import LONG_SYSTEM, resolve
 
 PROJECT = "5b0e7c1a-3d4f-4a8e-9c2b-7f1d6e5a4b3c"
@@ -111,6 +115,34 @@ def test_a_stable_uuid_stays_in_the_system_prompt_from_the_second_call_while_the
         note = call.messages[-1]["content"]
         assert note.startswith(NOTE_OPEN) and "Request ID: " in note and PROJECT not in note
     assert len({_system_text(call) for call in calls[1:]}) == 1  # the same bytes every call: cacheable
+
+
+def test_the_current_time_repeated_by_calls_within_its_second_still_moves_on_every_call():
+    chain = Chain(sdk.Policy(), PrefixTracker())
+    stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    fixed = "2020-01-01T00:00:00+00:00"
+    system = f"Timestamp: {stamp}\nPolicy effective {fixed}. You are the support assistant."
+    calls = [_chat(chain, system) for _ in range(3)]  # three calls within one second: the same bytes
+    for call in calls:
+        assert stamp not in _system_text(call) and stamp in call.messages[-1]["content"]
+    assert all(fixed in _system_text(call) for call in calls[1:])  # a fixed date far from now stays
+    assert _system_text(calls[1]) == _system_text(calls[2])  # the same bytes every call after the first: cacheable
+
+
+@pytest.mark.parametrize(
+    ("text", "reads_the_clock"),
+    [
+        (lambda now: f"Current time: {time.ctime(now)}", True),
+        (lambda now: f"at {int(now)} sharp", True),
+        (lambda now: f"at {int(now * 1000)} ms", True),
+        (lambda now: "Founded 2001-09-09T01:46:40Z, long ago.", False),
+        (lambda now: f"at {int(now) - 10 * 86_400} then", False),
+    ],
+)
+def test_a_timestamp_or_epoch_near_now_is_a_clock_reading_and_one_far_from_it_is_not(text, reads_the_clock):
+    now = time.time()
+    [match] = find_volatile(text(now))
+    assert is_clock_reading(match, now) is reads_the_clock
 
 
 def test_a_kept_candidate_that_changes_later_moves_from_that_call_on_for_good():
