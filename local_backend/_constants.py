@@ -57,3 +57,7 @@ SAMPLER_STATE_MIN_CAPACITY: Final = 64
 DECODE_PADDING_SHARE: Final = 0.25
 """A decode group grows while padding its rows to the longest context adds at most this share to
 the context it gathers; past it, a new group (another attention call) starts."""
+
+SAMPLING_EPS: Final = 1e-5
+"""vLLM's rule: a temperature below it samples greedily, and a repetition penalty must reach it (a
+smaller one divides a float32 logit past its range, and the step would fail on infinities)."""

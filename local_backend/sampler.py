@@ -1,7 +1,7 @@
 """Next tokens from logits: penalties, DRY, temperature, top-k/top-p/min-p, greedy or seeded draws.
 
 The order is vLLM's: penalties on the raw logits, then (llama.cpp) DRY, then temperature, then the
-filters, then a draw. Greedy rows (`temperature == 0`) take the argmax after penalties and DRY.
+filters, then a draw. Greedy rows (`temperature` below `SAMPLING_EPS`) take the argmax after penalties and DRY.
 
 Built to scale with batch and vocabulary (a few passes over `[rows, vocab]` per step, no sort of
 a whole row, no per-step tensor rebuilt from a request's token list):
@@ -162,7 +162,7 @@ class Sampler:
 
         Greedy rows use T = 1.
         """
-        temperature = torch.tensor([p.temperature if p.temperature > 0 else 1.0 for p in params], device=logits.device)
+        temperature = torch.tensor([1.0 if p.greedy else p.temperature for p in params], device=logits.device)
         logits.sub_(logits.amax(dim=-1, keepdim=True)).mul_((LOG2E / temperature)[:, None])
         return logits.exp2_()
 

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from local_backend._constants import DRY_DEFAULT_BREAKERS, SEED_RANGE
+from local_backend._constants import DRY_DEFAULT_BREAKERS, SAMPLING_EPS, SEED_RANGE
 
 if TYPE_CHECKING:
     import torch
@@ -73,7 +73,7 @@ class SamplingParams:
             ("top_k", top_k is None or top_k >= 1, "must be >= 1 or None"),
             ("min_p", 0 <= self.min_p <= 1, "must be in [0, 1]"),
             ("seed", seed is None or low <= seed <= high, f"must be in [{low}, {high}] or None"),
-            ("repetition_penalty", self.repetition_penalty > 0, "must be > 0"),
+            ("repetition_penalty", self.repetition_penalty >= SAMPLING_EPS, f"must be >= {SAMPLING_EPS}"),
             ("frequency_penalty", -2 <= self.frequency_penalty <= 2, "must be in [-2, 2]"),
             ("presence_penalty", -2 <= self.presence_penalty <= 2, "must be in [-2, 2]"),
             ("dry_multiplier", self.dry_multiplier >= 0, "must be >= 0"),
@@ -90,7 +90,7 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0
+        return self.temperature < SAMPLING_EPS
 
     @property
     def has_penalties(self) -> bool:

@@ -194,3 +194,13 @@ def test_a_filter_that_refuses_almost_every_draw_is_applied_as_a_mask():
     seqs = [_seq("a", SamplingParams(min_p=0.9999)), _seq("b", SamplingParams(min_p=0.9999, seed=5))]
     sampler = Sampler(vocab_size=1000, breakers=lambda _: NO_BREAKERS)
     assert [sampler(logits.clone(), seqs) for _ in range(5)] == [[7, 7]] * 5
+
+
+@pytest.mark.parametrize("temperature", [1e-300, 1e-6])
+def test_a_temperature_below_vllms_epsilon_samples_greedily_instead_of_dividing_by_almost_nothing(temperature):
+    assert SamplingParams(temperature=temperature).greedy and not SamplingParams(temperature=1e-4).greedy
+
+
+def test_a_repetition_penalty_too_small_for_float32_logits_is_refused_by_name():
+    with pytest.raises(ValueError, match="repetition_penalty=1.7e-219 must be >= 1e-05"):
+        SamplingParams(repetition_penalty=1.7e-219)
