@@ -8,7 +8,8 @@ result, the answer), (d) a per-call table read from the OpenTelemetry spans, and
 OTEL_EXPORTER_OTLP_ENDPOINT is set; it ends by writing `kvwise report`'s page for its own calls
 (`kvwise-report/report.html`). With `--phoenix` (`make phoenix-demo`, Phoenix from
 its own venv) it first starts Arize Phoenix on a free loopback port, exports the traces there,
-prints the page to open and keeps Phoenix running until Ctrl-C.
+writes the report again from what Phoenix stored (`kvwise-report-phoenix/report.html`, read by its
+REST API), prints the page to open and keeps Phoenix running until Ctrl-C.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import sdk
 from examples.local_server import local_server
 from examples.phoenix import phoenix_server
-from sdk.report import write_report_from_spans
+from sdk.report import read_phoenix, write_report, write_report_from_spans
 from sdk.telemetry import semconv as sc
 
 MODEL = "default"
@@ -52,6 +53,7 @@ DEMO_PRICES = {MODEL: {"input": 0.15, "cached_input": 0.015, "cache_write": 0.15
 """As if the bundled model were priced like a small hosted one (USD per million tokens)."""
 PHOENIX_PROJECT = "kvwise-demo"
 REPORT_DIR = Path("kvwise-report")
+PHOENIX_REPORT_DIR = Path("kvwise-report-phoenix")
 TOOL = {
     "type": "function",
     "function": {
@@ -238,27 +240,32 @@ def run_demo(base_url: str, out: Callable[[str], None] = print, report_dir: Path
         out(f"\n(e) The same traces were exported by OTLP to {os.environ['OTEL_EXPORTER_OTLP_ENDPOINT']}")
     else:
         out("\n(e) Set OTEL_EXPORTER_OTLP_ENDPOINT to export the same traces to any OTLP backend")
-    _, page = write_report_from_spans(exporter.get_finished_spans(), report_dir)
+    finished = exporter.get_finished_spans()
+    _, page = write_report_from_spans(finished, report_dir)
     out(f"\nkvwise report of these calls (TTFT against input, hit ratio, cost split, decode speed): {page}")
     provider.shutdown()
-    return {"cache": cache, "loops": loops, "tool": tool, "spans": spans, "report": page}
+    return {"cache": cache, "loops": loops, "tool": tool, "spans": spans, "report": page, "span_count": len(finished)}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m examples.demo")
     parser.add_argument("--phoenix", action="store_true", help="send the traces to Arize Phoenix, started here, kept until Ctrl-C")
     if not parser.parse_args(argv).phoenix:
-        return demo()
+        demo()
+        return 0
     print("starting Arize Phoenix on a free loopback port ...")
     with phoenix_server() as phoenix:
         os.environ.update(phoenix.otlp_environment(PHOENIX_PROJECT))
-        demo()
+        measured = demo()
+        phoenix.wait_for_spans(PHOENIX_PROJECT, measured["span_count"])
+        _, page = write_report(read_phoenix(phoenix.url, PHOENIX_PROJECT), PHOENIX_REPORT_DIR)
+        print(f"kvwise report of the same calls, read back from Phoenix's REST API: {page}")
         phoenix.show_until_interrupted(PHOENIX_PROJECT)
     return 0
 
 
-def demo() -> int:
-    """The demo itself: start the local backend, run the sections, report the time."""
+def demo() -> dict[str, Any]:
+    """The demo itself: start the local backend, run the sections, report the time; return what was measured."""
     print("kvwise demo: the bundled model, served locally on CPU, called through the real openai and anthropic clients")
     started = time.monotonic()
     dots = 0
@@ -271,9 +278,9 @@ def demo() -> int:
 
     with local_server(on_wait=progress) as base_url:
         print(f"\rserver ready at {base_url} after {time.monotonic() - started:.1f} s" + " " * 20)
-        run_demo(base_url)
+        measured = run_demo(base_url)
     print(f"\ndone in {time.monotonic() - started:.1f} s")
-    return 0
+    return measured
 
 
 if __name__ == "__main__":

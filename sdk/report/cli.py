@@ -9,8 +9,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from sdk.report.build import Report, build, summary
+from sdk.report.phoenix import PhoenixError, read_phoenix
 from sdk.report.spans import RawSpan, calls, from_readable, read_otlp_json
 
+PHOENIX_DEFAULT_PROJECT = "default"
+"""Where Phoenix files spans that name no project."""
 NEEDS_MATPLOTLIB = "the figures and the page need matplotlib: pip install 'kvwise[report]'"
 
 
@@ -37,12 +40,19 @@ def write_report_from_spans(spans: Iterable[Any], out: Path) -> tuple[Report, Pa
 
 
 def progress_bar(stream: TextIO, label: str) -> Callable[[int, int], None]:
-    """A one-line percentage on `stream`, rewritten only when the whole percent changes."""
+    """A one-line percentage on `stream`, rewritten only when the whole percent changes.
+
+    With a total of 0 (a source that does not know its size) it shows the count read so far instead.
+    """
     shown = -1
 
     def show(done: int, total: int) -> None:
         nonlocal shown
-        percent = done * 100 // total if total else 100
+        if not total:
+            stream.write(f"\r{label}: {done} spans")
+            stream.flush()
+            return
+        percent = done * 100 // total
         if percent != shown:
             shown = percent
             stream.write(f"\r{label}: {percent:3d}%" + ("\n" if percent == 100 else ""))
@@ -56,11 +66,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kvwise", description="kvwise's tools")
     commands = parser.add_subparsers(dest="command", required=True)
     command = commands.add_parser("report", help="diagnose prefill, decode and the cache from kvwise's spans")
-    command.add_argument("traces", type=Path, help="an OTLP/JSON file (the collector's file exporter output)")
+    source = command.add_mutually_exclusive_group(required=True)
+    source.add_argument("traces", type=Path, nargs="?", help="an OTLP/JSON file (the collector's file exporter output)")
+    source.add_argument("--phoenix", metavar="URL", help="a running Arize Phoenix to read instead (e.g. http://127.0.0.1:6006)")
+    command.add_argument("--project", default=PHOENIX_DEFAULT_PROJECT, help="the Phoenix project (with --phoenix)")
     command.add_argument("--out", type=Path, default=Path("kvwise-report"), help="folder for report.html and the PNGs")
     args = parser.parse_args(argv)
-    progress = progress_bar(sys.stderr, f"reading {args.traces}") if sys.stderr.isatty() else None
-    report = build(calls(read_otlp_json(args.traces, progress)))
+    label = f"reading {args.phoenix or args.traces}"
+    progress = progress_bar(sys.stderr, label) if sys.stderr.isatty() else None
+    try:
+        spans = read_phoenix(args.phoenix, args.project, progress) if args.phoenix else read_otlp_json(args.traces, progress)
+    except (PhoenixError, OSError, ValueError) as error:
+        print(f"kvwise report: {error}", file=sys.stderr)
+        return 2
+    report = build(calls(spans))
     print(summary(report))
     try:
         page = write_page(report, args.out)

@@ -1,9 +1,11 @@
 """kvwise's call spans as flat records, read from an OTLP/JSON file or from in-process spans.
 
-Both sources become `RawSpan`s first (name, ids, times, plain attributes), so the numbers never see
-where the spans came from. A call is a span of kvwise's own tracer that is not a phase span; its
-`decode` child (streams only) gives the decode time. The OTLP/JSON reader takes what the
-OpenTelemetry collector's file exporter writes: one `ExportTraceServiceRequest` JSON per line.
+Every source (`phoenix` adds a running Phoenix) becomes `RawSpan`s first (name, ids, times, plain
+attributes), so the numbers never see where the spans came from. A call is a span of kvwise's own
+tracer that is not a phase span (a source that drops the scope, as Phoenix does, keeps it by the
+`kvwise.attempts` every call span carries); its `decode` child (streams only) gives the decode
+time. The OTLP/JSON reader takes what the OpenTelemetry collector's file exporter writes: one
+`ExportTraceServiceRequest` JSON per line.
 """
 
 from __future__ import annotations
@@ -109,28 +111,42 @@ def _request_spans(request: Mapping[str, Any]) -> Iterator[RawSpan]:
         for scope_spans in resource.get("scopeSpans", ()):
             scope = (scope_spans.get("scope") or {}).get("name", "")
             for span in scope_spans.get("spans", ()):
-                yield RawSpan(
-                    name=span.get("name", ""),
-                    scope=scope,
-                    span_id=span.get("spanId", ""),
-                    parent_id=span.get("parentSpanId") or None,
-                    start_ns=int(span.get("startTimeUnixNano", 0)),
-                    end_ns=int(span.get("endTimeUnixNano", 0)),
-                    attributes={kv["key"]: _any_value(kv.get("value", {})) for kv in span.get("attributes", ())},
-                )
+                yield otlp_span(span, scope)
 
 
-def _any_value(value: Mapping[str, Any]) -> Any:
-    """An OTLP `AnyValue` as a Python value (64-bit integers arrive as JSON strings)."""
-    if "intValue" in value:
-        return int(value["intValue"])
-    if "doubleValue" in value:
-        return float(value["doubleValue"])
-    if "arrayValue" in value:
-        return tuple(_any_value(item) for item in value["arrayValue"].get("values", ()))
+def otlp_span(span: Mapping[str, Any], scope: str) -> RawSpan:
+    """A `RawSpan` from one OTLP/JSON span, in the spec's lowerCamelCase or in Phoenix's snake_case."""
+    spelling = _SNAKE if "span_id" in span else _CAMEL
+    return RawSpan(
+        name=span.get("name") or "",
+        scope=scope,
+        span_id=span.get(spelling["spanId"]) or "",
+        parent_id=span.get(spelling["parentSpanId"]) or None,
+        start_ns=int(span.get(spelling["startTimeUnixNano"]) or 0),
+        end_ns=int(span.get(spelling["endTimeUnixNano"]) or 0),
+        attributes={kv["key"]: _any_value(kv.get("value") or {}, spelling) for kv in span.get("attributes") or ()},
+    )
+
+
+_CAMEL = {key: key for key in (
+    "spanId", "parentSpanId", "startTimeUnixNano", "endTimeUnixNano",
+    "intValue", "doubleValue", "arrayValue", "stringValue", "boolValue",
+)}  # fmt: skip
+_SNAKE = {key: "".join(f"_{c.lower()}" if c.isupper() else c for c in key) for key in _CAMEL}
+"""OTLP/JSON's field names, and the same in snake_case (Phoenix's REST answer), by their camelCase."""
+
+
+def _any_value(value: Mapping[str, Any], spelling: Mapping[str, str] = _CAMEL) -> Any:
+    """An OTLP `AnyValue` as a Python value (64-bit integers arrive as JSON strings; absent fields may be null)."""
+    if (number := value.get(spelling["intValue"])) is not None:
+        return int(number)
+    if (number := value.get(spelling["doubleValue"])) is not None:
+        return float(number)
+    if (array := value.get(spelling["arrayValue"])) is not None:
+        return tuple(_any_value(item, spelling) for item in array.get("values") or ())
     for key in ("stringValue", "boolValue"):
-        if key in value:
-            return value[key]
+        if (plain := value.get(spelling[key])) is not None:
+            return plain
     return None
 
 
@@ -140,14 +156,16 @@ def calls(spans: Iterable[RawSpan]) -> list[CallRecord]:
     decode_s = {
         span.parent_id: (span.end_ns - span.start_ns) / 1e9
         for span in spans
-        if span.scope == sc.INSTRUMENTATION_SCOPE and span.name == sc.PhaseName.DECODE and span.parent_id
+        if span.name == sc.PhaseName.DECODE and span.parent_id and span.scope in ("", sc.INSTRUMENTATION_SCOPE)
     }
-    records = [
-        _record(span, decode_s.get(span.span_id))
-        for span in spans
-        if span.scope == sc.INSTRUMENTATION_SCOPE and span.name not in _PHASES
-    ]
+    records = [_record(span, decode_s.get(span.span_id)) for span in spans if _is_call(span)]
     return sorted(records, key=lambda record: record.start_ns)
+
+
+def _is_call(span: RawSpan) -> bool:
+    if span.name in _PHASES:
+        return False
+    return span.scope == sc.INSTRUMENTATION_SCOPE or (not span.scope and sc.KVWISE_ATTEMPTS in span.attributes)
 
 
 def _record(span: RawSpan, decode_s: float | None) -> CallRecord:

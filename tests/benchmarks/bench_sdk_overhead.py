@@ -16,6 +16,10 @@ MeterProvider with an in-memory reader), against one loopback mock server in a p
                  sends; a stream's prefill and decode spans; the same metric points), with every
                  attribute computed once up front: the least any instrumentation pays to emit it
 
+With `--baseline FOLDER` (a checkout of an earlier commit, e.g. `git worktree add /tmp/base <commit>`)
+one more contender, `kvwise-base`, runs that checkout's `sdk` the same way as `kvwise`: a regression
+check whose figures share the run's load, where figures copied from another day would not.
+
 Both peers work with openai 3.x as installed (genai-openai 1.3b0, OpenLLMetry 0.62.4); a peer that
 fails to import or instrument is listed with its error instead of a figure. The deprecated
 `opentelemetry-instrumentation-openai-v2` is no contender: it does not import with openai 3.x.
@@ -134,10 +138,12 @@ def _install_otel_sdk() -> tuple[Any, Any]:
     return tracer_provider, meter_provider
 
 
-def _client(name: str, port: int) -> Any:
+def _client(name: str, port: int, baseline: str | None = None) -> Any:
     import openai
 
-    if name in PEERS or name == "kvwise":
+    if name == "kvwise-base" and baseline:
+        sys.path.insert(0, baseline)  # this process's `sdk` is the earlier checkout's
+    if name in PEERS or name in ("kvwise", "kvwise-base"):
         _install_otel_sdk()
     if name == "otel-genai":
         from opentelemetry.instrumentation.genai.openai import OpenAIInstrumentor
@@ -165,8 +171,8 @@ def _mean_us(fn: Callable[[], Any], calls: int) -> float:
 class Contender:
     """One contender's client in this process: warmed up, then timed one round at a time."""
 
-    def __init__(self, name: str, port: int) -> None:
-        client = _client(name, port)
+    def __init__(self, name: str, port: int, baseline: str | None = None) -> None:
+        client = _client(name, port, baseline)
         create = client.chat.completions.create
         self.whole = lambda: create(model=MODEL, messages=MESSAGES)
         self.streamed = lambda: [_ for _ in create(model=MODEL, messages=MESSAGES, stream=True,
@@ -301,13 +307,13 @@ class Floor:
         self.whole, self.streamed = one(False), one(True)
 
 
-def work(name: str, port: int, calls: int) -> None:
+def work(name: str, port: int, calls: int, baseline: str | None = None) -> None:
     """A contender process: set up, warm up, then answer one timed round per line read from stdin."""
     try:
         contender: Contender | Recorder | Floor = (
             Recorder() if name == "recorder"
             else Floor(port, send=name == "otel-floor") if name in ("otel-floor", "floor-alone")
-            else Contender(name, port)
+            else Contender(name, port, baseline)
         )
         for _ in range(max(calls // 5, 10)):
             contender.whole()
@@ -397,7 +403,7 @@ def _report(results: list[dict[str, Any]]) -> None:
         print(f"{r['name']:<13} " + " ".join(cells))
     kvwise = by_name.get("kvwise")
     if kvwise and "error" not in kvwise and raw:
-        for peer in PEERS:
+        for peer in (*PEERS, "kvwise-base"):
             other = by_name.get(peer)
             if other and "error" not in other:
                 for key, label in (("whole_us", "call"), ("stream_us", "stream")):
@@ -421,6 +427,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=300, help="calls per round (streams: a tenth)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--processes", type=int, default=4, help="processes per contender")
+    parser.add_argument("--baseline", help="a checkout of an earlier commit: its sdk runs as the kvwise-base contender")
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     parser.add_argument("--contender", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -429,7 +436,7 @@ def main() -> None:
         serve(args.serve)
         return
     if args.contender:
-        work(args.contender, args.port, args.calls)
+        work(args.contender, args.port, args.calls, args.baseline)
         return
     port_file = Path(f"/tmp/kvwise-bench-{time.time_ns()}.port")
     server = subprocess.Popen([sys.executable, __file__, "--serve", str(port_file)], cwd=ROOT)
@@ -438,7 +445,11 @@ def main() -> None:
             time.sleep(0.05)
         port = int(port_file.read_text())
         common = ["--calls", str(args.calls), "--port", str(port)]
-        results = _rounds((*CONTENDERS, *NO_IO), common, args.rounds, args.processes)
+        names: tuple[str, ...] = (*CONTENDERS, *NO_IO)
+        if args.baseline:
+            common += ["--baseline", str(Path(args.baseline).resolve())]
+            names = (*CONTENDERS[:3], "kvwise-base", *CONTENDERS[3:], *NO_IO)
+        results = _rounds(names, common, args.rounds, args.processes)
     finally:
         server.terminate()
         server.wait()

@@ -30,6 +30,7 @@ from sdk import report
 from sdk.report.cli import NEEDS_MATPLOTLIB, main, progress_bar
 from sdk.report.figures import TITLES
 from sdk.telemetry import semconv as sc
+from tests.browser import PNG_MAGIC, render
 from tests.sdk.helpers import LONG_SYSTEM
 from tests.simulator.simulator import ProviderSimulator
 
@@ -38,7 +39,12 @@ PREFILL_S_PER_TOKEN = 2e-4
 """The simulator's prefill cost: 200 ms per 1k uncached tokens, far above loopback noise."""
 OTHER_SYSTEM = " ".join(f"Policy {i}: cite the cache figures you read, and nothing else." for i in range(160))
 SHORT_SYSTEM = " ".join(f"Note {i}: be brief about prefill and decode." for i in range(90))
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+ARTIFACTS = Path(__file__).parents[1] / "integration" / "artifacts"
+SCREENSHOT = ARTIFACTS / "kvwise-report.png"
+SCREENSHOT_SIZE = "1100,2400"
+FIGURE_COLOURS = ((31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40))
+"""matplotlib's first four fill colours (tab:blue, orange, green, red): on the page only inside figures."""
+FIGURE_PIXELS = 1000
 
 
 @dataclass
@@ -211,6 +217,40 @@ def test_reading_a_trace_file_reports_its_progress_up_to_the_whole_file_and_the_
     for done in (0, 1, 1, 2):
         bar(done, 2)
     assert screen.getvalue() == "\rreading:   0%\rreading:  50%\rreading: 100%\n"
+    unsized = io.StringIO()
+    count = progress_bar(unsized, "reading")
+    for done in (1000, 1400):  # Phoenix's pages: no total, the count so far
+        count(done, 0)
+    assert unsized.getvalue() == "\rreading: 1000 spans\rreading: 1400 spans"
+
+
+def test_a_trace_file_that_is_missing_or_not_json_is_a_clear_error_not_a_traceback(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("{not json\n", encoding="utf-8")
+    for path in (tmp_path / "missing.jsonl", broken):
+        result = subprocess.run([sys.executable, "-m", "sdk.report", str(path), "--out", str(tmp_path / "out")],
+                                capture_output=True, text=True, cwd=Path(__file__).parents[2], check=False)
+        assert result.returncode == 2 and result.stderr.startswith("kvwise report: ") and "Traceback" not in result.stderr
+
+
+def test_headless_chromium_renders_the_page_with_its_figures_table_and_findings(
+    workload: Workload, tmp_path: Path, browser: str
+) -> None:
+    """The screenshot is kept as an artifact; the README shows one (docs/kvwise-report.png)."""
+    built, page = report.write_report_from_spans(workload.spans, tmp_path / "report")
+    dom = render(browser, page.as_uri(), tmp_path / "dom-profile", "--dump-dom")
+    assert dom.count("<img ") == len(TITLES) and dom.count("<tr>") == len(built.families) + 1
+    assert all(escape(finding) in dom for finding in built.findings)
+    ARTIFACTS.mkdir(exist_ok=True)
+    SCREENSHOT.unlink(missing_ok=True)
+    render(browser, page.as_uri(), tmp_path / "screenshot-profile", f"--screenshot={SCREENSHOT}",
+           window_size=SCREENSHOT_SIZE)
+    assert SCREENSHOT.read_bytes()[:8] == PNG_MAGIC
+    with Image.open(SCREENSHOT) as shot:
+        assert shot.size == tuple(int(side) for side in SCREENSHOT_SIZE.split(","))
+        pixels = {colour: count for count, colour in shot.convert("RGB").getcolors(maxcolors=1 << 22) or []}
+    # The figures were drawn, not blank boxes or broken-image icons: each of their fill colours is on screen.
+    assert all(pixels.get(colour, 0) > FIGURE_PIXELS for colour in FIGURE_COLOURS), pixels
 
 
 def test_python_m_sdk_report_without_matplotlib_prints_the_summary_and_says_what_to_install(
