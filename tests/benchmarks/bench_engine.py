@@ -4,7 +4,9 @@ Checkpoint: Llama, 8 layers, hidden 512, GQA 8/4 heads, vocab 32000 (56M paramet
 weights, built in a temporary directory. Measures: cold TTFT at 128/512/2048-token prompts; TTFT of
 a 32-token suffix after a 2048-token cached prefix vs cold; decode tokens/s at batch 1; total
 tokens/s with 16 concurrent requests of 128 prompt + 64 output tokens. `bench_engine_cuda.py` runs
-the same measures on a GPU in bf16.
+the same measures on a GPU in bf16. A last table gives the per-token cost of constrained decoding's
+mask (llguidance, `local_backend.server.constrained`) on the bundled model, whose tokenizer the
+grammar needs: the mask's own time per token, and decode time per token with and without it.
 
 Figures mean something only on an otherwise idle machine. On a busy one, OpenMP threads spinning
 at the barriers of small parallel ops dominate both contenders (seen at load 4 on 2 cores: engine
@@ -125,6 +127,59 @@ def measure_engine(directory: Path, device: str, dtype: torch.dtype) -> dict[str
     return out
 
 
+MASK_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
+               "tags": {"type": "array", "items": {"type": "string"}}}, "required": ["city", "days", "tags"]}
+MASK_TOKENS, MASK_REQUESTS = 48, 8
+
+
+class _TimedMask:
+    """A request's grammar processor, timed call by call."""
+
+    def __init__(self, inner: Callable[..., torch.Tensor]) -> None:
+        self.inner, self.seconds, self.calls = inner, 0.0, 0
+
+    def __call__(self, output_token_ids: list[int], logits: torch.Tensor) -> torch.Tensor:
+        start = time.perf_counter()
+        result = self.inner(output_token_ids, logits)
+        self.seconds, self.calls = self.seconds + time.perf_counter() - start, self.calls + 1
+        return result
+
+
+def measure_mask() -> dict[str, float]:
+    """Per-token seconds of the JSON-schema mask alone, and of a decode step with and without it (batch 1)."""
+    from local_backend.server.constrained import Grammars
+
+    engine = Engine.from_pretrained("default", device="cpu")
+    grammars = Grammars(engine.tokenizer, engine.config.vocab_size, sorted(engine.core.eos))
+    prompt = engine.tokenizer.encode("Plan a trip as JSON: city, days and tags.")
+    masks: list[_TimedMask] = []
+    free = constrained = tokens = 0.0
+    for _ in range(MASK_REQUESTS):
+        mask = _TimedMask(grammars.json(MASK_SCHEMA, "response_format"))
+        masks.append(mask)
+        start = time.perf_counter()
+        [done] = engine.generate([prompt], SamplingParams(max_tokens=MASK_TOKENS, temperature=0, logits_processor=mask))
+        constrained += time.perf_counter() - start
+        produced = len(done.token_ids)
+        start = time.perf_counter()
+        engine.generate([prompt], SamplingParams(max_tokens=produced, temperature=0, ignore_eos=True))
+        free += time.perf_counter() - start
+        tokens += produced
+    engine.close()
+    return {"mask_s": sum(m.seconds for m in masks) / sum(m.calls for m in masks), "free_s": free / tokens,
+            "constrained_s": constrained / tokens, "vocab": float(engine.config.vocab_size)}
+
+
+def report_mask(mask: dict[str, float]) -> None:
+    print(f"\nconstrained decoding's mask on the bundled model (vocab {mask['vocab']:.0f}), batch 1, CPU float32")
+    print(f"{'measure':<44}{'µs per token':>14}")
+    print(f"{'the mask alone (llguidance + masked_fill)':<44}{mask['mask_s'] * 1e6:>14.0f}")
+    print(f"{'per generated token, free (prefill included)':<44}{mask['free_s'] * 1e6:>14.0f}")
+    print(f"{'per generated token, JSON schema':<44}{mask['constrained_s'] * 1e6:>14.0f}")
+    print(f"mask share of a constrained token: {mask['mask_s'] / mask['constrained_s']:.0%}; "
+          f"constrained ÷ free: {mask['constrained_s'] / mask['free_s']:.2f}x")
+
+
 def report(hf: dict[str, float], ours: dict[str, float], label: str) -> None:
     """Print the comparison table with ratios and the issue's targets."""
     rows = [(f"TTFT {n} tokens (ms)", hf[f"ttft_{n}"] * 1e3, ours[f"ttft_{n}"] * 1e3, hf[f"ttft_{n}"] / ours[f"ttft_{n}"], "")
@@ -160,6 +215,7 @@ def run(device: str, dtype: torch.dtype, label: str) -> None:
 
 def main() -> None:
     run("cpu", torch.float32, f"CPU float32, {torch.get_num_threads()} threads")
+    report_mask(measure_mask())
 
 
 if __name__ == "__main__":
