@@ -66,7 +66,8 @@ formats read all of them (`top_k`, `min_p`, `repetition_penalty`, `ignore_eos` a
 OPENAI_CHAT_ROLES: Final = frozenset({"system", "developer", "user", "assistant"})
 """Roles a Chat Completions message may have (`developer` is rendered as `system`)."""
 
-ANTHROPIC_ROLES: Final = frozenset({"user", "assistant"})
+ANTHROPIC_ROLES: Final = frozenset({"user", "assistant", "system"})
+"""Roles of an Anthropic message (anthropic 2.x's `SystemMessageParam` puts system text among the turns)."""
 
 MAX_CHOICES: Final = 16
 """Largest `n` one request may ask for (each choice is an engine request and takes a slot)."""

@@ -30,7 +30,7 @@ from local_backend.sampling_params import LogitsProcessor
 from local_backend.server._constants import ANTHROPIC_MAX_TEMPERATURE
 from local_backend.server.constrained import Grammars
 from local_backend.server.tool_requests import ToolChoice, anthropic_messages, anthropic_tools
-from local_backend.server.tools import ArgumentsPiece, CallStart, Event, TextPiece, Tool, ToolCallParser, prompt_ids
+from local_backend.server.tools import ArgumentsPiece, CallStart, Event, TextPiece, Tool, ToolCall, ToolCallParser, prompt_ids
 from local_backend.server.errors import ApiError, Flavor
 from local_backend.server.generation import Backend
 from local_backend.server.streaming import respond, sse
@@ -54,19 +54,17 @@ class AnthropicFormat:
         self._model = model
         self._id = "msg_" + uuid.uuid4().hex
         self._parser = ToolCallParser("toolu_") if parse_tools else None
-        self._calling = False  # a streamed call has begun: the text block is closed
+        self._block = 0  # the index of the streamed content block last opened (block 0: the text before any call)
+        self._text_open = True  # whether that block is a text block still open
 
     def whole(self, completions: Sequence[Completion]) -> dict[str, Any]:
         [completion] = completions
         content: list[dict[str, Any]] = [{"type": "text", "text": completion.text}]
         stop = _stop(completion)
         if self._parser is not None:
-            self._parser.feed(completion.text)
-            self._parser.finish()
-            calls = [_tool_use(call.id, call.name, call.arguments) for call in self._parser.calls]
-            text = [{"type": "text", "text": self._parser.lead}] if self._parser.lead or not calls else []
-            content = text + calls
-            stop = _stop(completion, tool_use=bool(calls))
+            events = [*self._parser.feed(completion.text), *self._parser.finish()]
+            content = _blocks(events, self._parser.calls) or content
+            stop = _stop(completion, tool_use=bool(self._parser.calls))
         body = self._message(content, _usage(Usage.of(completion)))
         return {**body, **stop, "timings": timings(completion)}
 
@@ -86,8 +84,8 @@ class AnthropicFormat:
 
     def finished(self, index: int, completion: Completion) -> list[bytes]:
         chunks = self._events(self._parser.finish()) if self._parser is not None else []
-        if self._parser is None or not self._parser.calls:  # the text block is still open
-            chunks.append(sse({"type": "content_block_stop", "index": 0}, "content_block_stop"))
+        if self._text_open:
+            chunks.append(sse({"type": "content_block_stop", "index": self._block}, "content_block_stop"))
         return chunks
 
     def closing(self, completions: Sequence[Completion]) -> list[bytes]:
@@ -101,25 +99,29 @@ class AnthropicFormat:
         return [sse(body, "error")]
 
     def _events(self, events: Sequence[Event]) -> list[bytes]:
-        """Text into block 0; call i is block i + 1: `tool_use` start, `input_json_delta`s, stop."""
+        """Content blocks in the answer's order: text before the first call into block 0, each call a
+        `tool_use` block (start, `input_json_delta`s, stop), text after a call a new text block."""
         chunks = []
         for event in events:
             if isinstance(event, TextPiece):
-                if not self._calling:  # text after a call is dropped (its block is closed)
-                    chunks += _text_delta(event.text)
+                if not self._text_open:
+                    self._block, self._text_open = self._block + 1, True
+                    block = {"type": "content_block_start", "index": self._block, "content_block": {"type": "text", "text": ""}}
+                    chunks.append(sse(block, "content_block_start"))
+                chunks += _text_delta(event.text, self._block)
             elif isinstance(event, CallStart):
-                self._calling = True
-                if event.index == 0:
-                    chunks.append(sse({"type": "content_block_stop", "index": 0}, "content_block_stop"))
+                if self._text_open:
+                    chunks.append(sse({"type": "content_block_stop", "index": self._block}, "content_block_stop"))
+                self._block, self._text_open = self._block + 1, False
                 block = {"type": "tool_use", "id": event.call_id, "name": event.name, "input": {}}
-                start = {"type": "content_block_start", "index": event.index + 1, "content_block": block}
-                chunks.append(sse(start, "content_block_start"))
+                chunks.append(sse({"type": "content_block_start", "index": self._block, "content_block": block},
+                                  "content_block_start"))  # fmt: skip
             elif isinstance(event, ArgumentsPiece):
                 piece = {"type": "input_json_delta", "partial_json": event.text}
-                chunks.append(sse({"type": "content_block_delta", "index": event.index + 1, "delta": piece},
+                chunks.append(sse({"type": "content_block_delta", "index": self._block, "delta": piece},
                                   "content_block_delta"))  # fmt: skip
             else:
-                chunks.append(sse({"type": "content_block_stop", "index": event.index + 1}, "content_block_stop"))
+                chunks.append(sse({"type": "content_block_stop", "index": self._block}, "content_block_stop"))
         return chunks
 
     def _message(self, content: list[dict[str, Any]], usage: dict[str, Any]) -> dict[str, Any]:
@@ -127,9 +129,24 @@ class AnthropicFormat:
                 "content": content, "usage": usage}  # fmt: skip
 
 
-def _text_delta(text: str) -> list[bytes]:
-    event = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}
+def _text_delta(text: str, index: int = 0) -> list[bytes]:
+    event = {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": text}}
     return [sse(event, "content_block_delta")]
+
+
+def _blocks(events: Sequence[Event], calls: Sequence[ToolCall]) -> list[dict[str, Any]]:
+    """A whole answer's content blocks in order (text, `tool_use`, text after it, ...), from the parser's events."""
+    content: list[dict[str, Any]] = []
+    for event in events:
+        if isinstance(event, TextPiece):
+            if content and content[-1]["type"] == "text":
+                content[-1]["text"] += event.text
+            else:
+                content.append({"type": "text", "text": event.text})
+        elif isinstance(event, CallStart):
+            call = calls[event.index]
+            content.append(_tool_use(call.id, call.name, call.arguments))
+    return content
 
 
 def _tool_use(call_id: str, name: str, arguments: str) -> dict[str, Any]:

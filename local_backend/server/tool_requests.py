@@ -6,6 +6,12 @@ assistant turns may carry `tool_calls` (`{"id", "type": "function", "function": 
 "content"}`. Anthropic's `tool_use` / `tool_result` blocks and the Responses API's
 `function_call` / `function_call_output` items map onto them one to one.
 
+Inside a message every key is honoured or refused, as at the top level (`fields`): a key this
+backend cannot honour (a chat `name`, an assistant `refusal` or `audio`, the deprecated
+`function_call`) is a 400 naming it when it carries a value; an explicit null is the key's absence.
+Anthropic's `is_error` on a `tool_result` is honoured: the result reaches the model as
+`Error: <text>`.
+
 `ToolChoice.mode`: `none` (tools not shown, the answer is text), `auto` (the model may call),
 `required` (it must call one of them) or `named` (it must call `name`); the last two are enforced
 by constrained decoding (`constrained`).
@@ -119,6 +125,26 @@ def _choice(value: Any, tools: list[Tool], named: Any) -> ToolChoice:
     return choice
 
 
+OPENAI_MESSAGE_KEYS: Mapping[str, frozenset[str]] = {
+    "system": frozenset({"role", "content"}),
+    "developer": frozenset({"role", "content"}),
+    "user": frozenset({"role", "content"}),
+    "assistant": frozenset({"role", "content", "tool_calls"}),
+    "tool": frozenset({"role", "content", "tool_call_id"}),
+}
+"""The keys of a Chat message this backend honours, by role (others with a value are refused)."""
+ANTHROPIC_MESSAGE_KEYS = frozenset({"role", "content"})
+ERROR_RESULT_PREFIX = "Error: "
+"""How a `tool_result` with `is_error: true` reaches the model."""
+
+
+def _only_known_keys(message: Mapping[str, Any], known: frozenset[str], where: str) -> None:
+    for key, value in message.items():
+        if key not in known and value is not None:
+            raise ApiError(f"{where}.{key} is not supported by this backend (it serves text to a local model); "
+                           "remove it", param=f"{where}.{key}")  # fmt: skip
+
+
 def openai_messages(messages: Any) -> list[dict[str, Any]]:
     """Chat messages with text content, assistant `tool_calls` and `tool` results (developer → system)."""
     if not isinstance(messages, list) or not messages:
@@ -130,6 +156,7 @@ def openai_messages(messages: Any) -> list[dict[str, Any]]:
         if role not in OPENAI_CHAT_ROLES | {"tool"}:
             raise ApiError(f"{where}.role {role!r} is not one of {sorted(OPENAI_CHAT_ROLES | {'tool'})}",
                            param=f"{where}.role")  # fmt: skip
+        _only_known_keys(m, OPENAI_MESSAGE_KEYS[role], where)
         content = m.get("content")
         message: dict[str, Any] = {"role": "system" if role == "developer" else role,
                                    "content": "" if content is None else text_of(content, f"{where}.content")}  # fmt: skip
@@ -162,6 +189,7 @@ def anthropic_messages(messages: Any) -> list[dict[str, Any]]:
         role = m.get("role") if isinstance(m, dict) else None
         if role not in ANTHROPIC_ROLES:
             raise ApiError(f"{where}.role {role!r} is not one of {sorted(ANTHROPIC_ROLES)}", param=f"{where}.role")
+        _only_known_keys(m, ANTHROPIC_MESSAGE_KEYS, where)
         content = m.get("content")
         if not isinstance(content, list):
             out.append({"role": role, "content": text_of(content, f"{where}.content")})
@@ -175,6 +203,8 @@ def anthropic_messages(messages: Any) -> list[dict[str, Any]]:
             elif kind == "tool_result" and role == "user":
                 result = block.get("content")
                 text = "" if result is None else text_of(result, f"{where}.content[{j}].content")
+                if block.get("is_error") is True:
+                    text = ERROR_RESULT_PREFIX + text
                 out.append({"role": "tool", "tool_call_id": str(block.get("tool_use_id", "")), "content": text})
             else:
                 texts.append(text_of([block], f"{where}.content[{j}]"))

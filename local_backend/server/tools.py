@@ -169,16 +169,10 @@ class ToolCallParser:
         self._strip = False  # after a call: the blank lines before what follows are dropped
         self.calls: list[ToolCall] = []
         self._content: list[str] = []
-        self._lead: list[str] = []  # the content before the first call
 
     @property
     def content(self) -> str:
         return "".join(self._content)
-
-    @property
-    def lead(self) -> str:
-        """The content before the first call (Anthropic's text block comes before its `tool_use` blocks)."""
-        return "".join(self._lead)
 
     def feed(self, text: str) -> list[Event]:
         self._buffer += text
@@ -260,8 +254,6 @@ class ToolCallParser:
     def _text(self, events: list[Event], text: str) -> None:
         if text:
             self._content.append(text)
-            if not self.calls:
-                self._lead.append(text)
             events.append(TextPiece(text))
 
     def _start(self, events: list[Event], name: str) -> None:

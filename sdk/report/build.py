@@ -35,8 +35,8 @@ def build(records: Sequence[CallRecord], top: int = REPORT_TOP_FAMILIES) -> Repo
 
 def summary(report: Report) -> str:
     """The short text the CLI prints: totals, then the findings."""
-    spend = sum(cost.total_usd for cost in report.costs)
-    saved = sum(cost.saved_usd for cost in report.costs)
+    spend = sum(model.cost.total_usd for model in report.costs)
+    saved = sum(model.cost.saved_usd for model in report.costs)
     lines = [f"{len(report.calls)} calls, ${spend:.4f} spent, ${saved:.4f} saved by cache reads"]
     lines += [f"- {finding}" for finding in report.findings]
     return "\n".join(lines)

@@ -76,15 +76,15 @@ def _hit_ratio(figure: Any, report: Report) -> None:
 
 def _cost_split(figure: Any, report: Report) -> None:
     axes = figure.add_subplot()
-    models = [cost.model for cost in report.costs]
+    models = [spend.model for spend in report.costs]
     bottom = [0.0] * len(models)
     for field, label in (("input_usd", "uncached input"), ("cached_input_usd", "cached input"),
                          ("cache_write_usd", "cache writes"), ("output_usd", "output (decode)")):
-        values = [getattr(cost, field) for cost in report.costs]
+        values = [getattr(spend.cost, field) for spend in report.costs]
         axes.bar(models, values, bottom=bottom, label=label)
         bottom = [b + v for b, v in zip(bottom, values)]
-    for index, cost in enumerate(report.costs):
-        axes.annotate(f"saved ${cost.saved_usd:.4f}\ndecode {cost.decode_share:.0%}", (index, bottom[index]),
+    for index, spend in enumerate(report.costs):
+        axes.annotate(f"saved ${spend.cost.saved_usd:.4f}\ndecode {spend.decode_share:.0%}", (index, bottom[index]),
                       ha="center", va="bottom", fontsize=8)
     axes.set_ylim(0, max(bottom, default=0.0) * 1.25 or 1.0)
     axes.set_ylabel("USD")

@@ -33,10 +33,10 @@ def findings(
             advice = ADVICE.get(family.top_cause, "see the spans' kvwise.prefix.* attributes")
             found.append(f"family {family.family} broke its cache {family.top_cause_count} times on "
                          f"`{family.top_cause}`{where}: {advice}.")
-    for cost in costs:
-        if cost.total_usd:
-            found.append(f"{cost.model}: decode (output) is {cost.decode_share:.0%} of ${cost.total_usd:.4f} spent; "
-                         f"cache reads saved ${cost.saved_usd:.4f}.")
+    for spend in costs:
+        if spend.cost.total_usd:
+            found.append(f"{spend.model}: decode (output) is {spend.decode_share:.0%} of ${spend.cost.total_usd:.4f} spent; "
+                         f"cache reads saved ${spend.cost.saved_usd:.4f}.")
     for model in decode:
         if model.guard_cuts:
             found.append(f"{model.model}: the loop guard cut {model.guard_cuts} runaway answer(s), "

@@ -8,10 +8,11 @@ prefix tracker's own key is the API and the model of one wrapped client).
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import astuple, dataclass
 
 from sdk.report.spans import CallRecord
+from sdk.telemetry.pricing import Cost
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,23 +30,15 @@ class PrefillFit:
 
 @dataclass(frozen=True, slots=True)
 class ModelCost:
-    """One model's spend split by token kind, what cache reads saved, and decode's share of spend."""
+    """One model's spend split by token kind (its calls' costs summed), and decode's share of it."""
 
     model: str
     calls: int
-    input_usd: float
-    cached_input_usd: float
-    cache_write_usd: float
-    output_usd: float
-    saved_usd: float
-
-    @property
-    def total_usd(self) -> float:
-        return self.input_usd + self.cached_input_usd + self.cache_write_usd + self.output_usd
+    cost: Cost
 
     @property
     def decode_share(self) -> float:
-        return self.output_usd / self.total_usd if self.total_usd else 0.0
+        return self.cost.output_usd / self.cost.total_usd if self.cost.total_usd else 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,16 +122,14 @@ def model_costs(records: Sequence[CallRecord]) -> list[ModelCost]:
     models: dict[str, list[CallRecord]] = defaultdict(list)
     for record in records:
         models[record.model].append(record)
-    costs = [
-        ModelCost(
-            model, len(calls),
-            sum(r.cost_input_usd for r in calls), sum(r.cost_cached_input_usd for r in calls),
-            sum(r.cost_cache_write_usd for r in calls), sum(r.cost_output_usd for r in calls),
-            sum(r.cost_saved_usd for r in calls),
-        )
-        for model, calls in models.items()
-    ]
-    return sorted(costs, key=lambda cost: (-cost.total_usd, cost.model))
+    costs = [ModelCost(model, len(calls), summed(r.cost for r in calls)) for model, calls in models.items()]
+    return sorted(costs, key=lambda spend: (-spend.cost.total_usd, spend.model))
+
+
+def summed(costs: Iterable[Cost]) -> Cost:
+    """The costs added field by field."""
+    parts = [astuple(cost) for cost in costs]
+    return Cost(*(sum(column) for column in zip(*parts))) if parts else Cost(0.0, 0.0, 0.0, 0.0, 0.0)
 
 
 def model_decode(records: Sequence[CallRecord]) -> list[ModelDecode]:

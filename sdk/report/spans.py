@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sdk.telemetry import semconv as sc
+from sdk.telemetry.pricing import Cost
 
 _PHASES = frozenset(phase.value for phase in sc.PhaseName)
 
@@ -47,11 +48,7 @@ class CallRecord:
     cache_write_tokens: int
     ttft_s: float | None
     decode_s: float | None
-    cost_input_usd: float
-    cost_cached_input_usd: float
-    cost_cache_write_usd: float
-    cost_output_usd: float
-    cost_saved_usd: float
+    cost: Cost
     fingerprint: str | None
     break_at: str | None
     break_cause: str | None
@@ -66,7 +63,7 @@ class CallRecord:
 
     @property
     def cost_usd(self) -> float:
-        return self.cost_input_usd + self.cost_cached_input_usd + self.cost_cache_write_usd + self.cost_output_usd
+        return self.cost.total_usd
 
     @property
     def broke(self) -> bool:
@@ -191,11 +188,13 @@ def _record(span: RawSpan, decode_s: float | None) -> CallRecord:
         cache_write_tokens=int(number(sc.GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS)),
         ttft_s=float(ttft) if isinstance(ttft, (int, float)) else None,
         decode_s=decode_s,
-        cost_input_usd=number(sc.KVWISE_COST_INPUT_USD),
-        cost_cached_input_usd=number(sc.KVWISE_COST_CACHED_INPUT_USD),
-        cost_cache_write_usd=number(sc.KVWISE_COST_CACHE_WRITE_USD),
-        cost_output_usd=number(sc.KVWISE_COST_OUTPUT_USD),
-        cost_saved_usd=number(sc.KVWISE_COST_SAVED_USD),
+        cost=Cost(
+            input_usd=number(sc.KVWISE_COST_INPUT_USD),
+            cached_input_usd=number(sc.KVWISE_COST_CACHED_INPUT_USD),
+            cache_write_usd=number(sc.KVWISE_COST_CACHE_WRITE_USD),
+            output_usd=number(sc.KVWISE_COST_OUTPUT_USD),
+            saved_usd=number(sc.KVWISE_COST_SAVED_USD),
+        ),
         fingerprint=text(sc.KVWISE_PREFIX_FINGERPRINT),
         break_at=text(sc.KVWISE_PREFIX_BREAK_AT),
         break_cause=text(sc.KVWISE_PREFIX_BREAK_CAUSE),

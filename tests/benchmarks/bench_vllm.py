@@ -46,6 +46,7 @@ REQUEST_TIMEOUT_SECONDS = 600.0
 VLLM_IDLE_SECONDS = 1.5
 ROUNDS = 3
 MAX_MODEL_LEN = 4096
+"""vLLM's context, or the checkpoint's own `max_position_embeddings` where smaller (vLLM refuses more)."""
 SERVED = "bench"
 DEMO_MODEL = "default"  # the demo's model name: vLLM serves the bundled checkpoint under it
 VLLM_ENV = {
@@ -75,8 +76,9 @@ def server(command: list[str], port: int, env: dict[str, str] | None = None) -> 
 
 
 def vllm_command(model: Path, name: str, port: int) -> list[str]:
+    positions = json.loads((model / "config.json").read_text()).get("max_position_embeddings", MAX_MODEL_LEN)
     return [str(VLLM_PYTHON), str(LAUNCHER), "serve", str(model), "--host", "127.0.0.1", "--port", str(port),
-            "--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN), "--served-model-name", name,
+            "--dtype", "float32", "--max-model-len", str(min(MAX_MODEL_LEN, positions)), "--served-model-name", name,
             "--enable-prompt-tokens-details"]  # fmt: skip
 
 

@@ -18,14 +18,15 @@ import anthropic
 import httpx2
 import openai
 import pytest
+import typing_extensions
 from anthropic.types import message_count_tokens_params, message_create_params
 from openai.types import completion_create_params
 from openai.types.chat import completion_create_params as chat_create_params
 from openai.types.responses import response_create_params
 
 from local_backend import Engine
-from local_backend.server import create_app, fields, serve_in_thread
-from local_backend.server._constants import SAMPLING_KNOBS
+from local_backend.server import create_app, fields, serve_in_thread, tool_requests
+from local_backend.server._constants import ANTHROPIC_ROLES, SAMPLING_KNOBS
 
 NAMES = ("tiny", "tiny-alias")
 SEEDS = (1, 2, 3, 4, 5)
@@ -515,3 +516,74 @@ def test_cors_answers_a_preflight_only_for_an_allowed_origin(base_url, allowed):
     assert (preflight.headers.get("access-control-allow-origin") == origin) is allowed
     assert (models.headers.get("access-control-allow-origin") == origin) is allowed
     assert [m["id"] for m in models.json()["data"]] == list(NAMES)
+
+
+def _message_types(union: Any) -> list[type]:
+    return [t for t in typing.get_args(union) if typing_extensions.is_typeddict(t)]
+
+
+def _role_of(message_type: type) -> str:
+    [role] = typing.get_args(typing.get_type_hints(message_type)["role"])
+    return str(role)
+
+
+CHAT_MESSAGE_KEYS = sorted(
+    (role, key)
+    for t in _message_types(chat_create_params.ChatCompletionMessageParam)
+    if (role := _role_of(t)) in tool_requests.OPENAI_MESSAGE_KEYS
+    for key in typing.get_type_hints(t)
+    if key not in tool_requests.OPENAI_MESSAGE_KEYS[role]
+)
+"""Every key the installed openai client's Chat message types name that this backend does not honour."""
+ANTHROPIC_MESSAGE_KEYS = sorted(
+    key for t in _message_types(anthropic.types.MessageParam)
+    for key in typing.get_type_hints(t) if key not in tool_requests.ANTHROPIC_MESSAGE_KEYS
+)  # fmt: skip
+ANTHROPIC_MESSAGE_ROLES = sorted(_role_of(t) for t in _message_types(anthropic.types.MessageParam))
+
+
+def _chat_message(role: str, **extra: Any) -> list[dict[str, Any]]:
+    """A valid history whose last message has `role` (a tool result answers the call before it)."""
+    history: list[dict[str, Any]] = [{"role": "user", "content": QUESTION}]
+    if role == "tool":
+        call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+        history += [{"role": "assistant", "content": None, "tool_calls": [call]},
+                    {"role": "tool", "tool_call_id": "c1", "content": "Paris", **extra}]
+    elif role == "user":
+        history[0].update(extra)
+    else:
+        history.append({"role": role, "content": "Paris.", **extra})
+    return history
+
+
+def test_the_keys_checked_inside_messages_are_those_the_installed_clients_name():
+    assert ("user", "name") in CHAT_MESSAGE_KEYS and ("assistant", "refusal") in CHAT_MESSAGE_KEYS
+    assert ("assistant", "function_call") in CHAT_MESSAGE_KEYS and ("assistant", "audio") in CHAT_MESSAGE_KEYS
+    # A key the client names and the backend neither honours nor refuses would slip through this walk:
+    # each key of each role is either honoured (used by the tool-loop tests) or refused below.
+    assert ANTHROPIC_MESSAGE_KEYS == []  # Anthropic's message has only role and content; its blocks are checked
+    assert ANTHROPIC_MESSAGE_ROLES == sorted(ANTHROPIC_ROLES)  # each role the client can send is served
+
+
+def test_an_anthropic_system_message_among_the_turns_reaches_the_prompt(base_url):
+    ask = _asker(base_url, ENDPOINTS["messages"])
+    turns = [{"role": "user", "content": QUESTION}, {"role": "assistant", "content": "Paris."}]
+    with_system = ask(messages=[*turns, {"role": "system", "content": "Answer in French."},
+                                {"role": "user", "content": "And Spain?"}])
+    without = ask(messages=[*turns, {"role": "user", "content": "And Spain?"}])
+    assert with_system.prompt_tokens > without.prompt_tokens
+
+
+@pytest.mark.parametrize(("role", "key"), CHAT_MESSAGE_KEYS)
+def test_a_chat_message_key_the_backend_cannot_honour_is_refused_naming_it(base_url, role, key):
+    ask = _asker(base_url, ENDPOINTS["chat"])
+    messages = _chat_message(role, **{key: "x"})
+    where = f"messages[{len(messages) - 1}].{key}"
+    assert _refusal(ask, messages=messages)[0::2] == (400, where)
+    assert ask(messages=_chat_message(role, **{key: None})).finishes  # an explicit null is the key's absence
+
+
+def test_an_unknown_key_on_an_anthropic_message_is_refused_naming_it(base_url):
+    ask = _asker(base_url, ENDPOINTS["messages"])
+    code, message, _ = _refusal(ask, messages=[{"role": "user", "content": QUESTION, "name": "ann"}])
+    assert code == 400 and message.startswith("messages[0].name is not supported")

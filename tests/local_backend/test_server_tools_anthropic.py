@@ -1,6 +1,7 @@
 """Tool use and structured outputs through the real `anthropic` client against the bundled model: a
 tool_use → tool_result → answer loop, streamed and not (`input_json_delta`), forced tool choice
-always schema-valid, and `output_config.format` JSON valid against its schema."""
+always schema-valid, and `output_config.format` JSON valid against its schema; text after a call
+kept in order (read back by the client's own stream accumulator); `is_error` results honoured."""
 
 from __future__ import annotations
 
@@ -11,9 +12,14 @@ from collections.abc import Iterator
 import anthropic
 import jsonschema
 import pytest
+from anthropic.lib.streaming._messages import accumulate_event
 
 from local_backend import Engine
-from local_backend.server import create_app, serve_in_thread
+from local_backend.outputs import Completion, StreamDelta, Timings
+from local_backend.server import create_app, serve_in_thread, tool_requests
+from local_backend.server.anthropic_routes import AnthropicFormat
+from local_backend.server.tools import call_text
+from local_backend.server.usage import Usage
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24},
            "days": {"type": "integer", "minimum": 1, "maximum": 7}}, "required": ["city", "days"]}  # fmt: skip
@@ -121,3 +127,56 @@ def test_the_clients_parse_with_an_output_format_type_gets_a_parsed_object(clien
     message = client.messages.parse(model="tiny", max_tokens=80, messages=QUESTION, output_format=Forecast,
                                     extra_body={"seed": 3})  # fmt: skip
     assert isinstance(message.parsed_output, Forecast)
+
+
+def test_a_tool_result_marked_is_error_reaches_the_model_as_an_error(client):
+    use = {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}
+
+    def counted(result: dict) -> int:
+        history = [*QUESTION, {"role": "assistant", "content": [use]},
+                   {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", **result}]}]
+        return client.messages.count_tokens(model="tiny", messages=history, tools=TOOLS).input_tokens
+
+    failed = counted({"content": "city not found", "is_error": True})
+    assert failed == counted({"content": f"{tool_requests.ERROR_RESULT_PREFIX}city not found"})
+    assert failed > counted({"content": "city not found"}) == counted({"content": "city not found", "is_error": False})
+
+
+ANSWER_WITH_TEXT_AFTER_CALL = (
+    'Let me check.\n' + call_text("get_weather", {"city": "Paris"}) + '\nI asked for Paris.\n'
+    + call_text("get_time", {"zone": "CET"}) + "\nDone."
+)  # fmt: skip
+"""An answer whose text goes on after each tool call (a model may explain what it called)."""
+
+
+def _completion(text: str) -> Completion:
+    return Completion(request_id="r", prompt_token_ids=(1, 2), token_ids=(3,) * 40, text=text, finish_reason="stop",
+                      cached_tokens=0, cache_written_tokens=0, stop_string=None, timings=Timings(0.0, 0.0, 0.0))
+
+
+def _streamed_message(text: str, pieces: int) -> anthropic.types.Message:
+    """The answer streamed in `pieces`-character deltas, read back by the anthropic client's own accumulator."""
+    fmt, completion = AnthropicFormat("tiny", parse_tools=True), _completion(text)
+    raw = b"".join(fmt.opening(Usage.of(completion)))
+    for i in range(0, len(text), pieces):
+        raw += b"".join(fmt.delta(0, StreamDelta(text[i : i + pieces], (3,), 0, 0)))
+    raw += b"".join(fmt.finished(0, completion)) + b"".join(fmt.closing([completion]))
+    snapshot, buffers = None, {}
+    for block in raw.decode().strip().split("\n\n"):
+        data = json.loads(block.split("data: ", 1)[1])
+        if data["type"] != "ping":
+            snapshot = accumulate_event(event=data, current_snapshot=snapshot, json_bufs=buffers)
+    assert snapshot is not None
+    return anthropic.types.Message.model_validate(snapshot.model_dump())
+
+
+def test_text_after_a_tool_call_is_kept_in_order_whole_and_streamed():
+    whole = anthropic.types.Message.model_validate(
+        AnthropicFormat("tiny", parse_tools=True).whole([_completion(ANSWER_WITH_TEXT_AFTER_CALL)]))
+    shape = [(b.type, b.text if b.type == "text" else (b.name, b.input)) for b in whole.content]
+    assert shape == [("text", "Let me check."), ("tool_use", ("get_weather", {"city": "Paris"})),
+                     ("text", "I asked for Paris."), ("tool_use", ("get_time", {"zone": "CET"})), ("text", "Done.")]
+    assert whole.stop_reason == "tool_use"
+    for pieces in (1, 3, 7, len(ANSWER_WITH_TEXT_AFTER_CALL)):
+        streamed = _streamed_message(ANSWER_WITH_TEXT_AFTER_CALL, pieces)
+        assert [(b.type, b.text if b.type == "text" else (b.name, b.input)) for b in streamed.content] == shape

@@ -146,9 +146,9 @@ def test_the_cost_split_per_model_adds_up_to_the_spans_cost_and_names_the_saving
     calls = [s for s in workload.spans if s.name.startswith("chat ")]
     for model, cost in costs.items():
         spans = [s.attributes for s in calls if s.attributes[sc.GEN_AI_REQUEST_MODEL] == model]
-        assert cost.total_usd == pytest.approx(sum(a[sc.KVWISE_COST_USD] for a in spans))
-        assert cost.saved_usd > 0 and cost.cached_input_usd > 0
-        assert cost.decode_share == pytest.approx(cost.output_usd / cost.total_usd)
+        assert cost.cost.total_usd == pytest.approx(sum(a[sc.KVWISE_COST_USD] for a in spans))
+        assert cost.cost.saved_usd > 0 and cost.cost.cached_input_usd > 0
+        assert cost.decode_share == pytest.approx(cost.cost.output_usd / cost.cost.total_usd)
     claude_reads = sum(usage.cache_read_input_tokens for usage in workload.claude_usage)
     assert claude_reads > 0
 
