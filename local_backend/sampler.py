@@ -77,18 +77,25 @@ def keep_thresholds(w: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, m
         pending = pending[~ok]
     return threshold
 
-def draw(w: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+def chunk_sums(w: torch.Tensor) -> torch.Tensor:
+    """Σw over each chunk of `SAMPLER_CHUNK` tokens of each row (float64; the last chunk may be short).
+
+    float32 sums of 256 weights: exact enough, and far faster than float64 ones.
+    """
+    size = min(SAMPLER_CHUNK, w.shape[1])
+    whole = w.shape[1] // size
+    return torch.cat((w.unfold(1, size, size).sum(-1), w[:, whole * size :].sum(-1, True)), dim=1).double()
+
+
+def draw(w: torch.Tensor, uniforms: torch.Tensor, sums: torch.Tensor | None = None) -> torch.Tensor:
     """Token ids drawn from w / Σw per row by inverse CDF, one uniform in [0, 1) per row.
 
-    Σ over chunks of `SAMPLER_CHUNK` tokens picks the chunk, a cumulative sum inside it the token:
-    one pass over w, in float64 where it is summed.
+    Σ over chunks (`chunk_sums`, given or computed here) picks the chunk, a cumulative sum inside it
+    the token: one pass over w, in float64 where it is summed.
     """
     rows, vocab = w.shape
     size = min(SAMPLER_CHUNK, vocab)
-    whole = vocab // size
-    sums = torch.cat(
-        (w.unfold(1, size, size).sum(-1), w[:, whole * size :].sum(-1, True)), dim=1
-    ).double()  # float32 sums of 256 weights: exact enough, and far faster than float64 ones
+    sums = chunk_sums(w) if sums is None else sums
     cdf = sums.cumsum(-1)
     target = (uniforms * cdf[:, -1])[:, None]
     chunk = torch.searchsorted(cdf, target, right=True).clamp_(max=sums.shape[1] - 1)
@@ -181,7 +188,9 @@ class Sampler:
         with_k = [i for i in sampled if (params[i].top_k or vocab) < vocab]
         if with_k:
             self._mask([seqs[i] for i in with_k], w, with_k)
-        tokens = draw(w, self._uniforms(seqs, w.device))
+        sums = chunk_sums(w)
+        totals = sums.sum(-1)  # Σw per row, for the filters' test below (w is not changed until the end)
+        tokens = draw(w, self._uniforms(seqs, w.device), sums)
         rest = [i for i in sampled if i not in with_k and (params[i].top_p < 1 or params[i].min_p > 0)]
         for _ in range(SAMPLER_REJECTION_ROUNDS):
             if not rest:
@@ -195,13 +204,13 @@ class Sampler:
                 torch.gt(sub, chosen, out=self._buffer("mask", sub, torch.bool)), sub, sub.new_zeros(()),
                 out=self._buffer("scratch", sub),
             ).sum(-1)  # fmt: skip
-            kept = (top_p >= 1) | (heavier < top_p * sub.sum(-1))
+            kept = (top_p >= 1) | (heavier < top_p * totals[index])
             if any(params[i].min_p > 0 for i in rest):
                 kept &= chosen[:, 0] >= torch.minimum(min_p, sub.amax(-1))
             refused = [i for i, ok in zip(rest, kept.tolist()) if not ok]
             if refused:
                 again = torch.tensor(refused, device=w.device)
-                tokens[again] = draw(w[again], self._uniforms([seqs[i] for i in refused], w.device))
+                tokens[again] = draw(w[again], self._uniforms([seqs[i] for i in refused], w.device), sums[again])
             rest = refused
         if rest:
             self._mask([seqs[i] for i in rest], w, rest)
