@@ -36,6 +36,9 @@ from local_backend.server.usage import Usage, timings
 from local_backend.server.validation import optional, read_json, sampling_params
 
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
+_ITEM_ONLY_KEYS = frozenset({"type", "id", "status", "phase"})
+"""A message item's keys that are not the message: its kind, and the bookkeeping of an earlier output
+passed back (`id`, `status`, and `phase`, a label the local model's template has no place for)."""
 
 
 def input_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -51,7 +54,7 @@ def input_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
         if item.get("role") != "tool" and isinstance(content, list):
             content = [{**part, "type": "text"} if isinstance(part, dict) and part.get("type") in _TEXT_PARTS else part
                        for part in content]  # fmt: skip
-        messages.append({k: v for k, v in {**item, "content": content}.items() if k != "type"})
+        messages.append({k: v for k, v in {**item, "content": content}.items() if k not in _ITEM_ONLY_KEYS})
     instructions = optional(body, "instructions", str)
     if instructions:
         messages.insert(0, {"role": "system", "content": instructions})

@@ -8,7 +8,8 @@ assistant turns may carry `tool_calls` (`{"id", "type": "function", "function": 
 
 Inside a message every key is honoured or refused, as at the top level (`fields`): a key this
 backend cannot honour (a chat `name`, an assistant `refusal` or `audio`, the deprecated
-`function_call`) is a 400 naming it when it carries a value; an explicit null is the key's absence.
+`function_call`) is a 400 naming it when it carries a value; an explicit null or empty value (a passed-back
+message's `refusal: null`, `annotations: []`) is the key's absence.
 Anthropic's `is_error` on a `tool_result` is honoured: the result reaches the model as
 `Error: <text>`.
 
@@ -140,7 +141,7 @@ ERROR_RESULT_PREFIX = "Error: "
 
 def _only_known_keys(message: Mapping[str, Any], known: frozenset[str], where: str) -> None:
     for key, value in message.items():
-        if key not in known and value is not None:
+        if key not in known and value not in (None, "", [], {}):
             raise ApiError(f"{where}.{key} is not supported by this backend (it serves text to a local model); "
                            "remove it", param=f"{where}.{key}")  # fmt: skip
 

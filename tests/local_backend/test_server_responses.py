@@ -145,3 +145,17 @@ def test_text_format_json_schema_gives_json_valid_against_it(client):
                                            extra_body={"seed": seed})  # fmt: skip
         assert response.status == "completed"
         jsonschema.validate(json.loads(response.output_text), WEATHER)
+
+
+def test_an_earlier_responses_output_passed_back_as_input_carries_the_history(client):
+    first = client.responses.create(input=QUESTION, **GREEDY)
+    passed_back = [item.model_dump(exclude_none=True) for item in first.output]  # with its id, status, annotations
+    assert {"id", "status"} <= set(passed_back[0])
+    follow_up = client.responses.create(input=[{"role": "user", "content": QUESTION}, *passed_back,
+                                               {"role": "user", "content": "Again?"}], **GREEDY)  # fmt: skip
+    chat = _chat(client, [{"role": "user", "content": QUESTION}, {"role": "assistant", "content": first.output_text},
+                          {"role": "user", "content": "Again?"}])  # fmt: skip
+    assert follow_up.usage.input_tokens == chat.usage.prompt_tokens
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(input=[{"role": "user", "content": QUESTION, "name": "ann"}], **GREEDY)
+    assert caught.value.param == "input[0].name"

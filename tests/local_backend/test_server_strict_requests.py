@@ -587,3 +587,15 @@ def test_an_unknown_key_on_an_anthropic_message_is_refused_naming_it(base_url):
     ask = _asker(base_url, ENDPOINTS["messages"])
     code, message, _ = _refusal(ask, messages=[{"role": "user", "content": QUESTION, "name": "ann"}])
     assert code == 400 and message.startswith("messages[0].name is not supported")
+
+
+def test_a_chat_answer_passed_back_as_it_came_is_accepted_in_the_next_request(base_url):
+    with openai.OpenAI(base_url=f"{base_url}/v1", api_key="x", max_retries=0) as client:
+        first = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": QUESTION}], max_tokens=8)
+        message = first.choices[0].message  # the client's own object, as apps append it to the history
+        as_hosted = {**message.model_dump(), "annotations": []}  # a hosted answer's dump has empty extras too
+        for passed in (message, as_hosted):
+            answer = client.chat.completions.create(
+                model="tiny", max_tokens=8, messages=[{"role": "user", "content": QUESTION}, passed,
+                                                      {"role": "user", "content": "Again?"}])  # fmt: skip
+            assert answer.choices[0].finish_reason in ("stop", "length")
