@@ -34,7 +34,7 @@ CAUSES = ("volatile_content", "system_changed", "tools_changed", "ttl_expired", 
 
 
 def _attribute(key: str, value: Any) -> dict[str, Any]:
-    if isinstance(value, bool) or isinstance(value, str):
+    if isinstance(value, (bool, str)):
         return {"key": key, "value": {"boolValue" if isinstance(value, bool) else "stringValue": value}}
     if isinstance(value, int):
         return {"key": key, "value": {"intValue": str(value)}}

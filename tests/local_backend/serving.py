@@ -21,8 +21,9 @@ class Served:
 
 
 @contextmanager
-def served_engine(checkpoint: Path, app_options: dict[str, Any] | None = None, **engine_options: Any) -> Iterator[Served]:
-    """Serve `checkpoint` (model name "tiny") until the block exits, then close the engine."""
+def served_engine(checkpoint: Path | str, app_options: dict[str, Any] | None = None, **engine_options: Any) -> Iterator[Served]:
+    """Serve `checkpoint` (a folder, or "default": the bundled model) as model "tiny" until the block exits,
+    then close the engine."""
     engine = Engine.from_pretrained(checkpoint, device="cpu", **engine_options)
     try:
         with serve_in_thread(create_app(engine, model_name="tiny", **(app_options or {}))) as url:

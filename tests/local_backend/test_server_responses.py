@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from local_backend import Engine
-from local_backend.server import create_app, serve_in_thread
+from tests.local_backend.serving import served_engine
+
 
 QUESTION = "What is the capital of France?"
 INSTRUCTIONS = "You answer briefly."
@@ -21,10 +21,9 @@ CLOSING = ["response.output_text.done", "response.content_part.done", "response.
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[openai.OpenAI]:
-    with Engine.from_pretrained("default", device="cpu", max_model_len=512, kv_cache_memory=2**22) as engine:
-        with serve_in_thread(create_app(engine, model_name="tiny")) as url:
-            with openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0) as client:
-                yield client
+    with served_engine("default", max_model_len=512, kv_cache_memory=2**22) as served:
+        with openai.OpenAI(base_url=f"{served.url}/v1", api_key="x", max_retries=0) as client:
+            yield client
 
 
 def _chat(client: openai.OpenAI, messages: list[dict[str, str]], **kwargs):

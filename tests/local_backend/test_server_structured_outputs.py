@@ -10,8 +10,8 @@ import jsonschema
 import openai
 import pytest
 
-from local_backend import Engine
-from local_backend.server import create_app, serve_in_thread
+from tests.local_backend.serving import served_engine
+
 
 REQUESTS = 50
 SCHEMA = {
@@ -32,10 +32,9 @@ MESSAGES = [{"role": "user", "content": "Give me the weather forecast for Paris.
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[openai.OpenAI]:
-    with Engine.from_pretrained("default", device="cpu", max_model_len=512, kv_cache_memory=2**22) as engine:
-        with serve_in_thread(create_app(engine, model_name="tiny")) as url:
-            with openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0) as client:
-                yield client
+    with served_engine("default", max_model_len=512, kv_cache_memory=2**22) as served:
+        with openai.OpenAI(base_url=f"{served.url}/v1", api_key="x", max_retries=0) as client:
+            yield client
 
 
 def test_fifty_seeded_json_schema_answers_are_all_valid_against_the_schema(client):

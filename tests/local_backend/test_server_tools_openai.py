@@ -11,8 +11,8 @@ import jsonschema
 import openai
 import pytest
 
-from local_backend import Engine
-from local_backend.server import create_app, serve_in_thread
+from tests.local_backend.serving import served_engine
+
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24},
            "days": {"type": "integer", "minimum": 1, "maximum": 7}}, "required": ["city", "days"],
@@ -29,9 +29,8 @@ BASE = {"model": "tiny", "max_tokens": 80, "tools": TOOLS}
 
 @pytest.fixture(scope="module")
 def base_url() -> Iterator[str]:
-    with Engine.from_pretrained("default", device="cpu", max_model_len=1024, kv_cache_memory=2**23) as engine:
-        with serve_in_thread(create_app(engine, model_name="tiny")) as url:
-            yield url
+    with served_engine("default", max_model_len=1024, kv_cache_memory=2**23) as served:
+        yield served.url
 
 
 @pytest.fixture(scope="module")
