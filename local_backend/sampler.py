@@ -18,6 +18,7 @@ a whole row, no per-step tensor rebuilt from a request's token list):
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Callable
 from collections.abc import Sequence as Seq
 
@@ -250,22 +251,23 @@ class Sampler:
         states = []
         for seq in seqs:
             if seq.penalty_state is None:
-                seq.penalty_state = PenaltyState(seq, device)
+                seq.penalty_state = PenaltyState(seq)
             seq.penalty_state.update(seq)
             states.append(seq.penalty_state)
-        lengths = torch.tensor([state.n for state in states], device=device)
+        lengths = torch.tensor([len(state.ids) for state in states], device=device)
         entry_row = torch.arange(len(states), device=device).repeat_interleave(lengths)
 
         def per_entry(values: list[float]) -> torch.Tensor:
             return torch.tensor(values, device=device)[entry_row]
 
+        def joined(buffers: list[array], dtype: torch.dtype) -> torch.Tensor:
+            return torch.frombuffer(bytearray().join(buffers), dtype=dtype).to(device)
+
         flat = logits.view(-1)
-        index = torch.tensor(rows, device=device)[entry_row] * logits.shape[-1] + torch.cat(
-            [state.ids[: state.n] for state in states]
-        )
+        index = torch.tensor(rows, device=device)[entry_row] * logits.shape[-1] + joined([s.ids for s in states], torch.long)
         penalised = apply_penalties(
             flat.index_select(0, index),
-            torch.cat([state.counts[: state.n] for state in states]),
+            joined([s.counts for s in states], torch.float32),
             per_entry([s.params.repetition_penalty for s in seqs]),
             per_entry([s.params.frequency_penalty for s in seqs]),
             per_entry([s.params.presence_penalty for s in seqs]),

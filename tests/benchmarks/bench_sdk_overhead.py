@@ -29,7 +29,8 @@ delayed ACKs). The contenders' rounds are interleaved (so a change in machine lo
 each contender runs in `--processes` processes (one process's memory layout can cost it tens of
 µs per call for its whole life), and each figure is the median over those processes of each one's
 best round (mean µs per call); the non-streamed call and a 200-chunk stream are timed in the same
-run. Two rows have no I/O at all, with the same SDK setup: `recorder` times kvwise's `CallRecord`
+run. Each figure comes twice: wall-clock, and the CPU time of the contender's process (all its
+threads, the span exporter's included), which the other load on a shared machine moves far less. Two rows have no I/O at all, with the same SDK setup: `recorder` times kvwise's `CallRecord`
 alone (start, activate, attempt, chunks, end with usage), and `floor-alone` the otel-floor's SDK
 calls alone (the client is not called): what emitting kvwise's data costs before any I/O.
 """
@@ -56,6 +57,8 @@ STREAM_CHUNKS = 200
 CONTENDERS = ("raw", "kvwise-noop", "kvwise", "otel-genai", "openllmetry", "otel-floor")
 PEERS = ("otel-genai", "openllmetry")
 NO_IO = ("recorder", "floor-alone")
+KEYS = ("whole_us", "stream_us", "whole_cpu_us", "stream_cpu_us")
+"""What each round measures: wall-clock and CPU µs per call, plain and streamed."""
 """Rows timed without any I/O: absolute µs per call, not compared with the raw client."""
 MESSAGES = [{"role": "system", "content": "You answer briefly."}, {"role": "user", "content": "What is prefill?"}]
 USAGE = {"prompt_tokens": 20, "completion_tokens": STREAM_CHUNKS, "total_tokens": 20 + STREAM_CHUNKS,
@@ -161,11 +164,15 @@ def _client(name: str, port: int, baseline: str | None = None) -> Any:
     return client
 
 
-def _mean_us(fn: Callable[[], Any], calls: int) -> float:
-    start = time.perf_counter()
+def _mean_us(fn: Callable[[], Any], calls: int) -> tuple[float, float]:
+    """Mean µs per call of `fn`: wall-clock, and this process's CPU time (all its threads).
+
+    The CPU figure is what a contender costs the app's process, without the waits a loaded
+    machine adds to the wall-clock one (the mock server runs in a process of its own)."""
+    start, cpu = time.perf_counter(), time.process_time()
     for _ in range(calls):
         fn()
-    return (time.perf_counter() - start) / calls * 1e6
+    return (time.perf_counter() - start) / calls * 1e6, (time.process_time() - cpu) / calls * 1e6
 
 
 class Contender:
@@ -325,9 +332,10 @@ def work(name: str, port: int, calls: int, baseline: str | None = None) -> None:
     scale = 5 if name in NO_IO else 1  # no I/O: more calls for the same precision
     print(json.dumps({"ready": True}), flush=True)
     for _ in sys.stdin:
-        whole = _mean_us(contender.whole, calls * scale)
-        streamed = _mean_us(contender.streamed, max(calls // 10, 5) * scale)
-        print(json.dumps({"whole_us": whole, "stream_us": streamed}), flush=True)
+        whole, whole_cpu = _mean_us(contender.whole, calls * scale)
+        streamed, streamed_cpu = _mean_us(contender.streamed, max(calls // 10, 5) * scale)
+        print(json.dumps({"whole_us": whole, "stream_us": streamed, "whole_cpu_us": whole_cpu, "stream_cpu_us": streamed_cpu}),
+              flush=True)
 
 
 # --- the driver ------------------------------------------------------------------------------
@@ -371,15 +379,15 @@ def _rounds(names: tuple[str, ...], common: list[str], rounds: int, processes: i
             worker.stdin.flush()
             measured = json.loads(worker.stdout.readline())
             mine = best.setdefault(worker.pid, {})
-            for key in ("whole_us", "stream_us"):
+            for key in KEYS:
                 mine[key] = min(mine.get(key, math.inf), measured[key])  # the least disturbed round
     for name, worker in workers:
         worker.kill()
         worker.wait()
-        for key in ("whole_us", "stream_us"):
+        for key in KEYS:
             results[name].setdefault(key, []).append(best[worker.pid][key])
     for result in results.values():
-        for key in ("whole_us", "stream_us"):
+        for key in KEYS:
             if key in result:
                 result[key] = statistics.median(result[key])
     return [results[name] for name in names]
@@ -388,28 +396,32 @@ def _rounds(names: tuple[str, ...], common: list[str], rounds: int, processes: i
 def _report(results: list[dict[str, Any]]) -> None:
     by_name = {r["name"]: r for r in results}
     raw = by_name.get("raw", {})
-    print(f"\nµs per call (median over processes of each one's best round); overhead = contender - raw; {STREAM_CHUNKS}-chunk stream\n")
-    print(f"{'contender':<13} {'call':>9} {'overhead':>9} {'x raw':>6} {'stream':>9} {'overhead':>9} {'x raw':>6}")
-    for r in results:
-        if "error" in r:
-            print(f"{r['name']:<13} does not work here: {r['error']}")
-            continue
-        cells = []
-        for key in ("whole_us", "stream_us"):
-            value, base = r[key], raw.get(key)
-            extra = value - base if base and r["name"] not in NO_IO else value
-            ratio = f"{value / base:6.2f}" if base and r["name"] not in NO_IO else "     -"
-            cells.append(f"{value:9.0f} {extra:9.0f} {ratio}")
-        print(f"{r['name']:<13} " + " ".join(cells))
+    for measure, suffix in (("wall-clock", "_us"), ("CPU time of the contender's process", "_cpu_us")):
+        whole, stream = "whole" + suffix, "stream" + suffix
+        print(f"\n{measure}: µs per call (median over processes of each one's best round); overhead = contender - raw; "
+              f"{STREAM_CHUNKS}-chunk stream\n")
+        print(f"{'contender':<13} {'call':>9} {'overhead':>9} {'x raw':>6} {'stream':>9} {'overhead':>9} {'x raw':>6}")
+        for r in results:
+            if "error" in r:
+                print(f"{r['name']:<13} does not work here: {r['error']}")
+                continue
+            cells = []
+            for key in (whole, stream):
+                value, base = r[key], raw.get(key)
+                extra = value - base if base and r["name"] not in NO_IO else value
+                ratio = f"{value / base:6.2f}" if base and r["name"] not in NO_IO else "     -"
+                cells.append(f"{value:9.0f} {extra:9.0f} {ratio}")
+            print(f"{r['name']:<13} " + " ".join(cells))
+        kvwise = by_name.get("kvwise")
+        if kvwise and "error" not in kvwise and raw:
+            for peer in (*PEERS, "kvwise-base"):
+                other = by_name.get(peer)
+                if other and "error" not in other:
+                    for key, label in ((whole, "call"), (stream, "stream")):
+                        ours, theirs = kvwise[key] - raw[key], other[key] - raw[key]
+                        verdict = f"{theirs / ours:.1f}x kvwise's" if ours > 0 else "kvwise adds nothing measurable"
+                        print(f"{peer} {label} overhead: {theirs:.0f} µs vs kvwise {ours:.0f} µs ({verdict})")
     kvwise = by_name.get("kvwise")
-    if kvwise and "error" not in kvwise and raw:
-        for peer in (*PEERS, "kvwise-base"):
-            other = by_name.get(peer)
-            if other and "error" not in other:
-                for key, label in (("whole_us", "call"), ("stream_us", "stream")):
-                    ours, theirs = kvwise[key] - raw[key], other[key] - raw[key]
-                    verdict = f"{theirs / ours:.1f}x kvwise's" if ours > 0 else "kvwise adds nothing measurable"
-                    print(f"{peer} {label} overhead: {theirs:.0f} µs vs kvwise {ours:.0f} µs ({verdict})")
     floor = by_name.get("otel-floor")
     if kvwise and "error" not in kvwise and floor and "error" not in floor and raw:
         for key, label in (("whole_us", "call"), ("stream_us", "stream")):

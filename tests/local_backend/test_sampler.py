@@ -13,18 +13,17 @@ from local_backend.sampling_params import SamplingParams
 from local_backend.sequence import Sequence
 
 NO_BREAKERS: frozenset[int] = frozenset()
-CPU = torch.device("cpu")
 
 
 def test_penalty_state_keeps_distinct_seen_tokens_and_output_counts_as_tokens_arrive():
     seq = Sequence("r", [3, 1, 3], SamplingParams())
-    state = PenaltyState(seq, CPU)
+    state = PenaltyState(seq)
     seq.token_ids.extend([1, 2, 2])
     state.update(seq)
-    seq.token_ids.extend(range(10, 80))  # past the initial room: the buffers grow
+    seq.token_ids.extend([*range(10, 80), 2])
     state.update(seq)
-    seen = dict(zip(state.ids[: state.n].tolist(), state.counts[: state.n].tolist()))
-    assert seen == {1: 1.0, 2: 2.0, 3: 0.0} | {t: 1.0 for t in range(10, 80)}
+    seen = dict(zip(state.ids.tolist(), state.counts.tolist(), strict=True))
+    assert seen == {1: 1.0, 2: 3.0, 3: 0.0} | {t: 1.0 for t in range(10, 80)}
 
 
 def test_penalties_follow_vllm_semantics():

@@ -1,0 +1,141 @@
+"""Instructions per call of `sdk.wrap` and its peers, counted by callgrind: a figure load does not move.
+
+    .venv/bin/python -m tests.benchmarks.bench_sdk_instructions [--baseline FOLDER] [--calls 20] [--streams 5]
+
+`bench_sdk_overhead` times the contenders; on a shared 2-core machine its wall-clock and even its
+CPU figures move by a millisecond per stream from run to run, more than a regression of the SDK's
+own per-chunk work. This benchmark counts the client process's executed instructions instead
+(`valgrind --tool=callgrind`), the same on every run. Each contender (`bench_sdk_overhead`'s:
+raw, kvwise, the two peers, and with `--baseline` the earlier checkout's sdk as kvwise-base) runs
+in a process of its own under callgrind against that benchmark's mock server (in a process of its
+own, not counted), warms up, then makes its plain calls inside `functools.reduce` and its 200-chunk
+streams inside `sorted(..., key=)`: callgrind's inclusive counts of those two C functions are the
+instructions of exactly those calls (imports, set-up and warm-up are not counted). Threads other
+than the caller's (the span exporter's) are left out: they run after the call, not in it.
+
+Instructions are not time (a cache miss costs more than an add), so this is the regression check,
+and `bench_sdk_overhead` the figure in µs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tests.benchmarks import bench_sdk_overhead as overhead
+
+CONTENDERS = ("raw", "kvwise", "otel-genai", "openllmetry")
+ENTRY_POINTS = {"functools_reduce": "whole", "builtin_sorted": "stream"}
+"""The C function each kind of timed call runs inside, so callgrind counts it apart."""
+PARALLEL = 2
+"""Contenders counted at once: callgrind runs a process on one core, and the machine has two."""
+
+
+def work(name: str, port: int, calls: int, streams: int, baseline: str | None) -> None:
+    """A contender process (under callgrind): set up, warm up, then the counted calls."""
+    contender = overhead.Contender(name, port, baseline)
+    for _ in range(3):
+        contender.whole()
+        contender.streamed()
+    functools.reduce(lambda _, __: contender.whole(), range(calls), None)
+    sorted(range(streams), key=lambda i: (contender.streamed(), i)[1])
+
+
+def count(name: str, common: list[str], out: Path) -> subprocess.Popen[bytes]:
+    """Start `name`'s process under callgrind, writing its counts to `out`."""
+    return subprocess.Popen(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, "-m", __spec__.name,
+         "--contender", name, *common],
+        cwd=overhead.ROOT, env={**os.environ, "PYTHONHASHSEED": "0"},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+
+
+def inclusive(out: Path) -> dict[str, int]:
+    """Inclusive instruction counts of the entry points, from `callgrind_annotate`."""
+    text = subprocess.run(["callgrind_annotate", "--inclusive=yes", str(out)], capture_output=True, text=True,
+                          check=True).stdout
+    found: dict[str, int] = {}
+    for line in text.splitlines():
+        match = re.match(r"\s*([\d,]+) .*:(\w+) \[", line)
+        if match and match.group(2) in ENTRY_POINTS:
+            found[ENTRY_POINTS[match.group(2)]] = int(match.group(1).replace(",", ""))
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=20, help="counted plain calls per contender")
+    parser.add_argument("--streams", type=int, default=5, help=f"counted {overhead.STREAM_CHUNKS}-chunk streams per contender")
+    parser.add_argument("--baseline", help="a checkout of an earlier commit: its sdk is counted as kvwise-base")
+    parser.add_argument("--contender", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.contender:
+        work(args.contender, args.port, args.calls, args.streams, args.baseline)
+        return
+    if shutil.which("valgrind") is None or shutil.which("callgrind_annotate") is None:
+        print("valgrind is not installed here: no instruction counts (make bench installs it as root)")
+        return
+    names = CONTENDERS[:2] + (("kvwise-base",) if args.baseline else ()) + CONTENDERS[2:]
+    folder = Path(tempfile.mkdtemp(prefix="kvwise-instructions-"))
+    port_file = folder / "port"
+    server = subprocess.Popen([sys.executable, overhead.__file__, "--serve", str(port_file)], cwd=overhead.ROOT)
+    results: dict[str, dict[str, float] | str] = {}
+    try:
+        while not port_file.exists() or not port_file.read_text():
+            time.sleep(0.05)
+        common = ["--port", port_file.read_text(), "--calls", str(args.calls), "--streams", str(args.streams)]
+        if args.baseline:
+            common += ["--baseline", str(Path(args.baseline).resolve())]
+        for wave in range(0, len(names), PARALLEL):
+            running = {name: count(name, common, folder / f"{name}.out") for name in names[wave : wave + PARALLEL]}
+            for name, process in running.items():
+                _, errors = process.communicate()
+                found = inclusive(folder / f"{name}.out") if process.returncode == 0 else {}
+                if set(found) == set(ENTRY_POINTS.values()):
+                    results[name] = {"whole": found["whole"] / args.calls, "stream": found["stream"] / args.streams}
+                else:
+                    lines = errors.decode(errors="replace").strip().splitlines()
+                    results[name] = lines[-1][:200] if lines else f"exit status {process.returncode}"
+    finally:
+        server.terminate()
+        server.wait()
+        shutil.rmtree(folder, ignore_errors=True)
+    report(results)
+
+
+def report(results: dict[str, dict[str, float] | str]) -> None:
+    raw, kvwise = results.get("raw"), results.get("kvwise")
+    if not isinstance(raw, dict):
+        print(f"the raw client could not be counted: {raw}")
+        return
+    print(f"\nmillions of instructions per call in the caller's thread (callgrind); overhead = contender - raw; "
+          f"{overhead.STREAM_CHUNKS}-chunk stream\n")
+    print(f"{'contender':<13} {'call':>8} {'overhead':>9} {'stream':>8} {'overhead':>9}")
+    for name, figures in results.items():
+        if isinstance(figures, str):
+            print(f"{name:<13} could not be counted: {figures}")
+            continue
+        print(f"{name:<13} " + " ".join(f"{figures[k] / 1e6:8.2f} {(figures[k] - raw[k]) / 1e6:+9.2f}" for k in ("whole", "stream")))
+    if not isinstance(kvwise, dict):
+        return
+    for peer in ("kvwise-base", *CONTENDERS[2:]):
+        other = results.get(peer)
+        if isinstance(other, dict):
+            for key, label in (("whole", "call"), ("stream", "stream")):
+                ours, theirs = kvwise[key] - raw[key], other[key] - raw[key]
+                ratio = f"{theirs / ours:.2f}x kvwise's" if ours > 0 else "kvwise adds none"
+                print(f"{peer} {label} overhead: {theirs / 1e6:.2f} M vs kvwise {ours / 1e6:.2f} M instructions ({ratio})")
+
+
+if __name__ == "__main__":
+    main()
