@@ -75,10 +75,6 @@ MAX_CHOICES: Final = 16
 MAX_TOP_LOGPROBS: Final = 20
 """Most alternatives per token `top_logprobs` (Chat) or `logprobs` (Completions) may ask for (OpenAI's and vLLM's cap)."""
 
-TOOL_CALL_START: Final = "<tool_call>"
-TOOL_CALL_END: Final = "</tool_call>"
-"""The Hermes tool-call tags the model is asked to write its calls between (see `tools`)."""
-
 METRICS_PREFIX: Final = "kvwise_"
 
 TTFT_BUCKETS: Final = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,

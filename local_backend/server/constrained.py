@@ -26,10 +26,9 @@ import llguidance
 import torch
 
 from local_backend.sampling_params import LogitsProcessor
-from local_backend.server._constants import TOOL_CALL_END, TOOL_CALL_START
 from local_backend.server.errors import ApiError
-from local_backend.server.tools import Tool
 from local_backend.tokenizer import TextTokenizer
+from local_backend.tool_prompt import TOOL_CALL_END, TOOL_CALL_START, Tool
 
 logger = logging.getLogger(__name__)
 

@@ -8,9 +8,8 @@ The model is shown its tools and asked to answer a call as
 
 (the format of Hermes and Qwen 2.5+, which vLLM's `hermes` parser reads). A chat template that
 renders `tools` itself gets them, with the history's calls and results in OpenAI's message shape;
-one that does not (the bundled model's) gets them folded into the turns it knows: the tool list
-and the instruction above in the system turn, each past call as its `<tool_call>` text in the
-assistant turn, each result as a user turn `<tool_response>...</tool_response>`.
+one that does not (the bundled model's) gets them folded into the turns it knows by
+`local_backend.tool_prompt.fold`, the same function that writes the bundled model's training text.
 
 `ToolCallParser` reads the answer as it streams: text outside the blocks is content (a possible
 start of `<tool_call>` is held back), and inside one the name is known as soon as it is complete
@@ -23,38 +22,15 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from local_backend.server._constants import TOOL_CALL_END, TOOL_CALL_START
 from local_backend.server.errors import ApiError
 from local_backend.tokenizer import TextTokenizer
+from local_backend.tool_prompt import TOOL_CALL_END, TOOL_CALL_START, Tool, fold
 
 _HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*')
-
-TOOLS_PREAMBLE = (
-    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
-)
-TOOLS_POSTAMBLE = (
-    "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
-    '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n'
-    "</tool_call>"
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Tool:
-    name: str
-    description: str | None
-    parameters: Mapping[str, Any]
-
-    def as_openai(self) -> dict[str, Any]:
-        function = {"name": self.name, "parameters": dict(self.parameters)}
-        if self.description:
-            function["description"] = self.description
-        return {"type": "function", "function": function}
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,12 +45,6 @@ def new_call_id(prefix: str) -> str:
     return prefix + uuid.uuid4().hex[:24]
 
 
-def call_text(name: str, arguments: Any) -> str:
-    """A call as the model is asked to write it (`arguments` a JSON object, or its text)."""
-    args = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
-    return f'{TOOL_CALL_START}\n{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments": {args}}}\n{TOOL_CALL_END}'
-
-
 def prompt_ids(tokenizer: TextTokenizer, messages: Sequence[dict[str, Any]], tools: Sequence[Tool]) -> list[int]:
     """The prompt of OpenAI-shaped `messages` (tool calls and `tool` results included) and `tools`.
 
@@ -84,7 +54,7 @@ def prompt_ids(tokenizer: TextTokenizer, messages: Sequence[dict[str, Any]], too
     try:
         if tokenizer.renders_tools:
             return tokenizer.chat_prompt(_for_template(messages), tools=[t.as_openai() for t in tools] or None)
-        return tokenizer.chat_prompt(_folded(messages, tools))
+        return tokenizer.chat_prompt(fold(messages, tools))
     except ValueError as exc:  # the template refused the turns
         raise ApiError(str(exc), param="messages") from None
 
@@ -106,29 +76,6 @@ def _as_object(arguments: str) -> Any:
         return json.loads(arguments)
     except ValueError:
         return arguments
-
-
-def _folded(messages: Sequence[dict[str, Any]], tools: Sequence[Tool]) -> list[dict[str, str]]:
-    turns: list[dict[str, str]] = []
-    if tools:
-        listing = "\n".join(json.dumps(t.as_openai(), ensure_ascii=False) for t in tools)
-        system = TOOLS_PREAMBLE + listing + TOOLS_POSTAMBLE
-        if messages and messages[0]["role"] == "system":
-            system = messages[0]["content"] + "\n\n" + system
-            messages = messages[1:]
-        turns.append({"role": "system", "content": system})
-    for message in messages:
-        role, content = message["role"], message.get("content") or ""
-        if role == "tool":
-            response = f"<tool_response>\n{content}\n</tool_response>"
-            if turns and turns[-1]["role"] == "user" and turns[-1]["content"].endswith("</tool_response>"):
-                turns[-1]["content"] += "\n" + response  # consecutive results: one user turn, as Qwen's template
-            else:
-                turns.append({"role": "user", "content": response})
-            continue
-        calls = [call_text(c["function"]["name"], c["function"]["arguments"]) for c in message.get("tool_calls") or ()]
-        turns.append({"role": role, "content": "\n".join(filter(None, [content, *calls]))})
-    return turns
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,8 +7,9 @@ import random
 
 import pytest
 
-from local_backend.server.tools import ArgumentsPiece, CallStart, TextPiece, Tool, ToolCallParser, call_text, prompt_ids
+from local_backend.server.tools import ArgumentsPiece, CallStart, TextPiece, ToolCallParser, prompt_ids
 from local_backend.tokenizer import TextTokenizer
+from local_backend.tool_prompt import Tool, call_text
 
 CASES = [
     ("plain text", "Hello there", "Hello there", []),

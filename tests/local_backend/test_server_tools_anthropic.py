@@ -17,8 +17,8 @@ from anthropic.lib.streaming._messages import accumulate_event
 from local_backend.outputs import Completion, StreamDelta, Timings
 from local_backend.server import tool_requests
 from local_backend.server.anthropic_routes import AnthropicFormat
-from local_backend.server.tools import call_text
 from local_backend.server.usage import Usage
+from local_backend.tool_prompt import call_text
 from tests.local_backend.serving import served_engine
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24},
