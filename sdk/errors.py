@@ -1,7 +1,8 @@
 """The SDK's own exceptions, and the one place that decides what a failed call raises.
 
     KvwiseError
-    └── StreamTruncated   (also the installed clients' APIConnectionError, so existing handlers catch it)
+    └── StreamTruncated   (raised as one that is also the wrapped client's APIConnectionError,
+                           so existing handlers catch it)
 
 Everything else the caller sees is the wrapped client's own exception. One fault the clients let
 through raw is turned into theirs: a 200 whose JSON body arrived cut short (`json.JSONDecodeError`
@@ -11,7 +12,6 @@ from both) is a transport fault, retried like a dropped connection, and raised a
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import Callable
 
@@ -20,21 +20,12 @@ class KvwiseError(Exception):
     """Root of the SDK's own exceptions."""
 
 
-def _connection_errors() -> tuple[type[Exception], ...]:
-    bases: list[type[Exception]] = []
-    for module_name in ("openai", "anthropic"):
-        try:
-            bases.append(importlib.import_module(module_name).APIConnectionError)
-        except ImportError:
-            continue
-    return tuple(bases)
-
-
-class StreamTruncated(KvwiseError, *_connection_errors()):  # type: ignore[misc]
+class StreamTruncated(KvwiseError):
     """A stream ended without its final event after output had reached the caller.
 
     Both clients end iteration silently when the connection drops mid-stream; the partial output
-    must not pass for a complete answer. Catch it as the client's `APIConnectionError`.
+    must not pass for a complete answer. What is raised is `stream_truncated(...)` of the wrapped
+    client's `APIConnectionError`: catch it as that, or as `sdk.StreamTruncated`.
     """
 
     def __init__(self, message: str, *, request: object = None) -> None:
@@ -43,6 +34,23 @@ class StreamTruncated(KvwiseError, *_connection_errors()):  # type: ignore[misc]
         self.request = request
         self.body = None
         self.code = self.param = self.type = None
+
+
+_TRUNCATED: dict[type[Exception], type[StreamTruncated]] = {}
+
+
+def stream_truncated(connection_error: type[Exception]) -> type[StreamTruncated]:
+    """`StreamTruncated` that is also `connection_error`, the wrapped client's `APIConnectionError`,
+    so the handlers an app already has for that client catch it.
+
+    Made per client family when first needed, not at import: a class with every installed client's
+    error among its bases would import anthropic into an app that only uses openai (two seconds
+    and 130,000 objects the garbage collector then walks for the process's life).
+    """
+    made = _TRUNCATED.get(connection_error)
+    if made is None:
+        made = _TRUNCATED[connection_error] = type("StreamTruncated", (StreamTruncated, connection_error), {"__module__": __name__})
+    return made
 
 
 def client_error(error: BaseException, connection_error: Callable[[str], Exception]) -> BaseException:

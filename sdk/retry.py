@@ -14,6 +14,7 @@ import email.utils
 import json
 import logging
 import math
+import sys
 import time
 from collections.abc import Callable
 from functools import cache
@@ -44,22 +45,23 @@ log = logging.getLogger("sdk")
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 
 
-@cache
+CLIENT_MODULES = ("openai", "anthropic")
+
+
 def _error_classes() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
-    """(connection errors, status errors) of the installed clients, looked up once."""
-    connection: list[type[BaseException]] = []
-    status: list[type[BaseException]] = []
-    for module_name in ("openai", "anthropic"):
-        try:
-            module = __import__(module_name)
-        except ImportError:
-            continue
-        connection.append(module.APIConnectionError)
-        status.append(module.APIStatusError)
-    return tuple(connection), tuple(status)
+    """(connection errors, status errors) of the clients this process has imported.
+
+    Only imported ones: a client that was never imported made no call, and importing anthropic for
+    an openai app would cost it seconds and memory. Looked up once per set of loaded clients."""
+    return _error_classes_of(tuple(name for name in CLIENT_MODULES if name in sys.modules))
 
 
 @cache
+def _error_classes_of(modules: tuple[str, ...]) -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+    loaded = [sys.modules[name] for name in modules]
+    return tuple(m.APIConnectionError for m in loaded), tuple(m.APIStatusError for m in loaded)
+
+
 def transport_errors() -> tuple[type[BaseException], ...]:
     """What a faulty transport raises, whether a request is sent or a stream is read.
 
@@ -67,7 +69,11 @@ def transport_errors() -> tuple[type[BaseException], ...]:
     `httpx2`'s own errors through mid-stream; and both let `json.JSONDecodeError` through when a
     body or an SSE `data:` line arrives cut short, which only the wire can do to a 200 answer.
     """
-    connection, _ = _error_classes()
+    return _transport_errors_of(_error_classes()[0])
+
+
+@cache
+def _transport_errors_of(connection: tuple[type[BaseException], ...]) -> tuple[type[BaseException], ...]:
     try:
         import httpx2
     except ImportError:

@@ -90,7 +90,7 @@ class Sender:
             raise self._failed(record, error)
         parsed = result.parse() if raw else result
         if self.call.stream:
-            watch = StreamWatch(adapter_for(self.call.api), self.call, self.policy, record, attempts)
+            watch = StreamWatch(adapter_for(self.call.api), self.call, self.policy, record, attempts, self.connection_error)
             reopen = (lambda: call_with_retries(send, attempts).parse()) if raw else (lambda: call_with_retries(send, attempts))
             guarded = guard_sync(parsed, watch, reopen)
             return self._raw_with(result, guarded) if raw else guarded
@@ -115,7 +115,7 @@ class Sender:
             raise self._failed(record, error)
         parsed = await _parse(result) if raw else result
         if self.call.stream:
-            watch = StreamWatch(adapter_for(self.call.api), self.call, self.policy, record, attempts)
+            watch = StreamWatch(adapter_for(self.call.api), self.call, self.policy, record, attempts, self.connection_error)
 
             async def reopen() -> Any:
                 reopened = await acall_with_retries(send, attempts)

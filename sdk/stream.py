@@ -38,7 +38,7 @@ from sdk.adapters import Adapter, StreamState
 from sdk.adapters._base import first_stop
 from sdk.cache_hints import estimate_tokens
 from sdk.call import Call, Usage
-from sdk.errors import StreamTruncated
+from sdk.errors import stream_truncated
 from sdk.loopguard import LoopDetector
 from sdk.policy import Policy
 from sdk.retry import Attempts, transport_errors
@@ -48,14 +48,17 @@ from sdk.telemetry.attributes import stream_facts
 
 logger = logging.getLogger(__name__)
 
-TRANSPORT_ERRORS = transport_errors()
 
 
 class StreamWatch:
     """What the guard knows about one stream, and what to do with each content event."""
 
-    def __init__(self, adapter: Adapter, call: Call, policy: Policy, record: CallRecord, attempts: Attempts) -> None:
+    def __init__(
+        self, adapter: Adapter, call: Call, policy: Policy, record: CallRecord, attempts: Attempts,
+        connection_error: type[Exception],
+    ) -> None:
         self.adapter = adapter
+        self.truncated = stream_truncated(connection_error)  # what a break after content raises
         self.call = call
         self.record = record
         self.state = StreamState(hide_usage=adapter.hides_usage(call))
@@ -119,7 +122,7 @@ class StreamWatch:
             return False
         if self.delivered or self.attempts.left <= 0:
             why = "the body ended without the final event" if broken is None else f"{type(broken).__name__}: {broken}"
-            raise StreamTruncated(
+            raise self.truncated(
                 f"the stream broke after {self.delivered} content chunks reached the caller, on attempt "
                 f"{self.attempts.made} ({why}); the answer is incomplete: send the request again"
             ) from broken
@@ -221,7 +224,7 @@ def _guarded(upstream: Upstream, watch: StreamWatch, reopen: Callable[[], Any]) 
                     upstream.stream.close()  # the server stops decoding now
                     yield from cut
                     return
-            except TRANSPORT_ERRORS as exc:
+            except transport_errors() as exc:  # (evaluated only when something is raised)
                 broken = exc
             if not watch.reopen_after(broken):
                 yield from held or ()
@@ -283,7 +286,7 @@ async def _aguarded(upstream: Upstream, watch: StreamWatch, reopen: Callable[[],
                     for item in cut:
                         yield item
                     return
-            except TRANSPORT_ERRORS as exc:
+            except transport_errors() as exc:  # (evaluated only when something is raised)
                 broken = exc
             if not watch.reopen_after(broken):
                 for header in held or ():

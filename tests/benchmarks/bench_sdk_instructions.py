@@ -13,8 +13,10 @@ streams inside `sorted(..., key=)`: callgrind's inclusive counts of those two C 
 instructions of exactly those calls (imports, set-up and warm-up are not counted). Threads other
 than the caller's (the span exporter's) are left out: they run after the call, not in it.
 
-Instructions are not time (a cache miss costs more than an add), so this is the regression check,
-and `bench_sdk_overhead` the figure in µs.
+Instructions are not time (a cache miss costs more than an add): with `--cache-sim` callgrind also
+simulates the caches, and each figure becomes its estimate of cycles, Ir + 10 × first-level misses
++ 100 × last-level misses (callgrind's own weights), twice as slow to count. This is the regression
+check; `bench_sdk_overhead` gives the figures in µs.
 """
 
 from __future__ import annotations
@@ -49,10 +51,11 @@ def work(name: str, port: int, calls: int, streams: int, baseline: str | None) -
     sorted(range(streams), key=lambda i: (contender.streamed(), i)[1])
 
 
-def count(name: str, common: list[str], out: Path) -> subprocess.Popen[bytes]:
+def count(name: str, common: list[str], out: Path, cache_sim: bool) -> subprocess.Popen[bytes]:
     """Start `name`'s process under callgrind, writing its counts to `out`."""
     return subprocess.Popen(
-        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, "-m", __spec__.name,
+        ["valgrind", "--tool=callgrind", f"--cache-sim={'yes' if cache_sim else 'no'}", f"--callgrind-out-file={out}",
+         sys.executable, "-m", __spec__.name,
          "--contender", name, *common],
         cwd=overhead.ROOT, env={**os.environ, "PYTHONHASHSEED": "0"},
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -60,14 +63,23 @@ def count(name: str, common: list[str], out: Path) -> subprocess.Popen[bytes]:
 
 
 def inclusive(out: Path) -> dict[str, int]:
-    """Inclusive instruction counts of the entry points, from `callgrind_annotate`."""
+    """Inclusive counts of the entry points from `callgrind_annotate`: instructions, or with the
+    cache simulation callgrind's cycle estimate (Ir + 10 × L1 misses + 100 × last-level misses)."""
     text = subprocess.run(["callgrind_annotate", "--inclusive=yes", str(out)], capture_output=True, text=True,
                           check=True).stdout
+    events: list[str] = []
     found: dict[str, int] = {}
     for line in text.splitlines():
-        match = re.match(r"\s*([\d,]+) .*:(\w+) \[", line)
-        if match and match.group(2) in ENTRY_POINTS:
-            found[ENTRY_POINTS[match.group(2)]] = int(match.group(1).replace(",", ""))
+        if line.startswith("Events shown:"):
+            events = line.split(":", 1)[1].split()
+        match = re.match(r"(.*?)\s(\S+):(\w+) \[", line)
+        if not match or match.group(3) not in ENTRY_POINTS:
+            continue
+        cells = [cell for cell in match.group(1).split() if not cell.startswith("(") and not cell.endswith(")")]
+        value = dict(zip(events, (0 if cell == "." else int(cell.replace(",", "")) for cell in cells), strict=True))
+        misses = sum(value.get(name, 0) for name in ("I1mr", "D1mr", "D1mw"))
+        last_level = sum(value.get(name, 0) for name in ("ILmr", "DLmr", "DLmw"))
+        found[ENTRY_POINTS[match.group(3)]] = value["Ir"] + 10 * misses + 100 * last_level
     return found
 
 
@@ -76,6 +88,8 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=20, help="counted plain calls per contender")
     parser.add_argument("--streams", type=int, default=5, help=f"counted {overhead.STREAM_CHUNKS}-chunk streams per contender")
     parser.add_argument("--baseline", help="a checkout of an earlier commit: its sdk is counted as kvwise-base")
+    parser.add_argument("--cache-sim", action="store_true", help="count estimated cycles with simulated caches")
+    parser.add_argument("--only", nargs="+", help="count only these contenders (raw is always counted)")
     parser.add_argument("--contender", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -86,6 +100,7 @@ def main() -> None:
         print("valgrind is not installed here: no instruction counts (make bench installs it as root)")
         return
     names = CONTENDERS[:2] + (("kvwise-base",) if args.baseline else ()) + CONTENDERS[2:]
+    names = tuple(name for name in names if name == "raw" or not args.only or name in args.only)
     folder = Path(tempfile.mkdtemp(prefix="kvwise-instructions-"))
     port_file = folder / "port"
     server = subprocess.Popen([sys.executable, overhead.__file__, "--serve", str(port_file)], cwd=overhead.ROOT)
@@ -97,7 +112,7 @@ def main() -> None:
         if args.baseline:
             common += ["--baseline", str(Path(args.baseline).resolve())]
         for wave in range(0, len(names), PARALLEL):
-            running = {name: count(name, common, folder / f"{name}.out") for name in names[wave : wave + PARALLEL]}
+            running = {name: count(name, common, folder / f"{name}.out", args.cache_sim) for name in names[wave : wave + PARALLEL]}
             for name, process in running.items():
                 _, errors = process.communicate()
                 found = inclusive(folder / f"{name}.out") if process.returncode == 0 else {}
@@ -110,15 +125,15 @@ def main() -> None:
         server.terminate()
         server.wait()
         shutil.rmtree(folder, ignore_errors=True)
-    report(results)
+    report(results, "estimated cycles" if args.cache_sim else "instructions")
 
 
-def report(results: dict[str, dict[str, float] | str]) -> None:
+def report(results: dict[str, dict[str, float] | str], unit: str) -> None:
     raw, kvwise = results.get("raw"), results.get("kvwise")
     if not isinstance(raw, dict):
         print(f"the raw client could not be counted: {raw}")
         return
-    print(f"\nmillions of instructions per call in the caller's thread (callgrind); overhead = contender - raw; "
+    print(f"\nmillions of {unit} per call in the caller's thread (callgrind); overhead = contender - raw; "
           f"{overhead.STREAM_CHUNKS}-chunk stream\n")
     print(f"{'contender':<13} {'call':>8} {'overhead':>9} {'stream':>8} {'overhead':>9}")
     for name, figures in results.items():
@@ -134,7 +149,7 @@ def report(results: dict[str, dict[str, float] | str]) -> None:
             for key, label in (("whole", "call"), ("stream", "stream")):
                 ours, theirs = kvwise[key] - raw[key], other[key] - raw[key]
                 ratio = f"{theirs / ours:.2f}x kvwise's" if ours > 0 else "kvwise adds none"
-                print(f"{peer} {label} overhead: {theirs / 1e6:.2f} M vs kvwise {ours / 1e6:.2f} M instructions ({ratio})")
+                print(f"{peer} {label} overhead: {theirs / 1e6:.2f} M vs kvwise {ours / 1e6:.2f} M {unit} ({ratio})")
 
 
 if __name__ == "__main__":

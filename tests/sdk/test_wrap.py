@@ -147,6 +147,23 @@ def test_importing_sdk_does_not_import_torch():
     assert result.stdout.strip() == "False"
 
 
+def test_an_openai_app_never_imports_anthropic_and_its_cut_stream_raises_openais_connection_error():
+    """Importing anthropic costs an openai app seconds and ~130,000 objects: kvwise must not do it."""
+    code = """
+import sys, httpx2, openai, sdk
+chunk = b'data: {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m", ' \\
+        b'"choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": null}]}\\n\\n'
+answer = lambda request: httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=chunk)
+bare = openai.OpenAI(base_url="http://test/v1", api_key="k", http_client=httpx2.Client(transport=httpx2.MockTransport(answer)))
+try:
+    list(sdk.wrap(bare).chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True))
+except openai.APIConnectionError as error:  # the body ended after content, without its final event
+    print(isinstance(error, sdk.StreamTruncated), "anthropic" in sys.modules)
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.split() == ["True", "False"]
+
+
 def test_public_surface_is_exactly_the_documented_names():
     assert sdk.__all__ == sorted(sdk.__all__)
     assert set(sdk.__all__) == {"Finding", "Middleware", "Policy", "Prompt", "StreamTruncated", "conversation", "lint", "wrap"}
