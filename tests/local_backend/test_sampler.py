@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from local_backend.penalties import PenaltyState, apply_penalties, dry_penalties
-from local_backend.sampler import Sampler, draw, keep_thresholds
+from local_backend.sampler import Sampler, draw, heavier_mass, keep_thresholds
 from local_backend.sampling_params import SamplingParams
 from local_backend.sequence import Sequence
 
@@ -101,6 +101,13 @@ def test_draw_by_inverse_cdf_follows_the_weights_across_chunks():
     assert 0.45 < tokens.count(700) / len(tokens) < 0.55
     edge = draw(w, torch.tensor([0.0, 1.0 - 2**-53], dtype=torch.float64).view(2)[:1].expand(1))
     assert edge.tolist() == [3]
+
+
+def test_the_mass_above_a_drawn_token_counts_only_strictly_heavier_tokens():
+    w = torch.tensor([[0.5, 1.0, 0.25, 0.5], [1.0, 0.125, 0.25, 0.0], [1.0, 1.0, 0.5, 0.5]])
+    chosen = torch.tensor([[0.5], [1.0], [0.25]])  # a tie with another token; the top token; a light one
+    mass = heavier_mass(w, chosen, torch.empty_like(w))
+    assert mass.tolist() == pytest.approx([1.0, 0.0, 3.0], rel=1e-6)
 
 
 def test_dry_penalises_the_token_that_would_extend_a_repeat():
