@@ -2,7 +2,8 @@
 
 Penalties touch only a request's seen tokens (prompt ∪ output), kept incrementally per request in a
 `PenaltyState` (host buffers, copied to the device once per step), so a step costs O(distinct seen
-tokens), never a rebuild from its token list; DRY looks for repeats of the context's end with the Z-algorithm.
+tokens), never a rebuild from its token list; DRY looks for repeats of the context's end with the
+Z-algorithm.
 """
 
 from __future__ import annotations

@@ -49,7 +49,6 @@ from sdk.telemetry.attributes import stream_facts
 logger = logging.getLogger(__name__)
 
 
-
 class StreamWatch:
     """What the guard knows about one stream, and what to do with each content event."""
 
@@ -58,7 +57,7 @@ class StreamWatch:
         connection_error: type[Exception],
     ) -> None:
         self.adapter = adapter
-        self.truncated = stream_truncated(connection_error)  # what a break after content raises
+        self.connection_error = connection_error  # the wrapped client's: what a break after content raises is also one
         self.call = call
         self.record = record
         self.state = StreamState(hide_usage=adapter.hides_usage(call))
@@ -122,7 +121,7 @@ class StreamWatch:
             return False
         if self.delivered or self.attempts.left <= 0:
             why = "the body ended without the final event" if broken is None else f"{type(broken).__name__}: {broken}"
-            raise self.truncated(
+            raise stream_truncated(self.connection_error)(
                 f"the stream broke after {self.delivered} content chunks reached the caller, on attempt "
                 f"{self.attempts.made} ({why}); the answer is incomplete: send the request again"
             ) from broken
