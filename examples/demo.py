@@ -3,8 +3,8 @@
 Starts the local backend on a free loopback port, points real `openai` and `anthropic` clients at
 it, and prints, with numbers from this run: (a) cache hits with and without `sdk.wrap` when the
 system prompt starts with a request ID and a timestamp, (b) tokens decoded on a looping prompt
-with and without the guards, (c) a tool loop through `sdk.wrap` (a forced tool call, the tool's
-result, the answer), (d) a per-call table read from the OpenTelemetry spans, and (e) OTLP export when
+with and without the guards, (c) a tool loop through `sdk.wrap` (with `tool_choice="auto"` the
+model decides to call the weather tool, the demo runs it, the model answers from its result), (d) a per-call table read from the OpenTelemetry spans, and (e) OTLP export when
 OTEL_EXPORTER_OTLP_ENDPOINT is set; it ends by writing `kvwise report`'s page for its own calls
 (`kvwise-report/report.html`). With `--phoenix` (`make phoenix-demo`, Phoenix from
 its own venv) it first starts Arize Phoenix on a free loopback port, exports the traces there,
@@ -54,24 +54,16 @@ DEMO_PRICES = {MODEL: {"input": 0.15, "cached_input": 0.015, "cache_write": 0.15
 PHOENIX_PROJECT = "kvwise-demo"
 REPORT_DIR = Path("kvwise-report")
 PHOENIX_REPORT_DIR = Path("kvwise-report-phoenix")
-TOOL = {
+WEATHER_TOOL = {
     "type": "function",
     "function": {
-        "name": "kv_cache_bytes",
-        "description": "KV cache bytes per token of a model: 2 x layers x kv_heads x head_dim x bytes per element.",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "layers": {"type": "integer"},
-                "kv_heads": {"type": "integer"},
-                "head_dim": {"type": "integer"},
-                "bytes_per_elem": {"type": "integer"},
-            },
-            "required": ["layers", "kv_heads", "head_dim", "bytes_per_elem"],
-        },
+        "name": "get_weather",
+        "description": "Get the current weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
     },
 }
-TOOL_QUESTION = "How many KV cache bytes per token does a model with 8 layers, 4 KV heads of 64 dims in fp16 need?"
+TOOLS = [WEATHER_TOOL]
+TOOL_QUESTION = "What is the weather in Paris?"
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,28 +143,39 @@ def _anthropic_tokens(client: Any, messages: list[dict[str, Any]]) -> int:
         return stream.get_final_message().usage.output_tokens
 
 
-def kv_cache_bytes(layers: int, kv_heads: int, head_dim: int, bytes_per_elem: int) -> int:
-    """The tool the model calls: the KV formula."""
-    return 2 * layers * kv_heads * head_dim * bytes_per_elem
+WEATHER = {"Paris": "rainy", "Tokyo": "sunny", "Oslo": "snowy"}
+"""The demo's weather service: a canned reading per city, where a real app would ask a real one."""
+
+
+def get_weather(city: str) -> dict[str, Any]:
+    """The tool the model may call."""
+    return {"conditions": WEATHER.get(city, "cloudy")}
+
+
+LOCAL_TOOLS: dict[str, Callable[..., dict[str, Any]]] = {"get_weather": get_weather}
 
 
 def tool_section(wrapped: Any, out: Callable[[str], None]) -> dict[str, Any]:
-    """(c) A tool loop through `sdk.wrap`: the server's constrained decoding makes even the tiny model's
-    forced call valid JSON for the tool's schema; the app runs the tool and sends its result back."""
-    out(f"\n(c) A tool loop through sdk.wrap: {TOOL_QUESTION!r}")
+    """(c) A tool loop through `sdk.wrap` with `tool_choice="auto"`: the model chooses to call the tool
+    (nothing forces it), the app runs the tool and sends its result back, the model answers from it."""
+    out(f"\n(c) A tool loop through sdk.wrap (get_weather offered, tool_choice auto): {TOOL_QUESTION!r}")
     messages: list[dict[str, Any]] = [{"role": "user", "content": TOOL_QUESTION}]
     first = wrapped.chat.completions.create(
-        model=MODEL, messages=messages, tools=[TOOL], tool_choice="required", temperature=0, max_tokens=96
+        model=MODEL, messages=messages, tools=TOOLS, tool_choice="auto", temperature=0, max_tokens=64
     )
-    call = first.choices[0].message.tool_calls[0]
+    message = first.choices[0].message
+    if not message.tool_calls:
+        out(f"    the model answered without calling a tool: {message.content!r}")
+        return {"name": None, "arguments": None, "result": None, "answer": message.content or ""}
+    call = message.tool_calls[0]
     arguments = json.loads(call.function.arguments)
-    result = kv_cache_bytes(**arguments)
-    out(f"    the model called {call.function.name}({call.function.arguments}) -> {result}")
+    result = LOCAL_TOOLS[call.function.name](**arguments)
+    out(f"    the model called {call.function.name}({call.function.arguments}) -> {json.dumps(result)}")
     messages += [
-        first.choices[0].message.model_dump(exclude_none=True),
-        {"role": "tool", "tool_call_id": call.id, "content": str(result)},
+        message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": json.dumps(result)},
     ]
-    answer = wrapped.chat.completions.create(model=MODEL, messages=messages, tools=[TOOL], temperature=0, max_tokens=48)
+    answer = wrapped.chat.completions.create(model=MODEL, messages=messages, tools=TOOLS, temperature=0, max_tokens=48)
     text = answer.choices[0].message.content or ""
     out(f"    with the tool's result it answered: {text.strip()[:100]!r}")
     return {"name": call.function.name, "arguments": arguments, "result": result, "answer": text}

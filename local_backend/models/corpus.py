@@ -4,19 +4,28 @@ Everything is written here and expanded with a seeded `random.Random`, so the sa
 same corpus byte for byte. Each inference topic has one canonical answer (a tiny model answers
 most coherently when a question always maps to the same words) and many paraphrased questions; the
 facts come from the text the product grew from (prefill, decode, TTFT, the KV cache and its
-formula, prefix caching, volatile bytes, repetition loops, output token cost).
+formula, prefix caching, volatile bytes, repetition loops, output token cost): `build_corpus`.
+The tool stage's text (`build_tool_corpus`, dialogues from `tool_corpus`) teaches it to call the
+weather tool offered in the Hermes format when asked about the weather and to answer from the
+result, so an app's tool loop works with `tool_choice="auto"`, not only when constrained decoding
+forces the call; ordinary questions asked with the tool offered keep their ordinary answers.
 
 A `Sample` is a list of `(text, trained)` pieces: the loss covers the conversation (questions,
-answers and the tokens that end them) but not `<|bos|>` or the system prompt, whose long repeated
-text would otherwise take most of the CPU time the answers need.
+answers and the tokens that end them) but not `<|bos|>`, the system prompt (with any tool listing)
+or a tool's result, whose long or random text would otherwise take the CPU time the answers need.
 """
 
 from __future__ import annotations
 
 import random
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from local_backend.models import tool_corpus
+from local_backend.tool_prompt import TOOL_RESPONSE_START, fold
 
 BOS, EOS, END = "<|bos|>", "<|eos|>", "<|end|>"
 ROLES = ("system", "user", "assistant")
@@ -72,6 +81,29 @@ VOLATILE_SHARE = 0.5
 
 REPEAT_SYSTEM_SHARE = 0.5
 """Share of repeat requests that come with a system prompt."""
+
+TOOL_LOOP_SAMPLES = 600
+"""Tool-stage samples (`build_tool_corpus`) that start with a loop of the weather tool."""
+
+TOOLS_IDLE_SAMPLES = 100
+"""Tool-stage samples that start with an ordinary question asked with tools offered, answered as without them."""
+
+EXCHANGES = (2, 3, 4)
+"""How many exchanges a tool-offering sample holds (drawn evenly): the listing, most of a sample's
+tokens, then serves several, and the later ones learn from a history of calls and results."""
+
+TOOL_STAGE_REPEATS = 80
+"""Extra requests to repeat a word in the tool stage: the demo's looping prompt is a fragile
+behaviour, and the many new answers pull its opening away."""
+
+NO_TOOL_WEATHER_SAMPLES = 150
+"""Tool-stage samples asking about the weather with no tool offered: the model must not call one."""
+
+LATER_LOOP_SHARE = 0.7
+"""Share of later exchanges that are a tool loop rather than an ordinary question."""
+
+TOOL_SYSTEM_SHARE = 0.3
+"""Share of tool-offering samples whose system turn starts with a short system prompt of the caller's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +299,17 @@ def build_corpus(seed: int) -> list[Sample]:
     return samples
 
 
+def build_tool_corpus(seed: int) -> list[Sample]:
+    """The tool stage's samples, shuffled: tools offered, loops with them and ordinary questions."""
+    rng = random.Random(seed)
+    samples = [_with_tools(rng, loop_first=True) for _ in range(TOOL_LOOP_SAMPLES)]
+    samples += [_with_tools(rng, loop_first=False) for _ in range(TOOLS_IDLE_SAMPLES)]
+    samples += [_repeat(rng) for _ in range(TOOL_STAGE_REPEATS)]
+    samples += [_render(tool_corpus.no_tool_weather(rng)) for _ in range(NO_TOOL_WEATHER_SAMPLES)]
+    rng.shuffle(samples)
+    return samples
+
+
 def _dress(rng: random.Random, question: str) -> str:
     lower = question[0].lower() + question[1:] if not question.startswith(("TTFT", "KV", "I ")) else question
     return rng.choice(QUESTION_DRESS).format(q=question, l=lower, n=question.rstrip("?.!"))
@@ -311,8 +354,45 @@ def _system(rng: random.Random) -> str | None:
     return text
 
 
+def _with_tools(rng: random.Random, loop_first: bool) -> Sample:
+    """The weather tool offered, then a loop (or, unless `loop_first`, an ordinary question answered
+    with no call), and more exchanges, each a loop or an ordinary question."""
+    messages = _tool_system(rng) + (tool_corpus.tool_loop(rng) if loop_first else _ordinary(rng))
+    for _ in range(1, rng.choice(EXCHANGES)):
+        messages += tool_corpus.tool_loop(rng) if rng.random() < LATER_LOOP_SHARE else _ordinary(rng)
+    return _render(fold(messages, [tool_corpus.WEATHER_TOOL]))
+
+
+def _ordinary(rng: random.Random) -> list[dict[str, Any]]:
+    topic = rng.choice(INFERENCE_TOPICS + SMALL_TALK + tuple(fact_topics()))
+    return [{"role": "user", "content": _dress(rng, rng.choice(topic.questions))},
+            {"role": "assistant", "content": topic.answer}]
+
+
+def _tool_system(rng: random.Random) -> list[dict[str, Any]]:
+    return [{"role": "system", "content": rng.choice(SHORT_SYSTEMS)}] if rng.random() < TOOL_SYSTEM_SHARE else []
+
+
 def _chat(system: str | None, turns: list[tuple[str, str]], closed: bool = True) -> Sample:
     """Render like `CHAT_TEMPLATE`; the turns are trained, the last answer unclosed unless `closed`."""
-    head = BOS + (f"<|system|>\n{system}{END}\n" if system is not None else "")
-    body = "".join(f"<|user|>\n{question}{END}\n<|assistant|>\n{answer}{END}\n" for question, answer in turns)
-    return [(head, False), (body.removesuffix("\n") if closed else body.removesuffix(f"{END}\n"), True)]
+    messages = [{"role": "system", "content": system}] if system is not None else []
+    for question, answer in turns:
+        messages += [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
+    return _render(messages, closed)
+
+
+def chat_text(turns: Sequence[Mapping[str, str]]) -> str:
+    """The prompt `CHAT_TEMPLATE` renders for `turns` with the generation prompt (for probes)."""
+    return "".join(text for text, _ in _render(turns)) + "\n<|assistant|>\n"
+
+
+def _render(turns: Sequence[Mapping[str, str]], closed: bool = True) -> Sample:
+    """Turns as `CHAT_TEMPLATE` writes them, one piece each: the system turn and tool results are not
+    trained; the last turn loses its newline, and also its `<|end|>` unless `closed`."""
+    pieces: Sample = [(BOS, False)]
+    for turn in turns:
+        trained = turn["role"] != "system" and not turn["content"].startswith(TOOL_RESPONSE_START)
+        pieces.append((f"<|{turn['role']}|>\n{turn['content']}{END}\n", trained))
+    last, trained = pieces[-1]
+    pieces[-1] = (last.removesuffix("\n") if closed else last.removesuffix(f"{END}\n"), trained)
+    return pieces

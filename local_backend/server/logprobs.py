@@ -105,7 +105,12 @@ def chat_logprobs(entries: Sequence[TokenLogprob], decode: Decode) -> dict[str, 
 
 
 def completion_logprobs(entries: Sequence[TokenLogprob], decode: Decode, offset: int) -> dict[str, Any]:
-    """Legacy Completions' `choice.logprobs`; `offset` is where the first token's text starts in the text."""
+    """Legacy Completions' `choice.logprobs`; `offset` is where the first token's text starts in the text.
+
+    `top_logprobs` maps text to logprob, so two top tokens with the same text (the end tokens both
+    decode to '') share one key: the likelier one's logprob, never the other's (`e.top` is in
+    descending order; vLLM's dict keeps the last, so its top can read lower than the chosen token).
+    """
     tokens = [decode(e.token) for e in entries]
     offsets = []
     for text in tokens:
@@ -114,6 +119,6 @@ def completion_logprobs(entries: Sequence[TokenLogprob], decode: Decode, offset:
     return {
         "tokens": tokens,
         "token_logprobs": [e.logprob for e in entries],
-        "top_logprobs": [{decode(t): lp for t, lp in e.top} for e in entries],
+        "top_logprobs": [{decode(t): lp for t, lp in reversed(e.top)} for e in entries],
         "text_offset": offsets,
     }

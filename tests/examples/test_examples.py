@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import jsonschema
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from examples import anthropic_breakpoints, async_stream_loop_guard, demo, other_servers, otlp_export, prompt_builder, wrap_openai
 from examples.local_server import local_server
+from local_backend.models import tool_corpus
 
 
 @pytest.fixture(scope="module")
@@ -59,10 +61,11 @@ def test_demo_shows_cache_hits_loop_cuts_and_span_rows(base_url, tmp_path):
     for plain, guarded in result["loops"].values():
         assert guarded < plain
     tool = result["tool"]
-    assert tool["name"] == demo.TOOL["function"]["name"]
-    assert set(tool["arguments"]) == set(demo.TOOL["function"]["parameters"]["required"])
-    assert all(isinstance(value, int) for value in tool["arguments"].values())
-    assert tool["result"] == demo.kv_cache_bytes(**tool["arguments"])
+    assert tool["name"] == demo.WEATHER_TOOL["function"]["name"], tool
+    jsonschema.validate(tool["arguments"], demo.WEATHER_TOOL["function"]["parameters"])
+    assert tool["arguments"] == {"city": "Paris"}
+    assert tool["result"] == demo.get_weather("Paris")
+    assert tool["result"]["conditions"] in tool["answer"], tool["answer"]
     completed = [row for row in result["spans"] if row["guard"] != "loop"]
     assert len(completed) == 5 and all(row["input"] > 0 and row["output"] > 0 for row in completed)
     assert [row["cached"] for row in completed][1:3] == wrapped_cached[1:]
@@ -70,3 +73,8 @@ def test_demo_shows_cache_hits_loop_cuts_and_span_rows(base_url, tmp_path):
     assert any("(c) A tool loop" in line for line in lines) and any("(d)" in line for line in lines)
     page = result["report"].read_text()
     assert result["report"].parent == tmp_path and "<img" in page and str(result["report"]) in lines[-1]
+
+
+def test_demo_offers_tools_the_bundled_model_was_trained_on():
+    assert demo.TOOLS == [tool_corpus.WEATHER_TOOL.as_openai()]
+    assert set(demo.WEATHER.values()) <= set(tool_corpus.CONDITIONS) and set(demo.WEATHER) <= set(tool_corpus.CITIES)

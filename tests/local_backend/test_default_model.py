@@ -1,15 +1,25 @@
-"""The bundled default model: loads offline, answers corpus questions, loops on its documented prompt."""
+"""The bundled default model: loads offline, answers corpus questions, loops on its documented prompt,
+and, served with tools offered and `tool_choice` left to it, calls the right one and answers from its result."""
 
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import anthropic
+import jsonschema
+import openai
 import pytest
 
 from local_backend import Engine, SamplingParams
-from local_backend.models import corpus
+from local_backend.models import corpus, tool_corpus
+from local_backend.server.tools import prompt_ids
+from local_backend.tokenizer import TextTokenizer
+from local_backend.tool_prompt import call_text, fold
+from tests.local_backend.serving import served_engine
 
 DEFAULT_DIR = Path(__file__).parents[2] / "local_backend" / "models" / "default"
 MAX_CHECKPOINT_BYTES = 8 * 1024**2
@@ -17,6 +27,12 @@ GREEDY = SamplingParams(max_tokens=64, temperature=0)
 LOOP_TOKENS = 128
 LOOP_PERIOD_MAX = 8
 """A loop here is the last half of the output made of one span of at most this many tokens."""
+TOOLS = [tool_corpus.WEATHER_TOOL.as_openai()]
+TOOL_LOOPS = [
+    ("What is the weather in Paris?", "Paris", "rainy"),
+    ("How is the weather in Tokyo today?", "Tokyo", "snowy"),
+]
+"""A question, the city its call must name, and the conditions the tool reports (the answer must say them)."""
 
 
 @pytest.fixture(scope="module")
@@ -106,3 +122,110 @@ def test_default_checkpoint_is_small_and_says_how_it_ends_turns() -> None:
     end_id = next(token["id"] for token in vocab if token["content"] == tokenizer_config["eos_token"])
     for name in ("config.json", "generation_config.json"):
         assert end_id in json.loads((DEFAULT_DIR / name).read_text())["eos_token_id"]
+
+
+def test_the_corpus_writes_tool_dialogues_as_the_server_prompts_them() -> None:
+    """The training text of a tool loop, up to the answer, is token for token the server's prompt of it."""
+    tokenizer = TextTokenizer.from_dir(DEFAULT_DIR)
+    tools = [tool_corpus.WEATHER_TOOL]
+    for seed in range(3):
+        messages = [{"role": "system", "content": "Be concise."}, *tool_corpus.tool_loop(random.Random(seed))[:3]]
+        text = corpus.chat_text(fold(messages, tools))
+        assert prompt_ids(tokenizer, messages, tools) == tokenizer.encode(text, add_special_tokens=False)
+
+
+@pytest.fixture(scope="module")
+def server_url() -> Iterator[str]:
+    with served_engine("default", max_model_len=1024, kv_cache_memory=2**23) as served:
+        yield served.url
+
+
+@pytest.mark.parametrize(("question", "city", "conditions"), TOOL_LOOPS, ids=[loop[1] for loop in TOOL_LOOPS])
+def test_default_model_calls_the_weather_tool_and_answers_from_its_result_over_openai(
+    server_url: str, question: str, city: str, conditions: str
+) -> None:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": question}]
+    with openai.OpenAI(base_url=f"{server_url}/v1", api_key="x", max_retries=0) as client:
+        first = client.chat.completions.create(
+            model="tiny", messages=messages, tools=TOOLS, tool_choice="auto", temperature=0, max_tokens=64  # type: ignore[arg-type]
+        )
+        [choice] = first.choices
+        assert choice.finish_reason == "tool_calls", choice.message
+        [call] = choice.message.tool_calls or []
+        assert call.function.name == "get_weather"
+        jsonschema.validate(json.loads(call.function.arguments), tool_corpus.WEATHER_TOOL.parameters)
+        assert json.loads(call.function.arguments) == {"city": city}
+        messages += [choice.message.model_dump(exclude_none=True),
+                     {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"conditions": conditions})}]  # fmt: skip
+        second = client.chat.completions.create(
+            model="tiny", messages=messages, tools=TOOLS, tool_choice="auto", temperature=0, max_tokens=48  # type: ignore[arg-type]
+        )
+    [choice] = second.choices
+    assert choice.finish_reason == "stop" and not choice.message.tool_calls, choice.message
+    assert conditions in (choice.message.content or ""), choice.message
+
+
+def test_default_model_calls_the_weather_tool_and_answers_from_its_result_over_anthropic(server_url: str) -> None:
+    question, city, conditions = TOOL_LOOPS[0]
+    tool = tool_corpus.WEATHER_TOOL
+    tools = [{"name": tool.name, "description": tool.description, "input_schema": tool.parameters}]
+    messages: list[dict[str, Any]] = [{"role": "user", "content": question}]
+    with anthropic.Anthropic(base_url=server_url, api_key="x", max_retries=0) as client:
+        first = client.messages.create(model="tiny", max_tokens=64, messages=messages, tools=tools,  # type: ignore[arg-type]
+                                       tool_choice={"type": "auto"}, extra_body={"temperature": 0})  # fmt: skip
+        assert first.stop_reason == "tool_use", first.content
+        [use] = [block for block in first.content if block.type == "tool_use"]
+        assert use.name == tool.name and use.input == {"city": city}
+        messages += [{"role": "assistant", "content": [block.model_dump(exclude_none=True) for block in first.content]},
+                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
+                                                   "content": json.dumps({"conditions": conditions})}]}]  # fmt: skip
+        second = client.messages.create(model="tiny", max_tokens=48, messages=messages, tools=tools,  # type: ignore[arg-type]
+                                        extra_body={"temperature": 0})  # fmt: skip
+    assert second.stop_reason == "end_turn", second.content
+    text = "".join(block.text for block in second.content if block.type == "text")
+    assert conditions in text, text
+
+
+def test_default_model_calls_with_the_city_asked_about_for_all_but_one_trained_city(engine: Engine) -> None:
+    """The model card's figure: a 3.4M-parameter model mixes up a city now and then (Sydney -> Cairo)."""
+    tools = [tool_corpus.WEATHER_TOOL]
+    wrong = {}
+    for city in tool_corpus.CITIES:
+        messages = [{"role": "user", "content": f"What is the weather in {city}?"}]
+        [out] = engine.generate([prompt_ids(engine.tokenizer, messages, tools)], GREEDY)
+        assert out.text.startswith('<tool_call>\n{"name": "get_weather", "arguments": {"city": "'), out.text
+        if out.text != call_text("get_weather", {"city": city}):
+            wrong[city] = out.text
+    assert len(wrong) <= 1, wrong
+
+
+def test_default_model_asked_about_the_weather_with_no_tool_offered_calls_none(engine: Engine) -> None:
+    text, finish = _chat(engine, "What is the weather in Paris?")
+    assert finish == "stop" and text == tool_corpus.NO_TOOL_ANSWER, text
+
+
+def test_default_model_answers_an_ordinary_question_with_tools_offered_without_calling_one(server_url: str) -> None:
+    with openai.OpenAI(base_url=f"{server_url}/v1", api_key="x", max_retries=0) as client:
+        answer = client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "What is prefill?"}], temperature=0, max_tokens=64,
+            tools=TOOLS, tool_choice="auto",  # type: ignore[arg-type]
+        )
+    [choice] = answer.choices
+    assert choice.finish_reason == "stop" and not choice.message.tool_calls
+    assert "forward pass" in (choice.message.content or "")
+
+
+def test_the_tool_corpus_is_the_same_for_the_same_seed_and_asks_about_every_city() -> None:
+    first, again = corpus.build_tool_corpus(0), corpus.build_tool_corpus(0)
+    assert first == again
+    text = "\n".join("".join(piece for piece, _ in sample) for sample in first)
+    for city in tool_corpus.CITIES:
+        assert f'"name": "get_weather", "arguments": {{"city": "{city}"}}' in text
+
+
+def test_the_tool_corpus_trains_calls_and_answers_but_not_listings_or_results() -> None:
+    trained = [piece for sample in corpus.build_tool_corpus(0) for piece, on in sample if on]
+    untrained = [piece for sample in corpus.build_tool_corpus(0) for piece, on in sample if not on]
+    assert any("<tool_call>" in piece for piece in trained)
+    assert not any("<tools>" in piece or "<tool_response>" in piece for piece in trained)
+    assert any("<tools>" in piece for piece in untrained) and any("<tool_response>" in piece for piece in untrained)

@@ -12,6 +12,7 @@ import torch
 
 from local_backend import Engine, SamplingParams
 from local_backend.server import create_app, serve_in_thread
+from local_backend.server.logprobs import TokenLogprob, completion_logprobs
 
 TOP = 3
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
@@ -81,7 +82,7 @@ def test_streamed_chat_logprobs_equal_the_whole_answers(client):
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_legacy_logprobs_give_tokens_offsets_and_top_dicts(client, stream):
-    kwargs = dict(prompt="The quick brown fox", logprobs=2, **GREEDY)
+    kwargs = dict(prompt="What is prefill?", logprobs=2, **GREEDY)  # 8 tokens of text, no end token
     if stream:
         chunks = [c.choices[0] for c in client.completions.create(stream=True, **kwargs) if c.choices]
         text = "".join(c.text for c in chunks)
@@ -96,6 +97,13 @@ def test_legacy_logprobs_give_tokens_offsets_and_top_dicts(client, stream):
     assert "".join(tokens) == text and len(tokens) == 8
     assert offsets == [sum(map(len, tokens[:i])) for i in range(len(tokens))]
     assert all(len(top) == 2 and max(top.values()) == pytest.approx(v) and v <= 0 for top, v in zip(tops, values))
+
+
+def test_legacy_top_dicts_keep_the_likelier_of_two_tokens_with_the_same_text():
+    end_tokens = {1: "", 2: ""}  # both end tokens decode to ''
+    entry = TokenLogprob(token=2, logprob=-0.5, top=((2, -0.5), (1, -3.0)))
+    logprobs = completion_logprobs([entry], lambda token: end_tokens.get(token, "x"), 0)
+    assert logprobs["top_logprobs"] == [{"": -0.5}] and logprobs["token_logprobs"] == [-0.5]
 
 
 @pytest.mark.parametrize(
