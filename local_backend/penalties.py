@@ -20,50 +20,49 @@ from local_backend.sequence import Sequence
 
 
 class PenaltyState:
-    """One request's distinct seen tokens (prompt ∪ output) and their output counts, in host buffers.
+    """One request's distinct seen tokens (prompt ∪ output), their output counts and offsets, in host buffers.
 
     `ids[i]` is a distinct id, `counts[i]` how often it appears in the output (0 for a prompt-only
-    id). Both are `array`s, so `update` counts the tokens appended since the last call in O(new
-    tokens) with no tensor write per token (a scalar tensor write costs microseconds of dispatch:
-    one or two per row were most of a penalised step at batch 64), and a step gathers every row's
-    entries with one copy per buffer (`Sampler._penalise`).
+    id) and `offsets[i]` = frequency × count + presence × [count > 0], what vLLM's two additive
+    penalties take off its logit. All are `array`s, so `update` counts the tokens appended since
+    the last call in O(new tokens) with no tensor write per token (a scalar tensor write costs
+    microseconds of dispatch: one or two per row were most of a penalised step at batch 64), and a
+    step gathers every row's entries with one copy per buffer (`Sampler._penalise`).
     """
 
-    __slots__ = ("ids", "counts", "_index", "_counted")
+    __slots__ = ("ids", "counts", "offsets", "_index", "_counted", "_frequency", "_presence")
 
     def __init__(self, seq: Sequence):
         prompt = sorted(set(seq.prompt_token_ids))
         self.ids = array("q", prompt)
         self.counts = array("f", bytes(4 * len(prompt)))
+        self.offsets = array("f", bytes(4 * len(prompt)))
         self._index = {token: i for i, token in enumerate(prompt)}
         self._counted = seq.num_prompt_tokens
+        self._frequency, self._presence = seq.params.frequency_penalty, seq.params.presence_penalty
 
     def update(self, seq: Sequence) -> None:
-        index, ids, counts = self._index, self.ids, self.counts
+        index, ids, counts, offsets = self._index, self.ids, self.counts, self.offsets
         for token in seq.token_ids[self._counted :]:
             i = index.get(token)
             if i is None:
                 i = index[token] = len(ids)
                 ids.append(token)
                 counts.append(0.0)
+                offsets.append(0.0)
             counts[i] += 1
+            offsets[i] = self._frequency * counts[i] + self._presence
         self._counted = len(seq.token_ids)
 
 
-def apply_penalties(
-    values: torch.Tensor,
-    counts: torch.Tensor,
-    repetition: torch.Tensor,
-    frequency: torch.Tensor,
-    presence: torch.Tensor,
-) -> torch.Tensor:
-    """vLLM penalties on the logits of seen tokens (prompt or output), one entry per token.
+def apply_penalties(values: torch.Tensor, offsets: torch.Tensor, repetition: torch.Tensor) -> torch.Tensor:
+    """vLLM penalties on the logits of seen tokens (prompt or output), one entry per token, in place.
 
-    logit / r if logit > 0 else logit × r; then logit − frequency × output count − presence ×
-    [output count > 0]. `repetition`, `frequency`, `presence` are given per entry.
+    logit / r if logit > 0 else logit × r; then minus the entry's offset (frequency × output count
+    + presence × [output count > 0]). `offsets` and `repetition` are given per entry. `values` is
+    used up: the comparison and the quotient are taken before its in-place product.
     """
-    values = torch.where(values > 0, values / repetition, values * repetition)
-    return values - frequency * counts - presence * (counts > 0)
+    return torch.where(values > 0, values / repetition, values.mul_(repetition)).sub_(offsets)
 
 
 def dry_penalties(tokens: Seq[int], params: SamplingParams, breakers: frozenset[int]) -> dict[int, float]:

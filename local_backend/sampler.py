@@ -255,33 +255,29 @@ class Sampler:
         return uniforms
 
     def _penalise(self, logits: torch.Tensor, seqs: list[Sequence], rows: list[int]) -> None:
-        """Penalties on each row's seen tokens only, gathered and scattered back in place."""
-        device = logits.device
+        """Penalties on each row's seen tokens only, gathered and scattered back in place.
+
+        The per-entry buffers (flat index base, repetition penalty) are written on the host by
+        `array` repetition, a C loop, and copied once each: a device-side fill per buffer
+        (`repeat_interleave`) cost more than the gather itself at batch 64.
+        """
+        device, vocab = logits.device, logits.shape[-1]
         states = []
         for seq in seqs:
             if seq.penalty_state is None:
                 seq.penalty_state = PenaltyState(seq)
             seq.penalty_state.update(seq)
             states.append(seq.penalty_state)
-        sizes = [len(state.ids) for state in states]
-        entries, lengths = sum(sizes), torch.tensor(sizes, device=device)
-
-        def per_entry(values: list[float] | list[int], dtype: torch.dtype = torch.float32) -> torch.Tensor:
-            """A value per row, repeated for each of the row's entries (a sequential fill, not a gather)."""
-            return torch.tensor(values, dtype=dtype, device=device).repeat_interleave(lengths, output_size=entries)
 
         def joined(buffers: list[array], dtype: torch.dtype) -> torch.Tensor:
             return torch.frombuffer(bytearray().join(buffers), dtype=dtype).to(device)
 
-        vocab = logits.shape[-1]
+        starts = [array("q", [row * vocab]) * len(state.ids) for row, state in zip(rows, states, strict=True)]
+        repetition = [array("f", [seq.params.repetition_penalty]) * len(state.ids) for seq, state in zip(seqs, states, strict=True)]
+        index = joined([s.ids for s in states], torch.long).add_(joined(starts, torch.long))
         flat = logits.view(-1)
-        index = per_entry([row * vocab for row in rows], torch.long) + joined([s.ids for s in states], torch.long)
         penalised = apply_penalties(
-            flat.index_select(0, index),
-            joined([s.counts for s in states], torch.float32),
-            per_entry([s.params.repetition_penalty for s in seqs]),
-            per_entry([s.params.frequency_penalty for s in seqs]),
-            per_entry([s.params.presence_penalty for s in seqs]),
+            flat.index_select(0, index), joined([s.offsets for s in states], torch.float32), joined(repetition, torch.float32)
         )
         flat.index_copy_(0, index, penalised)  # each index once: a row's seen ids are distinct
 

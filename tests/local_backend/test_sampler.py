@@ -26,10 +26,18 @@ def test_penalty_state_keeps_distinct_seen_tokens_and_output_counts_as_tokens_ar
     assert seen == {1: 1.0, 2: 3.0, 3: 0.0} | {t: 1.0 for t in range(10, 80)}
 
 
+def test_penalty_offsets_are_frequency_times_count_plus_presence_for_output_tokens_only():
+    seq = Sequence("r", [3, 1, 3], SamplingParams(frequency_penalty=0.5, presence_penalty=0.25))
+    state = PenaltyState(seq)
+    seq.token_ids.extend([1, 2, 2])
+    state.update(seq)
+    assert dict(zip(state.ids.tolist(), state.offsets.tolist(), strict=True)) == {1: 0.75, 2: 1.25, 3: 0.0}
+
+
 def test_penalties_follow_vllm_semantics():
-    # seen tokens 0 (prompt only), 1 and 2 (output once and twice); token 3 is unseen, untouched
-    values, counts = torch.tensor([2.0, -1.0, 0.5]), torch.tensor([0.0, 1.0, 2.0])
-    out = apply_penalties(values, counts, torch.tensor(2.0), torch.tensor(0.5), torch.tensor(0.25))
+    # seen tokens 0 (prompt only), 1 and 2 (output once and twice), frequency 0.5, presence 0.25
+    values, offsets = torch.tensor([2.0, -1.0, 0.5]), torch.tensor([0.0, 0.5 * 1 + 0.25, 0.5 * 2 + 0.25])
+    out = apply_penalties(values, offsets, torch.tensor(2.0))
     # token 0: 2/2; token 1: -1×2 −0.5×1 −0.25; token 2: 0.5/2 −0.5×2 −0.25
     assert out.tolist() == [1.0, -2.75, -1.0]
 
@@ -41,6 +49,23 @@ def test_sampler_penalises_only_the_seen_tokens_of_each_row():
     plain = Sequence("q", [0], SamplingParams())
     out = Sampler(4, lambda _: NO_BREAKERS).adjusted_logits(logits, [penalised, plain])
     assert out.tolist() == [[1.0, -2.75, -1.0, 3.0], [2.0, -1.0, 0.5, 3.0]]
+
+
+def test_penalised_rows_with_different_params_and_lengths_each_get_their_own_penalties():
+    torch.manual_seed(0)
+    logits = torch.randn(3, 8) * 2
+    short = Sequence("s", [0], SamplingParams(repetition_penalty=1.5, presence_penalty=1.0))
+    short.token_ids.append(5)
+    long = Sequence("l", [1, 2, 3, 4], SamplingParams(repetition_penalty=3.0, frequency_penalty=0.5))
+    long.token_ids.extend([6, 6, 2])
+    plain = Sequence("p", [7], SamplingParams())
+    out = Sampler(8, lambda _: NO_BREAKERS).adjusted_logits(logits.clone(), [short, plain, long])
+    expected = logits.clone()
+    for row, repetition, seen in ((0, 1.5, {0: 0.0, 5: 1.0}), (2, 3.0, {1: 0, 2: 0.5, 3: 0, 4: 0, 6: 1.0})):
+        for token, offset in seen.items():
+            value = expected[row, token].item()
+            expected[row, token] = (value / repetition if value > 0 else value * repetition) - offset
+    assert torch.allclose(out, expected) and torch.equal(out[1], logits[1])
 
 
 def test_penalties_apply_before_temperature():
