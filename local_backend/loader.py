@@ -9,7 +9,7 @@ from safetensors import safe_open
 
 from local_backend import _constants as C
 from local_backend.config import ModelConfig
-from local_backend.model import CausalLM
+from local_backend.model import CausalLM, Linear
 
 REQUIRED_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json")
 
@@ -75,7 +75,8 @@ def load_model(
 
     Projection weights land transposed in `weight_t`, q/k/v and gate/up side by side in their
     packed matrix; with tied embeddings the lm_head is the embedding's transpose (a copy on CPU,
-    where decode streams it faster, a view elsewhere).
+    where decode streams it faster, a view elsewhere). On CPU in float32 every projection also gets
+    oneDNN's prepacked weight for batched rows (`Linear.pack`).
     """
     with torch.device("meta"):
         model = CausalLM(cfg, dtype)
@@ -108,6 +109,10 @@ def load_model(
             embedding_t.contiguous() if device.type == "cpu" else embedding_t, requires_grad=False
         )
     _check_complete(params, loaded, shard_sizes, cfg)
+    if device.type == "cpu" and dtype == torch.float32 and torch.backends.mkldnn.is_available():
+        for module in model.modules():
+            if isinstance(module, Linear):
+                module.pack()
     return model.eval().requires_grad_(False)
 def _target(name: str, shard_sizes: dict[str, list[int]]) -> tuple[str, int, int | None]:
     """Our parameter name, the row offset inside it and the row count (None: the whole tensor)."""

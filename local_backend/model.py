@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from local_backend._constants import ONEDNN_MIN_ROWS
 from local_backend.attention import AttentionMetadata, paged_attention
 from local_backend.config import ModelConfig, RopeConfig
 
@@ -63,15 +64,24 @@ class Linear(nn.Module):
 
     Decode multiplies one row by each matrix, which streams the whole matrix from memory; on CPU
     a row-major [in, out] matrix streams about twice as fast as [out, in] (32000×512 lm_head:
-    4.5 ms against 9.9 ms on one core), and large matmuls are no slower.
+    4.5 ms against 9.9 ms on one core), and large matmuls are no slower. On CPU in float32 `pack`
+    adds oneDNN's blocked copy of W, as vLLM's CPU build repacks its weights at load: batches of
+    `ONEDNN_MIN_ROWS` rows or more multiply by it (the price: the weights twice in memory).
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool, dtype: torch.dtype) -> None:
         super().__init__()
         self.weight_t = nn.Parameter(torch.empty(in_features, out_features, dtype=dtype))
         self.bias = nn.Parameter(torch.empty(out_features, dtype=dtype)) if bias else None
+        self.packed: torch.Tensor | None = None
+
+    def pack(self) -> None:
+        """Keep oneDNN's prepacked copy of W beside `weight_t` (CPU, float32, after loading)."""
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight_t.t().contiguous(), None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.packed is not None and x.shape[0] >= ONEDNN_MIN_ROWS:
+            return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
         if self.bias is None:
             return x @ self.weight_t
         return torch.addmm(self.bias, x, self.weight_t)
