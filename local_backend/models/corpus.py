@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from functools import cache
 from typing import Any
 
 from local_backend.models import tool_corpus
@@ -86,7 +87,7 @@ TOOL_LOOP_SAMPLES = 600
 """Tool-stage samples (`build_tool_corpus`) that start with a loop of the weather tool."""
 
 TOOLS_IDLE_SAMPLES = 100
-"""Tool-stage samples that start with an ordinary question asked with tools offered, answered as without them."""
+"""Tool-stage samples that start with an ordinary question asked with the tool offered, answered as without it."""
 
 EXCHANGES = (2, 3, 4)
 """How many exchanges a tool-offering sample holds (drawn evenly): the listing, most of a sample's
@@ -363,8 +364,13 @@ def _with_tools(rng: random.Random, loop_first: bool) -> Sample:
     return _render(fold(messages, [tool_corpus.WEATHER_TOOL]))
 
 
+@cache
+def _every_topic() -> tuple[Topic, ...]:
+    return INFERENCE_TOPICS + SMALL_TALK + tuple(fact_topics())
+
+
 def _ordinary(rng: random.Random) -> list[dict[str, Any]]:
-    topic = rng.choice(INFERENCE_TOPICS + SMALL_TALK + tuple(fact_topics()))
+    topic = rng.choice(_every_topic())
     return [{"role": "user", "content": _dress(rng, rng.choice(topic.questions))},
             {"role": "assistant", "content": topic.answer}]
 

@@ -224,8 +224,9 @@ def test_the_tool_corpus_is_the_same_for_the_same_seed_and_asks_about_every_city
 
 
 def test_the_tool_corpus_trains_calls_and_answers_but_not_listings_or_results() -> None:
-    trained = [piece for sample in corpus.build_tool_corpus(0) for piece, on in sample if on]
-    untrained = [piece for sample in corpus.build_tool_corpus(0) for piece, on in sample if not on]
+    pieces = [piece for sample in corpus.build_tool_corpus(0) for piece in sample]
+    trained = [text for text, on in pieces if on]
+    untrained = [text for text, on in pieces if not on]
     assert any("<tool_call>" in piece for piece in trained)
     assert not any("<tools>" in piece or "<tool_response>" in piece for piece in trained)
     assert any("<tools>" in piece for piece in untrained) and any("<tool_response>" in piece for piece in untrained)
