@@ -63,3 +63,6 @@ ONEDNN_MIN_ROWS: Final = 2
 """Rows from which a CPU float32 projection multiplies by oneDNN's prepacked weight (`Linear.pack`):
 from 2 rows it ran 1.3-2.9x the plain matmul on this project's 2-core machines (16 rows: 1.4-2.9x,
 a 2048-token prefill 1.0-1.35x); one decode row streams the row-major `weight_t` faster."""
+
+KERNEL_BUILD_TIMEOUT_S: Final = 600
+"""Seconds the one-off build of the native CPU attention kernel may take (about 25 s on 2 cores)."""

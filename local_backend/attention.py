@@ -3,9 +3,12 @@
 The cache of one layer is a flat array of slots, `[num_blocks * block_size, 2, kv_heads, head_dim]`
 (key and value side by side, so one copy stores both and one gather reads both);
 slot = block_id × block_size + offset. Each step writes the new tokens' keys and values into their
-slots, then gathers every sequence's context by slot index and attends over it:
+slots, then attends:
 
-- decodes (one query token each), ordered by context length, are batched into a few SDPA calls:
+- decodes (one query token each) on CPU in float32 go to the native kernel
+  (`cpu_kernels`, `PagedDecodes`), which reads each context where it lies in the cache;
+- other decodes gather every sequence's context by slot index and, ordered by context length, are
+  batched into a few SDPA calls:
   a group is padded to its longest context with a boolean mask, and a new group starts where
   padding would add more than `_constants.DECODE_PADDING_SHARE` to the group's gathered context (so one long
   context no longer makes every short one in the batch gather and attend over its length);
@@ -15,6 +18,8 @@ slots, then gathers every sequence's context by slot index and attends over it:
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -46,15 +51,27 @@ class DecodeGroup:
 
 
 @dataclass(frozen=True, slots=True)
+class PagedDecodes:
+    """Single-token queries in rows `0:len(context_lens)`, read in place by the native kernel:
+    `block_tables [rows, most blocks]` (padded with block 0, never read past a row's length)."""
+
+    block_tables: torch.Tensor
+    context_lens: torch.Tensor
+    block_size: int
+
+
+@dataclass(frozen=True, slots=True)
 class AttentionMetadata:
     """Per-step layout shared by every layer: where tokens go in the cache and what each attends to.
 
-    The step's first rows are the decode groups' single-token queries; `prefills` follow.
+    The step's first rows are the decodes' single-token queries (`paged_decodes`, else `decodes`);
+    `prefills` follow.
     """
 
     slot_mapping: torch.Tensor
     decodes: tuple[DecodeGroup, ...]
     prefills: tuple[PrefillSegment, ...]
+    paged_decodes: PagedDecodes | None = None
 
 
 def paged_attention(
@@ -66,6 +83,12 @@ def paged_attention(
     """
     kv_cache.index_copy_(0, meta.slot_mapping, torch.stack((k, v), dim=1))
     outputs = []
+    if (paged := meta.paged_decodes) is not None:
+        rows = len(paged.context_lens)
+        out = torch.ops.kvwise.paged_decode_attention(
+            q[:rows], kv_cache, paged.block_tables, paged.context_lens, paged.block_size, 1 / math.sqrt(q.shape[-1])
+        )
+        outputs.append(out.view(rows, -1))
     for group in meta.decodes:
         batch, context = group.slots.shape
         kv = kv_cache.index_select(0, group.slots.view(-1)).view(batch, context, *kv_cache.shape[1:])

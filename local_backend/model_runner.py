@@ -1,9 +1,10 @@
 """The only place that touches tensors: the KV cache, one forward per step, and sampling.
 
 A step's sequences are laid out as one flat batch of tokens: first every single-token query
-(decodes), shortest context first, so their attention is a few batched calls (`decode_groups`),
-then each prefill chunk. Logits are computed only
-for the rows that end a sequence's uncomputed tokens, i.e. the ones that sample.
+(decodes), shortest context first, so their attention is one call of the native CPU kernel
+(`PagedDecodes`) or, without it, a few batched SDPA calls (`decode_groups`); then each prefill
+chunk. Logits are computed only for the rows that end a sequence's uncomputed tokens, i.e. the
+ones that sample.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from __future__ import annotations
 import torch
 
 from local_backend._constants import DECODE_PADDING_SHARE
-from local_backend.attention import AttentionMetadata, DecodeGroup, PrefillSegment
+from local_backend import cpu_kernels
+from local_backend.attention import AttentionMetadata, DecodeGroup, PagedDecodes, PrefillSegment
 from local_backend.config import ModelConfig
 from local_backend.model import CausalLM, rope_tables
 from local_backend.sampler import Sampler
@@ -42,6 +44,7 @@ class ModelRunner:
         )  # fmt: skip
         self.cos, self.sin = rope_tables(cfg.rope, cfg.head_dim, max_model_len, self.device, param.dtype)
         self._block_offsets = torch.arange(block_size, device=self.device)
+        self.paged_decodes = cpu_kernels.serves(self.device, param.dtype, cfg.head_dim)
 
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> list[int]:
@@ -86,8 +89,12 @@ class ModelRunner:
         num_decodes = sum(1 for n in counts if n == 1)
         slot_parts = []
         decodes = []
+        paged = None
         lengths = [seq.num_computed_tokens + 1 for seq in seqs[:num_decodes]]
-        for start, end in decode_groups(lengths):
+        if num_decodes and self.paged_decodes:
+            paged = self._paged_decodes(seqs[:num_decodes], lengths)
+            slot_parts.append(self._last_slots(paged))
+        for start, end in decode_groups(lengths) if paged is None else ():
             group = lengths[start:end]
             longest = group[-1]
             blocks = -(-longest // self.block_size)
@@ -114,7 +121,18 @@ class ModelRunner:
             prefills.append(PrefillSegment(start, start + n, slots if done else None, prefill_mask))
             start += n
         slot_mapping = slot_parts[0] if len(slot_parts) == 1 else torch.cat(slot_parts)
-        return AttentionMetadata(slot_mapping, tuple(decodes), tuple(prefills))
+        return AttentionMetadata(slot_mapping, tuple(decodes), tuple(prefills), paged)
+
+    def _paged_decodes(self, seqs: list[Sequence], lengths: list[int]) -> PagedDecodes:
+        blocks = -(-max(lengths) // self.block_size)
+        tables = torch.tensor([(s.block_table + [0] * blocks)[:blocks] for s in seqs], device=self.device)
+        return PagedDecodes(tables, torch.tensor(lengths, device=self.device), self.block_size)
+
+    def _last_slots(self, paged: PagedDecodes) -> torch.Tensor:
+        """The slot of each decode's new token (its context's last)."""
+        last = paged.context_lens - 1
+        block = paged.block_tables.gather(1, (last // self.block_size)[:, None])[:, 0]
+        return block * self.block_size + last % self.block_size
 
 
 def decode_groups(lengths: list[int]) -> list[tuple[int, int]]:

@@ -1,4 +1,5 @@
-"""Step layout: decodes grouped by context length so one long context does not pad every short one."""
+"""Step layout: decodes grouped by context length so one long context does not pad every short one
+(the SDPA path), or read in place by the native kernel (`test_paged_attention_kernel.py`)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ def test_decode_groups_split_where_padding_would_add_more_than_a_quarter(lengths
 
 def test_mixed_context_lengths_decode_in_several_groups_and_match_transformers(make_engine, hf_greedy, monkeypatch):
     engine = make_engine()
+    engine.runner.paged_decodes = False  # the grouping is the SDPA path's (no native kernel, or not CPU float32)
     groups_per_layer = []
 
     def observed(q, k, v, kv_cache, meta):

@@ -1,0 +1,125 @@
+// Decode attention read in place from the paged KV cache (CPU, float32): `kvwise::paged_decode_attention`.
+//
+// torch has no op that attends over scattered cache slots, so without this a decode step copies every
+// sequence's context out of the cache per layer (`index_select`) and attends over the copy; this reads
+// each key and value once, where it lies, as vLLM's CPU attention kernel does. Built and loaded by
+// `local_backend/cpu_kernels.py`; `attention.py` keeps SDPA as the path when it is not available.
+//
+// Layout (attention.py): kv_cache `[slots, 2, kv_heads, dim]`, slot = block_id * block_size + offset;
+// query head h reads kv head h / (heads / kv_heads). Per task (one sequence, a run of its kv heads):
+// block by block, scores q·k · scale, a running softmax (flash-decoding's) and the weighted sum of values, so
+// each block (block_size consecutive slots) is read once, front to back.
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace {
+
+constexpr int64_t kLanes = 8;  // one AVX2 register of floats (two SSE ones without AVX2)
+constexpr int64_t kPrefetchStride = 64;  // bytes per cache line: the next block lies elsewhere, out of the prefetcher's sight
+typedef float Lanes __attribute__((vector_size(kLanes * sizeof(float))));
+
+inline Lanes load(const float* p) {
+  Lanes v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+
+inline void store(float* p, Lanes v) { __builtin_memcpy(p, &v, sizeof v); }
+
+inline float dot(const float* a, const float* b, int64_t n) {
+  Lanes acc = {};
+  for (int64_t i = 0; i < n; i += kLanes) acc += load(a + i) * load(b + i);
+  float sum = 0;
+  for (int64_t l = 0; l < kLanes; ++l) sum += acc[l];
+  return sum;
+}
+
+at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& kv_cache, const at::Tensor& block_tables,
+                                  const at::Tensor& context_lens, int64_t block_size, double scale) {
+  TORCH_CHECK(q.dim() == 3 && kv_cache.dim() == 4 && kv_cache.size(1) == 2,
+              "paged_decode_attention: q must be [batch, heads, dim] and kv_cache [slots, 2, kv_heads, dim]");
+  TORCH_CHECK(q.scalar_type() == at::kFloat && kv_cache.scalar_type() == at::kFloat,
+              "paged_decode_attention: q and kv_cache must be float32");
+  TORCH_CHECK(block_tables.scalar_type() == at::kLong && context_lens.scalar_type() == at::kLong,
+              "paged_decode_attention: block_tables and context_lens must be int64");
+  TORCH_CHECK(q.is_contiguous() && kv_cache.is_contiguous() && block_tables.is_contiguous() && context_lens.is_contiguous(),
+              "paged_decode_attention: every input must be contiguous");
+  const int64_t batch = q.size(0), heads = q.size(1), dim = q.size(2), kv_heads = kv_cache.size(2);
+  TORCH_CHECK(kv_cache.size(3) == dim && dim % kLanes == 0 && heads % kv_heads == 0,
+              "paged_decode_attention: head_dim must match and be a multiple of 8, heads a multiple of kv_heads");
+  TORCH_CHECK(block_tables.size(0) == batch && context_lens.size(0) == batch,
+              "paged_decode_attention: one block table and one context length per query row");
+  const int64_t group = heads / kv_heads, max_blocks = block_tables.size(1);
+  // Enough tasks for every thread: a lone sequence splits its kv heads over them.
+  const int64_t splits = std::clamp<int64_t>((2 * at::get_num_threads() + batch - 1) / batch, 1, kv_heads);
+  const int64_t heads_per_split = (kv_heads + splits - 1) / splits * group;
+  auto out = at::empty_like(q);
+  const float* queries = q.data_ptr<float>();
+  const float* cache = kv_cache.data_ptr<float>();
+  const int64_t* tables = block_tables.data_ptr<int64_t>();
+  const int64_t* lens = context_lens.data_ptr<int64_t>();
+  float* outputs = out.data_ptr<float>();
+  const int64_t slot_stride = 2 * kv_heads * dim, value_offset = kv_heads * dim;
+
+  at::parallel_for(0, batch * splits, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores(block_size * heads_per_split);
+    std::vector<float> top(heads), total(heads);
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / splits, first = task % splits * heads_per_split;
+      const int64_t last = std::min(heads, first + heads_per_split), length = lens[b];
+      const int64_t* table = tables + b * max_blocks;
+      const float* qrow = queries + b * heads * dim;
+      float* orow = outputs + b * heads * dim;
+      std::fill(orow + first * dim, orow + last * dim, 0.f);
+      std::fill(top.begin(), top.end(), -INFINITY);
+      std::fill(total.begin(), total.end(), 0.f);
+      for (int64_t start = 0; start < length; start += block_size) {
+        // One block is block_size consecutive slots: read it front to back, keys then values.
+        const float* block = cache + table[start / block_size] * block_size * slot_stride;
+        const int64_t n = std::min(block_size, length - start);
+        if (start + block_size < length) {
+          const char* next = reinterpret_cast<const char*>(cache + table[start / block_size + 1] * block_size * slot_stride);
+          for (int64_t line = 0; line < n * slot_stride * 4; line += kPrefetchStride) __builtin_prefetch(next + line);
+        }
+        for (int64_t h = first; h < last; ++h) {
+          float* s = scores.data() + (h - first) * block_size;
+          const float* q_h = qrow + h * dim;
+          const float* keys = block + h / group * dim;
+          float block_top = top[h];
+          for (int64_t t = 0; t < n; ++t) block_top = std::max(block_top, s[t] = dot(q_h, keys + t * slot_stride, dim) * scale);
+          const float rescale = std::exp(top[h] - block_top);  // running softmax: earlier sums were taken against top[h]
+          float sum = total[h] * rescale;
+          for (int64_t t = 0; t < n; ++t) sum += s[t] = std::exp(s[t] - block_top);
+          float* o = orow + h * dim;
+          const float* values = block + value_offset + h / group * dim;
+          for (int64_t d = 0; d < dim; d += kLanes) {
+            Lanes acc = load(o + d) * rescale;
+            for (int64_t t = 0; t < n; ++t) acc += s[t] * load(values + t * slot_stride + d);
+            store(o + d, acc);
+          }
+          top[h] = block_top;
+          total[h] = sum;
+        }
+      }
+      for (int64_t h = first; h < last; ++h) {
+        const float inverse = 1.f / total[h];
+        for (int64_t d = 0; d < dim; ++d) orow[h * dim + d] *= inverse;
+      }
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(kvwise, m) {
+  m.def("paged_decode_attention(Tensor q, Tensor kv_cache, Tensor block_tables, Tensor context_lens, int block_size, float scale) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(kvwise, CPU, m) { m.impl("paged_decode_attention", paged_decode_attention); }

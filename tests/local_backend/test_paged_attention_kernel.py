@@ -1,0 +1,93 @@
+"""The native CPU decode kernel: the same attention as the SDPA path, read in place from the paged cache."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from local_backend import SamplingParams, cpu_kernels
+from local_backend.attention import AttentionMetadata, DecodeGroup, PagedDecodes, paged_attention
+
+BLOCK = 16
+
+
+def _sdpa_reference(q, kv_cache, tables, lengths):
+    """Each decode as its own SDPA group: the fallback path the kernel replaces."""
+    groups = []
+    for i, length in enumerate(lengths):
+        slots = (tables[i][:, None] * BLOCK + torch.arange(BLOCK)).view(-1)[:length]
+        groups.append(DecodeGroup(i, i + 1, slots[None, :], None))
+    meta = AttentionMetadata(torch.zeros(0, dtype=torch.long), tuple(groups), ())
+    empty = torch.zeros(0, *kv_cache.shape[2:])
+    return paged_attention(q, empty, empty, kv_cache, meta)
+
+
+@pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(8, 4, 64), (4, 4, 16), (8, 1, 32), (6, 2, 8)])
+@pytest.mark.parametrize("lengths", [[1], [16], [17], [300], [5, 16, 33, 200, 1]])
+def test_the_kernel_equals_sdpa_over_scattered_blocks(heads, kv_heads, dim, lengths):
+    assert cpu_kernels.load()
+    gen = torch.Generator().manual_seed(len(lengths) * 100 + heads + dim)
+    num_blocks = 64
+    kv_cache = torch.randn(num_blocks * BLOCK, 2, kv_heads, dim, generator=gen)
+    most = -(-max(lengths) // BLOCK)
+    order = torch.randperm(num_blocks, generator=gen)
+    tables = torch.stack([order[(i * 3) % (num_blocks - most) :][:most] for i in range(len(lengths))])
+    q = torch.randn(len(lengths), heads, dim, generator=gen)
+    paged = PagedDecodes(tables.contiguous(), torch.tensor(lengths), BLOCK)
+    meta = AttentionMetadata(torch.zeros(0, dtype=torch.long), (), (), paged)
+    empty = torch.zeros(0, kv_heads, dim)
+    got = paged_attention(q, empty, empty, kv_cache, meta)
+    torch.testing.assert_close(got, _sdpa_reference(q, kv_cache, tables, lengths), rtol=1e-5, atol=1e-5)
+
+
+def test_the_kernel_refuses_what_it_cannot_read_with_a_clear_error():
+    assert cpu_kernels.load()
+    q, cache = torch.randn(1, 4, 12), torch.randn(16, 2, 4, 12)  # head_dim 12 is not a multiple of 8
+    table, length = torch.zeros(1, 1, dtype=torch.long), torch.ones(1, dtype=torch.long)
+    with pytest.raises(RuntimeError, match="multiple of 8"):
+        torch.ops.kvwise.paged_decode_attention(q, cache, table, length, BLOCK, 1.0)
+    assert not cpu_kernels.serves(torch.device("cpu"), torch.float32, 12)
+    assert not cpu_kernels.serves(torch.device("cpu"), torch.bfloat16, 64)
+
+
+def test_engine_decodes_use_the_kernel_and_give_the_sdpa_paths_tokens(make_engine, monkeypatch):
+    engine = make_engine()
+    assert engine.runner.paged_decodes
+    calls = []
+    kernel = torch.ops.kvwise.paged_decode_attention
+
+    def counted(*args):
+        calls.append(len(args[3]))
+        return kernel(*args)
+
+    monkeypatch.setattr(torch.ops.kvwise, "paged_decode_attention", counted)
+    prompts = [[5 + i for i in range(n)] for n in (3, 40, 150, 17)]
+    params = SamplingParams(max_tokens=20, temperature=0, ignore_eos=True)
+    with_kernel = [list(o.token_ids) for o in engine.generate(prompts, params)]
+    assert max(calls) == len(prompts)  # every decode of a step in one call
+    engine.runner.paged_decodes = False
+    engine.reset_prefix_cache()
+    assert [list(o.token_ids) for o in engine.generate(prompts, params)] == with_kernel
+
+
+def test_without_a_compiler_the_engine_falls_back_to_sdpa(tmp_path: Path, checkpoints):
+    script = (
+        "import logging, sys; logging.basicConfig(level=logging.WARNING)\n"
+        "from local_backend import Engine, SamplingParams, cpu_kernels\n"
+        "engine = Engine.from_pretrained(sys.argv[1], device='cpu', max_model_len=64, kv_cache_memory=2**20)\n"
+        "out = engine.generate([[5, 6, 7]], SamplingParams(max_tokens=4, temperature=0, ignore_eos=True))\n"
+        "print(cpu_kernels.load(), engine.runner.paged_decodes, len(out[0].token_ids))\n"
+        "engine.close()\n"
+    )
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "CXX": str(tmp_path / "no-such-compiler")}
+    command = [sys.executable, "-c", script, str(checkpoints["llama"])]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "False", "4"]
+    assert "native CPU attention unavailable, using SDPA" in done.stderr
+    assert not list(tmp_path.rglob("*.so"))
