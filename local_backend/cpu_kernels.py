@@ -1,12 +1,14 @@
-"""The engine's native CPU kernel, `torch.ops.kvwise.paged_decode_attention`, built once per machine.
+"""The engine's native CPU kernels (`torch.ops.kvwise.*`), built once per machine.
 
 torch has no op that attends over scattered cache slots, and vLLM's CPU build reads its paged cache
-in place with a C++ kernel of its own; `csrc/paged_attention.cpp` does the same for decodes. It is
-compiled here against the installed torch (the headers and libraries `torch.utils.cpp_extension`
-names) by the system's C++ compiler, with no Python module around it, so neither ninja nor
-pybind11 is needed, and cached under the user's cache directory by a key of the source, the torch
-build and the CPU's vector capability. Without a compiler, or when the build fails, `load()` logs
-why once and returns False: attention keeps its SDPA path, only slower.
+in place with C++ kernels of its own; `csrc/paged_attention.cpp` does the same for decodes, and
+`csrc/sampling.cpp` fuses the sampler's passes over the logits. They are compiled here against the
+installed torch (the headers and libraries `torch.utils.cpp_extension` names, ATen's vector types
+for the CPU's capability, as inductor compiles its kernels) by the system's C++ compiler, with no
+Python module around them, so neither ninja nor pybind11 is needed, into one library cached under
+the user's cache directory by a key of the sources, the torch build and the flags. Without a
+compiler, or when the build fails, `load()` logs why once and returns False: attention keeps its
+SDPA path and the sampler its torch passes, only slower.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from local_backend._constants import KERNEL_BUILD_TIMEOUT_S
 
 logger = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("csrc") / "paged_attention.cpp"
+SOURCES = sorted((Path(__file__).parent / "csrc").glob("*.cpp"))
 LANES = 8
 """Floats per vector in the kernel: a head_dim it serves must be a multiple of it."""
 
@@ -36,7 +38,7 @@ def _flags() -> list[str]:
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     flags = ["-O3", "-std=c++20", "-fopenmp", "-fPIC", "-shared", f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-w"]
     if torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"):
-        flags += ["-mavx2", "-mfma"]
+        flags += ["-mavx2", "-mfma", "-DCPU_CAPABILITY=AVX2", "-DCPU_CAPABILITY_AVX2"]
     return flags
 
 
@@ -46,10 +48,10 @@ def _cache_dir() -> Path:
 
 
 def library_path() -> Path:
-    """Where the built library lives: one file per source, torch build and compiler flags."""
-    key = hashlib.sha256(SOURCE.read_bytes())
+    """Where the built library lives: one file per version of the sources, torch build and compiler flags."""
+    key = hashlib.sha256(b"".join(source.read_bytes() for source in SOURCES))
     key.update(f"{torch.__version__} {torch.__file__} {' '.join(_flags())}".encode())
-    return _cache_dir() / f"paged_attention-{key.hexdigest()[:16]}.so"
+    return _cache_dir() / f"kvwise_kernels-{key.hexdigest()[:16]}.so"
 
 
 def _build(target: Path) -> None:
@@ -57,18 +59,27 @@ def _build(target: Path) -> None:
     if compiler is None:
         raise RuntimeError("no C++ compiler (c++ or g++, or $CXX) on PATH")
     libraries = cpp_extension.library_paths()
-    command = [
-        compiler, *_flags(), *(f"-I{p}" for p in cpp_extension.include_paths()), str(SOURCE),
-        *(f"-L{p}" for p in libraries), *(f"-Wl,-rpath,{p}" for p in libraries), "-lc10", "-ltorch_cpu",
-    ]  # fmt: skip
+    includes = [f"-I{p}" for p in cpp_extension.include_paths()]
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:  # processes racing to build each write their own
-        built = Path(scratch) / target.name
-        command += ["-o", str(built)]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=KERNEL_BUILD_TIMEOUT_S)
-        if done.returncode != 0:
-            raise RuntimeError(f"{compiler} failed: {done.stderr.strip()[-2000:]}")
+        objects = [str(Path(scratch) / f"{source.stem}.o") for source in SOURCES]
+        _run([[compiler, *_flags(), *includes, "-c", str(src), "-o", obj] for src, obj in zip(SOURCES, objects)])
+        built = str(Path(scratch) / target.name)
+        rpaths = [f"-Wl,-rpath,{p}" for p in libraries]
+        _run([[compiler, *_flags(), *objects, *(f"-L{p}" for p in libraries), *rpaths, "-lc10", "-ltorch_cpu", "-o", built]])
         os.replace(built, target)
+
+
+def _run(commands: list[list[str]]) -> None:
+    """Run the commands side by side (one compiler per source); raise with the first one's errors."""
+    running = [subprocess.Popen(command, stderr=subprocess.PIPE, text=True) for command in commands]
+    failures = []
+    for process in running:
+        _, errors = process.communicate(timeout=KERNEL_BUILD_TIMEOUT_S)
+        if process.returncode != 0:
+            failures.append(f"{process.args[0]} failed: {errors.strip()[-2000:]}")
+    if failures:
+        raise RuntimeError(failures[0])
 
 
 @functools.cache
@@ -77,7 +88,7 @@ def load() -> bool:
     try:
         target = library_path()
         if not target.exists():
-            logger.info("building the paged attention kernel into %s (once per machine)", target)
+            logger.info("building the native CPU kernels into %s (once per machine)", target)
             _build(target)
         torch.ops.load_library(str(target))
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:

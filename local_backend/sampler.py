@@ -13,6 +13,9 @@ a whole row, no per-step tensor rebuilt from a request's token list):
 - the draw is inverse-CDF with one uniform per row (chunk sums, then the chosen chunk): an exact
   sample of w / Σw. A seeded request draws its uniform from its own generator, so its tokens do not
   depend on what else is in the batch.
+On CPU in float32 the weights with their chunk sums, and the top-p test's mass, are native kernels
+(`cpu_kernels`, `csrc/sampling.cpp`): two passes over the logits and one, where the torch ops
+below take five and three; the results are the same.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from collections.abc import Sequence as Seq
 import torch
 import torch.nn.functional as F
 
+from local_backend import cpu_kernels
 from local_backend._constants import SAMPLER_CHUNK, SAMPLER_FIRST_CUTOFF, SAMPLER_REJECTION_ROUNDS
 from local_backend.penalties import PenaltyState, apply_penalties, dry_penalties
 from local_backend.sampling_params import SamplingParams
@@ -136,12 +140,17 @@ class Sampler:
     """Turns one step's logits (one row per sampling sequence) into token ids.
 
     `breakers(strings)` maps DRY breaker strings to token ids (the engine resolves and caches them).
+    `native` lets CPU float32 logits take the native kernels (built on first use; see `cpu_kernels`).
     """
 
     def __init__(self, vocab_size: int, breakers: Callable[[tuple[str, ...]], frozenset[int]]):
         self.vocab_size = vocab_size
         self.breakers = breakers
+        self.native = True
         self._buffers: dict[str, torch.Tensor] = {}
+
+    def _fused(self, w: torch.Tensor) -> bool:
+        return self.native and w.device.type == "cpu" and w.dtype == torch.float32 and cpu_kernels.load()
 
     def _buffer(self, name: str, like: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """A `[rows, vocab]` work buffer kept across steps: a fresh one each step would cost more in
@@ -161,7 +170,7 @@ class Sampler:
             return logits.argmax(dim=-1).tolist()
         greedy = [i for i, p in enumerate(params) if p.greedy]
         argmax = logits[greedy].argmax(dim=-1) if greedy else None
-        tokens = self._draw(self.weights(logits, params), seqs)
+        tokens = self._draw(*self.weights(logits, params), seqs)
         if argmax is not None:
             tokens[greedy] = argmax
         return tokens.tolist()
@@ -177,16 +186,17 @@ class Sampler:
             self._dry(out, seqs, dry)
         return out
 
-    def weights(self, logits: torch.Tensor, params: Seq[SamplingParams]) -> torch.Tensor:
-        """Unnormalised probabilities after temperature, in place: w = 2^((logit − max) · log2(e) / T).
-
-        Greedy rows use T = 1.
-        """
+    def weights(self, logits: torch.Tensor, params: Seq[SamplingParams]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Unnormalised probabilities after temperature, in place: w = 2^((logit − max) · log2(e) / T),
+        and their `chunk_sums`. Greedy rows use T = 1."""
         temperature = torch.tensor([1.0 if p.greedy else p.temperature for p in params], device=logits.device)
-        logits.sub_(logits.amax(dim=-1, keepdim=True)).mul_((LOG2E / temperature)[:, None])
-        return logits.exp2_()
+        scale = LOG2E / temperature
+        if self._fused(logits):
+            return logits, torch.ops.kvwise.tempered_weights_(logits, scale, SAMPLER_CHUNK)
+        w = logits.sub_(logits.amax(dim=-1, keepdim=True)).mul_(scale[:, None]).exp2_()
+        return w, chunk_sums(w)
 
-    def _draw(self, w: torch.Tensor, seqs: Seq[Sequence]) -> torch.Tensor:
+    def _draw(self, w: torch.Tensor, sums: torch.Tensor, seqs: Seq[Sequence]) -> torch.Tensor:
         """One token per row from w under its filters.
 
         Rows with top-k are masked below `keep_thresholds` first. Rows with only top-p or min-p draw
@@ -201,9 +211,9 @@ class Sampler:
         with_k = [i for i in sampled if (params[i].top_k or vocab) < vocab]
         if with_k:
             self._mask([seqs[i] for i in with_k], w, with_k)
-        sums = chunk_sums(w)
+            sums = chunk_sums(w)
         totals = sums.sum(-1)  # Σw per row, for the filters' test below (w is not changed until the end)
-        tokens = draw(w, self._uniforms(seqs, w.device), sums)
+        tokens = self._pick(w, self._uniforms(seqs, w.device), sums)
         rest = [i for i in sampled if i not in with_k and (params[i].top_p < 1 or params[i].min_p > 0)]
         for _ in range(SAMPLER_REJECTION_ROUNDS):
             if not rest:
@@ -213,20 +223,30 @@ class Sampler:
             chosen = sub.gather(1, tokens[index][:, None])
             top_p = torch.tensor([params[i].top_p for i in rest], device=w.device)
             min_p = torch.tensor([params[i].min_p for i in rest], device=w.device)
-            heavier = heavier_mass(sub, chosen, self._buffer("scratch", sub))
+            if self._fused(sub):
+                heavier = torch.ops.kvwise.heavier_mass(sub, chosen[:, 0].contiguous())
+            else:
+                heavier = heavier_mass(sub, chosen, self._buffer("scratch", sub))
             kept = (top_p >= 1) | (heavier < top_p * totals[index])
             if any(params[i].min_p > 0 for i in rest):
                 kept &= chosen[:, 0] >= torch.minimum(min_p, sub.amax(-1))
             refused = [i for i, ok in zip(rest, kept.tolist()) if not ok]
             if refused:
                 again = torch.tensor(refused, device=w.device)
-                tokens[again] = draw(w.index_select(0, again), self._uniforms([seqs[i] for i in refused], w.device), sums[again])
+                uniforms = self._uniforms([seqs[i] for i in refused], w.device)
+                tokens[again] = self._pick(w.index_select(0, again), uniforms, sums[again])
             rest = refused
         if rest:
             self._mask([seqs[i] for i in rest], w, rest)
             again = torch.tensor(rest, device=w.device)
-            tokens[again] = draw(w[again], self._uniforms([seqs[i] for i in rest], w.device))
+            tokens[again] = self._pick(w[again], self._uniforms([seqs[i] for i in rest], w.device), chunk_sums(w[again]))
         return tokens
+
+    def _pick(self, w: torch.Tensor, uniforms: torch.Tensor, sums: torch.Tensor) -> torch.Tensor:
+        """`draw`, natively where the kernels serve (the same steps in float64)."""
+        if self._fused(w):
+            return torch.ops.kvwise.draw(w, sums, uniforms, SAMPLER_CHUNK)
+        return draw(w, uniforms, sums)
 
     def _mask(self, seqs: list[Sequence], w: torch.Tensor, rows: list[int]) -> None:
         """Zero, in these rows of w, what top-k/top-p/min-p drop."""
@@ -273,12 +293,14 @@ class Sampler:
             return torch.frombuffer(bytearray().join(buffers), dtype=dtype).to(device)
 
         starts = [array("q", [row * vocab]) * len(state.ids) for row, state in zip(rows, states, strict=True)]
-        repetition = [array("f", [seq.params.repetition_penalty]) * len(state.ids) for seq, state in zip(seqs, states, strict=True)]
+        repetitions = [array("f", [seq.params.repetition_penalty]) * len(state.ids) for seq, state in zip(seqs, states, strict=True)]
         index = joined([s.ids for s in states], torch.long).add_(joined(starts, torch.long))
+        offsets, repetition = joined([s.offsets for s in states], torch.float32), joined(repetitions, torch.float32)
+        if self._fused(logits):
+            torch.ops.kvwise.apply_penalties_(logits, index, offsets, repetition)
+            return
         flat = logits.view(-1)
-        penalised = apply_penalties(
-            flat.index_select(0, index), joined([s.offsets for s in states], torch.float32), joined(repetition, torch.float32)
-        )
+        penalised = apply_penalties(flat.index_select(0, index), offsets, repetition)
         flat.index_copy_(0, index, penalised)  # each index once: a row's seen ids are distinct
 
     def _dry(self, logits: torch.Tensor, seqs: Seq[Sequence], rows: list[int]) -> None:

@@ -118,7 +118,7 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& kv_cach
 
 }  // namespace
 
-TORCH_LIBRARY(kvwise, m) {
+TORCH_LIBRARY_FRAGMENT(kvwise, m) {
   m.def("paged_decode_attention(Tensor q, Tensor kv_cache, Tensor block_tables, Tensor context_lens, int block_size, float scale) -> Tensor");
 }
 

@@ -7,8 +7,9 @@ import math
 import pytest
 import torch
 
+from local_backend import cpu_kernels
 from local_backend.penalties import PenaltyState, apply_penalties, dry_penalties
-from local_backend.sampler import Sampler, draw, heavier_mass, keep_thresholds
+from local_backend.sampler import Sampler, chunk_sums, draw, heavier_mass, keep_thresholds
 from local_backend.sampling_params import SamplingParams
 from local_backend.sequence import Sequence
 
@@ -73,7 +74,7 @@ def test_penalties_apply_before_temperature():
     seq = Sequence("r", [0], SamplingParams(temperature=0.5, frequency_penalty=1.0))
     seq.token_ids.append(1)
     sampler = Sampler(2, lambda _: NO_BREAKERS)
-    w = sampler.weights(sampler.adjusted_logits(torch.zeros(1, 2), [seq]), [seq.params])
+    w, _ = sampler.weights(sampler.adjusted_logits(torch.zeros(1, 2), [seq]), [seq.params])
     probs = (w / w.sum()).flatten().tolist()
     assert probs == pytest.approx([1 / (1 + math.exp(-2.0)), math.exp(-2.0) / (1 + math.exp(-2.0))])
 
@@ -128,11 +129,85 @@ def test_draw_by_inverse_cdf_follows_the_weights_across_chunks():
     assert edge.tolist() == [3]
 
 
-def test_the_mass_above_a_drawn_token_counts_only_strictly_heavier_tokens():
-    w = torch.tensor([[0.5, 1.0, 0.25, 0.5], [1.0, 0.125, 0.25, 0.0], [1.0, 1.0, 0.5, 0.5]])
+@pytest.mark.parametrize("fused", [False, True], ids=["torch", "native"])
+def test_the_mass_above_a_drawn_token_counts_only_strictly_heavier_tokens(fused):
+    w = torch.tensor([[0.5, 1.0, 0.25, 0.5], [1.0, 0.125, 0.25, 0.0], [1.0, 1.0, 0.5, 0.5]]).repeat(1, 5)
     chosen = torch.tensor([[0.5], [1.0], [0.25]])  # a tie with another token; the top token; a light one
-    mass = heavier_mass(w, chosen, torch.empty_like(w))
-    assert mass.tolist() == pytest.approx([1.0, 0.0, 3.0], rel=1e-6)
+    if fused:
+        assert cpu_kernels.load()
+        mass = torch.ops.kvwise.heavier_mass(w, chosen[:, 0].contiguous())  # 20 columns: vector lanes and a tail
+    else:
+        mass = heavier_mass(w, chosen, torch.empty_like(w))
+    assert mass.tolist() == pytest.approx([5.0, 0.0, 15.0], rel=1e-6)
+
+
+@pytest.mark.parametrize("vocab", [7, 256, 1000, 4096])
+def test_native_tempered_weights_equal_the_torch_passes_with_their_chunk_sums(vocab):
+    assert cpu_kernels.load()
+    logits = torch.randn(5, vocab, generator=torch.Generator().manual_seed(vocab)) * 4
+    params = [SamplingParams(temperature=t) for t in (0.3, 0.7, 1.0, 1.9, 0.0)]
+    torch_pass, native = Sampler(vocab, lambda _: NO_BREAKERS), Sampler(vocab, lambda _: NO_BREAKERS)
+    torch_pass.native = False
+    w, sums = torch_pass.weights(logits.clone(), params)
+    w_native, sums_native = native.weights(logits.clone(), params)
+    torch.testing.assert_close(w_native, w, rtol=2e-6, atol=0)
+    assert sums.shape[1] >= sums_native.shape[1] == -(-vocab // 256)  # torch's may end in an empty chunk
+    torch.testing.assert_close(sums_native, sums[:, : sums_native.shape[1]], rtol=1e-5, atol=0)
+
+
+@pytest.mark.parametrize("vocab", [5, 256, 1000, 4096])
+def test_the_native_draw_takes_the_torch_draws_steps_to_the_same_tokens(vocab):
+    assert cpu_kernels.load()
+    gen = torch.Generator().manual_seed(vocab)
+    w = torch.rand(6, vocab, generator=gen)
+    w[1, vocab // 2 :] = 0  # a row whose last chunks weigh nothing (top-k masked)
+    w[2] = 0
+    w[2, vocab - 1] = 1.0  # all the weight on the last token
+    sums = chunk_sums(w)
+    uniforms = torch.tensor([0.0, 0.3, 0.5, 0.999, 1.0 - 2**-53, 0.7], dtype=torch.float64)
+    native = torch.ops.kvwise.draw(w, sums[:, : -(-vocab // 256)].contiguous(), uniforms, 256)
+    assert native.tolist() == draw(w, uniforms, sums).tolist()
+    assert native[2] == vocab - 1 and native[1] < vocab // 2
+
+
+def test_native_penalties_equal_the_torch_ones_and_refuse_an_index_out_of_range():
+    assert cpu_kernels.load()
+    logits = torch.tensor([[2.0, -1.0, 0.5, 3.0], [0.0, -2.0, 1.0, 4.0]])
+    index, offsets, repetition = torch.tensor([0, 1, 2, 5, 7]), torch.tensor([0.0, 0.75, 1.25, 0.5, 0.0]), torch.full((5,), 2.0)
+    expected = logits.clone().view(-1)
+    expected[index] = apply_penalties(expected[index].clone(), offsets, repetition)
+    torch.ops.kvwise.apply_penalties_(logits, index, offsets, repetition)
+    assert logits.view(-1).tolist() == expected.tolist()
+    with pytest.raises(RuntimeError, match="index out of range"):
+        torch.ops.kvwise.apply_penalties_(logits, torch.tensor([8]), offsets[:1], repetition[:1])
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(temperature=0.8, seed=1),
+        SamplingParams(temperature=1.2, top_p=0.5, seed=2),
+        SamplingParams(temperature=0.9, min_p=0.2, seed=3),
+        SamplingParams(temperature=0.7, top_k=40, top_p=0.9, seed=4),
+        SamplingParams(temperature=1.0, repetition_penalty=1.3, frequency_penalty=0.4, presence_penalty=0.2, seed=5),
+    ],
+    ids=["temperature", "top_p", "min_p", "top_k", "penalties"],
+)
+def test_native_kernels_draw_the_tokens_the_torch_passes_draw(params):
+    vocab, steps = 3000, 40
+    runs = []
+    for native in (False, True):
+        sampler = Sampler(vocab, lambda _: NO_BREAKERS)
+        sampler.native = native
+        seqs = [Sequence(f"r{i}", [i, 7, 7, 9], params) for i in range(3)]
+        gen = torch.Generator().manual_seed(0)
+        for _ in range(steps):
+            tokens = sampler(torch.randn(3, vocab, generator=gen) * 3, seqs)
+            for seq, token in zip(seqs, tokens):
+                seq.token_ids.append(token)
+        runs.append([seq.output_token_ids for seq in seqs])
+    assert runs[0] == runs[1]
+    assert len({t for row in runs[0] for t in row}) > steps  # real draws, not one repeated token
 
 
 def test_dry_penalises_the_token_that_would_extend_a_repeat():
