@@ -86,7 +86,7 @@ def paged_attention(
     if (paged := meta.paged_decodes) is not None:
         rows = len(paged.context_lens)
         out = torch.ops.kvwise.paged_decode_attention(
-            q[:rows], kv_cache, paged.block_tables, paged.context_lens, paged.block_size, 1 / math.sqrt(q.shape[-1])
+            q[:rows].contiguous(), kv_cache, paged.block_tables, paged.context_lens, paged.block_size, 1 / math.sqrt(q.shape[-1])
         )
         outputs.append(out.view(rows, -1))
     for group in meta.decodes:

@@ -8,8 +8,9 @@ import torch
 from safetensors import safe_open
 
 from local_backend import _constants as C
+from local_backend import cpu_kernels
 from local_backend.config import ModelConfig
-from local_backend.model import CausalLM, Linear
+from local_backend.model import MLP, Attention, CausalLM, Linear, RMSNorm
 
 REQUIRED_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json")
 
@@ -76,7 +77,8 @@ def load_model(
     Projection weights land transposed in `weight_t`, q/k/v and gate/up side by side in their
     packed matrix; with tied embeddings the lm_head is the embedding's transpose (a copy on CPU,
     where decode streams it faster, a view elsewhere). On CPU in float32 every projection also gets
-    oneDNN's prepacked weight for batched rows (`Linear.pack`).
+    oneDNN's prepacked weight for batched rows (`Linear.pack`), and the norms, rope and MLP
+    activation their native kernels (`native`, when `cpu_kernels` builds).
     """
     with torch.device("meta"):
         model = CausalLM(cfg, dtype)
@@ -109,10 +111,13 @@ def load_model(
             embedding_t.contiguous() if device.type == "cpu" else embedding_t, requires_grad=False
         )
     _check_complete(params, loaded, shard_sizes, cfg)
-    if device.type == "cpu" and dtype == torch.float32 and torch.backends.mkldnn.is_available():
+    if device.type == "cpu" and dtype == torch.float32:
+        packs, native = torch.backends.mkldnn.is_available(), cpu_kernels.load()
         for module in model.modules():
-            if isinstance(module, Linear):
+            if isinstance(module, Linear) and packs:
                 module.pack()
+            elif isinstance(module, (RMSNorm, Attention, MLP)) and native:
+                module.native = True
     return model.eval().requires_grad_(False)
 def _target(name: str, shard_sizes: dict[str, list[int]]) -> tuple[str, int, int | None]:
     """Our parameter name, the row offset inside it and the row count (None: the whole tensor)."""

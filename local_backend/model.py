@@ -4,6 +4,8 @@ Parameter names mirror Hugging Face's, except that q/k/v and gate/up projections
 one matrix each (`qkv_proj`, `gate_up_proj`) so a step does two matmuls where it would do five,
 and projection matrices are stored transposed (`weight_t`, see `Linear`).
 Tokens of all sequences in a step are flattened to `[T, hidden]`; only attention looks at sequences.
+On CPU in float32 the loader sets `native` on the norms, attention and MLPs: RMSNorm, rope and
+silu·up are then single native calls (`cpu_kernels`, `csrc/layers.cpp`) instead of several torch ops.
 """
 
 from __future__ import annotations
@@ -90,17 +92,23 @@ class Linear(nn.Module):
 class RMSNorm(nn.Module):
     """x / √(mean(x²) + eps) · weight."""
 
+    native = False
+
     def __init__(self, dim: int, eps: float, dtype: torch.dtype) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.empty(dim, dtype=dtype))
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.native and x.is_contiguous():
+            return torch.ops.kvwise.rms_norm(x, self.weight, self.eps)
         return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
 
 
 class Attention(nn.Module):
     """Grouped-query self-attention with optional qkv bias (Qwen2) and q/k norms (Qwen3)."""
+
+    native = False
 
     def __init__(self, cfg: ModelConfig, dtype: torch.dtype) -> None:
         super().__init__()
@@ -127,12 +135,17 @@ class Attention(nn.Module):
         v = v.view(tokens, -1, self.head_dim)
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if self.native:
+            torch.ops.kvwise.rotary_embedding_(q, k, cos, sin)  # in place, in the step's own qkv buffer
+        else:
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         return self.o_proj(paged_attention(q, k, v, kv_cache, meta))
 
 
 class MLP(nn.Module):
     """down(silu(gate(x)) · up(x))."""
+
+    native = False
 
     def __init__(self, cfg: ModelConfig, dtype: torch.dtype) -> None:
         super().__init__()
@@ -141,6 +154,8 @@ class MLP(nn.Module):
         self.down_proj = Linear(size, cfg.hidden_size, cfg.mlp_bias, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.native:
+            return self.down_proj(torch.ops.kvwise.silu_and_mul(self.gate_up_proj(x)))
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
         return self.down_proj(F.silu(gate) * up)
 

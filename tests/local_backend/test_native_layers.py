@@ -1,0 +1,66 @@
+"""The native norm, rope and MLP activation equal the torch ops they replace, and a CPU float32 load uses them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from local_backend import SamplingParams, cpu_kernels
+from local_backend.model import MLP, Attention, RMSNorm, apply_rope
+
+
+@pytest.fixture(autouse=True)
+def _kernels():
+    assert cpu_kernels.load()
+
+
+@pytest.mark.parametrize("shape", [(1, 512), (37, 64), (3, 5, 20), (2, 7)])  # widths with and without a vector tail
+def test_native_rms_norm_equals_torchs(shape):
+    gen = torch.Generator().manual_seed(sum(shape))
+    x, weight = torch.randn(*shape, generator=gen) * 3, torch.randn(shape[-1], generator=gen)
+    expected = F.rms_norm(x, (shape[-1],), weight, 1e-6)
+    torch.testing.assert_close(torch.ops.kvwise.rms_norm(x, weight, 1e-6), expected, rtol=2e-6, atol=2e-6)
+
+
+@pytest.mark.parametrize(("heads", "kv_heads", "dim", "tokens"), [(8, 4, 64, 1), (4, 4, 16, 33), (6, 2, 10, 5)])
+def test_native_rope_rotates_strided_q_and_k_in_place_as_apply_rope_does(heads, kv_heads, dim, tokens):
+    gen = torch.Generator().manual_seed(heads * dim + tokens)
+    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim, generator=gen)
+    q, k, _ = qkv.split([heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
+    q, k = q.view(tokens, heads, dim), k.view(tokens, kv_heads, dim)  # views into one buffer, as the layer has them
+    cos, sin = torch.randn(tokens, 1, dim, generator=gen), torch.randn(tokens, 1, dim, generator=gen)
+    expected_q, expected_k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    untouched = qkv[:, (heads + kv_heads) * dim :].clone()
+    torch.ops.kvwise.rotary_embedding_(q, k, cos, sin)
+    torch.testing.assert_close(q, expected_q, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(k, expected_k, rtol=1e-6, atol=1e-6)
+    assert torch.equal(qkv[:, (heads + kv_heads) * dim :], untouched)  # the values are not touched
+
+
+@pytest.mark.parametrize(("tokens", "size"), [(1, 1376), (16, 20), (3, 7)])
+def test_native_silu_and_mul_equals_silu_of_gate_times_up(tokens, size):
+    gate_up = torch.randn(tokens, 2 * size, generator=torch.Generator().manual_seed(size)) * 4
+    gate, up = gate_up.chunk(2, dim=-1)
+    torch.testing.assert_close(torch.ops.kvwise.silu_and_mul(gate_up), F.silu(gate) * up, rtol=1e-6, atol=1e-6)
+
+
+def test_the_native_kernels_refuse_what_they_cannot_read_with_a_clear_error():
+    with pytest.raises(RuntimeError, match="contiguous float32"):
+        torch.ops.kvwise.rms_norm(torch.randn(4, 8).t(), torch.randn(4), 1e-6)
+    with pytest.raises(RuntimeError, match="contiguous float32"):
+        torch.ops.kvwise.silu_and_mul(torch.randn(2, 8, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen3"])  # qwen3: q/k norms before the rope
+def test_a_cpu_float32_load_uses_the_native_layers_and_decodes_the_torch_layers_tokens(make_engine, kind):
+    engine = make_engine(kind)
+    layers = [m for m in engine.runner.model.modules() if isinstance(m, (RMSNorm, Attention, MLP))]
+    assert layers and all(m.native for m in layers)
+    prompts = [[5 + i for i in range(n)] for n in (3, 40, 17)]
+    params = SamplingParams(max_tokens=16, temperature=0, ignore_eos=True)
+    native = [list(o.token_ids) for o in engine.generate(prompts, params)]
+    for module in layers:
+        module.native = False
+    engine.reset_prefix_cache()
+    assert [list(o.token_ids) for o in engine.generate(prompts, params)] == native
