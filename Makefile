@@ -27,6 +27,9 @@ $(STAMP): pyproject.toml
 	# The CPU build of torch lies on this machine's disk; take it first so nothing pulls a CUDA build.
 	$(PY) -m pip install --quiet torch==2.13.0 || $(PY) -m pip install --quiet torch
 	$(PY) -m pip install --quiet -e ".[all,test]"
+	# The engine's native CPU kernels, compiled once per machine (local_backend/cpu_kernels.py); without
+	# a compiler this only logs it, and the engine runs on torch ops alone.
+	$(PY) -c "import logging; logging.basicConfig(level=logging.INFO); from local_backend import cpu_kernels; cpu_kernels.load()"
 	touch $(STAMP)
 
 phoenix-venv: $(PHOENIX_STAMP)
