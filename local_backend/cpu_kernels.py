@@ -92,7 +92,7 @@ def load() -> bool:
             _build(target)
         torch.ops.load_library(str(target))
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-        logger.warning("native CPU attention unavailable, using SDPA: %s", exc)
+        logger.warning("native CPU kernels unavailable, the engine runs on torch ops alone: %s", exc)
         return False
     return True
 

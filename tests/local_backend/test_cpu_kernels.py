@@ -1,4 +1,5 @@
-"""The native CPU decode kernel: the same attention as the SDPA path, read in place from the paged cache."""
+"""The native CPU kernels: decode attention read in place equals the SDPA path; without a compiler the
+engine runs on torch ops alone. (The sampler's and the layers' kernels: test_sampler.py, test_native_layers.py.)"""
 
 from __future__ import annotations
 
@@ -75,19 +76,20 @@ def test_engine_decodes_use_the_kernel_and_give_the_sdpa_paths_tokens(make_engin
     assert [list(o.token_ids) for o in engine.generate(prompts, params)] == with_kernel
 
 
-def test_without_a_compiler_the_engine_falls_back_to_sdpa(tmp_path: Path, checkpoints):
+def test_without_a_compiler_the_engine_runs_on_torch_ops_alone(tmp_path: Path, checkpoints):
     script = (
         "import logging, sys; logging.basicConfig(level=logging.WARNING)\n"
         "from local_backend import Engine, SamplingParams, cpu_kernels\n"
         "engine = Engine.from_pretrained(sys.argv[1], device='cpu', max_model_len=64, kv_cache_memory=2**20)\n"
         "out = engine.generate([[5, 6, 7]], SamplingParams(max_tokens=4, temperature=0, ignore_eos=True))\n"
-        "print(cpu_kernels.load(), engine.runner.paged_decodes, len(out[0].token_ids))\n"
+        "native = any(getattr(m, 'native', False) for m in engine.runner.model.modules())\n"
+        "print(cpu_kernels.load(), engine.runner.paged_decodes, native, len(out[0].token_ids))\n"
         "engine.close()\n"
     )
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "CXX": str(tmp_path / "no-such-compiler")}
     command = [sys.executable, "-c", script, str(checkpoints["llama"])]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["False", "False", "4"]
-    assert "native CPU attention unavailable, using SDPA" in done.stderr
+    assert done.stdout.split() == ["False", "False", "False", "4"]
+    assert "native CPU kernels unavailable, the engine runs on torch ops alone" in done.stderr
     assert not list(tmp_path.rglob("*.so"))
