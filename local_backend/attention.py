@@ -17,9 +17,8 @@ slots, then attends:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -84,9 +83,10 @@ def paged_attention(
     kv_cache.index_copy_(0, meta.slot_mapping, torch.stack((k, v), dim=1))
     outputs = []
     if (paged := meta.paged_decodes) is not None:
-        rows = len(paged.context_lens)
+        rows, scale = len(paged.context_lens), 1 / math.sqrt(q.shape[-1])
+        queries = q[:rows].contiguous()  # the rope wrote q in place, a view into the step's qkv rows
         out = torch.ops.kvwise.paged_decode_attention(
-            q[:rows].contiguous(), kv_cache, paged.block_tables, paged.context_lens, paged.block_size, 1 / math.sqrt(q.shape[-1])
+            queries, kv_cache, paged.block_tables, paged.context_lens, paged.block_size, scale
         )
         outputs.append(out.view(rows, -1))
     for group in meta.decodes:

@@ -1,14 +1,15 @@
 """The engine's native CPU kernels (`torch.ops.kvwise.*`), built once per machine.
 
 torch has no op that attends over scattered cache slots, and vLLM's CPU build reads its paged cache
-in place with C++ kernels of its own; `csrc/paged_attention.cpp` does the same for decodes, and
-`csrc/sampling.cpp` fuses the sampler's passes over the logits. They are compiled here against the
+in place with C++ kernels of its own; `csrc/paged_attention.cpp` does the same for decodes,
+`csrc/sampling.cpp` fuses the sampler's passes over the logits and `csrc/layers.cpp` a layer's
+RMSNorm, rope and MLP activation. They are compiled here against the
 installed torch (the headers and libraries `torch.utils.cpp_extension` names, ATen's vector types
 for the CPU's capability, as inductor compiles its kernels) by the system's C++ compiler, with no
 Python module around them, so neither ninja nor pybind11 is needed, into one library cached under
 the user's cache directory by a key of the sources, the torch build and the flags. Without a
 compiler, or when the build fails, `load()` logs why once and returns False: attention keeps its
-SDPA path and the sampler its torch passes, only slower.
+SDPA path, the sampler and the layers their torch ops, only slower.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 SOURCES = sorted((Path(__file__).parent / "csrc").glob("*.cpp"))
 LANES = 8
-"""Floats per vector in the kernel: a head_dim it serves must be a multiple of it."""
+"""Floats per vector in the attention kernel: a head_dim it serves must be a multiple of it."""
 
 
 def _flags() -> list[str]:
@@ -65,8 +66,8 @@ def _build(target: Path) -> None:
         objects = [str(Path(scratch) / f"{source.stem}.o") for source in SOURCES]
         _run([[compiler, *_flags(), *includes, "-c", str(src), "-o", obj] for src, obj in zip(SOURCES, objects)])
         built = str(Path(scratch) / target.name)
-        rpaths = [f"-Wl,-rpath,{p}" for p in libraries]
-        _run([[compiler, *_flags(), *objects, *(f"-L{p}" for p in libraries), *rpaths, "-lc10", "-ltorch_cpu", "-o", built]])
+        linking = [*(f"-L{p}" for p in libraries), *(f"-Wl,-rpath,{p}" for p in libraries), "-lc10", "-ltorch_cpu"]
+        _run([[compiler, *_flags(), *objects, *linking, "-o", built]])
         os.replace(built, target)
 
 
@@ -84,7 +85,7 @@ def _run(commands: list[list[str]]) -> None:
 
 @functools.cache
 def load() -> bool:
-    """Register the kernel's op in this process (building it first if this machine has not); False if it cannot be."""
+    """Register the kernels' ops in this process (building them first if this machine has not); False if it cannot."""
     try:
         target = library_path()
         if not target.exists():

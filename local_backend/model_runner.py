@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from local_backend._constants import DECODE_PADDING_SHARE
 from local_backend import cpu_kernels
+from local_backend._constants import DECODE_PADDING_SHARE
 from local_backend.attention import AttentionMetadata, DecodeGroup, PagedDecodes, PrefillSegment
 from local_backend.config import ModelConfig
 from local_backend.model import CausalLM, rope_tables

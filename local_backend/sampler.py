@@ -13,9 +13,10 @@ a whole row, no per-step tensor rebuilt from a request's token list):
 - the draw is inverse-CDF with one uniform per row (chunk sums, then the chosen chunk): an exact
   sample of w / Σw. A seeded request draws its uniform from its own generator, so its tokens do not
   depend on what else is in the batch.
-On CPU in float32 the weights with their chunk sums, and the top-p test's mass, are native kernels
-(`cpu_kernels`, `csrc/sampling.cpp`): two passes over the logits and one, where the torch ops
-below take five and three; the results are the same.
+On CPU in float32 the weights with their chunk sums, the top-p test's mass, the draw and the
+penalties are native kernels (`cpu_kernels`, `csrc/sampling.cpp`): two passes over the logits for
+the weights and one for the mass, where the torch ops below take five and three; the same steps,
+the same tokens.
 """
 
 from __future__ import annotations
@@ -239,7 +240,8 @@ class Sampler:
         if rest:
             self._mask([seqs[i] for i in rest], w, rest)
             again = torch.tensor(rest, device=w.device)
-            tokens[again] = self._pick(w[again], self._uniforms([seqs[i] for i in rest], w.device), chunk_sums(w[again]))
+            masked = w[again]
+            tokens[again] = self._pick(masked, self._uniforms([seqs[i] for i in rest], w.device), chunk_sums(masked))
         return tokens
 
     def _pick(self, w: torch.Tensor, uniforms: torch.Tensor, sums: torch.Tensor) -> torch.Tensor:
@@ -293,7 +295,9 @@ class Sampler:
             return torch.frombuffer(bytearray().join(buffers), dtype=dtype).to(device)
 
         starts = [array("q", [row * vocab]) * len(state.ids) for row, state in zip(rows, states, strict=True)]
-        repetitions = [array("f", [seq.params.repetition_penalty]) * len(state.ids) for seq, state in zip(seqs, states, strict=True)]
+        repetitions = [
+            array("f", [seq.params.repetition_penalty]) * len(state.ids) for seq, state in zip(seqs, states, strict=True)
+        ]
         index = joined([s.ids for s in states], torch.long).add_(joined(starts, torch.long))
         offsets, repetition = joined([s.offsets for s in states], torch.float32), joined(repetitions, torch.float32)
         if self._fused(logits):

@@ -173,7 +173,8 @@ def test_the_native_draw_takes_the_torch_draws_steps_to_the_same_tokens(vocab):
 def test_native_penalties_equal_the_torch_ones_and_refuse_an_index_out_of_range():
     assert cpu_kernels.load()
     logits = torch.tensor([[2.0, -1.0, 0.5, 3.0], [0.0, -2.0, 1.0, 4.0]])
-    index, offsets, repetition = torch.tensor([0, 1, 2, 5, 7]), torch.tensor([0.0, 0.75, 1.25, 0.5, 0.0]), torch.full((5,), 2.0)
+    index, offsets = torch.tensor([0, 1, 2, 5, 7]), torch.tensor([0.0, 0.75, 1.25, 0.5, 0.0])
+    repetition = torch.full((5,), 2.0)
     expected = logits.clone().view(-1)
     expected[index] = apply_penalties(expected[index].clone(), offsets, repetition)
     torch.ops.kvwise.apply_penalties_(logits, index, offsets, repetition)
