@@ -65,4 +65,4 @@ from 2 rows it ran 1.3-2.9x the plain matmul on this project's 2-core machines (
 a 2048-token prefill 1.0-1.35x); one decode row streams the row-major `weight_t` faster."""
 
 KERNEL_BUILD_TIMEOUT_S: Final = 600
-"""Seconds the one-off build of the native CPU attention kernel may take (about 25 s on 2 cores)."""
+"""Seconds the one-off build of the native CPU kernels may take (46 s on 2 cores, the three sources side by side)."""
