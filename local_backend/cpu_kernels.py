@@ -30,7 +30,8 @@ from local_backend._constants import KERNEL_BUILD_TIMEOUT_S
 
 logger = logging.getLogger(__name__)
 
-SOURCES = sorted((Path(__file__).parent / "csrc").glob("*.cpp"))
+CSRC = Path(__file__).parent / "csrc"
+SOURCES = sorted(CSRC.glob("*.cpp"))
 LANES = 8
 """Floats per vector in the attention kernel: a head_dim it serves must be a multiple of it."""
 
@@ -49,8 +50,8 @@ def _cache_dir() -> Path:
 
 
 def library_path() -> Path:
-    """Where the built library lives: one file per version of the sources, torch build and compiler flags."""
-    key = hashlib.sha256(b"".join(source.read_bytes() for source in SOURCES))
+    """Where the built library lives: one file per version of `csrc/` (headers too), torch build and flags."""
+    key = hashlib.sha256(b"".join(path.read_bytes() for path in sorted(CSRC.iterdir()) if path.is_file()))
     key.update(f"{torch.__version__} {torch.__file__} {' '.join(_flags())}".encode())
     return _cache_dir() / f"kvwise_kernels-{key.hexdigest()[:16]}.so"
 

@@ -7,16 +7,16 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <ATen/cpu/vec/vec.h>
 #include <torch/library.h>
 
 #include <cmath>
 
+#include "lanes.h"
+
 namespace {
 
-using Vec = at::vec::Vectorized<float>;
-
-float sum_lanes(const Vec& v) { return at::vec::vec_reduce_all<float>([](Vec& a, Vec& b) { return a + b; }, v); }
+using kvwise::sum_lanes;
+using kvwise::Vec;
 
 // x / sqrt(mean(x²) + eps) · weight over the last dimension of a contiguous x.
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {

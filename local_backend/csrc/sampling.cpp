@@ -8,16 +8,19 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <ATen/cpu/vec/vec.h>
 #include <torch/library.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "lanes.h"
+
 namespace {
 
-using Vec = at::vec::Vectorized<float>;
+using kvwise::max_lanes;
+using kvwise::sum_lanes;
+using kvwise::Vec;
 
 // In place, per row: w = 2^((logit - max) * scale[row]); returns Σw per chunk of `chunk` tokens
 // (float32 sums of a chunk, as float64: `sampler.chunk_sums`).
@@ -38,7 +41,7 @@ at::Tensor tempered_weights_(at::Tensor logits, const at::Tensor& scale, int64_t
       const int64_t whole = vocab - vocab % Vec::size();
       Vec top_lanes(-std::numeric_limits<float>::infinity());
       for (int64_t i = 0; i < whole; i += Vec::size()) top_lanes = at::vec::maximum(top_lanes, Vec::loadu(row + i));
-      float top = at::vec::vec_reduce_all<float>([](Vec& a, Vec& b) { return at::vec::maximum(a, b); }, top_lanes);
+      float top = max_lanes(top_lanes);
       for (int64_t i = whole; i < vocab; ++i) top = std::max(top, row[i]);
       const Vec top_v(top), scale_v(scales[r]);
       for (int64_t c = 0; c < chunks; ++c) {
@@ -49,7 +52,7 @@ at::Tensor tempered_weights_(at::Tensor logits, const at::Tensor& scale, int64_t
           w.store(row + i);
           acc = acc + w;
         }
-        float sum = at::vec::vec_reduce_all<float>([](Vec& a, Vec& b) { return a + b; }, acc);
+        float sum = sum_lanes(acc);
         for (int64_t i = full; i < to; ++i) sum += row[i] = std::exp2((row[i] - top) * scales[r]);
         out[r * chunks + c] = sum;
       }
@@ -78,7 +81,7 @@ at::Tensor heavier_mass(const at::Tensor& w, const at::Tensor& chosen) {
         const Vec v = Vec::loadu(row + i);
         acc = acc + Vec::blendv(zero, v, v > bound);
       }
-      float sum = at::vec::vec_reduce_all<float>([](Vec& a, Vec& b) { return a + b; }, acc);
+      float sum = sum_lanes(acc);
       for (int64_t i = whole; i < vocab; ++i) sum += row[i] > bounds[r] ? row[i] : 0.f;
       out[r] = sum;
     }
