@@ -64,5 +64,11 @@ ONEDNN_MIN_ROWS: Final = 2
 from 2 rows it ran 1.3-2.9x the plain matmul on this project's 2-core machines (16 rows: 1.4-2.9x,
 a 2048-token prefill 1.0-1.35x); one decode row streams the row-major `weight_t` faster."""
 
+MATVEC_MAX_ROWS: Final = 16
+"""Rows up to which a CPU float32 projection streams its weights through `kvwise::matvec` when the
+native kernels are built (above it, oneDNN): the 56M Llama's projections and lm_head per decode step
+took 9.1 / 10.4 / 11.5 / 14.0 / 21.5 ms at 1 / 2 / 4 / 8 / 16 rows against oneDNN's 15.4 / 18.6 /
+17.7 / 18.9 / 23.0 (MKL's plain matmul at one row: 13.7); at 24 rows oneDNN led, 27.7 to 28.7."""
+
 KERNEL_BUILD_TIMEOUT_S: Final = 600
 """Seconds the one-off build of the native CPU kernels may take (46 s on 2 cores, the three sources side by side)."""

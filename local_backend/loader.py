@@ -77,8 +77,8 @@ def load_model(
     Projection weights land transposed in `weight_t`, q/k/v and gate/up side by side in their
     packed matrix; with tied embeddings the lm_head is the embedding's transpose (a copy on CPU,
     where decode streams it faster, a view elsewhere). On CPU in float32 every projection also gets
-    oneDNN's prepacked weight for batched rows (`Linear.pack`), and the norms, rope and MLP
-    activation their native kernels (`native`, when `cpu_kernels` builds).
+    oneDNN's prepacked weight for batched rows (`Linear.pack`), and the projections' decode rows,
+    the norms, rope and MLP activation their native kernels (`native`, when `cpu_kernels` builds).
     """
     with torch.device("meta"):
         model = CausalLM(cfg, dtype)
@@ -116,7 +116,7 @@ def load_model(
         for module in model.modules():
             if isinstance(module, Linear) and packs:
                 module.pack()
-            elif isinstance(module, (RMSNorm, Attention, MLP)) and native:
+            if isinstance(module, (Linear, RMSNorm, Attention, MLP)) and native:
                 module.native = True
     return model.eval().requires_grad_(False)
 def _target(name: str, shard_sizes: dict[str, list[int]]) -> tuple[str, int, int | None]:

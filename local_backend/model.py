@@ -4,8 +4,9 @@ Parameter names mirror Hugging Face's, except that q/k/v and gate/up projections
 one matrix each (`qkv_proj`, `gate_up_proj`) so a step does two matmuls where it would do five,
 and projection matrices are stored transposed (`weight_t`, see `Linear`).
 Tokens of all sequences in a step are flattened to `[T, hidden]`; only attention looks at sequences.
-On CPU in float32 the loader sets `native` on the norms, attention and MLPs: RMSNorm, rope and
-silu·up are then single native calls (`cpu_kernels`, `csrc/layers.cpp`) instead of several torch ops.
+On CPU in float32 the loader sets `native` on the projections, norms, attention and MLPs: decode
+rows stream the weights through `kvwise::matvec`, and RMSNorm, rope and silu·up are single native
+calls (`cpu_kernels`, `csrc/`) instead of several torch ops.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from local_backend._constants import ONEDNN_MIN_ROWS
+from local_backend._constants import MATVEC_MAX_ROWS, ONEDNN_MIN_ROWS
 from local_backend.attention import AttentionMetadata, paged_attention
 from local_backend.config import ModelConfig, RopeConfig
 
@@ -64,12 +65,16 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 class Linear(nn.Module):
     """y = x·Wᵀ + b with W stored transposed, `weight_t [in, out]`.
 
-    Decode multiplies one row by each matrix, which streams the whole matrix from memory; on CPU
+    Decode multiplies a few rows by each matrix, which streams the whole matrix from memory; on CPU
     a row-major [in, out] matrix streams about twice as fast as [out, in] (32000×512 lm_head:
-    4.5 ms against 9.9 ms on one core), and large matmuls are no slower. On CPU in float32 `pack`
-    adds oneDNN's blocked copy of W, as vLLM's CPU build repacks its weights at load: batches of
-    `ONEDNN_MIN_ROWS` rows or more multiply by it (the price: the weights twice in memory).
+    4.5 ms against 9.9 ms on one core), and large matmuls are no slower. On CPU in float32 the
+    loader sets `native`: up to `MATVEC_MAX_ROWS` rows then go to `kvwise::matvec`, which streams
+    `weight_t` near the memory's speed (`csrc/matvec.cpp`). `pack` adds oneDNN's blocked copy of W,
+    as vLLM's CPU build repacks its weights at load: larger batches multiply by it (the price: the
+    weights twice in memory).
     """
+
+    native = False
 
     def __init__(self, in_features: int, out_features: int, bias: bool, dtype: torch.dtype) -> None:
         super().__init__()
@@ -82,7 +87,10 @@ class Linear(nn.Module):
         self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight_t.t().contiguous(), None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.packed is not None and x.shape[0] >= ONEDNN_MIN_ROWS:
+        rows = x.shape[0]
+        if self.native and rows <= MATVEC_MAX_ROWS and x.dim() == 2 and x.is_contiguous():
+            return torch.ops.kvwise.matvec(x, self.weight_t, self.bias)
+        if self.packed is not None and rows >= ONEDNN_MIN_ROWS:
             return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
         if self.bias is None:
             return x @ self.weight_t

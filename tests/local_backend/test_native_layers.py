@@ -1,4 +1,4 @@
-"""The native norm, rope and MLP activation equal the torch ops they replace, and a CPU float32 load uses them."""
+"""The native projection rows, norm, rope and MLP activation equal the torch ops they replace, and a CPU float32 load uses them."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from local_backend import SamplingParams, cpu_kernels
-from local_backend.model import MLP, Attention, RMSNorm, apply_rope
+from local_backend._constants import MATVEC_MAX_ROWS
+from local_backend.model import MLP, Attention, Linear, RMSNorm, apply_rope
 
 
 @pytest.fixture(autouse=True)
@@ -45,17 +46,47 @@ def test_native_silu_and_mul_equals_silu_of_gate_times_up(tokens, size):
     torch.testing.assert_close(torch.ops.kvwise.silu_and_mul(gate_up), F.silu(gate) * up, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize(
+    ("rows", "inputs", "outputs"),
+    [(1, 512, 1024), (1, 1376, 512), (3, 13, 37), (16, 70, 9), (2, 3, 1), (5, 200, 24)],  # row counts, tails, short bands
+)
+@pytest.mark.parametrize("bias", [False, True])
+def test_native_matvec_equals_the_matmul_it_replaces(rows, inputs, outputs, bias):
+    gen = torch.Generator().manual_seed(rows * inputs + outputs)
+    x, weight_t = torch.randn(rows, inputs, generator=gen), torch.randn(inputs, outputs, generator=gen)
+    b = torch.randn(outputs, generator=gen) if bias else None
+    expected = x @ weight_t if b is None else torch.addmm(b, x, weight_t)
+    torch.testing.assert_close(torch.ops.kvwise.matvec(x, weight_t, b), expected, rtol=1e-5, atol=1e-4)
+
+
+def test_a_native_projection_sends_decode_rows_to_matvec_and_larger_batches_past_it():
+    layer = Linear(64, 48, True, torch.float32)
+    torch.nn.init.normal_(layer.weight_t)
+    torch.nn.init.normal_(layer.bias)
+    layer.native = True
+    for rows, native in ((1, True), (MATVEC_MAX_ROWS, True), (MATVEC_MAX_ROWS + 1, False)):
+        x = torch.randn(rows, 64)
+        with torch.no_grad(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            got = layer(x)
+        assert ("kvwise::matvec" in {event.name for event in prof.events()}) is native
+        torch.testing.assert_close(got, torch.addmm(layer.bias, x, layer.weight_t), rtol=1e-5, atol=1e-4)
+
+
 def test_the_native_kernels_refuse_what_they_cannot_read_with_a_clear_error():
     with pytest.raises(RuntimeError, match="contiguous float32"):
         torch.ops.kvwise.rms_norm(torch.randn(4, 8).t(), torch.randn(4), 1e-6)
     with pytest.raises(RuntimeError, match="contiguous float32"):
         torch.ops.kvwise.silu_and_mul(torch.randn(2, 8, dtype=torch.float64))
+    with pytest.raises(RuntimeError, match="weight_t \\[in, out\\]"):
+        torch.ops.kvwise.matvec(torch.randn(1, 8), torch.randn(9, 4), None)
+    with pytest.raises(RuntimeError, match="one element per output"):
+        torch.ops.kvwise.matvec(torch.randn(1, 8), torch.randn(8, 4), torch.randn(5))
 
 
 @pytest.mark.parametrize("kind", ["llama", "qwen3"])  # qwen3: q/k norms before the rope
 def test_a_cpu_float32_load_uses_the_native_layers_and_decodes_the_torch_layers_tokens(make_engine, kind):
     engine = make_engine(kind)
-    layers = [m for m in engine.runner.model.modules() if isinstance(m, (RMSNorm, Attention, MLP))]
+    layers = [m for m in engine.runner.model.modules() if isinstance(m, (Linear, RMSNorm, Attention, MLP))]
     assert layers and all(m.native for m in layers)
     prompts = [[5 + i for i in range(n)] for n in (3, 40, 17)]
     params = SamplingParams(max_tokens=16, temperature=0, ignore_eos=True)
