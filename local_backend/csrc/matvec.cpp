@@ -25,21 +25,43 @@ constexpr int64_t ROWS_PER_PASS = 4;
 constexpr int64_t MIN_BAND_ROWS = 64;  // a thread's band below this is not worth its fork
 constexpr int64_t TILE_COLUMNS = 1024;  // four rows' tile (16 KB) stays in L1 while every row of x uses it
 
-// Σ over the rows of `pass` (1 ≤ count ≤ 4, weights w_k, factors x_k) added to y[c0, c1), or stored when `first`.
-template <int count>
-inline void pass_into(const float* const* w, const float* x, int64_t c0, int64_t c1, bool first, float* y) {
-  Vec xs[count];
-  for (int k = 0; k < count; ++k) xs[k] = Vec(x[k]);
+// For each of `xrows` rows of x (factors x[r · stride + k]): Σ over the rows of `pass` (1 ≤ count ≤ 4,
+// weights w_k) added to y[r · out + c] for c in [c0, c1), or stored when `first`. Two rows of x share
+// each load of the weights, which halves the loads per multiply-add once there are rows to pair.
+template <int count, int xrows>
+inline void pass_into(const float* const* w, const float* x, int64_t stride, int64_t c0, int64_t c1, bool first, float* y,
+                      int64_t out) {
+  Vec xs[xrows][count];
+  for (int r = 0; r < xrows; ++r) {
+    for (int k = 0; k < count; ++k) xs[r][k] = Vec(x[r * stride + k]);
+  }
   const int64_t whole = c1 - (c1 - c0) % Vec::size();
   for (int64_t c = c0; c < whole; c += Vec::size()) {
-    Vec acc = first ? Vec(0.f) : Vec::loadu(y + c);
-    for (int k = 0; k < count; ++k) acc = at::vec::fmadd(xs[k], Vec::loadu(w[k] + c), acc);
-    acc.store(y + c);
+    Vec acc[xrows];
+    for (int r = 0; r < xrows; ++r) acc[r] = first ? Vec(0.f) : Vec::loadu(y + r * out + c);
+    for (int k = 0; k < count; ++k) {
+      const Vec weights = Vec::loadu(w[k] + c);
+      for (int r = 0; r < xrows; ++r) acc[r] = at::vec::fmadd(xs[r][k], weights, acc[r]);
+    }
+    for (int r = 0; r < xrows; ++r) acc[r].store(y + r * out + c);
   }
-  for (int64_t c = whole; c < c1; ++c) {
-    float acc = first ? 0.f : y[c];
-    for (int k = 0; k < count; ++k) acc += x[k] * w[k][c];
-    y[c] = acc;
+  for (int r = 0; r < xrows; ++r) {
+    for (int64_t c = whole; c < c1; ++c) {
+      float acc = first ? 0.f : y[r * out + c];
+      for (int k = 0; k < count; ++k) acc += x[r * stride + k] * w[k][c];
+      y[r * out + c] = acc;
+    }
+  }
+}
+
+template <int xrows>
+inline void pass_rows(int64_t count, const float* const* w, const float* x, int64_t stride, int64_t c0, int64_t c1, bool first,
+                      float* y, int64_t out) {
+  switch (count) {
+    case 4: pass_into<4, xrows>(w, x, stride, c0, c1, first, y, out); break;
+    case 3: pass_into<3, xrows>(w, x, stride, c0, c1, first, y, out); break;
+    case 2: pass_into<2, xrows>(w, x, stride, c0, c1, first, y, out); break;
+    default: pass_into<1, xrows>(w, x, stride, c0, c1, first, y, out);
   }
 }
 
@@ -55,16 +77,9 @@ void band_into(const float* x, const float* w, int64_t rows, int64_t in, int64_t
     const float* pass[ROWS_PER_PASS] = {w + i * out, w + (i + 1) * out, w + (i + 2) * out, w + (i + 3) * out};
     for (int64_t c0 = 0; c0 < out; c0 += TILE_COLUMNS) {
       const int64_t c1 = std::min(out, c0 + TILE_COLUMNS);
-      for (int64_t m = 0; m < rows; ++m) {
-        const float* xm = x + m * in + i;
-        float* ym = partial + m * out;
-        switch (count) {
-          case 4: pass_into<4>(pass, xm, c0, c1, i == begin, ym); break;
-          case 3: pass_into<3>(pass, xm, c0, c1, i == begin, ym); break;
-          case 2: pass_into<2>(pass, xm, c0, c1, i == begin, ym); break;
-          default: pass_into<1>(pass, xm, c0, c1, i == begin, ym);
-        }
-      }
+      int64_t m = 0;
+      for (; m + 2 <= rows; m += 2) pass_rows<2>(count, pass, x + m * in + i, in, c0, c1, i == begin, partial + m * out, out);
+      if (m < rows) pass_rows<1>(count, pass, x + m * in + i, in, c0, c1, i == begin, partial + m * out, out);
     }
   }
 }
