@@ -8,7 +8,9 @@
 // Layout (attention.py): kv_cache `[slots, 2, kv_heads, dim]`, slot = block_id * block_size + offset;
 // query head h reads kv head h / (heads / kv_heads). Per task (one sequence, a run of its kv heads):
 // block by block, scores q·k · scale, a running softmax (flash-decoding's) and the weighted sum of values, so
-// each block (block_size consecutive slots) is read once, front to back.
+// each block (block_size consecutive slots) is read once, front to back. Scores come eight keys at a time
+// (eight dot products reduced together, not one horizontal sum per key) and their exponentials eight at a
+// time: one scalar sum and one scalar exp per key were most of the kernel's time at short contexts.
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -16,28 +18,51 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
+
+#include "lanes.h"
+
+#if defined(CPU_CAPABILITY_AVX2)
+#include <immintrin.h>
+#endif
 
 namespace {
 
-constexpr int64_t kLanes = 8;  // one AVX2 register of floats (two SSE ones without AVX2)
+using kvwise::max_lanes;
+using kvwise::sum_lanes;
+using kvwise::Vec;
+
+constexpr int64_t kLanes = 8;  // floats per ATen vector (one AVX2 register)
+constexpr int64_t kValueChunk = 8;  // vectors of the output held in registers over a block's values (head_dim 64: all)
 constexpr int64_t kPrefetchStride = 64;  // bytes per cache line: the next block lies elsewhere, out of the prefetcher's sight
-typedef float Lanes __attribute__((vector_size(kLanes * sizeof(float))));
-
-inline Lanes load(const float* p) {
-  Lanes v;
-  __builtin_memcpy(&v, p, sizeof v);
-  return v;
-}
-
-inline void store(float* p, Lanes v) { __builtin_memcpy(p, &v, sizeof v); }
 
 inline float dot(const float* a, const float* b, int64_t n) {
-  Lanes acc = {};
-  for (int64_t i = 0; i < n; i += kLanes) acc += load(a + i) * load(b + i);
-  float sum = 0;
-  for (int64_t l = 0; l < kLanes; ++l) sum += acc[l];
-  return sum;
+  Vec acc(0.f);
+  for (int64_t i = 0; i < n; i += kLanes) acc = at::vec::fmadd(Vec::loadu(a + i), Vec::loadu(b + i), acc);
+  return sum_lanes(acc);
+}
+
+// The dot products of q with eight keys (key t at keys + t · stride) as one vector, lane t for key t.
+inline Vec dots8(const float* q, const float* keys, int64_t stride, int64_t dim) {
+  static_assert(Vec::size() == kLanes, "one vector holds the eight keys' scores");
+  Vec acc[kLanes];
+  for (int64_t t = 0; t < kLanes; ++t) acc[t] = Vec(0.f);
+  for (int64_t d = 0; d < dim; d += kLanes) {
+    const Vec qd = Vec::loadu(q + d);
+    for (int64_t t = 0; t < kLanes; ++t) acc[t] = at::vec::fmadd(qd, Vec::loadu(keys + t * stride + d), acc[t]);
+  }
+#if defined(CPU_CAPABILITY_AVX2)
+  // A transpose-reduce: pairs, quads, then the two 128-bit halves, so lane t holds the sum of acc[t].
+  const __m256 a01 = _mm256_hadd_ps(acc[0], acc[1]), a23 = _mm256_hadd_ps(acc[2], acc[3]);
+  const __m256 a45 = _mm256_hadd_ps(acc[4], acc[5]), a67 = _mm256_hadd_ps(acc[6], acc[7]);
+  const __m256 low = _mm256_hadd_ps(a01, a23), high = _mm256_hadd_ps(a45, a67);
+  return Vec(_mm256_add_ps(_mm256_permute2f128_ps(low, high, 0x20), _mm256_permute2f128_ps(low, high, 0x31)));
+#else
+  float sums[kLanes];
+  for (int64_t t = 0; t < kLanes; ++t) sums[t] = sum_lanes(acc[t]);
+  return Vec::loadu(sums);
+#endif
 }
 
 at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& kv_cache, const at::Tensor& block_tables,
@@ -68,7 +93,9 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& kv_cach
   const int64_t slot_stride = 2 * kv_heads * dim, value_offset = kv_heads * dim;
 
   at::parallel_for(0, batch * splits, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(block_size * heads_per_split);
+    const int64_t padded = (block_size + kLanes - 1) / kLanes * kLanes;  // a head's scores, whole vectors
+    const Vec scale_v(static_cast<float>(scale));
+    std::vector<float> scores(padded * heads_per_split);
     std::vector<float> top(heads), total(heads);
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / splits, first = task % splits * heads_per_split;
@@ -88,20 +115,46 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& kv_cach
           for (int64_t line = 0; line < n * slot_stride * 4; line += kPrefetchStride) __builtin_prefetch(next + line);
         }
         for (int64_t h = first; h < last; ++h) {
-          float* s = scores.data() + (h - first) * block_size;
+          float* s = scores.data() + (h - first) * padded;
           const float* q_h = qrow + h * dim;
           const float* keys = block + h / group * dim;
-          float block_top = top[h];
-          for (int64_t t = 0; t < n; ++t) block_top = std::max(block_top, s[t] = dot(q_h, keys + t * slot_stride, dim) * scale);
+          Vec tops(-std::numeric_limits<float>::infinity());
+          for (int64_t t = 0; t < n; t += kLanes) {  // lanes past n stay -inf: their weight is exp(-inf) = 0
+            if (t + kLanes <= n) {
+              (dots8(q_h, keys + t * slot_stride, slot_stride, dim) * scale_v).store(s + t);
+            } else {
+              std::fill(s + t, s + t + kLanes, -std::numeric_limits<float>::infinity());
+              for (int64_t u = t; u < n; ++u) s[u] = dot(q_h, keys + u * slot_stride, dim) * static_cast<float>(scale);
+            }
+            tops = at::vec::maximum(tops, Vec::loadu(s + t));
+          }
+          const float block_top = std::max(top[h], max_lanes(tops));
           const float rescale = std::exp(top[h] - block_top);  // running softmax: earlier sums were taken against top[h]
-          float sum = total[h] * rescale;
-          for (int64_t t = 0; t < n; ++t) sum += s[t] = std::exp(s[t] - block_top);
+          const Vec block_top_v(block_top);
+          Vec sums(0.f);
+          for (int64_t t = 0; t < n; t += kLanes) {
+            const Vec weights = (Vec::loadu(s + t) - block_top_v).exp();
+            weights.store(s + t);
+            sums = sums + weights;
+          }
+          const float sum = total[h] * rescale + sum_lanes(sums);
           float* o = orow + h * dim;
           const float* values = block + value_offset + h / group * dim;
-          for (int64_t d = 0; d < dim; d += kLanes) {
-            Lanes acc = load(o + d) * rescale;
-            for (int64_t t = 0; t < n; ++t) acc += s[t] * load(values + t * slot_stride + d);
-            store(o + d, acc);
+          int64_t d = 0;
+          for (; d + kValueChunk * kLanes <= dim; d += kValueChunk * kLanes) {  // a chunk of o in registers, each weight broadcast once
+            Vec acc[kValueChunk];
+            for (int64_t j = 0; j < kValueChunk; ++j) acc[j] = Vec::loadu(o + d + j * kLanes) * Vec(rescale);
+            for (int64_t t = 0; t < n; ++t) {
+              const Vec weight(s[t]);
+              const float* v = values + t * slot_stride + d;
+              for (int64_t j = 0; j < kValueChunk; ++j) acc[j] = at::vec::fmadd(weight, Vec::loadu(v + j * kLanes), acc[j]);
+            }
+            for (int64_t j = 0; j < kValueChunk; ++j) acc[j].store(o + d + j * kLanes);
+          }
+          for (; d < dim; d += kLanes) {
+            Vec acc = Vec::loadu(o + d) * Vec(rescale);
+            for (int64_t t = 0; t < n; ++t) acc = at::vec::fmadd(Vec(s[t]), Vec::loadu(values + t * slot_stride + d), acc);
+            acc.store(o + d);
           }
           top[h] = block_top;
           total[h] = sum;
