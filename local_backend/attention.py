@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from local_backend import cpu_kernels
+
 
 @dataclass(frozen=True, slots=True)
 class PrefillSegment:
@@ -80,7 +82,10 @@ def paged_attention(
 
     softmax(q·kᵀ / √D + mask) · v per sequence, grouped-query heads shared via `enable_gqa`.
     """
-    kv_cache.index_copy_(0, meta.slot_mapping, torch.stack((k, v), dim=1))
+    if cpu_kernels.serves(kv_cache.device, kv_cache.dtype, kv_cache.shape[-1]):
+        torch.ops.kvwise.write_kv_(kv_cache, k, v, meta.slot_mapping)  # one copy, from the step's qkv rows
+    else:
+        kv_cache.index_copy_(0, meta.slot_mapping, torch.stack((k, v), dim=1))
     outputs = []
     if (paged := meta.paged_decodes) is not None:
         rows, scale = len(paged.context_lens), 1 / math.sqrt(q.shape[-1])

@@ -1,4 +1,5 @@
-// Decode attention read in place from the paged KV cache (CPU, float32): `kvwise::paged_decode_attention`.
+// Decode attention read in place from the paged KV cache (CPU, float32): `kvwise::paged_decode_attention`, and the
+// step's keys and values written into their slots: `kvwise::write_kv_`.
 //
 // torch has no op that attends over scattered cache slots, so without this a decode step copies every
 // sequence's context out of the cache per layer (`index_select`) and attends over the copy; this reads
@@ -169,10 +170,44 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& kv_cach
   return out;
 }
 
+// In place, vLLM's reshape_and_cache: kv_cache[slots[t], 0] = k[t] and kv_cache[slots[t], 1] = v[t], with k and v
+// [tokens, kv_heads, dim] views into the step's qkv rows (heads contiguous). In torch ops this is a stack of k and
+// v into a new tensor, then an index_copy_ of it: two copies where one will do.
+void write_kv_(at::Tensor kv_cache, const at::Tensor& k, const at::Tensor& v, const at::Tensor& slots) {
+  TORCH_CHECK(kv_cache.dim() == 4 && kv_cache.size(1) == 2 && kv_cache.is_contiguous() && kv_cache.scalar_type() == at::kFloat,
+              "write_kv_: kv_cache must be contiguous float32 [slots, 2, kv_heads, dim]");
+  const int64_t tokens = k.size(0), width = kv_cache.size(2) * kv_cache.size(3);
+  for (const at::Tensor* part : {&k, &v}) {
+    TORCH_CHECK(part->dim() == 3 && part->scalar_type() == at::kFloat && part->size(0) == tokens &&
+                    part->size(1) * part->size(2) == width && part->stride(2) == 1 && part->stride(1) == part->size(2),
+                "write_kv_: k and v must be float32 [tokens, kv_heads, dim] matching the cache, heads contiguous");
+  }
+  TORCH_CHECK(slots.dim() == 1 && slots.scalar_type() == at::kLong && slots.is_contiguous() && slots.size(0) == tokens,
+              "write_kv_: one int64 slot per token");
+  const int64_t count = kv_cache.size(0);
+  const int64_t* slot = slots.data_ptr<int64_t>();
+  for (int64_t t = 0; t < tokens; ++t) TORCH_CHECK(slot[t] >= 0 && slot[t] < count, "write_kv_: slot ", slot[t], " out of range");
+  float* cache = kv_cache.data_ptr<float>();
+  const float* keys = k.data_ptr<float>();
+  const float* values = v.data_ptr<float>();
+  const int64_t k_stride = k.stride(0), v_stride = v.stride(0);
+  at::parallel_for(0, tokens, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* dst = cache + slot[t] * 2 * width;
+      std::copy_n(keys + t * k_stride, width, dst);
+      std::copy_n(values + t * v_stride, width, dst + width);
+    }
+  });
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(kvwise, m) {
   m.def("paged_decode_attention(Tensor q, Tensor kv_cache, Tensor block_tables, Tensor context_lens, int block_size, float scale) -> Tensor");
+  m.def("write_kv_(Tensor(a!) kv_cache, Tensor k, Tensor v, Tensor slots) -> ()");
 }
 
-TORCH_LIBRARY_IMPL(kvwise, CPU, m) { m.impl("paged_decode_attention", paged_decode_attention); }
+TORCH_LIBRARY_IMPL(kvwise, CPU, m) {
+  m.impl("paged_decode_attention", paged_decode_attention);
+  m.impl("write_kv_", write_kv_);
+}

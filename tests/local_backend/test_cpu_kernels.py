@@ -1,5 +1,6 @@
-"""The native CPU kernels: decode attention read in place equals the SDPA path; without a compiler the
-engine runs on torch ops alone. (The sampler's and the layers' kernels: test_sampler.py, test_native_layers.py.)"""
+"""The native CPU kernels: decode attention read in place equals the SDPA path, the kv write equals
+index_copy_; without a compiler the engine runs on torch ops alone. (The sampler's and the layers'
+kernels: test_sampler.py, test_native_layers.py.)"""
 
 from __future__ import annotations
 
@@ -54,6 +55,25 @@ def test_the_kernel_refuses_what_it_cannot_read_with_a_clear_error():
         torch.ops.kvwise.paged_decode_attention(q, cache, table, length, BLOCK, 1.0)
     assert not cpu_kernels.serves(torch.device("cpu"), torch.float32, 12)
     assert not cpu_kernels.serves(torch.device("cpu"), torch.bfloat16, 64)
+
+
+@pytest.mark.parametrize(("tokens", "kv_heads", "dim"), [(1, 4, 64), (130, 2, 16), (5, 1, 12)])
+def test_the_kv_write_stores_the_steps_keys_and_values_as_index_copy_does(tokens, kv_heads, dim):
+    assert cpu_kernels.load()
+    gen = torch.Generator().manual_seed(tokens + dim)
+    heads = 2 * kv_heads
+    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim, generator=gen)
+    _, k, v = qkv.split([heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
+    k, v = k.view(tokens, kv_heads, dim), v.view(tokens, kv_heads, dim)  # views into the step's qkv rows
+    slots = torch.randperm(4 * tokens, generator=gen)[:tokens]
+    cache = torch.randn(4 * tokens, 2, kv_heads, dim, generator=gen)
+    expected = cache.clone().index_copy_(0, slots, torch.stack((k, v), dim=1))
+    torch.ops.kvwise.write_kv_(cache, k, v, slots)
+    assert torch.equal(cache, expected)  # the written slots, and every other slot untouched
+    with pytest.raises(RuntimeError, match="out of range"):
+        torch.ops.kvwise.write_kv_(cache, k, v, slots + 4 * tokens)
+    with pytest.raises(RuntimeError, match="matching the cache"):
+        torch.ops.kvwise.write_kv_(cache, k[:-1], v, slots)  # a token short
 
 
 def test_engine_decodes_use_the_kernel_and_give_the_sdpa_paths_tokens(make_engine, monkeypatch):
