@@ -71,4 +71,4 @@ took 9.1 / 10.4 / 11.5 / 14.0 / 21.5 ms at 1 / 2 / 4 / 8 / 16 rows against oneDN
 17.7 / 18.9 / 23.0 (MKL's plain matmul at one row: 13.7); at 24 rows oneDNN led, 27.7 to 28.7."""
 
 KERNEL_BUILD_TIMEOUT_S: Final = 600
-"""Seconds the one-off build of the native CPU kernels may take (46 s on 2 cores, the three sources side by side)."""
+"""Seconds the one-off build of the native CPU kernels may take (65 s on 2 cores, the four sources side by side)."""

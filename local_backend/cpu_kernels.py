@@ -1,15 +1,17 @@
 """The engine's native CPU kernels (`torch.ops.kvwise.*`), built once per machine.
 
 torch has no op that attends over scattered cache slots, and vLLM's CPU build reads its paged cache
-in place with C++ kernels of its own; `csrc/paged_attention.cpp` does the same for decodes,
-`csrc/sampling.cpp` fuses the sampler's passes over the logits and `csrc/layers.cpp` a layer's
-RMSNorm, rope and MLP activation. They are compiled here against the
+in place with C++ kernels of its own; `csrc/paged_attention.cpp` does the same for decodes (and
+writes the step's keys and values into their slots), `csrc/matvec.cpp` streams decode rows through
+each projection, `csrc/sampling.cpp` fuses the sampler's passes over the logits and
+`csrc/layers.cpp` a layer's RMSNorm, rope and MLP activation. They are compiled here against the
 installed torch (the headers and libraries `torch.utils.cpp_extension` names, ATen's vector types
 for the CPU's capability, as inductor compiles its kernels) by the system's C++ compiler, with no
 Python module around them, so neither ninja nor pybind11 is needed, into one library cached under
 the user's cache directory by a key of the sources, the torch build and the flags. Without a
 compiler, or when the build fails, `load()` logs why once and returns False: attention keeps its
-SDPA path, the sampler and the layers their torch ops, only slower.
+SDPA path and its stacked kv copy, the projections, the sampler and the layers their torch ops,
+only slower.
 """
 
 from __future__ import annotations
