@@ -67,8 +67,8 @@ a 2048-token prefill 1.0-1.35x); one decode row streams the row-major `weight_t`
 MATVEC_MAX_ROWS: Final = 16
 """Rows up to which a CPU float32 projection streams its weights through `kvwise::matvec` when the
 native kernels are built (above it, oneDNN): the 56M Llama's projections and lm_head per decode step
-took 9.1 / 10.4 / 11.5 / 14.0 / 21.5 ms at 1 / 2 / 4 / 8 / 16 rows against oneDNN's 15.4 / 18.6 /
-17.7 / 18.9 / 23.0 (MKL's plain matmul at one row: 13.7); at 24 rows oneDNN led, 27.7 to 28.7."""
+took 10.6 / 10.6 / 11.6 / 16.7 / 23.7 ms at 1 / 2 / 3 / 8 / 16 rows against oneDNN's 15.8 / 17.0 /
+17.4 / 22.5 / 26.5 (MKL's plain matmul at one row: 15.6, same run); at 32 rows oneDNN led, 40.0 to 43.5."""
 
 KERNEL_BUILD_TIMEOUT_S: Final = 600
 """Seconds the one-off build of the native CPU kernels may take (65 s on 2 cores, the four sources side by side)."""
