@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import random
+import shutil
+import threading
 from pathlib import Path
 
 import pytest
+import safetensors.torch
 import torch
 
 import local_backend
 from local_backend import Engine, SamplingParams
+from local_backend import engine as engine_module
+from local_backend.loader import load_model
 
 GREEDY = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)
 
@@ -277,3 +282,28 @@ def test_the_pool_holds_no_more_blocks_than_a_full_batch_can_use(make_engine):
     assert len(engine.block_manager.blocks) == stats.num_blocks
     outputs = engine.generate([[5] * 90, [6] * 90], SamplingParams(max_tokens=10, temperature=0, ignore_eos=True))
     assert [len(o.token_ids) for o in outputs] == [10, 10] and engine.stats().num_preemptions == 0
+
+
+
+def test_the_model_loads_on_a_thread_that_ends_and_its_errors_surface_as_themselves(
+    make_engine, llama_dir, tmp_path, monkeypatch
+):
+    loaders: list[threading.Thread] = []
+
+    def recorded(*args, **kwargs):
+        loaders.append(threading.current_thread())
+        return load_model(*args, **kwargs)
+
+    monkeypatch.setattr(engine_module, "load_model", recorded)
+    engine = make_engine()
+    [loader] = loaders
+    assert loader is not threading.current_thread() and not loader.is_alive()  # its OpenMP pool ended with it
+    assert engine.generate([[5, 6, 7]], SamplingParams(max_tokens=4, temperature=0, ignore_eos=True))[0].token_ids
+    broken = tmp_path / "broken"
+    shutil.copytree(llama_dir, broken)
+    tensors = safetensors.torch.load_file(broken / "model.safetensors")
+    tensors["model.layers.0.mlp.extra.weight"] = torch.zeros(2, 2)
+    safetensors.torch.save_file(tensors, broken / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match="unexpected tensor 'model.layers.0.mlp.extra.weight'"):
+        Engine.from_pretrained(broken, device="cpu", max_model_len=256, kv_cache_memory=2**20)
+    assert len(loaders) == 2 and not loaders[1].is_alive()
