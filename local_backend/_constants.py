@@ -55,6 +55,13 @@ DECODE_PADDING_SHARE: Final = 0.25
 """A decode group grows while padding its rows to the longest context adds at most this share to
 the context it gathers; past it, a new group (another attention call) starts."""
 
+PREFILL_KERNEL_MAX_CONTEXT: Final = 1024
+"""Keys up to which a CPU float32 prefill chunk attends in `kvwise::prefill_attention`, past which
+in SDPA's flash kernel. Per layer of the 56M Llama (8 heads, 4 kv heads, head_dim 64), two runs:
+128 tokens 0.53-0.62 ms against SDPA's 0.72-0.84, 512 4.6-5.1 against 6.5-6.7, 1024 14.3-15.9
+against 17.9-18.0, but 2048 59-63 against 56-61: there SDPA's query blocks grow to 256 and its
+GEMMs run as fast, while this kernel's scores of a block no longer fit the cache."""
+
 SAMPLING_EPS: Final = 1e-5
 """vLLM's rule: a temperature below it samples greedily, and a repetition penalty must reach it (a
 smaller one divides a float32 logit past its range, and the step would fail on infinities)."""

@@ -12,7 +12,9 @@ slots, then attends:
   a group is padded to its longest context with a boolean mask, and a new group starts where
   padding would add more than `_constants.DECODE_PADDING_SHARE` to the group's gathered context (so one long
   context no longer makes every short one in the batch gather and attend over its length);
-- each prefill chunk is one SDPA call with a causal mask shifted by the tokens already cached.
+- each prefill chunk attends causally, shifted by the tokens already cached: on CPU in float32, up to
+  `_constants.PREFILL_KERNEL_MAX_CONTEXT` keys, in the native kernel (`kvwise::prefill_attention`:
+  grouped heads in large GEMMs), else in one SDPA call with that mask.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from local_backend import cpu_kernels
+from local_backend._constants import PREFILL_KERNEL_MAX_CONTEXT
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,13 +85,15 @@ def paged_attention(
 
     softmax(q·kᵀ / √D + mask) · v per sequence, grouped-query heads shared via `enable_gqa`.
     """
-    if cpu_kernels.serves(kv_cache.device, kv_cache.dtype, kv_cache.shape[-1]):
+    native = cpu_kernels.serves(kv_cache.device, kv_cache.dtype, kv_cache.shape[-1])
+    if native:
         torch.ops.kvwise.write_kv_(kv_cache, k, v, meta.slot_mapping)  # one copy, from the step's qkv rows
     else:
         kv_cache.index_copy_(0, meta.slot_mapping, torch.stack((k, v), dim=1))
     outputs = []
+    scale = 1 / math.sqrt(q.shape[-1])
     if (paged := meta.paged_decodes) is not None:
-        rows, scale = len(paged.context_lens), 1 / math.sqrt(q.shape[-1])
+        rows = len(paged.context_lens)
         queries = q[:rows].contiguous()  # the rope wrote q in place, a view into the step's qkv rows
         out = torch.ops.kvwise.paged_decode_attention(
             queries, kv_cache, paged.block_tables, paged.context_lens, paged.block_size, scale
@@ -111,6 +116,9 @@ def paged_attention(
         else:
             kv = kv_cache.index_select(0, seg.slots)
             keys, values = kv[:, 0], kv[:, 1]
+        if native and len(keys) <= PREFILL_KERNEL_MAX_CONTEXT:
+            outputs.append(torch.ops.kvwise.prefill_attention(q[seg.start : seg.end], keys, values, scale))
+            continue
         out = F.scaled_dot_product_attention(
             q[seg.start : seg.end].transpose(0, 1).unsqueeze(0),
             keys.transpose(0, 1).unsqueeze(0),

@@ -2,7 +2,8 @@
 
 torch has no op that attends over scattered cache slots, and vLLM's CPU build reads its paged cache
 in place with C++ kernels of its own; `csrc/paged_attention.cpp` does the same for decodes (and
-writes the step's keys and values into their slots), `csrc/matvec.cpp` streams decode rows through
+writes the step's keys and values into their slots), `csrc/prefill_attention.cpp` attends prompt
+chunks with grouped heads in large GEMMs, `csrc/matvec.cpp` streams decode rows through
 each projection, `csrc/sampling.cpp` fuses the sampler's passes over the logits and
 `csrc/layers.cpp` a layer's RMSNorm, rope and MLP activation. They are compiled here against the
 installed torch (the headers and libraries `torch.utils.cpp_extension` names, ATen's vector types
@@ -10,7 +11,7 @@ for the CPU's capability, as inductor compiles its kernels) by the system's C++ 
 Python module around them, so neither ninja nor pybind11 is needed, into one library cached under
 the user's cache directory by a key of the sources, the torch build and the flags. Without a
 compiler, or when the build fails, `load()` logs why once and returns False: attention keeps its
-SDPA path and its stacked kv copy, the projections, the sampler and the layers their torch ops,
+SDPA paths and its stacked kv copy, the projections, the sampler and the layers their torch ops,
 only slower.
 """
 

@@ -1,5 +1,5 @@
-"""The native CPU kernels: decode attention read in place equals the SDPA path, the kv write equals
-index_copy_; without a compiler the engine runs on torch ops alone. (The sampler's and the layers'
+"""The native CPU kernels: decode attention read in place and prefill attention equal the SDPA path,
+the kv write equals index_copy_; without a compiler the engine runs on torch ops alone. (The sampler's and the layers'
 kernels: test_sampler.py, test_native_layers.py.)"""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from local_backend import SamplingParams, cpu_kernels
+from local_backend import SamplingParams, attention, cpu_kernels
 from local_backend.attention import AttentionMetadata, DecodeGroup, PagedDecodes, paged_attention
 
 BLOCK = 16
@@ -74,6 +75,60 @@ def test_the_kv_write_stores_the_steps_keys_and_values_as_index_copy_does(tokens
         torch.ops.kvwise.write_kv_(cache, k, v, slots + 4 * tokens)
     with pytest.raises(RuntimeError, match="matching the cache"):
         torch.ops.kvwise.write_kv_(cache, k[:-1], v, slots)  # a token short
+
+
+@pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(8, 4, 64), (4, 4, 16), (8, 1, 32), (6, 2, 8)])
+@pytest.mark.parametrize(("tokens", "cached"), [(1, 0), (5, 0), (127, 0), (128, 0), (129, 0), (300, 0), (1, 50), (32, 200), (129, 7)])
+def test_the_prefill_kernel_equals_sdpa_with_the_causal_mask_after_a_cached_prefix(heads, kv_heads, dim, tokens, cached):
+    assert cpu_kernels.load()
+    gen = torch.Generator().manual_seed(tokens * 1000 + cached + heads + dim)
+    context = cached + tokens
+    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim, generator=gen)
+    q = qkv[:, : heads * dim].view(tokens, heads, dim)  # strided rows: a view into the step's qkv, as the engine passes it
+    k, v = torch.randn(2, context, kv_heads, dim, generator=gen)
+    sees = torch.ones(tokens, context, dtype=torch.bool).tril_(cached)  # query j: keys 0 .. cached + j
+    expected = F.scaled_dot_product_attention(
+        q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None], attn_mask=sees, enable_gqa=True
+    )[0].transpose(0, 1).reshape(tokens, heads * dim)
+    got = torch.ops.kvwise.prefill_attention(q, k, v, dim**-0.5)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_the_prefill_kernel_refuses_shapes_it_cannot_attend_with_a_clear_error():
+    assert cpu_kernels.load()
+    q, k = torch.randn(4, 8, 64), torch.randn(4, 4, 64)
+    with pytest.raises(RuntimeError, match="0 < n <= context"):
+        torch.ops.kvwise.prefill_attention(q, k[:3], k[:3], 1.0)  # more queries than keys
+    with pytest.raises(RuntimeError, match="a multiple of kv_heads"):
+        torch.ops.kvwise.prefill_attention(torch.randn(4, 6, 64), k, k, 1.0)
+    with pytest.raises(RuntimeError, match="a multiple of 8"):
+        torch.ops.kvwise.prefill_attention(torch.randn(4, 8, 12), torch.randn(4, 4, 12), torch.randn(4, 4, 12), 1.0)
+    with pytest.raises(RuntimeError, match="float32"):
+        torch.ops.kvwise.prefill_attention(q.double(), k.double(), k.double(), 1.0)
+
+
+def test_engine_prefills_use_the_kernel_up_to_its_context_limit_and_give_the_sdpa_paths_tokens(make_engine, monkeypatch):
+    engine = make_engine(max_num_batched_tokens=64)  # longer prompts prefill in chunks over their cached start
+    contexts = []
+    kernel = torch.ops.kvwise.prefill_attention
+
+    def counted(q, k, v, scale):
+        contexts.append(len(k))
+        return kernel(q, k, v, scale)
+
+    monkeypatch.setattr(torch.ops.kvwise, "prefill_attention", counted)
+    monkeypatch.setattr(attention, "PREFILL_KERNEL_MAX_CONTEXT", 100)
+    prompts = [[5 + i % 90 for i in range(n)] for n in (3, 40, 150)]
+    params = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
+    with_kernel = [list(o.token_ids) for o in engine.generate(prompts, params)]
+    assert {3, 40} <= set(contexts)  # whole prompts
+    assert any(40 < n <= 100 for n in contexts)  # a chunk of the 150 over its cached start
+    assert max(contexts) <= 100  # its last chunk sees more keys: SDPA's
+    monkeypatch.setattr(attention, "PREFILL_KERNEL_MAX_CONTEXT", 0)
+    engine.reset_prefix_cache()
+    contexts.clear()
+    assert [list(o.token_ids) for o in engine.generate(prompts, params)] == with_kernel
+    assert not contexts
 
 
 def test_engine_decodes_use_the_kernel_and_give_the_sdpa_paths_tokens(make_engine, monkeypatch):
