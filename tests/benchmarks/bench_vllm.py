@@ -5,11 +5,14 @@ bench` builds it), never in the project's. Both servers serve `bench_engine.py`'
 float32 on loopback and get the same cores (`VLLM_CPU_OMP_THREADS_BIND`); vLLM starts first (60-90 s:
 it compiles), and after each vLLM measurement the bench waits `VLLM_IDLE_SECONDS` (its worker spins
 a core for about a second after a request) before timing kvwise. Measures, each over
-`/v1/completions` with token-id prompts, greedy, `ignore_eos`, rounds alternating between the two:
-- TTFT cold at 128/512/2048 tokens (a fresh random prompt each time: no prefix-cache hit);
-- TTFT of a 32-token suffix after a cached 2048-token prefix;
-- decode tokens/s at batch 1 (128 tokens streamed);
-- 16 concurrent requests of 128 + 64 tokens, streamed and whole: output tokens/s.
+`/v1/completions` with token-id prompts, greedy, `ignore_eos`:
+- in `ROUNDS` rounds alternating between the two (the median of the rounds): TTFT of a 32-token
+  suffix after a cached 2048-token prefix; decode tokens/s at batch 1 (128 tokens streamed); 16
+  concurrent requests of 128 + 64 tokens, streamed and whole: output tokens/s;
+- then TTFT cold at 128/512/2048 tokens, `TTFT_SAMPLES` times each: a fresh random prompt (no
+  prefix-cache hit) sent to one server, then to the other, each after `VLLM_IDLE_SECONDS` of quiet
+  (an idle server's first token), the order alternating; the median of the samples. (One sample a
+  round let a single noisy moment of this shared machine decide the row.)
 Then `sdk.wrap` against vLLM serving the bundled model (`--enable-prompt-tokens-details`) on the
 demo's workload, a system prompt that starts with a request ID and a timestamp: the share of
 prompt tokens vLLM's prefix cache served, without and with kvwise.
@@ -45,6 +48,7 @@ START_TIMEOUT_SECONDS = 600.0
 REQUEST_TIMEOUT_SECONDS = 600.0
 VLLM_IDLE_SECONDS = 1.5
 ROUNDS = 3
+TTFT_SAMPLES = 5
 MAX_MODEL_LEN = 4096
 """vLLM's context, or the checkpoint's own `max_position_embeddings` where smaller (vLLM refuses more)."""
 SERVED = "bench"
@@ -116,13 +120,29 @@ async def _whole(http: httpx2.AsyncClient, prompt: list[int], max_tokens: int) -
     return int(response.json()["usage"]["completion_tokens"])
 
 
+async def _first_token(url: str, prompt: list[int]) -> float:
+    async with httpx2.AsyncClient(base_url=url, timeout=REQUEST_TIMEOUT_SECONDS) as http:
+        return (await _streamed(http, prompt, 1))[0]
+
+
+def cold_ttfts(vllm_url: str, ours_url: str) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """`TTFT_SAMPLES` cold TTFTs per prompt length from each server, the same prompt to both in turn."""
+    theirs: dict[str, list[float]] = {f"ttft_{n}": [] for n in PROMPT_LENGTHS}
+    mine: dict[str, list[float]] = {f"ttft_{n}": [] for n in PROMPT_LENGTHS}
+    for sample in range(TTFT_SAMPLES):
+        turns = [(vllm_url, theirs), (ours_url, mine)]
+        for n in PROMPT_LENGTHS:
+            [prompt] = prompts(1, n, 10_000 + sample * 100 + n)  # a seed no round uses: cold on both
+            for url, samples in turns if sample % 2 == 0 else turns[::-1]:
+                time.sleep(VLLM_IDLE_SECONDS)
+                samples[f"ttft_{n}"].append(asyncio.run(_first_token(url, prompt)))
+    return theirs, mine
+
+
 async def measure(url: str, seed: int) -> dict[str, float]:
-    """One round of every measure against the server at `url`; fresh prompts from `seed`."""
+    """One round of the measures after cold TTFT against the server at `url`; fresh prompts from `seed`."""
     out: dict[str, float] = {}
     async with httpx2.AsyncClient(base_url=url, timeout=REQUEST_TIMEOUT_SECONDS) as http:
-        for n in PROMPT_LENGTHS:
-            [prompt] = prompts(1, n, seed * 100 + n)
-            out[f"ttft_{n}"] = (await _streamed(http, prompt, 1))[0]
         [prefix] = prompts(1, 2048, seed * 100 + 1)
         a, b = prompts(2, SUFFIX, seed * 100 + 2)
         await _streamed(http, prefix + a, 1)  # caches the prefix
@@ -150,11 +170,16 @@ ROWS = [(f"ttft_{n}", f"TTFT cold {n} tokens (ms)", True) for n in PROMPT_LENGTH
 ]
 
 
-def report(vllm: list[dict[str, float]], ours: list[dict[str, float]]) -> None:
-    print(f"\nkvwise server vs vLLM CPU over HTTP, median of {ROUNDS} interleaved rounds; load {os.getloadavg()[0]:.1f}")
+def _samples(rounds: list[dict[str, float]], ttfts: dict[str, list[float]]) -> dict[str, list[float]]:
+    return {**{key: [r[key] for r in rounds] for key in rounds[0]}, **ttfts}
+
+
+def report(vllm: dict[str, list[float]], ours: dict[str, list[float]]) -> None:
+    print(f"\nkvwise server vs vLLM CPU over HTTP, medians: cold TTFT of {TTFT_SAMPLES} interleaved samples, "
+          f"the rest of {ROUNDS} interleaved rounds; load {os.getloadavg()[0]:.1f}")  # fmt: skip
     print(f"{'measure':<36}{'vLLM':>10}{'kvwise':>10}{'kvwise/vLLM':>13}  target >= 1.0x")
     for key, name, is_time in ROWS:
-        theirs, mine = statistics.median(r[key] for r in vllm), statistics.median(r[key] for r in ours)
+        theirs, mine = statistics.median(vllm[key]), statistics.median(ours[key])
         scale = 1e3 if is_time else 1.0
         ratio = theirs / mine if is_time else mine / theirs  # speed ratio either way
         print(f"{name:<36}{theirs * scale:>10.1f}{mine * scale:>10.1f}{ratio:>12.2f}x  {'met' if ratio >= 1 else 'NOT met'}")
@@ -202,7 +227,8 @@ def main() -> None:
                 vllm_rounds.append(asyncio.run(measure(vllm_url, seed)))
                 time.sleep(VLLM_IDLE_SECONDS)
                 our_rounds.append(asyncio.run(measure(ours_url, seed)))  # the same prompts, its own cache
-        report(vllm_rounds, our_rounds)
+            vllm_ttfts, our_ttfts = cold_ttfts(vllm_url, ours_url)  # both warm by now
+        report(_samples(vllm_rounds, vllm_ttfts), _samples(our_rounds, our_ttfts))
     bundled = ROOT / "local_backend" / "models" / "default"
     port = free_port()
     with server(vllm_command(bundled, DEMO_MODEL, port), port, VLLM_ENV) as url:
