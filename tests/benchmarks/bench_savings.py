@@ -36,6 +36,10 @@ FIXED_CAP = 4096
 
 
 def _client(api: str, sim: ProviderSimulator) -> Any:
+    """A fresh async client, closed (`async with`) when its workload is done. Left open for the
+    garbage collector, the earlier workloads' clients hung the Anthropic 32-way fan-out every run: 15
+    of its 32 calls waited for ever on answers that sat unread in their sockets' receive queues
+    (likely an old connection's close unwatching a descriptor a new one had been given)."""
     if api == "openai":
         return openai.AsyncOpenAI(base_url=sim.openai_base_url, api_key="bench", max_retries=0)
     return anthropic.AsyncAnthropic(base_url=sim.anthropic_base_url, api_key="bench", max_retries=0)
@@ -65,11 +69,12 @@ def _row(label: str, without: tuple[Usage, float], with_: tuple[Usage, float], t
 
 
 async def _caps(sim: ProviderSimulator, api: str) -> str:
-    turns, bare = output_workload(), _client(api, sim)
-    sim.reset()
-    fixed = await replay(sdk.wrap(bare, sdk.Policy(max_output_tokens=FIXED_CAP)), sim, api, turns)
-    sim.reset()
-    adaptive = await replay(sdk.wrap(bare, sdk.Policy(max_output_tokens=FIXED_CAP, adaptive_caps=True)), sim, api, turns)
+    turns = output_workload()
+    async with _client(api, sim) as bare:
+        sim.reset()
+        fixed = await replay(sdk.wrap(bare, sdk.Policy(max_output_tokens=FIXED_CAP)), sim, api, turns)
+        sim.reset()
+        adaptive = await replay(sdk.wrap(bare, sdk.Policy(max_output_tokens=FIXED_CAP, adaptive_caps=True)), sim, api, turns)
     runaway = [a.output_tokens for a in fixed if a.turn.runaway], [a.output_tokens for a in adaptive if a.turn.runaway]
     truncated = sum(a.truncated and not a.turn.runaway for a in adaptive)
     return (_row(f"caps {api} ({len(turns)} calls)", _dollars(api, fixed), _dollars(api, adaptive), "output_tokens")
@@ -78,12 +83,12 @@ async def _caps(sim: ProviderSimulator, api: str) -> str:
 
 
 async def _fanout(sim: ProviderSimulator, api: str, n: int) -> str:
-    system, bare = shared_prefix(PREFIX_TOKENS), _client(api, sim)
-    runs = {}
-    for label, policy in (("cold", sdk.Policy(retries=0)), ("warm", sdk.Policy(retries=0, fanout="warm"))):
-        sim.reset()
-        start = time.perf_counter()
-        runs[label] = (await fan_out(sdk.wrap(bare, policy), api, system, n, is_async=True), time.perf_counter() - start)
+    system, runs = shared_prefix(PREFIX_TOKENS), {}
+    async with _client(api, sim) as bare:
+        for label, policy in (("cold", sdk.Policy(retries=0)), ("warm", sdk.Policy(retries=0, fanout="warm"))):
+            sim.reset()
+            start = time.perf_counter()
+            runs[label] = (await fan_out(sdk.wrap(bare, policy), api, system, n, is_async=True), time.perf_counter() - start)
     cold, warm = _dollars(api, runs["cold"][0]), _dollars(api, runs["warm"][0])
     return (_row(f"fan-out {api} {n}-way", cold, warm, "cache_read_tokens")
             + f"\n{'':<28} wall {runs['cold'][1] * 1000:.0f} ms -> {runs['warm'][1] * 1000:.0f} ms"
