@@ -148,7 +148,7 @@ def cold_ttfts(vllm_url: str, ours_url: str) -> tuple[dict[str, list[float]], di
 
 
 async def measure(url: str, seed: int) -> dict[str, float]:
-    """One round of the measures after cold TTFT against the server at `url`; fresh prompts from `seed`."""
+    """One round of every measure but cold TTFT (`cold_ttfts`) against the server at `url`; fresh prompts from `seed`."""
     out: dict[str, float] = {}
     async with httpx2.AsyncClient(base_url=url, timeout=REQUEST_TIMEOUT_SECONDS) as http:
         [prefix] = prompts(1, 2048, seed * 100 + 1)
