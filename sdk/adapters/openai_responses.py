@@ -10,6 +10,7 @@ stop sequences, so the policy's are enforced client-side (`Call.client_stops`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,21 +22,13 @@ from openai.types.responses import (
     ResponseOutputMessage,
     ResponseOutputText,
 )
-from openai.types.beta import (
-    BetaResponse,
-    BetaResponseCompletedEvent,
-    BetaResponseIncompleteEvent,
-    BetaResponseOutputMessage,
-    BetaResponseOutputText,
-)
-from openai.types.beta.beta_response import IncompleteDetails as BetaIncompleteDetails
 from openai.types.responses.response import IncompleteDetails
 
 from sdk.adapters._base import Adapter, StreamState, count_leading_system, first_stop, given_params, given_tiers, pop_list, timings_of
 from sdk.call import Api, Call, Provider, Usage
 from sdk.reasoning import Reasoning, openai_reasoning
 
-_RESPONSES = (Response, BetaResponse)
+_BETA_MODULES = "openai.types.beta"
 _FINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")
 _INSTRUCTIONS = "instructions"
 _ITEMS_WITH_DELTAS = frozenset({"message", "function_call"})
@@ -71,9 +64,37 @@ class _Types:
 
 
 _TYPES = _Types(Response, ResponseOutputMessage, ResponseOutputText, IncompleteDetails, ResponseCompletedEvent, ResponseIncompleteEvent)
-_BETA_TYPES = _Types(
-    BetaResponse, BetaResponseOutputMessage, BetaResponseOutputText, BetaIncompleteDetails, BetaResponseCompletedEvent, BetaResponseIncompleteEvent
-)
+
+
+def _is_beta(value: Any) -> bool:
+    """Whether `value` is one of the beta API's objects (its class lives under `openai.types.beta`)."""
+    return type(value).__module__.startswith(_BETA_MODULES)
+
+
+@functools.cache
+def _beta_types() -> _Types:
+    """The beta API's classes, imported on first need: `openai.types.beta` is ~480 modules (~250 ms),
+    which a process that never calls `client.beta` should not pay for on its first call. Only a
+    beta object already in hand asks for them, so by then the modules are loaded."""
+    from openai.types.beta import (
+        BetaResponse,
+        BetaResponseCompletedEvent,
+        BetaResponseIncompleteEvent,
+        BetaResponseOutputMessage,
+        BetaResponseOutputText,
+    )
+    from openai.types.beta.beta_response import IncompleteDetails as BetaIncompleteDetails
+
+    return _Types(
+        BetaResponse, BetaResponseOutputMessage, BetaResponseOutputText, BetaIncompleteDetails, BetaResponseCompletedEvent, BetaResponseIncompleteEvent
+    )
+
+
+def _response_of(value: Any) -> Any:
+    """`value` if it is a `Response` or `BetaResponse`, else None."""
+    if isinstance(value, Response) or (_is_beta(value) and isinstance(value, _beta_types().response)):
+        return value
+    return None
 
 
 class ResponsesAdapter(Adapter):
@@ -157,8 +178,8 @@ class ResponsesAdapter(Adapter):
             return ""
         if kind == "response.output_item.added":  # a message or a call is a header: its deltas follow at once
             return None if getattr(event.item, "type", None) in _ITEMS_WITH_DELTAS else ""
-        response = getattr(event, "response", None)
-        if isinstance(response, _RESPONSES):
+        response = _response_of(getattr(event, "response", None))
+        if response is not None:
             state.response_id = response.id
             state.response_model = response.model
             state.timings = timings_of(response) or state.timings
@@ -169,10 +190,8 @@ class ResponsesAdapter(Adapter):
         return None
 
     def cut_events(self, state: StreamState, truncated: bool) -> list[Any]:
-        snapshot = getattr(state.last_event, "response", None)
-        base = snapshot if isinstance(snapshot, _RESPONSES) else None
-        beta = isinstance(base, BetaResponse) or type(state.last_event).__module__.startswith("openai.types.beta")
-        types = _BETA_TYPES if beta else _TYPES
+        base = _response_of(getattr(state.last_event, "response", None))
+        types = _beta_types() if _is_beta(base) or _is_beta(state.last_event) else _TYPES
         text = "".join(state.text)
         message = types.message(
             id=f"msg_{state.response_id or 'kvwise'}",
