@@ -1,0 +1,282 @@
+"""Bare client against wrapped client through one framework: record both runs, then compare them.
+
+A scenario is one framework-level task (a plain call, a stream, a tool loop, structured output)
+written against a client; `run_pair` plays it once with the bare client and once with
+`sdk.wrap(client, tracer_provider=...)`, each with its own `Request ID: <uuid4>` at the start of the
+instructions (constant within the run, as an app sets it per conversation), and `assert_conforms`
+checks what the issue's suite asks:
+
+- the framework-level results and the streamed events are the same;
+- the request bodies differ only by the documented rewrites (`normalised` undoes exactly those:
+  the context note and the value moved into it, cache hints, canonical tool order, a cap the policy
+  filled or lowered, the usage request of a Chat stream) and the wrapped client sends no header the
+  bare one does not;
+- there is exactly one kvwise CLIENT span per model call, each with `gen_ai.usage.*`, no other
+  CLIENT span carrying usage, and no span left open;
+- in a tool loop, calls 2..n read at least the bare client's cached tokens.
+
+The wrapped run goes first: on the local server, whose prefix cache outlives a run, anything one run
+leaves in the cache can then only help the bare one.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+
+import sdk
+from sdk.moving import NOTE_CLOSE, NOTE_OPEN
+from sdk.telemetry import semconv as sc
+from tests.simulator.records import RecordedRequest
+
+INSTRUCTIONS = "You answer weather questions in one short sentence."
+QUESTION = "What is the weather in Paris and in Oslo?"
+DOCUMENT = " ".join(f"Report {i}: the forecast service lists cities, skies and winds." for i in range(190))
+"""A long user message (~1,900 simulator tokens): its prefix is what a tool loop's next call can read from cache."""
+LOCAL_DOCUMENT = " ".join(f"Report {i}: the forecast service lists cities, skies and winds." for i in range(30))
+"""The same for the local server (~1,100 of its tokens): the bundled model's context is 2,048."""
+MODEL_PATHS = ("/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/completions")
+CAP_KEYS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+CACHE_HINT_KEYS = ("cache_control", "prompt_cache_key")
+IGNORED_HEADERS = frozenset({"content-length"})
+_NOTE = re.compile(re.escape(NOTE_OPEN) + r".*?" + re.escape(NOTE_CLOSE) + r"\s*", re.DOTALL)
+_SIMULATOR_ID = re.compile(r"\b(msg_|cmpl-|chatcmpl-|resp_|call_|toolu_)[0-9a-f]{24}\b")
+"""The ids the simulator makes up per answer: the history a framework re-sends carries them."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a scenario saw at the framework level: its result, its streamed events (framework event
+    types and their content, ids left out) and the cached input tokens each model call reported."""
+
+    result: Any
+    events: tuple[Any, ...] = ()
+    cached: tuple[int, ...] = ()
+
+
+Scenario = Callable[[Any, str], Awaitable[Outcome] | Outcome]
+"""`scenario(client, instructions)`: the task, through the framework, on `client`."""
+
+
+class SpanLedger(SpanProcessor):
+    """Counts spans started and ended, so a span left open shows."""
+
+    def __init__(self) -> None:
+        self.started: dict[int, str] = {}
+        self.ended: set[int] = set()
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        self.started[span.context.span_id] = span.name
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if span.context is not None:
+            self.ended.add(span.context.span_id)
+
+    @property
+    def open(self) -> list[str]:
+        return [name for span_id, name in self.started.items() if span_id not in self.ended]
+
+
+@dataclass(slots=True)
+class Run:
+    """One play of a scenario: what the framework saw, what the server received, the spans."""
+
+    request_id: str
+    outcome: Outcome
+    requests: list[RecordedRequest]
+    spans: list[ReadableSpan] = field(default_factory=list)
+    open_spans: list[str] = field(default_factory=list)
+
+    @property
+    def bodies(self) -> list[dict[str, Any]]:
+        return [request.body for request in self.requests]
+
+
+@contextmanager
+def recording() -> Iterator[tuple[TracerProvider, InMemorySpanExporter, SpanLedger]]:
+    """A real OpenTelemetry SDK provider with an in-memory exporter and a ledger of open spans."""
+    exporter, ledger = InMemorySpanExporter(), SpanLedger()
+    provider = TracerProvider()
+    provider.add_span_processor(ledger)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    try:
+        yield provider, exporter, ledger
+    finally:
+        provider.shutdown()
+
+
+async def play(scenario: Scenario, client: Any, server: Any, *, wrap: bool, policy: sdk.Policy | None = None) -> Run:
+    """Run `scenario` once on `client` (wrapped with `policy` when `wrap`), recording through `server`
+    (anything with `requests` and `reset()`, as the simulator and `LocalServer` have)."""
+    request_id = f"Request ID: {uuid.uuid4()}"
+    server.reset()
+    with recording() as (provider, exporter, ledger):
+        target = sdk.wrap(client, policy, tracer_provider=provider) if wrap else client
+        outcome = scenario(target, f"{request_id}\n{INSTRUCTIONS}")
+        if inspect.isawaitable(outcome):
+            outcome = await outcome
+        requests = [r for r in server.requests if r.method == "POST" and r.path.endswith(MODEL_PATHS)]
+        return Run(request_id, outcome, requests, list(exporter.get_finished_spans()), ledger.open)
+
+
+async def run_pair(scenario: Scenario, make_client: Callable[[], Any], server: Any,
+                   policy: sdk.Policy | None = None) -> tuple[Run, Run]:
+    """The wrapped run, then the bare one, on fresh clients from `make_client` (see the module)."""
+    wrapped = await play(scenario, make_client(), server, wrap=True, policy=policy)
+    bare = await play(scenario, make_client(), server, wrap=False)
+    return bare, wrapped
+
+
+# -- comparisons --------------------------------------------------------------------------------
+
+
+def assert_conforms(bare: Run, wrapped: Run, *, same_result: bool = True, policy: sdk.Policy | None = None) -> None:
+    """Every check of the module docstring that applies to any scenario."""
+    calls = len(bare.requests)
+    assert calls >= 1, "the bare run sent no model request"
+    assert len(wrapped.requests) == calls, (len(wrapped.requests), calls)
+    if same_result:
+        assert wrapped.outcome.result == bare.outcome.result
+        assert wrapped.outcome.events == bare.outcome.events
+    assert_same_bodies(bare, wrapped, policy or sdk.Policy())
+    assert_no_new_headers(bare, wrapped)
+    assert_one_span_per_call(wrapped, calls)
+    assert_instructions_keep_the_id(bare)
+
+
+def assert_same_bodies(bare: Run, wrapped: Run, policy: sdk.Policy) -> None:
+    for index, (before, after) in enumerate(zip(bare.bodies, wrapped.bodies), start=1):
+        assert_cap_allowed(before, after, policy)
+        assert normalised(after, wrapped.request_id, before) == normalised(before, bare.request_id, before), f"call {index}"
+
+
+def assert_cap_allowed(bare: dict[str, Any], wrapped: dict[str, Any], policy: sdk.Policy) -> None:
+    """A cap may be filled where the caller set none, or lowered to the policy's; never raised."""
+    for key in CAP_KEYS:
+        if key in wrapped:
+            limit = bare.get(key)
+            assert wrapped[key] <= (limit if limit is not None else policy.max_output_tokens), (key, wrapped[key], limit)
+
+
+def assert_no_new_headers(bare: Run, wrapped: Run) -> None:
+    for before, after in zip(bare.requests, wrapped.requests):
+        added = set(after.headers) - set(before.headers) - IGNORED_HEADERS
+        assert not added, f"headers the bare client does not send: {sorted(added)}"
+
+
+def client_spans(run: Run) -> list[ReadableSpan]:
+    return [span for span in run.spans if span.kind is SpanKind.CLIENT]
+
+
+def kvwise_spans(run: Run) -> list[ReadableSpan]:
+    return [span for span in client_spans(run)
+            if span.instrumentation_scope is not None and span.instrumentation_scope.name == sc.INSTRUMENTATION_SCOPE]
+
+
+def assert_one_span_per_call(run: Run, calls: int) -> None:
+    assert not run.open_spans, f"spans left open: {run.open_spans}"
+    ours = kvwise_spans(run)
+    assert len(ours) == calls, [span.name for span in client_spans(run)]
+    for span in ours:
+        attributes = dict(span.attributes or {})
+        assert sc.GEN_AI_USAGE_INPUT_TOKENS in attributes and sc.GEN_AI_USAGE_OUTPUT_TOKENS in attributes, span.name
+    with_usage = [span for span in client_spans(run) if sc.GEN_AI_USAGE_INPUT_TOKENS in (span.attributes or {})]
+    assert len(with_usage) == calls, "a model call counted twice"
+
+
+def span_cached(run: Run) -> list[int]:
+    """The cache-read tokens each kvwise span recorded, in call order."""
+    ordered = sorted(kvwise_spans(run), key=lambda span: span.start_time or 0)
+    return [int((span.attributes or {}).get(sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, 0)) for span in ordered]
+
+
+def assert_instructions_keep_the_id(bare: Run) -> None:
+    """The scenario itself: every bare call's instructions start with the run's request ID."""
+    for body in bare.bodies:
+        assert instructions_text(body).startswith(bare.request_id), instructions_text(body)[:80]
+
+
+def assert_cache_holds(bare: Run, wrapped: Run) -> None:
+    """A tool loop: calls 2..n of the wrapped run read at least the bare run's cached tokens."""
+    assert len(bare.outcome.cached) >= 3, bare.outcome.cached
+    assert len(wrapped.outcome.cached) == len(bare.outcome.cached), (wrapped.outcome.cached, bare.outcome.cached)
+    for index, (plain, ours) in enumerate(zip(bare.outcome.cached[1:], wrapped.outcome.cached[1:]), start=2):
+        assert ours >= plain, f"call {index}: wrapped read {ours} cached tokens, bare {plain} ({wrapped.outcome.cached} vs {bare.outcome.cached})"
+    assert span_cached(wrapped) == list(wrapped.outcome.cached)
+
+
+def instructions_text(body: dict[str, Any]) -> str:
+    """The system prompt or instructions of a request body, as one text."""
+    if body.get("instructions"):
+        return str(body["instructions"])
+    if "system" in body:
+        return "".join(part.get("text", "") for part in _parts(body["system"]))
+    messages = body.get("messages") or (body["input"] if isinstance(body.get("input"), list) else [])
+    for message in messages:
+        if message.get("role") in ("system", "developer"):
+            return "".join(part.get("text", "") for part in _parts(message.get("content")))
+    return ""
+
+
+def normalised(body: dict[str, Any], request_id: str, bare: dict[str, Any]) -> dict[str, Any]:
+    """`body` with exactly the documented rewrites undone (see the module docstring); `bare` is the
+    bare client's body for the same call, which says what the caller set."""
+    out = {key: _text_free(value, request_id) for key, value in _without_hints(body).items()}
+    for key in CAP_KEYS:
+        out.pop(key, None)
+    if bare.get("stream") and "stream_options" not in bare:
+        out.pop("stream_options", None)
+    if isinstance(out.get("tools"), list):
+        out["tools"] = sorted(out["tools"], key=lambda tool: str((tool.get("function") or tool).get("name")))
+    for key in ("messages", "input"):
+        if isinstance(out.get(key), list):
+            out[key] = [message for message in out[key] if not _emptied(message)]
+    if "system" in out:
+        out["system"] = _parts(out["system"])
+    return out
+
+
+def _without_hints(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _without_hints(item) for key, item in value.items() if key not in CACHE_HINT_KEYS}
+    if isinstance(value, list):
+        return [_without_hints(item) for item in value]
+    return value
+
+
+def _text_free(value: Any, request_id: str) -> Any:
+    """Texts without the context note and the request ID line, wherever they sit; text parts left
+    empty by that are dropped; content given as a string becomes one text part."""
+    if isinstance(value, str):
+        return _SIMULATOR_ID.sub(r"\1<id>", _NOTE.sub("", value).replace(request_id, "")).strip()
+    if isinstance(value, list):
+        items = [_text_free(item, request_id) for item in value]
+        return [item for item in items if not (isinstance(item, dict) and item.get("type") in ("text", "input_text") and not item.get("text"))]
+    if isinstance(value, dict):
+        out = {key: _text_free(item, request_id) for key, item in value.items()}
+        if isinstance(out.get("content"), str) and out.get("role") in ("user", "system", "developer", "assistant"):
+            out["content"] = _parts(out["content"])
+        return out
+    return value
+
+
+def _parts(content: Any) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    return [part for part in content or [] if isinstance(part, dict)]
+
+
+def _emptied(message: Any) -> bool:
+    """A message that held only the context note."""
+    return isinstance(message, dict) and message.get("role") == "user" and message.get("content") == []

@@ -1,0 +1,144 @@
+"""LangChain through `sdk.wrap`: `ChatOpenAI(client=..., root_client=...)` and `ChatAnthropic`, each
+run against the bare client's.
+
+`ChatOpenAI` takes your client as its fields `root_client` (what `parse` and the Responses paths
+use) and `client` (its `chat.completions`). `ChatAnthropic` has no such field: it builds its client
+in the cached property `_client`, so setting that attribute is the way to hand it yours.
+A tool loop is the loop LangChain's docs write: invoke, run the tool calls, append, invoke again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+from langchain_anthropic import ChatAnthropic
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.tools import tool
+from langchain_openai import ChatOpenAI
+from pydantic import BaseModel
+
+from tests.frameworks.conformance import DOCUMENT, LOCAL_DOCUMENT, QUESTION, Outcome, assert_cache_holds, assert_conforms, run_pair
+from tests.frameworks.conftest import LOCAL_MODEL
+from tests.frameworks.scripted import FINAL_REPLY, STRUCTURED, TOOL_ROUNDS, WEATHER_TOOL_NAME, weather
+
+PROVIDERS = ("openai", "anthropic")
+LOOP_LIMIT = 8
+"""More model calls than any scripted loop makes: a loop that does not end fails instead of hanging."""
+
+
+class Weather(BaseModel):
+    city: str
+    conditions: str
+
+
+@tool
+def get_weather(city: str) -> str:
+    """Get the current weather in a city."""
+    return weather(city)
+
+
+def chat_model(client: Any, provider: str, name: str | None = None, **options: Any) -> Any:
+    if provider == "openai":
+        return ChatOpenAI(model=name or "gpt-sim-1", api_key="test-key", client=client.chat.completions,
+                          root_client=client, stream_usage=True, max_retries=0, **options)
+    llm = ChatAnthropic(model=name or "claude-sim-1", api_key="test-key", max_retries=0, **options)
+    llm._client = client
+    return llm
+
+
+def cache_read(message: Any) -> int:
+    details = (message.usage_metadata or {}).get("input_token_details") or {}
+    return int(details.get("cache_read") or 0)
+
+
+def tool_loop(llm: Any, messages: list[BaseMessage]) -> Outcome:
+    cached = []
+    for _ in range(LOOP_LIMIT):
+        reply = llm.invoke(messages)
+        cached.append(cache_read(reply))
+        messages.append(reply)
+        if not reply.tool_calls:
+            return Outcome(reply.text, cached=tuple(cached))
+        for call in reply.tool_calls:
+            messages.append(ToolMessage(get_weather.invoke(call["args"]), tool_call_id=call["id"]))
+    raise AssertionError(f"the loop did not end in {LOOP_LIMIT} calls")
+
+
+def sim_client(sim: Any, provider: str) -> Any:
+    if provider == "openai":
+        return openai.OpenAI(base_url=sim.openai_base_url, api_key="test-key", max_retries=0)
+    return anthropic.Anthropic(base_url=sim.anthropic_base_url, api_key="test-key", max_retries=0)
+
+
+@pytest.fixture(params=PROVIDERS)
+def provider(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+async def test_a_plain_invoke_gives_the_bare_clients_message(sim, provider):
+    def scenario(client: Any, instructions: str) -> Outcome:
+        reply = chat_model(client, provider).invoke([SystemMessage(instructions), HumanMessage(QUESTION)])
+        usage = reply.usage_metadata or {}
+        finish = reply.response_metadata.get("finish_reason") or reply.response_metadata.get("stop_reason")
+        return Outcome((reply.text, usage.get("output_tokens"), finish))
+
+    bare, wrapped = await run_pair(scenario, lambda: sim_client(sim, provider), sim)
+    assert bare.outcome.result[0] == FINAL_REPLY
+    assert_conforms(bare, wrapped)
+
+
+async def test_a_stream_yields_the_bare_clients_chunks_and_usage(sim, provider):
+    def scenario(client: Any, instructions: str) -> Outcome:
+        chunks = list(chat_model(client, provider).stream([SystemMessage(instructions), HumanMessage(QUESTION)]))
+        events = tuple((chunk.type, chunk.text, chunk.usage_metadata and chunk.usage_metadata["output_tokens"]) for chunk in chunks)
+        return Outcome("".join(chunk.text for chunk in chunks), events)
+
+    bare, wrapped = await run_pair(scenario, lambda: sim_client(sim, provider), sim)
+    assert bare.outcome.result == FINAL_REPLY
+    assert any(usage for _, _, usage in bare.outcome.events)
+    assert_conforms(bare, wrapped)
+
+
+async def test_a_tool_loop_reads_at_least_the_bare_clients_cache(sim, provider):
+    def scenario(client: Any, instructions: str) -> Outcome:
+        llm = chat_model(client, provider).bind_tools([get_weather])
+        return tool_loop(llm, [SystemMessage(instructions), HumanMessage(f"{DOCUMENT}\n\n{QUESTION}")])
+
+    bare, wrapped = await run_pair(scenario, lambda: sim_client(sim, provider), sim)
+    assert len(bare.requests) == TOOL_ROUNDS + 1 and bare.outcome.result == FINAL_REPLY
+    assert_conforms(bare, wrapped)
+    assert_cache_holds(bare, wrapped)
+
+
+async def test_structured_output_parses_to_the_bare_clients_object(sim, provider):
+    def scenario(client: Any, instructions: str) -> Outcome:
+        llm = chat_model(client, provider).with_structured_output(Weather)
+        return Outcome(llm.invoke([SystemMessage(instructions), HumanMessage(QUESTION)]))
+
+    bare, wrapped = await run_pair(scenario, lambda: sim_client(sim, provider), sim)
+    assert bare.outcome.result == Weather(**STRUCTURED)
+    assert_conforms(bare, wrapped)
+
+
+async def test_a_forced_tool_loop_on_the_local_server_reads_at_least_the_bare_clients_prefix_cache(local, provider):
+    """Three calls, each forced to call the tool (the server constrains it), no output limit set
+    on the OpenAI path: the call must not turn into a 400 through kvwise either."""
+    def scenario(client: Any, instructions: str) -> Outcome:
+        options = {"temperature": 0} if provider == "openai" else {"temperature": 0, "max_tokens": 64}
+        llm = chat_model(client, provider, LOCAL_MODEL, **options).bind_tools([get_weather], tool_choice=WEATHER_TOOL_NAME)
+        messages: list[BaseMessage] = [SystemMessage(instructions), HumanMessage(f"{LOCAL_DOCUMENT}\n\n{QUESTION}")]
+        cached, names = [], []
+        for _ in range(TOOL_ROUNDS + 1):
+            reply = llm.invoke(messages)
+            cached.append(cache_read(reply))
+            names += [call["name"] for call in reply.tool_calls]
+            messages += [reply, *(ToolMessage(weather(str(call["args"].get("city"))), tool_call_id=call["id"]) for call in reply.tool_calls)]
+        return Outcome(tuple(names), cached=tuple(cached))
+
+    bare, wrapped = await run_pair(scenario, lambda: getattr(local, provider)(sync=True), local)
+    assert bare.outcome.result == (WEATHER_TOOL_NAME,) * (TOOL_ROUNDS + 1)
+    assert_conforms(bare, wrapped)
+    assert_cache_holds(bare, wrapped)
