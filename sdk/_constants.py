@@ -30,7 +30,6 @@ VOLATILE_MIN_DISTINCT_CHARS = 6  # a nonce has this many distinct characters ("0
 VOLATILE_SCAN_CACHE_SIZE = 256  # texts whose scan is remembered: a stable system prompt is scanned once
 VOLATILE_LINE_CACHE_SIZE = 4096  # lines whose scan is remembered: a prompt with one new line rescans that line
 VOLATILE_FAMILIES = 256  # prompt families whose candidate bytes a wrapped client remembers (LRU)
-VOLATILE_CLOCK_WINDOW_SECONDS = 86_400.0  # a timestamp this near now is a clock reading: it always moves
 VOLATILE_MAX_ASCENDING_RUN = 4  # a nonce has no longer run of consecutive code points ("0123456789abcdef")
 
 # Decode guards

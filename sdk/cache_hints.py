@@ -21,6 +21,7 @@ from sdk.adapters import Adapter
 from sdk.adapters._base import TEXT_PART_TYPES
 from sdk.call import Api, Call, Provider
 from sdk.fingerprint import prefix_key
+from sdk.moving import is_note
 from sdk.policy import Policy
 
 # Minimum cacheable prompt length in tokens by Anthropic model family, first match wins.
@@ -46,6 +47,8 @@ _OPENAI_EXPLICIT_BREAKPOINT_MODELS = re.compile(r"gpt-(\d+)\.(\d+)")
 _OPENAI_FIRST_EXPLICIT = (5, 6)
 _SCHEMA_KEYS = frozenset({"input_schema", "parameters", "schema"})  # JSON schemas: a property may be named like a mark
 _THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
+_TOOL_OUTPUT_TYPES = ("tool_result", "function_call_output")
+_POSITIONS = ("tools", "system", "history", "last_turn")
 
 
 def anthropic_min_tokens(model: str) -> int:
@@ -106,21 +109,33 @@ def place_cache_hints(call: Call, policy: Policy, adapter: Adapter) -> None:
 
 
 def _place_breakpoints(call: Call, adapter: Adapter, marker: dict[str, Any], min_tokens: int) -> None:
-    """Mark the ends of the tools, the system prompt and the last history turn, within the limit.
+    """Mark the ends of the tools, the system prompt, the last history turn and, in a conversation
+    that will grow (tools offered, a tool loop under way, the caller's own top-level mark), the
+    last turn the caller wrote, within the limit.
 
-    Longer prefixes are marked first (they save the most); a position the caller marked, whose
-    prefix is shorter than `min_tokens`, or where the mark's TTL would break the order the API
-    requires (a 1h mark before every 5m one) against the caller's own marks, is skipped.
+    The last turn's mark goes on its last block that is not the context note (`sdk.moving`): the
+    next call of the loop re-sends that turn without the note, and reads what this call wrote up to
+    there (Anthropic looks back up to 20 blocks from each breakpoint). Longer prefixes are marked
+    first (they save the most); a position the caller marked, whose prefix is shorter than
+    `min_tokens`, or where the mark's TTL would break the order the API requires (a 1h mark before
+    every 5m one) against the caller's own marks, is skipped.
     """
     key = adapter.breakpoint_key
     free = ANTHROPIC_MAX_BREAKPOINTS - caller_breakpoints(call, key)
-    markable = _anthropic_markable if call.api is Api.MESSAGES else _openai_markable
-    history = call.messages[: call.history_end]
-    prefix_tokens = list(itertools.accumulate(estimate_tokens(tier) for tier in (call.tools, call.system, history)))
-    tiers = (call.tools, call.system, history, [*call.messages[call.history_end :], call.params])
+    api_markable = _anthropic_markable if call.api is Api.MESSAGES else _openai_markable
+
+    def markable(part: Any) -> bool:
+        return api_markable(part) and not is_note(part)
+
+    history_end = call.history_end
+    last = _last_turn(call)
+    history = call.messages[:history_end]
+    last_span = call.messages[history_end : last + 1] if last is not None and last >= history_end else []
+    tiers = (call.tools, call.system, history, last_span, [*call.messages[history_end + len(last_span) :], call.params])
+    prefix_tokens = list(itertools.accumulate(estimate_tokens(tier) for tier in tiers[:4]))
     ttls = [_ttls(tier, key) for tier in tiers]
     ttl = marker.get("ttl", DEFAULT_TTL)
-    for position in (2, 1, 0):
+    for position in (3, 2, 1, 0):
         if free <= 0 or prefix_tokens[position] < max(min_tokens, 1):
             continue
         before = {t for tier in ttls[: position + 1] for t in tier}
@@ -133,11 +148,36 @@ def _place_breakpoints(call: Call, adapter: Adapter, marker: dict[str, Any], min
             marked = _mark_content(call.system, len(call.system) - 1, marker, key, adapter.text_part_type, markable)
         elif position == 2 and history:
             marked = _mark_content(call.messages, len(history) - 1, marker, key, adapter.text_part_type, markable)
+        elif position == 3 and last_span and last is not None:
+            marked = _mark_content(call.messages, last, marker, key, adapter.text_part_type, markable)
         else:
             continue
         if marked is not None:
             free -= 1
-            call.changes.append(f"cache_breakpoint:{('tools', 'system', 'history')[position]}")
+            call.changes.append(f"cache_breakpoint:{_POSITIONS[position]}")
+
+
+def _last_turn(call: Call) -> int | None:
+    """The index of the last turn the caller wrote (not a note turn, not an assistant prefill) in a
+    conversation that will grow, else None: a one-off question's last turn is never read again."""
+    grows = bool(call.tools) or call.params.get("cache_control") is not None or any(map(_is_tool_output, call.messages))
+    if not grows:
+        return None
+    for index in range(len(call.messages) - 1, -1, -1):
+        turn = call.messages[index]
+        if not is_note(turn) and not (isinstance(turn, dict) and turn.get("role") == "assistant"):
+            return index
+    return None
+
+
+def _is_tool_output(turn: Any) -> bool:
+    """A Chat tool message, a Responses tool-output item or an Anthropic turn with tool results."""
+    if not isinstance(turn, dict):
+        return str(getattr(turn, "type", "")).endswith("_output")
+    if turn.get("role") == "tool" or str(turn.get("type", "")).endswith("_output"):
+        return True
+    content = turn.get("content")
+    return isinstance(content, list) and any(isinstance(part, dict) and part.get("type") in _TOOL_OUTPUT_TYPES for part in content)
 
 
 def _ttls(value: Any, key: str) -> list[str]:

@@ -7,13 +7,18 @@ family, the candidate bytes of the family's last call (as hashes: no id or token
 
 A prompt family is the calls whose stable texts (system prompt, tool descriptions) are the same once
 every candidate is masked (`mask_volatile`): "Request ID: <Request ID>\\nFile tickets in project
-<uuid>." is one family whatever the id and the project. For each family:
-- on its first call every candidate counts as changing: it moves (a request id is moved from the
-  first call, so the second call already reads the cache the first one wrote);
-- on each later call, a candidate counts as changing once its bytes have differed from the
-  previous call's, and from then on for good; bytes that never differed stay where the caller put
-  them, from the family's second call on (that call reads the cache from the system prompt on
-  only, once);
+<uuid>." is one family whatever the id and the project. For each family, a candidate moves from
+the first call on which its bytes differ from the family's previous call's, and from then on for
+good; until then it stays where the caller put it. So the decision never flips:
+- on the family's first call nothing is known and nothing moves: the prompt is the bare client's,
+  byte for byte, and so is every later one while its bytes stay the same (a request id constant
+  within an agent run, re-sent by each call of its tool loop, reads the cache as the bare client's
+  does);
+- the call on which a candidate first differs misses the cache from it on (as the bare client's
+  does: its bytes changed there), and from the next call on the family's prompt is the same
+  without it, call after call (what a new request id in front would have broken is read back);
+- moving on sight what merely looks per-request would not pay: a value that stays the same over a
+  tool loop would cost the loop its tokens on every call, and a moved value is never put back;
 - a family not seen for `VOLATILE_FAMILIES` other families is forgotten (LRU), and starts over.
 
 The memory is bounded, locked (concurrent calls of one client are safe), and costs one hash of the
@@ -50,9 +55,11 @@ class FamilyMemory:
     """Per wrapped client: the candidate bytes of each prompt family's last call (see the module).
 
     >>> memory = FamilyMemory()
-    >>> memory.changing(key, (hash("req-1"), hash("project-a"))) is None   # the family's first call
-    True
+    >>> memory.changing(key, (hash("req-1"), hash("project-a")))   # the family's first call
+    (False, False)
     >>> memory.changing(key, (hash("req-2"), hash("project-a")))
+    (True, False)
+    >>> memory.changing(key, (hash("req-2"), hash("project-a")))   # moved once, moved for good
     (True, False)
     """
 
@@ -63,19 +70,19 @@ class FamilyMemory:
         self._families: OrderedDict[bytes, _Family] = OrderedDict()
         self._lock = threading.Lock()
 
-    def changing(self, family: bytes, values: tuple[int, ...]) -> tuple[bool, ...] | None:
+    def changing(self, family: bytes, values: tuple[int, ...]) -> tuple[bool, ...]:
         """Record this call's candidates (`values`: the hash of each one's bytes, so no request id or
-        token is kept); return, for each, whether it changes between calls, or None on the family's
-        first call (nothing is known yet)."""
+        token is kept); return, for each, whether it has differed between two calls of the family,
+        this one included (all False on the family's first call: nothing is known yet)."""
         with self._lock:
             last = self._families.pop(family, None)  # re-inserted below: the most recently used
-            if last is None or len(last.values) != len(values):
-                self._families[family] = _Family(values, (False,) * len(values))
-                if len(self._families) > self._size:
-                    self._families.popitem(last=False)
-                return None
-            changed = tuple(seen or old != new for seen, old, new in zip(last.changed, last.values, values))
+            if last is None or len(last.values) != len(values):  # a new family, or one of another shape
+                changed: tuple[bool, ...] = (False,) * len(values)
+            else:
+                changed = tuple(seen or old != new for seen, old, new in zip(last.changed, last.values, values))
             self._families[family] = _Family(values, changed)
+            if len(self._families) > self._size:
+                self._families.popitem(last=False)
             return changed
 
     def __len__(self) -> int:

@@ -1,25 +1,34 @@
 """Moving the bytes that change between calls out of the system prompt, into a context note.
 
 Under `volatile="move"`, candidates (`sdk.volatile`) in the system prompt that change between calls
-of a prompt family (`sdk.families`: all of them on the family's first call) are cut and appended,
-labelled, to a context note (`<request_context>...</request_context>`) so the model still sees
-them; bytes that stay the same stay where the caller put them. The note opens the final user turn;
-in a tool loop (the prompt ends with tool results after it) it is a user turn of its own at the
-end, so the loop's turns, which the next call repeats, stay cacheable. Tool definitions are never
-rewritten: their candidates that change are reported (`volatile_found:<kind>` on the span and a
-warning), as are the system prompt's under `volatile="warn"`.
+of a prompt family (`sdk.families`: from the first call on which their bytes differ, and for good)
+are cut (a labelled value with its label, never the rest of its sentence) and appended, labelled,
+to a context note (`<request_context>...</request_context>`) so the model still sees them; bytes
+that stay the same stay where the caller put them. Without a family memory (`sdk.Prompt`, a direct
+`canonicalize`) there is no earlier call to keep bytes identical with, and every candidate moves.
+
+The note is the last thing in the prompt, after everything the caller wrote, so that what kvwise
+does to a turn never depends on the turns after it: frameworks re-send a growing conversation,
+and call k+1's prompt as sent begins with call k's up to where call k's note sat (the caller's own
+turns go out untouched, a turn with the note in it being the last of its call):
+- Chat Completions and Responses: a user turn of its own at the end (after the final user message,
+  or after a tool loop's tool results / `function_call_output` items);
+- Anthropic Messages: a text block of its own at the end of the last user turn (after its text or
+  its `tool_result` blocks), since turns alternate;
+- an assistant turn the caller ends the prompt with (a prefill) stays last: the note goes before it.
+A note already ending the prompt (one `sdk.Prompt` rendered) takes the moved lines. Tool
+definitions are never rewritten: their candidates that change are reported (`volatile_found:<kind>`
+on the span and a warning), as are the system prompt's under `volatile="warn"`.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from sdk.adapters import Adapter, map_text
-from sdk.call import Call
-from sdk.clock_readings import is_clock_reading
+from sdk.call import Api, Call
 from sdk.families import FamilyMemory, family_key
 from sdk.policy import Policy
 from sdk.volatile import VolatileMatch, cut_volatile, find_volatile, mask_volatile, render_note_line
@@ -28,38 +37,78 @@ log = logging.getLogger("sdk")
 
 NOTE_OPEN = "<request_context>"
 NOTE_CLOSE = "</request_context>"
-_AFTER_TOOL_RESULTS = ("tool_result", "function_call_output")
-_TOOL_ROLES = ("tool", "function")
 
 
 def move_volatile(call: Call, policy: Policy, adapter: Adapter, families: FamilyMemory | None) -> None:
     """Move (or report) what changes between calls in `call`'s stable tiers, in place (see the module).
 
-    `families` is the wrapped client's memory; without one every call is a family's first.
+    `families` is the wrapped client's memory; without one every candidate moves.
     """
     system_texts, tool_texts = text_leaves(call.system), _descriptions(call.tools, [])
     found = [find_volatile(text) for text in (*system_texts, *tool_texts)]
     candidates = [match for matches in found for match in matches]
     if not candidates:
         return
-    changing = None
-    if families is not None:
+    in_system = sum(len(matches) for matches in found[: len(system_texts)])
+    if families is None:
+        moves = (True,) * in_system
+    else:
         key = family_key([mask_volatile(text) for text in (*system_texts, *tool_texts)])
         changing = families.changing(key, tuple(hash(match.text) for match in candidates))
-        if changing is not None:  # the current time is the same on two calls within its resolution
-            now = time.time()
-            changing = tuple(seen or is_clock_reading(match, now) for seen, match in zip(changing, candidates))
-    in_system = sum(len(matches) for matches in found[: len(system_texts)])
-    moves = changing[:in_system] if changing is not None else (True,) * in_system
-    if changing is not None:
+        moves = changing[:in_system]
         _report(call, [m for m, c in zip(candidates[in_system:], changing[in_system:]) if c], "tool definitions")
-    if policy.volatile == "warn" or call.history_end >= len(call.messages):
+    if policy.volatile == "warn" or _note_turn(call) is None:
         _report(call, [m for m, move in zip(candidates, moves) if move], "system prompt")
         return
     removed = _cut_system(call, found[: len(system_texts)], moves) if any(moves) else []
     if removed:
         call.changes.extend(f"volatile_moved:{match.kind}" for match in removed)
-        _add_note(call, [render_note_line(match) for match in removed], adapter.text_part_type)
+        add_note(call, [render_note_line(match) for match in removed], adapter.text_part_type)
+
+
+def is_note(item: Any) -> bool:
+    """Whether `item` (a turn, a content part or block) is a context note and nothing else."""
+    if not isinstance(item, dict):
+        return False
+    text = item.get("text") if "text" in item else item.get("content")
+    return isinstance(text, str) and text.startswith(NOTE_OPEN) and text.endswith(NOTE_CLOSE)
+
+
+def add_note(call: Call, lines: list[str], part_type: str) -> None:
+    """Put `lines` in the context note at the end of `call`'s prompt (see the module), made if missing."""
+    index = _note_turn(call)
+    if index is None:
+        raise ValueError("add_note: the prompt has no turn to carry a context note")
+    if call.api is not Api.MESSAGES:
+        if index > 0 and is_note(call.messages[index - 1]):
+            note = call.messages[index - 1]
+            call.messages[index - 1] = {**note, "content": _render_note(_note_lines(note["content"]), lines)}
+        else:
+            call.messages.insert(index, {"role": "user", "content": _render_note([], lines)})
+        return
+    turn = call.messages[index]
+    content = turn.get("content")
+    parts = list(content) if isinstance(content, list) else [{"type": part_type, "text": content}]
+    if parts and is_note(parts[-1]):
+        parts[-1] = {**parts[-1], "text": _render_note(_note_lines(parts[-1]["text"]), lines)}
+    else:
+        parts.append({"type": part_type, "text": _render_note([], lines)})
+    call.messages[index] = {**turn, "content": parts}
+
+
+def _note_turn(call: Call) -> int | None:
+    """Where the note goes: the index a Chat/Responses note turn is inserted at (before a trailing
+    assistant turn, else at the end), or the Anthropic user turn it ends; None where there is none."""
+    end = len(call.messages)
+    while end > 0 and isinstance(call.messages[end - 1], dict) and call.messages[end - 1].get("role") == "assistant":
+        end -= 1
+    if call.api is not Api.MESSAGES:
+        return end if call.messages else None
+    for index in range(end - 1, -1, -1):
+        turn = call.messages[index]
+        if isinstance(turn, dict) and turn.get("role") == "user" and isinstance(turn.get("content"), (str, list)):
+            return index
+    return None
 
 
 def text_leaves(items: list[Any], walk: Callable[[Any, Callable[[str], str]], Any] = map_text) -> list[str]:
@@ -117,53 +166,9 @@ def _report(call: Call, matches: list[VolatileMatch], where: str) -> None:
         log.warning("kvwise: volatile %s in the %s defeats the prompt cache", kind, where)
 
 
-def _add_note(call: Call, lines: list[str], part_type: str) -> None:
-    """Put `lines` in the context note: at the start of the final user turn, or after a tool loop."""
-    index = call.history_end
-    last = call.messages[-1]
-    if index < len(call.messages) - 1 and isinstance(last, dict) and _is_tool_output(last):
-        call.messages.append({"role": "user", "content": _render_note([], lines)})
-    else:
-        call.messages[index] = _with_note(call.messages[index], lines, part_type)
-
-
-def _is_tool_output(turn: dict[str, Any]) -> bool:
-    """A Chat tool message or a Responses tool-output item (`function_call_output`, ...)."""
-    kind = turn.get("type")
-    return turn.get("role") in _TOOL_ROLES or (isinstance(kind, str) and kind.endswith("_output"))
-
-
-def _with_note(turn: Any, lines: list[str], part_type: str) -> Any:
-    """The final user turn with `lines` merged into its context note (made if missing)."""
-    if not isinstance(turn, dict):
-        return turn
-    content = turn.get("content")
-    if isinstance(content, str):
-        existing, body = _split_note(content)
-        return {**turn, "content": f"{_render_note(existing, lines)}\n\n{body}"}
-    if isinstance(content, list):
-        parts = list(content)
-        for position, part in enumerate(parts):
-            text = part.get("text") if isinstance(part, dict) else None
-            if isinstance(text, str) and text.startswith(NOTE_OPEN):
-                existing, _ = _split_note(text)
-                parts[position] = {**part, "text": _render_note(existing, lines)}
-                return {**turn, "content": parts}
-        position = 0
-        while position < len(parts) and isinstance(parts[position], dict) and parts[position].get("type") in _AFTER_TOOL_RESULTS:
-            position += 1
-        parts.insert(position, {"type": part_type, "text": _render_note([], lines)})
-        return {**turn, "content": parts}
-    return turn
-
-
-def _split_note(text: str) -> tuple[list[str], str]:
-    """Split a leading context note off `text`: (its lines, the rest)."""
-    if not text.startswith(NOTE_OPEN) or NOTE_CLOSE not in text:
-        return [], text
-    note, _, rest = text.partition(NOTE_CLOSE)
-    lines = [line for line in note[len(NOTE_OPEN):].splitlines() if line]
-    return lines, rest.removeprefix("\n\n")
+def _note_lines(text: str) -> list[str]:
+    """The lines of a note's text, without its tags."""
+    return [line for line in text[len(NOTE_OPEN) : -len(NOTE_CLOSE)].splitlines() if line]
 
 
 def _render_note(existing: list[str], lines: list[str]) -> str:

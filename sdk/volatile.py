@@ -18,10 +18,13 @@ What counts (each a `VolatileKind`):
   (`0123456789abcdef`) are not nonces. Detection is best effort: about one random token in ten
   reads as words by chance and stays (a missed nonce costs a cache miss; a false one would move
   the user's text).
-- LABELLED_LINE: a whole line `Request ID: ...`, `Trace-Id: ...`, `Timestamp: ...`,
-  `Current time: ...`, `Date: ...`, `Session: ...`, `Nonce: ...` (label capitalised, value with a
-  digit) or a log-style `request_id=...`; also such a label and the rest of its line after a
-  sentence ("You are helpful. Current time: ..."). It wins over the tokens inside it.
+- LABELLED_VALUE: a label such as `Request ID`, `Trace-Id`, `Timestamp`, `Current time`,
+  `Current date`, `Date`, `Session`, `Nonce` (capitalised, then `:`) or a log-style `request_id=`,
+  where a line, a list item, a sentence or a bracket starts, with its value: a date and time in
+  any of the forms above (a plain date counts here: "Current date: 2026-12-02"), a time, or one
+  token with a digit. Only the label and its value are the match: the rest of the sentence and of
+  the line ("Current date: 2026-12-02. Always reply in French.") is the caller's and stays. It
+  wins over the tokens inside it.
 """
 
 from __future__ import annotations
@@ -52,18 +55,20 @@ class VolatileKind(StrEnum):
     TIMESTAMP = "timestamp"
     EPOCH = "epoch"
     NONCE = "nonce"
-    LABELLED_LINE = "labelled_line"
+    LABELLED_VALUE = "labelled_value"
 
 
 @dataclass(frozen=True, slots=True)
 class VolatileMatch:
-    """Volatile bytes `text` at `start:end`; `label` is the line's label or the kind's name."""
+    """Volatile bytes `text` at `start:end`; `label` is the value's label or the kind's name, and
+    `value` the bytes the context note carries after it (`text` without the label, or all of it)."""
 
     start: int
     end: int
     kind: VolatileKind
     label: str
     text: str
+    value: str
 
 
 _DAY = r"(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday|Mon|Tues|Tue|Wed|Thurs|Thur|Thu|Fri|Sat|Sun)"
@@ -94,9 +99,16 @@ _LABELS = (
     r"|(?:current|local|server)[ _-]time"
 )
 _EMPHASIS = r"(?:\*\*|__)?"
-_LABELLED_LINE = re.compile(
-    rf"(?:^[ \t]*(?:[-*+>][ \t]+)?|(?<=[.!?;][ \t])){_EMPHASIS}(?P<label>(?i:{_LABELS})){_EMPHASIS}"
-    rf"(?:[ \t]*:{_EMPHASIS}[ \t]*(?P<colon>\S(?:[^\n]*\S)?)|=(?P<equals>[\w.:+/-]+)(?:[ \t][^\n]*\S)?)(?=[ \t\r]*$)",
+_DATE = (
+    rf"(?:{_DAY},?[ ]+)?(?:{_YMD}|\d{{1,2}}(?:st|nd|rd|th)?[ ]+{_MONTH}(?:,?[ ]+\d{{4}})?"
+    rf"|{_MONTH}[ ]+\d{{1,2}}(?:st|nd|rd|th)?(?:,?[ ]+\d{{4}})?|\d{{1,2}}[/.]\d{{1,2}}[/.](?:\d{{4}}|\d\d)|\d{{4}}/\d{{1,2}}/\d{{1,2}})"
+)
+_VALUE_END = r"(?=$|[\s.,;:!?)\]'\"])"
+_LABELLED_VALUE = re.compile(
+    rf"(?:^[ \t]*(?:[-*+>][ \t]+)?|(?<=[.!?;][ \t])|(?<=[(\[]))(?P<body>{_EMPHASIS}(?P<label>(?i:{_LABELS})){_EMPHASIS}"
+    rf"(?:[ \t]*:{_EMPHASIS}[ \t]*(?P<colon>(?:{_TIMESTAMPS[2]}|{_DATE}(?:(?:T|,?[ ]+(?:at[ ]+)?){_TIME}{_AMPM}?{_ZONE}?)?"
+    rf"|{_TIME}{_AMPM}?{_ZONE}?|[^\s.,;!?)\]]+(?:[.,;:!?]+[^\s.,;!?)\]]+)*){_VALUE_END})"
+    rf"|=(?P<equals>[\w:+/-]+(?:\.[\w:+/-]+)*)(?=[ \t]|$)))",
     re.MULTILINE | re.ASCII,
 )
 _DIGIT = re.compile(r"\d", re.ASCII)
@@ -104,7 +116,7 @@ _WORD = re.compile(r"[A-Z]?[a-z]{3,}|[A-Z]{3,}")
 _SEPARATOR = re.compile(r"[_-]+")
 
 
-def _is_labelled_line(match: re.Match[str]) -> bool:
+def _is_labelled_value(match: re.Match[str]) -> bool:
     if (value := match["equals"]) is not None:
         return _DIGIT.search(value) is not None
     return match["label"][0].isupper() and _DIGIT.search(match["colon"]) is not None
@@ -158,7 +170,7 @@ def _token(pattern: str) -> re.Pattern[str]:
 
 # (kind, pattern, acceptance test); at equal start and length the earlier entry wins.
 _PATTERNS: list[tuple[VolatileKind, re.Pattern[str], Callable[[re.Match[str]], bool]]] = [
-    (VolatileKind.LABELLED_LINE, _LABELLED_LINE, _is_labelled_line),
+    (VolatileKind.LABELLED_VALUE, _LABELLED_VALUE, _is_labelled_value),
     (VolatileKind.UUID, re.compile(rf"\{{{_UUID_BODY}\}}|(?<![\w-]){_UUID_BODY}(?![\w-])", re.ASCII), _always),
     *((VolatileKind.TIMESTAMP, _token(pattern), _always) for pattern in _TIMESTAMPS),
     (VolatileKind.EPOCH, re.compile(r"(?<![\w.+$-])1(?:\d{12}|\d{9}(?:\.\d{1,9})?)(?!\w|\.\d)", re.ASCII), _always),
@@ -177,7 +189,7 @@ _PATTERNS: list[tuple[VolatileKind, re.Pattern[str], Callable[[re.Match[str]], b
 
 
 def find_volatile(text: str) -> list[VolatileMatch]:
-    """The volatile bytes in `text`: non-overlapping, in order; a labelled line wins over its tokens.
+    """The volatile bytes in `text`: non-overlapping, in order; a labelled value wins over its tokens.
 
     Of overlapping candidates the one starting first wins, then the longest, then the earlier kind.
     Every pattern needs a digit (a UUID of letters only is not worth the scan), so text without
@@ -199,24 +211,28 @@ def _scan(text: str) -> tuple[VolatileMatch, ...]:
     offset = 0
     for line in text.split("\n"):
         if _DIGIT.search(line) is not None:
-            found += [VolatileMatch(m.start + offset, m.end + offset, m.kind, m.label, m.text) for m in _scan_line(line)]
+            found += [VolatileMatch(m.start + offset, m.end + offset, m.kind, m.label, m.text, m.value) for m in _scan_line(line)]
         offset += len(line) + 1
     return tuple(found)
 
 
 @functools.lru_cache(maxsize=VOLATILE_LINE_CACHE_SIZE)
 def _scan_line(text: str) -> tuple[VolatileMatch, ...]:
-    candidates: list[tuple[int, int, int, VolatileKind, str]] = []
+    candidates: list[tuple[int, int, int, VolatileKind, str, str]] = []
     for rank, (kind, pattern, accept) in enumerate(_PATTERNS):
         for match in pattern.finditer(text):
-            if accept(match):
-                label = match["label"] if kind is VolatileKind.LABELLED_LINE else kind.value
-                candidates.append((match.start(), -match.end(), rank, kind, label))
+            if not accept(match):
+                continue
+            if kind is VolatileKind.LABELLED_VALUE:
+                value = match["colon"] if match["equals"] is None else match["equals"]
+                candidates.append((match.start("body"), -match.end(), rank, kind, match["label"], value))
+            else:
+                candidates.append((match.start(), -match.end(), rank, kind, kind.value, match[0]))
     candidates.sort()
     found: list[VolatileMatch] = []
-    for start, negative_end, _, kind, label in candidates:
+    for start, negative_end, _, kind, label, value in candidates:
         if not found or start >= found[-1].end:
-            found.append(VolatileMatch(start, -negative_end, kind, label, text[start:-negative_end]))
+            found.append(VolatileMatch(start, -negative_end, kind, label, text[start:-negative_end], value))
     return tuple(found)
 
 
@@ -233,14 +249,14 @@ def mask_volatile(text: str) -> str:
 
 def render_note_line(match: VolatileMatch) -> str:
     """The line that carries a cut match in the context note: `Request ID: 7f3c...`, `uuid: 550e...`."""
-    if match.kind is VolatileKind.LABELLED_LINE:
-        return match.text.strip()
-    return f"{match.label}: {match.text}"
+    return f"{match.label}: {match.value}"
 
 
 _SPACES = " \t"
 _CLOSERS = {"(": ")", "[": "]", "{": "}"}
 _TIGHT = ",.;:!?)]}"
+_SENTENCE_ENDS = ".,;:!?"
+_BULLET = re.compile(r"[ \t]*[-*+>][ \t]+")
 
 
 def cut_volatile(text: str, keep: Collection[int] = ()) -> tuple[str, list[VolatileMatch]]:
@@ -249,8 +265,9 @@ def cut_volatile(text: str, keep: Collection[int] = ()) -> tuple[str, list[Volat
     `keep` names matches that stay where they are, by their index in `find_volatile(text)` (bytes
     that look volatile but are the same on every call).
 
-    A labelled line goes whole, with its newline (a label after a sentence, to the line's end). An
-    inline token goes with any brackets it leaves empty (they become part of the match's `text`),
+    A labelled value goes with its label, and with the mark closing its sentence or the bullet of
+    its list item when it was all of either; the rest of its line stays. A match goes with any
+    brackets it leaves empty (they, the mark and the bullet become part of the match's `text`),
     and the whitespace around the cut is tidied: no double spaces, no space before `,` or `)`, no
     line left blank. Only whitespace is dropped, so the result plus the matches' texts hold every
     other character of `text`. If a cut joins the text around it into new volatile bytes (a date
@@ -282,19 +299,33 @@ def _touches(origin: list[int], match: VolatileMatch, kept: set[tuple[int, int]]
 def _cut(chars: list[str], origin: list[int], match: VolatileMatch) -> VolatileMatch:
     """Delete `match` (in `chars` coordinates) and tidy; return it in the input's coordinates."""
     start, end = match.start, match.end
-    if match.kind is not VolatileKind.LABELLED_LINE:
-        while True:
-            left, right = _skip_spaces_left(chars, start), _skip_spaces_right(chars, end)
-            if left == 0 or right == len(chars) or _CLOSERS.get(chars[left - 1]) != chars[right]:
-                break
-            start, end = left - 1, right + 1
-    cut = VolatileMatch(origin[start], origin[end - 1] + 1, match.kind, match.label, "".join(chars[start:end]))
-    if match.kind is VolatileKind.LABELLED_LINE and (start == 0 or chars[start - 1] == "\n"):
-        _delete_line(chars, origin, start, end)
-    else:
-        _delete(chars, origin, start, end)
-        _tidy(chars, origin, start)
+    while True:  # brackets left empty go with the cut
+        left, right = _skip_spaces_left(chars, start), _skip_spaces_right(chars, end)
+        if left == 0 or right == len(chars) or _CLOSERS.get(chars[left - 1]) != chars[right]:
+            break
+        start, end = left - 1, right + 1
+    if match.kind is VolatileKind.LABELLED_VALUE and (start, end) == (match.start, match.end):
+        start, end = _widen_labelled(chars, start, end)
+    cut = VolatileMatch(origin[start], origin[end - 1] + 1, match.kind, match.label, "".join(chars[start:end]), match.value)
+    _delete(chars, origin, start, end)
+    _tidy(chars, origin, start)
     return cut
+
+
+def _widen_labelled(chars: list[str], start: int, end: int) -> tuple[int, int]:
+    """A labelled value that was its sentence ("Current date: 2026-12-02. Be brief.") takes the
+    sentence's closing mark with it, and one that was its list item (`- Request ID: 7f3c`) the
+    item's bullet: neither is left behind alone. Everything else stays where the caller wrote it."""
+    line = start
+    while line > 0 and chars[line - 1] != "\n":
+        line -= 1
+    before = "".join(chars[line:start])
+    if end < len(chars) and chars[end] in _SENTENCE_ENDS and (end + 1 == len(chars) or chars[end + 1].isspace()):
+        end += 1
+    after = _skip_spaces_right(chars, end)
+    if (after == len(chars) or chars[after] in "\r\n") and _BULLET.fullmatch(before):
+        start = line + len(before) - len(before.lstrip(_SPACES))
+    return start, end
 
 
 def _skip_spaces_left(chars: list[str], index: int) -> int:

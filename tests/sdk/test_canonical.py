@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 import sdk
 from sdk.adapters import adapter_for
 from sdk.call import Api, Provider
-from sdk.canonical import NOTE_OPEN, canonicalize
+from sdk.canonical import NOTE_CLOSE, NOTE_OPEN, canonicalize
+from sdk.moving import is_note
 
 UUID = "3f2a8c1e-9b4d-4e7a-8f1c-2d5e6a7b8c9d"
 
@@ -25,7 +26,7 @@ def _canonical(kwargs: dict, api: Api = Api.CHAT, policy: sdk.Policy | None = No
     return adapter.to_kwargs(call), call.changes
 
 
-def test_volatile_lines_move_from_the_system_prompt_to_a_note_in_the_final_user_turn():
+def test_volatile_lines_move_from_the_system_prompt_to_a_note_that_ends_the_prompt_after_the_final_user_turn():
     kwargs = {
         "model": "m",
         "messages": [
@@ -36,8 +37,8 @@ def test_volatile_lines_move_from_the_system_prompt_to_a_note_in_the_final_user_
     out, changes = _canonical(kwargs)
     assert UUID not in out["messages"][0]["content"]
     assert out["messages"][0]["content"].strip() == "You are a careful assistant."
-    final = out["messages"][-1]["content"]
-    assert final.startswith(NOTE_OPEN) and f"Request ID: {UUID}" in final and final.endswith("Hello")
+    assert out["messages"][1] == {"role": "user", "content": "Hello"}  # the caller's turn, untouched
+    assert out["messages"][-1] == {"role": "user", "content": f"{NOTE_OPEN}\nRequest ID: {UUID}\n{NOTE_CLOSE}"}
     assert any(change.startswith("volatile_moved") for change in changes)
 
 
@@ -124,13 +125,13 @@ def test_canonicalisation_preserves_every_character(kwargs):
 
 @settings(max_examples=150, deadline=None)
 @given(chat_calls())
-def test_canonicalisation_keeps_turn_order(kwargs):
-    out, _ = _canonical(kwargs)
+def test_canonicalisation_keeps_every_turn_as_written_in_order_and_a_note_only_at_the_end(kwargs):
+    out, changes = _canonical(kwargs)
     turns_in = [m for m in kwargs["messages"] if m["role"] != "system"]
     turns_out = [m for m in out["messages"] if m["role"] != "system"]
-    assert [m["role"] for m in turns_in] == [m["role"] for m in turns_out]
-    assert [m["content"] for m in turns_in[:-1]] == [m["content"] for m in turns_out[:-1]]
-    assert turns_out[-1]["content"].endswith(turns_in[-1]["content"])
+    moved = any(change.startswith("volatile_moved") for change in changes)
+    assert turns_out == turns_in + ([turns_out[-1]] if moved else [])
+    assert not moved or is_note(turns_out[-1])
 
 
 # Fuzzing: any API's messages, any text and content blocks; garbage is refused with a TypeError naming the

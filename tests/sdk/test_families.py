@@ -14,9 +14,8 @@ import pytest
 import sdk
 from sdk.adapters import adapter_for
 from sdk.call import Api, Call, Provider
-from sdk.canonical import NOTE_OPEN
+from sdk.canonical import NOTE_CLOSE, NOTE_OPEN
 from sdk.chain import Chain
-from sdk.clock_readings import is_clock_reading
 from sdk.families import FamilyMemory, family_key
 from sdk.fingerprint import PrefixTracker
 from sdk.volatile import find_volatile
@@ -30,15 +29,15 @@ KEY = family_key(["Request ID: <Request ID>\nFile tickets in project <uuid>."])
 @pytest.mark.parametrize(
     ("calls", "expected"),
     [
-        ([("a", "p")], [None]),
-        ([("a", "p"), ("b", "p")], [None, (True, False)]),
-        ([("a", "p"), ("b", "p"), ("c", "p")], [None, (True, False), (True, False)]),
-        ([("a", "p"), ("a", "p"), ("a", "q")], [None, (False, False), (False, True)]),
-        ([("a", "p"), ("a", "q"), ("a", "p"), ("a", "p")], [None, (False, True), (False, True), (False, True)]),
-        ([("a", "p"), ("a", "p", "x")], [None, None]),  # a different shape starts the family over
+        ([("a", "p")], [(False, False)]),  # the first call: nothing known, nothing moves
+        ([("a", "p"), ("b", "p")], [(False, False), (True, False)]),
+        ([("a", "p"), ("b", "p"), ("c", "p")], [(False, False), (True, False), (True, False)]),
+        ([("a", "p"), ("a", "p"), ("a", "q")], [(False, False), (False, False), (False, True)]),
+        ([("a", "p"), ("a", "q"), ("a", "p"), ("a", "p")], [(False, False), (False, True), (False, True), (False, True)]),
+        ([("a", "p"), ("a", "p", "x")], [(False, False), (False, False, False)]),  # another shape starts over
     ],
 )
-def test_a_candidate_changes_once_it_differed_between_two_calls_and_from_then_on(calls, expected):
+def test_a_candidate_changes_once_it_differed_between_two_calls_and_from_then_on_for_good(calls, expected):
     memory = FamilyMemory()
     assert [memory.changing(KEY, tuple(map(hash, values))) for values in calls] == expected
 
@@ -51,8 +50,8 @@ def test_the_memory_forgets_the_least_recently_used_family_beyond_its_size():
     memory.changing(first, (1,))  # used again: now the second is the oldest
     memory.changing(third, (1,))
     assert len(memory) == 2
-    assert memory.changing(first, (1,)) == (False,)
-    assert memory.changing(second, (1,)) is None
+    assert memory.changing(first, (2,)) == (True,)  # remembered: its bytes changed
+    assert memory.changing(second, (2,)) == (False,)  # forgotten: a first call again
 
 
 def test_concurrent_calls_of_one_family_see_exactly_one_first_call_and_no_change():
@@ -71,8 +70,8 @@ def test_concurrent_calls_of_one_family_see_exactly_one_first_call_and_no_change
         thread.start()
     for thread in threads:
         thread.join()
-    assert results.count(None) == 1
-    assert all(outcome == (False, False) for outcome in results if outcome is not None)
+    assert len(results) == 8 * 200 and set(results) == {(False, False)}
+    assert len(memory) == 1
 
 
 def test_a_memory_of_no_size_is_refused_naming_the_size():
@@ -105,44 +104,32 @@ def _request(project: str = PROJECT) -> str:
     return f"Request ID: {uuid.uuid4()}\nYou are the support assistant. File tickets in project {project}."
 
 
-def test_a_stable_uuid_stays_in_the_system_prompt_from_the_second_call_while_the_request_id_moves():
+def test_a_request_id_moves_from_the_call_it_first_changes_on_while_a_stable_uuid_never_moves():
     chain = Chain(sdk.Policy(), PrefixTracker())
-    calls = [_chat(chain, _request()) for _ in range(4)]
-    assert PROJECT not in _system_text(calls[0])  # a family's first call moves every candidate
-    for call in calls[1:]:
+    systems = [_request() for _ in range(4)]
+    calls = [_chat(chain, system) for system in systems]
+    assert _system_text(calls[0]) == json.dumps([{"role": "system", "content": systems[0]}])  # nothing known yet
+    assert _volatile(calls[0]) == [] and calls[0].messages == [{"role": "user", "content": "Hello"}]
+    for call, system in zip(calls[1:], systems[1:]):
         assert PROJECT in _system_text(call) and "Request ID" not in _system_text(call)
-        assert _volatile(call) == ["volatile_moved:labelled_line"]
-        note = call.messages[-1]["content"]
-        assert note.startswith(NOTE_OPEN) and "Request ID: " in note and PROJECT not in note
+        assert _volatile(call) == ["volatile_moved:labelled_value"]
+        assert call.messages[0] == {"role": "user", "content": "Hello"}  # the caller's turn, untouched
+        assert call.messages[-1] == {"role": "user", "content": f"{NOTE_OPEN}\n{system.splitlines()[0]}\n{NOTE_CLOSE}"}
     assert len({_system_text(call) for call in calls[1:]}) == 1  # the same bytes every call: cacheable
 
 
-def test_the_current_time_repeated_by_calls_within_its_second_still_moves_on_every_call():
+def test_the_decision_never_flips_over_a_familys_first_calls_kept_while_the_same_then_moved_for_good():
     chain = Chain(sdk.Policy(), PrefixTracker())
     stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    fixed = "2020-01-01T00:00:00+00:00"
-    system = f"Timestamp: {stamp}\nPolicy effective {fixed}. You are the support assistant."
-    calls = [_chat(chain, system) for _ in range(3)]  # three calls within one second: the same bytes
-    for call in calls:
-        assert stamp not in _system_text(call) and stamp in call.messages[-1]["content"]
-    assert all(fixed in _system_text(call) for call in calls[1:])  # a fixed date far from now stays
-    assert _system_text(calls[1]) == _system_text(calls[2])  # the same bytes every call after the first: cacheable
-
-
-@pytest.mark.parametrize(
-    ("text", "reads_the_clock"),
-    [
-        (lambda now: f"Current time: {time.ctime(now)}", True),
-        (lambda now: f"at {int(now)} sharp", True),
-        (lambda now: f"at {int(now * 1000)} ms", True),
-        (lambda now: "Founded 2001-09-09T01:46:40Z, long ago.", False),
-        (lambda now: f"at {int(now) - 10 * 86_400} then", False),
-    ],
-)
-def test_a_timestamp_or_epoch_near_now_is_a_clock_reading_and_one_far_from_it_is_not(text, reads_the_clock):
-    now = time.time()
-    [match] = find_volatile(text(now))
-    assert is_clock_reading(match, now) is reads_the_clock
+    later = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=1)).isoformat(timespec="seconds")
+    run = f"Request ID: {uuid.uuid4()}\nTimestamp: {stamp}\nYou are the support assistant."
+    other = f"Request ID: {uuid.uuid4()}\nTimestamp: {later}\nYou are the support assistant."
+    calls = [_chat(chain, system) for system in (run, run, run, other, other, run)]
+    assert {_system_text(call) for call in calls[:3]} == {json.dumps([{"role": "system", "content": run}])}  # as sent
+    assert all(call.messages == [{"role": "user", "content": "Hello"}] for call in calls[:3])  # no note
+    assert {_system_text(call) for call in calls[3:]} == {json.dumps([{"role": "system", "content": "You are the support assistant."}])}
+    for call, system in zip(calls[3:], (other, other, run)):  # moved once, moved for good, the same bytes or not
+        assert call.messages[-1]["content"] == "\n".join([NOTE_OPEN, *system.splitlines()[:2], NOTE_CLOSE])
 
 
 def test_a_kept_candidate_that_changes_later_moves_from_that_call_on_for_good():
@@ -158,9 +145,9 @@ def test_a_kept_candidate_that_changes_later_moves_from_that_call_on_for_good():
 def test_families_are_told_apart_by_their_stable_text_and_remembered_per_wrapped_client():
     chain = Chain(sdk.Policy(), PrefixTracker())
     _chat(chain, _request())
-    assert PROJECT in _system_text(_chat(chain, _request()))
-    assert PROJECT not in _system_text(_chat(chain, _request().replace("support", "billing")))  # a new family
-    assert PROJECT not in _system_text(_chat(Chain(sdk.Policy(), PrefixTracker()), _request()))  # another client
+    assert "Request ID" not in _system_text(_chat(chain, _request()))  # the family saw its id change
+    assert "Request ID" in _system_text(_chat(chain, _request().replace("support", "billing")))  # a new family
+    assert "Request ID" in _system_text(_chat(Chain(sdk.Policy(), PrefixTracker()), _request()))  # another client
 
 
 def test_tool_definitions_are_never_rewritten_and_an_example_that_changes_is_reported():
@@ -180,8 +167,8 @@ def test_tool_definitions_are_never_rewritten_and_an_example_that_changes_is_rep
 def test_warn_mode_reports_what_changes_between_calls_and_moves_nothing():
     chain = Chain(sdk.Policy(volatile="warn"), PrefixTracker())
     first, second = (_chat(chain, _request()) for _ in range(2))
-    assert _volatile(first) == ["volatile_found:labelled_line", "volatile_found:uuid"]
-    assert _volatile(second) == ["volatile_found:labelled_line"]
+    assert _volatile(first) == []  # nothing has changed yet
+    assert _volatile(second) == ["volatile_found:labelled_value"]
     assert "Request ID" in _system_text(second) and second.messages[-1]["content"] == "Hello"
 
 
@@ -200,6 +187,7 @@ RESPONSES_LOOP = [
 @pytest.mark.parametrize(("api", "loop"), [(Api.CHAT, CHAT_LOOP), (Api.RESPONSES, RESPONSES_LOOP)], ids=["chat", "responses"])
 def test_in_a_tool_loop_the_note_is_a_user_turn_after_the_loop_so_the_loop_stays_cacheable(api, loop):
     chain = Chain(sdk.Policy(), PrefixTracker())
+    _chat(chain, _request(), turns=[dict(loop[0])], api=api)  # the family's first call: its id is learnt
     call = _chat(chain, _request(), turns=[dict(turn) for turn in loop], api=api)
     assert call.messages[: len(loop)] == loop  # the caller's turns, untouched
     assert call.messages[-1]["role"] == "user" and call.messages[-1]["content"].startswith(NOTE_OPEN)
@@ -215,5 +203,6 @@ async def test_through_a_wrapped_client_the_stable_project_uuid_reaches_the_serv
         systems.append(system)
     sent = [request.body["messages"][0]["content"] for request in simulator.requests]
     assert sent[1] == sent[2] == f"File tickets in project {PROJECT}.\n{LONG_SYSTEM}"
-    for system, request in zip(systems, simulator.requests):
+    assert sent[0] == systems[0]  # the family's first call: nothing known, sent as written
+    for system, request in zip(systems[1:], simulator.requests[1:]):
         assert system.splitlines()[0] in request.body["messages"][-1]["content"]  # the request id: moved, not dropped

@@ -16,7 +16,7 @@ UUID, TIMESTAMP, EPOCH, NONCE, LINE = (
     VolatileKind.TIMESTAMP,
     VolatileKind.EPOCH,
     VolatileKind.NONCE,
-    VolatileKind.LABELLED_LINE,
+    VolatileKind.LABELLED_VALUE,
 )
 
 POSITIVE = [
@@ -65,36 +65,41 @@ def test_volatile_tokens_are_found_whole_with_their_kind(around: str, token: str
 
 
 LABELLED = [
-    ("Request ID: 7f3c9a2e41", "Request ID"),
-    ("request_id=req_8f2k1", "request_id"),
-    ("Trace-Id: 4bf92f3577b34da6a3ce929d0e0e4736", "Trace-Id"),
-    ("X-Request-Id: 12ab", "X-Request-Id"),
-    ("Timestamp: 1732870521", "Timestamp"),
-    ("Current time: 08:55 UTC", "Current time"),
-    ("Current date and time: Sunday 29 November, 08:55", "Current date and time"),
-    ("Date: 2026-11-29", "Date"),
-    ("Today's date: 29 November 2026", "Today's date"),
-    ("Session: 48213", "Session"),
-    ("Session ID: s-20261129-0042", "Session ID"),
-    ("Nonce: 8812", "Nonce"),
-    ("- **Request ID:** 7f3c9a2e41", "Request ID"),
-    ("    Correlation-ID: 42-17", "Correlation-ID"),
-    ("session_id=8812 user=alice path=/v1/chat", "session_id"),
-]
+    # (line, label, the match: label and value only, the value)
+    ("Request ID: 7f3c9a2e41", "Request ID", "Request ID: 7f3c9a2e41", "7f3c9a2e41"),
+    ("request_id=req_8f2k1", "request_id", "request_id=req_8f2k1", "req_8f2k1"),
+    ("Trace-Id: 4bf92f3577b34da6a3ce929d0e0e4736", "Trace-Id", "Trace-Id: 4bf92f3577b34da6a3ce929d0e0e4736", "4bf92f3577b34da6a3ce929d0e0e4736"),
+    ("X-Request-Id: 12ab", "X-Request-Id", "X-Request-Id: 12ab", "12ab"),
+    ("Timestamp: 1732870521", "Timestamp", "Timestamp: 1732870521", "1732870521"),
+    ("Current time: 08:55 UTC", "Current time", "Current time: 08:55 UTC", "08:55 UTC"),
+    ("Current date and time: Sunday 29 November, 08:55", "Current date and time",
+     "Current date and time: Sunday 29 November, 08:55", "Sunday 29 November, 08:55"),
+    ("Date: 2026-11-29", "Date", "Date: 2026-11-29", "2026-11-29"),
+    ("Today's date: 29 November 2026", "Today's date", "Today's date: 29 November 2026", "29 November 2026"),
+    ("Session: 48213", "Session", "Session: 48213", "48213"),
+    ("Session ID: s-20261129-0042", "Session ID", "Session ID: s-20261129-0042", "s-20261129-0042"),
+    ("Nonce: 8812", "Nonce", "Nonce: 8812", "8812"),
+    ("- **Request ID:** 7f3c9a2e41", "Request ID", "**Request ID:** 7f3c9a2e41", "7f3c9a2e41"),
+    ("    Correlation-ID: 42-17", "Correlation-ID", "Correlation-ID: 42-17", "42-17"),
+    ("session_id=8812 user=alice path=/v1/chat", "session_id", "session_id=8812", "8812"),
+    ("Current time: Sun Nov 29 08:55:21 UTC 2026 (server clock)", "Current time",
+     "Current time: Sun Nov 29 08:55:21 UTC 2026", "Sun Nov 29 08:55:21 UTC 2026"),
+]  # fmt: skip
 
 
-@pytest.mark.parametrize(("line", "label"), LABELLED)
-def test_labelled_lines_are_found_whole_and_win_over_their_tokens(line: str, label: str) -> None:
-    text = f"Intro line.\n{line}\nOutro line."
-    [match] = find_volatile(text)
-    assert (match.kind, match.label, match.text) == (LINE, label, line)
+@pytest.mark.parametrize(("line", "label", "text", "value"), LABELLED)
+def test_a_labelled_value_is_found_as_its_label_and_value_and_wins_over_their_tokens(line: str, label: str, text: str, value: str) -> None:
+    source = f"Intro line.\n{line}\nOutro line."
+    [match] = find_volatile(source)
+    assert (match.kind, match.label, match.text, match.value) == (LINE, label, text, value)
+    assert source[match.start : match.end] == text
 
 
-def test_a_label_after_a_sentence_takes_the_rest_of_the_line() -> None:
-    text = "You are a helpful assistant. Request ID: 7f3c9a2e41\nBe brief."
+def test_a_label_after_a_sentence_takes_its_value_and_leaves_the_sentences_after_it() -> None:
+    text = "You are a helpful assistant. Request ID: 7f3c9a2e41. Be brief and cite sources.\nBe kind."
     [match] = find_volatile(text)
     assert (match.kind, match.text) == (LINE, "Request ID: 7f3c9a2e41")
-    assert cut_volatile(text)[0] == "You are a helpful assistant.\nBe brief."
+    assert cut_volatile(text)[0] == "You are a helpful assistant. Be brief and cite sources.\nBe kind."
 
 
 NEGATIVE = [
@@ -172,9 +177,9 @@ def test_mask_replaces_each_match_with_its_label_placeholder() -> None:
     assert mask_volatile(text.replace("7f3c", "9a9b").replace("08:55", "09:10")) == mask_volatile(text)
 
 
-def test_note_lines_keep_a_labelled_line_and_label_a_token_with_its_kind() -> None:
-    line = VolatileMatch(0, 24, LINE, "Request ID", "  Request ID: 7f3c9a2e41")
-    token = VolatileMatch(5, 41, UUID, "uuid", "550e8400-e29b-41d4-a716-446655440000")
+def test_note_lines_give_a_labelled_value_its_label_and_a_token_its_kind() -> None:
+    line = VolatileMatch(0, 29, LINE, "Request ID", "- **Request ID:** 7f3c9a2e41.", "7f3c9a2e41")
+    token = VolatileMatch(5, 41, UUID, "uuid", "550e8400-e29b-41d4-a716-446655440000", "550e8400-e29b-41d4-a716-446655440000")
     assert render_note_line(line) == "Request ID: 7f3c9a2e41"
     assert render_note_line(token) == "uuid: 550e8400-e29b-41d4-a716-446655440000"
 
