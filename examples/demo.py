@@ -4,8 +4,9 @@ Starts the local backend on a free loopback port, points real `openai` and `anth
 it, and prints, with numbers from this run: (a) cache hits with and without `sdk.wrap` when the
 system prompt starts with a request ID and a timestamp, (b) tokens decoded on a looping prompt
 with and without the guards, (c) a tool loop through `sdk.wrap` (with `tool_choice="auto"` the
-model decides to call the weather tool, the demo runs it, the model answers from its result), (d) a per-call table read from the OpenTelemetry spans, and (e) OTLP export when
-OTEL_EXPORTER_OTLP_ENDPOINT is set; it ends by writing `kvwise report`'s page for its own calls
+model decides to call the weather tool, the demo runs it, the model answers from its result), (d) a per-call table read from the OpenTelemetry spans, (e) OTLP export when
+OTEL_EXPORTER_OTLP_ENDPOINT is set, and (f) the same tool loop run by an agent framework
+(openai-agents) on a wrapped client with the default `sdk.Policy()`; it ends by writing `kvwise report`'s page for its own calls
 (`kvwise-report/report.html`). With `--phoenix` (`make phoenix-demo`, Phoenix from
 its own venv) it first starts Arize Phoenix on a free loopback port, exports the traces there,
 writes the report again from what Phoenix stored (`kvwise-report-phoenix/report.html`, read by its
@@ -15,6 +16,7 @@ REST API), prints the page to open and keeps Phoenix running until Ctrl-C.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import datetime
 import json
 import os
@@ -181,6 +183,40 @@ def tool_section(wrapped: Any, out: Callable[[str], None]) -> dict[str, Any]:
     return {"name": call.function.name, "arguments": arguments, "result": result, "answer": text}
 
 
+async def _agent_loop(base_url: str, provider: TracerProvider) -> dict[str, Any]:
+    from agents import Agent, ModelSettings, Runner, function_tool, set_tracing_disabled
+    from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
+
+    set_tracing_disabled(True)  # openai-agents would otherwise send its own traces to OpenAI
+
+    def weather(city: str) -> str:
+        """Get the current weather in a city."""
+        return json.dumps(get_weather(city))
+
+    client = sdk.wrap(openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="local"), sdk.Policy(), tracer_provider=provider)
+    agent = Agent(
+        name="weather",
+        model=OpenAIChatCompletionsModel(model=MODEL, openai_client=client),
+        tools=[function_tool(weather, name_override=WEATHER_TOOL["function"]["name"])],
+        model_settings=ModelSettings(temperature=0, max_tokens=48),
+    )
+    try:
+        result = await Runner.run(agent, TOOL_QUESTION)
+    finally:
+        await client.close()
+    cached = [response.usage.input_tokens_details.cached_tokens or 0 for response in result.raw_responses]
+    return {"answer": str(result.final_output), "calls": len(result.raw_responses), "cached": cached}
+
+
+def framework_section(base_url: str, provider: TracerProvider, out: Callable[[str], None]) -> dict[str, Any]:
+    """(f) The tool loop of (c) run by openai-agents' `Agent`, its client wrapped with the default
+    `sdk.Policy()`: the framework calls the model, runs the tool and calls it again by itself."""
+    out(f"\n(f) The same question through an agent framework (openai-agents, sdk.wrap with the default Policy): {TOOL_QUESTION!r}")
+    measured = asyncio.run(_agent_loop(base_url, provider))
+    out(f"    {measured['calls']} model calls, cached tokens per call {measured['cached']}; it answered: {measured['answer'].strip()[:100]!r}")
+    return measured
+
+
 def span_section(exporter: InMemorySpanExporter, out: Callable[[str], None]) -> list[dict[str, Any]]:
     """(d) What the OpenTelemetry spans recorded for every wrapped call."""
     out("\n(d) Per call, from the OpenTelemetry spans of the wrapped clients")
@@ -243,11 +279,13 @@ def run_demo(base_url: str, out: Callable[[str], None] = print, report_dir: Path
         out(f"\n(e) The same traces were exported by OTLP to {os.environ['OTEL_EXPORTER_OTLP_ENDPOINT']}")
     else:
         out("\n(e) Set OTEL_EXPORTER_OTLP_ENDPOINT to export the same traces to any OTLP backend")
+    framework = framework_section(base_url, provider, out)
     finished = exporter.get_finished_spans()
     _, page = write_report_from_spans(finished, report_dir)
     out(f"\nkvwise report of these calls (TTFT against input, hit ratio, cost split, decode speed): {page}")
     provider.shutdown()
-    return {"cache": cache, "loops": loops, "tool": tool, "spans": spans, "report": page, "span_count": len(finished)}
+    return {"cache": cache, "loops": loops, "tool": tool, "spans": spans, "framework": framework, "report": page,
+            "span_count": len(finished)}
 
 
 def main(argv: list[str] | None = None) -> int:
