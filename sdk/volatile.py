@@ -19,8 +19,9 @@ What counts (each a `VolatileKind`):
   reads as words by chance and stays (a missed nonce costs a cache miss; a false one would move
   the user's text).
 - LABELLED_VALUE: a label such as `Request ID`, `Trace-Id`, `Timestamp`, `Current time`,
-  `Current date`, `Date`, `Session`, `Nonce` (capitalised, then `:`) or a log-style `request_id=`,
-  where a line, a list item, a sentence or a bracket starts, with its value: a date and time in
+  `Current date`, `Date`, `Session`, `Nonce` (capitalised, then `:`) or a log-style `request_id=`
+  (also after another `key=value`), where a line, a list item, a sentence or a bracket starts,
+  with its value: a date and time in
   any of the forms above (a plain date counts here: "Current date: 2026-12-02"), a time, or one
   token with a digit. Only the label and its value are the match: the rest of the sentence and of
   the line ("Current date: 2026-12-02. Always reply in French.") is the caller's and stays. It
@@ -105,7 +106,7 @@ _DATE = (
 )
 _VALUE_END = r"(?=$|[\s.,;:!?)\]'\"])"
 _LABELLED_VALUE = re.compile(
-    rf"(?:^[ \t]*(?:[-*+>][ \t]+)?|(?<=[.!?;][ \t])|(?<=[(\[]))(?P<body>{_EMPHASIS}(?P<label>(?i:{_LABELS})){_EMPHASIS}"
+    rf"(?:^[ \t]*(?:[-*+>][ \t]+)?|(?<=[.!?;][ \t])|(?<=[(\[])|(?<=[ \t])(?=(?i:{_LABELS})=))(?P<body>{_EMPHASIS}(?P<label>(?i:{_LABELS})){_EMPHASIS}"
     rf"(?:[ \t]*:{_EMPHASIS}[ \t]*(?P<colon>(?:{_TIMESTAMPS[2]}|{_DATE}(?:(?:T|,?[ ]+(?:at[ ]+)?){_TIME}{_AMPM}?{_ZONE}?)?"
     rf"|{_TIME}{_AMPM}?{_ZONE}?|[^\s.,;!?)\]]+(?:[.,;:!?]+[^\s.,;!?)\]]+)*){_VALUE_END})"
     rf"|=(?P<equals>[\w:+/-]+(?:\.[\w:+/-]+)*)(?=[ \t]|$)))",

@@ -1,0 +1,75 @@
+"""Only the value moves: a labelled value goes to the note with its label, the rest of its sentence stays.
+
+Table-driven over a corpus of system prompts (`tests.sdk.system_prompts`): for each, exactly what
+stays in the system prompt and what goes to the note, cut alone, through the chain a wrapped
+client runs, and through a real client against the simulator.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import sdk
+from sdk.adapters import adapter_for
+from sdk.call import Api, Provider
+from sdk.canonical import NOTE_CLOSE, NOTE_OPEN
+from sdk.chain import Chain
+from sdk.fingerprint import PrefixTracker
+from sdk.volatile import cut_volatile, render_note_line
+from tests.sdk.helpers import resolve
+from tests.sdk.system_prompts import CORPUS, OTHER_VALUES, VALUES, SystemPrompt
+
+IDS = [entry.name for entry in CORPUS]
+
+
+def test_the_corpus_holds_thirty_prompts_with_values_in_mid_line_end_of_line_and_own_line_positions():
+    assert len(CORPUS) >= 30
+    lines = [line for entry in CORPUS for line in entry.template.splitlines() if "{" in line]
+    own = [line for line in lines if line.lstrip("-*> ").startswith(("Request", "Timestamp", "Nonce", "Run", "Event", "Correlation"))]
+    mid = [line for line in lines if not line.rstrip(".").endswith("}") and line not in own]
+    end = [line for line in lines if line.rstrip(".").endswith("}") and line not in own]
+    assert min(len(own), len(mid), len(end)) >= 5, (len(own), len(mid), len(end))
+
+
+@pytest.mark.parametrize("entry", CORPUS, ids=IDS)
+def test_cutting_a_system_prompt_leaves_all_but_the_values_and_gives_the_note_label_and_value(entry: SystemPrompt):
+    kept, removed = cut_volatile(entry.prompt(VALUES))
+    assert kept == entry.kept.format(**VALUES)
+    assert [render_note_line(match) for match in removed] == entry.note_lines(VALUES)
+
+
+def _sent(chain: Chain, system: str) -> tuple[str, list[Any]]:
+    adapter = adapter_for(Api.CHAT)
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": "Hello"}]
+    call = adapter.to_call({"model": "m", "messages": messages}, Provider.OPENAI)
+    chain.run(call)
+    out = adapter.to_kwargs(call)
+    return out["messages"][0]["content"], out["messages"][1:]
+
+
+@pytest.mark.parametrize("entry", CORPUS, ids=IDS)
+def test_through_the_chain_the_values_move_once_they_change_and_the_rest_of_each_prompt_stays(entry: SystemPrompt):
+    chain = Chain(sdk.Policy(), PrefixTracker())
+    first = _sent(chain, entry.prompt(VALUES))
+    assert first == (entry.prompt(VALUES), [{"role": "user", "content": "Hello"}])  # nothing known yet: as written
+    for values in (OTHER_VALUES, VALUES):  # changed, then back: moved for good
+        system, turns = _sent(chain, entry.prompt(values))
+        assert system == entry.kept.format(**values)
+        note = [{"role": "user", "content": "\n".join([NOTE_OPEN, *entry.note_lines(values), NOTE_CLOSE])}]
+        assert turns == [{"role": "user", "content": "Hello"}, *(note if entry.note else [])]
+
+
+async def test_the_issues_support_bot_keeps_its_rules_in_the_system_prompt_through_a_real_client(simulator, anthropic_client):
+    [entry] = [entry for entry in CORPUS if entry.name.startswith("the issue's")]
+    wrapped = sdk.wrap(anthropic_client)
+    for values in (VALUES, OTHER_VALUES):
+        await resolve(wrapped.messages.create(model="claude-sonnet-4-6", max_tokens=64, system=entry.prompt(values),
+                                              messages=[{"role": "user", "content": "Bonjour"}]))  # fmt: skip
+    body = simulator.requests[-1].body
+    assert body["system"] == entry.kept  # "Always reply in French and never mention prices.": in place
+    assert body["messages"][-1]["content"] == [
+        {"type": "text", "text": "Bonjour"},
+        {"type": "text", "text": f"{NOTE_OPEN}\nCurrent date: {OTHER_VALUES['date']}\n{NOTE_CLOSE}"},
+    ]
