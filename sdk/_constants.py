@@ -34,6 +34,8 @@ VOLATILE_MAX_ASCENDING_RUN = 4  # a nonce has no longer run of consecutive code 
 
 # Decode guards
 REASONING_ROOM_TOKENS = 16_000  # added to the cap where Anthropic requires max_tokens and adaptive thinking sets no budget
+CONTEXT_FIT_BYTES_PER_TOKEN = 2  # prompt tokens are estimated high (English runs ~4 bytes a token): a filled cap must fit
+MODEL_CONTEXT_TIMEOUT_SECONDS = 5.0  # the one `GET /models` per base URL that reads the servers' contexts
 ADAPTIVE_CAP_QUANTILE = 0.99  # the quantile of a family's output lengths its adaptive cap is set from
 ADAPTIVE_CAP_WINDOW = 512  # recent answers per family the quantile is taken over (a sliding window)
 ADAPTIVE_CAP_MIN_CALLS = 50  # answers a family needs before it gets an adaptive cap

@@ -37,13 +37,15 @@ class OutputCap:
     `tokens` is the value sent (reasoning and thinking included, where the API counts them in it);
     `param` the native parameter carrying it; `in_extra_body` whether it travels in `extra_body`
     (which the client merges over the named parameters); `source` who set it (a
-    `sdk.telemetry.semconv.CapSource`: "policy", "caller", "adaptive").
+    `sdk.telemetry.semconv.CapSource`: "policy", "caller", "adaptive"); `clamped_from` the caller's
+    own value where kvwise lowered it (None: kvwise filled a missing limit, or kept the caller's).
     """
 
     tokens: int
     param: str
     in_extra_body: bool = False
     source: str = "policy"
+    clamped_from: int | None = None
 
 
 @dataclass(slots=True)

@@ -19,21 +19,37 @@ also holds the reasoning:
 Under `Policy.adaptive_caps` a call that neither reasons nor names a limit is filled with its prompt
 family's learnt cap (`sdk.adaptive_caps`) instead of the policy's, once the family has one; a
 caller's limit is never lowered by it. `Call.cap.source` says which: policy, caller or adaptive.
+
+A filled cap must fit the model. The chain cannot know the context (it does no I/O), so the send
+checks it (`fit_to_context`) for an OpenAI-compatible server, whose `/v1/models` says it
+(`sdk.model_context`): where the prompt, estimated high at `CONTEXT_FIT_BYTES_PER_TOKEN` bytes of
+the request body a token, plus the filled cap exceed the context, the request goes with no limit
+of kvwise's. Not `context - prompt`: a wrong estimate would then cut answers the bare client gets
+whole, while those servers already stop at the context's end on their own (vLLM's and the local
+backend's default limit is the room left), so what kvwise leaves unfilled is a limit that could not
+have bound anyway. A context that is unknown leaves the cap filled; and whatever the estimate, a
+400 (or 422) naming the output limit or the context, on a call whose limit kvwise filled or clamped,
+gets the call once more with the limit as the caller wrote it (`OUTPUT_LIMIT`, one of the additions
+`sdk.refusals` takes back), and that server gets no such limit from kvwise again.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
-from sdk._constants import REASONING_ROOM_TOKENS
-from sdk.adapters import Adapter
+from sdk._constants import CONTEXT_FIT_BYTES_PER_TOKEN, REASONING_ROOM_TOKENS
+from sdk.adapters import Adapter, adapter_for
 from sdk.adaptive_caps import AdaptiveCaps, family_of
-from sdk.call import Call, OutputCap
+from sdk.call import Call, OutputCap, Provider
 from sdk.policy import Policy
+from sdk.telemetry import semconv as sc
 from sdk.telemetry.semconv import CapSource
 
 _EXTRA_BODY = "extra_body"
+_EXTRA_JSON = "extra_json"  # where the client's request options carry `extra_body`
 
 
 def apply_guards(call: Call, policy: Policy, adapter: Adapter, caps: AdaptiveCaps | None = None) -> None:
@@ -83,15 +99,16 @@ def _cap(call: Call, policy: Policy, adapter: Adapter, extra: dict[str, Any], ca
             continue  # the caller's None, or a value only the API can judge, is theirs to send
         label = f"{_EXTRA_BODY}.{name}" if where is extra else name
         source = CapSource.CALLER
+        clamped_from = None
         if limit is None and value > cap:
             call.changes.append(f"max_tokens_kept:{label}:reasoning")
         elif limit is not None and value > limit:
             where[name] = limit
             call.changes.append(f"max_tokens_clamped:{label}:{value}->{limit}")
-            value, source = limit, CapSource.POLICY
+            value, source, clamped_from = limit, CapSource.POLICY, value
         if where is extra:  # the client sends extra_body's value under this name: the named one agrees
             call.params[name] = value
-        found.append(OutputCap(value, name, in_extra_body=where is extra, source=source))
+        found.append(OutputCap(value, name, in_extra_body=where is extra, source=source, clamped_from=clamped_from))
     call.cap = min(found, key=lambda each: each.tokens, default=None)
 
 
@@ -147,3 +164,91 @@ def _as_stop_list(value: Any) -> list[str] | None:
     if isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value):
         return list(value)
     return None
+
+
+def _kvwise_limit(call: Call) -> OutputCap | None:
+    """The request's limit where kvwise filled it in or lowered it (None where it is the caller's)."""
+    cap = call.cap
+    return cap if cap is not None and cap.source != CapSource.CALLER else None
+
+
+def wants_context(call: Call) -> bool:
+    """Whether the send must learn the model's context first: kvwise filled the limit of a call to an
+    OpenAI-compatible server (hosted OpenAI and Anthropic have contexts no cap reaches)."""
+    cap = _kvwise_limit(call)
+    return cap is not None and cap.clamped_from is None and call.provider is Provider.OPENAI_COMPATIBLE
+
+
+def fit_to_context(call: Call, post_kwargs: dict[str, Any], context: int) -> None:
+    """Take out of the request body a filled limit that, after the prompt (estimated high), does not
+    fit `context` (see the module docstring)."""
+    cap, body = _kvwise_limit(call), post_kwargs.get("body")
+    if cap is None or not isinstance(body, Mapping) or cap.param not in body:
+        return
+    prompt = math.ceil(len(json.dumps(body, ensure_ascii=False, default=str).encode()) / CONTEXT_FIT_BYTES_PER_TOKEN)
+    if prompt + cap.tokens <= context:
+        return
+    post_kwargs["body"] = {key: value for key, value in body.items() if key != cap.param}
+    call.cap = None
+    call.changes.append(f"max_tokens_not_filled:context:{context}")
+
+
+class OutputLimit:
+    """The output limit kvwise filled in or clamped, as an addition a server may refuse (`sdk.refusals`).
+
+    Named by a refusal that mentions the limit's parameters or the context (vLLM: "This model's
+    maximum context length is ..."; the local backend: "max_completion_tokens=4096 must be between 1
+    and the model's context"). Taking it back sends the limit as the caller wrote it: none where they
+    set none, theirs where kvwise lowered it. A fill the API requires (Anthropic's `max_tokens`) is
+    never taken out.
+    """
+
+    name = "output_limit"
+    span_flag: str | None = sc.KVWISE_GUARD_CAP_REFUSED
+    _WORDS = ("max_tokens", "max_completion_tokens", "max_output_tokens", "context length", "context_length", "maximum context")
+
+    def added(self, call: Call, post_kwargs: Mapping[str, Any]) -> bool:
+        cap, body = _kvwise_limit(call), post_kwargs.get("body")
+        if cap is None or not isinstance(body, Mapping) or cap.param not in body:
+            return False
+        return cap.clamped_from is not None or not adapter_for(call.api).requires_max_tokens
+
+    def named_by(self, message: str) -> bool:
+        lowered = message.lower()
+        return any(word in lowered for word in self._WORDS)
+
+    def take_back(self, call: Call, post_kwargs: dict[str, Any]) -> None:
+        cap = call.cap
+        if cap is None:
+            return
+        body = dict(post_kwargs["body"])
+        options = dict(post_kwargs.get("options") or {})
+        extra = dict(options.get(_EXTRA_JSON) or {}) if cap.in_extra_body else None
+        call.cap = _as_written(cap, body, extra)
+        post_kwargs["body"] = body
+        if extra is not None:
+            post_kwargs["options"] = {**options, _EXTRA_JSON: extra}
+        call.changes.append(f"max_tokens_refused:{cap.param}")
+
+    def withhold(self, call: Call) -> None:
+        cap = _kvwise_limit(call)
+        if cap is None or (cap.clamped_from is None and adapter_for(call.api).requires_max_tokens):
+            return
+        extra = call.params.get(_EXTRA_BODY) if cap.in_extra_body else None
+        call.cap = _as_written(cap, call.params, extra if isinstance(extra, dict) else None)
+        call.changes.append(f"max_tokens_withheld:{cap.param}")
+
+
+def _as_written(cap: OutputCap, where: dict[str, Any], extra: dict[str, Any] | None) -> OutputCap | None:
+    """Put the caller's own limit back in `where` (and `extra`, the `extra_body` the client merges
+    over it): theirs where kvwise clamped it, none where kvwise filled it. The limit now sent."""
+    if cap.clamped_from is None:
+        where.pop(cap.param, None)
+        return None
+    where[cap.param] = cap.clamped_from
+    if extra is not None:
+        extra[cap.param] = cap.clamped_from
+    return OutputCap(cap.clamped_from, cap.param, in_extra_body=cap.in_extra_body, source=CapSource.CALLER)
+
+
+OUTPUT_LIMIT = OutputLimit()

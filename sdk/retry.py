@@ -6,17 +6,27 @@ Retried: transport faults (connection errors, timeouts, and a 200 whose JSON bod
 `x-stainless-retry-count`, as the clients' own retries do (see `sdk.send`). The wrapped client's own retries are turned off
 so attempts never multiply, and one `Attempts` budget covers a call's retries and any reopening of
 its stream; when the attempts run out the caller gets the client's own exception.
+
+How many retries (`retries_for`): the caller's own `max_retries` where they set one, and
+`Policy.retries` only where they did not, so a wrapped client makes no more attempts than the bare
+one would. In order: the request's options (`client.post(..., options={"max_retries": 0})`), then
+the client's (its constructor's or `with_options(max_retries=...)`'s: openai-agents and pydantic-ai
+pass theirs so). The clients keep no trace of whether `max_retries` was given, only its value, so
+"set none" is told by that value: the client class's own default (`DEFAULT_MAX_RETRIES`, 2, read
+from its constructor's signature) counts as none. So `max_retries=2` said out loud gets
+`Policy.retries` too, which under the default Policy is the same 2.
 """
 
 from __future__ import annotations
 
 import email.utils
+import inspect
 import json
 import logging
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Any
 
@@ -141,6 +151,32 @@ class wait_retry_after(wait_base):
         outcome = retry_state.outcome
         hint = retry_after_seconds(outcome.exception() if outcome is not None else None)
         return hint if hint is not None else self.fallback(retry_state)
+
+
+def retries_for(client: Any, options: Mapping[str, Any] | None, default: int) -> int:
+    """The retries of one call through `client` with request `options`: the caller's `max_retries`,
+    else `default` (`Policy.retries`); see the module docstring."""
+    if (asked := _count((options or {}).get("max_retries"))) is not None:
+        return asked
+    own = _count(getattr(client, "max_retries", None))
+    if own is not None and own != _default_max_retries(client.__class__):
+        return own
+    return default
+
+
+def _count(value: Any) -> int | None:
+    """`value` if it is a number of retries (the clients' `NotGiven` and anything else is not)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+@cache
+def _default_max_retries(client_class: type) -> Any:
+    """The `max_retries` a client class gets when its caller passes none (its constructor's default)."""
+    try:
+        parameter = inspect.signature(client_class).parameters.get("max_retries")
+    except (TypeError, ValueError):
+        return None
+    return parameter.default if parameter is not None else None
 
 
 class Attempts:

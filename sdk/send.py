@@ -3,9 +3,12 @@
 `Sender.post` stands in for a resource's `_post` (see `sdk.compat.with_send`): the client's method
 (`create`, `parse`, a stream helper, a `with_raw_response` form) builds its request as usual and
 hands it here. Each attempt goes through the live client's `post` with the client's own retries
-off and the attempt's `x-stainless-retry-count`; one CLIENT span covers the attempts; a stream comes
-back guarded, and a raw response comes back as the client's own object whose `.parse()` gives the
-parsed (or guarded) result kvwise recorded.
+off and the attempt's `x-stainless-retry-count`, as many as the caller's `max_retries` allows
+(`sdk.retry.retries_for`); one CLIENT span covers the attempts; a stream comes back guarded, and a
+raw response comes back as the client's own object whose `.parse()` gives the parsed (or guarded)
+result kvwise recorded. Before the first attempt a limit kvwise filled in is fitted to the model's
+context (`sdk.guards.fit_to_context`); what a server refuses of kvwise's additions is taken back
+(`sdk.refusals`).
 """
 
 from __future__ import annotations
@@ -22,11 +25,13 @@ from sdk.adapters._base import timings_of
 from sdk.call import Call
 from sdk.errors import client_error
 from sdk.fanout import FanOut, Leader, Waited
+from sdk.guards import fit_to_context, wants_context
+from sdk.model_context import ModelContexts
 from sdk.observed import Observed
 from sdk.policy import Policy
-from sdk.retry import Attempts, acall_with_retries, call_with_retries
+from sdk.refusals import Refusals
+from sdk.retry import Attempts, acall_with_retries, call_with_retries, retries_for
 from sdk.stream import StreamWatch, guard_async, guard_sync
-from sdk.stream_options import Refusals
 from sdk.surface import Kind
 from sdk.telemetry import CallRecord, Telemetry
 from sdk.telemetry import semconv as sc
@@ -64,28 +69,31 @@ class Sender:
         if leader is not None or learn is not None:
             release = functools.partial(self.fanout.release, leader) if self.fanout is not None and leader is not None else None
             record = cast(CallRecord, Observed(record, learn, release))
-        attempts = Attempts(self.policy.retries, record.attempt)
-        options = post_kwargs.get("options")
+        attempts = Attempts(retries_for(self.client, post_kwargs.get("options"), self.policy.retries), record.attempt)
 
-        def send() -> Any:
-            return self.client.post(path, **{**post_kwargs, "options": compat.attempt_options(options, attempts.made - 1)})
+        def send() -> Any:  # reads `post_kwargs` at each attempt: a take-back rewrites them
+            options = compat.attempt_options(post_kwargs.get("options"), attempts.made - 1)
+            return self.client.post(path, **{**post_kwargs, "options": options})
 
         return record, attempts, send, follow
 
     def post(self, path: str, **post_kwargs: Any) -> Any:
         """The sync client's `post(path, ...)`, sent the kvwise way."""
+        if (contexts := self._contexts()) is not None and (context := contexts.context(self.client, self.call.model)) is not None:
+            fit_to_context(self.call, post_kwargs, context)
         record, attempts, send, follow = self._start(path, post_kwargs)
         if follow is not None and self.fanout is not None:
             _note_wait(record, self.fanout.wait(follow, self.policy.fanout_wait_seconds))
         raw = compat.raw_mode(post_kwargs.get("options"))
         try:
             with record.activate():
-                try:
-                    result = call_with_retries(send, attempts)
-                except Exception as error:
-                    if not self._took_back(error, post_kwargs, record):
-                        raise
-                    result = call_with_retries(send, attempts)  # as the caller wrote it (`sdk.stream_options`)
+                while True:
+                    try:
+                        result = call_with_retries(send, attempts)
+                        break
+                    except Exception as error:
+                        if not self._took_back(error, post_kwargs, record):
+                            raise
         except BaseException as error:
             raise self._failed(record, error)
         parsed = result.parse() if raw else result
@@ -99,18 +107,21 @@ class Sender:
 
     async def apost(self, path: str, **post_kwargs: Any) -> Any:
         """The async client's `post(path, ...)`, sent the kvwise way."""
+        if (contexts := self._contexts()) is not None and (context := await contexts.acontext(self.client, self.call.model)) is not None:
+            fit_to_context(self.call, post_kwargs, context)
         record, attempts, send, follow = self._start(path, post_kwargs)
         if follow is not None and self.fanout is not None:
             _note_wait(record, await self.fanout.await_release(follow, self.policy.fanout_wait_seconds))
         raw = compat.raw_mode(post_kwargs.get("options"))
         try:
             with record.activate():
-                try:
-                    result = await acall_with_retries(send, attempts)
-                except Exception as error:
-                    if not self._took_back(error, post_kwargs, record):
-                        raise
-                    result = await acall_with_retries(send, attempts)  # as the caller wrote it (`sdk.stream_options`)
+                while True:
+                    try:
+                        result = await acall_with_retries(send, attempts)
+                        break
+                    except Exception as error:
+                        if not self._took_back(error, post_kwargs, record):
+                            raise
         except BaseException as error:
             raise self._failed(record, error)
         parsed = await _parse(result) if raw else result
@@ -126,8 +137,15 @@ class Sender:
         finish(self.call, self.kind, parsed, record)
         return result
 
+    def _contexts(self) -> ModelContexts | None:
+        """The wrapped client's model contexts, where this call's filled limit must be fitted to one."""
+        if self.refusals is None or self.kind is not Kind.CALL or not wants_context(self.call):
+            return None
+        return self.refusals.contexts
+
     def _took_back(self, error: Exception, post_kwargs: dict[str, Any], record: CallRecord) -> bool:
-        """Whether the server refused the `stream_options` kvwise added, now taken out of `post_kwargs`."""
+        """Whether the server refused something kvwise added (`sdk.refusals`), now sent as the caller wrote it;
+        then the loop sends again (each addition is taken back once, so it ends)."""
         return self.refusals is not None and self.refusals.take_back(error, self.call, self.server, post_kwargs, record.span)
 
     @staticmethod

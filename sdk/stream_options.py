@@ -2,60 +2,58 @@
 
 kvwise asks a Chat (or legacy Completions) stream for its usage with `stream_options.include_usage`
 when the caller did not (`openai_chat.add_stream_usage`). Some OpenAI-compatible servers refuse the
-field with a 400 (or 422) that the bare client's request would not get. When the first attempt of
-a call whose `stream_options` kvwise added by itself is refused so (the error names the field), the
-call is sent again once as the caller wrote it, and the server is remembered for the wrapped client:
-its later streams are sent without the field. Such a stream's usage is an estimate, marked
-`kvwise.usage.estimated` on its span.
+field with a 400 (or 422) that the bare client's request would not get. `STREAM_USAGE` is that
+addition as `sdk.refusals` takes it back: a call whose `stream_options` kvwise added by itself and
+that is refused so (the error names the field) is sent again once as the caller wrote it, and the
+server is remembered for the wrapped client: its later streams are sent without the field. Such a
+stream's usage is an estimate, marked `kvwise.usage.estimated` on its span.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from sdk.adapters.openai_chat import STREAM_USAGE_REFUSED, STREAM_USAGE_REQUESTED
 from sdk.call import Api, Call
-from sdk.telemetry import semconv as sc
 
+STREAM_USAGE_REQUESTED = "stream_usage_requested"
+"""The change recorded when kvwise sends a stream with `stream_options.include_usage` the caller did not ask for."""
+STREAM_USAGE_REFUSED = "stream_usage_refused"
+"""The change recorded when the server refuses `stream_options`: none is added. Both live here, not
+in the Chat adapter that adds the field, so that `sdk.send` reads them without importing `openai`
+(an Anthropic-only app would pay ~350 ms for it)."""
 FIELD = "stream_options"
-_REFUSAL_STATUSES = frozenset({400, 422})
 _APIS = frozenset({Api.CHAT, Api.COMPLETIONS})  # the APIs whose streams kvwise asks for usage
 
 
-class Refusals:
-    """The servers (`(host, port)`) a wrapped client has seen refuse `stream_options`."""
+class StreamUsage:
+    """The `stream_options` kvwise adds to a stream, as an addition a server may refuse (`sdk.refusals`)."""
 
-    __slots__ = ("_servers",)
+    name = FIELD
+    span_flag: str | None = None  # the span's estimated usage says it (`kvwise.usage.estimated`)
 
-    def __init__(self) -> None:
-        self._servers: set[Hashable] = set()
+    def added(self, call: Call, post_kwargs: Mapping[str, Any]) -> bool:
+        """Whether the request's `stream_options` is kvwise's alone: the caller sent none, named or in `extra_body`."""
+        body, extra = post_kwargs.get("body"), call.params.get("extra_body")
+        return (
+            isinstance(body, Mapping)
+            and FIELD in body
+            and STREAM_USAGE_REQUESTED in call.changes
+            and FIELD not in call.params
+            and not (isinstance(extra, Mapping) and FIELD in extra)
+        )
 
-    def mark(self, call: Call, server: Hashable) -> None:
+    def named_by(self, message: str) -> bool:
+        return FIELD in message
+
+    def take_back(self, call: Call, post_kwargs: dict[str, Any]) -> None:
+        post_kwargs["body"] = {key: value for key, value in post_kwargs["body"].items() if key != FIELD}
+        call.changes[call.changes.index(STREAM_USAGE_REQUESTED)] = STREAM_USAGE_REFUSED
+
+    def withhold(self, call: Call) -> None:
         """Before the call is rewritten into its request: no usage request to a server that refuses it."""
-        if call.stream and call.api in _APIS and server in self._servers:
+        if call.stream and call.api in _APIS:
             call.changes.append(STREAM_USAGE_REFUSED)
 
-    def take_back(self, error: BaseException, call: Call, server: Hashable, post_kwargs: dict[str, Any], span: Any) -> bool:
-        """Whether `error` refused the `stream_options` kvwise added by itself; if so, `post_kwargs`
-        now sends the caller's request, the call and its span say so, and the server is remembered."""
-        body = post_kwargs.get("body")
-        if not (_added_by_kvwise(call) and isinstance(body, Mapping) and FIELD in body and _names_the_field(error)):
-            return False
-        post_kwargs["body"] = {key: value for key, value in body.items() if key != FIELD}
-        call.changes[call.changes.index(STREAM_USAGE_REQUESTED)] = STREAM_USAGE_REFUSED
-        self._servers.add(server)
-        if span is not None and span.is_recording():
-            span.set_attribute(sc.KVWISE_CANONICAL_CHANGES, tuple(call.changes))
-        return True
 
-
-def _added_by_kvwise(call: Call) -> bool:
-    """Whether the request's `stream_options` is kvwise's alone: the caller sent none, named or in `extra_body`."""
-    extra = call.params.get("extra_body")
-    return STREAM_USAGE_REQUESTED in call.changes and FIELD not in call.params and not (isinstance(extra, Mapping) and FIELD in extra)
-
-
-def _names_the_field(error: BaseException) -> bool:
-    """A 400/422 answer whose message names `stream_options` (the client's error text holds the body)."""
-    return getattr(error, "status_code", None) in _REFUSAL_STATUSES and FIELD in str(error)
+STREAM_USAGE = StreamUsage()

@@ -26,8 +26,8 @@ from sdk.chain import Chain, Middleware
 from sdk.fanout import FanOut, fanout_key
 from sdk.fingerprint import PrefixTracker
 from sdk.policy import Policy
+from sdk.refusals import Refusals
 from sdk.send import Sender, Server
-from sdk.stream_options import Refusals
 from sdk.surface import Intercept, Kind, Path
 from sdk.telemetry import Telemetry
 

@@ -199,6 +199,11 @@ KVWISE_OUTPUT_CAP_TOKENS: Final = "kvwise.output_cap.tokens"
 KVWISE_OUTPUT_CAP_SOURCE: Final = "kvwise.output_cap.source"
 """Where that limit came from (a `CapSource`): the policy's cap, the caller's own, or the family's adaptive cap."""
 
+KVWISE_GUARD_CAP_REFUSED: Final = "kvwise.guard.cap_refused"
+"""True when the server refused (400/422 naming the output limit or the context) the output cap kvwise
+filled in or clamped, and the call went again with the limit as the caller wrote it (`sdk.guards`);
+`kvwise.output_cap.*` keep the figures of the refused cap."""
+
 KVWISE_FANOUT_WAITED_MS: Final = "kvwise.fanout.waited_ms"
 """How long the call waited for an in-flight call with the same cacheable prefix to warm the cache."""
 

@@ -1,4 +1,8 @@
-"""Fixtures of the SDK tests: real clients, sync and async, pointed at the provider simulator."""
+"""Fixtures of the SDK tests: real clients, sync and async, pointed at the provider simulator.
+
+The clients keep their default `max_retries`: a caller who set none, so a wrapped one retries
+`Policy.retries` times (a `max_retries` of the caller's own is the number of kvwise's retries).
+"""
 
 from __future__ import annotations
 
@@ -17,10 +21,10 @@ def mode(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def openai_client(simulator: Any, mode: str) -> Any:
     cls = openai.OpenAI if mode == "sync" else openai.AsyncOpenAI
-    return cls(base_url=simulator.openai_base_url, api_key="test-key", max_retries=0)
+    return cls(base_url=simulator.openai_base_url, api_key="test-key")
 
 
 @pytest.fixture
 def anthropic_client(simulator: Any, mode: str) -> Any:
     cls = anthropic.Anthropic if mode == "sync" else anthropic.AsyncAnthropic
-    return cls(base_url=simulator.anthropic_base_url, api_key="test-key", max_retries=0)
+    return cls(base_url=simulator.anthropic_base_url, api_key="test-key")

@@ -316,7 +316,7 @@ async def test_a_limit_in_extra_body_is_capped_there_and_the_span_reports_only_w
     assert arguments["extra_body"][name] == 9000, "the caller's own dict is left alone"
     [span] = otel.spans()
     assert (span.attributes or {})[sc.GEN_AI_REQUEST_MAX_TOKENS] == 100
-    assert _chained(api, arguments, sdk.Policy(max_output_tokens=100)).cap == OutputCap(100, name, in_extra_body=True)
+    assert _chained(api, arguments, sdk.Policy(max_output_tokens=100)).cap == OutputCap(100, name, in_extra_body=True, clamped_from=9000)
 
 
 async def test_stops_in_extra_body_are_merged_there_within_the_limit_of_four(simulator, openai_client):

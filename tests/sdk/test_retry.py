@@ -1,16 +1,19 @@
-"""Retries: tenacity with Retry-After, the client's own errors when attempts run out."""
+"""Retries: tenacity with Retry-After, the client's own errors when attempts run out, and as many
+attempts as the caller's own `max_retries` allows (client, `with_options`, request), never more."""
 
 from __future__ import annotations
 
 import email.utils
 import time
+from typing import Any
 
 import httpx2
 import openai
 import pytest
+from openai.types.chat import ChatCompletion
 
 import sdk
-from sdk.retry import is_retryable, retry_after_seconds
+from sdk.retry import is_retryable, retries_for, retry_after_seconds
 from tests.sdk.helpers import collect, resolve
 
 USER = [{"role": "user", "content": "hi"}]
@@ -55,12 +58,71 @@ async def test_a_stream_is_retried_when_it_fails_before_its_first_chunk(simulato
     assert len(simulator.requests) == 2
 
 
-def test_the_wrapped_clients_own_retries_are_turned_off(simulator):
+def test_the_clients_own_max_retries_is_kvwises_number_of_retries_and_its_own_retries_stay_off(simulator):
     client = openai.OpenAI(base_url=simulator.openai_base_url, api_key="k", max_retries=5)
-    simulator.fail(status=500, times=10, headers={"retry-after-ms": "5"})
+    simulator.fail(status=500, times=20, headers={"retry-after-ms": "5"})
     with pytest.raises(openai.InternalServerError):
         sdk.wrap(client, sdk.Policy(retries=2)).chat.completions.create(model="m", messages=USER)
-    assert len(simulator.requests) == 3
+    # 6 attempts, as the bare client makes, each counted by kvwise (not 6 client retries per kvwise attempt)
+    assert [request.headers["x-stainless-retry-count"] for request in simulator.requests] == ["0", "1", "2", "3", "4", "5"]
+
+
+def _attempt_client(simulator: Any, mode: str, where: str, retries: int | None) -> Any:
+    cls = openai.OpenAI if mode == "sync" else openai.AsyncOpenAI
+    own = {"max_retries": retries} if where == "client" and retries is not None else {}
+    return cls(base_url=simulator.openai_base_url, api_key="k", **own)
+
+
+def _attempt(client: Any, where: str, retries: int | None) -> Any:
+    """One chat call, with the caller's `max_retries` (None: none) set `where` the caller sets it."""
+    if where == "request":  # the request's own options, as a framework posting through the client sets them
+        options = {"max_retries": retries} if retries is not None else {}
+        body = {"model": "m", "messages": USER}
+        return client.post("/chat/completions", cast_to=ChatCompletion, body=body, options=options)
+    if where == "with_options" and retries is not None:
+        client = client.with_options(max_retries=retries)
+    return client.chat.completions.create(model="m", messages=USER)
+
+
+@pytest.mark.parametrize("retries", [0, 1, None], ids=["max_retries=0", "max_retries=1", "default"])
+@pytest.mark.parametrize("where", ["client", "with_options", "request"])
+async def test_a_wrapped_client_makes_as_many_attempts_against_a_429_as_the_bare_one(simulator, mode, where, retries):
+    async def attempts(client: Any) -> int:
+        simulator.fail(status=429, times=10, headers={"retry-after-ms": "5"})
+        with pytest.raises(openai.RateLimitError):
+            await resolve(_attempt(client, where, retries))
+        made = len(simulator.requests)
+        simulator.reset()
+        return made
+
+    bare = await attempts(_attempt_client(simulator, mode, where, retries))
+    wrapped = await attempts(sdk.wrap(_attempt_client(simulator, mode, where, retries)))
+    assert wrapped == bare == (2 if retries is None else retries) + 1
+
+
+def test_policy_retries_applies_where_the_caller_set_no_max_retries(simulator):
+    client = openai.OpenAI(base_url=simulator.openai_base_url, api_key="k")
+    simulator.fail(status=503, times=10, headers={"retry-after-ms": "5"})
+    with pytest.raises(openai.InternalServerError):
+        sdk.wrap(client, sdk.Policy(retries=4)).chat.completions.create(model="m", messages=USER)
+    assert len(simulator.requests) == 5
+
+
+@pytest.mark.parametrize(
+    ("client_retries", "options", "expected"),
+    [
+        (openai.DEFAULT_MAX_RETRIES, {}, 7),  # the class default: the caller set none
+        (0, {}, 0),
+        (5, {}, 5),
+        (5, {"max_retries": 1}, 1),  # the request's own beats the client's
+        (openai.DEFAULT_MAX_RETRIES, {"max_retries": 0}, 0),
+        (openai.DEFAULT_MAX_RETRIES, {"max_retries": openai.NOT_GIVEN}, 7),
+        (0, {"max_retries": True}, 0),  # not a count: the client's
+    ],
+)
+def test_retries_for_reads_the_callers_max_retries_before_the_policys(client_retries, options, expected):
+    client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="k", max_retries=client_retries)
+    assert retries_for(client, options, 7) == expected
 
 
 def _status_error(status: int, headers: dict[str, str]) -> openai.APIStatusError:

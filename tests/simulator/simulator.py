@@ -68,6 +68,10 @@ class ProviderSimulator:
     first, out of the request's output cap, as reasoning models and extended thinking do: a reply
     left no room comes back empty, with the length finish). Scripting: `loop`, `fail`, `cut_stream_after`, `stall`,
     `inject_event`, `hold`, `reset`, `advance_clock` (cache TTLs). Records: `requests`, `streams`.
+    `GET /v1/models` is metadata, no model call: it is answered before any scripted fault and counted
+    in `model_list_reads`, not recorded in `requests`; with `context_tokens` set its entries carry
+    vLLM's `max_model_len` (unless `model_list` says the server lists no context, or has no such
+    endpoint), and an OpenAI request whose prompt plus output limit exceed it gets vLLM's 400.
     Caches are written when an answer's prefill is over (before its first event or its JSON body),
     as the providers write theirs: a request that arrives during another's prefill misses.
     """
@@ -83,6 +87,10 @@ class ProviderSimulator:
         self.tool_call: str | None = None
         self.thinking: str = ""
         self.refuse_stream_options: bool = False  # a 400 naming `stream_options`, as some OpenAI-compatible servers give
+        self.context_tokens: int | None = None  # a vLLM-like context: listed in /v1/models, a 400 when prompt + limit exceed it
+        self.model_list: Literal["with_context", "without_context", "missing"] = "with_context"  # llama.cpp lists no
+        # context; some servers have no GET /v1/models at all (a 404)
+        self.model_list_reads: int = 0  # GET /v1/models answered (kept out of `requests`, never faulted)
         self._loop_unit: str | None = None
         self._faults = FaultQueue()
         self._requests: list[RecordedRequest] = []
@@ -181,6 +189,7 @@ class ProviderSimulator:
         """Forget requests, streams, caches, scripted faults and loop mode; settings stay."""
         self.wait_idle()
         self._requests.clear()
+        self.model_list_reads = 0
         self._streams.clear()
         self._prefix_cache.clear()
         self._breakpoint_cache.clear()
@@ -225,6 +234,16 @@ class ProviderSimulator:
 
     def _handle(self, exchange: Exchange) -> None:
         with self._answering():
+            if exchange.method == "GET" and exchange.path == MODELS_PATH:  # a metadata read, no model call
+                self.model_list_reads += 1
+                flavour = _flavour_of(exchange)
+                name, request_id = request_id_header(flavour)
+                if self.model_list == "missing":
+                    exchange.send_json(404, ApiError(404, "Not Found").body(flavour, request_id), {name: request_id})
+                    return
+                context = self.context_tokens if self.model_list == "with_context" else None
+                exchange.send_json(200, _models_list(flavour, context), {name: request_id})
+                return
             self._requests.append(RecordedRequest(
                 exchange.method, exchange.path, exchange.headers, _parse_json(exchange.raw), exchange.raw
             ))
@@ -244,9 +263,6 @@ class ProviderSimulator:
                 return
             case ErrorFault(error):
                 raise error
-        if exchange.method == "GET" and exchange.path == MODELS_PATH:
-            exchange.send_json(200, _models_list(flavour), dict([request_id_header(flavour)]))
-            return
         if (answer := instant.ROUTES.get(exchange.path)) is not None and exchange.method == "POST":
             exchange.send_json(200, answer(_parse_json(exchange.raw) or {}), dict([request_id_header(flavour)]))
             return
@@ -259,6 +275,8 @@ class ProviderSimulator:
             raise ApiError(400, "Unrecognized request argument supplied: stream_options", param="stream_options")
         job = api.parse(body)
         params = job.decode
+        if self.context_tokens is not None and flavour is Flavour.OPENAI and params.max_tokens is not None:
+            _check_context(len(job.prompt), params.max_tokens, self.context_tokens)
         if self.reasoning_tokens and params.max_tokens is not None:
             params = replace(params, max_tokens=max(params.max_tokens - self.reasoning_tokens, 0))
         decoded = decode(self.reply, self._loop_unit, params, DEFAULT_MAX_OUTPUT_TOKENS)
@@ -312,7 +330,15 @@ def _flavour_of(exchange: Exchange) -> Flavour:
     return Flavour.ANTHROPIC if "anthropic-version" in exchange.headers else Flavour.OPENAI
 
 
-def _models_list(flavour: Flavour) -> dict[str, Any]:
+def _check_context(prompt_tokens: int, max_tokens: int, context: int) -> None:
+    """vLLM's refusal of a request whose prompt and output limit together exceed the context."""
+    if prompt_tokens + max_tokens > context:
+        raise ApiError(400, f"This model's maximum context length is {context} tokens. However, you requested "
+                            f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in the "
+                            "completion). Please reduce the length of the messages or completion.")
+
+
+def _models_list(flavour: Flavour, context: int | None) -> dict[str, Any]:
     if flavour is Flavour.ANTHROPIC:
         data = [{"type": "model", "id": model, "display_name": model, "created_at": "2025-01-01T00:00:00Z"}
                 for model in DEFAULT_MODELS]
@@ -320,4 +346,6 @@ def _models_list(flavour: Flavour) -> dict[str, Any]:
     listed: list[dict[str, Any]] = [
         {"id": model, "object": "model", "created": now(), "owned_by": "simulator"} for model in DEFAULT_MODELS
     ]
+    if context is not None:
+        listed = [{**item, "max_model_len": context} for item in listed]
     return {"object": "list", "data": listed}
