@@ -13,7 +13,10 @@ parts of it, nowhere else:
   the guarded stream;
 - the client family's base classes (`_base_client.SyncAPIClient` / `AsyncAPIClient`) and the
   client's `_base_url` (read at each call, so a changed base URL is honoured);
-- `APIConnectionError(message=..., request=...)`, for a fault that has no request of its own.
+- `APIConnectionError(message=..., request=...)`, for a fault that has no request of its own;
+- the client's own `post(path, *, cast_to, body, options, stream, stream_cls)` and
+  `request(cast_to, options, *, stream, stream_cls)`, whose `FinalRequestOptions` (`method`, `url`,
+  `json_data`, and the fields set on it) `request_as_post` turns back into `post`'s arguments.
 
 `client_family` runs at `wrap()` time and raises `UnsupportedClient`, naming the supported
 releases, when the installed client is not one of them or lacks one of these parts.
@@ -24,9 +27,12 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import pydantic
 
 from sdk.errors import KvwiseError
 
@@ -37,6 +43,8 @@ SUPPORTED = "openai 3.x (OpenAI, AzureOpenAI and their async twins) or anthropic
 RETRY_COUNT_HEADER = "x-stainless-retry-count"
 SHOULD_RETRY_HEADER = "x-should-retry"
 RAW_RESPONSE_HEADER = "X-Stainless-Raw-Response"
+EXTRA_BODY_OPTION = "extra_json"
+"""The request option that carries a call's `extra_body` (merged over the body when the request is built)."""
 
 
 class UnsupportedClient(KvwiseError, TypeError):
@@ -55,11 +63,10 @@ class Family:
 def client_family(client: object) -> Family:
     """The family of a supported client; `UnsupportedClient` for anything else."""
     for name in SUPPORTED_MAJOR:
-        try:
-            base = importlib.import_module(f"{name}._base_client")
-        except ImportError:
-            continue
-        if isinstance(client, (base.SyncAPIClient, base.AsyncAPIClient)):
+        # A client of a package is an instance of its classes only once the package is imported: the
+        # other package is never imported for the check (openai costs an Anthropic app ~350 ms).
+        base = sys.modules.get(f"{name}._base_client")
+        if base is not None and isinstance(client, (base.SyncAPIClient, base.AsyncAPIClient)):
             _check_release(name)
             module = importlib.import_module(name)
             return Family(name, isinstance(client, base.AsyncAPIClient), module.APIConnectionError)
@@ -77,6 +84,8 @@ def _check_release(name: str) -> None:
     types = importlib.import_module(f"{name}._types")
     resource = importlib.import_module(f"{name}._resource")
     response = importlib.import_module(f"{name}._response")
+    base = importlib.import_module(f"{name}._base_client")
+    models = importlib.import_module(f"{name}._models")
     missing = [
         what
         for what, present in (
@@ -84,6 +93,8 @@ def _check_release(name: str) -> None:
             ("RequestOptions.headers", "headers" in types.RequestOptions.__annotations__),
             ("SyncAPIResource._post", "self._post = client.post" in _source(resource.SyncAPIResource.__init__)),
             ("APIResponse._parsed_by_type", "_parsed_by_type" in response.BaseAPIResponse.__annotations__),
+            ("SyncAPIClient.post(body=, options=, stream_cls=)", _POST_PARAMETERS <= set(inspect.signature(base.SyncAPIClient.post).parameters)),
+            ("FinalRequestOptions.json_data", _REQUEST_FIELDS <= set(models.FinalRequestOptions.model_fields)),
         )
         if not present
     ]
@@ -91,6 +102,11 @@ def _check_release(name: str) -> None:
         raise UnsupportedClient(
             f"sdk.wrap supports {SUPPORTED}; the installed {name} {version} lacks {', '.join(missing)}, which kvwise relies on"
         )
+
+
+_POST_PARAMETERS = frozenset({"path", "cast_to", "body", "options", "stream", "stream_cls"})
+_REQUEST_FIELDS = frozenset({"method", "url", "json_data", "files", "content"})
+"""The `FinalRequestOptions` fields that are `post`'s own arguments, not its `options`."""
 
 
 def _source(function: Callable[..., Any]) -> str:
@@ -158,3 +174,33 @@ def cache_parsed(raw: Any, value: Any) -> None:
 def connection_error(error_class: Callable[..., Exception], message: str) -> Exception:
     """A client's `APIConnectionError` for a fault that has no HTTP request of its own."""
     return error_class(message=message, request=None)
+
+
+def post_arguments(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """A `post` call's path and its other (keyword-only) arguments; None for a call the client itself
+    would refuse (more than the one positional argument)."""
+    if len(args) > 1 or (not args and "path" not in kwargs):
+        return None
+    rest = dict(kwargs)
+    path = args[0] if args else rest.pop("path")
+    return (path, rest) if isinstance(path, str) else None
+
+
+def request_as_post(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """A `request(cast_to, options, *, stream, stream_cls)` call that POSTs a JSON body, as the `post`
+    arguments that build the same request (`post` makes `FinalRequestOptions.construct(method="post",
+    url=path, json_data=body, **options)`); None for any other request."""
+    given = dict(zip(("cast_to", "options"), args)) | dict(kwargs)
+    final = given.pop("options", None)
+    if len(args) > 2 or "cast_to" not in given or str(getattr(final, "method", "")).lower() != "post":
+        return None
+    if getattr(final, "files", None) is not None or getattr(final, "content", None) is not None:
+        return None
+    options = {name: getattr(final, name) for name in final.model_fields_set - _REQUEST_FIELDS}
+    return final.url, {**given, "body": final.json_data, "options": options}
+
+
+def answers_in_models(cast_to: Any) -> bool:
+    """Whether a send's answer is parsed into the client's own types (a pydantic model class, as the
+    resources' methods ask for) rather than left as bytes, a dict or the HTTP response."""
+    return isinstance(cast_to, type) and issubclass(cast_to, pydantic.BaseModel)

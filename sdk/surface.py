@@ -12,6 +12,12 @@ Vertex and Foundry, and under `client.with_raw_response` / `client.with_streamin
   method of the same resource (`chat.completions.stream()` calls `self.create(stream=True)`), like
   the `with_raw_response` wrappers, which openai-python builds by rebinding `create`.
 - `PASS_THROUGH`: resources (or single methods) left to the client, each with the reason.
+- `ROUTES`: the same model calls reached below the resources, through the client's own `post` or
+  `request` (`SENDS`), as frameworks send them (LiteLLM posts `/chat/completions` itself): each URL
+  path names the intercepted method whose request it carries, so it goes through the same chain,
+  retries, telemetry and stream guard. A beta twin posts to the same path (OpenAI adds
+  `?beta=true`, Anthropic a request qualifier) with the same API and kind. Any other path, or a
+  request whose answer the client does not parse into its own types, passes through.
 
 `tests/sdk/test_surface_tree.py` walks the installed clients' resource trees and fails on a method
 that takes a `model` and is in none of these, so a client release that adds one is a red test.
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from sdk.call import Api
 
@@ -152,6 +159,34 @@ PASS_THROUGH: dict[str, dict[Path, str]] = {
         ("user_profiles",): _ADMIN,
     },
 }
+
+
+SENDS = frozenset({"post", "request"})
+"""The client's own lower-level sends (sync, and async on the async clients) kvwise intercepts."""
+
+ROUTES: dict[str, dict[str, tuple[Path, str]]] = {
+    "openai": {
+        "/chat/completions": (("chat", "completions"), "create"),
+        "/responses": (("responses",), "create"),
+        "/responses/input_tokens": (("responses", "input_tokens"), "count"),
+        "/completions": (("completions",), "create"),
+    },
+    "anthropic": {
+        "/v1/messages": (("messages",), "create"),
+        "/v1/messages/count_tokens": (("messages",), "count_tokens"),
+        "/v1/messages/batches": (("messages", "batches"), "create"),
+    },
+}
+"""URL path (relative to the base URL, without the query) -> the intercepted method sending it."""
+
+
+def route(family: str, url: str) -> tuple[Path, Intercept] | None:
+    """The resource and intercepted method whose request a send to `url` carries (None: pass through)."""
+    found = ROUTES[family].get(urlsplit(url).path)
+    if found is None:
+        return None
+    path, method = found
+    return path, next(spec for spec in INTERCEPTED[family][path] if spec.method == method)
 
 
 def intercepted(family: str, path: Path) -> tuple[Intercept, ...]:

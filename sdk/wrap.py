@@ -7,7 +7,10 @@ intercepted methods are kvwise's: each runs the rewrite chain (`Chain.run`) on i
 the client's own method on a copy of the resource that sends through `sdk.send.Sender`. So
 `parse`, the stream helpers and the `with_raw_response` / `with_streaming_response` forms (the
 client's rebindings of those methods, at resource and client level) are the client's own code
-around one kvwise send: one span, kvwise's retries, the stream guard.
+around one kvwise send: one span, kvwise's retries, the stream guard. The client's own `post` and
+`request` are kvwise's too: a framework that sends a model call's request through them (LiteLLM
+posts `/chat/completions` itself) gets the chain and the same send as the table's method posting
+to that path (`surface.ROUTES`); any other request goes to the client as it is.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ ClientT = TypeVar("ClientT")
 
 _HOSTED = {"api.openai.com": Provider.OPENAI, "api.anthropic.com": Provider.ANTHROPIC}
 _RAW_FORMS = frozenset({"with_raw_response", "with_streaming_response"})
+_WRAPPER_ASSIGNMENTS = ("__module__", "__name__", "__qualname__", "__doc__")
+_EXTRA_BODY = "extra_body"
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +110,8 @@ class _Node:
             return children[name]
         if name in _RAW_FORMS:
             value = type(getattr(self._target, name))(self)  # the client's own wrapper, rebinding our methods
+        elif not self._path and name in surface.SENDS:
+            value = self._root._send_method(name)
         else:
             path = (*self._path, name)
             family = self._root._shared.family.name
@@ -180,23 +187,86 @@ class WrappedClient(_Node):
     def _method(self, view: Any, spec: Intercept) -> Callable[..., Any]:
         """kvwise's `spec.method` of `view`: the chain, then the client's own method sending through kvwise."""
         original = getattr(type(view), spec.method)
+        accepted = _parameters(original)
         if inspect.iscoroutinefunction(original):
 
             async def amethod(*args: Any, **kwargs: Any) -> Any:
-                sender, native = self._prepare(view, spec, original, kwargs)
-                return await original(sender, *args, **native)
+                sender, native = self._prepare(spec, kwargs, compat.resource_client(view), accepted)
+                return await original(self._sending(view, sender), *args, **native)
 
             method: Callable[..., Any] = amethod
         else:
 
             def method(*args: Any, **kwargs: Any) -> Any:
-                sender, native = self._prepare(view, spec, original, kwargs)
-                return original(sender, *args, **native)
+                sender, native = self._prepare(spec, kwargs, compat.resource_client(view), accepted)
+                return original(self._sending(view, sender), *args, **native)
 
-        return functools.update_wrapper(method, original, assigned=("__module__", "__name__", "__qualname__", "__doc__"), updated=())
+        return functools.update_wrapper(method, original, assigned=_WRAPPER_ASSIGNMENTS, updated=())
 
-    def _prepare(self, view: Any, spec: Intercept, original: Callable[..., Any], kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-        """Rewrite the arguments of one call; return the resource copy to send it through, and them."""
+    def _sending(self, view: Any, sender: Sender) -> Any:
+        """A copy of `view` sending through `sender` (the async clients' methods, coroutine functions
+        or not, await their `_post`)."""
+        return compat.with_send(view, sender.apost if self._shared.family.is_async else sender.post)
+
+    def _send_method(self, name: str) -> Callable[..., Any]:
+        """kvwise's `post` or `request` of the live client: a model call's request (`surface.route`)
+        through the chain and kvwise's send; any other request as the client sends it."""
+        original = getattr(self._target, name)
+        as_post = compat.post_arguments if name == "post" else compat.request_as_post
+        if self._shared.family.is_async:
+
+            async def asend(*args: Any, **kwargs: Any) -> Any:
+                routed = self._routed(as_post(args, kwargs))
+                if routed is None:
+                    return await original(*args, **kwargs)
+                sender, path, post_kwargs = routed
+                return await sender.apost(path, **post_kwargs)
+
+            method: Callable[..., Any] = asend
+        else:
+
+            def method(*args: Any, **kwargs: Any) -> Any:
+                routed = self._routed(as_post(args, kwargs))
+                if routed is None:
+                    return original(*args, **kwargs)
+                sender, path, post_kwargs = routed
+                return sender.post(path, **post_kwargs)
+
+        return functools.update_wrapper(method, original, assigned=_WRAPPER_ASSIGNMENTS, updated=())
+
+    def _routed(self, arguments: tuple[str, dict[str, Any]] | None) -> tuple[Sender, str, dict[str, Any]] | None:
+        """A lower-level send's `post` arguments rewritten as the table's method would send them, with
+        its sender; None for a request that is no model call kvwise reads (passed through as it is)."""
+        if arguments is None:
+            return None
+        url, post_kwargs = arguments
+        body = post_kwargs.get("body")
+        found = surface.route(self._shared.family.name, _relative(url, compat.base_url(self._target)))
+        if found is None or not isinstance(body, Mapping) or not compat.answers_in_models(post_kwargs.get("cast_to")):
+            return None
+        path, spec = found
+        resource = self._target
+        for name in path:
+            resource = getattr(resource, name)
+        method = getattr(type(resource), spec.method, None)
+        if method is None:  # a platform without this method (Bedrock counts no tokens): the client's own answer
+            return None
+        accepted = _parameters(method)
+        options = dict(post_kwargs.get("options") or {})
+        kwargs = dict(body)
+        if options.get(compat.EXTRA_BODY_OPTION) is not None:  # `extra_body`, as the client carries it
+            kwargs[_EXTRA_BODY] = dict(options.pop(compat.EXTRA_BODY_OPTION))
+        sender, native = self._prepare(spec, kwargs, self._target, None if accepted is None else accepted | set(kwargs))
+        extra = native.pop(_EXTRA_BODY, None)
+        if extra is not None:
+            options[compat.EXTRA_BODY_OPTION] = extra
+        return sender, url, {**post_kwargs, "body": native, "options": options}
+
+    def _prepare(
+        self, spec: Intercept, kwargs: dict[str, Any], client: Any, accepted: frozenset[str] | None
+    ) -> tuple[Sender, dict[str, Any]]:
+        """Rewrite the arguments of one call to be sent through the live `client`; return the call's
+        sender and them (a token count's only with the parameters in `accepted`, None: any)."""
         shared = self._shared
         provider, server = self._provider_and_server()
         if spec.kind is Kind.BATCH:
@@ -206,15 +276,13 @@ class WrappedClient(_Node):
             shared.chain.run(call)
             shared.refusals.mark(call, server)
             native = adapter_for(spec.api).to_kwargs(call)
-            if spec.kind is Kind.COUNT:
-                native = _accepted(original, native)
-        family = shared.family
-        client = compat.resource_client(view)
+            if spec.kind is Kind.COUNT and accepted is not None:  # not the output parameters the guards add
+                native = {key: value for key, value in native.items() if key in accepted}
         key = fanout_key(call, client) if shared.fanout is not None and spec.kind is Kind.CALL else None
         sender = Sender(
-            call, spec.kind, client, server, shared.policy, shared.telemetry, family.connection_error, shared.fanout, key, shared.refusals
+            call, spec.kind, client, server, shared.policy, shared.telemetry, shared.family.connection_error, shared.fanout, key, shared.refusals
         )
-        return compat.with_send(view, sender.apost if family.is_async else sender.post), native
+        return sender, native
 
     def _rewrite_batch(self, api: Api, provider: Provider, kwargs: dict[str, Any]) -> tuple[Call, dict[str, Any]]:
         """Every request of a batch through the chain; the batch's span describes its first request."""
@@ -253,8 +321,7 @@ def _parameters(function: Callable[..., Any]) -> frozenset[str] | None:
     return frozenset(p.name for p in parameters)
 
 
-def _accepted(function: Callable[..., Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    """`kwargs` without what `function` does not take (the output parameters the guards add to a
-    prompt that is only counted)."""
-    names = _parameters(function)
-    return dict(kwargs) if names is None else {key: value for key, value in kwargs.items() if key in names}
+def _relative(url: str, base_url: Any) -> str:
+    """`url` relative to the client's base URL (the clients' sends take both forms)."""
+    base = str(base_url).rstrip("/")
+    return url[len(base):] if base and url.startswith(base) else url

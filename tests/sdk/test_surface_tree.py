@@ -15,6 +15,8 @@ from openai import _resource as openai_resource
 
 import sdk
 from sdk import surface
+from sdk.call import Api
+from sdk.surface import Kind
 
 _RESOURCES = (
     openai_resource.SyncAPIResource,
@@ -145,3 +147,62 @@ def test_every_entry_of_the_table_names_a_method_the_clients_have():
             for part in dotted[:-1]:
                 resource = getattr(resource, part)
             assert inspect.isfunction(getattr(type(resource), dotted[-1])), dotted
+
+
+class _Posted(Exception):
+    """Raised by the spy standing in for a client's `post`: the method got as far as its send."""
+
+
+_MINIMAL = {
+    Api.CHAT: {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+    Api.RESPONSES: {"model": "m", "input": "hi"},
+    Api.COMPLETIONS: {"model": "m", "prompt": "hi"},
+    Api.MESSAGES: {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+}
+
+
+def _posted_url(family: str, path: tuple[str, ...], spec: surface.Intercept) -> str | None:
+    """The URL the bare client's `spec.method` at `path` posts to (None: the client lacks it)."""
+    client = CLIENTS["OpenAI" if family == "openai" else "Anthropic"]()
+    urls: list[str] = []
+
+    def spy(url: str, **_: Any) -> Any:
+        urls.append(url)
+        raise _Posted
+
+    client.post = spy  # before any resource exists: each one binds `client.post` when it is made
+    resource = client
+    for part in path:
+        resource = getattr(resource, part)
+    kwargs = dict(_MINIMAL[spec.api])
+    if spec.kind is Kind.BATCH:
+        kwargs = {"requests": [{"custom_id": "a", "params": {**kwargs, "max_tokens": 8}}]}
+    elif spec.api is Api.MESSAGES and spec.kind is Kind.CALL:
+        kwargs["max_tokens"] = 8
+    with pytest.raises(_Posted):
+        result = getattr(resource, spec.method)(**kwargs)
+        result.__enter__()  # a stream helper's manager sends when entered
+    return urls[0]
+
+
+def test_every_intercepted_method_posts_to_a_path_the_routes_table_sends_the_same_way():
+    routed: set[tuple[str, str]] = set()
+    for family, resources in surface.INTERCEPTED.items():
+        for path, specs in resources.items():
+            for spec in specs:
+                url = _posted_url(family, path, spec)
+                found = surface.route(family, url)
+                assert found is not None, f"{'.'.join(path)}.{spec.method} posts to {url}, which ROUTES lacks"
+                assert (found[1].api, found[1].kind) == (spec.api, spec.kind), url
+                routed.add((family, url.split("?")[0]))
+    assert routed == {(family, url) for family, routes in surface.ROUTES.items() for url in routes}
+
+
+@pytest.mark.parametrize("name", sorted(CLIENTS))
+def test_the_wrapped_clients_post_and_request_are_kvwises_own(name):
+    client = CLIENTS[name]()
+    wrapped = sdk.wrap(client)
+    for send in sorted(surface.SENDS):
+        assert getattr(client, send).__self__ is client
+        assert not hasattr(getattr(wrapped, send), "__self__")
+        assert inspect.iscoroutinefunction(getattr(wrapped, send)) == inspect.iscoroutinefunction(getattr(client, send))
