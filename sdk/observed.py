@@ -19,7 +19,8 @@ from sdk.telemetry import CallRecord
 
 class Observed:
     """`record`, with `release` called at the first chunk or the end (once is enough: it is
-    idempotent) and `learn` told the usage of an answer that ended well."""
+    idempotent) and `learn` told the usage of an answer that ended well (not failed, not abandoned
+    by its caller half-way, not estimated)."""
 
     __slots__ = ("_record", "_learn", "_release", "chunk")
 
@@ -43,6 +44,7 @@ class Observed:
         if self._release is not None:
             self._release()
         usage = facts.get("usage")
-        if self._learn is not None and usage is not None and facts.get("error") is None and not facts.get("usage_estimated"):
+        ended_well = facts.get("error") is None and not facts.get("abandoned") and not facts.get("usage_estimated")
+        if self._learn is not None and usage is not None and ended_well:
             self._learn(usage)
         self._record.end(**facts)

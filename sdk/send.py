@@ -34,6 +34,7 @@ from sdk.retry import Attempts, acall_with_retries, call_with_retries, retries_f
 from sdk.stream import StreamWatch, guard_async, guard_sync
 from sdk.surface import Kind
 from sdk.telemetry import CallRecord, Telemetry
+from sdk.telemetry import client_tracing
 from sdk.telemetry import semconv as sc
 from sdk.telemetry.attributes import response_facts
 
@@ -71,8 +72,10 @@ class Sender:
             record = cast(CallRecord, Observed(record, learn, release))
         attempts = Attempts(retries_for(self.client, post_kwargs.get("options"), self.policy.retries), record.attempt)
 
+        tracing = client_tracing.trace_headers(self.client, record.span)  # the client's own span gives way to ours
+
         def send() -> Any:  # reads `post_kwargs` at each attempt: a take-back rewrites them
-            options = compat.attempt_options(post_kwargs.get("options"), attempts.made - 1)
+            options = compat.attempt_options(post_kwargs.get("options"), attempts.made - 1, tracing)
             return self.client.post(path, **{**post_kwargs, "options": options})
 
         return record, attempts, send, follow

@@ -24,6 +24,11 @@ are kept from the caller, who sees the bare client's chunks. A stream that ends 
 reported its usage (cut by a guard, closed early) gets `estimated_usage`, marked
 `kvwise.usage.estimated` on the span; Anthropic's `message_start`, and servers that report usage
 on every chunk, give exact input and cache figures even then.
+
+A cut stream ends as the bare one would have (`Adapter.cut_events`): in the classes of the API
+called (a beta call's own), with the usage the span records where the API reports it at the end
+(a Chat or Completions usage chunk where the caller asked for one). A stream its caller stops
+reading is no failure: its span ends without error, marked `kvwise.stream.abandoned`.
 """
 
 from __future__ import annotations
@@ -60,7 +65,7 @@ class StreamWatch:
         self.connection_error = connection_error  # the wrapped client's: what a break after content raises is also one
         self.call = call
         self.record = record
-        self.state = StreamState(hide_usage=adapter.hides_usage(call))
+        self.state = StreamState(hide_usage=adapter.hides_usage(call), usage_asked=adapter.asks_usage(call))
         self.read = adapter.read_event
         self.detector = LoopDetector.for_call(call) if policy.loop_guard else None
         self.stops = call.client_stops
@@ -87,9 +92,13 @@ class StreamWatch:
         if self.detector is not None and self.detector.feed(text) is not None:
             saved = self.cap - self.state.output_units if self.cap is not None else None
             self.record.guard_tripped("loop", saved)
-            self.cut = True
-            return [event, *self.adapter.cut_events(self.state, truncated=True)]
+            return [event, *self._cut(truncated=True)]
         return None
+
+    def _cut(self, truncated: bool) -> list[Any]:
+        """The events that end a stream kvwise cuts, reporting the usage its span records."""
+        self.cut = True
+        return self.adapter.cut_events(self.state, truncated, self._usage()[0])
 
     def _cut_at_stop(self, event: Any, text: str) -> list[Any] | None:
         window = self._stop_tail + text
@@ -101,8 +110,7 @@ class StreamWatch:
         self.state.text.append(keep)
         self.adapter.set_event_text(event, keep)
         head = [event] if keep else []
-        self.cut = True
-        return [*head, *self.adapter.cut_events(self.state, truncated=False)]
+        return [*head, *self._cut(truncated=False)]
 
     def awaits_usage(self) -> bool:
         """Whether the stream finished but the usage the SDK asked for is still to come: the finish
@@ -134,11 +142,17 @@ class StreamWatch:
             self.received_ns = time_ns()
 
     def finish(self, error: BaseException | None) -> None:
-        """End the call's telemetry, once."""
+        """End the call's telemetry, once.
+
+        Ended by its caller (`error` None: closed, dropped, `with` exit; or anything but an
+        `Exception`, such as a cancelled task's `CancelledError`), a stream is no failure, and one
+        that had not reached its final event is recorded as abandoned. A broken one carries its error.
+        """
         if self.finalized:
             return
         self.finalized = True
         state = self.state
+        by_caller = error is None or not isinstance(error, Exception)
         usage, estimated = self._usage()
         self.record.end(
             usage=usage,
@@ -147,7 +161,8 @@ class StreamWatch:
             finish_reasons=tuple(state.finish_reasons),
             timings=state.timings,
             output_text="".join(state.text) if self.record.captures_content else None,
-            error=error if error is not None else (None if state.finished else "stream_abandoned"),
+            error=None if by_caller else error,
+            abandoned=by_caller and not state.finished,
             usage_estimated=estimated,
             **stream_facts(state.last_event, state.start_message),
         )
@@ -233,7 +248,7 @@ def _guarded(upstream: Upstream, watch: StreamWatch, reopen: Callable[[], Any]) 
             upstream.replace(stream, iter(stream))
     except GeneratorExit:  # the caller closed or dropped the stream: abandoned, not failed
         raise
-    except BaseException as exc:
+    except BaseException as exc:  # (a cancellation too: `finish` tells the caller's stops from failures)
         error = exc
         raise
     finally:
@@ -296,7 +311,7 @@ async def _aguarded(upstream: Upstream, watch: StreamWatch, reopen: Callable[[],
             upstream.replace(stream, aiter(stream))
     except GeneratorExit:  # the caller closed or dropped the stream: abandoned, not failed
         raise
-    except BaseException as exc:
+    except BaseException as exc:  # (a cancellation too: `finish` tells the caller's stops from failures)
         error = exc
         raise
     finally:

@@ -88,6 +88,8 @@ class StreamState:
 
     `hide_usage`: the SDK asked for a usage event the caller did not (Chat's `include_usage`), so the
     reader keeps it, and the traces of asking, from the caller; it sets `swallow` on such an event.
+    `usage_asked`: the caller asked for that usage event themselves, so a stream kvwise cuts ends
+    with one, as the bare stream would have.
     `output_units`: content events of the answer (text, tool arguments, thinking, refusals).
     """
 
@@ -103,6 +105,7 @@ class StreamState:
     last_start_usage: Any = None
     start_message: Any = None  # Anthropic's `message_start` message (its diagnostics are read at the end)
     hide_usage: bool = False
+    usage_asked: bool = False
     swallow: bool = False
 
 
@@ -147,6 +150,11 @@ class Adapter:
         """Whether the SDK asks this streamed call for a usage event the caller did not ask for."""
         return False
 
+    def asks_usage(self, call: Call) -> bool:
+        """Whether the caller asked this streamed call for a usage event of its own (an option the
+        API has for it; where usage always comes with the final event there is none to ask for)."""
+        return False
+
     def read_event(self, event: Any, state: StreamState) -> str | None:
         """Update `state` from one stream event; None when it carries no content, else the answer
         text it carries ("" for content that is not answer text: tool arguments, thinking, refusals).
@@ -157,11 +165,14 @@ class Adapter:
         """
         raise NotImplementedError
 
-    def cut_events(self, state: StreamState, truncated: bool) -> list[Any]:
-        """Events, in the client's own types, that end a stream the SDK cut.
+    def cut_events(self, state: StreamState, truncated: bool, usage: Usage | None) -> list[Any]:
+        """Events that end a stream the SDK cut, as the bare stream would have ended: of the classes
+        of the API called (its beta twin's for a beta call) and with the usage where the API reports
+        it at the end (`usage_asked` where that is the caller's option).
 
         `truncated` is True for the loop guard (the API's length signal) and False for a
-        client-side stop sequence (a normal end).
+        client-side stop sequence (a normal end). `usage` is what the call span records: the
+        server's figures where it sent them, output counted up to the cut, else the estimate.
         """
         raise NotImplementedError
 

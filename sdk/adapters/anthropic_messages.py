@@ -6,7 +6,9 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Literal
 
@@ -21,6 +23,38 @@ from anthropic.types.raw_message_delta_event import Delta
 from sdk.adapters._base import Adapter, StreamState, as_items, first_stop, given_params, given_tiers, pop_list, timings_of
 from sdk.call import Api, Call, Provider, Usage
 from sdk.reasoning import Reasoning, anthropic_reasoning
+
+
+_BETA_MODULES = "anthropic.types.beta"
+
+
+@dataclass(frozen=True, slots=True)
+class _Types:
+    """The classes of the events kvwise makes to end a cut stream of one API flavour."""
+
+    block_stop: type[Any]
+    message_delta: type[Any]
+    delta: type[Any]
+    delta_usage: type[Any]
+    message_stop: type[Any]
+
+
+_TYPES = _Types(RawContentBlockStopEvent, RawMessageDeltaEvent, Delta, MessageDeltaUsage, RawMessageStopEvent)
+
+
+@functools.cache
+def _beta_types() -> _Types:
+    """The beta API's classes (`client.beta.messages` streams `BetaRaw...Event`s, and frameworks
+    match on them), imported on first need: only a beta event already in hand asks for them."""
+    from anthropic.types.beta import (
+        BetaMessageDeltaUsage,
+        BetaRawContentBlockStopEvent,
+        BetaRawMessageDeltaEvent,
+        BetaRawMessageStopEvent,
+    )
+    from anthropic.types.beta.beta_raw_message_delta_event import Delta as BetaDelta
+
+    return _Types(BetaRawContentBlockStopEvent, BetaRawMessageDeltaEvent, BetaDelta, BetaMessageDeltaUsage, BetaRawMessageStopEvent)
 
 
 def messages_usage(usage: Any) -> Usage | None:
@@ -148,19 +182,22 @@ class MessagesAdapter(Adapter):
             state.finished = True
         return None
 
-    def cut_events(self, state: StreamState, truncated: bool) -> list[Any]:
-        index = getattr(state.last_event, "index", 0) or 0
+    def cut_events(self, state: StreamState, truncated: bool, usage: Usage | None) -> list[Any]:
+        last = state.last_event
+        index = getattr(last, "index", 0) or 0
         reason: Literal["max_tokens", "stop_sequence"] = "max_tokens" if truncated else "stop_sequence"
         state.finished = True
         state.finish_reasons.append(reason)
+        types = _beta_types() if type(last).__module__.startswith(_BETA_MODULES) else _TYPES
+        output_tokens = usage.output_tokens if usage is not None else state.output_units
         return [
-            RawContentBlockStopEvent(index=index, type="content_block_stop"),
-            RawMessageDeltaEvent(
-                delta=Delta(stop_reason=reason, stop_sequence=None),
+            types.block_stop(index=index, type="content_block_stop"),
+            types.message_delta(  # usage: the output so far; the rest stays message_start's (as the client merges it)
+                delta=types.delta(stop_reason=reason, stop_sequence=None),
                 type="message_delta",
-                usage=MessageDeltaUsage(output_tokens=state.output_units),
+                usage=types.delta_usage(output_tokens=output_tokens),
             ),
-            RawMessageStopEvent(type="message_stop"),
+            types.message_stop(type="message_stop"),
         ]
 
     def truncate_text(self, response: Any, stops: tuple[str, ...]) -> bool:

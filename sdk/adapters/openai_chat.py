@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from openai.types import CompletionUsage
 from openai.types.chat import ChatCompletionChunk
 from openai.types.chat.chat_completion_chunk import Choice, ChoiceDelta
 
 from sdk.adapters._base import Adapter, StreamState, count_leading_system, first_stop, given_params, given_tiers, pop_list, timings_of
 from sdk.call import Api, Call, Provider, Usage
 from sdk.reasoning import Reasoning, openai_reasoning
+from sdk.stream_options import STREAM_USAGE_REFUSED, STREAM_USAGE_REQUESTED
 
 def _cached(details: Any, name: str) -> int:
     return int(getattr(details, name, None) or 0) if details is not None else 0
@@ -31,10 +33,25 @@ def chat_usage(usage: Any) -> Usage | None:
     )
 
 
-STREAM_USAGE_REQUESTED = "stream_usage_requested"
-"""The change recorded when kvwise sends a stream with `stream_options.include_usage` the caller did not ask for."""
-STREAM_USAGE_REFUSED = "stream_usage_refused"
-"""The change recorded when the server refuses `stream_options` (`sdk.stream_options`): none is added."""
+def completion_usage(usage: Usage) -> CompletionUsage:
+    """`Usage` -> the `CompletionUsage` of a usage chunk kvwise makes (the inverse of `chat_usage`)."""
+    return CompletionUsage.model_validate({
+        "prompt_tokens": usage.input_tokens,
+        "completion_tokens": usage.output_tokens,
+        "total_tokens": usage.input_tokens + usage.output_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cache_read_tokens},
+        "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+    })
+
+
+def caller_asks_usage(call: Call) -> bool:
+    """Whether the caller's own `stream_options` (named, or the one in `extra_body` that the client
+    merges over it) ask a streamed call for its usage chunk."""
+    if not call.stream:
+        return False
+    extra = call.params.get("extra_body")
+    options = extra.get("stream_options") if isinstance(extra, Mapping) and "stream_options" in extra else call.params.get("stream_options")
+    return isinstance(options, Mapping) and options.get("include_usage") is True
 
 
 def stream_usage_options(call: Call) -> dict[str, Any] | None:
@@ -123,6 +140,9 @@ class ChatAdapter(Adapter):
     def hides_usage(self, call: Call) -> bool:
         return stream_usage_options(call) is not None
 
+    def asks_usage(self, call: Call) -> bool:
+        return caller_asks_usage(call)
+
     def read_event(self, event: ChatCompletionChunk, state: StreamState) -> str | None:
         state.last_event = event
         state.response_id = event.id or state.response_id
@@ -158,20 +178,21 @@ class ChatAdapter(Adapter):
             state.output_units += 1
         return text
 
-    def cut_events(self, state: StreamState, truncated: bool) -> list[Any]:
+    def cut_events(self, state: StreamState, truncated: bool, usage: Usage | None) -> list[Any]:
         last = state.last_event
         reason: Literal["length", "stop"] = "length" if truncated else "stop"
         state.finished = True
         state.finish_reasons.append(reason)
-        return [
-            ChatCompletionChunk(
-                id=state.response_id or "",
-                choices=[Choice(index=0, delta=ChoiceDelta(), finish_reason=reason)],
-                created=last.created if last is not None else 0,
-                model=state.response_model or "",
-                object="chat.completion.chunk",
-            )
-        ]
+        envelope: dict[str, Any] = {
+            "id": state.response_id or "",
+            "created": last.created if last is not None else 0,
+            "model": state.response_model or "",
+            "object": "chat.completion.chunk",
+        }
+        events = [ChatCompletionChunk(choices=[Choice(index=0, delta=ChoiceDelta(), finish_reason=reason)], **envelope)]
+        if state.usage_asked and usage is not None:  # the bare stream's last chunk: no choices, the usage
+            events.append(ChatCompletionChunk(choices=[], usage=completion_usage(usage), **envelope))
+        return events
 
     def set_event_text(self, event: ChatCompletionChunk, text: str) -> None:
         event.choices[0].delta.content = text

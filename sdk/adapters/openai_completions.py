@@ -13,7 +13,7 @@ from typing import Any, Literal
 from openai.types import Completion, CompletionChoice
 
 from sdk.adapters._base import Adapter, StreamState, first_stop, given_params, timings_of
-from sdk.adapters.openai_chat import add_stream_usage, chat_usage, stream_usage_options
+from sdk.adapters.openai_chat import add_stream_usage, caller_asks_usage, chat_usage, completion_usage, stream_usage_options
 from sdk.call import Api, Call, Provider, Usage
 from sdk.reasoning import Reasoning
 
@@ -59,6 +59,9 @@ class CompletionsAdapter(Adapter):
     def hides_usage(self, call: Call) -> bool:
         return stream_usage_options(call) is not None
 
+    def asks_usage(self, call: Call) -> bool:
+        return caller_asks_usage(call)
+
     def read_event(self, event: Completion, state: StreamState) -> str | None:
         state.last_event = event
         if state.hide_usage:
@@ -83,21 +86,22 @@ class CompletionsAdapter(Adapter):
             state.output_units += 1
         return text
 
-    def cut_events(self, state: StreamState, truncated: bool) -> list[Any]:
+    def cut_events(self, state: StreamState, truncated: bool, usage: Usage | None) -> list[Any]:
         last = state.last_event
         reason: Literal["length", "stop"] = "length" if truncated else "stop"
         state.finished = True
         state.finish_reasons.append(reason)
+        envelope: dict[str, Any] = {
+            "id": state.response_id or "",
+            "created": last.created if last is not None else 0,
+            "model": state.response_model or "",
+            "object": "text_completion",
+        }
         choice = CompletionChoice(finish_reason=reason, index=0, logprobs=None, text="")
-        return [
-            Completion(
-                id=state.response_id or "",
-                choices=[choice],
-                created=last.created if last is not None else 0,
-                model=state.response_model or "",
-                object="text_completion",
-            )
-        ]
+        events = [Completion(choices=[choice], **envelope)]
+        if state.usage_asked and usage is not None:  # the bare stream's last chunk: no choices, the usage
+            events.append(Completion(choices=[], usage=completion_usage(usage), **envelope))
+        return events
 
     def set_event_text(self, event: Completion, text: str) -> None:
         event.choices[0].text = text

@@ -21,6 +21,7 @@ from openai.types.responses import (
     ResponseIncompleteEvent,
     ResponseOutputMessage,
     ResponseOutputText,
+    ResponseUsage,
 )
 from openai.types.responses.response import IncompleteDetails
 
@@ -61,9 +62,12 @@ class _Types:
     incomplete: type[Any]
     completed_event: type[Any]
     incomplete_event: type[Any]
+    usage: type[Any]
 
 
-_TYPES = _Types(Response, ResponseOutputMessage, ResponseOutputText, IncompleteDetails, ResponseCompletedEvent, ResponseIncompleteEvent)
+_TYPES = _Types(
+    Response, ResponseOutputMessage, ResponseOutputText, IncompleteDetails, ResponseCompletedEvent, ResponseIncompleteEvent, ResponseUsage
+)
 
 
 def _is_beta(value: Any) -> bool:
@@ -82,11 +86,13 @@ def _beta_types() -> _Types:
         BetaResponseIncompleteEvent,
         BetaResponseOutputMessage,
         BetaResponseOutputText,
+        BetaResponseUsage,
     )
     from openai.types.beta.beta_response import IncompleteDetails as BetaIncompleteDetails
 
     return _Types(
-        BetaResponse, BetaResponseOutputMessage, BetaResponseOutputText, BetaIncompleteDetails, BetaResponseCompletedEvent, BetaResponseIncompleteEvent
+        BetaResponse, BetaResponseOutputMessage, BetaResponseOutputText, BetaIncompleteDetails, BetaResponseCompletedEvent,
+        BetaResponseIncompleteEvent, BetaResponseUsage,
     )
 
 
@@ -189,7 +195,7 @@ class ResponsesAdapter(Adapter):
                 state.finish_reasons.append(response.status or kind.removeprefix("response."))
         return None
 
-    def cut_events(self, state: StreamState, truncated: bool) -> list[Any]:
+    def cut_events(self, state: StreamState, truncated: bool, usage: Usage | None) -> list[Any]:
         base = _response_of(getattr(state.last_event, "response", None))
         types = _beta_types() if _is_beta(base) or _is_beta(state.last_event) else _TYPES
         text = "".join(state.text)
@@ -204,6 +210,14 @@ class ResponsesAdapter(Adapter):
         update: dict[str, Any] = {"status": status, "output": [message]}
         if truncated:
             update["incomplete_details"] = types.incomplete(reason="max_output_tokens")
+        if usage is not None:  # the final event's response always carries the usage
+            update["usage"] = types.usage.model_validate({
+                "input_tokens": usage.input_tokens,
+                "input_tokens_details": {"cached_tokens": usage.cache_read_tokens, "cache_write_tokens": usage.cache_write_tokens},
+                "output_tokens": usage.output_tokens,
+                "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+                "total_tokens": usage.input_tokens + usage.output_tokens,
+            })
         response = base.model_copy(update=update) if base is not None else types.response.model_construct(
             id=state.response_id or "", model=state.response_model or "", object="response", output=[message], **{
                 k: v for k, v in update.items() if k != "output"

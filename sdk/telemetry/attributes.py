@@ -56,6 +56,7 @@ class Outcome:
     service_tier: str | None = None
     system_fingerprint: str | None = None
     break_cause_server: str | None = None
+    abandoned: bool = False  # the caller stopped reading the stream before its end (no error)
 
 
 def provider_name(call: Call, host: str | None) -> str:
@@ -149,6 +150,8 @@ def outcome_attributes(outcome: Outcome) -> Attributes:
         attributes[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = outcome.time_to_first_chunk_s
     if outcome.chunks is not None:
         attributes[sc.KVWISE_STREAM_CHUNKS] = outcome.chunks
+    if outcome.abandoned:
+        attributes[sc.KVWISE_STREAM_ABANDONED] = True
     if outcome.guard:
         attributes[sc.KVWISE_GUARD_TRIPPED] = outcome.guard
         if outcome.tokens_saved is not None:

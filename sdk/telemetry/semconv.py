@@ -216,6 +216,12 @@ KVWISE_ATTEMPTS: Final = "kvwise.attempts"
 KVWISE_STREAM_CHUNKS: Final = "kvwise.stream.chunks"
 """Content chunks that reached the caller (streams only)."""
 
+KVWISE_STREAM_ABANDONED: Final = "kvwise.stream.abandoned"
+"""True when the caller stopped reading a stream before its end, on purpose (`close()`, a `break`
+and the stream dropped, `with` exit, a cancelled task): no error (frameworks stop streams early by
+design), and no finish reason, as the answer never reached one. A dropped connection is an error
+instead (`error.type` `stream_truncated`)."""
+
 KVWISE_USAGE_ESTIMATED: Final = "kvwise.usage.estimated"
 """True when the server never reported the input tokens of a stream (it was cut or closed before the
 usage the server sends at the end): the `gen_ai.usage.*` figures are then estimates, input from the
@@ -379,7 +385,7 @@ class FinishReason(StrEnum):
     """kvwise's own value of `gen_ai.response.finish_reasons`."""
 
     ERROR = "error"
-    """The generation started but never reached a terminal reason (a cut, truncated or abandoned stream)."""
+    """The generation started but failed before a terminal reason (a truncated stream, an error mid-answer)."""
 
 
 class TokenType(StrEnum):
@@ -392,12 +398,11 @@ class TokenType(StrEnum):
 class ErrorType(StrEnum):
     """kvwise's own values of `error.type` (otherwise the exception's class name is used).
 
-    `stream_truncated`: the connection dropped after output reached the caller (`sdk.StreamTruncated`);
-    `stream_abandoned`: the caller stopped reading (closed or dropped the stream) before its end.
+    `stream_truncated`: the connection dropped after output reached the caller (`sdk.StreamTruncated`).
+    A stream the caller stops reading is no error: see `KVWISE_STREAM_ABANDONED`.
     """
 
     STREAM_TRUNCATED = "stream_truncated"
-    STREAM_ABANDONED = "stream_abandoned"
     OTHER = "_OTHER"
 
 

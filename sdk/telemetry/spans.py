@@ -1,7 +1,8 @@
 """The telemetry of one call: its CLIENT span, the `prefill` and `decode` child spans, and its metrics.
 
     chat gpt-4o-mini                  CLIENT  start() ............................ end()
-    ├── anthropic.messages.create     (the client's own span, if it traces; ours is current while it sends)
+    ├── (the client's own spans: ours is current while it sends; anthropic's own call span gives
+    │    way to ours while ours records, see `client_tracing`)
     ├── prefill                       INTERNAL  last attempt sent -> first content chunk
     │                                 (gen_ai.response.time_to_first_chunk: last attempt sent -> its first chunk of any kind)
     └── decode                        INTERNAL  first content chunk -> last content chunk
@@ -202,11 +203,14 @@ class CallRecord:
         service_tier: str | None = None,
         system_fingerprint: str | None = None,
         cache_miss_reason: str | None = None,
+        abandoned: bool = False,
     ) -> None:
         """Finish the call: attributes, phase spans, content, then the span ends; then metrics. Only once.
 
         `usage_estimated`: the server never reported the input tokens (see `KVWISE_USAGE_ESTIMATED`).
         `cache_miss_reason`: the provider's own diagnosis of a cache miss (Anthropic's diagnostics).
+        `abandoned`: the caller stopped reading the stream before its end, which is no error (see
+        `KVWISE_STREAM_ABANDONED`).
         """
         learn = self._call.learn_response
         if learn is not None and response_id:
@@ -220,7 +224,7 @@ class CallRecord:
         try:
             outcome = self._outcome(
                 sinks, usage, response_id, response_model, finish_reasons, timings, error,
-                service_tier, system_fingerprint, cache_miss_reason,
+                service_tier, system_fingerprint, cache_miss_reason, abandoned,
             )
         except Exception:
             if span is not None:
@@ -243,6 +247,7 @@ class CallRecord:
         service_tier: str | None,
         system_fingerprint: str | None,
         cache_miss_reason: str | None,
+        abandoned: bool,
     ) -> Outcome:
         streamed, first = self._streamed, self._first_ns
         price = (sinks.prices.lookup(response_model) or sinks.prices.lookup(self._call.model)) if usage is not None else None
@@ -264,6 +269,7 @@ class CallRecord:
             service_tier=service_tier,
             system_fingerprint=system_fingerprint,
             break_cause_server=_server_cause(self._call, cache_miss_reason) if cache_miss_reason else None,
+            abandoned=abandoned,
         )
 
     def _time_to_first_chunk_s(self) -> float:

@@ -152,10 +152,11 @@ def test_prefill_starts_when_the_last_attempt_is_sent(otel: Otel) -> None:
 def test_a_stream_abandoned_before_its_first_chunk_still_ends_its_prefill_span(otel: Otel) -> None:
     record = otel.telemetry().start(make_call(stream=True), SERVER)
     record.attempt(1)
-    record.end(error="stream_abandoned")
+    record.end(abandoned=True)
     assert {span.name for span in otel.spans()} == {"chat gpt-4o-mini", "prefill"}
     root = otel.span("chat gpt-4o-mini")
-    assert (root.attributes or {})[sc.ERROR_TYPE] == "stream_abandoned" and root.status.status_code is StatusCode.ERROR
+    assert (root.attributes or {})[sc.KVWISE_STREAM_ABANDONED] is True
+    assert sc.ERROR_TYPE not in (root.attributes or {}) and root.status.status_code is not StatusCode.ERROR
 
 
 def test_a_loop_guard_trip_is_recorded_with_the_tokens_it_saved(otel: Otel) -> None:
@@ -182,7 +183,7 @@ def test_end_records_a_call_only_once(otel: Otel) -> None:
     [
         (TimeoutError("slow"), "TimeoutError"),
         (StreamTruncated("cut"), "stream_truncated"),
-        ("stream_abandoned", "stream_abandoned"),
+        ("stream_truncated", "stream_truncated"),
         ("", "_OTHER"),
     ],
 )
@@ -335,7 +336,7 @@ def test_without_an_sdk_configured_every_method_is_a_harmless_no_op() -> None:
     with record.activate():
         stream_through(record, chunks=2)
     record.guard_tripped("loop", None)
-    record.end(usage=Usage(input_tokens=1), error="stream_abandoned")
+    record.end(usage=Usage(input_tokens=1), abandoned=True)
 
 
 def test_sampled_out_calls_export_no_span_and_still_record_their_metrics(otel: Otel) -> None:

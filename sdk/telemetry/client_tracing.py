@@ -1,0 +1,64 @@
+"""The wrapped client's own tracing under kvwise: one CLIENT span per model call, the bare client's headers.
+
+anthropic 2.x traces its API calls itself, on by default whenever OpenTelemetry gives it a tracer
+(`ANTHROPIC_OPEN_TELEMETRY=false`, or the client's `open_telemetry=False`, turns it off): a CLIENT
+span such as `anthropic.messages.create` per call, carrying `gen_ai.usage.*`, and that span's trace
+context (`traceparent`, and whatever else the registered propagators write) on each request. Under
+kvwise's CLIENT span that is a second span with the same usage per model call (a backend summing
+tokens counts them twice), one more per kvwise attempt; and with no tracer of its own the client
+still writes the context of the span current when it sends, kvwise's, so the wrapped client sent a
+`traceparent` the bare one does not. openai 3.x traces nothing of its own.
+
+So while kvwise's span records, kvwise's sends switch the client's own span off (`sdk.compat.
+attempt_options`) and carry, in its place, the trace headers the bare client would have sent, with
+kvwise's span as their parent: none where the bare client sends none (its tracing or propagation
+off, or a tracer that records nothing and no trace in progress to continue). Where kvwise's span
+records nothing (no provider for kvwise) and the client's tracing is configured, the client's span
+is left as it is: it is then the call's one span, and its headers are the bare client's own.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.trace import NoOpTracerProvider, ProxyTracerProvider, Span
+
+logger = logging.getLogger(__name__)
+
+_NO_TRACER = (NoOpTracerProvider, ProxyTracerProvider)
+"""Providers whose tracers record nothing (the proxy is what the global provider is until an app
+sets one): a span they start only carries on the context it starts in."""
+
+
+def trace_headers(client: Any, span: Span | None) -> dict[str, str] | None:
+    """What kvwise's attempts through `client` send in place of the client's own tracing, for the
+    call whose span is `span`; read in the caller's context, before `span` is made current.
+
+    None: the client keeps its own span and headers (it has no tracing of its own, or kvwise's span
+    records nothing while the client's tracer does). Else the client's span is switched off and
+    these headers (perhaps none) are sent instead: the propagators' output for `span`'s context
+    where the bare client would have propagated a context. Never raises.
+    """
+    options = getattr(client, "open_telemetry", None)  # anthropic's resolved `open_telemetry` option
+    if not isinstance(options, Mapping):
+        return None
+    try:
+        if not options["traces"]["enabled"]:  # no span, no headers: nothing to stand in for
+            return None
+        provider = options.get("tracer_provider") or trace.get_tracer_provider()
+        records = not isinstance(provider, _NO_TRACER)  # the client's tracer makes spans of its own
+        if records and not (span is not None and span.is_recording()):
+            return None
+        if not options["propagation"] or not (records or trace.get_current_span().get_span_context().is_valid):
+            return {}
+        from opentelemetry.propagate import inject  # loads the environment's propagators: on first use, as the client does
+
+        carrier: dict[str, str] = {}
+        inject(carrier, context=trace.set_span_in_context(span) if span is not None else None)
+        return carrier
+    except Exception:
+        logger.debug("kvwise telemetry: could not read the client's tracing options; it traces as it would", exc_info=True)
+        return None

@@ -1,0 +1,159 @@
+"""Whatever the wrapped client traces itself, a model call has one CLIENT span carrying its usage, and
+the wrapped client sends no header the bare client would not.
+
+anthropic 2.x traces its own calls whenever OpenTelemetry gives it a tracer (a global provider, or
+its `open_telemetry={"tracer_provider": ...}`); openai 3.x traces nothing. Real clients over
+loopback against the simulator, the real OpenTelemetry SDK with in-memory exporters, a global
+provider installed by the test and the one before put back after it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+from opentelemetry.util._once import Once
+
+import sdk
+from sdk.telemetry import semconv as sc
+from tests.sdk.helpers import collect, resolve
+from tests.sdk.test_telemetry_spans import Otel, otel  # noqa: F401
+
+CLAUDE = "claude-sonnet-4-6"
+USER = [{"role": "user", "content": "What is prefill?"}]
+TRACE_HEADERS = ("traceparent", "tracestate", "baggage")
+
+
+@pytest.fixture
+def global_spans() -> Iterator[InMemorySpanExporter]:
+    """A real SDK provider installed as the global one for the test (`set_tracer_provider` takes one
+    per process, so the test puts the one before, and its guard, back)."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    before = (trace._TRACER_PROVIDER, trace._TRACER_PROVIDER_SET_ONCE)
+    trace._TRACER_PROVIDER, trace._TRACER_PROVIDER_SET_ONCE = None, Once()
+    trace.set_tracer_provider(provider)
+    try:
+        yield exporter
+    finally:
+        trace._TRACER_PROVIDER, trace._TRACER_PROVIDER_SET_ONCE = before
+        provider.shutdown()
+
+
+def _client(simulator: Any, mode: str, family: str, **options: Any) -> Any:
+    """A client as a user makes one: its own retries (kvwise's then follow the Policy), its own tracing."""
+    if family == "anthropic":
+        cls: Any = anthropic.Anthropic if mode == "sync" else anthropic.AsyncAnthropic
+        return cls(base_url=simulator.anthropic_base_url, api_key="test-key", **options)
+    cls = openai.OpenAI if mode == "sync" else openai.AsyncOpenAI
+    return cls(base_url=simulator.openai_base_url, api_key="test-key", **options)
+
+
+def _with_usage(spans: tuple[ReadableSpan, ...]) -> list[str]:
+    """The CLIENT spans that carry usage (a backend summing `gen_ai.usage.*` sums these), by name."""
+    return [span.name for span in spans if span.kind is SpanKind.CLIENT and sc.GEN_AI_USAGE_INPUT_TOKENS in (span.attributes or {})]
+
+
+CALLS: dict[str, tuple[str, str, Callable[[Any], Any]]] = {  # family, how it is read, the call
+    "messages": ("anthropic", "answer", lambda c: c.messages.create(model=CLAUDE, max_tokens=64, messages=USER)),
+    "messages, streamed": ("anthropic", "stream", lambda c: c.messages.create(
+        model=CLAUDE, max_tokens=64, messages=USER, stream=True)),
+    "beta messages, streamed": ("anthropic", "stream", lambda c: c.beta.messages.create(
+        model=CLAUDE, max_tokens=64, messages=USER, stream=True)),
+    "messages.stream helper": ("anthropic", "helper", lambda c: c.messages.stream(model=CLAUDE, max_tokens=64, messages=USER)),
+    "chat, streamed": ("openai", "stream", lambda c: c.chat.completions.create(model="gpt-4o-mini", messages=USER, stream=True)),
+}
+MODELS = {"anthropic": CLAUDE, "openai": "gpt-4o-mini"}
+
+
+async def _run(name: str, client: Any) -> None:
+    """Make the call `name` and read its answer to the end."""
+    _, how, call = CALLS[name]
+    if how == "helper":
+        manager = call(client)
+        if hasattr(manager, "__aenter__"):
+            async with manager as stream:
+                await stream.get_final_message()
+        else:
+            with manager as stream:
+                stream.get_final_message()
+        return
+    answer = await resolve(call(client))
+    if how == "stream":
+        await collect(answer)
+
+
+@pytest.mark.parametrize("name", list(CALLS))
+async def test_a_call_under_a_global_tracer_provider_has_exactly_one_client_span_carrying_usage(
+    simulator: Any, mode: str, name: str, global_spans: InMemorySpanExporter
+) -> None:
+    family = CALLS[name][0]
+    simulator.fail(429, times=1)  # two attempts: still one span for the call
+    await _run(name, sdk.wrap(_client(simulator, mode, family)))
+    assert len(simulator.requests) == 2
+    assert _with_usage(global_spans.get_finished_spans()) == [f"chat {MODELS[family]}"]
+    assert [span.name for span in global_spans.get_finished_spans() if span.name.startswith("anthropic.")] == []
+
+
+async def test_the_bare_anthropic_client_under_a_global_tracer_provider_has_one_of_its_own(
+    simulator: Any, mode: str, global_spans: InMemorySpanExporter
+) -> None:
+    """What the wrapped client is held to: the bare one's single CLIENT span with usage."""
+    await _run("messages", _client(simulator, mode, "anthropic"))
+    assert _with_usage(global_spans.get_finished_spans()) == ["anthropic.messages.create"]
+
+
+async def test_the_clients_own_span_stays_the_calls_one_where_kvwise_records_nothing(
+    simulator: Any, mode: str, otel: Otel
+) -> None:
+    client = _client(simulator, mode, "anthropic", open_telemetry={"tracer_provider": otel.tracer_provider})
+    await _run("messages, streamed", sdk.wrap(client))  # no provider for kvwise, none global
+    assert _with_usage(otel.spans()) == ["anthropic.messages.create"]
+
+
+def _trace_ids(headers: dict[str, str]) -> tuple[str, str] | None:
+    """(trace id, parent span id) of a `traceparent` header, None without one."""
+    value = headers.get("traceparent")
+    return None if value is None else tuple(value.split("-")[1:3])  # type: ignore[return-value]
+
+
+NO_PROVIDER, GLOBAL_PROVIDER, APP_SPAN = "no global provider", "a global provider", "inside the app's own span"
+
+
+@pytest.mark.parametrize("scene", [NO_PROVIDER, GLOBAL_PROVIDER, APP_SPAN])
+async def test_a_wrapped_anthropic_client_sends_the_trace_headers_the_bare_one_sends_naming_kvwises_span(
+    simulator: Any, mode: str, scene: str, otel: Otel, request: pytest.FixtureRequest
+) -> None:
+    if scene == GLOBAL_PROVIDER:
+        request.getfixturevalue("global_spans")
+    token = app_span = None
+    if scene == APP_SPAN:  # a trace in progress: even a tracer that records nothing continues it
+        app_span = otel.tracer_provider.get_tracer("app").start_span("handle request")
+        token = otel_context.attach(trace.set_span_in_context(app_span))
+    try:
+        client = _client(simulator, mode, "anthropic")
+        await _run("messages", client)
+        await _run("messages", sdk.wrap(client, tracer_provider=otel.tracer_provider))
+    finally:
+        if token is not None:
+            otel_context.detach(token)
+    bare, wrapped = (sent.headers for sent in simulator.requests)
+    assert set(wrapped) == set(bare)  # no header the bare client would not send, none it sends missing
+    assert [name for name in TRACE_HEADERS if name in wrapped] == ([] if scene == NO_PROVIDER else ["traceparent"])
+    if scene == NO_PROVIDER:
+        return
+    [root] = [span for span in otel.spans() if span.name == f"chat {CLAUDE}"]
+    assert _trace_ids(wrapped) == (f"{root.context.trace_id:032x}", f"{root.context.span_id:016x}")
+    if app_span is not None:  # both continue the app's trace
+        assert _trace_ids(bare) == (f"{app_span.get_span_context().trace_id:032x}", f"{app_span.get_span_context().span_id:016x}")
+        assert root.parent is not None and root.parent.span_id == app_span.get_span_context().span_id
