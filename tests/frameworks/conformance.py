@@ -1,9 +1,11 @@
 """Bare client against wrapped client through one framework: record both runs, then compare them.
 
 A scenario is one framework-level task (a plain call, a stream, a tool loop, structured output)
-written against a client; `run_pair` plays it once with the bare client and once with
-`sdk.wrap(client, tracer_provider=...)`, each with its own `Request ID: <uuid4>` at the start of the
-instructions (constant within the run, as an app sets it per conversation), and `assert_conforms`
+written against a client; `run_pair` plays it once with `sdk.wrap(client, tracer_provider=...)` and
+once with the bare client, each on a server whose caches were emptied first, with the same
+`Request ID: <uuid4>` at the start of the instructions (constant within the run, as an app sets it
+per conversation; the same in both runs, because a real tokenizer cuts two IDs into different
+numbers of tokens and so moves every cache block boundary after them), and `assert_conforms`
 checks what the issue's suite asks:
 
 - the framework-level results and the streamed events are the same;
@@ -15,8 +17,7 @@ checks what the issue's suite asks:
   CLIENT span carrying usage, and no span left open;
 - in a tool loop, calls 2..n read at least the bare client's cached tokens.
 
-The wrapped run goes first: on the local server, whose prefix cache outlives a run, anything one run
-leaves in the cache can then only help the bare one.
+Input token counts are not compared: the context note's tags add a few tokens by design.
 """
 
 from __future__ import annotations
@@ -116,25 +117,48 @@ def recording() -> Iterator[tuple[TracerProvider, InMemorySpanExporter, SpanLedg
         provider.shutdown()
 
 
-async def play(scenario: Scenario, client: Any, server: Any, *, wrap: bool, policy: sdk.Policy | None = None) -> Run:
+def new_request_id() -> str:
+    return f"Request ID: {uuid.uuid4()}"
+
+
+async def _play_once(scenario: Scenario, client: Any, request_id: str) -> Outcome:
+    outcome = scenario(client, f"{request_id}\n{INSTRUCTIONS}")
+    return await outcome if inspect.isawaitable(outcome) else outcome
+
+
+async def play(scenario: Scenario, client: Any, server: Any, request_id: str, *, wrap: bool,
+               policy: sdk.Policy | None = None, earlier_conversation: bool = False) -> Run:
     """Run `scenario` once on `client` (wrapped with `policy` when `wrap`), recording through `server`
-    (anything with `requests` and `reset()`, as the simulator and `LocalServer` have)."""
-    request_id = f"Request ID: {uuid.uuid4()}"
-    server.reset()
+    (anything with `requests` and a `reset()` that empties its caches, as the simulator and
+    `LocalServer` have). With `earlier_conversation` the client first plays the scenario under
+    another request ID, unrecorded: an app's steady state, where kvwise has seen the ID change."""
     with recording() as (provider, exporter, ledger):
         target = sdk.wrap(client, policy, tracer_provider=provider) if wrap else client
-        outcome = scenario(target, f"{request_id}\n{INSTRUCTIONS}")
-        if inspect.isawaitable(outcome):
-            outcome = await outcome
+        try:
+            if earlier_conversation:
+                await _play_once(scenario, target, new_request_id())
+            server.reset()
+            exporter.clear()
+            outcome = await _play_once(scenario, target, request_id)
+        finally:
+            closing = client.close()  # an async client left to the garbage collector closes on a dead loop
+            if inspect.isawaitable(closing):
+                await closing
         requests = [r for r in server.requests if r.method == "POST" and r.path.endswith(MODEL_PATHS)]
         return Run(request_id, outcome, requests, list(exporter.get_finished_spans()), ledger.open)
 
 
 async def run_pair(scenario: Scenario, make_client: Callable[[], Any], server: Any,
-                   policy: sdk.Policy | None = None) -> tuple[Run, Run]:
-    """The wrapped run, then the bare one, on fresh clients from `make_client` (see the module)."""
-    wrapped = await play(scenario, make_client(), server, wrap=True, policy=policy)
-    bare = await play(scenario, make_client(), server, wrap=False)
+                   policy: sdk.Policy | None = None, *, earlier_conversation: bool = True) -> tuple[Run, Run]:
+    """The wrapped run, then the bare one, on fresh clients from `make_client` (see the module).
+
+    `earlier_conversation` (the default): the wrapped client has served one conversation before,
+    under another ID, so kvwise moves this run's ID from its first call on; without it the run is
+    the wrapped client's first, where nothing has changed yet and nothing may move."""
+    request_id = new_request_id()
+    wrapped = await play(scenario, make_client(), server, request_id, wrap=True, policy=policy,
+                         earlier_conversation=earlier_conversation)
+    bare = await play(scenario, make_client(), server, request_id, wrap=False)
     return bare, wrapped
 
 

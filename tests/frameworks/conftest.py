@@ -22,11 +22,18 @@ import pytest  # noqa: E402
 pytest.register_assert_rewrite("tests.frameworks.conformance")
 
 from tests.frameworks.scripted import ScriptedSimulator  # noqa: E402
-from tests.local_backend.serving import served_engine  # noqa: E402
+from tests.local_backend.serving import Served, served_engine, wait_idle  # noqa: E402
 from tests.simulator.records import RecordedRequest  # noqa: E402
 
 LOCAL_MODEL = "tiny"
 """The name `served_engine` serves the bundled model under."""
+
+
+@pytest.fixture(params=[True, False], ids=["later-conversation", "first-conversation"])
+def earlier_conversation(request: pytest.FixtureRequest) -> bool:
+    """Whether the wrapped client served a conversation under another request ID before the
+    measured one (kvwise then moves the ID from the first call), or the measured one is its first."""
+    return bool(request.param)
 
 
 @pytest.fixture
@@ -38,12 +45,13 @@ def sim() -> Iterator[ScriptedSimulator]:
 class LocalServer:
     """The local backend serving the bundled model, and what its clients sent it.
 
-    The server keeps no record of requests, so its clients send through an `httpx2` client whose
+    `reset` empties its prefix cache, so each run of a pair starts cold. The server keeps no record of requests, so its clients send through an `httpx2` client whose
     request hook records each one as it goes on the wire (after kvwise, for a wrapped client).
     """
 
-    def __init__(self, url: str) -> None:
-        self.url = url
+    def __init__(self, served: Served) -> None:
+        self.url = served.url
+        self._engine = served.engine
         self._requests: list[RecordedRequest] = []
 
     @property
@@ -51,6 +59,9 @@ class LocalServer:
         return list(self._requests)
 
     def reset(self) -> None:
+        """Forget the requests and the prefix cache, once nothing runs (as the simulator's `reset`)."""
+        wait_idle(self._engine)
+        self._engine.reset_prefix_cache()
         self._requests.clear()
 
     def _record(self, request: httpx2.Request) -> None:
@@ -81,4 +92,4 @@ class LocalServer:
 def local() -> Iterator[LocalServer]:
     """The bundled model behind the real server, once for the suite (its prefix cache included)."""
     with served_engine("default") as served:
-        yield LocalServer(served.url)
+        yield LocalServer(served)

@@ -102,12 +102,12 @@ async def test_a_stream_yields_the_bare_clients_chunks_and_usage(sim, provider):
     assert_conforms(bare, wrapped)
 
 
-async def test_a_tool_loop_reads_at_least_the_bare_clients_cache(sim, provider):
+async def test_a_tool_loop_reads_at_least_the_bare_clients_cache(sim, provider, earlier_conversation):
     def scenario(client: Any, instructions: str) -> Outcome:
         llm = chat_model(client, provider).bind_tools([get_weather])
         return tool_loop(llm, [SystemMessage(instructions), HumanMessage(f"{DOCUMENT}\n\n{QUESTION}")])
 
-    bare, wrapped = await run_pair(scenario, lambda: sim_client(sim, provider), sim)
+    bare, wrapped = await run_pair(scenario, lambda: sim_client(sim, provider), sim, earlier_conversation=earlier_conversation)
     assert len(bare.requests) == TOOL_ROUNDS + 1 and bare.outcome.result == FINAL_REPLY
     assert_conforms(bare, wrapped)
     assert_cache_holds(bare, wrapped)

@@ -91,11 +91,11 @@ def tool_loop(client: Any, messages: list[dict[str, Any]], **params: Any) -> Out
     raise AssertionError(f"the loop did not end in {LOOP_LIMIT} calls")
 
 
-async def test_a_tool_loop_reads_at_least_the_bare_clients_cache(sim):
+async def test_a_tool_loop_reads_at_least_the_bare_clients_cache(sim, earlier_conversation):
     def scenario(client: Any, instructions: str) -> Outcome:
         return tool_loop(client, [{"role": "system", "content": instructions}, {"role": "user", "content": f"{DOCUMENT}\n\n{QUESTION}"}])
 
-    bare, wrapped = await run_pair(scenario, lambda: sim_client(sim), sim)
+    bare, wrapped = await run_pair(scenario, lambda: sim_client(sim), sim, earlier_conversation=earlier_conversation)
     assert len(bare.requests) == TOOL_ROUNDS + 1 and bare.outcome.result == FINAL_REPLY
     assert_conforms(bare, wrapped)
     assert_cache_holds(bare, wrapped)

@@ -72,12 +72,12 @@ async def test_a_streamed_run_yields_the_bare_clients_events(sim, api):
     assert_conforms(bare, wrapped)
 
 
-async def test_a_tool_loop_reads_at_least_the_bare_clients_cache(sim, api):
+async def test_a_tool_loop_reads_at_least_the_bare_clients_cache(sim, api, earlier_conversation):
     async def scenario(client: Any, instructions: str) -> Outcome:
         result = await Runner.run(agent(client, instructions, api, tools=[get_weather]), f"{DOCUMENT}\n\n{QUESTION}")
         return Outcome(result.final_output, cached=cached(result))
 
-    bare, wrapped = await run_pair(scenario, lambda: sim_client(sim), sim)
+    bare, wrapped = await run_pair(scenario, lambda: sim_client(sim), sim, earlier_conversation=earlier_conversation)
     assert len(bare.requests) == TOOL_ROUNDS + 1 and bare.outcome.result == FINAL_REPLY
     assert_conforms(bare, wrapped)
     assert_cache_holds(bare, wrapped)

@@ -84,12 +84,12 @@ async def test_a_streamed_run_yields_the_bare_clients_deltas_and_usage(sim, prov
     assert_conforms(bare, wrapped)
 
 
-async def test_a_tool_loop_reads_at_least_the_bare_clients_cache(sim, provider):
+async def test_a_tool_loop_reads_at_least_the_bare_clients_cache(sim, provider, earlier_conversation):
     async def scenario(client: Any, instructions: str) -> Outcome:
         result = await weather_agent(client, instructions, provider).run(f"{DOCUMENT}\n\n{QUESTION}")
         return Outcome(result.output, cached=cached(result))
 
-    bare, wrapped = await run_pair(scenario, lambda: sim_client(sim, provider), sim)
+    bare, wrapped = await run_pair(scenario, lambda: sim_client(sim, provider), sim, earlier_conversation=earlier_conversation)
     assert len(bare.requests) == TOOL_ROUNDS + 1 and bare.outcome.result == FINAL_REPLY
     assert_conforms(bare, wrapped)
     assert_cache_holds(bare, wrapped)
