@@ -6,8 +6,9 @@ parts of it, nowhere else:
 - a resource's `_post` (the bound send all its methods call): `with_send` copies a resource and
   swaps `_post` for kvwise's send, so the client's own `create`, `parse` and stream helpers run
   unchanged around it;
-- the request options `max_retries` and `headers`, and the header names `x-stainless-retry-count`
-  (set per attempt), `x-should-retry` (read from an error answer) and `X-Stainless-Raw-Response`
+- the request options `max_retries`, `headers` and anthropic's `span_name` (its own call span is
+  started only for a request naming one), and the header names `x-stainless-retry-count` (set per
+  attempt), `x-should-retry` (read from an error answer) and `X-Stainless-Raw-Response`
   (marks the `with_raw_response` / `with_streaming_response` forms);
 - a raw response's parse cache (`_parsed_by_type`), so `.parse()` of a streamed raw response gives
   the guarded stream;
@@ -45,6 +46,7 @@ SHOULD_RETRY_HEADER = "x-should-retry"
 RAW_RESPONSE_HEADER = "X-Stainless-Raw-Response"
 EXTRA_BODY_OPTION = "extra_json"
 """The request option that carries a call's `extra_body` (merged over the body when the request is built)."""
+SPAN_NAME_OPTION = "span_name"
 
 
 class UnsupportedClient(KvwiseError, TypeError):
@@ -142,12 +144,20 @@ def with_send(resource: Any, post: Callable[..., Any]) -> Any:
     return sender
 
 
-def attempt_options(options: Mapping[str, Any] | None, retries_taken: int) -> dict[str, Any]:
+def attempt_options(
+    options: Mapping[str, Any] | None, retries_taken: int, trace_headers: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """Request options for one attempt: the client's own retries off, and the attempt's retry count
-    in the header the client's own retries set."""
+    in the header the client's own retries set. With `trace_headers` (`sdk.telemetry.client_tracing`)
+    the client's own call span is off (anthropic starts one only for a request option `span_name`)
+    and those headers go in its place."""
     merged = dict(options or {})
     merged["max_retries"] = 0
-    merged["headers"] = {**(merged.get("headers") or {}), RETRY_COUNT_HEADER: str(retries_taken)}
+    headers = {**(merged.get("headers") or {}), RETRY_COUNT_HEADER: str(retries_taken)}
+    if trace_headers is not None:
+        merged.pop(SPAN_NAME_OPTION, None)
+        headers.update(trace_headers)
+    merged["headers"] = headers
     return merged
 
 
