@@ -9,7 +9,8 @@ from typing import Any
 from sdk.adapters import adapter_for
 from sdk.cache_hints import place_cache_hints
 from sdk.call import Api, Provider
-from sdk.canonical import NOTE_CLOSE, NOTE_OPEN, canonicalize
+from sdk.canonical import canonicalize
+from sdk.moving import add_note
 from sdk.policy import Policy
 
 
@@ -22,8 +23,9 @@ class Prompt:
     >>> anthropic_client.messages.create(**prompt.to_anthropic(model="claude-sonnet-4-6", max_tokens=512))
 
     Tiers, front to back: tools, system, documents (pinned: rendered after the system prompt),
-    history (native turns, never reordered), dynamic (key: value lines in a context note at the
-    start of the final user turn), user (the final user content).
+    history (native turns, never reordered), user (the final user content), dynamic (key: value
+    lines in the context note that ends the prompt, after the user content: re-rendered with that
+    turn in `history`, the prompt begins with this one up to the note, so it reads its cache).
     """
 
     user: str | list[Any]
@@ -58,20 +60,12 @@ class Prompt:
     def _system_texts(self) -> list[str]:
         return [text for text in (self.system, *self.documents) if text]
 
-    def _user_turn(self) -> dict[str, Any]:
-        if not self.dynamic:
-            return {"role": "user", "content": self.user}
-        note = "\n".join([NOTE_OPEN, *(f"{key}: {value}" for key, value in self.dynamic.items()), NOTE_CLOSE])
-        if isinstance(self.user, str):
-            return {"role": "user", "content": f"{note}\n\n{self.user}"}
-        return {"role": "user", "content": [{"type": "text", "text": note}, *self.user]}
-
     def _render(self, api: Api, provider: Provider, model: str, system: list[Any], params: dict[str, Any]) -> dict[str, Any]:
         adapter = adapter_for(api)
         kwargs: dict[str, Any] = {"model": model, **params}
         if self.tools:
             kwargs["tools"] = [dict(tool) for tool in self.tools]
-        turns = [dict(turn) for turn in self.history] + [self._user_turn()]
+        turns = [dict(turn) for turn in self.history] + [{"role": "user", "content": self.user}]
         if api is Api.MESSAGES:
             kwargs.update(system=system, messages=turns)
         elif api is Api.RESPONSES:
@@ -79,6 +73,8 @@ class Prompt:
         else:
             kwargs["messages"] = system + turns
         call = adapter.to_call(kwargs, provider)
+        if self.dynamic:
+            add_note(call, [f"{key}: {value}" for key, value in self.dynamic.items()], adapter.text_part_type)
         canonicalize(call, self.policy, adapter)
         if self.policy.cache_hints:
             place_cache_hints(call, self.policy, adapter)

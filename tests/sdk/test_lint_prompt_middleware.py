@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import sdk
-from sdk.canonical import NOTE_OPEN
+from sdk.canonical import NOTE_CLOSE, NOTE_OPEN
 from tests.sdk.helpers import LONG_SYSTEM, resolve
 
 UUID = "3f2a8c1e-9b4d-4e7a-8f1c-2d5e6a7b8c9d"
@@ -43,8 +43,9 @@ def test_prompt_renders_tiers_in_canonical_order_for_anthropic_with_breakpoints(
     kwargs = prompt.to_anthropic(model="claude-sonnet-4-6", max_tokens=100)
     assert [tool["name"] for tool in kwargs["tools"]] == ["aa", "zz"]
     assert kwargs["system"][0]["text"] == LONG_SYSTEM and "cache_control" in kwargs["system"][-1]
-    final = kwargs["messages"][-1]["content"]
-    assert final.startswith(NOTE_OPEN) and UUID in final and final.endswith("Summarise.")
+    final = kwargs["messages"][-1]["content"]  # the user content (tools offered: marked), then the note, last
+    assert final == [{"type": "text", "text": "Summarise.", "cache_control": {"type": "ephemeral"}},
+                     {"type": "text", "text": f"{NOTE_OPEN}\nRequest ID: {UUID}\n{NOTE_CLOSE}"}]  # fmt: skip
     assert kwargs["messages"][0]["content"] == "earlier"
 
 
