@@ -31,7 +31,6 @@ from sdk.observed import Observed
 from sdk.policy import Policy
 from sdk.refusals import Refusals
 from sdk.retry import Attempts, acall_with_retries, call_with_retries, retries_for
-from sdk.stream import StreamWatch, guard_async, guard_sync
 from sdk.surface import Kind
 from sdk.telemetry import CallRecord, Telemetry
 from sdk.telemetry import client_tracing
@@ -101,6 +100,8 @@ class Sender:
             raise self._failed(record, error)
         parsed = result.parse() if raw else result
         if self.call.stream:
+            from sdk.stream import StreamWatch, guard_sync  # on a stream's first call: a plain call never loads the guard's modules
+
             watch = StreamWatch(adapter_for(self.call.api), self.call, self.policy, record, attempts, self.connection_error)
             reopen = (lambda: call_with_retries(send, attempts).parse()) if raw else (lambda: call_with_retries(send, attempts))
             guarded = guard_sync(parsed, watch, reopen)
@@ -129,6 +130,8 @@ class Sender:
             raise self._failed(record, error)
         parsed = await _parse(result) if raw else result
         if self.call.stream:
+            from sdk.stream import StreamWatch, guard_async  # on a stream's first call: a plain call never loads the guard's modules
+
             watch = StreamWatch(adapter_for(self.call.api), self.call, self.policy, record, attempts, self.connection_error)
 
             async def reopen() -> Any:

@@ -1,0 +1,115 @@
+"""A process's first call: `import sdk` + `sdk.wrap` + the first call of each API, against the bare client's.
+
+    .venv/bin/python -m tests.benchmarks bench_sdk_first_call [--rounds 5]
+
+What an app pays once per process (a CLI, a serverless cold start, a test run): each measurement is
+a fresh interpreter that imports the client package, builds the client, wraps it (the wrapped
+contender: `import sdk` and `sdk.wrap`) and makes one call of Chat, Responses, legacy Completions
+or Messages against the loopback provider simulator (`tests.simulator`), timed from before the
+client's import to the end of the call. The issue's target: wrapped within 1.2x of bare. Beside it,
+the first call alone (after the imports), where lazily imported modules land.
+
+Bare and wrapped processes alternate, the order flipping each round, so a change in the machine's
+load hits both; each figure is the median over the rounds. A first warm-up process per contender
+writes the bytecode caches, so no row pays for compiling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+TARGET_RATIO = 1.2
+"""The issue's bound: wrapped (import sdk + wrap + first call) at most 1.2x the bare client's."""
+
+
+@dataclass(frozen=True, slots=True)
+class FirstCall:
+    """One API's first call: the client package and class, and the call's source."""
+
+    api: str
+    package: str
+    client: str
+    call: str
+
+
+CALLS = (
+    FirstCall("chat", "openai", "OpenAI",
+              'client.chat.completions.create(model="gpt-sim-1", messages=[{"role": "user", "content": "What is prefill?"}])'),
+    FirstCall("responses", "openai", "OpenAI", 'client.responses.create(model="gpt-sim-1", input="What is prefill?")'),
+    FirstCall("completions", "openai", "OpenAI", 'client.completions.create(model="gpt-sim-1", prompt="What is prefill?")'),
+    FirstCall("messages", "anthropic", "Anthropic",
+              'client.messages.create(model="claude-sim-1", max_tokens=64, messages=[{"role": "user", "content": "What is prefill?"}])'),
+)
+
+CHILD = """\
+import time
+start = time.perf_counter()
+import {package}
+client = {package}.{client}(base_url={base_url!r}, api_key="bench", max_retries=0)
+if {wrapped}:
+    import sdk
+    client = sdk.wrap(client)
+ready = time.perf_counter()
+{call}
+end = time.perf_counter()
+print((end - start) * 1e3, (end - ready) * 1e3)
+"""
+"""A contender's process: nothing imported before `start` but `time` (the interpreter's own start is
+the same for both); the figures print after `end`."""
+
+
+def cpu_model() -> str:
+    """The CPU's model name and core count, from /proc/cpuinfo (no torch, no third-party import)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return "unknown CPU"
+    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+    return f"{names[0]} ({len(names)} logical cores)" if names else "unknown CPU"
+
+
+def measure(first: FirstCall, wrapped: bool, base_url: str) -> tuple[float, float]:
+    """(ms from the client's import to the end of its first call, ms of the call alone) in a fresh process."""
+    code = CHILD.format(package=first.package, client=first.client, base_url=base_url, wrapped=wrapped, call=first.call)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    total, call = (float(value) for value in out.split())
+    return total, call
+
+
+def main() -> None:
+    """Time every API's first call, bare and wrapped, in alternating fresh processes; print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT))
+    from tests.simulator import ProviderSimulator
+
+    rows = []
+    with ProviderSimulator() as sim:
+        for first in CALLS:
+            base_url = sim.openai_base_url if first.package == "openai" else sim.anthropic_base_url
+            for wrapped in (False, True):
+                measure(first, wrapped, base_url)  # the warm-up: bytecode caches written
+            figures: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+            for round_ in range(args.rounds):
+                for wrapped in ((False, True) if round_ % 2 == 0 else (True, False)):
+                    figures[wrapped].append(measure(first, wrapped, base_url))
+            rows.append((first.api, *(statistics.median(f[i] for f in figures[w]) for w in (False, True) for i in (0, 1))))
+    print(f"\nfirst call in a fresh process, ms (median of {args.rounds} rounds); CPU: {cpu_model()}")
+    print("total: from the client's import to the end of the first call; wrapped adds import sdk + sdk.wrap")
+    print(f"\n{'api':<12} {'bare':>8} {'wrapped':>8} {'x bare':>7} {'target':>7}   {'bare call':>9} {'wrapped call':>12}")
+    for api, bare, bare_call, wrapped, wrapped_call in rows:
+        ratio = wrapped / bare
+        verdict = "ok" if ratio <= TARGET_RATIO else "OVER"
+        print(f"{api:<12} {bare:8.0f} {wrapped:8.0f} {ratio:7.2f} {TARGET_RATIO:5.2f} {verdict:<4} {bare_call:9.0f} {wrapped_call:12.0f}")
+
+
+if __name__ == "__main__":
+    main()
