@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import anthropic
 import openai
 import pytest
+from openai import _models as openai_models
 from openai import _types as openai_types
 
 import sdk
@@ -33,6 +37,20 @@ def test_wrap_refuses_a_release_that_lacks_a_private_part_kvwise_relies_on(monke
     monkeypatch.delitem(openai_types.RequestOptions.__annotations__, "max_retries")
     with pytest.raises(compat.UnsupportedClient, match="lacks RequestOptions.max_retries"):
         sdk.wrap(openai.OpenAI(api_key="k"))
+
+
+@pytest.mark.usefixtures("fresh_release_check")
+def test_wrap_refuses_a_release_whose_request_options_lack_what_the_lower_level_road_reads(monkeypatch):
+    fields = dict(openai_models.FinalRequestOptions.model_fields)
+    del fields["json_data"]
+    monkeypatch.setattr(openai_models.FinalRequestOptions, "model_fields", fields)
+    with pytest.raises(compat.UnsupportedClient, match="lacks FinalRequestOptions.json_data"):
+        sdk.wrap(openai.OpenAI(api_key="k"))
+
+
+def test_wrapping_an_anthropic_client_never_imports_openai():
+    code = "import sys, anthropic, sdk; sdk.wrap(anthropic.Anthropic(api_key='k')); print('openai' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
 
 
 def test_the_release_error_is_a_type_error_as_for_any_unsupported_client():
