@@ -127,17 +127,21 @@ async def _play_once(scenario: Scenario, client: Any, request_id: str) -> Outcom
 
 
 async def play(scenario: Scenario, client: Any, server: Any, request_id: str, *, wrap: bool,
-               policy: sdk.Policy | None = None, earlier_conversation: bool = False) -> Run:
+               policy: sdk.Policy | None = None, earlier_conversation: bool = False,
+               arm: Callable[[], None] = lambda: None) -> Run:
     """Run `scenario` once on `client` (wrapped with `policy` when `wrap`), recording through `server`
     (anything with `requests` and a `reset()` that empties its caches, as the simulator and
     `LocalServer` have). With `earlier_conversation` the client first plays the scenario under
-    another request ID, unrecorded: an app's steady state, where kvwise has seen the ID change."""
+    another request ID, unrecorded: an app's steady state, where kvwise has seen the ID change.
+    `arm()` scripts the server after each reset (a loop, faults)."""
     with recording() as (provider, exporter, ledger):
         target = sdk.wrap(client, policy, tracer_provider=provider) if wrap else client
         try:
             if earlier_conversation:
+                arm()
                 await _play_once(scenario, target, new_request_id())
             server.reset()
+            arm()
             exporter.clear()
             outcome = await _play_once(scenario, target, request_id)
         finally:
@@ -149,7 +153,8 @@ async def play(scenario: Scenario, client: Any, server: Any, request_id: str, *,
 
 
 async def run_pair(scenario: Scenario, make_client: Callable[[], Any], server: Any,
-                   policy: sdk.Policy | None = None, *, earlier_conversation: bool = True) -> tuple[Run, Run]:
+                   policy: sdk.Policy | None = None, *, earlier_conversation: bool = True,
+                   arm: Callable[[], None] = lambda: None) -> tuple[Run, Run]:
     """The wrapped run, then the bare one, on fresh clients from `make_client` (see the module).
 
     `earlier_conversation` (the default): the wrapped client has served one conversation before,
@@ -157,9 +162,37 @@ async def run_pair(scenario: Scenario, make_client: Callable[[], Any], server: A
     the wrapped client's first, where nothing has changed yet and nothing may move."""
     request_id = new_request_id()
     wrapped = await play(scenario, make_client(), server, request_id, wrap=True, policy=policy,
-                         earlier_conversation=earlier_conversation)
-    bare = await play(scenario, make_client(), server, request_id, wrap=False)
+                         earlier_conversation=earlier_conversation, arm=arm)
+    bare = await play(scenario, make_client(), server, request_id, wrap=False, arm=arm)
     return bare, wrapped
+
+
+RETRY_AT_ONCE = {"retry-after-ms": "1"}
+"""The header a scripted 429 carries, so every retry (the client's or kvwise's) waits a millisecond."""
+
+
+async def attempts(scenario: Scenario, client: Any, server: Any, arm: Callable[[], None], *, wrap: bool) -> int:
+    """How many model requests `server` received while `scenario` ran on `client` (wrapped when
+    `wrap`) against the faults `arm()` scripts; the scenario's own error, if any, is expected."""
+    server.reset()
+    arm()
+    target = sdk.wrap(client) if wrap else client
+    try:
+        await _play_once(scenario, target, new_request_id())
+    except Exception:  # noqa: BLE001 - the scripted faults outlast every retry
+        pass
+    finally:
+        closing = client.close()
+        if inspect.isawaitable(closing):
+            await closing
+    return sum(1 for r in server.requests if r.method == "POST" and r.path.endswith(MODEL_PATHS))
+
+
+async def attempts_pair(scenario: Scenario, make_client: Callable[[], Any], server: Any,
+                        arm: Callable[[], None]) -> tuple[int, int]:
+    """Model requests sent under the same faults: by the bare client, then by the wrapped one."""
+    bare = await attempts(scenario, make_client(), server, arm, wrap=False)
+    return bare, await attempts(scenario, make_client(), server, arm, wrap=True)
 
 
 # -- comparisons --------------------------------------------------------------------------------

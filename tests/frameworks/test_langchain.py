@@ -20,12 +20,19 @@ from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from pydantic import BaseModel
 
-from tests.frameworks.conformance import DOCUMENT, LOCAL_DOCUMENT, QUESTION, Outcome, assert_cache_holds, assert_conforms, run_pair
+import sdk
+
+from tests.frameworks.conformance import (
+    DOCUMENT, LOCAL_DOCUMENT, QUESTION, RETRY_AT_ONCE, Outcome, assert_cache_holds, assert_conforms, assert_one_span_per_call,
+    assert_same_bodies, attempts_pair, run_pair,
+)
 from tests.frameworks.conftest import LOCAL_MODEL
 from tests.frameworks.scripted import FINAL_REPLY, STRUCTURED, TOOL_ROUNDS, WEATHER_TOOL_NAME, weather
 
 PROVIDERS = ("openai", "anthropic")
 LOOP_LIMIT = 8
+LOOP_UNIT = "I keep saying this. "
+LOOP_CAP = 256
 """More model calls than any scripted loop makes: a loop that does not end fails instead of hanging."""
 
 
@@ -67,10 +74,11 @@ def tool_loop(llm: Any, messages: list[BaseMessage]) -> Outcome:
     raise AssertionError(f"the loop did not end in {LOOP_LIMIT} calls")
 
 
-def sim_client(sim: Any, provider: str) -> Any:
+def sim_client(sim: Any, provider: str, max_retries: int | None = 0) -> Any:
+    retries = {} if max_retries is None else {"max_retries": max_retries}
     if provider == "openai":
-        return openai.OpenAI(base_url=sim.openai_base_url, api_key="test-key", max_retries=0)
-    return anthropic.Anthropic(base_url=sim.anthropic_base_url, api_key="test-key", max_retries=0)
+        return openai.OpenAI(base_url=sim.openai_base_url, api_key="test-key", **retries)
+    return anthropic.Anthropic(base_url=sim.anthropic_base_url, api_key="test-key", **retries)
 
 
 @pytest.fixture(params=PROVIDERS)
@@ -142,3 +150,35 @@ async def test_a_forced_tool_loop_on_the_local_server_reads_at_least_the_bare_cl
     assert bare.outcome.result == wrapped.outcome.result == (WEATHER_TOOL_NAME,) * (TOOL_ROUNDS + 1)
     assert_conforms(bare, wrapped, scripted=False)
     assert_cache_holds(bare, wrapped)
+
+
+@pytest.mark.parametrize("client_retries", [0, 1, None], ids=["max_retries=0", "max_retries=1", "client-default"])
+async def test_a_429_is_tried_as_often_as_the_bare_client_tries_it(sim, provider, client_retries):
+    """`max_retries` on the client is the caller's word: kvwise makes no more attempts than the bare client."""
+    def scenario(client: Any, instructions: str) -> Outcome:
+        return Outcome(chat_model(client, provider).invoke([SystemMessage(instructions), HumanMessage(QUESTION)]).text)
+
+    arm = lambda: sim.fail(429, times=10, headers=RETRY_AT_ONCE)  # noqa: E731
+    bare, wrapped = await attempts_pair(scenario, lambda: sim_client(sim, provider, client_retries), sim, arm)
+    assert bare == (2 if client_retries is None else client_retries) + 1
+    assert wrapped == bare
+
+
+async def test_a_stream_the_loop_guard_cuts_still_reports_usage_and_a_length_stop(sim):
+    """ChatOpenAI asks for stream usage (`stream_usage=True`): a reply the guard cuts short still
+    ends with the usage chunk, so `usage_metadata` counts the tokens sent."""
+    def scenario(client: Any, instructions: str) -> Outcome:
+        chunks = list(chat_model(client, "openai", max_tokens=LOOP_CAP).stream([SystemMessage(instructions), HumanMessage(QUESTION)]))
+        whole = chunks[0]
+        for chunk in chunks[1:]:
+            whole += chunk
+        usage = whole.usage_metadata or {}
+        return Outcome((whole.text, whole.response_metadata.get("finish_reason"), usage.get("output_tokens")))
+
+    bare, wrapped = await run_pair(scenario, lambda: sim_client(sim, "openai"), sim, arm=lambda: sim.loop(LOOP_UNIT))
+    plain_text, plain_finish, plain_tokens = bare.outcome.result
+    text, finish, tokens = wrapped.outcome.result
+    assert plain_finish == finish == "length"
+    assert plain_text.startswith(text) and tokens is not None and 1 < tokens < plain_tokens == LOOP_CAP
+    assert_same_bodies(bare, wrapped, sdk.Policy())
+    assert_one_span_per_call(wrapped, 1)

@@ -13,8 +13,11 @@ from typing import Any
 
 import litellm
 import openai
+import pytest
 
-from tests.frameworks.conformance import DOCUMENT, LOCAL_DOCUMENT, QUESTION, Outcome, assert_cache_holds, assert_conforms, run_pair
+from tests.frameworks.conformance import (
+    DOCUMENT, LOCAL_DOCUMENT, QUESTION, RETRY_AT_ONCE, Outcome, assert_cache_holds, assert_conforms, attempts_pair, run_pair,
+)
 from tests.frameworks.conftest import LOCAL_MODEL
 from tests.frameworks.scripted import FINAL_REPLY, STRUCTURED, TOOL_ROUNDS, WEATHER_TOOL_NAME, weather
 
@@ -45,8 +48,9 @@ def cached(response: Any) -> int:
     return int(details.cached_tokens or 0) if details is not None else 0
 
 
-def sim_client(sim: Any) -> Any:
-    return openai.OpenAI(base_url=sim.openai_base_url, api_key="test-key", max_retries=0)
+def sim_client(sim: Any, max_retries: int | None = 0) -> Any:
+    retries = {} if max_retries is None else {"max_retries": max_retries}
+    return openai.OpenAI(base_url=sim.openai_base_url, api_key="test-key", **retries)
 
 
 async def test_a_plain_completion_gives_the_bare_clients_answer(sim):
@@ -123,3 +127,19 @@ async def test_a_completion_on_the_local_server_sets_no_limit_and_still_answers(
     bare, wrapped = await run_pair(scenario, lambda: local.openai(sync=True), local)
     assert bare.outcome.result and wrapped.outcome.result
     assert_conforms(bare, wrapped, scripted=False)
+
+
+@pytest.mark.parametrize("client_retries", [0, 1, None], ids=["max_retries=0", "max_retries=1", "client-default"])
+async def test_a_429_is_tried_as_often_as_the_bare_client_tries_it(sim, client_retries):
+    """`max_retries` is the caller's word: kvwise makes no more attempts than the bare client. LiteLLM
+    sets its own `max_retries` (default 2) on the client it is given, so the caller's goes through it."""
+    retries = {} if client_retries is None else {"max_retries": client_retries}
+
+    def scenario(client: Any, instructions: str) -> Outcome:
+        messages = [{"role": "system", "content": instructions}, {"role": "user", "content": QUESTION}]
+        return Outcome(completion(client, messages, **retries).choices[0].message.content)
+
+    arm = lambda: sim.fail(429, times=10, headers=RETRY_AT_ONCE)  # noqa: E731
+    bare, wrapped = await attempts_pair(scenario, lambda: sim_client(sim, client_retries), sim, arm)
+    assert bare == (2 if client_retries is None else client_retries) + 1
+    assert wrapped == bare

@@ -12,7 +12,9 @@ from agents.models.openai_responses import OpenAIResponsesModel
 from pydantic import BaseModel
 
 import openai
-from tests.frameworks.conformance import DOCUMENT, LOCAL_DOCUMENT, QUESTION, Outcome, assert_cache_holds, assert_conforms, run_pair
+from tests.frameworks.conformance import (
+    DOCUMENT, LOCAL_DOCUMENT, QUESTION, RETRY_AT_ONCE, Outcome, assert_cache_holds, assert_conforms, attempts_pair, run_pair,
+)
 from tests.frameworks.conftest import LOCAL_MODEL
 from tests.frameworks.scripted import FINAL_REPLY, STRUCTURED, TOOL_ROUNDS, weather
 
@@ -39,8 +41,9 @@ def cached(result: Any) -> tuple[int, ...]:
     return tuple(response.usage.input_tokens_details.cached_tokens or 0 for response in result.raw_responses)
 
 
-def sim_client(sim: Any) -> Any:
-    return openai.AsyncOpenAI(base_url=sim.openai_base_url, api_key="test-key", max_retries=0)
+def sim_client(sim: Any, max_retries: int | None = 0) -> Any:
+    retries = {} if max_retries is None else {"max_retries": max_retries}
+    return openai.AsyncOpenAI(base_url=sim.openai_base_url, api_key="test-key", **retries)
 
 
 @pytest.fixture(params=sorted(MODELS))
@@ -116,3 +119,15 @@ async def test_a_tool_loop_on_the_local_server_reads_at_least_the_bare_clients_p
     assert bare.outcome.result == wrapped.outcome.result == str(TOOL_ROUNDS + 1)
     assert_conforms(bare, wrapped, scripted=False)
     assert_cache_holds(bare, wrapped)
+
+
+@pytest.mark.parametrize("client_retries", [0, 1, None], ids=["max_retries=0", "max_retries=1", "client-default"])
+async def test_a_429_is_tried_as_often_as_the_bare_client_tries_it(sim, api, client_retries):
+    """`max_retries` on the client is the caller's word: kvwise makes no more attempts than the bare client."""
+    async def scenario(client: Any, instructions: str) -> Outcome:
+        return Outcome((await Runner.run(agent(client, instructions, api), QUESTION)).final_output)
+
+    arm = lambda: sim.fail(429, times=10, headers=RETRY_AT_ONCE)  # noqa: E731
+    bare, wrapped = await attempts_pair(scenario, lambda: sim_client(sim, client_retries), sim, arm)
+    assert bare == (2 if client_retries is None else client_retries) + 1
+    assert wrapped == bare

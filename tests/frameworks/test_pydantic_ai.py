@@ -9,6 +9,8 @@ import anthropic
 import openai
 import pytest
 from pydantic import BaseModel
+
+import sdk
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelResponse
 from pydantic_ai.models.anthropic import AnthropicModel, AnthropicModelSettings
@@ -16,11 +18,16 @@ from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.anthropic import AnthropicProvider
 from pydantic_ai.providers.openai import OpenAIProvider
 
-from tests.frameworks.conformance import DOCUMENT, LOCAL_DOCUMENT, QUESTION, Outcome, assert_cache_holds, assert_conforms, run_pair
+from tests.frameworks.conformance import (
+    DOCUMENT, LOCAL_DOCUMENT, QUESTION, RETRY_AT_ONCE, Outcome, assert_cache_holds, assert_conforms, assert_one_span_per_call,
+    assert_same_bodies, attempts_pair, run_pair,
+)
 from tests.frameworks.conftest import LOCAL_MODEL
 from tests.frameworks.scripted import FINAL_REPLY, STRUCTURED, TOOL_ROUNDS, weather
 
 PROVIDERS = ("openai", "anthropic")
+LOOP_UNIT = "I keep saying this. "
+LOOP_CAP = 256
 
 
 class Weather(BaseModel):
@@ -50,10 +57,11 @@ def cached(result: Any) -> tuple[int, ...]:
     return tuple(message.usage.cache_read_tokens for message in result.all_messages() if isinstance(message, ModelResponse))
 
 
-def sim_client(sim: Any, provider: str) -> Any:
+def sim_client(sim: Any, provider: str, max_retries: int | None = 0) -> Any:
+    retries = {} if max_retries is None else {"max_retries": max_retries}
     if provider == "openai":
-        return openai.AsyncOpenAI(base_url=sim.openai_base_url, api_key="test-key", max_retries=0)
-    return anthropic.AsyncAnthropic(base_url=sim.anthropic_base_url, api_key="test-key", max_retries=0)
+        return openai.AsyncOpenAI(base_url=sim.openai_base_url, api_key="test-key", **retries)
+    return anthropic.AsyncAnthropic(base_url=sim.anthropic_base_url, api_key="test-key", **retries)
 
 
 @pytest.fixture(params=PROVIDERS)
@@ -119,3 +127,45 @@ async def test_a_run_on_the_local_server_answers_as_the_bare_client_does(local, 
     bare, wrapped = await run_pair(scenario, getattr(local, provider), local)
     assert bare.outcome.result and wrapped.outcome.result
     assert_conforms(bare, wrapped, scripted=False)
+
+
+@pytest.mark.parametrize("client_retries", [0, 1, None], ids=["max_retries=0", "max_retries=1", "client-default"])
+async def test_a_429_is_tried_as_often_as_the_bare_client_tries_it(sim, provider, client_retries):
+    """`max_retries` on the client is the caller's word: kvwise makes no more attempts than the bare client."""
+    async def scenario(client: Any, instructions: str) -> Outcome:
+        return Outcome((await Agent(model(client, provider), instructions=instructions).run(QUESTION)).output)
+
+    arm = lambda: sim.fail(429, times=10, headers=RETRY_AT_ONCE)  # noqa: E731
+    bare, wrapped = await attempts_pair(scenario, lambda: sim_client(sim, provider, client_retries), sim, arm)
+    assert bare == (2 if client_retries is None else client_retries) + 1
+    assert wrapped == bare
+
+
+async def test_max_retries_in_the_model_settings_is_tried_as_the_bare_client_tries_it(sim, provider):
+    """pydantic-ai's `max_retries: 0` reaches the client through `with_options(max_retries=0)`."""
+    async def scenario(client: Any, instructions: str) -> Outcome:
+        agent: Agent[Any, str] = Agent(model(client, provider), instructions=instructions, model_settings={"max_retries": 0})
+        return Outcome((await agent.run(QUESTION)).output)
+
+    arm = lambda: sim.fail(429, times=10, headers=RETRY_AT_ONCE)  # noqa: E731
+    bare, wrapped = await attempts_pair(scenario, lambda: sim_client(sim, provider, None), sim, arm)
+    assert bare == 1
+    assert wrapped == bare
+
+
+async def test_a_stream_the_loop_guard_cuts_ends_as_a_length_stop_with_its_usage(sim, provider):
+    """The guard cuts a looping reply short; pydantic-ai still sees the provider's own length stop
+    (on Anthropic through the beta stream's event classes) and the output tokens it was sent."""
+    async def scenario(client: Any, instructions: str) -> Outcome:
+        agent: Agent[Any, str] = Agent(model(client, provider), instructions=instructions, model_settings={"max_tokens": LOOP_CAP})
+        async with agent.run_stream(QUESTION) as result:
+            text = "".join([delta async for delta in result.stream_text(delta=True)])
+        return Outcome((text, result.response.finish_reason, result.usage.output_tokens))
+
+    bare, wrapped = await run_pair(scenario, lambda: sim_client(sim, provider), sim, arm=lambda: sim.loop(LOOP_UNIT))
+    plain_text, plain_finish, plain_tokens = bare.outcome.result
+    text, finish, tokens = wrapped.outcome.result
+    assert plain_finish == finish == "length"
+    assert plain_text.startswith(text) and 1 < tokens < plain_tokens == LOOP_CAP
+    assert_same_bodies(bare, wrapped, sdk.Policy())
+    assert_one_span_per_call(wrapped, 1)
