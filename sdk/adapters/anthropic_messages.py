@@ -54,7 +54,9 @@ def _beta_types() -> _Types:
     )
     from anthropic.types.beta.beta_raw_message_delta_event import Delta as BetaDelta
 
-    return _Types(BetaRawContentBlockStopEvent, BetaRawMessageDeltaEvent, BetaDelta, BetaMessageDeltaUsage, BetaRawMessageStopEvent)
+    return _Types(
+        BetaRawContentBlockStopEvent, BetaRawMessageDeltaEvent, BetaDelta, BetaMessageDeltaUsage, BetaRawMessageStopEvent
+    )
 
 
 def messages_usage(usage: Any) -> Usage | None:

@@ -50,7 +50,9 @@ def caller_asks_usage(call: Call) -> bool:
     if not call.stream:
         return False
     extra = call.params.get("extra_body")
-    options = extra.get("stream_options") if isinstance(extra, Mapping) and "stream_options" in extra else call.params.get("stream_options")
+    options = call.params.get("stream_options")
+    if isinstance(extra, Mapping) and "stream_options" in extra:  # what the client sends: merged over the named one
+        options = extra["stream_options"]
     return isinstance(options, Mapping) and options.get("include_usage") is True
 
 

@@ -66,7 +66,8 @@ class _Types:
 
 
 _TYPES = _Types(
-    Response, ResponseOutputMessage, ResponseOutputText, IncompleteDetails, ResponseCompletedEvent, ResponseIncompleteEvent, ResponseUsage
+    Response, ResponseOutputMessage, ResponseOutputText, IncompleteDetails, ResponseCompletedEvent, ResponseIncompleteEvent,
+    ResponseUsage,
 )
 
 
@@ -213,7 +214,9 @@ class ResponsesAdapter(Adapter):
         if usage is not None:  # the final event's response always carries the usage
             update["usage"] = types.usage.model_validate({
                 "input_tokens": usage.input_tokens,
-                "input_tokens_details": {"cached_tokens": usage.cache_read_tokens, "cache_write_tokens": usage.cache_write_tokens},
+                "input_tokens_details": {
+                    "cached_tokens": usage.cache_read_tokens, "cache_write_tokens": usage.cache_write_tokens,
+                },
                 "output_tokens": usage.output_tokens,
                 "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
                 "total_tokens": usage.input_tokens + usage.output_tokens,

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import openai
 import pytest
 from opentelemetry.trace import StatusCode
 
@@ -212,3 +213,25 @@ async def test_a_stream_whose_connection_drops_stays_an_error_and_is_not_abandon
     root = _root(otel)
     assert root.attributes[sc.ERROR_TYPE] == "stream_truncated" and root.status.status_code is StatusCode.ERROR
     assert sc.KVWISE_STREAM_ABANDONED not in root.attributes
+
+
+async def test_a_stream_whose_reading_task_is_cancelled_is_abandoned_not_failed(simulator: Any, otel: Otel) -> None:
+    client = openai.AsyncOpenAI(base_url=simulator.openai_base_url, api_key="test-key")
+    simulator.reply, simulator.token_delay = "word " * 100, DECODE_SECONDS_PER_TOKEN
+    stream = await _wrap(client, otel).chat.completions.create(model="gpt-4o-mini", messages=USER, stream=True)
+    reading = asyncio.Event()
+
+    async def read() -> None:
+        async for _ in stream:
+            reading.set()
+
+    task = asyncio.create_task(read())
+    await reading.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    root = _root(otel)
+    assert root.attributes[sc.KVWISE_STREAM_ABANDONED] is True
+    assert sc.ERROR_TYPE not in root.attributes and root.status.status_code is not StatusCode.ERROR
+    assert stream.response.is_closed
+    await client.close()

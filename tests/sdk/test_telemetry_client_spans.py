@@ -61,7 +61,9 @@ def _client(simulator: Any, mode: str, family: str, **options: Any) -> Any:
 
 def _with_usage(spans: tuple[ReadableSpan, ...]) -> list[str]:
     """The CLIENT spans that carry usage (a backend summing `gen_ai.usage.*` sums these), by name."""
-    return [span.name for span in spans if span.kind is SpanKind.CLIENT and sc.GEN_AI_USAGE_INPUT_TOKENS in (span.attributes or {})]
+    return [
+        span.name for span in spans if span.kind is SpanKind.CLIENT and sc.GEN_AI_USAGE_INPUT_TOKENS in (span.attributes or {})
+    ]
 
 
 CALLS: dict[str, tuple[str, str, Callable[[Any], Any]]] = {  # family, how it is read, the call
