@@ -1,16 +1,19 @@
 """`python -m local_backend serve`: load a checkpoint and serve it over the OpenAI and Anthropic APIs.
 
     python -m local_backend serve --model default --host 127.0.0.1 --port 8000 [--api-key KEY ...]
-        [--device auto|cpu|cuda] [--kv-cache-memory BYTES] [--max-queue N]
+        [--metrics-key KEY] [--device auto|cpu|cuda] [--kv-cache-memory BYTES] [--max-queue N]
         [--served-model-name NAME [NAME ...]] [--allowed-origins ORIGIN [ORIGIN ...]]
 
 `--api-key` may be repeated or comma-separated (`--api-key A,B`); each key is a tenant with its own
-prefix cache: one key never gets a cache hit from another's prompt. `--served-model-name` gives the
+prefix cache: one key never gets a cache hit from another's prompt. `/metrics` counts every
+tenant's work together, so with several keys only `--metrics-key` (or $KVWISE_METRICS_KEY), a key
+that reads nothing else, may scrape it (with one key, that key may too). `--served-model-name` gives the
 names requests may use (the first is reported; any other name is a 404); `--allowed-origins` lets
 browser pages on those origins (`*`: any) call the API.
 
 Prints the base URL once the server accepts connections. SIGTERM or Ctrl-C stops accepting, lets
-in-flight requests finish for up to a grace period, then exits 0.
+in-flight requests finish for up to a grace period, then exits 0. A connection whose request
+headers are not complete within `HEADER_TIMEOUT_SECONDS` is closed (`server.http_protocol`).
 """
 
 from __future__ import annotations
@@ -35,8 +38,10 @@ from local_backend.server._constants import (
     DEFAULT_MAX_QUEUE,
     DEFAULT_PORT,
     LOOPBACK_HOSTS,
+    METRICS_KEY_ENV,
     SHUTDOWN_GRACE_SECONDS,
 )
+from local_backend.server.http_protocol import HeaderDeadline
 
 logger = logging.getLogger("local_backend")
 
@@ -63,6 +68,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=DEFAULT_PORT)
     serve.add_argument("--api-key", action="append", metavar="KEY[,KEY...]",
                        help=f"required key(s), repeatable; each key is a tenant (or ${API_KEY_ENV})")  # fmt: skip
+    serve.add_argument("--metrics-key", default=os.environ.get(METRICS_KEY_ENV) or None, metavar="KEY",
+                       help="the key that reads /metrics, which counts every tenant's work together: with several "
+                            f"--api-key tenants only it may (or ${METRICS_KEY_ENV})")  # fmt: skip
     serve.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     serve.add_argument("--kv-cache-memory", type=int, default=None, metavar="BYTES", help="KV cache pool size")
     serve.add_argument("--max-queue", type=int, default=DEFAULT_MAX_QUEUE, metavar="N",
@@ -87,11 +95,13 @@ def serve(args: argparse.Namespace) -> int:
     print(f"loading {args.model} ...", file=sys.stderr, flush=True)
     engine = Engine.from_pretrained(args.model, device=args.device, kv_cache_memory=args.kv_cache_memory)
     name = args.model if args.model == DEFAULT_MODEL_NAME else Path(args.model).name
-    app = create_app(engine, model_name=args.served_model_name or name, api_key=api_keys, max_queue=args.max_queue,
+    app = create_app(engine, model_name=args.served_model_name or name, api_key=api_keys, metrics_key=args.metrics_key,
+                     max_queue=args.max_queue,
                      allowed_origins=args.allowed_origins)  # fmt: skip
     host = f"[{args.host}]" if ":" in args.host else args.host
     config = uvicorn.Config(
-        app, host=args.host, port=args.port, lifespan="off", timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS
+        app, host=args.host, port=args.port, lifespan="off", timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
+        http=HeaderDeadline,
     )
     # uvicorn re-raises the stop signal after its graceful shutdown; a no-op handler makes that a
     # clean exit 0 (the default SIGTERM handler would kill us with -15 after all the good work).

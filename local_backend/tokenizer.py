@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -11,6 +12,7 @@ from typing import Any
 from jinja2.exceptions import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
+
 
 
 class TextTokenizer:
@@ -58,7 +60,24 @@ class TextTokenizer:
     def vocab_size(self) -> int:
         return self._tokenizer.get_vocab_size(with_added_tokens=True)
 
+    @functools.cached_property
+    def max_bytes_per_token(self) -> int | None:
+        """Most bytes of text one token can stand for (the longest vocabulary entry's UTF-8 bytes, an
+        upper bound for byte-level BPE and SentencePiece alike), so text of B bytes is at least
+        B ÷ this many tokens; None when the checkpoint's normalizer may shorten text (NFC composes
+        characters, BERT's drops some) and no such bound holds."""
+        normalizer = json.loads(self._tokenizer.to_str()).get("normalizer")
+        steps = [] if normalizer is None else normalizer.get("normalizers", [normalizer])
+        if not all(_keeps_length(step) for step in steps):
+            return None
+        return max(len(token.encode()) for token in self._tokenizer.get_vocab(with_added_tokens=True))
+
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Token ids of `text`; `ValueError` when it holds a lone surrogate (no tokenizer can encode one)."""
+        try:
+            text.encode()
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"text holds a lone surrogate at index {exc.start}: text must be Unicode scalar values") from None
         ids = self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
         bos = self.bos_token_id
         if add_special_tokens and self._add_bos and bos is not None and ids[:1] != [bos]:
@@ -99,6 +118,17 @@ class TextTokenizer:
         except TemplateError as exc:
             raise ValueError(f"chat template failed: {exc}") from exc
         return self.encode(text, add_special_tokens=False)
+
+
+def _keeps_length(step: Mapping[str, Any]) -> bool:
+    """Whether a `tokenizer.json` normalizer step never shortens text: Llama 2 and Mistral's prepend
+    `▁` and replace each space by it; any other step (NFC, lowercasing `Ω`) may."""
+    if step.get("type") == "Prepend":
+        return True
+    pattern = step.get("pattern", {}).get("String")
+    content = step.get("content")
+    return (step.get("type") == "Replace" and isinstance(pattern, str) and isinstance(content, str)
+            and len(content.encode()) >= len(pattern.encode()))  # fmt: skip
 
 
 def _token_text(value: str | Mapping[str, Any] | None) -> str | None:

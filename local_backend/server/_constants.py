@@ -103,3 +103,51 @@ TENANT_HASH_PERSON: Final = b"kvwise-tenant"
 
 TENANT_ID_BYTES: Final = 16
 """Bytes of that hash: a tenant id is twice as many hex digits."""
+
+METRICS_PATH: Final = "/metrics"
+
+METRICS_KEY_ENV: Final = "KVWISE_METRICS_KEY"
+"""`serve` reads the metrics key from here when `--metrics-key` is not given."""
+
+OPENAPI_PATH: Final = "/openapi.json"
+"""The server's own OpenAPI document (vLLM's path), open like `/health`: it holds no data."""
+
+MAX_JSON_DEPTH: Final = 160
+"""Deepest nesting of arrays and objects a request body may have: past the 128 levels that
+llguidance's JSON parser (serde_json) takes in a schema, plus the request's own envelope, and far
+below where Python's recursion limit (1,000 frames) would break `json.loads` or a schema walk."""
+
+MAX_SCHEMA_DEPTH: Final = 64
+"""Deepest nesting of arrays and objects inside one JSON schema (`response_format`, a tool's
+parameters): 32 levels of objects, three times OpenAI's structured-output limit of 10."""
+
+MAX_SCHEMA_PROPERTIES: Final = 1000
+"""Most object properties one request's schemas may list together (OpenAI allows 5,000). llguidance's
+compile time grows with the square of an object's properties: 1,000 compile in ~0.13 s here, 2,000
+in 0.56 s, 10,000 in 15 s, so a request past this bound is refused before anything compiles."""
+
+MAX_TOOLS: Final = 128
+"""Most tools one request may offer (OpenAI's limit for `tools`)."""
+
+GRAMMAR_COMPILE_SECONDS: Final = 5.0
+"""A grammar that has not compiled in this time is refused (400); it compiles on a worker thread,
+without the GIL, so the event loop serves everyone else meanwhile."""
+
+GRAMMAR_MAX_SIZE: Final = 200_000
+"""llguidance's `max_grammar_size` (symbols; its default is 500,000): a second bound past the schema's own."""
+
+MAX_JSON_INTEGER: Final = 2**63 - 1
+"""Largest magnitude an integer field may have: what a torch int64 holds (`top_k: 10**30` is refused)."""
+
+REPETITION_PENALTY_RANGE: Final = (0.0, 2.0)
+"""vLLM's `repetition_penalty` range, (0, 2]; 1 is off."""
+
+HEADER_TIMEOUT_SECONDS: Final = 10.0
+"""A connection whose request headers are not complete this long after it opened (or after the
+request's first byte, on a kept-alive connection) is closed: uvicorn has no header timeout, and
+a client trickling header bytes would hold its connection forever (nginx's `client_header_timeout`)."""
+
+MAX_LOGGED_FRAMES: Final = 20
+"""Frames of a failed request's traceback written to the log (the innermost ones): a deep
+recursion's 1,000-frame traceback is ~150 KB, and a server whose stderr is a pipe nobody reads
+blocked its event loop on writing it."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import uuid
 import dataclasses
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from starlette.requests import Request
@@ -26,9 +26,8 @@ from starlette.routing import Route
 
 from local_backend.outputs import Completion, StreamDelta
 from local_backend.server import fields
-from local_backend.sampling_params import LogitsProcessor
 from local_backend.server._constants import ANTHROPIC_MAX_TEMPERATURE
-from local_backend.server.constrained import Grammars
+from local_backend.server.constrained import Grammar, Grammars
 from local_backend.server.tool_requests import ToolChoice, anthropic_messages, anthropic_tools
 from local_backend.server.tools import ArgumentsPiece, CallStart, Event, TextPiece, Tool, ToolCall, ToolCallParser, prompt_ids
 from local_backend.server.errors import ApiError, Flavor
@@ -187,13 +186,13 @@ def routes(backend: Backend, grammars: Grammars) -> list[Route]:
         if system:
             messages.insert(0, {"role": "system", "content": text_of(system, "system")})
         tools, choice = anthropic_tools(body)
-        return model, prompt_ids(engine.tokenizer, messages, choice.shown(tools)), tools, choice
+        return model, prompt_ids(engine.tokenizer, messages, choice.shown(tools), engine.max_model_len), tools, choice
 
-    def constraint(body: dict[str, Any], tools: list[Tool], choice: ToolChoice) -> Callable[[], LogitsProcessor] | None:
+    async def constraint(body: dict[str, Any], tools: list[Tool], choice: ToolChoice) -> Grammar | None:
         """A forced call's grammar (`tool_choice` any / tool), else `output_config.format`'s JSON schema."""
         if choice.forced:
             forced = [t for t in tools if choice.mode == "required" or t.name == choice.name]
-            return lambda: grammars.tool_call(forced, "tool_choice")
+            return await grammars.tool_call(forced, "tool_choice")
         config = optional(body, "output_config", dict, {})
         unknown = set(config) - {"format"}
         if unknown:
@@ -204,7 +203,7 @@ def routes(backend: Backend, grammars: Grammars) -> list[Route]:
             return None
         if not isinstance(form, dict) or form.get("type") != "json_schema" or not isinstance(form.get("schema"), dict):
             raise ApiError("output_config.format must be {'type': 'json_schema', 'schema': {...}}", param="output_config")
-        return lambda: grammars.json(form["schema"], "output_config.format")
+        return await grammars.json(form["schema"], "output_config.format")
 
     async def messages(request: Request) -> Response:
         body = await read_json(request)
@@ -221,9 +220,9 @@ def routes(backend: Backend, grammars: Grammars) -> list[Route]:
             stop=stops,
             max_temperature=ANTHROPIC_MAX_TEMPERATURE,
         )
-        make = constraint(body, tools, choice)
-        if make is not None:
-            params = dataclasses.replace(params, logits_processor=make())
+        grammar = await constraint(body, tools, choice)
+        if grammar is not None:
+            params = dataclasses.replace(params, logits_processor=grammar.processor())
         generation = backend.start(request, ids, params)
         fmt = AnthropicFormat(model, parse_tools=choice.mode != "none")
         return await respond(request, [generation], fmt, optional(body, "stream", bool, False))

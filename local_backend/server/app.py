@@ -5,13 +5,18 @@
 
 Every refusal is the API's own error body: requests under `/v1/messages` get Anthropic's, the rest
 OpenAI's (see `errors`). Unknown paths are 404 in that shape too, and an unexpected failure is a 500
-whose message names no request content. Every request field is honoured or refused by name
-(see `fields`); the engine's grammar support (`constrained.Grammars`) is shared by all routes.
+whose message names no request content; its log entry keeps the innermost `MAX_LOGGED_FRAMES`
+frames (a server whose stderr was an undrained pipe once blocked its event loop writing a deep
+recursion's 150 KB traceback, and stopped answering everyone). Every request field is honoured or
+refused by name (see `fields`); the engine's grammar support (`constrained.Grammars`) is shared by
+all routes. `GET /openapi.json` describes the routes (see `openapi`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import traceback
 from collections.abc import Sequence
 
 from starlette.applications import Starlette
@@ -21,11 +26,12 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from local_backend._constants import DEFAULT_MODEL_NAME
 from local_backend.engine import Engine
-from local_backend.server import anthropic_routes, openai_routes, responses_routes
-from local_backend.server._constants import DEFAULT_MAX_QUEUE, HEALTH_PATH
+from local_backend.server import anthropic_routes, openai_routes, openapi, responses_routes
+from local_backend.server._constants import DEFAULT_MAX_QUEUE, HEALTH_PATH, MAX_LOGGED_FRAMES, METRICS_PATH, OPENAPI_PATH
 from local_backend.server.auth import ApiKeyMiddleware
 from local_backend.server.constrained import Grammars
 from local_backend.server.errors import ApiError, ErrorKind, Flavor, error_body, error_response, status_of
@@ -40,6 +46,7 @@ def create_app(
     *,
     model_name: str | Sequence[str] = DEFAULT_MODEL_NAME,
     api_key: str | Sequence[str] | None = None,
+    metrics_key: str | None = None,
     max_queue: int = DEFAULT_MAX_QUEUE,
     allowed_origins: Sequence[str] = (),
 ) -> Starlette:
@@ -50,7 +57,9 @@ def create_app(
     origins call the API (CORS, preflights included; the key is still checked on the real request).
 
     `api_key` is one key or several: each key is a tenant whose prefix-cache blocks are kept apart
-    from the others' (see `auth`). Beyond the engine's batch plus `max_queue` waiting requests, new
+    from the others' (see `auth`). With several keys `/metrics` needs `metrics_key`, which reads
+    nothing else (with one key, that key reads it too; with none, it is open unless `metrics_key` is
+    given). Beyond the engine's batch plus `max_queue` waiting requests, new
     requests are refused at once. The caller owns the engine (and closes it after the server stops).
     """
     if max_queue < 0:
@@ -58,6 +67,8 @@ def create_app(
     keys = (api_key,) if isinstance(api_key, str) else tuple(api_key or ())
     if not all(isinstance(key, str) and key for key in keys):
         raise ValueError("api_key must be a non-empty string or a list of them; an empty key would let anyone in")
+    if metrics_key is not None and (not isinstance(metrics_key, str) or not metrics_key or metrics_key in keys):
+        raise ValueError("metrics_key must be a non-empty string that is not also an api_key")
     names = (model_name,) if isinstance(model_name, str) else tuple(model_name)
     if not names or not all(isinstance(name, str) and name for name in names):
         raise ValueError(f"model_name={model_name!r} must be a non-empty string or a list of them")
@@ -72,18 +83,28 @@ def create_app(
     async def metrics(request: Request) -> Response:
         return Response(server_metrics.exposition(), media_type=CONTENT_TYPE)
 
-    routes = [
-        Route(HEALTH_PATH, health, methods=["GET"]),
-        Route("/metrics", metrics, methods=["GET"]),
+    api = [
         *openai_routes.routes(backend, grammars),
         *responses_routes.routes(backend, grammars),
         *anthropic_routes.routes(backend, grammars),
     ]
-    middleware = [Middleware(ApiKeyMiddleware, api_keys=keys)] if keys else []
+    document = openapi.document(api, names[0])
+
+    async def openapi_json(request: Request) -> Response:
+        return JSONResponse(document)
+
+    routes = [
+        Route(HEALTH_PATH, health, methods=["GET"]),
+        Route(METRICS_PATH, metrics, methods=["GET"]),
+        Route(OPENAPI_PATH, openapi_json, methods=["GET"]),
+        *api,
+    ]
+    guarded = bool(keys) or metrics_key is not None
+    middleware = [Middleware(ApiKeyMiddleware, api_keys=keys, metrics_key=metrics_key)] if guarded else []
     if allowed_origins:  # outermost: a preflight carries no key, and even a 401 needs CORS headers
         middleware.insert(0, Middleware(CORSMiddleware, allow_origins=list(allowed_origins),
                                         allow_methods=["*"], allow_headers=["*"]))  # fmt: skip
-    return Starlette(
+    return _App(
         routes=routes,
         middleware=middleware,
         exception_handlers={
@@ -93,6 +114,15 @@ def create_app(
             Exception: _internal_error,
         },
     )
+
+
+class _App(Starlette):
+    """Starlette, whose failures end here: Starlette re-raises each after `_internal_error` has
+    logged it and sent its 500, and uvicorn would log it again with every frame and its message."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        with contextlib.suppress(Exception):
+            await super().__call__(scope, receive, send)
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:
@@ -113,7 +143,10 @@ async def _client_gone(request: Request, exc: Exception) -> Response:
 
 
 async def _internal_error(request: Request, exc: Exception) -> Response:
-    logger.error("%s %s failed: %s", request.method, request.url.path, type(exc).__name__)
+    """A 500, logged as the exception's type and innermost frames, never its message (it may quote the request)."""
+    frames = traceback.format_list(traceback.extract_tb(exc.__traceback__, limit=-MAX_LOGGED_FRAMES))
+    logger.error("%s %s failed: %s (innermost %d frames)\n%s", request.method, request.url.path, type(exc).__name__,
+                 MAX_LOGGED_FRAMES, "".join(frames))  # fmt: skip
     flavor = Flavor.of_path(request.url.path)
     error = ApiError("internal server error; see the server log", ErrorKind.INTERNAL)
     return JSONResponse(error_body(error, flavor), status_code=status_of(error, flavor))

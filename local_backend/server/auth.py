@@ -6,6 +6,12 @@ server may hold several keys; each key is a tenant. A request's tenant id is a h
 cache hit, or a faster first token, from another key's prompt. Without keys every request is one
 tenant. Comparisons are constant-time (`hmac.compare_digest`, every candidate against every key),
 and neither the keys nor the headers are logged.
+
+`/metrics` counts every tenant's work together (prefix-cache hit tokens, prompt tokens, blocks in
+use), so it shows a tenant only what is its own: with one key every number is that key's and the
+key reads them; with several, only the separate metrics key (`--metrics-key`) does, and a tenant's
+key gets 403. Per-tenant numbers were the other choice, but the pool's gauges cannot be split by
+tenant, and a scrape is an operator's job, which Prometheus does with one credential.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from local_backend.server._constants import (
     AUTHORIZATION_HEADER,
     BEARER_PREFIX,
     HEALTH_PATH,
+    METRICS_PATH,
+    OPENAPI_PATH,
     TENANT_HASH_PERSON,
     TENANT_ID_BYTES,
     TENANT_STATE,
@@ -40,25 +48,49 @@ def tenant_of(request: Request) -> str | None:
     return tenant
 
 
-class ApiKeyMiddleware:
-    """Pure ASGI middleware (it never buffers a response, so streams pass through untouched)."""
+_OPEN_PATHS = frozenset({HEALTH_PATH, OPENAPI_PATH})
+"""Paths that never need a key: the readiness probe and the API's own description (no data in either)."""
+_METRICS_READER = "kvwise.metrics"
+"""What `_tenant` finds for the metrics key (never a tenant id: those are hex digests)."""
 
-    def __init__(self, app: ASGIApp, api_keys: Sequence[str]):
+
+class ApiKeyMiddleware:
+    """Pure ASGI middleware (it never buffers a response, so streams pass through untouched).
+
+    `api_keys` guard every route but the open ones (no key is needed when there are none);
+    `metrics_key` reads `/metrics` (see the module doc for who else may).
+    """
+
+    def __init__(self, app: ASGIApp, api_keys: Sequence[str], metrics_key: str | None = None):
         self._app = app
         self._keys = [(key.encode(), tenant_id(key)) for key in api_keys]
+        if metrics_key is not None:
+            self._keys.append((metrics_key.encode(), _METRICS_READER))
+        self._guards_api = bool(api_keys)
+        self._tenant_reads_metrics = len(api_keys) == 1
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] == HEALTH_PATH:
+        if scope["type"] != "http" or scope["path"] in _OPEN_PATHS:
             await self._app(scope, receive, send)
             return
-        tenant = self._tenant(scope)
-        if tenant is not None:
-            scope.setdefault("state", {})[TENANT_STATE] = tenant
+        found = self._tenant(scope)
+        if scope["path"] == METRICS_PATH:
+            allowed = found == _METRICS_READER or (found is not None and self._tenant_reads_metrics)
+            if allowed:
+                await self._app(scope, receive, send)
+                return
+            refusal = (ApiError("/metrics counts every tenant's work: it needs the metrics key (--metrics-key)",
+                                ErrorKind.FORBIDDEN) if found is not None else _missing_key())  # fmt: skip
+            await error_response(refusal, Flavor.OPENAI)(scope, receive, send)
+            return
+        if not self._guards_api:
             await self._app(scope, receive, send)
             return
-        error = ApiError("invalid or missing API key: send Authorization: Bearer KEY or x-api-key: KEY",
-                         ErrorKind.UNAUTHORIZED)  # fmt: skip
-        await error_response(error, Flavor.of_path(scope["path"]))(scope, receive, send)
+        if found is not None and found != _METRICS_READER:
+            scope.setdefault("state", {})[TENANT_STATE] = found
+            await self._app(scope, receive, send)
+            return
+        await error_response(_missing_key(), Flavor.of_path(scope["path"]))(scope, receive, send)
 
     def _tenant(self, scope: Scope) -> str | None:
         given = []
@@ -75,3 +107,7 @@ class ApiKeyMiddleware:
                 if hmac.compare_digest(value, key):
                     found = tenant
         return found
+
+
+def _missing_key() -> ApiError:
+    return ApiError("invalid or missing API key: send Authorization: Bearer KEY or x-api-key: KEY", ErrorKind.UNAUTHORIZED)

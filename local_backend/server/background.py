@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import socket
 import threading
@@ -16,13 +17,17 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from local_backend.server._constants import DEFAULT_HOST
+from local_backend.server.http_protocol import HeaderDeadline
 
 _STARTUP_POLL_SECONDS = 0.01
 
 
 @contextlib.contextmanager
-def serve_in_thread(app: ASGIApp, host: str = DEFAULT_HOST) -> Iterator[str]:
+def serve_in_thread(app: ASGIApp, host: str = DEFAULT_HOST, http: type[asyncio.Protocol] = HeaderDeadline) -> Iterator[str]:
     """Yield the base URL (no `/v1`) once the server accepts connections; stop it on exit.
+
+    `http` is uvicorn's protocol class (by default `HeaderDeadline`, which closes a connection
+    whose headers are slow to come).
 
     The socket is bound before the thread starts (port 0: the OS picks a free one), so two
     servers never race for a port. The explicit IPPROTO_TCP matters: asyncio sets TCP_NODELAY only
@@ -33,7 +38,7 @@ def serve_in_thread(app: ASGIApp, host: str = DEFAULT_HOST) -> Iterator[str]:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", http=http))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="kvwise-server", daemon=True)
     thread.start()
     try:

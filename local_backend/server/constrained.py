@@ -13,19 +13,28 @@ model given free whitespace can fill its whole budget with newlines. For the sam
 schema that does not say `additionalProperties` is held to its listed properties (as OpenAI's
 strict mode requires): the output is still valid against the schema as given, and cannot wander
 into invented keys until the token budget runs out.
+
+A schema is bounded before it compiles (`bounds.check_schemas`: depth and properties), and it
+compiles once per request, on a worker thread (llguidance drops the GIL while it builds), within
+`GRAMMAR_COMPILE_SECONDS` and llguidance's own `max_grammar_size`; each choice of the request then
+matches on its own copy (`Grammar.processor`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import llguidance
 import torch
 
 from local_backend.sampling_params import LogitsProcessor
+from local_backend.server._constants import GRAMMAR_COMPILE_SECONDS, GRAMMAR_MAX_SIZE
+from local_backend.server.bounds import check_schemas
 from local_backend.server.errors import ApiError
 from local_backend.tokenizer import TextTokenizer
 from local_backend.tool_prompt import TOOL_CALL_END, TOOL_CALL_START, Tool
@@ -45,18 +54,20 @@ class Grammars:
         self._tokenizer, self._vocab_size, self._eos = tokenizer, vocab_size, sorted(eos)
         self._lltokenizer: llguidance.LLTokenizer | None = None
 
-    def json(self, schema: Any, param: str) -> GrammarProcessor:
+    async def json(self, schema: Any, param: str) -> Grammar:
         """Output that is one JSON value valid against `schema` (an object schema for `json_object`)."""
         if not isinstance(schema, dict):
             raise ApiError(f"{param} must be a JSON schema object", param=param)
+        check_schemas([(schema, param)])
         try:
             grammar = llguidance.LLMatcher.grammar_from_json_schema(closed(schema), overrides=JSON_OPTIONS)
         except ValueError as exc:
-            raise ApiError(f"{param} is not a JSON schema llguidance accepts: {exc}", param=param) from None
-        return self._processor(grammar, param)
+            raise ApiError(f"{param} is not a JSON schema llguidance accepts: {exc}"[:300], param=param) from None
+        return await self._compile(grammar, param)
 
-    def tool_call(self, tools: Sequence[Tool], param: str) -> GrammarProcessor:
+    async def tool_call(self, tools: Sequence[Tool], param: str) -> Grammar:
         """Output that is exactly one `<tool_call>` block calling one of `tools` with schema-valid arguments."""
+        check_schemas((tool.parameters, param) for tool in tools)
         rules = []
         for i, tool in enumerate(tools):
             head = json.dumps(f"{json.dumps(tool.name)}, \"arguments\": ")
@@ -66,13 +77,24 @@ class Grammars:
         closing = json.dumps(f"}}\n{TOOL_CALL_END}")
         choice = " | ".join(f"call{i}" for i in range(len(tools)))
         lark = f"start: {opening} ({choice}) {closing}\n" + "\n".join(rules)
-        return self._processor(llguidance.LLMatcher.grammar_from_lark(lark), param)
+        return await self._compile(llguidance.LLMatcher.grammar_from_lark(lark), param)
 
-    def _processor(self, grammar: str, param: str) -> GrammarProcessor:
-        failed, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar, self._llt())
-        if failed:
-            raise ApiError(f"{param}: the grammar does not compile: {messages[0]}"[:300], param=param)
-        return GrammarProcessor(llguidance.LLMatcher(self._llt(), grammar, log_level=0), self._vocab_size)
+    async def _compile(self, grammar: str, param: str) -> Grammar:
+        """The grammar's matcher, built on a worker thread; a 400 when it fails or takes too long.
+
+        A compile past the deadline runs on to its end on that thread (it cannot be interrupted),
+        bounded by the schema bounds and `max_grammar_size`; the request is answered at once.
+        """
+        limits = llguidance.LLParserLimits(max_grammar_size=GRAMMAR_MAX_SIZE)
+        build = asyncio.to_thread(llguidance.LLMatcher, self._llt(), grammar, log_level=0, limits=limits)
+        try:
+            matcher = await asyncio.wait_for(build, GRAMMAR_COMPILE_SECONDS)
+        except TimeoutError:
+            raise ApiError(f"{param}: the grammar did not compile within {GRAMMAR_COMPILE_SECONDS} s; "
+                           "simplify the schema", param=param) from None  # fmt: skip
+        if matcher.is_error():
+            raise ApiError(f"{param}: the grammar does not compile: {matcher.get_error()}"[:300], param=param)
+        return Grammar(matcher, self._vocab_size)
 
     def _llt(self) -> llguidance.LLTokenizer:
         if self._lltokenizer is None:
@@ -91,6 +113,17 @@ def closed(schema: Any) -> Any:
     if "properties" in out and "additionalProperties" not in out:
         out["additionalProperties"] = False
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Grammar:
+    """A request's compiled grammar; each `processor()` matches on a copy of its own (one per choice)."""
+
+    matcher: llguidance.LLMatcher
+    vocab_size: int
+
+    def processor(self) -> GrammarProcessor:
+        return GrammarProcessor(self.matcher.deep_copy(), self.vocab_size)
 
 
 class GrammarProcessor:

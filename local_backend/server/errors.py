@@ -6,6 +6,7 @@
     kind            OpenAI                               Anthropic
     BAD_REQUEST     400 invalid_request_error            400 invalid_request_error
     UNAUTHORIZED    401 invalid_request_error/invalid_api_key   401 authentication_error
+    FORBIDDEN       403 invalid_request_error/forbidden  403 permission_error
     NOT_FOUND       404 invalid_request_error            404 not_found_error
     TOO_LARGE       413 invalid_request_error            413 request_too_large
     OVERLOADED      429 rate_limit_error                 529 overloaded_error
@@ -40,6 +41,7 @@ class Flavor(enum.Enum):
 class ErrorKind(enum.Enum):
     BAD_REQUEST = "bad_request"
     UNAUTHORIZED = "unauthorized"
+    FORBIDDEN = "forbidden"
     NOT_FOUND = "not_found"
     TOO_LARGE = "too_large"
     OVERLOADED = "overloaded"
@@ -49,6 +51,7 @@ class ErrorKind(enum.Enum):
 _OPENAI: dict[ErrorKind, tuple[int, str, str | None]] = {
     ErrorKind.BAD_REQUEST: (400, "invalid_request_error", None),
     ErrorKind.UNAUTHORIZED: (401, "invalid_request_error", "invalid_api_key"),
+    ErrorKind.FORBIDDEN: (403, "invalid_request_error", "forbidden"),
     ErrorKind.NOT_FOUND: (404, "invalid_request_error", "not_found"),
     ErrorKind.TOO_LARGE: (413, "invalid_request_error", "request_too_large"),
     ErrorKind.OVERLOADED: (429, "rate_limit_error", "rate_limit_exceeded"),
@@ -57,6 +60,7 @@ _OPENAI: dict[ErrorKind, tuple[int, str, str | None]] = {
 _ANTHROPIC: dict[ErrorKind, tuple[int, str]] = {
     ErrorKind.BAD_REQUEST: (400, "invalid_request_error"),
     ErrorKind.UNAUTHORIZED: (401, "authentication_error"),
+    ErrorKind.FORBIDDEN: (403, "permission_error"),
     ErrorKind.NOT_FOUND: (404, "not_found_error"),
     ErrorKind.TOO_LARGE: (413, "request_too_large"),
     ErrorKind.OVERLOADED: (529, "overloaded_error"),

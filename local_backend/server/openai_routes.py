@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from starlette.requests import Request
@@ -25,8 +25,8 @@ from starlette.routing import Route
 from local_backend.outputs import Completion, StreamDelta
 from local_backend.server import fields
 from local_backend.server._constants import MODEL_OWNER, OPENAI_MAX_TEMPERATURE, SSE_DONE
-from local_backend.sampling_params import LogitsProcessor
-from local_backend.server.constrained import ANY_OBJECT, Grammars, chained, logit_bias
+from local_backend.server.constrained import ANY_OBJECT, Grammar, Grammars, chained, logit_bias
+from local_backend.server.bounds import check_prompt_size
 from local_backend.server.choices import choice_count, per_choice, start_choices
 from local_backend.server.errors import ApiError, Flavor
 from local_backend.server.generation import Backend
@@ -206,7 +206,7 @@ def routes(backend: Backend, grammars: Grammars) -> list[Route]:
         fields.check(body, fields.CHAT, "POST /v1/chat/completions")
         messages = openai_messages(body.get("messages"))
         tools, choice = openai_tools(body)
-        ids = prompt_ids(engine.tokenizer, messages, choice.shown(tools))
+        ids = prompt_ids(engine.tokenizer, messages, choice.shown(tools), engine.max_model_len)
         return await _generate(request, body, ids, chat=True, tools=tools, choice=choice)
 
     async def completions(request: Request) -> Response:
@@ -216,6 +216,7 @@ def routes(backend: Backend, grammars: Grammars) -> list[Route]:
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]  # a batch of one
         if isinstance(prompt, str) and prompt:
+            check_prompt_size([prompt], engine.tokenizer.max_bytes_per_token, engine.max_model_len, "prompt")
             ids = engine.tokenizer.encode(prompt)
         elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
             ids = list(prompt)
@@ -255,11 +256,11 @@ def routes(backend: Backend, grammars: Grammars) -> list[Route]:
             raise ApiError("logprobs with echo needs the prompt's logprobs, which this backend does not compute",
                            param="logprobs")  # fmt: skip
         recorders = [LogprobsRecorder(top) for _ in range(n)] if top is not None else []
-        constraint = _constraint(body, tools, choice) if chat else None
         bias = logit_bias(body.get("logit_bias"), engine.config.vocab_size)
+        grammar = await _constraint(body, tools, choice) if chat else None
         choices = [
             dataclasses.replace(p, logits_processor=chained(recorders[i] if recorders else None, bias,
-                                                            constraint() if constraint else None))  # fmt: skip
+                                                            grammar.processor() if grammar else None))  # fmt: skip
             for i, p in enumerate(per_choice(params, n))
         ]
         fmt = OpenAIFormat(
@@ -276,17 +277,13 @@ def routes(backend: Backend, grammars: Grammars) -> list[Route]:
         generations = await start_choices(backend, request, ids, choices)
         return await respond(request, generations, fmt, optional(body, "stream", bool, False))
 
-    def _constraint(body: dict[str, Any], tools: Sequence[Tool], choice: ToolChoice) -> Callable[[], LogitsProcessor] | None:
-        """A maker of each choice's grammar: a forced tool call, else `response_format`'s JSON, else none."""
+    async def _constraint(body: dict[str, Any], tools: Sequence[Tool], choice: ToolChoice) -> Grammar | None:
+        """The choices' grammar: a forced tool call, else `response_format`'s JSON, else none."""
         if choice.forced:
             forced = [t for t in tools if choice.mode == "required" or t.name == choice.name]
-            grammars.tool_call(forced, "tool_choice")  # compile errors are the request's: a 400 now
-            return lambda: grammars.tool_call(forced, "tool_choice")
+            return await grammars.tool_call(forced, "tool_choice")
         schema = response_schema(body.get("response_format"), "response_format")
-        if schema is None:
-            return None
-        grammars.json(schema, "response_format")
-        return lambda: grammars.json(schema, "response_format")
+        return None if schema is None else await grammars.json(schema, "response_format")
 
     return [
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),

@@ -258,7 +258,7 @@ def routes(backend: Backend, grammars: Grammars) -> list[Route]:
         model = backend.check_model(optional(body, "model", str))
         optional(body, "metadata", dict)
         tools, choice = responses_tools(body)
-        ids = prompt_ids(engine.tokenizer, input_messages(body), choice.shown(tools))
+        ids = prompt_ids(engine.tokenizer, input_messages(body), choice.shown(tools), engine.max_model_len)
         params = sampling_params(
             body,
             prompt_tokens=len(ids),
@@ -270,11 +270,13 @@ def routes(backend: Backend, grammars: Grammars) -> list[Route]:
         )
         if choice.forced:
             forced = [t for t in tools if choice.mode == "required" or t.name == choice.name]
-            params = dataclasses.replace(params, logits_processor=grammars.tool_call(forced, "tool_choice"))
+            grammar = await grammars.tool_call(forced, "tool_choice")
+            params = dataclasses.replace(params, logits_processor=grammar.processor())
         else:
             schema = _text_schema(body.get("text"))
             if schema is not None:
-                params = dataclasses.replace(params, logits_processor=grammars.json(schema, "text.format"))
+                grammar = await grammars.json(schema, "text.format")
+                params = dataclasses.replace(params, logits_processor=grammar.processor())
         generation = backend.start(request, ids, params)
         fmt = ResponsesFormat(model, body, parse_tools=choice.mode != "none")
         return await respond(request, [generation], fmt, optional(body, "stream", bool, False))

@@ -25,7 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from local_backend.server._constants import ANTHROPIC_ROLES, OPENAI_CHAT_ROLES
+from local_backend.server._constants import ANTHROPIC_ROLES, MAX_TOOLS, OPENAI_CHAT_ROLES
+from local_backend.server.bounds import check_schemas
 from local_backend.server.errors import ApiError
 from local_backend.server.tools import Tool
 from local_backend.server.validation import text_of
@@ -62,7 +63,11 @@ def _tools(value: Any, param: str, spell: Any) -> list[Tool]:
         return []
     if not isinstance(value, list):
         raise ApiError(f"{param} must be an array of tools", param=param)
+    if len(value) > MAX_TOOLS:
+        raise ApiError(f"{param} has {len(value)} tools; at most {MAX_TOOLS} are allowed", param=param)
     tools = [spell(tool, f"{param}[{i}]") for i, tool in enumerate(value)]
+    for i, tool in enumerate(tools):  # each on its own: only forced tools compile together (`constrained`)
+        check_schemas([(tool.parameters, f"{param}[{i}]")])
     names = [t.name for t in tools]
     if len(set(names)) != len(names):
         raise ApiError(f"{param} has two tools of one name: {names}", param=param)

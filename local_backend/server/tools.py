@@ -22,10 +22,11 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from local_backend.server.bounds import check_prompt_size
 from local_backend.server.errors import ApiError
 from local_backend.tokenizer import TextTokenizer
 from local_backend.tool_prompt import TOOL_CALL_END, TOOL_CALL_START, Tool, fold
@@ -45,18 +46,35 @@ def new_call_id(prefix: str) -> str:
     return prefix + uuid.uuid4().hex[:24]
 
 
-def prompt_ids(tokenizer: TextTokenizer, messages: Sequence[dict[str, Any]], tools: Sequence[Tool]) -> list[int]:
+def prompt_ids(
+    tokenizer: TextTokenizer, messages: Sequence[dict[str, Any]], tools: Sequence[Tool], max_model_len: int
+) -> list[int]:
     """The prompt of OpenAI-shaped `messages` (tool calls and `tool` results included) and `tools`.
 
     A template that renders tools gets both as they are (arguments as objects, as Hugging Face
-    templates expect); any other gets them folded into system, user and assistant text.
+    templates expect); any other gets them folded into system, user and assistant text. Text that
+    cannot fit `max_model_len` is refused before anything renders (`bounds.check_prompt_size`).
     """
+    texts = _texts(messages, tools, folded=not tokenizer.renders_tools)
+    check_prompt_size(texts, tokenizer.max_bytes_per_token, max_model_len, "messages")
     try:
         if tokenizer.renders_tools:
             return tokenizer.chat_prompt(_for_template(messages), tools=[t.as_openai() for t in tools] or None)
         return tokenizer.chat_prompt(fold(messages, tools))
     except ValueError as exc:  # the template refused the turns
         raise ApiError(str(exc), param="messages") from None
+
+
+def _texts(messages: Sequence[dict[str, Any]], tools: Sequence[Tool], folded: bool) -> Iterator[str]:
+    """Text the rendered prompt holds verbatim: each turn's content, and when `fold` renders them
+    (not a template of the checkpoint's own, which may reformat or leave out what it likes), the
+    calls' arguments and each tool's JSON."""
+    for message in messages:
+        yield message["content"]
+        if folded:
+            yield from (call["function"]["arguments"] for call in message.get("tool_calls") or ())
+    if folded:
+        yield from (json.dumps(tool.as_openai(), ensure_ascii=False) for tool in tools)
 
 
 def _for_template(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

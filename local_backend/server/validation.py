@@ -8,6 +8,7 @@ that names the field and the bad value.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,16 +18,22 @@ from local_backend.sampling_params import SamplingParams
 from local_backend.server._constants import (
     MAX_BODY_BYTES,
     MAX_DRAINED_BODY_BYTES,
+    MAX_JSON_INTEGER,
     MAX_STOP_SEQUENCES,
+    REPETITION_PENALTY_RANGE,
     SAMPLING_KNOBS,
 )
+from local_backend.server.bounds import check_nesting, check_text
 from local_backend.server.errors import ApiError, ErrorKind
 
 _TYPE_NAMES = {float: "a number", int: "an integer", bool: "a boolean", str: "a string", list: "an array", dict: "an object"}
 
 
 async def read_json(request: Request) -> dict[str, Any]:
-    """The body as a JSON object; 413 past `MAX_BODY_BYTES` (read and dropped, so the client gets it)."""
+    """The body as a JSON object; 413 past `MAX_BODY_BYTES` (read and dropped, so the client gets it).
+
+    Nesting past `MAX_JSON_DEPTH` and text that is not Unicode scalar values are 400s (see `bounds`).
+    """
     header = request.headers.get("content-length", "")
     declared = int(header) if header.isdigit() else 0
     too_large = declared > MAX_BODY_BYTES
@@ -44,23 +51,33 @@ async def read_json(request: Request) -> dict[str, Any]:
             f"request body of {max(size, declared)} bytes exceeds the limit of {MAX_BODY_BYTES} bytes",
             ErrorKind.TOO_LARGE,
         )
+    raw = b"".join(chunks)
+    check_nesting(raw)
     try:
-        body = json.loads(b"".join(chunks))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError(f"request body is not valid JSON: {exc}") from None
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise ApiError(f"request body is not valid JSON: {str(exc)[:200]}") from None
     if not isinstance(body, dict):
         raise ApiError(f"request body must be a JSON object, got {type(body).__name__}")
+    check_text(raw, body)
     return body
 
 
 def optional(body: Mapping[str, Any], name: str, kind: type, default: Any = None) -> Any:
-    """`body[name]` checked against `kind` (int accepted for float, bool never for numbers), or `default`."""
+    """`body[name]` checked against `kind` (int accepted for float, bool never for numbers), or `default`.
+
+    Numbers must be finite (JSON has no `Infinity`, though Python's parser reads one) and integers
+    within int64 (`MAX_JSON_INTEGER`): a value no tensor holds is refused here, not in a step.
+    """
     value = body.get(name)
     if value is None:
         return default
     accepted: tuple[type, ...] = (int, float) if kind is float else (kind,)
     if not isinstance(value, accepted) or (isinstance(value, bool) and kind is not bool):
         raise ApiError(f"{name} must be {_TYPE_NAMES[kind]}, got {_short(value)}", param=name)
+    too_large = isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_JSON_INTEGER
+    if too_large or isinstance(value, float) and not math.isfinite(value):
+        raise ApiError(f"{name} must be a finite number within int64's range, got {_short(value)}", param=name)
     return float(value) if kind is float else value
 
 
@@ -135,12 +152,17 @@ def sampling_params(
     temperature = knobs["temperature"]
     if temperature is not None and not 0 <= temperature <= max_temperature:
         raise ApiError(f"temperature={temperature} must be between 0 and {max_temperature}", param="temperature")
+    low, high = REPETITION_PENALTY_RANGE
+    penalty = knobs["repetition_penalty"]
+    if penalty is not None and not low < penalty <= high:
+        raise ApiError(f"repetition_penalty={penalty} must be in ({low}, {high}] (vLLM's range)", param="repetition_penalty")
     try:
         return SamplingParams(
             max_tokens=max_tokens, stop=stop, **{k: v for k, v in knobs.items() if v is not None}
         )
     except ValueError as exc:
-        raise ApiError(str(exc).replace("SamplingParams.", "")) from None
+        message = str(exc).replace("SamplingParams.", "")
+        raise ApiError(message, param=message.split("=")[0]) from None
 
 
 def _short(value: Any) -> str:

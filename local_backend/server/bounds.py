@@ -1,0 +1,126 @@
+"""Cheap bounds every request meets before anything costly reads it: nesting, text, schemas, prompt size.
+
+Each is a 400 naming the field (an `ApiError`, rendered in the route's API's error form), and each
+costs far less than the work it guards:
+
+- JSON nesting (`MAX_JSON_DEPTH`) is measured on the raw bytes, before `json.loads`: strings cut
+  out by one regex, the brackets kept by `bytes.translate`, and their running depth summed as a
+  tensor (a 4 MB body in ~30 ms; a body with fewer brackets than the bound is not summed at all). No recursive walk of
+  user input runs deeper than this bound anywhere in the server.
+- Text must be Unicode scalar values: a lone surrogate (`"\\udfff"`) is legal JSON but no tokenizer
+  can encode it. Only a body whose bytes may hold one (a `\\uD800`-`\\uDFFF` escape) is walked to
+  name the field.
+- A JSON schema (`response_format`, a tool's parameters) is bounded in depth and in the properties
+  it lists (`MAX_SCHEMA_DEPTH`, `MAX_SCHEMA_PROPERTIES`) before it is compiled.
+- A prompt whose text bytes cannot fit the context is refused before the chat template renders it:
+  a token covers at most `max_bytes_per_token` bytes, so text of B bytes is at least
+  B ÷ max_bytes_per_token tokens.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+
+from local_backend.server._constants import MAX_JSON_DEPTH, MAX_SCHEMA_DEPTH, MAX_SCHEMA_PROPERTIES
+from local_backend.server.errors import ApiError
+
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_BRACKETS = bytes.maketrans(b"{}", b"[]")
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_MIDPOINT = (ord("[") + ord("]")) // 2
+"""Between the two brackets' codes: `[` minus it is −1, `]` minus it is +1, so midpoint − byte is the step."""
+_MAYBE_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
+"""A JSON escape of a UTF-16 surrogate, or one encoded raw (`json.loads` passes those through)."""
+
+
+def check_nesting(raw: bytes, limit: int = MAX_JSON_DEPTH) -> None:
+    """400 when the JSON text `raw` nests arrays and objects deeper than `limit` (strings ignored)."""
+    brackets = _STRING.sub(b"", raw).translate(_BRACKETS, _NOT_BRACKETS)
+    if brackets.count(b"[") <= limit:
+        return
+    steps = _MIDPOINT - torch.frombuffer(bytearray(brackets), dtype=torch.uint8).to(torch.int32)
+    if int(steps.cumsum(0).max()) > limit:
+        raise ApiError(f"request body nests arrays and objects deeper than {limit} levels")
+
+
+def check_text(raw: bytes, body: Any) -> None:
+    """400 naming the first string (key or value) of `body` that holds a lone surrogate."""
+    if _MAYBE_SURROGATE.search(raw) is None:
+        return
+    for path, text in _strings(body, ""):
+        bad = lone_surrogate(text)
+        if bad is not None:
+            field = path.lstrip(".") or "body"
+            raise ApiError(f"{field} holds a lone surrogate (U+{ord(text[bad]):04X} at index {bad}): text must be "
+                           "Unicode scalar values", param=field.split("[")[0].split(".")[0])  # fmt: skip
+
+
+def lone_surrogate(text: str) -> int | None:
+    """The index of the first lone surrogate in `text` (it cannot be encoded as UTF-8), or None."""
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
+
+
+def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
+    """Every string of a parsed body with its path (`messages[0].content`), keys included; iterative."""
+    stack = [(path, value)]
+    while stack:
+        where, node = stack.pop()
+        if isinstance(node, str):
+            yield where, node
+        elif isinstance(node, dict):
+            for key, item in reversed(node.items()):
+                yield f"{where}.{key}", key
+                stack.append((f"{where}.{key}", item))
+        elif isinstance(node, list):
+            stack.extend((f"{where}[{i}]", item) for i, item in reversed(list(enumerate(node))))
+
+
+def check_schemas(schemas: Iterable[tuple[Any, str]]) -> None:
+    """400 naming the schema that nests past `MAX_SCHEMA_DEPTH`, or at which the properties the
+    schemas list together pass `MAX_SCHEMA_PROPERTIES`. Iterative: no depth of input recurses."""
+    properties = 0
+    for schema, param in schemas:
+        stack = [(schema, 1)]
+        while stack:
+            node, depth = stack.pop()
+            if depth > MAX_SCHEMA_DEPTH:
+                raise ApiError(f"{param} nests deeper than {MAX_SCHEMA_DEPTH} levels", param=param)
+            if isinstance(node, dict):
+                listed = node.get("properties")
+                if isinstance(listed, dict):
+                    properties += len(listed)
+                    if properties > MAX_SCHEMA_PROPERTIES:
+                        raise ApiError(f"{param}: the request's schemas list more than {MAX_SCHEMA_PROPERTIES} "
+                                       "properties", param=param)  # fmt: skip
+                stack.extend((item, depth + 1) for item in node.values())
+            elif isinstance(node, list):
+                stack.extend((item, depth + 1) for item in node)
+
+
+def check_prompt_size(texts: Iterable[str], max_bytes_per_token: int | None, max_model_len: int, param: str) -> None:
+    """400 (`context_length_exceeded`) when `texts`, all of which the prompt renders, cannot fit the context.
+
+    A lower bound, never an estimate: at least ⌈bytes ÷ max_bytes_per_token⌉ tokens. Without a
+    bound for this tokenizer (`None`), the exact count after rendering decides.
+    """
+    if max_bytes_per_token is None:
+        return
+    size = 0
+    for text in texts:
+        size += len(text.encode(errors="surrogatepass"))
+    least = -(-size // max_bytes_per_token)
+    if least >= max_model_len:
+        raise ApiError(
+            f"the prompt's text is {size} bytes, at least {least} tokens, but this model's context is "
+            f"{max_model_len} tokens, leaving no room to generate: shorten the prompt",
+            param=param,
+            code="context_length_exceeded",
+        )
