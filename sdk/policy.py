@@ -27,7 +27,9 @@ class Policy:
       its in-memory retention lasts minutes, at most an hour).
     - `cache_diagnostics`: ask Anthropic why each cache miss happened (`diagnostics` on the request,
       recorded as `kvwise.prefix.break_cause_server`); only on Anthropic's own API.
-    - `max_output_tokens`: a larger request is clamped to it, a missing one is filled in.
+    - `max_output_tokens`: a larger request is clamped to it, a missing one is filled in where it fits
+      the model (an OpenAI-compatible server's context, from its `/v1/models`; `sdk.guards`); a
+      server that refuses the limit kvwise set gets the call again with the caller's own.
     - `adaptive_caps`: a call whose caller set no output limit gets its prompt family's p99 of output
       tokens x `adaptive_cap_margin`, at least `adaptive_cap_floor`, at most `max_output_tokens`, once
       the family has enough answers (`sdk.adaptive_caps`); reasoning calls without a budget stay uncapped.
@@ -37,7 +39,9 @@ class Policy:
     - `stop`: stop sequences merged with the caller's, within each API's limit.
     - `frequency_penalty`, `presence_penalty`: defaults where the API has them and the caller set none.
     - `loop_guard`: cut a streamed answer whose text repeats back-to-back.
-    - `retries`: attempts after the first, made by the SDK (the client's own retries are turned off).
+    - `retries`: attempts after the first, made by the SDK (the client's own retries are turned off),
+      where the caller set no `max_retries` of their own; theirs (client, `with_options`, request)
+      is kvwise's number of retries (`sdk.retry.retries_for`).
     - `capture_content`: record prompt and completion text on spans; None reads
       OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT.
     - `prices`: model -> {"input", "cached_input", "cache_write", "output"} in USD per million tokens,

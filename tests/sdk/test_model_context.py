@@ -4,7 +4,9 @@ naming the output limit gets the call once more with the limit as the caller wro
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import openai
@@ -65,6 +67,18 @@ async def test_a_filled_cap_that_does_not_fit_the_listed_context_is_not_sent(sim
     span = _spans(otel)[0]
     assert sc.KVWISE_OUTPUT_CAP_TOKENS not in span
     assert "max_tokens_not_filled:context:1024" in span[sc.KVWISE_CANONICAL_CHANGES]
+
+
+async def test_concurrent_first_calls_read_the_context_once(simulator, openai_client, mode):
+    simulator.context_tokens = 1024
+    wrapped = sdk.wrap(openai_client)
+    if mode == "async":
+        await asyncio.gather(*(_chat(wrapped) for _ in range(4)))
+    else:
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(lambda _: _chat(wrapped), range(4)))
+    assert simulator.model_list_reads == 1 and len(simulator.requests) == 4
+    assert all(CHAT not in request.body for request in simulator.requests)
 
 
 async def test_a_filled_cap_that_fits_the_listed_context_is_sent(simulator, openai_client):
