@@ -189,6 +189,7 @@ def fit_to_context(call: Call, post_kwargs: dict[str, Any], context: int) -> Non
     if prompt + cap.tokens <= context:
         return
     post_kwargs["body"] = {key: value for key, value in body.items() if key != cap.param}
+    call.params.pop(cap.param, None)  # the span describes what is sent
     call.cap = None
     call.changes.append(f"max_tokens_not_filled:context:{context}")
 

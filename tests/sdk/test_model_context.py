@@ -65,7 +65,7 @@ async def test_a_filled_cap_that_does_not_fit_the_listed_context_is_not_sent(sim
     assert simulator.model_list_reads == 1, "the context is read once per base URL"
     assert len(simulator.requests) == 3 and all(CHAT not in request.body for request in simulator.requests)
     span = _spans(otel)[0]
-    assert sc.KVWISE_OUTPUT_CAP_TOKENS not in span
+    assert sc.KVWISE_OUTPUT_CAP_TOKENS not in span and sc.GEN_AI_REQUEST_MAX_TOKENS not in span
     assert "max_tokens_not_filled:context:1024" in span[sc.KVWISE_CANONICAL_CHANGES]
 
 
