@@ -109,9 +109,9 @@ def place_cache_hints(call: Call, policy: Policy, adapter: Adapter) -> None:
 
 
 def _place_breakpoints(call: Call, adapter: Adapter, marker: dict[str, Any], min_tokens: int) -> None:
-    """Mark the ends of the tools, the system prompt, the last history turn and, in a conversation
-    that will grow (tools offered, a tool loop under way, the caller's own top-level mark), the
-    last turn the caller wrote, within the limit.
+    """Mark the ends of the tools, the system prompt, the last history turn and, in an Anthropic
+    conversation that will grow (tools offered, a tool loop under way, the caller's own top-level
+    mark), the last turn the caller wrote, within the limit.
 
     The last turn's mark goes on its last block that is not the context note (`sdk.moving`): the
     next call of the loop re-sends that turn without the note, and reads what this call wrote up to
@@ -158,8 +158,11 @@ def _place_breakpoints(call: Call, adapter: Adapter, marker: dict[str, Any], min
 
 
 def _last_turn(call: Call) -> int | None:
-    """The index of the last turn the caller wrote (not a note turn, not an assistant prefill) in a
-    conversation that will grow, else None: a one-off question's last turn is never read again."""
+    """The index of the last turn the caller wrote (not a note turn, not an assistant prefill) in an
+    Anthropic conversation that will grow, else None: a one-off question's last turn is never read
+    again, and OpenAI caches the prompt's longest prefix without a mark there."""
+    if call.api is not Api.MESSAGES:
+        return None
     grows = bool(call.tools) or call.params.get("cache_control") is not None or any(map(_is_tool_output, call.messages))
     if not grows:
         return None

@@ -367,9 +367,9 @@ async def test_messages_may_be_any_iterable_the_client_takes_and_are_read_once(s
 @pytest.mark.parametrize(
     ("policy_ttl", "caller_mark", "marked"),
     [
-        (None, {"type": "ephemeral", "ttl": "1h"}, ["history"]),  # a 5m mark before the caller's 1h one is refused
+        (None, {"type": "ephemeral", "ttl": "1h"}, ["history", "last_turn"]),  # a 5m mark before the caller's 1h one is refused
         ("1h", {"type": "ephemeral"}, ["tools", "system"]),  # a 1h mark after the caller's 5m one is too
-        ("1h", {"type": "ephemeral", "ttl": "1h"}, ["tools", "system", "history"]),
+        ("1h", {"type": "ephemeral", "ttl": "1h"}, ["system", "history", "last_turn"]),  # 3 free: the longest prefixes
     ],
     ids=["5m_before_callers_1h", "1h_around_callers_5m", "1h_with_callers_1h"],
 )
@@ -384,7 +384,8 @@ async def test_placed_breakpoints_keep_the_ttl_order_the_api_requires(simulator,
     await resolve(wrapped.messages.create(**copy.deepcopy(arguments)))
     body = simulator.requests[-1].body
     placed = {"tools": "cache_control" in body["tools"][-1], "system": isinstance(body["system"], list),
-              "history": isinstance(body["messages"][1]["content"], list)}
+              "history": isinstance(body["messages"][1]["content"], list),
+              "last_turn": isinstance(body["messages"][2]["content"], list)}  # tools offered: the conversation grows
     assert [where for where, mark in placed.items() if mark] == marked
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import ApiError
+from .tokens import CACHE_MARKER_KEYS
 from .wire import Job
 
 PARAM = "diagnostics"
@@ -50,7 +51,23 @@ def check(body: dict[str, Any]) -> None:
 
 
 def _dump(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    """`value` as JSON without cache markers: a breakpoint moved to the newest turn (the documented
+    way to cache a growing conversation) changes no content."""
+    return json.dumps(_unmarked(value), sort_keys=True, separators=(",", ":"), default=str)
+
+
+def _unmarked(value: Any) -> Any:
+    """Without cache markers, and a content of one text block as the string it stands for (marking a
+    string turn makes it one block)."""
+    if isinstance(value, dict):
+        out = {key: _unmarked(item) for key, item in value.items() if key not in CACHE_MARKER_KEYS}
+        content = out.get("content")
+        if isinstance(content, list) and len(content) == 1 and isinstance(content[0], dict) and content[0].keys() == {"type", "text"} and content[0]["type"] == "text":
+            out["content"] = content[0]["text"]
+        return out
+    if isinstance(value, list):
+        return [_unmarked(item) for item in value]
+    return value
 
 
 class Diagnoser:
