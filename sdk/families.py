@@ -17,8 +17,9 @@ good; until then it stays where the caller put it. So the decision never flips:
 - the call on which a candidate first differs misses the cache from it on (as the bare client's
   does: its bytes changed there), and from the next call on the family's prompt is the same
   without it, call after call (what a new request id in front would have broken is read back);
-- moving on sight what merely looks per-request would not pay: a value that stays the same over a
-  tool loop would cost the loop its tokens on every call, and a moved value is never put back;
+- nothing moves on sight, however per-request it looks: a request id that stays the same over an
+  agent run would, moved on the first call, cost every later call of the run its tokens (a moved
+  value is never put back), where left in place it costs nothing;
 - a family not seen for `VOLATILE_FAMILIES` other families is forgotten (LRU), and starts over.
 
 The memory is bounded, locked (concurrent calls of one client are safe), and costs one hash of the

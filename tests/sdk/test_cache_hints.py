@@ -158,3 +158,21 @@ def test_openai_explicit_marks_go_on_text_parts_only():
     items = [{"role": "user", "content": "First question " * 300}, call_item, {"role": "user", "content": "Next?"}]
     out = _hinted(Api.RESPONSES, {"model": "gpt-5.6", "input": items})
     assert out["input"][1] == call_item
+
+
+def test_the_last_turn_mark_of_a_growing_anthropic_conversation_sits_before_the_note_never_on_it():
+    from sdk.canonical import canonicalize
+    from sdk.moving import is_note
+
+    adapter = adapter_for(Api.MESSAGES)
+    tool_use = {"type": "tool_use", "id": "toolu_1", "name": "a_tool", "input": {}}
+    tool_result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "Found it. " * 300}
+    kwargs = {"model": "claude-sonnet-5", "max_tokens": 10, "tools": TOOLS, "system": f"Request ID: 7f3c9a2e41\n{LONG_SYSTEM}",
+              "messages": [HISTORY[0], {"role": "assistant", "content": [tool_use]}, {"role": "user", "content": [tool_result]}]}  # fmt: skip
+    call = adapter.to_call(json.loads(json.dumps(kwargs)), Provider.ANTHROPIC)
+    canonicalize(call, sdk.Policy(), adapter)  # no family memory: the request id moves
+    place_cache_hints(call, sdk.Policy(), adapter)
+    last = adapter.to_kwargs(call)["messages"][-1]["content"]
+    assert [block["type"] for block in last] == ["tool_result", "text"] and is_note(last[-1])
+    assert "cache_control" in last[0] and "cache_control" not in last[-1]  # the next call re-sends the result, not the note
+    assert "cache_breakpoint:last_turn" in call.changes
