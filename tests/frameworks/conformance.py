@@ -47,6 +47,8 @@ DOCUMENT = " ".join(f"Report {i}: the forecast service lists cities, skies and w
 """A long user message (~1,900 simulator tokens): its prefix is what a tool loop's next call can read from cache."""
 LOCAL_DOCUMENT = " ".join(f"Report {i}: the forecast service lists cities, skies and winds." for i in range(30))
 """The same for the local server (~1,100 of its tokens): the bundled model's context is 2,048."""
+LOCAL_MODEL = "tiny"
+"""The name `tests.local_backend.serving.served_engine` serves the bundled model under."""
 MODEL_PATHS = ("/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/completions")
 CAP_KEYS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 CACHE_HINT_KEYS = ("cache_control", "prompt_cache_key")
@@ -276,7 +278,8 @@ def assert_cache_holds(bare: Run, wrapped: Run) -> None:
     assert len(bare.outcome.cached) >= 3, bare.outcome.cached
     assert len(wrapped.outcome.cached) == len(bare.outcome.cached), (wrapped.outcome.cached, bare.outcome.cached)
     for index, (plain, ours) in enumerate(zip(bare.outcome.cached[1:], wrapped.outcome.cached[1:]), start=2):
-        assert ours >= plain, f"call {index}: wrapped read {ours} cached tokens, bare {plain} ({wrapped.outcome.cached} vs {bare.outcome.cached})"
+        assert ours >= plain, (f"call {index}: wrapped read {ours} cached tokens, bare {plain} "
+                               f"({wrapped.outcome.cached} vs {bare.outcome.cached})")
     assert span_cached(wrapped) == list(wrapped.outcome.cached)
 
 
@@ -348,13 +351,17 @@ def _text_free(value: Any, request_id: str) -> Any:
         return _SIMULATOR_ID.sub(r"\1<id>", _NOTE.sub("", value).replace(request_id, "")).strip()
     if isinstance(value, list):
         items = [_text_free(item, request_id) for item in value]
-        return [item for item in items if not (isinstance(item, dict) and item.get("type") in ("text", "input_text") and not item.get("text"))]
+        return [item for item in items if not _empty_text_part(item)]
     if isinstance(value, dict):
         out = {key: _text_free(item, request_id) for key, item in value.items()}
         if isinstance(out.get("content"), str) and out.get("role") in ("user", "system", "developer", "assistant"):
             out["content"] = _parts(out["content"])
         return out
     return value
+
+
+def _empty_text_part(item: Any) -> bool:
+    return isinstance(item, dict) and item.get("type") in ("text", "input_text") and not item.get("text")
 
 
 def _parts(content: Any) -> list[dict[str, Any]]:

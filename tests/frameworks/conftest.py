@@ -25,10 +25,6 @@ from tests.frameworks.scripted import ScriptedSimulator  # noqa: E402
 from tests.local_backend.serving import Served, served_engine, wait_idle  # noqa: E402
 from tests.simulator.records import RecordedRequest  # noqa: E402
 
-LOCAL_MODEL = "tiny"
-"""The name `served_engine` serves the bundled model under."""
-
-
 @pytest.fixture(params=[True, False], ids=["later-conversation", "first-conversation"])
 def earlier_conversation(request: pytest.FixtureRequest) -> bool:
     """Whether the wrapped client served a conversation under another request ID before the
@@ -45,8 +41,9 @@ def sim() -> Iterator[ScriptedSimulator]:
 class LocalServer:
     """The local backend serving the bundled model, and what its clients sent it.
 
-    `reset` empties its prefix cache, so each run of a pair starts cold. The server keeps no record of requests, so its clients send through an `httpx2` client whose
-    request hook records each one as it goes on the wire (after kvwise, for a wrapped client).
+    `reset` empties its prefix cache, so each run of a pair starts cold. The server keeps no record
+    of requests, so its clients send through an `httpx2` client whose request hook records each one
+    as it goes on the wire (after kvwise, for a wrapped client).
     """
 
     def __init__(self, served: Served) -> None:

@@ -23,16 +23,16 @@ from pydantic import BaseModel
 import sdk
 
 from tests.frameworks.conformance import (
-    DOCUMENT, LOCAL_DOCUMENT, QUESTION, RETRY_AT_ONCE, Outcome, assert_cache_holds, assert_conforms, assert_one_span_per_call,
+    DOCUMENT, LOCAL_DOCUMENT, LOCAL_MODEL, QUESTION, RETRY_AT_ONCE, Outcome, assert_cache_holds, assert_conforms, assert_one_span_per_call,
     assert_same_bodies, attempts_pair, run_pair,
 )
-from tests.frameworks.conftest import LOCAL_MODEL
 from tests.frameworks.scripted import FINAL_REPLY, STRUCTURED, TOOL_ROUNDS, WEATHER_TOOL_NAME, weather
 
 PROVIDERS = ("openai", "anthropic")
 LOOP_LIMIT = 8
 LOOP_UNIT = "I keep saying this. "
 LOOP_CAP = 256
+LOCAL_TOOL_CALL_TOKENS = 48
 """More model calls than any scripted loop makes: a loop that does not end fails instead of hanging."""
 
 
@@ -132,18 +132,20 @@ async def test_structured_output_parses_to_the_bare_clients_object(sim, provider
 
 
 async def test_a_forced_tool_loop_on_the_local_server_reads_at_least_the_bare_clients_prefix_cache(local, provider):
-    """Three calls, each forced to call the tool (the server constrains it), no output limit set
-    on the OpenAI path: the call must not turn into a 400 through kvwise either."""
+    """Three calls, each forced to call the tool (the server constrains it). LangChain's tool schema
+    leaves extra keys open, so the tiny model's arguments run long: a limit keeps the loop short
+    (the other frameworks' local runs set none)."""
     def scenario(client: Any, instructions: str) -> Outcome:
-        options = {"temperature": 0} if provider == "openai" else {"temperature": 0, "max_tokens": 64}
-        llm = chat_model(client, provider, LOCAL_MODEL, **options).bind_tools([get_weather], tool_choice=WEATHER_TOOL_NAME)
+        llm = chat_model(client, provider, LOCAL_MODEL, temperature=0, max_tokens=LOCAL_TOOL_CALL_TOKENS)
+        llm = llm.bind_tools([get_weather], tool_choice=WEATHER_TOOL_NAME)
         messages: list[BaseMessage] = [SystemMessage(instructions), HumanMessage(f"{LOCAL_DOCUMENT}\n\n{QUESTION}")]
         cached, names = [], []
         for _ in range(TOOL_ROUNDS + 1):
             reply = llm.invoke(messages)
             cached.append(cache_read(reply))
             names += [call["name"] for call in reply.tool_calls]
-            messages += [reply, *(ToolMessage(weather(str(call["args"].get("city"))), tool_call_id=call["id"]) for call in reply.tool_calls)]
+            results = [ToolMessage(weather(str(call["args"].get("city"))), tool_call_id=call["id"]) for call in reply.tool_calls]
+            messages += [reply, *results]
         return Outcome(tuple(names), cached=tuple(cached))
 
     bare, wrapped = await run_pair(scenario, lambda: getattr(local, provider)(sync=True), local)

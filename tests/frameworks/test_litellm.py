@@ -16,9 +16,8 @@ import openai
 import pytest
 
 from tests.frameworks.conformance import (
-    DOCUMENT, LOCAL_DOCUMENT, QUESTION, RETRY_AT_ONCE, Outcome, assert_cache_holds, assert_conforms, attempts_pair, run_pair,
+    DOCUMENT, LOCAL_DOCUMENT, LOCAL_MODEL, QUESTION, RETRY_AT_ONCE, Outcome, assert_cache_holds, assert_conforms, attempts_pair, run_pair,
 )
-from tests.frameworks.conftest import LOCAL_MODEL
 from tests.frameworks.scripted import FINAL_REPLY, STRUCTURED, TOOL_ROUNDS, WEATHER_TOOL_NAME, weather
 
 WEATHER_TOOL = {

@@ -5,17 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import openai
 import pytest
 from agents import Agent, FunctionToolResult, ModelSettings, RunContextWrapper, Runner, ToolsToFinalOutputResult, function_tool
 from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
 from agents.models.openai_responses import OpenAIResponsesModel
 from pydantic import BaseModel
 
-import openai
 from tests.frameworks.conformance import (
-    DOCUMENT, LOCAL_DOCUMENT, QUESTION, RETRY_AT_ONCE, Outcome, assert_cache_holds, assert_conforms, attempts_pair, run_pair,
+    DOCUMENT, LOCAL_DOCUMENT, LOCAL_MODEL, QUESTION, RETRY_AT_ONCE, Outcome, assert_cache_holds, assert_conforms, attempts_pair, run_pair,
 )
-from tests.frameworks.conftest import LOCAL_MODEL
 from tests.frameworks.scripted import FINAL_REPLY, STRUCTURED, TOOL_ROUNDS, weather
 
 SIM_MODEL = "gpt-sim-1"

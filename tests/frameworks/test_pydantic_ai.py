@@ -19,10 +19,9 @@ from pydantic_ai.providers.anthropic import AnthropicProvider
 from pydantic_ai.providers.openai import OpenAIProvider
 
 from tests.frameworks.conformance import (
-    DOCUMENT, LOCAL_DOCUMENT, QUESTION, RETRY_AT_ONCE, Outcome, assert_cache_holds, assert_conforms, assert_one_span_per_call,
+    DOCUMENT, LOCAL_DOCUMENT, LOCAL_MODEL, QUESTION, RETRY_AT_ONCE, Outcome, assert_cache_holds, assert_conforms, assert_one_span_per_call,
     assert_same_bodies, attempts_pair, run_pair,
 )
-from tests.frameworks.conftest import LOCAL_MODEL
 from tests.frameworks.scripted import FINAL_REPLY, STRUCTURED, TOOL_ROUNDS, weather
 
 PROVIDERS = ("openai", "anthropic")
