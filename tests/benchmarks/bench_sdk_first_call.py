@@ -9,6 +9,12 @@ or Messages against the loopback provider simulator (`tests.simulator`), timed f
 client's import to the end of the call. The issue's target: wrapped within 1.2x of bare. Beside it,
 the first call alone (after the imports), where lazily imported modules land.
 
+The cyclic garbage collector's first full pass after the imports falls inside the first call or
+not by the phase of its counters: the allocations of `import sdk` bring it one young collection
+earlier, and on the first Responses call (whose answer builds pydantic schemas, many objects) it
+then runs there, ~35 ms on an idle 2-core Xeon; the bare process pays the same pass a few
+allocations later, outside the window.
+
 Bare and wrapped processes alternate, the order flipping each round, so a change in the machine's
 load hits both; each figure is the median over the rounds. A first warm-up process per contender
 writes the bytecode caches, so no row pays for compiling.
