@@ -32,7 +32,7 @@ PROVIDERS = ("openai", "anthropic")
 LOOP_LIMIT = 8
 LOOP_UNIT = "I keep saying this. "
 LOOP_CAP = 256
-LOCAL_TOOL_CALL_TOKENS = 48
+LOCAL_TOOL_CALL_TOKENS = 96
 """More model calls than any scripted loop makes: a loop that does not end fails instead of hanging."""
 
 
@@ -132,9 +132,9 @@ async def test_structured_output_parses_to_the_bare_clients_object(sim, provider
 
 
 async def test_a_forced_tool_loop_on_the_local_server_reads_at_least_the_bare_clients_prefix_cache(local, provider):
-    """Three calls, each forced to call the tool (the server constrains it). LangChain's tool schema
-    leaves extra keys open, so the tiny model's arguments run long: a limit keeps the loop short
-    (the other frameworks' local runs set none)."""
+    """Three calls, each forced to call the tool (the server constrains it; a call takes ~60 tokens
+    of the tiny model's output). A limit keeps a stray long argument from running to the context's
+    end (the other frameworks' local runs set none)."""
     def scenario(client: Any, instructions: str) -> Outcome:
         llm = chat_model(client, provider, LOCAL_MODEL, temperature=0, max_tokens=LOCAL_TOOL_CALL_TOKENS)
         llm = llm.bind_tools([get_weather], tool_choice=WEATHER_TOOL_NAME)
