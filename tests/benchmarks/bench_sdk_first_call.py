@@ -11,22 +11,26 @@ the first call alone (after the imports), where lazily imported modules land.
 
 The cyclic garbage collector's first full pass after the imports falls inside the first call or
 not by the phase of its counters: the allocations of `import sdk` bring it one young collection
-earlier, and on the first Responses call (whose answer builds pydantic schemas, many objects) it
-then runs there, ~35 ms on an idle 2-core Xeon; the bare process pays the same pass a few
-allocations later, outside the window.
+earlier, and on the first Responses and Messages calls (whose answers build pydantic schemas, many
+objects) it then runs there (~35 ms for openai's heap on an idle 2-core Xeon, more for
+anthropic's); with the collector off, those first calls cost the bare client's. The bare process
+pays the same pass a few allocations later, outside the window.
 
 Bare and wrapped processes alternate, the order flipping each round, so a change in the machine's
 load hits both; each figure is the median over the rounds. A first warm-up process per contender
-writes the bytecode caches, so no row pays for compiling.
+writes the bytecode caches (into a temporary `PYTHONPYCACHEPREFIX`, whatever
+`PYTHONDONTWRITEBYTECODE` says: an installed package has its bytecode compiled at install), so no
+row pays for compiling sources; without them `import sdk` alone compiles ~40 modules.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import statistics
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,11 +85,11 @@ def cpu_model() -> str:
     return f"{names[0]} ({len(names)} logical cores)" if names else "unknown CPU"
 
 
-def measure(first: FirstCall, wrapped: bool, base_url: str) -> tuple[float, ...]:
+def measure(first: FirstCall, wrapped: bool, base_url: str, env: dict[str, str]) -> tuple[float, ...]:
     """In a fresh process: ms from the client's import to the end of its first call, the same in the
     process's CPU time (what the machine's other load moves least), and ms of the call alone."""
     code = CHILD.format(package=first.package, client=first.client, base_url=base_url, wrapped=wrapped, call=first.call)
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"the {first.api} first call failed ({'wrapped' if wrapped else 'bare'}):\n{done.stderr[-2000:]}")
     return tuple(float(value) for value in done.stdout.split())
@@ -100,15 +104,17 @@ def main() -> None:
     from tests.simulator import ProviderSimulator
 
     rows = []
-    with ProviderSimulator() as sim:
+    with ProviderSimulator() as sim, tempfile.TemporaryDirectory(prefix="kvwise-bytecode-") as bytecode:
+        env = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
+        env["PYTHONPYCACHEPREFIX"] = bytecode
         for first in CALLS:
             base_url = sim.openai_base_url if first.package == "openai" else sim.anthropic_base_url
             for wrapped in (False, True):
-                measure(first, wrapped, base_url)  # the warm-up: bytecode caches written
+                measure(first, wrapped, base_url, env)  # the warm-up: bytecode caches written
             figures: dict[bool, list[tuple[float, ...]]] = {False: [], True: []}
             for round_ in range(args.rounds):
                 for wrapped in ((False, True) if round_ % 2 == 0 else (True, False)):
-                    figures[wrapped].append(measure(first, wrapped, base_url))
+                    figures[wrapped].append(measure(first, wrapped, base_url, env))
             medians = {w: [statistics.median(f[i] for f in figures[w]) for i in range(3)] for w in (False, True)}
             rows.append((first.api, medians[False], medians[True]))
     print(f"\nfirst call in a fresh process, ms (median of {args.rounds} rounds); CPU: {cpu_model()}")
