@@ -28,6 +28,7 @@ from local_backend.server.auth import tenant_id
 
 KEY_A = "sk-tenant-a-7f3e9c21d4b8"
 KEY_B = "sk-tenant-b-0a6d5e4f3c2b"
+METRICS_KEY = "sk-metrics-5d1c8a7b9e0f"
 SECRET_PROMPT = "zebra-quokka-passphrase-314159 is the launch code"
 LONG_PROMPT = " ".join(["Stable bytes go first, dynamic bytes last: prefix caching works."] * 10)
 LOGGERS = ("", "local_backend", "sdk", "uvicorn", "uvicorn.error", "uvicorn.access")
@@ -37,7 +38,8 @@ OURS = ("local_backend", "sdk", "uvicorn", "starlette")
 
 @pytest.fixture(scope="module")
 def served(llama_dir: Path) -> Iterator[Served]:
-    with served_engine(llama_dir, {"api_key": [KEY_A, KEY_B]}, max_model_len=512, kv_cache_memory=2**21) as served:
+    app_options = {"api_key": [KEY_A, KEY_B], "metrics_key": METRICS_KEY}
+    with served_engine(llama_dir, app_options, max_model_len=512, kv_cache_memory=2**21) as served:
         yield served
 
 
@@ -77,6 +79,41 @@ def test_anthropic_stream_reports_the_exact_cache_split_from_message_start(serve
     assert start.cache_read_input_tokens > 0
     fields = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
     assert [getattr(start, f) for f in fields] == [getattr(final, f) for f in fields]
+
+
+def _metrics(url: str, key: str) -> httpx2.Response:
+    with httpx2.Client(base_url=url) as http:
+        return http.get("/metrics", headers={"authorization": f"Bearer {key}"})
+
+
+def _hit_tokens(exposition: str) -> float:
+    [line] = [line for line in exposition.splitlines() if line.startswith("kvwise_prefix_cache_hit_tokens_total ")]
+    return float(line.split()[1])
+
+
+def test_tenant_bs_metrics_do_not_move_when_tenant_a_works(served):
+    before_b, before_operator = _metrics(served.url, KEY_B), _metrics(served.url, METRICS_KEY)
+    prompt = "tenant a's own work: " + LONG_PROMPT
+    _openai_cached(served.url, KEY_A, prompt)
+    assert _openai_cached(served.url, KEY_A, prompt) > 0
+    after_b, after_operator = _metrics(served.url, KEY_B), _metrics(served.url, METRICS_KEY)
+    assert before_b.status_code == after_b.status_code == 403
+    assert before_b.json() == after_b.json() and after_b.json()["error"]["code"] == "forbidden"
+    assert "kvwise_" not in after_b.text
+    assert _hit_tokens(after_operator.text) > _hit_tokens(before_operator.text)  # the work was there to see
+
+
+def test_the_metrics_key_reads_only_the_metrics(served):
+    with httpx2.Client(base_url=served.url) as http:
+        chat = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+        assert http.post("/v1/chat/completions", json=chat, headers={"x-api-key": METRICS_KEY}).status_code == 401
+        assert http.get("/metrics").status_code == 401
+    assert _metrics(served.url, METRICS_KEY).status_code == 200
+
+
+def test_a_metrics_key_that_is_also_a_tenant_key_is_refused(served):
+    with pytest.raises(ValueError, match="metrics_key"):
+        create_app(served.engine, api_key=[KEY_A, KEY_B], metrics_key=KEY_B)
 
 
 def test_tenant_ids_are_distinct_hashes_that_do_not_contain_the_key():
@@ -141,7 +178,8 @@ def test_no_key_header_or_prompt_reaches_logs_metrics_or_sdk_spans(served, caplo
             bad = {"model": "tiny", "messages": messages, "max_tokens": -1}
             assert http.post("/v1/chat/completions", json=bad, headers={"authorization": f"Bearer {KEY_A}"}).status_code == 400
             assert http.post("/v1/messages", json=bad, headers={"x-api-key": "sk-wrong-" + KEY_B}).status_code == 401
-            exposition = http.get("/metrics", headers={"x-api-key": KEY_A}).text
+            exposition = http.get("/metrics", headers={"x-api-key": METRICS_KEY}).text
+            assert "kvwise_prompt_tokens_total" in exposition
     ours = [r for r in caplog.records if r.name.split(".")[0] in OURS]
     assert any(r.name == "uvicorn.access" for r in ours)  # the capture saw the requests
     logs = "\n".join(f"{r.name} {r.getMessage()} {r.args!r}" for r in ours)

@@ -473,7 +473,7 @@ HONOURED_CHECKS: dict[str, Callable[[Ask], None]] = {
     "min_p": _check_greedy_filter("min_p", 1.0),
     "frequency_penalty": _check_penalty("frequency_penalty", 2.0),
     "presence_penalty": _check_penalty("presence_penalty", 2.0),
-    "repetition_penalty": _check_penalty("repetition_penalty", 3.0),
+    "repetition_penalty": _check_penalty("repetition_penalty", 2.0),
     "ignore_eos": _check_ignore_eos,
     "messages": _check_prompt_changes("messages", [{"role": "user", "content": "Hello"}]),
     "prompt": _check_prompt_changes("prompt", "A KV cache stores keys and values for every layer and token of the prompt"),

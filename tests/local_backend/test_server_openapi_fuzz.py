@@ -1,0 +1,112 @@
+"""Schemathesis against the server's own `/openapi.json`: bodies generated from each route's schema,
+some with one value made hostile (a string with a lone surrogate, or arrays nested hundreds to
+thousands deep), each answered below 500 and with no server error inside a stream either.
+
+The engine's context is tiny, so no generated answer runs long; a bounded number of cases per route
+keeps the file to well under a minute on two cores.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from schemathesis.schemas import APIOperation
+
+from tests.local_backend.serving import Served, served_engine, wait_idle
+
+CLIENT_TIMEOUT_SECONDS = 30.0
+CASES_PER_ROUTE = 40
+SERVER_ERROR_TYPES = ('"server_error"', '"api_error"')
+"""Error types of a 500 in OpenAI's and Anthropic's bodies: never expected, not even inside a stream."""
+DEEP = "kvwise-fuzz-deep-nesting"
+"""A placeholder string the serialised body's arrays, nested `depth` deep, replace."""
+FUZZ = settings(max_examples=CASES_PER_ROUTE, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+@pytest.fixture(scope="module")
+def served(llama_dir: Path) -> Iterator[Served]:
+    with served_engine(llama_dir, max_model_len=48, kv_cache_memory=2**20) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def http(served: Served) -> Iterator[httpx2.Client]:
+    with httpx2.Client(base_url=served.url, timeout=CLIENT_TIMEOUT_SECONDS) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def operations(http: httpx2.Client) -> dict[str, APIOperation]:
+    """The server's operations, as schemathesis reads them from the document it serves."""
+    schema = schemathesis.openapi.from_dict(http.get("/openapi.json").json())
+    found = [result.ok() for result in schema.get_all_operations()]
+    return {f"{op.method.upper()} {op.path}": op for op in found}
+
+
+ROUTES = ["POST /v1/chat/completions", "POST /v1/completions", "POST /v1/responses", "POST /v1/messages",
+          "POST /v1/messages/count_tokens", "GET /v1/models"]  # fmt: skip
+
+surrogate_text = st.tuples(st.text(max_size=5), st.characters(categories=["Cs"]), st.text(max_size=5)).map("".join)
+
+
+def _places(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    """The path of every value in a generated body (its root excluded)."""
+    if path:
+        yield path
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        yield from _places(item, (*path, key))
+
+
+def _replaced(body: Any, path: tuple[Any, ...], new: Any) -> Any:
+    if not path:
+        return new
+    head, rest = path[0], path[1:]
+    if isinstance(body, dict):
+        return {**body, head: _replaced(body.get(head), rest, new)}
+    return [_replaced(item, rest, new) if i == head else item for i, item in enumerate(body)]
+
+
+@st.composite
+def hostile(draw: st.DrawFn, body: Any) -> bytes:
+    """`body` as JSON bytes, with one of its values (or a new top-level field) made hostile, or left as it is."""
+    kind = draw(st.sampled_from(["as generated", "surrogate", "deep"]))
+    if kind != "as generated":
+        places = list(_places(body)) if isinstance(body, (dict, list)) else []
+        path = draw(st.sampled_from(places)) if places and draw(st.booleans()) else ("messages",)
+        body = _replaced(body if isinstance(body, dict) else {}, path, draw(surrogate_text) if kind == "surrogate" else DEEP)
+    payload = json.dumps(body)
+    if kind == "deep":
+        depth = draw(st.integers(100, 3000))
+        payload = payload.replace(json.dumps(DEEP), "[" * depth + "]" * depth)
+    return payload.encode()
+
+
+@FUZZ
+@given(data=st.data())
+@pytest.mark.parametrize("route", ROUTES)
+def test_every_route_of_the_openapi_document_answers_generated_and_hostile_bodies_below_500(http, operations, route, data):
+    operation = operations[route]
+    case = data.draw(operation.as_strategy())
+    headers = {"content-type": "application/json"}
+    if operation.method.upper() == "GET":
+        response = http.get(case.formatted_path)
+    else:
+        response = http.post(case.formatted_path, content=data.draw(hostile(case.body)), headers=headers)
+    assert response.status_code < 500, response.text
+    assert not any(kind in response.text for kind in SERVER_ERROR_TYPES), response.text
+
+
+def test_after_the_fuzzing_no_request_runs_and_the_server_answers(served, http):
+    stats = wait_idle(served.engine)
+    assert stats.num_running == stats.num_waiting == stats.blocks_used == 0
+    chat = {"model": "tiny", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
+    assert http.post("/v1/chat/completions", json=chat).status_code == 200
