@@ -21,7 +21,6 @@ from sdk.adapters import Adapter
 from sdk.adapters._base import TEXT_PART_TYPES
 from sdk.call import Api, Call, Provider
 from sdk.fingerprint import prefix_key
-from sdk.moving import is_note
 from sdk.policy import Policy
 
 # Minimum cacheable prompt length in tokens by Anthropic model family, first match wins.
@@ -113,9 +112,9 @@ def _place_breakpoints(call: Call, adapter: Adapter, marker: dict[str, Any], min
     conversation that will grow (tools offered, a tool loop under way, the caller's own top-level
     mark), the last turn the caller wrote, within the limit.
 
-    The last turn's mark goes on its last block that is not the context note (`sdk.moving`): the
-    next call of the loop re-sends that turn without the note, and reads what this call wrote up to
-    there (Anthropic looks back up to 20 blocks from each breakpoint). Longer prefixes are marked
+    The next call of the loop re-sends the last turn as this call sent it (a context note ends the
+    conversation's first user turn on every call, `sdk.moving`), and reads what this call wrote up
+    to its mark (Anthropic looks back up to 20 blocks from each breakpoint). Longer prefixes are marked
     first (they save the most); a position the caller marked, whose prefix is shorter than
     `min_tokens`, or where the mark's TTL would break the order the API requires (a 1h mark before
     every 5m one) against the caller's own marks, is skipped.
@@ -123,9 +122,6 @@ def _place_breakpoints(call: Call, adapter: Adapter, marker: dict[str, Any], min
     key = adapter.breakpoint_key
     free = ANTHROPIC_MAX_BREAKPOINTS - caller_breakpoints(call, key)
     api_markable = _anthropic_markable if call.api is Api.MESSAGES else _openai_markable
-
-    def markable(part: Any) -> bool:
-        return api_markable(part) and not is_note(part)
 
     history_end = call.history_end
     last = _last_turn(call)
@@ -145,11 +141,11 @@ def _place_breakpoints(call: Call, adapter: Adapter, marker: dict[str, Any], min
         if position == 0 and call.tools and call.api is Api.MESSAGES:
             marked = _mark_last(call.tools, marker, key)
         elif position == 1 and call.system:
-            marked = _mark_content(call.system, len(call.system) - 1, marker, key, adapter.text_part_type, markable)
+            marked = _mark_content(call.system, len(call.system) - 1, marker, key, adapter.text_part_type, api_markable)
         elif position == 2 and history:
-            marked = _mark_content(call.messages, len(history) - 1, marker, key, adapter.text_part_type, markable)
+            marked = _mark_content(call.messages, len(history) - 1, marker, key, adapter.text_part_type, api_markable)
         elif position == 3 and last_span and last is not None:
-            marked = _mark_content(call.messages, last, marker, key, adapter.text_part_type, markable)
+            marked = _mark_content(call.messages, last, marker, key, adapter.text_part_type, api_markable)
         else:
             continue
         if marked is not None:
@@ -158,7 +154,7 @@ def _place_breakpoints(call: Call, adapter: Adapter, marker: dict[str, Any], min
 
 
 def _last_turn(call: Call) -> int | None:
-    """The index of the last turn the caller wrote (not a note turn, not an assistant prefill) in an
+    """The index of the last turn the caller wrote (not an assistant prefill) in an
     Anthropic conversation that will grow, else None: a one-off question's last turn is never read
     again, and OpenAI caches the prompt's longest prefix without a mark there."""
     if call.api is not Api.MESSAGES:
@@ -168,7 +164,7 @@ def _last_turn(call: Call) -> int | None:
         return None
     for index in range(len(call.messages) - 1, -1, -1):
         turn = call.messages[index]
-        if not is_note(turn) and not (isinstance(turn, dict) and turn.get("role") == "assistant"):
+        if not (isinstance(turn, dict) and turn.get("role") == "assistant"):
             return index
     return None
 

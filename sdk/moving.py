@@ -7,16 +7,16 @@ to a context note (`<request_context>...</request_context>`) so the model still 
 that stay the same stay where the caller put them. Without a family memory (`sdk.Prompt`, a direct
 `canonicalize`) there is no earlier call to keep bytes identical with, and every candidate moves.
 
-The note is the last thing in the prompt, after everything the caller wrote, so that what kvwise
-does to a turn never depends on the turns after it: frameworks re-send a growing conversation,
-and call k+1's prompt as sent begins with call k's up to where call k's note sat (the caller's own
-turns go out untouched, a turn with the note in it being the last of its call):
-- Chat Completions and Responses: a user turn of its own at the end (after the final user message,
-  or after a tool loop's tool results / `function_call_output` items);
-- Anthropic Messages: a text block of its own at the end of the last user turn (after its text or
-  its `tool_result` blocks), since turns alternate;
-- an assistant turn the caller ends the prompt with (a prefill) stays last: the note goes before it.
-A note already ending the prompt (one `sdk.Prompt` rendered) takes the moved lines. Tool
+The note ends the conversation's first user turn, the turn every later call of the conversation
+re-sends first, so what kvwise does to a turn never depends on the turns after it: frameworks
+re-send a growing conversation, the note sits at the same place with the same lines on each of its
+calls (the moved values are the conversation's own, constant within it), and call k+1's prompt as
+sent begins with call k's whole prompt, note included, as the bare client's would. A conversation
+whose value changes on every call breaks there (the bare client's breaks at the system prompt,
+before it). A string turn stays a string (the note follows its text after a blank line); a list of
+parts or blocks gets a text part of its own; no turn is added, so servers whose chat templates
+require alternating roles accept the prompt as they accept the caller's.
+A note already ending that turn (one `sdk.Prompt` rendered) takes the moved lines. Tool
 definitions are never rewritten: their candidates that change are reported (`volatile_found:<kind>`
 on the span and a warning), as are the system prompt's under `volatile="warn"`.
 """
@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from sdk.adapters import Adapter, map_text
-from sdk.call import Api, Call
+from sdk.call import Call
 from sdk.families import FamilyMemory, family_key
 from sdk.policy import Policy
 from sdk.volatile import VolatileMatch, cut_volatile, find_volatile, mask_volatile, render_note_line
@@ -37,6 +37,7 @@ log = logging.getLogger("sdk")
 
 NOTE_OPEN = "<request_context>"
 NOTE_CLOSE = "</request_context>"
+NOTE_SEPARATOR = "\n\n"  # between the caller's text and a note that ends it
 
 
 def move_volatile(call: Call, policy: Policy, adapter: Adapter, families: FamilyMemory | None) -> None:
@@ -57,7 +58,7 @@ def move_volatile(call: Call, policy: Policy, adapter: Adapter, families: Family
         changing = families.changing(key, tuple(hash(match.text) for match in candidates))
         moves = changing[:in_system]
         _report(call, [m for m, c in zip(candidates[in_system:], changing[in_system:]) if c], "tool definitions")
-    if policy.volatile == "warn" or _note_turn(call) is None:
+    if policy.volatile == "warn" or first_user_turn(call) is None:
         _report(call, [m for m, move in zip(candidates, moves) if move], "system prompt")
         return
     removed = _cut_system(call, found[: len(system_texts)], moves) if any(moves) else []
@@ -67,28 +68,27 @@ def move_volatile(call: Call, policy: Policy, adapter: Adapter, families: Family
 
 
 def is_note(item: Any) -> bool:
-    """Whether `item` (a turn, a content part or block) is a context note and nothing else."""
+    """Whether `item` (a content part or block) is a context note and nothing else."""
     if not isinstance(item, dict):
         return False
-    text = item.get("text") if "text" in item else item.get("content")
+    text = item.get("text")
     return isinstance(text, str) and text.startswith(NOTE_OPEN) and text.endswith(NOTE_CLOSE)
 
 
-def add_note(call: Call, lines: list[str], part_type: str) -> None:
-    """Put `lines` in the context note at the end of `call`'s prompt (see the module), made if missing."""
-    index = _note_turn(call)
-    if index is None:
-        raise ValueError("add_note: the prompt has no turn to carry a context note")
-    if call.api is not Api.MESSAGES:
-        if index > 0 and is_note(call.messages[index - 1]):
-            note = call.messages[index - 1]
-            call.messages[index - 1] = {**note, "content": _render_note(_note_lines(note["content"]), lines)}
-        else:
-            call.messages.insert(index, {"role": "user", "content": _render_note([], lines)})
-        return
+def add_note(call: Call, lines: list[str], part_type: str, index: int | None = None) -> None:
+    """Put `lines` in the context note that ends turn `index` (by default the first user turn, see
+    the module), merged into the note already there; a string stays a string, a list of parts gets
+    a text part of its own."""
+    index = first_user_turn(call) if index is None else index
+    if index is None or index >= len(call.messages):
+        raise ValueError("add_note: the prompt has no user turn to carry a context note")
     turn = call.messages[index]
     content = turn.get("content")
-    parts = list(content) if isinstance(content, list) else [{"type": part_type, "text": content}]
+    if isinstance(content, str):
+        body, existing = _split_note(content)
+        call.messages[index] = {**turn, "content": f"{body}{NOTE_SEPARATOR}{_render_note(existing, lines)}" if body else _render_note(existing, lines)}
+        return
+    parts = list(content)
     if parts and is_note(parts[-1]):
         parts[-1] = {**parts[-1], "text": _render_note(_note_lines(parts[-1]["text"]), lines)}
     else:
@@ -96,16 +96,10 @@ def add_note(call: Call, lines: list[str], part_type: str) -> None:
     call.messages[index] = {**turn, "content": parts}
 
 
-def _note_turn(call: Call) -> int | None:
-    """Where the note goes: the index a Chat/Responses note turn is inserted at (before a trailing
-    assistant turn, else at the end), or the Anthropic user turn it ends; None where there is none."""
-    end = len(call.messages)
-    while end > 0 and isinstance(call.messages[end - 1], dict) and call.messages[end - 1].get("role") == "assistant":
-        end -= 1
-    if call.api is not Api.MESSAGES:
-        return end if call.messages else None
-    for index in range(end - 1, -1, -1):
-        turn = call.messages[index]
+def first_user_turn(call: Call) -> int | None:
+    """The index of the first user turn whose content kvwise can extend (a string or a list of
+    parts), None where there is none: the turn every later call of the conversation re-sends first."""
+    for index, turn in enumerate(call.messages):
         if isinstance(turn, dict) and turn.get("role") == "user" and isinstance(turn.get("content"), (str, list)):
             return index
     return None
@@ -164,6 +158,14 @@ def _report(call: Call, matches: list[VolatileMatch], where: str) -> None:
     for kind in sorted({str(match.kind) for match in matches}):
         call.changes.append(f"volatile_found:{kind}")
         log.warning("kvwise: volatile %s in the %s defeats the prompt cache", kind, where)
+
+
+def _split_note(text: str) -> tuple[str, list[str]]:
+    """Split a trailing context note off a turn's text: (the caller's text, the note's lines)."""
+    if not text.endswith(NOTE_CLOSE) or NOTE_OPEN not in text:
+        return text, []
+    body, _, note = text.rpartition(NOTE_OPEN)
+    return body.removesuffix(NOTE_SEPARATOR), _note_lines(NOTE_OPEN + note)
 
 
 def _note_lines(text: str) -> list[str]:

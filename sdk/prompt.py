@@ -74,7 +74,7 @@ class Prompt:
             kwargs["messages"] = system + turns
         call = adapter.to_call(kwargs, provider)
         if self.dynamic:
-            add_note(call, [f"{key}: {value}" for key, value in self.dynamic.items()], adapter.text_part_type)
+            add_note(call, [f"{key}: {value}" for key, value in self.dynamic.items()], adapter.text_part_type, call.history_end)
         canonicalize(call, self.policy, adapter)
         if self.policy.cache_hints:
             place_cache_hints(call, self.policy, adapter)
