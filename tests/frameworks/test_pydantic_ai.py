@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import anthropic
@@ -11,7 +12,8 @@ import pytest
 from pydantic import BaseModel
 
 import sdk
-from pydantic_ai import Agent
+from pydantic_ai import Agent, ModelSettings, RunContext
+from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelResponse
 from pydantic_ai.models.anthropic import AnthropicModel, AnthropicModelSettings
 from pydantic_ai.models.openai import OpenAIChatModel
@@ -27,6 +29,8 @@ from tests.frameworks.scripted import FINAL_REPLY, STRUCTURED, TOOL_ROUNDS, weat
 PROVIDERS = ("openai", "anthropic")
 LOOP_UNIT = "I keep saying this. "
 LOOP_CAP = 256
+LOCAL_TOOL_CALL_TOKENS = 96
+
 
 
 class Weather(BaseModel):
@@ -168,3 +172,33 @@ async def test_a_stream_the_loop_guard_cuts_ends_as_a_length_stop_with_its_usage
     assert plain_text.startswith(text) and 1 < tokens < plain_tokens == LOOP_CAP
     assert_same_bodies(bare, wrapped, sdk.Policy())
     assert_one_span_per_call(wrapped, 1)
+
+
+@dataclass
+class ForcedToolSteps(AbstractCapability[Any]):
+    """Forces the weather tool on the run's first `steps` model calls, then lets it answer: how
+    pydantic-ai varies `tool_choice` per step (a capability's settings callable)."""
+
+    steps: int
+
+    def get_model_settings(self) -> Any:
+        def per_step(ctx: RunContext[Any]) -> ModelSettings:
+            return {"tool_choice": ["get_weather"] if ctx.run_step <= self.steps else "none"}
+
+        return per_step
+
+
+async def test_a_tool_loop_on_the_local_server_reads_at_least_the_bare_clients_prefix_cache(local, provider):
+    """Three forced tool calls (the server constrains them, so the tiny model always calls), then the
+    answer: four calls of pydantic-ai's own agent loop."""
+    async def scenario(client: Any, instructions: str) -> Outcome:
+        settings: dict[str, Any] = {"temperature": 0, "max_tokens": LOCAL_TOOL_CALL_TOKENS}
+        agent = weather_agent(client, instructions, provider, LOCAL_MODEL, model_settings=settings,
+                              capabilities=[ForcedToolSteps(TOOL_ROUNDS + 1)])
+        result = await agent.run(f"{LOCAL_DOCUMENT}\n\n{QUESTION}")
+        return Outcome(len(result.all_messages()), cached=cached(result))
+
+    bare, wrapped = await run_pair(scenario, getattr(local, provider), local)
+    assert len(bare.requests) == len(wrapped.requests) == TOOL_ROUNDS + 2
+    assert_conforms(bare, wrapped, scripted=False)
+    assert_cache_holds(bare, wrapped)
