@@ -69,7 +69,7 @@ def optional(body: Mapping[str, Any], name: str, kind: type, default: Any = None
     Numbers must be finite (JSON has no `Infinity`, though Python's parser reads one) and integers
     within int64 (`MAX_JSON_INTEGER`): a value no tensor holds is refused here, not in a step.
     """
-    value = body.get(name)
+    value: Any = body.get(name)
     if value is None:
         return default
     accepted: tuple[type, ...] = (int, float) if kind is float else (kind,)
