@@ -160,19 +160,26 @@ def test_openai_explicit_marks_go_on_text_parts_only():
     assert out["input"][1] == call_item
 
 
-def test_the_last_turn_mark_of_a_growing_anthropic_conversation_sits_before_the_note_never_on_it():
+def test_the_last_turn_mark_of_a_growing_anthropic_conversation_sits_on_its_last_block_the_note_that_ends_the_first_turn_or_not():
     from sdk.canonical import canonicalize
     from sdk.moving import is_note
 
     adapter = adapter_for(Api.MESSAGES)
+    question = {"role": "user", "content": [{"type": "text", "text": "First question " * 300}]}
     tool_use = {"type": "tool_use", "id": "toolu_1", "name": "a_tool", "input": {}}
     tool_result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "Found it. " * 300}
-    kwargs = {"model": "claude-sonnet-5", "max_tokens": 10, "tools": TOOLS, "system": f"Request ID: 7f3c9a2e41\n{LONG_SYSTEM}",
-              "messages": [HISTORY[0], {"role": "assistant", "content": [tool_use]}, {"role": "user", "content": [tool_result]}]}  # fmt: skip
-    call = adapter.to_call(json.loads(json.dumps(kwargs)), Provider.ANTHROPIC)
-    canonicalize(call, sdk.Policy(), adapter)  # no family memory: the request id moves
-    place_cache_hints(call, sdk.Policy(), adapter)
-    last = adapter.to_kwargs(call)["messages"][-1]["content"]
-    assert [block["type"] for block in last] == ["tool_result", "text"] and is_note(last[-1])
-    assert "cache_control" in last[0] and "cache_control" not in last[-1]  # the next call re-sends the result, not the note
-    assert "cache_breakpoint:last_turn" in call.changes
+    loop = [question, {"role": "assistant", "content": [tool_use]}, {"role": "user", "content": [tool_result]}]
+    sent = []
+    for messages in (loop[:1], loop):
+        kwargs = {"model": "claude-sonnet-5", "max_tokens": 10, "tools": TOOLS, "system": f"Request ID: 7f3c9a2e41\n{LONG_SYSTEM}",
+                  "messages": messages}  # fmt: skip
+        call = adapter.to_call(json.loads(json.dumps(kwargs)), Provider.ANTHROPIC)
+        canonicalize(call, sdk.Policy(), adapter)  # no family memory: the request id moves
+        place_cache_hints(call, sdk.Policy(), adapter)
+        assert "cache_breakpoint:last_turn" in call.changes
+        sent.append(adapter.to_kwargs(call)["messages"])
+    first = sent[0][0]["content"]  # the loop's first call: the question, then the note, marked as the last block
+    assert first[0] == question["content"][0] and is_note(first[1]) and "cache_control" in first[1]
+    unmarked = [{key: value for key, value in block.items() if key != "cache_control"} for block in sent[1][0]["content"]]
+    assert unmarked == [first[0], {key: value for key, value in first[1].items() if key != "cache_control"}]  # re-sent as it was
+    assert [block["type"] for block in sent[1][-1]["content"]] == ["tool_result"] and "cache_control" in sent[1][-1]["content"][0]

@@ -26,7 +26,7 @@ def _canonical(kwargs: dict, api: Api = Api.CHAT, policy: sdk.Policy | None = No
     return adapter.to_kwargs(call), call.changes
 
 
-def test_volatile_lines_move_from_the_system_prompt_to_a_note_that_ends_the_prompt_after_the_final_user_turn():
+def test_volatile_lines_move_from_the_system_prompt_to_a_note_that_ends_the_first_user_turn_and_no_turn_is_added():
     kwargs = {
         "model": "m",
         "messages": [
@@ -37,25 +37,25 @@ def test_volatile_lines_move_from_the_system_prompt_to_a_note_that_ends_the_prom
     out, changes = _canonical(kwargs)
     assert UUID not in out["messages"][0]["content"]
     assert out["messages"][0]["content"].strip() == "You are a careful assistant."
-    assert out["messages"][1] == {"role": "user", "content": "Hello"}  # the caller's turn, untouched
-    assert out["messages"][-1] == {"role": "user", "content": f"{NOTE_OPEN}\nRequest ID: {UUID}\n{NOTE_CLOSE}"}
+    assert out["messages"][1:] == [{"role": "user", "content": f"Hello\n\n{NOTE_OPEN}\nRequest ID: {UUID}\n{NOTE_CLOSE}"}]
     assert any(change.startswith("volatile_moved") for change in changes)
 
 
-def test_anthropic_note_goes_after_tool_results_in_the_final_turn():
+def test_anthropic_note_ends_the_first_user_turn_and_the_tool_results_go_out_untouched():
+    tool_loop = [
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]},
+    ]
     kwargs = {
         "model": "claude-sonnet-4-6",
         "system": f"Session {UUID} started. Be brief.",
-        "messages": [
-            {"role": "user", "content": "hi"},
-            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]},
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]},
-        ],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}, *tool_loop],
     }
     out, _ = _canonical(kwargs, Api.MESSAGES)
-    final = out["messages"][-1]["content"]
-    assert final[0]["type"] == "tool_result"
-    assert final[1]["type"] == "text" and UUID in final[1]["text"]
+    first = out["messages"][0]["content"]
+    assert first[0] == {"type": "text", "text": "hi"}
+    assert first[1]["type"] == "text" and is_note(first[1]) and UUID in first[1]["text"]
+    assert out["messages"][1:] == tool_loop
     assert UUID not in json.dumps(out["system"])
 
 
@@ -125,13 +125,18 @@ def test_canonicalisation_preserves_every_character(kwargs):
 
 @settings(max_examples=150, deadline=None)
 @given(chat_calls())
-def test_canonicalisation_keeps_every_turn_as_written_in_order_and_a_note_only_at_the_end(kwargs):
+def test_canonicalisation_keeps_every_turn_as_written_in_order_and_a_note_only_at_the_end_of_the_first_user_turn(kwargs):
     out, changes = _canonical(kwargs)
     turns_in = [m for m in kwargs["messages"] if m["role"] != "system"]
     turns_out = [m for m in out["messages"] if m["role"] != "system"]
     moved = any(change.startswith("volatile_moved") for change in changes)
-    assert turns_out == turns_in + ([turns_out[-1]] if moved else [])
-    assert not moved or is_note(turns_out[-1])
+    assert turns_out[1:] == turns_in[1:]
+    first_in, first_out = turns_in[0]["content"], turns_out[0]["content"]
+    if not moved:
+        assert first_out == first_in
+    else:
+        caller, _, note = first_out.rpartition(NOTE_OPEN)
+        assert caller == (f"{first_in}\n\n" if first_in else "") and note.endswith(NOTE_CLOSE) and NOTE_CLOSE not in note[:-len(NOTE_CLOSE)]
 
 
 # Fuzzing: any API's messages, any text and content blocks; garbage is refused with a TypeError naming the

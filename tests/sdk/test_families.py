@@ -113,8 +113,8 @@ def test_a_request_id_moves_from_the_call_it_first_changes_on_while_a_stable_uui
     for call, system in zip(calls[1:], systems[1:]):
         assert PROJECT in _system_text(call) and "Request ID" not in _system_text(call)
         assert _volatile(call) == ["volatile_moved:labelled_value"]
-        assert call.messages[0] == {"role": "user", "content": "Hello"}  # the caller's turn, untouched
-        assert call.messages[-1] == {"role": "user", "content": f"{NOTE_OPEN}\n{system.splitlines()[0]}\n{NOTE_CLOSE}"}
+        note = f"{NOTE_OPEN}\n{system.splitlines()[0]}\n{NOTE_CLOSE}"
+        assert call.messages == [{"role": "user", "content": f"Hello\n\n{note}"}]  # the caller's text, the note after it
     assert len({_system_text(call) for call in calls[1:]}) == 1  # the same bytes every call: cacheable
 
 
@@ -129,7 +129,7 @@ def test_the_decision_never_flips_over_a_familys_first_calls_kept_while_the_same
     assert all(call.messages == [{"role": "user", "content": "Hello"}] for call in calls[:3])  # no note
     assert {_system_text(call) for call in calls[3:]} == {json.dumps([{"role": "system", "content": "You are the support assistant."}])}
     for call, system in zip(calls[3:], (other, other, run)):  # moved once, moved for good, the same bytes or not
-        assert call.messages[-1]["content"] == "\n".join([NOTE_OPEN, *system.splitlines()[:2], NOTE_CLOSE])
+        assert call.messages == [{"role": "user", "content": "Hello\n\n" + "\n".join([NOTE_OPEN, *system.splitlines()[:2], NOTE_CLOSE])}]
 
 
 def test_a_kept_candidate_that_changes_later_moves_from_that_call_on_for_good():
@@ -185,13 +185,15 @@ RESPONSES_LOOP = [
 
 
 @pytest.mark.parametrize(("api", "loop"), [(Api.CHAT, CHAT_LOOP), (Api.RESPONSES, RESPONSES_LOOP)], ids=["chat", "responses"])
-def test_in_a_tool_loop_the_note_is_a_user_turn_after_the_loop_so_the_loop_stays_cacheable(api, loop):
+def test_in_a_tool_loop_the_note_ends_the_first_user_turn_so_each_call_begins_with_the_whole_previous_one(api, loop):
     chain = Chain(sdk.Policy(), PrefixTracker())
     _chat(chain, _request(), turns=[dict(loop[0])], api=api)  # the family's first call: its id is learnt
-    call = _chat(chain, _request(), turns=[dict(turn) for turn in loop], api=api)
-    assert call.messages[: len(loop)] == loop  # the caller's turns, untouched
-    assert call.messages[-1]["role"] == "user" and call.messages[-1]["content"].startswith(NOTE_OPEN)
-    assert call.history_end == len(loop)  # the loop is history: fingerprinted, breakpoints after it
+    system = _request()  # a new run: its id moves, constant over the run's calls
+    first, second = (_chat(chain, system, turns=[dict(turn) for turn in turns], api=api) for turns in (loop[:1], loop))
+    note = f"{NOTE_OPEN}\n{system.splitlines()[0]}\n{NOTE_CLOSE}"
+    assert first.messages == [{"role": "user", "content": f"{loop[0]['content']}\n\n{note}"}]  # no turn added
+    assert second.messages == first.messages + loop[1:]  # the loop's turns as the caller wrote them
+    assert second.system == first.system
 
 
 async def test_through_a_wrapped_client_the_stable_project_uuid_reaches_the_server_in_place(simulator, openai_client):

@@ -57,8 +57,8 @@ def test_through_the_chain_the_values_move_once_they_change_and_the_rest_of_each
     for values in (OTHER_VALUES, VALUES):  # changed, then back: moved for good
         system, turns = _sent(chain, entry.prompt(values))
         assert system == entry.kept.format(**values)
-        note = [{"role": "user", "content": "\n".join([NOTE_OPEN, *entry.note_lines(values), NOTE_CLOSE])}]
-        assert turns == [{"role": "user", "content": "Hello"}, *(note if entry.note else [])]
+        note = "\n\n" + "\n".join([NOTE_OPEN, *entry.note_lines(values), NOTE_CLOSE]) if entry.note else ""
+        assert turns == [{"role": "user", "content": f"Hello{note}"}]  # the note ends the caller's turn, none is added
 
 
 async def test_the_issues_support_bot_keeps_its_rules_in_the_system_prompt_through_a_real_client(simulator, anthropic_client):
@@ -69,7 +69,4 @@ async def test_the_issues_support_bot_keeps_its_rules_in_the_system_prompt_throu
                                               messages=[{"role": "user", "content": "Bonjour"}]))  # fmt: skip
     body = simulator.requests[-1].body
     assert body["system"] == entry.kept  # "Always reply in French and never mention prices.": in place
-    assert body["messages"][-1]["content"] == [
-        {"type": "text", "text": "Bonjour"},
-        {"type": "text", "text": f"{NOTE_OPEN}\nCurrent date: {OTHER_VALUES['date']}\n{NOTE_CLOSE}"},
-    ]
+    assert body["messages"] == [{"role": "user", "content": f"Bonjour\n\n{NOTE_OPEN}\nCurrent date: {OTHER_VALUES['date']}\n{NOTE_CLOSE}"}]
