@@ -178,15 +178,17 @@ def _stop(completion: Completion, tool_use: bool = False) -> dict[str, Any]:
 def routes(backend: Backend, grammars: Grammars) -> list[Route]:
     engine = backend.engine
 
-    def prompt(body: dict[str, Any]) -> tuple[str, list[int], list[Tool], ToolChoice]:
-        """The reported model name, the prompt's token ids (the same for a message and its count), the tools."""
+    def prompt(body: dict[str, Any], limit: int | None) -> tuple[str, list[int], list[Tool], ToolChoice]:
+        """The reported model name, the prompt's token ids (the same for a message and its count), the tools.
+
+        `limit`: the context a message must fit (refused early past it); a count has none."""
         model = backend.check_model(required(body, "model", str))
         messages = anthropic_messages(body.get("messages"))
         system = body.get("system")
         if system:
             messages.insert(0, {"role": "system", "content": text_of(system, "system")})
         tools, choice = anthropic_tools(body)
-        return model, prompt_ids(engine.tokenizer, messages, choice.shown(tools), engine.max_model_len), tools, choice
+        return model, prompt_ids(engine.tokenizer, messages, choice.shown(tools), limit), tools, choice
 
     async def constraint(body: dict[str, Any], tools: list[Tool], choice: ToolChoice) -> Grammar | None:
         """A forced call's grammar (`tool_choice` any / tool), else `output_config.format`'s JSON schema."""
@@ -208,7 +210,7 @@ def routes(backend: Backend, grammars: Grammars) -> list[Route]:
     async def messages(request: Request) -> Response:
         body = await read_json(request)
         fields.check(body, fields.MESSAGES, "POST /v1/messages")
-        model, ids, tools, choice = prompt(body)
+        model, ids, tools, choice = prompt(body, engine.max_model_len)
         max_tokens = required(body, "max_tokens", int)
         stops = stop_strings(body, "stop_sequences")
         params = sampling_params(
@@ -231,7 +233,7 @@ def routes(backend: Backend, grammars: Grammars) -> list[Route]:
         """`input_tokens`: exactly the prompt tokens `POST /v1/messages` computes and reports for the same body."""
         body = await read_json(request)
         fields.check(body, fields.COUNT_TOKENS, "POST /v1/messages/count_tokens")
-        _, ids, _, _ = prompt(body)
+        _, ids, _, _ = prompt(body, None)
         return JSONResponse({"input_tokens": len(ids)})
 
     return [

@@ -47,16 +47,18 @@ def new_call_id(prefix: str) -> str:
 
 
 def prompt_ids(
-    tokenizer: TextTokenizer, messages: Sequence[dict[str, Any]], tools: Sequence[Tool], max_model_len: int
+    tokenizer: TextTokenizer, messages: Sequence[dict[str, Any]], tools: Sequence[Tool], max_model_len: int | None
 ) -> list[int]:
     """The prompt of OpenAI-shaped `messages` (tool calls and `tool` results included) and `tools`.
 
     A template that renders tools gets both as they are (arguments as objects, as Hugging Face
     templates expect); any other gets them folded into system, user and assistant text. Text that
-    cannot fit `max_model_len` is refused before anything renders (`bounds.check_prompt_size`).
+    cannot fit `max_model_len` is refused before anything renders (`bounds.check_prompt_size`);
+    None (a token count, which must count whatever it is given) renders any.
     """
-    texts = _texts(messages, tools, folded=not tokenizer.renders_tools)
-    check_prompt_size(texts, tokenizer.max_bytes_per_token, max_model_len, "messages")
+    if max_model_len is not None:
+        texts = _texts(messages, tools, folded=not tokenizer.renders_tools)
+        check_prompt_size(texts, tokenizer.max_bytes_per_token, max_model_len, "messages")
     try:
         if tokenizer.renders_tools:
             return tokenizer.chat_prompt(_for_template(messages), tools=[t.as_openai() for t in tools] or None)

@@ -216,3 +216,9 @@ def test_the_openapi_document_lists_every_route_and_needs_no_key(http):
     assert {path for path in document["paths"]} >= {*ROUTES, "/v1/models", "/v1/messages/count_tokens"}
     chat = document["paths"][CHAT]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert chat["additionalProperties"] is False and "messages" in chat["required"]
+
+
+def test_count_tokens_still_counts_a_prompt_longer_than_the_context(http):
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "word " * 2_000}]}
+    response = _post(http, "/v1/messages/count_tokens", body)
+    assert response.status_code == 200 and response.json()["input_tokens"] > MAX_MODEL_LEN
