@@ -12,7 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 import sdk
-from pydantic_ai import Agent, ModelSettings, RunContext
+from pydantic_ai import Agent, ModelSettings, RunContext, ToolOutput
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelResponse
 from pydantic_ai.models.anthropic import AnthropicModel, AnthropicModelSettings
@@ -30,6 +30,9 @@ PROVIDERS = ("openai", "anthropic")
 LOOP_UNIT = "I keep saying this. "
 LOOP_CAP = 256
 LOCAL_TOOL_CALL_TOKENS = 96
+"""Room for a whole forced call of the tiny model (~60 tokens)."""
+LOCAL_HALF_DOCUMENT = LOCAL_DOCUMENT[: len(LOCAL_DOCUMENT) // 2]
+"""Four calls with two tools' listings and three results fit the bundled model's 2,048 tokens with this."""
 
 
 
@@ -176,27 +179,30 @@ async def test_a_stream_the_loop_guard_cuts_ends_as_a_length_stop_with_its_usage
 
 @dataclass
 class ForcedToolSteps(AbstractCapability[Any]):
-    """Forces the weather tool on the run's first `steps` model calls, then lets it answer: how
-    pydantic-ai varies `tool_choice` per step (a capability's settings callable)."""
+    """Forces the weather tool on the run's first `steps` model calls, then the output tool: how
+    pydantic-ai varies `tool_choice` per step (a capability's settings callable). Both tools are
+    offered on every call, as an agent with a tool output offers them; the output tool takes the
+    weather tool's arguments, which the tiny model fills reliably under the server's constraint."""
 
     steps: int
 
     def get_model_settings(self) -> Any:
         def per_step(ctx: RunContext[Any]) -> ModelSettings:
-            return {"tool_choice": ["get_weather"] if ctx.run_step <= self.steps else "none"}
+            return {"tool_choice": ["get_weather"] if ctx.run_step <= self.steps else ["final_result"]}
 
         return per_step
 
 
 async def test_a_tool_loop_on_the_local_server_reads_at_least_the_bare_clients_prefix_cache(local, provider):
     """Three forced tool calls (the server constrains them, so the tiny model always calls), then the
-    answer: four calls of pydantic-ai's own agent loop."""
+    forced structured answer: four calls of pydantic-ai's own agent loop."""
     async def scenario(client: Any, instructions: str) -> Outcome:
         settings: dict[str, Any] = {"temperature": 0, "max_tokens": LOCAL_TOOL_CALL_TOKENS}
         agent = weather_agent(client, instructions, provider, LOCAL_MODEL, model_settings=settings,
+                              output_type=ToolOutput(weather, name="final_result"),
                               capabilities=[ForcedToolSteps(TOOL_ROUNDS + 1)])
-        result = await agent.run(f"{LOCAL_DOCUMENT}\n\n{QUESTION}")
-        return Outcome(len(result.all_messages()), cached=cached(result))
+        result = await agent.run(f"{LOCAL_HALF_DOCUMENT}\n\n{QUESTION}")
+        return Outcome(isinstance(result.output, str), cached=cached(result))
 
     bare, wrapped = await run_pair(scenario, getattr(local, provider), local)
     assert len(bare.requests) == len(wrapped.requests) == TOOL_ROUNDS + 2
