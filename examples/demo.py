@@ -79,7 +79,7 @@ class Measured:
 
 
 def _volatile_system() -> str:
-    stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")  # a new one every call
     return f"Request ID: {uuid.uuid4()}\nTimestamp: {stamp}\n{SYSTEM_PROMPT}"
 
 

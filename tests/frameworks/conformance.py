@@ -325,7 +325,8 @@ def _model_turns_blanked(body: dict[str, Any]) -> dict[str, Any]:
         if message.get("role") in ("assistant", "tool") or message.get("type") in ("function_call", "function_call_output"):
             return {"role": message.get("role"), "type": message.get("type"), "turn": _MODEL_TURN}
         if isinstance(message.get("content"), list):
-            parts = [{**part, "content": _MODEL_TURN} if part.get("type") == "tool_result" else part for part in message["content"]]
+            parts = [{"type": "tool_result", "content": _MODEL_TURN} if part.get("type") == "tool_result" else part
+                     for part in message["content"]]
             return {**message, "content": parts}
         return message
 
