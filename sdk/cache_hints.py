@@ -115,9 +115,10 @@ def _place_breakpoints(call: Call, adapter: Adapter, marker: dict[str, Any], min
     The next call of the loop re-sends the last turn as this call sent it (a context note ends the
     conversation's first user turn on every call, `sdk.moving`), and reads what this call wrote up
     to its mark (Anthropic looks back up to 20 blocks from each breakpoint). Longer prefixes are marked
-    first (they save the most); a position the caller marked, whose prefix is shorter than
-    `min_tokens`, or where the mark's TTL would break the order the API requires (a 1h mark before
-    every 5m one) against the caller's own marks, is skipped.
+    first (they save the most); a position the caller marked (the last turn: its last block, since
+    a caller's mark at the end of its text no longer ends a first turn the note follows), whose
+    prefix is shorter than `min_tokens`, or where the mark's TTL would break the order the API
+    requires (a 1h mark before every 5m one) against the caller's own marks, is skipped.
     """
     key = adapter.breakpoint_key
     free = ANTHROPIC_MAX_BREAKPOINTS - caller_breakpoints(call, key)
@@ -145,7 +146,7 @@ def _place_breakpoints(call: Call, adapter: Adapter, marker: dict[str, Any], min
         elif position == 2 and history:
             marked = _mark_content(call.messages, len(history) - 1, marker, key, adapter.text_part_type, api_markable)
         elif position == 3 and last_span and last is not None:
-            marked = _mark_content(call.messages, last, marker, key, adapter.text_part_type, api_markable)
+            marked = _mark_content(call.messages, last, marker, key, adapter.text_part_type, api_markable, at_end=True)
         else:
             continue
         if marked is not None:
@@ -200,9 +201,12 @@ def _mark_last(items: list[Any], marker: dict[str, Any], key: str, index: int = 
 
 
 def _mark_content(
-    turns: list[Any], index: int, marker: dict[str, Any], key: str, part_type: str, markable: Callable[[Any], bool]
+    turns: list[Any], index: int, marker: dict[str, Any], key: str, part_type: str, markable: Callable[[Any], bool],
+    at_end: bool = False,
 ) -> int | None:
-    """Put `marker` on the last `markable` content part of `turns[index]` (a system block or a message)."""
+    """Put `marker` on the last `markable` content part of `turns[index]` (a system block or a message),
+    unless the caller marked one of its parts; with `at_end`, unless the caller marked that last part
+    (the last turn's end, past the context note that follows a mark at the end of the caller's text)."""
     turn = turns[index]
     if not isinstance(turn, dict) or turn.get("role") == "instructions":  # Responses' instructions: a plain string
         return None
@@ -219,7 +223,7 @@ def _mark_content(
     else:
         return None
     last = next((i for i in range(len(parts) - 1, -1, -1) if markable(parts[i])), None)
-    if last is None or count_breakpoints(parts, key) or _mark_last(parts, marker, key, last) is None:
+    if last is None or (not at_end and count_breakpoints(parts, key)) or _mark_last(parts, marker, key, last) is None:
         return None
     turns[index] = {**turn, "content": parts}
     return index

@@ -13,9 +13,17 @@ re-send a growing conversation, the note sits at the same place with the same li
 calls (the moved values are the conversation's own, constant within it), and call k+1's prompt as
 sent begins with call k's whole prompt, note included, as the bare client's would. A conversation
 whose value changes on every call breaks there (the bare client's breaks at the system prompt,
-before it). A string turn stays a string (the note follows its text after a blank line); a list of
-parts or blocks gets a text part of its own; no turn is added, so servers whose chat templates
-require alternating roles accept the prompt as they accept the caller's.
+before it). The turn reads the same whether the caller sends its text as a string or as one text
+part (frameworks that mark the newest turn for the cache send it as a block, then as a string once
+it is history):
+- Chat Completions and Responses: the note follows the text of a string, or of a last text part,
+  after a blank line; a turn ending in another part (an image, a file) gets a text part of its own;
+- Anthropic Messages, whose cache is cut at block ends: the note is a text block of its own, a
+  string turn becoming its one text block (which the API reads the same), so a breakpoint at the
+  end of the caller's text (its own, or on a later call kvwise's) stays before the note, and the
+  text is read by the conversations that follow, whatever their note says.
+No turn is added, so servers whose chat templates require alternating roles accept the prompt as
+they accept the caller's.
 A note already ending that turn (one `sdk.Prompt` rendered) takes the moved lines. Tool
 definitions are never rewritten: their candidates that change are reported (`volatile_found:<kind>`
 on the span and a warning), as are the system prompt's under `volatile="warn"`.
@@ -28,7 +36,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from sdk.adapters import Adapter, map_text
-from sdk.call import Call
+from sdk.adapters._base import TEXT_PART_TYPES
+from sdk.call import Api, Call
 from sdk.families import FamilyMemory, family_key
 from sdk.policy import Policy
 from sdk.volatile import VolatileMatch, cut_volatile, find_volatile, mask_volatile, render_note_line
@@ -76,24 +85,19 @@ def is_note(item: Any) -> bool:
 
 
 def add_note(call: Call, lines: list[str], part_type: str, index: int | None = None) -> None:
-    """Put `lines` in the context note that ends turn `index` (by default the first user turn, see
-    the module), merged into the note already there; a string stays a string, a list of parts gets
-    a text part of its own."""
+    """Put `lines` in the context note that ends turn `index` (by default the first user turn), merged
+    into the note already there, in the form the module gives for `call`'s API."""
     index = first_user_turn(call) if index is None else index
     if index is None or index >= len(call.messages):
         raise ValueError("add_note: the prompt has no user turn to carry a context note")
     turn = call.messages[index]
-    content = turn.get("content")
-    if isinstance(content, str):
-        body, existing = _split_note(content)
-        call.messages[index] = {**turn, "content": f"{body}{NOTE_SEPARATOR}{_render_note(existing, lines)}" if body else _render_note(existing, lines)}
-        return
-    parts = list(content)
-    if parts and is_note(parts[-1]):
-        parts[-1] = {**parts[-1], "text": _render_note(_note_lines(parts[-1]["text"]), lines)}
+    content = turn["content"]
+    if call.api is Api.MESSAGES:
+        call.messages[index] = {**turn, "content": _blocks_with_note(content, lines, part_type)}
+    elif isinstance(content, str):
+        call.messages[index] = {**turn, "content": _with_note(content, lines)}
     else:
-        parts.append({"type": part_type, "text": _render_note([], lines)})
-    call.messages[index] = {**turn, "content": parts}
+        call.messages[index] = {**turn, "content": _parts_with_note(content, lines, part_type)}
 
 
 def first_user_turn(call: Call) -> int | None:
@@ -158,6 +162,32 @@ def _report(call: Call, matches: list[VolatileMatch], where: str) -> None:
     for kind in sorted({str(match.kind) for match in matches}):
         call.changes.append(f"volatile_found:{kind}")
         log.warning("kvwise: volatile %s in the %s defeats the prompt cache", kind, where)
+
+
+def _blocks_with_note(content: str | list[Any], lines: list[str], part_type: str) -> list[Any]:
+    """Anthropic: the note as a text block of its own after the caller's (a string: its one text block)."""
+    if isinstance(content, str):
+        body, existing = _split_note(content)
+        blocks = [{"type": part_type, "text": body}] if body else []
+        return [*blocks, {"type": part_type, "text": _render_note(existing, lines)}]
+    if content and is_note(content[-1]):
+        return [*content[:-1], {**content[-1], "text": _render_note(_note_lines(content[-1]["text"]), lines)}]
+    return [*content, {"type": part_type, "text": _render_note([], lines)}]
+
+
+def _parts_with_note(parts: list[Any], lines: list[str], part_type: str) -> list[Any]:
+    """Chat, Responses: the note after a last text part's text, else in a text part of its own."""
+    last = parts[-1] if parts else None
+    if isinstance(last, dict) and last.get("type") in TEXT_PART_TYPES and isinstance(last.get("text"), str):
+        return [*parts[:-1], {**last, "text": _with_note(last["text"], lines)}]
+    return [*parts, {"type": part_type, "text": _render_note([], lines)}]
+
+
+def _with_note(text: str, lines: list[str]) -> str:
+    """`text` ending with the context note: its own note's lines, then `lines`."""
+    body, existing = _split_note(text)
+    note = _render_note(existing, lines)
+    return f"{body}{NOTE_SEPARATOR}{note}" if body else note
 
 
 def _split_note(text: str) -> tuple[str, list[str]]:

@@ -183,3 +183,20 @@ def test_the_last_turn_mark_of_a_growing_anthropic_conversation_sits_on_its_last
     unmarked = [{key: value for key, value in block.items() if key != "cache_control"} for block in sent[1][0]["content"]]
     assert unmarked == [first[0], {key: value for key, value in first[1].items() if key != "cache_control"}]  # re-sent as it was
     assert [block["type"] for block in sent[1][-1]["content"]] == ["tool_result"] and "cache_control" in sent[1][-1]["content"][0]
+
+
+def test_a_callers_mark_at_the_end_of_its_text_does_not_stand_in_for_the_last_turns_end_past_the_note():
+    from sdk.canonical import canonicalize
+    from sdk.moving import is_note
+
+    adapter = adapter_for(Api.MESSAGES)
+    marked = {"type": "text", "text": "First question " * 300, "cache_control": {"type": "ephemeral"}}  # pydantic-ai's anthropic_cache
+    kwargs = {"model": "claude-sonnet-5", "max_tokens": 10, "tools": TOOLS, "system": f"Request ID: 7f3c9a2e41\n{LONG_SYSTEM}",
+              "messages": [{"role": "user", "content": [marked]}]}  # fmt: skip
+    call = adapter.to_call(json.loads(json.dumps(kwargs)), Provider.ANTHROPIC)
+    canonicalize(call, sdk.Policy(), adapter)  # no family memory: the request id moves
+    place_cache_hints(call, sdk.Policy(), adapter)
+    content = adapter.to_kwargs(call)["messages"][0]["content"]
+    assert content[0] == marked  # the caller's mark, where it put it: the text is read whatever the note says
+    assert is_note(content[1]) and "cache_control" in content[1]  # and the turn's end: the next call reads the note too
+    assert count_breakpoints(adapter.to_kwargs(call), "cache_control") <= 4

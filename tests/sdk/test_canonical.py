@@ -240,3 +240,22 @@ def test_a_breakpoint_on_a_tool_that_stays_last_or_on_an_inner_tool_stays_where_
     out, changes = _canonical({"model": "m", "tools": tools, "messages": [{"role": "user", "content": "q"}]}, Api.MESSAGES)
     assert [(tool["name"], "cache_control" in tool) for tool in out["tools"]] == [("a", False), ("b", True), ("c", False)]
     assert "tools_breakpoint_moved" not in changes
+
+
+@pytest.mark.parametrize(("api", "part_type"), [(Api.CHAT, "text"), (Api.RESPONSES, "input_text"), (Api.MESSAGES, "text")])
+def test_a_first_turn_sent_as_a_string_or_as_one_text_part_reads_the_same_with_the_note(api, part_type):
+    messages_key, system_key = API_KEYS[api][:2]
+    system = f"Request ID: {UUID}\nBe brief."
+
+    def sent(content: object) -> object:
+        turns = [{"role": "user", "content": content}]
+        if api is Api.CHAT:
+            return _canonical_any({"model": "m", "messages": [{"role": "system", "content": system}, *turns]}, api)["messages"][1]["content"]
+        return _canonical_any({"model": "m", system_key: system, messages_key: turns}, api)[messages_key][0]["content"]
+
+    as_string, as_part = sent("Plan my week."), sent([{"type": part_type, "text": "Plan my week."}])
+    note = f"{NOTE_OPEN}\nRequest ID: {UUID}\n{NOTE_CLOSE}"
+    if api is Api.MESSAGES:  # a block of its own, so a breakpoint at the end of the caller's text stays before it
+        assert as_string == as_part == [{"type": "text", "text": "Plan my week."}, {"type": "text", "text": note}]
+    else:  # the string stays a string; the part's text ends the same way
+        assert as_string == f"Plan my week.\n\n{note}" and as_part == [{"type": part_type, "text": as_string}]

@@ -69,4 +69,7 @@ async def test_the_issues_support_bot_keeps_its_rules_in_the_system_prompt_throu
                                               messages=[{"role": "user", "content": "Bonjour"}]))  # fmt: skip
     body = simulator.requests[-1].body
     assert body["system"] == entry.kept  # "Always reply in French and never mention prices.": in place
-    assert body["messages"] == [{"role": "user", "content": f"Bonjour\n\n{NOTE_OPEN}\nCurrent date: {OTHER_VALUES['date']}\n{NOTE_CLOSE}"}]
+    assert body["messages"] == [{"role": "user", "content": [  # the note: a block of its own after the caller's text, no turn added
+        {"type": "text", "text": "Bonjour"},
+        {"type": "text", "text": f"{NOTE_OPEN}\nCurrent date: {OTHER_VALUES['date']}\n{NOTE_CLOSE}"},
+    ]}]  # fmt: skip
