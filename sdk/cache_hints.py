@@ -112,8 +112,9 @@ def _place_breakpoints(call: Call, adapter: Adapter, marker: dict[str, Any], min
     conversation that will grow (tools offered, a tool loop under way, the caller's own top-level
     mark), the last turn the caller wrote, within the limit.
 
-    The next call of the loop re-sends the last turn as this call sent it (a context note ends the
-    conversation's first user turn on every call, `sdk.moving`), and reads what this call wrote up
+    The next call of the loop re-sends the last turn as this call sent it but for a tail note
+    (`sdk.moving`: values that change within the conversation), so the mark goes on the block
+    before that note, and reads what this call wrote up
     to its mark (Anthropic looks back up to 20 blocks from each breakpoint). Longer prefixes are marked
     first (they save the most); a position the caller marked (the last turn: its last block, since
     a caller's mark at the end of its text no longer ends a first turn the note follows), whose
@@ -146,7 +147,9 @@ def _place_breakpoints(call: Call, adapter: Adapter, marker: dict[str, Any], min
         elif position == 2 and history:
             marked = _mark_content(call.messages, len(history) - 1, marker, key, adapter.text_part_type, api_markable)
         elif position == 3 and last_span and last is not None:
-            marked = _mark_content(call.messages, last, marker, key, adapter.text_part_type, api_markable, at_end=True)
+            marked = _mark_content(
+                call.messages, last, marker, key, adapter.text_part_type, api_markable, at_end=True, before_tail=bool(call.context_note)
+            )
         else:
             continue
         if marked is not None:
@@ -202,11 +205,13 @@ def _mark_last(items: list[Any], marker: dict[str, Any], key: str, index: int = 
 
 def _mark_content(
     turns: list[Any], index: int, marker: dict[str, Any], key: str, part_type: str, markable: Callable[[Any], bool],
-    at_end: bool = False,
+    at_end: bool = False, before_tail: bool = False,
 ) -> int | None:
     """Put `marker` on the last `markable` content part of `turns[index]` (a system block or a message),
     unless the caller marked one of its parts; with `at_end`, unless the caller marked that last part
-    (the last turn's end, past the context note that follows a mark at the end of the caller's text)."""
+    (the last turn's end, past the context note that follows a mark at the end of the caller's text);
+    with `before_tail`, on the part before the tail note that ends the turn (`sdk.moving`), which the
+    next call will not have there."""
     turn = turns[index]
     if not isinstance(turn, dict) or turn.get("role") == "instructions":  # Responses' instructions: a plain string
         return None
@@ -222,7 +227,7 @@ def _mark_content(
         parts = list(content)
     else:
         return None
-    last = next((i for i in range(len(parts) - 1, -1, -1) if markable(parts[i])), None)
+    last = next((i for i in range(len(parts) - 1 - before_tail, -1, -1) if markable(parts[i])), None)
     if last is None or (not at_end and count_breakpoints(parts, key)) or _mark_last(parts, marker, key, last) is None:
         return None
     turns[index] = {**turn, "content": parts}

@@ -9,7 +9,10 @@ A prompt family is the calls whose stable texts (system prompt, tool description
 every candidate is masked (`mask_volatile`): "Request ID: <Request ID>\\nFile tickets in project
 <uuid>." is one family whatever the id and the project. For each family, a candidate moves from
 the first call on which its bytes differ from the family's previous call's, and from then on for
-good; until then it stays where the caller put it. So the decision never flips:
+good; until then it stays where the caller put it. A moved candidate whose bytes also differ from
+the previous call of the same conversation (the calls whose first user turn, as the caller wrote
+it, is the same) changes within a conversation, from then on for good, and goes to the tail note
+at the end of the prompt; the others stay in the first user turn's note. So no decision flips:
 - on the family's first call nothing is known and nothing moves: the prompt is the bare client's,
   byte for byte, and so is every later one while its bytes stay the same (a request id constant
   within an agent run, re-sent by each call of its tool loop, reads the cache as the bare client's
@@ -41,6 +44,17 @@ from sdk._constants import VOLATILE_FAMILIES
 class _Family:
     values: tuple[int, ...]  # hashes of the candidates' bytes on the family's last call, in order
     changed: tuple[bool, ...]  # which have ever differed from one call to the next
+    within: tuple[bool, ...]  # which have ever differed from the previous call of the same conversation
+    conversation: bytes  # the hash of the last call's first user turn
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """Per candidate of a call: whether it has changed between two calls of its family (it moves),
+    and whether between two calls of one conversation (it moves to the tail note)."""
+
+    changed: tuple[bool, ...]
+    within: tuple[bool, ...]
 
 
 def family_key(masked: Sequence[str]) -> bytes:
@@ -56,11 +70,13 @@ class FamilyMemory:
     """Per wrapped client: the candidate bytes of each prompt family's last call (see the module).
 
     >>> memory = FamilyMemory()
-    >>> memory.changing(key, (hash("req-1"), hash("project-a")))   # the family's first call
+    >>> memory.observe(key, (hash("req-1"), hash("project-a")), run_1).changed   # the family's first call
     (False, False)
-    >>> memory.changing(key, (hash("req-2"), hash("project-a")))
+    >>> memory.observe(key, (hash("req-2"), hash("project-a")), run_2).changed
     (True, False)
-    >>> memory.changing(key, (hash("req-2"), hash("project-a")))   # moved once, moved for good
+    >>> memory.observe(key, (hash("req-2"), hash("project-a")), run_2).changed   # moved once, moved for good
+    (True, False)
+    >>> memory.observe(key, (hash("req-3"), hash("project-a")), run_2).within   # changed within run 2
     (True, False)
     """
 
@@ -71,20 +87,25 @@ class FamilyMemory:
         self._families: OrderedDict[bytes, _Family] = OrderedDict()
         self._lock = threading.Lock()
 
-    def changing(self, family: bytes, values: tuple[int, ...]) -> tuple[bool, ...]:
+    def observe(self, family: bytes, values: tuple[int, ...], conversation: bytes) -> Changes:
         """Record this call's candidates (`values`: the hash of each one's bytes, so no request id or
-        token is kept); return, for each, whether it has differed between two calls of the family,
-        this one included (all False on the family's first call: nothing is known yet)."""
+        token is kept) and its `conversation` (a hash of its first user turn); return, for each, whether
+        it has differed between two calls of the family, and between two successive calls of one
+        conversation, this one included (all False on the family's first call: nothing is known yet)."""
         with self._lock:
             last = self._families.pop(family, None)  # re-inserted below: the most recently used
             if last is None or len(last.values) != len(values):  # a new family, or one of another shape
                 changed: tuple[bool, ...] = (False,) * len(values)
+                within = changed
             else:
-                changed = tuple(seen or old != new for seen, old, new in zip(last.changed, last.values, values))
-            self._families[family] = _Family(values, changed)
+                differ = [old != new for old, new in zip(last.values, values)]
+                same = last.conversation == conversation
+                changed = tuple(seen or new for seen, new in zip(last.changed, differ))
+                within = tuple(seen or (same and new) for seen, new in zip(last.within, differ))
+            self._families[family] = _Family(values, changed, within, conversation)
             if len(self._families) > self._size:
                 self._families.popitem(last=False)
-            return changed
+            return Changes(changed, within)
 
     def __len__(self) -> int:
         with self._lock:

@@ -60,20 +60,27 @@ def move_volatile(call: Call, policy: Policy, adapter: Adapter, families: Family
     if not candidates:
         return
     in_system = sum(len(matches) for matches in found[: len(system_texts)])
+    first = first_user_turn(call)
     if families is None:
-        moves = (True,) * in_system
+        moves, tails = (True,) * in_system, (False,) * in_system
     else:
         key = family_key([mask_volatile(text) for text in (*system_texts, *tool_texts)])
-        changing = families.changing(key, tuple(hash(match.text) for match in candidates))
-        moves = changing[:in_system]
-        _report(call, [m for m, c in zip(candidates[in_system:], changing[in_system:]) if c], "tool definitions")
-    if policy.volatile == "warn" or first_user_turn(call) is None:
+        conversation = family_key(text_leaves([call.messages[first]["content"]])) if first is not None else b""
+        changes = families.observe(key, tuple(hash(match.text) for match in candidates), conversation)
+        moves, tails = changes.changed[:in_system], changes.within[:in_system]
+        _report(call, [m for m, c in zip(candidates[in_system:], changes.changed[in_system:]) if c], "tool definitions")
+    if policy.volatile == "warn" or first is None:
         _report(call, [m for m, move in zip(candidates, moves) if move], "system prompt")
         return
-    removed = _cut_system(call, found[: len(system_texts)], moves) if any(moves) else []
+    removed = _cut_system(call, found[: len(system_texts)], moves, tails) if any(moves) else []
     if removed:
-        call.changes.extend(f"volatile_moved:{match.kind}" for match in removed)
-        add_note(call, [render_note_line(match) for match in removed], adapter.text_part_type)
+        call.changes.extend(f"volatile_moved:{match.kind}" for match, _ in removed)
+        conversation_lines = [render_note_line(match) for match, tail in removed if not tail]
+        tail_lines = [render_note_line(match) for match, tail in removed if tail]
+        if conversation_lines:
+            add_note(call, conversation_lines, adapter.text_part_type)
+        if tail_lines:
+            _add_tail_note(call, tail_lines, adapter.text_part_type)
 
 
 def is_note(item: Any) -> bool:
@@ -136,25 +143,59 @@ def _descriptions(value: Any, out: list[str]) -> list[str]:
     return out
 
 
-def _cut_system(call: Call, found: list[list[VolatileMatch]], moves: tuple[bool, ...]) -> list[VolatileMatch]:
-    """Cut the moving candidates out of the system prompt; return them (each text visited in order)."""
+def _cut_system(
+    call: Call, found: list[list[VolatileMatch]], moves: tuple[bool, ...], tails: tuple[bool, ...]
+) -> list[tuple[VolatileMatch, bool]]:
+    """Cut the moving candidates out of the system prompt; return each with whether it goes to the
+    tail note (it overlaps a candidate that changes within a conversation), each text visited in order."""
     keeps: list[set[int]] = []
+    tail_spans: list[list[tuple[int, int]]] = []
     position = 0
     for matches in found:
         keeps.append({index for index in range(len(matches)) if not moves[position + index]})
+        tail_spans.append([(m.start, m.end) for index, m in enumerate(matches) if tails[position + index]])
         position += len(matches)
-    removed: list[VolatileMatch] = []
-    keep: Iterator[set[int]] = iter(keeps)
+    removed: list[tuple[VolatileMatch, bool]] = []
+    texts: Iterator[tuple[set[int], list[tuple[int, int]]]] = iter(zip(keeps, tail_spans))
 
     def cut(text: str) -> str:
-        rest, matches = cut_volatile(text, next(keep))
-        removed.extend(matches)
+        keep, spans = next(texts)
+        rest, matches = cut_volatile(text, keep)
+        removed.extend((m, any(m.start < end and start < m.end for start, end in spans)) for m in matches)
         return rest
 
     system = [map_text(item, cut) for item in call.system]
     if removed:
         call.system = system
     return removed
+
+
+def _add_tail_note(call: Call, lines: list[str], part_type: str) -> None:
+    """Put `lines` in a note of their own at the end of the prompt, before an assistant prefill: the
+    end of a final user turn's content (Anthropic's tool results included), else a user turn of its
+    own (after Chat tool messages, Responses tool outputs). Recorded in `call.context_note`, so the
+    cache hints mark the turn before it: the next call re-sends that turn without it."""
+    messages = call.messages
+    end = len(messages) - 1 if messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant" else len(messages)
+    last = messages[end - 1] if end else None
+    note = _render_note([], lines)
+    if isinstance(last, dict) and last.get("role") == "user" and isinstance(last.get("content"), (str, list)):
+        content = last["content"]
+        if call.api is Api.MESSAGES:
+            blocks = [{"type": part_type, "text": content}] if isinstance(content, str) else list(content)
+            messages[end - 1] = {**last, "content": [*blocks, {"type": part_type, "text": note}]}
+        elif isinstance(content, str):
+            messages[end - 1] = {**last, "content": f"{content}{NOTE_SEPARATOR}{note}" if content else note}
+        else:
+            tail = content[-1] if content else None
+            if isinstance(tail, dict) and tail.get("type") in TEXT_PART_TYPES and isinstance(tail.get("text"), str):
+                parts = [*content[:-1], {**tail, "text": f"{tail['text']}{NOTE_SEPARATOR}{note}"}]
+            else:
+                parts = [*content, {"type": part_type, "text": note}]
+            messages[end - 1] = {**last, "content": parts}
+    else:
+        messages.insert(end, {"role": "user", "content": note})
+    call.context_note = lines
 
 
 def _report(call: Call, matches: list[VolatileMatch], where: str) -> None:

@@ -39,19 +39,19 @@ KEY = family_key(["Request ID: <Request ID>\nFile tickets in project <uuid>."])
 )
 def test_a_candidate_changes_once_it_differed_between_two_calls_and_from_then_on_for_good(calls, expected):
     memory = FamilyMemory()
-    assert [memory.changing(KEY, tuple(map(hash, values))) for values in calls] == expected
+    assert [memory.observe(KEY, tuple(map(hash, values)), b"").changed for values in calls] == expected
 
 
 def test_the_memory_forgets_the_least_recently_used_family_beyond_its_size():
     memory = FamilyMemory(size=2)
     first, second, third = (family_key([name]) for name in ("first", "second", "third"))
-    memory.changing(first, (1,))
-    memory.changing(second, (1,))
-    memory.changing(first, (1,))  # used again: now the second is the oldest
-    memory.changing(third, (1,))
+    memory.observe(first, (1,), b"")
+    memory.observe(second, (1,), b"")
+    memory.observe(first, (1,), b"")  # used again: now the second is the oldest
+    memory.observe(third, (1,), b"")
     assert len(memory) == 2
-    assert memory.changing(first, (2,)) == (True,)  # remembered: its bytes changed
-    assert memory.changing(second, (2,)) == (False,)  # forgotten: a first call again
+    assert memory.observe(first, (2,), b"").changed == (True,)  # remembered: its bytes changed
+    assert memory.observe(second, (2,), b"").changed == (False,)  # forgotten: a first call again
 
 
 def test_concurrent_calls_of_one_family_see_exactly_one_first_call_and_no_change():
@@ -61,7 +61,7 @@ def test_concurrent_calls_of_one_family_see_exactly_one_first_call_and_no_change
 
     def worker() -> None:
         for _ in range(200):
-            outcome = memory.changing(KEY, (hash("same"), hash("bytes")))
+            outcome = memory.observe(KEY, (hash("same"), hash("bytes")), b"").changed
             with lock:
                 results.append(outcome)
 
@@ -187,8 +187,8 @@ RESPONSES_LOOP = [
 @pytest.mark.parametrize(("api", "loop"), [(Api.CHAT, CHAT_LOOP), (Api.RESPONSES, RESPONSES_LOOP)], ids=["chat", "responses"])
 def test_in_a_tool_loop_the_note_ends_the_first_user_turn_so_each_call_begins_with_the_whole_previous_one(api, loop):
     chain = Chain(sdk.Policy(), PrefixTracker())
-    _chat(chain, _request(), turns=[dict(loop[0])], api=api)  # the family's first call: its id is learnt
-    system = _request()  # a new run: its id moves, constant over the run's calls
+    _chat(chain, _request(), turns=[{"role": "user", "content": "Book a meeting with Bo."}], api=api)  # the family's first call
+    system = _request()  # a new run (another request): its id moves, constant over the run's calls
     first, second = (_chat(chain, system, turns=[dict(turn) for turn in turns], api=api) for turns in (loop[:1], loop))
     note = f"{NOTE_OPEN}\n{system.splitlines()[0]}\n{NOTE_CLOSE}"
     assert first.messages == [{"role": "user", "content": f"{loop[0]['content']}\n\n{note}"}]  # no turn added
