@@ -11,7 +11,7 @@ every candidate is masked (`mask_volatile`): "Request ID: <Request ID>\\nFile ti
 the first call on which its bytes differ from the family's previous call's, and from then on for
 good; until then it stays where the caller put it. A moved candidate whose bytes also differ from
 the previous call of the same conversation (the calls whose first user turn, as the caller wrote
-it, is the same) changes within a conversation, from then on for good, and goes to the tail note
+it, is the same, each with more turns than the one before) changes within a conversation, from then on for good, and goes to the tail note
 at the end of the prompt; the others stay in the first user turn's note. So no decision flips:
 - on the family's first call nothing is known and nothing moves: the prompt is the bare client's,
   byte for byte, and so is every later one while its bytes stay the same (a request id constant
@@ -46,6 +46,7 @@ class _Family:
     changed: tuple[bool, ...]  # which have ever differed from one call to the next
     within: tuple[bool, ...]  # which have ever differed from the previous call of the same conversation
     conversation: bytes  # the hash of the last call's first user turn
+    turns: int  # how many turns the last call sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +77,7 @@ class FamilyMemory:
     (True, False)
     >>> memory.observe(key, (hash("req-2"), hash("project-a")), run_2).changed   # moved once, moved for good
     (True, False)
-    >>> memory.observe(key, (hash("req-3"), hash("project-a")), run_2).within   # changed within run 2
+    >>> memory.observe(key, (hash("req-3"), hash("project-a")), run_2, turns=3).within   # run 2 grew, its id changed
     (True, False)
     """
 
@@ -87,11 +88,13 @@ class FamilyMemory:
         self._families: OrderedDict[bytes, _Family] = OrderedDict()
         self._lock = threading.Lock()
 
-    def observe(self, family: bytes, values: tuple[int, ...], conversation: bytes) -> Changes:
+    def observe(self, family: bytes, values: tuple[int, ...], conversation: bytes, turns: int = 1) -> Changes:
         """Record this call's candidates (`values`: the hash of each one's bytes, so no request id or
-        token is kept) and its `conversation` (a hash of its first user turn); return, for each, whether
-        it has differed between two calls of the family, and between two successive calls of one
-        conversation, this one included (all False on the family's first call: nothing is known yet)."""
+        token is kept), its `conversation` (a hash of its first user turn) and its number of `turns`;
+        return, for each, whether it has differed between two calls of the family, and between two
+        successive calls of one conversation (the same first turn, grown by turns: a run that starts
+        over with the same request is another), this one included (all False on the family's first
+        call: nothing is known yet)."""
         with self._lock:
             last = self._families.pop(family, None)  # re-inserted below: the most recently used
             if last is None or len(last.values) != len(values):  # a new family, or one of another shape
@@ -99,10 +102,10 @@ class FamilyMemory:
                 within = changed
             else:
                 differ = [old != new for old, new in zip(last.values, values)]
-                same = last.conversation == conversation
+                same = last.conversation == conversation and turns > last.turns
                 changed = tuple(seen or new for seen, new in zip(last.changed, differ))
                 within = tuple(seen or (same and new) for seen, new in zip(last.within, differ))
-            self._families[family] = _Family(values, changed, within, conversation)
+            self._families[family] = _Family(values, changed, within, conversation, turns)
             if len(self._families) > self._size:
                 self._families.popitem(last=False)
             return Changes(changed, within)

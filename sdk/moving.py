@@ -66,7 +66,7 @@ def move_volatile(call: Call, policy: Policy, adapter: Adapter, families: Family
     else:
         key = family_key([mask_volatile(text) for text in (*system_texts, *tool_texts)])
         conversation = family_key(text_leaves([call.messages[first]["content"]])) if first is not None else b""
-        changes = families.observe(key, tuple(hash(match.text) for match in candidates), conversation)
+        changes = families.observe(key, tuple(hash(match.text) for match in candidates), conversation, len(call.messages))
         moves, tails = changes.changed[:in_system], changes.within[:in_system]
         _report(call, [m for m, c in zip(candidates[in_system:], changes.changed[in_system:]) if c], "tool definitions")
     if policy.volatile == "warn" or first is None:

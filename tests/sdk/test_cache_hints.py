@@ -200,3 +200,33 @@ def test_a_callers_mark_at_the_end_of_its_text_does_not_stand_in_for_the_last_tu
     assert content[0] == marked  # the caller's mark, where it put it: the text is read whatever the note says
     assert is_note(content[1]) and "cache_control" in content[1]  # and the turn's end: the next call reads the note too
     assert count_breakpoints(adapter.to_kwargs(call), "cache_control") <= 4
+
+
+def test_the_tail_note_is_never_marked_the_last_turns_mark_sits_on_the_block_before_it():
+    from sdk.canonical import canonicalize
+    from sdk.families import FamilyMemory
+    from sdk.moving import is_note
+
+    adapter, families = adapter_for(Api.MESSAGES), FamilyMemory()
+    tool_use = {"type": "tool_use", "id": "toolu_1", "name": "a_tool", "input": {}}
+    tool_result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "Found it. " * 300}
+
+    def send(request_id: str, stamp: str, question: str, grown: bool) -> list:
+        user = {"role": "user", "content": question * 300}
+        messages = [user, {"role": "assistant", "content": [tool_use]}, {"role": "user", "content": [tool_result]}] if grown else [user]
+        kwargs = {"model": "claude-sonnet-5", "max_tokens": 10, "tools": TOOLS, "messages": messages,
+                  "system": f"Request ID: {request_id}\nCurrent time: {stamp}\n{LONG_SYSTEM}"}  # fmt: skip
+        call = adapter.to_call(json.loads(json.dumps(kwargs)), Provider.ANTHROPIC)
+        canonicalize(call, sdk.Policy(), adapter, families)
+        place_cache_hints(call, sdk.Policy(), adapter)
+        assert "cache_breakpoint:last_turn" in call.changes
+        return adapter.to_kwargs(call)["messages"]
+
+    send("7f3c9a2e41", "2026-12-01T09:00:00+00:00", "First question ", grown=False)  # the family's first call
+    results = send("7f3c9a2e41", "2026-12-01T09:00:05+00:00", "First question ", grown=True)[-1]["content"]
+    assert is_note(results[-1]) and "Current time" in results[-1]["text"] and "cache_control" not in results[-1]  # the tail
+    assert results[0]["type"] == "tool_result" and "cache_control" in results[0]  # the block before it: re-sent as it is
+    first = send("0b1d2e3f4a", "2026-12-01T09:01:00+00:00", "Second question ", grown=False)[0]["content"]
+    assert [is_note(block) for block in first] == [False, True, True]  # the text, the conversation's note, the tail note
+    assert "Request ID" in first[1]["text"] and "cache_control" in first[1]  # the first turn's note stays markable
+    assert "Current time" in first[2]["text"] and "cache_control" not in first[2]

@@ -208,3 +208,54 @@ async def test_through_a_wrapped_client_the_stable_project_uuid_reaches_the_serv
     assert sent[0] == systems[0]  # the family's first call: nothing known, sent as written
     for system, request in zip(systems[1:], simulator.requests[1:]):
         assert system.splitlines()[0] in request.body["messages"][-1]["content"]  # the request id: moved, not dropped
+
+
+ANTHROPIC_LOOP = [
+    {"role": "user", "content": "Book a meeting with Ana."},
+    {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "book", "input": {}}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "booked"}]},
+]
+LOOPS = {Api.CHAT: CHAT_LOOP, Api.RESPONSES: RESPONSES_LOOP, Api.MESSAGES: ANTHROPIC_LOOP}
+
+
+def _call(chain: Chain, api: Api, system: str, turns: list[Any]) -> Call:
+    """A call of `api` through the chain: `system` as its system prompt or instructions, then `turns`."""
+    if api is not Api.MESSAGES:
+        return _chat(chain, system, turns=turns, api=api)
+    call = adapter_for(api).to_call({"model": "claude-sonnet-5", "max_tokens": 10, "system": system, "messages": turns}, Provider.ANTHROPIC)
+    chain.run(call)
+    return call
+
+
+def _note(*lines: str) -> str:
+    return "\n".join([NOTE_OPEN, *lines, NOTE_CLOSE])
+
+
+@pytest.mark.parametrize("api", list(LOOPS), ids=["chat", "responses", "anthropic"])
+def test_a_value_constant_within_conversations_goes_to_the_first_turns_note_one_changing_within_one_to_the_tail_note_for_good(api):
+    chain = Chain(sdk.Policy(), PrefixTracker())
+    loop = LOOPS[api]
+    run_id, next_id = uuid.uuid4(), uuid.uuid4()
+    stamps = ["2026-12-01T09:00:00+00:00", "2026-12-01T09:00:07+00:00", "2026-12-01T09:01:00+00:00"]
+
+    def system(request_id: uuid.UUID, stamp: str) -> str:
+        return f"Request ID: {request_id}\nCurrent time: {stamp}\nYou are the booking assistant."
+
+    other_request = {"role": "user", "content": "Book a meeting with Bo."}
+    _call(chain, api, system(run_id, stamps[0]), [dict(other_request)])  # the family's first call: nothing moves
+    grown = _call(chain, api, system(run_id, stamps[1]), [dict(other_request), *loop[1:]])  # the time changed within the run
+    assert "Current time" not in json.dumps(grown.system) and f"Request ID: {run_id}" in json.dumps(grown.system)
+    # A new run: its id moved (it differs from the last run's) to the first turn's note; the time to the tail note,
+    # for good: the run's two calls carry the same time, and it stays at the tail.
+    first, second = (_call(chain, api, system(next_id, stamps[2]), [dict(turn) for turn in turns]) for turns in (loop[:1], loop))
+    conversation, tail = _note(f"Request ID: {next_id}"), _note(f"Current time: {stamps[2]}")
+    assert "Request ID" not in json.dumps(second.system) and "Current time" not in json.dumps(second.system)
+    if api is Api.MESSAGES:  # blocks of their own: the conversation's note, then the tail note
+        assert first.messages == [{"role": "user", "content": [
+            {"type": "text", "text": loop[0]["content"]}, {"type": "text", "text": conversation}, {"type": "text", "text": tail}]}]  # fmt: skip
+        assert second.messages[:2] == [{"role": "user", "content": first.messages[0]["content"][:2]}, loop[1]]
+        assert second.messages[2] == {"role": "user", "content": [*loop[2]["content"], {"type": "text", "text": tail}]}
+    else:  # after the text, each after a blank line; after the tool's output a user turn of its own
+        assert first.messages == [{"role": "user", "content": f"{loop[0]['content']}\n\n{conversation}\n\n{tail}"}]
+        assert second.messages == [{"role": "user", "content": f"{loop[0]['content']}\n\n{conversation}"}, *loop[1:],
+                                   {"role": "user", "content": tail}]  # fmt: skip
