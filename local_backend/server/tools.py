@@ -47,7 +47,7 @@ def new_call_id(prefix: str) -> str:
 
 
 def prompt_ids(
-    tokenizer: TextTokenizer, messages: Sequence[dict[str, Any]], tools: Sequence[Tool], max_model_len: int | None
+    tokenizer: TextTokenizer, messages: Sequence[dict[str, Any]], tools: Sequence[Tool], max_model_len: int | None = None
 ) -> list[int]:
     """The prompt of OpenAI-shaped `messages` (tool calls and `tool` results included) and `tools`.
 
