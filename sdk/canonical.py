@@ -5,9 +5,10 @@ Tiers, front to back: tools -> system -> pinned documents -> history -> per-requ
 a schema's own key order is kept. Bytes of the system prompt that change between calls (request
 ids, timestamps, nonces; of a labelled value, the label and value only) are, under
 `volatile="move"`, cut from the call on which they first change, for good, and appended, labelled,
-to a context note that ends the conversation's first user turn (`sdk.moving`), so the model still
-sees them, no turn is added and every later turn goes out untouched: a growing conversation's
-next call begins with this one's whole prompt, note included. Bytes that only look volatile but
+to a context note (`sdk.moving`), so the model still sees them. Values constant within a
+conversation go to the note that ends its first user turn, values that change within it to a tail
+note at the end of the prompt, so a growing conversation's next call begins with this one's whole
+prompt up to the tail note. Bytes that only look volatile but
 are the same on every call stay in place, and tool definitions are never rewritten for volatility.
 Turns are never reordered; nothing is dropped; a second pass changes nothing.
 """

@@ -7,23 +7,26 @@ to a context note (`<request_context>...</request_context>`) so the model still 
 that stay the same stay where the caller put them. Without a family memory (`sdk.Prompt`, a direct
 `canonicalize`) there is no earlier call to keep bytes identical with, and every candidate moves.
 
-The note ends the conversation's first user turn, the turn every later call of the conversation
-re-sends first, so what kvwise does to a turn never depends on the turns after it: frameworks
-re-send a growing conversation, the note sits at the same place with the same lines on each of its
-calls (the moved values are the conversation's own, constant within it), and call k+1's prompt as
-sent begins with call k's whole prompt, note included, as the bare client's would. A conversation
-whose value changes on every call breaks there (the bare client's breaks at the system prompt,
-before it). The turn reads the same whether the caller sends its text as a string or as one text
-part (frameworks that mark the newest turn for the cache send it as a block, then as a string once
-it is history):
-- Chat Completions and Responses: the note follows the text of a string, or of a last text part,
+Where a moved value goes depends on whether it changes within a conversation (`sdk.families`): one
+constant within it goes to the conversation note that ends its first user turn, and one that
+changes from call to call of it goes to a tail note at the end of the prompt, so every turn a later
+call re-sends is the same bytes on each call. The tail note ends the final user turn's content
+(Anthropic: its tool results too), or is a user turn of its own after Chat tool messages and
+Responses tool outputs, before any assistant prefill; where the first user turn is also the final
+one, the conversation note comes first, so the next call matches up to the tail note.
+The conversation note sits at the same place with the same lines on each call of its conversation,
+and call k+1's prompt as sent begins with call k's whole prompt up to the tail note, as the bare
+client's would. A note reads the same whether the caller sends the turn's text as a string or as
+one text part (frameworks that mark the newest turn for the cache send it as a block, then as a
+string once it is history):
+- Chat Completions and Responses: a note follows the text of a string, or of a last text part,
   after a blank line; a turn ending in another part (an image, a file) gets a text part of its own;
-- Anthropic Messages, whose cache is cut at block ends: the note is a text block of its own, a
+- Anthropic Messages, whose cache is cut at block ends: a note is a text block of its own, a
   string turn becoming its one text block (which the API reads the same), so a breakpoint at the
   end of the caller's text (its own, or on a later call kvwise's) stays before the note, and the
   text is read by the conversations that follow, whatever their note says.
-No turn is added, so servers whose chat templates require alternating roles accept the prompt as
-they accept the caller's.
+Only the tail note after tool results adds a turn (a user turn after tool outputs, which chat
+templates accept as they accept a user's next message).
 A note already ending that turn (one `sdk.Prompt` rendered) takes the moved lines. Tool
 definitions are never rewritten: their candidates that change are reported (`volatile_found:<kind>`
 on the span and a warning), as are the system prompt's under `volatile="warn"`.
