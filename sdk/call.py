@@ -60,6 +60,8 @@ class Call:
     (None: the request carries no output limit). `learn_response`, when set (Anthropic cache
     diagnostics), is told the answer's id, which the family's next request names as its previous one.
     `learn_usage`, when set (adaptive caps), is told the usage of an answer that ended.
+    `context_note` holds the lines of the tail note (`sdk.moving`: values that change within a
+    conversation), which the next call of the conversation will not re-send where this one has them.
     """
 
     api: Api
