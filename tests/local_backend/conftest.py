@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx2
 import pytest
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 from local_backend import Engine
+from tests.local_backend.serving import FUZZ_CLIENT_TIMEOUT_SECONDS, Served, served_engine
 
 CORPUS = [
     "The quick brown fox jumps over the lazy dog.",
@@ -138,3 +140,16 @@ def make_engine(checkpoints: dict[str, Path]) -> Callable[..., Engine]:
     yield make
     for engine in engines:
         engine.close()
+
+
+@pytest.fixture(scope="module")
+def fuzz_served(llama_dir: Path) -> Iterator[Served]:
+    """A server small enough that fuzzed requests reach its every refusal fast (a 48-token context)."""
+    with served_engine(llama_dir, max_model_len=48, kv_cache_memory=2**20) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def fuzz_http(fuzz_served: Served) -> Iterator[httpx2.Client]:
+    with httpx2.Client(base_url=fuzz_served.url, timeout=FUZZ_CLIENT_TIMEOUT_SECONDS) as client:
+        yield client

@@ -33,6 +33,9 @@ def served_engine(checkpoint: Path | str, app_options: dict[str, Any] | None = N
 
 
 IDLE_DEADLINE_SECONDS = 30.0  # generous: the machines are noisy
+FUZZ_CLIENT_TIMEOUT_SECONDS = 30.0
+SERVER_ERROR_TYPES = ('"server_error"', '"api_error"')
+"""Error types of a 500 in OpenAI's and Anthropic's bodies: never expected, not even inside a stream."""
 
 
 def wait_idle(engine: Engine, timeout: float = IDLE_DEADLINE_SECONDS) -> EngineStats:

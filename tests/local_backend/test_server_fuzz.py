@@ -8,8 +8,6 @@ timeout turns a hang into a failure.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -17,25 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.local_backend.serving import Served, served_engine, wait_idle
+from tests.local_backend.serving import SERVER_ERROR_TYPES, wait_idle
 
-CLIENT_TIMEOUT_SECONDS = 30.0
 PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/messages")
-SERVER_ERROR_TYPES = ('"server_error"', '"api_error"')
-"""Error types of a 500 in OpenAI's and Anthropic's bodies: never expected, not even inside a stream."""
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-@pytest.fixture(scope="module")
-def served(llama_dir: Path) -> Iterator[Served]:
-    with served_engine(llama_dir, max_model_len=48, kv_cache_memory=2**20) as served:
-        yield served
-
-
-@pytest.fixture(scope="module")
-def http(served: Served) -> Iterator[httpx2.Client]:
-    with httpx2.Client(base_url=served.url, timeout=CLIENT_TIMEOUT_SECONDS) as client:
-        yield client
 
 
 json_values = st.recursive(
@@ -96,8 +79,8 @@ any_object = st.fixed_dictionaries({}, optional=knobs) | st.dictionaries(
 )
 
 
-def _check(http: httpx2.Client, path: str, payload: bytes) -> None:
-    response = http.post(path, content=payload, headers={"content-type": "application/json"})
+def _check(fuzz_http: httpx2.Client, path: str, payload: bytes) -> None:
+    response = fuzz_http.post(path, content=payload, headers={"content-type": "application/json"})
     assert response.status_code < 500, response.text
     assert not any(kind in response.text for kind in SERVER_ERROR_TYPES), response.text
 
@@ -105,23 +88,23 @@ def _check(http: httpx2.Client, path: str, payload: bytes) -> None:
 @FUZZ
 @given(data=st.data())
 @pytest.mark.parametrize("path", PATHS)
-def test_a_nearly_valid_body_is_served_or_refused_below_500(http, path, data):
-    _check(http, path, json.dumps(data.draw(nearly_valid(path))).encode())
+def test_a_nearly_valid_body_is_served_or_refused_below_500(fuzz_http, path, data):
+    _check(fuzz_http, path, json.dumps(data.draw(nearly_valid(path))).encode())
 
 
 @FUZZ
 @given(path=st.sampled_from(PATHS), body=any_object)
-def test_any_json_object_gets_an_answer_below_500(http, path, body):
-    _check(http, path, json.dumps(body).encode())
+def test_any_json_object_gets_an_answer_below_500(fuzz_http, path, body):
+    _check(fuzz_http, path, json.dumps(body).encode())
 
 
 @FUZZ
 @given(path=st.sampled_from(PATHS), payload=st.binary(max_size=200) | json_values.map(lambda v: json.dumps(v).encode()))
-def test_any_bytes_get_an_answer_below_500(http, path, payload):
-    _check(http, path, payload)
+def test_any_bytes_get_an_answer_below_500(fuzz_http, path, payload):
+    _check(fuzz_http, path, payload)
 
 
-def test_after_the_fuzzing_no_request_runs_and_no_block_is_in_use(served, http):
-    stats = wait_idle(served.engine)
+def test_after_the_fuzzing_no_request_runs_and_no_block_is_in_use(fuzz_served, fuzz_http):
+    stats = wait_idle(fuzz_served.engine)
     assert stats.num_running == stats.num_waiting == stats.blocks_used == 0
-    assert http.get("/health").status_code == 200
+    assert fuzz_http.get("/health").status_code == 200

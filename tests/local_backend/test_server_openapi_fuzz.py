@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -20,33 +19,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis.schemas import APIOperation
 
-from tests.local_backend.serving import Served, served_engine, wait_idle
+from tests.local_backend.serving import SERVER_ERROR_TYPES, wait_idle
 
-CLIENT_TIMEOUT_SECONDS = 30.0
 CASES_PER_ROUTE = 40
-SERVER_ERROR_TYPES = ('"server_error"', '"api_error"')
-"""Error types of a 500 in OpenAI's and Anthropic's bodies: never expected, not even inside a stream."""
 DEEP = "kvwise-fuzz-deep-nesting"
 """A placeholder string the serialised body's arrays, nested `depth` deep, replace."""
 FUZZ = settings(max_examples=CASES_PER_ROUTE, deadline=None, suppress_health_check=list(HealthCheck))
 
 
 @pytest.fixture(scope="module")
-def served(llama_dir: Path) -> Iterator[Served]:
-    with served_engine(llama_dir, max_model_len=48, kv_cache_memory=2**20) as served:
-        yield served
-
-
-@pytest.fixture(scope="module")
-def http(served: Served) -> Iterator[httpx2.Client]:
-    with httpx2.Client(base_url=served.url, timeout=CLIENT_TIMEOUT_SECONDS) as client:
-        yield client
-
-
-@pytest.fixture(scope="module")
-def operations(http: httpx2.Client) -> dict[str, APIOperation]:
+def operations(fuzz_http: httpx2.Client) -> dict[str, APIOperation]:
     """The server's operations, as schemathesis reads them from the document it serves."""
-    schema = schemathesis.openapi.from_dict(http.get("/openapi.json").json())
+    schema = schemathesis.openapi.from_dict(fuzz_http.get("/openapi.json").json())
     found = [result.ok() for result in schema.get_all_operations()]
     return {f"{op.method.upper()} {op.path}": op for op in found}
 
@@ -93,20 +77,20 @@ def hostile(draw: st.DrawFn, body: Any) -> bytes:
 @FUZZ
 @given(data=st.data())
 @pytest.mark.parametrize("route", ROUTES)
-def test_every_route_of_the_openapi_document_answers_generated_and_hostile_bodies_below_500(http, operations, route, data):
+def test_every_route_of_the_openapi_document_answers_generated_and_hostile_bodies_below_500(fuzz_http, operations, route, data):
     operation = operations[route]
     case = data.draw(operation.as_strategy())
     headers = {"content-type": "application/json"}
     if operation.method.upper() == "GET":
-        response = http.get(case.formatted_path)
+        response = fuzz_http.get(case.formatted_path)
     else:
-        response = http.post(case.formatted_path, content=data.draw(hostile(case.body)), headers=headers)
+        response = fuzz_http.post(case.formatted_path, content=data.draw(hostile(case.body)), headers=headers)
     assert response.status_code < 500, response.text
     assert not any(kind in response.text for kind in SERVER_ERROR_TYPES), response.text
 
 
-def test_after_the_fuzzing_no_request_runs_and_the_server_answers(served, http):
-    stats = wait_idle(served.engine)
+def test_after_the_fuzzing_no_request_runs_and_the_server_answers(fuzz_served, fuzz_http):
+    stats = wait_idle(fuzz_served.engine)
     assert stats.num_running == stats.num_waiting == stats.blocks_used == 0
     chat = {"model": "tiny", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
-    assert http.post("/v1/chat/completions", json=chat).status_code == 200
+    assert fuzz_http.post("/v1/chat/completions", json=chat).status_code == 200
