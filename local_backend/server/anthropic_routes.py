@@ -14,34 +14,24 @@ engine caches every full block of every prompt automatically).
 
 from __future__ import annotations
 
-import uuid
-import dataclasses
 import json
+import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from local_backend.outputs import Completion, StreamDelta
-from local_backend.server import fields
-from local_backend.server._constants import ANTHROPIC_MAX_TEMPERATURE
-from local_backend.server.constrained import Grammar, Grammars
-from local_backend.server.tool_requests import ToolChoice, anthropic_messages, anthropic_tools
-from local_backend.server.tools import ArgumentsPiece, CallStart, Event, TextPiece, Tool, ToolCall, ToolCallParser, prompt_ids
-from local_backend.server.errors import ApiError, Flavor
+from local_backend.server.bounds import read_json
+from local_backend.server.errors import Flavor
 from local_backend.server.generation import Backend
+from local_backend.server.requests import AnthropicPrompt, parse_count_tokens, parse_message
+from local_backend.server.sampling import per_choice
 from local_backend.server.streaming import respond, sse
+from local_backend.server.tools import ArgumentsPiece, CallStart, Event, TextPiece, ToolCall, ToolCallParser, prompt_ids
 from local_backend.server.usage import Usage, timings
-from local_backend.server.validation import (
-    optional,
-    read_json,
-    required,
-    sampling_params,
-    stop_strings,
-    text_of,
-)
 
 
 class AnthropicFormat:
@@ -175,68 +165,35 @@ def _stop(completion: Completion, tool_use: bool = False) -> dict[str, Any]:
     return {"stop_reason": "stop_sequence" if matched else "end_turn", "stop_sequence": matched}
 
 
-def routes(backend: Backend, grammars: Grammars) -> list[Route]:
+async def messages(request: Request) -> Response:
+    backend = Backend.of(request)
     engine = backend.engine
+    message = parse_message(await read_json(request))
+    model, ids = _prompt(backend, message.prompt, engine.max_model_len)
+    params = message.sampling.params(len(ids), engine.max_model_len)
+    [choice] = per_choice(params, grammar=await backend.grammars.compile(message.constraint))
+    generation = backend.start(request, ids, choice)
+    fmt = AnthropicFormat(model, parse_tools=message.prompt.tool_choice.mode != "none")
+    return await respond(request, [generation], fmt, message.stream)
 
-    def prompt(body: dict[str, Any], limit: int | None) -> tuple[str, list[int], list[Tool], ToolChoice]:
-        """The reported model name, the prompt's token ids (the same for a message and its count), the tools.
 
-        `limit`: the context a message must fit (refused early past it); a count has none."""
-        model = backend.check_model(required(body, "model", str))
-        messages = anthropic_messages(body.get("messages"))
-        system = body.get("system")
-        if system:
-            messages.insert(0, {"role": "system", "content": text_of(system, "system")})
-        tools, choice = anthropic_tools(body)
-        return model, prompt_ids(engine.tokenizer, messages, choice.shown(tools), limit), tools, choice
+async def count_tokens(request: Request) -> Response:
+    """`input_tokens`: exactly the prompt tokens `POST /v1/messages` computes and reports for the same body."""
+    backend = Backend.of(request)
+    _, ids = _prompt(backend, parse_count_tokens(await read_json(request)), None)
+    return JSONResponse({"input_tokens": len(ids)})
 
-    async def constraint(body: dict[str, Any], tools: list[Tool], choice: ToolChoice) -> Grammar | None:
-        """A forced call's grammar (`tool_choice` any / tool), else `output_config.format`'s JSON schema."""
-        if choice.forced:
-            forced = [t for t in tools if choice.mode == "required" or t.name == choice.name]
-            return await grammars.tool_call(forced, "tool_choice")
-        config = optional(body, "output_config", dict, {})
-        unknown = set(config) - {"format"}
-        if unknown:
-            raise ApiError(f"output_config.{sorted(unknown)[0]} is not supported by the kvwise local backend",
-                           param="output_config")  # fmt: skip
-        form = config.get("format")
-        if form is None:
-            return None
-        if not isinstance(form, dict) or form.get("type") != "json_schema" or not isinstance(form.get("schema"), dict):
-            raise ApiError("output_config.format must be {'type': 'json_schema', 'schema': {...}}", param="output_config")
-        return await grammars.json(form["schema"], "output_config.format")
 
-    async def messages(request: Request) -> Response:
-        body = await read_json(request)
-        fields.check(body, fields.MESSAGES, "POST /v1/messages")
-        model, ids, tools, choice = prompt(body, engine.max_model_len)
-        max_tokens = required(body, "max_tokens", int)
-        stops = stop_strings(body, "stop_sequences")
-        params = sampling_params(
-            body,
-            prompt_tokens=len(ids),
-            max_model_len=engine.max_model_len,
-            max_tokens=max_tokens,
-            max_tokens_param="max_tokens",
-            stop=stops,
-            max_temperature=ANTHROPIC_MAX_TEMPERATURE,
-        )
-        grammar = await constraint(body, tools, choice)
-        if grammar is not None:
-            params = dataclasses.replace(params, logits_processor=grammar.processor())
-        generation = backend.start(request, ids, params)
-        fmt = AnthropicFormat(model, parse_tools=choice.mode != "none")
-        return await respond(request, [generation], fmt, optional(body, "stream", bool, False))
+def _prompt(backend: Backend, prompt: AnthropicPrompt, limit: int | None) -> tuple[str, list[int]]:
+    """The reported model name and the prompt's token ids (the same for a message and its count).
 
-    async def count_tokens(request: Request) -> Response:
-        """`input_tokens`: exactly the prompt tokens `POST /v1/messages` computes and reports for the same body."""
-        body = await read_json(request)
-        fields.check(body, fields.COUNT_TOKENS, "POST /v1/messages/count_tokens")
-        _, ids, _, _ = prompt(body, None)
-        return JSONResponse({"input_tokens": len(ids)})
+    `limit`: the context a message must fit (refused early past it); a count has none."""
+    model = backend.check_model(prompt.model)
+    shown = prompt.tool_choice.shown(prompt.tools)
+    return model, prompt_ids(backend.engine.tokenizer, prompt.messages, shown, limit)
 
-    return [
-        Route("/v1/messages", messages, methods=["POST"]),
-        Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
-    ]
+
+ROUTES: Final = (
+    Route("/v1/messages", messages, methods=["POST"]),
+    Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
+)

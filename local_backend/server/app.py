@@ -7,9 +7,10 @@ Every refusal is the API's own error body: requests under `/v1/messages` get Ant
 OpenAI's (see `errors`). Unknown paths are 404 in that shape too, and an unexpected failure is a 500
 whose message names no request content; its log entry keeps the innermost `MAX_LOGGED_FRAMES`
 frames (a server whose stderr was an undrained pipe once blocked its event loop writing a deep
-recursion's 150 KB traceback, and stopped answering everyone). Every request field is honoured or
-refused by name (see `fields`); the engine's grammar support (`constrained.Grammars`) is shared by
-all routes. `GET /openapi.json` describes the routes (see `openapi`).
+recursion's whole traceback, and stopped answering everyone). Every request field is honoured or
+refused by name (see `fields`), on one path: `bounds.read_json`, then the endpoint's typed request
+(`requests`), then the engine's `SamplingParams` (`sampling`). The routes are module-level
+handlers that find the app's `Backend` (engine, model names, admission queue, grammars) in its state. `GET /openapi.json` describes the routes (see `openapi`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import contextlib
 import logging
 import traceback
 from collections.abc import Sequence
+from typing import Final
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -33,7 +35,6 @@ from local_backend.engine import Engine
 from local_backend.server import anthropic_routes, openai_routes, openapi, responses_routes
 from local_backend.server._constants import DEFAULT_MAX_QUEUE, HEALTH_PATH, MAX_LOGGED_FRAMES, METRICS_PATH, OPENAPI_PATH
 from local_backend.server.auth import ApiKeyMiddleware
-from local_backend.server.constrained import Grammars
 from local_backend.server.errors import ApiError, ErrorKind, Flavor, error_body, error_response, status_of
 from local_backend.server.generation import Backend
 from local_backend.server.metrics import CONTENT_TYPE, ServerMetrics
@@ -75,37 +76,13 @@ def create_app(
     backend = Backend(engine, names, max_queue)
     server_metrics = ServerMetrics(engine.stats, backend.admission)
     backend.on_finish = server_metrics.observe
-    grammars = Grammars(engine.tokenizer, engine.config.vocab_size, sorted(engine.core.eos))
-
-    async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
-
-    async def metrics(request: Request) -> Response:
-        return Response(server_metrics.exposition(), media_type=CONTENT_TYPE)
-
-    api = [
-        *openai_routes.routes(backend, grammars),
-        *responses_routes.routes(backend, grammars),
-        *anthropic_routes.routes(backend, grammars),
-    ]
-    document = openapi.document(api, names[0])
-
-    async def openapi_json(request: Request) -> Response:
-        return JSONResponse(document)
-
-    routes = [
-        Route(HEALTH_PATH, health, methods=["GET"]),
-        Route(METRICS_PATH, metrics, methods=["GET"]),
-        Route(OPENAPI_PATH, openapi_json, methods=["GET"]),
-        *api,
-    ]
     guarded = bool(keys) or metrics_key is not None
     middleware = [Middleware(ApiKeyMiddleware, api_keys=keys, metrics_key=metrics_key)] if guarded else []
     if allowed_origins:  # outermost: a preflight carries no key, and even a 401 needs CORS headers
         middleware.insert(0, Middleware(CORSMiddleware, allow_origins=list(allowed_origins),
                                         allow_methods=["*"], allow_headers=["*"]))  # fmt: skip
-    return _App(
-        routes=routes,
+    app = _App(
+        routes=[*_OWN_ROUTES, *_API_ROUTES],
         middleware=middleware,
         exception_handlers={
             ApiError: _api_error,
@@ -114,6 +91,30 @@ def create_app(
             Exception: _internal_error,
         },
     )
+    app.state.backend, app.state.metrics = backend, server_metrics
+    app.state.openapi = openapi.document(_API_ROUTES, names[0])
+    return app
+
+
+async def _health(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+async def _metrics(request: Request) -> Response:
+    server_metrics: ServerMetrics = request.app.state.metrics
+    return Response(server_metrics.exposition(), media_type=CONTENT_TYPE)
+
+
+async def _openapi(request: Request) -> Response:
+    return JSONResponse(request.app.state.openapi)
+
+
+_API_ROUTES: Final = (*openai_routes.ROUTES, *responses_routes.ROUTES, *anthropic_routes.ROUTES)
+_OWN_ROUTES: Final = (
+    Route(HEALTH_PATH, _health, methods=["GET"]),
+    Route(METRICS_PATH, _metrics, methods=["GET"]),
+    Route(OPENAPI_PATH, _openapi, methods=["GET"]),
+)
 
 
 class _App(Starlette):

@@ -19,22 +19,26 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Sequence
+from typing import Final
 
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from local_backend.server._constants import (
-    API_KEY_HEADER,
-    AUTHORIZATION_HEADER,
-    BEARER_PREFIX,
-    HEALTH_PATH,
-    METRICS_PATH,
-    OPENAPI_PATH,
-    TENANT_HASH_PERSON,
-    TENANT_ID_BYTES,
-    TENANT_STATE,
-)
+from local_backend.server._constants import HEALTH_PATH, METRICS_PATH, OPENAPI_PATH
 from local_backend.server.errors import ApiError, ErrorKind, Flavor, error_response
+
+API_KEY_HEADER: Final = "x-api-key"
+AUTHORIZATION_HEADER: Final = "authorization"
+BEARER_PREFIX: Final = "bearer "
+
+TENANT_STATE: Final = "kvwise.tenant"
+"""Key of the request's tenant id in the ASGI scope's `state`, set by the API-key middleware."""
+
+TENANT_HASH_PERSON: Final = b"kvwise-tenant"
+"""blake2b personalisation of the key hash that names a tenant."""
+
+TENANT_ID_BYTES: Final = 16
+"""Bytes of that hash: a tenant id is twice as many hex digits."""
 
 
 def tenant_id(api_key: str) -> str:

@@ -32,7 +32,7 @@ def serve_in_thread(app: ASGIApp, host: str = DEFAULT_HOST, http: type[asyncio.P
     The socket is bound before the thread starts (port 0: the OS picks a free one), so two
     servers never race for a port. The explicit IPPROTO_TCP matters: asyncio sets TCP_NODELAY only
     on sockets whose proto says TCP, and without it each JSON answer (headers, then body) waits
-    ~40 ms for the client's delayed ACK.
+    for the client's delayed ACK (Nagle's algorithm holds the body until the headers are acknowledged).
     """
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -2,9 +2,11 @@
 
 llguidance, not xgrammar: its wheel has no dependencies (xgrammar's pulls `triton` and
 `apache-tvm-ffi` and wants a CUDA-capable torch to be worth it), it builds its token trie from
-`tokenizer.json` in ~20 ms, and it compiles a JSON schema lazily, so the first token of a request
-is not held up by a large schema. vLLM ships both.
+`tokenizer.json` once per engine, and it compiles a JSON schema lazily, so the first token of a
+request is not held up by a large schema. vLLM ships both.
 
+A request's `Constraint` (parsed with it, see `requests`) says what the answer must be: one call
+of the forced tools, or JSON valid against a schema; `Grammars.compile` turns it into a `Grammar`.
 A `GrammarProcessor` is the request's logits processor (see `SamplingParams.logits_processor`):
 at each step it feeds the matcher the tokens sampled since the last step, then sets every token
 the grammar forbids to −inf. Once the grammar is complete only EOS is allowed, so the answer ends
@@ -32,7 +34,6 @@ from typing import Any
 import llguidance
 import torch
 
-from local_backend.sampling_params import LogitsProcessor
 from local_backend.server._constants import GRAMMAR_COMPILE_SECONDS, GRAMMAR_MAX_SIZE
 from local_backend.server.bounds import check_schemas
 from local_backend.server.errors import ApiError
@@ -47,12 +48,35 @@ ANY_OBJECT: Mapping[str, Any] = {"type": "object"}
 _BITS = 32
 
 
+@dataclass(frozen=True, slots=True)
+class Constraint:
+    """What a request's answer must be: one call of `tools` (a forced `tool_choice`), else JSON valid
+    against `schema`; `param` is the field a grammar that does not compile is blamed on."""
+
+    param: str
+    tools: tuple[Tool, ...] = ()
+    schema: Any = None
+
+    @classmethod
+    def json(cls, schema: Any, param: str) -> Constraint | None:
+        """JSON valid against `schema`, or None (free text) when there is none."""
+        return None if schema is None else cls(param, schema=schema)
+
+
 class Grammars:
     """The engine's llguidance tokenizer (built once, on first use) and grammar compilation."""
 
     def __init__(self, tokenizer: TextTokenizer, vocab_size: int, eos: Sequence[int]):
         self._tokenizer, self._vocab_size, self._eos = tokenizer, vocab_size, sorted(eos)
         self._lltokenizer: llguidance.LLTokenizer | None = None
+
+    async def compile(self, constraint: Constraint | None) -> Grammar | None:
+        """The grammar of a request's constraint (None: no constraint, free text)."""
+        if constraint is None:
+            return None
+        if constraint.tools:
+            return await self.tool_call(constraint.tools, constraint.param)
+        return await self.json(constraint.schema, constraint.param)
 
     async def json(self, schema: Any, param: str) -> Grammar:
         """Output that is one JSON value valid against `schema` (an object schema for `json_object`)."""
@@ -148,47 +172,3 @@ class GrammarProcessor:
         if allowed.shape[0] < logits.shape[-1]:
             allowed = torch.cat((allowed, allowed.new_zeros(logits.shape[-1] - allowed.shape[0])))
         return logits.masked_fill_(~allowed.to(logits.device), float("-inf"))
-
-
-class LogitBias:
-    """OpenAI's `logit_bias`: each listed token's logit moves by its bias (−100 bans it, 100 all but forces it)."""
-
-    def __init__(self, bias: Mapping[int, float]):
-        self._ids = torch.tensor(list(bias), dtype=torch.long)
-        self._values = torch.tensor(list(bias.values()), dtype=torch.float32)
-
-    def __call__(self, output_token_ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
-        return logits.index_add_(0, self._ids.to(logits.device), self._values.to(logits.device, logits.dtype))
-
-
-def logit_bias(value: Any, vocab_size: int) -> LogitBias | None:
-    """The processor of a `logit_bias` object (token id strings to numbers in [−100, 100]), or None."""
-    if not value:
-        return None
-    if not isinstance(value, dict):
-        raise ApiError("logit_bias must be an object of token ids to biases", param="logit_bias")
-    bias = {}
-    for key, amount in value.items():
-        if not (isinstance(key, str) and key.isdigit() and int(key) < vocab_size):
-            raise ApiError(f"logit_bias key {key!r} is not a token id below {vocab_size}", param="logit_bias")
-        if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not -100 <= amount <= 100:
-            raise ApiError(f"logit_bias[{key!r}]={amount!r} must be a number in [-100, 100]", param="logit_bias")
-        bias[int(key)] = float(amount)
-    return LogitBias(bias)
-
-
-class Chain:
-    """Several logits processors in order (a logprobs recorder first, to see the unmasked logits)."""
-
-    def __init__(self, processors: Sequence[LogitsProcessor]):
-        self._processors = processors
-
-    def __call__(self, output_token_ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
-        for processor in self._processors:
-            logits = processor(output_token_ids, logits)
-        return logits
-
-
-def chained(*processors: LogitsProcessor | None) -> LogitsProcessor | None:
-    present = [p for p in processors if p is not None]
-    return None if not present else present[0] if len(present) == 1 else Chain(present)

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from starlette.responses import JSONResponse
 
-from local_backend.server._constants import ANTHROPIC_PATH_PREFIX
+ANTHROPIC_PATH_PREFIX: Final = "/v1/messages"
+"""Requests under this path get Anthropic error bodies; every other path gets OpenAI's."""
 
 
 class Flavor(enum.Enum):

@@ -10,18 +10,36 @@ returned), so each endpoint has one table of the fields it knows:
   `values` (the value that means "off", such as `store: false`), else a 400 naming the field.
 
 A field in no table is a 400 naming it, as the hosted APIs answer ("Unrecognized request argument"
-/ "Extra inputs are not permitted"). `check(body, table)` runs before anything else is read.
+/ "Extra inputs are not permitted"). `check(body, table)` runs before anything else is read; then
+each endpoint's parser (`requests`) reads every field it honours once, with `optional` /
+`required` / `stop_strings`, which refuse a value of the wrong JSON type, a number no tensor holds,
+or a bad stop list with a 400 naming the field and the value.
 """
 
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from local_backend.server._constants import SAMPLING_KNOBS
+from local_backend.server._constants import MAX_JSON_INTEGER, MAX_STOP_SEQUENCES
 from local_backend.server.errors import ApiError
+
+SAMPLING_KNOBS: Final = {
+    "temperature": float,
+    "top_p": float,
+    "top_k": int,
+    "min_p": float,
+    "seed": int,
+    "frequency_penalty": float,
+    "presence_penalty": float,
+    "repetition_penalty": float,
+    "ignore_eos": bool,
+}
+"""Request fields passed to `SamplingParams` under the same name, with their JSON type; every
+generating endpoint reads all of them (`top_k`, `min_p`, `repetition_penalty`, `ignore_eos` are vLLM extras)."""
 
 
 class Use(enum.Enum):
@@ -59,17 +77,23 @@ _OPENAI_SHARED: Final[dict[str, Rule]] = {
     "logprobs": HONOURED,
 }
 
-CHAT: Final[Table] = {
-    **_OPENAI_SHARED,
-    "messages": HONOURED,
-    "max_completion_tokens": HONOURED,
-    "metadata": INERT,
+_OPENAI_HOSTED: Final[dict[str, Rule]] = {
     "safety_identifier": INERT,
     "prompt_cache_key": INERT,
     "prompt_cache_retention": INERT,
     "prompt_cache_options": INERT,
     "service_tier": Off(("auto", "default")),
     "store": Off((False,)),
+}
+"""What Chat and Responses share of the hosted API's service: labels, cache hints (the engine caches
+every prompt anyway), the capacity tier, storage (none here)."""
+
+CHAT: Final[Table] = {
+    **_OPENAI_SHARED,
+    "messages": HONOURED,
+    "max_completion_tokens": HONOURED,
+    "metadata": INERT,
+    **_OPENAI_HOSTED,
     "modalities": Off((["text"],)),
     "response_format": HONOURED,
     "tools": HONOURED,
@@ -126,12 +150,7 @@ RESPONSES: Final[Table] = {
     "stream": HONOURED,
     "metadata": HONOURED,  # echoed back in the `Response`
     "user": INERT,
-    "safety_identifier": INERT,
-    "prompt_cache_key": INERT,
-    "prompt_cache_retention": INERT,
-    "prompt_cache_options": INERT,
-    "service_tier": Off(("auto", "default")),
-    "store": Off((False,)),
+    **_OPENAI_HOSTED,
     "background": Off((False,)),
     "stream_options": Off(({"include_obfuscation": False}, {})),
     "truncation": Off(("disabled",)),
@@ -175,3 +194,54 @@ def check(body: Mapping[str, Any], table: Table, endpoint: str) -> None:
 def _is_one_of(value: Any, values: tuple[Any, ...]) -> bool:
     """Equal to one of `values` and of its JSON type (`1` is not `true`, `0` is not `false`)."""
     return any(type(value) is type(v) and value == v for v in values)
+
+
+_TYPE_NAMES: Final = {float: "a number", int: "an integer", bool: "a boolean", str: "a string", list: "an array",
+                      dict: "an object"}  # fmt: skip
+
+
+def optional(body: Mapping[str, Any], name: str, kind: type, default: Any = None) -> Any:
+    """`body[name]` checked against `kind` (int accepted for float, bool never for numbers), or `default`.
+
+    Numbers must be finite (JSON has no `Infinity`, though Python's parser reads one) and integers
+    within int64 (`MAX_JSON_INTEGER`): a value no tensor holds is refused here, not in a step.
+    """
+    value: Any = body.get(name)
+    if value is None:
+        return default
+    if not _is_of(value, kind):
+        raise ApiError(f"{name} must be {_TYPE_NAMES[kind]}, got {short(value)}", param=name)
+    too_large = isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_JSON_INTEGER
+    if too_large or isinstance(value, float) and not math.isfinite(value):
+        raise ApiError(f"{name} must be a finite number within int64's range, got {short(value)}", param=name)
+    return float(value) if kind is float else value
+
+
+def _is_of(value: Any, kind: type) -> bool:
+    """`value` is of JSON type `kind`: an int is a number too, a bool is never one."""
+    accepted: tuple[type, ...] = (int, float) if kind is float else (kind,)
+    return isinstance(value, accepted) and not (isinstance(value, bool) and kind is not bool)
+
+
+def required(body: Mapping[str, Any], name: str, kind: type) -> Any:
+    value = optional(body, name, kind)
+    if value is None:
+        raise ApiError(f"{name}: field required", param=name)
+    return value
+
+
+def stop_strings(body: Mapping[str, Any], name: str) -> tuple[str, ...]:
+    """A string or a list of non-empty strings (at most `MAX_STOP_SEQUENCES`)."""
+    value = body.get(name)
+    stops = [] if value is None else [value] if isinstance(value, str) else value
+    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
+        raise ApiError(f"{name} must be a string or a list of non-empty strings, got {short(value)}", param=name)
+    if len(stops) > MAX_STOP_SEQUENCES:
+        raise ApiError(f"{name} has {len(stops)} entries; at most {MAX_STOP_SEQUENCES} are allowed", param=name)
+    return tuple(stops)
+
+
+def short(value: Any) -> str:
+    """A value for an error message, cut short (never a whole prompt)."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

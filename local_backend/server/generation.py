@@ -22,6 +22,7 @@ from local_backend.engine import Engine
 from local_backend.outputs import Completion, StreamDelta
 from local_backend.sampling_params import SamplingParams
 from local_backend.server.auth import tenant_of
+from local_backend.server.constrained import Grammars
 from local_backend.server.errors import ApiError, ErrorKind
 
 
@@ -53,9 +54,10 @@ class Admission:
 
 @dataclass(slots=True)
 class Backend:
-    """What every route needs: the engine, the served model's names, and the admission queue.
+    """What every route needs: the engine, the served model's names, the admission queue, the grammars.
 
     `model_names[0]` is the name answers report; the others are aliases (`--served-model-name`).
+    The app keeps it in its state; a route finds it with `Backend.of(request)`.
     """
 
     engine: Engine
@@ -63,9 +65,17 @@ class Backend:
     max_queue: int = 0
     on_finish: Callable[[Completion], None] | None = None  # each finished request (the metrics)
     admission: Admission = field(init=False)
+    grammars: Grammars = field(init=False)
 
     def __post_init__(self) -> None:
         self.admission = Admission(self.engine.stats().max_num_seqs, self.max_queue)
+        self.grammars = Grammars(self.engine.tokenizer, self.engine.config.vocab_size, sorted(self.engine.core.eos))
+
+    @staticmethod
+    def of(request: Request) -> Backend:
+        """The backend of the app serving `request`."""
+        backend: Backend = request.app.state.backend
+        return backend
 
     @property
     def model_name(self) -> str:
@@ -93,6 +103,18 @@ class Backend:
             raise ApiError(str(exc)) from None
         self.admission.enter()
         return Generation(deltas, self.admission, len(token_ids), self.on_finish)
+
+    async def start_choices(self, request: Request, token_ids: list[int], params: Sequence[SamplingParams]) -> list[Generation]:
+        """One generation per choice (`n`); if one is refused (a full queue), those started are closed first."""
+        started: list[Generation] = []
+        try:
+            for choice in params:
+                started.append(self.start(request, token_ids, choice))
+        except ApiError:
+            for generation in started:
+                await generation.aclose()
+            raise
+        return started
 
 
 class Generation:

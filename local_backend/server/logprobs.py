@@ -13,15 +13,11 @@ answer's end), never the whole answer's rows. The route reads the entries in out
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-
-from local_backend.server._constants import MAX_TOP_LOGPROBS
-from local_backend.server.errors import ApiError
-from local_backend.server.validation import optional
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,25 +66,6 @@ class LogprobsRecorder:
 
 
 Decode = Callable[[int], str]
-
-
-def requested_top(body: Mapping[str, Any], chat: bool) -> int | None:
-    """How many top alternatives a request wants per token, or None when it wants no logprobs.
-
-    Chat: `logprobs: true` and `top_logprobs` 0..MAX (only with `logprobs`); legacy Completions:
-    `logprobs` 0..MAX is the count itself.
-    """
-    if chat:
-        wanted = optional(body, "logprobs", bool, False)
-        top = optional(body, "top_logprobs", int)
-        if top is not None and not wanted:
-            raise ApiError("top_logprobs needs logprobs: true", param="top_logprobs")
-        name, top = "top_logprobs", (top or 0) if wanted else None
-    else:
-        name, top = "logprobs", optional(body, "logprobs", int)
-    if top is not None and not 0 <= top <= MAX_TOP_LOGPROBS:
-        raise ApiError(f"{name}={top} must be between 0 and {MAX_TOP_LOGPROBS}", param=name)
-    return top
 
 
 def chat_logprobs(entries: Sequence[TokenLogprob], decode: Decode) -> dict[str, Any]:

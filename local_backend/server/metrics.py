@@ -17,21 +17,30 @@ No label or value ever holds prompt text or a key.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from local_backend.outputs import Completion, EngineStats
-from local_backend.server._constants import (
-    METRICS_PREFIX,
-    REQUEST_LATENCY_BUCKETS,
-    TIME_PER_OUTPUT_TOKEN_BUCKETS,
-    TTFT_BUCKETS,
-)
 from local_backend.server.generation import Admission
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"
+
+METRICS_PREFIX: Final = "kvwise_"
+
+TTFT_BUCKETS: Final = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                       20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
+"""vLLM's `time_to_first_token_seconds` buckets."""
+
+TIME_PER_OUTPUT_TOKEN_BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,
+                                        0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)  # fmt: skip
+"""vLLM's `time_per_output_token_seconds` buckets, with three below 10 ms (a tiny model on a CPU)."""
+
+REQUEST_LATENCY_BUCKETS: Final = (0.001, 0.01, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
+                                  40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
+"""vLLM's request latency buckets (queue, prefill, decode, end-to-end), with three below 0.3 s."""
 
 
 class ServerMetrics:

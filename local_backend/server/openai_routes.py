@@ -12,32 +12,32 @@ as `tool_calls` argument deltas; `finish_reason` `tool_calls`), `response_format
 
 from __future__ import annotations
 
-import dataclasses
 import time
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from local_backend.outputs import Completion, StreamDelta
-from local_backend.server import fields
-from local_backend.server._constants import MODEL_OWNER, OPENAI_MAX_TEMPERATURE, SSE_DONE
-from local_backend.server.constrained import ANY_OBJECT, Grammar, Grammars, chained, logit_bias
-from local_backend.server.bounds import check_prompt_size
-from local_backend.server.choices import choice_count, per_choice, start_choices
-from local_backend.server.errors import ApiError, Flavor
+from local_backend.server.bounds import check_prompt_size, read_json
+from local_backend.server.constrained import Constraint
+from local_backend.server.errors import Flavor
 from local_backend.server.generation import Backend
-from local_backend.server.logprobs import Decode, LogprobsRecorder, chat_logprobs, completion_logprobs, requested_top
+from local_backend.server.logprobs import Decode, LogprobsRecorder, chat_logprobs, completion_logprobs
+from local_backend.server.requests import OpenAIOptions, parse_chat, parse_completion
+from local_backend.server.sampling import per_choice
 from local_backend.server.streaming import respond, sse
+from local_backend.server.tools import ArgumentsPiece, CallStart, Event, TextPiece, ToolCall, ToolCallParser, prompt_ids
 from local_backend.server.usage import Usage, timings
-from local_backend.server.tool_requests import ToolChoice, openai_messages, openai_tools
-from local_backend.server.tools import ArgumentsPiece, CallStart, Event, TextPiece, Tool, ToolCall, ToolCallParser, prompt_ids
-from local_backend.server.validation import optional, read_json, sampling_params, stop_strings
 
-NO_TOOLS = ToolChoice("none")
+MODEL_OWNER: Final = "kvwise"
+"""`owned_by` of the one model `GET /v1/models` lists."""
+
+SSE_DONE: Final = b"data: [DONE]\n\n"
+"""OpenAI's end-of-stream sentinel."""
 
 
 def _call_json(call: ToolCall) -> dict[str, Any]:
@@ -185,108 +185,72 @@ class OpenAIFormat:
         }
 
 
-def response_schema(value: Any, param: str) -> dict[str, Any] | None:
-    """The JSON schema `response_format` asks for (`json_object`: any object), or None for text."""
-    if value is None or value == {"type": "text"}:
-        return None
-    kind = value.get("type") if isinstance(value, dict) else None
-    if kind == "json_object":
-        return dict(ANY_OBJECT)
-    spec = value.get("json_schema") if kind == "json_schema" else None
-    if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
-        raise ApiError(f"{param} must be text, json_object or json_schema with a schema object", param=param)
-    return spec.get("schema") or dict(ANY_OBJECT)
-
-
-def routes(backend: Backend, grammars: Grammars) -> list[Route]:
+async def chat_completions(request: Request) -> Response:
+    backend = Backend.of(request)
     engine = backend.engine
+    chat = parse_chat(await read_json(request), engine.config.vocab_size)
+    model = backend.check_model(chat.options.model)
+    ids = prompt_ids(engine.tokenizer, chat.messages, chat.tool_choice.shown(chat.tools), engine.max_model_len)
+    return await _generate(request, backend, model, chat.options, ids, chat=True, constraint=chat.constraint,
+                           parse_tools=chat.tool_choice.mode != "none", parallel_tool_calls=chat.parallel_tool_calls)  # fmt: skip
 
-    async def chat_completions(request: Request) -> Response:
-        body = await read_json(request)
-        fields.check(body, fields.CHAT, "POST /v1/chat/completions")
-        messages = openai_messages(body.get("messages"))
-        tools, choice = openai_tools(body)
-        ids = prompt_ids(engine.tokenizer, messages, choice.shown(tools), engine.max_model_len)
-        return await _generate(request, body, ids, chat=True, tools=tools, choice=choice)
 
-    async def completions(request: Request) -> Response:
-        body = await read_json(request)
-        fields.check(body, fields.COMPLETIONS, "POST /v1/completions")
-        prompt = body.get("prompt")
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-            prompt = prompt[0]  # a batch of one
-        if isinstance(prompt, str) and prompt:
-            check_prompt_size([prompt], engine.tokenizer.max_bytes_per_token, engine.max_model_len, "prompt")
-            ids = engine.tokenizer.encode(prompt)
-        elif isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            ids = list(prompt)
-        else:
-            raise ApiError("prompt must be a non-empty string or a list of token ids (one prompt per request)", param="prompt")
-        return await _generate(request, body, ids, chat=False)
+async def completions(request: Request) -> Response:
+    backend = Backend.of(request)
+    engine = backend.engine
+    completion = parse_completion(await read_json(request), engine.config.vocab_size)
+    model = backend.check_model(completion.options.model)
+    prompt = completion.prompt
+    if isinstance(prompt, str):
+        check_prompt_size([prompt], engine.tokenizer.max_bytes_per_token, engine.max_model_len, "prompt")
+    ids = engine.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+    return await _generate(request, backend, model, completion.options, ids, chat=False, echo=completion.echo)
 
-    async def models(request: Request) -> Response:
-        listed = [{"id": name, "object": "model", "created": 0, "owned_by": MODEL_OWNER,
-                   "max_model_len": engine.max_model_len} for name in backend.model_names]  # fmt: skip
-        return JSONResponse({"object": "list", "data": listed})
 
-    async def _generate(
-        request: Request,
-        body: dict[str, Any],
-        ids: list[int],
-        *,
-        chat: bool,
-        tools: Sequence[Tool] = (),
-        choice: ToolChoice = NO_TOOLS,
-    ) -> Response:
-        n = choice_count(optional(body, "n", int, 1))
-        name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
-        params = sampling_params(
-            body,
-            prompt_tokens=len(ids),
-            max_model_len=engine.max_model_len,
-            max_tokens=optional(body, name, int),
-            max_tokens_param=name,
-            stop=stop_strings(body, "stop"),
-            max_temperature=OPENAI_MAX_TEMPERATURE,
-        )
-        options = optional(body, "stream_options", dict, {})
-        echo = optional(body, "echo", bool, False) and not chat
-        top = requested_top(body, chat)
-        if echo and top is not None:
-            raise ApiError("logprobs with echo needs the prompt's logprobs, which this backend does not compute",
-                           param="logprobs")  # fmt: skip
-        recorders = [LogprobsRecorder(top) for _ in range(n)] if top is not None else []
-        bias = logit_bias(body.get("logit_bias"), engine.config.vocab_size)
-        grammar = await _constraint(body, tools, choice) if chat else None
-        choices = [
-            dataclasses.replace(p, logits_processor=chained(recorders[i] if recorders else None, bias,
-                                                            grammar.processor() if grammar else None))  # fmt: skip
-            for i, p in enumerate(per_choice(params, n))
-        ]
-        fmt = OpenAIFormat(
-            backend.check_model(optional(body, "model", str)),
-            chat=chat,
-            include_usage=bool(options.get("include_usage")),
-            echo=engine.tokenizer.decode(ids) if echo else "",
-            n=n,
-            recorders=recorders,
-            decode=lambda token: engine.tokenizer.decode([token]),
-            parse_tools=choice.mode != "none",
-            parallel_tool_calls=optional(body, "parallel_tool_calls", bool, True),
-        )
-        generations = await start_choices(backend, request, ids, choices)
-        return await respond(request, generations, fmt, optional(body, "stream", bool, False))
+async def models(request: Request) -> Response:
+    backend = Backend.of(request)
+    listed = [{"id": name, "object": "model", "created": 0, "owned_by": MODEL_OWNER,
+               "max_model_len": backend.engine.max_model_len} for name in backend.model_names]  # fmt: skip
+    return JSONResponse({"object": "list", "data": listed})
 
-    async def _constraint(body: dict[str, Any], tools: Sequence[Tool], choice: ToolChoice) -> Grammar | None:
-        """The choices' grammar: a forced tool call, else `response_format`'s JSON, else none."""
-        if choice.forced:
-            forced = [t for t in tools if choice.mode == "required" or t.name == choice.name]
-            return await grammars.tool_call(forced, "tool_choice")
-        schema = response_schema(body.get("response_format"), "response_format")
-        return None if schema is None else await grammars.json(schema, "response_format")
 
-    return [
-        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-        Route("/v1/completions", completions, methods=["POST"]),
-        Route("/v1/models", models, methods=["GET"]),
-    ]
+async def _generate(
+    request: Request,
+    backend: Backend,
+    model: str,
+    options: OpenAIOptions,
+    ids: list[int],
+    *,
+    chat: bool,
+    echo: bool = False,
+    constraint: Constraint | None = None,
+    parse_tools: bool = False,
+    parallel_tool_calls: bool = True,
+) -> Response:
+    """Chat's or Completions' choices of one prompt, whole or streamed."""
+    engine = backend.engine
+    top = options.top_logprobs
+    recorders = [LogprobsRecorder(top) for _ in range(options.n)] if top is not None else []
+    params = options.sampling.params(len(ids), engine.max_model_len)
+    grammar = await backend.grammars.compile(constraint)
+    choices = per_choice(params, options.n, recorders=recorders, bias=options.logit_bias, grammar=grammar)
+    fmt = OpenAIFormat(
+        model,
+        chat=chat,
+        include_usage=options.include_usage,
+        echo=engine.tokenizer.decode(ids) if echo else "",
+        n=options.n,
+        recorders=recorders,
+        decode=lambda token: engine.tokenizer.decode([token]),
+        parse_tools=parse_tools,
+        parallel_tool_calls=parallel_tool_calls,
+    )
+    generations = await backend.start_choices(request, ids, choices)
+    return await respond(request, generations, fmt, options.stream)
+
+
+ROUTES: Final = (
+    Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+    Route("/v1/completions", completions, methods=["POST"]),
+    Route("/v1/models", models, methods=["GET"]),
+)

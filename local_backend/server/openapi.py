@@ -16,7 +16,8 @@ from typing import Any, Final
 from starlette.routing import BaseRoute, Route
 
 from local_backend.server import fields
-from local_backend.server._constants import ANTHROPIC_PATH_PREFIX, SAMPLING_KNOBS
+from local_backend.server.errors import Flavor
+from local_backend.server.fields import SAMPLING_KNOBS
 
 _JSON_TYPES: Final = {float: "number", int: "integer", bool: "boolean", str: "string"}
 _STRINGS: Final = {"type": "array", "items": {"type": "string"}}
@@ -90,7 +91,7 @@ def document(routes: Sequence[BaseRoute], title: str) -> dict[str, Any]:
 
 
 def _operation(path: str, method: str) -> dict[str, Any]:
-    error = _ANTHROPIC_ERROR if path.startswith(ANTHROPIC_PATH_PREFIX) else _OPENAI_ERROR
+    error = _ANTHROPIC_ERROR if Flavor.of_path(path) is Flavor.ANTHROPIC else _OPENAI_ERROR
     operation: dict[str, Any] = {
         "operationId": f"{method.lower()}{path.replace('/', '_')}",
         "responses": {

@@ -13,64 +13,35 @@ Nothing is stored (`store: true` and `previous_response_id` are refused).
 
 from __future__ import annotations
 
-import dataclasses
 import time
 import uuid
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from local_backend.outputs import Completion, StreamDelta
-from local_backend.server import fields
-from local_backend.server._constants import OPENAI_MAX_TEMPERATURE
-from local_backend.server.constrained import ANY_OBJECT, Grammars
-from local_backend.server.tool_requests import openai_messages, responses_items, responses_tools
-from local_backend.server.tools import ArgumentsPiece, CallStart, Event, TextPiece, ToolCallParser, prompt_ids
-from local_backend.server.errors import ApiError, Flavor
+from local_backend.server.bounds import read_json
+from local_backend.server.errors import Flavor
 from local_backend.server.generation import Backend
+from local_backend.server.requests import parse_responses
+from local_backend.server.sampling import per_choice
 from local_backend.server.streaming import respond, sse
+from local_backend.server.tools import ArgumentsPiece, CallStart, Event, TextPiece, ToolCallParser, prompt_ids
 from local_backend.server.usage import Usage, timings
-from local_backend.server.validation import optional, read_json, sampling_params
 
-_TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
-_ITEM_ONLY_KEYS = frozenset({"type", "id", "status", "phase"})
-"""A message item's keys that are not the message: its kind, and the bookkeeping of an earlier output
-passed back (`id`, `status`, and `phase`, a label the local model's template has no place for)."""
-
-
-def input_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
-    """`instructions` then `input` as OpenAI Chat messages (calls and their outputs included)."""
-    items = body.get("input")
-    if isinstance(items, str):
-        items = [{"role": "user", "content": items}]
-    if not isinstance(items, list) or not items:
-        raise ApiError("input must be a non-empty string or a non-empty list of input items", param="input")
-    messages = []
-    for item in responses_items(items):
-        content = item.get("content")
-        if item.get("role") != "tool" and isinstance(content, list):
-            content = [{**part, "type": "text"} if isinstance(part, dict) and part.get("type") in _TEXT_PARTS else part
-                       for part in content]  # fmt: skip
-        messages.append({k: v for k, v in {**item, "content": content}.items() if k not in _ITEM_ONLY_KEYS})
-    instructions = optional(body, "instructions", str)
-    if instructions:
-        messages.insert(0, {"role": "system", "content": instructions})
-    try:
-        return openai_messages(messages)
-    except ApiError as exc:
-        exc.message, exc.param = exc.message.replace("messages", "input"), (exc.param or "").replace("messages", "input")
-        raise
-
+DEFAULT_TEMPERATURE: Final = 1.0
+"""OpenAI's default `temperature`, which a `Response` reports when the request gave none."""
+DEFAULT_TOP_P: Final = 1.0
 
 class ResponsesFormat:
     """A `Response`, whole or as its stream events (one output message of one text part)."""
 
     flavor = Flavor.OPENAI
 
-    def __init__(self, model: str, body: dict[str, Any], parse_tools: bool = False):
+    def __init__(self, model: str, body: Mapping[str, Any], parse_tools: bool = False):
         self._model, self._body = model, body
         self._parser = ToolCallParser("call_") if parse_tools else None
         self._call_items: list[str] = []  # the output item id of each call
@@ -190,11 +161,11 @@ class ResponsesFormat:
             "output": [] if completion is None else [self._item(completion), *self._calls_out()],
             "parallel_tool_calls": body.get("parallel_tool_calls", True),
             "previous_response_id": None,
-            "temperature": body.get("temperature", 1.0),
+            "temperature": body.get("temperature", DEFAULT_TEMPERATURE),
             "text": body.get("text") or {"format": {"type": "text"}},
             "tool_choice": body.get("tool_choice", "auto" if body.get("tools") else "none"),
             "tools": body.get("tools") or [],
-            "top_p": body.get("top_p", 1.0),
+            "top_p": body.get("top_p", DEFAULT_TOP_P),
             "truncation": "disabled",
             "usage": None if completion is None else _usage(Usage.of(completion)),
             "metadata": body.get("metadata") or {},
@@ -232,53 +203,17 @@ def _usage(usage: Usage) -> dict[str, Any]:
     }
 
 
-def _text_schema(text: Any) -> dict[str, Any] | None:
-    """The JSON schema `text.format` asks for (`json_object`: any object), or None for text."""
-    if text is None:
-        return None
-    if not isinstance(text, dict) or set(text) - {"format"}:
-        raise ApiError("text supports only format (text, json_object or json_schema)", param="text")
-    form = text.get("format") or {"type": "text"}
-    kind = form.get("type") if isinstance(form, dict) else None
-    if kind == "text":
-        return None
-    if kind == "json_object":
-        return dict(ANY_OBJECT)
-    if kind == "json_schema" and isinstance(form.get("schema"), dict):
-        return form["schema"]
-    raise ApiError("text.format must be text, json_object or json_schema with a schema", param="text")
-
-
-def routes(backend: Backend, grammars: Grammars) -> list[Route]:
+async def responses(request: Request) -> Response:
+    backend = Backend.of(request)
     engine = backend.engine
+    response = parse_responses(await read_json(request))
+    model = backend.check_model(response.model)
+    ids = prompt_ids(engine.tokenizer, response.messages, response.tool_choice.shown(response.tools), engine.max_model_len)
+    params = response.sampling.params(len(ids), engine.max_model_len)
+    [choice] = per_choice(params, grammar=await backend.grammars.compile(response.constraint))
+    generation = backend.start(request, ids, choice)
+    fmt = ResponsesFormat(model, response.body, parse_tools=response.tool_choice.mode != "none")
+    return await respond(request, [generation], fmt, response.stream)
 
-    async def responses(request: Request) -> Response:
-        body = await read_json(request)
-        fields.check(body, fields.RESPONSES, "POST /v1/responses")
-        model = backend.check_model(optional(body, "model", str))
-        optional(body, "metadata", dict)
-        tools, choice = responses_tools(body)
-        ids = prompt_ids(engine.tokenizer, input_messages(body), choice.shown(tools), engine.max_model_len)
-        params = sampling_params(
-            body,
-            prompt_tokens=len(ids),
-            max_model_len=engine.max_model_len,
-            max_tokens=optional(body, "max_output_tokens", int),
-            max_tokens_param="max_output_tokens",
-            stop=(),
-            max_temperature=OPENAI_MAX_TEMPERATURE,
-        )
-        if choice.forced:
-            forced = [t for t in tools if choice.mode == "required" or t.name == choice.name]
-            grammar = await grammars.tool_call(forced, "tool_choice")
-            params = dataclasses.replace(params, logits_processor=grammar.processor())
-        else:
-            schema = _text_schema(body.get("text"))
-            if schema is not None:
-                grammar = await grammars.json(schema, "text.format")
-                params = dataclasses.replace(params, logits_processor=grammar.processor())
-        generation = backend.start(request, ids, params)
-        fmt = ResponsesFormat(model, body, parse_tools=choice.mode != "none")
-        return await respond(request, [generation], fmt, optional(body, "stream", bool, False))
 
-    return [Route("/v1/responses", responses, methods=["POST"])]
+ROUTES: Final = (Route("/v1/responses", responses, methods=["POST"]),)

@@ -12,17 +12,19 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Send
 
 from local_backend.outputs import Completion, StreamDelta
-from local_backend.server._constants import SSE_HEADERS
 from local_backend.server.errors import ApiError, Flavor, error_body
 from local_backend.server.generation import ClientGone, Generation, ensure_finished, run_to_completion
 from local_backend.server.usage import Usage
+
+SSE_HEADERS: Final = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+"""Sent with every event stream: no cache and no proxy buffering may hold an event back."""
 
 
 class WireFormat(Protocol):

@@ -17,7 +17,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from local_backend.server import create_app, openai_routes, serve_in_thread
+from local_backend.server import create_app, requests, serve_in_thread
 from local_backend.server._constants import MAX_LOGGED_FRAMES, MAX_SCHEMA_DEPTH, MAX_TOOLS
 from local_backend.server.http_protocol import HeaderDeadline
 from tests.local_backend.serving import Served, served_engine
@@ -115,7 +115,7 @@ def test_a_failure_is_logged_in_a_bounded_record_and_the_server_keeps_answering(
     def recurse(value: Any, param: str) -> Any:
         return recurse(value, param)
 
-    monkeypatch.setattr(openai_routes, "response_schema", recurse)
+    monkeypatch.setattr(requests, "response_schema", recurse)
     body = {**ROUTES[CHAT], "response_format": {"type": "json_object"}}
     uvicorn_log = logging.getLogger("uvicorn.error")  # it does not propagate: listen to it too
     uvicorn_log.addHandler(caplog.handler)

@@ -25,8 +25,9 @@ from openai.types.chat import completion_create_params as chat_create_params
 from openai.types.responses import response_create_params
 
 from local_backend import Engine
-from local_backend.server import create_app, fields, serve_in_thread, tool_requests
-from local_backend.server._constants import ANTHROPIC_ROLES, SAMPLING_KNOBS
+from local_backend.server import create_app, fields, histories, serve_in_thread
+from local_backend.server.fields import SAMPLING_KNOBS
+from local_backend.server.histories import ANTHROPIC_ROLES
 
 NAMES = ("tiny", "tiny-alias")
 SEEDS = (1, 2, 3, 4, 5)
@@ -535,14 +536,14 @@ def _role_of(message_type: type) -> str:
 CHAT_MESSAGE_KEYS = sorted(
     (role, key)
     for t in _message_types(chat_create_params.ChatCompletionMessageParam)
-    if (role := _role_of(t)) in tool_requests.OPENAI_MESSAGE_KEYS
+    if (role := _role_of(t)) in histories.OPENAI_MESSAGE_KEYS
     for key in typing.get_type_hints(t)
-    if key not in tool_requests.OPENAI_MESSAGE_KEYS[role]
+    if key not in histories.OPENAI_MESSAGE_KEYS[role]
 )
 """Every key the installed openai client's Chat message types name that this backend does not honour."""
 ANTHROPIC_MESSAGE_KEYS = sorted(
     key for t in _message_types(anthropic.types.MessageParam)
-    for key in typing.get_type_hints(t) if key not in tool_requests.ANTHROPIC_MESSAGE_KEYS
+    for key in typing.get_type_hints(t) if key not in histories.ANTHROPIC_MESSAGE_KEYS
 )  # fmt: skip
 ANTHROPIC_MESSAGE_ROLES = sorted(_role_of(t) for t in _message_types(anthropic.types.MessageParam))
 

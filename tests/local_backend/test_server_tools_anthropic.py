@@ -15,7 +15,7 @@ import pytest
 from anthropic.lib.streaming._messages import accumulate_event
 
 from local_backend.outputs import Completion, StreamDelta, Timings
-from local_backend.server import tool_requests
+from local_backend.server import histories
 from local_backend.server.anthropic_routes import AnthropicFormat
 from local_backend.server.usage import Usage
 from local_backend.tool_prompt import call_text
@@ -137,7 +137,7 @@ def test_a_tool_result_marked_is_error_reaches_the_model_as_an_error(client):
         return client.messages.count_tokens(model="tiny", messages=history, tools=TOOLS).input_tokens
 
     failed = counted({"content": "city not found", "is_error": True})
-    assert failed == counted({"content": f"{tool_requests.ERROR_RESULT_PREFIX}city not found"})
+    assert failed == counted({"content": f"{histories.ERROR_RESULT_PREFIX}city not found"})
     assert failed > counted({"content": "city not found"}) == counted({"content": "city not found", "is_error": False})
 
 
