@@ -169,6 +169,17 @@ def test_full_queue_gets_429_from_openai_routes_and_529_from_anthropic_at_once(g
     assert _send("openai", guarded.url, **OK) == (200, {})
 
 
+def test_a_request_refused_for_its_stream_field_leaves_its_slot_free(guarded):
+    """`stream` was once read after the choices had taken their slots, so a bad one kept its slot
+    forever: with one slot and no queue, every later request was refused as if the server were full."""
+    bad = {"model": "tiny", **OK, "stream": "yes"}
+    with httpx2.Client(base_url=guarded.url, headers={"authorization": f"Bearer {KEY}"}) as http:
+        for path in ("/v1/chat/completions", "/v1/messages", "/v1/chat/completions"):
+            response = http.post(path, json=bad)
+            assert response.status_code == 400 and "stream must be a boolean" in response.text
+    assert _send("openai", guarded.url, **OK) == (200, {})
+
+
 def _hang_up_openai(url: str) -> None:
     with _openai(url) as client:
         stream = client.chat.completions.create(model="tiny", messages=OK["messages"], stream=True, **LONG)
