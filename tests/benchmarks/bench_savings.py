@@ -88,7 +88,7 @@ async def _fanout(sim: ProviderSimulator, api: str, n: int) -> str:
         for label, policy in (("cold", sdk.Policy(retries=0)), ("warm", sdk.Policy(retries=0, fanout="warm"))):
             sim.reset()
             start = time.perf_counter()
-            runs[label] = (await fan_out(sdk.wrap(bare, policy), api, system, n, is_async=True), time.perf_counter() - start)
+            runs[label] = (await fan_out(sdk.wrap(bare, policy), api, system, n, mode="async"), time.perf_counter() - start)
     cold, warm = _dollars(api, runs["cold"][0]), _dollars(api, runs["warm"][0])
     return (_row(f"fan-out {api} {n}-way", cold, warm, "cache_read_tokens")
             + f"\n{'':<28} wall {runs['cold'][1] * 1000:.0f} ms -> {runs['warm'][1] * 1000:.0f} ms"

@@ -1,4 +1,5 @@
-"""Helpers of the SDK tests that run one body against sync and async clients."""
+"""Helpers that let one parametrised test drive the sync and the async clients alike (the SDK's tests
+and the simulator's own)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,23 @@ async def resolve(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
-async def collect(stream: Any) -> list[Any]:
-    """All events of a sync or async stream."""
+async def collect(stream: Any, stop_after: int | None = None) -> list[Any]:
+    """All events of a sync or async stream, or its first `stop_after`: then the stream is closed, as a
+    caller who stops reading closes it."""
+    items: list[Any] = []
     if hasattr(stream, "__aiter__"):
-        return [event async for event in stream]
-    return list(stream)
+        async for item in stream:
+            items.append(item)
+            if stop_after is not None and len(items) >= stop_after:
+                await stream.close()
+                break
+    else:
+        for item in stream:
+            items.append(item)
+            if stop_after is not None and len(items) >= stop_after:
+                stream.close()
+                break
+    return items
 
 
 async def in_stream(manager: Any, read: Any) -> Any:

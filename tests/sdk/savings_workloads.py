@@ -100,17 +100,17 @@ def shared_prefix(tokens: int) -> str:
     return " ".join(f"rule{i % 997}" for i in range(tokens))
 
 
-async def fan_out(client: Any, api: str, system: str, n: int, *, is_async: bool,
+async def fan_out(client: Any, api: str, system: str, n: int, *, mode: str,
                   started: Callable[[], None] = lambda: None) -> list[Answer | BaseException]:
     """`n` concurrent calls sharing `system`, each its own question (threads for a sync client, one
-    event loop's tasks for an async one); `started` runs once all were launched. Failures are returned."""
+    event loop's tasks for an async one, `mode` "async"); `started` runs once all were launched. Failures are returned."""
     turn = Turn("fan-out", 0, False)
     requests = [_request(api, system, f"Part {i}: what does rule {i} say?") for i in range(n)]
 
     async def one_async(request: Callable[[Any], Any]) -> Answer:
         return Answer(turn, *_facts(api, await request(client)))
 
-    if is_async:
+    if mode == "async":
         tasks = [asyncio.ensure_future(one_async(request)) for request in requests]
         await asyncio.to_thread(started)
         return list(await asyncio.gather(*tasks, return_exceptions=True))

@@ -52,7 +52,6 @@ def test_followers_read_the_cache_their_leader_wrote_instead_of_writing_it_again
     system = shared_prefix(PREFIX_TOKENS)
     exporter, provider = InMemorySpanExporter(), TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    is_async = mode == "async"
 
     async def body() -> tuple[list[Answer | BaseException], list[Answer | BaseException], int, Any]:
         cold_release = threading.Event()
@@ -62,7 +61,7 @@ def test_followers_read_the_cache_their_leader_wrote_instead_of_writing_it_again
             _until(lambda: simulator.held == n)
             cold_release.set()
 
-        cold = await fan_out(_client(bare), api, system, n, is_async=is_async, started=cold_started)
+        cold = await fan_out(_client(bare), api, system, n, mode=mode, started=cold_started)
         simulator.reset()
         warm_client = sdk.wrap(bare, sdk.Policy(retries=0, fanout="warm"), tracer_provider=provider)
         gate, release = warm_client._shared.fanout, threading.Event()
@@ -72,8 +71,8 @@ def test_followers_read_the_cache_their_leader_wrote_instead_of_writing_it_again
             _until(lambda: gate.waiting() == n - 1 and simulator.held == 1)
             release.set()
 
-        warm = await fan_out(warm_client, api, system, n, is_async=is_async, started=warm_started)
-        [after] = await fan_out(_client(bare), api, system, 1, is_async=is_async)
+        warm = await fan_out(warm_client, api, system, n, mode=mode, started=warm_started)
+        [after] = await fan_out(_client(bare), api, system, 1, mode=mode)
         assert isinstance(after, Answer)
         return cold, warm, after.cache_read_tokens, gate
 
@@ -107,7 +106,7 @@ def test_a_leader_that_fails_releases_its_followers_at_once(
         _until(lambda: gate.waiting() == n - 1 and simulator.held == 1)
         release.set()
 
-    results = asyncio.run(fan_out(client, api, shared_prefix(PREFIX_TOKENS), n, is_async=mode == "async", started=started))
+    results = asyncio.run(fan_out(client, api, shared_prefix(PREFIX_TOKENS), n, mode=mode, started=started))
     failed = [r for r in results if isinstance(r, BaseException)]
     assert len(failed) == 1 and getattr(failed[0], "status_code", None) == 500
     assert sum(isinstance(r, Answer) for r in results) == n - 1
@@ -127,7 +126,7 @@ def test_a_leader_slow_past_the_wait_limit_releases_its_followers(
         _until(lambda: len(simulator.requests) == n)  # the followers went while the leader is still held
         release.set()
 
-    results = asyncio.run(fan_out(client, api, shared_prefix(PREFIX_TOKENS), n, is_async=mode == "async", started=started))
+    results = asyncio.run(fan_out(client, api, shared_prefix(PREFIX_TOKENS), n, mode=mode, started=started))
     assert all(isinstance(r, Answer) for r in results)  # the held leader too, once let out
     assert client._shared.fanout.waiting() == 0
 
@@ -140,18 +139,18 @@ def test_calls_of_other_api_keys_never_wait_for_each_other(simulator: Any, opena
     simulator.hold(release)
 
     async def body() -> list[Answer | BaseException]:
-        leader = asyncio.ensure_future(fan_out(client, "openai", system, 1, is_async=True))
+        leader = asyncio.ensure_future(fan_out(client, "openai", system, 1, mode="async"))
         await asyncio.to_thread(_until, lambda: len(simulator.requests) == 1)
-        results = await fan_out(other, "openai", system, 3, is_async=True)  # done while the leader is held
+        results = await fan_out(other, "openai", system, 3, mode="async")  # done while the leader is held
         release.set()
         return results + await leader
 
     results = asyncio.run(body()) if type(openai_client).__name__.startswith("Async") else None
     if results is None:  # the sync client: threads
-        leader = threading.Thread(target=lambda: asyncio.run(fan_out(client, "openai", system, 1, is_async=False)))
+        leader = threading.Thread(target=lambda: asyncio.run(fan_out(client, "openai", system, 1, mode="sync")))
         leader.start()
         _until(lambda: len(simulator.requests) == 1)
-        results = asyncio.run(fan_out(other, "openai", system, 3, is_async=False))
+        results = asyncio.run(fan_out(other, "openai", system, 3, mode="sync"))
         release.set()
         leader.join()
     assert all(isinstance(r, Answer) for r in results)
@@ -159,7 +158,7 @@ def test_calls_of_other_api_keys_never_wait_for_each_other(simulator: Any, opena
 
 
 def test_a_streamed_leader_releases_its_followers_at_its_first_chunk(simulator: Any, openai_client: Any, mode: str) -> None:
-    n, is_async = 4, mode == "async"
+    n = 4
     client = _client(openai_client, fanout="warm", fanout_wait_seconds=600.0)
     gate, release = client._shared.fanout, threading.Event()
     simulator.hold(release)
@@ -168,21 +167,21 @@ def test_a_streamed_leader_releases_its_followers_at_its_first_chunk(simulator: 
 
     async def run(step: Callable[[], Any]) -> Any:
         """A sync client's step in a thread, an async one's awaited in this loop."""
-        return await step() if is_async else await asyncio.to_thread(step)
+        return await step() if mode == "async" else await asyncio.to_thread(step)
 
     async def body() -> tuple[tuple[int, int], int, list[Answer | BaseException]]:
         create = client.chat.completions.create
         opening = asyncio.ensure_future(run(lambda: create(model="gpt-sim-1", messages=messages, stream=True)))
         await asyncio.to_thread(_until, lambda: simulator.held == 1)
-        followers = asyncio.ensure_future(fan_out(client, "openai", system, n - 1, is_async=is_async))
+        followers = asyncio.ensure_future(fan_out(client, "openai", system, n - 1, mode=mode))
         await asyncio.to_thread(_until, lambda: gate.waiting() == n - 1)
         release.set()
         stream = await opening
         before_first_chunk = gate.waiting(), gate.in_flight()  # the stream is open, nothing of it read yet
-        chunks = aiter(stream) if is_async else iter(stream)
+        chunks = aiter(stream) if mode == "async" else iter(stream)
         read = 0
         while gate.in_flight():  # header chunks (the role) first: the first content chunk releases the leader
-            await run(lambda: anext(chunks) if is_async else next(chunks))  # StopIteration: never released
+            await run(lambda: anext(chunks) if mode == "async" else next(chunks))  # StopIteration: never released
             read += 1
         results = await followers
         await run(lambda: stream.close())
@@ -210,6 +209,6 @@ def test_calls_whose_prefix_cannot_be_cached_never_wait(
         _until(lambda: len(simulator.requests) == n)  # all went while the first is held: nobody waited
         release.set()
 
-    results = asyncio.run(fan_out(client, api, shared_prefix(prefix_tokens), n, is_async=mode == "async", started=started))
+    results = asyncio.run(fan_out(client, api, shared_prefix(prefix_tokens), n, mode=mode, started=started))
     assert all(isinstance(r, Answer) for r in results)
     assert client._shared.fanout.in_flight() == 0

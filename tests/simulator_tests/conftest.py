@@ -12,7 +12,8 @@ import pytest
 from tests.simulator import ProviderSimulator
 from tests.simulator.fixtures import simulator  # noqa: F401  (re-exported fixture)
 
-from .clients import REPLY, resolve
+from tests.sdk.helpers import resolve
+from tests.simulator_tests import REPLY
 
 KEY = "sk-simulator"
 
@@ -24,22 +25,22 @@ def sim(simulator: ProviderSimulator) -> ProviderSimulator:  # noqa: F811
 
 
 @pytest.fixture
-def is_async() -> bool:
-    """Sync clients unless a test parametrises `is_async`."""
-    return False
+def mode() -> str:
+    """Sync clients unless a test parametrises `mode` ("sync" or "async")."""
+    return "sync"
 
 
 @pytest.fixture
-async def oai(sim: ProviderSimulator, is_async: bool) -> AsyncIterator[Any]:
-    cls = openai.AsyncOpenAI if is_async else openai.OpenAI
+async def oai(sim: ProviderSimulator, mode: str) -> AsyncIterator[Any]:
+    cls = openai.AsyncOpenAI if mode == "async" else openai.OpenAI
     client = cls(base_url=sim.openai_base_url, api_key=KEY, max_retries=0)
     yield client
     await resolve(client.close())
 
 
 @pytest.fixture
-async def claude(sim: ProviderSimulator, is_async: bool) -> AsyncIterator[Any]:
-    cls = anthropic.AsyncAnthropic if is_async else anthropic.Anthropic
+async def claude(sim: ProviderSimulator, mode: str) -> AsyncIterator[Any]:
+    cls = anthropic.AsyncAnthropic if mode == "async" else anthropic.Anthropic
     client = cls(base_url=sim.anthropic_base_url, api_key=KEY, max_retries=0)
     yield client
     await resolve(client.close())

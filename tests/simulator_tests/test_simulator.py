@@ -13,9 +13,10 @@ import pytest
 
 from tests.simulator import ProviderSimulator
 
-from .clients import REPLY, REPLY_TOKENS, collect, final_of, resolve
+from tests.sdk.helpers import collect, in_stream, resolve
+from tests.simulator_tests import REPLY, REPLY_TOKENS
 
-MODES = pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+MODES = pytest.mark.parametrize("mode", ["sync", "async"])
 USER = [{"role": "user", "content": "Tell me something."}]
 LONG = "The stable system prompt says the same words on every call. " * 120  # ~1440 tokens
 
@@ -40,7 +41,7 @@ async def test_chat_completions_json_and_stream_parse_with_text_and_usage(sim: P
 async def test_responses_json_stream_and_helper_parse_with_text_and_usage(sim: ProviderSimulator, oai: Any) -> None:
     whole = await resolve(oai.responses.create(model="gpt-sim-1", input="Hi", instructions="Be brief."))
     events = await collect(await resolve(oai.responses.create(model="gpt-sim-1", input="Hi", stream=True)))
-    final = await final_of(oai.responses.stream(model="gpt-sim-1", input="Hi"), "get_final_response")
+    final = await in_stream(oai.responses.stream(model="gpt-sim-1", input="Hi"), lambda stream: stream.get_final_response())
 
     assert whole.output_text == REPLY and whole.status == "completed"
     assert whole.usage.output_tokens == REPLY_TOKENS and whole.usage.input_tokens_details.cached_tokens == 0
@@ -58,8 +59,8 @@ async def test_anthropic_messages_json_stream_and_helper_parse_with_text_and_usa
     whole = await resolve(claude.messages.create(model="claude-sim-1", max_tokens=100, messages=USER))
     events = await collect(await resolve(claude.messages.create(
         model="claude-sim-1", max_tokens=100, messages=USER, stream=True)))
-    final = await final_of(claude.messages.stream(model="claude-sim-1", max_tokens=100, messages=USER),
-                           "get_final_message")
+    final = await in_stream(claude.messages.stream(model="claude-sim-1", max_tokens=100, messages=USER),
+                            lambda stream: stream.get_final_message())
 
     assert whole.content[0].text == REPLY and whole.stop_reason == "end_turn"
     assert (whole.usage.output_tokens, whole.usage.cache_read_input_tokens) == (REPLY_TOKENS, 0)
