@@ -112,8 +112,8 @@ def parse_chat(body: Body, vocab_size: int) -> ChatRequest:
     tools, choice = openai_tools(body)
     name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     options = _openai_options(body, name, vocab_size, chat=True)
-    constraint = _constraint(tools, choice, lambda: Constraint.json(response_schema(body.get("response_format"), "response_format"),
-                                                                   "response_format"))  # fmt: skip
+    constraint = _constraint(tools, choice, "response_format",
+                             lambda: response_schema(body.get("response_format"), "response_format"))  # fmt: skip
     return ChatRequest(
         options, messages, tuple(tools), choice, constraint,
         parallel_tool_calls=optional(body, "parallel_tool_calls", bool, True),
@@ -144,7 +144,7 @@ def parse_responses(body: Body) -> ResponsesRequest:
     messages = tuple(responses_messages(body.get("input"), optional(body, "instructions", str)))
     sampling = Sampling.parse(body, max_tokens=optional(body, "max_output_tokens", int),
                               max_tokens_param="max_output_tokens", stop=(), max_temperature=OPENAI_MAX_TEMPERATURE)  # fmt: skip
-    constraint = _constraint(tools, choice, lambda: Constraint.json(_text_schema(body.get("text")), "text.format"))
+    constraint = _constraint(tools, choice, "text.format", lambda: _text_schema(body.get("text")))
     return ResponsesRequest(model, messages, tuple(tools), choice, sampling, constraint, _stream(body), body)
 
 
@@ -158,7 +158,7 @@ def parse_message(body: Body) -> MessageRequest:
     prompt = _anthropic_prompt(body)
     sampling = Sampling.parse(body, max_tokens=required(body, "max_tokens", int), max_tokens_param="max_tokens",
                               stop=stop_strings(body, "stop_sequences"), max_temperature=ANTHROPIC_MAX_TEMPERATURE)  # fmt: skip
-    constraint = _constraint(prompt.tools, prompt.tool_choice, lambda: _output_format(body))
+    constraint = _constraint(prompt.tools, prompt.tool_choice, "output_config.format", lambda: _output_schema(body))
     return MessageRequest(prompt, sampling, constraint, _stream(body))
 
 
@@ -186,11 +186,14 @@ def _stream(body: Body) -> bool:
     return stream
 
 
-def _constraint(tools: Sequence[Tool], choice: ToolChoice, json_output: Callable[[], Constraint | None]) -> Constraint | None:
-    """A call of the forced tools, else the JSON output the request's format field asks for (read only then)."""
+def _constraint(
+    tools: Sequence[Tool], choice: ToolChoice, param: str, schema: Callable[[], dict[str, Any] | None]
+) -> Constraint | None:
+    """A call of the forced tools, else JSON valid against the `schema()` that the request's format
+    field `param` asks for (read only then: a forced call is the whole answer), else none."""
     if choice.forced:
         return Constraint("tool_choice", tools=choice.forced_tools(tools))
-    return json_output()
+    return Constraint.json(schema(), param)
 
 
 def _top_logprobs(body: Body, chat: bool) -> int | None:
@@ -243,7 +246,7 @@ def _text_schema(text: Any) -> dict[str, Any] | None:
     raise ApiError("text.format must be text, json_object or json_schema with a schema", param="text")
 
 
-def _output_format(body: Body) -> Constraint | None:
+def _output_schema(body: Body) -> dict[str, Any] | None:
     """The JSON schema of Anthropic's `output_config.format` (structured outputs); its `effort` is refused."""
     config = optional(body, "output_config", dict, {})
     unknown = set(config) - {"format"}
@@ -255,4 +258,5 @@ def _output_format(body: Body) -> Constraint | None:
         return None
     if not isinstance(form, dict) or form.get("type") != "json_schema" or not isinstance(form.get("schema"), dict):
         raise ApiError("output_config.format must be {'type': 'json_schema', 'schema': {...}}", param="output_config")
-    return Constraint.json(form["schema"], "output_config.format")
+    schema: dict[str, Any] = form["schema"]
+    return schema
