@@ -115,7 +115,7 @@ def _as_ids(value: int | list[int] | None) -> tuple[int, ...]:
 
 
 def _rope_config(raw: dict[str, Any]) -> RopeConfig:
-    params = dict(raw.get("rope_parameters") or {})
+    params: dict[str, Any] = dict(raw.get("rope_parameters") or {})
     params.update(raw.get("rope_scaling") or {})
     rope_type = params.get("rope_type", params.get("type", "default"))
     return RopeConfig(

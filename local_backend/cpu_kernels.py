@@ -77,12 +77,12 @@ def _build(target: Path) -> None:
 
 def _run(commands: list[list[str]]) -> None:
     """Run the commands side by side (one compiler per source); raise with the first one's errors."""
-    running = [subprocess.Popen(command, stderr=subprocess.PIPE, text=True) for command in commands]
+    running = [(command, subprocess.Popen(command, stderr=subprocess.PIPE, text=True)) for command in commands]
     failures = []
-    for process in running:
+    for command, process in running:
         _, errors = process.communicate(timeout=KERNEL_BUILD_TIMEOUT_S)
         if process.returncode != 0:
-            failures.append(f"{process.args[0]} failed: {errors.strip()[-2000:]}")
+            failures.append(f"{command[0]} failed: {errors.strip()[-2000:]}")
     if failures:
         raise RuntimeError(failures[0])
 

@@ -102,7 +102,7 @@ def heavier_mass(w: torch.Tensor, chosen: torch.Tensor, scratch: torch.Tensor) -
     value does not vectorise on CPU). A drawn token has c > 0; `tiny` keeps 0 / 0 out regardless.
     """
     c = chosen.clamp(min=torch.finfo(w.dtype).tiny)
-    return F.threshold_(torch.div(w, c, out=scratch), 1.0, 0.0).sum(-1) * c[:, 0]
+    return torch.threshold_(torch.div(w, c, out=scratch), 1.0, 0.0).sum(-1) * c[:, 0]
 
 
 def draw(w: torch.Tensor, uniforms: torch.Tensor, sums: torch.Tensor | None = None) -> torch.Tensor:
@@ -128,12 +128,12 @@ def draw(w: torch.Tensor, uniforms: torch.Tensor, sums: torch.Tensor | None = No
 
 def processed(logits: torch.Tensor, seqs: Seq[Sequence]) -> torch.Tensor:
     """Each request's own `logits_processor` on its raw row (a copy; none set: the logits as they are)."""
-    rows = [i for i, s in enumerate(seqs) if s.params.logits_processor is not None]
-    if not rows:
+    processors = [(i, p) for i, s in enumerate(seqs) if (p := s.params.logits_processor) is not None]
+    if not processors:
         return logits
     out = logits.clone()
-    for i in rows:
-        out[i] = seqs[i].params.logits_processor(seqs[i].output_token_ids, out[i])
+    for i, processor in processors:
+        out[i] = processor(seqs[i].output_token_ids, out[i])
     return out
 
 

@@ -108,6 +108,14 @@ def train_tokenizer(samples: list[corpus.Sample]) -> Tokenizer:
     return tok
 
 
+def token_id(tok: Tokenizer, token: str) -> int:
+    """The id of one of the corpus's special tokens, which the trained tokenizer always has."""
+    found = tok.token_to_id(token)
+    if found is None:
+        raise ValueError(f"the tokenizer has no {token!r}")
+    return found
+
+
 def encode_sample(tok: Tokenizer, sample: corpus.Sample) -> tuple[list[int], list[int]]:
     """Token ids of the whole text (as the engine will tokenize it) and labels for trained pieces.
 
@@ -220,10 +228,10 @@ def train(model: torch.nn.Module, encoded: list[tuple[list[int], list[int]]], pa
     return sum(recent) / len(recent)
 
 
-def save(model: torch.nn.Module, tok: Tokenizer, out: Path) -> None:
+def save(model: transformers.LlamaForCausalLM, tok: Tokenizer, out: Path) -> None:
     """Write config, bf16 safetensors, tokenizer files and the generation config."""
     out.mkdir(parents=True, exist_ok=True)
-    model.to(torch.bfloat16).save_pretrained(out)
+    model.bfloat16().save_pretrained(out)
     tok.save(str(out / "tokenizer.json"))
     tokenizer_config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
@@ -238,7 +246,7 @@ def save(model: torch.nn.Module, tok: Tokenizer, out: Path) -> None:
     (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2, ensure_ascii=False) + "\n")
 
 
-def probe(model: torch.nn.Module, tok: Tokenizer, end_ids: list[int]) -> None:
+def probe(model: transformers.LlamaForCausalLM, tok: Tokenizer, end_ids: list[int]) -> None:
     """Print greedy chat answers (`PROBE_TOKENS` at most) to `PROBES`, then the tool loops of `TOOL_PROBES`."""
     model.eval()
 
@@ -279,12 +287,12 @@ def main() -> None:
     started = time.perf_counter()
     samples = corpus.build_corpus(SEED)
     tok = train_tokenizer(samples)
-    end_ids = [tok.token_to_id(corpus.END), tok.token_to_id(corpus.EOS)]
-    pad_id = tok.token_to_id(corpus.EOS)
+    end_id, eos_id = token_id(tok, corpus.END), token_id(tok, corpus.EOS)
+    end_ids, pad_id = [end_id, eos_id], eos_id
     base = [encode_sample(tok, sample) for sample in samples]
     print(f"vocab {tok.get_vocab_size()}", flush=True)
     if args.base is None:
-        model = build_model(tok.get_vocab_size(), *end_ids, tok.token_to_id(corpus.BOS))
+        model = build_model(tok.get_vocab_size(), end_id, eos_id, token_id(tok, corpus.BOS))
         print(f"{sum(p.numel() for p in model.parameters())} parameters", flush=True)
         loss = train(model, base, pad_id, replace(BASE_STAGE, steps=args.steps))
         print(f"base stage: loss {loss:.4f}, {time.perf_counter() - started:.0f}s", flush=True)
