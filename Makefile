@@ -59,7 +59,7 @@ valgrind:
 	$(call apt_tool,valgrind,bench)
 
 test: browser $(STAMP) $(PHOENIX_STAMP)
-	$(PY) -m mypy sdk
+	$(PY) -m mypy sdk local_backend
 	$(PY) -m pytest -q
 
 # On a machine with a GPU only (never in CI): the CUDA parity tests, then the engine benchmark on CUDA.
