@@ -33,7 +33,7 @@ from sdk.refusals import Refusals
 from sdk.retry import Attempts, acall_with_retries, call_with_retries, retries_for
 from sdk.surface import Kind
 from sdk.telemetry import CallRecord, Telemetry
-from sdk.telemetry import client_tracing
+from sdk.telemetry import client_tracing, content
 from sdk.telemetry import semconv as sc
 from sdk.telemetry.attributes import response_facts
 
@@ -206,5 +206,6 @@ def finish(call: Call, kind: Kind, response: Any, record: CallRecord) -> None:
         finish_reasons=adapter.finish_reasons(response),
         timings=timings_of(response),
         output_text=adapter.output_text(response) if record.captures_content else None,
+        output_tool_calls=content.answer_tool_calls(response) if record.captures_content else None,
         **response_facts(response),
     )

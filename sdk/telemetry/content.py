@@ -78,12 +78,30 @@ def input_messages(call: Call) -> list[dict[str, Any]]:
     return [_message(_native(message)) for message in call.messages]
 
 
-def output_messages(text: str | None) -> list[dict[str, Any]]:
-    """The answer's text in the semconv output-message shape (empty when nothing was produced)."""
-    if text is None:
+def output_messages(text: str | None, tool_calls: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The answer's text and tool calls (`tool_call` parts) in the semconv output-message shape
+    (empty when nothing was produced)."""
+    if text is None and not tool_calls:
         return []
     parts = [{"type": "text", "content": text}] if text else []
-    return [{"role": _ASSISTANT, "parts": parts}]
+    return [{"role": _ASSISTANT, "parts": parts + list(tool_calls or ())}]
+
+
+def answer_tool_calls(response: Any) -> list[dict[str, Any]]:
+    """The tool calls of a non-streamed answer of any of the three APIs, as semconv `tool_call` parts.
+
+    Chat: the first choice's `message.tool_calls`; Messages: its `tool_use` blocks; Responses: its
+    `function_call` output items.
+    """
+    native = _native(response)
+    if isinstance(native.get("choices"), list):
+        choices = native["choices"]
+        messages = [_native(choices[0].get("message") or {})] if choices else []
+    elif isinstance(native.get("output"), list):
+        messages = [_native(item) for item in native["output"]]
+    else:
+        messages = [{"role": _ASSISTANT, "content": native.get("content")}]
+    return [part for message in messages for part in _message(message)["parts"] if part["type"] == "tool_call"]
 
 
 def content_parts(content: Any) -> list[dict[str, Any]]:

@@ -174,7 +174,7 @@ KVWISE_PREFIX_BREAK_AT: Final = "kvwise.prefix.break_at"
 """The first prefix segment that changed since the previous call (e.g. `system[0]`)."""
 
 KVWISE_PREFIX_BREAK_CAUSE: Final = "kvwise.prefix.break_cause"
-"""Why the cacheable prefix changed since the family's previous call, as kvwise sees it client-side:
+"""Why the cacheable prefix changed since the previous call of its API and model, as kvwise sees it client-side:
 a cause code of `sdk.fingerprint.BreakCause`."""
 
 KVWISE_PREFIX_BREAK_CAUSE_SERVER: Final = "kvwise.prefix.break_cause_server"
@@ -197,7 +197,7 @@ KVWISE_OUTPUT_CAP_TOKENS: Final = "kvwise.output_cap.tokens"
 """The output-token limit kvwise decided for the request (`Call.cap`; thinking budget included)."""
 
 KVWISE_OUTPUT_CAP_SOURCE: Final = "kvwise.output_cap.source"
-"""Where that limit came from (a `CapSource`): the policy's cap, the caller's own, or the family's adaptive cap."""
+"""Where that limit came from (a `CapSource`): the policy's cap, the caller's own, or the workload's adaptive cap."""
 
 KVWISE_GUARD_CAP_REFUSED: Final = "kvwise.guard.cap_refused"
 """True when the server refused (400/422 naming the output limit or the context) the output cap kvwise
@@ -281,7 +281,7 @@ LLM_PROVIDER: Final = "llm.provider"
 """Who hosts the model, in OpenInference's words (an `LlmProvider`)."""
 
 LLM_SYSTEM: Final = "llm.system"
-"""The API family the client speaks (an `LlmSystem`)."""
+"""The API the client speaks (an `LlmSystem`)."""
 
 LLM_TOKEN_COUNT_PROMPT: Final = "llm.token_count.prompt"
 """ALL prompt tokens, cached ones included: the same count as `gen_ai.usage.input_tokens`."""
@@ -324,6 +324,83 @@ LLM_COST_PROMPT_DETAILS_CACHE_INPUT: Final = "llm.cost.prompt_details.cache_inpu
 
 LLM_FINISH_REASON: Final = "llm.finish_reason"
 """Why generation stopped (the first of `gen_ai.response.finish_reasons`)."""
+
+LLM_INVOCATION_PARAMETERS: Final = "llm.invocation_parameters"
+"""The request's parameters as JSON, without its content (messages, prompt, tools): always set."""
+
+LLM_INPUT_MESSAGES: Final = "llm.input_messages"
+"""Prefix of the prompt's messages, `llm.input_messages.{i}.message.*` (content capture only)."""
+
+LLM_OUTPUT_MESSAGES: Final = "llm.output_messages"
+"""Prefix of the answer's messages, `llm.output_messages.{i}.message.*` (content capture only)."""
+
+LLM_TOOLS: Final = "llm.tools"
+"""Prefix of the tools offered, `llm.tools.{i}.tool.json_schema` (content capture only)."""
+
+INPUT_VALUE: Final = "input.value"
+"""The request as sent, as JSON (content capture only; Phoenix shows it as the span's input)."""
+
+INPUT_MIME_TYPE: Final = "input.mime_type"
+"""The `MimeType` of `input.value`."""
+
+OUTPUT_VALUE: Final = "output.value"
+"""The answer's messages (call span, content capture only) or a phase's measures, as JSON."""
+
+OUTPUT_MIME_TYPE: Final = "output.mime_type"
+"""The `MimeType` of `output.value`."""
+
+MESSAGE_ROLE: Final = "message.role"
+"""Suffix of one message: its role (`user`, `assistant`, `system`, `tool`)."""
+
+MESSAGE_CONTENT: Final = "message.content"
+"""Suffix of one message: its text, when it is one text part."""
+
+MESSAGE_CONTENTS: Final = "message.contents"
+"""Suffix of one message's text parts, `message.contents.{k}.message_content.*`, when there are several."""
+
+MESSAGE_CONTENT_TYPE: Final = "message_content.type"
+"""Suffix of one content part: its type (`text`)."""
+
+MESSAGE_CONTENT_TEXT: Final = "message_content.text"
+"""Suffix of one content part: its text."""
+
+MESSAGE_TOOL_CALLS: Final = "message.tool_calls"
+"""Suffix of one message's tool calls, `message.tool_calls.{j}.tool_call.*`."""
+
+MESSAGE_TOOL_CALL_ID: Final = "message.tool_call_id"
+"""Suffix of a `tool` message: the id of the call it answers."""
+
+TOOL_CALL_ID: Final = "tool_call.id"
+"""Suffix of one tool call: its id."""
+
+TOOL_CALL_FUNCTION_NAME: Final = "tool_call.function.name"
+"""Suffix of one tool call: the tool's name."""
+
+TOOL_CALL_FUNCTION_ARGUMENTS: Final = "tool_call.function.arguments"
+"""Suffix of one tool call: its arguments as a JSON string."""
+
+TOOL_JSON_SCHEMA: Final = "tool.json_schema"
+"""Suffix of one offered tool: its native definition as JSON."""
+
+# --- Phases (the `prefill` and `decode` child spans) -------------------------------------------
+
+KVWISE_PREFILL_TOKENS: Final = "kvwise.prefill.tokens"
+"""Input tokens the server had to prefill: all input tokens less the ones read from the cache."""
+
+KVWISE_PREFILL_CACHED_TOKENS: Final = "kvwise.prefill.cached_tokens"
+"""Input tokens read from the cache instead of prefilled."""
+
+KVWISE_PREFILL_MS: Final = "kvwise.prefill.ms"
+"""Milliseconds from the answering attempt's send to its first content chunk."""
+
+KVWISE_DECODE_TOKENS: Final = "kvwise.decode.tokens"
+"""Output tokens decoded (`gen_ai.usage.output_tokens`)."""
+
+KVWISE_DECODE_MS: Final = "kvwise.decode.ms"
+"""Milliseconds from the first content chunk to the last."""
+
+KVWISE_DECODE_TOKENS_PER_S: Final = "kvwise.decode.tokens_per_s"
+"""Output tokens over the decode time (set when decode took any time)."""
 
 # --- Environment variables -------------------------------------------------------------------
 
@@ -450,6 +527,14 @@ class OpenInferenceSpanKind(StrEnum):
     """Values of `openinference.span.kind` that kvwise reports."""
 
     LLM = "LLM"
+    CHAIN = "CHAIN"
+    """A step inside the call (the phase spans): Phoenix shows its input and output, counts no tokens."""
+
+
+class MimeType(StrEnum):
+    """Values of `input.mime_type` and `output.mime_type`."""
+
+    JSON = "application/json"
 
 
 class LlmProvider(StrEnum):
@@ -469,7 +554,7 @@ class LlmProvider(StrEnum):
 
 
 class LlmSystem(StrEnum):
-    """Values of `llm.system`: the API family, `openai` for every OpenAI-compatible server."""
+    """Values of `llm.system`: the API, `openai` for every OpenAI-compatible server."""
 
     OPENAI = "openai"
     ANTHROPIC = "anthropic"

@@ -7,6 +7,9 @@
     │                                 (gen_ai.response.time_to_first_chunk: last attempt sent -> its first chunk of any kind)
     └── decode                        INTERNAL  first content chunk -> last content chunk
 
+The phase spans are OpenInference CHAIN spans (Phoenix shows them, counts no tokens on them) carrying
+what they measured, as `kvwise.prefill.*` / `kvwise.decode.*` and as their JSON `output.value`.
+
 The wrapper drives a `CallRecord` through `activate`, `attempt`, `first_chunk`, `chunk`,
 `guard_tripped` and exactly one `end`. The phase spans are created at `end` with the timestamps
 taken on the way, so a stream that is abandoned, cut or failed still ends every span it has, and the
@@ -32,7 +35,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from sdk.call import Call, Usage
 from sdk.diagnostics import disagree
-from sdk.telemetry import content, openinference
+from sdk.telemetry import content, openinference, phases
 from sdk.telemetry import semconv as sc
 from sdk.telemetry.attributes import Attributes, Outcome, error_type, outcome_attributes
 from sdk.telemetry.metrics import Instruments
@@ -198,6 +201,7 @@ class CallRecord:
         finish_reasons: tuple[str, ...] = (),
         timings: dict[str, float] | None = None,
         output_text: str | None = None,
+        output_tool_calls: list[dict[str, Any]] | None = None,
         error: BaseException | str | None = None,
         usage_estimated: bool = False,
         service_tier: str | None = None,
@@ -206,6 +210,9 @@ class CallRecord:
         abandoned: bool = False,
     ) -> None:
         """Finish the call: attributes, phase spans, content, then the span ends; then metrics. Only once.
+
+        `output_text`, `output_tool_calls`: the answer (semconv `tool_call` parts), given only when
+        content is captured (`captures_content`).
 
         `usage_estimated`: the server never reported the input tokens (see `KVWISE_USAGE_ESTIMATED`).
         `cache_miss_reason`: the provider's own diagnosis of a cache miss (Anthropic's diagnostics).
@@ -231,7 +238,7 @@ class CallRecord:
                 span.end(end_time=end_ns)  # never leave the span open
             raise
         if span is not None:
-            self._finish_span(sinks, span, outcome, output_text, end_ns)
+            self._finish_span(sinks, span, outcome, content.output_messages(output_text, output_tool_calls), end_ns)
         if sinks.instruments is not None:
             self._record_metrics(sinks.instruments, outcome, end_ns)
 
@@ -278,21 +285,22 @@ class CallRecord:
         return max(received - self._attempt_ns, 0) / _NS_PER_S
 
     @guarded
-    def _finish_span(self, sinks: Sinks, span: Span, outcome: Outcome, output_text: str | None, end_ns: int) -> None:
+    def _finish_span(self, sinks: Sinks, span: Span, outcome: Outcome, answer: list[dict[str, Any]], end_ns: int) -> None:
         try:
             if not span.is_recording() and sinks.capture is _NO_CONTENT:
                 return  # sampled out, or no SDK: nothing reads its attributes (the span still ends)
             attributes = outcome_attributes(outcome)
             attributes.update(openinference.outcome_attributes(outcome))
+            attributes.update(openinference.invocation_attributes(self._call))
             if sinks.capture is not _NO_CONTENT:
-                attributes.update(self._capture(sinks, span, outcome, output_text))
+                attributes.update(self._capture(sinks, span, outcome, answer))
             if self._usage_estimated:
                 attributes[sc.KVWISE_USAGE_ESTIMATED] = True
             span.set_attributes(attributes)
             if outcome.error_type:
                 span.set_status(Status(StatusCode.ERROR, outcome.error_type))
             if self._streamed:
-                self._end_phases(sinks.tracer, span, end_ns)
+                self._end_phases(sinks.tracer, span, outcome.usage, end_ns)
         finally:
             span.end(end_time=end_ns)
 
@@ -305,33 +313,33 @@ class CallRecord:
             return None
         return (self._last_ns - self._first_ns) / (self._chunks - 1)
 
-    def _end_phases(self, tracer: Tracer, span: Span, end_ns: int) -> None:
+    def _end_phases(self, tracer: Tracer, span: Span, usage: Usage | None, end_ns: int) -> None:
         """Create and end `prefill` (and `decode`, once a chunk arrived) as children of the call span."""
         parent = trace.set_span_in_context(span)
         first = self._first_ns
-        prefill = tracer.start_span(_PREFILL, parent, kind=SpanKind.INTERNAL, start_time=self._attempt_ns)
-        prefill.end(end_time=first if first is not None else end_ns)
+        prefill_end = first if first is not None else end_ns
+        prefill_facts = phases.prefill_facts(usage, prefill_end - self._attempt_ns)
+        prefill = tracer.start_span(_PREFILL, parent, kind=SpanKind.INTERNAL, attributes=prefill_facts, start_time=self._attempt_ns)
+        prefill.end(end_time=prefill_end)
         if first is not None:
-            decode = tracer.start_span(
-                _DECODE,
-                parent,
-                kind=SpanKind.INTERNAL,
-                attributes={sc.KVWISE_STREAM_CHUNKS: self._chunks},
-                start_time=first,
-            )
-            decode.end(end_time=max(self._last_ns or first, first))
+            decode_end = max(self._last_ns or first, first)
+            decode_facts = phases.decode_facts(usage, decode_end - first)
+            decode_facts[sc.KVWISE_STREAM_CHUNKS] = self._chunks
+            decode = tracer.start_span(_DECODE, parent, kind=SpanKind.INTERNAL, attributes=decode_facts, start_time=first)
+            decode.end(end_time=decode_end)
 
-    def _capture(self, sinks: Sinks, span: Span, outcome: Outcome, output_text: str | None) -> Attributes:
+    def _capture(self, sinks: Sinks, span: Span, outcome: Outcome, answer: list[dict[str, Any]]) -> Attributes:
         """Emit the prompt and answer as an event and/or return them as span attributes, per the capture mode.
 
         The event carries the span's attributes and the content as structured values; the span, whose
         attributes take no maps, the content as JSON strings.
         """
         call = self._call
+        system, inputs = content.system_instructions(call), content.input_messages(call)
         structured: Attributes = {
-            sc.GEN_AI_SYSTEM_INSTRUCTIONS: content.system_instructions(call),
-            sc.GEN_AI_INPUT_MESSAGES: content.input_messages(call),
-            sc.GEN_AI_OUTPUT_MESSAGES: content.output_messages(output_text),
+            sc.GEN_AI_SYSTEM_INSTRUCTIONS: system,
+            sc.GEN_AI_INPUT_MESSAGES: inputs,
+            sc.GEN_AI_OUTPUT_MESSAGES: answer,
         }
         if sinks.capture.on_event and sinks.event_logger is not None:
             span_attributes = {**(self._request or self._base), **outcome_attributes(outcome)}
@@ -344,4 +352,6 @@ class CallRecord:
             )
         if not sinks.capture.on_span:
             return {}
-        return {name: content.to_json(value) for name, value in structured.items()}
+        attributes = {name: content.to_json(value) for name, value in structured.items()}
+        attributes.update(openinference.content_attributes(call, system, inputs, answer))
+        return attributes
