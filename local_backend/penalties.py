@@ -16,7 +16,6 @@ import torch
 
 from local_backend._constants import DRY_MAX_EXPONENT_LOG
 from local_backend.sampling_params import SamplingParams
-from local_backend.sequence import Sequence
 
 
 class PenaltyState:
@@ -32,18 +31,19 @@ class PenaltyState:
 
     __slots__ = ("ids", "counts", "offsets", "_index", "_counted", "_frequency", "_presence")
 
-    def __init__(self, seq: Sequence):
-        prompt = sorted(set(seq.prompt_token_ids))
+    def __init__(self, prompt_token_ids: Seq[int], params: SamplingParams):
+        prompt = sorted(set(prompt_token_ids))
         self.ids = array("q", prompt)
         self.counts = array("f", bytes(4 * len(prompt)))
         self.offsets = array("f", bytes(4 * len(prompt)))
         self._index = {token: i for i, token in enumerate(prompt)}
-        self._counted = seq.num_prompt_tokens
-        self._frequency, self._presence = seq.params.frequency_penalty, seq.params.presence_penalty
+        self._counted = len(prompt_token_ids)
+        self._frequency, self._presence = params.frequency_penalty, params.presence_penalty
 
-    def update(self, seq: Sequence) -> None:
+    def update(self, token_ids: Seq[int]) -> None:
+        """Count the output tokens of `token_ids` (the prompt, then the output so far) not yet counted."""
         index, ids, counts, offsets = self._index, self.ids, self.counts, self.offsets
-        for token in seq.token_ids[self._counted :]:
+        for token in token_ids[self._counted :]:
             i = index.get(token)
             if i is None:
                 i = index[token] = len(ids)
@@ -52,7 +52,7 @@ class PenaltyState:
                 offsets.append(0.0)
             counts[i] += 1
             offsets[i] = self._frequency * counts[i] + self._presence
-        self._counted = len(seq.token_ids)
+        self._counted = len(token_ids)
 
 
 def apply_penalties(values: torch.Tensor, offsets: torch.Tensor, repetition: torch.Tensor) -> torch.Tensor:

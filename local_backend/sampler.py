@@ -22,6 +22,7 @@ the same tokens.
 from __future__ import annotations
 
 import math
+import weakref
 from array import array
 from collections.abc import Callable
 from collections.abc import Sequence as Seq
@@ -141,6 +142,8 @@ class Sampler:
     """Turns one step's logits (one row per sampling sequence) into token ids.
 
     `breakers(strings)` maps DRY breaker strings to token ids (the engine resolves and caches them).
+    What a request keeps between its steps (its penalties' seen tokens, a seeded request's
+    generator) is the sampler's, held per sequence for as long as the sequence lives.
     `native` lets CPU float32 logits take the native kernels (built on first use; see `cpu_kernels`).
     """
 
@@ -149,6 +152,8 @@ class Sampler:
         self.breakers = breakers
         self.native = True
         self._buffers: dict[str, torch.Tensor] = {}
+        self._penalty_states: weakref.WeakKeyDictionary[Sequence, PenaltyState] = weakref.WeakKeyDictionary()
+        self._generators: weakref.WeakKeyDictionary[Sequence, torch.Generator] = weakref.WeakKeyDictionary()
 
     def _fused(self, w: torch.Tensor) -> bool:
         return self.native and w.device.type == "cpu" and w.dtype == torch.float32 and cpu_kernels.load()
@@ -270,10 +275,11 @@ class Sampler:
         uniforms = torch.rand(len(seqs), dtype=torch.float64, device=device)
         for i, seq in enumerate(seqs):
             if seq.params.seed is not None:
-                if seq.generator is None:
-                    seq.generator = torch.Generator(device=device)
-                    seq.generator.manual_seed(seq.params.seed)
-                uniforms[i] = torch.rand(1, generator=seq.generator, dtype=torch.float64, device=device)
+                generator = self._generators.get(seq)
+                if generator is None:
+                    generator = self._generators[seq] = torch.Generator(device=device)
+                    generator.manual_seed(seq.params.seed)
+                uniforms[i] = torch.rand(1, generator=generator, dtype=torch.float64, device=device)
         return uniforms
 
     def _penalise(self, logits: torch.Tensor, seqs: list[Sequence], rows: list[int]) -> None:
@@ -286,10 +292,11 @@ class Sampler:
         device, vocab = logits.device, logits.shape[-1]
         states = []
         for seq in seqs:
-            if seq.penalty_state is None:
-                seq.penalty_state = PenaltyState(seq)
-            seq.penalty_state.update(seq)
-            states.append(seq.penalty_state)
+            state = self._penalty_states.get(seq)
+            if state is None:
+                state = self._penalty_states[seq] = PenaltyState(seq.prompt_token_ids, seq.params)
+            state.update(seq.token_ids)
+            states.append(state)
 
         def joined(buffers: list[array], dtype: torch.dtype) -> torch.Tensor:
             return torch.frombuffer(bytearray().join(buffers), dtype=dtype).to(device)

@@ -4,14 +4,8 @@ from __future__ import annotations
 
 import enum
 import time
-from typing import TYPE_CHECKING
-
-import torch
 
 from local_backend.sampling_params import SamplingParams
-
-if TYPE_CHECKING:
-    from local_backend.penalties import PenaltyState
 
 
 class Status(enum.Enum):
@@ -37,7 +31,7 @@ class Sequence:
         "request_id", "params", "cache_salt", "token_ids", "num_prompt_tokens", "num_computed_tokens",
         "num_cached_tokens", "num_cache_written_tokens", "num_offered_blocks", "block_table",
         "block_hashes", "status", "num_preemptions",
-        "generator", "penalty_state", "arrival_time", "scheduled_time", "first_token_time", "finished_time",
+        "arrival_time", "scheduled_time", "first_token_time", "finished_time", "__weakref__",
     )  # fmt: skip
 
     def __init__(
@@ -60,8 +54,6 @@ class Sequence:
         self.block_hashes: list[int] = []
         self.status = Status.WAITING
         self.num_preemptions = 0
-        self.generator: torch.Generator | None = None
-        self.penalty_state: PenaltyState | None = None  # the sampler's, built on first use
         self.arrival_time = time.perf_counter()
         self.scheduled_time: float | None = None
         self.first_token_time: float | None = None

@@ -17,21 +17,21 @@ NO_BREAKERS: frozenset[int] = frozenset()
 
 
 def test_penalty_state_keeps_distinct_seen_tokens_and_output_counts_as_tokens_arrive():
-    seq = Sequence("r", [3, 1, 3], SamplingParams())
-    state = PenaltyState(seq)
-    seq.token_ids.extend([1, 2, 2])
-    state.update(seq)
-    seq.token_ids.extend([*range(10, 80), 2])
-    state.update(seq)
+    tokens = [3, 1, 3]
+    state = PenaltyState(tokens, SamplingParams())
+    tokens.extend([1, 2, 2])
+    state.update(tokens)
+    tokens.extend([*range(10, 80), 2])
+    state.update(tokens)
     seen = dict(zip(state.ids.tolist(), state.counts.tolist(), strict=True))
     assert seen == {1: 1.0, 2: 3.0, 3: 0.0} | {t: 1.0 for t in range(10, 80)}
 
 
 def test_penalty_offsets_are_frequency_times_count_plus_presence_for_output_tokens_only():
-    seq = Sequence("r", [3, 1, 3], SamplingParams(frequency_penalty=0.5, presence_penalty=0.25))
-    state = PenaltyState(seq)
-    seq.token_ids.extend([1, 2, 2])
-    state.update(seq)
+    tokens = [3, 1, 3]
+    state = PenaltyState(tokens, SamplingParams(frequency_penalty=0.5, presence_penalty=0.25))
+    tokens.extend([1, 2, 2])
+    state.update(tokens)
     assert dict(zip(state.ids.tolist(), state.offsets.tolist(), strict=True)) == {1: 0.75, 2: 1.25, 3: 0.0}
 
 
