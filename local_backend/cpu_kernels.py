@@ -10,9 +10,8 @@ installed torch (the headers and libraries `torch.utils.cpp_extension` names, AT
 for the CPU's capability, as inductor compiles its kernels) by the system's C++ compiler, with no
 Python module around them, so neither ninja nor pybind11 is needed, into one library cached under
 the user's cache directory by a key of the sources, the torch build and the flags. Without a
-compiler, or when the build fails, `load()` logs why once and returns False: attention keeps its
-SDPA paths and its stacked kv copy, the projections, the sampler and the layers their torch ops,
-only slower.
+compiler, or when the build fails, `load()` logs why once and returns False, and `ops.select`
+gives the engine the torch forms of every op: the same tokens, only slower.
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ logger = logging.getLogger(__name__)
 CSRC = Path(__file__).parent / "csrc"
 SOURCES = sorted(CSRC.glob("*.cpp"))
 LANES = 8
-"""Floats per vector in the attention kernel: a head_dim it serves must be a multiple of it."""
+"""Floats per vector in the attention kernels: a head_dim they serve must be a multiple of it."""
 
 
 def _flags() -> list[str]:
@@ -101,7 +100,3 @@ def load() -> bool:
         return False
     return True
 
-
-def serves(device: torch.device, dtype: torch.dtype, head_dim: int) -> bool:
-    """Whether decodes on this cache can use the kernel (loading it on first ask)."""
-    return device.type == "cpu" and dtype == torch.float32 and head_dim % LANES == 0 and load()

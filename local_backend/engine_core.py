@@ -14,6 +14,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+import torch
+
+from local_backend import ops
 from local_backend.block_manager import BlockManager
 from local_backend.config import ModelConfig
 from local_backend.model import CausalLM
@@ -52,7 +55,8 @@ class EngineCore:
         max_model_len: int,
         max_num_batched_tokens: int,
     ):
-        dtype = next(model.parameters()).dtype
+        param = next(model.parameters())
+        dtype, device = param.dtype, param.device
         self.config = cfg
         self.kv_bytes_per_token = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * dtype.itemsize
         usable = max_num_seqs * -(-max_model_len // block_size)
@@ -60,7 +64,7 @@ class EngineCore:
         self.block_manager = BlockManager(num_blocks, block_size)
         self.max_model_len = min(max_model_len, num_blocks * block_size)
         self.scheduler = Scheduler(self.block_manager, max_num_seqs, max(max_num_batched_tokens, max_num_seqs))
-        sampler = Sampler(cfg.vocab_size, tokenizer.ids_containing)
+        sampler = Sampler(cfg.vocab_size, tokenizer.ids_containing, ops.select(device, torch.float32, cfg.head_dim))
         self.runner = ModelRunner(model, cfg, sampler, num_blocks, block_size, self.max_model_len)
         self.eos = frozenset(cfg.eos_token_ids) | (
             {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()

@@ -8,9 +8,9 @@ import torch
 from safetensors import safe_open
 
 from local_backend import _constants as C
-from local_backend import cpu_kernels
+from local_backend import ops
 from local_backend.config import ModelConfig
-from local_backend.model import MLP, Attention, CausalLM, Linear, RMSNorm
+from local_backend.model import CausalLM, Linear
 
 REQUIRED_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json")
 
@@ -76,12 +76,13 @@ def load_model(
 
     Projection weights land transposed in `weight_t`, q/k/v and gate/up side by side in their
     packed matrix; with tied embeddings the lm_head is the embedding's transpose (a copy on CPU,
-    where decode streams it faster, a view elsewhere). On CPU in float32 every projection also gets
-    oneDNN's prepacked weight for batched rows (`Linear.pack`), and the projections' decode rows,
-    the norms, rope and MLP activation their native kernels (`native`, when `cpu_kernels` builds).
+    where decode streams it faster, a view elsewhere). Its layers run the ops chosen here, once
+    (`ops.select`). On CPU in float32 every projection also gets oneDNN's prepacked weight for
+    batched rows (`Linear.pack`).
     """
+    chosen = ops.select(device, dtype, cfg.head_dim)
     with torch.device("meta"):
-        model = CausalLM(cfg, dtype)
+        model = CausalLM(cfg, dtype, chosen)
     model.to_empty(device=device)
     params = dict(model.named_parameters())
     shard_sizes = {
@@ -111,13 +112,10 @@ def load_model(
             embedding_t.contiguous() if device.type == "cpu" else embedding_t, requires_grad=False
         )
     _check_complete(params, loaded, shard_sizes, cfg)
-    if device.type == "cpu" and dtype == torch.float32:
-        packs, native = torch.backends.mkldnn.is_available(), cpu_kernels.load()
+    if device.type == "cpu" and dtype == torch.float32 and torch.backends.mkldnn.is_available():
         for module in model.modules():
-            if isinstance(module, Linear) and packs:
+            if isinstance(module, Linear):
                 module.pack()
-            if isinstance(module, (Linear, RMSNorm, Attention, MLP)) and native:
-                module.native = True
     return model.eval().requires_grad_(False)
 def _target(name: str, shard_sizes: dict[str, list[int]]) -> tuple[str, int, int | None]:
     """Our parameter name, the row offset inside it and the row count (None: the whole tensor)."""

@@ -4,9 +4,8 @@ Parameter names mirror Hugging Face's, except that q/k/v and gate/up projections
 one matrix each (`qkv_proj`, `gate_up_proj`) so a step does two matmuls where it would do five,
 and projection matrices are stored transposed (`weight_t`, see `Linear`).
 Tokens of all sequences in a step are flattened to `[T, hidden]`; only attention looks at sequences.
-On CPU in float32 the loader sets `native` on the projections, norms, attention and MLPs: decode
-rows stream the weights through `kvwise::matvec`, and RMSNorm, rope and silu·up are single native
-calls (`cpu_kernels`, `csrc/`) instead of several torch ops.
+Every layer runs the ops the loader chose for the model (`ops.select`: the native CPU kernels or
+the torch forms) and never asks which it holds.
 """
 
 from __future__ import annotations
@@ -14,12 +13,11 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from local_backend._constants import MATVEC_MAX_ROWS, ONEDNN_MIN_ROWS
 from local_backend.attention import AttentionMetadata, paged_attention
 from local_backend.config import ModelConfig, RopeConfig
+from local_backend.ops import TorchOps
 
 
 def rope_tables(
@@ -55,29 +53,19 @@ def _llama3_inv_freq(inv_freq: torch.Tensor, rope: RopeConfig) -> torch.Tensor:
     return torch.where(is_medium, smoothed, scaled)
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x·cos + rotate_half(x)·sin with `x [T, heads, D]`, `cos`/`sin` `[T, 1, D]`."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
-
-
 class Linear(nn.Module):
     """y = x·Wᵀ + b with W stored transposed, `weight_t [in, out]`.
 
     Decode multiplies a few rows by each matrix, which streams the whole matrix from memory; on CPU
-    a row-major [in, out] matrix streams about twice as fast as [out, in] (32000×512 lm_head:
-    4.5 ms against 9.9 ms on one core), and large matmuls are no slower. On CPU in float32 the
-    loader sets `native`: up to `MATVEC_MAX_ROWS` rows then go to `kvwise::matvec`, which streams
-    `weight_t` near the memory's speed (`csrc/matvec.cpp`). `pack` adds oneDNN's blocked copy of W,
-    as vLLM's CPU build repacks its weights at load: larger batches multiply by it (the price: the
-    weights twice in memory).
+    a row-major [in, out] matrix streams faster than [out, in], and large matmuls are no slower.
+    The native ops send decode rows to `kvwise::matvec`, which streams `weight_t` near the memory's
+    speed (`csrc/matvec.cpp`). `pack` adds oneDNN's blocked copy of W, as vLLM's CPU build repacks
+    its weights at load: larger batches multiply by it (the price: the weights twice in memory).
     """
 
-    native = False
-
-    def __init__(self, in_features: int, out_features: int, bias: bool, dtype: torch.dtype) -> None:
+    def __init__(self, in_features: int, out_features: int, bias: bool, dtype: torch.dtype, ops: TorchOps) -> None:
         super().__init__()
+        self.ops = ops
         self.weight_t = nn.Parameter(torch.empty(in_features, out_features, dtype=dtype))
         self.bias = nn.Parameter(torch.empty(out_features, dtype=dtype)) if bias else None
         self.packed: torch.Tensor | None = None
@@ -87,46 +75,35 @@ class Linear(nn.Module):
         self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight_t.t().contiguous(), None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.shape[0]
-        if self.native and rows <= MATVEC_MAX_ROWS and x.dim() == 2 and x.is_contiguous():
-            return torch.ops.kvwise.matvec(x, self.weight_t, self.bias)
-        if self.packed is not None and rows >= ONEDNN_MIN_ROWS:
-            return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
-        if self.bias is None:
-            return x @ self.weight_t
-        return torch.addmm(self.bias, x, self.weight_t)
+        return self.ops.linear(x, self.weight_t, self.bias, self.packed)
 
 
 class RMSNorm(nn.Module):
     """x / √(mean(x²) + eps) · weight."""
 
-    native = False
-
-    def __init__(self, dim: int, eps: float, dtype: torch.dtype) -> None:
+    def __init__(self, dim: int, eps: float, dtype: torch.dtype, ops: TorchOps) -> None:
         super().__init__()
+        self.ops = ops
         self.weight = nn.Parameter(torch.empty(dim, dtype=dtype))
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.native and x.is_contiguous():
-            return torch.ops.kvwise.rms_norm(x, self.weight, self.eps)
-        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+        return self.ops.rms_norm(x, self.weight, self.eps)
 
 
 class Attention(nn.Module):
     """Grouped-query self-attention with optional qkv bias (Qwen2) and q/k norms (Qwen3)."""
 
-    native = False
-
-    def __init__(self, cfg: ModelConfig, dtype: torch.dtype) -> None:
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, ops: TorchOps) -> None:
         super().__init__()
+        self.ops = ops
         self.q_size = cfg.num_heads * cfg.head_dim
         self.kv_size = cfg.num_kv_heads * cfg.head_dim
         self.head_dim = cfg.head_dim
-        self.qkv_proj = Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, cfg.qkv_bias, dtype)
-        self.o_proj = Linear(self.q_size, cfg.hidden_size, cfg.o_bias, dtype)
-        self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, dtype) if cfg.qk_norm else None
-        self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, dtype) if cfg.qk_norm else None
+        self.qkv_proj = Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, cfg.qkv_bias, dtype, ops)
+        self.o_proj = Linear(self.q_size, cfg.hidden_size, cfg.o_bias, dtype, ops)
+        self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, dtype, ops) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps, dtype, ops) if cfg.qk_norm else None
 
     def forward(
         self,
@@ -143,40 +120,33 @@ class Attention(nn.Module):
         v = v.view(tokens, -1, self.head_dim)
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        if self.native:
-            torch.ops.kvwise.rotary_embedding_(q, k, cos, sin)  # in place, in the step's own qkv buffer
-        else:
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        return self.o_proj(paged_attention(q, k, v, kv_cache, meta))
+        q, k = self.ops.rotary_embedding(q, k, cos, sin)
+        return self.o_proj(paged_attention(q, k, v, kv_cache, meta, self.ops))
 
 
 class MLP(nn.Module):
     """down(silu(gate(x)) · up(x))."""
 
-    native = False
-
-    def __init__(self, cfg: ModelConfig, dtype: torch.dtype) -> None:
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, ops: TorchOps) -> None:
         super().__init__()
         size = cfg.intermediate_size
-        self.gate_up_proj = Linear(cfg.hidden_size, 2 * size, cfg.mlp_bias, dtype)
-        self.down_proj = Linear(size, cfg.hidden_size, cfg.mlp_bias, dtype)
+        self.ops = ops
+        self.gate_up_proj = Linear(cfg.hidden_size, 2 * size, cfg.mlp_bias, dtype, ops)
+        self.down_proj = Linear(size, cfg.hidden_size, cfg.mlp_bias, dtype, ops)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.native:
-            return self.down_proj(torch.ops.kvwise.silu_and_mul(self.gate_up_proj(x)))
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(self.ops.silu_and_mul(self.gate_up_proj(x)))
 
 
 class DecoderLayer(nn.Module):
     """Pre-norm residual block: x + attn(norm(x)), then x + mlp(norm(x))."""
 
-    def __init__(self, cfg: ModelConfig, dtype: torch.dtype) -> None:
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, ops: TorchOps) -> None:
         super().__init__()
-        self.self_attn = Attention(cfg, dtype)
-        self.mlp = MLP(cfg, dtype)
-        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
-        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
+        self.self_attn = Attention(cfg, dtype, ops)
+        self.mlp = MLP(cfg, dtype, ops)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, ops)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, ops)
 
     def forward(
         self,
@@ -193,23 +163,25 @@ class DecoderLayer(nn.Module):
 class Backbone(nn.Module):
     """Embeddings, decoder layers and the final norm (Hugging Face's `model.` prefix)."""
 
-    def __init__(self, cfg: ModelConfig, dtype: torch.dtype) -> None:
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, ops: TorchOps) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size, dtype=dtype)
-        self.layers = nn.ModuleList(DecoderLayer(cfg, dtype) for _ in range(cfg.num_layers))
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, dtype, ops) for _ in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, ops)
 
 
 class CausalLM(nn.Module):
     """A Llama-family causal LM: `forward` runs one step's tokens, `logits` projects chosen rows.
 
-    Build it under `torch.device("meta")` and let the loader materialise the weights.
+    Build it under `torch.device("meta")` and let the loader materialise the weights; `ops` are
+    the ones every layer runs (`ops.select` for the device and dtype).
     """
 
-    def __init__(self, cfg: ModelConfig, dtype: torch.dtype) -> None:
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, ops: TorchOps) -> None:
         super().__init__()
-        self.model = Backbone(cfg, dtype)
-        self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size, False, dtype)
+        self.ops = ops
+        self.model = Backbone(cfg, dtype, ops)
+        self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size, False, dtype, ops)
 
     def forward(
         self,

@@ -1,9 +1,9 @@
 """The only place that touches tensors: the KV cache, one forward per step, and sampling.
 
 A step's sequences are laid out as one flat batch of tokens: first every single-token query
-(decodes), shortest context first, so their attention is one call of the native CPU kernel
-(`PagedDecodes`) or, without it, a few batched SDPA calls (`decode_groups`); then each prefill
-chunk. Logits are computed only for the rows that end a sequence's uncomputed tokens, i.e. the
+(decodes), shortest context first, so their attention is one call that reads the cache in place
+(`PagedDecodes`, where the model's ops do: `ops.TorchOps.paged_decodes`) or a few batched SDPA calls
+(`decode_groups`); then each prefill chunk. Logits are computed only for the rows that end a sequence's uncomputed tokens, i.e. the
 ones that sample.
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import torch
 
-from local_backend import cpu_kernels
 from local_backend._constants import DECODE_PADDING_SHARE
 from local_backend.attention import AttentionMetadata, DecodeGroup, PagedDecodes, PrefillSegment
 from local_backend.config import ModelConfig
@@ -44,7 +43,7 @@ class ModelRunner:
         )  # fmt: skip
         self.cos, self.sin = rope_tables(cfg.rope, cfg.head_dim, max_model_len, self.device, param.dtype)
         self._block_offsets = torch.arange(block_size, device=self.device)
-        self.paged_decodes = cpu_kernels.serves(self.device, param.dtype, cfg.head_dim)
+        self.paged_decodes = model.ops.paged_decodes
 
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> list[int]:

@@ -13,10 +13,9 @@ a whole row, no per-step tensor rebuilt from a request's token list):
 - the draw is inverse-CDF with one uniform per row (chunk sums, then the chosen chunk): an exact
   sample of w / Σw. A seeded request draws its uniform from its own generator, so its tokens do not
   depend on what else is in the batch.
-On CPU in float32 the weights with their chunk sums, the top-p test's mass, the draw and the
-penalties are native kernels (`cpu_kernels`, `csrc/sampling.cpp`): two passes over the logits for
-the weights and one for the mass, where the torch ops below take five and three; the same steps,
-the same tokens.
+The weights with their chunk sums, the top-p test's mass, the draw and the penalties are the
+sampler's ops (`ops`: natively on CPU, `csrc/sampling.cpp`, fewer passes over the logits than the
+torch forms take; the same steps, the same tokens).
 """
 
 from __future__ import annotations
@@ -28,11 +27,10 @@ from collections.abc import Callable
 from collections.abc import Sequence as Seq
 
 import torch
-import torch.nn.functional as F
 
-from local_backend import cpu_kernels
-from local_backend._constants import SAMPLER_CHUNK, SAMPLER_FIRST_CUTOFF, SAMPLER_REJECTION_ROUNDS
-from local_backend.penalties import PenaltyState, apply_penalties, dry_penalties
+from local_backend._constants import SAMPLER_FIRST_CUTOFF, SAMPLER_REJECTION_ROUNDS
+from local_backend.ops import TorchOps, chunk_sums
+from local_backend.penalties import PenaltyState, dry_penalties
 from local_backend.sampling_params import SamplingParams
 from local_backend.sequence import Sequence
 
@@ -85,48 +83,6 @@ def keep_thresholds(w: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, m
         pending = pending[~ok]
     return threshold
 
-def chunk_sums(w: torch.Tensor) -> torch.Tensor:
-    """Σw over each chunk of `SAMPLER_CHUNK` tokens of each row (float64; the last chunk may be short).
-
-    float32 sums of 256 weights: exact enough, and far faster than float64 ones.
-    """
-    size = min(SAMPLER_CHUNK, w.shape[1])
-    whole = w.shape[1] // size
-    return torch.cat((w.unfold(1, size, size).sum(-1), w[:, whole * size :].sum(-1, True)), dim=1).double()
-
-
-def heavier_mass(w: torch.Tensor, chosen: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
-    """Σ of each row's weights above its `chosen` one (`[rows, 1]`), the top-p test's mass.
-
-    Computed as c · Σ threshold(w / c, 1): two float passes and a sum, where a comparison into a
-    mask and a `where` took three times as long (a bool-producing comparison against a per-row
-    value does not vectorise on CPU). A drawn token has c > 0; `tiny` keeps 0 / 0 out regardless.
-    """
-    c = chosen.clamp(min=torch.finfo(w.dtype).tiny)
-    return torch.threshold_(torch.div(w, c, out=scratch), 1.0, 0.0).sum(-1) * c[:, 0]
-
-
-def draw(w: torch.Tensor, uniforms: torch.Tensor, sums: torch.Tensor | None = None) -> torch.Tensor:
-    """Token ids drawn from w / Σw per row by inverse CDF, one uniform in [0, 1) per row.
-
-    Σ over chunks (`chunk_sums`, given or computed here) picks the chunk, a cumulative sum inside it
-    the token: one pass over w, in float64 where it is summed.
-    """
-    rows, vocab = w.shape
-    size = min(SAMPLER_CHUNK, vocab)
-    sums = chunk_sums(w) if sums is None else sums
-    cdf = sums.cumsum(-1)
-    target = (uniforms * cdf[:, -1])[:, None]
-    chunk = torch.searchsorted(cdf, target, right=True).clamp_(max=sums.shape[1] - 1)
-    offset = target - (cdf.gather(1, chunk) - sums.gather(1, chunk))
-    cols = chunk * size + torch.arange(size, device=w.device)
-    part = w.gather(1, cols.clamp(max=vocab - 1)).double() * (cols < vocab)
-    inside = part.cumsum(-1)
-    last = (inside < inside[:, -1:]).sum(-1, keepdim=True)  # the chunk's last token of weight > 0
-    pick = torch.minimum(torch.searchsorted(inside, offset, right=True), last)
-    return (chunk * size + pick).squeeze(1)
-
-
 def processed(logits: torch.Tensor, seqs: Seq[Sequence]) -> torch.Tensor:
     """Each request's own `logits_processor` on its raw row (a copy; none set: the logits as they are)."""
     processors = [(i, p) for i, s in enumerate(seqs) if (p := s.params.logits_processor) is not None]
@@ -144,19 +100,16 @@ class Sampler:
     `breakers(strings)` maps DRY breaker strings to token ids (the engine resolves and caches them).
     What a request keeps between its steps (its penalties' seen tokens, a seeded request's
     generator) is the sampler's, held per sequence for as long as the sequence lives.
-    `native` lets CPU float32 logits take the native kernels (built on first use; see `cpu_kernels`).
+    `ops` are the ones chosen for the float32 logits on the model's device (`ops.select`).
     """
 
-    def __init__(self, vocab_size: int, breakers: Callable[[tuple[str, ...]], frozenset[int]]):
+    def __init__(self, vocab_size: int, breakers: Callable[[tuple[str, ...]], frozenset[int]], ops: TorchOps):
         self.vocab_size = vocab_size
         self.breakers = breakers
-        self.native = True
+        self.ops = ops
         self._buffers: dict[str, torch.Tensor] = {}
         self._penalty_states: weakref.WeakKeyDictionary[Sequence, PenaltyState] = weakref.WeakKeyDictionary()
         self._generators: weakref.WeakKeyDictionary[Sequence, torch.Generator] = weakref.WeakKeyDictionary()
-
-    def _fused(self, w: torch.Tensor) -> bool:
-        return self.native and w.device.type == "cpu" and w.dtype == torch.float32 and cpu_kernels.load()
 
     def _buffer(self, name: str, like: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """A `[rows, vocab]` work buffer kept across steps: a fresh one each step would cost more in
@@ -196,11 +149,7 @@ class Sampler:
         """Unnormalised probabilities after temperature, in place: w = 2^((logit − max) · log2(e) / T),
         and their `chunk_sums`. Greedy rows use T = 1."""
         temperature = torch.tensor([1.0 if p.greedy else p.temperature for p in params], device=logits.device)
-        scale = LOG2E / temperature
-        if self._fused(logits):
-            return logits, torch.ops.kvwise.tempered_weights_(logits, scale, SAMPLER_CHUNK)
-        w = logits.sub_(logits.amax(dim=-1, keepdim=True)).mul_(scale[:, None]).exp2_()
-        return w, chunk_sums(w)
+        return self.ops.tempered_weights(logits, LOG2E / temperature)
 
     def _draw(self, w: torch.Tensor, sums: torch.Tensor, seqs: Seq[Sequence]) -> torch.Tensor:
         """One token per row from w under its filters.
@@ -219,7 +168,7 @@ class Sampler:
             self._mask([seqs[i] for i in with_k], w, with_k)
             sums = chunk_sums(w)
         totals = sums.sum(-1)  # Σw per row, for the filters' test below (w is not changed until the end)
-        tokens = self._pick(w, self._uniforms(seqs, w.device), sums)
+        tokens = self.ops.draw(w, sums, self._uniforms(seqs, w.device))
         rest = [i for i in sampled if i not in with_k and (params[i].top_p < 1 or params[i].min_p > 0)]
         for _ in range(SAMPLER_REJECTION_ROUNDS):
             if not rest:
@@ -229,10 +178,7 @@ class Sampler:
             chosen = sub.gather(1, tokens[index][:, None])
             top_p = torch.tensor([params[i].top_p for i in rest], device=w.device)
             min_p = torch.tensor([params[i].min_p for i in rest], device=w.device)
-            if self._fused(sub):
-                heavier = torch.ops.kvwise.heavier_mass(sub, chosen[:, 0].contiguous())
-            else:
-                heavier = heavier_mass(sub, chosen, self._buffer("scratch", sub))
+            heavier = self.ops.heavier_mass(sub, chosen, lambda: self._buffer("scratch", sub))
             kept = (top_p >= 1) | (heavier < top_p * totals[index])
             if any(params[i].min_p > 0 for i in rest):
                 kept &= chosen[:, 0] >= torch.minimum(min_p, sub.amax(-1))
@@ -240,20 +186,14 @@ class Sampler:
             if refused:
                 again = torch.tensor(refused, device=w.device)
                 uniforms = self._uniforms([seqs[i] for i in refused], w.device)
-                tokens[again] = self._pick(w.index_select(0, again), uniforms, sums[again])
+                tokens[again] = self.ops.draw(w.index_select(0, again), sums[again], uniforms)
             rest = refused
         if rest:
             self._mask([seqs[i] for i in rest], w, rest)
             again = torch.tensor(rest, device=w.device)
             masked = w[again]
-            tokens[again] = self._pick(masked, self._uniforms([seqs[i] for i in rest], w.device), chunk_sums(masked))
+            tokens[again] = self.ops.draw(masked, chunk_sums(masked), self._uniforms([seqs[i] for i in rest], w.device))
         return tokens
-
-    def _pick(self, w: torch.Tensor, uniforms: torch.Tensor, sums: torch.Tensor) -> torch.Tensor:
-        """`draw`, natively where the kernels serve (the same steps in float64)."""
-        if self._fused(w):
-            return torch.ops.kvwise.draw(w, sums, uniforms, SAMPLER_CHUNK)
-        return draw(w, uniforms, sums)
 
     def _mask(self, seqs: list[Sequence], w: torch.Tensor, rows: list[int]) -> None:
         """Zero, in these rows of w, what top-k/top-p/min-p drop."""
@@ -307,12 +247,7 @@ class Sampler:
         ]
         index = joined([s.ids for s in states], torch.long).add_(joined(starts, torch.long))
         offsets, repetition = joined([s.offsets for s in states], torch.float32), joined(repetitions, torch.float32)
-        if self._fused(logits):
-            torch.ops.kvwise.apply_penalties_(logits, index, offsets, repetition)
-            return
-        flat = logits.view(-1)
-        penalised = apply_penalties(flat.index_select(0, index), offsets, repetition)
-        flat.index_copy_(0, index, penalised)  # each index once: a row's seen ids are distinct
+        self.ops.apply_penalties(logits, index, offsets, repetition)  # each index once: a row's seen ids are distinct
 
     def _dry(self, logits: torch.Tensor, seqs: Seq[Sequence], rows: list[int]) -> None:
         at: list[int] = []

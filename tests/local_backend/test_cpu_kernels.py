@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from local_backend import SamplingParams, attention, cpu_kernels
+from local_backend import SamplingParams, cpu_kernels, ops
 from local_backend.attention import AttentionMetadata, DecodeGroup, PagedDecodes, paged_attention
 
 BLOCK = 16
@@ -27,7 +27,7 @@ def _sdpa_reference(q, kv_cache, tables, lengths):
         groups.append(DecodeGroup(i, i + 1, slots[None, :], None))
     meta = AttentionMetadata(torch.zeros(0, dtype=torch.long), tuple(groups), ())
     empty = torch.zeros(0, *kv_cache.shape[2:])
-    return paged_attention(q, empty, empty, kv_cache, meta)
+    return paged_attention(q, empty, empty, kv_cache, meta, ops.TORCH)
 
 
 @pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(8, 4, 64), (4, 4, 16), (8, 1, 32), (6, 2, 8)])
@@ -44,8 +44,10 @@ def test_the_kernel_equals_sdpa_over_scattered_blocks(heads, kv_heads, dim, leng
     paged = PagedDecodes(tables.contiguous(), torch.tensor(lengths), BLOCK)
     meta = AttentionMetadata(torch.zeros(0, dtype=torch.long), (), (), paged)
     empty = torch.zeros(0, kv_heads, dim)
-    got = paged_attention(q, empty, empty, kv_cache, meta)
-    torch.testing.assert_close(got, _sdpa_reference(q, kv_cache, tables, lengths), rtol=1e-5, atol=1e-5)
+    expected = _sdpa_reference(q, kv_cache, tables, lengths)
+    for form in (ops.NativeOps(dim), ops.TORCH):  # the kernel, and the torch form beside it, read the same layout
+        got = paged_attention(q, empty, empty, kv_cache, meta, form)
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_the_kernel_refuses_what_it_cannot_read_with_a_clear_error():
@@ -54,8 +56,9 @@ def test_the_kernel_refuses_what_it_cannot_read_with_a_clear_error():
     table, length = torch.zeros(1, 1, dtype=torch.long), torch.ones(1, dtype=torch.long)
     with pytest.raises(RuntimeError, match="multiple of 8"):
         torch.ops.kvwise.paged_decode_attention(q, cache, table, length, BLOCK, 1.0)
-    assert not cpu_kernels.serves(torch.device("cpu"), torch.float32, 12)
-    assert not cpu_kernels.serves(torch.device("cpu"), torch.bfloat16, 64)
+    assert not ops.select(torch.device("cpu"), torch.float32, 12).paged_decodes
+    assert ops.select(torch.device("cpu"), torch.bfloat16, 64) is ops.TORCH
+    assert ops.select(torch.device("cpu"), torch.float32, 64).paged_decodes
 
 
 @pytest.mark.parametrize(("tokens", "kv_heads", "dim"), [(1, 4, 64), (130, 2, 16), (5, 1, 12)])
@@ -117,14 +120,14 @@ def test_engine_prefills_use_the_kernel_up_to_its_context_limit_and_give_the_sdp
         return kernel(q, k, v, scale)
 
     monkeypatch.setattr(torch.ops.kvwise, "prefill_attention", counted)
-    monkeypatch.setattr(attention, "PREFILL_KERNEL_MAX_CONTEXT", 100)
+    monkeypatch.setattr(ops, "PREFILL_KERNEL_MAX_CONTEXT", 100)
     prompts = [[5 + i % 90 for i in range(n)] for n in (3, 40, 150)]
     params = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
     with_kernel = [list(o.token_ids) for o in engine.generate(prompts, params)]
     assert {3, 40} <= set(contexts)  # whole prompts
     assert any(40 < n <= 100 for n in contexts)  # a chunk of the 150 over its cached start
     assert max(contexts) <= 100  # its last chunk sees more keys: SDPA's
-    monkeypatch.setattr(attention, "PREFILL_KERNEL_MAX_CONTEXT", 0)
+    monkeypatch.setattr(ops, "PREFILL_KERNEL_MAX_CONTEXT", 0)
     engine.reset_prefix_cache()
     contexts.clear()
     assert [list(o.token_ids) for o in engine.generate(prompts, params)] == with_kernel
@@ -154,10 +157,11 @@ def test_engine_decodes_use_the_kernel_and_give_the_sdpa_paths_tokens(make_engin
 def test_without_a_compiler_the_engine_runs_on_torch_ops_alone(tmp_path: Path, checkpoints):
     script = (
         "import logging, sys; logging.basicConfig(level=logging.WARNING)\n"
-        "from local_backend import Engine, SamplingParams, cpu_kernels\n"
+        "from local_backend import Engine, SamplingParams, cpu_kernels, ops\n"
         "engine = Engine.from_pretrained(sys.argv[1], device='cpu', max_model_len=64, kv_cache_memory=2**20)\n"
         "out = engine.generate([[5, 6, 7]], SamplingParams(max_tokens=4, temperature=0, ignore_eos=True))\n"
-        "native = any(getattr(m, 'native', False) for m in engine.runner.model.modules())\n"
+        "native = {m.ops for m in engine.runner.model.modules() if hasattr(m, 'ops')} != {ops.TORCH}\n"
+        "native = native or engine.runner.sampler.ops is not ops.TORCH\n"
         "print(cpu_kernels.load(), engine.runner.paged_decodes, native, len(out[0].token_ids))\n"
         "engine.close()\n"
     )

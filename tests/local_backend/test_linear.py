@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from local_backend import Engine
+from local_backend import Engine, ops
 from local_backend._constants import ONEDNN_MIN_ROWS
 from local_backend.model import Linear
 
@@ -14,7 +14,7 @@ from local_backend.model import Linear
 @pytest.mark.parametrize("rows", [1, ONEDNN_MIN_ROWS, 37])
 def test_the_packed_product_equals_the_plain_one(bias, rows):
     torch.manual_seed(0)
-    linear = Linear(48, 80, bias, torch.float32)
+    linear = Linear(48, 80, bias, torch.float32, ops.TORCH)
     torch.nn.init.normal_(linear.weight_t)
     if bias:
         torch.nn.init.normal_(linear.bias)

@@ -30,9 +30,9 @@ def test_mixed_context_lengths_decode_in_several_groups_and_match_transformers(m
     engine.runner.paged_decodes = False  # the grouping is the SDPA path's (no native kernel, or not CPU float32)
     groups_per_layer = []
 
-    def observed(q, k, v, kv_cache, meta):
+    def observed(q, k, v, kv_cache, meta, ops):
         groups_per_layer.append(len(meta.decodes))
-        return paged_attention(q, k, v, kv_cache, meta)
+        return paged_attention(q, k, v, kv_cache, meta, ops)
 
     monkeypatch.setattr("local_backend.model.paged_attention", observed)
     prompts = [[5 + i for i in range(n)] for n in (3, 4, 150)]

@@ -6,9 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from local_backend import SamplingParams, cpu_kernels
+from local_backend import SamplingParams, cpu_kernels, ops
 from local_backend._constants import MATVEC_MAX_ROWS
-from local_backend.model import MLP, Attention, Linear, RMSNorm, apply_rope
+from local_backend.model import Linear
+from local_backend.ops import NativeOps, apply_rope
 
 
 @pytest.fixture(autouse=True)
@@ -60,10 +61,9 @@ def test_native_matvec_equals_the_matmul_it_replaces(rows, inputs, outputs, bias
 
 
 def test_a_native_projection_sends_decode_rows_to_matvec_and_larger_batches_past_it():
-    layer = Linear(64, 48, True, torch.float32)
+    layer = Linear(64, 48, True, torch.float32, ops.select(torch.device("cpu"), torch.float32, 64))
     torch.nn.init.normal_(layer.weight_t)
     torch.nn.init.normal_(layer.bias)
-    layer.native = True
     for rows, native in ((1, True), (MATVEC_MAX_ROWS, True), (MATVEC_MAX_ROWS + 1, False)):
         x = torch.randn(rows, 64)
         with torch.no_grad(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
@@ -84,14 +84,17 @@ def test_the_native_kernels_refuse_what_they_cannot_read_with_a_clear_error():
 
 
 @pytest.mark.parametrize("kind", ["llama", "qwen3"])  # qwen3: q/k norms before the rope
-def test_a_cpu_float32_load_uses_the_native_layers_and_decodes_the_torch_layers_tokens(make_engine, kind):
+def test_a_cpu_float32_load_uses_the_native_ops_and_decodes_the_torch_forms_tokens(make_engine, kind):
     engine = make_engine(kind)
-    layers = [m for m in engine.runner.model.modules() if isinstance(m, (Linear, RMSNorm, Attention, MLP))]
-    assert layers and all(m.native for m in layers)
+    layers = [m for m in engine.runner.model.modules() if hasattr(m, "ops")]
+    assert len({id(m.ops) for m in layers}) == 1 and isinstance(layers[0].ops, NativeOps)  # chosen once, for all
+    assert isinstance(engine.runner.sampler.ops, NativeOps)
     prompts = [[5 + i for i in range(n)] for n in (3, 40, 17)]
     params = SamplingParams(max_tokens=16, temperature=0, ignore_eos=True)
     native = [list(o.token_ids) for o in engine.generate(prompts, params)]
     for module in layers:
-        module.native = False
+        module.ops = ops.TORCH
+    engine.runner.sampler.ops = ops.TORCH
+    engine.runner.paged_decodes = ops.TORCH.paged_decodes
     engine.reset_prefix_cache()
     assert [list(o.token_ids) for o in engine.generate(prompts, params)] == native

@@ -7,13 +7,19 @@ import math
 import pytest
 import torch
 
-from local_backend import cpu_kernels
+from local_backend import cpu_kernels, ops
 from local_backend.penalties import PenaltyState, apply_penalties, dry_penalties
-from local_backend.sampler import Sampler, chunk_sums, draw, heavier_mass, keep_thresholds
+from local_backend.ops import chunk_sums, draw, heavier_mass
+from local_backend.sampler import Sampler, keep_thresholds
 from local_backend.sampling_params import SamplingParams
 from local_backend.sequence import Sequence
 
 NO_BREAKERS: frozenset[int] = frozenset()
+
+
+def cpu_ops() -> ops.TorchOps:
+    """The ops an engine on CPU gives its sampler: the native ones when the kernels build."""
+    return ops.select(torch.device("cpu"), torch.float32, 64)
 
 
 def test_penalty_state_keeps_distinct_seen_tokens_and_output_counts_as_tokens_arrive():
@@ -48,7 +54,7 @@ def test_sampler_penalises_only_the_seen_tokens_of_each_row():
     penalised = Sequence("p", [0], SamplingParams(repetition_penalty=2.0, frequency_penalty=0.5, presence_penalty=0.25))
     penalised.token_ids.extend([1, 2, 2])
     plain = Sequence("q", [0], SamplingParams())
-    out = Sampler(4, lambda _: NO_BREAKERS).adjusted_logits(logits, [penalised, plain])
+    out = Sampler(4, lambda _: NO_BREAKERS, cpu_ops()).adjusted_logits(logits, [penalised, plain])
     assert out.tolist() == [[1.0, -2.75, -1.0, 3.0], [2.0, -1.0, 0.5, 3.0]]
 
 
@@ -60,7 +66,7 @@ def test_penalised_rows_with_different_params_and_lengths_each_get_their_own_pen
     long = Sequence("l", [1, 2, 3, 4], SamplingParams(repetition_penalty=3.0, frequency_penalty=0.5))
     long.token_ids.extend([6, 6, 2])
     plain = Sequence("p", [7], SamplingParams())
-    out = Sampler(8, lambda _: NO_BREAKERS).adjusted_logits(logits.clone(), [short, plain, long])
+    out = Sampler(8, lambda _: NO_BREAKERS, cpu_ops()).adjusted_logits(logits.clone(), [short, plain, long])
     expected = logits.clone()
     for row, repetition, seen in ((0, 1.5, {0: 0.0, 5: 1.0}), (2, 3.0, {1: 0, 2: 0.5, 3: 0, 4: 0, 6: 1.0})):
         for token, offset in seen.items():
@@ -73,7 +79,7 @@ def test_penalties_apply_before_temperature():
     # vLLM's order: (logit − frequency × count) / T, not logit / T − frequency × count
     seq = Sequence("r", [0], SamplingParams(temperature=0.5, frequency_penalty=1.0))
     seq.token_ids.append(1)
-    sampler = Sampler(2, lambda _: NO_BREAKERS)
+    sampler = Sampler(2, lambda _: NO_BREAKERS, cpu_ops())
     w, _ = sampler.weights(sampler.adjusted_logits(torch.zeros(1, 2), [seq]), [seq.params])
     probs = (w / w.sum()).flatten().tolist()
     assert probs == pytest.approx([1 / (1 + math.exp(-2.0)), math.exp(-2.0) / (1 + math.exp(-2.0))])
@@ -146,8 +152,7 @@ def test_native_tempered_weights_equal_the_torch_passes_with_their_chunk_sums(vo
     assert cpu_kernels.load()
     logits = torch.randn(5, vocab, generator=torch.Generator().manual_seed(vocab)) * 4
     params = [SamplingParams(temperature=t) for t in (0.3, 0.7, 1.0, 1.9, 0.0)]
-    torch_pass, native = Sampler(vocab, lambda _: NO_BREAKERS), Sampler(vocab, lambda _: NO_BREAKERS)
-    torch_pass.native = False
+    torch_pass, native = Sampler(vocab, lambda _: NO_BREAKERS, ops.TORCH), Sampler(vocab, lambda _: NO_BREAKERS, cpu_ops())
     w, sums = torch_pass.weights(logits.clone(), params)
     w_native, sums_native = native.weights(logits.clone(), params)
     torch.testing.assert_close(w_native, w, rtol=2e-6, atol=0)
@@ -197,9 +202,9 @@ def test_native_penalties_equal_the_torch_ones_and_refuse_an_index_out_of_range(
 def test_native_kernels_draw_the_tokens_the_torch_passes_draw(params):
     vocab, steps = 3000, 40
     runs = []
-    for native in (False, True):
-        sampler = Sampler(vocab, lambda _: NO_BREAKERS)
-        sampler.native = native
+    assert cpu_kernels.load()
+    for form in (ops.TORCH, cpu_ops()):
+        sampler = Sampler(vocab, lambda _: NO_BREAKERS, form)
         seqs = [Sequence(f"r{i}", [i, 7, 7, 9], params) for i in range(3)]
         gen = torch.Generator().manual_seed(0)
         for _ in range(steps):
@@ -243,7 +248,7 @@ def _seq(name: str, params: SamplingParams) -> Sequence:
 
 
 def _sampler() -> Sampler:
-    return Sampler(vocab_size=50, breakers=lambda _: NO_BREAKERS)
+    return Sampler(vocab_size=50, breakers=lambda _: NO_BREAKERS, ops=cpu_ops())
 
 
 def test_greedy_rows_take_the_argmax_after_penalties():
@@ -287,7 +292,7 @@ def test_filtered_draws_follow_the_renormalised_distribution(params, kept):
     torch.manual_seed(0)
     logits = torch.tensor([PROBS + [0.0] * 46]).log()
     seq = _seq("a", params)
-    sampler = Sampler(vocab_size=50, breakers=lambda _: NO_BREAKERS)
+    sampler = Sampler(vocab_size=50, breakers=lambda _: NO_BREAKERS, ops=cpu_ops())
     draws = [sampler(logits.clone(), [seq])[0] for _ in range(1200)]
     assert set(draws) == set(kept)
     for token, share in kept.items():
@@ -299,7 +304,7 @@ def test_a_filter_that_refuses_almost_every_draw_is_applied_as_a_mask():
     logits = torch.zeros(2, 1000)
     logits[:, 7] = 1e-3  # the top token, barely: min_p=0.9999 keeps it alone
     seqs = [_seq("a", SamplingParams(min_p=0.9999)), _seq("b", SamplingParams(min_p=0.9999, seed=5))]
-    sampler = Sampler(vocab_size=1000, breakers=lambda _: NO_BREAKERS)
+    sampler = Sampler(vocab_size=1000, breakers=lambda _: NO_BREAKERS, ops=cpu_ops())
     assert [sampler(logits.clone(), seqs) for _ in range(5)] == [[7, 7]] * 5
 
 

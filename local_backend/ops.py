@@ -1,0 +1,267 @@
+"""The engine's ops: each in its torch form, with its native CPU form beside it, chosen once at load.
+
+As vLLM's `CustomOp` picks `forward_native` or `forward_cpu` when a layer is built, `select` picks,
+once per engine, the set of ops its tensors run: `NativeOps` (the kernels `cpu_kernels` builds) on
+CPU in float32 when they build, else `TorchOps`. The model's layers, attention, the model runner and
+the sampler hold the set they were given and call `ops.<name>(...)`; none asks whether a kernel is
+there. A native op takes its torch form for inputs its kernel does not read (more rows than
+`MATVEC_MAX_ROWS`, a non-contiguous input, a context past `PREFILL_KERNEL_MAX_CONTEXT`, a head size
+that is not a multiple of `cpu_kernels.LANES`); both forms give the same tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from local_backend import cpu_kernels
+from local_backend._constants import MATVEC_MAX_ROWS, ONEDNN_MIN_ROWS, PREFILL_KERNEL_MAX_CONTEXT, SAMPLER_CHUNK
+from local_backend.penalties import apply_penalties
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x·cos + rotate_half(x)·sin with `x [T, heads, D]`, `cos`/`sin` `[T, 1, D]`."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+def chunk_sums(w: torch.Tensor) -> torch.Tensor:
+    """Σw over each chunk of `SAMPLER_CHUNK` tokens of each row (float64; the last chunk may be short).
+
+    Each chunk is summed in float32 (exact enough for a chunk this short, and much faster than in
+    float64), the chunks' sums are kept in float64.
+    """
+    size = min(SAMPLER_CHUNK, w.shape[1])
+    whole = w.shape[1] // size
+    return torch.cat((w.unfold(1, size, size).sum(-1), w[:, whole * size :].sum(-1, True)), dim=1).double()
+
+
+def heavier_mass(w: torch.Tensor, chosen: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
+    """Σ of each row's weights above its `chosen` one (`[rows, 1]`), the top-p test's mass.
+
+    Computed as c · Σ threshold(w / c, 1): two float passes and a sum, where a comparison into a
+    mask and a `where` take longer (a bool-producing comparison against a per-row value does not
+    vectorise on CPU). A drawn token has c > 0; `tiny` keeps 0 / 0 out regardless.
+    """
+    c = chosen.clamp(min=torch.finfo(w.dtype).tiny)
+    return torch.threshold_(torch.div(w, c, out=scratch), 1.0, 0.0).sum(-1) * c[:, 0]
+
+
+def draw(w: torch.Tensor, uniforms: torch.Tensor, sums: torch.Tensor | None = None) -> torch.Tensor:
+    """Token ids drawn from w / Σw per row by inverse CDF, one uniform in [0, 1) per row.
+
+    Σ over chunks (`chunk_sums`, given or computed here) picks the chunk, a cumulative sum inside it
+    the token: one pass over w, in float64 where it is summed.
+    """
+    rows, vocab = w.shape
+    size = min(SAMPLER_CHUNK, vocab)
+    sums = chunk_sums(w) if sums is None else sums
+    cdf = sums.cumsum(-1)
+    target = (uniforms * cdf[:, -1])[:, None]
+    chunk = torch.searchsorted(cdf, target, right=True).clamp_(max=sums.shape[1] - 1)
+    offset = target - (cdf.gather(1, chunk) - sums.gather(1, chunk))
+    cols = chunk * size + torch.arange(size, device=w.device)
+    part = w.gather(1, cols.clamp(max=vocab - 1)).double() * (cols < vocab)
+    inside = part.cumsum(-1)
+    last = (inside < inside[:, -1:]).sum(-1, keepdim=True)  # the chunk's last token of weight > 0
+    pick = torch.minimum(torch.searchsorted(inside, offset, right=True), last)
+    return (chunk * size + pick).squeeze(1)
+
+
+class TorchOps:
+    """The portable forms (vLLM's `forward_native`): torch ops on any device and dtype.
+
+    `paged_decodes`: whether decode attention reads the cache in place by block table (the model
+    runner lays decodes out for it); these forms gather contexts into SDPA groups instead.
+    """
+
+    paged_decodes = False
+
+    def linear(
+        self, x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None, packed: torch.Tensor | None
+    ) -> torch.Tensor:
+        """x·W + b with `weight_t [in, out]`; oneDNN's prepacked W (`packed`) for batches of rows."""
+        if packed is not None and x.shape[0] >= ONEDNN_MIN_ROWS:
+            return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+        if bias is None:
+            return x @ weight_t
+        return torch.addmm(bias, x, weight_t)
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        """x / √(mean(x²) + eps) · weight."""
+        return F.rms_norm(x, weight.shape, weight, eps)
+
+    def rotary_embedding(
+        self, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """q and k rotated by position (`apply_rope`); a form may rotate them in place."""
+        return apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+
+    def silu_and_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        """silu(gate) · up of `[T, 2 × size]` rows, gate first."""
+        gate, up = gate_up.chunk(2, dim=-1)
+        return F.silu(gate) * up
+
+    def write_kv(self, kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor) -> None:
+        """Store each token's key and value (`[T, kv_heads, D]`) in its slot of `kv_cache`."""
+        kv_cache.index_copy_(0, slots, torch.stack((k, v), dim=1))
+
+    def prefill_attention(
+        self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None, scale: float
+    ) -> torch.Tensor:
+        """Causal attention of a chunk's queries `[n, H, D]` over its context → `[n, H × D]`.
+
+        `mask` (`[n, context]`) shifts the causal mask by the tokens cached before the chunk; None:
+        the chunk is the whole context.
+        """
+        out = F.scaled_dot_product_attention(
+            q.transpose(0, 1).unsqueeze(0),
+            keys.transpose(0, 1).unsqueeze(0),
+            values.transpose(0, 1).unsqueeze(0),
+            attn_mask=mask,
+            is_causal=mask is None,
+            scale=scale,
+            enable_gqa=True,
+        )
+        return out[0].transpose(0, 1).reshape(len(q), -1)
+
+    def paged_decode_attention(
+        self,
+        q: torch.Tensor,
+        kv_cache: torch.Tensor,
+        block_tables: torch.Tensor,
+        context_lens: torch.Tensor,
+        block_size: int,
+        scale: float,
+    ) -> torch.Tensor:
+        """Single-token queries `[rows, H, D]` over their contexts, found by block table → `[rows, H × D]`.
+
+        This form gathers every row's context, padded to the longest and masked, into one SDPA call.
+        """
+        rows = len(q)
+        offsets = torch.arange(block_size, device=q.device)
+        longest = int(context_lens.max())
+        slots = (block_tables[:, :, None] * block_size + offsets).view(rows, -1)[:, :longest]
+        kv = kv_cache.index_select(0, slots.reshape(-1)).view(rows, longest, *kv_cache.shape[1:])
+        mask = (torch.arange(longest, device=q.device)[None, :] < context_lens[:, None])[:, None, None, :]
+        out = F.scaled_dot_product_attention(
+            q.unsqueeze(2), kv[:, :, 0].transpose(1, 2), kv[:, :, 1].transpose(1, 2),
+            attn_mask=mask, scale=scale, enable_gqa=True,
+        )  # fmt: skip
+        return out.reshape(rows, -1)
+
+    def tempered_weights(self, logits: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """w = 2^((logit − max) · scale) per row, in place, and its `chunk_sums`."""
+        w = logits.sub_(logits.amax(dim=-1, keepdim=True)).mul_(scale[:, None]).exp2_()
+        return w, chunk_sums(w)
+
+    def heavier_mass(
+        self, w: torch.Tensor, chosen: torch.Tensor, scratch: Callable[[], torch.Tensor]
+    ) -> torch.Tensor:
+        """`heavier_mass` of each row above its `chosen` weight (`[rows, 1]`); `scratch()` lends a
+        `[rows, vocab]` work buffer."""
+        return heavier_mass(w, chosen, scratch())
+
+    def draw(self, w: torch.Tensor, sums: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+        """`draw`: one token per row of w by inverse CDF over its chunk sums."""
+        return draw(w, uniforms, sums)
+
+    def apply_penalties(
+        self, logits: torch.Tensor, index: torch.Tensor, offsets: torch.Tensor, repetition: torch.Tensor
+    ) -> None:
+        """`penalties.apply_penalties` on the entries of `logits` at flat `index`, in place (each index once)."""
+        flat = logits.view(-1)
+        flat.index_copy_(0, index, apply_penalties(flat.index_select(0, index), offsets, repetition))
+
+
+class NativeOps(TorchOps):
+    """The native CPU float32 forms (vLLM's `forward_cpu`): `torch.ops.kvwise.*`, built by `cpu_kernels`.
+
+    Decode rows stream the weights through `matvec`; RMSNorm, rope, silu·up, the kv write, attention
+    and the sampler's passes over the logits are single kernels (`csrc/`). Attention's kernels need a
+    head size that is a multiple of `cpu_kernels.LANES` (`attends`).
+    """
+
+    def __init__(self, head_dim: int):
+        self.attends = head_dim % cpu_kernels.LANES == 0
+        self.paged_decodes = self.attends
+
+    def linear(
+        self, x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None, packed: torch.Tensor | None
+    ) -> torch.Tensor:
+        if x.shape[0] <= MATVEC_MAX_ROWS and x.dim() == 2 and x.is_contiguous():
+            return torch.ops.kvwise.matvec(x, weight_t, bias)
+        return super().linear(x, weight_t, bias, packed)
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        if x.is_contiguous():
+            return torch.ops.kvwise.rms_norm(x, weight, eps)
+        return super().rms_norm(x, weight, eps)
+
+    def rotary_embedding(
+        self, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        torch.ops.kvwise.rotary_embedding_(q, k, cos, sin)  # in place, in the step's own qkv buffer
+        return q, k
+
+    def silu_and_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
+        return torch.ops.kvwise.silu_and_mul(gate_up)
+
+    def write_kv(self, kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor) -> None:
+        if self.attends:
+            torch.ops.kvwise.write_kv_(kv_cache, k, v, slots)  # one copy, from the step's qkv rows
+        else:
+            super().write_kv(kv_cache, k, v, slots)
+
+    def prefill_attention(
+        self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None, scale: float
+    ) -> torch.Tensor:
+        if self.attends and len(keys) <= PREFILL_KERNEL_MAX_CONTEXT:
+            return torch.ops.kvwise.prefill_attention(q, keys, values, scale)
+        return super().prefill_attention(q, keys, values, mask, scale)
+
+    def paged_decode_attention(
+        self,
+        q: torch.Tensor,
+        kv_cache: torch.Tensor,
+        block_tables: torch.Tensor,
+        context_lens: torch.Tensor,
+        block_size: int,
+        scale: float,
+    ) -> torch.Tensor:
+        queries = q.contiguous()  # the rope wrote q in place, a view into the step's qkv rows
+        out = torch.ops.kvwise.paged_decode_attention(queries, kv_cache, block_tables, context_lens, block_size, scale)
+        return out.view(len(q), -1)
+
+    def tempered_weights(self, logits: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return logits, torch.ops.kvwise.tempered_weights_(logits, scale, SAMPLER_CHUNK)
+
+    def heavier_mass(
+        self, w: torch.Tensor, chosen: torch.Tensor, scratch: Callable[[], torch.Tensor]
+    ) -> torch.Tensor:
+        return torch.ops.kvwise.heavier_mass(w, chosen[:, 0].contiguous())
+
+    def draw(self, w: torch.Tensor, sums: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+        return torch.ops.kvwise.draw(w, sums, uniforms, SAMPLER_CHUNK)
+
+    def apply_penalties(
+        self, logits: torch.Tensor, index: torch.Tensor, offsets: torch.Tensor, repetition: torch.Tensor
+    ) -> None:
+        torch.ops.kvwise.apply_penalties_(logits, index, offsets, repetition)
+
+
+TORCH = TorchOps()
+"""The portable set: stateless, so every engine without the kernels shares it."""
+
+
+def select(device: torch.device, dtype: torch.dtype, head_dim: int) -> TorchOps:
+    """The ops an engine's tensors of this device and dtype run, chosen once (building the kernels on first ask).
+
+    `NativeOps` on CPU in float32 when `cpu_kernels.load()` succeeds, else `TORCH`.
+    """
+    if device.type == "cpu" and dtype == torch.float32 and cpu_kernels.load():
+        return NativeOps(head_dim)
+    return TORCH
