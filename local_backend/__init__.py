@@ -1,7 +1,7 @@
 """kvwise local backend: a small PyTorch inference engine with a paged KV cache and prefix caching."""
 
 from local_backend.engine import Engine
-from local_backend.outputs import Completion, EngineStats, FinishReason, StreamDelta, Timings
+from local_backend.outputs import Completion, EngineStats, FinishReason, StepOutput, StreamDelta, Timings
 from local_backend.sampling_params import SamplingParams
 
 __all__ = [
@@ -10,6 +10,7 @@ __all__ = [
     "EngineStats",
     "FinishReason",
     "SamplingParams",
+    "StepOutput",
     "StreamDelta",
     "Timings",
 ]

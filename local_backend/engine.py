@@ -1,7 +1,8 @@
 """The engine's front: requests in from any thread, completions and stream deltas out.
 
 The stepping itself is `EngineCore`'s (synchronous, single-threaded). This front owns the rest:
-`step()` runs the core under a lock, so any thread may drive it; `generate()` drives steps itself
+`step()` runs the core under a lock, so any thread may drive it, and publishes the stats the step
+returns (`stats()` reads that snapshot, never the core's state); `generate()` drives steps itself
 until its requests finish; `stream()` starts one background thread per engine that steps while
 there is work and hands deltas to each stream's asyncio queue. Requests and aborts from any thread
 go through an inbox drained at the start of each step, so only the stepping thread touches the
@@ -35,7 +36,7 @@ from local_backend.loader import (
     resolve_directory,
 )
 from local_backend.model_runner import ModelRunner
-from local_backend.outputs import Completion, EngineStats, StreamDelta
+from local_backend.outputs import Completion, EngineStats, StepOutput, StreamDelta
 from local_backend.request import Prompt, Request, Sink, prompt_token_ids
 from local_backend.sampling_params import SamplingParams
 from local_backend.scheduler import Scheduler
@@ -82,6 +83,7 @@ class Engine:
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._stats = core.stats()
 
     @classmethod
     def from_pretrained(
@@ -248,34 +250,22 @@ class Engine:
             self._abort(request)
 
     def stats(self) -> EngineStats:
-        bm = self.block_manager
-        return EngineStats(
-            num_blocks=bm.num_blocks,
-            max_num_seqs=self.scheduler.max_num_seqs,
-            blocks_used=bm.num_used,
-            blocks_free=bm.num_free,
-            blocks_cached=bm.num_cached,
-            block_size=bm.block_size,
-            kv_bytes_per_token=self.kv_bytes_per_token,
-            kv_cache_bytes=self.kv_cache_bytes,
-            num_running=len(self.scheduler.running),
-            num_waiting=len(self.scheduler.waiting),
-            num_preemptions=self.scheduler.num_preemptions,
-            prompt_tokens=self.core.prompt_tokens,
-            prefix_cache_hit_tokens=bm.hit_tokens,
-            generation_tokens=self.core.generation_tokens,
-        )
+        """The snapshot published by the last step (or abort, close, cache reset): any thread, no wait."""
+        return self._stats
 
     def reset_prefix_cache(self) -> None:
         """Forget all cached blocks (cold-start measurements)."""
         with self._step_lock:
             self.block_manager.reset_prefix_cache()
+            self._publish(self.core.stats())
 
-    def step(self) -> None:
-        """Admit queued requests, run one scheduled batch, and deliver what it produced."""
+    def step(self) -> StepOutput:
+        """Admit queued requests, run one scheduled batch, deliver what it produced, and say what it did."""
         with self._step_lock:
             self._drain_inbox()
-            self.core.step()
+            output = self.core.step()
+            self._publish(output.stats)
+        return output
 
     def close(self) -> None:
         """Stop the background loop, then finish every accepted request with "abort"; idempotent."""
@@ -287,6 +277,7 @@ class Engine:
         with self._step_lock:
             self._drain_inbox()
             self.core.finish_all("abort")
+            self._publish(self.core.stats())
 
     def __enter__(self) -> Engine:
         return self
@@ -335,6 +326,7 @@ class Engine:
         if self._step_lock.acquire(blocking=False):
             try:
                 self._drain_inbox()
+                self._publish(self.core.stats())
             finally:
                 self._step_lock.release()
 
@@ -347,6 +339,12 @@ class Engine:
             else:
                 self.core.abort(request)
 
+    def _publish(self, stats: EngineStats) -> None:
+        """Make `stats` what `stats()` reads (under the step lock), and wake the loop to the work it shows."""
+        with self._wake:
+            self._stats = stats
+            self._wake.notify_all()
+
     def _start_loop(self) -> None:
         with self._wake:
             if self._thread is None and not self._closed:
@@ -354,7 +352,8 @@ class Engine:
                 self._thread.start()
 
     def _has_work(self) -> bool:
-        return self._closed or bool(self._inbox) or self.core.has_unfinished()
+        stats = self._stats
+        return self._closed or bool(self._inbox) or stats.num_running + stats.num_waiting > 0
 
     def _loop(self) -> None:
         """Step while there is work; the core contains a step's failures, this catches the rest."""
@@ -369,3 +368,4 @@ class Engine:
                 logger.exception("engine loop failed outside a step; failing every request")
                 with self._step_lock:
                     self.core.finish_all("error", describe(exc))
+                    self._publish(self.core.stats())

@@ -1,8 +1,12 @@
 """The engine's stepping core: synchronous, single-threaded, and never left inconsistent by an error.
 
 `EngineCore` owns the block pool, the scheduler and the model runner, and the requests it was
-given. `step()` plans one batch, runs it and delivers what it produced. Whatever raises inside a
-step fails only what that step was working on, with `finish_reason="error"` and the error's text:
+given. `step()` plans one batch, runs it, delivers what it produced and returns a `StepOutput` (the
+tokens, the finished requests, the stats after it), so the front never reads the core's state.
+A request ends in one place, as in nano-vllm's `Scheduler.postprocess`: `_postprocess` appends
+each sampled token and checks the stops, and `_finish` (stop, length, abort, error alike) takes
+the request out of the scheduler, frees its blocks and hands its completion over.
+Whatever raises inside a step fails only what that step was working on, with `finish_reason="error"` and the error's text:
 the batch, when the model or sampler raised; the one sequence being planned, when scheduling raised
 (the scheduler leaves its queues consistent); the one request, when delivering its token raised.
 The core then goes on serving. Threads, queues and aborts from other threads belong to the front
@@ -21,7 +25,7 @@ from local_backend.block_manager import BlockManager
 from local_backend.config import ModelConfig
 from local_backend.model import CausalLM
 from local_backend.model_runner import ModelRunner
-from local_backend.outputs import FinishReason
+from local_backend.outputs import EngineStats, FinishReason, StepOutput
 from local_backend.request import Request
 from local_backend.sampler import Sampler
 from local_backend.scheduler import ScheduleFailed, Scheduler
@@ -71,9 +75,7 @@ class EngineCore:
         )
         self.requests: dict[Sequence, Request] = {}
         self.prompt_tokens = self.generation_tokens = 0
-
-    def has_unfinished(self) -> bool:
-        return self.scheduler.has_unfinished()
+        self._finished: list[tuple[str, FinishReason]] = []
 
     def add(self, request: Request) -> None:
         self.requests[request.seq] = request
@@ -83,22 +85,47 @@ class EngineCore:
     def abort(self, request: Request) -> None:
         """Finish the request with "abort" (no-op once it has finished: aborts are by object, not id)."""
         if request.seq in self.requests:
-            self.finish(request, "abort")
+            self._finish(request, "abort")
 
     def finish_all(self, reason: FinishReason, error: str | None = None) -> None:
         """Finish every request not yet finished (closing, or a failure outside any one step)."""
-        self.fail(list(self.requests), reason, error)
+        self._fail(list(self.requests), reason, error)
 
-    def step(self) -> None:
+    def stats(self) -> EngineStats:
+        """The block pool, the queues and the token counts now (on the stepping thread)."""
+        bm, scheduler = self.block_manager, self.scheduler
+        return EngineStats(
+            num_blocks=bm.num_blocks,
+            max_num_seqs=scheduler.max_num_seqs,
+            blocks_used=bm.num_used,
+            blocks_free=bm.num_free,
+            blocks_cached=bm.num_cached,
+            block_size=bm.block_size,
+            kv_bytes_per_token=self.kv_bytes_per_token,
+            kv_cache_bytes=bm.num_blocks * bm.block_size * self.kv_bytes_per_token,
+            num_running=len(scheduler.running),
+            num_waiting=len(scheduler.waiting),
+            num_preemptions=scheduler.num_preemptions,
+            prompt_tokens=self.prompt_tokens,
+            prefix_cache_hit_tokens=bm.hit_tokens,
+            generation_tokens=self.generation_tokens,
+        )
+
+    def step(self) -> StepOutput:
         """Plan one batch, run it, and deliver its tokens; a failure fails only what it touched."""
-        if not self.scheduler.has_unfinished():
-            return
+        new_token_ids: dict[str, int] = {}
+        if self.scheduler.has_unfinished():
+            self._step(new_token_ids)
+        finished, self._finished = tuple(self._finished), []
+        return StepOutput(new_token_ids, finished, self.stats())
+
+    def _step(self, new_token_ids: dict[str, int]) -> None:
         try:
             batch = self.scheduler.schedule()
         except ScheduleFailed as exc:
             logger.error("scheduling failed; failing %s", exc.seq, exc_info=exc.__cause__)
             culprit = [exc.seq] if exc.seq is not None else []
-            self.fail(culprit, "error", describe(exc.__cause__ or exc))
+            self._fail(culprit, "error", describe(exc.__cause__ or exc))
             return
         if not batch.seqs:
             return
@@ -107,38 +134,65 @@ class EngineCore:
             sampled = self.scheduler.update(batch)
         except Exception as exc:
             logger.exception("engine step failed; failing its batch of %d", len(batch.seqs))
-            self.fail(batch.seqs, "error", describe(exc))
+            self._fail(batch.seqs, "error", describe(exc))
             return
+        self._postprocess(sampled, tokens, new_token_ids)
+
+    def _postprocess(self, sampled: list[Sequence], tokens: list[int], new_token_ids: dict[str, int]) -> None:
+        """Append each sampled token, then end its request if it stops there, else deliver its text."""
         for seq, token in zip(sampled, tokens):
             request = self.requests.get(seq)
             if request is None:
                 continue
             try:
-                self._on_token(request, token)
+                self.generation_tokens += 1
+                new_token_ids[seq.request_id] = token
+                seq.append_token(token)
+                reason = self._stop_reason(request, token)
+                if reason is None:
+                    request.emit(token)
+                else:
+                    self._finish(request, reason, (token,))
             except Exception as exc:
                 logger.exception("delivering a token of %s failed", seq.request_id)
-                if seq in self.requests:
-                    self.fail([seq], "error", describe(exc))
+                self._fail([seq], "error", describe(exc))
 
-    def fail(self, seqs: Iterable[Sequence], reason: FinishReason, error: str | None) -> None:
+    def _stop_reason(self, request: Request, token: int) -> FinishReason | None:
+        """Why the request ends at `token`, or None to go on.
+
+        In order: `stop_token_ids`, or EOS unless `ignore_eos` → "stop" (the token is in
+        `token_ids`, its text is not in the text, as in vLLM); a stop string → "stop";
+        `max_tokens` output tokens or `max_model_len` in all → "length".
+        """
+        seq, params = request.seq, request.seq.params
+        if token in params.stop_token_ids or (token in self.eos and not params.ignore_eos):
+            return "stop"
+        if request.detokenizer.add(token):
+            return "stop"
+        if seq.num_output_tokens >= params.max_tokens or len(seq) >= self.max_model_len:
+            return "length"
+        return None
+
+    def _fail(self, seqs: Iterable[Sequence], reason: FinishReason, error: str | None) -> None:
         for seq in seqs:
             request = self.requests.get(seq)
             if request is not None:
-                self.finish(request, reason, error=error)
+                self._finish(request, reason, error=error)
 
-    def finish(
+    def _finish(
         self, request: Request, reason: FinishReason, new_tokens: tuple[int, ...] = (), error: str | None = None
     ) -> None:
-        """Take the request out of the scheduler, then hand its last delta to its sink."""
+        """End the request, whatever the reason: out of the scheduler with its blocks freed, then its completion.
+
+        Text held back as a possibly incomplete character is flushed first; if it ends at a stop
+        string, a "length" finish becomes "stop".
+        """
         seq = request.seq
         del self.requests[seq]
         try:
             self.scheduler.finish(seq)
         finally:
-            request.finish(reason, new_tokens, error)
-
-    def _on_token(self, request: Request, token: int) -> None:
-        self.generation_tokens += 1
-        reason = request.add_token(token, self.eos, self.max_model_len)
-        if reason is not None:
-            self.finish(request, reason, (token,))
+            if request.detokenizer.flush() and reason == "length":
+                reason = "stop"
+            self._finished.append((seq.request_id, reason))
+            request.complete(reason, new_tokens, error)

@@ -1,4 +1,4 @@
-"""What the engine hands back: finished completions, stream deltas, and pool statistics."""
+"""What the engine hands back: finished completions, stream deltas, pool statistics and step outputs."""
 
 from __future__ import annotations
 
@@ -79,3 +79,17 @@ class EngineStats:
     prompt_tokens: int
     prefix_cache_hit_tokens: int
     generation_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutput:
+    """What one engine step did (vLLM's `EngineCoreOutputs`), handed out rather than read from the core.
+
+    `new_token_ids` maps each request that sampled a token to it; `finished` lists, in order, the
+    requests that ended since the previous step's output (in the step, or aborted between steps)
+    with their finish reason; `stats` is the engine's snapshot after the step.
+    """
+
+    new_token_ids: dict[str, int]
+    finished: tuple[tuple[str, FinishReason], ...]
+    stats: EngineStats

@@ -1,4 +1,4 @@
-"""One request's life after admission: tokens in, stop checks, deltas and the final completion."""
+"""One request after admission: its sequence, its text so far, and where its deltas and completion go."""
 
 from __future__ import annotations
 
@@ -49,11 +49,11 @@ def prompt_token_ids(
 
 
 class Request:
-    """A sequence, its text so far, and its sink; decides when the request is done.
+    """A sequence, its detokenizer and its sink: turns what the core decided into deltas.
 
-    Finish checks, in order: `stop_token_ids`, or EOS unless `ignore_eos` → "stop" (the token is
-    in `token_ids`, its text is not in the text); a stop string → "stop"; `max_tokens` output
-    tokens or `max_model_len` in all → "length".
+    The core decides when a request ends (`EngineCore` finishes every request in one place); the
+    request only reports: a delta per token that does not end it (`emit`), then the last delta
+    with the `Completion` (`complete`).
     """
 
     __slots__ = ("seq", "detokenizer", "sink")
@@ -61,34 +61,18 @@ class Request:
     def __init__(self, seq: Sequence, detokenizer: Detokenizer, sink: Sink):
         self.seq, self.detokenizer, self.sink = seq, detokenizer, sink
 
-    def add_token(self, token: int, eos: frozenset[int], max_model_len: int) -> FinishReason | None:
-        """Append a sampled token; return why the request ends here, or None to go on."""
-        seq, params = self.seq, self.seq.params
-        seq.token_ids.append(token)
-        if seq.first_token_time is None:
-            seq.first_token_time = time.perf_counter()
-        if token in params.stop_token_ids or (token in eos and not params.ignore_eos):
-            return "stop"  # its text is not part of the output (vLLM)
-        if self.detokenizer.add(token):
-            return "stop"
-        if seq.num_output_tokens >= params.max_tokens or len(seq) >= max_model_len:
-            return "length"
-        self.sink(self._delta(self.detokenizer.take_delta(final=False), (token,)))
-        return None
-
     @property
     def is_finished(self) -> bool:
         return self.seq.is_finished
 
-    def finish(self, reason: FinishReason, new_tokens: tuple[int, ...] = (), error: str | None = None) -> None:
-        """Deliver the last delta with the `Completion` (the sequence is already out of the queues).
+    def emit(self, token: int) -> None:
+        """Deliver the text `token` made safe to show (the token is in the sequence and the detokenizer)."""
+        self.sink(self._delta(self.detokenizer.take_delta(final=False), (token,)))
 
-        Text held back as a possibly incomplete character is flushed first; if it ends at a stop
-        string, a "length" finish becomes "stop".
-        """
+    def complete(self, reason: FinishReason, new_tokens: tuple[int, ...] = (), error: str | None = None) -> None:
+        """Deliver the last delta with the `Completion` (the sequence is already out of the queues,
+        the detokenizer flushed)."""
         seq = self.seq
-        if self.detokenizer.flush() and reason == "length":
-            reason = "stop"
         now = seq.finished_time = time.perf_counter()
         scheduled = seq.scheduled_time or now
         first = seq.first_token_time or now

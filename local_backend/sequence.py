@@ -59,6 +59,12 @@ class Sequence:
         self.first_token_time: float | None = None
         self.finished_time: float | None = None
 
+    def append_token(self, token: int) -> None:
+        """Add a sampled token (the first one stamps `first_token_time`)."""
+        self.token_ids.append(token)
+        if self.first_token_time is None:
+            self.first_token_time = time.perf_counter()
+
     def __len__(self) -> int:
         return len(self.token_ids)
 

@@ -94,8 +94,12 @@ def test_final_text_keeps_complete_characters_held_back_behind_an_incomplete_one
     params = SamplingParams(max_tokens=len(output))
     finals = []
     request = Request(Sequence("r", [0], params), Detokenizer(tokenizer, [0], ()), finals.append)
-    reasons = [request.add_token(t, frozenset(), max_model_len=100) for t in output]
-    assert reasons[-1] == "length"
-    request.finish("length", (output[-1],))
+    for token in output:  # as the engine core delivers them: a delta per token, the last one ends it
+        request.seq.append_token(token)
+        assert not request.detokenizer.add(token)
+        if token != output[-1]:
+            request.emit(token)
+    assert not request.detokenizer.flush()
+    request.complete("length", (output[-1],))
     streamed = "".join(d.text for d in finals)
     assert finals[-1].completion.text == streamed == "ok 日本"  # cut mid-character: the last one drops

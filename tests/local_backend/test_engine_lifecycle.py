@@ -12,6 +12,9 @@ from contextlib import aclosing
 import pytest
 
 from local_backend import Engine, SamplingParams, StreamDelta
+from local_backend.detokenizer import Detokenizer
+from local_backend.request import Request
+from local_backend.sequence import Sequence
 
 GUARD_SECONDS = 120.0
 GREEDY = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
@@ -134,3 +137,43 @@ def test_a_stop_token_ends_the_output_without_its_text(make_engine):
     assert stopped.finish_reason == "stop"
     assert stopped.token_ids == free.token_ids[: at + 1]  # the token is in token_ids (as vLLM)
     assert stopped.text == engine.tokenizer.decode(free.token_ids[:at])  # its text is not
+
+
+def test_each_core_step_returns_its_tokens_its_finished_requests_and_the_stats_after_it(make_engine):
+    engine = make_engine()
+    core, tokenizer = engine.core, engine.tokenizer
+    deltas: dict[str, list[StreamDelta]] = {"short": [], "long": [], "dropped": []}
+    prompt = tokenizer.encode("Hello world")
+
+    def request(rid: str, max_tokens: int) -> Request:
+        params = SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True)
+        return Request(Sequence(rid, prompt, params), Detokenizer(tokenizer, prompt, ()), deltas[rid].append)
+
+    short, long, dropped = request("short", 1), request("long", 3), request("dropped", 3)
+    for each in (short, long, dropped):
+        core.add(each)
+    first = core.step()  # every prompt fits in one step's token budget: each samples its first token
+    assert set(first.new_token_ids) == {"short", "long", "dropped"}
+    assert first.finished == (("short", "length"),)
+    assert (first.stats.num_running, first.stats.generation_tokens) == (2, 3)
+    core.abort(dropped)  # between steps: reported with the next step's output
+    second = core.step()
+    assert second.finished == (("dropped", "abort"),) and list(second.new_token_ids) == ["long"]
+    third = core.step()
+    assert third.finished == (("long", "length"),)
+    assert third.stats.num_running == third.stats.num_waiting == third.stats.blocks_used == 0
+    assert third.stats.generation_tokens == 5
+    sampled = tuple(output.new_token_ids["long"] for output in (first, second, third))
+    assert deltas["long"][-1].completion.token_ids == sampled
+    assert [d.completion.finish_reason for d in (deltas["short"][-1], deltas["dropped"][-1])] == ["length", "abort"]
+
+
+def test_engine_stats_are_the_snapshot_a_step_publishes_not_a_read_of_the_core(make_engine, monkeypatch):
+    engine = make_engine()
+    [out] = engine.generate(["Hello world"], GREEDY)
+    output = engine.step()
+    assert engine.stats() is output.stats
+    monkeypatch.setattr(engine.core, "stats", lambda: pytest.fail("stats() read the core"))
+    stats = engine.stats()
+    assert stats.generation_tokens == len(out.token_ids) == GREEDY.max_tokens
+    assert stats.num_running == stats.num_waiting == stats.blocks_used == 0
