@@ -55,8 +55,7 @@ def _on_passing_thread(build: Callable[[], _T]) -> _T:
     process's pools hold more threads than it has CPUs it cuts their spin before sleeping to a
     thousand turns. Loading on the caller's thread, then stepping on the engine's own (a served
     engine), left two pools: the step's OpenMP worker then slept and was woken at every parallel
-    region, ~200 times per step, and a 128-token prefill served over HTTP took 96-141 ms where,
-    loaded like this, it took 82-88 ms (after an idle 1.5 s: 120-134 ms against 90-116).
+    region, many times per step, and a served prefill was markedly slower than one loaded like this.
     """
     with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kvwise-load") as pool:
         return pool.submit(build).result()

@@ -24,9 +24,9 @@ class PenaltyState:
     `ids[i]` is a distinct id, `counts[i]` how often it appears in the output (0 for a prompt-only
     id) and `offsets[i]` = frequency × count + presence × [count > 0], what vLLM's two additive
     penalties take off its logit. All are `array`s, so `update` counts the tokens appended since
-    the last call in O(new tokens) with no tensor write per token (a scalar tensor write costs
-    microseconds of dispatch: one or two per row were most of a penalised step at batch 64), and a
-    step gathers every row's entries with one copy per buffer (`Sampler._penalise`).
+    the last call in O(new tokens) with no tensor write per token (each scalar tensor write pays
+    torch's dispatch, which at large batches outweighs the penalties themselves), and a step
+    gathers every row's entries with one copy per buffer (`Sampler._penalise`).
     """
 
     __slots__ = ("ids", "counts", "offsets", "_index", "_counted", "_frequency", "_presence")

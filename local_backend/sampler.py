@@ -113,7 +113,7 @@ class Sampler:
 
     def _buffer(self, name: str, like: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """A `[rows, vocab]` work buffer kept across steps: a fresh one each step would cost more in
-        page faults than the arithmetic (8 MiB at batch 64, vocabulary 32k)."""
+        page faults than the arithmetic (it is rows × vocab × 4 bytes)."""
         rows = like.shape[0]
         buffer = self._buffers.get(name)
         if buffer is None or buffer.shape[0] < rows or buffer.device != like.device or buffer.dtype != dtype:
@@ -227,7 +227,7 @@ class Sampler:
 
         The per-entry buffers (flat index base, repetition penalty) are written on the host by
         `array` repetition, a C loop, and copied once each: a device-side fill per buffer
-        (`repeat_interleave`) cost more than the gather itself at batch 64.
+        (`repeat_interleave`) costs more than the gather itself at large batches.
         """
         device, vocab = logits.device, logits.shape[-1]
         states = []

@@ -31,8 +31,8 @@ CONDITIONS = ("sunny", "cloudy", "rainy", "windy", "snowy", "foggy")
 """The weather a result may report: words, not numbers. The model copies a word it has seen in
 both spellings (the tokenizer cuts `"sunny"` and ` sunny` differently) by memorising six pairs;
 copying an arbitrary number digit by digit needs an induction circuit this model and budget do
-not form (two-digit temperatures came back right 61% of the time, teacher-forced). The answer
-does not repeat the city: trained to, the model named the wrong one in 18 of 30 answers."""
+not form (two-digit temperatures often came back wrong, even teacher-forced). The answer does
+not repeat the city: trained to, the model often named the wrong one."""
 
 WEATHER_ASKS = ("What is the weather in {c}?", "What's the weather like in {c}?", "How is the weather in {c} today?",
                 "Weather in {c}?", "Tell me the weather in {c}.", "Is it sunny in {c}?")
