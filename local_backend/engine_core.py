@@ -6,11 +6,13 @@ tokens, the finished requests, the stats after it), so the front never reads the
 A request ends in one place, as in nano-vllm's `Scheduler.postprocess`: `_postprocess` appends
 each sampled token and checks the stops, and `_finish` (stop, length, abort, error alike) takes
 the request out of the scheduler, frees its blocks and hands its completion over.
-Whatever raises inside a step fails only what that step was working on, with `finish_reason="error"` and the error's text:
-the batch, when the model or sampler raised; the one sequence being planned, when scheduling raised
-(the scheduler leaves its queues consistent); the one request, when delivering its token raised.
-The core then goes on serving. Threads, queues and aborts from other threads belong to the front
-(`engine.Engine`, vLLM's `AsyncLLM` to this `EngineCore`).
+
+Whatever raises inside a step fails only what that step was working on, with
+`finish_reason="error"` and the error's text: the batch, when the model or sampler raised; the
+one sequence being planned, when scheduling raised (the scheduler leaves its queues consistent);
+the one request, when delivering its token raised. The core then goes on serving. Threads,
+queues and aborts from other threads belong to the front (`engine.Engine`, vLLM's `AsyncLLM` to
+this `EngineCore`).
 """
 
 from __future__ import annotations
