@@ -1,4 +1,4 @@
-"""Attention over the paged KV cache with `scaled_dot_product_attention` (CPU and CUDA alike).
+"""Attention over the paged KV cache: the step's cache writes, then each sequence's attention, through the model's ops.
 
 The cache of one layer is a flat array of slots, `[num_blocks * block_size, 2, kv_heads, head_dim]`
 (key and value side by side, so one copy stores both and one gather reads both);
