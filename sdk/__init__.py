@@ -6,10 +6,13 @@
 
 from sdk.chain import Middleware
 from sdk.conversation import conversation
-from sdk.errors import StreamTruncated
+from sdk.errors import KvwiseError, StreamTruncated, UnsupportedClient
 from sdk.lint import Finding, lint
 from sdk.policy import Policy
 from sdk.prompt import Prompt
 from sdk.wrap import wrap
 
-__all__ = ["Finding", "Middleware", "Policy", "Prompt", "StreamTruncated", "conversation", "lint", "wrap"]
+__all__ = [
+    "Finding", "KvwiseError", "Middleware", "Policy", "Prompt", "StreamTruncated", "UnsupportedClient", "conversation", "lint",
+    "wrap",
+]

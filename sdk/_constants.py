@@ -36,19 +36,11 @@ VOLATILE_MAX_ASCENDING_RUN = 4  # a nonce has no longer run of consecutive code 
 REASONING_ROOM_TOKENS = 16_000  # added to the cap where Anthropic requires max_tokens and adaptive thinking sets no budget
 CONTEXT_FIT_BYTES_PER_TOKEN = 2  # prompt tokens are estimated high (English runs ~4 bytes a token): a filled cap must fit
 MODEL_CONTEXT_TIMEOUT_SECONDS = 5.0  # the one `GET /models` per base URL that reads the servers' contexts
-ADAPTIVE_CAP_QUANTILE = 0.99  # the quantile of a family's output lengths its adaptive cap is set from
-ADAPTIVE_CAP_WINDOW = 512  # recent answers per family the quantile is taken over (a sliding window)
-ADAPTIVE_CAP_MIN_CALLS = 50  # answers a family needs before it gets an adaptive cap
-ADAPTIVE_CAP_FAMILIES = 256  # prompt families a wrapped client keeps output lengths for (LRU)
-ADAPTIVE_CAP_MAX_CUT_SHARE = 0.05  # share of the window cut at the adaptive cap past which the family starts over
-
-# Fan-out warm-up
-FANOUT_OPENAI_MIN_PREFIX_TOKENS = 1024  # OpenAI caches prompts from 1024 tokens: a shorter prefix is never waited for
-
-# Prompt caches
-ANTHROPIC_CACHE_TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}  # how long Anthropic keeps a prefix after its last use
-OPENAI_EXTENDED_RETENTION_SECONDS = 86_400.0  # OpenAI's prompt_cache_retention="24h"
-OPENAI_EXTENDED_RETENTION = "24h"  # the prompt_cache_retention value Policy.cache_ttl="1h" asks for
+ADAPTIVE_CAP_QUANTILE = 0.99  # the quantile of a workload's output lengths its adaptive cap is set from
+ADAPTIVE_CAP_WINDOW = 512  # recent answers per workload the quantile is taken over (a sliding window)
+ADAPTIVE_CAP_MIN_CALLS = 50  # answers a workload needs before it gets an adaptive cap
+ADAPTIVE_CAP_WORKLOADS = 256  # workloads (API, model, stable prefix) a wrapped client keeps output lengths for (LRU)
+ADAPTIVE_CAP_MAX_CUT_SHARE = 0.05  # share of the window cut at the adaptive cap past which the workload starts over
 
 # Report (`kvwise report`)
 REPORT_TOP_FAMILIES = 10  # prompt families in the report's table, by spend

@@ -1,21 +1,21 @@
-"""Adaptive output caps: per prompt family, a cap learnt from the family's own answers.
+"""Adaptive output caps: per workload, a cap learnt from the workload's own answers.
 
 One `max_output_tokens` for every call is guesswork: a classifier answers in 5 tokens, a summary in
-400, and a runaway of either runs to the cap. Each wrapped client keeps, per prompt family (API,
-model and the hash of tools and system prompt, `Call.prefix_key`), the output tokens of the family's
+400, and a runaway of either runs to the cap. Each wrapped client keeps, per workload (API,
+model and the hash of tools and system prompt, `Call.prefix_key`), the output tokens of the workload's
 recent answers; once it holds `ADAPTIVE_CAP_MIN_CALLS` of them, a call whose caller set no limit gets
 p99 x `Policy.adaptive_cap_margin`, within [`Policy.adaptive_cap_floor`, `Policy.max_output_tokens`].
 
 The estimate is the exact p99 of a sliding window of the last `ADAPTIVE_CAP_WINDOW` answers, not a
 P² or t-digest sketch: a P² marker for p99 needs thousands of samples before it settles and follows
-a change in the family slowly; a window of a few hundred ints is exact, forgets old behaviour at a
+a change in the workload slowly; a window of a few hundred ints is exact, forgets old behaviour at a
 known rate and costs one sort of the window per learnt call (microseconds).
 
-Answers that reached their limit are not learnt: their length is the cap's, not the family's (a
+Answers that reached their limit are not learnt: their length is the cap's, not the workload's (a
 runaway, or a cap too small), and learning them would ratchet the cap up by the margin each time.
-So that a family that really grew is not held under its old cap, a family whose adaptively capped
+So that a workload that really grew is not held under its old cap, a workload whose adaptively capped
 calls are cut more often than `ADAPTIVE_CAP_MAX_CUT_SHARE` within the window starts over.
-Families are kept LRU, at most `ADAPTIVE_CAP_FAMILIES` per wrapped client; everything is locked.
+Workloads are kept LRU, at most `ADAPTIVE_CAP_WORKLOADS` per wrapped client; everything is locked.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 from sdk._constants import (
-    ADAPTIVE_CAP_FAMILIES,
+    ADAPTIVE_CAP_WORKLOADS,
     ADAPTIVE_CAP_MAX_CUT_SHARE,
     ADAPTIVE_CAP_MIN_CALLS,
     ADAPTIVE_CAP_QUANTILE,
@@ -34,71 +34,71 @@ from sdk._constants import (
 )
 from sdk.call import Call, Usage
 
-FamilyKey = tuple[str, str, str]
+WorkloadKey = tuple[str, str, str]
 
 
 @dataclass(slots=True)
-class _Family:
+class _Workload:
     lengths: deque[int] = field(default_factory=lambda: deque(maxlen=ADAPTIVE_CAP_WINDOW))
     cuts: deque[bool] = field(default_factory=lambda: deque(maxlen=ADAPTIVE_CAP_WINDOW))
     """For each adaptively capped answer of the window: whether it reached the cap."""
 
 
-def family_of(call: Call) -> FamilyKey | None:
-    """The prompt family of `call`: its API, model and stable-prefix hash (None before the fingerprint)."""
+def workload_of(call: Call) -> WorkloadKey | None:
+    """The workload of `call`: its API, model and stable-prefix hash (None before the fingerprint)."""
     return (str(call.api), call.model, call.prefix_key) if call.prefix_key else None
 
 
 class AdaptiveCaps:
-    """Per wrapped client: the output lengths of each family's recent answers (see the module).
+    """Per wrapped client: the output lengths of each workload's recent answers (see the module).
 
     >>> caps = AdaptiveCaps()
-    >>> caps.learn(family, Usage(output_tokens=120), cap=4096, adaptive=False)
-    >>> caps.quantile(family)   # None until the family has ADAPTIVE_CAP_MIN_CALLS answers
+    >>> caps.learn(workload, Usage(output_tokens=120), cap=4096, adaptive=False)
+    >>> caps.quantile(workload)   # None until the workload has ADAPTIVE_CAP_MIN_CALLS answers
     """
 
-    def __init__(self, size: int = ADAPTIVE_CAP_FAMILIES) -> None:
+    def __init__(self, size: int = ADAPTIVE_CAP_WORKLOADS) -> None:
         if size < 1:
             raise ValueError(f"AdaptiveCaps size must be at least 1, got {size!r}")
         self._size = size
-        self._families: OrderedDict[FamilyKey, _Family] = OrderedDict()
+        self._workloads: OrderedDict[WorkloadKey, _Workload] = OrderedDict()
         self._lock = threading.Lock()
 
-    def quantile(self, family: FamilyKey) -> int | None:
-        """The family's p99 of output tokens, or None while it has too few answers."""
+    def quantile(self, workload: WorkloadKey) -> int | None:
+        """The workload's p99 of output tokens, or None while it has too few answers."""
         with self._lock:
-            found = self._families.get(family)
+            found = self._workloads.get(workload)
             if found is None or len(found.lengths) < ADAPTIVE_CAP_MIN_CALLS:
                 return None
-            self._families.move_to_end(family)
+            self._workloads.move_to_end(workload)
             ordered = sorted(found.lengths)
         return ordered[min(len(ordered) - 1, math.ceil(ADAPTIVE_CAP_QUANTILE * len(ordered)) - 1)]
 
-    def cap_for(self, family: FamilyKey, margin: float, floor: int, ceiling: int) -> int | None:
-        """The adaptive cap of a call of `family` (None: not learnt yet): p99 x margin within [floor, ceiling]."""
-        p99 = self.quantile(family)
+    def cap_for(self, workload: WorkloadKey, margin: float, floor: int, ceiling: int) -> int | None:
+        """The adaptive cap of a call of `workload` (None: not learnt yet): p99 x margin within [floor, ceiling]."""
+        p99 = self.quantile(workload)
         if p99 is None:
             return None
         return max(floor, min(ceiling, math.ceil(p99 * margin)))
 
-    def learn(self, family: FamilyKey, usage: Usage, cap: int | None, adaptive: bool) -> None:
-        """An answer of `family` ended with `usage`, under the limit `cap` (None: none), which was
+    def learn(self, workload: WorkloadKey, usage: Usage, cap: int | None, adaptive: bool) -> None:
+        """An answer of `workload` ended with `usage`, under the limit `cap` (None: none), which was
         the adaptive one when `adaptive`."""
         output = usage.output_tokens
         reached = cap is not None and output >= cap
         with self._lock:
-            found = self._families.pop(family, None) or _Family()
-            self._families[family] = found  # the most recently used
-            if len(self._families) > self._size:
-                self._families.popitem(last=False)
+            found = self._workloads.pop(workload, None) or _Workload()
+            self._workloads[workload] = found  # the most recently used
+            if len(self._workloads) > self._size:
+                self._workloads.popitem(last=False)
             if adaptive:
                 found.cuts.append(reached)
                 if sum(found.cuts) > ADAPTIVE_CAP_MAX_CUT_SHARE * ADAPTIVE_CAP_WINDOW:
-                    del self._families[family]  # cut too often: the family changed, learn it again
+                    del self._workloads[workload]  # cut too often: the workload changed, learn it again
                     return
             if not reached:
                 found.lengths.append(output)
 
     def __len__(self) -> int:
         with self._lock:
-            return len(self._families)
+            return len(self._workloads)

@@ -12,50 +12,29 @@ from __future__ import annotations
 
 import itertools
 import json
-import re
 from collections.abc import Callable
 from typing import Any
 
-from sdk._constants import OPENAI_EXTENDED_RETENTION
 from sdk.adapters import Adapter
 from sdk.adapters._base import TEXT_PART_TYPES
 from sdk.call import Api, Call, Provider
 from sdk.fingerprint import prefix_key
 from sdk.policy import Policy
-
-# Minimum cacheable prompt length in tokens by Anthropic model family, first match wins.
-# Source date 2026-12-01: Anthropic's prompt-caching page ("Cache limitations") as quoted on
-# 2026-11 pages (dev.to "Claude's prompt cache fails silently below 1,024 tokens", LiteLLM's docs):
-# 512 for Opus/Fable/Mythos 5 and the 5.5 family, 2048 for Opus 4.7, 4096 for Opus 4.5/4.6 and
-# Haiku 4.5, 1024 for Sonnet 5, Opus 4.8 and the older Sonnet/Opus 4; Sonnet 4.6 kept at the 2048
-# the earlier page gave (sources differ: a higher minimum only skips a breakpoint that would not pay).
-ANTHROPIC_MIN_CACHEABLE_TOKENS: tuple[tuple[str, int], ...] = (
-    (r"claude-(opus|sonnet|haiku)-5-5|claude-(opus|fable|mythos)-5", 512),
-    (r"claude-opus-4-7", 2048),
-    (r"claude-haiku-4-5|claude-opus-4-[56]", 4096),
-    (r"claude-(3-5-haiku|3-haiku|haiku-3)|claude-sonnet-4-6", 2048),
-    (r"claude-", 1024),
+from sdk.provider_facts import (
+    ANTHROPIC_DEFAULT_TTL,
+    ANTHROPIC_LONG_TTL,
+    ANTHROPIC_MAX_BREAKPOINTS,
+    OPENAI_EXTENDED_RETENTION,
+    anthropic_min_tokens,
+    supports_openai_breakpoints,
 )
-ANTHROPIC_DEFAULT_MIN_TOKENS = 1024
-ANTHROPIC_MAX_BREAKPOINTS = 4
-DEFAULT_TTL = "5m"
-LONG_TTL = "1h"  # Anthropic requires every 1h mark to come before any 5m one
+
 CHARS_PER_TOKEN = 4  # a conservative estimate for English text and JSON
 CACHE_KEY_PREFIX = "kvwise-"
-_OPENAI_EXPLICIT_BREAKPOINT_MODELS = re.compile(r"gpt-(\d+)\.(\d+)")
-_OPENAI_FIRST_EXPLICIT = (5, 6)
 _SCHEMA_KEYS = frozenset({"input_schema", "parameters", "schema"})  # JSON schemas: a property may be named like a mark
 _THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
 _TOOL_OUTPUT_TYPES = ("tool_result", "function_call_output")
 _POSITIONS = ("tools", "system", "history", "last_turn")
-
-
-def anthropic_min_tokens(model: str) -> int:
-    """The minimum cacheable prefix length of `model`'s family."""
-    for pattern, tokens in ANTHROPIC_MIN_CACHEABLE_TOKENS:
-        if re.search(pattern, model):
-            return tokens
-    return ANTHROPIC_DEFAULT_MIN_TOKENS
 
 
 def estimate_tokens(value: Any) -> int:
@@ -81,12 +60,6 @@ def caller_breakpoints(call: Call, key: str) -> int:
     return count_breakpoints([call.tools, call.system, call.messages], key) + count_breakpoints(call.params, key)
 
 
-def supports_openai_breakpoints(model: str) -> bool:
-    """Whether `model` takes explicit prompt-cache breakpoints (gpt-5.6 and later)."""
-    match = _OPENAI_EXPLICIT_BREAKPOINT_MODELS.search(model)
-    return match is not None and (int(match[1]), int(match[2])) >= _OPENAI_FIRST_EXPLICIT
-
-
 def place_cache_hints(call: Call, policy: Policy, adapter: Adapter) -> None:
     """Add the provider's cache hints to `call` in place, recording each in `call.changes`."""
     if call.api in (Api.CHAT, Api.RESPONSES):
@@ -95,7 +68,7 @@ def place_cache_hints(call: Call, policy: Policy, adapter: Adapter) -> None:
         if "prompt_cache_key" not in call.params:
             call.params["prompt_cache_key"] = CACHE_KEY_PREFIX + (call.prefix_key or prefix_key(call))
             call.changes.append("prompt_cache_key")
-        if policy.cache_ttl == LONG_TTL and "prompt_cache_retention" not in call.params:
+        if policy.cache_ttl == ANTHROPIC_LONG_TTL and "prompt_cache_retention" not in call.params:
             call.params["prompt_cache_retention"] = OPENAI_EXTENDED_RETENTION  # in-memory lasts minutes, at most 1h
             call.changes.append("prompt_cache_retention")
         if supports_openai_breakpoints(call.model):
@@ -132,13 +105,13 @@ def _place_breakpoints(call: Call, adapter: Adapter, marker: dict[str, Any], min
     tiers = (call.tools, call.system, history, last_span, [*call.messages[history_end + len(last_span) :], call.params])
     prefix_tokens = list(itertools.accumulate(estimate_tokens(tier) for tier in tiers[:4]))
     ttls = [_ttls(tier, key) for tier in tiers]
-    ttl = marker.get("ttl", DEFAULT_TTL)
+    ttl = marker.get("ttl", ANTHROPIC_DEFAULT_TTL)
     for position in (3, 2, 1, 0):
         if free <= 0 or prefix_tokens[position] < max(min_tokens, 1):
             continue
         before = {t for tier in ttls[: position + 1] for t in tier}
         after = {t for tier in ttls[position + 1 :] for t in tier}
-        if (ttl != LONG_TTL and LONG_TTL in after) or (ttl == LONG_TTL and before - {LONG_TTL}):
+        if (ttl != ANTHROPIC_LONG_TTL and ANTHROPIC_LONG_TTL in after) or (ttl == ANTHROPIC_LONG_TTL and before - {ANTHROPIC_LONG_TTL}):
             continue
         if position == 0 and call.tools and call.api is Api.MESSAGES:
             marked = _mark_last(call.tools, marker, key)
@@ -187,7 +160,7 @@ def _ttls(value: Any, key: str) -> list[str]:
     """The TTLs of the `key` marks in `value`, in request order (a mark without one is 5m)."""
     if isinstance(value, dict):
         mark = value.get(key)
-        own = [str(mark.get("ttl", DEFAULT_TTL)) if isinstance(mark, dict) else DEFAULT_TTL] if mark is not None else []
+        own = [str(mark.get("ttl", ANTHROPIC_DEFAULT_TTL)) if isinstance(mark, dict) else ANTHROPIC_DEFAULT_TTL] if mark is not None else []
         return [t for k, v in value.items() if k not in _SCHEMA_KEYS for t in _ttls(v, key)] + own
     if isinstance(value, (list, tuple)):
         return [t for item in value for t in _ttls(item, key)]

@@ -58,7 +58,7 @@ class Call:
     `given` names the tier parameters the caller passed (`tools`, `system`, `input`): they are sent
     back even when empty, since `tools=[]` is not an absent `tools`. `cap` is the guards' decision
     (None: the request carries no output limit). `learn_response`, when set (Anthropic cache
-    diagnostics), is told the answer's id, which the family's next request names as its previous one.
+    diagnostics), is told the answer's id, which the next request of its API and model names as its previous one.
     `learn_usage`, when set (adaptive caps), is told the usage of an answer that ended.
     `context_note` holds the lines of the tail note (`sdk.moving`: values that change within a
     conversation), which the next call of the conversation will not re-send where this one has them.

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from sdk.adapters import adapter_for
-from sdk.adaptive_caps import AdaptiveCaps, family_of
+from sdk.adaptive_caps import AdaptiveCaps, workload_of
 from sdk.cache_hints import place_cache_hints
 from sdk.call import Call
 from sdk.canonical import canonicalize
@@ -66,6 +66,6 @@ class Chain:
         if self.policy.cache_hints:
             place_cache_hints(call, self.policy, adapter)
         apply_guards(call, self.policy, adapter, self.caps)
-        if self.caps is not None and call.cap is not None and (family := family_of(call)) is not None:
+        if self.caps is not None and call.cap is not None and (workload := workload_of(call)) is not None:
             adaptive = call.cap.source == CapSource.ADAPTIVE
-            call.learn_usage = functools.partial(self.caps.learn, family, cap=call.cap.tokens, adaptive=adaptive)
+            call.learn_usage = functools.partial(self.caps.learn, workload, cap=call.cap.tokens, adaptive=adaptive)

@@ -12,14 +12,14 @@ parts of it, nowhere else:
   (marks the `with_raw_response` / `with_streaming_response` forms);
 - a raw response's parse cache (`_parsed_by_type`), so `.parse()` of a streamed raw response gives
   the guarded stream;
-- the client family's base classes (`_base_client.SyncAPIClient` / `AsyncAPIClient`) and the
+- the client package's base classes (`_base_client.SyncAPIClient` / `AsyncAPIClient`) and the
   client's `_base_url` (read at each call, so a changed base URL is honoured);
 - `APIConnectionError(message=..., request=...)`, for a fault that has no request of its own;
 - the client's own `post(path, *, cast_to, body, options, stream, stream_cls)` and
   `request(cast_to, options, *, stream, stream_cls)`, whose `FinalRequestOptions` (`method`, `url`,
   `json_data`, and the fields set on it) `request_as_post` turns back into `post`'s arguments.
 
-`client_family` runs at `wrap()` time and raises `UnsupportedClient`, naming the supported
+`client_package` runs at `wrap()` time and raises `UnsupportedClient`, naming the supported
 releases, when the installed client is not one of them or lacks one of these parts.
 """
 
@@ -35,7 +35,7 @@ from typing import Any
 
 import pydantic
 
-from sdk.errors import KvwiseError
+from sdk.errors import UnsupportedClient
 
 SUPPORTED_MAJOR = {"openai": 3, "anthropic": 2}
 """The client releases kvwise is built against: openai 3.x, anthropic 2.x."""
@@ -49,12 +49,8 @@ EXTRA_BODY_OPTION = "extra_json"
 SPAN_NAME_OPTION = "span_name"
 
 
-class UnsupportedClient(KvwiseError, TypeError):
-    """`sdk.wrap` was given a client, or a client release, it does not know."""
-
-
 @dataclass(frozen=True, slots=True)
-class Family:
+class ClientPackage:
     """What kvwise needs to know about a wrapped client's package."""
 
     name: str  # "openai" or "anthropic"
@@ -62,8 +58,8 @@ class Family:
     connection_error: type[Exception]  # the package's `APIConnectionError`
 
 
-def client_family(client: object) -> Family:
-    """The family of a supported client; `UnsupportedClient` for anything else."""
+def client_package(client: object) -> ClientPackage:
+    """The package (and sync/async kind) of a supported client; `UnsupportedClient` for anything else."""
     for name in SUPPORTED_MAJOR:
         # A client of a package is an instance of its classes only once the package is imported: the
         # other package is never imported for the check (openai costs an Anthropic app ~350 ms).
@@ -71,7 +67,7 @@ def client_family(client: object) -> Family:
         if base is not None and isinstance(client, (base.SyncAPIClient, base.AsyncAPIClient)):
             _check_release(name)
             module = importlib.import_module(name)
-            return Family(name, isinstance(client, base.AsyncAPIClient), module.APIConnectionError)
+            return ClientPackage(name, isinstance(client, base.AsyncAPIClient), module.APIConnectionError)
     raise UnsupportedClient(f"sdk.wrap takes a client of {SUPPORTED}, got {type(client).__module__}.{type(client).__name__}")
 
 

@@ -56,8 +56,8 @@ def eligible(client: Any, explicit_provider: str | None) -> bool:
 
 
 def request_diagnostics(call: Call, seen: Seen) -> None:
-    """Name the previous answer of `call`'s family (the call the tracker compared it with) in
-    `diagnostics`; None on a family's first call, which opts in without a comparison."""
+    """Name the previous answer of `call`'s API and model (the call the tracker compared it with) in
+    `diagnostics`; None on the first call of an API and model, which opts in without a comparison."""
     if call.api is not Api.MESSAGES or DIAGNOSTICS_PARAM in call.params:
         return
     previous = seen.previous

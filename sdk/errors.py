@@ -1,6 +1,7 @@
 """The SDK's own exceptions, and the one place that decides what a failed call raises.
 
     KvwiseError
+    ├── UnsupportedClient (also a TypeError: `sdk.wrap` was given a client or release it does not know)
     └── StreamTruncated   (raised as one that is also the wrapped client's APIConnectionError,
                            so existing handlers catch it)
 
@@ -18,6 +19,10 @@ from collections.abc import Callable
 
 class KvwiseError(Exception):
     """Root of the SDK's own exceptions."""
+
+
+class UnsupportedClient(KvwiseError, TypeError):
+    """`sdk.wrap` was given a client, or a client release, it does not know."""
 
 
 class StreamTruncated(KvwiseError):
@@ -43,7 +48,7 @@ def stream_truncated(connection_error: type[Exception]) -> type[StreamTruncated]
     """`StreamTruncated` that is also `connection_error`, the wrapped client's `APIConnectionError`,
     so the handlers an app already has for that client catch it.
 
-    Made per client family when first needed, not at import: a class with every installed client's
+    Made per client package when first needed, not at import: a class with every installed client's
     error among its bases would import anthropic into an app that only uses openai (two seconds
     and 130,000 objects the garbage collector then walks for the process's life).
     """

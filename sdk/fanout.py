@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
 
-from sdk._constants import FANOUT_OPENAI_MIN_PREFIX_TOKENS
-from sdk.cache_hints import anthropic_min_tokens, count_breakpoints, estimate_tokens
+from sdk.cache_hints import count_breakpoints, estimate_tokens
 from sdk.call import Call, Provider
 from sdk.fingerprint import segments
+from sdk.provider_facts import min_cacheable_tokens
 
 _ANTHROPIC_MARK = "cache_control"
 _CREDENTIALS = ("api_key", "auth_token", "organization", "project", "base_url")
@@ -51,7 +51,7 @@ def cacheable_prefix(call: Call) -> str | None:
         if not marked:
             return None  # Anthropic caches nothing before a breakpoint
         end = marked[-1] + 1
-    minimum = anthropic_min_tokens(call.model) if call.provider is Provider.ANTHROPIC else FANOUT_OPENAI_MIN_PREFIX_TOKENS
+    minimum = min_cacheable_tokens(call.provider, call.model)
     if sum(estimate_tokens(segment.content) for segment in chain[:end]) < minimum:
         return None
     return chain[end - 1].chain

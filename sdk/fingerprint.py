@@ -6,7 +6,7 @@ as their chains agree; the first segment that differs, and why, is the cache bre
 
 A cache also breaks with the prefix unchanged: another model (caches are per model), another
 `tool_choice` or `thinking` setting (Anthropic keys its message cache on them), or a gap since the
-family's last call longer than the cache's TTL. `PrefixTracker` names those causes too, in that
+last call of the same API and model longer than the cache's TTL. `PrefixTracker` names those causes too, in that
 order, after any segment that changed.
 """
 
@@ -21,9 +21,9 @@ from enum import StrEnum
 from time import monotonic
 from typing import NamedTuple
 
-from sdk._constants import ANTHROPIC_CACHE_TTL_SECONDS, OPENAI_EXTENDED_RETENTION_SECONDS
 from sdk.call import Call, Provider
 from sdk.canonical import tool_name
+from sdk.provider_facts import ANTHROPIC_CACHE_TTL_SECONDS, ANTHROPIC_DEFAULT_TTL, OPENAI_EXTENDED_RETENTION, OPENAI_EXTENDED_RETENTION_SECONDS
 from sdk.volatile import mask_volatile
 
 FINGERPRINT_HEX_CHARS = 16
@@ -134,7 +134,7 @@ _SETTINGS = (("tool_choice", BreakCause.TOOL_CHOICE_CHANGED), ("thinking", Break
 
 @dataclass(slots=True)
 class Seen:
-    """What the tracker remembers of a family's last call; `message_id` is learnt from its answer."""
+    """What the tracker remembers of the last call of an API and model; `message_id` is learnt from its answer."""
 
     model: str
     chain: list[Segment]
@@ -144,7 +144,7 @@ class Seen:
     previous: Seen | None = None
 
     def learn(self, message_id: str) -> None:
-        """The answer's id (named as the previous message by the family's next request)."""
+        """The answer's id (named as the previous message by the next request of its API and model)."""
         self.message_id = message_id
 
 
@@ -159,7 +159,7 @@ class PrefixTracker:
         self._clock = clock  # None: `time.monotonic`
 
     def observe(self, call: Call, ttl_seconds: float | None = None) -> Seen:
-        """Set `call.fingerprint` and, when the cache broke since the family's last call, `break_at`
+        """Set `call.fingerprint` and, when the cache broke since the last call of its API and model, `break_at`
         and `break_cause`; return what is remembered of `call` (its `previous` compared against).
 
         `ttl_seconds`: how long the provider keeps the prefix (None: unknown, no TTL cause).
@@ -212,7 +212,7 @@ def cache_ttl_seconds(call: Call, policy_ttl: str | None) -> float | None:
     (in-memory retention lasts "5 to 10 minutes of inactivity, up to an hour"); other servers: not known.
     """
     if call.provider is Provider.ANTHROPIC:
-        return ANTHROPIC_CACHE_TTL_SECONDS[policy_ttl or "5m"]
-    if call.provider is Provider.OPENAI and (call.params.get("prompt_cache_retention") == "24h" or policy_ttl == "1h"):
+        return ANTHROPIC_CACHE_TTL_SECONDS[policy_ttl or ANTHROPIC_DEFAULT_TTL]
+    if call.provider is Provider.OPENAI and (call.params.get("prompt_cache_retention") == OPENAI_EXTENDED_RETENTION or policy_ttl == "1h"):
         return OPENAI_EXTENDED_RETENTION_SECONDS
     return None

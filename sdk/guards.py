@@ -17,7 +17,7 @@ also holds the reasoning:
   API requires it (Anthropic), filled with `cap + REASONING_ROOM_TOKENS`.
 
 Under `Policy.adaptive_caps` a call that neither reasons nor names a limit is filled with its prompt
-family's learnt cap (`sdk.adaptive_caps`) instead of the policy's, once the family has one; a
+workload's learnt cap (`sdk.adaptive_caps`) instead of the policy's, once the workload has one; a
 caller's limit is never lowered by it. `Call.cap.source` says which: policy, caller or adaptive.
 
 A filled cap must fit the model. The chain cannot know the context (it does no I/O), so the send
@@ -42,7 +42,7 @@ from typing import Any
 
 from sdk._constants import CONTEXT_FIT_BYTES_PER_TOKEN, REASONING_ROOM_TOKENS
 from sdk.adapters import Adapter, adapter_for
-from sdk.adaptive_caps import AdaptiveCaps, family_of
+from sdk.adaptive_caps import AdaptiveCaps, workload_of
 from sdk.call import Call, OutputCap, Provider
 from sdk.policy import Policy
 from sdk.telemetry import semconv as sc
@@ -54,7 +54,7 @@ _EXTRA_JSON = "extra_json"  # where the client's request options carry `extra_bo
 
 def apply_guards(call: Call, policy: Policy, adapter: Adapter, caps: AdaptiveCaps | None = None) -> None:
     """Cap output tokens, merge stops and default penalties on `call` in place (`caps`: the
-    client's learnt family caps, under `Policy.adaptive_caps`)."""
+    client's learnt workload caps, under `Policy.adaptive_caps`)."""
     extra = _extra_body(call)
     _cap(call, policy, adapter, extra, caps)
     _merge_stops(call, policy, adapter, extra)
@@ -113,10 +113,10 @@ def _cap(call: Call, policy: Policy, adapter: Adapter, extra: dict[str, Any], ca
 
 
 def _adaptive(call: Call, policy: Policy, caps: AdaptiveCaps | None) -> int | None:
-    """The family's learnt cap for a call without a limit of its own, None while there is none."""
-    if caps is None or not policy.adaptive_caps or (family := family_of(call)) is None:
+    """The workload's learnt cap for a call without a limit of its own, None while there is none."""
+    if caps is None or not policy.adaptive_caps or (workload := workload_of(call)) is None:
         return None
-    return caps.cap_for(family, policy.adaptive_cap_margin, policy.adaptive_cap_floor, policy.max_output_tokens)
+    return caps.cap_for(workload, policy.adaptive_cap_margin, policy.adaptive_cap_floor, policy.max_output_tokens)
 
 
 def _fill(call: Call, adapter: Adapter, limit: int | None, cap: int) -> None:

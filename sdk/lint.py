@@ -7,13 +7,13 @@ from enum import StrEnum
 from typing import Any
 
 from sdk.adapters import adapter_for, map_descriptions, map_text
-from sdk.cache_hints import anthropic_min_tokens, estimate_tokens
+from sdk.cache_hints import estimate_tokens
 from sdk.call import Api, Provider
 from sdk.canonical import tool_name
 from sdk.moving import text_leaves
+from sdk.provider_facts import min_cacheable_tokens
 from sdk.volatile import find_volatile
 
-OPENAI_MIN_CACHEABLE_TOKENS = 1024
 _ADVICE = {
     "system": "keep it out of the system prompt (sdk.wrap moves what changes, with Policy(volatile='move'))",
     "tools": "take it out of the tool definition (sdk.wrap never rewrites tools)",
@@ -65,7 +65,7 @@ def lint(call_kwargs: dict[str, Any], provider: str = "openai") -> list[Finding]
         findings.append(
             Finding(FindingCode.UNSTABLE_TOOL_ORDER, "tools", "tools are not sorted by name: any reordering breaks the cache")
         )
-    minimum = anthropic_min_tokens(call.model) if api is Api.MESSAGES else OPENAI_MIN_CACHEABLE_TOKENS
+    minimum = min_cacheable_tokens(call.provider, call.model)
     prefix = estimate_tokens(call.tools) + estimate_tokens(call.system) + estimate_tokens(call.messages[: call.history_end])
     if prefix < minimum:
         findings.append(

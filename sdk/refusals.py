@@ -64,6 +64,8 @@ class Refusals:
 
     def mark(self, call: Call, server: Hashable) -> None:
         """Before the call is rewritten into its request: none of what `server` refused is added."""
+        if not self._refused:
+            return
         for addition in ADDITIONS:
             if (addition.name, server) in self._refused:
                 addition.withhold(call)

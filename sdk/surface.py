@@ -180,20 +180,20 @@ ROUTES: dict[str, dict[str, tuple[Path, str]]] = {
 """URL path (relative to the base URL, without the query) -> the intercepted method sending it."""
 
 
-def route(family: str, url: str) -> tuple[Path, Intercept] | None:
+def route(package: str, url: str) -> tuple[Path, Intercept] | None:
     """The resource and intercepted method whose request a send to `url` carries (None: pass through)."""
-    found = ROUTES[family].get(urlsplit(url).path)
+    found = ROUTES[package].get(urlsplit(url).path)
     if found is None:
         return None
     path, method = found
-    return path, next(spec for spec in INTERCEPTED[family][path] if spec.method == method)
+    return path, next(spec for spec in INTERCEPTED[package][path] if spec.method == method)
 
 
-def intercepted(family: str, path: Path) -> tuple[Intercept, ...]:
+def intercepted(package: str, path: Path) -> tuple[Intercept, ...]:
     """The intercepted methods of the resource at `path` (empty when it has none)."""
-    return INTERCEPTED[family].get(path, ())
+    return INTERCEPTED[package].get(path, ())
 
 
-def leads_to_intercepted(family: str, path: Path) -> bool:
+def leads_to_intercepted(package: str, path: Path) -> bool:
     """Whether `path` is an intercepted resource or lies on the way to one (`("beta",)`)."""
-    return any(candidate[: len(path)] == path for candidate in INTERCEPTED[family])
+    return any(candidate[: len(path)] == path for candidate in INTERCEPTED[package])

@@ -49,7 +49,7 @@ class _Shared:
     policy: Policy
     chain: Chain
     telemetry: Telemetry
-    family: compat.Family
+    package: compat.ClientPackage
     provider: Provider | None
     fanout: FanOut | None = None
     refusals: Refusals = field(default_factory=Refusals)
@@ -78,14 +78,14 @@ def wrap(
     policy = policy if policy is not None else Policy()
     if not isinstance(policy, Policy):
         raise TypeError(f"policy must be an sdk.Policy, got {type(policy).__name__}")
-    family = compat.client_family(client)
+    package = compat.client_package(client)
     if provider is not None and provider not in tuple(Provider):
         raise ValueError(f"provider must be one of {[p.value for p in Provider]}, got {provider!r}")
     shared = _Shared(
         policy=policy,
         chain=Chain(policy, PrefixTracker(), middleware, diagnostics=diagnostics.eligible(client, provider)),
         telemetry=Telemetry(policy, tracer_provider=tracer_provider, meter_provider=meter_provider),
-        family=family,
+        package=package,
         provider=Provider(provider) if provider is not None else None,
         fanout=FanOut() if policy.fanout == "warm" else None,
     )
@@ -114,10 +114,10 @@ class _Node:
             value = self._root._send_method(name)
         else:
             path = (*self._path, name)
-            family = self._root._shared.family.name
-            if surface.intercepted(family, path):
+            package = self._root._shared.package.name
+            if surface.intercepted(package, path):
                 value = self._root._view(path, getattr(self._target, name))
-            elif surface.leads_to_intercepted(family, path):
+            elif surface.leads_to_intercepted(package, path):
                 value = _Node(getattr(self._target, name), path, self._root)
             else:
                 return getattr(self._target, name)
@@ -175,10 +175,10 @@ class WrappedClient(_Node):
         if path in views:
             return views[path]
         view = compat.new_resource(resource)
-        for spec in surface.intercepted(self._shared.family.name, path):
+        for spec in surface.intercepted(self._shared.package.name, path):
             if hasattr(type(view), spec.method):  # Bedrock's beta messages have no count_tokens
                 setattr(view, spec.method, self._method(view, spec))
-        for child in surface.INTERCEPTED[self._shared.family.name]:
+        for child in surface.INTERCEPTED[self._shared.package.name]:
             if child[:-1] == path and (sub := getattr(resource, child[-1], None)) is not None:
                 setattr(view, child[-1], self._view(child, sub))
         views[path] = view
@@ -206,14 +206,14 @@ class WrappedClient(_Node):
     def _sending(self, view: Any, sender: Sender) -> Any:
         """A copy of `view` sending through `sender` (the async clients' methods, coroutine functions
         or not, await their `_post`)."""
-        return compat.with_send(view, sender.apost if self._shared.family.is_async else sender.post)
+        return compat.with_send(view, sender.apost if self._shared.package.is_async else sender.post)
 
     def _send_method(self, name: str) -> Callable[..., Any]:
         """kvwise's `post` or `request` of the live client: a model call's request (`surface.route`)
         through the chain and kvwise's send; any other request as the client sends it."""
         original = getattr(self._target, name)
         as_post = compat.post_arguments if name == "post" else compat.request_as_post
-        if self._shared.family.is_async:
+        if self._shared.package.is_async:
 
             async def asend(*args: Any, **kwargs: Any) -> Any:
                 routed = self._routed(as_post(args, kwargs))
@@ -241,7 +241,7 @@ class WrappedClient(_Node):
             return None
         url, post_kwargs = arguments
         body = post_kwargs.get("body")
-        found = surface.route(self._shared.family.name, _relative(url, compat.base_url(self._target)))
+        found = surface.route(self._shared.package.name, _relative(url, compat.base_url(self._target)))
         if found is None or not isinstance(body, Mapping) or not compat.answers_in_models(post_kwargs.get("cast_to")):
             return None
         path, spec = found
@@ -280,7 +280,7 @@ class WrappedClient(_Node):
                 native = {key: value for key, value in native.items() if key in accepted}
         key = fanout_key(call, client) if shared.fanout is not None and spec.kind is Kind.CALL else None
         sender = Sender(
-            call, spec.kind, client, server, shared.policy, shared.telemetry, shared.family.connection_error, shared.fanout, key, shared.refusals
+            call, spec.kind, client, server, shared.policy, shared.telemetry, shared.package.connection_error, shared.fanout, key, shared.refusals
         )
         return sender, native
 
@@ -305,7 +305,7 @@ class WrappedClient(_Node):
             server = (base.hostname, base.port or (443 if base.scheme == "https" else 80))
             provider = self._shared.provider or (
                 Provider.ANTHROPIC
-                if self._shared.family.name == "anthropic"
+                if self._shared.package.name == "anthropic"
                 else _HOSTED.get(base.hostname or "", Provider.OPENAI_COMPATIBLE)
             )
             object.__setattr__(self, "_where", (base_url, provider, server))

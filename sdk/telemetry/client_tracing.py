@@ -43,7 +43,7 @@ def trace_headers(client: Any, span: Span | None) -> dict[str, str] | None:
     where the bare client would have propagated a context. Never raises.
     """
     options = getattr(client, "open_telemetry", None)  # anthropic's resolved `open_telemetry` option
-    if not isinstance(options, Mapping):
+    if options is None or not isinstance(options, Mapping):  # None first: openai's clients have none
         return None
     try:
         if not options["traces"]["enabled"]:  # no span, no headers: nothing to stand in for

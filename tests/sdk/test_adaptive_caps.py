@@ -1,4 +1,4 @@
-"""Adaptive output caps (`Policy.adaptive_caps`): learnt per prompt family, over loopback with the real clients."""
+"""Adaptive output caps (`Policy.adaptive_caps`): learnt per workload (API, model, stable prefix), over loopback with the real clients."""
 
 from __future__ import annotations
 
@@ -97,21 +97,21 @@ def test_reasoning_calls_without_a_budget_stay_uncapped_when_the_family_has_lear
 
 
 def test_answers_cut_at_their_limit_are_not_learnt_so_the_cap_never_ratchets_up() -> None:
-    caps, family = AdaptiveCaps(), ("chat.completions", "m", "k")
+    caps, workload = AdaptiveCaps(), ("chat.completions", "m", "k")
     for _ in range(ADAPTIVE_CAP_MIN_CALLS):
-        caps.learn(family, Usage(output_tokens=100), cap=4096, adaptive=False)
+        caps.learn(workload, Usage(output_tokens=100), cap=4096, adaptive=False)
     for _ in range(5):
-        caps.learn(family, Usage(output_tokens=150), cap=150, adaptive=True)  # runaways cut at the adaptive cap
-    assert caps.quantile(family) == 100
+        caps.learn(workload, Usage(output_tokens=150), cap=150, adaptive=True)  # runaways cut at the adaptive cap
+    assert caps.quantile(workload) == 100
 
 
 def test_a_family_cut_more_often_than_its_p99_allows_starts_over() -> None:
-    caps, family = AdaptiveCaps(), ("chat.completions", "m", "k")
+    caps, workload = AdaptiveCaps(), ("chat.completions", "m", "k")
     for _ in range(ADAPTIVE_CAP_MIN_CALLS):
-        caps.learn(family, Usage(output_tokens=100), cap=4096, adaptive=False)
+        caps.learn(workload, Usage(output_tokens=100), cap=4096, adaptive=False)
     for _ in range(int(0.05 * ADAPTIVE_CAP_WINDOW) + 1):
-        caps.learn(family, Usage(output_tokens=150), cap=150, adaptive=True)  # the family's answers grew
-    assert caps.quantile(family) is None  # back under the policy's cap until it has learnt again
+        caps.learn(workload, Usage(output_tokens=150), cap=150, adaptive=True)  # the workload's answers grew
+    assert caps.quantile(workload) is None  # back under the policy's cap until it has learnt again
 
 
 def test_families_are_kept_in_bounded_memory_least_recently_used_first() -> None:

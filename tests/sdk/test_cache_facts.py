@@ -8,7 +8,8 @@ import pytest
 
 import sdk
 from sdk.adapters import adapter_for
-from sdk.cache_hints import anthropic_min_tokens, place_cache_hints
+from sdk.cache_hints import place_cache_hints
+from sdk.provider_facts import anthropic_min_tokens
 from sdk.call import Api, Provider
 from tests.sdk.helpers import LONG_SYSTEM
 

@@ -41,7 +41,7 @@ class Answer(pydantic.BaseModel):
 
 @dataclass(frozen=True)
 class Case:
-    family: str
+    package: str
     path: tuple[str, ...]
     method: str
     api: Api
@@ -54,8 +54,8 @@ class Case:
         return f"{self.form}:{'.'.join(self.path)}.{self.method}{streamed}"
 
 
-def _bare(family: str) -> Any:
-    if family == "openai":
+def _bare(package: str) -> Any:
+    if package == "openai":
         return openai.OpenAI(api_key="k", base_url="http://127.0.0.1:9/v1")
     return anthropic.Anthropic(api_key="k", base_url="http://127.0.0.1:9")
 
@@ -86,8 +86,8 @@ def _streams(api: Api, method: str, kind: Kind) -> tuple[bool, ...]:
 
 
 def _cases() -> Iterator[Case]:
-    for family, resources in surface.INTERCEPTED.items():
-        bare = _bare(family)
+    for package, resources in surface.INTERCEPTED.items():
+        bare = _bare(package)
         for path, methods in resources.items():
             resource = _resolve_path(bare, path)
             for spec in methods:
@@ -95,11 +95,11 @@ def _cases() -> Iterator[Case]:
                     if not _has_form(bare, resource, path, form, spec.method):
                         continue  # the client has no such raw form of this method
                     for stream in _streams(spec.api, spec.method, spec.kind):
-                        yield Case(family, path, spec.method, spec.api, spec.kind, form, stream)
-        for dotted in surface.REBOUND[family]:
+                        yield Case(package, path, spec.method, spec.api, spec.kind, form, stream)
+        for dotted in surface.REBOUND[package]:
             *path, method = dotted
             api = Api.CHAT if path[-1] == "completions" else Api.RESPONSES
-            yield Case(family, tuple(path), method, api, Kind.CALL, "plain", True)
+            yield Case(package, tuple(path), method, api, Kind.CALL, "plain", True)
 
 
 CASES = list(_cases())
@@ -136,7 +136,7 @@ def request_kwargs(case: Case) -> dict[str, Any]:
 
 
 def _client(case: Case, simulator: Any, mode: str) -> Any:
-    if case.family == "openai":
+    if case.package == "openai":
         cls = openai.OpenAI if mode == "sync" else openai.AsyncOpenAI
         return cls(base_url=simulator.openai_base_url, api_key="k")
     cls = anthropic.Anthropic if mode == "sync" else anthropic.AsyncAnthropic

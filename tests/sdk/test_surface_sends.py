@@ -134,7 +134,7 @@ ROUTE_CASES = [case for case in CASES if case.form == "plain" and case.method in
 
 def _fresh(case: Case, simulator: Any, mode: str) -> Any:
     sync = mode == "sync"
-    if case.family == "openai":
+    if case.package == "openai":
         return (openai.OpenAI if sync else openai.AsyncOpenAI)(base_url=simulator.openai_base_url, api_key="k")
     return (anthropic.Anthropic if sync else anthropic.AsyncAnthropic)(base_url=simulator.anthropic_base_url, api_key="k")
 

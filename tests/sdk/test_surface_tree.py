@@ -42,7 +42,7 @@ CLIENTS = {
 }
 
 
-def _family(client: Any) -> str:
+def _package(client: Any) -> str:
     return "openai" if isinstance(client, (openai.OpenAI, openai.AsyncOpenAI)) else "anthropic"
 
 
@@ -69,28 +69,28 @@ def _model_methods(resource: Any) -> Iterator[str]:
                 yield name
 
 
-def _passes_through(family: str, path: tuple[str, ...]) -> bool:
-    return any(path[:length] in surface.PASS_THROUGH[family] for length in range(1, len(path) + 1))
+def _passes_through(package: str, path: tuple[str, ...]) -> bool:
+    return any(path[:length] in surface.PASS_THROUGH[package] for length in range(1, len(path) + 1))
 
 
 def unclassified(client: Any) -> list[str]:
     """Every model-calling method of `client` that is neither intercepted, rebound nor passed through,
     and every resource that is neither on the way to an intercepted one nor passed through."""
-    family = _family(client)
+    package = _package(client)
     missing: list[str] = []
 
     def walk(node: Any, path: tuple[str, ...]) -> None:
         for name, child in _children(node):
             child_path = (*path, name)
-            if _passes_through(family, child_path):
+            if _passes_through(package, child_path):
                 continue
-            if not surface.leads_to_intercepted(family, child_path):
+            if not surface.leads_to_intercepted(package, child_path):
                 missing.append(".".join(child_path) + " (resource)")
                 continue
-            handled = {spec.method for spec in surface.intercepted(family, child_path)}
+            handled = {spec.method for spec in surface.intercepted(package, child_path)}
             for method in _model_methods(child):
                 full = (*child_path, method)
-                if method not in handled and full not in surface.REBOUND[family] and not _passes_through(family, full):
+                if method not in handled and full not in surface.REBOUND[package] and not _passes_through(package, full):
                     missing.append(".".join(full))
             walk(child, child_path)
 
@@ -118,10 +118,10 @@ def test_a_new_model_calling_method_would_be_reported():
 @pytest.mark.parametrize("name", sorted(CLIENTS))
 def test_every_intercepted_method_of_the_wrapped_client_is_kvwises_own(name):
     client = CLIENTS[name]()
-    family = _family(client)
+    package = _package(client)
     wrapped = sdk.wrap(client)
     checked = 0
-    for path, specs in surface.INTERCEPTED[family].items():
+    for path, specs in surface.INTERCEPTED[package].items():
         live, proxy = client, wrapped
         for part in path:
             live, proxy = getattr(live, part, None), getattr(proxy, part, None)
@@ -137,12 +137,12 @@ def test_every_intercepted_method_of_the_wrapped_client_is_kvwises_own(name):
 def test_every_entry_of_the_table_names_a_method_the_clients_have():
     for name in ("OpenAI", "Anthropic"):
         client = CLIENTS[name]()
-        for path, specs in surface.INTERCEPTED[_family(client)].items():
+        for path, specs in surface.INTERCEPTED[_package(client)].items():
             resource = client
             for part in path:
                 resource = getattr(resource, part)
             assert all(inspect.isfunction(getattr(type(resource), spec.method)) for spec in specs), path
-        for dotted in surface.REBOUND[_family(client)]:
+        for dotted in surface.REBOUND[_package(client)]:
             resource = client
             for part in dotted[:-1]:
                 resource = getattr(resource, part)
@@ -161,9 +161,9 @@ _MINIMAL = {
 }
 
 
-def _posted_url(family: str, path: tuple[str, ...], spec: surface.Intercept) -> str | None:
+def _posted_url(package: str, path: tuple[str, ...], spec: surface.Intercept) -> str | None:
     """The URL the bare client's `spec.method` at `path` posts to (None: the client lacks it)."""
-    client = CLIENTS["OpenAI" if family == "openai" else "Anthropic"]()
+    client = CLIENTS["OpenAI" if package == "openai" else "Anthropic"]()
     urls: list[str] = []
 
     def spy(url: str, **_: Any) -> Any:
@@ -187,15 +187,15 @@ def _posted_url(family: str, path: tuple[str, ...], spec: surface.Intercept) -> 
 
 def test_every_intercepted_method_posts_to_a_path_the_routes_table_sends_the_same_way():
     routed: set[tuple[str, str]] = set()
-    for family, resources in surface.INTERCEPTED.items():
+    for package, resources in surface.INTERCEPTED.items():
         for path, specs in resources.items():
             for spec in specs:
-                url = _posted_url(family, path, spec)
-                found = surface.route(family, url)
+                url = _posted_url(package, path, spec)
+                found = surface.route(package, url)
                 assert found is not None, f"{'.'.join(path)}.{spec.method} posts to {url}, which ROUTES lacks"
                 assert (found[1].api, found[1].kind) == (spec.api, spec.kind), url
-                routed.add((family, url.split("?")[0]))
-    assert routed == {(family, url) for family, routes in surface.ROUTES.items() for url in routes}
+                routed.add((package, url.split("?")[0]))
+    assert routed == {(package, url) for package, routes in surface.ROUTES.items() for url in routes}
 
 
 @pytest.mark.parametrize("name", sorted(CLIENTS))

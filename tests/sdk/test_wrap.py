@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import datetime
+import importlib
 import json
+import pkgutil
 import subprocess
 import sys
 import uuid
@@ -167,7 +169,27 @@ except openai.APIConnectionError as error:  # the body ended after content, with
 
 def test_public_surface_is_exactly_the_documented_names():
     assert sdk.__all__ == sorted(sdk.__all__)
-    assert set(sdk.__all__) == {"Finding", "Middleware", "Policy", "Prompt", "StreamTruncated", "conversation", "lint", "wrap"}
+    assert set(sdk.__all__) == {
+        "Finding", "KvwiseError", "Middleware", "Policy", "Prompt", "StreamTruncated", "UnsupportedClient", "conversation",
+        "lint", "wrap",
+    }
+
+
+def test_every_exception_the_sdk_defines_is_exported_where_its_users_import_from():
+    """An error a caller may catch is reachable as `sdk.<Name>` (the report's as `sdk.report.<Name>`)."""
+    import sdk.report
+
+    missing = []
+    for info in pkgutil.walk_packages(sdk.__path__, "sdk."):
+        if info.name.endswith("__main__"):
+            continue  # a command line, which runs on import
+        module = importlib.import_module(info.name)
+        public = sdk.report if info.name.startswith("sdk.report") else sdk
+        for name, value in vars(module).items():
+            if (isinstance(value, type) and issubclass(value, BaseException) and value.__module__ == info.name
+                    and not name.startswith("_") and getattr(public, name, None) is not value):
+                missing.append(f"{info.name}.{name}")
+    assert missing == []
 
 
 def test_the_wrapped_client_is_a_context_manager_like_the_client(simulator):
