@@ -41,8 +41,12 @@ CALLS: tuple[tuple[str, dict[str, Any]], ...] = (
     # A strongly negative frequency penalty makes the tiny model repeat one token: the loop guard cuts it.
     ("looping", {**ASK, "max_tokens": LOOP_MAX_TOKENS, "frequency_penalty": -2.0,
                  "messages": [{"role": "user", "content": "Say it again."}]}),
+    ("captured", {**ASK, "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What is prefill?"}]}),
 )  # fmt: skip
-"""The calls made, by name, in order: the second repeats the first's prefix, so it reads the cache."""
+"""The calls made, by name, in order: the second repeats the first's prefix, so it reads the cache;
+the last repeats the second's request through a client that captures content."""
+CAPTURED = frozenset({"captured"})
+"""The calls sent with content capture on (`Policy(capture_content=True)`); the others have it off."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,9 +97,9 @@ def traced(phoenix: Phoenix, local_url: str) -> Traced:
     provider = setup(phoenix.url, project=PROJECT, set_global=False)
     provider.add_span_processor(SimpleSpanProcessor(memory))
     raw = openai.OpenAI(base_url=f"{local_url}/v1", api_key="local", max_retries=0)
-    client = sdk.wrap(raw, tracer_provider=provider)
-    for _, kwargs in CALLS:
-        answer = client.chat.completions.create(model=MODEL, temperature=0, **kwargs)
+    clients = {capture: sdk.wrap(raw, sdk.Policy(capture_content=capture), tracer_provider=provider) for capture in (False, True)}
+    for name, kwargs in CALLS:
+        answer = clients[name in CAPTURED].chat.completions.create(model=MODEL, temperature=0, **kwargs)
         if kwargs.get("stream"):
             for _ in answer:
                 pass
