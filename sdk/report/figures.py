@@ -12,7 +12,7 @@ from sdk.report.build import Report
 TITLES = {
     "ttft": "TTFT against uncached input tokens",
     "hit_ratio": "Cache hit ratio over time per prompt family",
-    "cost_split": "Cost split per model",
+    "cost_split": "Spend per model: input, cached input, cache writes and output",
     "decode": "Decode speed and output lengths per model",
 }
 """Each figure's file stem and title."""
@@ -56,39 +56,58 @@ def _ttft(figure: Any, report: Report) -> None:
 
 
 def _hit_ratio(figure: Any, report: Report) -> None:
-    """Breaks are one marker set per family; only the first `REPORT_BREAK_LABELS` get their cause written."""
+    """One point per call (a ratio per call, not a continuous quantity); a break is a cross on its point,
+    and only the first `REPORT_BREAK_LABELS` get their cause written."""
     axes = figure.add_subplot()
     start = min((call.start_ns for call in report.calls), default=0)
     labels = REPORT_BREAK_LABELS
     for family, points in report.hits.items():
         xs = [(p.start_ns - start) / 1e9 for p in points]
-        line = axes.plot(xs, [p.hit_ratio for p in points], label=family)[0]
+        axes.scatter(xs, [p.hit_ratio for p in points], label=family, s=28, zorder=2)
         breaks = [(x, p) for x, p in zip(xs, points) if p.cause is not None]
-        axes.scatter([x for x, _ in breaks], [p.hit_ratio for _, p in breaks], marker="v", color=line.get_color())
         for x, point in breaks[:labels]:
-            axes.annotate(point.cause, (x, point.hit_ratio), rotation=60, fontsize=7)
+            axes.annotate(point.cause, (x, point.hit_ratio), xytext=(4, 6), textcoords="offset points", rotation=45, fontsize=7)
         labels -= min(labels, len(breaks))
+    broken = [((p.start_ns - start) / 1e9, p.hit_ratio) for points in report.hits.values() for p in points if p.cause]
+    if broken:
+        axes.scatter(*zip(*broken), marker="x", s=90, c="black", label="cache break", zorder=3)
     axes.set_xlabel("seconds since the first call")
-    axes.set_ylabel("cache hit ratio (breaks marked)")
-    axes.set_ylim(-0.05, 1.05)
+    axes.set_ylabel("cache hit ratio of the call")
+    axes.set_ylim(-0.05, 1.15)
     axes.legend(loc="upper left", bbox_to_anchor=(1, 1), fontsize=8)
+
+
+_SPEND = (("input_usd", "uncached input"), ("cached_input_usd", "cached input"),
+          ("cache_write_usd", "cache writes"), ("output_usd", "output (decode)"))  # fmt: skip
+"""The four kinds of spend, in the order the cost picture draws them."""
+_PANELS_PER_ROW = 3
 
 
 def _cost_split(figure: Any, report: Report) -> None:
-    axes = figure.add_subplot()
-    models = [spend.model for spend in report.costs]
-    bottom = [0.0] * len(models)
-    for field, label in (("input_usd", "uncached input"), ("cached_input_usd", "cached input"),
-                         ("cache_write_usd", "cache writes"), ("output_usd", "output (decode)")):
-        values = [getattr(spend.cost, field) for spend in report.costs]
-        axes.bar(models, values, bottom=bottom, label=label)
-        bottom = [b + v for b, v in zip(bottom, values)]
-    for index, spend in enumerate(report.costs):
-        axes.annotate(f"saved ${spend.cost.saved_usd:.4f}\ndecode {spend.decode_share:.0%}", (index, bottom[index]),
-                      ha="center", va="bottom", fontsize=8)
-    axes.set_ylim(0, max(bottom, default=0.0) * 1.25 or 1.0)
-    axes.set_ylabel("USD")
-    axes.legend(loc="upper left", bbox_to_anchor=(1, 1), fontsize=8)
+    """A panel per model: its four kinds of spend side by side, and output spend over input spend written on it."""
+    costs = report.costs
+    if not costs:
+        figure.add_subplot().text(0.5, 0.5, "no priced calls", ha="center")
+        return
+    columns = min(len(costs), _PANELS_PER_ROW)
+    rows = -(-len(costs) // columns)
+    figure.set_size_inches(max(8, 3.6 * columns), 4.5 * rows)
+    labels = [label for _, label in _SPEND]
+    colours = [f"C{index}" for index in range(len(_SPEND))]
+    for index, spend in enumerate(costs):
+        axes = figure.add_subplot(rows, columns, index + 1)
+        values = [getattr(spend.cost, field) for field, _ in _SPEND]
+        bars = axes.bar(range(len(values)), values, color=colours)
+        axes.bar_label(bars, labels=[f"${value:.4f}" for value in values], fontsize=7)
+        axes.set_xticks(range(len(values)), labels, rotation=30, ha="right", fontsize=8)
+        axes.set_title(f"{spend.model} ({spend.calls} calls)", fontsize=9)
+        axes.set_ylim(0, max(values, default=0.0) * 1.35 or 1.0)
+        ratio = spend.output_to_input
+        said = f"output = {ratio:.2g}x input spend" if ratio is not None else "no input spend"
+        axes.text(0.5, 0.93, f"{said}\ncache reads saved ${spend.cost.saved_usd:.4f}", transform=axes.transAxes,
+                  ha="center", va="top", fontsize=8, bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.9})
+        if index % columns == 0:
+            axes.set_ylabel("USD")
 
 
 def _decode(figure: Any, report: Report) -> None:

@@ -40,6 +40,16 @@ class ModelCost:
     def decode_share(self) -> float:
         return self.cost.output_usd / self.cost.total_usd if self.cost.total_usd else 0.0
 
+    @property
+    def input_usd(self) -> float:
+        """All input spend: uncached input, cache reads and cache writes."""
+        return self.cost.input_usd + self.cost.cached_input_usd + self.cost.cache_write_usd
+
+    @property
+    def output_to_input(self) -> float | None:
+        """Output spend over input spend (None without input spend): the finance question, in one number."""
+        return self.cost.output_usd / self.input_usd if self.input_usd else None
+
 
 @dataclass(frozen=True, slots=True)
 class ModelDecode:

@@ -10,9 +10,11 @@ from pathlib import Path
 from sdk.report.build import Report, summary
 from sdk.report.figures import TITLES
 
-_STYLE = ("body{font-family:sans-serif;max-width:60em;margin:2em auto}table{border-collapse:collapse}"
+_STYLE = ("*{box-sizing:border-box}body{font-family:sans-serif;max-width:60em;margin:2em auto;padding:0 1em;"
+          "overflow-wrap:anywhere}table{border-collapse:collapse;max-width:100%}"
           "td,th{border:1px solid #ccc;padding:.3em .6em;text-align:right}td:first-child{text-align:left}"
-          "img{max-width:100%}")
+          "img{display:block;max-width:100%;height:auto}")
+"""Every line wraps within the page: long words break, the figures scale down to the page's width."""
 
 
 def render(report: Report, figures: Mapping[str, Path]) -> str:

@@ -4,6 +4,7 @@ OpenTelemetry SDK: the numbers, the findings, the figures, the page, the OTLP/JS
 from __future__ import annotations
 
 import base64
+import dataclasses
 from html import escape
 import io
 import json
@@ -30,7 +31,7 @@ from sdk import report
 from sdk.report.cli import NEEDS_MATPLOTLIB, main, progress_bar
 from sdk.report.figures import TITLES
 from sdk.telemetry import semconv as sc
-from tests.browser import PNG_MAGIC, render
+from tests.browser import PNG_MAGIC, layout, render
 from tests.sdk.helpers import LONG_SYSTEM
 from tests.simulator.simulator import ProviderSimulator
 
@@ -41,7 +42,11 @@ OTHER_SYSTEM = " ".join(f"Policy {i}: cite the cache figures you read, and nothi
 SHORT_SYSTEM = " ".join(f"Note {i}: be brief about prefill and decode." for i in range(90))
 ARTIFACTS = Path(__file__).parents[1] / "integration" / "artifacts"
 SCREENSHOT = ARTIFACTS / "kvwise-report.png"
-SCREENSHOT_SIZE = "1100,2400"
+SCREENSHOT_SIZE = "1100,2600"
+NARROW_SIZE = "640,1600"
+"""A narrow window (half a laptop screen): the page's lines must still fit its width."""
+LONG_FAMILY = "conversation-" + "0123456789abcdef" * 8
+"""A conversation id with no place to break a line."""
 FIGURE_COLOURS = ((31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40))
 """matplotlib's first four fill colours (tab:blue, orange, green, red): on the page only inside figures."""
 FIGURE_PIXELS = 1000
@@ -251,6 +256,57 @@ def test_headless_chromium_renders_the_page_with_its_figures_table_and_findings(
         pixels = {colour: count for count, colour in shot.convert("RGB").getcolors(maxcolors=1 << 22) or []}
     # The figures were drawn, not blank boxes or broken-image icons: each of their fill colours is on screen.
     assert all(pixels.get(colour, 0) > FIGURE_PIXELS for colour in FIGURE_COLOURS), pixels
+
+
+@pytest.mark.parametrize("family", [None, LONG_FAMILY])
+@pytest.mark.parametrize("window_size", [SCREENSHOT_SIZE, NARROW_SIZE])
+def test_every_element_of_the_page_fits_the_page_width_and_the_cost_figure_is_drawn(
+    workload: Workload, tmp_path: Path, browser: str, window_size: str, family: str | None
+) -> None:
+    records = report.calls(report.from_readable(workload.spans))
+    if family is not None:  # the GPT calls named as one conversation with a long id, in the findings and the table
+        records = [dataclasses.replace(record, family=family) if record.model == GPT else record for record in records]
+    page = report.write_page(report.build(records), tmp_path / "report")
+    measured = layout(browser, page, tmp_path / "layout-profile", window_size)
+    assert measured.width > 0 and measured.page <= measured.width, measured
+    assert measured.overflowing == [], measured.overflowing
+    assert set(measured.images) == set(TITLES.values())
+    assert all(width > 0 for width in measured.images.values()), measured.images
+    assert measured.images[TITLES["cost_split"]] > 0
+
+
+def test_the_cost_picture_writes_each_models_output_to_input_spend_ratio(workload: Workload) -> None:
+    built = report.build(report.calls(report.from_readable(workload.spans)))
+    for spend in built.costs:
+        inputs = spend.cost.input_usd + spend.cost.cached_input_usd + spend.cost.cache_write_usd
+        assert spend.input_usd == pytest.approx(inputs) and inputs > 0
+        assert spend.output_to_input == pytest.approx(spend.cost.output_usd / inputs)
+    from matplotlib.figure import Figure
+
+    from sdk.report.figures import _cost_split
+
+    figure = Figure()
+    _cost_split(figure, built)
+    written = [text.get_text() for axes in figure.axes for text in axes.texts]
+    assert [axes.get_title() for axes in figure.axes] == [f"{spend.model} ({spend.calls} calls)" for spend in built.costs]
+    for spend in built.costs:
+        assert any(f"output = {spend.output_to_input:.2g}x input spend" in text for text in written), written
+    assert [len(axes.patches) for axes in figure.axes] == [4] * len(built.costs)  # four kinds of spend, side by side
+
+
+def test_the_hit_ratio_figure_draws_a_point_per_call_and_no_lines(workload: Workload) -> None:
+    built = report.build(report.calls(report.from_readable(workload.spans)))
+    from matplotlib.figure import Figure
+
+    from sdk.report.figures import _hit_ratio
+
+    figure = Figure()
+    _hit_ratio(figure, built)
+    [axes] = figure.axes
+    assert axes.get_lines() == []
+    by_label = {collection.get_label(): len(collection.get_offsets()) for collection in axes.collections}
+    assert by_label == {**{family: len(points) for family, points in built.hits.items()},
+                        "cache break": sum(point.cause is not None for points in built.hits.values() for point in points)}
 
 
 def test_python_m_sdk_report_without_matplotlib_prints_the_summary_and_says_what_to_install(
