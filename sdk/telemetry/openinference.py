@@ -57,8 +57,9 @@ _PROVIDERS: dict[str, str] = {
     sc.ProviderName.X_AI.value: sc.LlmProvider.XAI.value,
 }
 """`gen_ai.provider.name` -> `llm.provider` (the two conventions spell some providers differently)."""
-_CONTENT_PARAMS = frozenset({"messages", "prompt", "input", "system", "instructions", "tools", "functions"})
-"""The request's content, kept out of `llm.invocation_parameters` (it goes there with capture off)."""
+_CONTENT_PARAMS = frozenset({"messages", "prompt", "input", "system", "instructions", "tools", "functions", "prediction"})
+"""The request's content (and Chat's predicted output), kept out of `llm.invocation_parameters`, which
+is written with capture off too."""
 _TRANSPORT_PARAMS = frozenset({"extra_headers", "extra_query", "extra_body", "timeout"})
 """The clients' transport options: never sent as the body (headers may carry credentials)."""
 _JSON = sc.MimeType.JSON.value
@@ -112,7 +113,10 @@ def invocation_attributes(call: Call) -> Attributes:
 
 
 def content_attributes(
-    call: Call, system: Sequence[Mapping[str, Any]], inputs: Sequence[Mapping[str, Any]], outputs: Sequence[Mapping[str, Any]]
+    call: Call,
+    system: Sequence[Mapping[str, Any]],
+    inputs: Sequence[Mapping[str, Any]],
+    outputs: Sequence[Mapping[str, Any]],
 ) -> Attributes:
     """The conversation as Phoenix reads it (see the module table), from the semconv parts and
     messages `sdk.telemetry.content` built (`system` instructions, `inputs`, `outputs`)."""
@@ -157,7 +161,8 @@ def _messages(prefix: str, messages: Sequence[Mapping[str, Any]]) -> Attributes:
                 attributes[call_key + sc.TOOL_CALL_ID] = str(part["id"])
             attributes[call_key + sc.TOOL_CALL_FUNCTION_NAME] = str(part.get("name") or "")
             arguments = part.get("arguments")
-            attributes[call_key + sc.TOOL_CALL_FUNCTION_ARGUMENTS] = arguments if isinstance(arguments, str) else to_json(arguments)
+            as_json = arguments if isinstance(arguments, str) else to_json(arguments)  # Anthropic's input is an object
+            attributes[call_key + sc.TOOL_CALL_FUNCTION_ARGUMENTS] = as_json
         for part in parts:
             if part.get("type") == "tool_call_response" and part.get("id"):
                 attributes[key + sc.MESSAGE_TOOL_CALL_ID] = str(part["id"])

@@ -42,4 +42,5 @@ def decode_facts(usage: Usage | None, duration_ns: int) -> Attributes:
 
 def _shown(measured: Attributes) -> Attributes:
     """`measured`, plus the span kind and the same facts as the JSON output Phoenix displays."""
-    return {**measured, sc.OPENINFERENCE_SPAN_KIND: _CHAIN, sc.OUTPUT_VALUE: to_json(measured), sc.OUTPUT_MIME_TYPE: _JSON}
+    shown = {sc.OPENINFERENCE_SPAN_KIND: _CHAIN, sc.OUTPUT_VALUE: to_json(measured), sc.OUTPUT_MIME_TYPE: _JSON}
+    return {**measured, **shown}

@@ -319,7 +319,9 @@ class CallRecord:
         first = self._first_ns
         prefill_end = first if first is not None else end_ns
         prefill_facts = phases.prefill_facts(usage, prefill_end - self._attempt_ns)
-        prefill = tracer.start_span(_PREFILL, parent, kind=SpanKind.INTERNAL, attributes=prefill_facts, start_time=self._attempt_ns)
+        prefill = tracer.start_span(
+            _PREFILL, parent, kind=SpanKind.INTERNAL, attributes=prefill_facts, start_time=self._attempt_ns
+        )
         prefill.end(end_time=prefill_end)
         if first is not None:
             decode_end = max(self._last_ns or first, first)

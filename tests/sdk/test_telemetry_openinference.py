@@ -141,7 +141,8 @@ def _span_attributes(otel: Otel) -> dict[str, Any]:
 
 def _chat_call_ended(otel: Otel, capture: bool) -> dict[str, Any]:
     call = make_call(messages=CHAT_TURNS, tools=[WEATHER_TOOL], temperature=0.2, max_tokens=64,
-                     extra_headers={"Authorization": SECRET_HEADER}, extra_body={"top_k": 5})
+                     extra_headers={"Authorization": SECRET_HEADER}, extra_body={"top_k": 5},
+                     prediction={"type": "content", "content": "Oslo is sunny."})
     record = otel.telemetry(Policy(capture_content=capture)).start(call, SERVER)
     record.end(usage=Usage(input_tokens=40, output_tokens=8), finish_reasons=("tool_calls",),
                output_text="Checking." if record.captures_content else None,
