@@ -53,7 +53,9 @@ def _phase(traced: Traced, root: ReadableSpan, name: str) -> ReadableSpan:
     return phase
 
 
-def test_the_trace_page_shows_the_call_its_phases_its_token_count_and_its_cost(traced: Traced, browser: str, tmp_path: Path) -> None:
+def test_the_trace_page_shows_the_call_its_phases_its_token_count_and_its_cost(
+    traced: Traced, browser: str, tmp_path: Path
+) -> None:
     root = traced.roots["cached"]
     url = traced.phoenix.trace_url(PROJECT, trace_id(root))
     dom = render(browser, url, tmp_path / "dom-profile", "--dump-dom")
@@ -68,7 +70,9 @@ def test_the_trace_page_shows_the_call_its_phases_its_token_count_and_its_cost(t
     assert shown is not None and html.unescape(shown[1]) == UNDER_A_CENT, f"the trace's Total Cost on {url}"
 
 
-def test_with_capture_on_the_span_page_shows_the_users_message_and_the_answers_text(traced: Traced, browser: str, tmp_path: Path) -> None:
+def test_with_capture_on_the_span_page_shows_the_users_message_and_the_answers_text(
+    traced: Traced, browser: str, tmp_path: Path
+) -> None:
     root = traced.roots["captured"]
     answer = _answer(root)
     assert answer.strip(), "the tiny model answered nothing to show"
@@ -77,7 +81,9 @@ def test_with_capture_on_the_span_page_shows_the_users_message_and_the_answers_t
     assert answer.strip() in dom, f"the answer {answer!r} is not on the captured call's page"
 
 
-def test_with_capture_off_the_span_page_shows_neither_the_users_message_nor_the_answer(traced: Traced, browser: str, tmp_path: Path) -> None:
+def test_with_capture_off_the_span_page_shows_neither_the_users_message_nor_the_answer(
+    traced: Traced, browser: str, tmp_path: Path
+) -> None:
     answer = _answer(traced.roots["captured"])  # the same request's answer, captured
     dom = _page(traced, browser, traced.roots["cached"], tmp_path)
     assert f"chat {MODEL}" in dom  # the page itself rendered
@@ -85,19 +91,24 @@ def test_with_capture_off_the_span_page_shows_neither_the_users_message_nor_the_
     assert answer.strip() not in dom
 
 
-def test_the_phase_spans_pages_show_their_token_counts(traced: Traced, browser: str, tmp_path: Path) -> None:
+def test_the_phase_spans_pages_show_their_token_counts(
+    traced: Traced, browser: str, tmp_path: Path
+) -> None:
     root = traced.roots["cached"]
     prefill, decode = _phase(traced, root, "prefill"), _phase(traced, root, "decode")
     facts = {name: dict(span.attributes or {}) for name, span in (("prefill", prefill), ("decode", decode))}
     assert facts["prefill"][sc.KVWISE_PREFILL_CACHED_TOKENS] > 0 and facts["decode"][sc.KVWISE_DECODE_TOKENS] > 0
-    for span, keys in ((prefill, (sc.KVWISE_PREFILL_TOKENS, sc.KVWISE_PREFILL_CACHED_TOKENS)), (decode, (sc.KVWISE_DECODE_TOKENS,))):
+    shown_keys = ((prefill, (sc.KVWISE_PREFILL_TOKENS, sc.KVWISE_PREFILL_CACHED_TOKENS)), (decode, (sc.KVWISE_DECODE_TOKENS,)))
+    for span, keys in shown_keys:
         dom = _page(traced, browser, root, tmp_path, selected=span)
         for key in keys:
             shown = f'"{key}": {(span.attributes or {})[key]}'  # the span's output, as Phoenix pretty-prints JSON
             assert shown in dom, f"{shown!r} is not on the {span.name} span's page"
 
 
-def test_a_screenshot_of_the_captured_calls_trace_page_is_kept_as_an_artifact(traced: Traced, browser: str, tmp_path: Path) -> None:
+def test_a_screenshot_of_the_captured_calls_trace_page_is_kept_as_an_artifact(
+    traced: Traced, browser: str, tmp_path: Path
+) -> None:
     url = traced.phoenix.trace_url(PROJECT, trace_id(traced.roots["captured"]))
     ARTIFACTS.mkdir(exist_ok=True)
     SCREENSHOT.unlink(missing_ok=True)
