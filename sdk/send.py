@@ -1,11 +1,11 @@
-"""One kvwise send: the client's own request, under kvwise's retries, telemetry and stream guard.
+"""One kvwise send: the client's own request, under kvwise's retries, telemetry and stream watching.
 
 `Sender.post` stands in for a resource's `_post` (see `sdk.compat.with_send`): the client's method
 (`create`, `parse`, a stream helper, a `with_raw_response` form) builds its request as usual and
 hands it here. Each attempt goes through the live client's `post` with the client's own retries
 off and the attempt's `x-stainless-retry-count`, as many as the caller's `max_retries` allows
-(`sdk.retry.retries_for`); one CLIENT span covers the attempts; a stream comes back guarded, and a
-raw response comes back as the client's own object whose `.parse()` gives the parsed (or guarded)
+(`sdk.retry.retries_for`); one CLIENT span covers the attempts; a stream comes back watched, and a
+raw response comes back as the client's own object whose `.parse()` gives the parsed (or watched)
 result kvwise recorded. Before the first attempt a limit kvwise filled in is fitted to the model's
 context (`sdk.guards.fit_to_context`); what a server refuses of kvwise's additions is taken back
 (`sdk.refusals`).
@@ -100,12 +100,12 @@ class Sender:
             raise self._failed(record, error)
         parsed = result.parse() if raw else result
         if self.call.stream:
-            from sdk.stream import StreamWatch, guard_sync  # on a stream's first call: a plain call never loads the guard's modules
+            from sdk.stream import StreamWatch, watch_sync  # on a stream's first call: a plain call never loads the watcher's modules
 
             watch = StreamWatch(adapter_for(self.call.api), self.call, self.policy, record, attempts, self.connection_error)
             reopen = (lambda: call_with_retries(send, attempts).parse()) if raw else (lambda: call_with_retries(send, attempts))
-            guarded = guard_sync(parsed, watch, reopen)
-            return self._raw_with(result, guarded) if raw else guarded
+            watched = watch_sync(parsed, watch, reopen)
+            return self._raw_with(result, watched) if raw else watched
         finish(self.call, self.kind, parsed, record)
         return result
 
@@ -130,7 +130,7 @@ class Sender:
             raise self._failed(record, error)
         parsed = await _parse(result) if raw else result
         if self.call.stream:
-            from sdk.stream import StreamWatch, guard_async  # on a stream's first call: a plain call never loads the guard's modules
+            from sdk.stream import StreamWatch, watch_async  # on a stream's first call: a plain call never loads the watcher's modules
 
             watch = StreamWatch(adapter_for(self.call.api), self.call, self.policy, record, attempts, self.connection_error)
 
@@ -138,8 +138,8 @@ class Sender:
                 reopened = await acall_with_retries(send, attempts)
                 return await _parse(reopened) if raw else reopened
 
-            guarded = guard_async(parsed, watch, reopen)
-            return self._raw_with(result, guarded) if raw else guarded
+            watched = watch_async(parsed, watch, reopen)
+            return self._raw_with(result, watched) if raw else watched
         finish(self.call, self.kind, parsed, record)
         return result
 
@@ -155,8 +155,8 @@ class Sender:
         return self.refusals is not None and self.refusals.take_back(error, self.call, self.server, post_kwargs, record.span)
 
     @staticmethod
-    def _raw_with(raw: Any, guarded: Any) -> Any:
-        compat.cache_parsed(raw, guarded)
+    def _raw_with(raw: Any, watched: Any) -> Any:
+        compat.cache_parsed(raw, watched)
         return raw
 
     def _failed(self, record: CallRecord, error: BaseException) -> BaseException:

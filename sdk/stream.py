@@ -1,7 +1,8 @@
-"""Stream guards: observe each event, cut upstream on a loop or a client-side stop, catch truncation.
+"""Stream watching: observe each event, cut upstream on a loop or a client-side stop (the streaming
+decode guards), catch truncation.
 
 The caller gets the client's own stream object behind a proxy (`sdk.stream_proxy`), so it is still
-an `openai.Stream`, an `anthropic.AsyncStream`, ...; iterating it runs a guard generator over the
+an `openai.Stream`, an `anthropic.AsyncStream`, ...; iterating it runs a watching generator over the
 client stream's own iteration. `StreamWatch` holds all the logic and does no I/O; the sync and async
 generators are thin loops around it. The call's telemetry ends exactly once: on the final event, a
 cut, an error, `close()`, `with` exit, or when the caller drops the stream; and the HTTP response
@@ -47,7 +48,7 @@ from sdk.errors import stream_truncated
 from sdk.loopguard import LoopDetector
 from sdk.policy import Policy
 from sdk.retry import Attempts, transport_errors
-from sdk.stream_proxy import AsyncGuardedStream, GuardedStream, Upstream
+from sdk.stream_proxy import AsyncWatchedStream, WatchedStream, Upstream
 from sdk.telemetry import CallRecord
 from sdk.telemetry.attributes import stream_facts
 
@@ -55,7 +56,7 @@ logger = logging.getLogger(__name__)
 
 
 class StreamWatch:
-    """What the guard knows about one stream, and what to do with each content event."""
+    """What the watcher knows about one stream, and what to do with each content event."""
 
     def __init__(
         self, adapter: Adapter, call: Call, policy: Policy, record: CallRecord, attempts: Attempts,
@@ -196,14 +197,14 @@ def estimated_usage(call: Call, output_units: int) -> Usage:
     return Usage(input_tokens=max(prompt, 1), output_tokens=output_units)
 
 
-def guard_sync(stream: Any, watch: StreamWatch, reopen: Callable[[], Any]) -> Any:
-    """The caller's stream: `stream` (the client's) behind a `GuardedStream` proxy, guarded by `watch`;
+def watch_sync(stream: Any, watch: StreamWatch, reopen: Callable[[], Any]) -> Any:
+    """The caller's stream: `stream` (the client's) behind a `WatchedStream` proxy, watched by `watch`;
     `reopen()` sends the request again (a stream that broke before its first content)."""
     upstream = Upstream(stream, iter(stream))
-    return GuardedStream(stream, upstream, _guarded(upstream, watch, reopen), watch)
+    return WatchedStream(stream, upstream, _watching(upstream, watch, reopen), watch)
 
 
-def _guarded(upstream: Upstream, watch: StreamWatch, reopen: Callable[[], Any]) -> Generator[Any, None, None]:
+def _watching(upstream: Upstream, watch: StreamWatch, reopen: Callable[[], Any]) -> Generator[Any, None, None]:
     read, state = watch.read, watch.state
     error: BaseException | None = None
     try:
@@ -256,13 +257,13 @@ def _guarded(upstream: Upstream, watch: StreamWatch, reopen: Callable[[], Any]) 
         watch.finish(error)
 
 
-def guard_async(stream: Any, watch: StreamWatch, reopen: Callable[[], Awaitable[Any]]) -> Any:
-    """Async twin of `guard_sync`: an `AsyncGuardedStream`."""
+def watch_async(stream: Any, watch: StreamWatch, reopen: Callable[[], Awaitable[Any]]) -> Any:
+    """Async twin of `watch_sync`: an `AsyncWatchedStream`."""
     upstream = Upstream(stream, aiter(stream))
-    return AsyncGuardedStream(stream, upstream, _aguarded(upstream, watch, reopen), watch)
+    return AsyncWatchedStream(stream, upstream, _awatching(upstream, watch, reopen), watch)
 
 
-async def _aguarded(upstream: Upstream, watch: StreamWatch, reopen: Callable[[], Awaitable[Any]]) -> AsyncGenerator[Any, None]:
+async def _awatching(upstream: Upstream, watch: StreamWatch, reopen: Callable[[], Awaitable[Any]]) -> AsyncGenerator[Any, None]:
     read, state = watch.read, watch.state
     error: BaseException | None = None
     try:

@@ -1,9 +1,9 @@
 """The caller's stream under kvwise: the client's own stream object behind a proxy that owns the
 call's telemetry (the OpenTelemetry GenAI utilities' idea: a `wrapt.ObjectProxy` that finalises once).
 
-`GuardedStream` and `AsyncGuardedStream` keep the client's type (`isinstance(s, openai.Stream)`),
+`WatchedStream` and `AsyncWatchedStream` keep the client's type (`isinstance(s, openai.Stream)`),
 every attribute is the client stream's, and the client's stream helpers (`ChatCompletionStream`,
-`MessageStream`, `ResponseStream`) work on them. Iterating one runs the guard generator
+`MessageStream`, `ResponseStream`) work on them. Iterating one runs the watching generator
 (`sdk.stream`). It finalises exactly once (the call span ends, the HTTP response is closed) on
 exhaustion, error, `close()`, `with` exit, `response.close()` (what the helpers' `close()` calls),
 and when the caller drops it, half-read or never read. Nothing a proxy holds refers back to it (the
@@ -50,7 +50,7 @@ class Upstream:
 
 
 class _Closer:
-    """Ends one stream: its guard generator, the client stream, the telemetry (sync)."""
+    """Ends one stream: its watching generator, the client stream, the telemetry (sync)."""
 
     __slots__ = ("events", "upstream", "watch")
 
@@ -93,7 +93,7 @@ class _AsyncCloser:
 
     def drop(self) -> None:
         """The caller let go of the stream: end the telemetry now and close the response on the
-        running loop. (A guard generator already started is also closed by asyncio's own async
+        running loop. (A watching generator already started is also closed by asyncio's own async
         generator finaliser; closing twice is harmless.)"""
         try:
             self.watch.finish(None)
@@ -119,7 +119,7 @@ class _Absent:
 
 
 class _ClosingResponse(wrapt.ObjectProxy):  # type: ignore[misc]
-    """The stream's `httpx2.Response`, whose `close()` closes the whole guarded stream (the
+    """The stream's `httpx2.Response`, whose `close()` closes the whole watched stream (the
     client's stream helpers close the response they read at their start, not the stream)."""
 
     def __init__(self, response: Any, closer: _Closer) -> None:
@@ -141,7 +141,7 @@ class _AsyncClosingResponse(wrapt.ObjectProxy):  # type: ignore[misc]
         await self._self_closer.close()
 
 
-class GuardedStream(wrapt.ObjectProxy):  # type: ignore[misc]
+class WatchedStream(wrapt.ObjectProxy):  # type: ignore[misc]
     """A client's sync stream (`openai.Stream`, `anthropic.Stream`) as the caller sees it under kvwise.
 
     Like the bare stream, `iter()` gives a new generator over the one shared event iterator, which
@@ -175,7 +175,7 @@ class GuardedStream(wrapt.ObjectProxy):  # type: ignore[misc]
         """Close the response and end the call's telemetry (the answer, if unfinished, is abandoned)."""
         self._self_closer.close()
 
-    def __enter__(self) -> GuardedStream:
+    def __enter__(self) -> WatchedStream:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -191,7 +191,7 @@ class GuardedStream(wrapt.ObjectProxy):  # type: ignore[misc]
         closer.drop()
 
 
-class AsyncGuardedStream(wrapt.ObjectProxy):  # type: ignore[misc]
+class AsyncWatchedStream(wrapt.ObjectProxy):  # type: ignore[misc]
     """A client's async stream (`openai.AsyncStream`, `anthropic.AsyncStream`) under kvwise."""
 
     def __init__(self, stream: Any, upstream: Upstream, events: AsyncGenerator[Any, None], watch: Finishing) -> None:
@@ -223,7 +223,7 @@ class AsyncGuardedStream(wrapt.ObjectProxy):  # type: ignore[misc]
         """Alias of `close()` (openai's `AsyncStream` has both)."""
         await self._self_closer.close()
 
-    async def __aenter__(self) -> AsyncGuardedStream:
+    async def __aenter__(self) -> AsyncWatchedStream:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -239,13 +239,13 @@ class AsyncGuardedStream(wrapt.ObjectProxy):  # type: ignore[misc]
         closer.drop()
 
 
-def _iterate(stream: GuardedStream) -> Iterator[Any]:
+def _iterate(stream: WatchedStream) -> Iterator[Any]:
     """The events of `stream`, holding it while a loop reads them (the bare stream's `__iter__`)."""
     for event in stream._self_events:
         yield event
 
 
-async def _aiterate(stream: AsyncGuardedStream) -> AsyncIterator[Any]:
+async def _aiterate(stream: AsyncWatchedStream) -> AsyncIterator[Any]:
     """Async twin of `_iterate` (the bare stream's `__aiter__`)."""
     async for event in stream._self_events:
         yield event

@@ -5,7 +5,7 @@ A resource is named by its attribute path from the client (`("chat", "completion
 Vertex and Foundry, and under `client.with_raw_response` / `client.with_streaming_response`.
 
 - `INTERCEPTED`: the methods kvwise replaces. Each runs the rewrite chain on its arguments, then the
-  client's own method, whose send goes through kvwise's retries, telemetry and stream guard.
+  client's own method, whose send goes through kvwise's retries, telemetry and stream watching.
   `Kind.COUNT` methods count the prompt as kvwise would send it (no output parameters);
   `Kind.BATCH` methods rewrite every request of the batch.
 - `REBOUND`: methods kvwise leaves as they are because the client's own code calls an intercepted
@@ -15,7 +15,7 @@ Vertex and Foundry, and under `client.with_raw_response` / `client.with_streamin
 - `ROUTES`: the same model calls reached below the resources, through the client's own `post` or
   `request` (`SENDS`), as frameworks send them (LiteLLM posts `/chat/completions` itself): each URL
   path names the intercepted method whose request it carries, so it goes through the same chain,
-  retries, telemetry and stream guard. A beta twin posts to the same path (OpenAI adds
+  retries, telemetry and stream watching. A beta twin posts to the same path (OpenAI adds
   `?beta=true`, Anthropic a request qualifier) with the same API and kind. Any other path, or a
   request whose answer the client does not parse into its own types, passes through.
 
@@ -79,7 +79,7 @@ INTERCEPTED: dict[str, dict[Path, tuple[Intercept, ...]]] = {
     },
 }
 
-_VIA_CREATE = "calls self.create(stream=True) and wraps the kvwise-guarded stream in the client's own stream manager"
+_VIA_CREATE = "calls self.create(stream=True) and wraps the kvwise-watched stream in the client's own stream manager"
 REBOUND: dict[str, dict[tuple[str, ...], str]] = {
     "openai": {
         ("chat", "completions", "stream"): _VIA_CREATE,

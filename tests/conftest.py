@@ -1,11 +1,24 @@
-"""Shared fixtures: the provider simulator every SDK test talks to over loopback, and headless Chromium.
+"""Shared fixtures (the provider simulator every SDK test talks to over loopback, headless Chromium)
+and the suite's tiers.
+
+Tiers are markers, given here by where a test lives or what it uses, so a new test lands in its tier
+without anyone remembering to mark it. `make test` runs every tier (CI runs it); `make test-fast`
+leaves out the ones that start other programs or take long, for the edit loop:
+
+    integration  real programs beside the suite: Phoenix, the frameworks' loops on the local server,
+                 the examples as a user runs them
+    browser      headless Chromium renders a page
+    native       the engine's compiled CPU kernels (built on first use)
+    slow         a module whose tests take long together (fuzzers, load, parity over many prompts)
 
 Under CI (`CI` set) hypothesis runs derandomized: the same examples every run, so a CI result is
 reproducible; locally it keeps exploring new examples.
 """
 
 import os
+from pathlib import Path
 
+import pytest
 from hypothesis import settings
 
 from tests.browser import browser  # noqa: F401 (the headless Chromium fixture of the browser tests)
@@ -14,3 +27,26 @@ from tests.simulator.fixtures import simulator  # noqa: F401
 settings.register_profile("ci", derandomize=True, deadline=None)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+
+_TESTS = Path(__file__).parent
+TIERS: dict[str, tuple[str, ...]] = {
+    "integration": ("integration", "frameworks", "examples", "test_makefile.py"),
+    "native": ("local_backend/test_cpu_kernels.py", "local_backend/test_native_layers.py"),
+    "slow": (
+        "local_backend/test_server_fuzz.py", "local_backend/test_server_openapi_fuzz.py", "local_backend/test_server_load.py",
+        "local_backend/test_engine.py", "local_backend/test_default_model.py", "sdk/test_agent_workload.py",
+        "sdk/test_prefix_stable_local_server.py",
+    ),
+}
+"""Tier -> the paths under tests/ (folders or modules) whose tests are in it."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        where = item.path.relative_to(_TESTS).as_posix()
+        for tier, paths in TIERS.items():
+            if any(where == path or where.startswith(f"{path}/") for path in paths):
+                item.add_marker(tier)
+        if "browser" in getattr(item, "fixturenames", ()):
+            item.add_marker("browser")
