@@ -33,6 +33,7 @@ from sdk._constants import (
     ADAPTIVE_CAP_WINDOW,
 )
 from sdk.call import Call, Usage
+from sdk.lifecycle import CallEnd
 
 WorkloadKey = tuple[str, str, str]
 
@@ -102,3 +103,21 @@ class AdaptiveCaps:
     def __len__(self) -> int:
         with self._lock:
             return len(self._workloads)
+
+
+@dataclass(frozen=True, slots=True)
+class CapLearner:
+    """Tells `caps` the usage of each answer of `workload` that ran its course (a `CallListener`);
+    `cap` is the limit it was sent with, `adaptive` whether that was the learnt cap."""
+
+    caps: AdaptiveCaps
+    workload: WorkloadKey
+    cap: int
+    adaptive: bool
+
+    def first_chunk(self) -> None:
+        pass
+
+    def ended(self, end: CallEnd) -> None:
+        if (usage := end.usage_to_learn) is not None:
+            self.caps.learn(self.workload, usage, cap=self.cap, adaptive=self.adaptive)

@@ -7,7 +7,6 @@ the native dicts so unknown content shapes (images, audio, tool results) pass th
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -57,9 +56,10 @@ class Call:
     the final user turn included; `params` holds every other native keyword argument.
     `given` names the tier parameters the caller passed (`tools`, `system`, `input`): they are sent
     back even when empty, since `tools=[]` is not an absent `tools`. `cap` is the guards' decision
-    (None: the request carries no output limit). `learn_response`, when set (Anthropic cache
-    diagnostics), is told the answer's id, which the next request of its API and model names as its previous one.
-    `learn_usage`, when set (adaptive caps), is told the usage of an answer that ended.
+    (None: the request carries no output limit). `stream_usage_added`: kvwise asked the stream for
+    its usage (`stream_options.include_usage`) where the caller did not; `stream_usage_refused`: the
+    server refuses `stream_options`, so none is added (`sdk.stream_options`). `changes` lists what
+    kvwise rewrote, for the span alone: no decision reads it.
     `context_note` holds the lines of the tail note (`sdk.moving`: values that change within a
     conversation), which the next call of the conversation will not re-send where this one has them.
     """
@@ -81,8 +81,8 @@ class Call:
     break_cause: str | None = None
     given: frozenset[str] = frozenset()
     cap: OutputCap | None = None
-    learn_response: Callable[[str], None] | None = None
-    learn_usage: Callable[[Usage], None] | None = None
+    stream_usage_added: bool = False
+    stream_usage_refused: bool = False
 
     @property
     def stream(self) -> bool:

@@ -8,12 +8,11 @@ puts it in canonical order. Retries and telemetry wrap the send that follows (se
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from sdk.adapters import adapter_for
-from sdk.adaptive_caps import AdaptiveCaps, workload_of
+from sdk.adaptive_caps import AdaptiveCaps, CapLearner, workload_of
 from sdk.cache_hints import place_cache_hints
 from sdk.call import Call
 from sdk.canonical import canonicalize
@@ -21,6 +20,7 @@ from sdk.families import FamilyMemory
 from sdk.diagnostics import request_diagnostics
 from sdk.fingerprint import PrefixTracker, cache_ttl_seconds
 from sdk.guards import apply_guards
+from sdk.lifecycle import CallListener
 from sdk.policy import Policy
 from sdk.telemetry.semconv import CapSource
 
@@ -54,18 +54,20 @@ class Chain:
         self.caps = AdaptiveCaps() if policy.adaptive_caps else None  # per wrapped client: learnt output caps
         self.diagnostics = diagnostics and policy.cache_diagnostics  # Anthropic's own API only (`sdk.diagnostics`)
 
-    def run(self, call: Call) -> None:
-        """Rewrite `call` through every step, in order."""
+    def run(self, call: Call) -> list[CallListener]:
+        """Rewrite `call` through every step, in order; return the steps' listeners to the call's end
+        (`sdk.lifecycle`): what learns from its answer."""
         adapter = adapter_for(call.api)
+        listeners: list[CallListener] = []
         for step in self.extra:
             step.on_request(call)
         canonicalize(call, self.policy, adapter, self.families)
         seen = self.tracker.observe(call, cache_ttl_seconds(call, self.policy.cache_ttl))
-        if self.diagnostics:
-            request_diagnostics(call, seen)
+        if self.diagnostics and (ids := request_diagnostics(call, seen)) is not None:
+            listeners.append(ids)
         if self.policy.cache_hints:
             place_cache_hints(call, self.policy, adapter)
         apply_guards(call, self.policy, adapter, self.caps)
         if self.caps is not None and call.cap is not None and (workload := workload_of(call)) is not None:
-            adaptive = call.cap.source == CapSource.ADAPTIVE
-            call.learn_usage = functools.partial(self.caps.learn, workload, cap=call.cap.tokens, adaptive=adaptive)
+            listeners.append(CapLearner(self.caps, workload, call.cap.tokens, call.cap.source == CapSource.ADAPTIVE))
+        return listeners

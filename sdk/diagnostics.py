@@ -6,7 +6,7 @@ that request's prefix (`model_changed`, `system_changed`, `tools_changed`, `mess
 `previous_message_not_found`, `unavailable`; none when nothing diverged). `request_diagnostics`
 asks on every eligible call, naming the answer of the call `PrefixTracker` compared this one with
 (so the server's reason and kvwise's own `break_cause` are about the same pair of calls), learnt
-from the answers' ids as the telemetry sees them (`Call.learn_response`). No extra request.
+from the answers' ids as each call ends (`ResponseIds`, told by `sdk.lifecycle`). No extra request.
 
 Eligible: the policy's `cache_diagnostics` is on, the client is Anthropic's own (not Bedrock,
 Vertex or Foundry, whose APIs do not take the field), its `messages.create` accepts
@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 from sdk.call import Api, Call
 from sdk.fingerprint import Seen
+from sdk.lifecycle import CallEnd
 
 DIAGNOSTICS_PARAM = "diagnostics"
 ANTHROPIC_HOST = "api.anthropic.com"
@@ -55,14 +56,32 @@ def eligible(client: Any, explicit_provider: str | None) -> bool:
     return accepts and (host == ANTHROPIC_HOST or explicit_provider == "anthropic")
 
 
-def request_diagnostics(call: Call, seen: Seen) -> None:
+def request_diagnostics(call: Call, seen: Seen) -> ResponseIds | None:
     """Name the previous answer of `call`'s API and model (the call the tracker compared it with) in
-    `diagnostics`; None on the first call of an API and model, which opts in without a comparison."""
+    `diagnostics` (None on the first call of an API and model, which opts in without a comparison);
+    return the listener that learns this call's answer id for the next one."""
     if call.api is not Api.MESSAGES or DIAGNOSTICS_PARAM in call.params:
-        return
+        return None
     previous = seen.previous
     call.params[DIAGNOSTICS_PARAM] = {"previous_message_id": previous.message_id if previous is not None else None}
-    call.learn_response = seen.learn
+    return ResponseIds(seen)
+
+
+class ResponseIds:
+    """Learns the id of a call's answer, which the next request of its API and model names as its
+    previous message (a `CallListener`)."""
+
+    __slots__ = ("_seen",)
+
+    def __init__(self, seen: Seen) -> None:
+        self._seen = seen
+
+    def first_chunk(self) -> None:
+        pass
+
+    def ended(self, end: CallEnd) -> None:
+        if end.response_id:
+            self._seen.learn(end.response_id)
 
 
 def expected_reason(cause: str | None, break_at: str | None) -> str | None:

@@ -26,6 +26,7 @@ from typing import Any
 from sdk.cache_hints import count_breakpoints, estimate_tokens
 from sdk.call import Call, Provider
 from sdk.fingerprint import segments
+from sdk.lifecycle import CallEnd
 from sdk.provider_facts import min_cacheable_tokens
 
 _ANTHROPIC_MARK = "cache_control"
@@ -167,3 +168,18 @@ class FanOut:
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderRelease:
+    """Lets the followers of `leader` go at its first content chunk or its end, whichever comes first
+    (a `CallListener`; `FanOut.release` is idempotent)."""
+
+    fanout: FanOut
+    leader: Leader
+
+    def first_chunk(self) -> None:
+        self.fanout.release(self.leader)
+
+    def ended(self, end: CallEnd) -> None:
+        self.fanout.release(self.leader)

@@ -17,17 +17,17 @@ import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from sdk import compat
 from sdk.adapters import adapter_for
 from sdk.adapters._base import timings_of
 from sdk.call import Call
 from sdk.errors import client_error
-from sdk.fanout import FanOut, Leader, Waited
+from sdk.fanout import FanOut, Leader, LeaderRelease, Waited
 from sdk.guards import fit_to_context, wants_context
+from sdk.lifecycle import CallEnd, CallListener, Ending, Lifecycle
 from sdk.model_context import ModelContexts
-from sdk.observed import Observed
 from sdk.policy import Policy
 from sdk.refusals import Refusals
 from sdk.retry import Attempts, acall_with_retries, call_with_retries, retries_for
@@ -54,21 +54,21 @@ class Sender:
     fanout: FanOut | None = None
     fanout_key: bytes | None = None
     refusals: Refusals | None = None
+    listeners: tuple[CallListener, ...] = ()  # the chain's, told of a model call's end (`Chain.run`)
 
-    def _start(self, path: str, post_kwargs: dict[str, Any]) -> tuple[CallRecord, Attempts, Callable[[], Any], Leader | None]:
-        """The call's record, attempts and one-attempt send, and the fan-out leader it must wait for."""
+    def _start(self, path: str, post_kwargs: dict[str, Any]) -> tuple[Lifecycle[CallRecord], Attempts, Callable[[], Any], Leader | None]:
+        """The call's lifecycle, attempts and one-attempt send, and the fan-out leader it must wait for."""
         if post_kwargs.get("stream") and not self.call.stream:
             self.call.params["stream"] = True  # a stream helper says so only to `post`
         record = self.telemetry.start(self.call, self.server)
+        listeners = list(self.listeners) if self.kind is Kind.CALL else []  # a count's or a batch's end teaches nothing
         follow = leader = None
         if self.fanout is not None and self.fanout_key is not None:
             follow, leader = self.fanout.join(self.fanout_key)
             if leader is not None:
                 leader.span_id = _span_id(record.span)
-        learn = self.call.learn_usage if self.kind is Kind.CALL else None
-        if leader is not None or learn is not None:
-            release = functools.partial(self.fanout.release, leader) if self.fanout is not None and leader is not None else None
-            record = cast(CallRecord, Observed(record, learn, release))
+                listeners.append(LeaderRelease(self.fanout, leader))
+        lifecycle = Lifecycle(record, listeners)
         attempts = Attempts(retries_for(self.client, post_kwargs.get("options"), self.policy.retries), record.attempt)
 
         tracing = client_tracing.trace_headers(self.client, record.span)  # the client's own span gives way to ours
@@ -77,13 +77,14 @@ class Sender:
             options = compat.attempt_options(post_kwargs.get("options"), attempts.made - 1, tracing)
             return self.client.post(path, **{**post_kwargs, "options": options})
 
-        return record, attempts, send, follow
+        return lifecycle, attempts, send, follow
 
     def post(self, path: str, **post_kwargs: Any) -> Any:
         """The sync client's `post(path, ...)`, sent the kvwise way."""
         if (contexts := self._contexts()) is not None and (context := contexts.context(self.client, self.call.model)) is not None:
             fit_to_context(self.call, post_kwargs, context)
-        record, attempts, send, follow = self._start(path, post_kwargs)
+        lifecycle, attempts, send, follow = self._start(path, post_kwargs)
+        record = lifecycle.record
         if follow is not None and self.fanout is not None:
             _note_wait(record, self.fanout.wait(follow, self.policy.fanout_wait_seconds))
         raw = compat.raw_mode(post_kwargs.get("options"))
@@ -97,23 +98,24 @@ class Sender:
                         if not self._took_back(error, post_kwargs, record):
                             raise
         except BaseException as error:
-            raise self._failed(record, error)
+            raise self._failed(lifecycle, error)
         parsed = result.parse() if raw else result
         if self.call.stream:
             from sdk.stream import StreamWatch, watch_sync  # on a stream's first call: a plain call never loads the watcher's modules
 
-            watch = StreamWatch(adapter_for(self.call.api), self.call, self.policy, record, attempts, self.connection_error)
+            watch = StreamWatch(adapter_for(self.call.api), self.call, self.policy, lifecycle, attempts, self.connection_error)
             reopen = (lambda: call_with_retries(send, attempts).parse()) if raw else (lambda: call_with_retries(send, attempts))
             watched = watch_sync(parsed, watch, reopen)
             return self._raw_with(result, watched) if raw else watched
-        finish(self.call, self.kind, parsed, record)
+        finish(self.call, self.kind, parsed, lifecycle)
         return result
 
     async def apost(self, path: str, **post_kwargs: Any) -> Any:
         """The async client's `post(path, ...)`, sent the kvwise way."""
         if (contexts := self._contexts()) is not None and (context := await contexts.acontext(self.client, self.call.model)) is not None:
             fit_to_context(self.call, post_kwargs, context)
-        record, attempts, send, follow = self._start(path, post_kwargs)
+        lifecycle, attempts, send, follow = self._start(path, post_kwargs)
+        record = lifecycle.record
         if follow is not None and self.fanout is not None:
             _note_wait(record, await self.fanout.await_release(follow, self.policy.fanout_wait_seconds))
         raw = compat.raw_mode(post_kwargs.get("options"))
@@ -127,12 +129,12 @@ class Sender:
                         if not self._took_back(error, post_kwargs, record):
                             raise
         except BaseException as error:
-            raise self._failed(record, error)
+            raise self._failed(lifecycle, error)
         parsed = await _parse(result) if raw else result
         if self.call.stream:
             from sdk.stream import StreamWatch, watch_async  # on a stream's first call: a plain call never loads the watcher's modules
 
-            watch = StreamWatch(adapter_for(self.call.api), self.call, self.policy, record, attempts, self.connection_error)
+            watch = StreamWatch(adapter_for(self.call.api), self.call, self.policy, lifecycle, attempts, self.connection_error)
 
             async def reopen() -> Any:
                 reopened = await acall_with_retries(send, attempts)
@@ -140,7 +142,7 @@ class Sender:
 
             watched = watch_async(parsed, watch, reopen)
             return self._raw_with(result, watched) if raw else watched
-        finish(self.call, self.kind, parsed, record)
+        finish(self.call, self.kind, parsed, lifecycle)
         return result
 
     def _contexts(self) -> ModelContexts | None:
@@ -159,10 +161,10 @@ class Sender:
         compat.cache_parsed(raw, watched)
         return raw
 
-    def _failed(self, record: CallRecord, error: BaseException) -> BaseException:
-        """End the telemetry of a call whose attempts all failed; return what the caller gets."""
+    def _failed(self, lifecycle: Lifecycle[CallRecord], error: BaseException) -> BaseException:
+        """End a call whose attempts all failed; return what the caller gets."""
         failure = client_error(error, functools.partial(compat.connection_error, self.connection_error))
-        record.end(error=failure)
+        lifecycle.end(CallEnd(Ending.FAILED, error=failure))
         return failure
 
 
@@ -189,23 +191,26 @@ async def _parse(raw: Any) -> Any:
     return await parsed if inspect.isawaitable(parsed) else parsed
 
 
-def finish(call: Call, kind: Kind, response: Any, record: CallRecord) -> None:
-    """End the span of a call that was not streamed: client-side stops and usage for a model call,
-    the id alone for a token count or a batch (no model output yet)."""
+def finish(call: Call, kind: Kind, response: Any, lifecycle: Lifecycle[CallRecord]) -> None:
+    """End a call that was not streamed: client-side stops and usage for a model call, the id alone
+    for a token count or a batch (no model output yet)."""
     if kind is not Kind.CALL:
-        call.learn_response = None  # a batch's or a count's id is no message a later call can name
-        record.end(response_id=getattr(response, "id", None))
+        lifecycle.end(CallEnd(Ending.ANSWERED, response_id=getattr(response, "id", None)))
         return
     adapter = adapter_for(call.api)
     if call.client_stops:
         adapter.truncate_text(response, call.client_stops)
-    record.end(
-        usage=adapter.usage(response),
-        response_id=getattr(response, "id", None),
-        response_model=getattr(response, "model", None),
-        finish_reasons=adapter.finish_reasons(response),
-        timings=timings_of(response),
-        output_text=adapter.output_text(response) if record.captures_content else None,
-        output_tool_calls=content.answer_tool_calls(response) if record.captures_content else None,
-        **response_facts(response),
+    captures = lifecycle.record.captures_content
+    lifecycle.end(
+        CallEnd(
+            Ending.ANSWERED,
+            usage=adapter.usage(response),
+            response_id=getattr(response, "id", None),
+            response_model=getattr(response, "model", None),
+            finish_reasons=adapter.finish_reasons(response),
+            timings=timings_of(response),
+            output_text=adapter.output_text(response) if captures else None,
+            output_tool_calls=content.answer_tool_calls(response) if captures else None,
+            **response_facts(response),
+        )
     )

@@ -45,6 +45,7 @@ from sdk.adapters._base import first_stop
 from sdk.cache_hints import estimate_tokens
 from sdk.call import Call, Usage
 from sdk.errors import stream_truncated
+from sdk.lifecycle import CallEnd, Ending, Lifecycle
 from sdk.loopguard import LoopDetector
 from sdk.policy import Policy
 from sdk.retry import Attempts, transport_errors
@@ -59,13 +60,14 @@ class StreamWatch:
     """What the watcher knows about one stream, and what to do with each content event."""
 
     def __init__(
-        self, adapter: Adapter, call: Call, policy: Policy, record: CallRecord, attempts: Attempts,
+        self, adapter: Adapter, call: Call, policy: Policy, lifecycle: Lifecycle[CallRecord], attempts: Attempts,
         connection_error: type[Exception],
     ) -> None:
         self.adapter = adapter
         self.connection_error = connection_error  # the wrapped client's: what a break after content raises is also one
         self.call = call
-        self.record = record
+        self.lifecycle = lifecycle
+        self.record = lifecycle.record
         self.state = StreamState(hide_usage=adapter.hides_usage(call), usage_asked=adapter.asks_usage(call))
         self.read = adapter.read_event
         self.detector = LoopDetector.for_call(call) if policy.loop_guard else None
@@ -82,7 +84,7 @@ class StreamWatch:
         """A content event is about to reach the caller: None to hand it on as it is, else the events
         that end the stream here (a loop or a client-side stop; upstream is then cut)."""
         if not self.delivered:
-            self.record.first_chunk(self.received_ns)
+            self.lifecycle.first_chunk(self.received_ns)
         self.delivered += 1
         self.record.chunk()
         if not text:
@@ -143,11 +145,11 @@ class StreamWatch:
             self.received_ns = time_ns()
 
     def finish(self, error: BaseException | None) -> None:
-        """End the call's telemetry, once.
+        """End the call, once.
 
         Ended by its caller (`error` None: closed, dropped, `with` exit; or anything but an
         `Exception`, such as a cancelled task's `CancelledError`), a stream is no failure, and one
-        that had not reached its final event is recorded as abandoned. A broken one carries its error.
+        that had not reached its final event is abandoned. A broken one carries its error.
         """
         if self.finalized:
             return
@@ -155,17 +157,19 @@ class StreamWatch:
         state = self.state
         by_caller = error is None or not isinstance(error, Exception)
         usage, estimated = self._usage()
-        self.record.end(
-            usage=usage,
-            response_id=state.response_id,
-            response_model=state.response_model,
-            finish_reasons=tuple(state.finish_reasons),
-            timings=state.timings,
-            output_text="".join(state.text) if self.record.captures_content else None,
-            error=None if by_caller else error,
-            abandoned=by_caller and not state.finished,
-            usage_estimated=estimated,
-            **stream_facts(state.last_event, state.start_message),
+        self.lifecycle.end(
+            CallEnd(
+                _ending(by_caller, self.cut, state.finished),
+                usage=usage,
+                usage_estimated=estimated,
+                response_id=state.response_id,
+                response_model=state.response_model,
+                finish_reasons=tuple(state.finish_reasons),
+                timings=state.timings,
+                output_text="".join(state.text) if self.record.captures_content else None,
+                error=None if by_caller else error,
+                **stream_facts(state.last_event, state.start_message),
+            )
         )
 
     def _usage(self) -> tuple[Usage | None, bool]:
@@ -180,6 +184,15 @@ class StreamWatch:
         except Exception:
             logger.debug("kvwise: could not estimate a stream's usage", exc_info=True)
         return usage, False
+
+
+def _ending(by_caller: bool, cut: bool, finished: bool) -> Ending:
+    """How a stream ended: broken (not by its caller), cut by kvwise, left by its caller, or answered."""
+    if not by_caller:
+        return Ending.FAILED
+    if cut:
+        return Ending.CUT
+    return Ending.ANSWERED if finished else Ending.ABANDONED
 
 
 def estimated_usage(call: Call, output_units: int) -> Usage:

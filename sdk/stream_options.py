@@ -17,11 +17,12 @@ from typing import Any
 from sdk.call import Api, Call
 
 STREAM_USAGE_REQUESTED = "stream_usage_requested"
-"""The change recorded when kvwise sends a stream with `stream_options.include_usage` the caller did not ask for."""
+"""The span's change when kvwise sends a stream with `stream_options.include_usage` the caller did not
+ask for (`Call.stream_usage_added`)."""
 STREAM_USAGE_REFUSED = "stream_usage_refused"
-"""The change recorded when the server refuses `stream_options`: none is added. Both live here, not
-in the Chat adapter that adds the field, so that `sdk.send` reads them without importing `openai`
-(an Anthropic-only app would pay ~350 ms for it)."""
+"""The span's change when the server refuses `stream_options`: none is added (`Call.stream_usage_refused`).
+Both live here, not in the Chat adapter that adds the field, so that `sdk.refusals` reads them without
+importing `openai` (an Anthropic-only app would pay for it)."""
 FIELD = "stream_options"
 _APIS = frozenset({Api.CHAT, Api.COMPLETIONS})  # the APIs whose streams kvwise asks for usage
 
@@ -38,7 +39,7 @@ class StreamUsage:
         return (
             isinstance(body, Mapping)
             and FIELD in body
-            and STREAM_USAGE_REQUESTED in call.changes
+            and call.stream_usage_added
             and FIELD not in call.params
             and not (isinstance(extra, Mapping) and FIELD in extra)
         )
@@ -48,11 +49,13 @@ class StreamUsage:
 
     def take_back(self, call: Call, post_kwargs: dict[str, Any]) -> None:
         post_kwargs["body"] = {key: value for key, value in post_kwargs["body"].items() if key != FIELD}
+        call.stream_usage_added, call.stream_usage_refused = False, True
         call.changes[call.changes.index(STREAM_USAGE_REQUESTED)] = STREAM_USAGE_REFUSED
 
     def withhold(self, call: Call) -> None:
         """Before the call is rewritten into its request: no usage request to a server that refuses it."""
         if call.stream and call.api in _APIS:
+            call.stream_usage_refused = True
             call.changes.append(STREAM_USAGE_REFUSED)
 
 

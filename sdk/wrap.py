@@ -28,6 +28,7 @@ from sdk.call import Api, Call, Provider
 from sdk.chain import Chain, Middleware
 from sdk.fanout import FanOut, fanout_key
 from sdk.fingerprint import PrefixTracker
+from sdk.lifecycle import CallListener
 from sdk.policy import Policy
 from sdk.refusals import Refusals
 from sdk.send import Sender, Server
@@ -269,18 +270,20 @@ class WrappedClient(_Node):
         sender and them (a token count's only with the parameters in `accepted`, None: any)."""
         shared = self._shared
         provider, server = self._provider_and_server()
+        listeners: list[CallListener] = []
         if spec.kind is Kind.BATCH:
             call, native = self._rewrite_batch(spec.api, provider, kwargs)
         else:
             call = adapter_for(spec.api).to_call(kwargs, provider)
-            shared.chain.run(call)
+            listeners = shared.chain.run(call)
             shared.refusals.mark(call, server)
             native = adapter_for(spec.api).to_kwargs(call)
             if spec.kind is Kind.COUNT and accepted is not None:  # not the output parameters the guards add
                 native = {key: value for key, value in native.items() if key in accepted}
         key = fanout_key(call, client) if shared.fanout is not None and spec.kind is Kind.CALL else None
         sender = Sender(
-            call, spec.kind, client, server, shared.policy, shared.telemetry, shared.package.connection_error, shared.fanout, key, shared.refusals
+            call, spec.kind, client, server, shared.policy, shared.telemetry, shared.package.connection_error, shared.fanout, key,
+            shared.refusals, tuple(listeners),
         )
         return sender, native
 

@@ -1,5 +1,5 @@
-"""The suite's tiers (tests/conftest.py): each names paths that exist, and `make test-fast`'s marker
-expression leaves out exactly the tests of the tiers it names."""
+"""The suite's tiers (tests/conftest.py): each names paths that exist, every test under a tier's paths
+(or using the browser) carries its marker, and `make test-fast` leaves out exactly those tiers."""
 
 from __future__ import annotations
 
@@ -22,15 +22,22 @@ def test_the_makefile_runs_the_fast_tier_with_this_expression():
     assert f'-m "{FAST}"' in (TESTS.parent / "Makefile").read_text()
 
 
-def _collected(*args: str) -> set[str]:
-    result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
-                            cwd=TESTS.parent, capture_output=True, text=True, check=True)
-    return {line for line in result.stdout.splitlines() if "::" in line}
-
-
-def test_the_fast_tier_leaves_out_the_slow_integration_and_browser_tests_and_nothing_else():
-    every, fast = _collected(), _collected("-m", FAST)
-    assert fast and every - fast == _collected("-m", "integration or browser or slow")
-    named = tuple(path for tier in ("integration", "slow") for path in TIERS[tier])
-    assert not [test for test in fast if test.removeprefix("tests/").startswith(named)]
-    assert "tests/sdk/test_report.py" in {test.split("::")[0] for test in every - fast}  # its page tests use the browser
+def test_each_test_carries_the_tiers_of_its_path_and_the_browser_tier_where_it_uses_the_browser():
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-p", "tests.tier_probe"],
+        cwd=TESTS.parent, capture_output=True, text=True, check=True,
+    )
+    rows = [line.split("\t")[1:] for line in result.stdout.splitlines() if line.startswith("TIER\t")]
+    assert len(rows) > 1000
+    wrong, fast = [], 0
+    for nodeid, tiers, uses_browser in rows:
+        where = nodeid.split("::")[0].removeprefix("tests/")
+        expected = {tier for tier, paths in TIERS.items() if any(where == p or where.startswith(f"{p}/") for p in paths)}
+        if uses_browser == "1":
+            expected.add("browser")
+        if set(filter(None, tiers.split(","))) != expected:
+            wrong.append((nodeid, tiers, sorted(expected)))
+        fast += not expected & {"integration", "browser", "slow"}
+    assert wrong == []
+    assert 0 < fast < len(rows)
+    assert any(uses_browser == "1" and nodeid.startswith("tests/sdk/test_report.py") for nodeid, _, uses_browser in rows)

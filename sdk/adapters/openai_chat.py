@@ -12,7 +12,7 @@ from openai.types.chat.chat_completion_chunk import Choice, ChoiceDelta
 from sdk.adapters._base import Adapter, StreamState, count_leading_system, first_stop, given_params, given_tiers, pop_list, timings_of
 from sdk.call import Api, Call, Provider, Usage
 from sdk.reasoning import Reasoning, openai_reasoning
-from sdk.stream_options import STREAM_USAGE_REFUSED, STREAM_USAGE_REQUESTED
+from sdk.stream_options import STREAM_USAGE_REQUESTED
 
 def _cached(details: Any, name: str) -> int:
     return int(getattr(details, name, None) or 0) if details is not None else 0
@@ -62,7 +62,7 @@ def stream_usage_options(call: Call) -> dict[str, Any] | None:
     None when the call is not streamed, the caller asked for usage themselves, or the server
     refuses `stream_options`. A `stream_options` in `extra_body` is the caller's as written (the
     client merges it over the named one): kvwise neither adds to it nor hides the usage it asks for."""
-    if not call.stream or STREAM_USAGE_REFUSED in call.changes:
+    if not call.stream or call.stream_usage_refused:
         return None
     extra = call.params.get("extra_body")
     if isinstance(extra, Mapping) and "stream_options" in extra:
@@ -79,7 +79,8 @@ def add_stream_usage(call: Call, kwargs: dict[str, Any]) -> None:
     """Ask for usage on a stream (`stream_usage_options`) in `kwargs`, recording the change."""
     if (options := stream_usage_options(call)) is not None:
         kwargs["stream_options"] = options  # the reader hides the usage chunk (`hides_usage`)
-        if STREAM_USAGE_REQUESTED not in call.changes:
+        if not call.stream_usage_added:
+            call.stream_usage_added = True
             call.changes.append(STREAM_USAGE_REQUESTED)
 
 

@@ -4,7 +4,7 @@
     record = telemetry.start(call, server=(host, port))   # after the request rewrite, before sending
     with record.activate():                               # our span is current while the client sends
         ...
-    record.end(usage=..., response_id=..., error=...)     # exactly once
+    record.end(CallEnd(Ending.ANSWERED, usage=...))       # exactly once (through `sdk.lifecycle`)
 
 Only `opentelemetry-api` is used here: with no SDK configured every call is a cheap no-op, and the
 app's own providers (or the ones passed in) receive everything. Modules: `semconv` (every name),

@@ -193,7 +193,7 @@ def cost_attributes(cost: Cost) -> Attributes:
 
 
 class ResponseFacts(TypedDict, total=False):
-    """`CallRecord.end` keywords read off an answer by `response_facts`."""
+    """`CallEnd` fields read off an answer by `response_facts`."""
 
     service_tier: str
     system_fingerprint: str
@@ -201,7 +201,7 @@ class ResponseFacts(TypedDict, total=False):
 
 
 def response_facts(response: Any) -> ResponseFacts:
-    """What an answer says beyond usage and text, as `CallRecord.end` keywords: OpenAI's service tier
+    """What an answer says beyond usage and text, as `CallEnd` fields: OpenAI's service tier
     and system fingerprint, Anthropic's cache-miss diagnosis (`diagnostics.cache_miss_reason.type`)."""
     facts: ResponseFacts = {}
     tier = getattr(response, "service_tier", None)

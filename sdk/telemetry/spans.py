@@ -35,6 +35,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from sdk.call import Call, Usage
 from sdk.diagnostics import disagree
+from sdk.lifecycle import CallEnd, Ending
 from sdk.telemetry import content, openinference, phases
 from sdk.telemetry import semconv as sc
 from sdk.telemetry.attributes import Attributes, Outcome, error_type, outcome_attributes
@@ -52,7 +53,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def guarded(method: Callable[P, R | None]) -> Callable[P, R | None]:
+def never_raises(method: Callable[P, R | None]) -> Callable[P, R | None]:
     """Run `method`, logging and swallowing its exceptions: telemetry must never fail the call."""
 
     @functools.wraps(method)
@@ -113,7 +114,7 @@ class _Activation:
 
 
 class CallRecord:
-    """The telemetry of one call, driven by the wrapper and the stream guard (see the module docstring)."""
+    """The telemetry of one call, driven by the send and the stream watcher (see the module docstring)."""
 
     __slots__ = (
         "_attempt_ns", "_attempts", "_base", "_call", "_chunks", "_ended", "_first_ns", "_guard", "_last_ns",
@@ -160,13 +161,13 @@ class CallRecord:
         """Make the call span current while the client sends, so the client's own spans nest under it."""
         return _Activation(self._span) if self._span is not None else nullcontext()
 
-    @guarded
+    @never_raises
     def attempt(self, number: int) -> None:
         """Attempt `number` (1, 2, ...) is about to be sent: the prefill of a stream starts here."""
         self._attempts = number
         self._attempt_ns = time_ns()
 
-    @guarded
+    @never_raises
     def first_chunk(self, received_ns: int | None = None) -> None:
         """The first content chunk reached the caller: prefill ends, decode starts.
 
@@ -180,103 +181,64 @@ class CallRecord:
     def chunk(self) -> None:
         """A content chunk reached the caller (called for every chunk, the first included).
 
-        The hot path of a stream: one counter and one clock read, nothing that can raise, so no guard.
+        The hot path of a stream: one counter and one clock read, nothing that can raise, so not `never_raises`.
         """
         self._chunks += 1
         self._last_ns = time_ns()
 
-    @guarded
+    @never_raises
     def guard_tripped(self, kind: str, tokens_saved: int | None) -> None:
         """A decode guard (`kind`, e.g. "loop") cut the answer, saving `tokens_saved` against the cap."""
         self._guard = kind
         self._tokens_saved = tokens_saved
 
-    @guarded
-    def end(
-        self,
-        *,
-        usage: Usage | None = None,
-        response_id: str | None = None,
-        response_model: str | None = None,
-        finish_reasons: tuple[str, ...] = (),
-        timings: dict[str, float] | None = None,
-        output_text: str | None = None,
-        output_tool_calls: list[dict[str, Any]] | None = None,
-        error: BaseException | str | None = None,
-        usage_estimated: bool = False,
-        service_tier: str | None = None,
-        system_fingerprint: str | None = None,
-        cache_miss_reason: str | None = None,
-        abandoned: bool = False,
-    ) -> None:
+    @never_raises
+    def end(self, end: CallEnd) -> None:
         """Finish the call: attributes, phase spans, content, then the span ends; then metrics. Only once.
 
-        `output_text`, `output_tool_calls`: the answer (semconv `tool_call` parts), given only when
-        content is captured (`captures_content`).
-
-        `usage_estimated`: the server never reported the input tokens (see `KVWISE_USAGE_ESTIMATED`).
-        `cache_miss_reason`: the provider's own diagnosis of a cache miss (Anthropic's diagnostics).
-        `abandoned`: the caller stopped reading the stream before its end, which is no error (see
-        `KVWISE_STREAM_ABANDONED`).
+        `end.output_text`, `end.output_tool_calls` are given only when content is captured
+        (`captures_content`); an abandoned stream is no error (`KVWISE_STREAM_ABANDONED`).
         """
-        learn = self._call.learn_response
-        if learn is not None and response_id:
-            learn(response_id)  # the id the family's next request names as its previous message
         if self._ended or self._sinks is None:
             return
         self._ended = True
-        self._usage_estimated = usage_estimated
+        self._usage_estimated = end.usage_estimated
         end_ns = time_ns()
         sinks, span = self._sinks, self._span
         try:
-            outcome = self._outcome(
-                sinks, usage, response_id, response_model, finish_reasons, timings, error,
-                service_tier, system_fingerprint, cache_miss_reason, abandoned,
-            )
+            outcome = self._outcome(sinks, end)
         except Exception:
             if span is not None:
                 span.end(end_time=end_ns)  # never leave the span open
             raise
         if span is not None:
-            self._finish_span(sinks, span, outcome, content.output_messages(output_text, output_tool_calls), end_ns)
+            self._finish_span(sinks, span, outcome, content.output_messages(end.output_text, end.output_tool_calls), end_ns)
         if sinks.instruments is not None:
             self._record_metrics(sinks.instruments, outcome, end_ns)
 
-    def _outcome(
-        self,
-        sinks: Sinks,
-        usage: Usage | None,
-        response_id: str | None,
-        response_model: str | None,
-        finish_reasons: tuple[str, ...],
-        timings: dict[str, float] | None,
-        error: BaseException | str | None,
-        service_tier: str | None,
-        system_fingerprint: str | None,
-        cache_miss_reason: str | None,
-        abandoned: bool,
-    ) -> Outcome:
+    def _outcome(self, sinks: Sinks, end: CallEnd) -> Outcome:
         streamed, first = self._streamed, self._first_ns
-        price = (sinks.prices.lookup(response_model) or sinks.prices.lookup(self._call.model)) if usage is not None else None
-        if not finish_reasons and error is not None and (first is not None or response_id is not None):
+        usage, error, finish_reasons = end.usage, end.error, end.finish_reasons
+        price = (sinks.prices.lookup(end.response_model) or sinks.prices.lookup(self._call.model)) if usage is not None else None
+        if not finish_reasons and error is not None and (first is not None or end.response_id is not None):
             finish_reasons = _UNFINISHED  # the generation started and never reached a terminal reason
         return Outcome(
             usage=usage,
             cost=cost_of(usage, price) if usage is not None and price is not None else None,
-            response_id=response_id,
-            response_model=response_model,
+            response_id=end.response_id,
+            response_model=end.response_model,
             finish_reasons=tuple(finish_reasons),
-            timings=timings,
+            timings=end.timings,
             error_type=error_type(error) if error is not None else None,
             attempts=self._attempts,
             guard=self._guard,
             tokens_saved=self._tokens_saved,
             chunks=self._chunks if streamed else None,
             time_to_first_chunk_s=self._time_to_first_chunk_s() if streamed and first is not None else None,
-            service_tier=service_tier,
-            system_fingerprint=system_fingerprint,
-            break_cause_server=_server_cause(self._call, cache_miss_reason) if cache_miss_reason else None,
-            abandoned=abandoned,
+            service_tier=end.service_tier,
+            system_fingerprint=end.system_fingerprint,
+            break_cause_server=_server_cause(self._call, end.cache_miss_reason) if end.cache_miss_reason else None,
+            abandoned=end.ending is Ending.ABANDONED,
         )
 
     def _time_to_first_chunk_s(self) -> float:
@@ -284,7 +246,7 @@ class CallRecord:
         received = self._received_ns if self._received_ns is not None else self._first_ns or self._attempt_ns
         return max(received - self._attempt_ns, 0) / _NS_PER_S
 
-    @guarded
+    @never_raises
     def _finish_span(self, sinks: Sinks, span: Span, outcome: Outcome, answer: list[dict[str, Any]], end_ns: int) -> None:
         try:
             if not span.is_recording() and sinks.capture is _NO_CONTENT:
@@ -304,7 +266,7 @@ class CallRecord:
         finally:
             span.end(end_time=end_ns)
 
-    @guarded
+    @never_raises
     def _record_metrics(self, instruments: Instruments, outcome: Outcome, end_ns: int) -> None:
         instruments.record(outcome, self._base, end_ns - self._start_ns, self._per_chunk_ns())
 

@@ -192,6 +192,7 @@ class Recorder:
     def __init__(self) -> None:
         from sdk.adapters import adapter_for
         from sdk.call import Api, Provider, Usage
+        from sdk.lifecycle import CallEnd, Ending
         from sdk.policy import Policy
         from sdk.telemetry import Telemetry
 
@@ -211,7 +212,7 @@ class Recorder:
                     record.first_chunk()
                     for _ in range(STREAM_CHUNKS):
                         record.chunk()
-                record.end(usage=usage, response_id="r", response_model=MODEL, finish_reasons=("stop",))
+                record.end(CallEnd(Ending.ANSWERED, usage=usage, response_id="r", response_model=MODEL, finish_reasons=("stop",)))
 
             return run
 

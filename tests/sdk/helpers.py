@@ -9,6 +9,9 @@ from typing import Any
 LONG_SYSTEM = " ".join(
     f"Rule {i}: answer questions about prefill, decode and the KV cache precisely and briefly." for i in range(160)
 )
+DECODE_SECONDS_PER_TOKEN = 0.002
+"""The simulator's pause per token where a test cuts or stops a stream: a real server decodes for
+milliseconds per token, so it is still sending when the client hangs up, and sees it."""
 
 
 async def resolve(value: Any) -> Any:

@@ -6,12 +6,11 @@ import json
 from typing import Any
 
 import sdk
-from tests.sdk.helpers import collect, resolve
+from tests.sdk.helpers import DECODE_SECONDS_PER_TOKEN, collect, resolve
 from tests.sdk.loop_corpus import LEGITIMATE, TWELVE_RECORDS_JSON_OBJECT
 
 USER = [{"role": "user", "content": "Export the inventory as JSON."}]
 JSON_OBJECT = {"type": "json_object"}
-DECODE_SECONDS_PER_TOKEN = 0.002  # a real server decodes for milliseconds per token: it sees the hang-up soon
 LOOP_IN_A_STRING = "I am not sure about this part of the answer. "
 
 

@@ -16,7 +16,7 @@ from opentelemetry.trace import StatusCode
 
 import sdk
 from sdk.telemetry import semconv as sc
-from tests.sdk.helpers import collect, resolve
+from tests.sdk.helpers import DECODE_SECONDS_PER_TOKEN, collect, resolve
 from tests.sdk.test_telemetry_spans import Otel, otel  # noqa: F401
 
 USER = [{"role": "user", "content": "Tell me about the KV cache."}]
@@ -24,7 +24,6 @@ CLAUDE = "claude-sonnet-4-6"
 LOOP_UNIT = "I will keep repeating this sentence. "
 CAP = 200
 USAGE = {"include_usage": True}
-DECODE_SECONDS_PER_TOKEN = 0.002  # the caller stops while the server is still decoding
 
 
 def _wrap(client: Any, otel: Otel) -> Any:

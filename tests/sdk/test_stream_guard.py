@@ -12,11 +12,10 @@ from opentelemetry.trace import SpanKind
 
 import sdk
 from sdk.telemetry import semconv as sc
-from tests.sdk.helpers import collect, resolve
+from tests.sdk.helpers import DECODE_SECONDS_PER_TOKEN, collect, resolve
 
 LOOP_UNIT = "I will keep repeating this sentence. "
 CAP = 2000
-DECODE_SECONDS_PER_TOKEN = 0.002  # a real server decodes for milliseconds per token: it sees the hang-up soon
 USER = [{"role": "user", "content": "Tell me something."}]
 
 

@@ -17,7 +17,7 @@ import pytest
 
 import sdk
 from sdk.telemetry import semconv as sc
-from tests.sdk.helpers import LONG_SYSTEM, collect, resolve
+from tests.sdk.helpers import DECODE_SECONDS_PER_TOKEN, LONG_SYSTEM, collect, resolve
 from tests.sdk.test_fault_matrix import events_of
 from tests.sdk.test_telemetry_spans import Otel, otel  # noqa: F401
 
@@ -26,7 +26,6 @@ CLAUDE = "claude-sonnet-4-6"
 MESSAGES = [{"role": "system", "content": LONG_SYSTEM}, {"role": "user", "content": "What is prefill?"}]
 LOOP_UNIT = "I will keep repeating this sentence. "
 CAP = 2000
-DECODE_SECONDS_PER_TOKEN = 0.002
 READ_BEFORE_CLOSING = 3
 ESTIMATE_FACTOR = 2.0  # a character-count estimate is within this factor of the server's count
 USAGE = {"include_usage": True}

@@ -12,6 +12,7 @@ from sdk.policy import Policy
 from sdk.telemetry import content
 from sdk.telemetry import semconv as sc
 from sdk.telemetry.semconv import ContentCapture
+from sdk.lifecycle import CallEnd, Ending
 from tests.sdk.test_telemetry_spans import SERVER, Otel, make_call, otel  # noqa: F401
 
 SECRET_PROMPT, SECRET_SYSTEM, SECRET_ANSWER = "zebra-prompt-text", "okapi-system-text", "narwhal-answer-text"
@@ -101,7 +102,7 @@ def _run_secret_call(otel: Otel, policy: Policy) -> None:
     record.attempt(1)
     record.first_chunk()
     record.chunk()
-    record.end(usage=Usage(input_tokens=10, output_tokens=2), output_text=SECRET_ANSWER, finish_reasons=("stop",))
+    record.end(CallEnd(Ending.ANSWERED, usage=Usage(input_tokens=10, output_tokens=2), output_text=SECRET_ANSWER, finish_reasons=("stop",)))
 
 
 def _everything_exported(otel: Otel) -> str:

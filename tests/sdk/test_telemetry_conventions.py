@@ -13,6 +13,7 @@ import pytest
 import sdk
 from sdk.call import Usage
 from sdk.telemetry import semconv as sc
+from sdk.lifecycle import CallEnd, Ending
 from tests.sdk.helpers import LONG_SYSTEM, collect, resolve
 from tests.sdk.test_telemetry_spans import SERVER, Otel, make_call, otel  # noqa: F401
 
@@ -77,8 +78,8 @@ async def test_a_complete_call_keeps_its_own_finish_reason_and_a_failed_request_
 
 def test_token_usage_is_recorded_for_successful_operations_only(otel: Otel) -> None:
     telemetry = otel.telemetry()
-    telemetry.start(make_call(), SERVER).end(usage=Usage(input_tokens=100, output_tokens=10), finish_reasons=("stop",))
-    telemetry.start(make_call(stream=True), SERVER).end(usage=Usage(input_tokens=40, output_tokens=3), error="stream_truncated")
+    telemetry.start(make_call(), SERVER).end(CallEnd(Ending.ANSWERED, usage=Usage(input_tokens=100, output_tokens=10), finish_reasons=("stop",)))
+    telemetry.start(make_call(stream=True), SERVER).end(CallEnd(Ending.FAILED, usage=Usage(input_tokens=40, output_tokens=3), error="stream_truncated"))
     points = list(otel.metrics()[sc.GEN_AI_CLIENT_TOKEN_USAGE].data.data_points)
     assert {point.attributes[sc.GEN_AI_TOKEN_TYPE]: point.sum for point in points} == {"input": 100, "output": 10}
     durations = list(otel.metrics()[sc.GEN_AI_CLIENT_OPERATION_DURATION].data.data_points)

@@ -9,6 +9,7 @@ from typing import Any
 
 import sdk
 from sdk.telemetry import semconv as sc
+from sdk.lifecycle import CallEnd, Ending
 from tests.sdk.helpers import collect, resolve
 from tests.sdk.test_telemetry_spans import SERVER, Otel, make_call, otel  # noqa: F401
 
@@ -37,7 +38,7 @@ def test_time_to_first_chunk_runs_from_the_attempts_send_to_the_chunk_received(o
     received = time_ns()  # a header event, before the first content chunk below
     record.first_chunk(received_ns=received)
     record.chunk()
-    record.end()
+    record.end(CallEnd(Ending.ANSWERED))
     root, phases = _call_and_phases(otel)
     sent = phases["prefill"].start_time  # the prefill span starts at the answering attempt's send
     assert root.attributes[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] == (received - sent) / 1e9

@@ -11,6 +11,7 @@ import sdk
 from sdk.call import Api, Provider, Usage
 from sdk.policy import Policy
 from sdk.telemetry import semconv as sc
+from sdk.lifecycle import CallEnd, Ending
 from tests.sdk.helpers import resolve
 from tests.sdk.test_telemetry_spans import SERVER, Otel, make_call, otel, stream_through  # noqa: F401
 
@@ -20,7 +21,7 @@ USAGE = Usage(input_tokens=10_000, output_tokens=1_000, cache_read_tokens=6_000,
 
 def test_a_priced_call_span_carries_openinference_kind_model_tokens_cache_and_cost(otel: Otel) -> None:
     record = otel.telemetry(Policy(prices=PRICES)).start(make_call(model="my-model"), SERVER)
-    record.end(usage=USAGE, response_model="my-model-2026-01-01")
+    record.end(CallEnd(Ending.ANSWERED, usage=USAGE, response_model="my-model-2026-01-01"))
     attributes = dict(otel.spans()[-1].attributes or {})
     assert attributes.items() >= {
         sc.OPENINFERENCE_SPAN_KIND: "LLM",
@@ -41,7 +42,7 @@ def test_a_priced_call_span_carries_openinference_kind_model_tokens_cache_and_co
 
 
 def test_the_requested_model_names_the_span_until_a_response_model_replaces_it(otel: Otel) -> None:
-    otel.telemetry().start(make_call(model="my-model"), SERVER).end(error="APIConnectionError")
+    otel.telemetry().start(make_call(model="my-model"), SERVER).end(CallEnd(Ending.FAILED, error="APIConnectionError"))
     attributes = dict(otel.spans()[-1].attributes or {})
     assert attributes[sc.OPENINFERENCE_SPAN_KIND] == "LLM" and attributes[sc.LLM_MODEL_NAME] == "my-model"
     assert not any(key.startswith(("llm.token_count.", "llm.cost.")) for key in attributes)
@@ -49,12 +50,12 @@ def test_the_requested_model_names_the_span_until_a_response_model_replaces_it(o
 
 def test_reasoning_tokens_are_reported_when_there_were_some(otel: Otel) -> None:
     record = otel.telemetry().start(make_call(), SERVER)
-    record.end(usage=Usage(input_tokens=20, output_tokens=50, reasoning_tokens=30))
+    record.end(CallEnd(Ending.ANSWERED, usage=Usage(input_tokens=20, output_tokens=50, reasoning_tokens=30)))
     assert (otel.spans()[-1].attributes or {})[sc.LLM_TOKEN_COUNT_COMPLETION_DETAILS_REASONING] == 30
 
 
 def test_an_unpriced_model_has_token_counts_but_no_cost(otel: Otel) -> None:
-    otel.telemetry().start(make_call(model="unknown-model"), SERVER).end(usage=Usage(input_tokens=20, output_tokens=5))
+    otel.telemetry().start(make_call(model="unknown-model"), SERVER).end(CallEnd(Ending.ANSWERED, usage=Usage(input_tokens=20, output_tokens=5)))
     attributes = dict(otel.spans()[-1].attributes or {})
     assert attributes[sc.LLM_TOKEN_COUNT_TOTAL] == 25
     assert not any(key.startswith("llm.cost.") for key in attributes)
@@ -77,7 +78,7 @@ def test_an_unpriced_model_has_token_counts_but_no_cost(otel: Otel) -> None:
 def test_provider_and_system_are_spelled_as_openinference_spells_them(
     otel: Otel, api: Api, provider: Provider, host: str, llm_provider: str, llm_system: str
 ) -> None:
-    otel.telemetry().start(make_call(api, provider), (host, 443)).end()
+    otel.telemetry().start(make_call(api, provider), (host, 443)).end(CallEnd(Ending.ANSWERED))
     attributes = otel.spans()[-1].attributes or {}
     assert (attributes[sc.LLM_PROVIDER], attributes[sc.LLM_SYSTEM]) == (llm_provider, llm_system)
 
@@ -85,7 +86,7 @@ def test_provider_and_system_are_spelled_as_openinference_spells_them(
 def test_only_the_call_span_is_an_llm_span_so_phoenix_counts_its_tokens_once(otel: Otel) -> None:
     record = otel.telemetry().start(make_call(stream=True), SERVER)
     stream_through(record, chunks=3)
-    record.end(usage=Usage(input_tokens=20, output_tokens=3))
+    record.end(CallEnd(Ending.ANSWERED, usage=Usage(input_tokens=20, output_tokens=3)))
     kinds = {span.name: (span.attributes or {}).get(sc.OPENINFERENCE_SPAN_KIND) for span in otel.spans()}
     assert kinds == {"prefill": "CHAIN", "decode": "CHAIN", "chat gpt-4o-mini": "LLM"}
     for phase in ("prefill", "decode"):
@@ -95,7 +96,7 @@ def test_only_the_call_span_is_an_llm_span_so_phoenix_counts_its_tokens_once(ote
 def test_the_phase_spans_carry_what_they_measured_as_attributes_and_as_the_output_phoenix_shows(otel: Otel) -> None:
     record = otel.telemetry().start(make_call(stream=True), SERVER)
     stream_through(record, chunks=3)
-    record.end(usage=Usage(input_tokens=100, output_tokens=30, cache_read_tokens=64))
+    record.end(CallEnd(Ending.ANSWERED, usage=Usage(input_tokens=100, output_tokens=30, cache_read_tokens=64)))
     prefill, decode = dict(otel.span("prefill").attributes or {}), dict(otel.span("decode").attributes or {})
     assert (prefill[sc.KVWISE_PREFILL_TOKENS], prefill[sc.KVWISE_PREFILL_CACHED_TOKENS]) == (36, 64)
     assert decode[sc.KVWISE_DECODE_TOKENS] == 30
@@ -113,7 +114,7 @@ def test_the_phase_spans_carry_what_they_measured_as_attributes_and_as_the_outpu
 def test_a_stream_without_usage_still_times_its_phases_but_counts_no_tokens(otel: Otel) -> None:
     record = otel.telemetry().start(make_call(stream=True), SERVER)
     stream_through(record, chunks=2)
-    record.end(error="APIConnectionError")
+    record.end(CallEnd(Ending.FAILED, error="APIConnectionError"))
     assert sc.KVWISE_PREFILL_MS in (otel.span("prefill").attributes or {})
     assert sc.KVWISE_PREFILL_TOKENS not in (otel.span("prefill").attributes or {})
     assert sc.KVWISE_DECODE_TOKENS not in (otel.span("decode").attributes or {})
@@ -144,9 +145,7 @@ def _chat_call_ended(otel: Otel, capture: bool) -> dict[str, Any]:
                      extra_headers={"Authorization": SECRET_HEADER}, extra_body={"top_k": 5},
                      prediction={"type": "content", "content": "Oslo is sunny."})
     record = otel.telemetry(Policy(capture_content=capture)).start(call, SERVER)
-    record.end(usage=Usage(input_tokens=40, output_tokens=8), finish_reasons=("tool_calls",),
-               output_text="Checking." if record.captures_content else None,
-               output_tool_calls=[ANSWER_CALL] if record.captures_content else None)
+    record.end(CallEnd(Ending.ANSWERED, usage=Usage(input_tokens=40, output_tokens=8), finish_reasons=("tool_calls",), output_text="Checking." if record.captures_content else None, output_tool_calls=[ANSWER_CALL] if record.captures_content else None))
     return _span_attributes(otel)
 
 
@@ -220,7 +219,7 @@ def test_capture_on_writes_an_anthropic_calls_system_tool_use_and_tool_results_a
             {"type": "tool_result", "tool_use_id": "t2", "content": [{"type": "text", "text": "rain"}]}]},
     ])  # fmt: skip
     record = otel.telemetry(Policy(capture_content=True)).start(call, SERVER)
-    record.end(usage=Usage(input_tokens=40, output_tokens=3), output_text="Sunny, then rain.")
+    record.end(CallEnd(Ending.ANSWERED, usage=Usage(input_tokens=40, output_tokens=3), output_text="Sunny, then rain."))
     attributes = _span_attributes(otel)
     roles = [attributes.get(f"llm.input_messages.{i}.message.role") for i in range(6)]
     assert roles == ["system", "user", "assistant", "tool", "tool", None]

@@ -12,6 +12,7 @@ from sdk.call import Usage
 from sdk.policy import Policy
 from sdk.telemetry import Telemetry
 from sdk.telemetry import semconv as sc
+from sdk.lifecycle import CallEnd, Ending
 from tests.sdk.test_telemetry_spans import SERVER, Otel, make_call, otel, stream_through  # noqa: F401
 
 
@@ -78,14 +79,14 @@ def test_broken_telemetry_backends_never_raise_into_the_call(providers: Any) -> 
         with record.activate():
             stream_through(record, chunks=3)
         record.guard_tripped("loop", 5)
-        record.end(usage=Usage(input_tokens=10, output_tokens=3), output_text="ok", finish_reasons=("stop",))
+        record.end(CallEnd(Ending.ANSWERED, usage=Usage(input_tokens=10, output_tokens=3), output_text="ok", finish_reasons=("stop",)))
 
 
 def test_metrics_are_still_recorded_when_a_span_processor_raises(otel: Otel) -> None:
     otel.tracer_provider.add_span_processor(RaisingProcessor())
     record = otel.telemetry().start(make_call(stream=True), SERVER)
     stream_through(record, chunks=2)
-    record.end(usage=Usage(input_tokens=10, output_tokens=2))
+    record.end(CallEnd(Ending.ANSWERED, usage=Usage(input_tokens=10, output_tokens=2)))
     metrics = otel.metrics()
     assert metrics[sc.GEN_AI_CLIENT_OPERATION_DURATION].data.data_points[0].count == 1
     assert {p.attributes[sc.GEN_AI_TOKEN_TYPE] for p in metrics[sc.GEN_AI_CLIENT_TOKEN_USAGE].data.data_points} == {

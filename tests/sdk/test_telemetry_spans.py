@@ -28,6 +28,7 @@ from sdk.errors import StreamTruncated
 from sdk.policy import Policy
 from sdk.telemetry import CallRecord, Telemetry
 from sdk.telemetry import semconv as sc
+from sdk.lifecycle import CallEnd, Ending
 
 SERVER = ("127.0.0.1", 8000)
 
@@ -101,8 +102,7 @@ def stream_through(record: CallRecord, chunks: int) -> None:
 def test_a_non_streamed_call_is_one_client_span_named_after_operation_and_model(otel: Otel) -> None:
     record = otel.telemetry().start(make_call(max_tokens=64, temperature=0.2, seed=7), SERVER)
     record.attempt(1)
-    record.end(usage=Usage(input_tokens=30, output_tokens=5), response_id="r1", response_model="gpt-4o-mini-2024-07-18",
-               finish_reasons=("stop",))
+    record.end(CallEnd(Ending.ANSWERED, usage=Usage(input_tokens=30, output_tokens=5), response_id="r1", response_model="gpt-4o-mini-2024-07-18", finish_reasons=("stop",)))
     [span] = otel.spans()
     assert span.name == "chat gpt-4o-mini" and span.kind is SpanKind.CLIENT and span.parent is None
     assert dict(span.attributes or {}).items() >= {
@@ -128,7 +128,7 @@ def test_a_non_streamed_call_is_one_client_span_named_after_operation_and_model(
 def test_a_streamed_call_has_prefill_then_decode_children_split_at_the_first_chunk(otel: Otel) -> None:
     record = otel.telemetry().start(make_call(stream=True), SERVER)
     stream_through(record, chunks=3)
-    record.end(usage=Usage(input_tokens=30, output_tokens=3), finish_reasons=("stop",))
+    record.end(CallEnd(Ending.ANSWERED, usage=Usage(input_tokens=30, output_tokens=3), finish_reasons=("stop",)))
     root, prefill, decode = otel.span("chat gpt-4o-mini"), otel.span("prefill"), otel.span("decode")
     assert prefill.parent is not None and prefill.parent.span_id == root.context.span_id
     assert decode.parent is not None and decode.parent.span_id == root.context.span_id
@@ -144,7 +144,7 @@ def test_prefill_starts_when_the_last_attempt_is_sent(otel: Otel) -> None:
     record.attempt(2)
     record.first_chunk()
     record.chunk()
-    record.end(usage=None)
+    record.end(CallEnd(Ending.ANSWERED, usage=None))
     assert otel.span("prefill").start_time > otel.span("chat gpt-4o-mini").start_time
     assert (otel.span("chat gpt-4o-mini").attributes or {})[sc.KVWISE_ATTEMPTS] == 2
 
@@ -152,7 +152,7 @@ def test_prefill_starts_when_the_last_attempt_is_sent(otel: Otel) -> None:
 def test_a_stream_abandoned_before_its_first_chunk_still_ends_its_prefill_span(otel: Otel) -> None:
     record = otel.telemetry().start(make_call(stream=True), SERVER)
     record.attempt(1)
-    record.end(abandoned=True)
+    record.end(CallEnd(Ending.ABANDONED))
     assert {span.name for span in otel.spans()} == {"chat gpt-4o-mini", "prefill"}
     root = otel.span("chat gpt-4o-mini")
     assert (root.attributes or {})[sc.KVWISE_STREAM_ABANDONED] is True
@@ -163,7 +163,7 @@ def test_a_loop_guard_trip_is_recorded_with_the_tokens_it_saved(otel: Otel) -> N
     record = otel.telemetry().start(make_call(stream=True, max_tokens=100), SERVER)
     stream_through(record, chunks=40)
     record.guard_tripped("loop", 60)
-    record.end(finish_reasons=("length",))
+    record.end(CallEnd(Ending.CUT, finish_reasons=("length",)))
     attributes = otel.span("chat gpt-4o-mini").attributes or {}
     assert attributes[sc.KVWISE_GUARD_TRIPPED] == "loop" and attributes[sc.KVWISE_GUARD_TOKENS_SAVED] == 60
     assert sc.ERROR_TYPE not in attributes
@@ -171,8 +171,8 @@ def test_a_loop_guard_trip_is_recorded_with_the_tokens_it_saved(otel: Otel) -> N
 
 def test_end_records_a_call_only_once(otel: Otel) -> None:
     record = otel.telemetry().start(make_call(), SERVER)
-    record.end(usage=Usage(input_tokens=1, output_tokens=1))
-    record.end(error=RuntimeError("late"))
+    record.end(CallEnd(Ending.ANSWERED, usage=Usage(input_tokens=1, output_tokens=1)))
+    record.end(CallEnd(Ending.FAILED, error=RuntimeError("late")))
     [span] = otel.spans()
     assert sc.ERROR_TYPE not in (span.attributes or {})
     assert otel.metrics()[sc.GEN_AI_CLIENT_OPERATION_DURATION].data.data_points[0].count == 1
@@ -188,7 +188,7 @@ def test_end_records_a_call_only_once(otel: Otel) -> None:
     ],
 )
 def test_a_failed_call_reports_error_type_and_error_status(otel: Otel, error: Any, expected: str) -> None:
-    otel.telemetry().start(make_call(), SERVER).end(error=error)
+    otel.telemetry().start(make_call(), SERVER).end(CallEnd(Ending.FAILED, error=error))
     [span] = otel.spans()
     assert (span.attributes or {})[sc.ERROR_TYPE] == expected
     assert span.status.status_code is StatusCode.ERROR and span.status.description == expected
@@ -198,7 +198,7 @@ def test_spans_started_while_the_record_is_active_are_children_of_the_call_span(
     record = otel.telemetry().start(make_call(), SERVER)
     with record.activate():
         otel.tracer_provider.get_tracer("client").start_span("anthropic.messages.create").end()
-    record.end()
+    record.end(CallEnd(Ending.ANSWERED))
     child, root = otel.span("anthropic.messages.create"), otel.span("chat gpt-4o-mini")
     assert child.parent is not None and child.parent.span_id == root.context.span_id
     assert child.context.trace_id == root.context.trace_id
@@ -230,7 +230,7 @@ def test_the_active_block_lets_the_callers_exception_through_and_restores_the_co
 def test_request_parameters_of_each_api_are_reported_under_semconv_names(
     otel: Otel, api: Api, kwargs: dict[str, Any], expected: dict[str, Any]
 ) -> None:
-    otel.telemetry().start(make_call(api, **kwargs), SERVER).end()
+    otel.telemetry().start(make_call(api, **kwargs), SERVER).end(CallEnd(Ending.ANSWERED))
     attributes = dict(otel.spans()[-1].attributes or {})
     assert {key: attributes.get(key) for key in expected} == expected
     assert (sc.GEN_AI_REQUEST_TEMPERATURE in attributes) == ("temperature" in kwargs and kwargs["temperature"] is not None)
@@ -254,7 +254,7 @@ def test_request_parameters_of_each_api_are_reported_under_semconv_names(
 def test_the_provider_name_is_the_provider_or_a_known_compatible_server(
     otel: Otel, provider: Provider, host: str | None, expected: str
 ) -> None:
-    otel.telemetry().start(make_call(provider=provider), (host, 443)).end()
+    otel.telemetry().start(make_call(provider=provider), (host, 443)).end(CallEnd(Ending.ANSWERED))
     assert (otel.spans()[-1].attributes or {})[sc.GEN_AI_PROVIDER_NAME] == expected
 
 
@@ -263,10 +263,10 @@ def test_calls_of_one_client_keep_their_own_request_attributes_across_shapes(ote
     telemetry = otel.telemetry()
     first = make_call(temperature=0.5, max_tokens=64)
     first.fingerprint = "first"
-    telemetry.start(first, SERVER).end()
-    telemetry.start(make_call(), SERVER).end()  # same model, server and stream flag
-    telemetry.start(make_call(model="gpt-4o", stream=True), ("api.openai.com", 443)).end()
-    telemetry.start(make_call(provider=Provider.OPENAI_COMPATIBLE), ("api.deepseek.com", 443)).end()
+    telemetry.start(first, SERVER).end(CallEnd(Ending.ANSWERED))
+    telemetry.start(make_call(), SERVER).end(CallEnd(Ending.ANSWERED))  # same model, server and stream flag
+    telemetry.start(make_call(model="gpt-4o", stream=True), ("api.openai.com", 443)).end(CallEnd(Ending.ANSWERED))
+    telemetry.start(make_call(provider=Provider.OPENAI_COMPATIBLE), ("api.deepseek.com", 443)).end(CallEnd(Ending.ANSWERED))
     calls = [span for span in otel.spans() if span.kind is SpanKind.CLIENT]  # the stream also has its prefill span
     one, two, three, four = (dict(span.attributes or {}) for span in calls)
     assert (one[sc.GEN_AI_REQUEST_TEMPERATURE], one[sc.GEN_AI_REQUEST_MAX_TOKENS], one[sc.KVWISE_PREFIX_FINGERPRINT]) == (
@@ -283,7 +283,7 @@ def test_prefix_facts_and_canonical_changes_of_the_call_are_on_the_span(otel: Ot
     call = make_call()
     call.fingerprint, call.break_at, call.break_cause = "abc123", "system[0]", "volatile_content"
     call.changes.extend(["moved 1 volatile value to the context note", "sorted 2 tools"])
-    otel.telemetry().start(call, SERVER).end()
+    otel.telemetry().start(call, SERVER).end(CallEnd(Ending.ANSWERED))
     attributes = otel.spans()[-1].attributes or {}
     assert attributes[sc.KVWISE_PREFIX_FINGERPRINT] == "abc123"
     assert attributes[sc.KVWISE_PREFIX_BREAK_AT] == "system[0]"
@@ -296,7 +296,7 @@ def test_anthropic_cache_reads_and_writes_are_reported_and_counted_in_the_input(
                             "cache_creation_input_tokens": 300})()
     usage = messages_usage(native)
     record = otel.telemetry().start(make_call(Api.MESSAGES, Provider.ANTHROPIC, model="claude-sonnet-4-6", max_tokens=64), SERVER)
-    record.end(usage=usage, response_model="claude-sonnet-4-6")
+    record.end(CallEnd(Ending.ANSWERED, usage=usage, response_model="claude-sonnet-4-6"))
     attributes = otel.spans()[-1].attributes or {}
     assert attributes[sc.GEN_AI_USAGE_INPUT_TOKENS] == 20 + 1500 + 300
     assert attributes[sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] == 1500
@@ -306,8 +306,8 @@ def test_anthropic_cache_reads_and_writes_are_reported_and_counted_in_the_input(
 
 def test_cost_is_split_by_token_kind_with_what_the_cache_saved(otel: Otel) -> None:
     record = otel.telemetry().start(make_call(model="claude-sonnet-4-6"), SERVER)
-    record.end(usage=Usage(input_tokens=2_000_000, output_tokens=1_000_000, cache_read_tokens=1_000_000,
-                           cache_write_tokens=500_000))
+    record.end(CallEnd(Ending.ANSWERED, usage=Usage(input_tokens=2_000_000, output_tokens=1_000_000, cache_read_tokens=1_000_000,
+                           cache_write_tokens=500_000)))
     attributes = otel.spans()[-1].attributes or {}
     assert attributes[sc.KVWISE_COST_INPUT_USD] == pytest.approx(0.5 * 3.0)
     assert attributes[sc.KVWISE_COST_CACHED_INPUT_USD] == pytest.approx(0.3)
@@ -318,13 +318,13 @@ def test_cost_is_split_by_token_kind_with_what_the_cache_saved(otel: Otel) -> No
 
 
 def test_a_model_without_a_price_gets_no_cost_attributes(otel: Otel) -> None:
-    otel.telemetry().start(make_call(model="my-local-model"), SERVER).end(usage=Usage(input_tokens=5, output_tokens=5))
+    otel.telemetry().start(make_call(model="my-local-model"), SERVER).end(CallEnd(Ending.ANSWERED, usage=Usage(input_tokens=5, output_tokens=5)))
     assert not any(key.startswith("kvwise.cost") for key in otel.spans()[-1].attributes or {})
 
 
 def test_server_timings_become_kvwise_server_attributes(otel: Otel) -> None:
     timings = {"prompt_n": 100, "prompt_ms": 12.5, "predicted_ms": 80.0, "cache_n": 64, "queue_ms": 1.5}
-    otel.telemetry().start(make_call(), SERVER).end(timings=timings)
+    otel.telemetry().start(make_call(), SERVER).end(CallEnd(Ending.ANSWERED, timings=timings))
     attributes = otel.spans()[-1].attributes or {}
     assert attributes[sc.KVWISE_SERVER_QUEUE_MS] == 1.5
     assert attributes[sc.KVWISE_SERVER_PREFILL_MS] == 12.5
@@ -336,7 +336,7 @@ def test_without_an_sdk_configured_every_method_is_a_harmless_no_op() -> None:
     with record.activate():
         stream_through(record, chunks=2)
     record.guard_tripped("loop", None)
-    record.end(usage=Usage(input_tokens=1), abandoned=True)
+    record.end(CallEnd(Ending.ABANDONED, usage=Usage(input_tokens=1)))
 
 
 def test_sampled_out_calls_export_no_span_and_still_record_their_metrics(otel: Otel) -> None:
@@ -345,10 +345,10 @@ def test_sampled_out_calls_export_no_span_and_still_record_their_metrics(otel: O
     telemetry = Telemetry(Policy(), sampled_out, otel.meter_provider)
     plain = telemetry.start(make_call(), SERVER)
     assert plain.span is not None and not plain.span.is_recording()
-    plain.end(usage=Usage(input_tokens=30, output_tokens=5), finish_reasons=("stop",))
+    plain.end(CallEnd(Ending.ANSWERED, usage=Usage(input_tokens=30, output_tokens=5), finish_reasons=("stop",)))
     streamed = telemetry.start(make_call(stream=True), SERVER)
     stream_through(streamed, chunks=3)
-    streamed.end(usage=Usage(input_tokens=30, output_tokens=3), finish_reasons=("stop",))
+    streamed.end(CallEnd(Ending.ANSWERED, usage=Usage(input_tokens=30, output_tokens=3), finish_reasons=("stop",)))
     assert otel.spans() == ()
     metrics = otel.metrics()
     [duration] = metrics[sc.GEN_AI_CLIENT_OPERATION_DURATION].data.data_points
