@@ -52,6 +52,7 @@ from sdk.retry import Attempts, transport_errors
 from sdk.stream_proxy import AsyncWatchedStream, WatchedStream, Upstream
 from sdk.telemetry import CallRecord
 from sdk.telemetry.attributes import stream_facts
+from sdk.telemetry.content import streamed_tool_calls
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +70,8 @@ class StreamWatch:
         self.lifecycle = lifecycle
         self.record = lifecycle.record
         self.state = StreamState(hide_usage=adapter.hides_usage(call), usage_asked=adapter.asks_usage(call))
+        if self.record.captures_content:
+            self.state.tool_calls = {}  # the answer's tool calls, for its output message
         self.read = adapter.read_event
         self.detector = LoopDetector.for_call(call) if policy.loop_guard else None
         self.stops = call.client_stops
@@ -166,7 +169,8 @@ class StreamWatch:
                 response_model=state.response_model,
                 finish_reasons=tuple(state.finish_reasons),
                 timings=state.timings,
-                output_text="".join(state.text) if self.record.captures_content else None,
+                output_text="".join(state.text) if state.tool_calls is not None else None,
+                output_tool_calls=streamed_tool_calls(state.tool_calls) if state.tool_calls is not None else None,
                 error=None if by_caller else error,
                 **stream_facts(state.last_event, state.start_message),
             )

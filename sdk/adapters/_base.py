@@ -91,6 +91,9 @@ class StreamState:
     `usage_asked`: the caller asked for that usage event themselves, so a stream kvwise cuts ends
     with one, as the bare stream would have.
     `output_units`: content events of the answer (text, tool arguments, thinking, refusals).
+    `tool_calls`: the answer's tool calls as they stream, by index (`{"id", "name", "arguments"}` and
+    `object_arguments` where the API gives them as an object,
+    the arguments as the JSON text streamed so far); None, and never read, unless content is captured.
     """
 
     text: list[str] = field(default_factory=list)
@@ -107,6 +110,12 @@ class StreamState:
     hide_usage: bool = False
     usage_asked: bool = False
     swallow: bool = False
+    tool_calls: dict[int, dict[str, Any]] | None = None
+
+    def tool_call(self, index: int) -> dict[str, Any]:
+        """The streamed tool call at `index` (call only where `tool_calls` is kept)."""
+        assert self.tool_calls is not None
+        return self.tool_calls.setdefault(index, {"id": None, "name": None, "arguments": ""})
 
 
 class Adapter:

@@ -166,9 +166,17 @@ class MessagesAdapter(Adapter):
         kind = getattr(event, "type", "")
         if kind == "content_block_delta":  # text, tool input JSON, thinking, signature, citations
             state.output_units += 1
-            return event.delta.text if event.delta.type == "text_delta" else ""
+            delta = event.delta
+            if delta.type == "text_delta":
+                return delta.text
+            if delta.type == "input_json_delta" and state.tool_calls is not None and event.index in state.tool_calls:
+                state.tool_calls[event.index]["arguments"] += delta.partial_json
+            return ""
         if kind == "content_block_start":
-            return _block_start_content(event.content_block)
+            block = event.content_block
+            if state.tool_calls is not None and getattr(block, "type", None) == "tool_use":
+                state.tool_call(event.index).update(id=block.id, name=block.name, object_arguments=True)
+            return _block_start_content(block)
         if kind == "message_start":
             state.response_id = event.message.id
             state.response_model = event.message.model

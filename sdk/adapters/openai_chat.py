@@ -84,6 +84,17 @@ def add_stream_usage(call: Call, kwargs: dict[str, Any]) -> None:
             call.changes.append(STREAM_USAGE_REQUESTED)
 
 
+def _collect_tool_calls(deltas: Any, state: StreamState) -> None:
+    """Add a chunk's tool-call deltas to the streamed calls (the id and name come first, the arguments in pieces)."""
+    for delta in deltas:
+        found = state.tool_call(delta.index)
+        found["id"] = delta.id or found["id"]
+        function = delta.function
+        if function is not None:
+            found["name"] = function.name or found["name"]
+            found["arguments"] += function.arguments or ""
+
+
 def _carries_content(delta: ChoiceDelta) -> bool:
     """Whether a delta without text carries content: tool-call or function arguments, a refusal,
     or a server's extra field such as `reasoning_content` (thinking, on vLLM and DeepSeek)."""
@@ -177,6 +188,8 @@ class ChatAdapter(Adapter):
                     text = ""
             elif text is None and _carries_content(delta):
                 text = ""
+            if delta.tool_calls and state.tool_calls is not None and choice.index == 0:
+                _collect_tool_calls(delta.tool_calls, state)
         if text is not None:
             state.output_units += 1
         return text

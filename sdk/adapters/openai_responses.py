@@ -182,9 +182,14 @@ class ResponsesAdapter(Adapter):
             return event.delta or ""
         if kind.endswith(".delta"):  # refusal, function and tool arguments, reasoning, audio
             state.output_units += 1
+            if kind == "response.function_call_arguments.delta" and state.tool_calls is not None:
+                state.tool_call(event.output_index)["arguments"] += event.delta
             return ""
         if kind == "response.output_item.added":  # a message or a call is a header: its deltas follow at once
-            return None if getattr(event.item, "type", None) in _ITEMS_WITH_DELTAS else ""
+            item_type = getattr(event.item, "type", None)
+            if item_type == "function_call" and state.tool_calls is not None:
+                state.tool_call(event.output_index).update(id=event.item.call_id, name=event.item.name)
+            return None if item_type in _ITEMS_WITH_DELTAS else ""
         response = _response_of(getattr(event, "response", None))
         if response is not None:
             state.response_id = response.id

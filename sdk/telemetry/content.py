@@ -104,6 +104,22 @@ def answer_tool_calls(response: Any) -> list[dict[str, Any]]:
     return [part for message in messages for part in _message(message)["parts"] if part["type"] == "tool_call"]
 
 
+def streamed_tool_calls(calls: Mapping[int, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The tool calls a stream delivered (`StreamState.tool_calls`), as semconv `tool_call` parts in
+    their order; arguments as the API gives them whole (Anthropic's `input` is an object, the
+    OpenAI APIs' arguments JSON text), left as text where a cut stream ended them half-way."""
+    parts = []
+    for _, streamed in sorted(calls.items()):
+        arguments: Any = streamed["arguments"]
+        if streamed.get("object_arguments"):  # Anthropic: the streamed JSON text of an `input` object
+            try:
+                arguments = json.loads(arguments) if arguments else {}
+            except ValueError:
+                pass
+        parts.append({"type": "tool_call", "id": streamed["id"], "name": streamed["name"], "arguments": arguments})
+    return parts
+
+
 def content_parts(content: Any) -> list[dict[str, Any]]:
     """Native message content (a string or a list of blocks/parts) -> semconv parts."""
     if content is None:

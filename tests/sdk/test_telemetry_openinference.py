@@ -12,7 +12,7 @@ from sdk.call import Api, Provider, Usage
 from sdk.policy import Policy
 from sdk.telemetry import semconv as sc
 from sdk.lifecycle import CallEnd, Ending
-from tests.sdk.helpers import resolve
+from tests.sdk.helpers import collect, resolve
 from tests.sdk.test_telemetry_spans import SERVER, Otel, make_call, otel, stream_through  # noqa: F401
 
 PRICES = {"my-model": {"input": 2.0, "cached_input": 0.5, "cache_write": 2.5, "output": 8.0}}
@@ -243,10 +243,13 @@ def _wrap(client: Any, otel: Otel) -> Any:
                     meter_provider=otel.meter_provider)
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 @pytest.mark.parametrize("api", [Api.CHAT, Api.RESPONSES, Api.MESSAGES])
 async def test_a_real_clients_tool_call_answer_is_an_output_message_with_its_tool_call(
-    simulator: Any, openai_client: Any, anthropic_client: Any, otel: Otel, monkeypatch: pytest.MonkeyPatch, api: Api
+    simulator: Any, openai_client: Any, anthropic_client: Any, otel: Otel, monkeypatch: pytest.MonkeyPatch, api: Api,
+    stream: bool,
 ) -> None:
+    """Whole or streamed (its tool call assembled from the deltas), the answer's call is on the span."""
     monkeypatch.delenv(sc.CAPTURE_MESSAGE_CONTENT_ENV, raising=False)
     simulator.tool_call = "get_weather"
     simulator.reply = '{"city": "Oslo"}'
@@ -254,14 +257,18 @@ async def test_a_real_clients_tool_call_answer_is_an_output_message_with_its_too
     schema = {"type": "object", "properties": {"city": {"type": "string"}}}
     if api is Api.CHAT:
         tool = {"type": "function", "function": {"name": "get_weather", "parameters": schema}}
-        await resolve(_wrap(openai_client, otel).chat.completions.create(model="gpt-4o-mini", messages=question, tools=[tool]))
+        answer = await resolve(_wrap(openai_client, otel).chat.completions.create(
+            model="gpt-4o-mini", messages=question, tools=[tool], stream=stream))
     elif api is Api.RESPONSES:
         tool = {"type": "function", "name": "get_weather", "parameters": schema}
-        await resolve(_wrap(openai_client, otel).responses.create(model="gpt-4o-mini", input=question, tools=[tool]))
+        answer = await resolve(_wrap(openai_client, otel).responses.create(
+            model="gpt-4o-mini", input=question, tools=[tool], stream=stream))
     else:
         tool = {"name": "get_weather", "input_schema": schema}
-        await resolve(_wrap(anthropic_client, otel).messages.create(
-            model="claude-haiku-4-5", max_tokens=64, messages=question, tools=[tool]))
+        answer = await resolve(_wrap(anthropic_client, otel).messages.create(
+            model="claude-haiku-4-5", max_tokens=64, messages=question, tools=[tool], stream=stream))
+    if stream:
+        await collect(answer)
     attributes = _span_attributes(otel)
     prefix = "llm.output_messages.0.message.tool_calls.0.tool_call."
     assert attributes["llm.output_messages.0.message.role"] == "assistant"
