@@ -43,5 +43,5 @@ ADAPTIVE_CAP_WORKLOADS = 256  # workloads (API, model, stable prefix) a wrapped 
 ADAPTIVE_CAP_MAX_CUT_SHARE = 0.05  # share of the window cut at the adaptive cap past which the workload starts over
 
 # Report (`kvwise report`)
-REPORT_TOP_FAMILIES = 10  # prompt families in the report's table, by spend
+REPORT_TOP_CONVERSATIONS = 10  # conversations in the report's table, by spend
 REPORT_BREAK_LABELS = 20  # cache breaks whose cause the hit-ratio figure writes out (all are marked)

@@ -8,10 +8,10 @@ HTML page (`page`). Nothing here imports matplotlib until a figure is drawn.
 from sdk.report.build import Report, build, summary
 from sdk.report.cli import write_page, write_report, write_report_from_spans
 from sdk.report.phoenix import PhoenixError, read_phoenix
-from sdk.report.spans import CallRecord, RawSpan, calls, from_readable, read_otlp_json
+from sdk.report.spans import RawSpan, ReportedCall, calls, from_readable, read_otlp_json
 
 __all__ = [
-    "CallRecord", "PhoenixError", "RawSpan", "Report", "build", "calls", "from_readable", "read_otlp_json",
+    "PhoenixError", "RawSpan", "Report", "ReportedCall", "build", "calls", "from_readable", "read_otlp_json",
     "read_phoenix", "summary",
     "write_page", "write_report", "write_report_from_spans",
 ]

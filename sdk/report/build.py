@@ -5,32 +5,32 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sdk._constants import REPORT_TOP_FAMILIES
+from sdk._constants import REPORT_TOP_CONVERSATIONS
 from sdk.report.findings import findings
 from sdk.report.numbers import (
-    FamilyStats, HitPoint, ModelCost, ModelDecode, PrefillFit, family_stats, hit_series, model_costs, model_decode,
+    ConversationStats, HitPoint, ModelCost, ModelDecode, PrefillFit, conversation_stats, hit_series, model_costs, model_decode,
     prefill_fit,
 )
-from sdk.report.spans import CallRecord
+from sdk.report.spans import ReportedCall
 
 
 @dataclass(frozen=True, slots=True)
 class Report:
-    calls: tuple[CallRecord, ...]
+    calls: tuple[ReportedCall, ...]
     fit: PrefillFit | None
     hits: dict[str, list[HitPoint]]
     costs: tuple[ModelCost, ...]
     decode: tuple[ModelDecode, ...]
-    families: tuple[FamilyStats, ...]
+    conversations: tuple[ConversationStats, ...]
     findings: tuple[str, ...]
 
 
-def build(records: Sequence[CallRecord], top: int = REPORT_TOP_FAMILIES) -> Report:
+def build(records: Sequence[ReportedCall], top: int = REPORT_TOP_CONVERSATIONS) -> Report:
     """The report of `records` (the wrapped calls, see `sdk.report.spans.calls`)."""
     fit, costs, decode = prefill_fit(records), model_costs(records), model_decode(records)
-    families = family_stats(records, top)
-    return Report(tuple(records), fit, hit_series(records), tuple(costs), tuple(decode), tuple(families),
-                  tuple(findings(families, costs, decode, fit)))
+    conversations = conversation_stats(records, top)
+    return Report(tuple(records), fit, hit_series(records), tuple(costs), tuple(decode), tuple(conversations),
+                  tuple(findings(conversations, costs, decode, fit)))
 
 
 def summary(report: Report) -> str:

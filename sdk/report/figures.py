@@ -11,7 +11,7 @@ from sdk.report.build import Report
 
 TITLES = {
     "ttft": "TTFT against uncached input tokens",
-    "hit_ratio": "Cache hit ratio over time per prompt family",
+    "hit_ratio": "Cache hit ratio over time per conversation",
     "cost_split": "Spend per model: input, cached input, cache writes and output",
     "decode": "Decode speed and output lengths per model",
 }
@@ -61,9 +61,9 @@ def _hit_ratio(figure: Any, report: Report) -> None:
     axes = figure.add_subplot()
     start = min((call.start_ns for call in report.calls), default=0)
     labels = REPORT_BREAK_LABELS
-    for family, points in report.hits.items():
+    for conversation, points in report.hits.items():
         xs = [(p.start_ns - start) / 1e9 for p in points]
-        axes.scatter(xs, [p.hit_ratio for p in points], label=family, s=28, zorder=2)
+        axes.scatter(xs, [p.hit_ratio for p in points], label=conversation, s=28, zorder=2)
         breaks = [(x, p) for x, p in zip(xs, points) if p.cause is not None]
         for x, point in breaks[:labels]:
             axes.annotate(point.cause, (x, point.hit_ratio), xytext=(4, 6), textcoords="offset points", rotation=45, fontsize=7)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sdk.report.numbers import FamilyStats, ModelCost, ModelDecode, PrefillFit
+from sdk.report.numbers import ConversationStats, ModelCost, ModelDecode, PrefillFit
 
 ADVICE = {
     "volatile_content": "a value that changes every call (a timestamp, an id); move it after the stable prefix or let kvwise move it",
@@ -23,16 +23,16 @@ ADVICE = {
 
 
 def findings(
-    families: Sequence[FamilyStats], costs: Sequence[ModelCost], decode: Sequence[ModelDecode], fit: PrefillFit | None
+    conversations: Sequence[ConversationStats], costs: Sequence[ModelCost], decode: Sequence[ModelDecode], fit: PrefillFit | None
 ) -> list[str]:
     """Sentences a user can act on, from the table's numbers."""
     found = []
-    for family in families:
-        if family.top_cause is not None:
-            where = f" in {family.top_break_at}" if family.top_break_at else ""
-            advice = ADVICE.get(family.top_cause, "see the spans' kvwise.prefix.* attributes")
-            found.append(f"family {family.family} broke its cache {family.top_cause_count} times on "
-                         f"`{family.top_cause}`{where}: {advice}.")
+    for stats in conversations:
+        if stats.top_cause is not None:
+            where = f" in {stats.top_break_at}" if stats.top_break_at else ""
+            advice = ADVICE.get(stats.top_cause, "see the spans' kvwise.prefix.* attributes")
+            found.append(f"conversation {stats.conversation} broke its cache {stats.top_cause_count} times on "
+                         f"`{stats.top_cause}`{where}: {advice}.")
     for spend in costs:
         if spend.cost.total_usd:
             found.append(f"{spend.model}: decode (output) is {spend.decode_share:.0%} of ${spend.cost.total_usd:.4f} spent; "

@@ -1,8 +1,8 @@
-"""The report's numbers, as pure functions of `CallRecord`s: the physics first, the money second.
+"""The report's numbers, as pure functions of `ReportedCall`s: the physics first, the money second.
 
-A prompt family is the calls kvwise compares a call's prefix with to name its cache breaks: the
-calls of one conversation (`gen_ai.conversation.id`) when the app named it, else of one model (the
-prefix tracker's own key is the API and the model of one wrapped client).
+The report groups calls by conversation, the calls kvwise compares a call's prefix with to name its
+cache breaks: the calls of one `gen_ai.conversation.id` where the app names it, else those of one
+model (the prefix tracker's own key is the API and the model of one wrapped client).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import astuple, dataclass
 
-from sdk.report.spans import CallRecord
+from sdk.report.spans import ReportedCall
 from sdk.telemetry.pricing import Cost
 
 
@@ -63,10 +63,10 @@ class ModelDecode:
 
 
 @dataclass(frozen=True, slots=True)
-class FamilyStats:
-    """One prompt family: its spend, hit ratio, breaks and their most frequent cause and place."""
+class ConversationStats:
+    """One conversation: its spend, hit ratio, breaks and their most frequent cause and place."""
 
-    family: str
+    conversation: str
     calls: int
     spend_usd: float
     hit_ratio: float
@@ -78,14 +78,14 @@ class FamilyStats:
 
 @dataclass(frozen=True, slots=True)
 class HitPoint:
-    """One call of a family's hit-ratio series; `cause` is set where the cache broke."""
+    """One call of a conversation's hit-ratio series; `cause` is set where the cache broke."""
 
     start_ns: int
     hit_ratio: float
     cause: str | None
 
 
-def prefill_fit(records: Sequence[CallRecord]) -> PrefillFit | None:
+def prefill_fit(records: Sequence[ReportedCall]) -> PrefillFit | None:
     """The least-squares line of TTFT on uncached input tokens (None below two distinct sizes)."""
     points = [(record.uncached_input_tokens, record.ttft_s) for record in records if record.ttft_s is not None]
     if len({x for x, _ in points}) < 2:
@@ -99,37 +99,37 @@ def prefill_fit(records: Sequence[CallRecord]) -> PrefillFit | None:
     return PrefillFit(slope, mean_y - slope * mean_x, n)
 
 
-def hit_ratio(records: Sequence[CallRecord]) -> float:
+def hit_ratio(records: Sequence[ReportedCall]) -> float:
     """Cache-read tokens over all input tokens of `records` (0 without input)."""
     total = sum(record.input_tokens for record in records)
     return sum(record.cache_read_tokens for record in records) / total if total else 0.0
 
 
-def cause_of(record: CallRecord) -> str | None:
+def cause_of(record: ReportedCall) -> str | None:
     """A break's label: kvwise's cause, with the provider's beside it when it gave one."""
     if record.break_cause and record.break_cause_server:
         return f"{record.break_cause} (server: {record.break_cause_server})"
     return record.break_cause or (f"server: {record.break_cause_server}" if record.break_cause_server else None)
 
 
-def by_family(records: Sequence[CallRecord]) -> dict[str, list[CallRecord]]:
-    families: dict[str, list[CallRecord]] = defaultdict(list)
+def by_conversation(records: Sequence[ReportedCall]) -> dict[str, list[ReportedCall]]:
+    conversations: dict[str, list[ReportedCall]] = defaultdict(list)
     for record in records:
-        families[record.family].append(record)
-    return dict(families)
+        conversations[record.conversation].append(record)
+    return dict(conversations)
 
 
-def hit_series(records: Sequence[CallRecord]) -> dict[str, list[HitPoint]]:
-    """Each family's hit ratio call by call, in time order, with its breaks."""
+def hit_series(records: Sequence[ReportedCall]) -> dict[str, list[HitPoint]]:
+    """Each conversation's hit ratio call by call, in time order, with its breaks."""
     return {
-        family: [HitPoint(r.start_ns, hit_ratio([r]), cause_of(r)) for r in calls]
-        for family, calls in by_family(records).items()
+        conversation: [HitPoint(r.start_ns, hit_ratio([r]), cause_of(r)) for r in calls]
+        for conversation, calls in by_conversation(records).items()
     }
 
 
-def model_costs(records: Sequence[CallRecord]) -> list[ModelCost]:
+def model_costs(records: Sequence[ReportedCall]) -> list[ModelCost]:
     """The cost split per model, most expensive first."""
-    models: dict[str, list[CallRecord]] = defaultdict(list)
+    models: dict[str, list[ReportedCall]] = defaultdict(list)
     for record in records:
         models[record.model].append(record)
     costs = [ModelCost(model, len(calls), summed(r.cost for r in calls)) for model, calls in models.items()]
@@ -142,9 +142,9 @@ def summed(costs: Iterable[Cost]) -> Cost:
     return Cost(*(sum(column) for column in zip(*parts))) if parts else Cost(0.0, 0.0, 0.0, 0.0, 0.0)
 
 
-def model_decode(records: Sequence[CallRecord]) -> list[ModelDecode]:
+def model_decode(records: Sequence[ReportedCall]) -> list[ModelDecode]:
     """Decode speed and output lengths per model, by name."""
-    models: dict[str, list[CallRecord]] = defaultdict(list)
+    models: dict[str, list[ReportedCall]] = defaultdict(list)
     for record in records:
         models[record.model].append(record)
     result = []
@@ -159,21 +159,21 @@ def model_decode(records: Sequence[CallRecord]) -> list[ModelDecode]:
     return result
 
 
-def family_stats(records: Sequence[CallRecord], top: int) -> list[FamilyStats]:
-    """The `top` families by spend, with their hit ratio and most frequent break cause."""
+def conversation_stats(records: Sequence[ReportedCall], top: int) -> list[ConversationStats]:
+    """The `top` conversations by spend, with their hit ratio and most frequent break cause."""
     stats = []
-    for family, calls in by_family(records).items():
+    for conversation, calls in by_conversation(records).items():
         broken = [r for r in calls if r.broke]
         causes = Counter(_cause_key(r) for r in broken)
         top_cause, count = causes.most_common(1)[0] if causes else (None, 0)
         places = Counter(r.break_at for r in broken if r.break_at and _cause_key(r) == top_cause)
-        stats.append(FamilyStats(
-            family, len(calls), sum(r.cost_usd for r in calls), hit_ratio(calls), len(broken),
+        stats.append(ConversationStats(
+            conversation, len(calls), sum(r.cost_usd for r in calls), hit_ratio(calls), len(broken),
             top_cause, count, places.most_common(1)[0][0] if places else None,
         ))
-    return sorted(stats, key=lambda s: (-s.spend_usd, s.family))[:top]
+    return sorted(stats, key=lambda s: (-s.spend_usd, s.conversation))[:top]
 
 
-def _cause_key(record: CallRecord) -> str:
+def _cause_key(record: ReportedCall) -> str:
     """A break's cause for counting: kvwise's own, else the provider's (a broken record has one)."""
     return record.break_cause or f"server: {record.break_cause_server}"

@@ -10,7 +10,7 @@ from pathlib import Path
 from sdk.report.build import Report, summary
 from sdk.report.figures import TITLES
 
-_STYLE = ("*{box-sizing:border-box}body{font-family:sans-serif;max-width:60em;margin:2em auto;padding:0 1em;"
+_STYLE = ("*{box-sizing:border-box}body{font-conversation:sans-serif;max-width:60em;margin:2em auto;padding:0 1em;"
           "overflow-wrap:anywhere}table{border-collapse:collapse;max-width:100%}"
           "td,th{border:1px solid #ccc;padding:.3em .6em;text-align:right}td:first-child{text-align:left}"
           "img{display:block;max-width:100%;height:auto}")
@@ -20,9 +20,9 @@ _STYLE = ("*{box-sizing:border-box}body{font-family:sans-serif;max-width:60em;ma
 def render(report: Report, figures: Mapping[str, Path]) -> str:
     """The page's HTML; `figures` by stem as `sdk.report.figures.write_figures` returns them."""
     rows = "".join(
-        f"<tr><td>{html.escape(f.family)}</td><td>{f.calls}</td><td>${f.spend_usd:.4f}</td>"
+        f"<tr><td>{html.escape(f.conversation)}</td><td>{f.calls}</td><td>${f.spend_usd:.4f}</td>"
         f"<td>{f.hit_ratio:.0%}</td><td>{f.breaks}</td><td>{html.escape(f.top_cause or '-')}</td></tr>"
-        for f in report.families
+        for f in report.conversations
     )
     images = "".join(
         f"<h2>{html.escape(TITLES[stem])}</h2><img alt=\"{html.escape(TITLES[stem])}\" "
@@ -34,7 +34,7 @@ def render(report: Report, figures: Mapping[str, Path]) -> str:
     return (
         f"<!doctype html><html><head><meta charset=\"utf-8\"><title>kvwise report</title><style>{_STYLE}</style>"
         f"</head><body><h1>kvwise report</h1><p>{headline}</p><h2>Findings</h2><ul>{items}</ul>"
-        "<h2>Top prompt families by spend</h2><table><tr><th>family</th><th>calls</th><th>spend</th>"
+        "<h2>Top conversations by spend</h2><table><tr><th>conversation</th><th>calls</th><th>spend</th>"
         f"<th>hit ratio</th><th>breaks</th><th>most frequent break cause</th></tr>{rows}</table>{images}"
         "</body></html>"
     )

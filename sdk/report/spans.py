@@ -36,12 +36,12 @@ class RawSpan:
 
 
 @dataclass(frozen=True, slots=True)
-class CallRecord:
+class ReportedCall:
     """The facts of one wrapped call that the report reads (missing numbers are 0, missing texts None)."""
 
     start_ns: int
     model: str
-    family: str
+    conversation: str
     input_tokens: int
     output_tokens: int
     cache_read_tokens: int
@@ -147,7 +147,7 @@ def _any_value(value: Mapping[str, Any], spelling: Mapping[str, str] = _CAMEL) -
     return None
 
 
-def calls(spans: Iterable[RawSpan]) -> list[CallRecord]:
+def calls(spans: Iterable[RawSpan]) -> list[ReportedCall]:
     """The wrapped calls among `spans`, in start order."""
     spans = list(spans)
     decode_s = {
@@ -165,7 +165,7 @@ def _is_call(span: RawSpan) -> bool:
     return span.scope == sc.INSTRUMENTATION_SCOPE or (not span.scope and sc.KVWISE_ATTEMPTS in span.attributes)
 
 
-def _record(span: RawSpan, decode_s: float | None) -> CallRecord:
+def _record(span: RawSpan, decode_s: float | None) -> ReportedCall:
     attributes = span.attributes
 
     def number(key: str) -> float:
@@ -178,10 +178,10 @@ def _record(span: RawSpan, decode_s: float | None) -> CallRecord:
 
     model = text(sc.GEN_AI_REQUEST_MODEL) or text(sc.GEN_AI_RESPONSE_MODEL) or "unknown"
     ttft = attributes.get(sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK)
-    return CallRecord(
+    return ReportedCall(
         start_ns=span.start_ns,
         model=model,
-        family=text(sc.GEN_AI_CONVERSATION_ID) or model,
+        conversation=text(sc.GEN_AI_CONVERSATION_ID) or model,
         input_tokens=int(number(sc.GEN_AI_USAGE_INPUT_TOKENS)),
         output_tokens=int(number(sc.GEN_AI_USAGE_OUTPUT_TOKENS)),
         cache_read_tokens=int(number(sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS)),

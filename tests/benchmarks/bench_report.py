@@ -125,7 +125,7 @@ def main() -> None:
         figures = timed("figures (4 PNGs)", lambda: write_figures(built, out))
         timed("page", lambda: (out / "report.html").write_text(render(built, figures), encoding="utf-8"))
     total = sum(seconds for _, seconds in stages)
-    print(f"\nkvwise report of {count} spans ({len(records)} calls, {len(built.families)} families in the table,"
+    print(f"\nkvwise report of {count} spans ({len(records)} calls, {len(built.conversations)} conversations in the table,"
           f" {size_mb:.0f} MB of OTLP/JSON)\n")
     print(f"{'stage':<24} {'seconds':>8}")
     for name, seconds in stages:

@@ -27,7 +27,7 @@ def test_the_calls_read_from_phoenix_are_the_calls_sent_with_the_same_numbers(tr
         assert (a.decode_s is None) == (b.decode_s is None)
         if a.decode_s is not None and b.decode_s is not None:
             assert b.decode_s == pytest.approx(a.decode_s, abs=1e-5)
-        exact = ("model", "family", "input_tokens", "output_tokens", "cache_read_tokens", "cost", "fingerprint",
+        exact = ("model", "conversation", "input_tokens", "output_tokens", "cache_read_tokens", "cost", "fingerprint",
                  "break_cause", "guard", "guard_tokens_saved")
         assert {key: getattr(b, key) for key in exact} == {key: getattr(a, key) for key in exact}
     assert any(call.cache_read_tokens > 0 for call in stored)  # the second call's hit survived the round trip

@@ -124,11 +124,11 @@ def test_the_fitted_prefill_cost_is_the_simulators_per_token_cost_within_ten_per
     assert built.fit.slope_s_per_token == pytest.approx(PREFILL_S_PER_TOKEN, rel=0.10)
 
 
-def test_the_table_has_each_familys_hit_ratio_from_the_answers_usage_and_its_most_frequent_break(
+def test_the_table_has_each_conversations_hit_ratio_from_the_answers_usage_and_its_most_frequent_break(
     workload: Workload,
 ) -> None:
     built = report.build(report.calls(report.from_readable(workload.spans)))
-    families = {family.family: family for family in built.families}
+    families = {family.conversation: family for family in built.conversations}
     assert set(families) == {GPT, CLAUDE}
     gpt = families[GPT]
     read = sum(usage.prompt_tokens_details.cached_tokens for usage in workload.gpt_usage)
@@ -138,8 +138,8 @@ def test_the_table_has_each_familys_hit_ratio_from_the_answers_usage_and_its_mos
         6, 2, "system_changed", 2, "system[0]")
     assert [point.cause is not None for point in built.hits[GPT]] == [False, False, True, False, True, False]
     assert families[CLAUDE].calls == 3
-    assert [family.spend_usd for family in built.families] == sorted(
-        (family.spend_usd for family in built.families), reverse=True)
+    assert [family.spend_usd for family in built.conversations] == sorted(
+        (family.spend_usd for family in built.conversations), reverse=True)
 
 
 def test_the_cost_split_per_model_adds_up_to_the_spans_cost_and_names_the_savings_and_decode_share(
@@ -169,7 +169,7 @@ def test_the_loop_guard_cut_is_counted_with_the_tokens_it_saved_and_named_in_the
     assert decode[GPT].tokens_per_s is not None and decode[GPT].tokens_per_s > 0
     assert f"{CLAUDE}: the loop guard cut 1 runaway answer(s), saving {cut[sc.KVWISE_GUARD_TOKENS_SAVED]} output tokens." \
         in built.findings
-    assert f"family {GPT} broke its cache 2 times on `system_changed` in system[0]: " \
+    assert f"conversation {GPT} broke its cache 2 times on `system_changed` in system[0]: " \
            "the system prompt changed; keep it fixed and put per-call text in the last user turn." in built.findings
 
 
@@ -244,7 +244,7 @@ def test_headless_chromium_renders_the_page_with_its_figures_table_and_findings(
     """The screenshot is kept as an artifact; the README shows one (docs/kvwise-report.png)."""
     built, page = report.write_report_from_spans(workload.spans, tmp_path / "report")
     dom = render(browser, page.as_uri(), tmp_path / "dom-profile", "--dump-dom")
-    assert dom.count("<img ") == len(TITLES) and dom.count("<tr>") == len(built.families) + 1
+    assert dom.count("<img ") == len(TITLES) and dom.count("<tr>") == len(built.conversations) + 1
     assert all(escape(finding) in dom for finding in built.findings)
     ARTIFACTS.mkdir(exist_ok=True)
     SCREENSHOT.unlink(missing_ok=True)
@@ -265,7 +265,7 @@ def test_every_element_of_the_page_fits_the_page_width_and_the_cost_figure_is_dr
 ) -> None:
     records = report.calls(report.from_readable(workload.spans))
     if family is not None:  # the GPT calls named as one conversation with a long id, in the findings and the table
-        records = [dataclasses.replace(record, family=family) if record.model == GPT else record for record in records]
+        records = [dataclasses.replace(record, conversation=family) if record.model == GPT else record for record in records]
     page = report.write_page(report.build(records), tmp_path / "report")
     measured = layout(browser, page, tmp_path / "layout-profile", window_size)
     assert measured.width > 0 and measured.page <= measured.width, measured
