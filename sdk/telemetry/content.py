@@ -59,9 +59,12 @@ def capture_mode(policy_value: bool | None, environ: Mapping[str, str] = os.envi
     return from_env if from_env is not ContentCapture.NO_CONTENT else ContentCapture.SPAN_ONLY
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str)  # built once, not per value
+
+
 def to_json(value: object) -> str:
     """Compact JSON for an attribute value; objects JSON cannot encode are written as their `str`."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    return _ENCODER.encode(value)
 
 
 def system_instructions(call: Call) -> list[dict[str, Any]]:
