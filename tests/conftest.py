@@ -33,10 +33,11 @@ _TESTS = Path(__file__).parent
 TIERS: dict[str, tuple[str, ...]] = {
     "integration": ("integration", "frameworks", "examples", "test_makefile.py"),
     "native": ("local_backend/test_cpu_kernels.py", "local_backend/test_native_layers.py"),
-    "slow": (
-        "local_backend/test_server_fuzz.py", "local_backend/test_server_openapi_fuzz.py", "local_backend/test_server_load.py",
-        "local_backend/test_engine.py", "local_backend/test_default_model.py", "sdk/test_agent_workload.py",
-        "sdk/test_prefix_stable_local_server.py",
+    "slow": (  # the modules with the longest totals in a full run (pytest --durations=0)
+        "local_backend/test_server_strict_requests.py", "local_backend/test_server_structured_outputs.py",
+        "local_backend/test_server_fuzz.py", "local_backend/test_server_openapi_fuzz.py", "sdk/test_stream_lifecycle.py",
+        "sdk/test_fault_matrix.py", "sdk/test_surface_paths.py", "sdk/test_typing.py", "sdk/test_request_safety.py",
+        "test_tiers.py",
     ),
 }
 """Tier -> the paths under tests/ (folders or modules) whose tests are in it."""

@@ -1,12 +1,13 @@
 """`python -m tests.benchmarks [NAME ...]`: run every `bench_*.py` (or the named ones) in its own process.
 
 Each runs alone so one benchmark's instrumentation (OpenLLMetry does not unwrap) or threads cannot
-skew another's figures. OpenMP threads are told to sleep, not spin, when idle (`OMP_WAIT_POLICY=PASSIVE`,
-unless set): on a small shared machine spinning workers cost the engine and transformers alike
-12-15 ms per small parallel op, which would measure the machine's load rather than the code. The
-servers a benchmark starts (`bench_vllm`'s) run without it, as users start them: there a sleeping
-worker is woken at each of a step's parallel regions (PASSIVE cost kvwise's server 94 -> 114 ms of
-TTFT at 128 tokens, 269 -> 307 at 512), which measured the runner's setting rather than the server.
+skew another's figures. What each prints is shown as it comes and written into its section of
+docs/benchmarks.md (`figures_doc`), under the machine it ran on; a benchmark that fails keeps its
+old section. OpenMP threads are told to sleep, not spin, when idle (`OMP_WAIT_POLICY=PASSIVE`,
+unless set): on a small shared machine spinning workers would measure the machine's load rather
+than the code. The servers a benchmark starts (`bench_vllm`'s) run without it, as users start them:
+there a sleeping worker is woken at each of a step's parallel regions, which would measure the
+runner's setting rather than the server.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pathlib
 import subprocess
 import sys
 
-from tests.benchmarks import RUNNER_DEFAULTS_ENV
+from tests.benchmarks import RUNNER_DEFAULTS_ENV, figures_doc
 
 DEFAULTS = {"OMP_WAIT_POLICY": "PASSIVE"}
 
@@ -29,7 +30,17 @@ def main() -> int:
     failed = 0
     for name in names:
         print(f"\n=== {name} ===", flush=True)
-        failed += subprocess.call([sys.executable, "-m", f"tests.benchmarks.{name}"], env=env) != 0
+        process = subprocess.Popen([sys.executable, "-m", f"tests.benchmarks.{name}"], env=env, stdout=subprocess.PIPE,
+                                   text=True, bufsize=1)
+        assert process.stdout is not None
+        lines = []
+        for line in process.stdout:
+            print(line, end="", flush=True)
+            lines.append(line)
+        if process.wait() != 0:
+            failed += 1
+        else:
+            figures_doc.record(name, "".join(lines))
     return 1 if failed else 0
 
 

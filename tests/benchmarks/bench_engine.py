@@ -11,9 +11,9 @@ mask (llguidance, `local_backend.server.constrained`) on the bundled model, whos
 grammar needs: the mask's own time per token, and decode time per token with and without it.
 
 Figures mean something only on an otherwise idle machine. On a busy one, OpenMP threads spinning
-at the barriers of small parallel ops dominate both contenders (seen at load 4 on 2 cores: engine
-decode 137 ms/step, transformers 308); `OMP_WAIT_POLICY=PASSIVE` in the environment before the
-process starts removes most of it (14 and 22 ms/step).
+at the barriers of small parallel ops dominate both contenders, several times over;
+`OMP_WAIT_POLICY=PASSIVE` in the environment before the process starts removes most of it.
+The figures of the last run are in docs/benchmarks.md.
 """
 
 from __future__ import annotations

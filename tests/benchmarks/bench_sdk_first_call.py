@@ -12,8 +12,7 @@ the first call alone (after the imports), where lazily imported modules land.
 The cyclic garbage collector's first full pass after the imports falls inside the first call or
 not by the phase of its counters: the allocations of `import sdk` bring it one young collection
 earlier, and on the first Responses and Messages calls (whose answers build pydantic schemas, many
-objects) it then runs there (~35 ms for openai's heap on an idle 2-core Xeon, more for
-anthropic's); with the collector off, those first calls cost the bare client's. The bare process
+objects) it then runs there (tens of ms for openai's heap, more for anthropic's); with the collector off, those first calls cost the bare client's. The bare process
 pays the same pass a few allocations later, outside the window.
 
 Bare and wrapped processes alternate, the order flipping each round, so a change in the machine's

@@ -1,6 +1,6 @@
 """Instructions per call of `sdk.wrap` and its peers, counted by callgrind: a figure load does not move.
 
-    .venv/bin/python -m tests.benchmarks.bench_sdk_instructions [--baseline FOLDER] [--calls 20] [--streams 5]
+    .venv/bin/python -m tests.benchmarks.bench_sdk_instructions [--baseline FOLDER] [--calls 40] [--streams 20]
 
 `bench_sdk_overhead` times the contenders; on a shared 2-core machine its wall-clock and even its
 CPU figures move by a millisecond per stream from run to run, more than a regression of the SDK's
@@ -45,10 +45,10 @@ PARALLEL = 2
 def work(name: str, port: int, calls: int, streams: int, baseline: str | None) -> None:
     """A contender process (under callgrind): set up, warm up, then the counted calls.
 
-    The heap the set-up left (imported modules: ~100k objects) is frozen out of the cyclic
-    collector before counting: otherwise whichever contender's allocations happen to trigger a
-    full collection pays millions of instructions for objects that are not its calls' (seen: one
-    such pass moved a 5-stream figure by +3.5 M per stream), and the figures depended on the count.
+    The heap the set-up left (the imported modules' objects) is frozen out of the cyclic collector
+    before counting: otherwise whichever contender's allocations happen to trigger a full
+    collection pays millions of instructions for objects that are not its calls', and the figures
+    depended on the count.
     Each contender's own garbage is still collected, and counted, as it would be in a long-lived app.
     """
     contender = overhead.Contender(name, port, baseline)
@@ -75,7 +75,7 @@ def count(name: str, common: list[str], out: Path, cache_sim: bool) -> subproces
 def inclusive(out: Path) -> dict[str, int]:
     """Inclusive counts of the entry points from `callgrind_annotate`: instructions, or with the
     cache simulation callgrind's cycle estimate (Ir + 10 × L1 misses + 100 × last-level misses)."""
-    text = subprocess.run(["callgrind_annotate", "--inclusive=yes", str(out)], capture_output=True, text=True,
+    text = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(out)], capture_output=True, text=True,
                           check=True).stdout
     events: list[str] = []
     found: dict[str, int] = {}
@@ -95,8 +95,8 @@ def inclusive(out: Path) -> dict[str, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=20, help="counted plain calls per contender")
-    parser.add_argument("--streams", type=int, default=5, help=f"counted {overhead.STREAM_CHUNKS}-chunk streams per contender")
+    parser.add_argument("--calls", type=int, default=40, help="counted plain calls per contender")
+    parser.add_argument("--streams", type=int, default=20, help=f"counted {overhead.STREAM_CHUNKS}-chunk streams per contender (the young-generation collections a stream triggers fall unevenly: a few streams are noisy)")
     parser.add_argument("--baseline", help="a checkout of an earlier commit: its sdk is counted as kvwise-base")
     parser.add_argument("--cache-sim", action="store_true", help="count estimated cycles with simulated caches")
     parser.add_argument("--only", nargs="+", help="count only these contenders (raw is always counted)")

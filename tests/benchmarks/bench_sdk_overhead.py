@@ -24,7 +24,7 @@ Both peers work with openai 3.x as installed (genai-openai 1.3b0, OpenLLMetry 0.
 fails to import or instrument is listed with its error instead of a figure. The deprecated
 `opentelemetry-instrumentation-openai-v2` is no contender: it does not import with openai 3.x.
 
-The mock answers with Content-Length and TCP_NODELAY (without them every call stalls ~40 ms on
+The mock answers with Content-Length and TCP_NODELAY (without them every call stalls on
 delayed ACKs). The contenders' rounds are interleaved (so a change in machine load hits all alike),
 each contender runs in `--processes` processes (one process's memory layout can cost it tens of
 µs per call for its whole life), and each figure is the median over those processes of each one's

@@ -76,6 +76,37 @@ def test_demo_shows_cache_hits_loop_cuts_and_span_rows(base_url, tmp_path):
     assert any("(c) A tool loop" in line for line in lines) and any("(d)" in line for line in lines)
     page = result["report"].read_text()
     assert result["report"].parent == tmp_path and "<img" in page and str(result["report"]) in lines[-1]
+    _assert_printed_figures_are_the_results(lines, result)
+
+
+def _section(printed: list[str], letter: str) -> list[str]:
+    """The lines of the demo's section `(letter)`, its heading first."""
+    text = "\n".join(printed).splitlines()
+    start = next(i for i, line in enumerate(text) if line.startswith(f"({letter})"))
+    end = next((i for i in range(start + 1, len(text)) if text[i].startswith("(")), len(text))
+    return [line for line in text[start:end] if line.strip()]
+
+
+def _assert_printed_figures_are_the_results(printed: list[str], result: dict) -> None:
+    """What the demo prints is what it measured, and the figures agree with each other."""
+    cache_rows = [line.split() for line in _section(printed, "a")[2:]]
+    assert [int(row[0]) for row in cache_rows] == [1, 2, 3]
+    assert [(int(row[2]), int(row[4])) for row in cache_rows] == [
+        (plain.cached_tokens, wrapped.cached_tokens) for plain, wrapped in result["cache"]]
+    loop_rows = _section(printed, "b")[2:]
+    assert len(loop_rows) == len(result["loops"])
+    for row, (plain, wrapped) in zip(loop_rows, result["loops"].values()):
+        assert [int(cell) for cell in row.split() if cell.isdigit()][:2] == [plain, wrapped]
+    span_rows = [line.split() for line in _section(printed, "d")[2:]]
+    assert len(span_rows) == len(result["spans"])
+    for cells, row in zip(span_rows, result["spans"]):
+        tokens_in, cached, tokens_out = int(cells[2]), int(cells[3]), int(cells[4])
+        assert (tokens_in, cached, tokens_out) == (row["input"], row["cached"], row["output"])
+        assert 0 <= cached <= tokens_in and float(cells[7]) > 0  # a cached read never exceeds the prompt; every call costs
+        assert (cells[-1] == "loop") == (row["guard"] == "loop")
+    framework = _section(printed, "f")[1]
+    assert f"{result['framework']['calls']} model calls" in framework
+    assert f"cached tokens per call {list(result['framework']['cached'])}" in framework
 
 
 def test_demo_offers_tools_the_bundled_model_was_trained_on():

@@ -13,7 +13,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 from local_backend import Engine
-from tests.local_backend.serving import FUZZ_CLIENT_TIMEOUT_SECONDS, Served, served_engine
+from tests.local_backend.serving import FUZZ_CLIENT_TIMEOUT_SECONDS, Served, ServedEngines, served_engine
 
 CORPUS = [
     "The quick brown fox jumps over the lazy dog.",
@@ -140,6 +140,14 @@ def make_engine(checkpoints: dict[str, Path]) -> Callable[..., Engine]:
     yield make
     for engine in engines:
         engine.close()
+
+
+@pytest.fixture(scope="session")
+def serve() -> Iterator[ServedEngines]:
+    """`serve(checkpoint, app_options, **engine_options) -> Served`: one server per configuration per session."""
+    engines = ServedEngines()
+    yield engines
+    engines.close()
 
 
 @pytest.fixture(scope="module")

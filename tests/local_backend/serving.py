@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,28 @@ def served_engine(checkpoint: Path | str, app_options: dict[str, Any] | None = N
             yield Served(url, engine)
     finally:
         engine.close()
+
+
+class ServedEngines:
+    """Each distinct served configuration started once and kept until `close`: the server test modules
+    share one per configuration instead of each starting its own. A module taking one gets it idle
+    with an empty prefix cache, so it starts as on a fresh server."""
+
+    def __init__(self) -> None:
+        self._stack = ExitStack()
+        self._served: dict[str, Served] = {}
+
+    def __call__(self, checkpoint: Path | str, app_options: dict[str, Any] | None = None, **engine_options: Any) -> Served:
+        key = repr((str(checkpoint), sorted((app_options or {}).items()), sorted(engine_options.items())))
+        served = self._served.get(key)
+        if served is None:
+            served = self._served[key] = self._stack.enter_context(served_engine(checkpoint, app_options, **engine_options))
+        wait_idle(served.engine)
+        served.engine.reset_prefix_cache()
+        return served
+
+    def close(self) -> None:
+        self._stack.close()
 
 
 IDLE_DEADLINE_SECONDS = 30.0  # generous: the machines are noisy

@@ -9,7 +9,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.local_backend.serving import Served, served_engine, wait_idle
+from tests.local_backend.serving import Served, ServedEngines, wait_idle
 
 N = 3
 MAX_TOKENS = 6
@@ -17,9 +17,8 @@ SAMPLED = {"temperature": 1.0, "max_tokens": MAX_TOKENS, "extra_body": {"ignore_
 
 
 @pytest.fixture(scope="module")
-def served(llama_dir: Path) -> Iterator[Served]:
-    with served_engine(llama_dir, max_model_len=256, kv_cache_memory=2**21) as served:
-        yield served
+def served(serve: ServedEngines, llama_dir: Path) -> Served:
+    return serve(llama_dir, max_model_len=256, kv_cache_memory=2**21)
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from tests.local_backend.serving import Served, served_engine
+from tests.local_backend.serving import Served, ServedEngines
 
 PROMPTS: list[dict[str, Any]] = [
     {"messages": [{"role": "user", "content": "Hello"}]},
@@ -23,9 +23,8 @@ PROMPTS: list[dict[str, Any]] = [
 
 
 @pytest.fixture(scope="module")
-def served(llama_dir: Path) -> Iterator[Served]:
-    with served_engine(llama_dir, max_model_len=256, kv_cache_memory=2**21) as served:
-        yield served
+def served(serve: ServedEngines, llama_dir: Path) -> Served:
+    return serve(llama_dir, max_model_len=256, kv_cache_memory=2**21)
 
 
 @pytest.fixture

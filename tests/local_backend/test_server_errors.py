@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import pytest
 from local_backend import Engine
 from local_backend.__main__ import main
 from local_backend.server._constants import MAX_CHOICES
-from tests.local_backend.serving import Served, served_engine, wait_idle
+from tests.local_backend.serving import Served, ServedEngines, wait_idle
 
 KEY = "test-key"
 IDLE_DEADLINE_SECONDS = 30.0
@@ -28,17 +27,14 @@ OK = {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 2}
 
 
 @pytest.fixture(scope="module")
-def served(llama_dir: Path) -> Iterator[Served]:
-    with served_engine(llama_dir, max_model_len=512, kv_cache_memory=2**21) as served:
-        yield served
+def served(serve: ServedEngines, llama_dir: Path) -> Served:
+    return serve(llama_dir, max_model_len=512, kv_cache_memory=2**21)
 
 
 @pytest.fixture(scope="module")
-def guarded(llama_dir: Path) -> Iterator[Served]:
+def guarded(serve: ServedEngines, llama_dir: Path) -> Served:
     """An API key, one running request and no queue: the second concurrent request is refused."""
-    app_options = {"api_key": KEY, "max_queue": 0}
-    with served_engine(llama_dir, app_options, max_model_len=512, kv_cache_memory=2**21, max_num_seqs=1) as served:
-        yield served
+    return serve(llama_dir, {"api_key": KEY, "max_queue": 0}, max_model_len=512, kv_cache_memory=2**21, max_num_seqs=1)
 
 
 def _openai(url: str, key: str = KEY) -> openai.OpenAI:

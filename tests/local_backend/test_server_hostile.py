@@ -20,7 +20,7 @@ import pytest
 from local_backend.server import create_app, requests, serve_in_thread
 from local_backend.server._constants import MAX_LOGGED_FRAMES, MAX_SCHEMA_DEPTH, MAX_TOOLS
 from local_backend.server.http_protocol import HeaderDeadline
-from tests.local_backend.serving import Served, served_engine
+from tests.local_backend.serving import Served, ServedEngines
 
 CLIENT_TIMEOUT_SECONDS = 30.0
 MAX_MODEL_LEN = 64
@@ -42,9 +42,8 @@ TEXT_FIELDS = {CHAT: "messages", "/v1/completions": "prompt", "/v1/responses": "
 
 
 @pytest.fixture(scope="module")
-def served(llama_dir: Path) -> Iterator[Served]:
-    with served_engine(llama_dir, max_model_len=MAX_MODEL_LEN, kv_cache_memory=2**20) as served:
-        yield served
+def served(serve: ServedEngines, llama_dir: Path) -> Served:
+    return serve(llama_dir, max_model_len=MAX_MODEL_LEN, kv_cache_memory=2**20)
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import openai
 import pytest
 
-from tests.local_backend.serving import served_engine
+from tests.local_backend.serving import ServedEngines
 
 
 QUESTION = "What is the capital of France?"
@@ -20,10 +20,10 @@ CLOSING = ["response.output_text.done", "response.content_part.done", "response.
 
 
 @pytest.fixture(scope="module")
-def client() -> Iterator[openai.OpenAI]:
-    with served_engine("default", max_model_len=512, kv_cache_memory=2**22) as served:
-        with openai.OpenAI(base_url=f"{served.url}/v1", api_key="x", max_retries=0) as client:
-            yield client
+def client(serve: ServedEngines) -> Iterator[openai.OpenAI]:
+    served = serve("default", max_model_len=512, kv_cache_memory=2**22)
+    with openai.OpenAI(base_url=f"{served.url}/v1", api_key="x", max_retries=0) as client:
+        yield client
 
 
 def _chat(client: openai.OpenAI, messages: list[dict[str, str]], **kwargs):

@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import sdk
 from local_backend.__main__ import _api_keys
 from local_backend.server import create_app
-from tests.local_backend.serving import Served, served_engine
+from tests.local_backend.serving import Served, ServedEngines
 from local_backend.server._constants import API_KEY_ENV
 from local_backend.server.auth import tenant_id
 
@@ -37,10 +37,8 @@ OURS = ("local_backend", "sdk", "uvicorn", "starlette")
 
 
 @pytest.fixture(scope="module")
-def served(llama_dir: Path) -> Iterator[Served]:
-    app_options = {"api_key": [KEY_A, KEY_B], "metrics_key": METRICS_KEY}
-    with served_engine(llama_dir, app_options, max_model_len=512, kv_cache_memory=2**21) as served:
-        yield served
+def served(serve: ServedEngines, llama_dir: Path) -> Served:
+    return serve(llama_dir, {"api_key": [KEY_A, KEY_B], "metrics_key": METRICS_KEY}, max_model_len=512, kv_cache_memory=2**21)
 
 
 def _openai_cached(url: str, key: str, content: str) -> int:

@@ -10,7 +10,7 @@ import jsonschema
 import openai
 import pytest
 
-from tests.local_backend.serving import served_engine
+from tests.local_backend.serving import ServedEngines
 
 
 REQUESTS = 50
@@ -31,10 +31,10 @@ MESSAGES = [{"role": "user", "content": "Give me the weather forecast for Paris.
 
 
 @pytest.fixture(scope="module")
-def client() -> Iterator[openai.OpenAI]:
-    with served_engine("default", max_model_len=512, kv_cache_memory=2**22) as served:
-        with openai.OpenAI(base_url=f"{served.url}/v1", api_key="x", max_retries=0) as client:
-            yield client
+def client(serve: ServedEngines) -> Iterator[openai.OpenAI]:
+    served = serve("default", max_model_len=512, kv_cache_memory=2**22)
+    with openai.OpenAI(base_url=f"{served.url}/v1", api_key="x", max_retries=0) as client:
+        yield client
 
 
 def test_fifty_seeded_json_schema_answers_are_all_valid_against_the_schema(client):

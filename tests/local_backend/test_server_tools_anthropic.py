@@ -19,7 +19,7 @@ from local_backend.server import histories
 from local_backend.server.anthropic_routes import AnthropicFormat
 from local_backend.server.usage import Usage
 from local_backend.tool_prompt import call_text
-from tests.local_backend.serving import served_engine
+from tests.local_backend.serving import ServedEngines
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24},
            "days": {"type": "integer", "minimum": 1, "maximum": 7}}, "required": ["city", "days"]}  # fmt: skip
@@ -32,9 +32,8 @@ BASE = {"model": "tiny", "max_tokens": 80, "tools": TOOLS}
 
 
 @pytest.fixture(scope="module")
-def base_url() -> Iterator[str]:
-    with served_engine("default", max_model_len=1024, kv_cache_memory=2**23) as served:
-        yield served.url
+def base_url(serve: ServedEngines) -> str:
+    return serve("default", max_model_len=1024, kv_cache_memory=2**23).url
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import jsonschema
 import openai
 import pytest
 
-from tests.local_backend.serving import served_engine
+from tests.local_backend.serving import ServedEngines
 
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24},
@@ -28,9 +28,8 @@ BASE = {"model": "tiny", "max_tokens": 80, "tools": TOOLS}
 
 
 @pytest.fixture(scope="module")
-def base_url() -> Iterator[str]:
-    with served_engine("default", max_model_len=1024, kv_cache_memory=2**23) as served:
-        yield served.url
+def base_url(serve: ServedEngines) -> str:
+    return serve("default", max_model_len=1024, kv_cache_memory=2**23).url
 
 
 @pytest.fixture(scope="module")
