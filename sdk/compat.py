@@ -177,9 +177,13 @@ def cache_parsed(raw: Any, value: Any) -> None:
     raw._parsed_by_type[raw._cast_to] = value
 
 
-def connection_error(error_class: Callable[..., Exception], message: str) -> Exception:
-    """A client's `APIConnectionError` for a fault that has no HTTP request of its own."""
-    return error_class(message=message, request=None)
+def connection_error(error_class: Callable[..., Exception], client: Any, path: str, message: str) -> Exception:
+    """A client's `APIConnectionError` for a fault the client raised none for, naming the request to
+    `path` it failed on (openai from 3.60 reads the request's headers to redact them)."""
+    import httpx2  # the clients' own transport: loaded with them
+
+    url = httpx2.URL(str(base_url(client))).join(path.lstrip("/"))
+    return error_class(message=message, request=httpx2.Request("POST", url))
 
 
 def post_arguments(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:

@@ -98,7 +98,7 @@ class Sender:
                         if not self._took_back(error, post_kwargs, record):
                             raise
         except BaseException as error:
-            raise self._failed(lifecycle, error)
+            raise self._failed(lifecycle, error, path)
         parsed = result.parse() if raw else result
         if self.call.stream:
             from sdk.stream import StreamWatch, watch_sync  # on a stream's first call: a plain call never loads the watcher's modules
@@ -129,7 +129,7 @@ class Sender:
                         if not self._took_back(error, post_kwargs, record):
                             raise
         except BaseException as error:
-            raise self._failed(lifecycle, error)
+            raise self._failed(lifecycle, error, path)
         parsed = await _parse(result) if raw else result
         if self.call.stream:
             from sdk.stream import StreamWatch, watch_async  # on a stream's first call: a plain call never loads the watcher's modules
@@ -161,9 +161,9 @@ class Sender:
         compat.cache_parsed(raw, watched)
         return raw
 
-    def _failed(self, lifecycle: Lifecycle[CallRecord], error: BaseException) -> BaseException:
+    def _failed(self, lifecycle: Lifecycle[CallRecord], error: BaseException, path: str) -> BaseException:
         """End a call whose attempts all failed; return what the caller gets."""
-        failure = client_error(error, functools.partial(compat.connection_error, self.connection_error))
+        failure = client_error(error, functools.partial(compat.connection_error, self.connection_error, self.client, path))
         lifecycle.end(CallEnd(Ending.FAILED, error=failure))
         return failure
 
