@@ -62,6 +62,7 @@ _CONTENT_PARAMS = frozenset({"messages", "prompt", "input", "system", "instructi
 is written with capture off too."""
 _TRANSPORT_PARAMS = frozenset({"extra_headers", "extra_query", "extra_body", "timeout"})
 """The clients' transport options: never sent as the body (headers may carry credentials)."""
+_NOT_INVOCATION_PARAMS = _CONTENT_PARAMS | _TRANSPORT_PARAMS
 _JSON = sc.MimeType.JSON.value
 _SYSTEM, _TOOL = "system", "tool"
 
@@ -108,7 +109,11 @@ def outcome_attributes(outcome: Outcome) -> Attributes:
 
 def invocation_attributes(call: Call) -> Attributes:
     """`llm.invocation_parameters`: the body's parameters without its content, set whatever the capture."""
-    parameters = {key: value for key, value in _body(call.params).items() if key not in _CONTENT_PARAMS}
+    params = call.params
+    parameters = {key: value for key, value in params.items() if key not in _NOT_INVOCATION_PARAMS}
+    extra = params.get("extra_body")
+    if isinstance(extra, Mapping):
+        parameters.update((key, value) for key, value in extra.items() if key not in _CONTENT_PARAMS)
     return {sc.LLM_INVOCATION_PARAMETERS: to_json(parameters)}
 
 

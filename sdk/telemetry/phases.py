@@ -41,6 +41,8 @@ def decode_facts(usage: Usage | None, duration_ns: int) -> Attributes:
 
 
 def _shown(measured: Attributes) -> Attributes:
-    """`measured`, plus the span kind and the same facts as the JSON output Phoenix displays."""
-    shown = {sc.OPENINFERENCE_SPAN_KIND: _CHAIN, sc.OUTPUT_VALUE: to_json(measured), sc.OUTPUT_MIME_TYPE: _JSON}
-    return {**measured, **shown}
+    """`measured` plus the same facts as the JSON output Phoenix displays, and the span kind (in place)."""
+    measured[sc.OUTPUT_VALUE] = to_json(measured)
+    measured[sc.OPENINFERENCE_SPAN_KIND] = _CHAIN
+    measured[sc.OUTPUT_MIME_TYPE] = _JSON
+    return measured
