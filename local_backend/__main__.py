@@ -1,8 +1,17 @@
 """`python -m local_backend serve`: load a checkpoint and serve it over the OpenAI and Anthropic APIs.
 
     python -m local_backend serve --model default --host 127.0.0.1 --port 8000 [--api-key KEY ...]
-        [--metrics-key KEY] [--device auto|cpu|cuda] [--kv-cache-memory BYTES] [--max-queue N]
-        [--served-model-name NAME [NAME ...]] [--allowed-origins ORIGIN [ORIGIN ...]]
+        [--metrics-key KEY] [--max-queue N] [--served-model-name NAME [NAME ...]]
+        [--allowed-origins ORIGIN [ORIGIN ...]] [--device auto|cpu|cuda] [--dtype auto|float32|bfloat16|...]
+        [--kv-cache-memory BYTES | --gpu-memory-utilization SHARE] [--max-model-len N] [--max-num-seqs N]
+        [--max-num-batched-tokens N] [--block-size N] [--[no-]enable-prefix-caching]
+        [--chat-template FILE|TEMPLATE] [--generation-config auto|vllm|FOLDER]
+
+The engine options are `EngineConfig`'s fields under vLLM's names, meanings and defaults (its
+`vllm serve` options; `--kv-cache-memory` is ours, `--gpu-memory-utilization` CUDA's only). A value
+that cannot work exits with status 2 and a message naming its option; a `--max-model-len` the KV
+cache cannot hold is refused, as vLLM refuses it, so `/v1/models` reports the length given. The
+config in effect (device, dtype, KV bytes resolved) is logged once at startup.
 
 `--api-key` may be repeated or comma-separated (`--api-key A,B`); each key is a tenant with its own
 prefix cache: one key never gets a cache hit from another's prompt. `/metrics` counts every
@@ -19,6 +28,7 @@ headers are not complete within `HEADER_TIMEOUT_SECONDS` is closed (`server.http
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import signal
@@ -27,9 +37,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import uvicorn
+from starlette.applications import Starlette
 
 from local_backend._constants import DEFAULT_MODEL_NAME
 from local_backend.engine import Engine
+from local_backend.engine_config import DTYPES, ConfigError, EngineConfig
 from local_backend.server import create_app
 from local_backend.server._constants import (
     API_KEY_ENV,
@@ -59,11 +71,14 @@ class _Server(uvicorn.Server):
             print(f"kvwise local backend ready at {self._url}  (OpenAI: {self._url}/v1)", flush=True)
 
 
+_ENGINE_DEFAULTS = EngineConfig()
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m local_backend", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve a checkpoint over HTTP")
-    serve.add_argument("--model", default=DEFAULT_MODEL_NAME, help="'default' (bundled) or a checkpoint directory")
+    serve.add_argument("--model", default=_ENGINE_DEFAULTS.model, help="'default' (bundled) or a checkpoint directory")
     serve.add_argument("--host", default=DEFAULT_HOST, help="bind address (loopback by default)")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT)
     serve.add_argument("--api-key", action="append", metavar="KEY[,KEY...]",
@@ -71,15 +86,65 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--metrics-key", default=os.environ.get(METRICS_KEY_ENV) or None, metavar="KEY",
                        help="the key that reads /metrics, which counts every tenant's work together: with several "
                             f"--api-key tenants only it may (or ${METRICS_KEY_ENV})")  # fmt: skip
-    serve.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    serve.add_argument("--kv-cache-memory", type=int, default=None, metavar="BYTES", help="KV cache pool size")
     serve.add_argument("--max-queue", type=int, default=DEFAULT_MAX_QUEUE, metavar="N",
                        help="waiting requests beyond the batch before new ones get 429 / 529")  # fmt: skip
     serve.add_argument("--served-model-name", nargs="+", metavar="NAME",
                        help="model names requests may use (default: the checkpoint's)")  # fmt: skip
     serve.add_argument("--allowed-origins", nargs="+", default=[], metavar="ORIGIN",
                        help="CORS: origins whose pages may call the API ('*' for any)")  # fmt: skip
+    engine = serve.add_argument_group("engine (EngineConfig; vLLM's names)")
+    engine.add_argument("--device", default=_ENGINE_DEFAULTS.device, choices=("auto", "cpu", "cuda"))
+    engine.add_argument("--dtype", default=_ENGINE_DEFAULTS.dtype, choices=DTYPES,
+                        help="weights and KV cache; auto: bfloat16 on CUDA, float32 on CPU")  # fmt: skip
+    engine.add_argument("--kv-cache-memory", type=int, default=None, metavar="BYTES",
+                        help="KV cache pool size (default: 512 MiB on CPU, half the free GPU memory)")  # fmt: skip
+    engine.add_argument("--gpu-memory-utilization", type=float, default=None, metavar="SHARE",
+                        help="CUDA only: share of the GPU's memory the engine may hold, weights included")  # fmt: skip
+    engine.add_argument("--max-model-len", type=int, default=None, metavar="N",
+                        help="prompt + output tokens (default: min(8192, the model's limit))")  # fmt: skip
+    engine.add_argument("--max-num-seqs", type=int, default=_ENGINE_DEFAULTS.max_num_seqs, metavar="N",
+                        help="most sequences in one batch")  # fmt: skip
+    engine.add_argument("--max-num-batched-tokens", type=int, default=_ENGINE_DEFAULTS.max_num_batched_tokens,
+                        metavar="N", help="per-step token budget; longer prompts prefill in chunks")  # fmt: skip
+    engine.add_argument("--block-size", type=int, default=_ENGINE_DEFAULTS.block_size, metavar="N",
+                        help="tokens per KV block (the prefix cache's unit)")  # fmt: skip
+    engine.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
+                        default=_ENGINE_DEFAULTS.enable_prefix_caching, help="reuse the KV of repeated prefixes")  # fmt: skip
+    engine.add_argument("--chat-template", default=None, metavar="FILE|TEMPLATE",
+                        help="a Jinja chat template file, or the template itself (default: the checkpoint's)")  # fmt: skip
+    engine.add_argument("--generation-config", default=_ENGINE_DEFAULTS.generation_config, metavar="auto|vllm|FOLDER",
+                        help="default sampling params: auto reads the checkpoint's generation_config.json, "
+                             "vllm ignores it, or a folder holding one")  # fmt: skip
     return parser
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line read (argparse exits 2 naming an option whose value has the wrong type)."""
+    return _parser().parse_args(argv)
+
+
+def engine_config(args: argparse.Namespace) -> EngineConfig:
+    """The `EngineConfig` the options give: each engine option is the field of its name."""
+    return EngineConfig(**{field.name: getattr(args, field.name) for field in dataclasses.fields(EngineConfig)})
+
+
+def load_engine(config: EngineConfig) -> Engine:
+    """The engine `config` builds, refusing a `max_model_len` it would cut; its config logged once."""
+    engine = Engine.from_config(config)
+    if config.max_model_len is not None and engine.max_model_len < config.max_model_len:
+        engine.close()
+        raise ConfigError("max_model_len", f"max_model_len={config.max_model_len} is more than the KV cache holds "
+                          f"({engine.max_model_len} tokens): raise --kv-cache-memory or lower --max-model-len")  # fmt: skip
+    logger.info("engine config in effect: %r", engine.engine_config)
+    return engine
+
+
+def build_app(args: argparse.Namespace, engine: Engine) -> Starlette:
+    """The server app the options give around `engine`."""
+    name = args.model if args.model == DEFAULT_MODEL_NAME else Path(args.model).name
+    return create_app(engine, model_name=args.served_model_name or name, api_key=_api_keys(args.api_key),
+                      metrics_key=args.metrics_key, max_queue=args.max_queue,
+                      allowed_origins=args.allowed_origins)  # fmt: skip
 
 
 def _api_keys(given: list[str] | None) -> list[str]:
@@ -89,26 +154,23 @@ def _api_keys(given: list[str] | None) -> list[str]:
 
 
 def serve(args: argparse.Namespace) -> int:
-    api_keys = _api_keys(args.api_key)
-    if args.host not in LOOPBACK_HOSTS and not api_keys:
+    config = engine_config(args)
+    if args.host not in LOOPBACK_HOSTS and not _api_keys(args.api_key):
         logger.warning("serving on %s without --api-key: anyone who can reach this port can use the model", args.host)
     print(f"loading {args.model} ...", file=sys.stderr, flush=True)
-    engine = Engine.from_pretrained(args.model, device=args.device, kv_cache_memory=args.kv_cache_memory)
-    name = args.model if args.model == DEFAULT_MODEL_NAME else Path(args.model).name
-    app = create_app(engine, model_name=args.served_model_name or name, api_key=api_keys, metrics_key=args.metrics_key,
-                     max_queue=args.max_queue,
-                     allowed_origins=args.allowed_origins)  # fmt: skip
-    host = f"[{args.host}]" if ":" in args.host else args.host
-    config = uvicorn.Config(
-        app, host=args.host, port=args.port, lifespan="off", timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
-        http=HeaderDeadline,
-    )
-    # uvicorn re-raises the stop signal after its graceful shutdown; a no-op handler makes that a
-    # clean exit 0 (the default SIGTERM handler would kill us with -15 after all the good work).
-    for stop in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(stop, lambda *_: None)
+    engine = load_engine(config)
     try:
-        _Server(config, f"http://{host}:{args.port}").run()
+        app = build_app(args, engine)
+        host = f"[{args.host}]" if ":" in args.host else args.host
+        server_config = uvicorn.Config(
+            app, host=args.host, port=args.port, lifespan="off", timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
+            http=HeaderDeadline,
+        )
+        # uvicorn re-raises the stop signal after its graceful shutdown; a no-op handler makes that a
+        # clean exit 0 (the default SIGTERM handler would kill us with -15 after all the good work).
+        for stop in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(stop, lambda *_: None)
+        _Server(server_config, f"http://{host}:{args.port}").run()
     finally:
         engine.close()
     return 0
@@ -116,9 +178,12 @@ def serve(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    args = _parser().parse_args(argv)
+    args = parse_args(argv)
     try:
         return serve(args)
+    except ConfigError as exc:
+        print(f"error: {exc.option}: {exc}", file=sys.stderr)
+        return 2
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -6,7 +6,9 @@ salt, else a hash of it, so sequences with different salts (tenants) never share
 can never get a cache hit, or a faster first token, from another's prompt (vLLM's `cache_salt`). A sequence admitted with a prompt whose leading blocks are
 already named reuses them (reference count + 1) instead of computing them. A block whose count
 drops to 0 keeps its name and KV as "cached" until the pool needs it: cached blocks are evicted
-least recently released first. No tensors here; the model runner owns the cache itself.
+least recently released first. With prefix caching off (`enable_prefix_caching=False`) no block
+is ever named: a released block is free at once, and every prompt is computed in full. No tensors
+here; the model runner owns the cache itself.
 """
 
 from __future__ import annotations
@@ -52,10 +54,11 @@ class BlockManager:
     order) or free (ref_count 0, unnamed).
     """
 
-    def __init__(self, num_blocks: int, block_size: int):
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
         if num_blocks < 1:
             raise ValueError(f"num_blocks={num_blocks} must be >= 1: raise the KV cache memory")
         self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
         self.blocks = [Block(i) for i in range(num_blocks)]
         self._free: deque[int] = deque(range(num_blocks))
         self._cached: OrderedDict[int, None] = OrderedDict()
@@ -89,7 +92,9 @@ class BlockManager:
     def _prefix_hits(self, seq: Sequence) -> list[int]:
         """Cached block ids matching the sequence's leading full blocks (never its last token)."""
         size = self.block_size
-        hits = []
+        hits: list[int] = []
+        if not self.enable_prefix_caching:
+            return hits
         for i, h in enumerate(self._hashes(seq)[: (len(seq) - 1) // size]):
             block_id = self._by_hash.get(h)
             tokens = tuple(seq.token_ids[i * size : (i + 1) * size])
@@ -139,8 +144,10 @@ class BlockManager:
 
         A block is named unless its name is already taken (another sequence computed the same
         prefix). Prompt blocks this sequence names the first time it offers them add to
-        `seq.num_cache_written_tokens`.
+        `seq.num_cache_written_tokens`. Without prefix caching nothing is named.
         """
+        if not self.enable_prefix_caching:
+            return
         size = self.block_size
         hashes = self._hashes(seq)
         full = seq.num_computed_tokens // size

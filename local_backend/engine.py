@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import itertools
 import logging
 import threading
@@ -22,11 +23,13 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import torch
+from jinja2.exceptions import TemplateError
 
 from local_backend import _constants as C
 from local_backend.block_manager import BlockManager
 from local_backend.config import ModelConfig
 from local_backend.detokenizer import Detokenizer
+from local_backend.engine_config import ConfigError, EngineConfig
 from local_backend.engine_core import EngineCore, describe
 from local_backend.loader import (
     check_checkpoint,
@@ -61,6 +64,22 @@ def _on_passing_thread(build: Callable[[], _T]) -> _T:
         return pool.submit(build).result()
 
 
+def _kv_cache_memory(config: EngineConfig, device: torch.device) -> int:
+    """Bytes for the KV pool: `kv_cache_memory`, else on CUDA with `gpu_memory_utilization` that share
+    of the GPU less what is in use now (the weights loaded), else the default budget."""
+    if config.kv_cache_memory is not None:
+        return config.kv_cache_memory
+    if config.gpu_memory_utilization is None:
+        return default_kv_cache_memory(device)
+    free, total = torch.cuda.mem_get_info(device)
+    budget = int(total * config.gpu_memory_utilization) - (total - free)
+    if budget <= 0:
+        raise ConfigError("gpu_memory_utilization", f"gpu_memory_utilization={config.gpu_memory_utilization} "
+                          f"leaves no room for the KV cache: {(total - free) / 2**30:.1f} of {total / 2**30:.1f} GiB "
+                          "are in use with the weights loaded")  # fmt: skip
+    return budget
+
+
 class Engine:
     """A Llama-family model behind a paged KV cache with prefix caching and continuous batching.
 
@@ -69,9 +88,18 @@ class Engine:
         async for delta in engine.stream("Hi", SamplingParams(max_tokens=8)): print(delta.text)
     """
 
-    def __init__(self, core: EngineCore, tokenizer: TextTokenizer):
+    def __init__(
+        self,
+        core: EngineCore,
+        tokenizer: TextTokenizer,
+        engine_config: EngineConfig,
+        sampling_defaults: Mapping[str, Any] | None = None,
+    ):
         self.core = core
         self.config = core.config
+        self.engine_config = engine_config
+        self.sampling_defaults: Mapping[str, Any] = dict(sampling_defaults or {})
+        """Default sampling params from `generation_config` (`SamplingParams` fields); a request's own win."""
         self.tokenizer = tokenizer
         self.kv_bytes_per_token = core.kv_bytes_per_token
         self.max_model_len = core.max_model_len
@@ -86,51 +114,70 @@ class Engine:
 
     @classmethod
     def from_pretrained(
-        cls,
-        path: str | Path,
-        device: str | torch.device = "auto",
-        dtype: str | torch.dtype = "auto",
-        kv_cache_memory: int | None = None,
-        block_size: int = C.DEFAULT_BLOCK_SIZE,
-        max_num_seqs: int = C.DEFAULT_MAX_NUM_SEQS,
-        max_model_len: int | None = None,
-        max_num_batched_tokens: int = C.DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        cls, path: str | Path, device: str | torch.device = "auto", dtype: str | torch.dtype = "auto", **options: Any
     ) -> Engine:
         """Load a Hugging Face checkpoint directory, or `"default"` for the bundled model.
 
-        `device="auto"` is CUDA when available, else CPU; `dtype="auto"` is bf16 on CUDA, float32
-        on CPU. `kv_cache_memory` (bytes) bounds the block pool: num_blocks = min(memory ÷ (block_size
-        × kv_bytes_per_token), max_num_seqs × ⌈max_model_len ÷ block_size⌉), never more than a
-        full batch can use; by default 512 MiB on CPU, half the free memory on CUDA.
-        `max_model_len` (prompt + output) defaults to min(8192, the model's limit) and is cut to
-        what the pool holds; `max_num_seqs` caps the running batch; `max_num_batched_tokens` is
-        the per-step token budget that chunks long prompts. Missing files raise
-        `FileNotFoundError` naming them; an unsupported architecture raises `ValueError`.
+        `Engine.from_config(EngineConfig(model=path, device=..., dtype=..., **options))`: `options`
+        are the other `EngineConfig` fields (`kv_cache_memory`, `block_size`, `max_num_seqs`,
+        `max_model_len`, `max_num_batched_tokens`, `enable_prefix_caching`, `chat_template`, ...).
         """
-        directory = resolve_directory(path)
+        dtype_name = str(dtype).removeprefix("torch.")
+        return cls.from_config(EngineConfig(model=str(path), device=str(device), dtype=dtype_name, **options))
+
+    @classmethod
+    def from_config(cls, config: EngineConfig) -> Engine:
+        """Build the engine `config` describes (see `EngineConfig` for each knob).
+
+        `engine.engine_config` is the config in effect: device and dtype resolved, the KV pool's
+        bytes and the `max_model_len` it holds. Missing files raise `FileNotFoundError` naming
+        them; an unsupported architecture raises `ValueError`; a knob that cannot work here (a
+        `max_model_len` past the model's limit, `gpu_memory_utilization` off CUDA, a chat template
+        that does not parse) raises `ConfigError` naming it.
+        """
+        directory = resolve_directory(config.model)
         check_checkpoint(directory)
-        for name, value in (("block_size", block_size), ("max_num_seqs", max_num_seqs)):
-            if value < 1:
-                raise ValueError(f"{name}={value} must be >= 1")
         cfg = ModelConfig.from_file(directory / "config.json")
         limit = min(cfg.max_position_embeddings, cfg.sliding_window or cfg.max_position_embeddings)
-        if max_model_len is not None and max_model_len > limit:
-            raise ValueError(f"max_model_len={max_model_len} exceeds the model's limit of {limit}")
-        dev, dtype = resolve_device(device, dtype)
-        tokenizer = TextTokenizer.from_dir(directory)
+        if config.max_model_len is not None and config.max_model_len > limit:
+            raise ConfigError("max_model_len", f"max_model_len={config.max_model_len} exceeds the model's limit of {limit}")
+        dev, dtype = resolve_device(config.device, config.dtype)
+        if config.gpu_memory_utilization is not None and dev.type != "cuda":
+            raise ConfigError("gpu_memory_utilization", f"gpu_memory_utilization={config.gpu_memory_utilization} "
+                              f"applies to CUDA only, and the engine runs on {dev}: use kv_cache_memory")  # fmt: skip
+        sampling_defaults = config.generation_defaults(directory)
+        try:
+            tokenizer = TextTokenizer.from_dir(directory, config.read_chat_template())
+        except TemplateError as exc:
+            raise ConfigError("chat_template", f"chat_template does not parse as Jinja: {exc}") from None
         core = _on_passing_thread(
             lambda: EngineCore(
                 cfg,
                 tokenizer,
                 load_model(directory, cfg, dev, dtype),
-                kv_cache_memory=default_kv_cache_memory(dev) if kv_cache_memory is None else kv_cache_memory,
-                block_size=block_size,
-                max_num_seqs=max_num_seqs,
-                max_model_len=max_model_len or min(limit, C.DEFAULT_MAX_MODEL_LEN),
-                max_num_batched_tokens=max_num_batched_tokens,
+                kv_cache_memory=_kv_cache_memory(config, dev),
+                block_size=config.block_size,
+                max_num_seqs=config.max_num_seqs,
+                max_model_len=config.max_model_len or min(limit, C.DEFAULT_MAX_MODEL_LEN),
+                max_num_batched_tokens=config.max_num_batched_tokens,
+                enable_prefix_caching=config.enable_prefix_caching,
             )
         )
-        return cls(core, tokenizer)
+        if config.max_model_len is not None and core.max_model_len < config.max_model_len:
+            logger.warning("max_model_len=%d cut to %d: the KV cache holds no more", config.max_model_len,
+                           core.max_model_len)  # fmt: skip
+        bm = core.block_manager
+        effective = dataclasses.replace(
+            config, device=str(dev), dtype=str(dtype).removeprefix("torch."), max_model_len=core.max_model_len,
+            kv_cache_memory=None if config.gpu_memory_utilization is not None else
+            bm.num_blocks * bm.block_size * core.kv_bytes_per_token,
+        )  # fmt: skip
+        return cls(core, tokenizer, effective, sampling_defaults)
+
+    def default_params(self) -> SamplingParams:
+        """The params a request that gives none decodes with: `SamplingParams`' defaults under the
+        `generation_config`'s (vLLM's `LLM.get_default_sampling_params`)."""
+        return SamplingParams(**self.sampling_defaults)
 
     @property
     def block_manager(self) -> BlockManager:
@@ -171,7 +218,7 @@ class Engine:
         if isinstance(prompts, str):
             raise ValueError("prompts must be a list of prompts, got one string")
         if isinstance(params, SamplingParams) or params is None:
-            params = [params or SamplingParams()] * len(prompts)
+            params = [params or self.default_params()] * len(prompts)
         if len(params) != len(prompts):
             raise ValueError(f"{len(params)} SamplingParams for {len(prompts)} prompts")
         prepared = [self._prepare(p, sp) for p, sp in zip(prompts, params)]
@@ -213,7 +260,7 @@ class Engine:
         its own). A failed step ends the stream with `finish_reason="error"`; `close()` ends it
         with "abort".
         """
-        params = params or SamplingParams()
+        params = params or self.default_params()
         token_ids = self._prepare(prompt, params)
         self._check_open()
         return self._stream(token_ids, params, request_id, cache_salt)

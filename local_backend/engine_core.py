@@ -60,6 +60,7 @@ class EngineCore:
         max_num_seqs: int,
         max_model_len: int,
         max_num_batched_tokens: int,
+        enable_prefix_caching: bool = True,
     ):
         param = next(model.parameters())
         dtype, device = param.dtype, param.device
@@ -67,7 +68,7 @@ class EngineCore:
         self.kv_bytes_per_token = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * dtype.itemsize
         usable = max_num_seqs * -(-max_model_len // block_size)
         num_blocks = min(kv_cache_memory // (block_size * self.kv_bytes_per_token), usable)
-        self.block_manager = BlockManager(num_blocks, block_size)
+        self.block_manager = BlockManager(num_blocks, block_size, enable_prefix_caching)
         self.max_model_len = min(max_model_len, num_blocks * block_size)
         self.scheduler = Scheduler(self.block_manager, max_num_seqs, max(max_num_batched_tokens, max_num_seqs))
         sampler = Sampler(cfg.vocab_size, tokenizer.ids_containing, ops.select(device, torch.float32, cfg.head_dim))

@@ -41,8 +41,9 @@ class TextTokenizer:
             self._template = env.from_string(template)
 
     @classmethod
-    def from_dir(cls, directory: Path) -> TextTokenizer:
-        """Read `tokenizer.json`, `tokenizer_config.json` and `chat_template.jinja` if present."""
+    def from_dir(cls, directory: Path, chat_template: str | None = None) -> TextTokenizer:
+        """Read `tokenizer.json`, `tokenizer_config.json` and `chat_template.jinja` if present;
+        `chat_template`, when given, replaces the checkpoint's (vLLM's `--chat-template`)."""
         config = json.loads((directory / "tokenizer_config.json").read_text())
         template = config.get("chat_template")
         if isinstance(template, list):
@@ -50,7 +51,7 @@ class TextTokenizer:
         separate = directory / "chat_template.jinja"
         if separate.exists():
             template = separate.read_text()
-        return cls(Tokenizer.from_file(str(directory / "tokenizer.json")), config, template)
+        return cls(Tokenizer.from_file(str(directory / "tokenizer.json")), config, chat_template or template)
 
     def to_json(self) -> str:
         """The `tokenizer.json` text (what grammar libraries such as llguidance build their token tries from)."""

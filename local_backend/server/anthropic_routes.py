@@ -170,7 +170,7 @@ async def messages(request: Request) -> Response:
     engine = backend.engine
     message = parse_message(await read_json(request))
     model, ids = _prompt(backend, message.prompt, engine.max_model_len)
-    params = message.sampling.params(len(ids), engine.max_model_len)
+    params = message.sampling.params(len(ids), engine.max_model_len, engine.sampling_defaults)
     [choice] = per_choice(params, grammar=await backend.grammars.compile(message.constraint))
     generation = backend.start(request, ids, choice)
     fmt = AnthropicFormat(model, parse_tools=message.prompt.tool_choice.mode != "none")

@@ -231,7 +231,7 @@ async def _generate(
     engine = backend.engine
     top = options.top_logprobs
     recorders = [LogprobsRecorder(top) for _ in range(options.n)] if top is not None else []
-    params = options.sampling.params(len(ids), engine.max_model_len)
+    params = options.sampling.params(len(ids), engine.max_model_len, engine.sampling_defaults)
     grammar = await backend.grammars.compile(constraint)
     choices = per_choice(params, options.n, recorders=recorders, bias=options.logit_bias, grammar=grammar)
     fmt = OpenAIFormat(

@@ -209,7 +209,7 @@ async def responses(request: Request) -> Response:
     response = parse_responses(await read_json(request))
     model = backend.check_model(response.model)
     ids = prompt_ids(engine.tokenizer, response.messages, response.tool_choice.shown(response.tools), engine.max_model_len)
-    params = response.sampling.params(len(ids), engine.max_model_len)
+    params = response.sampling.params(len(ids), engine.max_model_len, engine.sampling_defaults)
     [choice] = per_choice(params, grammar=await backend.grammars.compile(response.constraint))
     generation = backend.start(request, ids, choice)
     fmt = ResponsesFormat(model, response.body, parse_tools=response.tool_choice.mode != "none")

@@ -72,8 +72,10 @@ class Sampling:
                            param="repetition_penalty")  # fmt: skip
         return cls(max_tokens, max_tokens_param, stop, **knobs)
 
-    def params(self, prompt_tokens: int, max_model_len: int) -> SamplingParams:
-        """The engine's params for a prompt of `prompt_tokens`, after checking both fit the context."""
+    def params(self, prompt_tokens: int, max_model_len: int, defaults: Mapping[str, Any] | None = None) -> SamplingParams:
+        """The engine's params for a prompt of `prompt_tokens`, after checking both fit the context;
+        `defaults` (the engine's `sampling_defaults`, from `--generation-config`) fill what the request left out."""
+        defaults = defaults or {}
         if prompt_tokens >= max_model_len:
             raise ApiError(
                 f"the prompt has {prompt_tokens} tokens but this model's context is {max_model_len} tokens, "
@@ -83,14 +85,15 @@ class Sampling:
             )
         max_tokens = self.max_tokens
         if max_tokens is None:
-            max_tokens = max_model_len - prompt_tokens
+            max_tokens = min(max_model_len - prompt_tokens, defaults.get("max_tokens", max_model_len))
         elif not 1 <= max_tokens <= max_model_len:
             raise ApiError(
                 f"{self.max_tokens_param}={max_tokens} must be between 1 and the model's context of "
                 f"{max_model_len} tokens",
                 param=self.max_tokens_param,
             )
-        given = {name: getattr(self, name) for name in SAMPLING_KNOBS if getattr(self, name) is not None}
+        given = {name: value for name, value in defaults.items() if name != "max_tokens"}
+        given.update((name, getattr(self, name)) for name in SAMPLING_KNOBS if getattr(self, name) is not None)
         try:
             return SamplingParams(max_tokens=max_tokens, stop=self.stop, **given)
         except ValueError as exc:
