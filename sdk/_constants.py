@@ -45,3 +45,9 @@ ADAPTIVE_CAP_MAX_CUT_SHARE = 0.05  # share of the window cut at the adaptive cap
 # Report (`kvwise report`)
 REPORT_TOP_CONVERSATIONS = 10  # conversations in the report's table, by spend
 REPORT_BREAK_LABELS = 20  # cache breaks whose cause the hit-ratio figure writes out (all are marked)
+
+# Shared state (`sdk.shared_state`: Redis or Valkey)
+STATE_URL_ENV = "KVWISE_STATE_URL"  # where the memories live when `sdk.wrap(state=...)` is not given
+STATE_TIMEOUT_SECONDS = 0.02  # the most one store command may take before the call goes on without it
+STATE_RETRY_SECONDS = 1.0  # after a failed command, the store is left alone this long (each call would wait otherwise)
+STATE_EXPIRY_SECONDS = 7 * 24 * 3600  # a memory nobody touched for this long is dropped by the store

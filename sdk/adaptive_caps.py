@@ -45,6 +45,24 @@ class _Workload:
     """For each adaptively capped answer of the window: whether it reached the cap."""
 
 
+def quantile_of(lengths: list[int]) -> int | None:
+    """The p99 of a window of output lengths, or None while it holds too few answers."""
+    if len(lengths) < ADAPTIVE_CAP_MIN_CALLS:
+        return None
+    ordered = sorted(lengths)
+    return ordered[min(len(ordered) - 1, math.ceil(ADAPTIVE_CAP_QUANTILE * len(ordered)) - 1)]
+
+
+def cut_too_often(cuts: int) -> bool:
+    """Whether a window with `cuts` adaptively capped answers that reached the cap means the workload changed."""
+    return cuts > ADAPTIVE_CAP_MAX_CUT_SHARE * ADAPTIVE_CAP_WINDOW
+
+
+def reached_cap(usage: Usage, cap: int | None) -> bool:
+    """Whether an answer ran to its limit (then its length is the cap's, not the workload's: not learnt)."""
+    return cap is not None and usage.output_tokens >= cap
+
+
 def workload_of(call: Call) -> WorkloadKey | None:
     """The workload of `call`: its API, model and stable-prefix hash (None before the fingerprint)."""
     return (str(call.api), call.model, call.prefix_key) if call.prefix_key else None
@@ -72,8 +90,8 @@ class AdaptiveCaps:
             if found is None or len(found.lengths) < ADAPTIVE_CAP_MIN_CALLS:
                 return None
             self._workloads.move_to_end(workload)
-            ordered = sorted(found.lengths)
-        return ordered[min(len(ordered) - 1, math.ceil(ADAPTIVE_CAP_QUANTILE * len(ordered)) - 1)]
+            lengths = list(found.lengths)
+        return quantile_of(lengths)
 
     def cap_for(self, workload: WorkloadKey, margin: float, floor: int, ceiling: int) -> int | None:
         """The adaptive cap of a call of `workload` (None: not learnt yet): p99 x margin within [floor, ceiling]."""
@@ -85,8 +103,7 @@ class AdaptiveCaps:
     def learn(self, workload: WorkloadKey, usage: Usage, cap: int | None, adaptive: bool) -> None:
         """An answer of `workload` ended with `usage`, under the limit `cap` (None: none), which was
         the adaptive one when `adaptive`."""
-        output = usage.output_tokens
-        reached = cap is not None and output >= cap
+        reached = reached_cap(usage, cap)
         with self._lock:
             found = self._workloads.pop(workload, None) or _Workload()
             self._workloads[workload] = found  # the most recently used
@@ -94,11 +111,11 @@ class AdaptiveCaps:
                 self._workloads.popitem(last=False)
             if adaptive:
                 found.cuts.append(reached)
-                if sum(found.cuts) > ADAPTIVE_CAP_MAX_CUT_SHARE * ADAPTIVE_CAP_WINDOW:
-                    del self._workloads[workload]  # cut too often: the workload changed, learn it again
+                if cut_too_often(sum(found.cuts)):
+                    del self._workloads[workload]  # the workload changed: learn it again
                     return
             if not reached:
-                found.lengths.append(output)
+                found.lengths.append(usage.output_tokens)
 
     def __len__(self) -> int:
         with self._lock:

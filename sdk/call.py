@@ -60,6 +60,8 @@ class Call:
     its usage (`stream_options.include_usage`) where the caller did not; `stream_usage_refused`: the
     server refuses `stream_options`, so none is added (`sdk.stream_options`). `changes` lists what
     kvwise rewrote, for the span alone: no decision reads it.
+    `state_degraded`: why the shared state store failed this call (`sdk.shared_state`), which then
+    went on with in-process memories.
     `context_note` holds the lines of the tail note (`sdk.moving`: values that change within a
     conversation), which the next call of the conversation will not re-send where this one has them.
     """
@@ -83,6 +85,7 @@ class Call:
     cap: OutputCap | None = None
     stream_usage_added: bool = False
     stream_usage_refused: bool = False
+    state_degraded: str | None = None
 
     @property
     def stream(self) -> bool:

@@ -12,16 +12,16 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from sdk.adapters import adapter_for
-from sdk.adaptive_caps import AdaptiveCaps, CapLearner, workload_of
+from sdk.adaptive_caps import CapLearner, workload_of
 from sdk.cache_hints import place_cache_hints
 from sdk.call import Call
 from sdk.canonical import canonicalize
-from sdk.families import FamilyMemory
 from sdk.diagnostics import request_diagnostics
 from sdk.fingerprint import PrefixTracker, cache_ttl_seconds
 from sdk.guards import apply_guards
 from sdk.lifecycle import CallListener
 from sdk.policy import Policy
+from sdk.shared_state import Memories, local_memories
 from sdk.telemetry.semconv import CapSource
 
 
@@ -42,16 +42,24 @@ class Chain:
     """The built-in steps under one policy, after the user's own."""
 
     def __init__(
-        self, policy: Policy, tracker: PrefixTracker, extra: Sequence[Middleware] = (), *, diagnostics: bool = False
+        self,
+        policy: Policy,
+        tracker: PrefixTracker,
+        extra: Sequence[Middleware] = (),
+        *,
+        memories: Memories | None = None,
+        diagnostics: bool = False,
     ) -> None:
         for step in extra:
             if not isinstance(step, Middleware):
                 raise TypeError(f"middleware must have an on_request(call) method, got {step!r}")
         self.policy = policy
         self.tracker = tracker
-        self.families = FamilyMemory()  # per wrapped client, like the tracker: which bytes change between calls
+        memories = memories if memories is not None else local_memories(policy)
+        self.families = memories.families  # which bytes change between calls (`sdk.families`)
         self.extra = tuple(extra)
-        self.caps = AdaptiveCaps() if policy.adaptive_caps else None  # per wrapped client: learnt output caps
+        self.caps = memories.caps  # learnt output caps (`sdk.adaptive_caps`), None unless the policy asks
+        self.outage = memories.outage
         self.diagnostics = diagnostics and policy.cache_diagnostics  # Anthropic's own API only (`sdk.diagnostics`)
 
     def run(self, call: Call) -> list[CallListener]:
@@ -70,4 +78,5 @@ class Chain:
         apply_guards(call, self.policy, adapter, self.caps)
         if self.caps is not None and call.cap is not None and (workload := workload_of(call)) is not None:
             listeners.append(CapLearner(self.caps, workload, call.cap.tokens, call.cap.source == CapSource.ADAPTIVE))
+        call.state_degraded = self.outage()
         return listeners

@@ -41,7 +41,9 @@ from sdk._constants import VOLATILE_FAMILIES
 
 
 @dataclass(frozen=True, slots=True)
-class _Family:
+class FamilyRecord:
+    """What is remembered of a family's last call (hashes and flags only: what `sdk.shared_state` stores)."""
+
     values: tuple[int, ...]  # hashes of the candidates' bytes on the family's last call, in order
     changed: tuple[bool, ...]  # which have ever differed from one call to the next
     within: tuple[bool, ...]  # which have ever differed from the previous call of the same conversation
@@ -58,6 +60,24 @@ class Changes:
     within: tuple[bool, ...]
 
 
+def next_record(last: FamilyRecord | None, values: tuple[int, ...], conversation: bytes, turns: int) -> FamilyRecord:
+    """The family's record after a call with these candidates (see `FamilyMemory.observe`)."""
+    if last is None or len(last.values) != len(values):  # a new family, or one of another shape
+        changed: tuple[bool, ...] = (False,) * len(values)
+        return FamilyRecord(values, changed, changed, conversation, turns)
+    differ = [old != new for old, new in zip(last.values, values)]
+    same = last.conversation == conversation and turns > last.turns
+    changed = tuple(seen or new for seen, new in zip(last.changed, differ))
+    within = tuple(seen or (same and new) for seen, new in zip(last.within, differ))
+    return FamilyRecord(values, changed, within, conversation, turns)
+
+
+def value_hash(text: str) -> int:
+    """A candidate's bytes as the memory keeps them: a 64-bit hash, the same in every process
+    (Python's `hash` of a str is not: workers sharing a memory must agree)."""
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big")
+
+
 def family_key(masked: Sequence[str]) -> bytes:
     """The family of a call whose stable texts, candidates masked, are `masked` (in order)."""
     digest = hashlib.blake2b(digest_size=16)
@@ -71,13 +91,13 @@ class FamilyMemory:
     """Per wrapped client: the candidate bytes of each prompt family's last call (see the module).
 
     >>> memory = FamilyMemory()
-    >>> memory.observe(key, (hash("req-1"), hash("project-a")), run_1).changed   # the family's first call
+    >>> memory.observe(key, (value_hash("req-1"), value_hash("project-a")), run_1).changed   # the family's first call
     (False, False)
-    >>> memory.observe(key, (hash("req-2"), hash("project-a")), run_2).changed
+    >>> memory.observe(key, (value_hash("req-2"), value_hash("project-a")), run_2).changed
     (True, False)
-    >>> memory.observe(key, (hash("req-2"), hash("project-a")), run_2).changed   # moved once, moved for good
+    >>> memory.observe(key, (value_hash("req-2"), value_hash("project-a")), run_2).changed   # moved once, moved for good
     (True, False)
-    >>> memory.observe(key, (hash("req-3"), hash("project-a")), run_2, turns=3).within   # run 2 grew, its id changed
+    >>> memory.observe(key, (value_hash("req-3"), value_hash("project-a")), run_2, turns=3).within   # run 2 grew, its id changed
     (True, False)
     """
 
@@ -85,7 +105,7 @@ class FamilyMemory:
         if size < 1:
             raise ValueError(f"FamilyMemory size must be at least 1, got {size!r}")
         self._size = size
-        self._families: OrderedDict[bytes, _Family] = OrderedDict()
+        self._families: OrderedDict[bytes, FamilyRecord] = OrderedDict()
         self._lock = threading.Lock()
 
     def observe(self, family: bytes, values: tuple[int, ...], conversation: bytes, turns: int = 1) -> Changes:
@@ -97,18 +117,11 @@ class FamilyMemory:
         call: nothing is known yet)."""
         with self._lock:
             last = self._families.pop(family, None)  # re-inserted below: the most recently used
-            if last is None or len(last.values) != len(values):  # a new family, or one of another shape
-                changed: tuple[bool, ...] = (False,) * len(values)
-                within = changed
-            else:
-                differ = [old != new for old, new in zip(last.values, values)]
-                same = last.conversation == conversation and turns > last.turns
-                changed = tuple(seen or new for seen, new in zip(last.changed, differ))
-                within = tuple(seen or (same and new) for seen, new in zip(last.within, differ))
-            self._families[family] = _Family(values, changed, within, conversation, turns)
+            record = next_record(last, values, conversation, turns)
+            self._families[family] = record
             if len(self._families) > self._size:
                 self._families.popitem(last=False)
-            return Changes(changed, within)
+        return Changes(record.changed, record.within)
 
     def __len__(self) -> int:
         with self._lock:

@@ -58,13 +58,22 @@ def cacheable_prefix(call: Call) -> str | None:
     return chain[end - 1].chain
 
 
+def credentials_hash(client: Any) -> str:
+    """A hash of the client's credentials and server: who may share a cache, a wait or a memory."""
+    digest = hashlib.blake2b(digest_size=16)
+    for name in _CREDENTIALS:
+        digest.update(str(getattr(client, name, None)).encode("utf-8", "surrogatepass"))
+        digest.update(b"\x00")
+    return digest.hexdigest()
+
+
 def fanout_key(call: Call, client: Any) -> bytes | None:
     """Who may wait for whom: the cacheable prefix with the API, model, server and credentials."""
     prefix = cacheable_prefix(call)
     if prefix is None:
         return None
     digest = hashlib.blake2b(digest_size=16)
-    for part in (str(call.api), call.model, prefix, *(str(getattr(client, name, None)) for name in _CREDENTIALS)):
+    for part in (str(call.api), call.model, prefix, credentials_hash(client)):
         digest.update(part.encode("utf-8", "surrogatepass"))
         digest.update(b"\x00")
     return digest.digest()
@@ -72,10 +81,12 @@ def fanout_key(call: Call, client: Any) -> bytes | None:
 
 @dataclass(slots=True)
 class Leader:
-    """An in-flight call others wait for; `span_id` is its span's id (hex), when it has one."""
+    """An in-flight call others wait for; `span_id` is its span's id (hex), when it has one; `lease`:
+    the token of its lease in a shared store (`sdk.shared_state`), None when it lives in this process."""
 
     key: bytes
     span_id: str | None = None
+    lease: str | None = None
     released: threading.Event = field(default_factory=threading.Event)
     futures: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = field(default_factory=list)
 
@@ -96,13 +107,14 @@ class FanOut:
         self._lock = threading.Lock()
         self._waiting = 0
 
-    def join(self, key: bytes) -> tuple[Leader | None, Leader | None]:
-        """`(leader to wait for, None)` when a call with this key is in flight, else `(None, the new leader)`."""
+    def join(self, key: bytes, span_id: str | None = None) -> tuple[Leader | None, Leader | None]:
+        """`(leader to wait for, None)` when a call with this key is in flight, else `(None, the new
+        leader)`, whose span is `span_id`."""
         with self._lock:
             found = self._leaders.get(key)
             if found is not None:
                 return found, None
-            mine = self._leaders[key] = Leader(key)
+            mine = self._leaders[key] = Leader(key, span_id)
             return None, mine
 
     def release(self, leader: Leader) -> None:
@@ -153,6 +165,10 @@ class FanOut:
                 if (loop, future) in leader.futures:
                     leader.futures.remove((loop, future))
         return Waited(leader.span_id, (perf_counter() - start) * 1000.0)
+
+    def outage(self) -> str | None:
+        """Why the store the leaders live in is failing (in this process: never)."""
+        return None
 
     def in_flight(self) -> int:
         """How many leaders have not been released yet (for tests and diagnostics)."""

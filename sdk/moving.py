@@ -41,7 +41,7 @@ from typing import Any
 from sdk.adapters import Adapter, map_text
 from sdk.adapters._base import TEXT_PART_TYPES
 from sdk.call import Api, Call
-from sdk.families import FamilyMemory, family_key
+from sdk.families import FamilyMemory, family_key, value_hash
 from sdk.policy import Policy
 from sdk.volatile import VolatileMatch, cut_volatile, find_volatile, mask_volatile, render_note_line
 
@@ -69,7 +69,7 @@ def move_volatile(call: Call, policy: Policy, adapter: Adapter, families: Family
     else:
         key = family_key([mask_volatile(text) for text in (*system_texts, *tool_texts)])
         conversation = family_key(text_leaves([call.messages[first]["content"]])) if first is not None else b""
-        changes = families.observe(key, tuple(hash(match.text) for match in candidates), conversation, len(call.messages))
+        changes = families.observe(key, tuple(value_hash(match.text) for match in candidates), conversation, len(call.messages))
         moves, tails = changes.changed[:in_system], changes.within[:in_system]
         _report(call, [m for m, c in zip(candidates[in_system:], changes.changed[in_system:]) if c], "tool definitions")
     if policy.volatile == "warn" or first is None:

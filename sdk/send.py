@@ -64,10 +64,11 @@ class Sender:
         listeners = list(self.listeners) if self.kind is Kind.CALL else []  # a count's or a batch's end teaches nothing
         follow = leader = None
         if self.fanout is not None and self.fanout_key is not None:
-            follow, leader = self.fanout.join(self.fanout_key)
+            follow, leader = self.fanout.join(self.fanout_key, _span_id(record.span))
             if leader is not None:
-                leader.span_id = _span_id(record.span)
                 listeners.append(LeaderRelease(self.fanout, leader))
+            if self.call.state_degraded is None and (reason := self.fanout.outage()) is not None:
+                _note_degraded(record, reason)
         lifecycle = Lifecycle(record, listeners)
         attempts = Attempts(retries_for(self.client, post_kwargs.get("options"), self.policy.retries), record.attempt)
 
@@ -173,6 +174,13 @@ def _span_id(span: Any) -> str | None:
     if span is None or not span.is_recording():
         return None
     return f"{span.get_span_context().span_id:016x}"
+
+
+def _note_degraded(record: CallRecord, reason: str) -> None:
+    """Record on the span that the shared state store failed at the fan-out join (`sdk.shared_state`)."""
+    span = record.span
+    if span is not None:
+        span.set_attributes({sc.KVWISE_STATE_DEGRADED: True, sc.KVWISE_STATE_DEGRADED_REASON: reason})
 
 
 def _note_wait(record: CallRecord, waited: Waited) -> None:

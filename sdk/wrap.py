@@ -27,6 +27,7 @@ from sdk.adapters import adapter_for
 from sdk.call import Api, Call, Provider
 from sdk.chain import Chain, Middleware
 from sdk.fanout import FanOut, fanout_key
+from sdk.shared_state import memories_for
 from sdk.fingerprint import PrefixTracker
 from sdk.lifecycle import CallListener
 from sdk.policy import Policy
@@ -64,6 +65,7 @@ def wrap(
     meter_provider: Any = None,
     middleware: Sequence[Middleware] = (),
     provider: str | None = None,
+    state: str | None = None,
 ) -> ClientT:
     """Wrap an openai 3.x or anthropic 2.x client (sync or async; Azure, Bedrock, Vertex, Foundry too).
 
@@ -74,7 +76,9 @@ def wrap(
     "openai_compatible") says who serves the calls when the base URL does not (a gateway in front
     of OpenAI); by default api.openai.com is OpenAI and any other OpenAI-API server (vLLM, SGLang,
     llama.cpp, the local backend) caches prefixes by itself, so it gets no cache keys, only the
-    canonical order.
+    canonical order. `state` ("redis://host:6379/0", else $KVWISE_STATE_URL) puts what the client
+    learns in Redis or Valkey, shared by every process wrapping a client with the same credentials
+    (`sdk.shared_state`); by default it stays in this process.
     """
     policy = policy if policy is not None else Policy()
     if not isinstance(policy, Policy):
@@ -82,13 +86,14 @@ def wrap(
     package = compat.client_package(client)
     if provider is not None and provider not in tuple(Provider):
         raise ValueError(f"provider must be one of {[p.value for p in Provider]}, got {provider!r}")
+    memories = memories_for(client, policy, state)
     shared = _Shared(
         policy=policy,
-        chain=Chain(policy, PrefixTracker(), middleware, diagnostics=diagnostics.eligible(client, provider)),
+        chain=Chain(policy, PrefixTracker(), middleware, memories=memories, diagnostics=diagnostics.eligible(client, provider)),
         telemetry=Telemetry(policy, tracer_provider=tracer_provider, meter_provider=meter_provider),
         package=package,
         provider=Provider(provider) if provider is not None else None,
-        fanout=FanOut() if policy.fanout == "warm" else None,
+        fanout=memories.fanout,
     )
     return cast(ClientT, WrappedClient(client, shared))
 

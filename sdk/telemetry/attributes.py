@@ -124,6 +124,9 @@ def request_attributes(call: Call, shape: Attributes) -> Attributes:
         attributes[sc.KVWISE_PREFIX_BREAK_CAUSE] = call.break_cause
     if call.changes:
         attributes[sc.KVWISE_CANONICAL_CHANGES] = tuple(call.changes)
+    if call.state_degraded is not None:
+        attributes[sc.KVWISE_STATE_DEGRADED] = True
+        attributes[sc.KVWISE_STATE_DEGRADED_REASON] = call.state_degraded
     return attributes
 
 

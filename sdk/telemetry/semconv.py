@@ -210,6 +210,12 @@ KVWISE_FANOUT_WAITED_MS: Final = "kvwise.fanout.waited_ms"
 KVWISE_FANOUT_LEADER_SPAN_ID: Final = "kvwise.fanout.leader_span_id"
 """The span id (16 hex digits) of the in-flight call this one waited for."""
 
+KVWISE_STATE_DEGRADED: Final = "kvwise.state.degraded"
+"""True when the shared state store (`sdk.wrap(state=...)`) failed this call: it went on with in-process state."""
+
+KVWISE_STATE_DEGRADED_REASON: Final = "kvwise.state.degraded_reason"
+"""Why the shared state store failed (the error's type and message, no credentials)."""
+
 KVWISE_ATTEMPTS: Final = "kvwise.attempts"
 """How many attempts the SDK made (1 when the first one succeeded)."""
 
