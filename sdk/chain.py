@@ -17,7 +17,7 @@ from sdk.cache_hints import place_cache_hints
 from sdk.call import Call
 from sdk.canonical import canonicalize
 from sdk.diagnostics import request_diagnostics
-from sdk.fingerprint import PrefixTracker, cache_ttl_seconds
+from sdk.fingerprint import cache_ttl_seconds
 from sdk.guards import apply_guards
 from sdk.lifecycle import CallListener
 from sdk.policy import Policy
@@ -42,20 +42,14 @@ class Chain:
     """The built-in steps under one policy, after the user's own."""
 
     def __init__(
-        self,
-        policy: Policy,
-        tracker: PrefixTracker,
-        extra: Sequence[Middleware] = (),
-        *,
-        memories: Memories | None = None,
-        diagnostics: bool = False,
+        self, policy: Policy, memories: Memories | None = None, extra: Sequence[Middleware] = (), *, diagnostics: bool = False
     ) -> None:
         for step in extra:
             if not isinstance(step, Middleware):
                 raise TypeError(f"middleware must have an on_request(call) method, got {step!r}")
         self.policy = policy
-        self.tracker = tracker
-        memories = memories if memories is not None else local_memories(policy)
+        memories = memories if memories is not None else local_memories(policy)  # one wrapped client's
+        self.tracker = memories.tracker  # the last call per API and model (`sdk.fingerprint`)
         self.families = memories.families  # which bytes change between calls (`sdk.families`)
         self.extra = tuple(extra)
         self.caps = memories.caps  # learnt output caps (`sdk.adaptive_caps`), None unless the policy asks

@@ -53,7 +53,7 @@ def cacheable_prefix(call: Call) -> str | None:
             return None  # Anthropic caches nothing before a breakpoint
         end = marked[-1] + 1
     minimum = min_cacheable_tokens(call.provider, call.model)
-    if sum(estimate_tokens(segment.content) for segment in chain[:end]) < minimum:
+    if sum(estimate_tokens(segment.content or "") for segment in chain[:end]) < minimum:
         return None
     return chain[end - 1].chain
 

@@ -46,20 +46,37 @@ class BreakCause(StrEnum):
 
 
 class Segment(NamedTuple):
-    """One stable segment: its key ("system[0]"), chained hash, and its bytes (to explain a break)."""
+    """One stable segment: its key ("system[0]"), chained hash, and its bytes (to explain a break).
+
+    A segment read back from a shared store (`sdk.shared_state`) has no bytes (`content` None): its
+    `tool` is a hash of the tool's name and `sorted_form` / `masked_form` were kept as hashes."""
 
     key: str
     chain: str
-    content: str
+    content: str | None
     tool: str | None
+    kept_sorted: str | None = None
+    kept_masked: str | None = None
+
+    def sorted_form(self) -> str:
+        """A hash of the segment as JSON with sorted keys (what stays when only the serialisation differs)."""
+        if self.content is None:
+            return self.kept_sorted or ""
+        return _digest(_dumps_sorted(json.loads(self.content)))
+
+    def masked_form(self) -> str:
+        """A hash of the segment with its volatile bytes masked (what stays when only they differ)."""
+        if self.content is None:
+            return self.kept_masked or ""
+        return _digest(mask_volatile(self.content))
 
     def same_when_sorted(self, other: Segment) -> bool:
         """Equal as JSON with sorted keys: only the serialisation differs."""
-        return _dumps_sorted(json.loads(self.content)) == _dumps_sorted(json.loads(other.content))
+        return self.sorted_form() == other.sorted_form()
 
     def same_when_masked(self, other: Segment) -> bool:
         """Equal once volatile bytes are masked: only volatile content differs."""
-        return mask_volatile(self.content) == mask_volatile(other.content)
+        return self.masked_form() == other.masked_form()
 
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
@@ -142,10 +159,13 @@ class Seen:
     at: float
     message_id: str | None = None
     previous: Seen | None = None
+    on_learn: Callable[[str], None] | None = None  # where a shared store keeps the id too
 
     def learn(self, message_id: str) -> None:
         """The answer's id (named as the previous message by the next request of its API and model)."""
         self.message_id = message_id
+        if self.on_learn is not None:
+            self.on_learn(message_id)
 
 
 class PrefixTracker:
@@ -153,7 +173,7 @@ class PrefixTracker:
     to name cache breaks: a changed segment, model, setting, or an expired cache."""
 
     def __init__(self, clock: Callable[[], float] | None = None) -> None:
-        self._last: dict[tuple[str, str], Seen] = {}
+        self._last: dict[tuple[str, str], Seen] = {}  # by (API, model)
         self._latest: dict[str, Seen] = {}
         self._lock = threading.Lock()
         self._clock = clock  # None: `time.monotonic`
@@ -167,12 +187,9 @@ class PrefixTracker:
         current = segments(call)
         call.fingerprint = current[-1].chain[:FINGERPRINT_HEX_CHARS] if current else None
         call.prefix_key = prefix_key(call, current)
-        settings = _settings(call.params)
-        seen = Seen(call.model, current, settings, (self._clock or monotonic)())
-        with self._lock:
-            previous = self._last.get((call.api, call.model))
-            latest = self._latest.get(call.api)
-            self._last[(call.api, call.model)] = self._latest[call.api] = seen
+        seen = Seen(call.model, current, _settings(call.params), (self._clock or monotonic)())
+        previous, latest = self._exchange(str(call.api), seen)
+        current = seen.chain
         if previous is None and latest is not None and latest.model != call.model and latest.chain:
             if explain_break(latest.chain, current) is None:
                 call.break_cause = str(BreakCause.MODEL_CHANGED)
@@ -184,6 +201,15 @@ class PrefixTracker:
             if cause is not None:
                 call.break_at, call.break_cause = cause[0], str(cause[1])
         return seen
+
+    def _exchange(self, api: str, seen: Seen) -> tuple[Seen | None, Seen | None]:
+        """Remember `seen` as the last call of its API and model, and as its API's latest; return
+        what was remembered before: `(last of this API and model, latest of this API)`."""
+        with self._lock:
+            previous = self._last.get((api, seen.model))
+            latest = self._latest.get(api)
+            self._last[(api, seen.model)] = self._latest[api] = seen
+        return previous, latest
 
 
 def _settings(params: dict[str, object]) -> tuple[str, str]:

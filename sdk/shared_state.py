@@ -5,8 +5,10 @@ shared by every process that wraps a client with the same credentials.
 
 A fleet of workers then learns once what each worker would learn alone: which volatile bytes really
 change (`sdk.families`: every worker sends a family in the same shape from its first call on), each
-workload's output lengths (`sdk.adaptive_caps`: a cap appears once the fleet has enough answers), and
-who leads a fan-out (`sdk.fanout`: one cache write for the whole fleet). The memories' interface is
+workload's output lengths (`sdk.adaptive_caps`: a cap appears once the fleet has enough answers),
+who leads a fan-out (`sdk.fanout`: one cache write for the whole fleet), and the last fingerprint
+that cache breaks are explained against (`sdk.fingerprint`: a break names its cause whichever worker
+sent the call before). The memories' interface is
 their in-process classes' methods; each shared class here is its in-process twin and keeps that twin
 as its fallback. In the store, under one namespace per tenant (a hash of the client's credentials and
 base URL, so one key never reads another's memories), only hashes and counts:
@@ -16,6 +18,9 @@ base URL, so one key never reads another's memories), only hashes and counts:
     kvwise:{tenant}:cuts:{workload}       per adaptively capped answer, 1 if it reached its cap
     kvwise:{tenant}:lease:{prefix}        the fan-out leader's span id, expiring after the wait limit;
                                           `...:released:{prefix}` is the channel its release is told on
+    kvwise:{tenant}:seen:{api, model}     the last call's fingerprint (`sdk.fingerprint`): per segment its
+                                          key and hashes, the settings' hashes, when, its answer's id;
+    kvwise:{tenant}:latest:{api}          the same for the API's latest call (break causes across processes)
 
 Faults never reach the call: each command is bounded (`STATE_TIMEOUT_SECONDS`); a failure starts an
 outage (logged once): calls go on with in-process state, their spans say `kvwise.state.degraded` and
@@ -32,7 +37,7 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from time import monotonic, perf_counter
+from time import monotonic, perf_counter, time
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 from uuid import uuid4
@@ -42,6 +47,7 @@ from sdk.adaptive_caps import AdaptiveCaps, WorkloadKey, cut_too_often, quantile
 from sdk.call import Usage
 from sdk.families import Changes, FamilyMemory, FamilyRecord, next_record
 from sdk.fanout import FanOut, Leader, Waited, credentials_hash
+from sdk.fingerprint import PrefixTracker, Seen, Segment
 from sdk.policy import Policy
 
 logger = logging.getLogger(__name__)
@@ -60,6 +66,7 @@ return redis.call('PUBLISH', KEYS[2], '1')
 class Memories:
     """A wrapped client's memories, wherever they live; `outage()` says why the store failed (None: it did not)."""
 
+    tracker: PrefixTracker
     families: FamilyMemory
     caps: AdaptiveCaps | None
     fanout: FanOut | None
@@ -74,6 +81,7 @@ def memories_for(client: Any, policy: Policy, state: str | None) -> Memories:
     store = Store(url)
     namespace = f"kvwise:{credentials_hash(client)}"
     return Memories(
+        SharedTracker(store, namespace),
         SharedFamilies(store, namespace),
         SharedCaps(store, namespace) if policy.adaptive_caps else None,
         SharedFanOut(store, namespace, policy.fanout_wait_seconds) if policy.fanout == "warm" else None,
@@ -83,7 +91,7 @@ def memories_for(client: Any, policy: Policy, state: str | None) -> Memories:
 
 def local_memories(policy: Policy) -> Memories:
     """The memories of a client wrapped under `policy`, in this process (the default)."""
-    return Memories(FamilyMemory(), AdaptiveCaps() if policy.adaptive_caps else None,
+    return Memories(PrefixTracker(), FamilyMemory(), AdaptiveCaps() if policy.adaptive_caps else None,
                     FanOut() if policy.fanout == "warm" else None, _never)  # fmt: skip
 
 
@@ -296,3 +304,69 @@ def _wait_for_release(redis: Any, lease_key: str, channel: str, deadline: float)
                 return
     finally:
         pubsub.close()
+
+
+class SharedTracker(PrefixTracker):
+    """`PrefixTracker` in the store: the last call per API and model, and per API, as hashes only
+    (segments lose their bytes; a tool's name and the settings are hashed), timed by the wall clock
+    (the processes' monotonic clocks differ). A segment unchanged since the stored call keeps its
+    stored hashes, so a growing conversation hashes only its new turns."""
+
+    def __init__(self, store: Store, namespace: str) -> None:
+        super().__init__(clock=time)
+        self._store, self._namespace = store, namespace
+
+    def _exchange(self, api: str, seen: Seen) -> tuple[Seen | None, Seen | None]:
+        last_key, latest_key = f"{self._namespace}:seen:{_digest(api, seen.model)}", f"{self._namespace}:latest:{_digest(api)}"
+        done, stored = self._store.run(lambda redis: redis.pipeline(transaction=False).hgetall(last_key).hgetall(latest_key).execute())
+        if not done:
+            return super()._exchange(api, seen)
+        last_fields, latest_fields = stored or ({}, {})
+        previous = _decode_seen(last_fields) if last_fields else None
+        latest = _decode_seen(latest_fields) if latest_fields else None
+        kept = previous or latest
+        seen.chain = [_kept(segment, kept.chain[index] if kept is not None and index < len(kept.chain) else None)
+                      for index, segment in enumerate(seen.chain)]  # fmt: skip
+        seen.settings = tuple(_digest(setting) if setting else "" for setting in seen.settings)
+        value = _encode_seen(seen)
+
+        def remember(redis: Any) -> None:
+            pipe = redis.pipeline(transaction=False)
+            for key in (last_key, latest_key):
+                pipe.hset(key, "seen", value).hdel(key, "id").expire(key, STATE_EXPIRY_SECONDS)
+            pipe.execute()
+
+        self._store.run(remember)
+        seen.on_learn = lambda message_id: self._learn((last_key, latest_key), value, message_id)
+        return previous, latest
+
+    def _learn(self, keys: tuple[str, str], value: str, message_id: str) -> None:
+        """The answer's id, beside its call's record (unless a later call replaced that record)."""
+
+        def keep(redis: Any) -> None:
+            for key in keys:
+                if redis.hget(key, "seen") == value.encode():
+                    redis.hset(key, "id", message_id)
+
+        self._store.run(keep)
+
+
+def _kept(segment: Segment, stored: Segment | None) -> Segment:
+    """`segment` as the store keeps it: its hashes, the stored ones where it has not changed."""
+    if stored is not None and stored.chain == segment.chain and stored.key == segment.key:
+        return stored
+    tool = _digest(segment.tool) if segment.tool is not None else None
+    return Segment(segment.key, segment.chain, None, tool, segment.sorted_form(), segment.masked_form())
+
+
+def _encode_seen(seen: Seen) -> str:
+    chain = [[s.key, s.chain, s.tool, s.kept_sorted, s.kept_masked] for s in seen.chain]
+    return json.dumps({"model": seen.model, "chain": chain, "settings": list(seen.settings), "at": seen.at})
+
+
+def _decode_seen(fields: dict[bytes, bytes]) -> Seen:
+    record = json.loads(fields[b"seen"])
+    chain = [Segment(key, chain, None, tool, kept_sorted, kept_masked) for key, chain, tool, kept_sorted, kept_masked in record["chain"]]
+    message_id = fields.get(b"id")
+    return Seen(record["model"], chain, tuple(record["settings"]), record["at"],
+                message_id.decode() if message_id is not None else None)  # fmt: skip

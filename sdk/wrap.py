@@ -28,7 +28,6 @@ from sdk.call import Api, Call, Provider
 from sdk.chain import Chain, Middleware
 from sdk.fanout import FanOut, fanout_key
 from sdk.shared_state import memories_for
-from sdk.fingerprint import PrefixTracker
 from sdk.lifecycle import CallListener
 from sdk.policy import Policy
 from sdk.refusals import Refusals
@@ -89,7 +88,7 @@ def wrap(
     memories = memories_for(client, policy, state)
     shared = _Shared(
         policy=policy,
-        chain=Chain(policy, PrefixTracker(), middleware, memories=memories, diagnostics=diagnostics.eligible(client, provider)),
+        chain=Chain(policy, memories, middleware, diagnostics=diagnostics.eligible(client, provider)),
         telemetry=Telemetry(policy, tracer_provider=tracer_provider, meter_provider=meter_provider),
         package=package,
         provider=Provider(provider) if provider is not None else None,

@@ -121,9 +121,8 @@ def test_unknown_content_shapes_pass_through_byte_for_byte():
     kwargs = {"model": "claude-sonnet-5", "messages": messages, "max_tokens": 10}
     call = adapter.to_call(json.loads(json.dumps(kwargs)), Provider.ANTHROPIC)
     from sdk.chain import Chain
-    from sdk.fingerprint import PrefixTracker
-
-    Chain(sdk.Policy(), PrefixTracker()).run(call)
+    
+    Chain(sdk.Policy()).run(call)
     out = adapter.to_kwargs(call)
     assert json.dumps(out["messages"]) == json.dumps(messages)
 

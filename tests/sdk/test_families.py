@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime
 import json
 import threading
-import time
 import uuid
 from typing import Any
 
@@ -17,8 +16,6 @@ from sdk.call import Api, Call, Provider
 from sdk.canonical import NOTE_CLOSE, NOTE_OPEN
 from sdk.chain import Chain
 from sdk.families import FamilyMemory, family_key
-from sdk.fingerprint import PrefixTracker
-from sdk.volatile import find_volatile
 from tests.sdk.helpers import LONG_SYSTEM, resolve
 
 PROJECT = "5b0e7c1a-3d4f-4a8e-9c2b-7f1d6e5a4b3c"
@@ -105,7 +102,7 @@ def _request(project: str = PROJECT) -> str:
 
 
 def test_a_request_id_moves_from_the_call_it_first_changes_on_while_a_stable_uuid_never_moves():
-    chain = Chain(sdk.Policy(), PrefixTracker())
+    chain = Chain(sdk.Policy())
     systems = [_request() for _ in range(4)]
     calls = [_chat(chain, system) for system in systems]
     assert _system_text(calls[0]) == json.dumps([{"role": "system", "content": systems[0]}])  # nothing known yet
@@ -119,7 +116,7 @@ def test_a_request_id_moves_from_the_call_it_first_changes_on_while_a_stable_uui
 
 
 def test_the_decision_never_flips_over_a_familys_first_calls_kept_while_the_same_then_moved_for_good():
-    chain = Chain(sdk.Policy(), PrefixTracker())
+    chain = Chain(sdk.Policy())
     stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     later = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=1)).isoformat(timespec="seconds")
     run = f"Request ID: {uuid.uuid4()}\nTimestamp: {stamp}\nYou are the support assistant."
@@ -133,7 +130,7 @@ def test_the_decision_never_flips_over_a_familys_first_calls_kept_while_the_same
 
 
 def test_a_kept_candidate_that_changes_later_moves_from_that_call_on_for_good():
-    chain = Chain(sdk.Policy(), PrefixTracker())
+    chain = Chain(sdk.Policy())
     other = "0c9d8e7f-6a5b-4c3d-8e2f-1a0b9c8d7e6f"
     projects = [PROJECT, PROJECT, other, PROJECT, PROJECT]
     calls = [_chat(chain, _request(project)) for project in projects]
@@ -143,11 +140,11 @@ def test_a_kept_candidate_that_changes_later_moves_from_that_call_on_for_good():
 
 
 def test_families_are_told_apart_by_their_stable_text_and_remembered_per_wrapped_client():
-    chain = Chain(sdk.Policy(), PrefixTracker())
+    chain = Chain(sdk.Policy())
     _chat(chain, _request())
     assert "Request ID" not in _system_text(_chat(chain, _request()))  # the family saw its id change
     assert "Request ID" in _system_text(_chat(chain, _request().replace("support", "billing")))  # a new family
-    assert "Request ID" in _system_text(_chat(Chain(sdk.Policy(), PrefixTracker()), _request()))  # another client
+    assert "Request ID" in _system_text(_chat(Chain(sdk.Policy()), _request()))  # another client
 
 
 def test_tool_definitions_are_never_rewritten_and_an_example_that_changes_is_reported():
@@ -155,7 +152,7 @@ def test_tool_definitions_are_never_rewritten_and_an_example_that_changes_is_rep
         schema = {"type": "object", "properties": {"start": {"type": "string", "description": f"ISO 8601 start, e.g. {example}"}}}
         return [{"type": "function", "function": {"name": "book", "description": "Book a meeting.", "parameters": schema}}]
 
-    chain = Chain(sdk.Policy(), PrefixTracker())
+    chain = Chain(sdk.Policy())
     for example in (EXAMPLE, EXAMPLE, EXAMPLE):
         call = _chat(chain, "Be brief.", tools=tools(example))
         assert call.tools == tools(example) and not _volatile(call)
@@ -165,7 +162,7 @@ def test_tool_definitions_are_never_rewritten_and_an_example_that_changes_is_rep
 
 
 def test_warn_mode_reports_what_changes_between_calls_and_moves_nothing():
-    chain = Chain(sdk.Policy(volatile="warn"), PrefixTracker())
+    chain = Chain(sdk.Policy(volatile="warn"))
     first, second = (_chat(chain, _request()) for _ in range(2))
     assert _volatile(first) == []  # nothing has changed yet
     assert _volatile(second) == ["volatile_found:labelled_value"]
@@ -186,7 +183,7 @@ RESPONSES_LOOP = [
 
 @pytest.mark.parametrize(("api", "loop"), [(Api.CHAT, CHAT_LOOP), (Api.RESPONSES, RESPONSES_LOOP)], ids=["chat", "responses"])
 def test_in_a_tool_loop_the_note_ends_the_first_user_turn_so_each_call_begins_with_the_whole_previous_one(api, loop):
-    chain = Chain(sdk.Policy(), PrefixTracker())
+    chain = Chain(sdk.Policy())
     _chat(chain, _request(), turns=[{"role": "user", "content": "Book a meeting with Bo."}], api=api)  # the family's first call
     system = _request()  # a new run (another request): its id moves, constant over the run's calls
     first, second = (_chat(chain, system, turns=[dict(turn) for turn in turns], api=api) for turns in (loop[:1], loop))
@@ -233,7 +230,7 @@ def _note(*lines: str) -> str:
 
 @pytest.mark.parametrize("api", list(LOOPS), ids=["chat", "responses", "anthropic"])
 def test_a_value_constant_within_conversations_goes_to_the_first_turns_note_one_changing_within_one_to_the_tail_note_for_good(api):
-    chain = Chain(sdk.Policy(), PrefixTracker())
+    chain = Chain(sdk.Policy())
     loop = LOOPS[api]
     run_id, next_id = uuid.uuid4(), uuid.uuid4()
     stamps = ["2026-12-01T09:00:00+00:00", "2026-12-01T09:00:07+00:00", "2026-12-01T09:01:00+00:00"]

@@ -8,7 +8,6 @@ import sdk
 from sdk.adapters import adapter_for
 from sdk.call import Api, Provider
 from sdk.chain import Chain
-from sdk.fingerprint import PrefixTracker
 
 TOOLS = [
     {"type": "function", "function": {"name": "a", "parameters": {"type": "object", "properties": {"x": {"type": "string"}}}}},
@@ -29,7 +28,7 @@ def _messages(system: str, *turns: str) -> list:
 
 
 def test_a_new_turn_extends_the_prefix_without_a_break():
-    chain = Chain(sdk.Policy(), PrefixTracker())
+    chain = Chain(sdk.Policy())
     first = _run(chain, _messages("Be brief.", "q1"))
     second = _run(chain, _messages("Be brief.", "q1", "a1", "q2"))
     assert first.fingerprint and second.fingerprint and first.fingerprint != second.fingerprint
@@ -45,21 +44,21 @@ def test_a_new_turn_extends_the_prefix_without_a_break():
     ],
 )
 def test_the_first_changed_segment_and_its_cause_are_named(policy, before, after, at, cause):
-    chain = Chain(policy, PrefixTracker())
+    chain = Chain(policy)
     _run(chain, before)
     call = _run(chain, after)
     assert (call.break_at, call.break_cause) == (at, cause)
 
 
 def test_tool_reorder_is_named_when_canonical_order_is_off():
-    chain = Chain(sdk.Policy(canonicalize=False), PrefixTracker())
+    chain = Chain(sdk.Policy(canonicalize=False))
     _run(chain, _messages("S", "q"), TOOLS)
     call = _run(chain, _messages("S", "q"), list(reversed(TOOLS)))
     assert (call.break_at, call.break_cause) == ("tools[0]", "tool_reorder")
 
 
 def test_tool_schema_change_and_unstable_serialisation_are_told_apart():
-    chain = Chain(sdk.Policy(canonicalize=False), PrefixTracker())
+    chain = Chain(sdk.Policy(canonicalize=False))
     _run(chain, _messages("S", "q"), TOOLS)
     changed = [{"type": "function", "function": {"name": "a", "parameters": {"type": "object"}}}, TOOLS[1]]
     assert _run(chain, _messages("S", "q"), changed).break_cause == "tool_schema_changed"
@@ -69,7 +68,7 @@ def test_tool_schema_change_and_unstable_serialisation_are_told_apart():
 
 
 def test_canonical_order_removes_the_tool_reorder_break():
-    chain = Chain(sdk.Policy(), PrefixTracker())
+    chain = Chain(sdk.Policy())
     first = _run(chain, _messages("S", "q"), TOOLS)
     second = _run(chain, _messages("S", "q"), list(reversed(TOOLS)))
     assert second.break_at is None and first.fingerprint == second.fingerprint

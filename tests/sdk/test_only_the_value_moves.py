@@ -16,7 +16,6 @@ from sdk.adapters import adapter_for
 from sdk.call import Api, Provider
 from sdk.canonical import NOTE_CLOSE, NOTE_OPEN
 from sdk.chain import Chain
-from sdk.fingerprint import PrefixTracker
 from sdk.volatile import cut_volatile, render_note_line
 from tests.sdk.helpers import resolve
 from tests.sdk.system_prompts import CORPUS, OTHER_VALUES, VALUES, SystemPrompt
@@ -51,7 +50,7 @@ def _sent(chain: Chain, system: str) -> tuple[str, list[Any]]:
 
 @pytest.mark.parametrize("entry", CORPUS, ids=IDS)
 def test_through_the_chain_the_values_move_once_they_change_and_the_rest_of_each_prompt_stays(entry: SystemPrompt):
-    chain = Chain(sdk.Policy(), PrefixTracker())
+    chain = Chain(sdk.Policy())
     first = _sent(chain, entry.prompt(VALUES))
     assert first == (entry.prompt(VALUES), [{"role": "user", "content": "Hello"}])  # nothing known yet: as written
     for values in (OTHER_VALUES, VALUES):  # changed, then back: moved for good

@@ -83,6 +83,23 @@ def test_a_second_worker_sends_a_family_in_the_shape_the_first_learnt_from_its_f
 
 
 @pytest.mark.parametrize("shared", [True, False], ids=["shared", "in-process"])
+def test_a_cache_break_is_explained_against_the_call_another_worker_sent_before(
+    simulator: Any, store: RedisServer, shared: bool
+) -> None:
+    state = store.url if shared else None
+    tools = "You are the support bot of Example Corp. " * 60
+    _family_calls(simulator, 0, state, [tools + "Answer in one short paragraph."])
+    [span] = _family_calls(simulator, 1, state, [tools + "Answer in three bullet points."])["spans"]
+    if shared:
+        assert span[sc.KVWISE_PREFIX_BREAK_CAUSE] == "system_changed"
+        assert span[sc.KVWISE_PREFIX_BREAK_AT] == "system[0]"
+    else:
+        assert sc.KVWISE_PREFIX_BREAK_CAUSE not in span  # alone, the worker has seen no call before
+    [again] = _family_calls(simulator, 2, state, [tools + "Answer in three bullet points."])["spans"]
+    assert sc.KVWISE_PREFIX_BREAK_CAUSE not in again  # the same prefix as the fleet's last call: no break
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["shared", "in-process"])
 def test_an_adaptive_cap_appears_once_the_fleet_has_enough_answers(simulator: Any, store: RedisServer, shared: bool) -> None:
     simulator.reply = " word" * 20
     system = "You label support tickets with one word. " * 40
@@ -116,10 +133,14 @@ def test_no_prompt_text_key_or_answer_reaches_the_store(simulator: Any, store: R
             stored.append(client.get(key) or b"")
         elif kind == b"list":
             stored.extend(client.lrange(key, 0, -1))
-    assert len(stored) > 3  # families, lengths and cuts were written
+        else:
+            assert kind == b"hash", (key, kind)
+            stored.extend(part for item in client.hgetall(key).items() for part in item)
+    kinds = {key.split(b":")[2] for key in client.scan_iter("*")}
+    assert {b"family", b"lengths", b"seen", b"latest"} <= kinds  # (cuts: only once a cap is adaptive)
     everything = b"\n".join(stored)
     for secret in (b"Example Corp", b"support bot", b"Request ID", b"00000000-0000-0000-0000-000000000007", b"rule1",
-                   b"Ticket", b"Confidential", b"invoices", b"fleet-key", b"gpt-sim-1"):  # fmt: skip
+                   b"Ticket", b"Confidential", b"invoices", b"fleet-key", b"test-key"):  # fmt: skip
         assert secret not in everything, secret
 
 
