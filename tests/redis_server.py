@@ -2,11 +2,13 @@
 
     with RedisServer() as server:          # server.url == "redis://127.0.0.1:PORT/0"
         server.stop(); server.start()      # an outage, then the same server back on the same port
+        server.pause(); server.resume()    # a store that answers nothing for a while
 """
 
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -56,6 +58,15 @@ class RedisServer:
                 if time.monotonic() > deadline or self._process.poll() is not None:
                     raise RuntimeError(f"redis-server did not start on port {self.port}") from None
                 time.sleep(0.02)
+
+    def pause(self) -> None:
+        """Stop the server's process (SIGSTOP): connections still open, nothing answers, a slow store."""
+        assert self._process is not None
+        self._process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self._process is not None
+        self._process.send_signal(signal.SIGCONT)
 
     def stop(self) -> None:
         if self._process is not None:

@@ -198,6 +198,23 @@ def test_a_store_that_refuses_the_credentials_degrades_the_call_and_the_right_pa
         assert server.client().keys("kvwise:*:family:*")
 
 
+def test_a_store_that_answers_nothing_within_the_bound_degrades_the_call_which_still_answers(simulator: Any) -> None:
+    with RedisServer() as server:
+        exporter = InMemorySpanExporter()
+        client = _wrapped(simulator, server.url.replace("redis://", "valkey://"), exporter, adaptive_caps=True)
+        _ask(client, FAMILY.format(uuid.UUID(int=1)))  # a valkey:// URL is read as the redis client's own
+        assert server.client().keys("kvwise:*")
+        server.pause()
+        try:
+            assert _ask(client, FAMILY.format(uuid.UUID(int=2)))
+        finally:
+            server.resume()
+        first, slow = exporter.get_finished_spans()
+        assert sc.KVWISE_STATE_DEGRADED not in (first.attributes or {})
+        assert slow.attributes[sc.KVWISE_STATE_DEGRADED] is True
+        assert slow.attributes[sc.KVWISE_STATE_DEGRADED_REASON].startswith("TimeoutError")
+
+
 def test_a_state_url_of_another_scheme_is_refused_at_wrap(simulator: Any) -> None:
     bare = openai.OpenAI(base_url=simulator.openai_base_url, api_key="test-key")
     with pytest.raises(ValueError, match="redis://"):
