@@ -5,7 +5,7 @@
         [--allowed-origins ORIGIN [ORIGIN ...]] [--device auto|cpu|cuda] [--dtype auto|float32|bfloat16|...]
         [--kv-cache-memory BYTES | --gpu-memory-utilization SHARE] [--max-model-len N] [--max-num-seqs N]
         [--max-num-batched-tokens N] [--block-size N] [--[no-]enable-prefix-caching]
-        [--chat-template FILE|TEMPLATE] [--generation-config auto|vllm|FOLDER]
+        [--chat-template FILE|TEMPLATE] [--generation-config auto|vllm|FOLDER] [--speculative-config JSON]
 
 The engine options are `EngineConfig`'s fields under vLLM's names, meanings and defaults (its
 `vllm serve` options; `--kv-cache-memory` is ours, `--gpu-memory-utilization` CUDA's only). A value
@@ -115,6 +115,9 @@ def _parser() -> argparse.ArgumentParser:
     engine.add_argument("--generation-config", default=_ENGINE_DEFAULTS.generation_config, metavar="auto|vllm|FOLDER",
                         help="default sampling params: auto reads the checkpoint's generation_config.json, "
                              "vllm ignores it, or a folder holding one")  # fmt: skip
+    engine.add_argument("--speculative-config", default=None, metavar="JSON",
+                        help='n-gram speculative decoding, e.g. \'{"method": "ngram", "num_speculative_tokens": 4, '
+                             '"prompt_lookup_max": 3}\'')  # fmt: skip
     return parser
 
 

@@ -129,15 +129,27 @@ class BlockManager:
         self.hit_tokens += reused
         return reused
 
-    def can_append(self, seq: Sequence) -> bool:
-        """Whether the pool has the block(s) the sequence's newest tokens need."""
-        return seq.num_blocks_needed(self.block_size) - len(seq.block_table) <= (
-            self.num_free + self.num_cached
-        )
+    def _blocks_short(self, seq: Sequence, lookahead: int) -> int:
+        """Blocks the sequence lacks for its tokens and `lookahead` more (speculative drafts)."""
+        return -(-(len(seq) + lookahead) // self.block_size) - len(seq.block_table)
 
-    def append(self, seq: Sequence) -> None:
-        for _ in range(seq.num_blocks_needed(self.block_size) - len(seq.block_table)):
+    def can_append(self, seq: Sequence, lookahead: int = 0) -> bool:
+        """Whether the pool has the block(s) the sequence's newest tokens (and `lookahead` drafts) need."""
+        return self._blocks_short(seq, lookahead) <= self.num_free + self.num_cached
+
+    def append(self, seq: Sequence, lookahead: int = 0) -> None:
+        for _ in range(self._blocks_short(seq, lookahead)):
             seq.block_table.append(self._take())
+
+    def release_tail(self, seq: Sequence) -> None:
+        """Free the blocks past the sequence's tokens: they held only refused drafts (never named)."""
+        keep = seq.num_blocks_needed(self.block_size)
+        for block_id in reversed(seq.block_table[keep:]):
+            block = self.blocks[block_id]
+            assert block.ref_count == 1 and block.hash is None, f"block {block_id} past the tokens is shared or named"
+            block.ref_count = 0
+            self._free.append(block_id)
+        del seq.block_table[keep:]
 
     def commit(self, seq: Sequence, computed_before: int) -> None:
         """Name the blocks that became full and computed since `computed_before` tokens.

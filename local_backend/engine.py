@@ -161,6 +161,7 @@ class Engine:
                 max_model_len=config.max_model_len or min(limit, C.DEFAULT_MAX_MODEL_LEN),
                 max_num_batched_tokens=config.max_num_batched_tokens,
                 enable_prefix_caching=config.enable_prefix_caching,
+                speculative_config=config.speculative_config,
             )
         )
         if config.max_model_len is not None and core.max_model_len < config.max_model_len:

@@ -20,6 +20,7 @@ from typing import Any, Final
 
 from local_backend import _constants as C
 from local_backend.sampling_params import SamplingParams
+from local_backend.speculative import SpeculativeConfig
 
 DTYPES: Final = ("auto", "float32", "float", "bfloat16", "float16", "half")
 """vLLM's `--dtype` names; `float` is float32 and `half` float16, as there."""
@@ -83,6 +84,9 @@ class EngineConfig:
     - `generation_config`: `"auto"` takes default sampling params (temperature, top_p, top_k, min_p,
       repetition_penalty, max_new_tokens) from the checkpoint's `generation_config.json`, `"vllm"`
       ignores it, or a folder holding one. A request's own values win.
+    - `speculative_config`: n-gram speculative decoding (`SpeculativeConfig`; a dict or its JSON,
+      vLLM's `{"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_max": N}`, is read
+      into one); None decodes one token per step.
     """
 
     model: str = C.DEFAULT_MODEL_NAME
@@ -97,9 +101,15 @@ class EngineConfig:
     gpu_memory_utilization: float | None = None
     chat_template: str | None = None
     generation_config: str = GENERATION_CONFIG_AUTO
+    speculative_config: SpeculativeConfig | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model", str(self.model))
+        if isinstance(self.speculative_config, (str, Mapping)):
+            try:
+                object.__setattr__(self, "speculative_config", SpeculativeConfig.parse(self.speculative_config))
+            except ValueError as exc:
+                raise ConfigError("speculative_config", f"speculative_config={self.speculative_config!r}: {exc}") from None
         object.__setattr__(self, "dtype", DTYPE_ALIASES.get(self.dtype, self.dtype))
         checks = [
             ("model", bool(self.model), "must name a checkpoint directory or 'default'"),
@@ -175,6 +185,8 @@ class EngineConfig:
             option = "--" + field.name.replace("_", "-")
             if isinstance(value, bool):
                 arguments.append(option if value else "--no-" + option[2:])
+            elif isinstance(value, SpeculativeConfig):
+                arguments += [option, value.to_json()]
             else:
                 arguments += [option, str(value)]
         return arguments

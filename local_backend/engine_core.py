@@ -4,7 +4,8 @@
 given. `step()` plans one batch, runs it, delivers what it produced and returns a `StepOutput` (the
 tokens, the finished requests, the stats after it), so the front never reads the core's state.
 A request ends in one place, as in nano-vllm's `Scheduler.postprocess`: `_postprocess` appends
-each sampled token and checks the stops, and `_finish` (stop, length, abort, error alike) takes
+each sampled token and checks the stops (after each of a speculating step's tokens, dropping those
+after a stop), and `_finish` (stop, length, abort, error alike) takes
 the request out of the scheduler, frees its blocks and hands its completion over.
 
 Whatever raises inside a step fails only what that step was working on, with
@@ -32,6 +33,7 @@ from local_backend.request import Request
 from local_backend.sampler import Sampler
 from local_backend.scheduler import ScheduleFailed, Scheduler
 from local_backend.sequence import Sequence
+from local_backend.speculative import NgramProposer, SpeculativeConfig
 from local_backend.tokenizer import TextTokenizer
 
 logger = logging.getLogger(__name__)
@@ -61,6 +63,7 @@ class EngineCore:
         max_model_len: int,
         max_num_batched_tokens: int,
         enable_prefix_caching: bool = True,
+        speculative_config: SpeculativeConfig | None = None,
     ):
         param = next(model.parameters())
         dtype, device = param.dtype, param.device
@@ -70,7 +73,10 @@ class EngineCore:
         num_blocks = min(kv_cache_memory // (block_size * self.kv_bytes_per_token), usable)
         self.block_manager = BlockManager(num_blocks, block_size, enable_prefix_caching)
         self.max_model_len = min(max_model_len, num_blocks * block_size)
-        self.scheduler = Scheduler(self.block_manager, max_num_seqs, max(max_num_batched_tokens, max_num_seqs))
+        proposer = NgramProposer(speculative_config, self.max_model_len) if speculative_config else None
+        self.scheduler = Scheduler(
+            self.block_manager, max_num_seqs, max(max_num_batched_tokens, max_num_seqs), proposer
+        )
         sampler = Sampler(cfg.vocab_size, tokenizer.ids_containing, ops.select(device, torch.float32, cfg.head_dim))
         self.runner = ModelRunner(model, cfg, sampler, num_blocks, block_size, self.max_model_len)
         self.eos = frozenset(cfg.eos_token_ids) | (
@@ -112,17 +118,20 @@ class EngineCore:
             prompt_tokens=self.prompt_tokens,
             prefix_cache_hit_tokens=bm.hit_tokens,
             generation_tokens=self.generation_tokens,
+            spec_decode_drafts=scheduler.num_drafts,
+            spec_decode_draft_tokens=scheduler.num_draft_tokens,
+            spec_decode_accepted_tokens=scheduler.num_accepted_tokens,
         )
 
     def step(self) -> StepOutput:
         """Plan one batch, run it, and deliver its tokens; a failure fails only what it touched."""
-        new_token_ids: dict[str, int] = {}
+        new_token_ids: dict[str, tuple[int, ...]] = {}
         if self.scheduler.has_unfinished():
             self._step(new_token_ids)
         finished, self._finished = tuple(self._finished), []
         return StepOutput(new_token_ids, finished, self.stats())
 
-    def _step(self, new_token_ids: dict[str, int]) -> None:
+    def _step(self, new_token_ids: dict[str, tuple[int, ...]]) -> None:
         try:
             batch = self.scheduler.schedule()
         except ScheduleFailed as exc:
@@ -133,35 +142,49 @@ class EngineCore:
         if not batch.seqs:
             return
         try:
-            tokens = self.runner.run(batch)
-            sampled = self.scheduler.update(batch)
+            produced = self.runner.run(batch)
+            sampled = self.scheduler.update(batch, produced)
         except Exception as exc:
             logger.exception("engine step failed; failing its batch of %d", len(batch.seqs))
             self._fail(batch.seqs, "error", describe(exc))
             return
-        self._postprocess(sampled, tokens, new_token_ids)
+        self._postprocess(sampled, produced, new_token_ids)
 
-    def _postprocess(self, sampled: list[Sequence], tokens: list[int], new_token_ids: dict[str, int]) -> None:
-        """Append each sampled token, then end its request if it stops there, else deliver its text."""
-        for seq, token in zip(sampled, tokens):
+    def _postprocess(
+        self,
+        sampled: list[Sequence],
+        produced: dict[Sequence, list[int]],
+        new_token_ids: dict[str, tuple[int, ...]],
+    ) -> None:
+        """Deliver each sequence's tokens in order, ending its request at the first that stops it.
+
+        A speculating step's accepted drafts are in the sequence already (`Scheduler.update`); the
+        last token is appended here. A stop inside the run drops the tokens after it.
+        """
+        for seq in sampled:
             request = self.requests.get(seq)
             if request is None:
                 continue
+            tokens = produced[seq]
             try:
-                self.generation_tokens += 1
-                new_token_ids[seq.request_id] = token
-                seq.append_token(token)
-                reason = self._stop_reason(request, token)
-                if reason is None:
-                    request.emit(token)
-                else:
+                seq.append_token(tokens[-1])
+                start = len(seq) - len(tokens)
+                for i, token in enumerate(tokens):
+                    self.generation_tokens += 1
+                    new_token_ids[seq.request_id] = tuple(tokens[: i + 1])
+                    reason = self._stop_reason(request, token, start + i + 1)
+                    if reason is None:
+                        request.emit(token)
+                        continue
+                    seq.truncate(start + i + 1)
                     self._finish(request, reason, (token,))
+                    break
             except Exception as exc:
                 logger.exception("delivering a token of %s failed", seq.request_id)
                 self._fail([seq], "error", describe(exc))
 
-    def _stop_reason(self, request: Request, token: int) -> FinishReason | None:
-        """Why the request ends at `token`, or None to go on.
+    def _stop_reason(self, request: Request, token: int, length: int) -> FinishReason | None:
+        """Why the request ends at `token`, the sequence's `length`-th, or None to go on.
 
         In order: `stop_token_ids`, or EOS unless `ignore_eos` → "stop" (the token is in
         `token_ids`, its text is not in the text, as in vLLM); a stop string → "stop";
@@ -172,7 +195,7 @@ class EngineCore:
             return "stop"
         if request.detokenizer.add(token):
             return "stop"
-        if seq.num_output_tokens >= params.max_tokens or len(seq) >= self.max_model_len:
+        if length - seq.num_prompt_tokens >= params.max_tokens or length >= self.max_model_len:
             return "length"
         return None
 

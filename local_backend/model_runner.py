@@ -4,7 +4,8 @@ A step's sequences are laid out as one flat batch of tokens: first every single-
 (decodes), shortest context first, so their attention is one call that reads the cache in place
 (`PagedDecodes`, where the model's ops do: `ops.TorchOps.paged_decodes`) or a few batched SDPA calls
 (`decode_groups`); then each prefill chunk. Logits are computed only for the rows that end a sequence's uncomputed tokens, i.e. the
-ones that sample.
+ones that sample. A speculating sequence's last token and its drafts are a chunk over its cached
+context (the prefill path) with logits for every row, which `Sampler.verify` checks the drafts by.
 """
 
 from __future__ import annotations
@@ -46,8 +47,9 @@ class ModelRunner:
         self.paged_decodes = model.ops.paged_decodes
 
     @torch.inference_mode()
-    def run(self, batch: ScheduledBatch) -> list[int]:
-        """Compute the batch's tokens; return one sampled token per sequence that completes."""
+    def run(self, batch: ScheduledBatch) -> dict[Sequence, list[int]]:
+        """Compute the batch's tokens; return, in batch order, the tokens of each sequence that
+        completes: one sampled token, or a speculating sequence's accepted drafts and one more."""
         def place(i: int) -> tuple[bool, int]:  # decodes first, shortest context first; then prefills
             decode = batch.num_new_tokens[i] == 1
             return not decode, batch.seqs[i].num_computed_tokens if decode else 0
@@ -55,29 +57,43 @@ class ModelRunner:
         order = sorted(range(len(batch.seqs)), key=place)
         seqs = [batch.seqs[i] for i in order]
         counts = [batch.num_new_tokens[i] for i in order]
+        drafts = [batch.draft_token_ids[i] for i in order]
         ids: list[int] = []
         positions: list[int] = []
-        for seq, n in zip(seqs, counts):
+        for seq, n, draft in zip(seqs, counts, drafts):
             start = seq.num_computed_tokens
             ids.extend(seq.token_ids[start : start + n])
+            ids.extend(draft)  # a speculating chunk: its last token, then its drafts
             positions.extend(range(start, start + n))
         pos = torch.tensor(positions, device=self.device)
         meta = self._metadata(seqs, counts, pos)
         cos, sin = self.cos[pos].unsqueeze(1), self.sin[pos].unsqueeze(1)
         input_ids = torch.tensor(ids, device=self.device)
         hidden = self.model(input_ids, cos, sin, meta, self.kv_cache)
-        rows, sampling = [], []
+        rows: list[int] = []
+        spec_rows: list[int] = []
+        sampling: list[Sequence] = []
+        speculating: list[tuple[Sequence, tuple[int, ...]]] = []
         end = 0
-        for seq, n in zip(seqs, counts):
+        for seq, n, draft in zip(seqs, counts, drafts):
             end += n
-            if seq.num_computed_tokens + n == len(seq):
+            if draft:
+                spec_rows.extend(range(end - 1 - len(draft), end))
+                speculating.append((seq, draft))
+            elif seq.num_computed_tokens + n == len(seq):
                 rows.append(end - 1)
                 sampling.append(seq)
-        if not rows:
-            return []
-        tokens = self.sampler(self.model.logits(hidden[rows]), sampling)
-        by_seq = {id(seq): token for seq, token in zip(sampling, tokens)}
-        return [by_seq[id(seq)] for seq in batch.seqs if id(seq) in by_seq]
+        produced: dict[Sequence, list[int]] = {}
+        if rows:
+            logits = self.model.logits(hidden[rows + spec_rows])
+            tokens = self.sampler(logits[: len(rows)] if spec_rows else logits, sampling)
+            produced.update((seq, [token]) for seq, token in zip(sampling, tokens))
+        elif spec_rows:
+            logits = self.model.logits(hidden[spec_rows])
+        if spec_rows:
+            verified = self.sampler.verify(logits[len(rows) :], [s for s, _ in speculating], [d for _, d in speculating])
+            produced.update((seq, tokens) for (seq, _), tokens in zip(speculating, verified))
+        return {seq: produced[seq] for seq in batch.seqs if seq in produced}
 
     def _slots(self, seq: Sequence, length: int) -> torch.Tensor:
         """Cache slots of the sequence's first `length` tokens."""

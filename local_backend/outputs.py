@@ -27,7 +27,8 @@ class Completion:
     are in full blocks this request added to it (a block another request named first is not
     counted), so cached_tokens + cache_written_tokens <= len(prompt_token_ids). `stop_string` is
     the stop string that ended the text, if one did; `error` says what failed when
-    `finish_reason == "error"`.
+    `finish_reason == "error"`. Under speculative decoding, `draft_tokens` drafts were proposed for
+    it and `accepted_draft_tokens` of them kept (both 0 when it never speculated).
     """
 
     request_id: str
@@ -40,6 +41,8 @@ class Completion:
     stop_string: str | None
     timings: Timings
     error: str | None = None
+    draft_tokens: int = 0
+    accepted_draft_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +65,8 @@ class StreamDelta:
 class EngineStats:
     """A snapshot for `/metrics`: the block pool, the queues and cumulative token counts.
 
-    kv_cache_bytes = num_blocks × block_size × kv_bytes_per_token.
+    kv_cache_bytes = num_blocks × block_size × kv_bytes_per_token. The `spec_decode_` counters are
+    vLLM's: steps that verified drafts, drafts proposed, drafts accepted.
     """
 
     num_blocks: int
@@ -79,17 +83,21 @@ class EngineStats:
     prompt_tokens: int
     prefix_cache_hit_tokens: int
     generation_tokens: int
+    spec_decode_drafts: int = 0
+    spec_decode_draft_tokens: int = 0
+    spec_decode_accepted_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class StepOutput:
     """What one engine step did (vLLM's `EngineCoreOutputs`), handed out rather than read from the core.
 
-    `new_token_ids` maps each request that sampled a token to it; `finished` lists, in order, the
+    `new_token_ids` maps each request that sampled to its new tokens (one, or under speculation
+    its accepted drafts and the token after them); `finished` lists, in order, the
     requests that ended since the previous step's output (in the step, or aborted between steps)
     with their finish reason; `stats` is the engine's snapshot after the step.
     """
 
-    new_token_ids: dict[str, int]
+    new_token_ids: dict[str, tuple[int, ...]]
     finished: tuple[tuple[str, FinishReason], ...]
     stats: EngineStats

@@ -42,8 +42,21 @@ class PenaltyState:
 
     def update(self, token_ids: Seq[int]) -> None:
         """Count the output tokens of `token_ids` (the prompt, then the output so far) not yet counted."""
+        self._count(token_ids[self._counted :])
+        self._counted = len(token_ids)
+
+    def ahead(self, drafts: Seq[int]) -> PenaltyState:
+        """A copy that has also counted `drafts`: what a verification row sees after the drafts before it."""
+        copy = PenaltyState.__new__(PenaltyState)
+        copy.ids, copy.counts, copy.offsets = array("q", self.ids), array("f", self.counts), array("f", self.offsets)
+        copy._index, copy._counted = dict(self._index), self._counted + len(drafts)
+        copy._frequency, copy._presence = self._frequency, self._presence
+        copy._count(drafts)
+        return copy
+
+    def _count(self, tokens: Seq[int]) -> None:
         index, ids, counts, offsets = self._index, self.ids, self.counts, self.offsets
-        for token in token_ids[self._counted :]:
+        for token in tokens:
             i = index.get(token)
             if i is None:
                 i = index[token] = len(ids)
@@ -52,7 +65,6 @@ class PenaltyState:
                 offsets.append(0.0)
             counts[i] += 1
             offsets[i] = self._frequency * counts[i] + self._presence
-        self._counted = len(token_ids)
 
 
 def apply_penalties(values: torch.Tensor, offsets: torch.Tensor, repetition: torch.Tensor) -> torch.Tensor:

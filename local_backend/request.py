@@ -87,6 +87,8 @@ class Request:
             stop_string=self.detokenizer.stop_string,
             timings=Timings(scheduled - seq.arrival_time, first - scheduled, now - first),
             error=error,
+            draft_tokens=seq.num_draft_tokens,
+            accepted_draft_tokens=seq.num_accepted_tokens,
         )
         self.sink(self._delta(self.detokenizer.take_delta(final=True), new_tokens, completion))
 

@@ -134,15 +134,71 @@ class Sampler:
             tokens[greedy] = argmax
         return tokens.tolist()
 
-    def adjusted_logits(self, logits: torch.Tensor, seqs: Seq[Sequence]) -> torch.Tensor:
-        """The logits after vLLM's penalties and llama.cpp's DRY, applied in place (float32)."""
+    def adjusted_logits(
+        self, logits: torch.Tensor, seqs: Seq[Sequence], ahead: Seq[tuple[int, ...]] | None = None
+    ) -> torch.Tensor:
+        """The logits after vLLM's penalties and llama.cpp's DRY, applied in place (float32).
+
+        `ahead[i]` (verification rows) are tokens row i sees after its sequence's own: the drafts before it.
+        """
         out = logits.float().contiguous()
+        after = ahead or [()] * len(seqs)
         penalised = [i for i, s in enumerate(seqs) if s.params.has_penalties]
         if penalised:
-            self._penalise(out, [seqs[i] for i in penalised], penalised)
+            self._penalise(out, [seqs[i] for i in penalised], penalised, [after[i] for i in penalised])
         dry = [i for i, s in enumerate(seqs) if s.params.dry_multiplier > 0]
         if dry:
-            self._dry(out, seqs, dry)
+            self._dry(out, seqs, dry, after)
+        return out
+
+    def verify(self, logits: torch.Tensor, seqs: Seq[Sequence], drafts: Seq[tuple[int, ...]]) -> list[list[int]]:
+        """Each speculating sequence's accepted drafts and the token after them, from its
+        `len(draft) + 1` rows of `logits` (row j: its next-token logits after `draft[:j]`).
+
+        Greedy: a draft is kept while it equals its row's argmax; the first that differs is replaced
+        by that argmax (all kept: the last row's argmax follows). Sampled, the rejection rule for a
+        draft that is certain: draft d of row j is kept with probability p_j(d), p_j the row's
+        distribution after temperature and filters; the first refused is replaced by a draw from
+        p_j without d, renormalised; all kept: a draw from the last row. Each token is then
+        distributed as plain sampling draws it. (No `logits_processor` here: the proposer skips
+        requests that have one.)
+        """
+        rows = [seq for seq, draft in zip(seqs, drafts) for _ in range(len(draft) + 1)]
+        ahead = [draft[:j] for draft in drafts for j in range(len(draft) + 1)]
+        logits = self.adjusted_logits(logits, rows, ahead)
+        device, params = logits.device, [s.params for s in rows]
+        proposed = torch.tensor([t for draft in drafts for t in (*draft, 0)], device=device)  # 0: a last row
+        argmax = logits.argmax(dim=-1)
+        keep = argmax == proposed
+        sampled = [i for i, p in enumerate(params) if not p.greedy]
+        if sampled:
+            w, _ = self.weights(logits, params)
+            vocab = self.vocab_size
+            filtered = [i for i in sampled if (params[i].top_k or vocab) < vocab or params[i].top_p < 1 or params[i].min_p > 0]
+            if filtered:
+                self._mask([rows[i] for i in filtered], w, filtered)
+            index = torch.tensor(sampled, device=device)
+            chance = w[index].gather(1, proposed[index][:, None])[:, 0] / w[index].sum(dim=-1)
+            keep[index] = self._uniforms([rows[i] for i in sampled], device) < chance
+        kept, argmaxes = keep.tolist(), argmax.tolist()
+        out: list[list[int]] = []
+        redraw: list[tuple[int, int]] = []  # (sequence, row) whose last token is drawn
+        row = 0
+        for seq, draft in zip(seqs, drafts):
+            accepted = next((j for j in range(len(draft)) if not kept[row + j]), len(draft))
+            last = row + accepted
+            out.append([*draft[:accepted], argmaxes[last]])
+            if not seq.params.greedy:
+                if accepted < len(draft):
+                    w[last, draft[accepted]] = 0
+                redraw.append((len(out) - 1, last))
+            row += len(draft) + 1
+        if redraw:
+            index = torch.tensor([r for _, r in redraw], device=device)
+            sub = w.index_select(0, index)
+            tokens = self.ops.draw(sub, chunk_sums(sub), self._uniforms([rows[r] for _, r in redraw], device))
+            for (i, _), token in zip(redraw, tokens.tolist()):
+                out[i][-1] = token
         return out
 
     def weights(self, logits: torch.Tensor, params: Seq[SamplingParams]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -222,7 +278,9 @@ class Sampler:
                 uniforms[i] = torch.rand(1, generator=generator, dtype=torch.float64, device=device)
         return uniforms
 
-    def _penalise(self, logits: torch.Tensor, seqs: list[Sequence], rows: list[int]) -> None:
+    def _penalise(
+        self, logits: torch.Tensor, seqs: list[Sequence], rows: list[int], ahead: list[tuple[int, ...]]
+    ) -> None:
         """Penalties on each row's seen tokens only, gathered and scattered back in place.
 
         The per-entry buffers (flat index base, repetition penalty) are written on the host by
@@ -231,12 +289,12 @@ class Sampler:
         """
         device, vocab = logits.device, logits.shape[-1]
         states = []
-        for seq in seqs:
+        for seq, drafts in zip(seqs, ahead):
             state = self._penalty_states.get(seq)
             if state is None:
                 state = self._penalty_states[seq] = PenaltyState(seq.prompt_token_ids, seq.params)
             state.update(seq.token_ids)
-            states.append(state)
+            states.append(state.ahead(drafts) if drafts else state)
 
         def joined(buffers: list[array], dtype: torch.dtype) -> torch.Tensor:
             return torch.frombuffer(bytearray().join(buffers), dtype=dtype).to(device)
@@ -249,13 +307,14 @@ class Sampler:
         offsets, repetition = joined([s.offsets for s in states], torch.float32), joined(repetitions, torch.float32)
         self.ops.apply_penalties(logits, index, offsets, repetition)  # each index once: a row's seen ids are distinct
 
-    def _dry(self, logits: torch.Tensor, seqs: Seq[Sequence], rows: list[int]) -> None:
+    def _dry(self, logits: torch.Tensor, seqs: Seq[Sequence], rows: list[int], ahead: Seq[tuple[int, ...]]) -> None:
         at: list[int] = []
         tokens: list[int] = []
         amounts: list[float] = []
         for i in rows:
             params = seqs[i].params
-            penalties = dry_penalties(seqs[i].token_ids, params, self.breakers(params.dry_sequence_breakers))
+            context = [*seqs[i].token_ids, *ahead[i]] if ahead[i] else seqs[i].token_ids
+            penalties = dry_penalties(context, params, self.breakers(params.dry_sequence_breakers))
             at.extend([i] * len(penalties))
             tokens.extend(penalties)
             amounts.extend(penalties.values())

@@ -25,12 +25,14 @@ class Sequence:
     same salt share prefix-cache blocks. `num_cache_written_tokens` counts prompt tokens in blocks this
     sequence added to the prefix cache; `num_offered_blocks` is how many of its leading full blocks
     were already offered to the cache (each is counted once, even when recomputed after preemption).
+    `num_draft_tokens` / `num_accepted_tokens` count the speculative drafts proposed for it and
+    those the model agreed with.
     """
 
     __slots__ = (
         "request_id", "params", "cache_salt", "token_ids", "num_prompt_tokens", "num_computed_tokens",
         "num_cached_tokens", "num_cache_written_tokens", "num_offered_blocks", "block_table",
-        "block_hashes", "status", "num_preemptions",
+        "block_hashes", "status", "num_preemptions", "num_draft_tokens", "num_accepted_tokens",
         "arrival_time", "scheduled_time", "first_token_time", "finished_time", "__weakref__",
     )  # fmt: skip
 
@@ -54,6 +56,8 @@ class Sequence:
         self.block_hashes: list[int] = []
         self.status = Status.WAITING
         self.num_preemptions = 0
+        self.num_draft_tokens = 0
+        self.num_accepted_tokens = 0
         self.arrival_time = time.perf_counter()
         self.scheduled_time: float | None = None
         self.first_token_time: float | None = None
@@ -64,6 +68,18 @@ class Sequence:
         self.token_ids.append(token)
         if self.first_token_time is None:
             self.first_token_time = time.perf_counter()
+
+    def accept_drafts(self, drafts: tuple[int, ...], accepted: int) -> None:
+        """Add the first `accepted` of a step's `drafts`: verified tokens whose KV the step computed."""
+        self.token_ids.extend(drafts[:accepted])
+        self.num_draft_tokens += len(drafts)
+        self.num_accepted_tokens += accepted
+
+    def truncate(self, length: int) -> None:
+        """Drop the tokens after the first `length`: a stop inside a step's accepted run ends the
+        output there (the sequence is finishing; its blocks are released next)."""
+        del self.token_ids[length:]
+        self.num_computed_tokens = min(self.num_computed_tokens, length)
 
     def __len__(self) -> int:
         return len(self.token_ids)

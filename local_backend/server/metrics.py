@@ -11,7 +11,9 @@ vLLM's metric set as the model (`vllm:time_to_first_token_seconds` is
     time per token = decode_s ÷ (output tokens − 1), for answers of two tokens or more
     end-to-end     = queue_s + prefill_s + decode_s
 
-No label or value ever holds prompt text or a key.
+`kvwise_kernel_info` (value 1) carries, as labels, the native CPU kernels this process loaded: their
+capability, floats per vector and the thresholds `kernel_choices` measured for them (absent when
+the engine runs on torch ops alone). No label or value ever holds prompt text or a key.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from local_backend import cpu_kernels
 from local_backend.outputs import Completion, EngineStats
 from local_backend.server.generation import Admission
 
@@ -112,6 +115,18 @@ class _EngineCollector(Collector):
             ("prefix_cache_hit_tokens", "Prompt tokens whose KV came from the prefix cache.",
              stats.prefix_cache_hit_tokens),
             ("generation_tokens", "Tokens generated.", stats.generation_tokens),
+            ("spec_decode_num_drafts", "Steps that verified speculative drafts.", stats.spec_decode_drafts),
+            ("spec_decode_num_draft_tokens", "Speculative draft tokens proposed.", stats.spec_decode_draft_tokens),
+            ("spec_decode_num_accepted_tokens", "Speculative draft tokens accepted.",
+             stats.spec_decode_accepted_tokens),
         ]  # fmt: skip
         for name, doc, value in counters:
             yield CounterMetricFamily(METRICS_PREFIX + name, doc, value=value)
+        kernels = cpu_kernels.loaded()
+        if kernels is not None:
+            labels = {**kernels.choices.labels(), "lanes": str(kernels.lanes)}
+            info = GaugeMetricFamily(METRICS_PREFIX + "kernel_info",
+                                     "The native CPU kernels loaded: capability, floats per vector, thresholds.",
+                                     labels=list(labels))  # fmt: skip
+            info.add_metric(list(labels.values()), 1)
+            yield info

@@ -50,6 +50,8 @@ def timings(completion: Completion) -> dict[str, float]:
     """llama.cpp's `timings`: prompt_n excludes the cached tokens (cache_n); rates are tokens per second.
 
     prompt_ms runs from scheduling to the first sampled token; predicted_ms from there to the end.
+    Where speculation ran, llama.cpp's draft_n (drafts proposed) and draft_n_accepted (kept), and
+    draft_acceptance_rate = draft_n_accepted ÷ draft_n.
     """
     t = completion.timings
     prompt_n = len(completion.prompt_token_ids) - completion.cached_tokens
@@ -64,7 +66,15 @@ def timings(completion: Completion) -> dict[str, float]:
         "predicted_per_second": _rate(predicted_n, predicted_ms),
         "cache_n": completion.cached_tokens,
         "queue_ms": t.queue_s * _MS_PER_S,
-    }
+    } | _drafts(completion)
+
+
+def _drafts(completion: Completion) -> dict[str, float]:
+    if not completion.draft_tokens:
+        return {}
+    accepted = completion.accepted_draft_tokens
+    return {"draft_n": completion.draft_tokens, "draft_n_accepted": accepted,
+            "draft_acceptance_rate": accepted / completion.draft_tokens}  # fmt: skip
 
 
 def _rate(tokens: int, ms: float) -> float:

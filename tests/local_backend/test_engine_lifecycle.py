@@ -163,7 +163,7 @@ def test_each_core_step_returns_its_tokens_its_finished_requests_and_the_stats_a
     assert third.finished == (("long", "length"),)
     assert third.stats.num_running == third.stats.num_waiting == third.stats.blocks_used == 0
     assert third.stats.generation_tokens == 5
-    sampled = tuple(output.new_token_ids["long"] for output in (first, second, third))
+    sampled = sum((output.new_token_ids["long"] for output in (first, second, third)), ())
     assert deltas["long"][-1].completion.token_ids == sampled
     assert [d.completion.finish_reason for d in (deltas["short"][-1], deltas["dropped"][-1])] == ["length", "abort"]
 
