@@ -17,7 +17,9 @@ a core for about a second after a request) before timing kvwise. Measures, each 
 Then `sdk.wrap` against vLLM serving the bundled model (`--enable-prompt-tokens-details`) on the
 demo's workload, a system prompt that starts with a request ID and a timestamp: the share of
 prompt tokens vLLM's prefix cache served, without and with kvwise.
-Prints ratios (kvwise ÷ vLLM speed: above 1 is kvwise ahead). Without `.venv-vllm` it says so.
+Both servers get the engine knobs of one `EngineConfig` (`served_config`) as the same vLLM-named
+options. Prints ratios (kvwise ÷ vLLM speed: above 1 is kvwise ahead) under the machine line: CPU
+model, `torch.backends.cpu.get_cpu_capability()`, cores, load. Without `.venv-vllm` it says so.
 """
 
 from __future__ import annotations
@@ -39,9 +41,11 @@ from pathlib import Path
 import httpx2
 
 from examples.local_server import free_port, wait_healthy
+from local_backend.engine_config import EngineConfig
 from tests.benchmarks import RUNNER_DEFAULTS_ENV
 
 from .bench_engine import CONCURRENT, CONCURRENT_OUTPUT, CONCURRENT_PROMPT, DECODE_TOKENS, PROMPT_LENGTHS, SUFFIX, build_checkpoint, prompts
+from .figures_doc import machine_line
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
@@ -87,16 +91,21 @@ def server(command: list[str], port: int, env: dict[str, str] | None = None) -> 
             process.kill()
 
 
-def vllm_command(model: Path, name: str, port: int) -> list[str]:
+def served_config(model: Path) -> EngineConfig:
+    """The engine knobs both servers get, built once: float32 and the same context (vLLM's names, which
+    `serve` takes too)."""
     positions = json.loads((model / "config.json").read_text()).get("max_position_embeddings", MAX_MODEL_LEN)
-    return [str(VLLM_PYTHON), str(LAUNCHER), "serve", str(model), "--host", "127.0.0.1", "--port", str(port),
-            "--dtype", "float32", "--max-model-len", str(min(MAX_MODEL_LEN, positions)), "--served-model-name", name,
-            "--enable-prompt-tokens-details"]  # fmt: skip
+    return EngineConfig(model=str(model), dtype="float32", max_model_len=min(MAX_MODEL_LEN, positions))
 
 
-def kvwise_command(model: Path, name: str, port: int) -> list[str]:
-    return [sys.executable, "-m", "local_backend", "serve", "--model", str(model), "--port", str(port),
-            "--device", "cpu", "--served-model-name", name]  # fmt: skip
+def vllm_command(config: EngineConfig, name: str, port: int) -> list[str]:
+    return [str(VLLM_PYTHON), str(LAUNCHER), "serve", config.model, "--host", "127.0.0.1", "--port", str(port),
+            *config.serve_arguments(), "--served-model-name", name, "--enable-prompt-tokens-details"]  # fmt: skip
+
+
+def kvwise_command(config: EngineConfig, name: str, port: int) -> list[str]:
+    return [sys.executable, "-m", "local_backend", "serve", "--model", config.model, "--port", str(port),
+            "--device", "cpu", *config.serve_arguments(), "--served-model-name", name]  # fmt: skip
 
 
 def _body(prompt: list[int], max_tokens: int, stream: bool) -> dict[str, object]:
@@ -183,8 +192,11 @@ def _samples(rounds: list[dict[str, float]], ttfts: dict[str, list[float]]) -> d
 
 
 def report(vllm: dict[str, list[float]], ours: dict[str, list[float]]) -> None:
+    """The table of medians and ratios, under the machine it ran on (CPU model, torch's vector
+    capability, cores, load: the ranking moves with the CPU)."""
     print(f"\nkvwise server vs vLLM CPU over HTTP, medians: cold TTFT of {TTFT_SAMPLES} interleaved samples, "
-          f"the rest of {ROUNDS} interleaved rounds; load {os.getloadavg()[0]:.1f}")  # fmt: skip
+          f"the rest of {ROUNDS} interleaved rounds")  # fmt: skip
+    print(f"machine: {machine_line()}")
     print(f"{'measure':<36}{'vLLM':>10}{'kvwise':>10}{'kvwise/vLLM':>13}  target >= 1.0x")
     for key, name, is_time in ROWS:
         theirs, mine = statistics.median(vllm[key]), statistics.median(ours[key])
@@ -232,8 +244,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = build_checkpoint(Path(tmp))
         vllm_port, ours_port = free_port(), free_port()
-        with server(vllm_command(checkpoint, SERVED, vllm_port), vllm_port, VLLM_ENV) as vllm_url, \
-                server(kvwise_command(checkpoint, SERVED, ours_port), ours_port) as ours_url:  # fmt: skip
+        config = served_config(checkpoint)
+        with server(vllm_command(config, SERVED, vllm_port), vllm_port, VLLM_ENV) as vllm_url, \
+                server(kvwise_command(config, SERVED, ours_port), ours_port) as ours_url:  # fmt: skip
             vllm_rounds, our_rounds = [], []
             for seed in range(ROUNDS):
                 vllm_rounds.append(asyncio.run(measure(vllm_url, seed)))
@@ -243,7 +256,7 @@ def main() -> None:
         report(_samples(vllm_rounds, vllm_ttfts), _samples(our_rounds, our_ttfts))
     bundled = ROOT / "local_backend" / "models" / "default"
     port = free_port()
-    with server(vllm_command(bundled, DEMO_MODEL, port), port, VLLM_ENV) as url:
+    with server(vllm_command(served_config(bundled), DEMO_MODEL, port), port, VLLM_ENV) as url:
         plain, wrapped = hit_ratios(url)
     print(f"\nvLLM prefix-cache hits on the demo's volatile-header workload: {plain:.0%} of prompt tokens "
           f"unwrapped, {wrapped:.0%} through sdk.wrap")  # fmt: skip
