@@ -55,27 +55,45 @@ DECODE_PADDING_SHARE: Final = 0.25
 """A decode group grows while padding its rows to the longest context adds at most this share to
 the context it gathers; past it, a new group (another attention call) starts."""
 
-PREFILL_KERNEL_MAX_CONTEXT: Final = 1024
-"""Keys up to which a CPU float32 prefill chunk attends in `kvwise::prefill_attention`, past which
-in SDPA's flash kernel. Per layer of the 56M Llama (8 heads, 4 kv heads, head_dim 64), two runs:
-128 tokens 0.53-0.62 ms against SDPA's 0.72-0.84, 512 4.6-5.1 against 6.5-6.7, 1024 14.3-15.9
-against 17.9-18.0, but 2048 59-63 against 56-61: there SDPA's query blocks grow to 256 and its
-GEMMs run as fast, while this kernel's scores of a block no longer fit the cache."""
-
 SAMPLING_EPS: Final = 1e-5
 """vLLM's rule: a temperature below it samples greedily, and a repetition penalty must reach it (a
 smaller one divides a float32 logit past its range, and the step would fail on infinities)."""
 
 ONEDNN_MIN_ROWS: Final = 2
-"""Rows from which a CPU float32 projection multiplies by oneDNN's prepacked weight (`Linear.pack`):
-from 2 rows it ran 1.3-2.9x the plain matmul on this project's 2-core machines (16 rows: 1.4-2.9x,
-a 2048-token prefill 1.0-1.35x); one decode row streams the row-major `weight_t` faster."""
+"""Rows from which a CPU float32 projection multiplies by oneDNN's prepacked weight (`Linear.pack`)."""
 
 MATVEC_MAX_ROWS: Final = 16
-"""Rows up to which a CPU float32 projection streams its weights through `kvwise::matvec` when the
-native kernels are built (above it, oneDNN): the 56M Llama's projections and lm_head per decode step
-took 10.6 / 10.6 / 11.6 / 16.7 / 23.7 ms at 1 / 2 / 3 / 8 / 16 rows against oneDNN's 15.8 / 17.0 /
-17.4 / 22.5 / 26.5 (MKL's plain matmul at one row: 15.6, same run); at 32 rows oneDNN led, 40.0 to 43.5."""
+"""Rows up to which a CPU float32 projection streams its weights through `kvwise::matvec`."""
+
+PREFILL_KERNEL_MAX_CONTEXT: Final = 1024
+"""Keys up to which a CPU float32 prefill chunk attends in `kvwise::prefill_attention`, past which in SDPA.
+
+These three were tuned on one 2-core AVX2 machine. The torch forms use ONEDNN_MIN_ROWS; the native
+forms use what `kernel_choices` measures for their library on this machine, and these three only
+while it cannot measure (the machine is too busy)."""
+
+CALIBRATION_HIDDEN: Final = 512
+CALIBRATION_PROJECTION: Final = 2048
+CALIBRATION_MATRICES: Final = 16
+"""The projections `kernel_choices` streams: W [hidden, projection] (a 56M Llama's), as many as make
+more weight than a CPU's caches hold, as a decode step's layers do."""
+
+CALIBRATION_HEADS: Final = 8
+CALIBRATION_KV_HEADS: Final = 4
+CALIBRATION_HEAD_DIM: Final = 64
+"""The attention heads `kernel_choices` times prefills with (the same 56M Llama's)."""
+
+CALIBRATION_ONEDNN_ROWS: Final = (1, 2, 4, 8)
+CALIBRATION_MATVEC_ROWS: Final = (1, 2, 4, 8, 12, 16, 24, 32, 48)
+CALIBRATION_PREFILL_CONTEXTS: Final = (128, 256, 512, 1024, 2048)
+"""The sizes at which `kernel_choices` times both forms of each choice."""
+
+CALIBRATION_REPEATS: Final = 3
+"""Rounds per size; the best of them counts (the least disturbed by the rest of the machine)."""
+
+CALIBRATION_MAX_LOAD_PER_CORE: Final = 1.0
+"""Load average per core above which `kernel_choices` does not measure (the other processes' turns
+would decide the choice) and runs with the defaults above until a quieter load."""
 
 KERNEL_BUILD_TIMEOUT_S: Final = 600
-"""Seconds the one-off build of the native CPU kernels may take (77 s on 2 cores, the five sources side by side)."""
+"""Seconds the one-off build of one variant of the native CPU kernels may take (the sources compiled side by side)."""

@@ -4,9 +4,9 @@ As vLLM's `CustomOp` picks `forward_native` or `forward_cpu` when a layer is bui
 once per engine, the set of ops its tensors run: `NativeOps` (the kernels `cpu_kernels` builds) on
 CPU in float32 when they build, else `TorchOps`. The model's layers, attention, the model runner and
 the sampler hold the set they were given and call `ops.<name>(...)`; none asks whether a kernel is
-there. A native op takes its torch form for inputs its kernel does not read (more rows than
-`MATVEC_MAX_ROWS`, a non-contiguous input, a context past `PREFILL_KERNEL_MAX_CONTEXT`, a head size
-that is not a multiple of `cpu_kernels.LANES`); both forms give the same tokens.
+there. A native op takes its torch form for inputs its kernel does not read, or reads slower (more
+rows or keys than its `KernelChoices` say, a non-contiguous input, a head size that is not a
+multiple of `cpu_kernels.HEAD_DIM_MULTIPLE`); both forms give the same tokens.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from local_backend import cpu_kernels
-from local_backend._constants import MATVEC_MAX_ROWS, ONEDNN_MIN_ROWS, PREFILL_KERNEL_MAX_CONTEXT, SAMPLER_CHUNK
+from local_backend._constants import ONEDNN_MIN_ROWS, SAMPLER_CHUNK
+from local_backend.kernel_choices import KernelChoices
 from local_backend.penalties import apply_penalties
 
 
@@ -76,15 +77,17 @@ class TorchOps:
 
     `paged_decodes`: whether decode attention reads the cache in place by block table (the model
     runner lays decodes out for it); these forms gather contexts into SDPA groups instead.
+    `onednn_min_rows`: rows from which a projection multiplies by oneDNN's prepacked weight.
     """
 
     paged_decodes = False
+    onednn_min_rows = ONEDNN_MIN_ROWS
 
     def linear(
         self, x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None, packed: torch.Tensor | None
     ) -> torch.Tensor:
         """x·W + b with `weight_t [in, out]`; oneDNN's prepacked W (`packed`) for batches of rows."""
-        if packed is not None and x.shape[0] >= ONEDNN_MIN_ROWS:
+        if packed is not None and x.shape[0] >= self.onednn_min_rows:
             return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
         if bias is None:
             return x @ weight_t
@@ -182,17 +185,20 @@ class NativeOps(TorchOps):
 
     Decode rows stream the weights through `matvec`; RMSNorm, rope, silu·up, the kv write, attention
     and the sampler's passes over the logits are single kernels (`csrc/`). Attention's kernels need a
-    head size that is a multiple of `cpu_kernels.LANES` (`attends`).
+    head size that is a multiple of `cpu_kernels.HEAD_DIM_MULTIPLE` (`attends`); `choices` (measured
+    for the loaded library) say up to which sizes each kernel beats its torch form.
     """
 
-    def __init__(self, head_dim: int):
-        self.attends = head_dim % cpu_kernels.LANES == 0
+    def __init__(self, head_dim: int, choices: KernelChoices):
+        self.attends = head_dim % cpu_kernels.HEAD_DIM_MULTIPLE == 0
         self.paged_decodes = self.attends
+        self.choices = choices
+        self.onednn_min_rows = choices.onednn_min_rows
 
     def linear(
         self, x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None, packed: torch.Tensor | None
     ) -> torch.Tensor:
-        if x.shape[0] <= MATVEC_MAX_ROWS and x.dim() == 2 and x.is_contiguous():
+        if x.shape[0] <= self.choices.matvec_max_rows and x.dim() == 2 and x.is_contiguous():
             return torch.ops.kvwise.matvec(x, weight_t, bias)
         return super().linear(x, weight_t, bias, packed)
 
@@ -219,7 +225,7 @@ class NativeOps(TorchOps):
     def prefill_attention(
         self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None, scale: float
     ) -> torch.Tensor:
-        if self.attends and len(keys) <= PREFILL_KERNEL_MAX_CONTEXT:
+        if self.attends and len(keys) <= self.choices.prefill_kernel_max_context:
             return torch.ops.kvwise.prefill_attention(q, keys, values, scale)
         return super().prefill_attention(q, keys, values, mask, scale)
 
@@ -260,8 +266,8 @@ TORCH = TorchOps()
 def select(device: torch.device, dtype: torch.dtype, head_dim: int) -> TorchOps:
     """The ops an engine's tensors of this device and dtype run, chosen once (building the kernels on first ask).
 
-    `NativeOps` on CPU in float32 when `cpu_kernels.load()` succeeds, else `TORCH`.
+    `NativeOps` with the loaded library's choices on CPU in float32 when `cpu_kernels.load()` succeeds,
+    else `TORCH`.
     """
-    if device.type == "cpu" and dtype == torch.float32 and cpu_kernels.load():
-        return NativeOps(head_dim)
-    return TORCH
+    kernels = cpu_kernels.load() if device.type == "cpu" and dtype == torch.float32 else None
+    return TORCH if kernels is None else NativeOps(head_dim, kernels.choices)

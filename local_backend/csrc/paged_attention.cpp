@@ -9,9 +9,11 @@
 // Layout (attention.py): kv_cache `[slots, 2, kv_heads, dim]`, slot = block_id * block_size + offset;
 // query head h reads kv head h / (heads / kv_heads). Per task (one sequence, a run of its kv heads):
 // block by block, scores q·k · scale, a running softmax (flash-decoding's) and the weighted sum of values, so
-// each block (block_size consecutive slots) is read once, front to back. Scores come eight keys at a time
-// (eight dot products reduced together, not one horizontal sum per key) and their exponentials eight at a
-// time: one scalar sum and one scalar exp per key were most of the kernel's time at short contexts.
+// each block (block_size consecutive slots) is read once, front to back. Scores come one vector of keys at a
+// time (as many dot products reduced together as the vector has lanes, not one horizontal sum per key) and
+// their exponentials likewise: one scalar sum and one scalar exp per key were most of the kernel's time at
+// short contexts. A head_dim that is a multiple of 8 but not of the vector (AVX-512's 16) ends each row
+// with a masked half vector.
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -24,41 +26,65 @@
 
 #include "lanes.h"
 
-#if defined(CPU_CAPABILITY_AVX2)
+#if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)
 #include <immintrin.h>
 #endif
 
 namespace {
 
+using kvwise::lanes_before;
 using kvwise::max_lanes;
 using kvwise::sum_lanes;
 using kvwise::Vec;
 
-constexpr int64_t kLanes = 8;  // floats per ATen vector (one AVX2 register)
-constexpr int64_t kValueChunk = 8;  // vectors of the output held in registers over a block's values (head_dim 64: all)
+constexpr int64_t kLanes = Vec::size();  // floats per ATen vector, and keys per vector of scores
+constexpr int64_t kValueChunk = 64 / kLanes;  // vectors of the output held in registers over a block's values (head_dim 64: all)
 constexpr int64_t kPrefetchStride = 64;  // bytes per cache line: the next block lies elsewhere, out of the prefetcher's sight
 
 inline float dot(const float* a, const float* b, int64_t n) {
   Vec acc(0.f);
-  for (int64_t i = 0; i < n; i += kLanes) acc = at::vec::fmadd(Vec::loadu(a + i), Vec::loadu(b + i), acc);
+  const int64_t whole = n - n % kLanes;
+  for (int64_t i = 0; i < whole; i += kLanes) acc = at::vec::fmadd(Vec::loadu(a + i), Vec::loadu(b + i), acc);
+  if (whole < n) acc = at::vec::fmadd(Vec::loadu(a + whole, n - whole), Vec::loadu(b + whole, n - whole), acc);
   return sum_lanes(acc);
 }
 
-// The dot products of q with eight keys (key t at keys + t · stride) as one vector, lane t for key t.
-inline Vec dots8(const float* q, const float* keys, int64_t stride, int64_t dim) {
-  static_assert(Vec::size() == kLanes, "one vector holds the eight keys' scores");
+#if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)
+// A transpose-reduce of eight 8-float sums: pairs, quads, then the two 128-bit halves, so lane t holds Σ a[t].
+inline __m256 transpose_sum8(const __m256* a) {
+  const __m256 a01 = _mm256_hadd_ps(a[0], a[1]), a23 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 a45 = _mm256_hadd_ps(a[4], a[5]), a67 = _mm256_hadd_ps(a[6], a[7]);
+  const __m256 low = _mm256_hadd_ps(a01, a23), high = _mm256_hadd_ps(a45, a67);
+  return _mm256_add_ps(_mm256_permute2f128_ps(low, high, 0x20), _mm256_permute2f128_ps(low, high, 0x31));
+}
+#endif
+
+// The dot products of q with kLanes keys (key t at keys + t · stride) as one vector, lane t for key t.
+inline Vec dots(const float* q, const float* keys, int64_t stride, int64_t dim) {
   Vec acc[kLanes];
   for (int64_t t = 0; t < kLanes; ++t) acc[t] = Vec(0.f);
-  for (int64_t d = 0; d < dim; d += kLanes) {
+  const int64_t whole = dim - dim % kLanes;
+  for (int64_t d = 0; d < whole; d += kLanes) {
     const Vec qd = Vec::loadu(q + d);
     for (int64_t t = 0; t < kLanes; ++t) acc[t] = at::vec::fmadd(qd, Vec::loadu(keys + t * stride + d), acc[t]);
   }
-#if defined(CPU_CAPABILITY_AVX2)
-  // A transpose-reduce: pairs, quads, then the two 128-bit halves, so lane t holds the sum of acc[t].
-  const __m256 a01 = _mm256_hadd_ps(acc[0], acc[1]), a23 = _mm256_hadd_ps(acc[2], acc[3]);
-  const __m256 a45 = _mm256_hadd_ps(acc[4], acc[5]), a67 = _mm256_hadd_ps(acc[6], acc[7]);
-  const __m256 low = _mm256_hadd_ps(a01, a23), high = _mm256_hadd_ps(a45, a67);
-  return Vec(_mm256_add_ps(_mm256_permute2f128_ps(low, high, 0x20), _mm256_permute2f128_ps(low, high, 0x31)));
+  if (whole < dim) {
+    const int64_t count = dim - whole;
+    const Vec qd = Vec::loadu(q + whole, count);
+    for (int64_t t = 0; t < kLanes; ++t) acc[t] = at::vec::fmadd(qd, Vec::loadu(keys + t * stride + whole, count), acc[t]);
+  }
+#if defined(CPU_CAPABILITY_AVX512)
+  // Each sum's two 256-bit halves added, then the eight-lane transpose-reduce on each half of the keys.
+  __m256 halves[kLanes];
+  for (int64_t t = 0; t < kLanes; ++t) {
+    const __m512 a = acc[t];
+    halves[t] = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+  }
+  return Vec(_mm512_insertf32x8(_mm512_castps256_ps512(transpose_sum8(halves)), transpose_sum8(halves + 8), 1));
+#elif defined(CPU_CAPABILITY_AVX2)
+  __m256 sums[kLanes];
+  for (int64_t t = 0; t < kLanes; ++t) sums[t] = acc[t];
+  return Vec(transpose_sum8(sums));
 #else
   float sums[kLanes];
   for (int64_t t = 0; t < kLanes; ++t) sums[t] = sum_lanes(acc[t]);
@@ -77,7 +103,7 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& kv_cach
   TORCH_CHECK(q.is_contiguous() && kv_cache.is_contiguous() && block_tables.is_contiguous() && context_lens.is_contiguous(),
               "paged_decode_attention: every input must be contiguous");
   const int64_t batch = q.size(0), heads = q.size(1), dim = q.size(2), kv_heads = kv_cache.size(2);
-  TORCH_CHECK(kv_cache.size(3) == dim && dim % kLanes == 0 && heads % kv_heads == 0,
+  TORCH_CHECK(kv_cache.size(3) == dim && dim % 8 == 0 && heads % kv_heads == 0,
               "paged_decode_attention: head_dim must match and be a multiple of 8, heads a multiple of kv_heads");
   TORCH_CHECK(block_tables.size(0) == batch && context_lens.size(0) == batch,
               "paged_decode_attention: one block table and one context length per query row");
@@ -122,7 +148,7 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& kv_cach
           Vec tops(-std::numeric_limits<float>::infinity());
           for (int64_t t = 0; t < n; t += kLanes) {  // lanes past n stay -inf: their weight is exp(-inf) = 0
             if (t + kLanes <= n) {
-              (dots8(q_h, keys + t * slot_stride, slot_stride, dim) * scale_v).store(s + t);
+              (dots(q_h, keys + t * slot_stride, slot_stride, dim) * scale_v).store(s + t);
             } else {
               std::fill(s + t, s + t + kLanes, -std::numeric_limits<float>::infinity());
               for (int64_t u = t; u < n; ++u) s[u] = dot(q_h, keys + u * slot_stride, dim) * static_cast<float>(scale);
@@ -153,9 +179,10 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& kv_cach
             for (int64_t j = 0; j < kValueChunk; ++j) acc[j].store(o + d + j * kLanes);
           }
           for (; d < dim; d += kLanes) {
-            Vec acc = Vec::loadu(o + d) * Vec(rescale);
-            for (int64_t t = 0; t < n; ++t) acc = at::vec::fmadd(Vec(s[t]), Vec::loadu(values + t * slot_stride + d), acc);
-            acc.store(o + d);
+            const int64_t count = lanes_before(d, dim);
+            Vec acc = Vec::loadu(o + d, count) * Vec(rescale);
+            for (int64_t t = 0; t < n; ++t) acc = at::vec::fmadd(Vec(s[t]), Vec::loadu(values + t * slot_stride + d, count), acc);
+            acc.store(o + d, count);
           }
           top[h] = block_top;
           total[h] = sum;

@@ -60,7 +60,7 @@ at::Tensor prefill_attention(const at::Tensor& q, const at::Tensor& k, const at:
                   k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat,
               "prefill_attention: float32 q [n, heads, dim], k and v [context, kv_heads, dim]");
   const int64_t n = q.size(0), heads = q.size(1), dim = q.size(2), context = k.size(0), kv_heads = k.size(1);
-  TORCH_CHECK(k.size(2) == dim && dim % Vec::size() == 0 && kv_heads > 0 && heads % kv_heads == 0 && n <= context && n > 0,
+  TORCH_CHECK(k.size(2) == dim && dim % 8 == 0 && kv_heads > 0 && heads % kv_heads == 0 && n <= context && n > 0,
               "prefill_attention: one head_dim (a multiple of 8), heads a multiple of kv_heads, 0 < n <= context");
   const int64_t group = heads / kv_heads, before = context - n;
   // [kv_heads, n · group, dim]: kv head b's queries, row j · group + g for token j, head b · group + g.
@@ -93,7 +93,10 @@ at::Tensor prefill_attention(const at::Tensor& q, const at::Tensor& k, const at:
         const int64_t head = r / rows * group + r % rows % group, token = first + r % rows / group;
         const Vec inverse(1.f / sums[r]);
         float* dst = result + (token * heads + head) * dim;
-        for (int64_t d = 0; d < dim; d += Vec::size()) (Vec::loadu(from + r * dim + d) * inverse).store(dst + d);
+        for (int64_t d = 0; d < dim; d += Vec::size()) {  // a head_dim of 8 · odd ends in half an AVX-512 vector
+          const int64_t count = kvwise::lanes_before(d, dim);
+          (Vec::loadu(from + r * dim + d, count) * inverse).store(dst + d, count);
+        }
       }
     });
   }

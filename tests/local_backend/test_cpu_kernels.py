@@ -1,22 +1,40 @@
 """The native CPU kernels: decode attention read in place and prefill attention equal the SDPA path,
-the kv write equals index_copy_; without a compiler the engine runs on torch ops alone. (The sampler's and the layers'
-kernels: test_sampler.py, test_native_layers.py.)"""
+the kv write equals index_copy_; without a compiler the engine runs on torch ops alone. Every variant
+the compiler targets here builds, and each one this CPU executes passes these tests, the layers' and
+the sampler's, and the engine's transformers parity tests, in a process of its own (a process
+registers one variant's ops). The thresholds between kernel and torch form are measured once per
+library, cached beside it, reported at load and in `/metrics`, and any choice gives the same tokens.
+(The sampler's and the layers' kernels: test_sampler.py, test_native_layers.py.)"""
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
+import httpx2
 import pytest
 import torch
 import torch.nn.functional as F
 
-from local_backend import SamplingParams, cpu_kernels, ops
+from local_backend import SamplingParams, cpu_kernels, kernel_choices, ops
 from local_backend.attention import AttentionMetadata, DecodeGroup, PagedDecodes, paged_attention
+from local_backend.kernel_choices import KernelChoices
 
 BLOCK = 16
+LANES = {"DEFAULT": 8, "AVX2": 8, "AVX512": 16}
+TESTS = Path(__file__).parent
+VARIANT_TESTS = (  # what each variant must pass: its kernels against the torch forms, and transformers' tokens
+    "tests/local_backend/test_cpu_kernels.py",
+    "tests/local_backend/test_native_layers.py",
+    "tests/local_backend/test_sampler.py",
+    "tests/local_backend/test_engine.py::test_greedy_batch_matches_transformers_token_for_token",
+    "tests/local_backend/test_model_runner.py::test_mixed_context_lengths_decode_in_several_groups_and_match_transformers",
+)
 
 
 def _sdpa_reference(q, kv_cache, tables, lengths):
@@ -30,7 +48,7 @@ def _sdpa_reference(q, kv_cache, tables, lengths):
     return paged_attention(q, empty, empty, kv_cache, meta, ops.TORCH)
 
 
-@pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(8, 4, 64), (4, 4, 16), (8, 1, 32), (6, 2, 8)])
+@pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(8, 4, 64), (4, 4, 16), (8, 1, 32), (6, 2, 8), (4, 2, 24)])
 @pytest.mark.parametrize("lengths", [[1], [16], [17], [300], [5, 16, 33, 200, 1]])
 def test_the_kernel_equals_sdpa_over_scattered_blocks(heads, kv_heads, dim, lengths):
     assert cpu_kernels.load()
@@ -45,7 +63,7 @@ def test_the_kernel_equals_sdpa_over_scattered_blocks(heads, kv_heads, dim, leng
     meta = AttentionMetadata(torch.zeros(0, dtype=torch.long), (), (), paged)
     empty = torch.zeros(0, kv_heads, dim)
     expected = _sdpa_reference(q, kv_cache, tables, lengths)
-    for form in (ops.NativeOps(dim), ops.TORCH):  # the kernel, and the torch form beside it, read the same layout
+    for form in (ops.NativeOps(dim, cpu_kernels.load().choices), ops.TORCH):  # the kernel, and the torch form beside it, read the same layout
         got = paged_attention(q, empty, empty, kv_cache, meta, form)
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
@@ -80,7 +98,7 @@ def test_the_kv_write_stores_the_steps_keys_and_values_as_index_copy_does(tokens
         torch.ops.kvwise.write_kv_(cache, k[:-1], v, slots)  # a token short
 
 
-@pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(8, 4, 64), (4, 4, 16), (8, 1, 32), (6, 2, 8)])
+@pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(8, 4, 64), (4, 4, 16), (8, 1, 32), (6, 2, 8), (4, 2, 40)])
 @pytest.mark.parametrize(("tokens", "cached"), [(1, 0), (5, 0), (127, 0), (128, 0), (129, 0), (300, 0), (1, 50), (32, 200), (129, 7)])
 def test_the_prefill_kernel_equals_sdpa_with_the_causal_mask_after_a_cached_prefix(heads, kv_heads, dim, tokens, cached):
     assert cpu_kernels.load()
@@ -110,6 +128,16 @@ def test_the_prefill_kernel_refuses_shapes_it_cannot_attend_with_a_clear_error()
         torch.ops.kvwise.prefill_attention(q.double(), k.double(), k.double(), 1.0)
 
 
+def _run_on(engine, form):
+    """Give every module of the engine (and its sampler and runner) the op set `form`."""
+    for module in engine.runner.model.modules():
+        if hasattr(module, "ops"):
+            module.ops = form
+    engine.runner.sampler.ops = form
+    engine.runner.paged_decodes = form.paged_decodes
+    engine.reset_prefix_cache()
+
+
 def test_engine_prefills_use_the_kernel_up_to_its_context_limit_and_give_the_sdpa_paths_tokens(make_engine, monkeypatch):
     engine = make_engine(max_num_batched_tokens=64)  # longer prompts prefill in chunks over their cached start
     contexts = []
@@ -120,15 +148,15 @@ def test_engine_prefills_use_the_kernel_up_to_its_context_limit_and_give_the_sdp
         return kernel(q, k, v, scale)
 
     monkeypatch.setattr(torch.ops.kvwise, "prefill_attention", counted)
-    monkeypatch.setattr(ops, "PREFILL_KERNEL_MAX_CONTEXT", 100)
+    choices = cpu_kernels.load().choices
+    _run_on(engine, ops.NativeOps(16, replace(choices, prefill_kernel_max_context=100)))
     prompts = [[5 + i % 90 for i in range(n)] for n in (3, 40, 150)]
     params = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
     with_kernel = [list(o.token_ids) for o in engine.generate(prompts, params)]
     assert {3, 40} <= set(contexts)  # whole prompts
     assert any(40 < n <= 100 for n in contexts)  # a chunk of the 150 over its cached start
     assert max(contexts) <= 100  # its last chunk sees more keys: SDPA's
-    monkeypatch.setattr(ops, "PREFILL_KERNEL_MAX_CONTEXT", 0)
-    engine.reset_prefix_cache()
+    _run_on(engine, ops.NativeOps(16, replace(choices, prefill_kernel_max_context=0)))
     contexts.clear()
     assert [list(o.token_ids) for o in engine.generate(prompts, params)] == with_kernel
     assert not contexts
@@ -162,7 +190,7 @@ def test_without_a_compiler_the_engine_runs_on_torch_ops_alone(tmp_path: Path, c
         "out = engine.generate([[5, 6, 7]], SamplingParams(max_tokens=4, temperature=0, ignore_eos=True))\n"
         "native = {m.ops for m in engine.runner.model.modules() if hasattr(m, 'ops')} != {ops.TORCH}\n"
         "native = native or engine.runner.sampler.ops is not ops.TORCH\n"
-        "print(cpu_kernels.load(), engine.runner.paged_decodes, native, len(out[0].token_ids))\n"
+        "print(cpu_kernels.load() is not None, engine.runner.paged_decodes, native, len(out[0].token_ids))\n"
         "engine.close()\n"
     )
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "CXX": str(tmp_path / "no-such-compiler")}
@@ -172,3 +200,125 @@ def test_without_a_compiler_the_engine_runs_on_torch_ops_alone(tmp_path: Path, c
     assert done.stdout.split() == ["False", "False", "False", "4"]
     assert "native CPU kernels unavailable, the engine runs on torch ops alone" in done.stderr
     assert not list(tmp_path.rglob("*.so"))
+
+
+def test_the_loaded_library_is_the_variant_asked_for_with_its_vector_width_and_its_choices_beside_it():
+    kernels = cpu_kernels.load()
+    assert kernels is not None and cpu_kernels.loaded() is kernels
+    assert kernels.capability == cpu_kernels.requested_capability()
+    assert kernels.lanes == LANES[kernels.capability] == torch.ops.kvwise.vector_lanes()
+    assert kernels.path == cpu_kernels.library_path(kernels.capability) and kernels.capability.lower() in kernels.path.name
+    beside = kernel_choices.choices_path(kernels.path)
+    if kernels.choices.source == "default":  # too busy to measure at load: nothing cached, measured at a quieter one
+        assert (kernels.choices.matvec_max_rows, kernels.choices.prefill_kernel_max_context) == (16, 1024)
+        return
+    saved = json.loads(beside.read_text())
+    assert saved["capability"] == kernels.capability
+    assert saved["matvec_max_rows"] == kernels.choices.matvec_max_rows
+    assert saved["prefill_kernel_max_context"] == kernels.choices.prefill_kernel_max_context
+    assert set(saved["timings_ms"]) == {"plain_vs_onednn", "matvec_vs_torch", "prefill_kernel_vs_sdpa"}
+
+
+def test_the_capability_follows_torch_then_the_override_clamped_to_this_cpu(monkeypatch, caplog):
+    monkeypatch.delenv(cpu_kernels.CAPABILITY_ENV, raising=False)
+    torchs = torch.backends.cpu.get_cpu_capability()
+    assert cpu_kernels.requested_capability() == (torchs if torchs in cpu_kernels.CAPABILITIES else "DEFAULT")
+    monkeypatch.setenv(cpu_kernels.CAPABILITY_ENV, "default")
+    assert cpu_kernels.requested_capability() == "DEFAULT"
+    monkeypatch.setenv(cpu_kernels.CAPABILITY_ENV, "AVX1024")
+    with pytest.raises(ValueError, match=f"{cpu_kernels.CAPABILITY_ENV}='AVX1024': expected one of DEFAULT, AVX2, AVX512"):
+        cpu_kernels.requested_capability()
+    monkeypatch.setenv(cpu_kernels.CAPABILITY_ENV, "AVX512")
+    ceiling = cpu_kernels.executable_capability()
+    with caplog.at_level(logging.WARNING, logger=cpu_kernels.__name__):
+        assert cpu_kernels.requested_capability() == ceiling
+    assert (ceiling != "AVX512") == ("cannot execute AVX512 kernels" in caplog.text)
+    distinct = {cpu_kernels.library_path(capability) for capability in cpu_kernels.CAPABILITIES}
+    assert len(distinct) == len(cpu_kernels.CAPABILITIES)  # one cache entry per capability
+
+
+@pytest.mark.parametrize("capability", cpu_kernels.CAPABILITIES)
+def test_every_variant_the_compiler_targets_builds_and_each_this_cpu_runs_passes_the_kernel_and_parity_tests(capability):
+    if os.environ.get(cpu_kernels.CAPABILITY_ENV):
+        pytest.skip("this process is itself one variant's run")
+    if capability not in cpu_kernels.buildable_capabilities():
+        pytest.skip(f"the compiler does not target {capability} on {os.uname().machine}")
+    path = cpu_kernels.build(capability)
+    assert path.exists() and path == cpu_kernels.library_path(capability)
+    executable = cpu_kernels.CAPABILITIES.index(capability) <= cpu_kernels.CAPABILITIES.index(
+        cpu_kernels.executable_capability()
+    )
+    if not executable:
+        pytest.skip(f"built; this CPU cannot execute {capability}")
+    env = {**os.environ, cpu_kernels.CAPABILITY_ENV: capability, "OMP_WAIT_POLICY": "PASSIVE"}
+    startup = "import logging; logging.basicConfig(level=logging.INFO); from local_backend import cpu_kernels; cpu_kernels.load()"
+    done = subprocess.run([sys.executable, "-c", startup], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert f"native CPU kernels: {capability}, {LANES[capability]} floats per vector, {path.name}" in done.stderr
+    command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *VARIANT_TESTS]
+    done = subprocess.run(command, env=env, cwd=TESTS.parent.parent, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout.splitlines()[-1] and " failed" not in done.stdout.splitlines()[-1]
+
+
+def test_choices_are_measured_once_cached_beside_the_library_and_read_back(tmp_path, monkeypatch, caplog):
+    assert cpu_kernels.load()
+    for name, value in (("CALIBRATION_MATRICES", 2), ("CALIBRATION_PREFILL_CONTEXTS", (64, 128)),
+                        ("CALIBRATION_MATVEC_ROWS", (1, 2, 4)), ("CALIBRATION_REPEATS", 1)):  # fmt: skip
+        monkeypatch.setattr(kernel_choices, name, value)  # a short measurement: the test checks its bookkeeping
+    library = tmp_path / "kvwise_kernels-avx2-0123.so"
+    monkeypatch.setattr(kernel_choices, "CALIBRATION_MAX_LOAD_PER_CORE", 0.0)  # no machine is that quiet
+    busy = kernel_choices.for_library(library, "AVX2")
+    assert busy == KernelChoices("AVX2", 16, 2, 1024, source="default")
+    assert not kernel_choices.choices_path(library).exists()  # measured at a later, quieter load
+    monkeypatch.setattr(kernel_choices, "CALIBRATION_MAX_LOAD_PER_CORE", float("inf"))
+    measured = kernel_choices.for_library(library, "AVX2")
+    assert measured.source == "calibrated" and measured.capability == "AVX2"
+    assert measured.matvec_max_rows in (0, 1, 2, 4) and measured.prefill_kernel_max_context in (0, 64, 128)
+    assert measured.onednn_min_rows in (1, 2, 3, 5, 9)  # past one of the row counts measured
+    saved = json.loads((tmp_path / "kvwise_kernels-avx2-0123.json").read_text())
+    assert set(saved["timings_ms"]["matvec_vs_torch"]) == {"1", "2", "4"}
+    again = kernel_choices.for_library(library, "AVX2")
+    assert again == replace(measured, source="cached")
+    saved["matvec_max_rows"] = 3  # what the file says is what a later load runs with
+    kernel_choices.choices_path(library).write_text(json.dumps(saved))
+    assert kernel_choices.for_library(library, "AVX2").matvec_max_rows == 3
+    kernel_choices.choices_path(library).write_text("{not json")
+    with caplog.at_level(logging.WARNING, logger=kernel_choices.__name__):
+        assert kernel_choices.for_library(library, "AVX2").source == "calibrated"
+    assert "ignoring unreadable kernel choices" in caplog.text
+    assert json.loads(kernel_choices.choices_path(library).read_text())["capability"] == "AVX2"
+    with pytest.raises(ValueError, match="KernelChoices.matvec_max_rows must be an int >= 0, got -1"):
+        KernelChoices("AVX2", -1, 2, 128)
+
+
+@pytest.mark.parametrize(
+    ("matvec_max_rows", "onednn_min_rows", "prefill_kernel_max_context"),
+    [(0, 1, 0), (0, 10**6, 10**6), (10**6, 1, 10**6), (1, 2, 16)],  # every path of each choice, alone and mixed
+)
+def test_forcing_any_choice_gives_the_same_tokens(make_engine, matvec_max_rows, onednn_min_rows, prefill_kernel_max_context):
+    engine = make_engine(max_num_batched_tokens=64)
+    prompts = [[5 + i % 90 for i in range(n)] for n in (3, 40, 150, 17)]
+    params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
+    loaded = cpu_kernels.load().choices
+    expected = [list(o.token_ids) for o in engine.generate(prompts, params)]
+    forced = KernelChoices(loaded.capability, matvec_max_rows, onednn_min_rows, prefill_kernel_max_context)
+    _run_on(engine, ops.NativeOps(16, forced))
+    assert [list(o.token_ids) for o in engine.generate(prompts, params)] == expected
+
+
+def test_metrics_report_the_loaded_kernels_and_their_choices(llama_dir):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tests.local_backend.serving import served_engine
+
+    kernels = cpu_kernels.load()
+    with served_engine(llama_dir, max_model_len=64, kv_cache_memory=2**20) as served:
+        text = httpx2.get(f"{served.url}/metrics").text
+    [info] = [family for family in text_string_to_metric_families(text) if family.name == "kvwise_kernel_info"]
+    [sample] = info.samples
+    assert sample.value == 1
+    assert sample.labels["capability"] == kernels.capability and sample.labels["lanes"] == str(kernels.lanes)
+    assert sample.labels["matvec_max_rows"] == str(kernels.choices.matvec_max_rows)
+    assert sample.labels["prefill_kernel_max_context"] == str(kernels.choices.prefill_kernel_max_context)
+    assert sample.labels["onednn_min_rows"] == str(kernels.choices.onednn_min_rows)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from local_backend import SamplingParams, cpu_kernels, ops
-from local_backend._constants import MATVEC_MAX_ROWS
 from local_backend.model import Linear
 from local_backend.ops import NativeOps, apply_rope
 
@@ -60,11 +61,13 @@ def test_native_matvec_equals_the_matmul_it_replaces(rows, inputs, outputs, bias
     torch.testing.assert_close(torch.ops.kvwise.matvec(x, weight_t, b), expected, rtol=1e-5, atol=1e-4)
 
 
-def test_a_native_projection_sends_decode_rows_to_matvec_and_larger_batches_past_it():
-    layer = Linear(64, 48, True, torch.float32, ops.select(torch.device("cpu"), torch.float32, 64))
+@pytest.mark.parametrize("most", [1, 16])
+def test_a_native_projection_sends_decode_rows_to_matvec_up_to_its_choice_and_larger_batches_past_it(most):
+    choices = replace(cpu_kernels.load().choices, matvec_max_rows=most)
+    layer = Linear(64, 48, True, torch.float32, NativeOps(64, choices))
     torch.nn.init.normal_(layer.weight_t)
     torch.nn.init.normal_(layer.bias)
-    for rows, native in ((1, True), (MATVEC_MAX_ROWS, True), (MATVEC_MAX_ROWS + 1, False)):
+    for rows, native in ((1, True), (most, True), (most + 1, False)):
         x = torch.randn(rows, 64)
         with torch.no_grad(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
             got = layer(x)

@@ -1,0 +1,187 @@
+"""Where each native CPU kernel hands over to its torch form, measured on this machine once per kernel library.
+
+Each threshold is the size at which one form overtakes the other: decode rows through `kvwise::matvec`
+or oneDNN, a projection's rows through oneDNN's prepacked weight or the plain matmul, a prefill
+chunk's keys through `kvwise::prefill_attention` or SDPA. Where those crossovers fall depends on the
+CPU (vector width, caches, memory bandwidth) and on the library's capability, so they are not
+constants: at the first load of a library, `for_library` times both forms at the sizes of
+`_constants.CALIBRATION_*` (best of a few interleaved runs, on weights larger than the caches, as a
+decode step streams them), puts each threshold where the measured sizes take the least time in all,
+and writes the choice, with the timings it was made from, as JSON beside the library; every later
+load of that library reads it back. Delete the file to measure again. On a machine busier than
+`CALIBRATION_MAX_LOAD_PER_CORE` the other processes would decide the choice: it takes the tuned
+defaults (`MATVEC_MAX_ROWS`, ...) for this process and measures at a later, quieter load.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from local_backend._constants import (
+    CALIBRATION_HEAD_DIM,
+    CALIBRATION_HEADS,
+    CALIBRATION_HIDDEN,
+    CALIBRATION_KV_HEADS,
+    CALIBRATION_MATRICES,
+    CALIBRATION_MAX_LOAD_PER_CORE,
+    CALIBRATION_MATVEC_ROWS,
+    CALIBRATION_ONEDNN_ROWS,
+    CALIBRATION_PREFILL_CONTEXTS,
+    CALIBRATION_PROJECTION,
+    CALIBRATION_REPEATS,
+    MATVEC_MAX_ROWS,
+    ONEDNN_MIN_ROWS,
+    PREFILL_KERNEL_MAX_CONTEXT,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class KernelChoices:
+    """The thresholds `ops.NativeOps` runs with, and where they come from: "calibrated" now, "cached"
+    (measured by an earlier load) or "default" (the machine was too busy to measure).
+
+    A projection of `rows` rows runs `kvwise::matvec` when rows <= `matvec_max_rows` (0: never), else
+    oneDNN's prepacked weight when rows >= `onednn_min_rows`, else the plain matmul; a prefill chunk
+    over `keys` keys runs `kvwise::prefill_attention` when keys <= `prefill_kernel_max_context`.
+    """
+
+    capability: str
+    matvec_max_rows: int
+    onednn_min_rows: int
+    prefill_kernel_max_context: int
+    source: str = "calibrated"
+
+    def __post_init__(self) -> None:
+        for name in ("matvec_max_rows", "onednn_min_rows", "prefill_kernel_max_context"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"KernelChoices.{name} must be an int >= 0, got {value!r}")
+
+    def describe(self) -> str:
+        return (f"matvec up to {self.matvec_max_rows} rows, oneDNN from {self.onednn_min_rows} rows, prefill kernel "
+                f"up to {self.prefill_kernel_max_context} keys ({self.source})")  # fmt: skip
+
+    def labels(self) -> dict[str, str]:
+        """The choices as string labels (`/metrics`' kernel info)."""
+        return {name: str(value) for name, value in asdict(self).items()}
+
+
+def choices_path(library: Path) -> Path:
+    """The JSON beside a kernel library: same name, so it is keyed as the library is."""
+    return library.with_suffix(".json")
+
+
+def for_library(library: Path, capability: str) -> KernelChoices:
+    """The choices cached beside `library`, or measured now and cached (its ops must be loaded)."""
+    path = choices_path(library)
+    try:
+        saved = json.loads(path.read_text())
+        return KernelChoices(capability, int(saved["matvec_max_rows"]), int(saved["onednn_min_rows"]),
+                             int(saved["prefill_kernel_max_context"]), source="cached")  # fmt: skip
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        logger.warning("ignoring unreadable kernel choices in %s (%s); measuring again", path, exc)
+    load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    if load > CALIBRATION_MAX_LOAD_PER_CORE * cores:
+        logger.info("load average %.1f on %d cores: too busy to measure the kernels' thresholds; the defaults", load, cores)
+        return KernelChoices(capability, MATVEC_MAX_ROWS, ONEDNN_MIN_ROWS, PREFILL_KERNEL_MAX_CONTEXT, source="default")
+    choices, timings = calibrate(capability)
+    record = {**asdict(choices), "timings_ms": timings}
+    del record["source"]
+    scratch = path.with_suffix(f".{time.monotonic_ns()}.tmp")  # processes racing to calibrate each write their own
+    scratch.write_text(json.dumps(record, indent=1))
+    scratch.replace(path)
+    return choices
+
+
+def _best_ms(forms: Sequence[Callable[[], object]]) -> list[float]:
+    """Each form's best time in ms over `CALIBRATION_REPEATS` rounds, the forms taking turns, after a warm-up."""
+    best = [float("inf")] * len(forms)
+    for form in forms:
+        form()
+    for _ in range(CALIBRATION_REPEATS):
+        for i, form in enumerate(forms):
+            start = time.perf_counter()
+            form()
+            best[i] = min(best[i], (time.perf_counter() - start) * 1e3)
+    return best
+
+
+def _least_total(sizes: Sequence[int], below_ms: Sequence[float], above_ms: Sequence[float]) -> int:
+    """The threshold (0 or one of `sizes`) for "the first form up to it, the second past it" that takes the
+    least time over all the sizes measured: a near tie at one size cannot move it far."""
+
+    def total(threshold: int) -> float:
+        return sum(b if size <= threshold else a for size, b, a in zip(sizes, below_ms, above_ms))
+
+    return min((0, *sizes), key=total)
+
+
+@torch.inference_mode()
+def calibrate(capability: str) -> tuple[KernelChoices, dict[str, dict[str, list[float]]]]:
+    """Time both forms of each choice at the calibration sizes; the choices and the timings (ms) behind them."""
+    gen = torch.Generator().manual_seed(0)
+    weights = [torch.randn(CALIBRATION_HIDDEN, CALIBRATION_PROJECTION, generator=gen) for _ in range(CALIBRATION_MATRICES)]
+    packed = [torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous(), None) for w in weights]
+
+    def streamed(project: Callable[[torch.Tensor, int], torch.Tensor], rows: int) -> Callable[[], None]:
+        x = torch.randn(rows, CALIBRATION_HIDDEN, generator=gen)
+
+        def run() -> None:
+            for i in range(CALIBRATION_MATRICES):
+                project(x, i)
+
+        return run
+
+    def plain(x: torch.Tensor, i: int) -> torch.Tensor:
+        return x @ weights[i]
+
+    def onednn(x: torch.Tensor, i: int) -> torch.Tensor:
+        return torch.ops.mkldnn._linear_pointwise(x, packed[i], None, "none", [], "")
+
+    def matvec(x: torch.Tensor, i: int) -> torch.Tensor:
+        return torch.ops.kvwise.matvec(x, weights[i], None)
+
+    timings: dict[str, dict[str, list[float]]] = {}
+    onednn_rows = CALIBRATION_ONEDNN_ROWS
+    plain_vs_onednn = [_best_ms([streamed(plain, rows), streamed(onednn, rows)]) for rows in onednn_rows]
+    timings["plain_vs_onednn"] = {str(rows): ms for rows, ms in zip(onednn_rows, plain_vs_onednn)}
+    onednn_min_rows = _least_total(onednn_rows, [ms[0] for ms in plain_vs_onednn], [ms[1] for ms in plain_vs_onednn]) + 1
+
+    def torch_form(x: torch.Tensor, i: int) -> torch.Tensor:
+        return onednn(x, i) if len(x) >= onednn_min_rows else plain(x, i)
+
+    matvec_rows = CALIBRATION_MATVEC_ROWS
+    matvec_vs_torch = [_best_ms([streamed(matvec, rows), streamed(torch_form, rows)]) for rows in matvec_rows]
+    timings["matvec_vs_torch"] = {str(rows): ms for rows, ms in zip(matvec_rows, matvec_vs_torch)}
+    matvec_max_rows = _least_total(matvec_rows, [ms[0] for ms in matvec_vs_torch], [ms[1] for ms in matvec_vs_torch])
+
+    contexts = CALIBRATION_PREFILL_CONTEXTS
+    kernel_vs_sdpa = [_best_ms(_prefill_forms(context, gen)) for context in contexts]
+    timings["prefill_kernel_vs_sdpa"] = {str(context): ms for context, ms in zip(contexts, kernel_vs_sdpa)}
+    prefill_max = _least_total(contexts, [ms[0] for ms in kernel_vs_sdpa], [ms[1] for ms in kernel_vs_sdpa])
+    return KernelChoices(capability, matvec_max_rows, onednn_min_rows, prefill_max), timings
+
+
+def _prefill_forms(context: int, gen: torch.Generator) -> list[Callable[[], object]]:
+    """A whole prompt of `context` tokens attended by the kernel and by SDPA (the forms `ops` holds)."""
+    q = torch.randn(context, CALIBRATION_HEADS, CALIBRATION_HEAD_DIM, generator=gen)
+    k, v = torch.randn(2, context, CALIBRATION_KV_HEADS, CALIBRATION_HEAD_DIM, generator=gen)
+    scale = CALIBRATION_HEAD_DIM**-0.5
+    hq, hk, hv = (t.transpose(0, 1).unsqueeze(0) for t in (q, k, v))
+    return [
+        lambda: torch.ops.kvwise.prefill_attention(q, k, v, scale),
+        lambda: F.scaled_dot_product_attention(hq, hk, hv, is_causal=True, scale=scale, enable_gqa=True),
+    ]
