@@ -26,6 +26,7 @@ DTYPES: Final = ("auto", "float32", "float", "bfloat16", "float16", "half")
 """vLLM's `--dtype` names; `float` is float32 and `half` float16, as there."""
 
 DTYPE_ALIASES: Final = {"float": "float32", "half": "float16"}
+"""The `--dtype` names that are not torch's, and the torch name each stands for."""
 
 GENERATION_CONFIG_AUTO: Final = "auto"
 """`generation_config`: read the checkpoint's `generation_config.json` for default sampling params."""
