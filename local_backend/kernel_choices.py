@@ -93,7 +93,8 @@ def for_library(library: Path, capability: str) -> KernelChoices:
         pass
     except (OSError, ValueError, KeyError, TypeError) as exc:
         logger.warning("ignoring unreadable kernel choices in %s (%s); measuring again", path, exc)
-    load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    load = os.getloadavg()[0]
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     if load > CALIBRATION_MAX_LOAD_PER_CORE * cores:
         logger.info("load average %.1f on %d cores: too busy to measure the kernels' thresholds; the defaults", load, cores)
         return KernelChoices(capability, MATVEC_MAX_ROWS, ONEDNN_MIN_ROWS, PREFILL_KERNEL_MAX_CONTEXT, source="default")
