@@ -109,8 +109,12 @@ class NgramProposer:
 
 
 def continuation(tokens: list[int], lookup_min: int, lookup_max: int, count: int) -> tuple[int, ...]:
-    """The up-to-`count` tokens after the most recent earlier occurrence of the last n tokens,
-    for the longest n in [lookup_min, lookup_max] that occurs; () when none does."""
+    """The `count` tokens after the most recent earlier occurrence of the last n tokens, for the
+    longest n in [lookup_min, lookup_max] that occurs; () when none does.
+
+    The copy may overlap what it produces, as LZ77's does: a run repeating with period p (the
+    most recent occurrence is p tokens back, so only p tokens follow it) goes on repeating.
+    """
     size = len(tokens)
     packed = array("i", tokens).tobytes()
     for n in range(min(lookup_max, size - 1), lookup_min - 1, -1):
@@ -119,6 +123,9 @@ def continuation(tokens: list[int], lookup_min: int, lookup_max: int, count: int
         while (at := packed.rfind(suffix, 0, end)) >= 0:
             if at % TOKEN_BYTES == 0:
                 start = at // TOKEN_BYTES + n
-                return tuple(tokens[start : start + count])
+                drafts = tokens[start : start + count]
+                while len(drafts) < count:
+                    drafts.append(drafts[len(drafts) - (size - start)])
+                return tuple(drafts)
             end = at + len(suffix) - 1
     return ()

@@ -125,7 +125,8 @@ def test_serve_exits_2_naming_the_option_for_a_method_it_does_not_have(llama_dir
     ([1, 2, 3, 9, 1, 2, 3, 8, 5, 2, 3], (1, 3), 2, (8, 5)),  # the most recent earlier "2 3" is followed by 8
     ([4, 2, 3, 7, 1, 2, 3, 8, 5, 1, 2, 3], (1, 3), 3, (8, 5, 1)),  # the longest n first: "1 2 3"
     ([1, 2, 3, 4, 5, 6], (1, 2), 3, ()),  # no earlier occurrence
-    ([7, 7, 7, 7], (1, 2), 5, (7,)),  # an occurrence ending just before the last token
+    ([7, 7, 7, 7], (1, 2), 5, (7,) * 5),  # one token back: the copy overlaps what it produces
+    ([1, 2, 3, 1, 2, 3, 1], (2, 2), 5, (2, 3, 1, 2, 3)),  # "3 1" three back: period 3 goes on
     ([1, 2, 9, 1, 2], (3, 3), 2, ()),  # shorter than prompt_lookup_min matches nothing
     ([256, 1, 0, 0, 1], (1, 1), 2, (0, 0)),  # a byte match across token boundaries is not a match
 ])  # fmt: skip
@@ -142,10 +143,11 @@ def test_drafts_never_run_past_max_tokens_or_max_model_len_and_skip_logits_proce
         s.append_token(1)  # one output token so far
         return s
 
-    assert proposer.propose(seq(100), budget=100) == (2, 3, 4, 1)  # what follows the last "4 1" before the end
+    assert proposer.propose(seq(100), budget=100) == (2, 3, 4, 1, 2, 3)  # 13 tokens + 6 + 1 = max_model_len
     assert proposer.propose(seq(4), budget=100) == (2, 3)  # 1 + 2 drafts + the token after them = 4
     assert proposer.propose(seq(100), budget=2) == (2, 3)
     assert proposer.propose(seq(100, cycle + [1, 2, 3, 4]), budget=100) == (2, 3)  # 17 tokens, at most 20
+    assert NgramProposer(SpeculativeConfig(3, 2, 1), 99).propose(seq(100), budget=100) == (2, 3, 4)
     assert proposer.propose(seq(100, logits_processor=lambda ids, row: row), budget=100) == ()
 
 
