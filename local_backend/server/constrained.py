@@ -1,4 +1,4 @@
-"""Constrained decoding with llguidance: JSON (`json_object`, `json_schema`) and forced tool calls.
+"""Constrained decoding with llguidance: JSON (`json_object`, `json_schema`), tool calls, grammars.
 
 llguidance, not xgrammar: its wheel has no dependencies (xgrammar's pulls `triton` and
 `apache-tvm-ffi` and wants a CUDA-capable torch to be worth it), it builds its token trie from
@@ -6,7 +6,11 @@ llguidance, not xgrammar: its wheel has no dependencies (xgrammar's pulls `trito
 request is not held up by a large schema. vLLM ships both.
 
 A request's `Constraint` (parsed with it, see `requests`) says what the answer must be: one call
-of the forced tools, or JSON valid against a schema; `Grammars.compile` turns it into a `Grammar`.
+of the forced tools; under `tool_choice: "auto"` text (or the format's JSON) or calls of the
+offered tools, never of a tool that was not offered nor with arguments its schema refuses; JSON
+valid against a schema; or a caller's grammar (llama.cpp's GBNF `grammar`, read as Lark).
+`Grammars.compile` turns it into a `Grammar`. Under `auto` the text is free until the model writes
+`<tool_call>` (a lazy lexeme ends there), and from there on the call is held to the offered tools.
 A `GrammarProcessor` is the request's logits processor (see `SamplingParams.logits_processor`):
 at each step it feeds the matcher the tokens sampled since the last step, then sets every token
 the grammar forbids to −inf. Once the grammar is complete only EOS is allowed, so the answer ends
@@ -50,12 +54,17 @@ _BITS = 32
 
 @dataclass(frozen=True, slots=True)
 class Constraint:
-    """What a request's answer must be: one call of `tools` (a forced `tool_choice`), else JSON valid
-    against `schema`; `param` is the field a grammar that does not compile is blamed on."""
+    """What a request's answer must be: one call of `tools` (a forced `tool_choice`); with
+    `calls_optional` (`auto`) text, or JSON valid against `schema` when there is one, or calls of
+    `tools` (only one when not `parallel`); else JSON valid against `schema`; else the Lark grammar
+    `lark`. `param` is the field a grammar that does not compile is blamed on."""
 
     param: str
     tools: tuple[Tool, ...] = ()
     schema: Any = None
+    calls_optional: bool = False
+    parallel: bool = True
+    lark: str | None = None
 
     @classmethod
     def json(cls, schema: Any, param: str) -> Constraint | None:
@@ -74,6 +83,10 @@ class Grammars:
         """The grammar of a request's constraint (None: no constraint, free text)."""
         if constraint is None:
             return None
+        if constraint.lark is not None:
+            return await self._compile(llguidance.LLMatcher.grammar_from_lark(constraint.lark), constraint.param)
+        if constraint.calls_optional:
+            return await self.text_or_calls(constraint.tools, constraint.schema, constraint.parallel, constraint.param)
         if constraint.tools:
             return await self.tool_call(constraint.tools, constraint.param)
         return await self.json(constraint.schema, constraint.param)
@@ -91,17 +104,24 @@ class Grammars:
 
     async def tool_call(self, tools: Sequence[Tool], param: str) -> Grammar:
         """Output that is exactly one `<tool_call>` block calling one of `tools` with schema-valid arguments."""
-        check_schemas((tool.parameters, param) for tool in tools)
-        rules = []
-        for i, tool in enumerate(tools):
-            head = json.dumps(f"{json.dumps(tool.name)}, \"arguments\": ")
-            schema = {**closed(tool.parameters), "x-guidance": JSON_OPTIONS}
-            rules.append(f"call{i}: {head} args{i}\nargs{i}: %json {json.dumps(schema)}")
-        opening = json.dumps(f'{TOOL_CALL_START}\n{{"name": ')
-        closing = json.dumps(f"}}\n{TOOL_CALL_END}")
-        choice = " | ".join(f"call{i}" for i in range(len(tools)))
-        lark = f"start: {opening} ({choice}) {closing}\n" + "\n".join(rules)
+        lark = "start: call\n" + _call_rules(tools, param)
         return await self._compile(llguidance.LLMatcher.grammar_from_lark(lark), param)
+
+    async def text_or_calls(self, tools: Sequence[Tool], schema: Any, parallel: bool, param: str) -> Grammar:
+        """Output that is free text (JSON valid against `schema` when given), or calls of `tools` only.
+
+        Free text may lead up to the calls; JSON may not (the answer is one or the other). After the
+        calls only more calls (`parallel`) or the end may follow.
+        """
+        more = ' ("\\n" call)*' if parallel else ""
+        if schema is None:
+            lark = (f"start: TEXT | head call_body{more}\nTEXT: /(.|\\n)*/\n"
+                    f"head[lazy]: TEXT {json.dumps(TOOL_CALL_START)}\n")  # fmt: skip
+        else:
+            check_schemas([(schema, param)])
+            answer = json.dumps({**closed(schema), "x-guidance": JSON_OPTIONS})
+            lark = f"start: answer | call{more}\nanswer: %json {answer}\n"
+        return await self._compile(llguidance.LLMatcher.grammar_from_lark(lark + _call_rules(tools, param)), param)
 
     async def _compile(self, grammar: str, param: str) -> Grammar:
         """The grammar's matcher, built on a worker thread; a 400 when it fails or takes too long.
@@ -125,6 +145,22 @@ class Grammars:
             self._lltokenizer = llguidance.LLTokenizer(self._tokenizer.to_json(), n_vocab=self._vocab_size,
                                                        eos_token=self._eos)  # fmt: skip
         return self._lltokenizer
+
+
+def _call_rules(tools: Sequence[Tool], param: str) -> str:
+    """Lark rules `call` (one whole `<tool_call>` block) and `call_body` (what follows its tag): a
+    call of one of `tools` by name, with arguments valid against that tool's schema."""
+    check_schemas((tool.parameters, param) for tool in tools)
+    rules = []
+    for i, tool in enumerate(tools):
+        head = json.dumps(f"{json.dumps(tool.name)}, \"arguments\": ")
+        schema = {**closed(tool.parameters), "x-guidance": JSON_OPTIONS}
+        rules.append(f"call{i}: {head} args{i}\nargs{i}: %json {json.dumps(schema)}")
+    opening = json.dumps('\n{"name": ')
+    closing = json.dumps(f"}}\n{TOOL_CALL_END}")
+    choice = " | ".join(f"call{i}" for i in range(len(tools)))
+    return (f"call: {json.dumps(TOOL_CALL_START)} call_body\ncall_body: {opening} ({choice}) {closing}\n"
+            + "\n".join(rules))  # fmt: skip
 
 
 def closed(schema: Any) -> Any:

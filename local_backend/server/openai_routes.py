@@ -44,6 +44,11 @@ def _call_json(call: ToolCall) -> dict[str, Any]:
     return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
 
 
+def _finish_reason(completion: Completion, called: bool) -> str:
+    """`tool_calls` for an answer that called, unless it was cut (`length`: its last call may be unfinished)."""
+    return "tool_calls" if called and completion.finish_reason != "length" else completion.finish_reason
+
+
 class OpenAIFormat:
     """Chat Completions (`chat=True`) or legacy Completions, whole or as chunks, of one or more choices."""
 
@@ -86,7 +91,7 @@ class OpenAIFormat:
                 calls = [_call_json(c) for c in parser.calls[: None if self._parallel else 1]]
                 message = {"role": "assistant", "content": parser.content or None, "refusal": None}
                 choice["message"] = {**message, "tool_calls": calls} if calls else message
-                choice["finish_reason"] = "tool_calls" if calls else completion.finish_reason
+                choice["finish_reason"] = _finish_reason(completion, bool(calls))
             elif self._chat:
                 choice["message"] = {"role": "assistant", "content": completion.text, "refusal": None}
             else:
@@ -116,7 +121,7 @@ class OpenAIFormat:
         if self._parsers:
             parser = self._parsers[index]
             chunks = [self._chunk(index, piece, None) for piece in self._tool_pieces(parser.finish())]
-            reason = "tool_calls" if parser.calls else reason
+            reason = _finish_reason(completion, bool(parser.calls))
         return [*chunks, self._chunk(index, {} if self._chat else "", reason, {"timings": timings(completion)})]
 
     def _tool_pieces(self, events: Sequence[Event]) -> list[dict[str, Any]]:

@@ -112,12 +112,10 @@ def parse_chat(body: Body, vocab_size: int) -> ChatRequest:
     tools, choice = openai_tools(body)
     name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     options = _openai_options(body, name, vocab_size, chat=True)
+    parallel = optional(body, "parallel_tool_calls", bool, True)
     constraint = _constraint(tools, choice, "response_format",
-                             lambda: response_schema(body.get("response_format"), "response_format"))  # fmt: skip
-    return ChatRequest(
-        options, messages, tuple(tools), choice, constraint,
-        parallel_tool_calls=optional(body, "parallel_tool_calls", bool, True),
-    )  # fmt: skip
+                             lambda: response_schema(body.get("response_format"), "response_format"), parallel)  # fmt: skip
+    return ChatRequest(options, messages, tuple(tools), choice, constraint, parallel_tool_calls=parallel)
 
 
 def parse_completion(body: Body, vocab_size: int) -> CompletionRequest:
@@ -187,13 +185,19 @@ def _stream(body: Body) -> bool:
 
 
 def _constraint(
-    tools: Sequence[Tool], choice: ToolChoice, param: str, schema: Callable[[], dict[str, Any] | None]
+    tools: Sequence[Tool], choice: ToolChoice, param: str, schema: Callable[[], dict[str, Any] | None],
+    parallel: bool = True,
 ) -> Constraint | None:
-    """A call of the forced tools, else JSON valid against the `schema()` that the request's format
-    field `param` asks for (read only then: a forced call is the whole answer), else none."""
+    """A call of the forced tools; under `auto` text (or the JSON the format field `param` asks for,
+    `schema()`) or calls of the offered tools only; else that JSON; else none. The format is read
+    only when no call is forced: a forced call is the whole answer."""
     if choice.forced:
         return Constraint("tool_choice", tools=choice.forced_tools(tools))
-    return Constraint.json(schema(), param)
+    answer = schema()
+    if choice.mode == "auto":
+        return Constraint(param if answer is not None else "tools", tools=tuple(tools), schema=answer,
+                          calls_optional=True, parallel=parallel)  # fmt: skip
+    return Constraint.json(answer, param)
 
 
 def _top_logprobs(body: Body, chat: bool) -> int | None:

@@ -5,8 +5,9 @@ calls the schema `input_schema` and its choices `any` / `tool`; all three become
 (the histories that carry calls and results are `histories`' business).
 
 `ToolChoice.mode`: `none` (tools not shown, the answer is text), `auto` (the model may call),
-`required` (it must call one of them) or `named` (it must call `name`); the last two are enforced
-by constrained decoding (`constrained`).
+`required` (it must call one of them) or `named` (it must call `name`); constrained decoding
+(`constrained`) holds every call to an offered tool with valid arguments, and forces one in the
+last two.
 """
 
 from __future__ import annotations
