@@ -104,9 +104,12 @@ class Store:
     keeps commands away for `STATE_RETRY_SECONDS`; the client reconnects by itself after it."""
 
     def __init__(self, url: str) -> None:
-        import redis  # only where a store is asked for: `sdk` imports without it
-        from redis.backoff import NoBackoff
-        from redis.retry import Retry
+        try:  # only where a store is asked for: `sdk` imports without it
+            import redis
+            from redis.backoff import NoBackoff
+            from redis.retry import Retry
+        except ImportError as missing:
+            raise ImportError("sdk.wrap(state=...) needs the redis client: pip install 'kvwise[state]'") from missing
 
         parts = urlsplit(url)
         scheme = _SCHEMES.get(parts.scheme, parts.scheme)
