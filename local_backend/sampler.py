@@ -16,6 +16,9 @@ a whole row, no per-step tensor rebuilt from a request's token list):
 The weights with their chunk sums, the top-p test's mass, the draw and the penalties are the
 sampler's ops (`ops`: natively on CPU, `csrc/sampling.cpp`, fewer passes over the logits than the
 torch forms take; the same steps, the same tokens).
+
+`verify` checks speculative drafts (`speculative`) against their rows by the same steps, keeping
+what plain sampling would have drawn, in distribution.
 """
 
 from __future__ import annotations
@@ -82,6 +85,12 @@ def keep_thresholds(w: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, m
         cutoff = torch.where(cutoff < SAMPLER_FIRST_CUTOFF, 0.0, torch.minimum(safe, cutoff / 2))[~ok]
         pending = pending[~ok]
     return threshold
+
+
+def filters(params: SamplingParams, vocab: int) -> bool:
+    """Whether top-k, top-p or min-p cut the request's distribution."""
+    return (params.top_k or vocab) < vocab or params.top_p < 1 or params.min_p > 0
+
 
 def processed(logits: torch.Tensor, seqs: Seq[Sequence]) -> torch.Tensor:
     """Each request's own `logits_processor` on its raw row (a copy; none set: the logits as they are)."""
@@ -173,8 +182,7 @@ class Sampler:
         sampled = [i for i, p in enumerate(params) if not p.greedy]
         if sampled:
             w, _ = self.weights(logits, params)
-            vocab = self.vocab_size
-            filtered = [i for i in sampled if (params[i].top_k or vocab) < vocab or params[i].top_p < 1 or params[i].min_p > 0]
+            filtered = [i for i in sampled if filters(params[i], self.vocab_size)]
             if filtered:
                 self._mask([rows[i] for i in filtered], w, filtered)
             index = torch.tensor(sampled, device=device)

@@ -21,7 +21,7 @@ import safetensors.torch
 import torch
 from prometheus_client.parser import text_string_to_metric_families
 
-from local_backend import Engine, SamplingParams
+from local_backend import Engine, SamplingParams, ops
 from local_backend.__main__ import main
 from local_backend.engine_config import ConfigError, EngineConfig
 from local_backend.sampler import Sampler
@@ -278,6 +278,16 @@ def test_a_batch_mixing_speculating_decodes_plain_decodes_and_prefill_chunks_giv
     assert got[0].accepted_draft_tokens > 0 and got[3].draft_tokens == 0  # a logits processor never speculates
     again = _same(plain, fast, prompts[:3], params[:3])  # now from the prefix cache
     assert all(out.cached_tokens > 0 for out in again)
+
+
+def test_the_torch_ops_verify_as_the_native_ones_do(make, copying, monkeypatch):
+    """The portable forms (CUDA's): a verification chunk's attention takes SDPA's masked path."""
+    monkeypatch.setattr(ops, "select", lambda *_: ops.TORCH)
+    plain, fast = make(copying["steered"], False), make(copying["steered"], True)
+    assert fast.runner.sampler.ops is ops.TORCH and not fast.runner.paged_decodes
+    prompt = _cycle_prompt(plain)
+    [out] = _same(plain, fast, [prompt, list(range(4, 40))], GREEDY)[:1]
+    assert out.accepted_draft_tokens > 0
 
 
 def test_a_stop_string_or_token_inside_an_accepted_run_ends_the_output_there(make, copying):
