@@ -22,7 +22,7 @@ import torch
 from prometheus_client.parser import text_string_to_metric_families
 
 from local_backend import Engine, SamplingParams, ops
-from local_backend.__main__ import main
+from local_backend.__main__ import engine_config, main, parse_args
 from local_backend.engine_config import ConfigError, EngineConfig
 from local_backend.sampler import Sampler
 from local_backend.sequence import Sequence
@@ -119,6 +119,12 @@ def test_serve_exits_2_naming_the_option_for_a_method_it_does_not_have(llama_dir
     status = main(["serve", "--model", str(llama_dir), "--device", "cpu", "--speculative-config", eagle])
     err = capsys.readouterr().err
     assert status == 2 and "--speculative-config" in err and "'ngram' only" in err
+
+
+def test_serve_reads_the_option_into_the_engine_config(llama_dir):
+    args = parse_args(["serve", "--model", str(llama_dir), "--speculative-config", json.dumps(SPEC)])
+    assert engine_config(args).speculative_config == SpeculativeConfig(4, 3, 1)
+    assert engine_config(parse_args(["serve"])).speculative_config is None
 
 
 @pytest.mark.parametrize(("tokens", "lookup", "count", "expected"), [
