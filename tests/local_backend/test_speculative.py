@@ -270,9 +270,20 @@ def test_copying_models_accept_drafts_and_match_transformers(make, copying, mode
         assert out.accepted_draft_tokens < out.draft_tokens  # refusals too: the context steers it
 
 
-def test_a_batch_mixing_speculating_decodes_plain_decodes_and_prefill_chunks_gives_the_same_tokens(make, copying):
+def test_a_batch_mixing_speculating_decodes_plain_decodes_and_prefill_chunks_gives_the_same_tokens(
+    make, copying, monkeypatch
+):
     options = dict(max_num_seqs=6, max_num_batched_tokens=24, block_size=4)  # long prompts prefill in chunks
     plain, fast = make(copying["steered"], False, **options), make(copying["steered"], True, **options)
+    run, kinds = fast.runner.run, []
+
+    def recording(batch):  # what each step held: speculating decodes, plain decodes, prefill chunks
+        drafts = [bool(d) for d in batch.draft_token_ids]
+        plain_decodes = [n == 1 for n in batch.num_new_tokens]
+        kinds.append((any(drafts), any(plain_decodes), any(not d and n > 1 for d, n in zip(drafts, batch.num_new_tokens))))
+        return run(batch)
+
+    monkeypatch.setattr(fast.runner, "run", recording)
     cycle = _cycle_prompt(plain, 30)
     recorder = SamplingParams(max_tokens=30, temperature=0, ignore_eos=True, logits_processor=lambda ids, row: row)
     prompts = [cycle, cycle[:13], [7] * 40 + cycle[:9], cycle[3:], list(range(4, 60)), cycle]
@@ -282,6 +293,7 @@ def test_a_batch_mixing_speculating_decodes_plain_decodes_and_prefill_chunks_giv
     got = _same(plain, fast, prompts, params)
     assert [len(out.token_ids) for out in got] == [40, 7, 40, 30, 23, 40]
     assert got[0].accepted_draft_tokens > 0 and got[3].draft_tokens == 0  # a logits processor never speculates
+    assert (True, True, True) in kinds  # all three in one step
     again = _same(plain, fast, prompts[:3], params[:3])  # now from the prefix cache
     assert all(out.cached_tokens > 0 for out in again)
 
