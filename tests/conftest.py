@@ -5,7 +5,7 @@ Tiers are markers, given here by where a test lives or what it uses, so a new te
 without anyone remembering to mark it. `make test` runs every tier (CI runs it); `make test-fast`
 leaves out the ones that start other programs or take long, for the edit loop:
 
-    integration  real programs beside the suite: Phoenix, the frameworks' loops on the local server,
+    integration  real programs beside the suite: Phoenix, Redis, the frameworks' loops on the local server,
                  the examples as a user runs them
     browser      headless Chromium renders a page
     native       the engine's compiled CPU kernels (built on first use)
@@ -31,7 +31,7 @@ if os.environ.get("CI"):
 
 _TESTS = Path(__file__).parent
 TIERS: dict[str, tuple[str, ...]] = {
-    "integration": ("integration", "frameworks", "examples", "test_makefile.py"),
+    "integration": ("integration", "frameworks", "examples", "test_makefile.py", "sdk/test_shared_state.py"),
     "native": ("local_backend/test_cpu_kernels.py", "local_backend/test_native_layers.py"),
     "slow": (  # the modules with the longest totals in a full run (pytest --durations=0)
         "local_backend/test_server_strict_requests.py", "local_backend/test_server_structured_outputs.py",

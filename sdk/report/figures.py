@@ -117,6 +117,10 @@ def _decode(figure: Any, report: Report) -> None:
     speed.set_ylabel("decode tokens/s (median)")
     lengths.boxplot([list(model.output_lengths) or [0] for model in report.decode], tick_labels=models)
     lengths.set_ylabel("output tokens")
+    for index, model in enumerate(report.decode):
+        if model.draft_acceptance is not None:
+            speed.annotate(f"{model.draft_acceptance:.0%} of drafts kept", (index, model.tokens_per_s or 0.0),
+                           fontsize=8, ha="center", va="bottom")
     for index, model in enumerate(report.decode, start=1):
         if model.guard_cuts:
             lengths.annotate(f"{model.guard_cuts} cut, {model.guard_tokens_saved} saved",

@@ -38,6 +38,10 @@ def findings(
             found.append(f"{spend.model}: decode (output) is {spend.decode_share:.0%} of ${spend.cost.total_usd:.4f} spent; "
                          f"cache reads saved ${spend.cost.saved_usd:.4f}.")
     for model in decode:
+        if model.draft_acceptance is not None:
+            speed = f" at {model.tokens_per_s:.0f} tokens/s (median)" if model.tokens_per_s else ""
+            found.append(f"{model.model}: the server's speculative decoding kept {model.draft_acceptance:.0%} of its drafted "
+                         f"tokens; decode ran{speed or ' (no streamed call timed it)'}.")
         if model.guard_cuts:
             found.append(f"{model.model}: the loop guard cut {model.guard_cuts} runaway answer(s), "
                          f"saving {model.guard_tokens_saved} output tokens.")

@@ -53,13 +53,16 @@ class ModelCost:
 
 @dataclass(frozen=True, slots=True)
 class ModelDecode:
-    """One model's decode speed (median over streamed calls) and its loop-guard cuts."""
+    """One model's decode speed (median over streamed calls: the effective speed, speculation
+    included), its loop-guard cuts, and the share of drafted tokens its server's speculative
+    decoding kept (None where none ran)."""
 
     model: str
     tokens_per_s: float | None
     output_lengths: tuple[int, ...]
     guard_cuts: int
     guard_tokens_saved: int
+    draft_acceptance: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,9 +155,11 @@ def model_decode(records: Sequence[ReportedCall]) -> list[ModelDecode]:
         calls = models[model]
         speeds = sorted(r.output_tokens / r.decode_s for r in calls if r.decode_s and r.output_tokens)
         cuts = [r for r in calls if r.guard]
+        drafted = sum(r.draft_tokens for r in calls)
         result.append(ModelDecode(
             model, speeds[len(speeds) // 2] if speeds else None, tuple(r.output_tokens for r in calls),
             len(cuts), sum(r.guard_tokens_saved for r in cuts),
+            sum(r.draft_accepted_tokens for r in calls) / drafted if drafted else None,
         ))
     return result
 

@@ -55,6 +55,8 @@ class ReportedCall:
     break_cause_server: str | None
     guard: str | None
     guard_tokens_saved: int
+    draft_tokens: int = 0  # proposed by the server's speculative decoding (0: none ran, or not reported)
+    draft_accepted_tokens: int = 0
 
     @property
     def uncached_input_tokens(self) -> int:
@@ -201,4 +203,6 @@ def _record(span: RawSpan, decode_s: float | None) -> ReportedCall:
         break_cause_server=text(sc.KVWISE_PREFIX_BREAK_CAUSE_SERVER),
         guard=text(sc.KVWISE_GUARD_TRIPPED),
         guard_tokens_saved=int(number(sc.KVWISE_GUARD_TOKENS_SAVED)),
+        draft_tokens=int(number(sc.KVWISE_SERVER_DRAFT_TOKENS)),
+        draft_accepted_tokens=int(number(sc.KVWISE_SERVER_DRAFT_ACCEPTED_TOKENS)),
     )

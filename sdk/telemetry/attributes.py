@@ -163,7 +163,7 @@ def outcome_attributes(outcome: Outcome) -> Attributes:
         for native, key in sc.SERVER_TIMINGS:
             value = outcome.timings.get(native)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                attributes[key] = float(value)
+                attributes[key] = value if isinstance(value, int) else float(value)
     if outcome.error_type:
         attributes[sc.ERROR_TYPE] = outcome.error_type
     return attributes

@@ -265,10 +265,18 @@ KVWISE_SERVER_PREFILL_MS: Final = "kvwise.server.prefill_ms"
 KVWISE_SERVER_DECODE_MS: Final = "kvwise.server.decode_ms"
 """Milliseconds the server spent on decode (`timings.predicted_ms`)."""
 
+KVWISE_SERVER_DRAFT_TOKENS: Final = "kvwise.server.draft_tokens"
+"""Tokens the server's speculative decoding proposed for the answer (`timings.draft_n`)."""
+
+KVWISE_SERVER_DRAFT_ACCEPTED_TOKENS: Final = "kvwise.server.draft_accepted_tokens"
+"""Of those, the tokens the model kept (`timings.draft_n_accepted`): accepted ÷ proposed is the acceptance rate."""
+
 SERVER_TIMINGS: Final = (
     ("queue_ms", KVWISE_SERVER_QUEUE_MS),
     ("prompt_ms", KVWISE_SERVER_PREFILL_MS),
     ("predicted_ms", KVWISE_SERVER_DECODE_MS),
+    ("draft_n", KVWISE_SERVER_DRAFT_TOKENS),
+    ("draft_n_accepted", KVWISE_SERVER_DRAFT_ACCEPTED_TOKENS),
 )
 """llama.cpp `timings` keys and the attributes they are reported under."""
 
