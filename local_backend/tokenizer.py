@@ -104,12 +104,20 @@ class TextTokenizer:
         messages: Sequence[Mapping[str, Any]],
         add_generation_prompt: bool = True,
         tools: Sequence[Mapping[str, Any]] | None = None,
+        continue_final_message: bool = False,
+        template_kwargs: Mapping[str, Any] | None = None,
     ) -> list[int]:
-        """Token ids of `messages` rendered by the checkpoint's chat template (with `tools` when given)."""
+        """Token ids of `messages` rendered by the checkpoint's chat template (with `tools` when given).
+
+        `template_kwargs` are more variables for the template (vLLM's `chat_template_kwargs`); the
+        template's own names win. `continue_final_message` cuts the text right after the last
+        message's content, so the model continues it instead of closing it (transformers' rule).
+        """
         if self._template is None:
             raise ValueError("this checkpoint has no chat_template in tokenizer_config.json")
         try:
             text = self._template.render(
+                **(template_kwargs or {}),
                 messages=list(messages),
                 add_generation_prompt=add_generation_prompt,
                 bos_token=self.bos_token or "",
@@ -118,7 +126,21 @@ class TextTokenizer:
             )
         except TemplateError as exc:
             raise ValueError(f"chat template failed: {exc}") from exc
+        if continue_final_message:
+            text = _open_final_message(text, str(messages[-1].get("content") or ""))
         return self.encode(text, add_special_tokens=False)
+
+
+def _open_final_message(text: str, content: str) -> str:
+    """`text` cut right after the last place `content` (the final message's) appears, its trailing
+    whitespace kept where the template kept it; `ValueError` when the template did not render it."""
+    final = content.strip()
+    at = text.rfind(final) if final else -1
+    if at < 0:
+        raise ValueError("continue_final_message: the final message's text is not in the rendered prompt")
+    cut = at + len(final)
+    trailing = content[len(content.rstrip()) :]
+    return text[: cut + len(trailing) if text.startswith(trailing, cut) else cut]
 
 
 def _keeps_length(step: Mapping[str, Any]) -> bool:

@@ -75,13 +75,14 @@ def tools_system(tools: Sequence[Tool], system: str | None = None) -> str:
 
 
 def fold(messages: Sequence[Mapping[str, Any]], tools: Sequence[Tool]) -> list[dict[str, str]]:
-    """OpenAI-shaped `messages` (tool calls and `tool` results included) as system, user and assistant turns."""
+    """OpenAI-shaped `messages` (tool calls and `tool` results included) as system, user and assistant turns
+    (each keeps its `name`)."""
     turns: list[dict[str, str]] = []
     if tools:
-        system = None
+        system, named = None, {}
         if messages and messages[0]["role"] == "system":
-            system, messages = messages[0]["content"], messages[1:]
-        turns.append({"role": "system", "content": tools_system(tools, system)})
+            system, named, messages = messages[0]["content"], _named(messages[0]), messages[1:]
+        turns.append({"role": "system", "content": tools_system(tools, system), **named})
     for message in messages:
         role, content = message["role"], message.get("content") or ""
         if role == "tool":
@@ -92,5 +93,10 @@ def fold(messages: Sequence[Mapping[str, Any]], tools: Sequence[Tool]) -> list[d
                 turns.append({"role": "user", "content": response})
             continue
         calls = [call_text(c["function"]["name"], c["function"]["arguments"]) for c in message.get("tool_calls") or ()]
-        turns.append({"role": role, "content": "\n".join(filter(None, [content, *calls]))})
+        turns.append({"role": role, "content": "\n".join(filter(None, [content, *calls])), **_named(message)})
     return turns
+
+
+def _named(message: Mapping[str, Any]) -> dict[str, str]:
+    """The message's `name` (a participant's), kept for the template, or nothing."""
+    return {"name": message["name"]} if message.get("name") else {}

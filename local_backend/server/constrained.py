@@ -37,6 +37,7 @@ from typing import Any
 
 import llguidance
 import torch
+from llguidance.gbnf_to_lark import any_to_lark
 
 from local_backend.server._constants import GRAMMAR_COMPILE_SECONDS, GRAMMAR_MAX_SIZE
 from local_backend.server.bounds import check_schemas
@@ -70,6 +71,16 @@ class Constraint:
     def json(cls, schema: Any, param: str) -> Constraint | None:
         """JSON valid against `schema`, or None (free text) when there is none."""
         return None if schema is None else cls(param, schema=schema)
+
+    @classmethod
+    def gbnf(cls, text: str, param: str) -> Constraint:
+        """Output that the GBNF grammar `text` (llama.cpp's `grammar`; a Lark grammar reads too) accepts;
+        a 400 naming `param` when llguidance cannot read it."""
+        try:
+            lark = any_to_lark(text)
+        except Exception as exc:  # the converter raises bare Exceptions for a missing rule
+            raise ApiError(f"{param} is not a GBNF grammar llguidance reads: {exc}"[:300], param=param) from None
+        return cls(param, lark=lark)
 
 
 class Grammars:

@@ -88,8 +88,23 @@ _OPENAI_HOSTED: Final[dict[str, Rule]] = {
 """What Chat and Responses share of the hosted API's service: labels, cache hints (the engine caches
 every prompt anyway), the capacity tier, storage (none here)."""
 
+_GRAMMARS: Final[dict[str, Rule]] = {"json_schema": HONOURED, "grammar": HONOURED}
+"""llama.cpp's constraints of the answer: a JSON schema, or a GBNF grammar."""
+
+_TEMPLATE: Final[dict[str, Rule]] = {
+    "add_generation_prompt": HONOURED,
+    "continue_final_message": HONOURED,
+    "chat_template_kwargs": HONOURED,
+}
+"""vLLM's Chat extras that shape how the chat template renders the prompt."""
+
+EXTENSIONS: Final = frozenset(SAMPLING_KNOBS) | frozenset(_GRAMMARS) | frozenset(_TEMPLATE)
+"""The fields vLLM's and llama.cpp's users send that no OpenAI or Anthropic client names."""
+
 CHAT: Final[Table] = {
     **_OPENAI_SHARED,
+    **_GRAMMARS,
+    **_TEMPLATE,
     "messages": HONOURED,
     "max_completion_tokens": HONOURED,
     "metadata": INERT,
@@ -112,6 +127,7 @@ CHAT: Final[Table] = {
 
 COMPLETIONS: Final[Table] = {
     **_OPENAI_SHARED,
+    **_GRAMMARS,
     "prompt": HONOURED,
     "echo": HONOURED,
     "best_of": Off((1,)),

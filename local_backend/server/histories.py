@@ -7,9 +7,11 @@ Assistant turns may carry `tool_calls` (`{"id", "type": "function", "function": 
 and the Responses API's `instructions` become the first turn.
 
 Inside a message every key is honoured or refused, as at the top level (`fields`): a key this
-backend cannot honour (a chat `name`, an assistant `refusal` or `audio`, the deprecated
-`function_call`) is a 400 naming it when it carries a value; an explicit null or empty value (a passed-back
-message's `refusal: null`, `annotations: []`) is the key's absence.
+backend cannot honour (an assistant `refusal` or `audio`, the deprecated `function_call`) is a 400
+naming it when it carries a value; an explicit null or empty value (a passed-back message's
+`refusal: null`, `annotations: []`) is the key's absence. A chat message's `name` (a participant's
+name) stays in the message the chat template gets, as vLLM hands it over: a template that shows
+names shows it.
 Anthropic's `is_error` on a `tool_result` is honoured: the result reaches the model as
 `Error: <text>`.
 """
@@ -30,10 +32,10 @@ ANTHROPIC_ROLES: Final = frozenset({"user", "assistant", "system"})
 """Roles of an Anthropic message (anthropic 2.x's `SystemMessageParam` puts system text among the turns)."""
 
 OPENAI_MESSAGE_KEYS: Mapping[str, frozenset[str]] = {
-    "system": frozenset({"role", "content"}),
-    "developer": frozenset({"role", "content"}),
-    "user": frozenset({"role", "content"}),
-    "assistant": frozenset({"role", "content", "tool_calls"}),
+    "system": frozenset({"role", "content", "name"}),
+    "developer": frozenset({"role", "content", "name"}),
+    "user": frozenset({"role", "content", "name"}),
+    "assistant": frozenset({"role", "content", "name", "tool_calls"}),
     "tool": frozenset({"role", "content", "tool_call_id"}),
 }
 """The keys of a Chat message this backend honours, by role (others with a value are refused)."""
@@ -49,8 +51,9 @@ def _only_known_keys(message: Mapping[str, Any], known: frozenset[str], where: s
                            "remove it", param=f"{where}.{key}")  # fmt: skip
 
 
-def openai_messages(messages: Any) -> list[dict[str, Any]]:
-    """Chat messages with text content, assistant `tool_calls` and `tool` results (developer → system)."""
+def openai_messages(messages: Any, names: bool = True) -> list[dict[str, Any]]:
+    """Chat messages with text content, assistant `tool_calls` and `tool` results (developer → system);
+    `names`: a message may carry a `name` (Chat's; the Responses API's items have none)."""
     if not isinstance(messages, list) or not messages:
         raise ApiError("messages must be a non-empty array of messages", param="messages")
     out = []
@@ -60,16 +63,24 @@ def openai_messages(messages: Any) -> list[dict[str, Any]]:
         if role not in OPENAI_CHAT_ROLES | {"tool"}:
             raise ApiError(f"{where}.role {role!r} is not one of {sorted(OPENAI_CHAT_ROLES | {'tool'})}",
                            param=f"{where}.role")  # fmt: skip
-        _only_known_keys(m, OPENAI_MESSAGE_KEYS[role], where)
+        _only_known_keys(m, OPENAI_MESSAGE_KEYS[role] - ({"name"} if not names else set()), where)
         content = m.get("content")
         message: dict[str, Any] = {"role": "system" if role == "developer" else role,
                                    "content": "" if content is None else text_of(content, f"{where}.content")}  # fmt: skip
+        if m.get("name") not in (None, "") and role != "tool":
+            message["name"] = _name(m["name"], f"{where}.name")
         if role == "tool":
             message["tool_call_id"] = str(m.get("tool_call_id", ""))
         if role == "assistant" and m.get("tool_calls"):
             message["tool_calls"] = [_openai_call(c, f"{where}.tool_calls[{j}]") for j, c in enumerate(m["tool_calls"])]
         out.append(message)
     return out
+
+
+def _name(name: Any, param: str) -> str:
+    if not isinstance(name, str):
+        raise ApiError(f"{param} must be a string, got {short(name)}", param=param)
+    return name
 
 
 def _openai_call(call: Any, where: str) -> dict[str, Any]:
@@ -135,7 +146,7 @@ def responses_messages(items: Any, instructions: str | None) -> list[dict[str, A
     if instructions:
         messages.insert(0, {"role": "system", "content": instructions})
     try:
-        return openai_messages(messages)
+        return openai_messages(messages, names=False)
     except ApiError as exc:
         exc.message, exc.param = exc.message.replace("messages", "input"), (exc.param or "").replace("messages", "input")
         raise

@@ -44,11 +44,6 @@ def _call_json(call: ToolCall) -> dict[str, Any]:
     return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
 
 
-def _finish_reason(completion: Completion, called: bool) -> str:
-    """`tool_calls` for an answer that called, unless it was cut (`length`: its last call may be unfinished)."""
-    return "tool_calls" if called and completion.finish_reason != "length" else completion.finish_reason
-
-
 class OpenAIFormat:
     """Chat Completions (`chat=True`) or legacy Completions, whole or as chunks, of one or more choices."""
 
@@ -91,7 +86,7 @@ class OpenAIFormat:
                 calls = [_call_json(c) for c in parser.calls[: None if self._parallel else 1]]
                 message = {"role": "assistant", "content": parser.content or None, "refusal": None}
                 choice["message"] = {**message, "tool_calls": calls} if calls else message
-                choice["finish_reason"] = _finish_reason(completion, bool(calls))
+                choice["finish_reason"] = "tool_calls" if calls else completion.finish_reason
             elif self._chat:
                 choice["message"] = {"role": "assistant", "content": completion.text, "refusal": None}
             else:
@@ -121,7 +116,7 @@ class OpenAIFormat:
         if self._parsers:
             parser = self._parsers[index]
             chunks = [self._chunk(index, piece, None) for piece in self._tool_pieces(parser.finish())]
-            reason = _finish_reason(completion, bool(parser.calls))
+            reason = "tool_calls" if parser.calls else reason
         return [*chunks, self._chunk(index, {} if self._chat else "", reason, {"timings": timings(completion)})]
 
     def _tool_pieces(self, events: Sequence[Event]) -> list[dict[str, Any]]:
@@ -195,7 +190,8 @@ async def chat_completions(request: Request) -> Response:
     engine = backend.engine
     chat = parse_chat(await read_json(request), engine.config.vocab_size)
     model = backend.check_model(chat.options.model)
-    ids = prompt_ids(engine.tokenizer, chat.messages, chat.tool_choice.shown(chat.tools), engine.max_model_len)
+    ids = prompt_ids(engine.tokenizer, chat.messages, chat.tool_choice.shown(chat.tools), engine.max_model_len,
+                     chat.template)  # fmt: skip
     return await _generate(request, backend, model, chat.options, ids, chat=True, constraint=chat.constraint,
                            parse_tools=chat.tool_choice.mode != "none", parallel_tool_calls=chat.parallel_tool_calls)  # fmt: skip
 
@@ -209,7 +205,8 @@ async def completions(request: Request) -> Response:
     if isinstance(prompt, str):
         check_prompt_size([prompt], engine.tokenizer.max_bytes_per_token, engine.max_model_len, "prompt")
     ids = engine.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-    return await _generate(request, backend, model, completion.options, ids, chat=False, echo=completion.echo)
+    return await _generate(request, backend, model, completion.options, ids, chat=False, echo=completion.echo,
+                           constraint=completion.constraint)  # fmt: skip
 
 
 async def models(request: Request) -> Response:

@@ -26,8 +26,10 @@ from local_backend.server.histories import anthropic_messages, openai_messages, 
 from local_backend.server.logit_bias import LogitBias
 from local_backend.server.sampling import Sampling
 from local_backend.server.tool_requests import ToolChoice, anthropic_tools, openai_tools, responses_tools
-from local_backend.server.tools import Tool
+from local_backend.server.tools import TemplateOptions, Tool
 
+TEMPLATE_VARIABLES: Final = frozenset({"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"})
+"""What the server itself hands the chat template (see `TextTokenizer.chat_prompt`)."""
 OPENAI_MAX_TEMPERATURE: Final = 2.0
 ANTHROPIC_MAX_TEMPERATURE: Final = 1.0
 
@@ -59,6 +61,7 @@ class ChatRequest:
     tool_choice: ToolChoice
     constraint: Constraint | None
     parallel_tool_calls: bool
+    template: TemplateOptions
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +71,7 @@ class CompletionRequest:
     options: OpenAIOptions
     prompt: str | tuple[int, ...]
     echo: bool
+    constraint: Constraint | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,9 +117,9 @@ def parse_chat(body: Body, vocab_size: int) -> ChatRequest:
     name = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     options = _openai_options(body, name, vocab_size, chat=True)
     parallel = optional(body, "parallel_tool_calls", bool, True)
-    constraint = _constraint(tools, choice, "response_format",
-                             lambda: response_schema(body.get("response_format"), "response_format"), parallel)  # fmt: skip
-    return ChatRequest(options, messages, tuple(tools), choice, constraint, parallel_tool_calls=parallel)
+    constraint = _grammar(body, tools_shown=bool(choice.shown(tools))) or _constraint(
+        tools, choice, lambda: _chat_schema(body), parallel)
+    return ChatRequest(options, messages, tuple(tools), choice, constraint, parallel, _template_options(body))
 
 
 def parse_completion(body: Body, vocab_size: int) -> CompletionRequest:
@@ -131,7 +135,8 @@ def parse_completion(body: Body, vocab_size: int) -> CompletionRequest:
     if echo and options.top_logprobs is not None:
         raise ApiError("logprobs with echo needs the prompt's logprobs, which this backend does not compute",
                        param="logprobs")  # fmt: skip
-    return CompletionRequest(options, prompt if isinstance(prompt, str) else tuple(prompt), echo)
+    constraint = _grammar(body, tools_shown=False) or Constraint.json(*_json_schema(body))
+    return CompletionRequest(options, prompt if isinstance(prompt, str) else tuple(prompt), echo, constraint)
 
 
 def parse_responses(body: Body) -> ResponsesRequest:
@@ -142,7 +147,7 @@ def parse_responses(body: Body) -> ResponsesRequest:
     messages = tuple(responses_messages(body.get("input"), optional(body, "instructions", str)))
     sampling = Sampling.parse(body, max_tokens=optional(body, "max_output_tokens", int),
                               max_tokens_param="max_output_tokens", stop=(), max_temperature=OPENAI_MAX_TEMPERATURE)  # fmt: skip
-    constraint = _constraint(tools, choice, "text.format", lambda: _text_schema(body.get("text")))
+    constraint = _constraint(tools, choice, lambda: (_text_schema(body.get("text")), "text.format"))
     return ResponsesRequest(model, messages, tuple(tools), choice, sampling, constraint, _stream(body), body)
 
 
@@ -156,8 +161,25 @@ def parse_message(body: Body) -> MessageRequest:
     prompt = _anthropic_prompt(body)
     sampling = Sampling.parse(body, max_tokens=required(body, "max_tokens", int), max_tokens_param="max_tokens",
                               stop=stop_strings(body, "stop_sequences"), max_temperature=ANTHROPIC_MAX_TEMPERATURE)  # fmt: skip
-    constraint = _constraint(prompt.tools, prompt.tool_choice, "output_config.format", lambda: _output_schema(body))
+    constraint = _constraint(prompt.tools, prompt.tool_choice, lambda: (_output_schema(body), "output_config.format"))
     return MessageRequest(prompt, sampling, constraint, _stream(body))
+
+
+def _template_options(body: Body) -> TemplateOptions:
+    """vLLM's Chat extras for the template: continuing the final message implies no new turn, and
+    asking for both is refused as vLLM refuses it; `chat_template_kwargs` may not set what the
+    server renders itself."""
+    continued = optional(body, "continue_final_message", bool, False)
+    opening = optional(body, "add_generation_prompt", bool, not continued)
+    if continued and opening:
+        raise ApiError("Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
+                       param="continue_final_message")  # fmt: skip
+    kwargs = optional(body, "chat_template_kwargs", dict, {})
+    taken = sorted(set(kwargs) & TEMPLATE_VARIABLES)
+    if taken:
+        raise ApiError(f"chat_template_kwargs must not set {taken[0]!r}: the server renders it from the request",
+                       param="chat_template_kwargs")  # fmt: skip
+    return TemplateOptions(opening, continued, kwargs)
 
 
 def _openai_options(body: Body, max_tokens_param: str, vocab_size: int, *, chat: bool) -> OpenAIOptions:
@@ -185,19 +207,51 @@ def _stream(body: Body) -> bool:
 
 
 def _constraint(
-    tools: Sequence[Tool], choice: ToolChoice, param: str, schema: Callable[[], dict[str, Any] | None],
+    tools: Sequence[Tool], choice: ToolChoice, schema: Callable[[], tuple[dict[str, Any] | None, str]],
     parallel: bool = True,
 ) -> Constraint | None:
-    """A call of the forced tools; under `auto` text (or the JSON the format field `param` asks for,
-    `schema()`) or calls of the offered tools only; else that JSON; else none. The format is read
-    only when no call is forced: a forced call is the whole answer."""
+    """A call of the forced tools; under `auto` text (or the JSON schema `schema()` gives, with the
+    field that asked for it) or calls of the offered tools only; else that JSON; else none. The
+    format is read only when no call is forced: a forced call is the whole answer."""
     if choice.forced:
         return Constraint("tool_choice", tools=choice.forced_tools(tools))
-    answer = schema()
+    answer, param = schema()
     if choice.mode == "auto":
         return Constraint(param if answer is not None else "tools", tools=tuple(tools), schema=answer,
                           calls_optional=True, parallel=parallel)  # fmt: skip
     return Constraint.json(answer, param)
+
+
+def _grammar(body: Body, tools_shown: bool) -> Constraint | None:
+    """llama.cpp's `grammar` (GBNF): the whole answer's shape, so it goes with no other constraint."""
+    text = body.get("grammar")
+    if text is None:
+        return None
+    if not isinstance(text, str) or not text.strip():
+        raise ApiError(f"grammar must be a non-empty GBNF string, got {fields.short(text)}", param="grammar")
+    for other in ("json_schema", "response_format"):
+        if body.get(other) is not None:
+            raise ApiError(f"grammar and {other} both constrain the answer: send one", param="grammar")
+    if tools_shown:
+        raise ApiError("grammar cannot be combined with tools (set tool_choice to none, or drop one)", param="grammar")
+    return Constraint.gbnf(text, "grammar")
+
+
+def _json_schema(body: Body) -> tuple[dict[str, Any] | None, str]:
+    """llama.cpp's `json_schema`: an object, the schema the answer's JSON is valid against."""
+    schema = body.get("json_schema")
+    if schema is not None and not isinstance(schema, dict):
+        raise ApiError(f"json_schema must be a JSON schema object, got {fields.short(schema)}", param="json_schema")
+    return schema, "json_schema"
+
+
+def _chat_schema(body: Body) -> tuple[dict[str, Any] | None, str]:
+    """The JSON schema a Chat answer is held to: llama.cpp's `json_schema`, or `response_format`'s."""
+    if body.get("json_schema") is None:
+        return response_schema(body.get("response_format"), "response_format"), "response_format"
+    if body.get("response_format") is not None:
+        raise ApiError("json_schema and response_format both constrain the answer: send one", param="json_schema")
+    return _json_schema(body)
 
 
 def _top_logprobs(body: Body, chat: bool) -> int | None:

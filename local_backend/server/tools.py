@@ -22,8 +22,8 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from local_backend.server.bounds import check_prompt_size
@@ -46,8 +46,23 @@ def new_call_id(prefix: str) -> str:
     return prefix + uuid.uuid4().hex[:24]
 
 
+@dataclass(frozen=True, slots=True)
+class TemplateOptions:
+    """How the chat template renders a prompt (vLLM's Chat extras): with the assistant's opening
+    (`add_generation_prompt`), or with the final message left open for the model to continue
+    (`continue_final_message`), and with more template variables (`kwargs`, `chat_template_kwargs`)."""
+
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
 def prompt_ids(
-    tokenizer: TextTokenizer, messages: Sequence[dict[str, Any]], tools: Sequence[Tool], max_model_len: int | None = None
+    tokenizer: TextTokenizer,
+    messages: Sequence[dict[str, Any]],
+    tools: Sequence[Tool],
+    max_model_len: int | None = None,
+    template: TemplateOptions = TemplateOptions(),
 ) -> list[int]:
     """The prompt of OpenAI-shaped `messages` (tool calls and `tool` results included) and `tools`.
 
@@ -59,10 +74,16 @@ def prompt_ids(
     if max_model_len is not None:
         texts = _texts(messages, tools, folded=not tokenizer.renders_tools)
         check_prompt_size(texts, tokenizer.max_bytes_per_token, max_model_len, "messages")
+    if template.continue_final_message and not messages[-1]["content"].strip():
+        raise ApiError("continue_final_message needs a final message with text to continue",
+                       param="continue_final_message")  # fmt: skip
+    if tokenizer.renders_tools:
+        turns, listed = _for_template(messages), [t.as_openai() for t in tools] or None
+    else:
+        turns, listed = fold(messages, tools), None
     try:
-        if tokenizer.renders_tools:
-            return tokenizer.chat_prompt(_for_template(messages), tools=[t.as_openai() for t in tools] or None)
-        return tokenizer.chat_prompt(fold(messages, tools))
+        return tokenizer.chat_prompt(turns, template.add_generation_prompt, listed, template.continue_final_message,
+                                     template.kwargs)  # fmt: skip
     except ValueError as exc:  # the template refused the turns
         raise ApiError(str(exc), param="messages") from None
 

@@ -26,7 +26,6 @@ from openai.types.responses import response_create_params
 
 from local_backend import Engine
 from local_backend.server import create_app, fields, histories, serve_in_thread
-from local_backend.server.fields import SAMPLING_KNOBS
 from local_backend.server.histories import ANTHROPIC_ROLES
 
 NAMES = ("tiny", "tiny-alias")
@@ -245,7 +244,7 @@ def _fields_of(use: type | fields.Use) -> list[tuple[str, str]]:
 
 def test_every_field_the_client_can_send_has_a_rule(endpoint):
     assert endpoint.client_fields - set(endpoint.table) == set()
-    assert set(endpoint.table) - endpoint.client_fields <= set(SAMPLING_KNOBS)
+    assert set(endpoint.table) - endpoint.client_fields <= fields.EXTENSIONS
 
 
 @pytest.mark.parametrize(("name", "field_name"), _fields_of(fields.Off))
@@ -455,6 +454,20 @@ def _check_logit_bias(ask: Ask) -> None:
     _assert_refused_naming(ask, "logit_bias", logit_bias={"42": 101})
 
 
+def _check_json_schema(ask: Ask) -> None:  # llama.cpp's; more in test_server_client_inputs
+    schema = {"type": "object", "properties": {"x": {"enum": [1, 2]}}, "required": ["x"]}
+    assert json.loads(ask(json_schema=schema, ignore_eos=False, max_tokens=60).texts[0])["x"] in (1, 2)
+
+
+def _check_grammar(ask: Ask) -> None:  # llama.cpp's GBNF; more in test_server_client_inputs
+    assert ask(grammar='root ::= "yes" | "no"', ignore_eos=False).texts[0] in ("yes", "no")
+
+
+def _check_chat_template_kwargs(ask: Ask) -> None:  # the bundled template reads none; see test_server_client_inputs
+    assert ask(chat_template_kwargs={"persona": "pirate"}) == ask()
+    _assert_refused_naming(ask, "chat_template_kwargs", chat_template_kwargs=["persona"])
+
+
 def _check_system(ask: Ask) -> None:
     assert ask(system="You are terse.").prompt_tokens > ask().prompt_tokens
 
@@ -487,6 +500,11 @@ HONOURED_CHECKS: dict[str, Callable[[Ask], None]] = {
     "completions.logprobs": _check_legacy_logprobs,
     "responses.metadata": _check_metadata,
     "chat.tools": _check_chat_tools,
+    "json_schema": _check_json_schema,
+    "grammar": _check_grammar,
+    "add_generation_prompt": _check_prompt_changes("add_generation_prompt", False),
+    "continue_final_message": _check_prompt_changes("continue_final_message", True),
+    "chat_template_kwargs": _check_chat_template_kwargs,
     "logit_bias": _check_logit_bias,
     "responses.tools": _check_responses_tools,
     "responses.tool_choice": _check_responses_tool_choice,
@@ -563,7 +581,7 @@ def _chat_message(role: str, **extra: Any) -> list[dict[str, Any]]:
 
 
 def test_the_keys_checked_inside_messages_are_those_the_installed_clients_name():
-    assert ("user", "name") in CHAT_MESSAGE_KEYS and ("assistant", "refusal") in CHAT_MESSAGE_KEYS
+    assert ("assistant", "refusal") in CHAT_MESSAGE_KEYS  # a chat `name` is honoured (test_server_client_inputs)
     assert ("assistant", "function_call") in CHAT_MESSAGE_KEYS and ("assistant", "audio") in CHAT_MESSAGE_KEYS
     # A key the client names and the backend neither honours nor refuses would slip through this walk:
     # each key of each role is either honoured (used by the tool-loop tests) or refused below.
