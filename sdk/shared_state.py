@@ -22,7 +22,8 @@ base URL, so one key never reads another's memories), only hashes and counts:
                                           key and hashes, the settings' hashes, when, its answer's id;
     kvwise:{tenant}:latest:{api}          the same for the API's latest call (break causes across processes)
 
-Faults never reach the call: each command is bounded (`STATE_TIMEOUT_SECONDS`); a failure starts an
+Faults never reach the call: each command is bounded (`STATE_TIMEOUT_SECONDS`, or the URL's
+`?socket_timeout=`, which the `redis` client reads); a failure starts an
 outage (logged once): calls go on with in-process state, their spans say `kvwise.state.degraded` and
 why, and the store is tried again `STATE_RETRY_SECONDS` later. A leader that dies releases by expiry.
 """

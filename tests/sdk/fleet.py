@@ -24,6 +24,7 @@ from tests.sdk.savings_workloads import shared_prefix
 ROOT = Path(__file__).resolve().parents[2]
 WORKERS, PER_WORKER, PREFIX_TOKENS = 4, 8, 20_000
 DEADLINE_SECONDS = 120.0
+PATIENT_SECONDS = 5.0  # each store command's bound in the fleet (`RedisServer.url_bounded`: the machine is loaded)
 
 
 def until(condition: Callable[[], bool]) -> None:
@@ -68,7 +69,7 @@ def fan_out(simulator: Any, state: RedisServer | None) -> list[dict[str, Any]]:
     release = threading.Event()
     simulator.hold(release, times=1 if state is not None else WORKERS)
     arguments = {"task": "fanout", "system": shared_prefix(PREFIX_TOKENS), "n": PER_WORKER, "policy": {"fanout": "warm"},
-                 "state": state.url if state is not None else None}  # fmt: skip
+                 "state": state.url_bounded(PATIENT_SECONDS) if state is not None else None}  # fmt: skip
     workers = [start_worker(simulator, worker, **arguments) for worker in range(WORKERS)]
     if state is not None:
         until(lambda: simulator.held == 1 and listeners(state) == WORKERS * PER_WORKER - 1)

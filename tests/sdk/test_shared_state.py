@@ -23,10 +23,11 @@ from sdk._constants import ADAPTIVE_CAP_MIN_CALLS, STATE_RETRY_SECONDS
 from sdk.telemetry import semconv as sc
 from tests.redis_server import RedisServer
 from tests.sdk import fleet
-from tests.sdk.fleet import PER_WORKER, PREFIX_TOKENS, WORKERS
+from tests.sdk.fleet import PATIENT_SECONDS, PER_WORKER, PREFIX_TOKENS, WORKERS
 from tests.sdk.savings_workloads import fan_out, shared_prefix
 
 POLICY_CAP = 1000
+STALL_SECONDS = 0.5  # each store command's bound where a test stalls the store: long for a loaded machine, short for a stalled call
 FAMILY = "Request ID: {}\nYou are the support bot of Example Corp. Answer in one short paragraph."
 
 
@@ -70,7 +71,7 @@ def test_a_second_worker_sends_a_family_in_the_shape_the_first_learnt_from_its_f
     simulator: Any, store: RedisServer, shared: bool
 ) -> None:
     ids = [str(uuid.UUID(int=i + 1)) for i in range(3)]
-    state = store.url if shared else None
+    state = store.url_bounded(PATIENT_SECONDS) if shared else None
     _family_calls(simulator, 0, state, [FAMILY.format(ids[0]), FAMILY.format(ids[1])])
     _family_calls(simulator, 1, state, [FAMILY.format(ids[2])])
     first, second, other = _sent_systems(simulator)
@@ -86,7 +87,7 @@ def test_a_second_worker_sends_a_family_in_the_shape_the_first_learnt_from_its_f
 def test_a_cache_break_is_explained_against_the_call_another_worker_sent_before(
     simulator: Any, store: RedisServer, shared: bool
 ) -> None:
-    state = store.url if shared else None
+    state = store.url_bounded(PATIENT_SECONDS) if shared else None
     tools = "You are the support bot of Example Corp. " * 60
     _family_calls(simulator, 0, state, [tools + "Answer in one short paragraph."])
     [span] = _family_calls(simulator, 1, state, [tools + "Answer in three bullet points."])["spans"]
@@ -104,7 +105,7 @@ def test_an_adaptive_cap_appears_once_the_fleet_has_enough_answers(simulator: An
     simulator.reply = " word" * 20
     system = "You label support tickets with one word. " * 40
     arguments = {"task": "calls", "system": system, "policy": {"adaptive_caps": True, "max_output_tokens": POLICY_CAP},
-                 "state": store.url if shared else None}  # fmt: skip
+                 "state": store.url_bounded(PATIENT_SECONDS) if shared else None}  # fmt: skip
     per_worker = -(-ADAPTIVE_CAP_MIN_CALLS // WORKERS)  # no worker alone has enough
     fleet.results([fleet.start_worker(simulator, worker, n=per_worker, **arguments) for worker in range(WORKERS)])
     [late] = fleet.results([fleet.start_worker(simulator, WORKERS, n=1, **arguments)])
@@ -120,7 +121,7 @@ def test_an_adaptive_cap_appears_once_the_fleet_has_enough_answers(simulator: An
 def test_no_prompt_text_key_or_answer_reaches_the_store(simulator: Any, store: RedisServer) -> None:
     simulator.reply = "Confidential answer about invoices."
     system = FAMILY.format(uuid.UUID(int=7))
-    arguments = {"task": "calls", "system": [system, FAMILY.format(uuid.UUID(int=8))], "n": 2, "state": store.url,
+    arguments = {"task": "calls", "system": [system, FAMILY.format(uuid.UUID(int=8))], "n": 2, "state": store.url_bounded(PATIENT_SECONDS),
                  "policy": {"adaptive_caps": True, "fanout": "warm"}}  # fmt: skip
     fleet.results([fleet.start_worker(simulator, 0, **arguments)])
     fleet.fan_out(simulator, store)
@@ -163,7 +164,7 @@ def test_with_redis_stopped_mid_run_every_call_answers_says_degraded_and_the_sto
 ) -> None:
     with RedisServer() as server:
         exporter = InMemorySpanExporter()
-        client = _wrapped(simulator, server.url, exporter, adaptive_caps=True, fanout="warm")
+        client = _wrapped(simulator, server.url_bounded(PATIENT_SECONDS), exporter, adaptive_caps=True, fanout="warm")
         _ask(client, FAMILY.format(uuid.UUID(int=1)))
         server.stop()
         with caplog.at_level(logging.WARNING, logger="sdk.shared_state"):
@@ -192,7 +193,7 @@ def test_a_store_that_refuses_the_credentials_degrades_the_call_and_the_right_pa
         [span] = exporter.get_finished_spans()
         assert span.attributes[sc.KVWISE_STATE_DEGRADED] is True
         assert "wrong" not in span.attributes[sc.KVWISE_STATE_DEGRADED_REASON]
-        accepted = _wrapped(simulator, server.url, exporter, adaptive_caps=True)
+        accepted = _wrapped(simulator, server.url_bounded(PATIENT_SECONDS), exporter, adaptive_caps=True)
         _ask(accepted, FAMILY.format(uuid.UUID(int=2)))
         _ask(accepted, FAMILY.format(uuid.UUID(int=3)))
         assert server.client().keys("kvwise:*:family:*")
@@ -201,7 +202,8 @@ def test_a_store_that_refuses_the_credentials_degrades_the_call_and_the_right_pa
 def test_a_store_that_answers_nothing_within_the_bound_degrades_the_call_which_still_answers(simulator: Any) -> None:
     with RedisServer() as server:
         exporter = InMemorySpanExporter()
-        client = _wrapped(simulator, server.url.replace("redis://", "valkey://"), exporter, adaptive_caps=True)
+        url = server.url_bounded(STALL_SECONDS).replace("redis://", "valkey://")
+        client = _wrapped(simulator, url, exporter, adaptive_caps=True)
         _ask(client, FAMILY.format(uuid.UUID(int=1)))  # a valkey:// URL is read as the redis client's own
         assert server.client().keys("kvwise:*")
         server.pause()
@@ -225,7 +227,7 @@ def test_async_followers_wait_on_the_store_for_their_leader(simulator: Any, stor
     n, release = 4, threading.Event()
     simulator.hold(release)
     bare = openai.AsyncOpenAI(base_url=simulator.openai_base_url, api_key="test-key", max_retries=0)
-    client = sdk.wrap(bare, sdk.Policy(retries=0, fanout="warm"), state=store.url)
+    client = sdk.wrap(bare, sdk.Policy(retries=0, fanout="warm"), state=store.url_bounded(PATIENT_SECONDS))
 
     def started() -> None:
         fleet.until(lambda: simulator.held == 1 and fleet.listeners(store) == n - 1)
