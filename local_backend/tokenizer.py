@@ -124,7 +124,7 @@ class TextTokenizer:
                 eos_token=self.eos_token or "",
                 **({"tools": list(tools)} if tools else {}),
             )
-        except TemplateError as exc:
+        except (TemplateError, TypeError) as exc:  # a TypeError: a template's operation on a caller's value
             raise ValueError(f"chat template failed: {exc}") from exc
         if continue_final_message:
             text = _open_final_message(text, str(messages[-1].get("content") or ""))

@@ -6,8 +6,9 @@ carries the usage. `usage.prompt_tokens_details.cached_tokens` counts prefix-cac
 body, each finishing chunk and the usage chunk carry llama.cpp-style `timings` (of the first
 choice). With `n > 1` the prompt is counted once and `completion_tokens` sums every choice's.
 Chat also serves `tools` (calls parsed from the model's `<tool_call>` blocks, see `tools`; streamed
-as `tool_calls` argument deltas; `finish_reason` `tool_calls`), `response_format` and forced
-`tool_choice` (constrained decoding, see `constrained`); both serve `logprobs` and `logit_bias`.
+as `tool_calls` argument deltas; `finish_reason` `tool_calls`), `response_format` and
+`tool_choice` (constrained decoding, see `constrained`: a call names an offered tool) and vLLM's
+template extras; both serve `logprobs`, `logit_bias` and llama.cpp's `json_schema` and `grammar`.
 """
 
 from __future__ import annotations

@@ -55,6 +55,11 @@ FIELD_SCHEMAS: Final[Mapping[str, Any]] = {
     "text": _OBJECT,
     "output_config": _OBJECT,
     "metadata": _OBJECT,
+    "json_schema": _OBJECT,
+    "grammar": {"type": "string"},
+    "add_generation_prompt": {"type": "boolean"},
+    "continue_final_message": {"type": "boolean"},
+    "chat_template_kwargs": _OBJECT,
 }  # fmt: skip
 """The JSON schema of each request field by name (the same name means the same thing on every endpoint)."""
 

@@ -5,8 +5,10 @@
 A parser first holds the body to its endpoint's field table (`fields.check`: every field honoured,
 inert or refused by name), then reads each field it honours once, a 400 naming the field for a bad
 value: the history (`histories`), the tools (`tool_requests`), the sampling knobs (`sampling`), the
-answer's constraint (a forced tool call, else the JSON its format field asks for; the format is
-not read when a call is forced), `logit_bias`, the stream flag. What needs the engine is checked by
+answer's constraint (llama.cpp's `grammar`; else a forced tool call; else, under `auto`, text or the
+JSON its format field asks for, or calls of the offered tools; else that JSON; the format is not
+read when a call is forced), how the chat template renders (vLLM's `add_generation_prompt`,
+`continue_final_message`, `chat_template_kwargs`), `logit_bias`, the stream flag. What needs the engine is checked by
 the route after: the model's name (`Backend.check_model`), the prompt against the context
 (`tools.prompt_ids`, `Sampling.params`), the grammar (`constrained`).
 """
@@ -28,8 +30,9 @@ from local_backend.server.sampling import Sampling
 from local_backend.server.tool_requests import ToolChoice, anthropic_tools, openai_tools, responses_tools
 from local_backend.server.tools import TemplateOptions, Tool
 
-TEMPLATE_VARIABLES: Final = frozenset({"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"})
-"""What the server itself hands the chat template (see `TextTokenizer.chat_prompt`)."""
+TEMPLATE_VARIABLES: Final = frozenset({"messages", "tools", "add_generation_prompt", "bos_token", "eos_token",
+                                       "raise_exception", "strftime_now"})  # fmt: skip
+"""What the server itself hands the chat template (see `TextTokenizer`): `chat_template_kwargs` may not replace it."""
 OPENAI_MAX_TEMPERATURE: Final = 2.0
 ANTHROPIC_MAX_TEMPERATURE: Final = 1.0
 

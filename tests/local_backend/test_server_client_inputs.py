@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,12 +49,6 @@ def base_url(serve: ServedEngines) -> str:
     return serve("default", max_model_len=1024, kv_cache_memory=2**23).url
 
 
-@pytest.fixture(scope="module")
-def client(base_url: str) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=f"{base_url}/v1", api_key="x", max_retries=0) as client:
-        yield client
-
-
 @pytest.mark.parametrize("tool_set", list(TOOL_SETS))
 @pytest.mark.parametrize("tool_choice", ["auto", None], ids=["auto", "unset"])
 def test_a_call_under_auto_names_an_offered_tool_with_valid_arguments(base_url, tool_set, tool_choice):
@@ -85,7 +78,7 @@ def test_a_call_under_auto_names_an_offered_tool_with_valid_arguments(base_url, 
 
 
 TEMPLATE = (
-    "{{ bos_token }}{% if persona is defined %}<|im_start|>persona {{ persona }}<|im_end|>\n{% endif %}"
+    "{{ bos_token }}{% if persona is defined %}<|im_start|>persona {{ persona + '.' }}<|im_end|>\n{% endif %}"
     "{% for m in messages %}<|im_start|>{{ m['role'] }}{% if m.name %} {{ m.name }}{% endif %}\n"
     "{{ m['content'] }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
@@ -154,10 +147,10 @@ def test_a_message_name_reaches_the_template_as_part_of_the_message(template_url
     assert param == "messages[0].name"
 
 
-def test_a_message_name_is_accepted_with_tools_offered_to_the_bundled_model(client):
-    answer = client.chat.completions.create(model="tiny", max_tokens=8, tools=_tools({"python": PYTHON}),
-                                            messages=[{"role": "user", "content": "Hello!", "name": "ann"}])  # fmt: skip
-    assert answer.choices[0].finish_reason in ("stop", "length", "tool_calls")
+def test_a_message_name_is_accepted_with_tools_offered_to_the_bundled_model(base_url):
+    named = [{"role": "system", "content": "Be brief.", "name": "ops"}, {"role": "user", "content": "Hello!", "name": "ann"}]
+    answer = _chat(base_url, messages=named, tools=_tools({"python": PYTHON}))
+    assert answer["choices"][0]["finish_reason"] in ("stop", "length", "tool_calls")
 
 
 def test_add_generation_prompt_false_leaves_the_assistant_opening_out(template_url, rendered):
@@ -187,9 +180,13 @@ def test_chat_template_kwargs_reach_the_template(template_url, rendered):
     ids = rendered(HISTORY[:2], persona="pirate")
     assert ids != rendered(HISTORY[:2])
     _prompt_is(template_url, ids, messages=HISTORY[:2], chat_template_kwargs={"persona": "pirate"})
+    param, _ = _refused(template_url, "/v1/chat/completions", messages=HISTORY[:2],
+                        chat_template_kwargs={"persona": {"a": 1}})  # the template's `+` cannot add a dict to text
+    assert param == "messages"
 
 
-@pytest.mark.parametrize("value", [["persona"], "persona=pirate", {"messages": []}, {"add_generation_prompt": False}])
+@pytest.mark.parametrize("value", [["persona"], "persona=pirate", {"messages": []}, {"add_generation_prompt": False},
+                                   {"raise_exception": 1}])  # fmt: skip
 def test_chat_template_kwargs_not_an_object_of_free_names_is_refused_naming_it(template_url, value):
     param, _ = _refused(template_url, "/v1/chat/completions", messages=HISTORY[:2], chat_template_kwargs=value)
     assert param == "chat_template_kwargs"
