@@ -35,6 +35,7 @@ TIERS: dict[str, tuple[str, ...]] = {
     "native": ("local_backend/test_cpu_kernels.py", "local_backend/test_native_layers.py"),
     "slow": (  # the modules with the longest totals in a full run (pytest --durations=0)
         "local_backend/test_server_strict_requests.py", "local_backend/test_server_structured_outputs.py",
+        "local_backend/test_server_client_inputs.py",
         "local_backend/test_server_fuzz.py", "local_backend/test_server_openapi_fuzz.py", "sdk/test_stream_lifecycle.py",
         "sdk/test_fault_matrix.py", "sdk/test_surface_paths.py", "sdk/test_typing.py", "sdk/test_request_safety.py",
         "test_tiers.py",
