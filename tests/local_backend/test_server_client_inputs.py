@@ -77,6 +77,25 @@ def test_a_call_under_auto_names_an_offered_tool_with_valid_arguments(base_url, 
     assert validated > 0  # the model did call: the weather questions lead it to
 
 
+
+def test_a_streamed_answer_under_auto_makes_the_same_offered_calls_as_the_whole_one(base_url):
+    called = 0
+    with openai.OpenAI(base_url=f"{base_url}/v1", api_key="x", max_retries=0) as client:
+        for seed in range(4):
+            request = {"model": "tiny", "messages": [{"role": "user", "content": QUESTIONS[seed]}], "seed": seed,
+                       "tools": _tools({"python": PYTHON}), "temperature": 1.0, "max_tokens": AUTO_MAX_TOKENS}  # fmt: skip
+            whole = client.chat.completions.create(**request).choices[0].message.tool_calls or []
+            streamed: dict[int, list[str]] = {}
+            for chunk in client.chat.completions.create(stream=True, **request):
+                for call in chunk.choices[0].delta.tool_calls or () if chunk.choices else ():
+                    streamed.setdefault(call.index, ["", ""])
+                    streamed[call.index][0] += call.function.name or ""
+                    streamed[call.index][1] += call.function.arguments or ""
+            assert [tuple(streamed[i]) for i in sorted(streamed)] == [(c.function.name, c.function.arguments) for c in whole]
+            assert all(name == "python" for name, _ in streamed.values())
+            called += len(whole)
+    assert called > 0
+
 TEMPLATE = (
     "{{ bos_token }}{% if persona is defined %}<|im_start|>persona {{ persona + '.' }}<|im_end|>\n{% endif %}"
     "{% for m in messages %}<|im_start|>{{ m['role'] }}{% if m.name %} {{ m.name }}{% endif %}\n"
