@@ -42,6 +42,7 @@ from starlette.applications import Starlette
 from local_backend._constants import DEFAULT_MODEL_NAME
 from local_backend.engine import Engine
 from local_backend.engine_config import DTYPES, ConfigError, EngineConfig
+from local_backend.kv_quant import KV_CACHE_DTYPES
 from local_backend.server import create_app
 from local_backend.server._constants import (
     API_KEY_ENV,
@@ -98,6 +99,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="weights and KV cache; auto: bfloat16 on CUDA, float32 on CPU")  # fmt: skip
     engine.add_argument("--kv-cache-memory", type=int, default=None, metavar="BYTES",
                         help="KV cache pool size (default: 512 MiB on CPU, half the free GPU memory)")  # fmt: skip
+    engine.add_argument("--kv-cache-dtype", default=_ENGINE_DEFAULTS.kv_cache_dtype, choices=KV_CACHE_DTYPES,
+                        help="auto: the model's dtype; int8: 8-bit keys and values with a scale per token and head "
+                             "(about 4x the tokens in the same memory); fp8_e4m3 where torch has float8 on the device")  # fmt: skip
     engine.add_argument("--gpu-memory-utilization", type=float, default=None, metavar="SHARE",
                         help="CUDA only: share of the GPU's memory the engine may hold, weights included")  # fmt: skip
     engine.add_argument("--max-model-len", type=int, default=None, metavar="N",

@@ -2,7 +2,10 @@
 
 The cache of one layer is a flat array of slots, `[num_blocks * block_size, 2, kv_heads, head_dim]`
 (key and value side by side, so one copy stores both and one gather reads both);
-slot = block_id × block_size + offset. Each step writes the new tokens' keys and values into their
+slot = block_id × block_size + offset; a quantized cache (`--kv-cache-dtype int8`) stores each row as
+8-bit codes and its scale (`kv_quant`), quantized on write and dequantized where the ops read it,
+and every query, a fresh prompt's included, attends over those stored keys and values, so a prefix
+read from the cache gives what computing it would. Each step writes the new tokens' keys and values into their
 slots, then attends:
 
 - decodes (one query token each) laid out as `PagedDecodes` (where the ops read the cache in place,
@@ -31,8 +34,8 @@ from local_backend.ops import TorchOps
 class PrefillSegment:
     """One prefill chunk: query rows `start:end` of the step, attending to `slots` (its context).
 
-    `slots is None` means the chunk is the whole context (nothing cached before it): plain causal
-    attention over the chunk's own keys, no gather.
+    `slots is None` means the chunk is the whole context (nothing cached before it) and the cache
+    stores keys as computed: plain causal attention over the chunk's own keys, no gather.
     """
 
     start: int
@@ -100,7 +103,8 @@ def paged_attention(
         )
     for group in meta.decodes:
         batch, context = group.slots.shape
-        kv = kv_cache.index_select(0, group.slots.view(-1)).view(batch, context, *kv_cache.shape[1:])
+        kv = ops.read_kv(kv_cache, group.slots.view(-1), q.dtype)
+        kv = kv.view(batch, context, *kv.shape[1:])
         out = F.scaled_dot_product_attention(
             q[group.start : group.end].unsqueeze(2),
             kv[:, :, 0].transpose(1, 2),
@@ -113,7 +117,7 @@ def paged_attention(
         if seg.slots is None:
             keys, values = k[seg.start : seg.end], v[seg.start : seg.end]
         else:
-            kv = kv_cache.index_select(0, seg.slots)
+            kv = ops.read_kv(kv_cache, seg.slots, q.dtype)
             keys, values = kv[:, 0], kv[:, 1]
         outputs.append(ops.prefill_attention(q[seg.start : seg.end], keys, values, seg.mask, scale))
     return outputs[0] if len(outputs) == 1 else torch.cat(outputs)

@@ -26,6 +26,7 @@ import torch
 from jinja2.exceptions import TemplateError
 
 from local_backend import _constants as C
+from local_backend import kv_quant
 from local_backend.block_manager import BlockManager
 from local_backend.config import ModelConfig
 from local_backend.detokenizer import Detokenizer
@@ -145,6 +146,9 @@ class Engine:
         if config.gpu_memory_utilization is not None and dev.type != "cuda":
             raise ConfigError("gpu_memory_utilization", f"gpu_memory_utilization={config.gpu_memory_utilization} "
                               f"applies to CUDA only, and the engine runs on {dev}: use kv_cache_memory")  # fmt: skip
+        if not kv_quant.supports(config.kv_cache_dtype, dev):
+            raise ConfigError("kv_cache_dtype", f"kv_cache_dtype={config.kv_cache_dtype!r}: this torch cannot store "
+                              f"float8 on {dev}; use 'int8' or 'auto'")  # fmt: skip
         sampling_defaults = config.generation_defaults(directory)
         try:
             tokenizer = TextTokenizer.from_dir(directory, config.read_chat_template())
@@ -162,6 +166,7 @@ class Engine:
                 max_num_batched_tokens=config.max_num_batched_tokens,
                 enable_prefix_caching=config.enable_prefix_caching,
                 speculative_config=config.speculative_config,
+                kv_cache_dtype=config.kv_cache_dtype,
             )
         )
         if config.max_model_len is not None and core.max_model_len < config.max_model_len:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from local_backend import _constants as C
+from local_backend.kv_quant import KV_CACHE_DTYPES
 from local_backend.sampling_params import SamplingParams
 from local_backend.speculative import SpeculativeConfig
 
@@ -85,6 +86,10 @@ class EngineConfig:
     - `generation_config`: `"auto"` takes default sampling params (temperature, top_p, top_k, min_p,
       repetition_penalty, max_new_tokens) from the checkpoint's `generation_config.json`, `"vllm"`
       ignores it, or a folder holding one. A request's own values win.
+    - `kv_cache_dtype`: `"auto"` stores keys and values in the model's dtype; `"int8"` as 8-bit codes
+      with one float scale per token and kv head (about a quarter of float32's bytes, so the same
+      `kv_cache_memory` holds more tokens); `"fp8_e4m3"` likewise with float8 codes, where torch
+      converts to float8 on the device (else refused).
     - `speculative_config`: n-gram speculative decoding (`SpeculativeConfig`; a dict or its JSON,
       vLLM's `{"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_max": N}`, is read
       into one); None decodes one token per step.
@@ -103,6 +108,7 @@ class EngineConfig:
     chat_template: str | None = None
     generation_config: str = GENERATION_CONFIG_AUTO
     speculative_config: SpeculativeConfig | None = None
+    kv_cache_dtype: str = "auto"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model", str(self.model))
@@ -129,6 +135,7 @@ class EngineConfig:
              "applies to CUDA only: on CPU bound the KV cache with kv_cache_memory"),
             ("gpu_memory_utilization", self.gpu_memory_utilization is None or self.kv_cache_memory is None,
              "and kv_cache_memory both size the KV cache: give one"),
+            ("kv_cache_dtype", self.kv_cache_dtype in KV_CACHE_DTYPES, f"must be one of {', '.join(KV_CACHE_DTYPES)}"),
             ("chat_template", self.chat_template is None or bool(self.chat_template), "must not be empty"),
             ("generation_config", bool(self.generation_config),
              f"must be '{GENERATION_CONFIG_AUTO}', '{GENERATION_CONFIG_VLLM}' or a folder"),

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 
 import torch
 
-from local_backend import ops
+from local_backend import kv_quant, ops
 from local_backend.block_manager import BlockManager
 from local_backend.config import ModelConfig
 from local_backend.model import CausalLM
@@ -48,7 +48,9 @@ class EngineCore:
     """Requests in (`add`, `abort`), one batch per `step()`; each request finishes exactly once.
 
     num_blocks = min(kv_cache_memory ÷ (block_size × kv_bytes_per_token),
-    max_num_seqs × ⌈max_model_len ÷ block_size⌉): never more blocks than a full batch can use.
+    max_num_seqs × ⌈max_model_len ÷ block_size⌉): never more blocks than a full batch can use;
+    kv_bytes_per_token = 2 × layers × kv_heads × (head_dim × bytes_per_elem + scale bytes), the scales
+    only for a quantized `kv_cache_dtype` (`kv_quant`).
     """
 
     def __init__(
@@ -64,11 +66,13 @@ class EngineCore:
         max_num_batched_tokens: int,
         enable_prefix_caching: bool = True,
         speculative_config: SpeculativeConfig | None = None,
+        kv_cache_dtype: str = "auto",
     ):
         param = next(model.parameters())
-        dtype, device = param.dtype, param.device
+        device = param.device
+        kv_dtype = kv_quant.storage_dtype(kv_cache_dtype, param.dtype)
         self.config = cfg
-        self.kv_bytes_per_token = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * dtype.itemsize
+        self.kv_bytes_per_token = kv_quant.bytes_per_token(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, kv_dtype)
         usable = max_num_seqs * -(-max_model_len // block_size)
         num_blocks = min(kv_cache_memory // (block_size * self.kv_bytes_per_token), usable)
         self.block_manager = BlockManager(num_blocks, block_size, enable_prefix_caching)
@@ -78,7 +82,9 @@ class EngineCore:
             self.block_manager, max_num_seqs, max(max_num_batched_tokens, max_num_seqs), proposer
         )
         sampler = Sampler(cfg.vocab_size, tokenizer.ids_containing, ops.select(device, torch.float32, cfg.head_dim))
-        self.runner = ModelRunner(model, cfg, sampler, num_blocks, block_size, self.max_model_len)
+        self.runner = ModelRunner(model, cfg, sampler, num_blocks, block_size, self.max_model_len, kv_dtype)
+        logger.info("KV cache: %s, %d bytes per token, %d blocks of %d: %d tokens", kv_cache_dtype,
+                    self.kv_bytes_per_token, num_blocks, block_size, num_blocks * block_size)  # fmt: skip
         self.eos = frozenset(cfg.eos_token_ids) | (
             {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
         )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from local_backend import kv_quant
 from local_backend._constants import DECODE_PADDING_SHARE
 from local_backend.attention import AttentionMetadata, DecodeGroup, PagedDecodes, PrefillSegment
 from local_backend.config import ModelConfig
@@ -22,7 +23,11 @@ from local_backend.sequence import Sequence
 
 
 class ModelRunner:
-    """Owns the model, the `[layers, slots, 2, kv_heads, head_dim]` KV cache and the rope tables."""
+    """Owns the model, the `[layers, slots, 2, kv_heads, row]` KV cache and the rope tables.
+
+    row = head_dim values of `kv_dtype` (the model's dtype by default), or for a quantized cache
+    head_dim codes and their scale's bytes (`kv_quant`).
+    """
 
     def __init__(
         self,
@@ -32,16 +37,17 @@ class ModelRunner:
         num_blocks: int,
         block_size: int,
         max_model_len: int,
+        kv_dtype: torch.dtype | None = None,
     ):
         param = next(model.parameters())
         self.model = model
         self.sampler = sampler
         self.device = param.device
         self.block_size = block_size
-        self.kv_cache = torch.zeros(
-            cfg.num_layers, num_blocks * block_size, 2, cfg.num_kv_heads, cfg.head_dim,
-            dtype=param.dtype, device=self.device,
-        )  # fmt: skip
+        self.kv_cache = kv_quant.allocate(
+            cfg.num_layers, num_blocks * block_size, cfg.num_kv_heads, cfg.head_dim, kv_dtype or param.dtype, self.device
+        )
+        self._quantized = kv_quant.is_quantized(self.kv_cache)  # prompts attend over the stored keys too
         self.cos, self.sin = rope_tables(cfg.rope, cfg.head_dim, max_model_len, self.device, param.dtype)
         self._block_offsets = torch.arange(block_size, device=self.device)
         self.paged_decodes = model.ops.paged_decodes
@@ -133,7 +139,7 @@ class ModelRunner:
             if done:
                 query_pos = pos[start : start + n]
                 prefill_mask = torch.arange(done + n, device=self.device)[None, :] <= query_pos[:, None]
-            prefills.append(PrefillSegment(start, start + n, slots if done else None, prefill_mask))
+            prefills.append(PrefillSegment(start, start + n, slots if done or self._quantized else None, prefill_mask))
             start += n
         slot_mapping = slot_parts[0] if len(slot_parts) == 1 else torch.cat(slot_parts)
         return AttentionMetadata(slot_mapping, tuple(decodes), tuple(prefills), paged)

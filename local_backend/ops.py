@@ -12,11 +12,12 @@ multiple of `cpu_kernels.HEAD_DIM_MULTIPLE`); both forms give the same tokens.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Final
 
 import torch
 import torch.nn.functional as F
 
-from local_backend import cpu_kernels
+from local_backend import cpu_kernels, kv_quant
 from local_backend._constants import ONEDNN_MIN_ROWS, SAMPLER_CHUNK
 from local_backend.kernel_choices import KernelChoices
 from local_backend.penalties import apply_penalties
@@ -109,8 +110,12 @@ class TorchOps:
         return F.silu(gate) * up
 
     def write_kv(self, kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor) -> None:
-        """Store each token's key and value (`[T, kv_heads, D]`) in its slot of `kv_cache`."""
-        kv_cache.index_copy_(0, slots, torch.stack((k, v), dim=1))
+        """Store each token's key and value (`[T, kv_heads, D]`) in its slot of `kv_cache` (quantized if it is)."""
+        kv_quant.store(kv_cache, torch.stack((k, v), dim=1), slots)
+
+    def read_kv(self, kv_cache: torch.Tensor, slots: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """The cache's `[len(slots), 2, kv_heads, D]` keys and values at `slots`, in `dtype` (dequantized)."""
+        return kv_quant.gather(kv_cache, slots, dtype)
 
     def prefill_attention(
         self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None, scale: float
@@ -148,7 +153,8 @@ class TorchOps:
         offsets = torch.arange(block_size, device=q.device)
         longest = int(context_lens.max())
         slots = (block_tables[:, :, None] * block_size + offsets).view(rows, -1)[:, :longest]
-        kv = kv_cache.index_select(0, slots.reshape(-1)).view(rows, longest, *kv_cache.shape[1:])
+        kv = self.read_kv(kv_cache, slots.reshape(-1), q.dtype)
+        kv = kv.view(rows, longest, *kv.shape[1:])
         mask = (torch.arange(longest, device=q.device)[None, :] < context_lens[:, None])[:, None, None, :]
         out = F.scaled_dot_product_attention(
             q.unsqueeze(2), kv[:, :, 0].transpose(1, 2), kv[:, :, 1].transpose(1, 2),
@@ -217,10 +223,15 @@ class NativeOps(TorchOps):
         return torch.ops.kvwise.silu_and_mul(gate_up)
 
     def write_kv(self, kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor) -> None:
-        if self.attends:
+        if self.attends and kv_cache.dtype in _NATIVE_CACHE_DTYPES:
             torch.ops.kvwise.write_kv_(kv_cache, k, v, slots)  # one copy, from the step's qkv rows
         else:
             super().write_kv(kv_cache, k, v, slots)
+
+    def read_kv(self, kv_cache: torch.Tensor, slots: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        if self.attends and kv_cache.dtype == torch.int8:
+            return torch.ops.kvwise.gather_kv(kv_cache, slots)  # codes widened and scaled where they lie
+        return super().read_kv(kv_cache, slots, dtype)
 
     def prefill_attention(
         self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None, scale: float
@@ -238,6 +249,8 @@ class NativeOps(TorchOps):
         block_size: int,
         scale: float,
     ) -> torch.Tensor:
+        if kv_cache.dtype not in _NATIVE_CACHE_DTYPES:
+            return super().paged_decode_attention(q, kv_cache, block_tables, context_lens, block_size, scale)
         queries = q.contiguous()  # the rope wrote q in place, a view into the step's qkv rows
         out = torch.ops.kvwise.paged_decode_attention(queries, kv_cache, block_tables, context_lens, block_size, scale)
         return out.view(len(q), -1)
@@ -258,6 +271,9 @@ class NativeOps(TorchOps):
     ) -> None:
         torch.ops.kvwise.apply_penalties_(logits, index, offsets, repetition)
 
+
+_NATIVE_CACHE_DTYPES: Final = (torch.float32, torch.int8)
+"""The caches the native kernels read and write: float32, and int8 codes with scales (`kv_quant`)."""
 
 TORCH = TorchOps()
 """The portable set: stateless, so every engine without the kernels shares it."""

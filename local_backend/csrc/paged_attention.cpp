@@ -24,6 +24,7 @@
 #include <limits>
 #include <vector>
 
+#include "kv_int8.h"
 #include "lanes.h"
 
 #if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)
@@ -95,15 +96,17 @@ inline Vec dots(const float* q, const float* keys, int64_t stride, int64_t dim) 
 at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& kv_cache, const at::Tensor& block_tables,
                                   const at::Tensor& context_lens, int64_t block_size, double scale) {
   TORCH_CHECK(q.dim() == 3 && kv_cache.dim() == 4 && kv_cache.size(1) == 2,
-              "paged_decode_attention: q must be [batch, heads, dim] and kv_cache [slots, 2, kv_heads, dim]");
-  TORCH_CHECK(q.scalar_type() == at::kFloat && kv_cache.scalar_type() == at::kFloat,
-              "paged_decode_attention: q and kv_cache must be float32");
+              "paged_decode_attention: q must be [batch, heads, dim] and kv_cache [slots, 2, kv_heads, row]");
+  const bool quantized = kv_cache.scalar_type() == at::kChar;
+  TORCH_CHECK(q.scalar_type() == at::kFloat && (quantized || kv_cache.scalar_type() == at::kFloat),
+              "paged_decode_attention: q must be float32 and kv_cache float32 or int8 (codes and scales)");
   TORCH_CHECK(block_tables.scalar_type() == at::kLong && context_lens.scalar_type() == at::kLong,
               "paged_decode_attention: block_tables and context_lens must be int64");
   TORCH_CHECK(q.is_contiguous() && kv_cache.is_contiguous() && block_tables.is_contiguous() && context_lens.is_contiguous(),
               "paged_decode_attention: every input must be contiguous");
   const int64_t batch = q.size(0), heads = q.size(1), dim = q.size(2), kv_heads = kv_cache.size(2);
-  TORCH_CHECK(kv_cache.size(3) == dim && dim % 8 == 0 && heads % kv_heads == 0,
+  const int64_t row = kv_cache.size(3);  // elements of a stored row: dim floats, or dim codes and the scale's bytes
+  TORCH_CHECK(row == (quantized ? dim + kvwise::kScaleBytes : dim) && dim % 8 == 0 && heads % kv_heads == 0,
               "paged_decode_attention: head_dim must match and be a multiple of 8, heads a multiple of kv_heads");
   TORCH_CHECK(block_tables.size(0) == batch && context_lens.size(0) == batch,
               "paged_decode_attention: one block table and one context length per query row");
@@ -113,17 +116,19 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& kv_cach
   const int64_t heads_per_split = (kv_heads + splits - 1) / splits * group;
   auto out = at::empty_like(q);
   const float* queries = q.data_ptr<float>();
-  const float* cache = kv_cache.data_ptr<float>();
+  const char* cache = static_cast<const char*>(kv_cache.data_ptr());
   const int64_t* tables = block_tables.data_ptr<int64_t>();
   const int64_t* lens = context_lens.data_ptr<int64_t>();
   float* outputs = out.data_ptr<float>();
-  const int64_t slot_stride = 2 * kv_heads * dim, value_offset = kv_heads * dim;
+  const int64_t slot_stride = 2 * kv_heads * row, value_offset = kv_heads * row;  // in stored elements
+  const int64_t block_bytes = block_size * slot_stride * kv_cache.element_size();
 
   at::parallel_for(0, batch * splits, 1, [&](int64_t begin, int64_t end) {
     const int64_t padded = (block_size + kLanes - 1) / kLanes * kLanes;  // a head's scores, whole vectors
     const Vec scale_v(static_cast<float>(scale));
     std::vector<float> scores(padded * heads_per_split);
     std::vector<float> top(heads), total(heads);
+    std::vector<float> dequantized(quantized ? 2 * block_size * dim : 0);  // one kv head's keys, then its values
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / splits, first = task % splits * heads_per_split;
       const int64_t last = std::min(heads, first + heads_per_split), length = lens[b];
@@ -135,57 +140,70 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& kv_cach
       std::fill(total.begin(), total.end(), 0.f);
       for (int64_t start = 0; start < length; start += block_size) {
         // One block is block_size consecutive slots: read it front to back, keys then values.
-        const float* block = cache + table[start / block_size] * block_size * slot_stride;
+        const char* block = cache + table[start / block_size] * block_bytes;
         const int64_t n = std::min(block_size, length - start);
         if (start + block_size < length) {
-          const char* next = reinterpret_cast<const char*>(cache + table[start / block_size + 1] * block_size * slot_stride);
-          for (int64_t line = 0; line < n * slot_stride * 4; line += kPrefetchStride) __builtin_prefetch(next + line);
+          const char* next = cache + table[start / block_size + 1] * block_bytes;
+          for (int64_t line = 0; line < n * block_bytes / block_size; line += kPrefetchStride) __builtin_prefetch(next + line);
         }
-        for (int64_t h = first; h < last; ++h) {
-          float* s = scores.data() + (h - first) * padded;
-          const float* q_h = qrow + h * dim;
-          const float* keys = block + h / group * dim;
-          Vec tops(-std::numeric_limits<float>::infinity());
-          for (int64_t t = 0; t < n; t += kLanes) {  // lanes past n stay -inf: their weight is exp(-inf) = 0
-            if (t + kLanes <= n) {
-              (dots(q_h, keys + t * slot_stride, slot_stride, dim) * scale_v).store(s + t);
-            } else {
-              std::fill(s + t, s + t + kLanes, -std::numeric_limits<float>::infinity());
-              for (int64_t u = t; u < n; ++u) s[u] = dot(q_h, keys + u * slot_stride, dim) * static_cast<float>(scale);
-            }
-            tops = at::vec::maximum(tops, Vec::loadu(s + t));
-          }
-          const float block_top = std::max(top[h], max_lanes(tops));
-          const float rescale = std::exp(top[h] - block_top);  // running softmax: earlier sums were taken against top[h]
-          const Vec block_top_v(block_top);
-          Vec sums(0.f);
-          for (int64_t t = 0; t < n; t += kLanes) {
-            const Vec weights = (Vec::loadu(s + t) - block_top_v).exp();
-            weights.store(s + t);
-            sums = sums + weights;
-          }
-          const float sum = total[h] * rescale + sum_lanes(sums);
-          float* o = orow + h * dim;
-          const float* values = block + value_offset + h / group * dim;
-          int64_t d = 0;
-          for (; d + kValueChunk * kLanes <= dim; d += kValueChunk * kLanes) {  // a chunk of o in registers, each weight broadcast once
-            Vec acc[kValueChunk];
-            for (int64_t j = 0; j < kValueChunk; ++j) acc[j] = Vec::loadu(o + d + j * kLanes) * Vec(rescale);
+        for (int64_t kv = first / group; kv < last / group; ++kv) {
+          // The kv head's keys and values as floats, `stride` apart: in the block itself, or dequantized from it.
+          const float* keys = reinterpret_cast<const float*>(block) + kv * row;
+          const float* values = keys + value_offset;
+          int64_t stride = slot_stride;
+          if (quantized) {
+            const int8_t* codes = reinterpret_cast<const int8_t*>(block) + kv * row;
+            float* keys_out = dequantized.data();
             for (int64_t t = 0; t < n; ++t) {
-              const Vec weight(s[t]);
-              const float* v = values + t * slot_stride + d;
-              for (int64_t j = 0; j < kValueChunk; ++j) acc[j] = at::vec::fmadd(weight, Vec::loadu(v + j * kLanes), acc[j]);
+              kvwise::dequantize_row(codes + t * slot_stride, dim, keys_out + t * dim);
+              kvwise::dequantize_row(codes + value_offset + t * slot_stride, dim, keys_out + (block_size + t) * dim);
             }
-            for (int64_t j = 0; j < kValueChunk; ++j) acc[j].store(o + d + j * kLanes);
+            keys = keys_out, values = keys_out + block_size * dim, stride = dim;
           }
-          for (; d < dim; d += kLanes) {
-            const int64_t count = lanes_before(d, dim);
-            Vec acc = Vec::loadu(o + d, count) * Vec(rescale);
-            for (int64_t t = 0; t < n; ++t) acc = at::vec::fmadd(Vec(s[t]), Vec::loadu(values + t * slot_stride + d, count), acc);
-            acc.store(o + d, count);
+          for (int64_t h = kv * group; h < (kv + 1) * group; ++h) {
+            float* s = scores.data() + (h - first) * padded;
+            const float* q_h = qrow + h * dim;
+            Vec tops(-std::numeric_limits<float>::infinity());
+            for (int64_t t = 0; t < n; t += kLanes) {  // lanes past n stay -inf: their weight is exp(-inf) = 0
+              if (t + kLanes <= n) {
+                (dots(q_h, keys + t * stride, stride, dim) * scale_v).store(s + t);
+              } else {
+                std::fill(s + t, s + t + kLanes, -std::numeric_limits<float>::infinity());
+                for (int64_t u = t; u < n; ++u) s[u] = dot(q_h, keys + u * stride, dim) * static_cast<float>(scale);
+              }
+              tops = at::vec::maximum(tops, Vec::loadu(s + t));
+            }
+            const float block_top = std::max(top[h], max_lanes(tops));
+            const float rescale = std::exp(top[h] - block_top);  // running softmax: earlier sums were taken against top[h]
+            const Vec block_top_v(block_top);
+            Vec sums(0.f);
+            for (int64_t t = 0; t < n; t += kLanes) {
+              const Vec weights = (Vec::loadu(s + t) - block_top_v).exp();
+              weights.store(s + t);
+              sums = sums + weights;
+            }
+            const float sum = total[h] * rescale + sum_lanes(sums);
+            float* o = orow + h * dim;
+            int64_t d = 0;
+            for (; d + kValueChunk * kLanes <= dim; d += kValueChunk * kLanes) {  // a chunk of o in registers, each weight broadcast once
+              Vec acc[kValueChunk];
+              for (int64_t j = 0; j < kValueChunk; ++j) acc[j] = Vec::loadu(o + d + j * kLanes) * Vec(rescale);
+              for (int64_t t = 0; t < n; ++t) {
+                const Vec weight(s[t]);
+                const float* v = values + t * stride + d;
+                for (int64_t j = 0; j < kValueChunk; ++j) acc[j] = at::vec::fmadd(weight, Vec::loadu(v + j * kLanes), acc[j]);
+              }
+              for (int64_t j = 0; j < kValueChunk; ++j) acc[j].store(o + d + j * kLanes);
+            }
+            for (; d < dim; d += kLanes) {
+              const int64_t count = lanes_before(d, dim);
+              Vec acc = Vec::loadu(o + d, count) * Vec(rescale);
+              for (int64_t t = 0; t < n; ++t) acc = at::vec::fmadd(Vec(s[t]), Vec::loadu(values + t * stride + d, count), acc);
+              acc.store(o + d, count);
+            }
+            top[h] = block_top;
+            total[h] = sum;
           }
-          top[h] = block_top;
-          total[h] = sum;
         }
       }
       for (int64_t h = first; h < last; ++h) {
@@ -199,11 +217,15 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& kv_cach
 
 // In place, vLLM's reshape_and_cache: kv_cache[slots[t], 0] = k[t] and kv_cache[slots[t], 1] = v[t], with k and v
 // [tokens, kv_heads, dim] views into the step's qkv rows (heads contiguous). In torch ops this is a stack of k and
-// v into a new tensor, then an index_copy_ of it: two copies where one will do.
+// v into a new tensor, then an index_copy_ of it: two copies where one will do. An int8 cache stores each head's
+// row as its codes and scale (kv_int8.h), quantized here on the way in.
 void write_kv_(at::Tensor kv_cache, const at::Tensor& k, const at::Tensor& v, const at::Tensor& slots) {
-  TORCH_CHECK(kv_cache.dim() == 4 && kv_cache.size(1) == 2 && kv_cache.is_contiguous() && kv_cache.scalar_type() == at::kFloat,
-              "write_kv_: kv_cache must be contiguous float32 [slots, 2, kv_heads, dim]");
-  const int64_t tokens = k.size(0), width = kv_cache.size(2) * kv_cache.size(3);
+  const bool quantized = kv_cache.scalar_type() == at::kChar;
+  TORCH_CHECK(kv_cache.dim() == 4 && kv_cache.size(1) == 2 && kv_cache.is_contiguous() &&
+                  (quantized || kv_cache.scalar_type() == at::kFloat),
+              "write_kv_: kv_cache must be contiguous float32 or int8 [slots, 2, kv_heads, row]");
+  const int64_t tokens = k.size(0), kv_heads = kv_cache.size(2);
+  const int64_t dim = quantized ? kv_cache.size(3) - kvwise::kScaleBytes : kv_cache.size(3), width = kv_heads * dim;
   for (const at::Tensor* part : {&k, &v}) {
     TORCH_CHECK(part->dim() == 3 && part->scalar_type() == at::kFloat && part->size(0) == tokens &&
                     part->size(1) * part->size(2) == width && part->stride(2) == 1 && part->stride(1) == part->size(2),
@@ -214,15 +236,23 @@ void write_kv_(at::Tensor kv_cache, const at::Tensor& k, const at::Tensor& v, co
   const int64_t count = kv_cache.size(0);
   const int64_t* slot = slots.data_ptr<int64_t>();
   for (int64_t t = 0; t < tokens; ++t) TORCH_CHECK(slot[t] >= 0 && slot[t] < count, "write_kv_: slot ", slot[t], " out of range");
-  float* cache = kv_cache.data_ptr<float>();
   const float* keys = k.data_ptr<float>();
   const float* values = v.data_ptr<float>();
-  const int64_t k_stride = k.stride(0), v_stride = v.stride(0);
+  const int64_t k_stride = k.stride(0), v_stride = v.stride(0), slot_width = 2 * kv_heads * kv_cache.size(3);
   at::parallel_for(0, tokens, 64, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
-      float* dst = cache + slot[t] * 2 * width;
-      std::copy_n(keys + t * k_stride, width, dst);
-      std::copy_n(values + t * v_stride, width, dst + width);
+      if (quantized) {
+        int8_t* dst = kv_cache.data_ptr<int8_t>() + slot[t] * slot_width;
+        const int64_t row = dim + kvwise::kScaleBytes;
+        for (int64_t h = 0; h < kv_heads; ++h) {
+          kvwise::quantize_row(keys + t * k_stride + h * dim, dim, dst + h * row);
+          kvwise::quantize_row(values + t * v_stride + h * dim, dim, dst + (kv_heads + h) * row);
+        }
+      } else {
+        float* dst = kv_cache.data_ptr<float>() + slot[t] * slot_width;
+        std::copy_n(keys + t * k_stride, width, dst);
+        std::copy_n(values + t * v_stride, width, dst + width);
+      }
     }
   });
 }

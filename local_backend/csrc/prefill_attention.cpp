@@ -19,6 +19,7 @@
 #include <limits>
 #include <vector>
 
+#include "kv_int8.h"
 #include "lanes.h"
 
 namespace {
@@ -103,8 +104,35 @@ at::Tensor prefill_attention(const at::Tensor& q, const at::Tensor& k, const at:
   return out;
 }
 
+// The int8 cache's rows at `slots` as float32 [n, 2, kv_heads, dim]: a prefill chunk's context read where it lies,
+// codes widened and scaled in one pass (torch ops take three: a gather of the rows, a conversion, a multiply).
+at::Tensor gather_kv(const at::Tensor& kv_cache, const at::Tensor& slots) {
+  TORCH_CHECK(kv_cache.dim() == 4 && kv_cache.size(1) == 2 && kv_cache.is_contiguous() && kv_cache.scalar_type() == at::kChar,
+              "gather_kv: kv_cache must be contiguous int8 [slots, 2, kv_heads, dim + 4]");
+  TORCH_CHECK(slots.dim() == 1 && slots.scalar_type() == at::kLong && slots.is_contiguous(), "gather_kv: int64 slots");
+  const int64_t n = slots.size(0), rows = 2 * kv_cache.size(2), row = kv_cache.size(3), dim = row - kvwise::kScaleBytes;
+  const int64_t count = kv_cache.size(0);
+  const int64_t* slot = slots.data_ptr<int64_t>();
+  for (int64_t t = 0; t < n; ++t) TORCH_CHECK(slot[t] >= 0 && slot[t] < count, "gather_kv: slot ", slot[t], " out of range");
+  at::Tensor out = at::empty({n, 2, kv_cache.size(2), dim}, kv_cache.options().dtype(at::kFloat));
+  const int8_t* cache = kv_cache.data_ptr<int8_t>();
+  float* result = out.data_ptr<float>();
+  at::parallel_for(0, n, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      for (int64_t r = 0; r < rows; ++r) kvwise::dequantize_row(cache + (slot[t] * rows + r) * row, dim, result + (t * rows + r) * dim);
+    }
+  });
+  return out;
+}
+
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(kvwise, m) { m.def("prefill_attention(Tensor q, Tensor k, Tensor v, float scale) -> Tensor"); }
+TORCH_LIBRARY_FRAGMENT(kvwise, m) {
+  m.def("prefill_attention(Tensor q, Tensor k, Tensor v, float scale) -> Tensor");
+  m.def("gather_kv(Tensor kv_cache, Tensor slots) -> Tensor");
+}
 
-TORCH_LIBRARY_IMPL(kvwise, CPU, m) { m.impl("prefill_attention", prefill_attention); }
+TORCH_LIBRARY_IMPL(kvwise, CPU, m) {
+  m.impl("prefill_attention", prefill_attention);
+  m.impl("gather_kv", gather_kv);
+}

@@ -30,6 +30,7 @@ LANES = {"DEFAULT": 8, "AVX2": 8, "AVX512": 16}
 TESTS = Path(__file__).parent
 VARIANT_TESTS = (  # what each variant must pass: its kernels against the torch forms, and transformers' tokens
     "tests/local_backend/test_cpu_kernels.py",
+    "tests/local_backend/test_kv_int8.py::test_the_native_int8_kernels_match_the_torch_int8_forms",
     "tests/local_backend/test_native_layers.py",
     "tests/local_backend/test_sampler.py",
     "tests/local_backend/test_engine.py::test_greedy_batch_matches_transformers_token_for_token",
