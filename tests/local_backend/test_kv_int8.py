@@ -7,6 +7,8 @@ the two caches' next-token distributions over the same context, through the deco
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 from prometheus_client.parser import text_string_to_metric_families
@@ -131,8 +133,13 @@ def test_int8_kv_agrees_with_float32_kv_on_the_parity_models(make_engine, kind, 
     assert agreement >= MIN_AGREEMENT and mean_delta <= MAX_MEAN_LOGPROB_DELTA
 
 
-def test_a_pool_of_the_same_bytes_holds_at_least_twice_the_tokens_and_metrics_say_so(make_engine):
-    exact, int8 = make_engine(), make_engine(kv_cache_dtype="int8")
+def test_a_pool_of_the_same_bytes_holds_at_least_twice_the_tokens_and_the_log_and_metrics_say_so(make_engine, caplog):
+    exact = make_engine()
+    with caplog.at_level(logging.INFO, logger="local_backend.engine_core"):
+        int8 = make_engine(kv_cache_dtype="int8")
+    tokens = int8.block_manager.num_blocks * int8.block_manager.block_size
+    assert "KV cache int8: 2 x 2 layers x 2 kv heads x (16 x 1 B + 4 B scale) = 160 B per token; " in caplog.text
+    assert f": {tokens} tokens" in caplog.text
     assert int8.kv_bytes_per_token == 2 * 2 * 2 * (16 + kv_quant.SCALE_BYTES)
     assert exact.kv_bytes_per_token == 2 * 2 * 2 * 16 * 4
     assert int8.block_manager.num_blocks >= 2 * exact.block_manager.num_blocks
