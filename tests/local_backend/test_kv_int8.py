@@ -18,6 +18,7 @@ from local_backend.__main__ import engine_config, parse_args
 from local_backend.engine_config import ConfigError, EngineConfig
 from local_backend.server.generation import Admission
 from local_backend.server.metrics import ServerMetrics
+from tests.local_backend.test_cpu_kernels import _run_on
 
 PARITY_TOKENS = 128
 MIN_AGREEMENT = 0.95
@@ -190,3 +191,11 @@ def test_a_kv_cache_dtype_it_does_not_have_is_refused_naming_the_option(capsys):
     with pytest.raises(SystemExit) as exited:
         parse_args(["serve", "--kv-cache-dtype", "int4"])
     assert exited.value.code == 2 and "--kv-cache-dtype" in capsys.readouterr().err
+
+
+def test_int8_on_the_torch_forms_gives_the_native_kernels_tokens(make_engine):
+    engine = make_engine(kv_cache_dtype="int8", max_num_batched_tokens=64)  # the long prompt prefills in chunks
+    prompts = [PROMPTS[0], list(range(4, 150)), PROMPTS[2]]
+    native = [list(o.token_ids) for o in engine.generate(prompts, GREEDY)]
+    _run_on(engine, ops.TORCH)  # CUDA's forms: decode groups gathered by slot, dequantized by torch ops
+    assert [list(o.token_ids) for o in engine.generate(prompts, GREEDY)] == native
