@@ -14,7 +14,9 @@ a core for about a second after a request) before timing kvwise. Measures, each 
   prefix-cache hit) sent to one server, then to the other, each after `VLLM_IDLE_SECONDS` of quiet
   (an idle server's first token), the order alternating; the median of the samples. (One sample a
   round let a single noisy moment of this shared machine decide the row.)
-Then `sdk.wrap` against vLLM serving the bundled model (`--enable-prompt-tokens-details`) on the
+Then both servers again with their 8-bit KV caches (vLLM's CPU build has `fp8_e4m3`, no int8;
+kvwise's `int8`), each against its own float32 KV: 16-stream decode and the tokens its pool holds
+per 512 MiB (from `/metrics`). Then `sdk.wrap` against vLLM serving the bundled model (`--enable-prompt-tokens-details`) on the
 demo's workload, a system prompt that starts with a request ID and a timestamp: the share of
 prompt tokens vLLM's prefix cache served, without and with kvwise.
 Both servers get the engine knobs of one `EngineConfig` (`served_config`) as the same vLLM-named
@@ -25,9 +27,11 @@ model, `torch.backends.cpu.get_cpu_capability()`, cores, load. Without `.venv-vl
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -41,6 +45,7 @@ from pathlib import Path
 import httpx2
 
 from examples.local_server import free_port, wait_healthy
+from local_backend._constants import DEFAULT_KV_CACHE_MEMORY_CPU
 from local_backend.engine_config import EngineConfig
 from tests.benchmarks import RUNNER_DEFAULTS_ENV
 
@@ -67,6 +72,8 @@ VLLM_ENV = {
     "VLLM_CPU_OMP_THREADS_BIND": f"0-{(os.cpu_count() or 1) - 1}",  # the same cores kvwise uses
     "VLLM_CPU_KVCACHE_SPACE": "2",  # GiB
 }
+VLLM_KV_DTYPE = "fp8_e4m3"  # vLLM's CPU build stores an 8-bit KV cache as float8, not int8
+KV_BUDGET_BYTES = 512 << 20  # the KV memory the capacity rows are given per (each server's pool scaled to it)
 
 
 def users_environment() -> dict[str, str]:
@@ -237,6 +244,74 @@ def hit_ratios(url: str) -> tuple[float, float]:
     return shares[0], shares[1]
 
 
+async def _concurrent_streamed(url: str, seed: int) -> float:
+    """Output tokens/s of `CONCURRENT` streamed requests of `CONCURRENT_PROMPT` + `CONCURRENT_OUTPUT` tokens."""
+    async with httpx2.AsyncClient(base_url=url, timeout=REQUEST_TIMEOUT_SECONDS) as http:
+        batch = prompts(CONCURRENT, CONCURRENT_PROMPT, seed * 100 + 4)
+        start = time.perf_counter()
+        done = await asyncio.gather(*(_streamed(http, p, CONCURRENT_OUTPUT) for p in batch))
+        return sum(chunks for _, _, chunks in done) / (time.perf_counter() - start)
+
+
+def kv_tokens_per_budget(url: str) -> float | None:
+    """Tokens the server's KV pool holds per `KV_BUDGET_BYTES`, from its `/metrics` (vLLM's
+    `cache_config_info` blocks x block size over `VLLM_CPU_KVCACHE_SPACE`; kvwise's capacity gauge
+    over its `kv_cache_memory`), None where it does not say."""
+    text = httpx2.get(f"{url}/metrics", timeout=REQUEST_TIMEOUT_SECONDS).text
+    if (vllm := re.search(r'vllm:cache_config_info\{[^}]*\}', text)) is not None:
+        blocks, size = (re.search(rf'{name}="(\d+)"', vllm.group(0)) for name in ("num_gpu_blocks", "block_size"))
+        if blocks is None or size is None:
+            return None
+        return int(blocks.group(1)) * int(size.group(1)) * KV_BUDGET_BYTES / (float(VLLM_ENV["VLLM_CPU_KVCACHE_SPACE"]) * 2**30)
+    if (ours := re.search(r"^kvwise_kv_capacity_tokens (\S+)$", text, re.MULTILINE)) is not None:
+        return float(ours.group(1)) * KV_BUDGET_BYTES / DEFAULT_KV_CACHE_MEMORY_CPU  # (served with no --kv-cache-memory)
+    return None
+
+
+def quantized_kv(config: EngineConfig) -> None:
+    """Both servers again with their 8-bit KV caches (vLLM's `fp8_e4m3`, its CPU build has no int8;
+    kvwise's `int8`), against each one's own float32 KV: 16-stream decode and the pool's tokens."""
+    rows: dict[str, dict[str, float | None]] = {}
+    for label, quantized in (("float32", False), ("8-bit", True)):
+        vllm_port, ours_port = free_port(), free_port()
+        ours_config = dataclasses.replace(config, kv_cache_dtype="int8") if quantized else config
+        vllm_extra = ["--kv-cache-dtype", VLLM_KV_DTYPE] if quantized else []
+        with server([*vllm_command(config, SERVED, vllm_port), *vllm_extra], vllm_port, VLLM_ENV) as vllm_url, \
+                server(kvwise_command(ours_config, SERVED, ours_port), ours_port) as ours_url:  # fmt: skip
+            speeds: dict[str, list[float]] = {"vllm": [], "kvwise": []}
+            for seed in range(ROUNDS):
+                speeds["vllm"].append(asyncio.run(_concurrent_streamed(vllm_url, seed)))
+                time.sleep(VLLM_IDLE_SECONDS)
+                speeds["kvwise"].append(asyncio.run(_concurrent_streamed(ours_url, seed)))
+            rows[label] = {"vllm": statistics.median(speeds["vllm"]), "kvwise": statistics.median(speeds["kvwise"]),
+                           "vllm_tokens": kv_tokens_per_budget(vllm_url), "kvwise_tokens": kv_tokens_per_budget(ours_url)}  # fmt: skip
+    base, eight = rows["float32"], rows["8-bit"]
+    print(f"\n8-bit KV caches (vLLM {VLLM_KV_DTYPE}, kvwise int8) against each server's own float32 KV, "
+          f"medians of {ROUNDS} interleaved rounds")  # fmt: skip
+    print(f"{'measure':<44}{'vLLM':>16}{'kvwise':>16}")
+    print(f"{f'{CONCURRENT} x {CONCURRENT_PROMPT}+{CONCURRENT_OUTPUT} streamed, 8-bit (tok/s)':<44}"
+          f"{eight['vllm']:>16.1f}{eight['kvwise']:>16.1f}")  # fmt: skip
+    print(f"{'  ÷ its float32 KV (target >= 0.9x)':<44}"
+          f"{_ratio(eight['vllm'], base['vllm']):>16}{_ratio(eight['kvwise'], base['kvwise']):>16}")  # fmt: skip
+    print(f"{f'KV tokens per {KV_BUDGET_BYTES >> 20} MiB, float32 -> 8-bit':<44}"
+          f"{_capacity(base['vllm_tokens'], eight['vllm_tokens']):>16}{_capacity(base['kvwise_tokens'], eight['kvwise_tokens']):>16}")
+    contexts = [None if t is None else int(t // 2048) for t in (eight["vllm_tokens"], eight["kvwise_tokens"])]
+    print(f"{f'2048-token contexts in {KV_BUDGET_BYTES >> 20} MiB, 8-bit':<44}"
+          f"{_or_dash(contexts[0]):>16}{_or_dash(contexts[1]):>16}")
+
+
+def _ratio(value: float | None, base: float | None) -> str:
+    return f"{value / base:.2f}x" if value and base else "-"
+
+
+def _capacity(before: float | None, after: float | None) -> str:
+    return f"{before:.0f} -> {after:.0f}" if before and after else "not reported"
+
+
+def _or_dash(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
 def main() -> None:
     if not VLLM_PYTHON.exists():
         print("bench_vllm: .venv-vllm is not built; run `make vllm-venv` (or `make bench`) first")
@@ -254,6 +329,7 @@ def main() -> None:
                 our_rounds.append(asyncio.run(measure(ours_url, seed)))  # the same prompts, its own cache
             vllm_ttfts, our_ttfts = cold_ttfts(vllm_url, ours_url)  # both warm by now
         report(_samples(vllm_rounds, vllm_ttfts), _samples(our_rounds, our_ttfts))
+        quantized_kv(config)
     bundled = ROOT / "local_backend" / "models" / "default"
     port = free_port()
     with server(vllm_command(served_config(bundled), DEMO_MODEL, port), port, VLLM_ENV) as url:
