@@ -72,5 +72,6 @@ class Chain:
         apply_guards(call, self.policy, adapter, self.caps)
         if self.caps is not None and call.cap is not None and (workload := workload_of(call)) is not None:
             listeners.append(CapLearner(self.caps, workload, call.cap.tokens, call.cap.source == CapSource.ADAPTIVE))
-        call.state_degraded = self.outage()
+        if self.outage is not None:
+            call.state_degraded = self.outage()
         return listeners

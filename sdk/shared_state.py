@@ -65,13 +65,14 @@ return redis.call('PUBLISH', KEYS[2], '1')
 
 @dataclass(frozen=True, slots=True)
 class Memories:
-    """A wrapped client's memories, wherever they live; `outage()` says why the store failed (None: it did not)."""
+    """A wrapped client's memories, wherever they live; `outage()` says why their store failed (None: it
+    did not), and is None itself for memories in this process, which cannot fail."""
 
     tracker: PrefixTracker
     families: FamilyMemory
     caps: AdaptiveCaps | None
     fanout: FanOut | None
-    outage: Callable[[], str | None]
+    outage: Callable[[], str | None] | None
 
 
 def memories_for(client: Any, policy: Policy, state: str | None) -> Memories:
@@ -93,11 +94,7 @@ def memories_for(client: Any, policy: Policy, state: str | None) -> Memories:
 def local_memories(policy: Policy) -> Memories:
     """The memories of a client wrapped under `policy`, in this process (the default)."""
     return Memories(PrefixTracker(), FamilyMemory(), AdaptiveCaps() if policy.adaptive_caps else None,
-                    FanOut() if policy.fanout == "warm" else None, _never)  # fmt: skip
-
-
-def _never() -> str | None:
-    return None
+                    FanOut() if policy.fanout == "warm" else None, None)  # fmt: skip
 
 
 class Store:

@@ -13,27 +13,17 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tests.redis_server import RedisServer
+from tests.sdk.helpers import until
 from tests.sdk.savings_workloads import shared_prefix
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKERS, PER_WORKER, PREFIX_TOKENS = 4, 8, 20_000
 DEADLINE_SECONDS = 120.0
 PATIENT_SECONDS = 5.0  # each store command's bound in the fleet (`RedisServer.url_bounded`: the machine is loaded)
-
-
-def until(condition: Callable[[], bool]) -> None:
-    """Wait for `condition` (a step of the script, not a timing assertion)."""
-    deadline = time.monotonic() + DEADLINE_SECONDS
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("the scripted condition never came true")
-        time.sleep(0.005)
 
 
 def start_worker(simulator: Any, worker: int, **arguments: Any) -> subprocess.Popen[str]:

@@ -4,6 +4,8 @@ and the simulator's own)."""
 from __future__ import annotations
 
 import inspect
+import time
+from collections.abc import Callable
 from typing import Any
 
 LONG_SYSTEM = " ".join(
@@ -46,3 +48,15 @@ async def in_stream(manager: Any, read: Any) -> Any:
             return await resolve(read(stream))
     with manager as stream:
         return await resolve(read(stream))
+
+
+CONDITION_DEADLINE_SECONDS = 120.0  # how long a scripted condition may take before the test gives up on it
+
+
+def until(condition: Callable[[], bool]) -> None:
+    """Wait for `condition` (a step of the script, not a timing assertion)."""
+    deadline = time.monotonic() + CONDITION_DEADLINE_SECONDS
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("the scripted condition never came true")
+        time.sleep(0.002)

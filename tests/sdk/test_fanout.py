@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -20,19 +19,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import sdk
 from sdk.telemetry import semconv as sc
+from tests.sdk.helpers import until
 from tests.sdk.savings_workloads import Answer, fan_out, shared_prefix
 
 PREFIX_TOKENS = 20_000
-CONDITION_DEADLINE_SECONDS = 60.0  # how long a scripted condition may take before the test gives up on it
-
-
-def _until(condition: Callable[[], bool]) -> None:
-    """Wait for `condition` (a step of the script, not a timing assertion)."""
-    deadline = time.monotonic() + CONDITION_DEADLINE_SECONDS
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("the scripted condition never came true")
-        time.sleep(0.002)
 
 
 def _client(bare: Any, **policy: Any) -> Any:
@@ -58,7 +48,7 @@ def test_followers_read_the_cache_their_leader_wrote_instead_of_writing_it_again
         simulator.hold(cold_release, times=n)  # every request in prefill until all have arrived
 
         def cold_started() -> None:
-            _until(lambda: simulator.held == n)
+            until(lambda: simulator.held == n)
             cold_release.set()
 
         cold = await fan_out(_client(bare), api, system, n, mode=mode, started=cold_started)
@@ -68,7 +58,7 @@ def test_followers_read_the_cache_their_leader_wrote_instead_of_writing_it_again
         simulator.hold(release)  # the leader stays in prefill until every follower waits for it
 
         def warm_started() -> None:
-            _until(lambda: gate.waiting() == n - 1 and simulator.held == 1)
+            until(lambda: gate.waiting() == n - 1 and simulator.held == 1)
             release.set()
 
         warm = await fan_out(warm_client, api, system, n, mode=mode, started=warm_started)
@@ -103,7 +93,7 @@ def test_a_leader_that_fails_releases_its_followers_at_once(
     simulator.hold(release, status=500)
 
     def started() -> None:
-        _until(lambda: gate.waiting() == n - 1 and simulator.held == 1)
+        until(lambda: gate.waiting() == n - 1 and simulator.held == 1)
         release.set()
 
     results = asyncio.run(fan_out(client, api, shared_prefix(PREFIX_TOKENS), n, mode=mode, started=started))
@@ -123,7 +113,7 @@ def test_a_leader_slow_past_the_wait_limit_releases_its_followers(
     simulator.hold(release)
 
     def started() -> None:
-        _until(lambda: len(simulator.requests) == n)  # the followers went while the leader is still held
+        until(lambda: len(simulator.requests) == n)  # the followers went while the leader is still held
         release.set()
 
     results = asyncio.run(fan_out(client, api, shared_prefix(PREFIX_TOKENS), n, mode=mode, started=started))
@@ -140,7 +130,7 @@ def test_calls_of_other_api_keys_never_wait_for_each_other(simulator: Any, opena
 
     async def body() -> list[Answer | BaseException]:
         leader = asyncio.ensure_future(fan_out(client, "openai", system, 1, mode="async"))
-        await asyncio.to_thread(_until, lambda: len(simulator.requests) == 1)
+        await asyncio.to_thread(until, lambda: len(simulator.requests) == 1)
         results = await fan_out(other, "openai", system, 3, mode="async")  # done while the leader is held
         release.set()
         return results + await leader
@@ -149,7 +139,7 @@ def test_calls_of_other_api_keys_never_wait_for_each_other(simulator: Any, opena
     if results is None:  # the sync client: threads
         leader = threading.Thread(target=lambda: asyncio.run(fan_out(client, "openai", system, 1, mode="sync")))
         leader.start()
-        _until(lambda: len(simulator.requests) == 1)
+        until(lambda: len(simulator.requests) == 1)
         results = asyncio.run(fan_out(other, "openai", system, 3, mode="sync"))
         release.set()
         leader.join()
@@ -172,9 +162,9 @@ def test_a_streamed_leader_releases_its_followers_at_its_first_chunk(simulator: 
     async def body() -> tuple[tuple[int, int], int, list[Answer | BaseException]]:
         create = client.chat.completions.create
         opening = asyncio.ensure_future(run(lambda: create(model="gpt-sim-1", messages=messages, stream=True)))
-        await asyncio.to_thread(_until, lambda: simulator.held == 1)
+        await asyncio.to_thread(until, lambda: simulator.held == 1)
         followers = asyncio.ensure_future(fan_out(client, "openai", system, n - 1, mode=mode))
-        await asyncio.to_thread(_until, lambda: gate.waiting() == n - 1)
+        await asyncio.to_thread(until, lambda: gate.waiting() == n - 1)
         release.set()
         stream = await opening
         before_first_chunk = gate.waiting(), gate.in_flight()  # the stream is open, nothing of it read yet
@@ -206,7 +196,7 @@ def test_calls_whose_prefix_cannot_be_cached_never_wait(
     simulator.hold(release)
 
     def started() -> None:
-        _until(lambda: len(simulator.requests) == n)  # all went while the first is held: nobody waited
+        until(lambda: len(simulator.requests) == n)  # all went while the first is held: nobody waited
         release.set()
 
     results = asyncio.run(fan_out(client, api, shared_prefix(prefix_tokens), n, mode=mode, started=started))

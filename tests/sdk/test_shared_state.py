@@ -24,6 +24,7 @@ from sdk.telemetry import semconv as sc
 from tests.redis_server import RedisServer
 from tests.sdk import fleet
 from tests.sdk.fleet import PATIENT_SECONDS, PER_WORKER, PREFIX_TOKENS, WORKERS
+from tests.sdk.helpers import until
 from tests.sdk.savings_workloads import fan_out, shared_prefix
 
 POLICY_CAP = 1000
@@ -230,7 +231,7 @@ def test_async_followers_wait_on_the_store_for_their_leader(simulator: Any, stor
     client = sdk.wrap(bare, sdk.Policy(retries=0, fanout="warm"), state=store.url_bounded(PATIENT_SECONDS))
 
     def started() -> None:
-        fleet.until(lambda: simulator.held == 1 and fleet.listeners(store) == n - 1)
+        until(lambda: simulator.held == 1 and fleet.listeners(store) == n - 1)
         release.set()
 
     answers = asyncio.run(fan_out(client, "openai", shared_prefix(PREFIX_TOKENS), n, mode="async", started=started))
