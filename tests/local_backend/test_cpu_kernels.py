@@ -100,7 +100,10 @@ def test_the_kv_write_stores_the_steps_keys_and_values_as_index_copy_does(tokens
 
 
 @pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(8, 4, 64), (4, 4, 16), (8, 1, 32), (6, 2, 8), (4, 2, 40)])
-@pytest.mark.parametrize(("tokens", "cached"), [(1, 0), (5, 0), (127, 0), (128, 0), (129, 0), (300, 0), (1, 50), (32, 200), (129, 7)])
+@pytest.mark.parametrize(
+    ("tokens", "cached"),
+    [(1, 0), (5, 0), (127, 0), (128, 0), (129, 0), (300, 0), (1, 50), (32, 200), (129, 7), (700, 0), (130, 900), (1, 1100)],
+)  # past 512 keys a query block spans several tiles of keys (the online softmax)
 def test_the_prefill_kernel_equals_sdpa_with_the_causal_mask_after_a_cached_prefix(heads, kv_heads, dim, tokens, cached):
     assert cpu_kernels.load()
     gen = torch.Generator().manual_seed(tokens * 1000 + cached + heads + dim)
