@@ -17,6 +17,9 @@ slots, then attends:
   context no longer makes every short one in the batch gather and attend over its length);
 - each prefill chunk attends causally, shifted by the tokens already cached
   (`ops.prefill_attention`: natively, grouped heads in large GEMMs, else one SDPA call with that mask).
+
+The last layer is asked only for the rows whose hidden states are read (`OutputRows`, llama.cpp's
+output ids): every row's keys and values are still stored, but only those rows attend.
 """
 
 from __future__ import annotations
@@ -79,6 +82,27 @@ class AttentionMetadata:
     paged_decodes: PagedDecodes | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class OutputRows:
+    """The step's rows whose hidden states are read (they sample or verify drafts), ascending in `rows`.
+
+    A prompt's chunk samples from its last row alone, so in the last layer the other rows' attention,
+    o_proj and MLP are work nobody reads. Each sequence keeps a suffix of its rows: `decodes` indexes
+    the decode rows kept, `suffixes[i]` counts how many of prefill chunk i's last rows are.
+    """
+
+    rows: torch.Tensor
+    decodes: torch.Tensor
+    suffixes: tuple[int, ...]
+
+
+def _suffix_mask(seg: PrefillSegment, kept: int, context: int, device: torch.device) -> torch.Tensor:
+    """The causal mask of a chunk's last `kept` queries over its `context` keys."""
+    if seg.mask is not None:
+        return seg.mask[-kept:]
+    return torch.arange(context, device=device)[None, :] <= torch.arange(context - kept, context, device=device)[:, None]
+
+
 def paged_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -86,8 +110,10 @@ def paged_attention(
     kv_cache: torch.Tensor,
     meta: AttentionMetadata,
     ops: TorchOps,
+    kept: OutputRows | None = None,
 ) -> torch.Tensor:
-    """Store `k`, `v` in their slots of `kv_cache`, then attend: `q [T, H, D]` → `[T, H × D]`.
+    """Store `k`, `v` in their slots of `kv_cache`, then attend: `q [T, H, D]` → `[T, H × D]`, or
+    `[len(kept.rows), H × D]` for the `kept` rows alone.
 
     softmax(q·kᵀ / √D + mask) · v per sequence, grouped-query heads shared via `enable_gqa`.
     """
@@ -113,11 +139,19 @@ def paged_attention(
             enable_gqa=True,
         )
         outputs.append(out.reshape(batch, -1))
-    for seg in meta.prefills:
+    if kept is not None and outputs:
+        outputs = [(outputs[0] if len(outputs) == 1 else torch.cat(outputs))[kept.decodes]]
+    for i, seg in enumerate(meta.prefills):
+        rows = seg.end - seg.start if kept is None else kept.suffixes[i]
+        if rows == 0:
+            continue
         if seg.slots is None:
             keys, values = k[seg.start : seg.end], v[seg.start : seg.end]
         else:
             kv = ops.read_kv(kv_cache, seg.slots, q.dtype)
             keys, values = kv[:, 0], kv[:, 1]
-        outputs.append(ops.prefill_attention(q[seg.start : seg.end], keys, values, seg.mask, scale))
+        mask = seg.mask if rows == seg.end - seg.start else _suffix_mask(seg, rows, len(keys), q.device)
+        outputs.append(ops.prefill_attention(q[seg.end - rows : seg.end], keys, values, mask, scale))
+    if not outputs:
+        return q.new_empty(0, q.shape[1] * q.shape[2])
     return outputs[0] if len(outputs) == 1 else torch.cat(outputs)

@@ -15,7 +15,7 @@ import math
 import torch
 from torch import nn
 
-from local_backend.attention import AttentionMetadata, paged_attention
+from local_backend.attention import AttentionMetadata, OutputRows, paged_attention
 from local_backend.config import ModelConfig, RopeConfig
 from local_backend.ops import TorchOps
 
@@ -112,6 +112,7 @@ class Attention(nn.Module):
         sin: torch.Tensor,
         meta: AttentionMetadata,
         kv_cache: torch.Tensor,
+        kept: OutputRows | None = None,
     ) -> torch.Tensor:
         tokens = x.shape[0]
         q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
@@ -121,7 +122,7 @@ class Attention(nn.Module):
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = self.ops.rotary_embedding(q, k, cos, sin)
-        return self.o_proj(paged_attention(q, k, v, kv_cache, meta, self.ops))
+        return self.o_proj(paged_attention(q, k, v, kv_cache, meta, self.ops, kept))
 
 
 class MLP(nn.Module):
@@ -139,7 +140,8 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """Pre-norm residual block: x + attn(norm(x)), then x + mlp(norm(x))."""
+    """Pre-norm residual block: x + attn(norm(x)), then x + mlp(norm(x)); for the `kept` rows alone
+    where given (every row still stores its keys and values)."""
 
     def __init__(self, cfg: ModelConfig, dtype: torch.dtype, ops: TorchOps) -> None:
         super().__init__()
@@ -155,8 +157,10 @@ class DecoderLayer(nn.Module):
         sin: torch.Tensor,
         meta: AttentionMetadata,
         kv_cache: torch.Tensor,
+        kept: OutputRows | None = None,
     ) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, meta, kv_cache)
+        attended = self.self_attn(self.input_layernorm(x), cos, sin, meta, kv_cache, kept)
+        x = (x if kept is None else x[kept.rows]) + attended
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -190,12 +194,15 @@ class CausalLM(nn.Module):
         sin: torch.Tensor,
         meta: AttentionMetadata,
         kv_cache: torch.Tensor,
+        kept: OutputRows | None = None,
     ) -> torch.Tensor:
-        """Hidden states `[T, hidden]` of the step's tokens; `kv_cache` is `[layers, slots, 2, ...]`."""
+        """Hidden states `[T, hidden]` of the step's tokens, or of the `kept` rows alone (the last
+        layer computes only those); `kv_cache` is `[layers, slots, 2, ...]`."""
         x = self.model.embed_tokens(input_ids)
-        for layer, layer_cache in zip(self.model.layers, kv_cache):
+        *inner, last = self.model.layers
+        for layer, layer_cache in zip(inner, kv_cache):
             x = layer(x, cos, sin, meta, layer_cache)
-        return self.model.norm(x)
+        return self.model.norm(last(x, cos, sin, meta, kv_cache[len(inner)], kept))
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Vocabulary logits of the rows that sample a token."""

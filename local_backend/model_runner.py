@@ -4,17 +4,19 @@ A step's sequences are laid out as one flat batch of tokens: first every single-
 (decodes), shortest context first, so their attention is one call that reads the cache in place
 (`PagedDecodes`, where the model's ops do: `ops.TorchOps.paged_decodes`) or a few batched SDPA calls
 (`decode_groups`); then each prefill chunk. Logits are computed only for the rows that end a sequence's uncomputed tokens, i.e. the
-ones that sample. A speculating sequence's last token and its drafts are a chunk over its cached
+ones that sample, and the last layer computes only those rows (`attention.OutputRows`). A speculating sequence's last token and its drafts are a chunk over its cached
 context (the prefill path) with logits for every row, which `Sampler.verify` checks the drafts by.
 """
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 from local_backend import kv_quant
 from local_backend._constants import DECODE_PADDING_SHARE
-from local_backend.attention import AttentionMetadata, DecodeGroup, PagedDecodes, PrefillSegment
+from local_backend.attention import AttentionMetadata, DecodeGroup, OutputRows, PagedDecodes, PrefillSegment
 from local_backend.config import ModelConfig
 from local_backend.model import CausalLM, rope_tables
 from local_backend.sampler import Sampler
@@ -75,31 +77,54 @@ class ModelRunner:
         meta = self._metadata(seqs, counts, pos)
         cos, sin = self.cos[pos].unsqueeze(1), self.sin[pos].unsqueeze(1)
         input_ids = torch.tensor(ids, device=self.device)
-        hidden = self.model(input_ids, cos, sin, meta, self.kv_cache)
         rows: list[int] = []
         spec_rows: list[int] = []
         sampling: list[Sequence] = []
         speculating: list[tuple[Sequence, tuple[int, ...]]] = []
+        kept: list[int] = []  # of each sequence's rows, how many at its end are read
         end = 0
         for seq, n, draft in zip(seqs, counts, drafts):
             end += n
             if draft:
                 spec_rows.extend(range(end - 1 - len(draft), end))
                 speculating.append((seq, draft))
+                kept.append(len(draft) + 1)
             elif seq.num_computed_tokens + n == len(seq):
                 rows.append(end - 1)
                 sampling.append(seq)
+                kept.append(1)
+            else:
+                kept.append(0)
+        read = rows + spec_rows
+        if len(read) == end:  # every row is read (decodes): nothing to leave out
+            hidden = self.model(input_ids, cos, sin, meta, self.kv_cache)
+        else:
+            outputs = self._output_rows(counts, kept)
+            hidden = self.model(input_ids, cos, sin, meta, self.kv_cache, outputs)
+            index = {row: i for i, row in enumerate(outputs.rows.tolist())}
+            read = [index[row] for row in read]
         produced: dict[Sequence, list[int]] = {}
+        if read:
+            logits = self.model.logits(hidden[read])
         if rows:
-            logits = self.model.logits(hidden[rows + spec_rows])
             tokens = self.sampler(logits[: len(rows)] if spec_rows else logits, sampling)
             produced.update((seq, [token]) for seq, token in zip(sampling, tokens))
-        elif spec_rows:
-            logits = self.model.logits(hidden[spec_rows])
         if spec_rows:
             verified = self.sampler.verify(logits[len(rows) :], [s for s, _ in speculating], [d for _, d in speculating])
             produced.update((seq, tokens) for (seq, _), tokens in zip(speculating, verified))
         return {seq: produced[seq] for seq in batch.seqs if seq in produced}
+
+    def _output_rows(self, counts: list[int], kept: list[int]) -> OutputRows:
+        """The rows the last layer computes: the last `kept[i]` of sequence i's `counts[i]` rows, in step order."""
+        num_decodes = sum(1 for n in counts if n == 1)
+        ends = itertools.accumulate(counts)
+        rows = [row for end, k in zip(ends, kept) for row in range(end - k, end)]
+        decodes = [i for i in range(num_decodes) if kept[i]]
+        return OutputRows(
+            torch.tensor(rows, device=self.device, dtype=torch.long),
+            torch.tensor(decodes, device=self.device, dtype=torch.long),
+            tuple(kept[num_decodes:]),
+        )
 
     def _slots(self, seq: Sequence, length: int) -> torch.Tensor:
         """Cache slots of the sequence's first `length` tokens."""
