@@ -130,9 +130,12 @@ at::Tensor prefill_attention(const at::Tensor& q, const at::Tensor& k, const at:
   at::Tensor out = at::empty({n, heads * dim}, q.options());
   float* result = out.data_ptr<float>();
   const int64_t blocks = (n + kBlockTokens - 1) / kBlockTokens;
+  // Threads take contiguous runs of items; a later query block sees more keys, so each kv head's blocks
+  // go in the order 0, last, 1, last - 1, ...: any run mixes cheap and dear ones.
   at::parallel_for(0, kv_heads * blocks, 1, [&](int64_t begin, int64_t end) {
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t kv_head = item / blocks, first = item % blocks * kBlockTokens;
+      const int64_t kv_head = item / blocks, turn = item % blocks;
+      const int64_t first = (turn % 2 == 0 ? turn / 2 : blocks - 1 - turn / 2) * kBlockTokens;
       attend_block(queries[kv_head], keys[kv_head], values[kv_head], first, std::min(kBlockTokens, n - first), before,
                    group, kv_head, heads, static_cast<float>(scale), result);
     }
