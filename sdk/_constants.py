@@ -51,3 +51,7 @@ STATE_URL_ENV = "KVWISE_STATE_URL"  # where the memories live when `sdk.wrap(sta
 STATE_TIMEOUT_SECONDS = 0.02  # the most one store command may take before the call goes on without it
 STATE_RETRY_SECONDS = 1.0  # after a failed command, the store is left alone this long (each call would wait otherwise)
 STATE_EXPIRY_SECONDS = 7 * 24 * 3600  # a memory nobody touched for this long is dropped by the store
+
+# Telemetry
+RESPONSE_CLASS_NAMES_CACHE_SIZE = 256  # (answer class, attribute) pairs whose presence on the class is remembered
+INVOCATION_JSON_CACHE_SIZE = 256  # parameter sets (scalar values only) whose llm.invocation_parameters JSON is remembered

@@ -34,9 +34,9 @@ class Ending(StrEnum):
     ABANDONED = "abandoned"  # the caller stopped reading the stream before its end (no failure)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built on every call, and a frozen __init__ costs ~4x (object.__setattr__ per field)
 class CallEnd:
-    """What is known when a call ends.
+    """What is known when a call ends (read-only by convention: nothing changes it once built).
 
     `usage_estimated`: the server never reported the input tokens (`kvwise.usage.estimated`).
     `output_text`, `output_tool_calls`: the answer (semconv `tool_call` parts), only where content is

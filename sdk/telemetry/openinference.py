@@ -30,9 +30,11 @@ key it (so Phoenix shows the call and its Playground can replay it):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from sdk._constants import INVOCATION_JSON_CACHE_SIZE
 from sdk.adapters import adapter_for
 from sdk.call import Call, Provider
 from sdk.telemetry import semconv as sc
@@ -64,6 +66,9 @@ _TRANSPORT_PARAMS = frozenset({"extra_headers", "extra_query", "extra_body", "ti
 """The clients' transport options: never sent as the body (headers may carry credentials)."""
 _NOT_INVOCATION_PARAMS = _CONTENT_PARAMS | _TRANSPORT_PARAMS
 _JSON = sc.MimeType.JSON.value
+_SCALARS = frozenset({str, int, bool, type(None)})
+"""Value types (exactly these: a subclass may encode otherwise) whose parameters' JSON is remembered;
+no floats, as -0.0 equals 0.0 and is written otherwise."""
 _SYSTEM, _TOOL = "system", "tool"
 
 
@@ -114,7 +119,17 @@ def invocation_attributes(call: Call) -> Attributes:
     extra = params.get("extra_body")
     if isinstance(extra, Mapping):
         parameters.update((key, value) for key, value in extra.items() if key not in _CONTENT_PARAMS)
+    types = tuple(map(type, parameters.values()))
+    if _SCALARS.issuperset(types):  # most calls: the same few parameters, call after call
+        return {sc.LLM_INVOCATION_PARAMETERS: _scalars_json(tuple(parameters.items()), types)}
     return {sc.LLM_INVOCATION_PARAMETERS: to_json(parameters)}
+
+
+@functools.lru_cache(maxsize=INVOCATION_JSON_CACHE_SIZE)
+def _scalars_json(items: tuple[tuple[str, Any], ...], types: tuple[type, ...]) -> str:
+    """`to_json` of parameters whose values are all `_SCALARS`; `types` are theirs, keeping `1` and
+    `True` (which compare equal) apart in the memo."""
+    return to_json(dict(items))
 
 
 def content_attributes(

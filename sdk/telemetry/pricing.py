@@ -89,7 +89,7 @@ class Price:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen, as `sdk.lifecycle.CallEnd`: built on every priced call, never changed once built
 class Cost:
     """What one call cost in USD, split by token kind, and what its cache reads saved."""
 
