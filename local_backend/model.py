@@ -90,6 +90,10 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.ops.rms_norm(x, self.weight, self.eps)
 
+    def add_and_norm(self, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(norm(x + residual), x + residual) in one pass (vLLM's fused_add_rms_norm); may reuse both inputs."""
+        return self.ops.add_rms_norm(x, residual, self.weight, self.eps)
+
 
 class Attention(nn.Module):
     """Grouped-query self-attention with optional qkv bias (Qwen2) and q/k norms (Qwen3)."""
@@ -141,7 +145,11 @@ class MLP(nn.Module):
 
 class DecoderLayer(nn.Module):
     """Pre-norm residual block: x + attn(norm(x)), then x + mlp(norm(x)); for the `kept` rows alone
-    where given (every row still stores its keys and values)."""
+    where given (every row still stores its keys and values).
+
+    As in vLLM, a layer returns its MLP's output and the residual stream apart, and the next norm adds
+    them (`RMSNorm.add_and_norm`): the sum is read once, not once by the add and again by the norm.
+    """
 
     def __init__(self, cfg: ModelConfig, dtype: torch.dtype, ops: TorchOps) -> None:
         super().__init__()
@@ -153,15 +161,23 @@ class DecoderLayer(nn.Module):
     def forward(
         self,
         x: torch.Tensor,
+        residual: torch.Tensor | None,
         cos: torch.Tensor,
         sin: torch.Tensor,
         meta: AttentionMetadata,
         kv_cache: torch.Tensor,
         kept: OutputRows | None = None,
-    ) -> torch.Tensor:
-        attended = self.self_attn(self.input_layernorm(x), cos, sin, meta, kv_cache, kept)
-        x = (x if kept is None else x[kept.rows]) + attended
-        return x + self.mlp(self.post_attention_layernorm(x))
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(this layer's MLP output, the residual stream before it); `residual` is None at the first layer."""
+        if residual is None:
+            residual, h = x, self.input_layernorm(x)
+        else:
+            h, residual = self.input_layernorm.add_and_norm(x, residual)
+        h = self.self_attn(h, cos, sin, meta, kv_cache, kept)
+        if kept is not None:
+            residual = residual[kept.rows]
+        h, residual = self.post_attention_layernorm.add_and_norm(h, residual)
+        return self.mlp(h), residual
 
 
 class Backbone(nn.Module):
@@ -198,11 +214,12 @@ class CausalLM(nn.Module):
     ) -> torch.Tensor:
         """Hidden states `[T, hidden]` of the step's tokens, or of the `kept` rows alone (the last
         layer computes only those); `kv_cache` is `[layers, slots, 2, ...]`."""
-        x = self.model.embed_tokens(input_ids)
+        x, residual = self.model.embed_tokens(input_ids), None
         *inner, last = self.model.layers
         for layer, layer_cache in zip(inner, kv_cache):
-            x = layer(x, cos, sin, meta, layer_cache)
-        return self.model.norm(last(x, cos, sin, meta, kv_cache[len(inner)], kept))
+            x, residual = layer(x, residual, cos, sin, meta, layer_cache)
+        x, residual = last(x, residual, cos, sin, meta, kv_cache[len(inner)], kept)
+        return self.model.norm.add_and_norm(x, residual)[0]
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Vocabulary logits of the rows that sample a token."""

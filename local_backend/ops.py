@@ -98,6 +98,14 @@ class TorchOps:
         """x / √(mean(x²) + eps) · weight."""
         return F.rms_norm(x, weight.shape, weight, eps)
 
+    def add_rms_norm(
+        self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(rms_norm(x + residual), x + residual): a layer's residual add and the next norm. Both inputs
+        are the step's own; a form may overwrite them with the results."""
+        summed = x + residual
+        return self.rms_norm(summed, weight, eps), summed
+
     def rotary_embedding(
         self, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -189,7 +197,7 @@ class TorchOps:
 class NativeOps(TorchOps):
     """The native CPU float32 forms (vLLM's `forward_cpu`): `torch.ops.kvwise.*`, built by `cpu_kernels`.
 
-    Decode rows stream the weights through `matvec`; RMSNorm, rope, silu·up, the kv write, attention
+    Decode rows stream the weights through `matvec`; RMSNorm (with the residual add before it), rope, silu·up, the kv write, attention
     and the sampler's passes over the logits are single kernels (`csrc/`). Attention's kernels need a
     head size that is a multiple of `cpu_kernels.HEAD_DIM_MULTIPLE` (`attends`); `choices` (measured
     for the loaded library) say up to which sizes each kernel beats its torch form.
@@ -212,6 +220,14 @@ class NativeOps(TorchOps):
         if x.is_contiguous():
             return torch.ops.kvwise.rms_norm(x, weight, eps)
         return super().rms_norm(x, weight, eps)
+
+    def add_rms_norm(
+        self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if x.is_contiguous() and residual.is_contiguous():
+            torch.ops.kvwise.add_rms_norm_(x, residual, weight, eps)  # the sum into residual, its norm into x
+            return x, residual
+        return super().add_rms_norm(x, residual, weight, eps)
 
     def rotary_embedding(
         self, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor

@@ -1,5 +1,5 @@
 // A decoder layer's small ops fused (CPU, float32), as vLLM's CPU build has them: `kvwise::rms_norm`,
-// `kvwise::rotary_embedding_`, `kvwise::silu_and_mul`.
+// `kvwise::add_rms_norm_`, `kvwise::rotary_embedding_`, `kvwise::silu_and_mul`.
 //
 // At decode each is a handful of torch dispatches on a few kilobytes (F.rms_norm alone is six), so
 // their fixed cost is most of a layer's non-matmul time; here each is one call and one pass. Built and
@@ -18,34 +18,61 @@ namespace {
 using kvwise::sum_lanes;
 using kvwise::Vec;
 
+// dst = row / sqrt(mean(row²) + eps) · w over one row of `width` floats (dst may be another row or the same).
+void norm_row(const float* row, const float* w, float* dst, int64_t width, float eps) {
+  const int64_t whole = width - width % Vec::size();
+  Vec acc(0.f);
+  for (int64_t i = 0; i < whole; i += Vec::size()) {
+    const Vec v = Vec::loadu(row + i);
+    acc = at::vec::fmadd(v, v, acc);
+  }
+  float squares = sum_lanes(acc);
+  for (int64_t i = whole; i < width; ++i) squares += row[i] * row[i];
+  const float inverse = 1.f / std::sqrt(squares / width + eps);
+  const Vec inv(inverse);
+  for (int64_t i = 0; i < whole; i += Vec::size()) (Vec::loadu(row + i) * inv * Vec::loadu(w + i)).store(dst + i);
+  for (int64_t i = whole; i < width; ++i) dst[i] = row[i] * inverse * w[i];
+}
+
+void check_norm(const at::Tensor& x, const at::Tensor& weight, const char* name) {
+  TORCH_CHECK(x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat && x.is_contiguous() && weight.is_contiguous(),
+              name, ": contiguous float32 x and weight");
+  TORCH_CHECK(weight.numel() == x.size(-1), name, ": one weight per element of the last dimension");
+}
+
 // x / sqrt(mean(x²) + eps) · weight over the last dimension of a contiguous x.
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  TORCH_CHECK(x.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat && x.is_contiguous() && weight.is_contiguous(),
-              "rms_norm: contiguous float32 x and weight");
-  const int64_t width = x.size(-1), rows = x.numel() / width, whole = width - width % Vec::size();
-  TORCH_CHECK(weight.numel() == width, "rms_norm: one weight per element of the last dimension");
+  check_norm(x, weight, "rms_norm");
+  const int64_t width = x.size(-1), rows = x.numel() / width;
   auto out = at::empty_like(x);
   const float* in = x.data_ptr<float>();
   const float* w = weight.data_ptr<float>();
   float* o = out.data_ptr<float>();
   at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const float* row = in + r * width;
-      Vec acc(0.f);
-      for (int64_t i = 0; i < whole; i += Vec::size()) {
-        const Vec v = Vec::loadu(row + i);
-        acc = at::vec::fmadd(v, v, acc);
-      }
-      float squares = sum_lanes(acc);
-      for (int64_t i = whole; i < width; ++i) squares += row[i] * row[i];
-      const float inverse = 1.f / std::sqrt(squares / width + static_cast<float>(eps));
-      const Vec inv(inverse);
-      float* dst = o + r * width;
-      for (int64_t i = 0; i < whole; i += Vec::size()) (Vec::loadu(row + i) * inv * Vec::loadu(w + i)).store(dst + i);
-      for (int64_t i = whole; i < width; ++i) dst[i] = row[i] * inverse * w[i];
-    }
+    for (int64_t r = begin; r < end; ++r) norm_row(in + r * width, w, o + r * width, width, static_cast<float>(eps));
   });
   return out;
+}
+
+// In place, vLLM's fused_add_rms_norm: residual += x, then x = rms_norm(residual) · weight, one pass over
+// each row (a decoder layer's residual add and the next norm, which read the sum twice apart).
+void add_rms_norm_(at::Tensor x, at::Tensor residual, const at::Tensor& weight, double eps) {
+  check_norm(x, weight, "add_rms_norm_");
+  TORCH_CHECK(residual.sizes() == x.sizes() && residual.scalar_type() == at::kFloat && residual.is_contiguous(),
+              "add_rms_norm_: a contiguous float32 residual shaped as x");
+  const int64_t width = x.size(-1), rows = x.numel() / width, whole = width - width % Vec::size();
+  float* in = x.data_ptr<float>();
+  float* sum = residual.data_ptr<float>();
+  const float* w = weight.data_ptr<float>();
+  at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      float* added = sum + r * width;
+      const float* row = in + r * width;
+      for (int64_t i = 0; i < whole; i += Vec::size()) (Vec::loadu(added + i) + Vec::loadu(row + i)).store(added + i);
+      for (int64_t i = whole; i < width; ++i) added[i] += row[i];
+      norm_row(added, w, in + r * width, width, static_cast<float>(eps));
+    }
+  });
 }
 
 // In place on x [tokens, heads, dim] (rows may be strided, each head contiguous): x·cos + rotate_half(x)·sin,
@@ -108,12 +135,14 @@ at::Tensor silu_and_mul(const at::Tensor& gate_up) {
 
 TORCH_LIBRARY_FRAGMENT(kvwise, m) {
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
+  m.def("add_rms_norm_(Tensor(a!) x, Tensor(b!) residual, Tensor weight, float eps) -> ()");
   m.def("rotary_embedding_(Tensor(a!) q, Tensor(b!) k, Tensor cos, Tensor sin) -> ()");
   m.def("silu_and_mul(Tensor gate_up) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(kvwise, CPU, m) {
   m.impl("rms_norm", rms_norm);
+  m.impl("add_rms_norm_", add_rms_norm_);
   m.impl("rotary_embedding_", rotary_embedding_);
   m.impl("silu_and_mul", silu_and_mul);
 }

@@ -26,6 +26,21 @@ def test_native_rms_norm_equals_torchs(shape):
     torch.testing.assert_close(torch.ops.kvwise.rms_norm(x, weight, 1e-6), expected, rtol=2e-6, atol=2e-6)
 
 
+@pytest.mark.parametrize("shape", [(1, 512), (37, 64), (2, 7)])
+def test_native_add_rms_norm_leaves_the_sum_in_the_residual_and_its_norm_in_x_as_the_torch_form_returns_them(shape):
+    gen = torch.Generator().manual_seed(sum(shape) + 1)
+    x, residual = torch.randn(2, *shape, generator=gen) * 3
+    weight = torch.randn(shape[-1], generator=gen)
+    expected_norm, expected_sum = ops.TORCH.add_rms_norm(x, residual, weight, 1e-6)
+    assert torch.equal(expected_sum, x + residual)  # the torch form leaves its inputs as they were
+    got_norm, got_sum = NativeOps(64, cpu_kernels.load().choices).add_rms_norm(x, residual, weight, 1e-6)
+    assert got_norm is x and got_sum is residual  # written in place
+    torch.testing.assert_close(got_sum, expected_sum, rtol=0, atol=0)
+    torch.testing.assert_close(got_norm, expected_norm, rtol=2e-6, atol=2e-6)
+    with pytest.raises(RuntimeError, match="residual shaped as x"):
+        torch.ops.kvwise.add_rms_norm_(x, residual[:-1], weight, 1e-6)
+
+
 @pytest.mark.parametrize(("heads", "kv_heads", "dim", "tokens"), [(8, 4, 64, 1), (4, 4, 16, 33), (6, 2, 10, 5)])
 def test_native_rope_rotates_strided_q_and_k_in_place_as_apply_rope_does(heads, kv_heads, dim, tokens):
     gen = torch.Generator().manual_seed(heads * dim + tokens)
