@@ -69,7 +69,7 @@ def apply_guards(call: Call, policy: Policy, adapter: Adapter, caps: AdaptiveCap
 def _extra_body(call: Call) -> dict[str, Any]:
     """The caller's `extra_body` as a dict of our own (so rewriting it never touches theirs), or {}."""
     extra = call.params.get(_EXTRA_BODY)
-    if not isinstance(extra, Mapping):
+    if extra is None or not isinstance(extra, Mapping):  # None first: most calls have none, and the ABC check costs
         return {}
     extra = dict(extra)
     call.params[_EXTRA_BODY] = extra

@@ -247,7 +247,7 @@ def stream_facts(last_event: Any, start_message: Any) -> ResponseFacts:
     """`response_facts` of a stream, read once at its end: OpenAI's from the last chunk (Chat repeats
     them on every chunk) or the final event's response (Responses), Anthropic's from `message_start`."""
     facts = response_facts(last_event)
-    final = getattr(last_event, "response", None)
+    final = _field(last_event, "response")
     if final is not None:
         facts.update(response_facts(final))
     if start_message is not None:

@@ -117,7 +117,7 @@ def invocation_attributes(call: Call) -> Attributes:
     params = call.params
     parameters = {key: value for key, value in params.items() if key not in _NOT_INVOCATION_PARAMS}
     extra = params.get("extra_body")
-    if isinstance(extra, Mapping):
+    if extra is not None and isinstance(extra, Mapping):  # None first: most calls have none, and the ABC check costs
         parameters.update((key, value) for key, value in extra.items() if key not in _CONTENT_PARAMS)
     types = tuple(map(type, parameters.values()))
     if _SCALARS.issuperset(types):  # most calls: the same few parameters, call after call
