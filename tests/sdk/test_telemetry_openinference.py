@@ -8,9 +8,11 @@ from typing import Any
 import pytest
 
 import sdk
+from sdk._constants import INVOCATION_JSON_CACHE_SIZE
 from sdk.call import Api, Provider, Usage
 from sdk.policy import Policy
 from sdk.telemetry import semconv as sc
+from sdk.telemetry.openinference import _scalars_json, invocation_attributes
 from sdk.lifecycle import CallEnd, Ending
 from tests.sdk.helpers import collect, resolve
 from tests.sdk.test_telemetry_spans import SERVER, Otel, make_call, otel, stream_through  # noqa: F401
@@ -279,3 +281,19 @@ async def test_a_real_clients_tool_call_answer_is_an_output_message_with_its_too
     assert json.loads(attributes["llm.tools.0.tool.json_schema"]) == tool
     [answer] = json.loads(attributes[sc.GEN_AI_OUTPUT_MESSAGES])
     assert [part["name"] for part in answer["parts"] if part["type"] == "tool_call"] == ["get_weather"]
+
+
+@pytest.mark.parametrize(
+    ("first", "second"), [(1, True), (0, False), (0.0, -0.0), (1, 1.0)], ids=["int-bool", "zero-false", "float-signed-zero", "int-float"]
+)
+def test_invocation_parameters_of_values_that_compare_equal_are_each_written_as_given(first: Any, second: Any) -> None:
+    for value in (first, second, first):  # the remembered JSON of one never stands in for the other
+        written = invocation_attributes(make_call(seed=value, user="u"))[sc.LLM_INVOCATION_PARAMETERS]
+        assert written == json.dumps({"model": "gpt-4o-mini", "seed": value, "user": "u"}, separators=(",", ":"))
+
+
+def test_invocation_parameters_json_memo_stays_within_its_bound() -> None:
+    for seed in range(INVOCATION_JSON_CACHE_SIZE + 50):
+        written = invocation_attributes(make_call(seed=seed))[sc.LLM_INVOCATION_PARAMETERS]
+        assert json.loads(written) == {"model": "gpt-4o-mini", "seed": seed}
+    assert 0 < _scalars_json.cache_info().currsize <= INVOCATION_JSON_CACHE_SIZE
