@@ -102,7 +102,7 @@ class Call:
         return len(self.messages)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen, as `sdk.lifecycle.CallEnd`: built on every answer, never changed once built
 class Usage:
     """Token usage of one call, normalised across APIs.
 
