@@ -150,9 +150,9 @@ def outcome_attributes(outcome: Outcome) -> Attributes:
     if outcome.break_cause_server:
         attributes[sc.KVWISE_PREFIX_BREAK_CAUSE_SERVER] = outcome.break_cause_server
     if outcome.usage is not None:
-        attributes.update(usage_attributes(outcome.usage))
+        _add_usage(attributes, outcome.usage)
     if outcome.cost is not None:
-        attributes.update(cost_attributes(outcome.cost))
+        _add_cost(attributes, outcome.cost)
     if outcome.time_to_first_chunk_s is not None:
         attributes[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = outcome.time_to_first_chunk_s
     if outcome.chunks is not None:
@@ -173,30 +173,26 @@ def outcome_attributes(outcome: Outcome) -> Attributes:
     return attributes
 
 
-def usage_attributes(usage: Usage) -> Attributes:
-    """Token counts under their semconv names, and the cache hit ratio."""
-    attributes: Attributes = {
-        sc.GEN_AI_USAGE_INPUT_TOKENS: usage.input_tokens,
-        sc.GEN_AI_USAGE_OUTPUT_TOKENS: usage.output_tokens,
-        sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: usage.cache_read_tokens,
-        sc.GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS: usage.cache_write_tokens,
-        sc.KVWISE_CACHE_HIT_RATIO: usage.hit_ratio,
-    }
+def _add_usage(attributes: Attributes, usage: Usage) -> None:
+    """Token counts under their semconv names, and the cache hit ratio (written into `attributes`,
+    in place: no dict of their own to merge on every call)."""
+    attributes[sc.GEN_AI_USAGE_INPUT_TOKENS] = usage.input_tokens
+    attributes[sc.GEN_AI_USAGE_OUTPUT_TOKENS] = usage.output_tokens
+    attributes[sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] = usage.cache_read_tokens
+    attributes[sc.GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS] = usage.cache_write_tokens
+    attributes[sc.KVWISE_CACHE_HIT_RATIO] = usage.hit_ratio
     if usage.reasoning_tokens:
         attributes[sc.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS] = usage.reasoning_tokens
-    return attributes
 
 
-def cost_attributes(cost: Cost) -> Attributes:
-    """The cost split in USD and what the cache reads saved."""
-    return {
-        sc.KVWISE_COST_USD: cost.total_usd,
-        sc.KVWISE_COST_INPUT_USD: cost.input_usd,
-        sc.KVWISE_COST_CACHED_INPUT_USD: cost.cached_input_usd,
-        sc.KVWISE_COST_CACHE_WRITE_USD: cost.cache_write_usd,
-        sc.KVWISE_COST_OUTPUT_USD: cost.output_usd,
-        sc.KVWISE_COST_SAVED_USD: cost.saved_usd,
-    }
+def _add_cost(attributes: Attributes, cost: Cost) -> None:
+    """The cost split in USD and what the cache reads saved (written into `attributes`, in place)."""
+    attributes[sc.KVWISE_COST_USD] = cost.total_usd
+    attributes[sc.KVWISE_COST_INPUT_USD] = cost.input_usd
+    attributes[sc.KVWISE_COST_CACHED_INPUT_USD] = cost.cached_input_usd
+    attributes[sc.KVWISE_COST_CACHE_WRITE_USD] = cost.cache_write_usd
+    attributes[sc.KVWISE_COST_OUTPUT_USD] = cost.output_usd
+    attributes[sc.KVWISE_COST_SAVED_USD] = cost.saved_usd
 
 
 class ResponseFacts(TypedDict, total=False):

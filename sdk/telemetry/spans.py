@@ -161,18 +161,19 @@ class CallRecord:
         """Make the call span current while the client sends, so the client's own spans nest under it."""
         return _Activation(self._span) if self._span is not None else nullcontext()
 
-    @never_raises
     def attempt(self, number: int) -> None:
-        """Attempt `number` (1, 2, ...) is about to be sent: the prefill of a stream starts here."""
+        """Attempt `number` (1, 2, ...) is about to be sent: the prefill of a stream starts here.
+
+        Nothing here can raise (as in `chunk`), so not `never_raises`: one wrapper less on every call."""
         self._attempts = number
         self._attempt_ns = time_ns()
 
-    @never_raises
     def first_chunk(self, received_ns: int | None = None) -> None:
         """The first content chunk reached the caller: prefill ends, decode starts.
 
         `received_ns`: when the first chunk of any kind (a header event included) of the attempt that
         produced it arrived, if before now: the time to first chunk runs from that attempt's send to it.
+        Nothing here can raise (as in `chunk`), so not `never_raises`.
         """
         if self._first_ns is None:
             self._first_ns = self._last_ns = now = time_ns()
