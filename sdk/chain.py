@@ -64,8 +64,8 @@ class Chain:
         for step in self.extra:
             step.on_request(call)
         canonicalize(call, self.policy, adapter, self.families)
-        seen = self.tracker.observe(call, cache_ttl_seconds(call, self.policy.cache_ttl))
-        if self.diagnostics and (ids := request_diagnostics(call, seen)) is not None:
+        seen, previous = self.tracker.observe(call, cache_ttl_seconds(call, self.policy.cache_ttl))
+        if self.diagnostics and (ids := request_diagnostics(call, seen, previous)) is not None:
             listeners.append(ids)
         if self.policy.cache_hints:
             place_cache_hints(call, self.policy, adapter)

@@ -56,13 +56,12 @@ def eligible(client: Any, explicit_provider: str | None) -> bool:
     return accepts and (host == ANTHROPIC_HOST or explicit_provider == "anthropic")
 
 
-def request_diagnostics(call: Call, seen: Seen) -> ResponseIds | None:
-    """Name the previous answer of `call`'s API and model (the call the tracker compared it with) in
-    `diagnostics` (None on the first call of an API and model, which opts in without a comparison);
-    return the listener that learns this call's answer id for the next one."""
+def request_diagnostics(call: Call, seen: Seen, previous: Seen | None) -> ResponseIds | None:
+    """Name the answer of `previous` (the call the tracker compared `call` with) in `diagnostics`
+    (None on the first call of an API and model, which opts in without a comparison); return the
+    listener that learns this call's answer id, `seen`'s, for the next one."""
     if call.api is not Api.MESSAGES or DIAGNOSTICS_PARAM in call.params:
         return None
-    previous = seen.previous
     call.params[DIAGNOSTICS_PARAM] = {"previous_message_id": previous.message_id if previous is not None else None}
     return ResponseIds(seen)
 

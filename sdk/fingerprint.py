@@ -158,7 +158,6 @@ class Seen:
     settings: tuple[str, ...]
     at: float
     message_id: str | None = None
-    previous: Seen | None = None
     on_learn: Callable[[str], None] | None = None  # where a shared store keeps the id too
 
     def learn(self, message_id: str) -> None:
@@ -178,11 +177,13 @@ class PrefixTracker:
         self._lock = threading.Lock()
         self._clock = clock  # None: `time.monotonic`
 
-    def observe(self, call: Call, ttl_seconds: float | None = None) -> Seen:
+    def observe(self, call: Call, ttl_seconds: float | None = None) -> tuple[Seen, Seen | None]:
         """Set `call.fingerprint` and, when the cache broke since the last call of its API and model, `break_at`
-        and `break_cause`; return what is remembered of `call` (its `previous` compared against).
+        and `break_cause`; return what is remembered of `call` and the call it was compared against.
 
-        `ttl_seconds`: how long the provider keeps the prefix (None: unknown, no TTL cause).
+        The two are returned apart, never linked: a remembered call that kept its predecessor would
+        keep every call before it alive. `ttl_seconds`: how long the provider keeps the prefix (None:
+        unknown, no TTL cause).
         """
         current = segments(call)
         call.fingerprint = current[-1].chain[:FINGERPRINT_HEX_CHARS] if current else None
@@ -193,14 +194,12 @@ class PrefixTracker:
         if previous is None and latest is not None and latest.model != call.model and latest.chain:
             if explain_break(latest.chain, current) is None:
                 call.break_cause = str(BreakCause.MODEL_CHANGED)
-                seen.previous = latest
-                return seen
-        seen.previous = previous
+                return seen, latest
         if previous:
             cause = _cause(previous, seen, ttl_seconds)
             if cause is not None:
                 call.break_at, call.break_cause = cause[0], str(cause[1])
-        return seen
+        return seen, previous
 
     def _exchange(self, api: str, seen: Seen) -> tuple[Seen | None, Seen | None]:
         """Remember `seen` as the last call of its API and model, and as its API's latest; return

@@ -7,6 +7,7 @@ OpenTelemetry SDK. Timing moves both clocks: the simulator's and the SDK's `mono
 
 from __future__ import annotations
 
+import gc
 import logging
 from typing import Any
 
@@ -177,3 +178,16 @@ def test_a_server_reason_that_contradicts_the_client_side_cause_is_logged_as_a_w
 )
 def test_only_anthropics_own_api_is_asked_for_diagnostics(make_client: Any, provider: str | None, expected: bool) -> None:
     assert diagnostics.eligible(make_client(), provider) is expected
+
+
+def test_a_long_run_keeps_only_the_last_call_of_each_api_and_model_in_memory(simulator: Any, otel: Otel) -> None:
+    """Each call is compared with the one before it, and the next names its answer's id; none keeps
+    its predecessor, or a long-lived client would hold every call it ever made."""
+    client = anthropic.Anthropic(base_url=simulator.anthropic_base_url, api_key="k")
+    wrapped = sdk.wrap(client, tracer_provider=otel.tracer_provider, provider="anthropic")
+    answers = [wrapped.messages.create(model=SONNET, max_tokens=64, system=LONG_SYSTEM, messages=FIRST) for _ in range(30)]
+    gc.collect()
+    remembered = [obj for obj in gc.get_objects() if isinstance(obj, sdk.fingerprint.Seen)]
+    assert len(remembered) == 1 and remembered[0].message_id == answers[-1].id
+    named = [request.body["diagnostics"]["previous_message_id"] for request in simulator.requests]
+    assert named == [None, *(answer.id for answer in answers[:-1])]  # each call still names the one before
