@@ -68,11 +68,25 @@ async def read_json(request: Request) -> dict[str, Any]:
             f"request body of {max(size, declared)} bytes exceeds the limit of {MAX_BODY_BYTES} bytes",
             ErrorKind.TOO_LARGE,
         )
-    raw = b"".join(chunks)
+    return decode_json(b"".join(chunks))
+
+
+def decode_json(raw: bytes) -> dict[str, Any]:
+    """The UTF-8 JSON object `raw` holds; 400 past the nesting or text bounds, or in another encoding.
+
+    `json.loads` of bytes would also read UTF-16 and UTF-32, whose bytes the nesting and surrogate
+    scans cannot read; network JSON is UTF-8 (RFC 8259), so the bytes are decoded as UTF-8 first, and
+    the scans then read exactly the text that is parsed (a surrogate encoded raw is let through the
+    decoding to be named by `check_text`)."""
+    try:
+        text = raw.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError as exc:
+        raise ApiError(f"request body is not UTF-8 (byte {exc.start} of {len(raw)}): send JSON encoded as UTF-8, "
+                       "as RFC 8259 requires") from None  # fmt: skip
     check_nesting(raw)
     try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        body = json.loads(text)
+    except (ValueError, RecursionError) as exc:
         raise ApiError(f"request body is not valid JSON: {str(exc)[:200]}") from None
     if not isinstance(body, dict):
         raise ApiError(f"request body must be a JSON object, got {type(body).__name__}")
@@ -109,7 +123,7 @@ def check_text(raw: bytes, body: Any) -> None:
     for path, text in _strings(body, ""):
         bad = lone_surrogate(text)
         if bad is not None:
-            field = path.lstrip(".") or "body"
+            field = path.lstrip(".") or "body"  # may quote a key's surrogate: `error_body` escapes it
             raise ApiError(f"{field} holds a lone surrogate (U+{ord(text[bad]):04X} at index {bad}): text must be "
                            "Unicode scalar values", param=field.split("[")[0].split(".")[0])  # fmt: skip
 

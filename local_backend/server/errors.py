@@ -88,11 +88,18 @@ def status_of(error: ApiError, flavor: Flavor) -> int:
 
 def error_body(error: ApiError, flavor: Flavor) -> dict[str, Any]:
     """`{"error": {message, type, param, code}}` (OpenAI) or `{"type": "error", "error": {type, message}}`."""
+    message = _printable(error.message)
     if flavor is Flavor.ANTHROPIC:
         _, kind = _ANTHROPIC[error.kind]
-        return {"type": "error", "error": {"type": kind, "message": error.message}}
+        return {"type": "error", "error": {"type": kind, "message": message}}
     _, kind, code = _OPENAI[error.kind]
-    return {"error": {"message": error.message, "type": kind, "param": error.param, "code": error.code or code}}
+    param = None if error.param is None else _printable(error.param)
+    return {"error": {"message": message, "type": kind, "param": param, "code": error.code or code}}
+
+
+def _printable(text: str) -> str:
+    """`text` with lone surrogates escaped: a message quoting a caller's odd key must still encode as UTF-8."""
+    return text.encode("utf-8", "backslashreplace").decode()
 
 
 def error_response(error: ApiError, flavor: Flavor) -> JSONResponse:

@@ -216,20 +216,21 @@ _TYPE_NAMES: Final = {float: "a number", int: "an integer", bool: "a boolean", s
                       dict: "an object"}  # fmt: skip
 
 
-def optional(body: Mapping[str, Any], name: str, kind: type, default: Any = None) -> Any:
+def optional(body: Mapping[str, Any], name: str, kind: type, default: Any = None, largest: int = MAX_JSON_INTEGER) -> Any:
     """`body[name]` checked against `kind` (int accepted for float, bool never for numbers), or `default`.
 
     Numbers must be finite (JSON has no `Infinity`, though Python's parser reads one) and integers
-    within int64 (`MAX_JSON_INTEGER`): a value no tensor holds is refused here, not in a step.
+    within int64 (`MAX_JSON_INTEGER`, or `largest`: a seed may reach 2^64 - 1): a value no tensor
+    holds is refused here, not in a step.
     """
     value: Any = body.get(name)
     if value is None:
         return default
     if not _is_of(value, kind):
         raise ApiError(f"{name} must be {_TYPE_NAMES[kind]}, got {short(value)}", param=name)
-    too_large = isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_JSON_INTEGER
+    too_large = isinstance(value, int) and not isinstance(value, bool) and abs(value) > largest
     if too_large or isinstance(value, float) and not math.isfinite(value):
-        raise ApiError(f"{name} must be a finite number within int64's range, got {short(value)}", param=name)
+        raise ApiError(f"{name} must be a finite number of magnitude at most {largest}, got {short(value)}", param=name)
     return float(value) if kind is float else value
 
 

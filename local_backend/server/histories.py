@@ -60,8 +60,8 @@ def openai_messages(messages: Any, names: bool = True) -> list[dict[str, Any]]:
     for i, m in enumerate(messages):
         where = f"messages[{i}]"
         role = m.get("role") if isinstance(m, dict) else None
-        if role not in OPENAI_CHAT_ROLES | {"tool"}:
-            raise ApiError(f"{where}.role {role!r} is not one of {sorted(OPENAI_CHAT_ROLES | {'tool'})}",
+        if not isinstance(role, str) or role not in OPENAI_CHAT_ROLES | {"tool"}:
+            raise ApiError(f"{where}.role {short(role)} is not one of {sorted(OPENAI_CHAT_ROLES | {'tool'})}",
                            param=f"{where}.role")  # fmt: skip
         _only_known_keys(m, OPENAI_MESSAGE_KEYS[role] - ({"name"} if not names else set()), where)
         content = m.get("content")
@@ -72,7 +72,11 @@ def openai_messages(messages: Any, names: bool = True) -> list[dict[str, Any]]:
         if role == "tool":
             message["tool_call_id"] = str(m.get("tool_call_id", ""))
         if role == "assistant" and m.get("tool_calls"):
-            message["tool_calls"] = [_openai_call(c, f"{where}.tool_calls[{j}]") for j, c in enumerate(m["tool_calls"])]
+            calls = m["tool_calls"]
+            if not isinstance(calls, list):
+                raise ApiError(f"{where}.tool_calls must be an array of calls, got {short(calls)}",
+                               param=f"{where}.tool_calls")  # fmt: skip
+            message["tool_calls"] = [_openai_call(c, f"{where}.tool_calls[{j}]") for j, c in enumerate(calls)]
         out.append(message)
     return out
 
@@ -102,8 +106,8 @@ def anthropic_messages(messages: Any, system: Any) -> list[dict[str, Any]]:
     for i, m in enumerate(messages):
         where = f"messages[{i}]"
         role = m.get("role") if isinstance(m, dict) else None
-        if role not in ANTHROPIC_ROLES:
-            raise ApiError(f"{where}.role {role!r} is not one of {sorted(ANTHROPIC_ROLES)}", param=f"{where}.role")
+        if not isinstance(role, str) or role not in ANTHROPIC_ROLES:
+            raise ApiError(f"{where}.role {short(role)} is not one of {sorted(ANTHROPIC_ROLES)}", param=f"{where}.role")
         _only_known_keys(m, ANTHROPIC_MESSAGE_KEYS, where)
         content = m.get("content")
         if not isinstance(content, list):

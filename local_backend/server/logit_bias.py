@@ -8,15 +8,20 @@ raw logits, so a request's logprobs recorder (which runs first) still sees them 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import torch
 
 from local_backend.server.errors import ApiError
+from local_backend.server.fields import short
 
 BIAS_RANGE: Final = (-100, 100)
 """OpenAI's range of one token's bias."""
+_TOKEN_ID: Final = re.compile(r"[0-9]{1,10}")
+"""A key is ASCII digits, few enough for `int()` (`"²"` is a digit to `str.isdigit`, and 5,000 digits pass
+Python's limit on converting a string to an int)."""
 
 
 class LogitBias:
@@ -36,10 +41,10 @@ class LogitBias:
         low, high = BIAS_RANGE
         bias = {}
         for key, amount in value.items():
-            if not (isinstance(key, str) and key.isdigit() and int(key) < vocab_size):
-                raise ApiError(f"logit_bias key {key!r} is not a token id below {vocab_size}", param="logit_bias")
+            if not (isinstance(key, str) and _TOKEN_ID.fullmatch(key) and int(key) < vocab_size):
+                raise ApiError(f"logit_bias key {short(key)} is not a token id below {vocab_size}", param="logit_bias")
             if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not low <= amount <= high:
-                raise ApiError(f"logit_bias[{key!r}]={amount!r} must be a number in [{low}, {high}]", param="logit_bias")
+                raise ApiError(f"logit_bias[{key!r}]={short(amount)} must be a number in [{low}, {high}]", param="logit_bias")
             bias[int(key)] = float(amount)
         return cls(bias)
 

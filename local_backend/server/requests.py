@@ -35,6 +35,8 @@ TEMPLATE_VARIABLES: Final = frozenset({"messages", "tools", "add_generation_prom
 """What the server itself hands the chat template (see `TextTokenizer`): `chat_template_kwargs` may not replace it."""
 OPENAI_MAX_TEMPERATURE: Final = 2.0
 ANTHROPIC_MAX_TEMPERATURE: Final = 1.0
+STREAM_OPTIONS: Final = frozenset({"include_usage", "include_obfuscation"})
+"""The keys of Chat's and Completions' `stream_options` (the openai client's `ChatCompletionStreamOptionsParam`)."""
 
 Body = Mapping[str, Any]
 Messages = tuple[dict[str, Any], ...]
@@ -191,10 +193,24 @@ def _openai_options(body: Body, max_tokens_param: str, vocab_size: int, *, chat:
         raise ApiError(f"n={n} must be between 1 and {MAX_CHOICES}", param="n")
     sampling = Sampling.parse(body, max_tokens=optional(body, max_tokens_param, int), max_tokens_param=max_tokens_param,
                               stop=stop_strings(body, "stop"), max_temperature=OPENAI_MAX_TEMPERATURE)  # fmt: skip
-    include_usage = bool(optional(body, "stream_options", dict, {}).get("include_usage"))
+    include_usage = _include_usage(optional(body, "stream_options", dict, {}))
     top = _top_logprobs(body, chat)
     bias = LogitBias.parse(body.get("logit_bias"), vocab_size)
     return OpenAIOptions(optional(body, "model", str), sampling, n, _stream(body), include_usage, top, bias)
+
+
+def _include_usage(options: dict[str, Any]) -> bool:
+    """`stream_options.include_usage`; any other key is refused by name (`include_obfuscation` only as
+    false: this server pads no chunk)."""
+    unknown = sorted(set(options) - STREAM_OPTIONS)
+    if unknown:
+        raise ApiError(f"stream_options: the key {fields.short(unknown[0])} is not supported (known: "
+                       f"{sorted(STREAM_OPTIONS)})", param="stream_options")  # fmt: skip
+    if options.get("include_obfuscation") not in (None, False):
+        raise ApiError("stream_options.include_obfuscation is not supported by the kvwise local backend "
+                       "(accepted: false)", param="stream_options")  # fmt: skip
+    usage = fields.optional(options, "include_usage", bool, False)
+    return bool(usage)
 
 
 def _anthropic_prompt(body: Body) -> AnthropicPrompt:

@@ -26,7 +26,7 @@ import torch
 
 from local_backend._constants import SEED_RANGE
 from local_backend.sampling_params import LogitsProcessor, SamplingParams
-from local_backend.server._constants import REPETITION_PENALTY_RANGE
+from local_backend.server._constants import MAX_JSON_INTEGER, REPETITION_PENALTY_RANGE
 from local_backend.server.constrained import Grammar
 from local_backend.server.errors import ApiError
 from local_backend.server.fields import SAMPLING_KNOBS, optional
@@ -61,7 +61,8 @@ class Sampling:
         max_temperature: float,
     ) -> Sampling:
         """The knobs of `body` checked, with the cap and stops its endpoint read under its own names."""
-        knobs = {name: optional(body, name, kind) for name, kind in SAMPLING_KNOBS.items()}
+        knobs = {name: optional(body, name, kind, largest=SEED_RANGE[1] if name == "seed" else MAX_JSON_INTEGER)
+                 for name, kind in SAMPLING_KNOBS.items()}  # fmt: skip
         temperature = knobs["temperature"]
         if temperature is not None and not 0 <= temperature <= max_temperature:
             raise ApiError(f"temperature={temperature} must be between 0 and {max_temperature}", param="temperature")

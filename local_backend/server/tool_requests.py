@@ -19,6 +19,7 @@ from typing import Any, Literal
 from local_backend.server._constants import MAX_TOOLS
 from local_backend.server.bounds import check_schemas
 from local_backend.server.errors import ApiError
+from local_backend.server.fields import short
 from local_backend.server.tools import Tool
 
 ChoiceMode = Literal["none", "auto", "required", "named"]
@@ -90,7 +91,13 @@ def _anthropic_tool(tool: Any, where: str) -> Tool:
 
 def openai_tools(body: Mapping[str, Any]) -> tuple[list[Tool], ToolChoice]:
     tools = _tools(body.get("tools"), "tools", _openai_tool)
-    return tools, _choice(body.get("tool_choice"), tools, named=lambda c: (c.get("function") or {}).get("name"))
+    return tools, _choice(body.get("tool_choice"), tools, named=_chat_named)
+
+
+def _chat_named(choice: dict[str, Any]) -> Any:
+    """The name of Chat's `{"type": "function", "function": {"name": ...}}`; None for any other shape."""
+    function = choice.get("function")
+    return function.get("name") if isinstance(function, dict) else None
 
 
 def responses_tools(body: Mapping[str, Any]) -> tuple[list[Tool], ToolChoice]:
@@ -112,12 +119,12 @@ def anthropic_tools(body: Mapping[str, Any]) -> tuple[list[Tool], ToolChoice]:
 def _choice(value: Any, tools: list[Tool], named: Any) -> ToolChoice:
     if value is None:
         return ToolChoice("auto" if tools else "none")
-    if value in ("none", "auto", "required"):
+    if isinstance(value, str) and value in ("none", "auto", "required"):
         choice = ToolChoice(value)
     elif isinstance(value, dict) and isinstance(named(value), str):
         choice = ToolChoice("named", named(value))
     else:
-        raise ApiError(f"tool_choice {value!r} is not none, auto, required or a named tool"[:160], param="tool_choice")
+        raise ApiError(f"tool_choice {short(value)} is not none, auto, required or a named tool", param="tool_choice")
     if choice.mode != "none" and not tools:
         raise ApiError(f"tool_choice {choice.mode!r} needs tools", param="tool_choice")
     if choice.name is not None and choice.name not in {t.name for t in tools}:
