@@ -4,7 +4,8 @@ Tiers, front to back: tools -> system -> pinned documents -> history -> per-requ
 -> the final user turn. Tools are sorted by name and their envelopes serialised in one key order;
 a schema's own key order is kept. Bytes of the system prompt that change between calls (request
 ids, timestamps, nonces; of a labelled value, the label and value only) are, under
-`volatile="move"`, cut from the call on which they first change, for good, and appended, labelled,
+`volatile="move"`, cut on first sight where their shape says so (`sdk.first_sight`), else from the
+call on which they first change, for good, and appended, labelled,
 to a context note (`sdk.moving`), so the model still sees them. Values constant within a
 conversation go to the note that ends its first user turn, values that change within it to a tail
 note at the end of the prompt, so a growing conversation's next call begins with this one's whole

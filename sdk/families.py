@@ -1,28 +1,27 @@
-"""Which volatile-looking bytes really change between calls: a memory per wrapped client.
+"""Which volatile-looking bytes really change between calls, where their shape cannot say: a memory per wrapped client.
 
-A UUID, a date with a time or a long hex string in a system prompt *looks* volatile, but a project
-id or a schema's example timestamp is the same on every call: moving it would change what the
-prompt says and gain nothing. Only calls can tell, so each wrapped client remembers, per prompt
-family, the candidate bytes of the family's last call (as hashes: no id or token is kept).
+Values volatile with high confidence by their shape (a UUID, a date with a time, a request id)
+move on first sight (`sdk.first_sight`), with no memory. The others *look* volatile but may be
+the same on every call (a hex run that is a commit or a key id, a value under a plain `Date:`
+label, a timestamp written as an example): only calls can tell, so each wrapped client remembers,
+per prompt family, the candidate bytes of the family's last call (as hashes: no id or token is kept).
 
 A prompt family is the calls whose stable texts (system prompt, tool descriptions) are the same once
 every candidate is masked (`mask_volatile`): "Request ID: <Request ID>\\nFile tickets in project
 <uuid>." is one family whatever the id and the project. For each family, a candidate moves from
 the first call on which its bytes differ from the family's previous call's, and from then on for
-good; until then it stays where the caller put it. A moved candidate whose bytes also differ from
-the previous call of the same conversation (the calls whose first user turn, as the caller wrote
-it, is the same, each with more turns than the one before) changes within a conversation, from then on for good, and goes to the tail note
-at the end of the prompt; the others stay in the first user turn's note. So no decision flips:
-- on the family's first call nothing is known and nothing moves: the prompt is the bare client's,
-  byte for byte, and so is every later one while its bytes stay the same (a request id constant
-  within an agent run, re-sent by each call of its tool loop, reads the cache as the bare client's
-  does);
-- the call on which a candidate first differs misses the cache from it on (as the bare client's
-  does: its bytes changed there), and from the next call on the family's prompt is the same
-  without it, call after call (what a new request id in front would have broken is read back);
-- nothing moves on sight, however per-request it looks: a request id that stays the same over an
-  agent run would, moved on the first call, cost every later call of the run its tokens (a moved
-  value is never put back), where left in place it costs nothing;
+good; until then it stays where the caller put it. A moved candidate (by shape or by memory) whose
+bytes also differ from the previous call of the same conversation (the calls whose first user
+turn, as the caller wrote it, is the same, each with more turns than the one before) changes
+within a conversation, from then on for good, and goes to the tail note at the end of the prompt;
+the others stay in the note that ends the first user turn. So no decision flips:
+- on the family's first call nothing is known: a candidate its shape does not move stays, and so
+  on every later call while its bytes stay the same;
+- the call on which such a candidate first differs misses the cache from it on (as the bare
+  client's does: its bytes changed there), and from the next call on the family's prompt is the
+  same without it, call after call;
+- a value moved on sight that stays the same over an agent run costs the run nothing: it stands
+  in the note that ends the first user turn, at the same place on every call of the run;
 - a family not seen for `VOLATILE_FAMILIES` other families is forgotten (LRU), and starts over.
 
 The memory is bounded, locked (concurrent calls of one client are safe), and costs one hash of the

@@ -1,6 +1,7 @@
 """Moving the bytes that change between calls out of the system prompt, into a context note.
 
-Under `volatile="move"`, candidates (`sdk.volatile`) in the system prompt that change between calls
+Under `volatile="move"`, candidates (`sdk.volatile`) in the system prompt that are volatile by
+their shape (`sdk.first_sight`: on the first call that carries them) or that change between calls
 of a prompt family (`sdk.families`: from the first call on which their bytes differ, and for good)
 are cut (a labelled value with its label, never the rest of its sentence) and appended, labelled,
 to a context note (`<request_context>...</request_context>`) so the model still sees them; bytes
@@ -42,6 +43,7 @@ from sdk.adapters import Adapter, map_text
 from sdk.adapters._base import TEXT_PART_TYPES
 from sdk.call import Api, Call
 from sdk.families import FamilyMemory, family_key, value_hash
+from sdk.first_sight import moves_on_sight
 from sdk.policy import Policy
 from sdk.volatile import VolatileMatch, cut_volatile, find_volatile, mask_volatile, render_note_line
 
@@ -70,7 +72,9 @@ def move_volatile(call: Call, policy: Policy, adapter: Adapter, families: Family
         key = family_key([mask_volatile(text) for text in (*system_texts, *tool_texts)])
         conversation = family_key(text_leaves([call.messages[first]["content"]])) if first is not None else b""
         changes = families.observe(key, tuple(value_hash(match.text) for match in candidates), conversation, len(call.messages))
-        moves, tails = changes.changed[:in_system], changes.within[:in_system]
+        on_sight = [sure for text in system_texts for sure in moves_on_sight(text)]
+        moves = tuple(sure or changed for sure, changed in zip(on_sight, changes.changed))
+        tails = changes.within[:in_system]
         _report(call, [m for m, c in zip(candidates[in_system:], changes.changed[in_system:]) if c], "tool definitions")
     if policy.volatile == "warn" or first is None:
         _report(call, [m for m, move in zip(candidates, moves) if move], "system prompt")

@@ -1,7 +1,8 @@
 """A realistic agent workload: three prompt families, tool loops with growing history.
 
-Each family's system prompt carries bytes that *look* volatile but never change (a project UUID, a
-deploy timestamp, a commit hash, a schema's example date) and bytes that change on every call (a
+Each family's system prompt carries bytes that *look* volatile but never change (a project key, a
+workspace key and a commit hash, hex runs whose shape does not say "this request"; a deploy date; a
+schema's example date) and bytes that change on every call (a
 request id, the current time, a sandbox nonce, an epoch timestamp), where apps usually put them:
 at the top, in the middle, at the end. Tasks of the three families interleave, as an app's traffic
 does, and each task is a tool loop: the user's request, then one call per tool result until the
@@ -24,10 +25,10 @@ from typing import Any
 
 from sdk.canonical import NOTE_CLOSE, NOTE_OPEN
 
-PROJECT = "5b0e7c1a-3d4f-4a8e-9c2b-7f1d6e5a4b3c"
-WORKSPACE = "a1c9e2f4-7b3d-4e6a-8f0c-2d4b6a8c0e1f"
+PROJECT = "5b0e7c1a3d4f4a8e9c2b7f1d6e5a4b3c"
+WORKSPACE = "a1c9e2f47b3d4e6a8f0c2d4b6a8c0e1f"
 COMMIT = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b"
-DEPLOYED = "2025-11-03T10:00:00Z"
+DEPLOYED = "2025-11-03"
 EXAMPLE_START = "2026-01-01T09:00:00Z"
 STABLE = {"support": (PROJECT,), "scheduler": (WORKSPACE, EXAMPLE_START), "coder": (COMMIT, DEPLOYED)}
 """The bytes of each family that look volatile but are the same on every call."""

@@ -48,6 +48,7 @@ class SystemPrompt:
     template: str
     kept: str
     note: tuple[str, ...]
+    by_memory: bool = False  # its values move only once calls show they change (`sdk.first_sight`), not on first sight
 
     def prompt(self, values: dict[str, str]) -> str:
         return self.template.format(**values)
@@ -122,7 +123,8 @@ CORPUS = [
                  "You classify webhook payloads.", ("Event ID: {ms}",)),
     SystemPrompt("a date beside a label that stays",
                  "You are a legal assistant. Date: {date}. Jurisdiction: Portugal. Cite statutes by number.",
-                 "You are a legal assistant. Jurisdiction: Portugal. Cite statutes by number.", ("Date: {date}",)),
+                 "You are a legal assistant. Jurisdiction: Portugal. Cite statutes by number.", ("Date: {date}",),
+                 by_memory=True),
     SystemPrompt("two log-style pairs on one line",
                  "SYSTEM CONTEXT\nrequest_id={session} session_id={nonce}\nAnswer tersely.",
                  "SYSTEM CONTEXT\nAnswer tersely.", ("request_id: {session}", "session_id: {nonce}")),

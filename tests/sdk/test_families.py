@@ -20,6 +20,7 @@ from tests.sdk.helpers import LONG_SYSTEM, resolve
 
 PROJECT = "5b0e7c1a-3d4f-4a8e-9c2b-7f1d6e5a4b3c"
 EXAMPLE = "2026-01-01T09:00:00Z"
+BUILD, OTHER_BUILD = "4bf92f3577b34da6a3ce929d0e0e4736", "0af7651916cd43dd8448eb211c80319c"
 KEY = family_key(["Request ID: <Request ID>\nFile tickets in project <uuid>."])
 
 
@@ -101,50 +102,41 @@ def _request(project: str = PROJECT) -> str:
     return f"Request ID: {uuid.uuid4()}\nYou are the support assistant. File tickets in project {project}."
 
 
-def test_a_request_id_moves_from_the_call_it_first_changes_on_while_a_stable_uuid_never_moves():
-    chain = Chain(sdk.Policy())
+def _build(build: str = BUILD) -> str:
+    """A prompt whose only candidate is one calls alone can tell (a hex run: a commit, a key id, or a nonce)."""
+    return f"You are the release assistant. Answer for build {build} only."
+
+
+def test_a_request_id_moves_on_first_sight_in_every_fresh_client_and_the_rest_of_the_prompt_stays():
     systems = [_request() for _ in range(4)]
-    calls = [_chat(chain, system) for system in systems]
-    assert _system_text(calls[0]) == json.dumps([{"role": "system", "content": systems[0]}])  # nothing known yet
-    assert _volatile(calls[0]) == [] and calls[0].messages == [{"role": "user", "content": "Hello"}]
-    for call, system in zip(calls[1:], systems[1:]):
-        assert PROJECT in _system_text(call) and "Request ID" not in _system_text(call)
-        assert _volatile(call) == ["volatile_moved:labelled_value"]
-        note = f"{NOTE_OPEN}\n{system.splitlines()[0]}\n{NOTE_CLOSE}"
+    calls = [_chat(Chain(sdk.Policy()), system) for system in systems]  # one call per client: a process each
+    for call, system in zip(calls, systems):
+        assert "Request ID" not in _system_text(call) and PROJECT not in _system_text(call)  # both by shape
+        assert _volatile(call) == ["volatile_moved:labelled_value", "volatile_moved:uuid"]
+        note = "\n".join([NOTE_OPEN, system.splitlines()[0], f"uuid: {PROJECT}", NOTE_CLOSE])
         assert call.messages == [{"role": "user", "content": f"Hello\n\n{note}"}]  # the caller's text, the note after it
-    assert len({_system_text(call) for call in calls[1:]}) == 1  # the same bytes every call: cacheable
+    assert len({_system_text(call) for call in calls}) == 1  # the same bytes in every process: cacheable
+    assert calls[0].system == [{"role": "system", "content": "You are the support assistant. File tickets in project."}]
 
 
-def test_the_decision_never_flips_over_a_familys_first_calls_kept_while_the_same_then_moved_for_good():
+def test_a_candidate_only_calls_can_tell_stays_while_the_same_then_moves_for_good_never_flipping():
     chain = Chain(sdk.Policy())
-    stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    later = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=1)).isoformat(timespec="seconds")
-    run = f"Request ID: {uuid.uuid4()}\nTimestamp: {stamp}\nYou are the support assistant."
-    other = f"Request ID: {uuid.uuid4()}\nTimestamp: {later}\nYou are the support assistant."
-    calls = [_chat(chain, system) for system in (run, run, run, other, other, run)]
-    assert {_system_text(call) for call in calls[:3]} == {json.dumps([{"role": "system", "content": run}])}  # as sent
+    builds = [BUILD, BUILD, BUILD, OTHER_BUILD, OTHER_BUILD, BUILD]
+    calls = [_chat(chain, _build(build)) for build in builds]
+    assert {_system_text(call) for call in calls[:3]} == {json.dumps([{"role": "system", "content": _build()}])}  # as sent
     assert all(call.messages == [{"role": "user", "content": "Hello"}] for call in calls[:3])  # no note
-    assert {_system_text(call) for call in calls[3:]} == {json.dumps([{"role": "system", "content": "You are the support assistant."}])}
-    for call, system in zip(calls[3:], (other, other, run)):  # moved once, moved for good, the same bytes or not
-        assert call.messages == [{"role": "user", "content": "Hello\n\n" + "\n".join([NOTE_OPEN, *system.splitlines()[:2], NOTE_CLOSE])}]
-
-
-def test_a_kept_candidate_that_changes_later_moves_from_that_call_on_for_good():
-    chain = Chain(sdk.Policy())
-    other = "0c9d8e7f-6a5b-4c3d-8e2f-1a0b9c8d7e6f"
-    projects = [PROJECT, PROJECT, other, PROJECT, PROJECT]
-    calls = [_chat(chain, _request(project)) for project in projects]
-    assert PROJECT in _system_text(calls[1])
-    for call, project in zip(calls[2:], projects[2:]):
-        assert project not in _system_text(call) and project in call.messages[-1]["content"]
+    kept = "You are the release assistant. Answer for build only."
+    assert {_system_text(call) for call in calls[3:]} == {json.dumps([{"role": "system", "content": kept}])}
+    for call, build in zip(calls[3:], builds[3:]):  # moved once, moved for good, the same bytes or not
+        assert call.messages == [{"role": "user", "content": f"Hello\n\n{NOTE_OPEN}\nnonce: {build}\n{NOTE_CLOSE}"}]
 
 
 def test_families_are_told_apart_by_their_stable_text_and_remembered_per_wrapped_client():
     chain = Chain(sdk.Policy())
-    _chat(chain, _request())
-    assert "Request ID" not in _system_text(_chat(chain, _request()))  # the family saw its id change
-    assert "Request ID" in _system_text(_chat(chain, _request().replace("support", "billing")))  # a new family
-    assert "Request ID" in _system_text(_chat(Chain(sdk.Policy()), _request()))  # another client
+    _chat(chain, _build())
+    assert OTHER_BUILD not in _system_text(_chat(chain, _build(OTHER_BUILD)))  # the family saw it change
+    assert OTHER_BUILD in _system_text(_chat(chain, _build(OTHER_BUILD).replace("release", "billing")))  # a new family
+    assert OTHER_BUILD in _system_text(_chat(Chain(sdk.Policy()), _build(OTHER_BUILD)))  # another client
 
 
 def test_tool_definitions_are_never_rewritten_and_an_example_that_changes_is_reported():
@@ -161,12 +153,12 @@ def test_tool_definitions_are_never_rewritten_and_an_example_that_changes_is_rep
     assert _volatile(changed) == ["volatile_found:timestamp"]
 
 
-def test_warn_mode_reports_what_changes_between_calls_and_moves_nothing():
+def test_warn_mode_reports_what_would_move_and_moves_nothing():
     chain = Chain(sdk.Policy(volatile="warn"))
-    first, second = (_chat(chain, _request()) for _ in range(2))
-    assert _volatile(first) == []  # nothing has changed yet
-    assert _volatile(second) == ["volatile_found:labelled_value"]
-    assert "Request ID" in _system_text(second) and second.messages[-1]["content"] == "Hello"
+    first = _chat(chain, _request())
+    assert _volatile(first) == ["volatile_found:labelled_value", "volatile_found:uuid"]  # by shape: on the first call
+    assert "Request ID" in _system_text(first) and first.messages[-1]["content"] == "Hello"
+    assert _volatile(_chat(chain, _build())) == []  # only calls can tell: nothing has changed yet
 
 
 CHAT_LOOP = [
@@ -184,8 +176,7 @@ RESPONSES_LOOP = [
 @pytest.mark.parametrize(("api", "loop"), [(Api.CHAT, CHAT_LOOP), (Api.RESPONSES, RESPONSES_LOOP)], ids=["chat", "responses"])
 def test_in_a_tool_loop_the_note_ends_the_first_user_turn_so_each_call_begins_with_the_whole_previous_one(api, loop):
     chain = Chain(sdk.Policy())
-    _chat(chain, _request(), turns=[{"role": "user", "content": "Book a meeting with Bo."}], api=api)  # the family's first call
-    system = _request()  # a new run (another request): its id moves, constant over the run's calls
+    system = f"Request ID: {uuid.uuid4()}\nYou are the support assistant."  # moved on sight, constant over the run's calls
     first, second = (_chat(chain, system, turns=[dict(turn) for turn in turns], api=api) for turns in (loop[:1], loop))
     note = f"{NOTE_OPEN}\n{system.splitlines()[0]}\n{NOTE_CLOSE}"
     assert first.messages == [{"role": "user", "content": f"{loop[0]['content']}\n\n{note}"}]  # no turn added
@@ -193,17 +184,18 @@ def test_in_a_tool_loop_the_note_ends_the_first_user_turn_so_each_call_begins_wi
     assert second.system == first.system
 
 
-async def test_through_a_wrapped_client_the_stable_project_uuid_reaches_the_server_in_place(simulator, openai_client):
+async def test_through_a_wrapped_client_a_stable_build_hash_reaches_the_server_in_place_and_the_request_id_moves_from_the_first_call(
+    simulator, openai_client
+):
     wrapped = sdk.wrap(openai_client)
     systems = []
     for _ in range(3):
-        system = f"Request ID: {uuid.uuid4()}\nFile tickets in project {PROJECT}.\n{LONG_SYSTEM}"
+        system = f"Request ID: {uuid.uuid4()}\n{_build()}\n{LONG_SYSTEM}"
         await resolve(wrapped.chat.completions.create(model="gpt-5.4", messages=[{"role": "system", "content": system}, {"role": "user", "content": "Hi"}]))
         systems.append(system)
     sent = [request.body["messages"][0]["content"] for request in simulator.requests]
-    assert sent[1] == sent[2] == f"File tickets in project {PROJECT}.\n{LONG_SYSTEM}"
-    assert sent[0] == systems[0]  # the family's first call: nothing known, sent as written
-    for system, request in zip(systems[1:], simulator.requests[1:]):
+    assert sent == [f"{_build()}\n{LONG_SYSTEM}"] * 3
+    for system, request in zip(systems, simulator.requests):
         assert system.splitlines()[0] in request.body["messages"][-1]["content"]  # the request id: moved, not dropped
 
 
@@ -239,11 +231,15 @@ def test_a_value_constant_within_conversations_goes_to_the_first_turns_note_one_
         return f"Request ID: {request_id}\nCurrent time: {stamp}\nYou are the booking assistant."
 
     other_request = {"role": "user", "content": "Book a meeting with Bo."}
-    _call(chain, api, system(run_id, stamps[0]), [dict(other_request)])  # the family's first call: nothing moves
+    opening = _call(chain, api, system(run_id, stamps[0]), [dict(other_request)])  # by shape: both to the first turn's note
+    both = _note(f"Request ID: {run_id}", f"Current time: {stamps[0]}")
+    assert json.dumps(opening.system).count("booking assistant") == 1 and "Request ID" not in json.dumps(opening.system)
+    content = opening.messages[0]["content"]
+    assert both in (content if isinstance(content, str) else [block["text"] for block in content])
     grown = _call(chain, api, system(run_id, stamps[1]), [dict(other_request), *loop[1:]])  # the time changed within the run
-    assert "Current time" not in json.dumps(grown.system) and f"Request ID: {run_id}" in json.dumps(grown.system)
-    # A new run: its id moved (it differs from the last run's) to the first turn's note; the time to the tail note,
-    # for good: the run's two calls carry the same time, and it stays at the tail.
+    assert "Current time" not in json.dumps(grown.system) and "Request ID" not in json.dumps(grown.system)
+    # A new run: its id to the first turn's note; the time to the tail note, for good: the run's two calls carry
+    # the same time, and it stays at the tail.
     first, second = (_call(chain, api, system(next_id, stamps[2]), [dict(turn) for turn in turns]) for turns in (loop[:1], loop))
     conversation, tail = _note(f"Request ID: {next_id}"), _note(f"Current time: {stamps[2]}")
     assert "Request ID" not in json.dumps(second.system) and "Current time" not in json.dumps(second.system)

@@ -49,11 +49,11 @@ def _sent(chain: Chain, system: str) -> tuple[str, list[Any]]:
 
 
 @pytest.mark.parametrize("entry", CORPUS, ids=IDS)
-def test_through_the_chain_the_values_move_once_they_change_and_the_rest_of_each_prompt_stays(entry: SystemPrompt):
+def test_through_the_chain_the_values_move_on_first_sight_or_once_they_change_and_the_rest_of_each_prompt_stays(entry: SystemPrompt):
     chain = Chain(sdk.Policy())
-    first = _sent(chain, entry.prompt(VALUES))
-    assert first == (entry.prompt(VALUES), [{"role": "user", "content": "Hello"}])  # nothing known yet: as written
-    for values in (OTHER_VALUES, VALUES):  # changed, then back: moved for good
+    if entry.by_memory:  # only calls can tell: the first goes as written, the values move once they changed
+        assert _sent(chain, entry.prompt(VALUES)) == (entry.prompt(VALUES), [{"role": "user", "content": "Hello"}])
+    for values in (OTHER_VALUES, VALUES) if entry.by_memory else (VALUES, OTHER_VALUES, VALUES):  # moved for good
         system, turns = _sent(chain, entry.prompt(values))
         assert system == entry.kept.format(**values)
         note = "\n\n" + "\n".join([NOTE_OPEN, *entry.note_lines(values), NOTE_CLOSE]) if entry.note else ""

@@ -42,10 +42,8 @@ async def test_wrapped_calls_hit_the_cache_when_the_system_prompt_starts_with_a_
         )
         assert isinstance(response, openai.types.chat.ChatCompletion)
         cached.append(_cached(response))
-    assert cached[:2] == [0, 0]  # the id is sent as written until it changes (the 2nd call), then moved for good
-    assert cached[2] >= 1024 and cached[3] >= 1024
-    assert ids[0] in json.dumps(simulator.requests[0].body["messages"][0])
-    for request_id, recorded in zip(ids[1:], simulator.requests[1:]):
+    assert cached[0] == 0 and min(cached[1:]) >= 1024  # the id moved on first sight: from the second call on, a hit
+    for request_id, recorded in zip(ids, simulator.requests):
         assert request_id in json.dumps(recorded.body["messages"][-1])  # moved, not dropped: the note, last
         assert request_id not in json.dumps(recorded.body["messages"][0])
 

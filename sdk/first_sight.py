@@ -1,0 +1,110 @@
+"""Which volatile candidates move on first sight: a pure rule of the prompt's bytes.
+
+A process that makes one call (a serverless function, a CLI agent, a batch worker per item) never
+sees a second call of its prompt family, so a memory of what changed (`sdk.families`) never tells
+it anything. Values whose shape says "this request" with high confidence therefore move on the
+first call that carries them, and the same prompt gets the same decision in every process:
+
+- a UUID, a date with a time of day, an epoch stamp (`VolatileKind.UUID`, `TIMESTAMP`, `EPOCH`);
+- a labelled value whose label names the request, not the content: a request, trace, span,
+  correlation, session, run, conversation, message or event id, a session, a nonce, a timestamp,
+  the current (local, server, today's) date or time, "generated at"; or whose value holds one of
+  the shapes above ("Date: 2026-12-02 08:55").
+
+What stays for the memory (moved only once calls show it changes): hex and base64 runs and JWTs
+(`NONCE`: a commit hash or a key id is the same on every call), a value under a plain `Date:`
+label, and any candidate written as an example: inside a fenced or inline code span, a JSON
+object or member line, an example section (`<example>` ... `</example>`, a heading or a line
+that starts with "Example", up to the next heading or blank line), or a sentence that introduces
+it as one ("e.g.", "for example", "such as", "format", "looks like"). A wrong move costs the
+caller's words moved for nothing, so the rule errs towards the memory.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+from sdk._constants import VOLATILE_SCAN_CACHE_SIZE
+from sdk.volatile import VolatileKind, VolatileMatch, find_volatile
+
+_BY_SHAPE = frozenset({VolatileKind.UUID, VolatileKind.TIMESTAMP, VolatileKind.EPOCH})
+_REQUEST_LABEL = re.compile(
+    r"(?:x )?(?:(?:request|trace|span|correlation|session|run|conversation|message|event) ?id|session|nonce|timestamp"
+    r"|generated (?:at|on)|(?:current|local|server|today'?s?) (?:date|time)(?: ?(?:and )?time)?|date ?(?:and )?time)"
+)
+_LABEL_SEPARATORS = re.compile(r"[ _-]+")
+_FENCE = re.compile(r"^[ \t]*(?:```|~~~)", re.MULTILINE)
+_EXAMPLE_TAG = re.compile(r"<(/?)[\w-]*examples?[\w-]*\b[^>]*>", re.IGNORECASE)
+_HEADING = re.compile(r"^[ \t]*#{1,6}[ \t]")
+_EXAMPLE_LINE = re.compile(r"^[ \t]*(?:#{1,6}[ \t]+|[-*][ \t]+|\*\*)?(?:few-shot[ \t]+)?examples?\b", re.IGNORECASE)
+_JSON_MEMBER = re.compile(r'^[ \t]*"[^"\n]*"[ \t]*:')
+_INTRODUCED = re.compile(r"\b(?:e\.g\.|i\.e\.|(?:eg|for (?:example|instance)|examples?|such as|formats?|formatted|like|sample)\b)", re.IGNORECASE)
+_SENTENCE_END = re.compile(r"[.!?](?:[ \t]|$)")
+
+
+def moves_on_sight(text: str) -> tuple[bool, ...]:
+    """For each match of `find_volatile(text)`, in order: whether it moves on first sight (see the module).
+
+    A pure function of `text`, remembered per text as the scan is: a system prompt sent on every
+    call is judged once.
+    """
+    return _judge(text) if find_volatile(text) else ()
+
+
+@functools.lru_cache(maxsize=VOLATILE_SCAN_CACHE_SIZE)
+def _judge(text: str) -> tuple[bool, ...]:
+    examples = _example_spans(text)
+    return tuple(_by_shape(match) and not _in_example(text, match, examples) for match in find_volatile(text))
+
+
+def _by_shape(match: VolatileMatch) -> bool:
+    if match.kind in _BY_SHAPE:
+        return True
+    if match.kind is not VolatileKind.LABELLED_VALUE:
+        return False
+    label = _LABEL_SEPARATORS.sub(" ", match.label.lower())
+    return _REQUEST_LABEL.fullmatch(label) is not None or any(inner.kind in _BY_SHAPE for inner in find_volatile(match.value))
+
+
+def _example_spans(text: str) -> list[tuple[int, int]]:
+    """The spans of `text` written as examples: fenced code, example tags, example sections."""
+    spans: list[tuple[int, int]] = []
+    fences = [match.start() for match in _FENCE.finditer(text)]
+    spans += [(start, end) for start, end in zip(fences[::2], [*fences[1::2], len(text)])]
+    depth, opened = 0, 0
+    for tag in _EXAMPLE_TAG.finditer(text):
+        if not tag[1]:
+            depth, opened = depth + 1, opened if depth else tag.start()
+        elif depth:
+            depth -= 1
+            if not depth:
+                spans.append((opened, tag.end()))
+    if depth:
+        spans.append((opened, len(text)))
+    position, section = 0, None
+    for line in text.split("\n"):
+        heading = _HEADING.match(line) is not None
+        if section is not None and (heading or not line.strip()):
+            spans.append((section, position))
+            section = None
+        if section is None and _EXAMPLE_LINE.match(line):
+            section = position
+        position += len(line) + 1
+    if section is not None:
+        spans.append((section, len(text)))
+    return spans
+
+
+def _in_example(text: str, match: VolatileMatch, spans: list[tuple[int, int]]) -> bool:
+    """Whether `match` is written as an example: in an example span, code, JSON, or introduced as one."""
+    if any(start <= match.start < end for start, end in spans):
+        return True
+    line_start = text.rfind("\n", 0, match.start) + 1
+    line_end = text.find("\n", match.end)
+    line = text[line_start : len(text) if line_end < 0 else line_end]
+    before = text[line_start : match.start]
+    if before.count("`") % 2 or _JSON_MEMBER.match(line) or text.count("{", 0, match.start) > text.count("}", 0, match.start):
+        return True
+    introduced = [marker.end() for marker in _INTRODUCED.finditer(before)]
+    return bool(introduced) and _SENTENCE_END.search(before, introduced[-1]) is None  # in the sentence that introduces it

@@ -1,0 +1,178 @@
+"""First sight, by shape: a corpus that guards both sides of `sdk.first_sight`.
+
+Table-driven. Each volatile pattern (a UUID, date-times with a time of day in four forms, epoch
+seconds and milliseconds, labelled request / trace / session / run ids, the current time, date and
+timestamp, a log-style `request_id=`) sits in a real-shaped system prompt at the start, mid-line,
+at the end of a line and on a line of its own: one call of a fresh client (a process of its own)
+moves it to the note, the label with it and every other word of the caller in place, and two
+processes with different values send the same system prompt. Each look-alike (versions, prices,
+plain dates in policy text, phone numbers, SKUs, commit hashes in code, example timestamps in a
+JSON schema, ids in few-shot examples, ...) stays where it was written, on the first call and on
+every call that repeats it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import random
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import sdk
+from sdk.adapters import adapter_for
+from sdk.call import Api, Provider
+from sdk.canonical import NOTE_CLOSE, NOTE_OPEN
+from sdk.chain import Chain
+
+
+def _moment() -> datetime.datetime:
+    start = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+    return start + datetime.timedelta(seconds=random.randrange(300 * 24 * 3600))
+
+
+# (name, a fresh value of the pattern, with its label where it has one)
+PATTERNS: list[tuple[str, Callable[[], str]]] = [
+    ("uuid", lambda: str(uuid.uuid4())),
+    ("iso 8601", lambda: _moment().isoformat(timespec="seconds")),
+    ("iso 8601 with a Z", lambda: _moment().strftime("%Y-%m-%dT%H:%M:%SZ")),
+    ("rfc 2822", lambda: _moment().strftime("%a, %d %b %Y %H:%M:%S +0000")),
+    ("epoch seconds", lambda: str(int(_moment().timestamp()))),
+    ("epoch milliseconds", lambda: str(int(_moment().timestamp() * 1000))),
+    ("request id", lambda: f"Request ID: {uuid.uuid4()}"),
+    ("trace id", lambda: f"Trace ID: {uuid.uuid4().hex}"),
+    ("session id", lambda: f"Session ID: sess_{random.randrange(10**9, 10**10)}"),
+    ("run id", lambda: f"Run ID: run-{random.randrange(10**5, 10**6)}"),
+    ("current time", lambda: f"Current time: {_moment().strftime('%H:%M:%S')} UTC"),
+    ("current date", lambda: f"Current date: {_moment().date().isoformat()}"),
+    ("timestamp", lambda: f"Timestamp: {_moment().isoformat(timespec='milliseconds')}"),
+    ("today's date", lambda: f"Today's date: {_moment().strftime('%B %d, %Y')}"),
+    ("log-style request id", lambda: f"request_id={uuid.uuid4().hex[:12]}"),
+]
+
+# (position, template): `{v}` is the value; the lines without it are the caller's and stay as written
+POSITIONS: dict[str, str] = {
+    "start": (
+        "{v}\nYou are the support assistant for Acme Cloud, a hosting provider.\n"
+        "Answer billing and outage questions. Escalate anything about data loss to a human.\n"
+        "Never promise a refund; quote the refund policy instead."
+    ),
+    "mid-line": (
+        "You are Ada, the travel desk's agent.\nYou work for one traveller; {v} and you answer in English only.\n"
+        "Book trains before flights when the trip is under 600 km.\nKeep answers under 120 words."
+    ),
+    "end of line": (
+        "# Role\nYou are a careful SQL assistant for the analytics team.\n"
+        "# Context\nThe warehouse is Postgres 16; schemas: sales, marketing; {v}\n"
+        "# Rules\nOnly write SELECT statements. Explain each join in one sentence."
+    ),
+    "own line": (
+        "You are the on-call assistant for the payments platform.\nSummarise alerts, link runbooks, and propose one next step.\n"
+        "{v}\nIf an alert mentions card data, stop and page security."
+    ),
+}
+CASES = [(pattern, position) for pattern in PATTERNS for position in POSITIONS]
+
+
+def _sent(system: str, chain: Chain | None = None) -> tuple[str, list[Any]]:
+    """The system prompt and turns a wrapped client's chain sends for `system` (a fresh chain: a process of its own)."""
+    adapter = adapter_for(Api.CHAT)
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": "Hello"}]
+    call = adapter.to_call({"model": "m", "messages": messages}, Provider.OPENAI)
+    (chain or Chain(sdk.Policy())).run(call)
+    out = adapter.to_kwargs(call)
+    return out["messages"][0]["content"], out["messages"][1:]
+
+
+def test_the_corpus_holds_sixty_prompts_with_every_pattern_in_every_position_and_forty_look_alikes():
+    assert len(CASES) >= 60 and len(LOOK_ALIKES) >= 40
+    assert {position for _, position in CASES} == {"start", "mid-line", "end of line", "own line"}
+
+
+@pytest.mark.parametrize(("pattern", "position"), CASES, ids=[f"{name} at the {position}" for (name, _), position in CASES])
+def test_a_volatile_value_moves_on_the_first_call_of_a_process_with_its_label_and_nothing_else(
+    pattern: tuple[str, Callable[[], str]], position: str
+):
+    _, fresh = pattern
+    template = POSITIONS[position]
+    value, other = fresh(), fresh()
+    system, turns = _sent(template.format(v=value))
+    assert value not in system and _sent(template.format(v=other))[0] == system  # the same bytes in every process
+    [turn] = turns
+    assert turn["content"].startswith(f"Hello\n\n{NOTE_OPEN}\n") and turn["content"].endswith(NOTE_CLOSE)
+    note = turn["content"][len(f"Hello\n\n{NOTE_OPEN}\n") : -len(NOTE_CLOSE)]
+    assert note.rstrip("\n").endswith(value.split(": ", 1)[-1].split("=", 1)[-1])  # the value, after its label
+    for line in template.split("\n"):
+        if "{v}" not in line:
+            assert line in system.split("\n")  # every line the value was not on, as written
+        else:
+            words = [word.strip("(),;") for word in line.replace("{v}", " ").split() if any(c.isalnum() for c in word)]
+            assert all(word in system for word in words), (words, system)  # the value's line keeps its other words
+
+
+LOOK_ALIKES: dict[str, str] = {
+    "a version": "You are the assistant for the Acme CLI v2.3.1; mention the version when asked about features.",
+    "two runtime versions": "Python 3.11.4 and Node 20.10.0 are installed in the sandbox.",
+    "a dated model name": "The default model is gpt-4o-2024-08-06; never suggest another.",
+    "a pinned package": "Tell users to run `pip install kvwise==0.4.2` before anything else.",
+    "prices": "The Pro plan costs $19.99 a month; Team is $1,299.00 a year, billed in advance.",
+    "a revenue figure": "Q3 2024 revenue was $4.2M; do not share it outside the finance team.",
+    "a policy date": "Orders placed after 2024-06-01 can be returned within 30 days of delivery.",
+    "an incident date": "The outage on 2023-11-05 taught us to confirm every restore with the customer.",
+    "a bare date label": "You are a legal assistant.\nDate: 2024-03-01\nJurisdiction: Portugal.",
+    "a date-based api version": "Send the header anthropic-version: 2023-06-01 on every request you draft.",
+    "a month and year": "Prices change on March 1, 2025; quote the current ones until then.",
+    "a us phone number": "Support line: +1 (415) 555-0100, weekdays 9 to 5 Pacific.",
+    "a toll-free number": "Customers can call 1-800-555-0199 or email help@acme.example.",
+    "a uk phone number": "London office: +44 20 7946 0958.",
+    "a portuguese phone number": "Lisbon desk: +351 912 345 678, in Portuguese or English.",
+    "a sku": "SKU-4471-BX is discontinued; suggest SKU-4480-BX instead.",
+    "an isbn": "Cite the style guide, ISBN 978-3-16-148410-0, for every formatting rule.",
+    "an iban": "Refunds go to IBAN DE89 3704 0044 0532 0130 00 only.",
+    "a vat number": "Our VAT number is PT123456789; print it on every invoice you draft.",
+    "a postcode": "Returns go to Rua Augusta 1, 1000-001 Lisboa.",
+    "coordinates": "The warehouse is at 38.7223, -9.1393.",
+    "office hours": "Office hours are 09:00-17:30 CET, Monday to Friday.",
+    "a cut-off time": "The cut-off is 23:59 on the last day of the month.",
+    "a cve": "Mention CVE-2021-44228 (Log4Shell) whenever Java logging comes up.",
+    "an error code": "Error code 0x80070005 means access denied; suggest running as administrator.",
+    "an upload limit": "The largest upload is 1048576 bytes.",
+    "an order number format": "Order numbers are 10 digits, like 1234567890; ask for one before looking anything up.",
+    "a commit hash in a code fence": "To roll back, run:\n```\ngit revert 9fceb02d0ae598e95dc970b74767f19372d61af8\n```\nThen redeploy.",
+    "a commit hash in inline code": "The last good build is `git checkout 4bf92f3577b34da6a3ce929d0e0e4736`; never go older.",
+    "a json example with a timestamp": 'Reply with JSON only, e.g. {"created_at": "2024-01-15T10:30:00Z", "status": "open"}.',
+    "a json schema with an example timestamp": (
+        'Your answer must match this schema:\n{\n  "type": "object",\n  "properties": {\n'
+        '    "due": {"type": "string", "format": "date-time", "example": "2024-01-15T10:30:00Z"},\n'
+        '    "ticket": {"type": "string", "example": "550e8400-e29b-41d4-a716-446655440000"}\n  }\n}'
+    ),
+    "a json member line": 'Use these defaults:\n  "window_start": "2024-01-01T00:00:00Z",\n  "window_days": 30',
+    "a timestamp format": "Timestamps look like 2024-01-15T10:30:00Z in our logs; quote them exactly.",
+    "an iso example": "Write dates in ISO 8601, e.g. 2024-01-15T10:30:00+02:00.",
+    "an id format": "Ticket ids have the format 3f2a8c1e-9b4d-4e7a-8f1c-2d5e6a7b8c9d.",
+    "a sample log line": "Sample log line: `2024-01-15T10:30:00Z INFO request_id=abc123 started`.",
+    "a tool argument example": "The search tool takes a since argument such as 2024-01-15T00:00:00Z.",
+    "few-shot ids in example tags": (
+        "You handle cancellations.\n<example>\nUser: Cancel subscription 9c1d7e2a-4b3f-4a6e-8d2c-1f0e9a8b7c6d, please.\n"
+        "Assistant: Done: 9c1d7e2a-4b3f-4a6e-8d2c-1f0e9a8b7c6d is cancelled as of 2024-02-01 10:00 UTC.\n</example>\nBe brief."
+    ),
+    "few-shot under an examples heading": (
+        "## Rules\nAlways confirm the order id.\n## Examples\nUser: Where is 550e8400-e29b-41d4-a716-446655440000?\n"
+        "Assistant: It shipped on Mon, 15 Jan 2024 10:30:00 +0000.\n## Tone\nFriendly."
+    ),
+    "an example paragraph": (
+        "Example:\nInput: Session ID: sess_1234567890 started 2024-01-15 10:30\nOutput: one session, started in the morning.\n\n"
+        "Now summarise the user's sessions."
+    ),
+    "a markdown table of releases": "| Release | Date |\n|---|---|\n| 1.2.0 | 2024-01-15 |\n| 1.3.0 | 2024-03-02 |",
+}
+
+
+@pytest.mark.parametrize("name", sorted(LOOK_ALIKES))
+def test_a_look_alike_stays_where_it_was_written_on_the_first_call_and_on_every_repeat(name: str):
+    system = LOOK_ALIKES[name]
+    chain = Chain(sdk.Policy())
+    for _ in range(3):  # the first call of a process, then repeats: the same bytes, no note
+        assert _sent(system, chain) == (system, [{"role": "user", "content": "Hello"}])
