@@ -84,7 +84,22 @@ MAX_TOOLS: Final = 128
 
 MAX_SCHEMA_DEPTH: Final = 64
 """Deepest nesting of arrays and objects inside one JSON schema (`response_format`, a tool's
-parameters): 32 levels of objects, three times OpenAI's structured-output limit of 10."""
+parameters), each `$ref` followed in place: 32 levels of objects, three times OpenAI's
+structured-output limit of 10. llguidance's stack overflowed (the process died) on a chain of
+~900 object definitions (1,800 levels) and of ~2,500 bare `$ref`s; 64 leaves ten times that room."""
+
+MAX_SCHEMA_NODES: Final = 20_000
+"""Most values one JSON schema may hold with each `$ref` followed once per use (see `compile_bounds`)."""
+
+MAX_GRAMMAR_BYTES: Final = 32 * 1024
+"""Largest GBNF `grammar` text: llama.cpp's own grammars are a few KB; its converter slows with the square of the rules."""
+
+MAX_GRAMMAR_RULES: Final = 500
+"""Most rules one grammar may define: llguidance recursed past its stack on a chain of 5,000
+(3,000 compiled); 500 leave six times that room."""
+
+MAX_GRAMMAR_NESTING: Final = 64
+"""Deepest nesting of parentheses in a grammar (the GBNF converter recursed past Python's limit at 1,000)."""
 
 MAX_SCHEMA_PROPERTIES: Final = 1000
 """Most object properties one request's schemas may list together (OpenAI allows 5,000). llguidance's

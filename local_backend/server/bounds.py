@@ -13,8 +13,7 @@ in the route's API's error form), and each costs far less than the work it guard
 - Text must be Unicode scalar values: a lone surrogate (`"\\udfff"`) is legal JSON but no tokenizer
   can encode it. Only a body whose bytes may hold one (a `\\uD800`-`\\uDFFF` escape) is walked to
   name the field.
-- A JSON schema (`response_format`, a tool's parameters) is bounded in depth and in the properties
-  it lists (`MAX_SCHEMA_DEPTH`, `MAX_SCHEMA_PROPERTIES`) before it is compiled.
+- A JSON schema or a grammar is bounded by what it costs to compile (`compile_bounds`).
 - A prompt whose text bytes cannot fit the context is refused before the chat template renders it:
   a token covers at most `max_bytes_per_token` bytes, so text of B bytes is at least
   B ÷ max_bytes_per_token tokens.
@@ -35,8 +34,6 @@ from local_backend.server._constants import (
     MAX_BODY_BYTES,
     MAX_DRAINED_BODY_BYTES,
     MAX_JSON_DEPTH,
-    MAX_SCHEMA_DEPTH,
-    MAX_SCHEMA_PROPERTIES,
 )
 from local_backend.server.errors import ApiError, ErrorKind
 
@@ -150,28 +147,6 @@ def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
                 stack.append((f"{where}.{key}", item))
         elif isinstance(node, list):
             stack.extend((f"{where}[{i}]", item) for i, item in reversed(list(enumerate(node))))
-
-
-def check_schemas(schemas: Iterable[tuple[Any, str]]) -> None:
-    """400 naming the schema that nests past `MAX_SCHEMA_DEPTH`, or at which the properties the
-    schemas list together pass `MAX_SCHEMA_PROPERTIES`. Iterative: no depth of input recurses."""
-    properties = 0
-    for schema, param in schemas:
-        stack = [(schema, 1)]
-        while stack:
-            node, depth = stack.pop()
-            if depth > MAX_SCHEMA_DEPTH:
-                raise ApiError(f"{param} nests deeper than {MAX_SCHEMA_DEPTH} levels", param=param)
-            if isinstance(node, dict):
-                listed = node.get("properties")
-                if isinstance(listed, dict):
-                    properties += len(listed)
-                    if properties > MAX_SCHEMA_PROPERTIES:
-                        raise ApiError(f"{param}: the request's schemas list more than {MAX_SCHEMA_PROPERTIES} "
-                                       "properties", param=param)  # fmt: skip
-                stack.extend((item, depth + 1) for item in node.values())
-            elif isinstance(node, list):
-                stack.extend((item, depth + 1) for item in node)
 
 
 def check_prompt_size(texts: Iterable[str], max_bytes_per_token: int | None, max_model_len: int, param: str) -> None:

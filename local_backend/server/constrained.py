@@ -20,7 +20,8 @@ schema that does not say `additionalProperties` is held to its listed properties
 strict mode requires): the output is still valid against the schema as given, and cannot wander
 into invented keys until the token budget runs out.
 
-A schema is bounded before it compiles (`bounds.check_schemas`: depth and properties), and it
+A schema or a grammar is bounded by what it costs to compile before llguidance sees it
+(`compile_bounds`: depth with `$ref`s followed, size, properties, rules), and it
 compiles once per request, on a worker thread (llguidance drops the GIL while it builds), within
 `GRAMMAR_COMPILE_SECONDS` and llguidance's own `max_grammar_size`; each choice of the request then
 matches on its own copy (`Grammar.processor`).
@@ -40,7 +41,7 @@ import torch
 from llguidance.gbnf_to_lark import any_to_lark
 
 from local_backend.server._constants import GRAMMAR_COMPILE_SECONDS, GRAMMAR_MAX_SIZE
-from local_backend.server.bounds import check_schemas
+from local_backend.server.compile_bounds import check_grammar, check_schemas
 from local_backend.server.errors import ApiError
 from local_backend.tokenizer import TextTokenizer
 from local_backend.tool_prompt import TOOL_CALL_END, TOOL_CALL_START, Tool
@@ -76,9 +77,10 @@ class Constraint:
     def gbnf(cls, text: str, param: str) -> Constraint:
         """Output that the GBNF grammar `text` (llama.cpp's `grammar`; a Lark grammar reads too) accepts;
         a 400 naming `param` when llguidance cannot read it."""
+        check_grammar(text, param)
         try:
             lark = any_to_lark(text)
-        except Exception as exc:  # the converter raises bare Exceptions for a missing rule
+        except Exception as exc:  # the converter raises bare Exceptions for a missing rule, RecursionError ...
             raise ApiError(f"{param} is not a GBNF grammar llguidance reads: {exc}"[:300], param=param) from None
         return cls(param, lark=lark)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from local_backend.server._constants import MAX_TOOLS
-from local_backend.server.bounds import check_schemas
+from local_backend.server.compile_bounds import check_schemas
 from local_backend.server.errors import ApiError
 from local_backend.server.fields import short
 from local_backend.server.tools import Tool
