@@ -8,13 +8,14 @@ parts of it, nowhere else:
   unchanged around it;
 - the request options `max_retries`, `headers` and anthropic's `span_name` (its own call span is
   started only for a request naming one), and the header names `x-stainless-retry-count` (set per
-  attempt), `x-should-retry` (read from an error answer) and `X-Stainless-Raw-Response`
-  (marks the `with_raw_response` / `with_streaming_response` forms);
+  attempt) and `X-Stainless-Raw-Response` (marks the `with_raw_response` /
+  `with_streaming_response` forms);
+- the client's own retry rules (`_should_retry`, and anthropic's `_should_retry_exception`), which
+  `client_would_retry` asks, so kvwise sends again exactly where the bare client would;
 - a raw response's parse cache (`_parsed_by_type`), so `.parse()` of a streamed raw response gives
   the watched stream;
 - the client package's base classes (`_base_client.SyncAPIClient` / `AsyncAPIClient`) and the
   client's `_base_url` (read at each call, so a changed base URL is honoured);
-- `APIConnectionError(message=..., request=...)`, for a fault that has no request of its own;
 - the client's own `post(path, *, cast_to, body, options, stream, stream_cls)` and
   `request(cast_to, options, *, stream, stream_cls)`, whose `FinalRequestOptions` (`method`, `url`,
   `json_data`, and the fields set on it) `request_as_post` turns back into `post`'s arguments.
@@ -42,7 +43,6 @@ SUPPORTED_MAJOR = {"openai": 3, "anthropic": 2}
 SUPPORTED = "openai 3.x (OpenAI, AzureOpenAI and their async twins) or anthropic 2.x (Anthropic, AnthropicBedrock, AnthropicVertex, AnthropicFoundry and their async twins)"
 
 RETRY_COUNT_HEADER = "x-stainless-retry-count"
-SHOULD_RETRY_HEADER = "x-should-retry"
 RAW_RESPONSE_HEADER = "X-Stainless-Raw-Response"
 EXTRA_BODY_OPTION = "extra_json"
 """The request option that carries a call's `extra_body` (merged over the body when the request is built)."""
@@ -93,6 +93,7 @@ def _check_release(name: str) -> None:
             ("APIResponse._parsed_by_type", "_parsed_by_type" in response.BaseAPIResponse.__annotations__),
             ("SyncAPIClient.post(body=, options=, stream_cls=)", _POST_PARAMETERS <= set(inspect.signature(base.SyncAPIClient.post).parameters)),
             ("FinalRequestOptions.json_data", _REQUEST_FIELDS <= set(models.FinalRequestOptions.model_fields)),
+            ("SyncAPIClient._should_retry", callable(getattr(base.SyncAPIClient, "_should_retry", None))),
         )
         if not present
     ]
@@ -164,26 +165,30 @@ def raw_mode(options: Mapping[str, Any] | None) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def should_retry(error: BaseException) -> bool | None:
-    """What the server's `x-should-retry` header on an error answer says (None: it says nothing)."""
-    response = getattr(error, "response", None)
-    headers = getattr(response, "headers", None)
-    value = headers.get(SHOULD_RETRY_HEADER) if headers is not None else None
-    return {"true": True, "false": False}.get(value) if isinstance(value, str) else None
+def client_would_retry(
+    client: Any, error: BaseException, status_error: type[BaseException] | tuple[type[BaseException], ...],
+    connection_error: type[BaseException] | tuple[type[BaseException], ...],
+) -> bool:
+    """Whether `client`'s own retry loop would send the request again after one attempt raised `error`.
+
+    anthropic 2.x decides in `_should_retry_exception` (an error answer by `_should_retry`, a failed
+    transfer unless its answer said `x-should-retry: false`, a `RetryableError`, causes followed);
+    openai 3.x sends again after any connection error or timeout its `post` raises, and after an
+    error answer its `_should_retry(response)` accepts (`x-should-retry`, 408, 409, 429, 5xx, unless
+    Retry-After asks for more than two minutes). Anything else, a 200 whose body is not JSON
+    included, is raised at once by both.
+    """
+    decide = getattr(client, "_should_retry_exception", None)
+    if decide is not None:
+        return bool(decide(error)[0])
+    if isinstance(error, status_error):
+        return bool(client._should_retry(getattr(error, "response")))
+    return isinstance(error, connection_error)
 
 
 def cache_parsed(raw: Any, value: Any) -> None:
     """Make `raw.parse()` return `value` (the watched stream) from now on."""
     raw._parsed_by_type[raw._cast_to] = value
-
-
-def connection_error(error_class: Callable[..., Exception], client: Any, path: str, message: str) -> Exception:
-    """A client's `APIConnectionError` for a fault the client raised none for, naming the request to
-    `path` it failed on (openai from 3.60 reads the request's headers to redact them)."""
-    import httpx2  # the clients' own transport: loaded with them
-
-    url = httpx2.URL(str(base_url(client))).join(path.lstrip("/"))
-    return error_class(message=message, request=httpx2.Request("POST", url))
 
 
 def post_arguments(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:

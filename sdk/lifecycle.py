@@ -30,7 +30,7 @@ class Ending(StrEnum):
 
     ANSWERED = "answered"  # the server finished the answer (a whole response, or a stream to its final event)
     CUT = "cut"  # kvwise ended the stream: the loop guard or a client-side stop
-    FAILED = "failed"  # the attempts ran out, or the stream broke after content reached the caller
+    FAILED = "failed"  # the attempts ran out, the answer was not the API's, or the stream broke
     ABANDONED = "abandoned"  # the caller stopped reading the stream before its end (no failure)
 
 

@@ -1,11 +1,13 @@
 """Retries with tenacity: exponential backoff with jitter, honouring Retry-After.
 
-Retried: transport faults (connection errors, timeouts, and a 200 whose JSON body was cut short),
-408, 409, 429 and 5xx (529 "overloaded" included), unless the answer says `x-should-retry: false`
-(and any error answer saying `x-should-retry: true`). Each attempt carries its number in
-`x-stainless-retry-count`, as the clients' own retries do (see `sdk.send`). The wrapped client's own retries are turned off
-so attempts never multiply, and one `Attempts` budget covers a call's retries and any reopening of
-its stream; when the attempts run out the caller gets the client's own exception.
+What is sent again is what the bare client's own retry loop sends again, decided by its own rules
+(`sdk.compat.client_would_retry`): a failure before any answer (a refused or dropped connection, a
+timeout, a body cut short in transfer), and an error answer its `_should_retry` accepts
+(`x-should-retry`, 408, 409, 429, 5xx). Never a 200 whose body is not JSON, and never a stream once
+its 200 arrived (`sdk.stream`): the provider accepted that request and may bill every copy. Each
+attempt carries its number in `x-stainless-retry-count`, as the clients' own retries do (see
+`sdk.send`). The wrapped client's own retries are turned off so attempts never multiply; when the
+attempts run out the caller gets the client's own exception.
 
 How many retries (`retries_for`): the caller's own `max_retries` where they set one, and
 `Policy.retries` only where they did not, so a wrapped client makes no more attempts than the bare
@@ -21,7 +23,6 @@ from __future__ import annotations
 
 import email.utils
 import inspect
-import json
 import logging
 import math
 import sys
@@ -48,12 +49,9 @@ from sdk._constants import (
     RETRY_JITTER_SECONDS,
     RETRY_MAX_DELAY_SECONDS,
 )
-from sdk.compat import should_retry
+from sdk.compat import client_would_retry
 
 log = logging.getLogger("sdk")
-
-RETRYABLE_STATUS = frozenset({408, 409, 429})
-
 
 CLIENT_MODULES = ("openai", "anthropic")
 
@@ -72,40 +70,10 @@ def _error_classes_of(modules: tuple[str, ...]) -> tuple[tuple[type[BaseExceptio
     return tuple(m.APIConnectionError for m in loaded), tuple(m.APIStatusError for m in loaded)
 
 
-def transport_errors() -> tuple[type[BaseException], ...]:
-    """What a faulty transport raises, whether a request is sent or a stream is read.
-
-    openai wraps a dropped connection or a timeout in `APIConnectionError`; anthropic lets
-    `httpx2`'s own errors through mid-stream; and both let `json.JSONDecodeError` through when a
-    body or an SSE `data:` line arrives cut short, which only the wire can do to a 200 answer.
-    """
-    return _transport_errors_of(_error_classes()[0])
-
-
-@cache
-def _transport_errors_of(connection: tuple[type[BaseException], ...]) -> tuple[type[BaseException], ...]:
-    try:
-        import httpx2
-    except ImportError:
-        return (*connection, json.JSONDecodeError)
-    return (*connection, httpx2.TransportError, json.JSONDecodeError)
-
-
-def is_retryable(error: BaseException) -> bool:
-    """Whether a failed attempt is worth another: transient network or server trouble only.
-
-    An error answer's `x-should-retry: true/false` header decides first, as in the clients' own
-    `_should_retry`.
-    """
-    _, status = _error_classes()
-    if isinstance(error, transport_errors()):
-        return True
-    if isinstance(error, status):
-        if (verdict := should_retry(error)) is not None:
-            return verdict
-        code = getattr(error, "status_code", 0)
-        return code in RETRYABLE_STATUS or code >= 500
-    return False
+def is_retryable(error: BaseException, client: Any) -> bool:
+    """Whether `client`'s own retries would send the request again after an attempt raised `error`."""
+    connection, status = _error_classes()
+    return client_would_retry(client, error, status, connection)
 
 
 def retry_after_seconds(error: BaseException | None) -> float | None:
@@ -180,17 +148,15 @@ def _default_max_retries(client_class: type) -> Any:
 
 
 class Attempts:
-    """The attempts of one call: `retries + 1` in all, shared by its first send, the retries, and
-    the sends that reopen a stream which broke before its first content chunk.
+    """The attempts of one call: `retries + 1` in all, its first send and the retries;
+    `retryable(error)` says whether a failed one is worth another (`is_retryable` for the wrapped
+    client), and `on_attempt` hears the call's running count (1, 2, ...)."""
 
-    One budget, so a flaky server costs at most `Policy.retries` extra requests per call, and
-    `on_attempt` hears the call's running count (1, 2, ...), never a count restarted by a reopen.
-    """
-
-    def __init__(self, retries: int, on_attempt: Callable[[int], None]) -> None:
+    def __init__(self, retries: int, on_attempt: Callable[[int], None], retryable: Callable[[BaseException], bool]) -> None:
         self.limit = retries + 1
         self.made = 0
         self._on_attempt = on_attempt
+        self.retryable = retryable
 
     @property
     def left(self) -> int:
@@ -215,7 +181,6 @@ def backoff() -> wait_base:
     )
 
 
-_RETRY = retry_if_exception(is_retryable)
 _WAIT = wait_retry_after(backoff())
 _BEFORE_SLEEP = before_sleep_log(log, logging.INFO)
 """Tenacity's strategies hold no state: built once, shared by every call."""
@@ -235,7 +200,7 @@ def retry_kwargs(attempts: Attempts, sleep: Callable[[float], Any] | None) -> di
     """
     kwargs: dict[str, Any] = dict(
         stop=stop_after_attempt(attempts.left + 1),
-        retry=_RETRY,
+        retry=retry_if_exception(attempts.retryable),
         wait=_WAIT,
         reraise=True,
         before=lambda state: _start_retry(state, attempts),
@@ -247,7 +212,7 @@ def retry_kwargs(attempts: Attempts, sleep: Callable[[float], Any] | None) -> di
 
 
 def _worth_retrying(error: BaseException, attempts: Attempts) -> bool:
-    return attempts.left > 0 and is_retryable(error)
+    return attempts.left > 0 and attempts.retryable(error)
 
 
 def _replay(failure: BaseException, send: Callable[[], Any]) -> Callable[[], Any]:

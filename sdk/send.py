@@ -4,7 +4,9 @@
 (`create`, `parse`, a stream helper, a `with_raw_response` form) builds its request as usual and
 hands it here. Each attempt goes through the live client's `post` with the client's own retries
 off and the attempt's `x-stainless-retry-count`, as many as the caller's `max_retries` allows
-(`sdk.retry.retries_for`); one CLIENT span covers the attempts; a stream comes back watched, and a
+(`sdk.retry.retries_for`) and only where the client's own rules would send again
+(`sdk.retry.is_retryable`); once `post` returned, the request is never sent again (a 200 was
+accepted). One CLIENT span covers the attempts; a stream comes back watched, and a
 raw response comes back as the client's own object whose `.parse()` gives the parsed (or watched)
 result kvwise recorded. Before the first attempt a limit kvwise filled in is fitted to the model's
 context (`sdk.guards.fit_to_context`); what a server refuses of kvwise's additions is taken back
@@ -23,14 +25,13 @@ from sdk import compat
 from sdk.adapters import adapter_for
 from sdk.adapters._base import timings_of
 from sdk.call import Call
-from sdk.errors import client_error
 from sdk.fanout import FanOut, Leader, LeaderRelease, Waited
 from sdk.guards import fit_to_context, wants_context
 from sdk.lifecycle import CallEnd, CallListener, Ending, Lifecycle
 from sdk.model_context import ModelContexts
 from sdk.policy import Policy
 from sdk.refusals import Refusals
-from sdk.retry import Attempts, acall_with_retries, call_with_retries, retries_for
+from sdk.retry import Attempts, acall_with_retries, call_with_retries, is_retryable, retries_for
 from sdk.surface import Kind
 from sdk.telemetry import CallRecord, Telemetry
 from sdk.telemetry import client_tracing, content
@@ -70,7 +71,8 @@ class Sender:
             if self.call.state_degraded is None and (reason := self.fanout.outage()) is not None:
                 _note_degraded(record, reason)
         lifecycle = Lifecycle(record, listeners)
-        attempts = Attempts(retries_for(self.client, post_kwargs.get("options"), self.policy.retries), record.attempt)
+        retries = retries_for(self.client, post_kwargs.get("options"), self.policy.retries)
+        attempts = Attempts(retries, record.attempt, functools.partial(is_retryable, client=self.client))
 
         tracing = client_tracing.trace_headers(self.client, record.span)  # the client's own span gives way to ours
 
@@ -99,14 +101,17 @@ class Sender:
                         if not self._took_back(error, post_kwargs, record):
                             raise
         except BaseException as error:
-            raise self._failed(lifecycle, error, path)
-        parsed = result.parse() if raw else result
+            raise self._failed(lifecycle, error)
+        try:
+            parsed = result.parse() if raw else result
+        except Exception as error:  # a body that is not JSON: the caller's own `.parse()` raises it, as the bare client's does
+            self._failed(lifecycle, error)
+            return result
         if self.call.stream:
             from sdk.stream import StreamWatch, watch_sync  # on a stream's first call: a plain call never loads the watcher's modules
 
-            watch = StreamWatch(adapter_for(self.call.api), self.call, self.policy, lifecycle, attempts, self.connection_error)
-            reopen = (lambda: call_with_retries(send, attempts).parse()) if raw else (lambda: call_with_retries(send, attempts))
-            watched = watch_sync(parsed, watch, reopen)
+            watch = StreamWatch(adapter_for(self.call.api), self.call, self.policy, lifecycle, self.connection_error)
+            watched = watch_sync(parsed, watch)
             return self._raw_with(result, watched) if raw else watched
         finish(self.call, self.kind, parsed, lifecycle)
         return result
@@ -130,18 +135,17 @@ class Sender:
                         if not self._took_back(error, post_kwargs, record):
                             raise
         except BaseException as error:
-            raise self._failed(lifecycle, error, path)
-        parsed = await _parse(result) if raw else result
+            raise self._failed(lifecycle, error)
+        try:
+            parsed = await _parse(result) if raw else result
+        except Exception as error:  # a body that is not JSON: the caller's own `.parse()` raises it, as the bare client's does
+            self._failed(lifecycle, error)
+            return result
         if self.call.stream:
             from sdk.stream import StreamWatch, watch_async  # on a stream's first call: a plain call never loads the watcher's modules
 
-            watch = StreamWatch(adapter_for(self.call.api), self.call, self.policy, lifecycle, attempts, self.connection_error)
-
-            async def reopen() -> Any:
-                reopened = await acall_with_retries(send, attempts)
-                return await _parse(reopened) if raw else reopened
-
-            watched = watch_async(parsed, watch, reopen)
+            watch = StreamWatch(adapter_for(self.call.api), self.call, self.policy, lifecycle, self.connection_error)
+            watched = watch_async(parsed, watch)
             return self._raw_with(result, watched) if raw else watched
         finish(self.call, self.kind, parsed, lifecycle)
         return result
@@ -162,11 +166,11 @@ class Sender:
         compat.cache_parsed(raw, watched)
         return raw
 
-    def _failed(self, lifecycle: Lifecycle[CallRecord], error: BaseException, path: str) -> BaseException:
-        """End a call whose attempts all failed; return what the caller gets."""
-        failure = client_error(error, functools.partial(compat.connection_error, self.connection_error, self.client, path))
-        lifecycle.end(CallEnd(Ending.FAILED, error=failure))
-        return failure
+    @staticmethod
+    def _failed(lifecycle: Lifecycle[CallRecord], error: BaseException) -> BaseException:
+        """End a call that failed with `error`, the bare client's own exception; return it."""
+        lifecycle.end(CallEnd(Ending.FAILED, error=error))
+        return error
 
 
 def _span_id(span: Any) -> str | None:
@@ -201,8 +205,9 @@ async def _parse(raw: Any) -> Any:
 
 def finish(call: Call, kind: Kind, response: Any, lifecycle: Lifecycle[CallRecord]) -> None:
     """End a call that was not streamed: client-side stops and usage for a model call, the id alone
-    for a token count or a batch (no model output yet)."""
-    if kind is not Kind.CALL:
+    for a token count or a batch (no model output yet), nothing more for a 200 body that was not the
+    API's JSON (an HTML page: the clients hand it over as text)."""
+    if kind is not Kind.CALL or isinstance(response, (str, bytes)):
         lifecycle.end(CallEnd(Ending.ANSWERED, response_id=getattr(response, "id", None)))
         return
     adapter = adapter_for(call.api)

@@ -8,16 +8,18 @@ generators are thin loops around it. The call's telemetry ends exactly once: on 
 cut, an error, `close()`, `with` exit, or when the caller drops the stream; and the HTTP response
 is always closed.
 
-Content is any event a re-sent stream would repeat: text, tool-call and function arguments,
-thinking, refusals (each adapter's `read_event` says which). Header events before the first content
-(the role chunk, `message_start`, `response.created`) are held back and handed on with it, so a
-stream sent again before its first content is invisible to the caller: no header seen twice, no
-accumulator (`ChatCompletionStream`, `MessageStream`, `ResponseStream`) fed two beginnings.
+Content is text, tool-call and function arguments, thinking, refusals (each adapter's `read_event`
+says which). Header events before the first content (the role chunk, `message_start`,
+`response.created`) are held back and handed on with it (the first chunk's time is the first
+header's), or before the stream's end or error when no content comes.
 
-A stream is broken when it ends without its final event or a transport fault interrupts it (a
-dropped connection, a read timeout, a `data:` line cut short). Before its first content event it is
-sent again, from the call's `Attempts`, with the call span current (so the client's own span for
-the re-send is a child of ours); after, the caller gets `StreamTruncated`.
+A stream is never sent again: its 200 means the provider accepted the request, and may bill every
+copy. When it breaks, the caller gets what the bare client raises for that break, on that one
+attempt: a connection that drops or times out is the client's `APIConnectionError` or
+`APITimeoutError`, raised as `StreamTruncated` of that class; a body that ends without its final
+event (which the clients pass off as a complete answer) is `StreamTruncated` as the client's
+`APIConnectionError`; anything else (a `data:` line that is not JSON, an error event) is the
+client's own exception, untouched.
 
 Usage: a Chat stream is sent with `stream_options.include_usage` when the caller did not ask for it
 (`openai_chat.stream_usage_options`); its usage chunk and the `"usage": null` on every other chunk
@@ -36,7 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
+from collections.abc import AsyncGenerator, Generator
 from time import time_ns
 from typing import Any
 
@@ -48,7 +50,6 @@ from sdk.errors import stream_truncated
 from sdk.lifecycle import CallEnd, Ending, Lifecycle
 from sdk.loopguard import LoopDetector
 from sdk.policy import Policy
-from sdk.retry import Attempts, transport_errors
 from sdk.stream_proxy import AsyncWatchedStream, WatchedStream, Upstream
 from sdk.telemetry import CallRecord
 from sdk.telemetry.attributes import stream_facts
@@ -61,11 +62,10 @@ class StreamWatch:
     """What the watcher knows about one stream, and what to do with each content event."""
 
     def __init__(
-        self, adapter: Adapter, call: Call, policy: Policy, lifecycle: Lifecycle[CallRecord], attempts: Attempts,
-        connection_error: type[Exception],
+        self, adapter: Adapter, call: Call, policy: Policy, lifecycle: Lifecycle[CallRecord], connection_error: type[Exception],
     ) -> None:
         self.adapter = adapter
-        self.connection_error = connection_error  # the wrapped client's: what a break after content raises is also one
+        self.connection_error = connection_error  # the wrapped client's: what its stream raises for a dropped connection or a timeout
         self.call = call
         self.lifecycle = lifecycle
         self.record = lifecycle.record
@@ -77,8 +77,7 @@ class StreamWatch:
         self.stops = call.client_stops
         self._stop_tail = ""
         self.cap = call.cap.tokens if call.cap is not None else None  # the limit the guards decided and sent
-        self.delivered = 0  # content events handed to the caller: after the first, never send again
-        self.attempts = attempts
+        self.delivered = 0  # content events handed to the caller
         self.finalized = False
         self.received_ns: int | None = None  # when the answering attempt's first event (a header) arrived
         self.cut = False  # kvwise ended the stream (a loop or a client-side stop): the server's count stopped early
@@ -124,22 +123,22 @@ class StreamWatch:
         state = self.state
         return state.finished and state.hide_usage and state.usage is None
 
-    def reopen_after(self, broken: BaseException | None) -> bool:
-        """After upstream ended (`broken`: the transport fault, if any): False when the stream is
-        complete, True to send it again, else raise `StreamTruncated`.
-
-        A stream is sent again only if it broke before its first content event, within the call's
-        attempts: its header events were held back, so the caller saw nothing of it.
+    def ended(self, broken: Exception | None) -> None:
+        """Upstream ended (`broken`: what the client raised, if anything): return when the stream is
+        complete; raise `broken` itself unless it is the client's connection error or timeout; else
+        raise `StreamTruncated` as `broken`'s class (the client's `APIConnectionError` for a body that
+        just ended). Never sent again (see the module docstring).
         """
+        if broken is not None and not isinstance(broken, self.connection_error):
+            raise broken
         if self.state.finished and (broken is None or self.awaits_usage()):  # a break then loses only our usage chunk
-            return False
-        if self.delivered or self.attempts.left <= 0:
-            why = "the body ended without the final event" if broken is None else f"{type(broken).__name__}: {broken}"
-            raise stream_truncated(self.connection_error)(
-                f"the stream broke after {self.delivered} content chunks reached the caller, on attempt "
-                f"{self.attempts.made} ({why}); the answer is incomplete: send the request again"
-            ) from broken
-        return True
+            return
+        why = "the body ended without the final event" if broken is None else f"{type(broken).__name__}: {broken}"
+        raise stream_truncated(type(broken) if broken is not None else self.connection_error)(
+            f"the stream broke after {self.delivered} content chunks reached the caller ({why}); the answer is "
+            "incomplete. The provider accepted the request (it answered 200), so kvwise did not send it again",
+            request=getattr(broken, "request", None),
+        ) from broken
 
     def header_received(self) -> None:
         """A header event (role chunk, `message_start`) arrived before any content: the first chunk
@@ -214,56 +213,49 @@ def estimated_usage(call: Call, output_units: int) -> Usage:
     return Usage(input_tokens=max(prompt, 1), output_tokens=output_units)
 
 
-def watch_sync(stream: Any, watch: StreamWatch, reopen: Callable[[], Any]) -> Any:
-    """The caller's stream: `stream` (the client's) behind a `WatchedStream` proxy, watched by `watch`;
-    `reopen()` sends the request again (a stream that broke before its first content)."""
+def watch_sync(stream: Any, watch: StreamWatch) -> Any:
+    """The caller's stream: `stream` (the client's) behind a `WatchedStream` proxy, watched by `watch`."""
     upstream = Upstream(stream, iter(stream))
-    return WatchedStream(stream, upstream, _watching(upstream, watch, reopen), watch)
+    return WatchedStream(stream, upstream, _watching(upstream, watch), watch)
 
 
-def _watching(upstream: Upstream, watch: StreamWatch, reopen: Callable[[], Any]) -> Generator[Any, None, None]:
+def _watching(upstream: Upstream, watch: StreamWatch) -> Generator[Any, None, None]:
     read, state = watch.read, watch.state
     error: BaseException | None = None
+    broken: Exception | None = None
+    held: list[Any] | None = []  # events held back: headers until the first content event, then None
     try:
-        while True:
-            broken: BaseException | None = None
-            held: list[Any] | None = []  # events held back: headers until the first content event, then None
-            watch.received_ns = None  # this attempt's first event is yet to come
-            try:
-                for event in upstream.events:
-                    text = read(event, state)
-                    if text is None:
-                        if state.swallow:  # the usage chunk the SDK asked for: what was held goes on
-                            state.swallow = False
-                            yield from held or ()
-                            held = None
-                        elif held is not None:
-                            if not held:
-                                watch.header_received()
-                            held.append(event)
-                        elif watch.awaits_usage():
-                            held = [event]  # the finish chunk waits for the usage chunk right behind it
-                        else:
-                            yield event
-                        continue
-                    if held is not None:
-                        yield from held
+        try:
+            for event in upstream.events:
+                text = read(event, state)
+                if text is None:
+                    if state.swallow:  # the usage chunk the SDK asked for: what was held goes on
+                        state.swallow = False
+                        yield from held or ()
                         held = None
-                    cut = watch.content(event, text)
-                    if cut is None:
+                    elif held is not None:
+                        if not held:
+                            watch.header_received()
+                        held.append(event)
+                    elif watch.awaits_usage():
+                        held = [event]  # the finish chunk waits for the usage chunk right behind it
+                    else:
                         yield event
-                        continue
-                    upstream.stream.close()  # the server stops decoding now
-                    yield from cut
-                    return
-            except transport_errors() as exc:  # (evaluated only when something is raised)
-                broken = exc
-            if not watch.reopen_after(broken):
-                yield from held or ()
+                    continue
+                if held is not None:
+                    yield from held
+                    held = None
+                cut = watch.content(event, text)
+                if cut is None:
+                    yield event
+                    continue
+                upstream.stream.close()  # the server stops decoding now
+                yield from cut
                 return
-            with watch.record.activate():
-                stream = reopen()
-            upstream.replace(stream, iter(stream))
+        except Exception as exc:  # what the client raised for the break: the headers held go on first, as the bare stream gave them
+            broken = exc
+        yield from held or ()
+        watch.ended(broken)
     except GeneratorExit:  # the caller closed or dropped the stream: abandoned, not failed
         raise
     except BaseException as exc:  # (a cancellation too: `finish` tells the caller's stops from failures)
@@ -274,59 +266,53 @@ def _watching(upstream: Upstream, watch: StreamWatch, reopen: Callable[[], Any])
         watch.finish(error)
 
 
-def watch_async(stream: Any, watch: StreamWatch, reopen: Callable[[], Awaitable[Any]]) -> Any:
+def watch_async(stream: Any, watch: StreamWatch) -> Any:
     """Async twin of `watch_sync`: an `AsyncWatchedStream`."""
     upstream = Upstream(stream, aiter(stream))
-    return AsyncWatchedStream(stream, upstream, _awatching(upstream, watch, reopen), watch)
+    return AsyncWatchedStream(stream, upstream, _awatching(upstream, watch), watch)
 
 
-async def _awatching(upstream: Upstream, watch: StreamWatch, reopen: Callable[[], Awaitable[Any]]) -> AsyncGenerator[Any, None]:
+async def _awatching(upstream: Upstream, watch: StreamWatch) -> AsyncGenerator[Any, None]:
     read, state = watch.read, watch.state
     error: BaseException | None = None
+    broken: Exception | None = None
+    held: list[Any] | None = []  # events held back: headers until the first content event, then None
     try:
-        while True:
-            broken: BaseException | None = None
-            held: list[Any] | None = []  # events held back: headers until the first content event, then None
-            watch.received_ns = None  # this attempt's first event is yet to come
-            try:
-                async for event in upstream.events:
-                    text = read(event, state)
-                    if text is None:
-                        if state.swallow:  # the usage chunk the SDK asked for: what was held goes on
-                            state.swallow = False
-                            for header in held or ():
-                                yield header
-                            held = None
-                        elif held is not None:
-                            if not held:
-                                watch.header_received()
-                            held.append(event)
-                        elif watch.awaits_usage():
-                            held = [event]  # the finish chunk waits for the usage chunk right behind it
-                        else:
-                            yield event
-                        continue
-                    if held is not None:
-                        for header in held:
+        try:
+            async for event in upstream.events:
+                text = read(event, state)
+                if text is None:
+                    if state.swallow:  # the usage chunk the SDK asked for: what was held goes on
+                        state.swallow = False
+                        for header in held or ():
                             yield header
                         held = None
-                    cut = watch.content(event, text)
-                    if cut is None:
+                    elif held is not None:
+                        if not held:
+                            watch.header_received()
+                        held.append(event)
+                    elif watch.awaits_usage():
+                        held = [event]  # the finish chunk waits for the usage chunk right behind it
+                    else:
                         yield event
-                        continue
-                    await upstream.stream.close()  # the server stops decoding now
-                    for item in cut:
-                        yield item
-                    return
-            except transport_errors() as exc:  # (evaluated only when something is raised)
-                broken = exc
-            if not watch.reopen_after(broken):
-                for header in held or ():
-                    yield header
+                    continue
+                if held is not None:
+                    for header in held:
+                        yield header
+                    held = None
+                cut = watch.content(event, text)
+                if cut is None:
+                    yield event
+                    continue
+                await upstream.stream.close()  # the server stops decoding now
+                for item in cut:
+                    yield item
                 return
-            with watch.record.activate():
-                stream = await reopen()
-            upstream.replace(stream, aiter(stream))
+        except Exception as exc:  # what the client raised for the break: the headers held go on first, as the bare stream gave them
+            broken = exc
+        for header in held or ():
+            yield header
+        watch.ended(broken)
     except GeneratorExit:  # the caller closed or dropped the stream: abandoned, not failed
         raise
     except BaseException as exc:  # (a cancellation too: `finish` tells the caller's stops from failures)

@@ -6,16 +6,15 @@ every attribute is the client stream's, and the client's stream helpers (`ChatCo
 `MessageStream`, `ResponseStream`) work on them. Iterating one runs the watching generator
 (`sdk.stream`). It finalises exactly once (the call span ends, the HTTP response is closed) on
 exhaustion, error, `close()`, `with` exit, `response.close()` (what the helpers' `close()` calls),
-and when the caller drops it, half-read or never read. Nothing a proxy holds refers back to it (the
-generator reaches it through a weak reference only), so reference counting alone frees a dropped
-stream: its span ends at `del stream`, not whenever the cycle collector runs.
+and when the caller drops it, half-read or never read. Nothing a proxy holds refers back to it, so
+reference counting alone frees a dropped stream: its span ends at `del stream`, not whenever the
+cycle collector runs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
 from typing import Any, Protocol
 
@@ -33,20 +32,13 @@ class Finishing(Protocol):
 
 
 class Upstream:
-    """The client stream being read (and its iterator): replaced when a stream is sent again."""
+    """The client stream being read, and its iterator."""
 
-    __slots__ = ("events", "outer", "stream")
+    __slots__ = ("events", "stream")
 
     def __init__(self, stream: Any, events: Any) -> None:
         self.stream = stream
         self.events = events
-        self.outer: weakref.ref[Any] | None = None  # the caller's proxy, weakly: no reference cycle
-
-    def replace(self, stream: Any, events: Any) -> None:
-        self.stream, self.events = stream, events
-        outer = self.outer() if self.outer is not None else None
-        if outer is not None:
-            outer.__wrapped__ = stream  # the caller's attributes (`response`, ...) are the new stream's
 
 
 class _Closer:
@@ -155,7 +147,6 @@ class WatchedStream(wrapt.ObjectProxy):  # type: ignore[misc]
         self._self_events = events
         self._self_closer = _Closer(upstream, events, watch)
         self._self_response: Any = None
-        upstream.outer = weakref.ref(self)
 
     def __iter__(self) -> Iterator[Any]:
         return _iterate(self)
@@ -199,7 +190,6 @@ class AsyncWatchedStream(wrapt.ObjectProxy):  # type: ignore[misc]
         self._self_events = events
         self._self_closer = _AsyncCloser(upstream, events, watch)
         self._self_response: Any = None
-        upstream.outer = weakref.ref(self)
 
     def __aiter__(self) -> AsyncIterator[Any]:
         return _aiterate(self)

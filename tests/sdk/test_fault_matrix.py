@@ -1,11 +1,16 @@
-"""The SDK against every wire fault the provider simulator scripts: one table, both clients.
+"""The SDK against every wire fault the provider simulator scripts: one table, both clients, each
+run beside the bare client on the same fault.
 
-Each fault case runs for Chat Completions, Responses and Messages, streamed and not (where the fault applies),
-and through anthropic's `messages.stream()` helper, sync and async, and checks four things: how many attempts reached the simulator, the exception the
-caller sees (always the client's own, `sdk.StreamTruncated` included), what the caller received (a
-completed answer is the whole reply; partial text only ever comes with an error), and what the call
-span recorded (`error.type`, `kvwise.attempts`). Waits between attempts are recorded, not slept.
-The matrix is printed when the module ends: `pytest -s tests/sdk/test_fault_matrix.py`.
+Each fault case runs for Chat Completions, Responses and Messages, streamed and not (where the fault
+applies), and through anthropic's `messages.stream()` helper, sync and async; the faults of a 200
+that breaks (issue 41) also through openai's `chat.completions.stream()`, `parse` and both
+clients' `with_raw_response`. Each run checks: how many POSTs reached the simulator (never more than
+the bare client's: a request the provider accepted is never sent again), the exception the caller
+sees (the bare client's class or a subclass of it, `sdk.StreamTruncated` included), what the caller
+received (a completed answer is the whole reply; partial text only ever comes with an error), and
+what the call span recorded (`error.type`, `kvwise.attempts`). Waits between attempts are recorded,
+not slept (the bare client's are set to zero). The matrix is printed when the module ends:
+`pytest -s tests/sdk/test_fault_matrix.py`.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from tests.sdk.helpers import resolve
 from tests.simulator import ProviderSimulator
 
 USER = [{"role": "user", "content": "Tell me something."}]
+CLAUDE = "claude-sonnet-4-6"
 CUT_AT = 3  # content tokens sent before a mid-stream fault
 RETRIES = sdk.Policy().retries
 EVERY_ATTEMPT = RETRIES + 1
@@ -54,6 +60,10 @@ class Got(enum.Enum):
     FULL = "the full reply"
     PARTIAL = "partial text, then the error"
     NOTHING = "nothing, then the error"
+
+
+ALL_FORMS = ("chat", "responses", "messages", "messages.stream", "chat.stream", "chat.parse", "messages.parse", "chat.raw", "messages.raw")
+CORE_FORMS = ALL_FORMS[:4]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +85,7 @@ class Case:
     waits: tuple[float, float] | None = None
     refused: bool = False
     timeout: float = CALL_TIMEOUT
+    forms: tuple[str, ...] = CORE_FORMS
 
     @property
     def span_attempts(self) -> int:
@@ -94,8 +105,8 @@ def retry_after_date(sim: ProviderSimulator) -> None:
     sim.fail(429, headers={"retry-after": email.utils.formatdate(time.time() + DATE_AHEAD, usegmt=True)})
 
 
-def cut(mode: str, times: int = 1) -> Callable[[ProviderSimulator], None]:
-    return lambda sim: sim.cut_stream_after(CUT_AT, mode=mode, times=times)  # type: ignore[arg-type]
+def cut(mode: str, times: int = 1, at: int = CUT_AT) -> Callable[[ProviderSimulator], None]:
+    return lambda sim: sim.cut_stream_after(at, mode=mode, times=times)  # type: ignore[arg-type]
 
 
 def inject(kind: str, at_token: int = CUT_AT) -> Callable[[ProviderSimulator], None]:
@@ -107,16 +118,23 @@ def nothing(sim: ProviderSimulator) -> None:
 
 
 STREAMS, WHOLE = (True,), (False,)
-TRUNCATED = same("StreamTruncated")
+TRUNCATED = same("StreamTruncated")  # as the client's APIConnectionError, or APITimeoutError for a timeout
+NOT_JSON = same("JSONDecodeError")
+OVER_TWO_MINUTES = {"retry-after": "600"}  # openai's own retries refuse a Retry-After over 2 minutes; anthropic's wait it out
 CASES = [
     Case("429, retry-after: 1 (seconds)", fail(429, {"retry-after": "1"}), 2, waits=(1.0, 1.0)),
     Case("429, retry-after: HTTP date", retry_after_date, 2, waits=(DATE_AHEAD - 10, DATE_AHEAD)),
     Case("429, retry-after-ms: 5", fail(429, QUICK), 2, waits=(0.005, 0.005)),
-    Case("429, retry-after over the cap", fail(429, {"retry-after": str(int(RETRY_AFTER_CAP_SECONDS * 10))}), 2, waits=BACKOFF),
+    Case("429, retry-after over two minutes (openai: not retried)", fail(429, OVER_TWO_MINUTES), 1, same("RateLimitError"),
+         Got.NOTHING, forms=("chat", "responses")),
+    Case("429, retry-after over two minutes (anthropic: retried)", fail(429, OVER_TWO_MINUTES), 2, waits=BACKOFF,
+         forms=("messages", "messages.stream")),
     Case("429 without retry-after, every attempt", fail(429, times=EVERY_ATTEMPT), EVERY_ATTEMPT, same("RateLimitError"), Got.NOTHING, waits=BACKOFF),
     Case("500, every attempt", fail(500, times=EVERY_ATTEMPT), EVERY_ATTEMPT, same("InternalServerError"), Got.NOTHING, waits=BACKOFF),
     Case("502 once", fail(502, QUICK), 2),
     Case("503 once", fail(503, QUICK), 2),
+    Case("500 with x-should-retry: false", fail(500, {"x-should-retry": "false"}), 1, same("InternalServerError"), Got.NOTHING),
+    Case("400 with x-should-retry: true", fail(400, {"x-should-retry": "true", **QUICK}), 2),
     Case("529, every attempt", fail(529, QUICK, times=EVERY_ATTEMPT), EVERY_ATTEMPT,
          {"chat": "InternalServerError", "messages": "OverloadedError"}, Got.NOTHING),
     Case("connection refused", nothing, 0, same("APIConnectionError"), Got.NOTHING, waits=BACKOFF, refused=True),
@@ -126,17 +144,26 @@ CASES = [
     Case("clean end without the final event", cut("end"), 1, TRUNCATED, Got.PARTIAL, STREAMS),
     Case("reset mid-body", cut("reset"), 2, streams=WHOLE),
     Case("drop mid-body", cut("drop"), 2, streams=WHOLE),
-    Case("200 with a truncated JSON body, once", cut("end"), 2, streams=WHOLE),
-    Case("200 with a truncated JSON body, every attempt", cut("end", times=EVERY_ATTEMPT), EVERY_ATTEMPT,
-         same("APIConnectionError"), Got.NOTHING, WHOLE, waits=BACKOFF),
-    Case("read timeout before the first chunk", lambda sim: sim.stall(STALL), 2, timeout=READ_TIMEOUT),
+    Case("read timeout before the answer", lambda sim: sim.stall(STALL), 2, streams=WHOLE, timeout=READ_TIMEOUT),
     Case("read timeout between chunks", lambda sim: sim.stall(STALL, at_token=CUT_AT), 1, TRUNCATED, Got.PARTIAL,
          STREAMS, timeout=READ_TIMEOUT),
-    Case("bad JSON in a data: line before any content", inject("bad_json", at_token=0), 2, streams=STREAMS),
-    Case("bad JSON in a data: line mid-stream", inject("bad_json"), 1, TRUNCATED, Got.PARTIAL, STREAMS),
+    Case("bad JSON in a data: line mid-stream", inject("bad_json"), 1, NOT_JSON, Got.PARTIAL, STREAMS, forms=ALL_FORMS),
     Case("unknown event type", inject("unknown"), 1, streams=STREAMS),
     Case("error event mid-stream", inject("error"), 1, {"chat": "APIError", "messages": "APIStatusError"}, Got.PARTIAL, STREAMS),
+    # A 200 that breaks before its first content: accepted by the provider, so sent once (issue 41).
+    Case("200, role chunk, then the connection closes", cut("drop", at=0), 1, TRUNCATED, Got.NOTHING, STREAMS, forms=ALL_FORMS),
+    Case("200, role chunk, then a reset", cut("reset", at=0), 1, TRUNCATED, Got.NOTHING, STREAMS),
+    Case("200, role chunk, then the body ends", cut("end", at=0), 1, TRUNCATED, Got.NOTHING, STREAMS, forms=ALL_FORMS),
+    Case("200, an invalid first event", inject("bad_json", at_token=0), 1, NOT_JSON, Got.NOTHING, STREAMS, forms=ALL_FORMS),
+    Case("200, an HTML page instead of the stream", lambda sim: sim.serve_html(times=EVERY_ATTEMPT), 1, TRUNCATED, Got.NOTHING,
+         STREAMS, forms=ALL_FORMS),
+    Case("200, then the server hangs after the headers", lambda sim: sim.stall(STALL, times=EVERY_ATTEMPT), 1, TRUNCATED,
+         Got.NOTHING, STREAMS, timeout=READ_TIMEOUT, forms=(*CORE_FORMS, "chat.raw")),
+    Case("200, a body that is not JSON", cut("end", times=EVERY_ATTEMPT), 1, NOT_JSON, Got.NOTHING, WHOLE, forms=ALL_FORMS),
 ]
+"""The faults of issue 41's "Why" are the `200, ...` cases and the bad JSON mid-stream; a hanging
+server's time to raise is checked against the client's own timeout in `test_a_hanging_stream_raises_
+after_the_clients_own_timeout_once`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +180,7 @@ class ApiUnderTest:
     is_final: Callable[[Any], bool]
     errors_as: str  # the key of `Case.raises` that holds this API's exception
     streams: tuple[bool, ...] = (False, True)
+    unwrap: Callable[[Any], Any] = lambda result: result  # a raw response's `.parse()`
 
 
 async def events_of(stream: Any) -> AsyncIterator[Any]:
@@ -212,7 +240,7 @@ APIS = {
         "anthropic messages",
         "anthropic_client",
         anthropic,
-        lambda client, stream: client.messages.create(model="claude-sonnet-4-6", messages=USER, stream=stream),
+        lambda client, stream: client.messages.create(model=CLAUDE, max_tokens=64, messages=USER, stream=stream),
         lambda response: response.content[0].text,
         events_of,
         _messages_event_text,
@@ -223,13 +251,73 @@ APIS = {
         "anthropic messages.stream()",
         "anthropic_client",
         anthropic,
-        lambda client, _: client.messages.stream(model="claude-sonnet-4-6", max_tokens=64, messages=USER),
+        lambda client, _: client.messages.stream(model=CLAUDE, max_tokens=64, messages=USER),
         lambda response: response.content[0].text,
         managed_events_of,
         _messages_event_text,
         _is_message_stop,
         "messages",
         streams=(True,),
+    ),
+    "chat.stream": ApiUnderTest(
+        "openai chat.completions.stream()",
+        "openai_client",
+        openai,
+        lambda client, _: client.chat.completions.stream(model="m", messages=USER),
+        lambda response: response.choices[0].message.content,
+        managed_events_of,
+        lambda event: event.delta if event.type == "content.delta" else "",
+        lambda event: event.type == "chunk" and bool(event.chunk.choices) and event.chunk.choices[0].finish_reason is not None,
+        "chat",
+        streams=(True,),
+    ),
+    "chat.parse": ApiUnderTest(
+        "openai chat.completions.parse()",
+        "openai_client",
+        openai,
+        lambda client, _: client.chat.completions.parse(model="m", messages=USER),
+        lambda response: response.choices[0].message.content,
+        events_of,
+        lambda event: "",
+        lambda event: False,
+        "chat",
+        streams=(False,),
+    ),
+    "messages.parse": ApiUnderTest(
+        "anthropic messages.parse()",
+        "anthropic_client",
+        anthropic,
+        lambda client, _: client.messages.parse(model=CLAUDE, max_tokens=64, messages=USER),
+        lambda response: response.content[0].text,
+        events_of,
+        lambda event: "",
+        lambda event: False,
+        "messages",
+        streams=(False,),
+    ),
+    "chat.raw": ApiUnderTest(
+        "openai chat with_raw_response",
+        "openai_client",
+        openai,
+        lambda client, stream: client.chat.completions.with_raw_response.create(model="m", messages=USER, stream=stream),
+        lambda response: response.choices[0].message.content,
+        events_of,
+        lambda event: (event.choices[0].delta.content or "") if event.choices else "",
+        lambda event: bool(event.choices) and event.choices[0].finish_reason is not None,
+        "chat",
+        unwrap=lambda raw: raw.parse(),
+    ),
+    "messages.raw": ApiUnderTest(
+        "anthropic messages with_raw_response",
+        "anthropic_client",
+        anthropic,
+        lambda client, stream: client.messages.with_raw_response.create(model=CLAUDE, max_tokens=64, messages=USER, stream=stream),
+        lambda response: response.content[0].text,
+        events_of,
+        _messages_event_text,
+        _is_message_stop,
+        "messages",
+        unwrap=lambda raw: raw.parse(),
     ),
 }
 
@@ -314,7 +402,7 @@ async def call(api: ApiUnderTest, client: Any, stream: bool) -> Answer:
     """Make the call as an application would and note what it received, up to any exception."""
     answer = Answer()
     try:
-        result = await resolve(api.create(client, stream))
+        result = await resolve(api.unwrap(await resolve(api.create(client, stream))))
         if not stream:
             answer.text, answer.completed = api.text(result), True
             return answer
@@ -337,7 +425,7 @@ RUNS = [
     for case in CASES
     for api_name, api in APIS.items()
     for stream in case.streams
-    if stream in api.streams
+    if stream in api.streams and api_name in case.forms
 ]
 
 
@@ -353,7 +441,12 @@ async def test_each_wire_fault_ends_in_the_full_reply_or_the_clients_own_error(
     api = APIS[api_name]
     options: dict[str, Any] = {"timeout": case.timeout}
     if case.refused:
-        options["base_url"] = refused_url + ("/v1" if api_name == "chat" else "")
+        options["base_url"] = refused_url + ("/v1" if api.module is openai else "")
+    bare = without_waits(request.getfixturevalue(api.client_fixture).with_options(**options))
+    case.script(simulator)
+    bare_answer = await call(api, bare, stream)
+    bare_posts = len(simulator.requests)
+    simulator.reset()
     spans = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(spans))
@@ -372,16 +465,58 @@ async def test_each_wire_fault_ends_in_the_full_reply_or_the_clients_own_error(
     )
     matrix.setdefault((case.name, api_name, stream), []).append((observed, list(waits)))
 
+    assert observed.attempts <= bare_posts  # what the provider accepted is never sent again
+    if bare_answer.error is not None:
+        assert isinstance(answer.error, type(bare_answer.error)), (answer.error, bare_answer.error)
+    else:  # a body that ends without its final event: kvwise says so, where the bare client passes it off as complete
+        assert answer.error is None or isinstance(answer.error, sdk.StreamTruncated)
     assert (observed.attempts, observed.span_attempts, observed.got) == (case.attempts, case.span_attempts, case.got)
     if case.raises is None:
         assert answer.error is None and answer.text == simulator.reply
         assert call_span(spans).status.status_code is not StatusCode.ERROR and sc.ERROR_TYPE not in attributes
     else:
         expected = case.raises[api.errors_as]
-        assert observed.exception == expected and isinstance(answer.error, api.module.APIError)
+        assert observed.exception == expected
         assert simulator.reply.startswith(answer.text) and answer.text != simulator.reply
         assert call_span(spans).status.status_code is StatusCode.ERROR
         assert observed.error_type == ("stream_truncated" if expected == "StreamTruncated" else expected)
     if case.waits is not None:
         low, high = case.waits
         assert len(waits) == case.span_attempts - 1 and all(low <= wait <= high for wait in waits)
+
+
+def without_waits(client: Any) -> Any:
+    """`client` with its own retries' waits set to zero (its retries themselves unchanged)."""
+    client._calculate_retry_timeout = lambda *args, **kwargs: 0.0
+    return client
+
+
+@pytest.mark.parametrize("api_name", ["chat", "messages"])
+async def test_a_stream_that_hangs_after_its_headers_raises_the_clients_timeout_after_one_timeout(
+    api_name: str, mode: str, simulator: ProviderSimulator, request: pytest.FixtureRequest,
+) -> None:
+    """The client's own read timeout, once: not kvwise's attempts' worth of them (3 x 5 s on main)."""
+    api = APIS[api_name]
+    client = sdk.wrap(request.getfixturevalue(api.client_fixture).with_options(timeout=READ_TIMEOUT))
+    simulator.stall(STALL, times=EVERY_ATTEMPT)
+    started = time.monotonic()
+    answer = await call(api, client, stream=True)
+    elapsed = time.monotonic() - started
+    assert isinstance(answer.error, api.module.APITimeoutError) and isinstance(answer.error, sdk.StreamTruncated)
+    assert len(simulator.requests) == 1
+    assert elapsed < EVERY_ATTEMPT * READ_TIMEOUT  # one client timeout, where re-sending took one per attempt
+
+
+@pytest.mark.parametrize("api_name", ["chat", "messages"])
+async def test_a_200_html_page_comes_back_as_the_bare_client_gives_it(
+    api_name: str, mode: str, simulator: ProviderSimulator, request: pytest.FixtureRequest,
+) -> None:
+    """A non-streamed 200 whose body is HTML: both clients hand the page over as text; so does kvwise, sent once."""
+    api = APIS[api_name]
+    bare = request.getfixturevalue(api.client_fixture)
+    simulator.serve_html(times=EVERY_ATTEMPT)
+    expected = await resolve(api.create(bare, False))
+    simulator.reset()
+    simulator.serve_html(times=EVERY_ATTEMPT)
+    got = await resolve(api.create(sdk.wrap(bare), False))
+    assert isinstance(expected, str) and got == expected and len(simulator.requests) == 1

@@ -4,6 +4,7 @@ attempts as the caller's own `max_retries` allows (client, `with_options`, reque
 from __future__ import annotations
 
 import email.utils
+import json
 import time
 from typing import Any
 
@@ -154,4 +155,18 @@ def test_retry_after_accepts_an_http_date():
 
 @pytest.mark.parametrize(("status", "retryable"), [(408, True), (409, True), (429, True), (500, True), (529, True), (400, False), (401, False), (404, False)])
 def test_which_statuses_are_retried(status, retryable):
-    assert is_retryable(_status_error(status, {})) is retryable
+    assert is_retryable(_status_error(status, {}), openai.OpenAI(api_key="k")) is retryable
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "retryable"),
+    [(500, {"x-should-retry": "false"}, False), (400, {"x-should-retry": "true"}, True), (429, {"retry-after": "600"}, False),
+     (429, {"retry-after": "60"}, True)],
+)
+def test_an_error_answer_is_retried_by_the_clients_own_rules(status, headers, retryable):
+    """openai's own retries obey x-should-retry and refuse a Retry-After over two minutes; so do kvwise's."""
+    assert is_retryable(_status_error(status, headers), openai.OpenAI(api_key="k")) is retryable
+
+
+def test_a_200_whose_body_is_not_json_is_not_retried():
+    assert not is_retryable(json.JSONDecodeError("Expecting value", "{", 1), openai.OpenAI(api_key="k"))

@@ -98,6 +98,12 @@ class EventFault:
 
 
 @dataclass(frozen=True, slots=True)
+class HtmlFault:
+    """Answer 200 with an HTML page instead of the API's JSON or SSE (a proxy's or captive portal's
+    page): the request was accepted as far as the client can tell."""
+
+
+@dataclass(frozen=True, slots=True)
 class HoldFault:
     """The answer's prefill lasts until `release` is set (at most `timeout` seconds), then it is
     served, or, with `status`, fails with that error: a leader a test controls (`sdk.fanout`)."""
@@ -107,7 +113,7 @@ class HoldFault:
     status: int | None = None
 
 
-Fault = ErrorFault | ResetFault | CutFault | StallFault | EventFault | HoldFault
+Fault = ErrorFault | ResetFault | CutFault | StallFault | EventFault | HtmlFault | HoldFault
 
 
 class FaultQueue:

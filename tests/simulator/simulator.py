@@ -46,7 +46,7 @@ from .constants import (
 )
 from .decode import decode
 from .errors import ApiError, Flavour, request_id_header
-from .faults import CutFault, CutMode, ErrorFault, EventFault, EventKind, Fault, FaultQueue, HoldFault, ResetFault, StallFault
+from .faults import CutFault, CutMode, ErrorFault, EventFault, EventKind, Fault, FaultQueue, HoldFault, HtmlFault, ResetFault, StallFault
 from . import instant, platforms
 from .openai_chat import ChatCompletionsApi
 from .openai_completions import CompletionsApi
@@ -58,6 +58,8 @@ from .server import Exchange, LoopbackServer
 from .wire import Api, Job, Outcome, now
 
 MODELS_PATH = "/v1/models"
+HTML_PAGE = b"<!DOCTYPE html>\n<html><head><title>Sign in</title></head><body><p>Sign in to continue.</p></body></html>\n"
+"""What `serve_html` answers with."""
 
 
 class ProviderSimulator:
@@ -67,7 +69,7 @@ class ProviderSimulator:
     `first_content_delay` (between a stream's opening events and its first content token; seconds), `prefill_delay_per_token` (seconds per uncached prompt token, added to the first delay), `anthropic_min_cache_tokens`, `tool_call` and `thinking` (see `shapes`), `reasoning_tokens` (hidden reasoning every reply spends
     first, out of the request's output cap, as reasoning models and extended thinking do: a reply
     left no room comes back empty, with the length finish). Scripting: `loop`, `fail`, `cut_stream_after`, `stall`,
-    `inject_event`, `hold`, `reset`, `advance_clock` (cache TTLs). Records: `requests`, `streams`.
+    `inject_event`, `serve_html`, `hold`, `reset`, `advance_clock` (cache TTLs). Records: `requests`, `streams`.
     `GET /v1/models` is metadata, no model call: it is answered before any scripted fault and counted
     in `model_list_reads`, not recorded in `requests`; with `context_tokens` set its entries carry
     vLLM's `max_model_len` (unless `model_list` says the server lists no context, or has no such
@@ -166,6 +168,11 @@ class ProviderSimulator:
         """
         self._faults.add(EventFault(EventKind(kind), at_token), times)
 
+    def serve_html(self, *, times: int = 1) -> None:
+        """The next `times` requests get a 200 HTML page (`text/html`), whether they asked for a stream
+        or not: what a proxy or captive portal in the way answers."""
+        self._faults.add(HtmlFault(), times)
+
     def hold(self, release: threading.Event, *, status: int | None = None, times: int = 1,
              timeout: float = HOLD_TIMEOUT_SECONDS) -> None:
         """The next `times` answers stay in prefill (nothing sent, nothing cached) until `release` is
@@ -263,6 +270,9 @@ class ProviderSimulator:
                 return
             case ErrorFault(error):
                 raise error
+            case HtmlFault():
+                exchange.send(200, HTML_PAGE, {"Content-Type": "text/html; charset=utf-8"})
+                return
         if (answer := instant.ROUTES.get(exchange.path)) is not None and exchange.method == "POST":
             exchange.send_json(200, answer(_parse_json(exchange.raw) or {}), dict([request_id_header(flavour)]))
             return
