@@ -59,6 +59,20 @@ connection is given up (a client sending more is not waited for)."""
 DEFAULT_MAX_QUEUE: Final = 256
 """Requests allowed to wait beyond the engine's batch (`max_num_seqs`); more get 429 / 529 at once."""
 
+OFFLOAD_WORKERS: Final = 2
+"""Threads that decode, parse, render and tokenize requests off the event loop (see `offload`)."""
+
+OFFLOAD_MAX_WAITING: Final = 64
+"""Requests whose preparation may wait for those threads; more are refused at once (429 / 529)."""
+
+MAX_MESSAGES: Final = 10_000
+"""Most messages (or input items) one request may hold: 100,000 empty ones took 2 s to walk and
+render before the context check refused them; no context this server serves holds 10,000 turns."""
+
+MAX_COUNTED_BYTES: Final = 1024**2
+"""Most text bytes `count_tokens` counts (its prompt need not fit the context, so the context bound
+does not apply): a count of 3.9 MB held the server 3.4 s; past this it is refused before tokenizing."""
+
 MAX_STOP_SEQUENCES: Final = 16
 """Most stop strings one request may give (OpenAI allows 4; vLLM and llama.cpp allow more)."""
 

@@ -27,7 +27,7 @@ from local_backend.outputs import Completion, StreamDelta
 from local_backend.server.bounds import read_json
 from local_backend.server.errors import Flavor
 from local_backend.server.generation import Backend
-from local_backend.server.requests import AnthropicPrompt, parse_count_tokens, parse_message
+from local_backend.server.requests import AnthropicPrompt, MessageRequest, parse_count_tokens, parse_message
 from local_backend.server.sampling import per_choice
 from local_backend.server.streaming import respond, sse
 from local_backend.server.tools import ArgumentsPiece, CallStart, Event, TextPiece, ToolCall, ToolCallParser, prompt_ids
@@ -168,8 +168,8 @@ def _stop(completion: Completion, tool_use: bool = False) -> dict[str, Any]:
 async def messages(request: Request) -> Response:
     backend = Backend.of(request)
     engine = backend.engine
-    message = parse_message(await read_json(request))
-    model, ids = _prompt(backend, message.prompt, engine.max_model_len)
+    body = await read_json(request, backend.offload)
+    message, model, ids = await backend.offload.run(_message_prompt, backend, body)
     params = message.sampling.params(len(ids), engine.max_model_len, engine.sampling_defaults)
     [choice] = per_choice(params, grammar=await backend.grammars.compile(message.constraint))
     generation = backend.start(request, ids, choice)
@@ -177,17 +177,25 @@ async def messages(request: Request) -> Response:
     return await respond(request, [generation], fmt, message.stream)
 
 
+def _message_prompt(backend: Backend, body: dict[str, Any]) -> tuple[MessageRequest, str, list[int]]:
+    message = parse_message(body)
+    model, ids = _prompt(backend, message.prompt, backend.engine.max_model_len)
+    return message, model, ids
+
+
 async def count_tokens(request: Request) -> Response:
     """`input_tokens`: exactly the prompt tokens `POST /v1/messages` computes and reports for the same body."""
     backend = Backend.of(request)
-    _, ids = _prompt(backend, parse_count_tokens(await read_json(request)), None)
+    body = await read_json(request, backend.offload)
+    _, ids = await backend.offload.run(lambda: _prompt(backend, parse_count_tokens(body), None))
     return JSONResponse({"input_tokens": len(ids)})
 
 
 def _prompt(backend: Backend, prompt: AnthropicPrompt, limit: int | None) -> tuple[str, list[int]]:
     """The reported model name and the prompt's token ids (the same for a message and its count).
 
-    `limit`: the context a message must fit (refused early past it); a count has none."""
+    `limit`: the context a message must fit (refused early past it); a count has none (its text is
+    bounded by `MAX_COUNTED_BYTES` instead)."""
     model = backend.check_model(prompt.model)
     shown = prompt.tool_choice.shown(prompt.tools)
     return model, prompt_ids(backend.engine.tokenizer, prompt.messages, shown, limit)

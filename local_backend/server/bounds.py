@@ -32,10 +32,12 @@ from starlette.requests import Request
 
 from local_backend.server._constants import (
     MAX_BODY_BYTES,
+    MAX_COUNTED_BYTES,
     MAX_DRAINED_BODY_BYTES,
     MAX_JSON_DEPTH,
 )
 from local_backend.server.errors import ApiError, ErrorKind
+from local_backend.server.offload import Offload
 
 _BRACKETS = bytes.maketrans(b"{}", b"[]")
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
@@ -46,8 +48,9 @@ _MAYBE_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
 """A JSON escape of a UTF-16 surrogate, or one encoded raw (`json.loads` passes those through)."""
 
 
-async def read_json(request: Request) -> dict[str, Any]:
-    """The body as a JSON object; 413 past `MAX_BODY_BYTES`, 400 past the nesting or text bounds."""
+async def read_json(request: Request, offload: Offload) -> dict[str, Any]:
+    """The body as a JSON object, decoded on an `offload` thread; 413 past `MAX_BODY_BYTES`, 400 past
+    the nesting or text bounds."""
     header = request.headers.get("content-length", "")
     declared = int(header) if header.isdigit() else 0
     too_large = declared > MAX_BODY_BYTES
@@ -65,7 +68,7 @@ async def read_json(request: Request) -> dict[str, Any]:
             f"request body of {max(size, declared)} bytes exceeds the limit of {MAX_BODY_BYTES} bytes",
             ErrorKind.TOO_LARGE,
         )
-    return decode_json(b"".join(chunks))
+    return await offload.run(decode_json, b"".join(chunks))
 
 
 def decode_json(raw: bytes) -> dict[str, Any]:
@@ -147,6 +150,17 @@ def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
                 stack.append((f"{where}.{key}", item))
         elif isinstance(node, list):
             stack.extend((f"{where}[{i}]", item) for i, item in reversed(list(enumerate(node))))
+
+
+def check_counted_size(texts: Iterable[str], param: str) -> None:
+    """400 when a prompt to be counted (not generated from: no context bounds it) holds more than
+    `MAX_COUNTED_BYTES` of text, before anything renders or tokenizes it."""
+    size = 0
+    for text in texts:
+        size += len(text.encode(errors="surrogatepass"))
+        if size > MAX_COUNTED_BYTES:
+            raise ApiError(f"the prompt's text is over {MAX_COUNTED_BYTES} bytes, more than this server counts: "
+                           "count it in parts", param=param)  # fmt: skip
 
 
 def check_prompt_size(texts: Iterable[str], max_bytes_per_token: int | None, max_model_len: int, param: str) -> None:

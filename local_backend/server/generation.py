@@ -21,9 +21,11 @@ from starlette.requests import Request
 from local_backend.engine import Engine
 from local_backend.outputs import Completion, StreamDelta
 from local_backend.sampling_params import SamplingParams
+from local_backend.server._constants import OFFLOAD_MAX_WAITING, OFFLOAD_WORKERS
 from local_backend.server.auth import tenant_of
 from local_backend.server.constrained import Grammars
 from local_backend.server.errors import ApiError, ErrorKind
+from local_backend.server.offload import Offload
 
 
 class ClientGone(Exception):
@@ -54,7 +56,8 @@ class Admission:
 
 @dataclass(slots=True)
 class Backend:
-    """What every route needs: the engine, the served model's names, the admission queue, the grammars.
+    """What every route needs: the engine, the served model's names, the admission queue, the grammars,
+    the threads that prepare requests off the event loop (`offload`).
 
     `model_names[0]` is the name answers report; the others are aliases (`--served-model-name`).
     The app keeps it in its state; a route finds it with `Backend.of(request)`.
@@ -66,9 +69,11 @@ class Backend:
     on_finish: Callable[[Completion], None] | None = None  # each finished request (the metrics)
     admission: Admission = field(init=False)
     grammars: Grammars = field(init=False)
+    offload: Offload = field(init=False)
 
     def __post_init__(self) -> None:
         self.admission = Admission(self.engine.stats().max_num_seqs, self.max_queue)
+        self.offload = Offload(OFFLOAD_WORKERS, OFFLOAD_MAX_WAITING)
         self.grammars = Grammars(self.engine.tokenizer, self.engine.config.vocab_size, sorted(self.engine.core.eos))
 
     @staticmethod

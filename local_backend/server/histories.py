@@ -22,6 +22,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
+from local_backend.server._constants import MAX_MESSAGES
 from local_backend.server.errors import ApiError
 from local_backend.server.fields import short
 
@@ -54,8 +55,7 @@ def _only_known_keys(message: Mapping[str, Any], known: frozenset[str], where: s
 def openai_messages(messages: Any, names: bool = True) -> list[dict[str, Any]]:
     """Chat messages with text content, assistant `tool_calls` and `tool` results (developer → system);
     `names`: a message may carry a `name` (Chat's; the Responses API's items have none)."""
-    if not isinstance(messages, list) or not messages:
-        raise ApiError("messages must be a non-empty array of messages", param="messages")
+    _check_count(messages, "messages")
     out = []
     for i, m in enumerate(messages):
         where = f"messages[{i}]"
@@ -81,6 +81,14 @@ def openai_messages(messages: Any, names: bool = True) -> list[dict[str, Any]]:
     return out
 
 
+def _check_count(messages: Any, param: str) -> None:
+    """400 unless `messages` is a non-empty list of at most `MAX_MESSAGES` (checked before any is read)."""
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(f"{param} must be a non-empty array of messages", param=param)
+    if len(messages) > MAX_MESSAGES:
+        raise ApiError(f"{param} holds {len(messages)} messages; at most {MAX_MESSAGES} are allowed", param=param)
+
+
 def _name(name: Any, param: str) -> str:
     if not isinstance(name, str):
         raise ApiError(f"{param} must be a string, got {short(name)}", param=param)
@@ -100,8 +108,7 @@ def _call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
 
 def anthropic_messages(messages: Any, system: Any) -> list[dict[str, Any]]:
     """`system`, then messages whose content is a string or text, `tool_use` (assistant) and `tool_result` (user) blocks."""
-    if not isinstance(messages, list) or not messages:
-        raise ApiError("messages must be a non-empty array of messages", param="messages")
+    _check_count(messages, "messages")
     out: list[dict[str, Any]] = []
     for i, m in enumerate(messages):
         where = f"messages[{i}]"
@@ -140,6 +147,7 @@ def responses_messages(items: Any, instructions: str | None) -> list[dict[str, A
         items = [{"role": "user", "content": items}]
     if not isinstance(items, list) or not items:
         raise ApiError("input must be a non-empty string or a non-empty list of input items", param="input")
+    _check_count(items, "input")
     messages = []
     for item in _responses_items(items):
         content = item.get("content")

@@ -28,7 +28,7 @@ from local_backend.server.constrained import Constraint
 from local_backend.server.errors import Flavor
 from local_backend.server.generation import Backend
 from local_backend.server.logprobs import Decode, LogprobsRecorder, chat_logprobs, completion_logprobs
-from local_backend.server.requests import OpenAIOptions, parse_chat, parse_completion
+from local_backend.server.requests import ChatRequest, CompletionRequest, OpenAIOptions, parse_chat, parse_completion
 from local_backend.server.sampling import per_choice
 from local_backend.server.streaming import respond, sse
 from local_backend.server.tools import ArgumentsPiece, CallStart, Event, TextPiece, ToolCall, ToolCallParser, prompt_ids
@@ -188,26 +188,39 @@ class OpenAIFormat:
 
 async def chat_completions(request: Request) -> Response:
     backend = Backend.of(request)
-    engine = backend.engine
-    chat = parse_chat(await read_json(request), engine.config.vocab_size)
-    model = backend.check_model(chat.options.model)
-    ids = prompt_ids(engine.tokenizer, chat.messages, chat.tool_choice.shown(chat.tools), engine.max_model_len,
-                     chat.template)  # fmt: skip
+    body = await read_json(request, backend.offload)
+    chat, model, ids = await backend.offload.run(_chat_prompt, backend, body)
     return await _generate(request, backend, model, chat.options, ids, chat=True, constraint=chat.constraint,
                            parse_tools=chat.tool_choice.mode != "none", parallel_tool_calls=chat.parallel_tool_calls)  # fmt: skip
 
 
+def _chat_prompt(backend: Backend, body: dict[str, Any]) -> tuple[ChatRequest, str, list[int]]:
+    """The request, the model name it reports and its prompt's ids (on an offload thread: it renders and tokenizes)."""
+    engine = backend.engine
+    chat = parse_chat(body, engine.config.vocab_size)
+    model = backend.check_model(chat.options.model)
+    ids = prompt_ids(engine.tokenizer, chat.messages, chat.tool_choice.shown(chat.tools), engine.max_model_len,
+                     chat.template)  # fmt: skip
+    return chat, model, ids
+
+
 async def completions(request: Request) -> Response:
     backend = Backend.of(request)
+    body = await read_json(request, backend.offload)
+    completion, model, ids = await backend.offload.run(_completion_prompt, backend, body)
+    return await _generate(request, backend, model, completion.options, ids, chat=False, echo=completion.echo,
+                           constraint=completion.constraint)  # fmt: skip
+
+
+def _completion_prompt(backend: Backend, body: dict[str, Any]) -> tuple[CompletionRequest, str, list[int]]:
     engine = backend.engine
-    completion = parse_completion(await read_json(request), engine.config.vocab_size)
+    completion = parse_completion(body, engine.config.vocab_size)
     model = backend.check_model(completion.options.model)
     prompt = completion.prompt
     if isinstance(prompt, str):
         check_prompt_size([prompt], engine.tokenizer.max_bytes_per_token, engine.max_model_len, "prompt")
     ids = engine.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-    return await _generate(request, backend, model, completion.options, ids, chat=False, echo=completion.echo,
-                           constraint=completion.constraint)  # fmt: skip
+    return completion, model, ids
 
 
 async def models(request: Request) -> Response:

@@ -26,7 +26,7 @@ from local_backend.outputs import Completion, StreamDelta
 from local_backend.server.bounds import read_json
 from local_backend.server.errors import Flavor
 from local_backend.server.generation import Backend
-from local_backend.server.requests import parse_responses
+from local_backend.server.requests import ResponsesRequest, parse_responses
 from local_backend.server.sampling import per_choice
 from local_backend.server.streaming import respond, sse
 from local_backend.server.tools import ArgumentsPiece, CallStart, Event, TextPiece, ToolCallParser, prompt_ids
@@ -206,14 +206,22 @@ def _usage(usage: Usage) -> dict[str, Any]:
 async def responses(request: Request) -> Response:
     backend = Backend.of(request)
     engine = backend.engine
-    response = parse_responses(await read_json(request))
-    model = backend.check_model(response.model)
-    ids = prompt_ids(engine.tokenizer, response.messages, response.tool_choice.shown(response.tools), engine.max_model_len)
+    body = await read_json(request, backend.offload)
+    response, model, ids = await backend.offload.run(_prompt, backend, body)
     params = response.sampling.params(len(ids), engine.max_model_len, engine.sampling_defaults)
     [choice] = per_choice(params, grammar=await backend.grammars.compile(response.constraint))
     generation = backend.start(request, ids, choice)
     fmt = ResponsesFormat(model, response.body, parse_tools=response.tool_choice.mode != "none")
     return await respond(request, [generation], fmt, response.stream)
+
+
+def _prompt(backend: Backend, body: dict[str, Any]) -> tuple[ResponsesRequest, str, list[int]]:
+    """The request, the model name it reports and its prompt's ids (on an offload thread)."""
+    engine = backend.engine
+    response = parse_responses(body)
+    model = backend.check_model(response.model)
+    shown = response.tool_choice.shown(response.tools)
+    return response, model, prompt_ids(engine.tokenizer, response.messages, shown, engine.max_model_len)
 
 
 ROUTES: Final = (Route("/v1/responses", responses, methods=["POST"]),)

@@ -26,7 +26,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from local_backend.server.bounds import check_prompt_size
+from local_backend.server.bounds import check_counted_size, check_prompt_size
 from local_backend.server.errors import ApiError
 from local_backend.tokenizer import TextTokenizer
 from local_backend.tool_prompt import TOOL_CALL_END, TOOL_CALL_START, Tool, fold
@@ -69,11 +69,14 @@ def prompt_ids(
     A template that renders tools gets both as they are (arguments as objects, as Hugging Face
     templates expect); any other gets them folded into system, user and assistant text. Text that
     cannot fit `max_model_len` is refused before anything renders (`bounds.check_prompt_size`);
-    None (a token count, which must count whatever it is given) renders any.
+    None (a token count, whose prompt need not fit) renders up to `MAX_COUNTED_BYTES` of text
+    (`bounds.check_counted_size`).
     """
     if max_model_len is not None:
         texts = _texts(messages, tools, folded=not tokenizer.renders_tools)
         check_prompt_size(texts, tokenizer.max_bytes_per_token, max_model_len, "messages")
+    else:
+        check_counted_size(_texts(messages, tools, folded=True), "messages")
     if template.continue_final_message and not messages[-1]["content"].strip():
         raise ApiError("continue_final_message needs a final message with text to continue",
                        param="continue_final_message")  # fmt: skip
