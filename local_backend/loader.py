@@ -1,4 +1,4 @@
-"""Checkpoint directory → a ready `CausalLM`: file checks and safetensors weights, packed in place."""
+"""A checkpoint's tensors → a ready `CausalLM`, packed in place; a Hugging Face directory read as a `Checkpoint`."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from safetensors import safe_open
 
 from local_backend import _constants as C
 from local_backend import ops
+from local_backend.checkpoint import Checkpoint, Tensors
 from local_backend.config import ModelConfig
 from local_backend.model import CausalLM, Linear
+from local_backend.tokenizer import TextTokenizer
 
 REQUIRED_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json")
 
@@ -22,13 +24,6 @@ _PACKED = {
     "up_proj": ("gate_up_proj", 1),
 }
 """Hugging Face projection → (our packed projection, shard index inside it)."""
-
-
-def resolve_directory(path: str | Path) -> Path:
-    """`"default"` names the bundled checkpoint; anything else is a directory path."""
-    if str(path) == C.DEFAULT_MODEL_NAME:
-        return Path(__file__).parent / "models" / "default"
-    return Path(path)
 
 
 def resolve_device(device: str | torch.device, dtype: str | torch.dtype) -> tuple[torch.device, torch.dtype]:
@@ -54,6 +49,21 @@ def default_kv_cache_memory(device: torch.device) -> int:
     return C.DEFAULT_KV_CACHE_MEMORY_CPU
 
 
+def open_directory(directory: Path) -> Checkpoint:
+    """A Hugging Face checkpoint directory: `config.json`, `*.safetensors`, `tokenizer.json`, `tokenizer_config.json`."""
+    check_checkpoint(directory)
+    return Checkpoint(ModelConfig.from_file(directory / "config.json"), directory,
+                      lambda template: TextTokenizer.from_dir(directory, template),
+                      lambda: _safetensors(directory))  # fmt: skip
+
+
+def _safetensors(directory: Path) -> Tensors:
+    for file in sorted(directory.glob("*.safetensors")):
+        with safe_open(file, framework="pt") as handle:
+            for name in handle.keys():
+                yield name, handle.get_tensor(name)
+
+
 def check_checkpoint(directory: Path) -> None:
     """Raise one `FileNotFoundError` naming every file the directory lacks."""
     if not directory.is_dir():
@@ -69,10 +79,8 @@ def check_checkpoint(directory: Path) -> None:
         )
 
 
-def load_model(
-    directory: Path, cfg: ModelConfig, device: torch.device, dtype: torch.dtype
-) -> CausalLM:
-    """Build the model without initialising it, then copy each stored tensor into its slot.
+def load_model(tensors: Tensors, cfg: ModelConfig, device: torch.device, dtype: torch.dtype) -> CausalLM:
+    """Build the model without initialising it, then copy each of `tensors` into its slot, in `dtype`.
 
     Projection weights land transposed in `weight_t`, q/k/v and gate/up side by side in their
     packed matrix; with tied embeddings the lm_head is the embedding's transpose (a copy on CPU,
@@ -90,22 +98,19 @@ def load_model(
         "gate_up_proj": [cfg.intermediate_size] * 2,
     }
     loaded: set[str] = set()
-    for file in sorted(directory.glob("*.safetensors")):
-        with safe_open(file, framework="pt") as handle:
-            for name in handle.keys():
-                if "rotary_emb" in name or (cfg.tie_word_embeddings and name == "lm_head.weight"):
-                    continue
-                target, offset, size = _target(name, shard_sizes)
-                transposed = f"{target}_t" in params
-                key = f"{target}_t" if transposed else target
-                if key not in params:
-                    raise ValueError(f"{file.name}: unexpected tensor {name!r} for {cfg.model_type}")
-                tensor = handle.get_tensor(name)
-                dest = params[key].data
-                if size is not None:
-                    dest = dest.narrow(1 if transposed else 0, offset, size)
-                dest.copy_(tensor.t() if transposed else tensor)
-                loaded.add(key if size is None else f"{key}#{offset}")
+    for name, tensor in tensors:
+        if "rotary_emb" in name or (cfg.tie_word_embeddings and name == "lm_head.weight"):
+            continue
+        target, offset, size = _target(name, shard_sizes)
+        transposed = f"{target}_t" in params
+        key = f"{target}_t" if transposed else target
+        if key not in params:
+            raise ValueError(f"unexpected tensor {name!r} for {cfg.model_type}")
+        dest = params[key].data
+        if size is not None:
+            dest = dest.narrow(1 if transposed else 0, offset, size)
+        dest.copy_(tensor.t() if transposed else tensor)
+        loaded.add(key if size is None else f"{key}#{offset}")
     if cfg.tie_word_embeddings:
         embedding_t = model.model.embed_tokens.weight.detach().t()
         model.lm_head.weight_t = torch.nn.Parameter(

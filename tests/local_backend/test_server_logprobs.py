@@ -38,9 +38,9 @@ def reference(engine: Engine):
     """log_softmax of transformers' logits for each output position of (prompt, output)."""
     import transformers
 
-    from local_backend.loader import resolve_directory
+    from local_backend.model_names import resolve_model
 
-    model = transformers.AutoModelForCausalLM.from_pretrained(resolve_directory("default"), dtype=torch.float32)
+    model = transformers.AutoModelForCausalLM.from_pretrained(resolve_model("default"), dtype=torch.float32)
 
     def run(prompt: list[int], output: list[int]) -> torch.Tensor:
         with torch.no_grad():

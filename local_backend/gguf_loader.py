@@ -1,0 +1,143 @@
+"""A GGUF file (llama.cpp's format, as Ollama and LM Studio keep models) → a `Checkpoint`, read with `gguf`.
+
+The config comes from the `llama.*` metadata, the tokenizer from `tokenizer.ggml.*`
+(`gguf_tokenizer`), the chat template from `tokenizer.chat_template`. Tensors are dequantized
+with the `gguf` package's own reader to float32, renamed to the Hugging Face names, and the
+query and key rows put back in Hugging Face's order: llama.cpp's converter interleaves each
+head's two rotary halves (its `permute`), which transformers' GGUF loader also reverses. The
+engine then copies each into its dtype once, at load. A file of another architecture, or with
+a tensor type not in `SUPPORTED_TENSOR_TYPES`, is refused naming it before any tensor is read.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from gguf import GGMLQuantizationType as Q
+from gguf import GGUFReader
+from gguf.quants import dequantize
+
+from local_backend.checkpoint import Checkpoint, Tensors
+from local_backend.config import ModelConfig
+from local_backend.gguf_tokenizer import build_tokenizer
+from local_backend.tokenizer import TextTokenizer
+
+SUPPORTED_ARCHITECTURES = ("llama",)
+"""`general.architecture` values read: Llama 1-3, Mistral, SmolLM and TinyLlama files all say `llama`."""
+
+SUPPORTED_TENSOR_TYPES = frozenset({Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1,
+                                    Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K})  # fmt: skip
+"""The float, legacy and K-quant types of llama.cpp's usual presets, which `gguf` dequantizes."""
+
+_GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+_LAYER_NAMES = {
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+"""llama.cpp's tensor names (`blk.N.<name>.weight`) → Hugging Face's (`model.layers.N.<name>.weight`)."""
+
+_LAYER = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
+
+
+def open_gguf(path: Path) -> Checkpoint:
+    """Read `path`'s metadata and tensor index; refuse what the engine cannot run, naming it."""
+    reader = GGUFReader(path)
+    metadata = {name: field.contents() for name, field in reader.fields.items()}
+    architecture = metadata.get("general.architecture")
+    if architecture not in SUPPORTED_ARCHITECTURES:
+        raise ValueError(f"{path.name}: general.architecture={architecture!r} is not supported; "
+                         f"supported: {SUPPORTED_ARCHITECTURES}")  # fmt: skip
+    for tensor in reader.tensors:
+        if tensor.tensor_type not in SUPPORTED_TENSOR_TYPES:
+            supported = sorted(t.name for t in SUPPORTED_TENSOR_TYPES)
+            raise ValueError(f"{path.name}: tensor {tensor.name!r} is of type {tensor.tensor_type.name}, "
+                             f"which is not supported; supported: {supported}")  # fmt: skip
+        if tensor.name == "rope_freqs.weight":
+            raise ValueError(f"{path.name}: tensor 'rope_freqs.weight' (Llama 3.1's rescaled rotary "
+                             "frequencies) is not supported")  # fmt: skip
+    names = {tensor.name for tensor in reader.tensors}
+    config = ModelConfig.from_dict(_hf_config(metadata, tied="output.weight" not in names))
+
+    def read_tokenizer(chat_template: str | None) -> TextTokenizer:
+        return TextTokenizer(build_tokenizer(metadata), _tokenizer_config(metadata),
+                             chat_template or metadata.get("tokenizer.chat_template"))  # fmt: skip
+
+    def tensors() -> Tensors:
+        for tensor in reader.tensors:
+            name = _hf_name(tensor.name, path)
+            values = np.array(dequantize(tensor.data, tensor.tensor_type), dtype=np.float32)
+            if name.endswith(("q_proj.weight", "k_proj.weight")):
+                heads = config.num_heads if name.endswith("q_proj.weight") else config.num_kv_heads
+                values = _unpermute(values, heads)
+            yield name, torch.from_numpy(values)
+
+    return Checkpoint(config, None, read_tokenizer, tensors)
+
+
+def _hf_config(metadata: Mapping[str, Any], tied: bool) -> dict[str, Any]:
+    """The Hugging Face `config.json` keys the `llama.*` metadata gives."""
+    arch = metadata["general.architecture"]
+
+    def key(name: str, default: Any = None) -> Any:
+        return metadata.get(f"{arch}.{name}", default)
+
+    if key("expert_count", 0):
+        raise ValueError(f"{arch}.expert_count={key('expert_count')}: mixture-of-experts models are not supported")
+    heads = key("attention.head_count")
+    hidden = key("embedding_length")
+    scaling = key("rope.scaling.type", "none")
+    eos = [metadata[k] for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id") if k in metadata]
+    return {
+        "model_type": arch,
+        "vocab_size": key("vocab_size") or len(metadata["tokenizer.ggml.tokens"]),
+        "hidden_size": hidden,
+        "intermediate_size": key("feed_forward_length"),
+        "num_hidden_layers": key("block_count"),
+        "num_attention_heads": heads,
+        "num_key_value_heads": key("attention.head_count_kv", heads),
+        "head_dim": key("attention.key_length") or key("rope.dimension_count") or hidden // heads,
+        "rms_norm_eps": key("attention.layer_norm_rms_epsilon", 1e-5),
+        "rope_theta": key("rope.freq_base", 10000.0),
+        "rope_scaling": None if scaling == "none" else {"rope_type": scaling, "factor": key("rope.scaling.factor", 1.0)},
+        "max_position_embeddings": key("context_length", 2048),
+        "tie_word_embeddings": tied,
+        "eos_token_id": list(dict.fromkeys(eos)),
+    }
+
+
+def _tokenizer_config(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """`tokenizer_config.json`'s keys: special tokens by text, and whether `encode` adds BOS (llama.cpp's
+    default: yes for SentencePiece vocabularies, no for byte-level ones)."""
+    tokens = metadata["tokenizer.ggml.tokens"]
+    bos, eos = metadata.get("tokenizer.ggml.bos_token_id"), metadata.get("tokenizer.ggml.eos_token_id")
+    add_bos = metadata.get("tokenizer.ggml.add_bos_token", metadata.get("tokenizer.ggml.model") == "llama")
+    return {"bos_token": None if bos is None else tokens[bos], "eos_token": None if eos is None else tokens[eos],
+            "add_bos_token": add_bos}  # fmt: skip
+
+
+def _hf_name(name: str, path: Path) -> str:
+    base, _, kind = name.rpartition(".")
+    if base in _GLOBAL_NAMES:
+        return f"{_GLOBAL_NAMES[base]}.{kind}"
+    match = _LAYER.fullmatch(name)
+    if match is None or match[2] not in _LAYER_NAMES:
+        raise ValueError(f"{path.name}: unexpected tensor {name!r} for a llama model")
+    return f"model.layers.{match[1]}.{_LAYER_NAMES[match[2]]}.{match[3]}"
+
+
+def _unpermute(weight: np.ndarray, heads: int) -> np.ndarray:
+    """Undo llama.cpp's `permute`: within each head, rows (0, 2, 4, ..., 1, 3, 5, ...) back to halves."""
+    rows = weight.shape[0]
+    return weight.reshape(heads, rows // heads // 2, 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
