@@ -8,7 +8,7 @@ import torch
 from safetensors import safe_open
 
 from local_backend import _constants as C
-from local_backend import ops
+from local_backend import dtype_choice, ops
 from local_backend.checkpoint import Checkpoint, Tensors
 from local_backend.config import ModelConfig
 from local_backend.model import CausalLM, Linear
@@ -27,18 +27,11 @@ _PACKED = {
 
 
 def resolve_device(device: str | torch.device, dtype: str | torch.dtype) -> tuple[torch.device, torch.dtype]:
-    """`"auto"`: CUDA in bf16 when available, else CPU in float32; dtype names as in `torch`."""
+    """`"auto"`: CUDA when available, else CPU; the dtype as `dtype_choice.choose` resolves it (names as in `torch`)."""
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     dev = torch.device(device)
-    if dtype == "auto":
-        return dev, torch.bfloat16 if dev.type == "cuda" else torch.float32
-    if isinstance(dtype, str):
-        resolved = getattr(torch, dtype, None)
-        if not isinstance(resolved, torch.dtype):
-            raise ValueError(f"dtype={dtype!r} is not a torch dtype name")
-        return dev, resolved
-    return dev, dtype
+    return dev, dtype_choice.choose(dev, dtype).dtype
 
 
 def default_kv_cache_memory(device: torch.device) -> int:

@@ -2,7 +2,7 @@
 
 As vLLM's `CustomOp` picks `forward_native` or `forward_cpu` when a layer is built, `select` picks,
 once per engine, the set of ops its tensors run: `NativeOps` (the kernels `cpu_kernels` builds) on
-CPU in float32 when they build, else `TorchOps`. The model's layers, attention, the model runner and
+CPU in float32 or bfloat16 (`NATIVE_DTYPES`) when they build, else `TorchOps`. The model's layers, attention, the model runner and
 the sampler hold the set they were given and call `ops.<name>(...)`; none asks whether a kernel is
 there. A native op takes its torch form for inputs its kernel does not read, or reads slower (more
 rows or keys than its `KernelChoices` say, a non-contiguous input, a head size that is not a
@@ -195,7 +195,9 @@ class TorchOps:
 
 
 class NativeOps(TorchOps):
-    """The native CPU float32 forms (vLLM's `forward_cpu`): `torch.ops.kvwise.*`, built by `cpu_kernels`.
+    """The native CPU forms (vLLM's `forward_cpu`): `torch.ops.kvwise.*`, built by `cpu_kernels`, reading and
+    writing float32 or bfloat16 and summing in float32. bfloat16 prefill chunks attend in SDPA (torch's flash
+    kernel, on AMX tiles where the CPU has them) and rows past `matvec_max_rows` multiply in oneDNN (likewise).
 
     Decode rows stream the weights through `matvec`; RMSNorm (with the residual add before it), rope, silu·up, the kv write, attention
     and the sampler's passes over the logits are single kernels (`csrc/`). Attention's kernels need a
@@ -246,13 +248,13 @@ class NativeOps(TorchOps):
 
     def read_kv(self, kv_cache: torch.Tensor, slots: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         if self.attends and kv_cache.dtype == torch.int8:
-            return torch.ops.kvwise.gather_kv(kv_cache, slots)  # codes widened and scaled where they lie
+            return torch.ops.kvwise.gather_kv(kv_cache, slots).to(dtype)  # codes widened and scaled where they lie
         return super().read_kv(kv_cache, slots, dtype)
 
     def prefill_attention(
         self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None, scale: float
     ) -> torch.Tensor:
-        if self.attends and len(keys) <= self.choices.prefill_kernel_max_context:
+        if self.attends and q.dtype == torch.float32 and len(keys) <= self.choices.prefill_kernel_max_context:
             return torch.ops.kvwise.prefill_attention(q, keys, values, scale)
         return super().prefill_attention(q, keys, values, mask, scale)
 
@@ -288,8 +290,11 @@ class NativeOps(TorchOps):
         torch.ops.kvwise.apply_penalties_(logits, index, offsets, repetition)
 
 
-_NATIVE_CACHE_DTYPES: Final = (torch.float32, torch.int8)
-"""The caches the native kernels read and write: float32, and int8 codes with scales (`kv_quant`)."""
+NATIVE_DTYPES: Final = (torch.float32, torch.bfloat16)
+"""The model dtypes the native kernels compute in: float32, and bfloat16 read and written as such, summed in float32."""
+
+_NATIVE_CACHE_DTYPES: Final = (*NATIVE_DTYPES, torch.int8)
+"""The caches the native kernels read and write: the model's dtype, and int8 codes with scales (`kv_quant`)."""
 
 TORCH = TorchOps()
 """The portable set: stateless, so every engine without the kernels shares it."""
@@ -298,8 +303,8 @@ TORCH = TorchOps()
 def select(device: torch.device, dtype: torch.dtype, head_dim: int) -> TorchOps:
     """The ops an engine's tensors of this device and dtype run, chosen once (building the kernels on first ask).
 
-    `NativeOps` with the loaded library's choices on CPU in float32 when `cpu_kernels.load()` succeeds,
+    `NativeOps` with the loaded library's choices on CPU in float32 or bfloat16 when `cpu_kernels.load()` succeeds,
     else `TORCH`.
     """
-    kernels = cpu_kernels.load() if device.type == "cpu" and dtype == torch.float32 else None
+    kernels = cpu_kernels.load() if device.type == "cpu" and dtype in NATIVE_DTYPES else None
     return TORCH if kernels is None else NativeOps(head_dim, kernels.choices)

@@ -8,10 +8,6 @@
 
 #include "lanes.h"
 
-#if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)
-#include <immintrin.h>
-#endif
-
 namespace kvwise {
 
 constexpr int64_t kScaleBytes = 4;  // one float32 scale after each row's codes
@@ -44,16 +40,17 @@ inline void dequantize_row(const int8_t* row, int64_t dim, float* out) {
   }
 }
 
-// `dim` floats as one stored row: their codes, then the scale's bytes.
-inline void quantize_row(const float* x, int64_t dim, int8_t* row) {
+// `dim` floats (float32 or bfloat16) as one stored row: their codes, then the scale's bytes.
+template <typename T>
+inline void quantize_row(const T* x, int64_t dim, int8_t* row) {
   Vec top(0.f);
-  for (int64_t d = 0; d < dim; d += Vec::size()) top = at::vec::maximum(top, Vec::loadu(x + d, lanes_before(d, dim)).abs());
+  for (int64_t d = 0; d < dim; d += Vec::size()) top = at::vec::maximum(top, load(x + d, lanes_before(d, dim)).abs());
   const float absmax = max_lanes(top);
   const Vec inverse(absmax > 0.f ? kCodeMax / absmax : 0.f), low(-kCodeMax), high(kCodeMax);
   float lanes[Vec::size()];
   for (int64_t d = 0; d < dim; d += Vec::size()) {
     const int64_t count = lanes_before(d, dim);
-    at::vec::clamp(Vec::loadu(x + d, count) * inverse, low, high).round().store(lanes, count);
+    at::vec::clamp(load(x + d, count) * inverse, low, high).round().store(lanes, count);
     for (int64_t i = 0; i < count; ++i) row[d + i] = static_cast<int8_t>(lanes[i]);
   }
   const float scale = absmax / kCodeMax;

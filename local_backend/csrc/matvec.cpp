@@ -1,5 +1,5 @@
-// A decode row times a projection (CPU, float32): `kvwise::matvec`, y = x·Wᵀ + b with W stored transposed,
-// `weight_t [in, out]` (`model.Linear`).
+// A decode row times a projection (CPU, float32 or bfloat16): `kvwise::matvec`, y = x·Wᵀ + b with W stored
+// transposed, `weight_t [in, out]` (`model.Linear`).
 //
 // One row per matrix is pure weight streaming: every weight is read once and used once. MKL's sgemv,
 // which `x @ weight_t` reaches, streamed the 56M Llama's projections at 6-15 GB/s on this project's 2-core
@@ -7,7 +7,8 @@
 // band of W's rows (`in` split between the threads) into a partial y, four rows per pass over the
 // band's columns so each partial element is loaded and stored once per four weights; the partials are
 // then added. Every row of x uses a tile of weights while it is in L1, so W streams once whatever the
-// row count.
+// row count. A bfloat16 W streams half the bytes: each weight is widened to float32 as it is loaded (`lanes.h`)
+// and every sum is kept in float32 (x too); y is rounded to bfloat16 once, at the end.
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -28,8 +29,8 @@ constexpr int64_t TILE_COLUMNS = 1024;  // four rows' tile (16 KB) stays in L1 w
 // For each of `xrows` rows of x (factors x[r · stride + k]): Σ over the rows of `pass` (1 ≤ count ≤ 4,
 // weights w_k) added to y[r · out + c] for c in [c0, c1), or stored when `first`. Two rows of x share
 // each load of the weights, which halves the loads per multiply-add once there are rows to pair.
-template <int count, int xrows>
-inline void pass_into(const float* const* w, const float* x, int64_t stride, int64_t c0, int64_t c1, bool first, float* y,
+template <int count, int xrows, typename T>
+inline void pass_into(const T* const* w, const float* x, int64_t stride, int64_t c0, int64_t c1, bool first, float* y,
                       int64_t out) {
   Vec xs[xrows][count];
   for (int r = 0; r < xrows; ++r) {
@@ -40,7 +41,7 @@ inline void pass_into(const float* const* w, const float* x, int64_t stride, int
     Vec acc[xrows];
     for (int r = 0; r < xrows; ++r) acc[r] = first ? Vec(0.f) : Vec::loadu(y + r * out + c);
     for (int k = 0; k < count; ++k) {
-      const Vec weights = Vec::loadu(w[k] + c);
+      const Vec weights = kvwise::load(w[k] + c);
       for (int r = 0; r < xrows; ++r) acc[r] = at::vec::fmadd(xs[r][k], weights, acc[r]);
     }
     for (int r = 0; r < xrows; ++r) acc[r].store(y + r * out + c);
@@ -48,14 +49,14 @@ inline void pass_into(const float* const* w, const float* x, int64_t stride, int
   for (int r = 0; r < xrows; ++r) {
     for (int64_t c = whole; c < c1; ++c) {
       float acc = first ? 0.f : y[r * out + c];
-      for (int k = 0; k < count; ++k) acc += x[r * stride + k] * w[k][c];
+      for (int k = 0; k < count; ++k) acc += x[r * stride + k] * static_cast<float>(w[k][c]);
       y[r * out + c] = acc;
     }
   }
 }
 
-template <int xrows>
-inline void pass_rows(int64_t count, const float* const* w, const float* x, int64_t stride, int64_t c0, int64_t c1, bool first,
+template <int xrows, typename T>
+inline void pass_rows(int64_t count, const T* const* w, const float* x, int64_t stride, int64_t c0, int64_t c1, bool first,
                       float* y, int64_t out) {
   switch (count) {
     case 4: pass_into<4, xrows>(w, x, stride, c0, c1, first, y, out); break;
@@ -67,14 +68,15 @@ inline void pass_rows(int64_t count, const float* const* w, const float* x, int6
 
 // partial[m, :] = Σ_{i in [begin, end)} x[m, i] · W[i, :] for every row m of x. W is read once, front to
 // back: each pass takes four of its rows, a tile of their columns at a time, for every row of x.
-void band_into(const float* x, const float* w, int64_t rows, int64_t in, int64_t out, int64_t begin, int64_t end, float* partial) {
+template <typename T>
+void band_into(const float* x, const T* w, int64_t rows, int64_t in, int64_t out, int64_t begin, int64_t end, float* partial) {
   if (begin >= end) {
     std::fill(partial, partial + rows * out, 0.f);
     return;
   }
   for (int64_t i = begin; i < end; i += ROWS_PER_PASS) {
     const int64_t count = std::min(ROWS_PER_PASS, end - i);
-    const float* pass[ROWS_PER_PASS] = {w + i * out, w + (i + 1) * out, w + (i + 2) * out, w + (i + 3) * out};
+    const T* pass[ROWS_PER_PASS] = {w + i * out, w + (i + 1) * out, w + (i + 2) * out, w + (i + 3) * out};
     for (int64_t c0 = 0; c0 < out; c0 += TILE_COLUMNS) {
       const int64_t c1 = std::min(out, c0 + TILE_COLUMNS);
       int64_t m = 0;
@@ -84,20 +86,18 @@ void band_into(const float* x, const float* w, int64_t rows, int64_t in, int64_t
   }
 }
 
-at::Tensor matvec(const at::Tensor& x, const at::Tensor& weight_t, const std::optional<at::Tensor>& bias) {
-  TORCH_CHECK(x.dim() == 2 && weight_t.dim() == 2 && x.scalar_type() == at::kFloat && weight_t.scalar_type() == at::kFloat &&
-                  x.is_contiguous() && weight_t.is_contiguous() && x.size(1) == weight_t.size(0),
-              "matvec: contiguous float32 x [rows, in] and weight_t [in, out]");
+template <typename T>
+void matvec_into(const at::Tensor& x, const at::Tensor& weight_t, const std::optional<at::Tensor>& bias, at::Tensor& y) {
   const int64_t rows = x.size(0), in = weight_t.size(0), out = weight_t.size(1);
-  TORCH_CHECK(!bias || (bias->scalar_type() == at::kFloat && bias->is_contiguous() && bias->numel() == out),
-              "matvec: a float32 bias of one element per output");
   const int64_t bands = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), in / MIN_BAND_ROWS));
   const int64_t per_band = (in + bands - 1) / bands;
-  auto y = at::empty({rows, out}, x.options());
-  auto partials = at::empty({bands - 1, rows, out}, x.options());
-  const float* xp = x.data_ptr<float>();
-  const float* wp = weight_t.data_ptr<float>();
-  float* yp = y.data_ptr<float>();
+  const auto floats = x.options().dtype(at::kFloat);
+  const at::Tensor xf = x.scalar_type() == at::kFloat ? x : x.to(at::kFloat);
+  at::Tensor yf = y.scalar_type() == at::kFloat ? y : at::empty({rows, out}, floats);
+  auto partials = at::empty({bands - 1, rows, out}, floats);
+  const float* xp = xf.data_ptr<float>();
+  const T* wp = weight_t.data_ptr<T>();
+  float* yp = yf.data_ptr<float>();
   float* pp = partials.data_ptr<float>();
   at::parallel_for(0, bands, 1, [&](int64_t begin, int64_t end) {
     for (int64_t band = begin; band < end; ++band) {
@@ -112,11 +112,22 @@ at::Tensor matvec(const at::Tensor& x, const at::Tensor& weight_t, const std::op
     for (int64_t c = whole; c < total; ++c) yp[c] += p[c];
   }
   if (bias) {
-    const float* b = bias->data_ptr<float>();
+    const T* b = bias->data_ptr<T>();
     for (int64_t m = 0; m < rows; ++m) {
-      for (int64_t c = 0; c < out; ++c) yp[m * out + c] += b[c];
+      for (int64_t c = 0; c < out; ++c) yp[m * out + c] += static_cast<float>(b[c]);
     }
   }
+  if (!y.is_same(yf)) kvwise::narrow(yp, total, y.data_ptr<T>());
+}
+
+at::Tensor matvec(const at::Tensor& x, const at::Tensor& weight_t, const std::optional<at::Tensor>& bias) {
+  TORCH_CHECK(x.dim() == 2 && weight_t.dim() == 2 && x.scalar_type() == weight_t.scalar_type() && x.is_contiguous() &&
+                  weight_t.is_contiguous() && x.size(1) == weight_t.size(0),
+              "matvec: contiguous x [rows, in] and weight_t [in, out] of one dtype");
+  TORCH_CHECK(!bias || (bias->scalar_type() == x.scalar_type() && bias->is_contiguous() && bias->numel() == weight_t.size(1)),
+              "matvec: a bias of one element per output, of x's dtype");
+  auto y = at::empty({x.size(0), weight_t.size(1)}, x.options());
+  KVWISE_DISPATCH(x.scalar_type(), "matvec", [&] { matvec_into<scalar_t>(x, weight_t, bias, y); });
   return y;
 }
 

@@ -1,5 +1,5 @@
-// Decode attention read in place from the paged KV cache (CPU, float32): `kvwise::paged_decode_attention`, and the
-// step's keys and values written into their slots: `kvwise::write_kv_`.
+// Decode attention read in place from the paged KV cache (CPU, float32 or bfloat16, summed in float32):
+// `kvwise::paged_decode_attention`, and the step's keys and values written into their slots: `kvwise::write_kv_`.
 //
 // torch has no op that attends over scattered cache slots, so without this a decode step copies every
 // sequence's context out of the cache per layer (`index_select`) and attends over the copy; this reads
@@ -13,7 +13,8 @@
 // time (as many dot products reduced together as the vector has lanes, not one horizontal sum per key) and
 // their exponentials likewise: one scalar sum and one scalar exp per key were most of the kernel's time at
 // short contexts. A head_dim that is a multiple of 8 but not of the vector (AVX-512's 16) ends each row
-// with a masked half vector.
+// with a masked half vector. A bfloat16 or int8 cache is read the same way: each block's rows of a kv head are
+// widened (or dequantized) to floats in a scratch the size of one block, which stays in L1, then attended.
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -97,15 +98,16 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& kv_cach
                                   const at::Tensor& context_lens, int64_t block_size, double scale) {
   TORCH_CHECK(q.dim() == 3 && kv_cache.dim() == 4 && kv_cache.size(1) == 2,
               "paged_decode_attention: q must be [batch, heads, dim] and kv_cache [slots, 2, kv_heads, row]");
-  const bool quantized = kv_cache.scalar_type() == at::kChar;
-  TORCH_CHECK(q.scalar_type() == at::kFloat && (quantized || kv_cache.scalar_type() == at::kFloat),
-              "paged_decode_attention: q must be float32 and kv_cache float32 or int8 (codes and scales)");
+  const bool quantized = kv_cache.scalar_type() == at::kChar, widened = kv_cache.scalar_type() == at::kBFloat16;
+  TORCH_CHECK((q.scalar_type() == at::kFloat || q.scalar_type() == at::kBFloat16) &&
+                  (quantized || kv_cache.scalar_type() == q.scalar_type()),
+              "paged_decode_attention: q must be float32 or bfloat16 and kv_cache of its dtype or int8 (codes and scales)");
   TORCH_CHECK(block_tables.scalar_type() == at::kLong && context_lens.scalar_type() == at::kLong,
               "paged_decode_attention: block_tables and context_lens must be int64");
   TORCH_CHECK(q.is_contiguous() && kv_cache.is_contiguous() && block_tables.is_contiguous() && context_lens.is_contiguous(),
               "paged_decode_attention: every input must be contiguous");
   const int64_t batch = q.size(0), heads = q.size(1), dim = q.size(2), kv_heads = kv_cache.size(2);
-  const int64_t row = kv_cache.size(3);  // elements of a stored row: dim floats, or dim codes and the scale's bytes
+  const int64_t row = kv_cache.size(3);  // elements of a stored row: dim values, or dim codes and the scale's bytes
   TORCH_CHECK(row == (quantized ? dim + kvwise::kScaleBytes : dim) && dim % 8 == 0 && heads % kv_heads == 0,
               "paged_decode_attention: head_dim must match and be a multiple of 8, heads a multiple of kv_heads");
   TORCH_CHECK(block_tables.size(0) == batch && context_lens.size(0) == batch,
@@ -114,8 +116,9 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& kv_cach
   // Enough tasks for every thread: a lone sequence splits its kv heads over them.
   const int64_t splits = std::clamp<int64_t>((2 * at::get_num_threads() + batch - 1) / batch, 1, kv_heads);
   const int64_t heads_per_split = (kv_heads + splits - 1) / splits * group;
-  auto out = at::empty_like(q);
-  const float* queries = q.data_ptr<float>();
+  const at::Tensor qf = q.to(at::kFloat);  // a few hundred bytes a row: widened once
+  auto out = at::empty_like(qf);
+  const float* queries = qf.data_ptr<float>();
   const char* cache = static_cast<const char*>(kv_cache.data_ptr());
   const int64_t* tables = block_tables.data_ptr<int64_t>();
   const int64_t* lens = context_lens.data_ptr<int64_t>();
@@ -128,7 +131,7 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& kv_cach
     const Vec scale_v(static_cast<float>(scale));
     std::vector<float> scores(padded * heads_per_split);
     std::vector<float> top(heads), total(heads);
-    std::vector<float> dequantized(quantized ? 2 * block_size * dim : 0);  // one kv head's keys, then its values
+    std::vector<float> dequantized(quantized || widened ? 2 * block_size * dim : 0);  // one kv head's keys, then its values
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / splits, first = task % splits * heads_per_split;
       const int64_t last = std::min(heads, first + heads_per_split), length = lens[b];
@@ -157,6 +160,14 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& kv_cach
             for (int64_t t = 0; t < n; ++t) {
               kvwise::dequantize_row(codes + t * slot_stride, dim, keys_out + t * dim);
               kvwise::dequantize_row(codes + value_offset + t * slot_stride, dim, keys_out + (block_size + t) * dim);
+            }
+            keys = keys_out, values = keys_out + block_size * dim, stride = dim;
+          } else if (widened) {
+            const kvwise::BFloat16* rows = reinterpret_cast<const kvwise::BFloat16*>(block) + kv * row;
+            float* keys_out = dequantized.data();
+            for (int64_t t = 0; t < n; ++t) {
+              kvwise::widen(rows + t * slot_stride, dim, keys_out + t * dim);
+              kvwise::widen(rows + value_offset + t * slot_stride, dim, keys_out + (block_size + t) * dim);
             }
             keys = keys_out, values = keys_out + block_size * dim, stride = dim;
           }
@@ -212,32 +223,19 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& kv_cach
       }
     }
   });
-  return out;
+  return q.scalar_type() == at::kFloat ? out : out.to(q.scalar_type());
 }
 
 // In place, vLLM's reshape_and_cache: kv_cache[slots[t], 0] = k[t] and kv_cache[slots[t], 1] = v[t], with k and v
 // [tokens, kv_heads, dim] views into the step's qkv rows (heads contiguous). In torch ops this is a stack of k and
 // v into a new tensor, then an index_copy_ of it: two copies where one will do. An int8 cache stores each head's
 // row as its codes and scale (kv_int8.h), quantized here on the way in.
-void write_kv_(at::Tensor kv_cache, const at::Tensor& k, const at::Tensor& v, const at::Tensor& slots) {
+template <typename T>
+void write_rows(at::Tensor& kv_cache, const at::Tensor& k, const at::Tensor& v, const int64_t* slot, int64_t dim) {
+  const int64_t tokens = k.size(0), kv_heads = kv_cache.size(2), width = kv_heads * dim;
   const bool quantized = kv_cache.scalar_type() == at::kChar;
-  TORCH_CHECK(kv_cache.dim() == 4 && kv_cache.size(1) == 2 && kv_cache.is_contiguous() &&
-                  (quantized || kv_cache.scalar_type() == at::kFloat),
-              "write_kv_: kv_cache must be contiguous float32 or int8 [slots, 2, kv_heads, row]");
-  const int64_t tokens = k.size(0), kv_heads = kv_cache.size(2);
-  const int64_t dim = quantized ? kv_cache.size(3) - kvwise::kScaleBytes : kv_cache.size(3), width = kv_heads * dim;
-  for (const at::Tensor* part : {&k, &v}) {
-    TORCH_CHECK(part->dim() == 3 && part->scalar_type() == at::kFloat && part->size(0) == tokens &&
-                    part->size(1) * part->size(2) == width && part->stride(2) == 1 && part->stride(1) == part->size(2),
-                "write_kv_: k and v must be float32 [tokens, kv_heads, dim] matching the cache, heads contiguous");
-  }
-  TORCH_CHECK(slots.dim() == 1 && slots.scalar_type() == at::kLong && slots.is_contiguous() && slots.size(0) == tokens,
-              "write_kv_: one int64 slot per token");
-  const int64_t count = kv_cache.size(0);
-  const int64_t* slot = slots.data_ptr<int64_t>();
-  for (int64_t t = 0; t < tokens; ++t) TORCH_CHECK(slot[t] >= 0 && slot[t] < count, "write_kv_: slot ", slot[t], " out of range");
-  const float* keys = k.data_ptr<float>();
-  const float* values = v.data_ptr<float>();
+  const T* keys = k.data_ptr<T>();
+  const T* values = v.data_ptr<T>();
   const int64_t k_stride = k.stride(0), v_stride = v.stride(0), slot_width = 2 * kv_heads * kv_cache.size(3);
   at::parallel_for(0, tokens, 64, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
@@ -249,12 +247,36 @@ void write_kv_(at::Tensor kv_cache, const at::Tensor& k, const at::Tensor& v, co
           kvwise::quantize_row(values + t * v_stride + h * dim, dim, dst + (kv_heads + h) * row);
         }
       } else {
-        float* dst = kv_cache.data_ptr<float>() + slot[t] * slot_width;
+        T* dst = kv_cache.data_ptr<T>() + slot[t] * slot_width;
         std::copy_n(keys + t * k_stride, width, dst);
         std::copy_n(values + t * v_stride, width, dst + width);
       }
     }
   });
+}
+
+// In place, vLLM's reshape_and_cache: kv_cache[slots[t], 0] = k[t] and kv_cache[slots[t], 1] = v[t], with k and v
+// [tokens, kv_heads, dim] views into the step's qkv rows (heads contiguous). In torch ops this is a stack of k and
+// v into a new tensor, then an index_copy_ of it: two copies where one will do. An int8 cache stores each head's
+// row as its codes and scale (kv_int8.h), quantized here on the way in.
+void write_kv_(at::Tensor kv_cache, const at::Tensor& k, const at::Tensor& v, const at::Tensor& slots) {
+  const bool quantized = kv_cache.scalar_type() == at::kChar;
+  TORCH_CHECK(kv_cache.dim() == 4 && kv_cache.size(1) == 2 && kv_cache.is_contiguous() &&
+                  (quantized || kv_cache.scalar_type() == k.scalar_type()),
+              "write_kv_: kv_cache must be contiguous [slots, 2, kv_heads, row], of k's dtype or int8");
+  const int64_t tokens = k.size(0), kv_heads = kv_cache.size(2);
+  const int64_t dim = quantized ? kv_cache.size(3) - kvwise::kScaleBytes : kv_cache.size(3), width = kv_heads * dim;
+  for (const at::Tensor* part : {&k, &v}) {
+    TORCH_CHECK(part->dim() == 3 && part->scalar_type() == k.scalar_type() && part->size(0) == tokens &&
+                    part->size(1) * part->size(2) == width && part->stride(2) == 1 && part->stride(1) == part->size(2),
+                "write_kv_: k and v must be [tokens, kv_heads, dim] of one dtype matching the cache, heads contiguous");
+  }
+  TORCH_CHECK(slots.dim() == 1 && slots.scalar_type() == at::kLong && slots.is_contiguous() && slots.size(0) == tokens,
+              "write_kv_: one int64 slot per token");
+  const int64_t count = kv_cache.size(0);
+  const int64_t* slot = slots.data_ptr<int64_t>();
+  for (int64_t t = 0; t < tokens; ++t) TORCH_CHECK(slot[t] >= 0 && slot[t] < count, "write_kv_: slot ", slot[t], " out of range");
+  KVWISE_DISPATCH(k.scalar_type(), "write_kv_", [&] { write_rows<scalar_t>(kv_cache, k, v, slot, dim); });
 }
 
 }  // namespace

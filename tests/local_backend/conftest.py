@@ -127,11 +127,13 @@ def hf_greedy(checkpoints: dict[str, Path]) -> Callable[[str, list[int], int], l
 
 @pytest.fixture
 def make_engine(checkpoints: dict[str, Path]) -> Callable[..., Engine]:
-    """A fresh engine on a tiny checkpoint; keyword arguments go to `from_pretrained`."""
+    """A fresh engine on a tiny checkpoint; keyword arguments go to `from_pretrained`. float32 unless asked
+    otherwise: the tokens these tests compare (transformers' float32, the torch forms') are float32's, and
+    `dtype="auto"` is bfloat16 on a CPU with AVX512-BF16 or AMX (`dtype_choice`)."""
     engines: list[Engine] = []
 
     def make(kind: str = "llama", **kwargs: object) -> Engine:
-        options: dict[str, object] = dict(device="cpu", max_model_len=256, kv_cache_memory=2**20)
+        options: dict[str, object] = dict(device="cpu", dtype="float32", max_model_len=256, kv_cache_memory=2**20)
         options.update(kwargs)
         engine = Engine.from_pretrained(checkpoints[kind], **options)
         engines.append(engine)

@@ -69,6 +69,23 @@ def test_the_kernel_equals_sdpa_over_scattered_blocks(heads, kv_heads, dim, leng
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(8, 4, 64), (6, 2, 8), (4, 2, 24)])
+@pytest.mark.parametrize("lengths", [[1], [17], [5, 16, 33, 200, 1]])
+def test_the_kernel_reads_a_bfloat16_cache_as_sdpa_over_its_values_in_float32(heads, kv_heads, dim, lengths):
+    """A bfloat16 cache and queries, summed in float32: the float32 SDPA of the same rounded values, rounded once."""
+    assert cpu_kernels.load()
+    gen = torch.Generator().manual_seed(len(lengths) * 10 + heads + dim)
+    kv_cache = torch.randn(80 * BLOCK, 2, kv_heads, dim, generator=gen).bfloat16()
+    tables = torch.randperm(80, generator=gen)[: len(lengths) * 13].view(len(lengths), 13)
+    q = torch.randn(len(lengths), heads, dim, generator=gen).bfloat16()
+    meta = AttentionMetadata(torch.zeros(0, dtype=torch.long), (), (), PagedDecodes(tables, torch.tensor(lengths), BLOCK))
+    got = paged_attention(q, q.new_zeros(0, kv_heads, dim), q.new_zeros(0, kv_heads, dim), kv_cache, meta,
+                          ops.NativeOps(dim, cpu_kernels.load().choices))  # fmt: skip
+    assert got.dtype == torch.bfloat16
+    expected = _sdpa_reference(q.float(), kv_cache.float(), tables, lengths)
+    torch.testing.assert_close(got.float(), expected, rtol=1.6e-2, atol=1e-2)
+
+
 def test_the_kernel_refuses_what_it_cannot_read_with_a_clear_error():
     assert cpu_kernels.load()
     q, cache = torch.randn(1, 4, 12), torch.randn(16, 2, 4, 12)  # head_dim 12 is not a multiple of 8
@@ -76,20 +93,22 @@ def test_the_kernel_refuses_what_it_cannot_read_with_a_clear_error():
     with pytest.raises(RuntimeError, match="multiple of 8"):
         torch.ops.kvwise.paged_decode_attention(q, cache, table, length, BLOCK, 1.0)
     assert not ops.select(torch.device("cpu"), torch.float32, 12).paged_decodes
-    assert ops.select(torch.device("cpu"), torch.bfloat16, 64) is ops.TORCH
+    assert isinstance(ops.select(torch.device("cpu"), torch.bfloat16, 64), ops.NativeOps)
+    assert ops.select(torch.device("cpu"), torch.float16, 64) is ops.TORCH
     assert ops.select(torch.device("cpu"), torch.float32, 64).paged_decodes
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(("tokens", "kv_heads", "dim"), [(1, 4, 64), (130, 2, 16), (5, 1, 12)])
-def test_the_kv_write_stores_the_steps_keys_and_values_as_index_copy_does(tokens, kv_heads, dim):
+def test_the_kv_write_stores_the_steps_keys_and_values_as_index_copy_does(tokens, kv_heads, dim, dtype):
     assert cpu_kernels.load()
     gen = torch.Generator().manual_seed(tokens + dim)
     heads = 2 * kv_heads
-    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim, generator=gen)
+    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim, generator=gen).to(dtype)
     _, k, v = qkv.split([heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
     k, v = k.view(tokens, kv_heads, dim), v.view(tokens, kv_heads, dim)  # views into the step's qkv rows
     slots = torch.randperm(4 * tokens, generator=gen)[:tokens]
-    cache = torch.randn(4 * tokens, 2, kv_heads, dim, generator=gen)
+    cache = torch.randn(4 * tokens, 2, kv_heads, dim, generator=gen).to(dtype)
     expected = cache.clone().index_copy_(0, slots, torch.stack((k, v), dim=1))
     torch.ops.kvwise.write_kv_(cache, k, v, slots)
     assert torch.equal(cache, expected)  # the written slots, and every other slot untouched

@@ -27,7 +27,7 @@ def test_the_packed_product_equals_the_plain_one(bias, rows):
 
 
 def test_a_cpu_float32_load_packs_every_projection():
-    engine = Engine.from_pretrained("default", device="cpu", kv_cache_memory=2**22)
+    engine = Engine.from_pretrained("default", device="cpu", dtype="float32", kv_cache_memory=2**22)
     try:
         linears = [m for m in engine.core.runner.model.modules() if isinstance(m, Linear)]
         assert linears and all(m.packed is not None for m in linears)
