@@ -18,7 +18,9 @@ prefix cache: one key never gets a cache hit from another's prompt. `/metrics` c
 tenant's work together, so with several keys only `--metrics-key` (or $KVWISE_METRICS_KEY), a key
 that reads nothing else, may scrape it (with one key, that key may too). `--served-model-name` gives the
 names requests may use (the first is reported; any other name is a 404); `--allowed-origins` lets
-browser pages on those origins (`*`: any) call the API.
+browser pages on those origins (`*`: any) call the API, and a request from any other page is
+refused; `--allowed-hosts` names the Host names the server answers to (by default, without a key,
+only the loopback names: a page that rebinds its own name to 127.0.0.1 is refused).
 
 Prints the base URL once the server accepts connections. SIGTERM or Ctrl-C stops accepting, lets
 in-flight requests finish for up to a grace period, then exits 0. A connection whose request
@@ -94,7 +96,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--served-model-name", nargs="+", metavar="NAME",
                        help="model names requests may use (default: the checkpoint's)")  # fmt: skip
     serve.add_argument("--allowed-origins", nargs="+", default=[], metavar="ORIGIN",
-                       help="CORS: origins whose pages may call the API ('*' for any)")  # fmt: skip
+                       help="CORS: origins whose pages may call the API ('*' for any); requests from other "
+                            "pages are refused")  # fmt: skip
+    serve.add_argument("--allowed-hosts", nargs="+", default=None, metavar="HOST",
+                       help="Host names the server answers to ('*' for any; default: the loopback names without "
+                            "--api-key, any with one): a guard against DNS rebinding")  # fmt: skip
     engine = serve.add_argument_group("engine (EngineConfig; vLLM's names)")
     engine.add_argument("--device", default=_ENGINE_DEFAULTS.device, choices=("auto", "cpu", "cuda"))
     engine.add_argument("--dtype", default=_ENGINE_DEFAULTS.dtype, choices=DTYPES,
@@ -153,7 +159,7 @@ def build_app(args: argparse.Namespace, engine: Engine) -> Starlette:
     name = args.model if args.model == DEFAULT_MODEL_NAME else Path(args.model).name
     return create_app(engine, model_name=args.served_model_name or name, api_key=_api_keys(args.api_key),
                       metrics_key=args.metrics_key, max_queue=args.max_queue,
-                      allowed_origins=args.allowed_origins)  # fmt: skip
+                      allowed_origins=args.allowed_origins, allowed_hosts=args.allowed_hosts)  # fmt: skip
 
 
 def _api_keys(given: list[str] | None) -> list[str]:
@@ -165,7 +171,9 @@ def _api_keys(given: list[str] | None) -> list[str]:
 def serve(args: argparse.Namespace) -> int:
     config = engine_config(args)
     if args.host not in LOOPBACK_HOSTS and not _api_keys(args.api_key):
-        logger.warning("serving on %s without --api-key: anyone who can reach this port can use the model", args.host)
+        logger.warning("serving on %s without --api-key: anyone who can reach this port can use the model; "
+                       "requests naming another Host than %s are refused unless --allowed-hosts lists it",
+                       args.host, ", ".join(args.allowed_hosts or sorted(LOOPBACK_HOSTS)))  # fmt: skip
     print(f"loading {args.model} ...", file=sys.stderr, flush=True)
     engine = load_engine(config)
     try:

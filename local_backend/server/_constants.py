@@ -15,7 +15,8 @@ DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 8000
 
 LOOPBACK_HOSTS: Final = frozenset({"127.0.0.1", "::1", "localhost"})
-"""Hosts that need no warning when the server runs without an API key."""
+"""Hosts that need no warning when the server runs without an API key, and the Host names such a
+server answers to by default (`browser_guard`: a DNS-rebinding page's own name is none of them)."""
 
 HEALTH_PATH: Final = "/health"
 """The one path that never needs the API key (load balancers and readiness probes)."""

@@ -33,8 +33,16 @@ from starlette.types import Receive, Scope, Send
 from local_backend._constants import DEFAULT_MODEL_NAME
 from local_backend.engine import Engine
 from local_backend.server import anthropic_routes, openai_routes, openapi, responses_routes
-from local_backend.server._constants import DEFAULT_MAX_QUEUE, HEALTH_PATH, MAX_LOGGED_FRAMES, METRICS_PATH, OPENAPI_PATH
+from local_backend.server._constants import (
+    DEFAULT_MAX_QUEUE,
+    HEALTH_PATH,
+    LOOPBACK_HOSTS,
+    MAX_LOGGED_FRAMES,
+    METRICS_PATH,
+    OPENAPI_PATH,
+)
 from local_backend.server.auth import ApiKeyMiddleware
+from local_backend.server.browser_guard import BrowserGuard
 from local_backend.server.errors import ApiError, ErrorKind, Flavor, error_body, error_response, status_of
 from local_backend.server.generation import Backend
 from local_backend.server.metrics import CONTENT_TYPE, ServerMetrics
@@ -50,6 +58,7 @@ def create_app(
     metrics_key: str | None = None,
     max_queue: int = DEFAULT_MAX_QUEUE,
     allowed_origins: Sequence[str] = (),
+    allowed_hosts: Sequence[str] | None = None,
 ) -> Starlette:
     """An ASGI app serving `engine` as `model_name`; with `api_key`, all but `/health` need a key.
 
@@ -78,6 +87,8 @@ def create_app(
     backend.on_finish = server_metrics.observe
     guarded = bool(keys) or metrics_key is not None
     middleware = [Middleware(ApiKeyMiddleware, api_keys=keys, metrics_key=metrics_key)] if guarded else []
+    hosts = allowed_hosts if allowed_hosts is not None else None if keys else sorted(LOOPBACK_HOSTS)
+    middleware.insert(0, Middleware(BrowserGuard, allowed_hosts=hosts, allowed_origins=allowed_origins))
     if allowed_origins:  # outermost: a preflight carries no key, and even a 401 needs CORS headers
         middleware.insert(0, Middleware(CORSMiddleware, allow_origins=list(allowed_origins),
                                         allow_methods=["*"], allow_headers=["*"]))  # fmt: skip

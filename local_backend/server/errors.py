@@ -9,6 +9,7 @@
     FORBIDDEN       403 invalid_request_error/forbidden  403 permission_error
     NOT_FOUND       404 invalid_request_error            404 not_found_error
     TOO_LARGE       413 invalid_request_error            413 request_too_large
+    UNSUPPORTED_MEDIA_TYPE  415 invalid_request_error    415 invalid_request_error
     OVERLOADED      429 rate_limit_error                 529 overloaded_error
     INTERNAL        500 server_error                     500 api_error
 
@@ -45,6 +46,7 @@ class ErrorKind(enum.Enum):
     FORBIDDEN = "forbidden"
     NOT_FOUND = "not_found"
     TOO_LARGE = "too_large"
+    UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
     OVERLOADED = "overloaded"
     INTERNAL = "internal"
 
@@ -55,6 +57,7 @@ _OPENAI: dict[ErrorKind, tuple[int, str, str | None]] = {
     ErrorKind.FORBIDDEN: (403, "invalid_request_error", "forbidden"),
     ErrorKind.NOT_FOUND: (404, "invalid_request_error", "not_found"),
     ErrorKind.TOO_LARGE: (413, "invalid_request_error", "request_too_large"),
+    ErrorKind.UNSUPPORTED_MEDIA_TYPE: (415, "invalid_request_error", "unsupported_media_type"),
     ErrorKind.OVERLOADED: (429, "rate_limit_error", "rate_limit_exceeded"),
     ErrorKind.INTERNAL: (500, "server_error", None),
 }
@@ -64,6 +67,7 @@ _ANTHROPIC: dict[ErrorKind, tuple[int, str]] = {
     ErrorKind.FORBIDDEN: (403, "permission_error"),
     ErrorKind.NOT_FOUND: (404, "not_found_error"),
     ErrorKind.TOO_LARGE: (413, "request_too_large"),
+    ErrorKind.UNSUPPORTED_MEDIA_TYPE: (415, "invalid_request_error"),
     ErrorKind.OVERLOADED: (529, "overloaded_error"),
     ErrorKind.INTERNAL: (500, "api_error"),
 }
