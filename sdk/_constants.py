@@ -32,6 +32,11 @@ VOLATILE_LINE_CACHE_SIZE = 4096  # lines whose scan is remembered: a prompt with
 VOLATILE_FAMILIES = 256  # prompt families whose candidate bytes a wrapped client remembers (LRU)
 VOLATILE_MAX_ASCENDING_RUN = 4  # a nonce has no longer run of consecutive code points ("0123456789abcdef")
 
+# Expected against read (`sdk.expected_reads`)
+SENT_PREFIXES_REMEMBERED = 64  # calls whose prefixes (hashes and sizes) a wrapped client keeps, to tell what the next should read
+CACHE_MISS_TOLERANCE_SHARE = 0.1  # a read this much under the expectation is no miss (the expectation's tokens are estimated)
+CACHE_UNDER_MINIMUM_MARGIN = 0.1  # a shared prefix this close above the minimum may fall under it by the provider's count
+
 # Decode guards
 REASONING_ROOM_TOKENS = 16_000  # added to the cap where Anthropic requires max_tokens and adaptive thinking sets no budget
 CONTEXT_FIT_BYTES_PER_TOKEN = 2  # prompt tokens are estimated high (English runs ~4 bytes a token): a filled cap must fit

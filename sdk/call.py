@@ -64,6 +64,9 @@ class Call:
     went on with in-process memories.
     `context_note` holds the lines of the tail note (`sdk.moving`: values that change within a
     conversation), which the next call of the conversation will not re-send where this one has them.
+    `endpoint`: who the call goes to beyond its provider and model (its base URL and a hash of its
+    key), `expected_read` the tokens its provider should read from the cache (`sdk.expected_reads`),
+    and `read_miss`, once it answered, how many it missed and why (None: no miss).
     """
 
     api: Api
@@ -86,6 +89,9 @@ class Call:
     stream_usage_added: bool = False
     stream_usage_refused: bool = False
     state_degraded: str | None = None
+    endpoint: object = None
+    expected_read: Expectation | None = None
+    read_miss: Miss | None = None
 
     @property
     def stream(self) -> bool:
@@ -123,3 +129,24 @@ class Usage:
     def hit_ratio(self) -> float:
         """Cache-read tokens over all input tokens (0 when there was no input)."""
         return self.cache_read_tokens / self.input_tokens if self.input_tokens else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Expectation:
+    """The cached tokens a call should read (`sdk.expected_reads`), a miss cause known before its answer
+    (a `sdk.telemetry.semconv.MissCause` value; None: none), and whether the request carries
+    breakpoints of an explicit cache (a provider honouring them writes or reads)."""
+
+    tokens: int
+    cause: str | None
+    explicit: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Miss:
+    """A call that read fewer cached tokens than expected: how many it should have read, missed, and why
+    (a `sdk.telemetry.semconv.MissCause` value)."""
+
+    expected: int
+    missed: int
+    cause: str

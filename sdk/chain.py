@@ -1,4 +1,5 @@
-"""The request-rewrite chain: canonical order -> fingerprint -> cache diagnostics -> cache hints -> decode guards.
+"""The request-rewrite chain: canonical order -> fingerprint -> cache diagnostics -> cache hints -> decode guards
+-> the read to expect.
 
 Each step is a `Middleware`: it reads and rewrites the provider-neutral `Call` in place, without
 I/O, so the sync and async clients share it. Users add their own steps with
@@ -17,6 +18,7 @@ from sdk.cache_hints import place_cache_hints
 from sdk.call import Call
 from sdk.canonical import canonicalize
 from sdk.diagnostics import request_diagnostics
+from sdk.expected_reads import SentPrefixes
 from sdk.fingerprint import cache_ttl_seconds
 from sdk.guards import apply_guards
 from sdk.lifecycle import CallListener
@@ -52,6 +54,7 @@ class Chain:
         self.tracker = memories.tracker  # the last call per API and model (`sdk.fingerprint`)
         self.families = memories.families  # which bytes change between calls (`sdk.families`)
         self.extra = tuple(extra)
+        self.sent = SentPrefixes()  # what this client sent, to tell what a call should read (`sdk.expected_reads`)
         self.caps = memories.caps  # learnt output caps (`sdk.adaptive_caps`), None unless the policy asks
         self.outage = memories.outage
         self.diagnostics = diagnostics and policy.cache_diagnostics  # Anthropic's own API only (`sdk.diagnostics`)
@@ -64,7 +67,8 @@ class Chain:
         for step in self.extra:
             step.on_request(call)
         canonicalize(call, self.policy, adapter, self.families)
-        seen, previous = self.tracker.observe(call, cache_ttl_seconds(call, self.policy.cache_ttl))
+        ttl = cache_ttl_seconds(call, self.policy.cache_ttl)
+        seen, previous = self.tracker.observe(call, ttl)
         if self.diagnostics and (ids := request_diagnostics(call, seen, previous)) is not None:
             listeners.append(ids)
         if self.policy.cache_hints:
@@ -74,4 +78,6 @@ class Chain:
             listeners.append(CapLearner(self.caps, workload, call.cap.tokens, call.cap.source == CapSource.ADAPTIVE))
         if self.outage is not None:
             call.state_degraded = self.outage()
+        call.expected_read, learner = self.sent.expect(call, ttl)  # the prompt as it goes, breakpoints placed
+        listeners.append(learner)
         return listeners

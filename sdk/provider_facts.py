@@ -33,6 +33,8 @@ ANTHROPIC_LONG_TTL = "1h"  # Anthropic requires every 1h mark to come before any
 ANTHROPIC_CACHE_TTL_SECONDS = {ANTHROPIC_DEFAULT_TTL: 300.0, ANTHROPIC_LONG_TTL: 3600.0}  # kept after a prefix's last use
 
 OPENAI_MIN_CACHEABLE_TOKENS = 1024
+OPENAI_CACHE_STEP_TOKENS = 128  # beyond the minimum, OpenAI caches prefixes in steps of this many tokens
+OPENAI_SHORTEST_RETENTION_SECONDS = 300.0  # in-memory retention: "5 to 10 minutes of inactivity, up to an hour"
 OPENAI_EXTENDED_RETENTION = "24h"  # the prompt_cache_retention value Policy.cache_ttl="1h" asks for
 OPENAI_EXTENDED_RETENTION_SECONDS = 86_400.0
 _OPENAI_EXPLICIT_BREAKPOINT_MODELS = re.compile(r"gpt-(\d+)\.(\d+)")

@@ -279,6 +279,7 @@ class WrappedClient(_Node):
             call, native = self._rewrite_batch(spec.api, provider, kwargs)
         else:
             call = adapter_for(spec.api).to_call(kwargs, provider)
+            call.endpoint = (str(compat.base_url(client)), hash((getattr(client, "api_key", None), getattr(client, "auth_token", None))))
             listeners = shared.chain.run(call)
             shared.refusals.mark(call, server)
             native = adapter_for(spec.api).to_kwargs(call)

@@ -11,6 +11,7 @@ from sdk.report.numbers import (
     ConversationStats, HitPoint, ModelCost, ModelDecode, PrefillFit, conversation_stats, hit_series, model_costs, model_decode,
     prefill_fit,
 )
+from sdk.report.misses import MissRow, miss_rows
 from sdk.report.spans import ReportedCall
 
 
@@ -23,20 +24,24 @@ class Report:
     decode: tuple[ModelDecode, ...]
     conversations: tuple[ConversationStats, ...]
     findings: tuple[str, ...]
+    misses: tuple[MissRow, ...] = ()
 
 
 def build(records: Sequence[ReportedCall], top: int = REPORT_TOP_CONVERSATIONS) -> Report:
     """The report of `records` (the wrapped calls, see `sdk.report.spans.calls`)."""
     fit, costs, decode = prefill_fit(records), model_costs(records), model_decode(records)
     conversations = conversation_stats(records, top)
+    misses = miss_rows(records)
     return Report(tuple(records), fit, hit_series(records), tuple(costs), tuple(decode), tuple(conversations),
-                  tuple(findings(conversations, costs, decode, fit)))
+                  tuple(findings(conversations, costs, decode, fit, misses)), tuple(misses))
 
 
 def summary(report: Report) -> str:
     """The short text the CLI prints: totals, then the findings."""
     spend = sum(model.cost.total_usd for model in report.costs)
     saved = sum(model.cost.saved_usd for model in report.costs)
-    lines = [f"{len(report.calls)} calls, ${spend:.4f} spent, ${saved:.4f} saved by cache reads"]
+    missed = sum(row.tokens for row in report.misses if row.by_provider)
+    lines = [f"{len(report.calls)} calls, ${spend:.4f} spent, ${saved:.4f} saved by cache reads, "
+             f"{missed} cached tokens the provider missed"]
     lines += [f"- {finding}" for finding in report.findings]
     return "\n".join(lines)

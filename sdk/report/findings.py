@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from sdk.report.misses import MissRow
 from sdk.report.numbers import ConversationStats, ModelCost, ModelDecode, PrefillFit
 
 ADVICE = {
@@ -21,12 +22,26 @@ ADVICE = {
 }
 """What to do about each `sdk.fingerprint.BreakCause`."""
 
+MISS_ADVICE = {
+    "evicted": "the provider dropped a prefix it should have kept (eviction, or a replica that never saw it)",
+    "breakpoint_ignored": "the cache_control breakpoints were not honoured; check for a gateway or proxy that strips them",
+    "lifetime_passed": "the calls came further apart than the cache lives; call sooner or ask for a longer TTL",
+    "under_minimum": "the shared prefix is at the provider's minimum cacheable length; lengthen it or accept the misses",
+    "other_endpoint": "the prefix was cached under another base URL or key; send a workload through one",
+}
+"""What each `sdk.telemetry.semconv.MissCause` means for the user."""
+
 
 def findings(
-    conversations: Sequence[ConversationStats], costs: Sequence[ModelCost], decode: Sequence[ModelDecode], fit: PrefillFit | None
+    conversations: Sequence[ConversationStats], costs: Sequence[ModelCost], decode: Sequence[ModelDecode], fit: PrefillFit | None,
+    misses: Sequence[MissRow] = (),
 ) -> list[str]:
     """Sentences a user can act on, from the table's numbers."""
     found = []
+    for row in misses:
+        whose = "the provider missed" if row.by_provider else "kvwise expected but could not get"
+        found.append(f"{whose} {row.tokens} cached tokens (${row.usd:.4f} paid uncached) on {row.calls} call(s), "
+                     f"`{row.cause}`: {MISS_ADVICE.get(row.cause, 'see the spans kvwise.cache.* attributes')}.")
     for stats in conversations:
         if stats.top_cause is not None:
             where = f" in {stats.top_break_at}" if stats.top_break_at else ""

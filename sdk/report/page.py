@@ -29,12 +29,19 @@ def render(report: Report, figures: Mapping[str, Path]) -> str:
         f"src=\"data:image/png;base64,{base64.b64encode(path.read_bytes()).decode('ascii')}\">"
         for stem, path in figures.items()
     )
+    misses = "".join(
+        f"<tr><td>{html.escape(row.cause)}</td><td>{'provider' if row.by_provider else 'explained'}</td><td>{row.calls}</td>"
+        f"<td>{row.tokens}</td><td>${row.usd:.4f}</td></tr>"
+        for row in report.misses
+    )
     items = "".join(f"<li>{html.escape(finding)}</li>" for finding in report.findings)
     headline = html.escape(summary(report).splitlines()[0])
     return (
         f"<!doctype html><html><head><meta charset=\"utf-8\"><title>kvwise report</title><style>{_STYLE}</style>"
         f"</head><body><h1>kvwise report</h1><p>{headline}</p><h2>Findings</h2><ul>{items}</ul>"
         "<h2>Top conversations by spend</h2><table><tr><th>conversation</th><th>calls</th><th>spend</th>"
-        f"<th>hit ratio</th><th>breaks</th><th>most frequent break cause</th></tr>{rows}</table>{images}"
+        f"<th>hit ratio</th><th>breaks</th><th>most frequent break cause</th></tr>{rows}</table>"
+        "<h2>Cache reads the provider missed (apart from the breaks the prompt caused)</h2><table><tr><th>cause</th>"
+        f"<th>whose</th><th>calls</th><th>tokens</th><th>paid uncached</th></tr>{misses}</table>{images}"
         "</body></html>"
     )

@@ -57,6 +57,9 @@ class ReportedCall:
     guard_tokens_saved: int
     draft_tokens: int = 0  # proposed by the server's speculative decoding (0: none ran, or not reported)
     draft_accepted_tokens: int = 0
+    expected_read_tokens: int = 0  # a call that read less than kvwise expected (`sdk.expected_reads`): the expectation,
+    missed_tokens: int = 0  # the tokens it missed
+    miss_cause: str | None = None  # and why
 
     @property
     def uncached_input_tokens(self) -> int:
@@ -205,4 +208,7 @@ def _record(span: RawSpan, decode_s: float | None) -> ReportedCall:
         guard_tokens_saved=int(number(sc.KVWISE_GUARD_TOKENS_SAVED)),
         draft_tokens=int(number(sc.KVWISE_SERVER_DRAFT_TOKENS)),
         draft_accepted_tokens=int(number(sc.KVWISE_SERVER_DRAFT_ACCEPTED_TOKENS)),
+        expected_read_tokens=int(number(sc.KVWISE_CACHE_EXPECTED_READ_TOKENS)),
+        missed_tokens=int(number(sc.KVWISE_CACHE_MISSED_TOKENS)),
+        miss_cause=text(sc.KVWISE_CACHE_MISS_CAUSE),
     )

@@ -15,7 +15,7 @@ from typing import Any, TypedDict
 from pydantic import BaseModel
 
 from sdk._constants import RESPONSE_CLASS_NAMES_CACHE_SIZE
-from sdk.call import Call, Provider, Usage
+from sdk.call import Call, Miss, Provider, Usage
 from sdk.errors import StreamTruncated
 from sdk.telemetry import semconv as sc
 from sdk.telemetry.pricing import Cost
@@ -61,6 +61,7 @@ class Outcome:
     system_fingerprint: str | None = None
     break_cause_server: str | None = None
     abandoned: bool = False  # the caller stopped reading the stream before its end (no error)
+    miss: Miss | None = None  # read fewer cached tokens than kvwise expected (`sdk.expected_reads`)
 
 
 def provider_name(call: Call, host: str | None) -> str:
@@ -153,6 +154,10 @@ def outcome_attributes(outcome: Outcome) -> Attributes:
         _add_usage(attributes, outcome.usage)
     if outcome.cost is not None:
         _add_cost(attributes, outcome.cost)
+    if outcome.miss is not None:
+        attributes[sc.KVWISE_CACHE_EXPECTED_READ_TOKENS] = outcome.miss.expected
+        attributes[sc.KVWISE_CACHE_MISSED_TOKENS] = outcome.miss.missed
+        attributes[sc.KVWISE_CACHE_MISS_CAUSE] = outcome.miss.cause
     if outcome.time_to_first_chunk_s is not None:
         attributes[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = outcome.time_to_first_chunk_s
     if outcome.chunks is not None:

@@ -5,6 +5,7 @@
     gen_ai.client.operation.time_to_first_chunk    s        per streamed call
     gen_ai.client.operation.time_per_output_chunk  s        per streamed call: (last - first) / (chunks - 1)
     kvwise.cache.read_tokens                       {token}  counter
+    kvwise.cache.missed_tokens                     {token}  counter, with kvwise.cache.miss_cause
     kvwise.cost.usd                                USD      counter
 
 Histograms carry the semconv explicit bucket boundaries as advice. The semconv records
@@ -33,7 +34,7 @@ _INPUT, _OUTPUT = sc.TokenType.INPUT.value, sc.TokenType.OUTPUT.value
 class Instruments:
     """The instruments of one wrapped client, created once from its meter."""
 
-    __slots__ = ("cache_reads", "cost", "duration", "per_chunk", "time_to_first_chunk", "token_usage")
+    __slots__ = ("cache_misses", "cache_reads", "cost", "duration", "per_chunk", "time_to_first_chunk", "token_usage")
 
     def __init__(self, meter: Meter) -> None:
         self.token_usage: Histogram = meter.create_histogram(
@@ -51,6 +52,9 @@ class Instruments:
         )
         self.cache_reads: Counter = meter.create_counter(
             sc.KVWISE_CACHE_READ_TOKENS, unit=sc.TOKEN_UNIT, description="Input tokens read from provider prefix caches."
+        )
+        self.cache_misses: Counter = meter.create_counter(
+            sc.KVWISE_CACHE_MISSED_TOKENS, unit=sc.TOKEN_UNIT, description="Input tokens the provider should have read from its cache and did not."
         )
         self.cost: Counter = meter.create_counter(
             sc.KVWISE_COST_USD, unit=sc.USD_UNIT, description="Cost of calls at the price table's rates."
@@ -78,6 +82,8 @@ class Instruments:
                 self.token_usage.record(usage.output_tokens, {**attributes, sc.GEN_AI_TOKEN_TYPE: _OUTPUT}, context)
             if usage.cache_read_tokens:
                 self.cache_reads.add(usage.cache_read_tokens, attributes, context)
+        if outcome.miss is not None:
+            self.cache_misses.add(outcome.miss.missed, {**attributes, sc.KVWISE_CACHE_MISS_CAUSE: outcome.miss.cause}, context)
         if outcome.time_to_first_chunk_s is not None:
             self.time_to_first_chunk.record(outcome.time_to_first_chunk_s, attributes, context)
         if per_chunk_ns is not None:

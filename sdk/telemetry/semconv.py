@@ -167,6 +167,17 @@ KVWISE_CACHE_HIT_RATIO: Final = "kvwise.cache.hit_ratio"
 KVWISE_CACHE_READ_TOKENS: Final = "kvwise.cache.read_tokens"
 """Counter of input tokens read from provider caches, summed over calls."""
 
+KVWISE_CACHE_EXPECTED_READ_TOKENS: Final = "kvwise.cache.expected_read_tokens"
+"""Input tokens kvwise expected the provider to read (`sdk.expected_reads`): the longest prefix this client
+sent before to the same provider and model, counted from that call's reported usage; set on calls that read fewer."""
+
+KVWISE_CACHE_MISSED_TOKENS: Final = "kvwise.cache.missed_tokens"
+"""Expected minus read input tokens of a call that read fewer than kvwise expected (span attribute), and the
+counter that sums them over calls (with `kvwise.cache.miss_cause`)."""
+
+KVWISE_CACHE_MISS_CAUSE: Final = "kvwise.cache.miss_cause"
+"""Why a call read fewer tokens than kvwise expected, where kvwise can tell: a `MissCause`."""
+
 KVWISE_PREFIX_FINGERPRINT: Final = "kvwise.prefix.fingerprint"
 """Hash of the stable prefix (tools, system, history): equal fingerprints can share a cache entry."""
 
@@ -495,6 +506,19 @@ class ErrorType(StrEnum):
 
     STREAM_TRUNCATED = "stream_truncated"
     OTHER = "_OTHER"
+
+
+class MissCause(StrEnum):
+    """Values of `kvwise.cache.miss_cause`: why the provider read less than kvwise sent before.
+
+    The first three kvwise can explain from its side (the user can act on them); the last two are
+    the provider's: it did not keep or honour what it should have."""
+
+    LIFETIME_PASSED = "lifetime_passed"  # the earlier call is older than the cache lifetime kvwise knows
+    UNDER_MINIMUM = "under_minimum"  # the shared prefix is at the provider's minimum cacheable length, by kvwise's count
+    OTHER_ENDPOINT = "other_endpoint"  # the prefix was sent before to another base URL or key
+    BREAKPOINT_IGNORED = "breakpoint_ignored"  # breakpoints were sent and the answer shows no cache write nor read
+    EVICTED = "evicted"  # within the lifetime, breakpoints honoured: the provider dropped it (eviction, another replica)
 
 
 class CapSource(StrEnum):

@@ -240,6 +240,7 @@ class CallRecord:
             system_fingerprint=end.system_fingerprint,
             break_cause_server=_server_cause(self._call, end.cache_miss_reason) if end.cache_miss_reason else None,
             abandoned=end.ending is Ending.ABANDONED,
+            miss=self._call.read_miss,
         )
 
     def _time_to_first_chunk_s(self) -> float:
