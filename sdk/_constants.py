@@ -56,6 +56,8 @@ STATE_URL_ENV = "KVWISE_STATE_URL"  # where the memories live when `sdk.wrap(sta
 STATE_TIMEOUT_SECONDS = 0.02  # the most one store command may take before the call goes on without it
 STATE_RETRY_SECONDS = 1.0  # after a failed command, the store is left alone this long (each call would wait otherwise)
 STATE_EXPIRY_SECONDS = 7 * 24 * 3600  # a memory nobody touched for this long is dropped by the store
+STATE_MAX_VALUE_BYTES = 1 << 20  # a stored value longer than this is malformed (a real one is hashes: kilobytes)
+STATE_MAX_OUTPUT_TOKENS = 1 << 24  # a remembered output length above this is malformed
 
 # Telemetry
 RESPONSE_CLASS_NAMES_CACHE_SIZE = 256  # (answer class, attribute) pairs whose presence on the class is remembered

@@ -22,7 +22,9 @@ base URL, so one key never reads another's memories), only hashes and counts:
                                           key and hashes, the settings' hashes, when, its answer's id;
     kvwise:{tenant}:latest:{api}          the same for the API's latest call (break causes across processes)
 
-Faults never reach the call: each command is bounded (`STATE_TIMEOUT_SECONDS`, or the URL's
+Faults never reach the call. Every value read is checked (`sdk.state_values`): a malformed one is
+dropped (deleted, or overwritten by this call's), logged, and the call goes on as if it had not been
+there, its span saying `kvwise.state.degraded` and which kind of key held it. Each command is bounded (`STATE_TIMEOUT_SECONDS`, or the URL's
 `?socket_timeout=`, which the `redis` client reads); a failure starts an
 outage (logged once): calls go on with in-process state, their spans say `kvwise.state.degraded` and
 why, and the store is tried again `STATE_RETRY_SECONDS` later. A leader that dies releases by expiry.
@@ -32,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 import os
 import threading
@@ -50,6 +51,7 @@ from sdk.families import Changes, FamilyMemory, FamilyRecord, next_record
 from sdk.fanout import FanOut, Leader, Waited, credentials_hash
 from sdk.fingerprint import PrefixTracker, Seen, Segment
 from sdk.policy import Policy
+from sdk.state_values import Malformed, decode_cuts, decode_family, decode_lengths, decode_seen, encode_family, encode_seen
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +89,7 @@ def memories_for(client: Any, policy: Policy, state: str | None) -> Memories:
         SharedFamilies(store, namespace),
         SharedCaps(store, namespace) if policy.adaptive_caps else None,
         SharedFanOut(store, namespace, policy.fanout_wait_seconds) if policy.fanout == "warm" else None,
-        store.outage,
+        store.degraded,
     )
 
 
@@ -124,6 +126,7 @@ class Store:
         self._outage: str | None = None
         self._retry_at = 0.0
         self._lock = threading.Lock()
+        self._found = threading.local()  # `reason`: a malformed value this thread's call read (`degraded`)
 
     def run(self, command: Callable[[Any], T]) -> tuple[bool, T | None]:
         """`(True, command(redis))`, or `(False, None)` when the store failed or is in an outage."""
@@ -153,6 +156,18 @@ class Store:
         """Why the store is failing now (None: it is not)."""
         return self._outage
 
+    def malformed(self, error: Malformed, *, during_call: bool = True) -> None:
+        """A value read was malformed (the caller drops it): logged, and told to this thread's call
+        by `degraded` where it was read `during_call` (not at a call's end)."""
+        logger.warning("kvwise state: %s held a %s; it is dropped", self.where, error)
+        if during_call:
+            self._found.reason = error.reason
+
+    def degraded(self) -> str | None:
+        """Why this thread's call could not use the store: an outage, or a malformed value it read."""
+        found, self._found.reason = getattr(self._found, "reason", None), None
+        return self._outage or found
+
 
 def _digest(*parts: object) -> str:
     digest = hashlib.blake2b(digest_size=16)
@@ -172,28 +187,27 @@ class SharedFamilies(FamilyMemory):
     def observe(self, family: bytes, values: tuple[int, ...], conversation: bytes, turns: int = 1) -> Changes:
         key = f"{self._namespace}:family:{family.hex()}"
         found: list[FamilyRecord] = []
+        malformed: list[Malformed] = []
 
         def update(pipe: Any) -> None:
             stored = pipe.get(key)
-            record = next_record(_decode_family(stored) if stored is not None else None, values, conversation, turns)
+            malformed.clear()
+            try:
+                last = decode_family(stored) if stored is not None else None
+            except Malformed as error:  # dropped: this call's record overwrites it
+                malformed.append(error)
+                last = None
+            record = next_record(last, values, conversation, turns)
             pipe.multi()
-            pipe.set(key, _encode_family(record), ex=STATE_EXPIRY_SECONDS)
+            pipe.set(key, encode_family(record), ex=STATE_EXPIRY_SECONDS)
             found[:] = [record]
 
         done, _ = self._store.run(lambda redis: redis.transaction(update, key))
         if not done:
             return super().observe(family, values, conversation, turns)
+        if malformed:
+            self._store.malformed(malformed[0])
         return Changes(found[0].changed, found[0].within)
-
-
-def _encode_family(record: FamilyRecord) -> str:
-    return json.dumps([list(record.values), [int(c) for c in record.changed], [int(w) for w in record.within],
-                       record.conversation.hex(), record.turns])  # fmt: skip
-
-
-def _decode_family(stored: bytes) -> FamilyRecord:
-    values, changed, within, conversation, turns = json.loads(stored)
-    return FamilyRecord(tuple(values), tuple(map(bool, changed)), tuple(map(bool, within)), bytes.fromhex(conversation), turns)
 
 
 class SharedCaps(AdaptiveCaps):
@@ -212,7 +226,12 @@ class SharedCaps(AdaptiveCaps):
         done, stored = self._store.run(lambda redis: redis.lrange(lengths_key, 0, -1))
         if not done:
             return super().quantile(workload)
-        return quantile_of([int(length) for length in stored or ()])
+        try:
+            return quantile_of(decode_lengths(stored or ()))
+        except Malformed as error:
+            self._store.malformed(error)
+            self._store.run(lambda redis: redis.delete(lengths_key))
+            return super().quantile(workload)
 
     def learn(self, workload: WorkloadKey, usage: Usage, cap: int | None, adaptive: bool) -> None:
         lengths_key, cuts_key = self._keys(workload)
@@ -227,7 +246,15 @@ class SharedCaps(AdaptiveCaps):
                 pipe.lpush(lengths_key, usage.output_tokens).ltrim(lengths_key, 0, ADAPTIVE_CAP_WINDOW - 1)
                 pipe.expire(lengths_key, STATE_EXPIRY_SECONDS)
             results = pipe.execute()
-            if adaptive and cut_too_often(sum(int(cut) for cut in results[3])):
+            if not adaptive:
+                return
+            try:
+                cuts = decode_cuts(results[3])
+            except Malformed as error:
+                self._store.malformed(error, during_call=False)
+                redis.delete(cuts_key)
+                return
+            if cut_too_often(sum(cuts)):
                 redis.delete(lengths_key, cuts_key)  # the workload changed: the fleet learns it again
 
         done, _ = self._store.run(record)
@@ -323,13 +350,12 @@ class SharedTracker(PrefixTracker):
         if not done:
             return super()._exchange(api, seen)
         last_fields, latest_fields = stored or ({}, {})
-        previous = _decode_seen(last_fields) if last_fields else None
-        latest = _decode_seen(latest_fields) if latest_fields else None
+        previous, latest = self._decoded("seen", last_fields), self._decoded("latest", latest_fields)
         kept = previous or latest
         seen.chain = [_kept(segment, kept.chain[index] if kept is not None and index < len(kept.chain) else None)
                       for index, segment in enumerate(seen.chain)]  # fmt: skip
         seen.settings = tuple(_digest(setting) if setting else "" for setting in seen.settings)
-        value = _encode_seen(seen)
+        value = encode_seen(seen)
 
         def remember(redis: Any) -> None:
             pipe = redis.pipeline(transaction=False)
@@ -340,6 +366,17 @@ class SharedTracker(PrefixTracker):
         self._store.run(remember)
         seen.on_learn = lambda message_id: self._learn((last_key, latest_key), value, message_id)
         return previous, latest
+
+    def _decoded(self, kind: str, fields: dict[bytes, bytes]) -> Seen | None:
+        """The call record under a `kind` key; None where there is none or it is malformed (this
+        call's record then overwrites it)."""
+        if not fields:
+            return None
+        try:
+            return decode_seen(kind, fields)
+        except Malformed as error:
+            self._store.malformed(error)
+            return None
 
     def _learn(self, keys: tuple[str, str], value: str, message_id: str) -> None:
         """The answer's id, beside its call's record (unless a later call replaced that record)."""
@@ -358,16 +395,3 @@ def _kept(segment: Segment, stored: Segment | None) -> Segment:
         return stored
     tool = _digest(segment.tool) if segment.tool is not None else None
     return Segment(segment.key, segment.chain, None, tool, segment.sorted_form(), segment.masked_form())
-
-
-def _encode_seen(seen: Seen) -> str:
-    chain = [[s.key, s.chain, s.tool, s.kept_sorted, s.kept_masked] for s in seen.chain]
-    return json.dumps({"model": seen.model, "chain": chain, "settings": list(seen.settings), "at": seen.at})
-
-
-def _decode_seen(fields: dict[bytes, bytes]) -> Seen:
-    record = json.loads(fields[b"seen"])
-    chain = [Segment(key, chain, None, tool, kept_sorted, kept_masked) for key, chain, tool, kept_sorted, kept_masked in record["chain"]]
-    message_id = fields.get(b"id")
-    return Seen(record["model"], chain, tuple(record["settings"]), record["at"],
-                message_id.decode() if message_id is not None else None)  # fmt: skip

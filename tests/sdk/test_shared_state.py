@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import sdk
-from sdk._constants import ADAPTIVE_CAP_MIN_CALLS, STATE_RETRY_SECONDS
+from sdk._constants import ADAPTIVE_CAP_MIN_CALLS, ADAPTIVE_CAP_WINDOW, STATE_MAX_VALUE_BYTES, STATE_RETRY_SECONDS
 from sdk.telemetry import semconv as sc
 from tests.redis_server import RedisServer
 from tests.sdk import fleet
@@ -237,3 +237,59 @@ def test_async_followers_wait_on_the_store_for_their_leader(simulator: Any, stor
     answers = asyncio.run(fan_out(client, "openai", shared_prefix(PREFIX_TOKENS), n, mode="async", started=started))
     assert sum(1 for answer in answers if answer.usage.cache_write_tokens) == 1
     assert sum(1 for answer in answers if answer.cache_read_tokens > 0.9 * PREFIX_TOKENS) == n - 1
+
+
+TOO_LARGE = STATE_MAX_VALUE_BYTES + 1
+MALFORMED: dict[str, dict[str, Any]] = {
+    "family": {
+        "not JSON": b"{not json",
+        "wrong type": b'{"values": [1]}',
+        "wrong length": b'[[1, 2], [0], [0, 0], "ab", 1]',
+        "too large": b"[" + b"0," * (TOO_LARGE // 2) + b"0]",
+    },
+    "seen": {
+        "not JSON": b"{not json",
+        "wrong type": b'["gpt-sim-1"]',
+        "wrong length": b'{"model": "gpt-sim-1", "chain": [["system[0]", "ab", null]], "settings": [], "at": 1.0}',
+        "too large": b'"' + b"a" * TOO_LARGE + b'"',
+    },
+    "lengths": {
+        "not JSON": [b"abc"],
+        "wrong type": [b'"12"'],
+        "wrong length": [b"10"] * (ADAPTIVE_CAP_WINDOW + 1),
+        "too large": [b"1" * TOO_LARGE],
+    },
+}
+MALFORMED["latest"] = MALFORMED["seen"]
+
+
+def _corrupt(redis: Any, kind: str, value: Any) -> bytes:
+    """Overwrite the one stored value of key kind `kind` with `value`; its key."""
+    [key] = redis.keys(f"kvwise:*:{kind}:*")
+    if kind in ("seen", "latest"):
+        redis.hset(key, "seen", value)
+    elif kind == "lengths":
+        redis.delete(key)
+        redis.rpush(key, *value)
+    else:
+        redis.set(key, value)
+    return key
+
+
+@pytest.mark.parametrize("malformation", ["not JSON", "wrong type", "wrong length", "too large"])
+@pytest.mark.parametrize("kind", ["family", "seen", "latest", "lengths"])
+def test_a_malformed_value_is_dropped_and_the_call_that_read_it_degrades_naming_its_kind(
+    simulator: Any, store: RedisServer, kind: str, malformation: str
+) -> None:
+    exporter = InMemorySpanExporter()
+    client = _wrapped(simulator, store.url_bounded(PATIENT_SECONDS), exporter, adaptive_caps=True)
+    redis = store.client()
+    _ask(client, FAMILY.format(uuid.UUID(int=1)))
+    key = _corrupt(redis, kind, MALFORMED[kind][malformation])
+    assert _ask(client, FAMILY.format(uuid.UUID(int=2))) == simulator.reply
+    assert _ask(client, FAMILY.format(uuid.UUID(int=3))) == simulator.reply
+    first, corrupt, after = (dict(span.attributes or {}) for span in exporter.get_finished_spans())
+    assert corrupt[sc.KVWISE_STATE_DEGRADED] is True
+    assert corrupt[sc.KVWISE_STATE_DEGRADED_REASON].startswith(f"malformed {kind} value: {malformation}")
+    assert sc.KVWISE_STATE_DEGRADED not in first and sc.KVWISE_STATE_DEGRADED not in after  # dropped: read once
+    assert redis.exists(key) == 0 or len(redis.dump(key) or b"") < STATE_MAX_VALUE_BYTES  # not kept
