@@ -40,6 +40,8 @@ class Admission:
     max_queue: int
     in_flight: int = 0
     rejected: int = 0
+    hung_up: int = 0
+    """Requests whose client hung up before their whole (non-streamed) answer was ready."""
 
     def enter(self) -> None:
         if self.in_flight >= self.capacity + self.max_queue:
@@ -183,9 +185,11 @@ async def run_to_completion(request: Request, generations: Sequence[Generation])
         asyncio.gather(*(generation.completion() for generation in generations))
     )
     gone = asyncio.ensure_future(_disconnected(request))
+    answered = False
     try:
         racers: list[asyncio.Future[Any]] = [work, gone]
         await asyncio.wait(racers, return_when=asyncio.FIRST_COMPLETED)
+        answered = work.done()
     finally:
         gone.cancel()
         if not work.done():
@@ -194,7 +198,7 @@ async def run_to_completion(request: Request, generations: Sequence[Generation])
                 await work
         for generation in generations:
             await generation.aclose()
-    if work.cancelled():
+    if not answered:  # a cancelled gather is not `cancelled()`: its result raises CancelledError
         raise ClientGone
     return work.result()
 

@@ -11,7 +11,8 @@ vLLM's metric set as the model (`vllm:time_to_first_token_seconds` is
     time per token = decode_s ÷ (output tokens − 1), for answers of two tokens or more
     end-to-end     = queue_s + prefill_s + decode_s
 
-`kvwise_kernel_info` (value 1) carries, as labels, the native CPU kernels this process loaded: their
+`kvwise_model_dtype_info` (value 1) names the dtype the model computes in and why (`dtype_choice`:
+`--dtype auto` gives bfloat16 on a CPU with AVX512-BF16 or AMX). `kvwise_kernel_info` (value 1) carries, as labels, the native CPU kernels this process loaded: their
 capability, floats per vector and the thresholds `kernel_choices` measured for them (absent when
 the engine runs on torch ops alone). No label or value ever holds prompt text or a key.
 """
@@ -113,6 +114,8 @@ class _EngineCollector(Collector):
             yield GaugeMetricFamily(METRICS_PREFIX + name, doc, value=value)
         counters = [
             ("requests_rejected", "Requests refused because the queue was full.", admission.rejected),
+            ("client_hangups", "Requests whose client hung up before their whole answer was ready.",
+             admission.hung_up),
             ("preemptions", "Running requests preempted for lack of KV blocks.", stats.num_preemptions),
             ("prompt_tokens", "Prompt tokens received, cached ones included.", stats.prompt_tokens),
             ("prefix_cache_hit_tokens", "Prompt tokens whose KV came from the prefix cache.",
@@ -125,6 +128,10 @@ class _EngineCollector(Collector):
         ]  # fmt: skip
         for name, doc, value in counters:
             yield CounterMetricFamily(METRICS_PREFIX + name, doc, value=value)
+        dtype = GaugeMetricFamily(METRICS_PREFIX + "model_dtype_info", "The dtype the model computes in, and why.",
+                                  labels=["dtype", "reason"])  # fmt: skip
+        dtype.add_metric([stats.dtype, stats.dtype_reason], 1)
+        yield dtype
         kernels = cpu_kernels.loaded()
         if kernels is not None:
             labels = {**kernels.choices.labels(), "lanes": str(kernels.lanes)}

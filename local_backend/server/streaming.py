@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Final, Protocol
 
@@ -20,8 +21,10 @@ from starlette.types import Send
 
 from local_backend.outputs import Completion, StreamDelta
 from local_backend.server.errors import ApiError, Flavor, error_body
-from local_backend.server.generation import ClientGone, Generation, ensure_finished, run_to_completion
+from local_backend.server.generation import Backend, ClientGone, Generation, ensure_finished, run_to_completion
 from local_backend.server.usage import Usage
+
+logger = logging.getLogger(__name__)
 
 SSE_HEADERS: Final = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 """Sent with every event stream: no cache and no proxy buffering may hold an event back."""
@@ -56,8 +59,10 @@ async def respond(request: Request, generations: Sequence[Generation], fmt: Wire
         return EventStreamResponse(generations, _events(generations, fmt))
     try:
         completions = await run_to_completion(request, generations)
-    except ClientGone:
-        return Response(status_code=204)  # nobody is listening; nothing more to do
+    except ClientGone:  # nobody is listening: counted, one quiet line, nothing more to do
+        Backend.of(request).admission.hung_up += 1
+        logger.debug("%s %s: the client hung up before its answer", request.method, request.url.path)
+        return Response(status_code=204)
     return JSONResponse(fmt.whole(completions))
 
 
