@@ -23,8 +23,10 @@ refused; `--allowed-hosts` names the Host names the server answers to (by defaul
 only the loopback names: a page that rebinds its own name to 127.0.0.1 is refused).
 
 Prints the base URL once the server accepts connections. SIGTERM or Ctrl-C stops accepting, lets
-in-flight requests finish for up to a grace period, then exits 0. A connection whose request
-headers are not complete within `HEADER_TIMEOUT_SECONDS` is closed (`server.http_protocol`).
+in-flight requests finish for up to a grace period, then exits 0. The wire bounds
+(`server.http_protocol`): `--header-timeout` (a connection whose request headers are not complete
+in time is closed), `--body-timeout` (a body not complete in time gets 408), `--max-header-bytes`
+and `--max-headers` (431 past them).
 """
 
 from __future__ import annotations
@@ -49,14 +51,18 @@ from local_backend.server import create_app
 from local_backend.server._constants import (
     API_KEY_ENV,
     API_KEY_SEPARATOR,
+    BODY_TIMEOUT_SECONDS,
     DEFAULT_HOST,
     DEFAULT_MAX_QUEUE,
     DEFAULT_PORT,
+    HEADER_TIMEOUT_SECONDS,
     LOOPBACK_HOSTS,
+    MAX_HEADER_BYTES,
+    MAX_HEADERS,
     METRICS_KEY_ENV,
     SHUTDOWN_GRACE_SECONDS,
 )
-from local_backend.server.http_protocol import HeaderDeadline
+from local_backend.server.http_protocol import BoundedHttp, WireLimits
 
 logger = logging.getLogger("local_backend")
 
@@ -101,6 +107,16 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--allowed-hosts", nargs="+", default=None, metavar="HOST",
                        help="Host names the server answers to ('*' for any; default: the loopback names without "
                             "--api-key, any with one): a guard against DNS rebinding")  # fmt: skip
+    wire = serve.add_argument_group("wire bounds (each answered once, then the connection closed)")
+    wire.add_argument("--header-timeout", type=float, default=HEADER_TIMEOUT_SECONDS, metavar="SECONDS",
+                      help="close a connection whose request headers are not all in within this time")  # fmt: skip
+    wire.add_argument("--body-timeout", type=float, default=BODY_TIMEOUT_SECONDS, metavar="SECONDS",
+                      help="408 for a request body (Content-Length or chunked) not all in within this time "
+                           "of its headers")  # fmt: skip
+    wire.add_argument("--max-header-bytes", type=int, default=MAX_HEADER_BYTES, metavar="BYTES",
+                      help="431 for a request line and headers larger than this")  # fmt: skip
+    wire.add_argument("--max-headers", type=int, default=MAX_HEADERS, metavar="N",
+                      help="431 for a request with more header fields than this")  # fmt: skip
     engine = serve.add_argument_group("engine (EngineConfig; vLLM's names)")
     engine.add_argument("--device", default=_ENGINE_DEFAULTS.device, choices=("auto", "cpu", "cuda"))
     engine.add_argument("--dtype", default=_ENGINE_DEFAULTS.dtype, choices=DTYPES,
@@ -143,6 +159,11 @@ def engine_config(args: argparse.Namespace) -> EngineConfig:
     return EngineConfig(**{field.name: getattr(args, field.name) for field in dataclasses.fields(EngineConfig)})
 
 
+def wire_limits(args: argparse.Namespace) -> WireLimits:
+    """The wire bounds the options give (`ValueError` naming the one that is not positive)."""
+    return WireLimits(args.header_timeout, args.body_timeout, args.max_header_bytes, args.max_headers)
+
+
 def load_engine(config: EngineConfig) -> Engine:
     """The engine `config` builds, refusing a `max_model_len` it would cut; its config logged once."""
     engine = Engine.from_config(config)
@@ -170,6 +191,7 @@ def _api_keys(given: list[str] | None) -> list[str]:
 
 def serve(args: argparse.Namespace) -> int:
     config = engine_config(args)
+    limits = wire_limits(args)
     if args.host not in LOOPBACK_HOSTS and not _api_keys(args.api_key):
         logger.warning("serving on %s without --api-key: anyone who can reach this port can use the model; "
                        "requests naming another Host than %s are refused unless --allowed-hosts lists it",
@@ -181,7 +203,7 @@ def serve(args: argparse.Namespace) -> int:
         host = f"[{args.host}]" if ":" in args.host else args.host
         server_config = uvicorn.Config(
             app, host=args.host, port=args.port, lifespan="off", timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
-            http=HeaderDeadline,
+            http=BoundedHttp.with_limits(limits),
         )
         # uvicorn re-raises the stop signal after its graceful shutdown; a no-op handler makes that a
         # clean exit 0 (the default SIGTERM handler would kill us with -15 after all the good work).

@@ -43,6 +43,18 @@ HEADER_TIMEOUT_SECONDS: Final = 10.0
 request's first byte, on a kept-alive connection) is closed: uvicorn has no header timeout, and
 a client trickling header bytes would hold its connection forever (nginx's `client_header_timeout`)."""
 
+BODY_TIMEOUT_SECONDS: Final = 30.0
+"""A request body (by Content-Length or chunked) not complete this long after its headers gets 408
+and its connection is closed: 4 MiB (`MAX_BODY_BYTES`) in 30 s is 140 KB/s, a slow link's pace; a
+body trickled at a byte a second, or promised and never sent, once held its connection forever."""
+
+MAX_HEADER_BYTES: Final = 32 * 1024
+"""Most bytes a request's line and headers may take (431 past it): uvicorn read a 16 MB header whole
+(nginx allows 4 x 8 KB, Node 16 KB)."""
+
+MAX_HEADERS: Final = 100
+"""Most header fields one request may send (431 past it; Apache's `LimitRequestFields`)."""
+
 MAX_LOGGED_FRAMES: Final = 20
 """Frames of a failed request's traceback written to the log (the innermost ones): a deep
 recursion's traceback holds a thousand frames, and a server whose stderr is a pipe nobody reads

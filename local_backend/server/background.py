@@ -17,17 +17,17 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from local_backend.server._constants import DEFAULT_HOST
-from local_backend.server.http_protocol import HeaderDeadline
+from local_backend.server.http_protocol import BoundedHttp
 
 _STARTUP_POLL_SECONDS = 0.01
 
 
 @contextlib.contextmanager
-def serve_in_thread(app: ASGIApp, host: str = DEFAULT_HOST, http: type[asyncio.Protocol] = HeaderDeadline) -> Iterator[str]:
+def serve_in_thread(app: ASGIApp, host: str = DEFAULT_HOST, http: type[asyncio.Protocol] = BoundedHttp) -> Iterator[str]:
     """Yield the base URL (no `/v1`) once the server accepts connections; stop it on exit.
 
-    `http` is uvicorn's protocol class (by default `HeaderDeadline`, which closes a connection
-    whose headers are slow to come).
+    `http` is uvicorn's protocol class (by default `BoundedHttp`, which holds each request to the
+    wire bounds: slow headers or bodies, huge headers).
 
     The socket is bound before the thread starts (port 0: the OS picks a free one), so two
     servers never race for a port. The explicit IPPROTO_TCP matters: asyncio sets TCP_NODELAY only

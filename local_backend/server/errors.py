@@ -10,6 +10,8 @@
     NOT_FOUND       404 invalid_request_error            404 not_found_error
     TOO_LARGE       413 invalid_request_error            413 request_too_large
     UNSUPPORTED_MEDIA_TYPE  415 invalid_request_error    415 invalid_request_error
+    REQUEST_TIMEOUT 408 invalid_request_error            408 invalid_request_error
+    HEADERS_TOO_LARGE  431 invalid_request_error         431 invalid_request_error
     OVERLOADED      429 rate_limit_error                 529 overloaded_error
     INTERNAL        500 server_error                     500 api_error
 
@@ -47,6 +49,8 @@ class ErrorKind(enum.Enum):
     NOT_FOUND = "not_found"
     TOO_LARGE = "too_large"
     UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
+    REQUEST_TIMEOUT = "request_timeout"
+    HEADERS_TOO_LARGE = "headers_too_large"
     OVERLOADED = "overloaded"
     INTERNAL = "internal"
 
@@ -58,6 +62,8 @@ _OPENAI: dict[ErrorKind, tuple[int, str, str | None]] = {
     ErrorKind.NOT_FOUND: (404, "invalid_request_error", "not_found"),
     ErrorKind.TOO_LARGE: (413, "invalid_request_error", "request_too_large"),
     ErrorKind.UNSUPPORTED_MEDIA_TYPE: (415, "invalid_request_error", "unsupported_media_type"),
+    ErrorKind.REQUEST_TIMEOUT: (408, "invalid_request_error", "request_timeout"),
+    ErrorKind.HEADERS_TOO_LARGE: (431, "invalid_request_error", "request_header_fields_too_large"),
     ErrorKind.OVERLOADED: (429, "rate_limit_error", "rate_limit_exceeded"),
     ErrorKind.INTERNAL: (500, "server_error", None),
 }
@@ -68,6 +74,8 @@ _ANTHROPIC: dict[ErrorKind, tuple[int, str]] = {
     ErrorKind.NOT_FOUND: (404, "not_found_error"),
     ErrorKind.TOO_LARGE: (413, "request_too_large"),
     ErrorKind.UNSUPPORTED_MEDIA_TYPE: (415, "invalid_request_error"),
+    ErrorKind.REQUEST_TIMEOUT: (408, "invalid_request_error"),
+    ErrorKind.HEADERS_TOO_LARGE: (431, "invalid_request_error"),
     ErrorKind.OVERLOADED: (529, "overloaded_error"),
     ErrorKind.INTERNAL: (500, "api_error"),
 }

@@ -19,7 +19,7 @@ import pytest
 
 from local_backend.server import create_app, requests, serve_in_thread
 from local_backend.server._constants import MAX_LOGGED_FRAMES, MAX_SCHEMA_DEPTH, MAX_TOOLS
-from local_backend.server.http_protocol import HeaderDeadline
+from local_backend.server.http_protocol import BoundedHttp, WireLimits
 from tests.local_backend.serving import Served, ServedEngines
 
 CLIENT_TIMEOUT_SECONDS = 30.0
@@ -196,10 +196,8 @@ def _closed_by_peer(sock: socket.socket, trickle: bytes) -> bool:
 
 
 def test_a_connection_whose_headers_trickle_is_closed_at_the_header_deadline(served):
-    class Quick(HeaderDeadline):
-        header_timeout = 0.5
-
-    with serve_in_thread(create_app(served.engine, model_name="tiny"), http=Quick) as url:
+    quick = BoundedHttp.with_limits(WireLimits(header_timeout=0.5))
+    with serve_in_thread(create_app(served.engine, model_name="tiny"), http=quick) as url:
         address = url.removeprefix("http://").split(":")
         with socket.create_connection((address[0], int(address[1]))) as slow, \
                 socket.create_connection((address[0], int(address[1]))) as idle:  # fmt: skip
