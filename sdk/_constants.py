@@ -60,5 +60,6 @@ STATE_MAX_VALUE_BYTES = 1 << 20  # a stored value longer than this is malformed 
 STATE_MAX_OUTPUT_TOKENS = 1 << 24  # a remembered output length above this is malformed
 
 # Telemetry
+EXPORT_SHUTDOWN_SECONDS = 5.0  # the most `sdk.telemetry.setup`'s exporter holds up a shutdown (an exiting process) to flush
 RESPONSE_CLASS_NAMES_CACHE_SIZE = 256  # (answer class, attribute) pairs whose presence on the class is remembered
 INVOCATION_JSON_CACHE_SIZE = 256  # parameter sets (scalar values only) whose llm.invocation_parameters JSON is remembered

@@ -40,20 +40,22 @@ def setup(
     Phoenix project through the resource attribute `openinference.project.name`. With
     `set_global=False` the provider is only returned: pass it to `sdk.wrap(..., tracer_provider=)`.
     OpenTelemetry lets the global provider be set once per process; later calls only return theirs.
-    Call `provider.shutdown()` (or let the process exit) to flush what is still queued; with the
-    backend down that flush retries for the export timeout (`OTEL_EXPORTER_OTLP_TRACES_TIMEOUT`,
-    10 s by default), then drops the spans.
+    Call `provider.shutdown()` (or let the process exit) to flush what is still queued: it waits at
+    most `EXPORT_SHUTDOWN_SECONDS` for a backend that is down, then drops the spans and logs how many
+    (`sdk.telemetry.bounded_export`).
     """
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from sdk.telemetry.bounded_export import BoundedBatchSpanProcessor
 
     resource = {SERVICE_NAME: service_name}
     if project:
         resource[sc.OPENINFERENCE_PROJECT_NAME] = project
     provider = TracerProvider(resource=Resource.create(resource))
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=traces_url(endpoint) if endpoint else None)))
+    url = traces_url(endpoint) if endpoint else None
+    provider.add_span_processor(BoundedBatchSpanProcessor(OTLPSpanExporter(endpoint=url), url or "the OTLP endpoint of the environment"))
     if set_global:
         trace.set_tracer_provider(provider)
     return provider

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -143,3 +144,44 @@ def test_calls_succeed_and_no_exception_reaches_the_app_with_telemetry_off_or_it
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [SIMULATOR_REPLY, SIMULATOR_REPLY]
     assert "Traceback" not in result.stderr
+
+
+EXITING_APP = textwrap.dedent(
+    """
+    import sys
+    from sdk.telemetry import setup
+
+    tracer = setup(sys.argv[1], project="down").get_tracer("app")
+    for index in range(5):
+        with tracer.start_as_current_span(f"work {index}"):
+            pass
+    """
+)
+SLOW_EXPORT_TIMEOUT_S = "30"  # the exporter's own timeout: OpenTelemetry's shutdown alone would wait it out
+EXIT_WELL_WITHIN_S = 15.0  # EXPORT_SHUTDOWN_SECONDS (5 s) plus start-up, loosely; waiting the export out takes 30 s
+
+
+@pytest.fixture
+def black_hole() -> Iterator[int]:
+    """A port that accepts connections and never answers."""
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(16)
+        yield listening.getsockname()[1]
+
+
+@pytest.mark.parametrize("backend", ["refused", "black hole"])
+def test_a_process_exporting_to_a_dead_endpoint_exits_within_the_shutdown_bound_and_says_what_it_dropped(
+    closed_port: int, black_hole: int, backend: str
+) -> None:
+    port = closed_port if backend == "refused" else black_hole
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-c", EXITING_APP, f"http://127.0.0.1:{port}"],
+        capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S,
+        env={**os.environ, "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": SLOW_EXPORT_TIMEOUT_S},
+    )  # fmt: skip
+    elapsed = time.monotonic() - started
+    assert result.returncode == 0, result.stderr
+    assert "5 of 5 spans were not exported" in result.stderr
+    assert elapsed < EXIT_WELL_WITHIN_S, elapsed
