@@ -23,7 +23,7 @@ from collections.abc import Iterable
 
 import torch
 
-from local_backend import kv_quant, ops
+from local_backend import dtype_choice, kv_quant, ops
 from local_backend.block_manager import BlockManager
 from local_backend.config import ModelConfig
 from local_backend.model import CausalLM
@@ -72,6 +72,7 @@ class EngineCore:
         device = param.device
         kv_dtype = kv_quant.storage_dtype(kv_cache_dtype, param.dtype)
         self.config = cfg
+        self.dtype = dtype_choice.explain(device.type, str(param.dtype).removeprefix("torch."))
         self.kv_bytes_per_token = kv_quant.bytes_per_token(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, kv_dtype)
         usable = max_num_seqs * -(-max_model_len // block_size)
         num_blocks = min(kv_cache_memory // (block_size * self.kv_bytes_per_token), usable)
@@ -128,6 +129,8 @@ class EngineCore:
             spec_decode_drafts=scheduler.num_drafts,
             spec_decode_draft_tokens=scheduler.num_draft_tokens,
             spec_decode_accepted_tokens=scheduler.num_accepted_tokens,
+            dtype=self.dtype.name,
+            dtype_reason=self.dtype.reason,
         )
 
     def step(self) -> StepOutput:

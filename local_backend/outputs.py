@@ -86,6 +86,9 @@ class EngineStats:
     spec_decode_drafts: int = 0
     spec_decode_draft_tokens: int = 0
     spec_decode_accepted_tokens: int = 0
+    dtype: str = "float32"
+    """The dtype the model computes in, and why (`dtype_choice`): `--dtype auto`'s rule or "asked for"."""
+    dtype_reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
