@@ -1,6 +1,8 @@
 """Schemathesis against the server's own `/openapi.json`: bodies generated from each route's schema,
 some with one value made hostile (a string with a lone surrogate, or arrays nested hundreds to
-thousands deep), each answered below 500 and with no server error inside a stream either.
+thousands deep), some with hostile fields merged in (`$ref` chains up to 3,000 links in every place
+a schema goes, wrong-typed roles, odd tool calls and choices, odd `logit_bias` keys), some sent in
+UTF-16, UTF-32 or Latin-1; each answered below 500 and with no server error inside a stream either.
 
 The engine's context is tiny, so no generated answer runs long; a bounded number of cases per route
 keeps the file to well under a minute on two cores.
@@ -59,18 +61,49 @@ def _replaced(body: Any, path: tuple[Any, ...], new: Any) -> Any:
     return [_replaced(item, rest, new) if i == head else item for i, item in enumerate(body)]
 
 
+def _ref_chain(links: int) -> dict[str, Any]:
+    defs: dict[str, Any] = {f"d{i}": {"$ref": f"#/$defs/d{i + 1}"} for i in range(links)}
+    defs[f"d{links}"] = {"type": "string"}
+    return {"$defs": defs, "$ref": "#/$defs/d0"}
+
+
+ref_chains = st.integers(50, 3000).map(_ref_chain).flatmap(lambda s: st.sampled_from([
+    {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": s}}},
+    {"output_config": {"format": {"type": "json_schema", "schema": s}}},
+    {"text": {"format": {"type": "json_schema", "name": "x", "schema": s}}},
+    {"json_schema": s},
+    {"tools": [{"type": "function", "function": {"name": "f", "parameters": s}}]},
+]))  # fmt: skip
+odd_values = st.sampled_from([{}, [], [None], 7, None, True, "x", {"type": [1]}, [1]])
+wrong_roles = odd_values.map(lambda role: {"messages": [{"role": role, "content": "hi"}], "input": [{"role": role, "content": "hi"}]})
+odd_tools = st.one_of(
+    odd_values.map(lambda choice: {"tool_choice": choice}),
+    st.sampled_from([{"type": "function", "function": "f"}, {"type": "tool"}, {"type": "function", "name": 3}]).map(
+        lambda choice: {"tool_choice": choice, "tools": [{"type": "function", "function": {"name": "f"}}]}),
+    odd_values.map(lambda calls: {"messages": [{"role": "assistant", "content": "", "tool_calls": calls},
+                                               {"role": "user", "content": "hi"}]}),
+)  # fmt: skip
+odd_bias = st.sampled_from(["²", "٣", "9" * 5000, "-1", "1e3", "", " 7", "0x1"]).map(lambda key: {"logit_bias": {key: 1}})
+ENCODINGS = ["utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "latin-1"]
+
+
 @st.composite
 def hostile(draw: st.DrawFn, body: Any) -> bytes:
-    """`body` as JSON bytes, with one of its values (or a new top-level field) made hostile, or left as it is."""
-    kind = draw(st.sampled_from(["as generated", "surrogate", "deep"]))
-    if kind != "as generated":
+    """`body` as JSON bytes, with one of its values (or a new top-level field) made hostile, fields of
+    the wrong type or shape merged in, or the whole body in another encoding than UTF-8; or as it is."""
+    kind = draw(st.sampled_from(["as generated", "surrogate", "deep", "fields", "encoding"]))
+    if kind in ("surrogate", "deep"):
         places = list(_places(body)) if isinstance(body, (dict, list)) else []
         path = draw(st.sampled_from(places)) if places and draw(st.booleans()) else ("messages",)
         body = _replaced(body if isinstance(body, dict) else {}, path, draw(surrogate_text) if kind == "surrogate" else DEEP)
-    payload = json.dumps(body)
+    elif kind == "fields":
+        body = {**(body if isinstance(body, dict) else {}), **draw(st.one_of(ref_chains, wrong_roles, odd_tools, odd_bias))}
+    payload = json.dumps(body, ensure_ascii=kind != "encoding")
     if kind == "deep":
         depth = draw(st.integers(100, 3000))
         payload = payload.replace(json.dumps(DEEP), "[" * depth + "]" * depth)
+    if kind == "encoding":
+        return payload.encode(draw(st.sampled_from(ENCODINGS)), errors="replace")
     return payload.encode()
 
 
