@@ -19,6 +19,7 @@ from sdk.adapters import Adapter
 from sdk.adapters._base import TEXT_PART_TYPES
 from sdk.call import Api, Call, Provider
 from sdk.fingerprint import prefix_key
+from sdk.moving import first_user_turn, is_note
 from sdk.policy import Policy
 from sdk.provider_facts import (
     ANTHROPIC_DEFAULT_TTL,
@@ -128,6 +129,23 @@ def _place_breakpoints(call: Call, adapter: Adapter, marker: dict[str, Any], min
         if marked is not None:
             free -= 1
             call.changes.append(f"cache_breakpoint:{_POSITIONS[position]}")
+            if position == 3 and free > 0 and _mark_before_note(call, adapter, marker, api_markable):
+                free -= 1
+                call.changes.append("cache_breakpoint:before_note")
+
+
+def _mark_before_note(call: Call, adapter: Adapter, marker: dict[str, Any], markable: Callable[[Any], bool]) -> bool:
+    """A conversation's first call, its first user turn the last and ending in the conversation's note
+    (`sdk.moving`: values moved on first sight): mark the caller's text before the note too, so the
+    next conversation, whose note says another id, reads everything up to it."""
+    index = first_user_turn(call)
+    if call.context_note or index is None or index != len(call.messages) - 1:
+        return False
+    content = call.messages[index].get("content")
+    if not (isinstance(content, list) and len(content) > 1 and is_note(content[-1])):
+        return False
+    key = adapter.breakpoint_key
+    return _mark_content(call.messages, index, marker, key, adapter.text_part_type, markable, at_end=True, before_tail=True) is not None
 
 
 def _last_turn(call: Call) -> int | None:

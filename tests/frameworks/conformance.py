@@ -171,6 +171,37 @@ async def run_pair(scenario: Scenario, make_client: Callable[[], Any], server: A
     return bare, wrapped
 
 
+async def changing_ids(scenario: Scenario, make_client: Callable[[], Any], server: Any, *, wrap: bool,
+                       ids: tuple[str, ...] = ()) -> list[tuple[int, ...]]:
+    """Runs of `scenario` on one client (wrapped when `wrap`) from one emptied cache, each under its
+    own request ID (`ids`, else two fresh ones: an app's runs, one ID each): each run's cached tokens."""
+    server.reset()
+    client = make_client()
+    target = sdk.wrap(client) if wrap else client
+    try:
+        return [(await _play_once(scenario, target, request_id)).cached
+                for request_id in ids or tuple(f"Request ID: {uuid.uuid4()}" for _ in range(2))]
+    finally:
+        closing = client.close()
+        if inspect.isawaitable(closing):
+            await closing
+
+
+async def assert_a_new_id_reads_the_stable_prefix(scenario: Scenario, make_client: Callable[[], Any], server: Any) -> None:
+    """A tool loop whose ID changes per run: the wrapped client's second run reads, on its first call,
+    at least `STABLE_READ_SHARE` of the stable prefix (what the bare client reads there when the ID
+    stays the same), where the bare client with a new ID reads nothing; and every call reads at
+    least the bare client's cached tokens."""
+    stable = (await changing_ids(scenario, make_client, server, wrap=False, ids=(RUN_REQUEST_ID, RUN_REQUEST_ID)))[1][0]
+    bare = await changing_ids(scenario, make_client, server, wrap=False)
+    wrapped = await changing_ids(scenario, make_client, server, wrap=True)
+    assert stable > 1000 and bare[1][0] == 0, (stable, bare)
+    assert wrapped[1][0] >= STABLE_READ_SHARE * stable, (wrapped, stable)
+    for ours, theirs in zip(wrapped, bare):
+        assert len(ours) == len(theirs) and all(mine >= its for mine, its in zip(ours, theirs)), (wrapped, bare)
+
+
+STABLE_READ_SHARE = 0.9
 RETRY_AT_ONCE = {"retry-after-ms": "1"}
 """The header a scripted 429 carries, so every retry (the client's or kvwise's) waits a millisecond."""
 

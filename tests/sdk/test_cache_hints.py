@@ -178,10 +178,11 @@ def test_the_last_turn_mark_of_a_growing_anthropic_conversation_sits_on_its_last
         place_cache_hints(call, sdk.Policy(), adapter)
         assert "cache_breakpoint:last_turn" in call.changes
         sent.append(adapter.to_kwargs(call)["messages"])
-    first = sent[0][0]["content"]  # the loop's first call: the question, then the note, marked as the last block
-    assert first[0] == question["content"][0] and is_note(first[1]) and "cache_control" in first[1]
+    first = sent[0][0]["content"]  # the loop's first call: the question, then the note, marked as the last block ...
+    assert is_note(first[1]) and "cache_control" in first[1]
+    assert first[0] == {**question["content"][0], "cache_control": {"type": "ephemeral"}}  # ... and the question before it
     unmarked = [{key: value for key, value in block.items() if key != "cache_control"} for block in sent[1][0]["content"]]
-    assert unmarked == [first[0], {key: value for key, value in first[1].items() if key != "cache_control"}]  # re-sent as it was
+    assert unmarked == [{key: value for key, value in block.items() if key != "cache_control"} for block in first]  # re-sent as it was
     assert [block["type"] for block in sent[1][-1]["content"]] == ["tool_result"] and "cache_control" in sent[1][-1]["content"][0]
 
 
