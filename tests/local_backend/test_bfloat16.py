@@ -107,3 +107,33 @@ def test_bfloat16_greedy_tokens_agree_with_transformers_bfloat16_until_a_near_ti
         if same < len(ours):  # a near tie: each side's token among the other's top candidates there
             assert ours[same] in their_top[same] and theirs[same] in _top_k(engine, prompt, ours, same), (kind, same)
     print(f"{kind}: the first {agreed} greedy tokens of 24 equal transformers' bfloat16")
+
+
+def _agree_until_near_tie(engines: tuple, prompt: list[int], outputs: tuple[list[int], list[int]]) -> int:
+    """How many first tokens two engines' greedy outputs share; where they part, each one's token is among
+    the other engine's top `TOP_K` there (the bound above)."""
+    ours, theirs = outputs
+    same = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), len(ours))
+    if same < len(ours):
+        assert ours[same] in _top_k(engines[1], prompt, theirs, same)
+        assert theirs[same] in _top_k(engines[0], prompt, ours, same)
+    return same
+
+
+def test_int8_kv_and_ngram_speculation_keep_working_with_bfloat16_weights(make_engine):
+    plain = make_engine(dtype="bfloat16")
+    quantized = make_engine(dtype="bfloat16", kv_cache_dtype="int8")
+    speculating = make_engine(dtype="bfloat16", speculative_config={"method": "ngram", "num_speculative_tokens": 4,
+                                                                    "prompt_lookup_max": 3, "prompt_lookup_min": 1})  # fmt: skip
+    assert quantized.runner.kv_cache.dtype == torch.int8 and isinstance(quantized.runner.model.ops, ops.NativeOps)
+    assert quantized.kv_bytes_per_token < plain.kv_bytes_per_token
+    [seed] = plain.generate([[5, 9, 17, 33]], GREEDY)
+    prompt = [5, 9, 17, 33, *seed.token_ids] * 2  # the model's own continuation, twice: n-gram drafts match it
+    [base] = plain.generate([prompt], GREEDY)
+    for other in (quantized, speculating):
+        [out] = other.generate([prompt], GREEDY)
+        assert len(out.token_ids) == GREEDY.max_tokens
+        agreed = _agree_until_near_tie((other, plain), prompt, (list(out.token_ids), list(base.token_ids)))
+        print(f"{'int8 KV' if other is quantized else 'speculation'}: the first {agreed} of 24 equal plain bfloat16's")
+    stats = speculating.stats()
+    assert stats.spec_decode_drafts > 0 and stats.spec_decode_accepted_tokens > 0

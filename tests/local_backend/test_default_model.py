@@ -37,7 +37,7 @@ TOOL_LOOPS = [
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[Engine]:
-    engine = Engine.from_pretrained("default", device="cpu", kv_cache_memory=2**24)
+    engine = Engine.from_pretrained("default", device="cpu", dtype="float32", kv_cache_memory=2**24)
     yield engine
     engine.close()
 

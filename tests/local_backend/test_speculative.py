@@ -64,7 +64,7 @@ def make() -> Iterator[Make]:
     engines: list[Engine] = []
 
     def build(checkpoint: Path, speculate: bool, **options: object) -> Engine:
-        settings: dict[str, object] = {"max_model_len": 256, "kv_cache_memory": 2**20, **options}
+        settings: dict[str, object] = {"dtype": "float32", "max_model_len": 256, "kv_cache_memory": 2**20, **options}
         if speculate:
             settings["speculative_config"] = SPEC
         engine = Engine.from_pretrained(checkpoint, device="cpu", **settings)
