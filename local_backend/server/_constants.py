@@ -100,6 +100,11 @@ MAX_JSON_DEPTH: Final = 160
 llguidance's JSON parser (serde_json) takes in a schema, plus the request's own envelope, and far
 below where Python's recursion limit (1,000 frames) would break `json.loads` or a schema walk."""
 
+MAX_JSON_CONTAINERS: Final = 50_000
+"""Most arrays and objects a request body may hold, counted on its bytes before it is parsed: 100,000
+empty messages took longer to parse than to refuse; 10,000 messages (`MAX_MESSAGES`), 128 tools and
+their schemas' 1,000 properties fit well within it."""
+
 MAX_JSON_INTEGER: Final = 2**63 - 1
 """Largest magnitude an integer field may have: what a torch int64 holds (`top_k: 10**30` is refused)."""
 

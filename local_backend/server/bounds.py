@@ -34,6 +34,7 @@ from local_backend.server._constants import (
     MAX_BODY_BYTES,
     MAX_COUNTED_BYTES,
     MAX_DRAINED_BODY_BYTES,
+    MAX_JSON_CONTAINERS,
     MAX_JSON_DEPTH,
 )
 from local_backend.server.errors import ApiError, ErrorKind
@@ -95,10 +96,14 @@ def decode_json(raw: bytes) -> dict[str, Any]:
 
 
 def check_nesting(raw: bytes, limit: int = MAX_JSON_DEPTH) -> None:
-    """400 when the JSON text `raw` nests arrays and objects deeper than `limit` (strings ignored)."""
+    """400 when the JSON text `raw` holds more than `MAX_JSON_CONTAINERS` arrays and objects, or nests
+    them deeper than `limit` (strings ignored): both before `json.loads` builds a single one."""
     unescaped = raw.replace(b"\\\\", b"").replace(b'\\"', b"")  # what is left of a string holds no `"`
     brackets = b"".join(unescaped.split(b'"')[::2]).translate(_BRACKETS, _NOT_BRACKETS)  # outside the strings
-    if brackets.count(b"[") <= limit:
+    opened = brackets.count(b"[")
+    if opened > MAX_JSON_CONTAINERS:
+        raise ApiError(f"request body holds {opened} arrays and objects; at most {MAX_JSON_CONTAINERS} are allowed")
+    if opened <= limit:
         return
     if b"[" * (limit + 1) in brackets or _deepest(brackets.translate(_STEPS)) > limit:
         raise ApiError(f"request body nests arrays and objects deeper than {limit} levels")

@@ -23,6 +23,8 @@ from local_backend.server.fields import short
 from local_backend.server.tools import Tool
 
 ChoiceMode = Literal["none", "auto", "required", "named"]
+_MODES: dict[str, ChoiceMode] = {"none": "none", "auto": "auto", "required": "required"}
+"""The choices spelled as a string."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,8 +121,8 @@ def anthropic_tools(body: Mapping[str, Any]) -> tuple[list[Tool], ToolChoice]:
 def _choice(value: Any, tools: list[Tool], named: Any) -> ToolChoice:
     if value is None:
         return ToolChoice("auto" if tools else "none")
-    if isinstance(value, str) and value in ("none", "auto", "required"):
-        choice = ToolChoice(value)
+    if isinstance(value, str) and value in _MODES:
+        choice = ToolChoice(_MODES[value])
     elif isinstance(value, dict) and isinstance(named(value), str):
         choice = ToolChoice("named", named(value))
     else:

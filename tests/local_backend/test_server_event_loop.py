@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from local_backend.server._constants import MAX_COUNTED_BYTES, MAX_MESSAGES
+from local_backend.server._constants import MAX_COUNTED_BYTES, MAX_JSON_CONTAINERS, MAX_MESSAGES
 from tests.local_backend.serving import Served, ServedEngines
 from tests.local_backend.test_server_hostile import CHAT, CLIENT_TIMEOUT_SECONDS, MAX_MODEL_LEN, ROUTES, _post, _refused
 
@@ -58,10 +58,12 @@ def test_a_count_of_128_tools_of_30_kb_is_refused_by_its_size(http):
 
 
 @pytest.mark.parametrize("path", [CHAT, "/v1/messages", COUNT, "/v1/responses"])
-def test_a_hundred_thousand_empty_messages_are_refused_by_their_count(http, path):
-    messages = [{"role": "user", "content": ""}] * 100_000
-    body = {**ROUTES.get(path, _count("")), ("input" if path == "/v1/responses" else "messages"): messages}
-    assert f"at most {MAX_MESSAGES}" in _refused(_post(http, path, body), path)
+@pytest.mark.parametrize(("messages", "refusal"), [(100_000, f"at most {MAX_JSON_CONTAINERS} are allowed"),
+                                                   (MAX_MESSAGES + 1, f"at most {MAX_MESSAGES} are allowed")])  # fmt: skip
+def test_a_hundred_thousand_empty_messages_are_refused_by_their_count_before_they_are_parsed(http, path, messages, refusal):
+    listed = [{"role": "user", "content": ""}] * messages
+    body = {**ROUTES.get(path, _count("")), ("input" if path == "/v1/responses" else "messages"): listed}
+    assert refusal in _refused(_post(http, path, body), path)
     _same_server_answers(http)
 
 
