@@ -69,8 +69,8 @@ class EngineConfig:
     """How one engine is built: the checkpoint, where it runs, the KV pool, the batch, the defaults.
 
     - `model`: a Hugging Face checkpoint directory, or `"default"` for the bundled model.
-    - `device` `"auto"` is CUDA when available, else CPU; `dtype` `"auto"` is bfloat16 on CUDA,
-      float32 on CPU.
+    - `device` `"auto"` is CUDA when available, else CPU; `dtype` `"auto"` is bfloat16 on CUDA and on
+      a CPU with AVX512-BF16 or AMX, float32 on other CPUs (`dtype_choice`).
     - The KV pool: `kv_cache_memory` bytes (default 512 MiB on CPU, half the free GPU memory), or on
       CUDA `gpu_memory_utilization` (vLLM's: the share of the GPU's memory this engine may hold,
       weights included); num_blocks = min(memory ÷ (block_size × kv_bytes_per_token),

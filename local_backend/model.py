@@ -59,7 +59,7 @@ class Linear(nn.Module):
     Decode multiplies a few rows by each matrix, which streams the whole matrix from memory; on CPU
     a row-major [in, out] matrix streams faster than [out, in], and large matmuls are no slower.
     The native ops send decode rows to `kvwise::matvec`, which streams `weight_t` near the memory's
-    speed (`csrc/matvec.cpp`). `pack` adds oneDNN's blocked copy of W, as vLLM's CPU build repacks
+    speed (`csrc/matvec.cpp`; a bfloat16 `weight_t` is half the bytes, widened as it is read). `pack` adds oneDNN's blocked copy of W, as vLLM's CPU build repacks
     its weights at load: larger batches multiply by it (the price: the weights twice in memory).
     """
 
