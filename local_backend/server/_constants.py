@@ -82,9 +82,11 @@ MAX_MESSAGES: Final = 10_000
 """Most messages (or input items) one request may hold: 100,000 empty ones took 2 s to walk and
 render before the context check refused them; no context this server serves holds 10,000 turns."""
 
-MAX_COUNTED_BYTES: Final = 1024**2
+MAX_COUNTED_BYTES: Final = 256 * 1024
 """Most text bytes `count_tokens` counts (its prompt need not fit the context, so the context bound
-does not apply): a count of 3.9 MB held the server 3.4 s; past this it is refused before tokenizing."""
+does not apply): a count of 3.9 MB held the server 3.4 s. The bound is low because the tokenizer's
+`encode` holds the GIL while it runs (about 1 s a MiB on a busy 2-core machine), stalling the event
+loop even from a worker thread; 256 KiB is some 64k tokens, eight times the longest default context."""
 
 MAX_STOP_SEQUENCES: Final = 16
 """Most stop strings one request may give (OpenAI allows 4; vLLM and llama.cpp allow more)."""
