@@ -23,7 +23,7 @@ from pydantic import BaseModel
 import sdk
 
 from tests.frameworks.conformance import (
-    DOCUMENT, LOCAL_DOCUMENT, LOCAL_MODEL, QUESTION, RETRY_AT_ONCE, Outcome, assert_cache_holds, assert_conforms, assert_one_span_per_call,
+    DOCUMENT, LOCAL_DOCUMENT, LOCAL_MODEL, QUESTION, RETRY_AT_ONCE, Outcome, assert_a_new_id_reads_the_stable_prefix, assert_cache_holds, assert_conforms, assert_one_span_per_call,
     assert_same_bodies, attempts_pair, run_pair,
 )
 from tests.frameworks.scripted import FINAL_REPLY, STRUCTURED, TOOL_ROUNDS, WEATHER_TOOL_NAME, weather
@@ -119,6 +119,14 @@ async def test_a_tool_loop_reads_at_least_the_bare_clients_cache(sim, provider, 
     assert len(bare.requests) == TOOL_ROUNDS + 1 and bare.outcome.result == FINAL_REPLY
     assert_conforms(bare, wrapped)
     assert_cache_holds(bare, wrapped)
+
+
+async def test_a_tool_loop_whose_id_changes_per_run_reads_the_stable_prefix_on_run_twos_first_call(sim, provider):
+    def scenario(client: Any, instructions: str) -> Outcome:
+        llm = chat_model(client, provider).bind_tools([get_weather])
+        return tool_loop(llm, [SystemMessage(instructions), HumanMessage(f"{DOCUMENT}\n\n{QUESTION}")])
+
+    await assert_a_new_id_reads_the_stable_prefix(scenario, lambda: sim_client(sim, provider), sim)
 
 
 async def test_structured_output_parses_to_the_bare_clients_object(sim, provider):

@@ -13,7 +13,7 @@ from agents.models.openai_responses import OpenAIResponsesModel
 from pydantic import BaseModel
 
 from tests.frameworks.conformance import (
-    DOCUMENT, LOCAL_DOCUMENT, LOCAL_MODEL, QUESTION, RETRY_AT_ONCE, Outcome, assert_cache_holds, assert_conforms, attempts_pair, run_pair,
+    DOCUMENT, LOCAL_DOCUMENT, LOCAL_MODEL, QUESTION, RETRY_AT_ONCE, Outcome, assert_a_new_id_reads_the_stable_prefix, assert_cache_holds, assert_conforms, attempts_pair, run_pair,
 )
 from tests.frameworks.scripted import FINAL_REPLY, STRUCTURED, TOOL_ROUNDS, weather
 
@@ -83,6 +83,14 @@ async def test_a_tool_loop_reads_at_least_the_bare_clients_cache(sim, api, earli
     assert len(bare.requests) == TOOL_ROUNDS + 1 and bare.outcome.result == FINAL_REPLY
     assert_conforms(bare, wrapped)
     assert_cache_holds(bare, wrapped)
+
+
+async def test_a_tool_loop_whose_id_changes_per_run_reads_the_stable_prefix_on_run_twos_first_call(sim, api):
+    async def scenario(client: Any, instructions: str) -> Outcome:
+        result = await Runner.run(agent(client, instructions, api, tools=[get_weather]), f"{DOCUMENT}\n\n{QUESTION}")
+        return Outcome(result.final_output, cached=cached(result))
+
+    await assert_a_new_id_reads_the_stable_prefix(scenario, lambda: sim_client(sim), sim)
 
 
 async def test_structured_output_parses_to_the_bare_clients_object(sim, api):
