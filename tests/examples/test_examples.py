@@ -19,6 +19,13 @@ def base_url() -> Iterator[str]:
         yield url
 
 
+@pytest.fixture(scope="module")
+def chat_url() -> Iterator[str]:
+    """The demo's real model, SmolLM2-135M-Instruct, served from its GGUF file."""
+    with local_server(demo.MODEL) as url:
+        yield url
+
+
 def test_wrap_openai_answers_in_text(base_url):
     assert wrap_openai.main(base_url).strip()
 
@@ -51,9 +58,9 @@ def test_otlp_example_exports_the_call_span(base_url):
     assert "chat default" in names and "prefill" in names and "decode" in names
 
 
-def test_demo_shows_cache_hits_loop_cuts_and_span_rows(base_url, tmp_path):
+def test_demo_shows_cache_hits_loop_cuts_and_span_rows(chat_url, base_url, tmp_path):
     lines: list[str] = []
-    result = demo.run_demo(base_url, out=lines.append, report_dir=tmp_path)
+    result = demo.run_demo(chat_url, base_url, out=lines.append, report_dir=tmp_path)
     unwrapped_cached = [plain.cached_tokens for plain, _ in result["cache"]]
     wrapped_cached = [guarded.cached_tokens for _, guarded in result["cache"]]
     assert unwrapped_cached == [0, 0, 0]
