@@ -79,5 +79,6 @@ class Chain:
         if self.outage is not None:
             call.state_degraded = self.outage()
         call.expected_read, learner = self.sent.expect(call, ttl)  # the prompt as it goes, breakpoints placed
-        listeners.append(learner)
+        if learner is not None:
+            listeners.append(learner)
         return listeners

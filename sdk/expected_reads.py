@@ -42,6 +42,8 @@ from sdk.telemetry.semconv import MissCause
 
 _MARK = '"cache_control"'  # an item carrying an Anthropic breakpoint, as its JSON reads
 _Key = tuple[str, str, int]  # (provider, model, chained hash of the items up to one)
+MAX_TOKENS_PER_CHAR = 4  # a character is at most 4 UTF-8 bytes, a byte-level token at least one byte
+FRAME_CHARS = 16  # what a container adds to the serialised prompt beyond its strings (keys, punctuation), at most
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
 
 
@@ -105,10 +107,14 @@ class SentPrefixes:
         self._index: dict[_Key, tuple[_Sent, int]] = {}
         self._lock = threading.Lock()
 
-    def expect(self, call: Call, ttl_seconds: float | None) -> tuple[Expectation | None, _Learn]:
+    def expect(self, call: Call, ttl_seconds: float | None) -> tuple[Expectation | None, _Learn | None]:
         """Remember `call` as sent (its breakpoints placed); return what it should read, and the
-        listener that learns its answer's input tokens."""
-        texts = [_dumps(item) for items in (call.tools, call.system, call.messages) for item in items]
+        listener that learns its answer's input tokens (None for a prompt too short ever to be
+        cached: no call after it can share enough of it, so it is not remembered)."""
+        items = (call.tools, call.system, call.messages)
+        if _chars(items) * MAX_TOKENS_PER_CHAR < min_cacheable_tokens(call.provider, call.model):
+            return None, None
+        texts = [_dumps(item) for tier in items for item in tier]
         sizes, total = [], 0
         for text in texts:
             total += len(text)
@@ -167,6 +173,21 @@ def _expectation(call: Call, sent: _Sent, found: tuple[_Sent, int], ttl_seconds:
     elif tokens < minimum * (1 + CACHE_UNDER_MINIMUM_MARGIN):
         cause = MissCause.UNDER_MINIMUM.value
     return Expectation(tokens, cause, bool(sent.marks))
+
+
+def _chars(value: object) -> int:
+    """A cheap upper bound's base for a prompt's size: its strings' characters, `FRAME_CHARS` a container
+    (keys and punctuation), without serialising it."""
+    if isinstance(value, str):
+        return len(value)
+    total = FRAME_CHARS
+    if isinstance(value, dict):
+        value = value.values()
+    elif not isinstance(value, (list, tuple)):
+        return total
+    for item in value:  # a loop, not sum() over a generator: this runs on every call
+        total += _chars(item)
+    return total
 
 
 def _shortest_retention(provider: Provider) -> float | None:

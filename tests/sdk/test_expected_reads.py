@@ -164,3 +164,16 @@ async def test_the_interleaved_agent_workload_records_no_missed_tokens(simulator
     for call in workload():  # three prompt families, tool loops growing their history, interleaved
         await resolve(wrapped.chat.completions.create(model=GPT, messages=call.caller, tools=call.tools))
     assert {cause for _, _, cause in _misses(otel)} == {None} and _report(otel).misses == ()
+
+
+def test_a_prompt_too_short_ever_to_be_cached_is_not_remembered_and_a_long_one_is():
+    from sdk.adapters import adapter_for
+    from sdk.call import Api, Provider
+    from sdk.expected_reads import SentPrefixes
+
+    adapter, sent = adapter_for(Api.CHAT), SentPrefixes()
+    short = adapter.to_call({"model": GPT, "messages": [{"role": "user", "content": "hi"}]}, Provider.OPENAI)
+    long = adapter.to_call({"model": GPT, "messages": [{"role": "system", "content": LONG_SYSTEM}, *TURNS[:1]]}, Provider.OPENAI)
+    assert sent.expect(short, None) == (None, None)
+    expectation, learner = sent.expect(long, None)
+    assert expectation is None and learner is not None  # the first of its prefix: nothing to expect, remembered
