@@ -38,7 +38,7 @@ TIERS: dict[str, tuple[str, ...]] = {
         "local_backend/test_server_client_inputs.py",
         "local_backend/test_server_fuzz.py", "local_backend/test_server_openapi_fuzz.py", "sdk/test_stream_lifecycle.py",
         "sdk/test_fault_matrix.py", "sdk/test_surface_paths.py", "sdk/test_typing.py", "sdk/test_request_safety.py",
-        "test_tiers.py",
+        "test_tiers.py", "local_backend/test_gguf_parity.py",
     ),
 }
 """Tier -> the paths under tests/ (folders or modules) whose tests are in it."""
