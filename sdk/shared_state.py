@@ -51,7 +51,7 @@ from sdk.families import Changes, FamilyMemory, FamilyRecord, next_record
 from sdk.fanout import FanOut, Leader, Waited, credentials_hash
 from sdk.fingerprint import PrefixTracker, Seen, Segment
 from sdk.policy import Policy
-from sdk.state_values import Malformed, decode_cuts, decode_family, decode_lengths, decode_seen, encode_family, encode_seen
+from sdk.state_values import _Malformed, decode_cuts, decode_family, decode_lengths, decode_seen, encode_family, encode_seen
 
 logger = logging.getLogger(__name__)
 
@@ -156,7 +156,7 @@ class Store:
         """Why the store is failing now (None: it is not)."""
         return self._outage
 
-    def malformed(self, error: Malformed, *, during_call: bool = True) -> None:
+    def malformed(self, error: _Malformed, *, during_call: bool = True) -> None:
         """A value read was malformed (the caller drops it): logged, and told to this thread's call
         by `degraded` where it was read `during_call` (not at a call's end)."""
         logger.warning("kvwise state: %s held a %s; it is dropped", self.where, error)
@@ -187,14 +187,14 @@ class SharedFamilies(FamilyMemory):
     def observe(self, family: bytes, values: tuple[int, ...], conversation: bytes, turns: int = 1) -> Changes:
         key = f"{self._namespace}:family:{family.hex()}"
         found: list[FamilyRecord] = []
-        malformed: list[Malformed] = []
+        malformed: list[_Malformed] = []
 
         def update(pipe: Any) -> None:
             stored = pipe.get(key)
             malformed.clear()
             try:
                 last = decode_family(stored) if stored is not None else None
-            except Malformed as error:  # dropped: this call's record overwrites it
+            except _Malformed as error:  # dropped: this call's record overwrites it
                 malformed.append(error)
                 last = None
             record = next_record(last, values, conversation, turns)
@@ -228,7 +228,7 @@ class SharedCaps(AdaptiveCaps):
             return super().quantile(workload)
         try:
             return quantile_of(decode_lengths(stored or ()))
-        except Malformed as error:
+        except _Malformed as error:
             self._store.malformed(error)
             self._store.run(lambda redis: redis.delete(lengths_key))
             return super().quantile(workload)
@@ -250,7 +250,7 @@ class SharedCaps(AdaptiveCaps):
                 return
             try:
                 cuts = decode_cuts(results[3])
-            except Malformed as error:
+            except _Malformed as error:
                 self._store.malformed(error, during_call=False)
                 redis.delete(cuts_key)
                 return
@@ -374,7 +374,7 @@ class SharedTracker(PrefixTracker):
             return None
         try:
             return decode_seen(kind, fields)
-        except Malformed as error:
+        except _Malformed as error:
             self._store.malformed(error)
             return None
 

@@ -2,7 +2,7 @@
 
 Every value read from the store is checked here before kvwise uses it: another process, an older
 kvwise, an operator or an attacker may have written it. A value that is not JSON, of the wrong
-type, of the wrong length or too large raises `Malformed`, naming its key's kind; the store then
+type, of the wrong length or too large raises `_Malformed` (kvwise's own: it never reaches a caller), naming its key's kind; the store then
 drops it and the call goes on as if it had not been there, its span saying why
 (`kvwise.state.degraded_reason`, e.g. "malformed family value: not JSON").
 """
@@ -22,7 +22,7 @@ _HASH_LIMIT = 1 << 64  # a candidate's hash is 64 bits (`sdk.families.value_hash
 _SEGMENT_FIELDS = 5  # key, chain, tool, kept_sorted, kept_masked
 
 
-class Malformed(ValueError):
+class _Malformed(ValueError):
     """A stored value of key kind `kind` ("family", "lengths", "cuts", "seen", "latest") is unusable: `why`."""
 
     def __init__(self, kind: str, why: str) -> None:
@@ -37,16 +37,16 @@ class Malformed(ValueError):
 
 def _loads(kind: str, stored: bytes) -> Any:
     if len(stored) > STATE_MAX_VALUE_BYTES:
-        raise Malformed(kind, f"too large ({len(stored)} bytes, at most {STATE_MAX_VALUE_BYTES})")
+        raise _Malformed(kind, f"too large ({len(stored)} bytes, at most {STATE_MAX_VALUE_BYTES})")
     try:
         return json.loads(stored)
     except ValueError:  # UnicodeDecodeError included
-        raise Malformed(kind, "not JSON") from None
+        raise _Malformed(kind, "not JSON") from None
 
 
 def _require(kind: str, ok: bool, why: str) -> None:
     if not ok:
-        raise Malformed(kind, why)
+        raise _Malformed(kind, why)
 
 
 def _is_int(value: Any, low: int, high: int) -> bool:
@@ -65,7 +65,7 @@ def encode_family(record: FamilyRecord) -> str:
 
 
 def decode_family(stored: bytes) -> FamilyRecord:
-    """A family's record as `encode_family` wrote it, else `Malformed`."""
+    """A family's record as `encode_family` wrote it, else `_Malformed`."""
     kind = "family"
     values, changed, within, conversation, turns = _list(kind, _loads(kind, stored), 5)
     values, changed, within = (_list(kind, part) for part in (values, changed, within))
@@ -76,12 +76,12 @@ def decode_family(stored: bytes) -> FamilyRecord:
     try:
         hashed = bytes.fromhex(conversation)
     except ValueError:
-        raise Malformed(kind, "wrong type") from None
+        raise _Malformed(kind, "wrong type") from None
     return FamilyRecord(tuple(values), tuple(map(bool, changed)), tuple(map(bool, within)), hashed, turns)
 
 
 def decode_counts(kind: str, items: Sequence[bytes], high: int) -> list[int]:
-    """A workload's list (`lengths`: output lengths; `cuts`: 0 or 1 each), newest first, else `Malformed`."""
+    """A workload's list (`lengths`: output lengths; `cuts`: 0 or 1 each), newest first, else `_Malformed`."""
     _require(kind, len(items) <= ADAPTIVE_CAP_WINDOW, "wrong length")
     _require(kind, sum(map(len, items)) <= STATE_MAX_VALUE_BYTES, "too large")
     counts = [_loads(kind, item) for item in items]
@@ -103,7 +103,7 @@ def encode_seen(seen: Seen) -> str:
 
 
 def decode_seen(kind: str, fields: Mapping[bytes, bytes]) -> Seen:
-    """A call's record as `encode_seen` wrote it under a `seen` or `latest` key, else `Malformed`."""
+    """A call's record as `encode_seen` wrote it under a `seen` or `latest` key, else `_Malformed`."""
     stored, message_id = fields.get(b"seen"), fields.get(b"id")
     _require(kind, stored is not None, "wrong type")
     record = _loads(kind, stored or b"")
@@ -124,5 +124,5 @@ def decode_seen(kind: str, fields: Mapping[bytes, bytes]) -> Seen:
         try:
             answer_id = message_id.decode()
         except UnicodeDecodeError:
-            raise Malformed(kind, "wrong type") from None
+            raise _Malformed(kind, "wrong type") from None
     return Seen(record["model"], chain, tuple(settings), float(at), answer_id)

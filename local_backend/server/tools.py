@@ -77,7 +77,7 @@ def prompt_ids(
         check_prompt_size(texts, tokenizer.max_bytes_per_token, max_model_len, "messages")
     else:
         check_counted_size(_texts(messages, tools, folded=True), "messages")
-    if template.continue_final_message and not messages[-1]["content"].strip():
+    if template.continue_final_message and not (messages[-1]["content"] or "").strip():
         raise ApiError("continue_final_message needs a final message with text to continue",
                        param="continue_final_message")  # fmt: skip
     if tokenizer.renders_tools:
@@ -96,7 +96,7 @@ def _texts(messages: Sequence[dict[str, Any]], tools: Sequence[Tool], folded: bo
     (not a template of the checkpoint's own, which may reformat or leave out what it likes), the
     calls' arguments and each tool's JSON."""
     for message in messages:
-        yield message["content"]
+        yield message["content"] or ""  # an assistant turn of tool calls alone has none
         if folded:
             yield from (call["function"]["arguments"] for call in message.get("tool_calls") or ())
     if folded:

@@ -5,6 +5,7 @@ loopback to the simulator."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import threading
 import time
@@ -30,6 +31,9 @@ from tests.sdk.savings_workloads import fan_out, shared_prefix
 POLICY_CAP = 1000
 STALL_SECONDS = 0.5  # each store command's bound where a test stalls the store: long for a loaded machine, short for a stalled call
 FAMILY = "Request ID: {}\nYou are the support bot of Example Corp. Answer in one short paragraph."
+LEARNT_FAMILY = "Build: {}\nYou are the support bot of Example Corp. Answer in one short paragraph."
+"""A family whose volatile value (a hex run, as a build hash is written) waits for the memory to move:
+FAMILY's request id moves on first sight (`sdk.first_sight`), so it teaches the memory nothing."""
 
 
 @pytest.fixture(scope="module")
@@ -71,10 +75,10 @@ def _sent_systems(simulator: Any) -> list[str]:
 def test_a_second_worker_sends_a_family_in_the_shape_the_first_learnt_from_its_first_call_on(
     simulator: Any, store: RedisServer, shared: bool
 ) -> None:
-    ids = [str(uuid.UUID(int=i + 1)) for i in range(3)]
+    ids = [hashlib.sha1(bytes([i])).hexdigest() for i in range(3)]
     state = store.url_bounded(PATIENT_SECONDS) if shared else None
-    _family_calls(simulator, 0, state, [FAMILY.format(ids[0]), FAMILY.format(ids[1])])
-    _family_calls(simulator, 1, state, [FAMILY.format(ids[2])])
+    _family_calls(simulator, 0, state, [LEARNT_FAMILY.format(ids[0]), LEARNT_FAMILY.format(ids[1])])
+    _family_calls(simulator, 1, state, [LEARNT_FAMILY.format(ids[2])])
     first, second, other = _sent_systems(simulator)
     assert ids[0] in first  # the family's first call: nothing is known, nothing moves
     assert ids[1] not in second  # it changed: it moved
