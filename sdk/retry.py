@@ -4,9 +4,9 @@ What is sent again is what the bare client's own retry loop sends again, decided
 (`sdk.compat.client_would_retry`): a failure before any answer (a refused or dropped connection, a
 timeout, a body cut short in transfer), and an error answer its `_should_retry` accepts
 (`x-should-retry`, 408, 409, 429, 5xx). Never a 200 whose body is not JSON, and never a stream once
-its 200 arrived (`sdk.stream`): the provider accepted that request and may bill every copy. Each
+its 200 arrived (`sdk.send.stream_watch`): the provider accepted that request and may bill every copy. Each
 attempt carries its number in `x-stainless-retry-count`, as the clients' own retries do (see
-`sdk.send`). The wrapped client's own retries are turned off so attempts never multiply; when the
+`sdk.send.sender`). The wrapped client's own retries are turned off so attempts never multiply; when the
 attempts run out the caller gets the client's own exception.
 
 How many retries (`retries_for`): the caller's own `max_retries` where they set one, and

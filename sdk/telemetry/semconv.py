@@ -243,7 +243,7 @@ KVWISE_USAGE_ESTIMATED: Final = "kvwise.usage.estimated"
 """True when the server never reported the input tokens of a stream (it was cut or closed before the
 usage the server sends at the end): the `gen_ai.usage.*` figures are then estimates, input from the
 prompt's characters (4 per token), output from the content chunks seen, cache reads 0 (unknowable
-client-side, so the cost is an upper bound). See `sdk.stream.estimated_usage`."""
+client-side, so the cost is an upper bound). See `sdk.send.stream_watch.estimated_usage`."""
 
 # --- kvwise: cost ----------------------------------------------------------------------------
 

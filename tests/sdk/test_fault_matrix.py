@@ -384,7 +384,7 @@ def waits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     async def asleep(seconds: float) -> None:
         chosen.append(seconds)
 
-    send_module = importlib.import_module("sdk.send")  # where every kvwise send runs its retries
+    send_module = importlib.import_module("sdk.send.sender")  # where every kvwise send runs its retries
     monkeypatch.setattr(send_module, "call_with_retries", functools.partial(call_with_retries, sleep=chosen.append))
     monkeypatch.setattr(send_module, "acall_with_retries", functools.partial(acall_with_retries, sleep=asleep))
     return chosen

@@ -1,7 +1,7 @@
 """Stream watching: observe each event, cut upstream on a loop or a client-side stop (the streaming
 decode guards), catch truncation.
 
-The caller gets the client's own stream object behind a proxy (`sdk.stream_proxy`), so it is still
+The caller gets the client's own stream object behind a proxy (`sdk.send.stream_proxy`), so it is still
 an `openai.Stream`, an `anthropic.AsyncStream`, ...; iterating it runs a watching generator over the
 client stream's own iteration. `StreamWatch` holds all the logic and does no I/O; the sync and async
 generators are thin loops around it. The call's telemetry ends exactly once: on the final event, a
@@ -50,7 +50,7 @@ from sdk.errors import stream_truncated
 from sdk.lifecycle import CallEnd, Ending, Lifecycle
 from sdk.loopguard import LoopDetector
 from sdk.policy import Policy
-from sdk.stream_proxy import AsyncWatchedStream, WatchedStream, Upstream
+from sdk.send.stream_proxy import AsyncWatchedStream, WatchedStream, Upstream
 from sdk.telemetry import CallRecord
 from sdk.telemetry.attributes import stream_facts
 from sdk.telemetry.content import streamed_tool_calls

@@ -4,7 +4,7 @@ call's telemetry (the OpenTelemetry GenAI utilities' idea: a `wrapt.ObjectProxy`
 `WatchedStream` and `AsyncWatchedStream` keep the client's type (`isinstance(s, openai.Stream)`),
 every attribute is the client stream's, and the client's stream helpers (`ChatCompletionStream`,
 `MessageStream`, `ResponseStream`) work on them. Iterating one runs the watching generator
-(`sdk.stream`). It finalises exactly once (the call span ends, the HTTP response is closed) on
+(`sdk.send.stream_watch`). It finalises exactly once (the call span ends, the HTTP response is closed) on
 exhaustion, error, `close()`, `with` exit, `response.close()` (what the helpers' `close()` calls),
 and when the caller drops it, half-read or never read. Nothing a proxy holds refers back to it, so
 reference counting alone frees a dropped stream: its span ends at `del stream`, not whenever the

@@ -108,7 +108,7 @@ class Sender:
             self._failed(lifecycle, error)
             return result
         if self.call.stream:
-            from sdk.stream import StreamWatch, watch_sync  # on a stream's first call: a plain call never loads the watcher's modules
+            from sdk.send.stream_watch import StreamWatch, watch_sync  # on a stream's first call: a plain call never loads the watcher's modules
 
             watch = StreamWatch(adapter_for(self.call.api), self.call, self.policy, lifecycle, self.connection_error)
             watched = watch_sync(parsed, watch)
@@ -142,7 +142,7 @@ class Sender:
             self._failed(lifecycle, error)
             return result
         if self.call.stream:
-            from sdk.stream import StreamWatch, watch_async  # on a stream's first call: a plain call never loads the watcher's modules
+            from sdk.send.stream_watch import StreamWatch, watch_async  # on a stream's first call: a plain call never loads the watcher's modules
 
             watch = StreamWatch(adapter_for(self.call.api), self.call, self.policy, lifecycle, self.connection_error)
             watched = watch_async(parsed, watch)
