@@ -51,7 +51,7 @@ ADAPTIVE_CAP_MAX_CUT_SHARE = 0.05  # share of the window cut at the adaptive cap
 REPORT_TOP_CONVERSATIONS = 10  # conversations in the report's table, by spend
 REPORT_BREAK_LABELS = 20  # cache breaks whose cause the hit-ratio figure writes out (all are marked)
 
-# Shared state (`sdk.shared_state`: Redis or Valkey)
+# Shared state (`sdk.memory.redis_store`: Redis or Valkey)
 STATE_URL_ENV = "KVWISE_STATE_URL"  # where the memories live when `sdk.wrap(state=...)` is not given
 STATE_TIMEOUT_SECONDS = 0.02  # the most one store command may take before the call goes on without it
 STATE_RETRY_SECONDS = 1.0  # after a failed command, the store is left alone this long (each call would wait otherwise)

@@ -21,9 +21,7 @@ Workloads are kept LRU, at most `ADAPTIVE_CAP_WORKLOADS` per wrapped client; eve
 from __future__ import annotations
 
 import math
-import threading
-from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from sdk._constants import (
     ADAPTIVE_CAP_WORKLOADS,
@@ -34,15 +32,8 @@ from sdk._constants import (
 )
 from sdk.call import Call, Usage
 from sdk.lifecycle import CallEnd
-
-WorkloadKey = tuple[str, str, str]
-
-
-@dataclass(slots=True)
-class _Workload:
-    lengths: deque[int] = field(default_factory=lambda: deque(maxlen=ADAPTIVE_CAP_WINDOW))
-    cuts: deque[bool] = field(default_factory=lambda: deque(maxlen=ADAPTIVE_CAP_WINDOW))
-    """For each adaptively capped answer of the window: whether it reached the cap."""
+from sdk.memory.records import WorkloadKey
+from sdk.memory.store import LocalStore, Store
 
 
 def quantile_of(lengths: list[int]) -> int | None:
@@ -69,29 +60,20 @@ def workload_of(call: Call) -> WorkloadKey | None:
 
 
 class AdaptiveCaps:
-    """Per wrapped client: the output lengths of each workload's recent answers (see the module).
+    """Per wrapped client: the output lengths of each workload's recent answers (see the module), on
+    `store` (by default one in this process, of at most `size` workloads).
 
     >>> caps = AdaptiveCaps()
     >>> caps.learn(workload, Usage(output_tokens=120), cap=4096, adaptive=False)
     >>> caps.quantile(workload)   # None until the workload has ADAPTIVE_CAP_MIN_CALLS answers
     """
 
-    def __init__(self, size: int = ADAPTIVE_CAP_WORKLOADS) -> None:
-        if size < 1:
-            raise ValueError(f"AdaptiveCaps size must be at least 1, got {size!r}")
-        self._size = size
-        self._workloads: OrderedDict[WorkloadKey, _Workload] = OrderedDict()
-        self._lock = threading.Lock()
+    def __init__(self, store: Store | None = None, *, size: int = ADAPTIVE_CAP_WORKLOADS) -> None:
+        self._store = store if store is not None else LocalStore(workloads=size)
 
     def quantile(self, workload: WorkloadKey) -> int | None:
         """The workload's p99 of output tokens, or None while it has too few answers."""
-        with self._lock:
-            found = self._workloads.get(workload)
-            if found is None or len(found.lengths) < ADAPTIVE_CAP_MIN_CALLS:
-                return None
-            self._workloads.move_to_end(workload)
-            lengths = list(found.lengths)
-        return quantile_of(lengths)
+        return quantile_of(self._store.lengths(workload))
 
     def cap_for(self, workload: WorkloadKey, margin: float, floor: int, ceiling: int) -> int | None:
         """The adaptive cap of a call of `workload` (None: not learnt yet): p99 x margin within [floor, ceiling]."""
@@ -104,22 +86,12 @@ class AdaptiveCaps:
         """An answer of `workload` ended with `usage`, under the limit `cap` (None: none), which was
         the adaptive one when `adaptive`."""
         reached = reached_cap(usage, cap)
-        with self._lock:
-            found = self._workloads.pop(workload, None) or _Workload()
-            self._workloads[workload] = found  # the most recently used
-            if len(self._workloads) > self._size:
-                self._workloads.popitem(last=False)
-            if adaptive:
-                found.cuts.append(reached)
-                if cut_too_often(sum(found.cuts)):
-                    del self._workloads[workload]  # the workload changed: learn it again
-                    return
-            if not reached:
-                found.lengths.append(usage.output_tokens)
+        cuts = self._store.push_answer(workload, None if reached else usage.output_tokens, reached if adaptive else None)
+        if adaptive and cut_too_often(cuts):
+            self._store.forget(workload)  # the workload changed: learn it again
 
     def __len__(self) -> int:
-        with self._lock:
-            return len(self._workloads)
+        return self._store.held("workload")
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,7 +60,7 @@ class Call:
     its usage (`stream_options.include_usage`) where the caller did not; `stream_usage_refused`: the
     server refuses `stream_options`, so none is added (`sdk.stream_options`). `changes` lists what
     kvwise rewrote, for the span alone: no decision reads it.
-    `state_degraded`: why the shared state store failed this call (`sdk.shared_state`), which then
+    `state_degraded`: why the shared state store failed this call (`sdk.memory.redis_store`), which then
     went on with in-process memories.
     `context_note` holds the lines of the tail note (`sdk.moving`: values that change within a
     conversation), which the next call of the conversation will not re-send where this one has them.

@@ -23,7 +23,7 @@ from sdk.fingerprint import cache_ttl_seconds
 from sdk.guards import apply_guards
 from sdk.lifecycle import CallListener
 from sdk.policy import Policy
-from sdk.shared_state import Memories, local_memories
+from sdk.memory.memories import Memories, local_memories
 from sdk.telemetry.semconv import CapSource
 
 

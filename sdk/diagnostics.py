@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sdk.call import Api, Call
-from sdk.fingerprint import Seen
+from sdk.memory.records import Seen
 from sdk.lifecycle import CallEnd
 
 DIAGNOSTICS_PARAM = "diagnostics"

@@ -30,24 +30,14 @@ masked texts and a dictionary look-up per call that has candidates; a call witho
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sdk._constants import VOLATILE_FAMILIES
-
-
-@dataclass(frozen=True, slots=True)
-class FamilyRecord:
-    """What is remembered of a family's last call (hashes and flags only: what `sdk.shared_state` stores)."""
-
-    values: tuple[int, ...]  # hashes of the candidates' bytes on the family's last call, in order
-    changed: tuple[bool, ...]  # which have ever differed from one call to the next
-    within: tuple[bool, ...]  # which have ever differed from the previous call of the same conversation
-    conversation: bytes  # the hash of the last call's first user turn
-    turns: int  # how many turns the last call sent
+from sdk.memory.records import FamilyRecord
+from sdk.memory.store import LocalStore, Store
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +77,8 @@ def family_key(masked: Sequence[str]) -> bytes:
 
 
 class FamilyMemory:
-    """Per wrapped client: the candidate bytes of each prompt family's last call (see the module).
+    """Per wrapped client: the candidate bytes of each prompt family's last call (see the module), on
+    `store` (by default one in this process, of at most `size` families).
 
     >>> memory = FamilyMemory()
     >>> memory.observe(key, (value_hash("req-1"), value_hash("project-a")), run_1).changed   # the family's first call
@@ -100,12 +91,8 @@ class FamilyMemory:
     (True, False)
     """
 
-    def __init__(self, size: int = VOLATILE_FAMILIES) -> None:
-        if size < 1:
-            raise ValueError(f"FamilyMemory size must be at least 1, got {size!r}")
-        self._size = size
-        self._families: OrderedDict[bytes, FamilyRecord] = OrderedDict()
-        self._lock = threading.Lock()
+    def __init__(self, store: Store | None = None, *, size: int = VOLATILE_FAMILIES) -> None:
+        self._store = store if store is not None else LocalStore(families=size)
 
     def observe(self, family: bytes, values: tuple[int, ...], conversation: bytes, turns: int = 1) -> Changes:
         """Record this call's candidates (`values`: the hash of each one's bytes, so no request id or
@@ -114,14 +101,9 @@ class FamilyMemory:
         successive calls of one conversation (the same first turn, grown by turns: a run that starts
         over with the same request is another), this one included (all False on the family's first
         call: nothing is known yet)."""
-        with self._lock:
-            last = self._families.pop(family, None)  # re-inserted below: the most recently used
-            record = next_record(last, values, conversation, turns)
-            self._families[family] = record
-            if len(self._families) > self._size:
-                self._families.popitem(last=False)
+        update = functools.partial(next_record, values=values, conversation=conversation, turns=turns)
+        record = self._store.update_family(family, update)
         return Changes(record.changed, record.within)
 
     def __len__(self) -> int:
-        with self._lock:
-            return len(self._families)
+        return self._store.held("family")

@@ -15,11 +15,11 @@ Waiting works from threads and from any number of event loops; the leader is rel
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
 
@@ -27,6 +27,8 @@ from sdk.cache_hints import count_breakpoints, estimate_tokens
 from sdk.call import Call, Provider
 from sdk.fingerprint import segments
 from sdk.lifecycle import CallEnd
+from sdk.memory.records import Leader
+from sdk.memory.store import LocalStore, Store
 from sdk.provider_facts import min_cacheable_tokens
 
 _ANTHROPIC_MARK = "cache_control"
@@ -79,18 +81,6 @@ def fanout_key(call: Call, client: Any) -> bytes | None:
     return digest.digest()
 
 
-@dataclass(slots=True)
-class Leader:
-    """An in-flight call others wait for; `span_id` is its span's id (hex), when it has one; `lease`:
-    the token of its lease in a shared store (`sdk.shared_state`), None when it lives in this process."""
-
-    key: bytes
-    span_id: str | None = None
-    lease: str | None = None
-    released: threading.Event = field(default_factory=threading.Event)
-    futures: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = field(default_factory=list)
-
-
 @dataclass(frozen=True, slots=True)
 class Waited:
     """What a follower waited for: `leader` (its span id, if known) and for how long, in milliseconds."""
@@ -100,90 +90,60 @@ class Waited:
 
 
 class FanOut:
-    """Per wrapped client: the in-flight leaders by fan-out key (see the module)."""
+    """Per wrapped client: the in-flight leaders by fan-out key (see the module), on `store` (by
+    default one in this process)."""
 
-    def __init__(self) -> None:
-        self._leaders: dict[bytes, Leader] = {}
+    def __init__(self, store: Store | None = None) -> None:
+        self._store = store if store is not None else LocalStore()
         self._lock = threading.Lock()
         self._waiting = 0
 
     def join(self, key: bytes, span_id: str | None = None) -> tuple[Leader | None, Leader | None]:
         """`(leader to wait for, None)` when a call with this key is in flight, else `(None, the new
         leader)`, whose span is `span_id`."""
-        with self._lock:
-            found = self._leaders.get(key)
-            if found is not None:
-                return found, None
-            mine = self._leaders[key] = Leader(key, span_id)
-            return None, mine
+        return self._store.join(key, span_id)
 
     def release(self, leader: Leader) -> None:
         """The leader's first chunk, answer or failure arrived: let its followers go (once)."""
-        with self._lock:
-            if leader.released.is_set():
-                return
-            leader.released.set()
-            if self._leaders.get(leader.key) is leader:
-                del self._leaders[leader.key]
-            futures, leader.futures = leader.futures, []
-        for loop, future in futures:
-            try:
-                loop.call_soon_threadsafe(_resolve, future)
-            except RuntimeError:  # that loop is closed: nobody waits there any more
-                pass
+        self._store.release(leader)
 
     def wait(self, leader: Leader, timeout: float) -> Waited:
         """Block this thread until `leader` is released, at most `timeout` seconds."""
         start = perf_counter()
-        with self._lock:
-            self._waiting += 1
-        try:
-            leader.released.wait(timeout)
-        finally:
-            with self._lock:
-                self._waiting -= 1
+        with self._counted():
+            self._store.wait(leader, timeout)
         return Waited(leader.span_id, (perf_counter() - start) * 1000.0)
 
     async def await_release(self, leader: Leader, timeout: float) -> Waited:
         """Wait in this event loop until `leader` is released, at most `timeout` seconds."""
         start = perf_counter()
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
+        with self._counted():
+            await self._store.await_release(leader, timeout)
+        return Waited(leader.span_id, (perf_counter() - start) * 1000.0)
+
+    @contextmanager
+    def _counted(self) -> Iterator[None]:
+        """One call waiting for a leader, while it waits."""
         with self._lock:
             self._waiting += 1
-            if leader.released.is_set():
-                future.set_result(None)
-            else:
-                leader.futures.append((loop, future))
         try:
-            await asyncio.wait_for(future, timeout)
-        except TimeoutError:
-            pass  # the leader is slow: go without the cache
+            yield
         finally:
             with self._lock:
                 self._waiting -= 1
-                if (loop, future) in leader.futures:
-                    leader.futures.remove((loop, future))
-        return Waited(leader.span_id, (perf_counter() - start) * 1000.0)
 
     def outage(self) -> str | None:
-        """Why the store the leaders live in is failing (in this process: never)."""
-        return None
+        """Why the store the leaders live in is failing (None: it is not)."""
+        return self._store.outage()
 
     def in_flight(self) -> int:
-        """How many leaders have not been released yet (for tests and diagnostics)."""
-        with self._lock:
-            return len(self._leaders)
+        """How many leaders of this process have not been released yet (for tests and diagnostics)."""
+        return self._store.held("leader")
 
     def waiting(self) -> int:
         """How many calls wait for a leader right now (for tests and diagnostics)."""
         with self._lock:
             return self._waiting
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 @dataclass(frozen=True, slots=True)

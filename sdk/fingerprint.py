@@ -12,19 +12,15 @@ order, after any segment that changed.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from enum import StrEnum
 from time import monotonic
-from typing import NamedTuple
 
 from sdk.call import Call, Provider
 from sdk.canonical import tool_name
+from sdk.memory.records import Seen, Segment, compact_json, sha256_hex
+from sdk.memory.store import LocalStore, Store
 from sdk.provider_facts import ANTHROPIC_CACHE_TTL_SECONDS, ANTHROPIC_DEFAULT_TTL, OPENAI_EXTENDED_RETENTION, OPENAI_EXTENDED_RETENTION_SECONDS
-from sdk.volatile import mask_volatile
 
 FINGERPRINT_HEX_CHARS = 16
 
@@ -45,49 +41,6 @@ class BreakCause(StrEnum):
     TTL_EXPIRED = "ttl_expired"
 
 
-class Segment(NamedTuple):
-    """One stable segment: its key ("system[0]"), chained hash, and its bytes (to explain a break).
-
-    A segment read back from a shared store (`sdk.shared_state`) has no bytes (`content` None): its
-    `tool` is a hash of the tool's name and `sorted_form` / `masked_form` were kept as hashes."""
-
-    key: str
-    chain: str
-    content: str | None
-    tool: str | None
-    kept_sorted: str | None = None
-    kept_masked: str | None = None
-
-    def sorted_form(self) -> str:
-        """A hash of the segment as JSON with sorted keys (what stays when only the serialisation differs)."""
-        if self.content is None:
-            return self.kept_sorted or ""
-        return _digest(_dumps_sorted(json.loads(self.content)))
-
-    def masked_form(self) -> str:
-        """A hash of the segment with its volatile bytes masked (what stays when only they differ)."""
-        if self.content is None:
-            return self.kept_masked or ""
-        return _digest(mask_volatile(self.content))
-
-    def same_when_sorted(self, other: Segment) -> bool:
-        """Equal as JSON with sorted keys: only the serialisation differs."""
-        return self.sorted_form() == other.sorted_form()
-
-    def same_when_masked(self, other: Segment) -> bool:
-        """Equal once volatile bytes are masked: only volatile content differs."""
-        return self.masked_form() == other.masked_form()
-
-
-_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
-"""Compact JSON, as the clients send it (key order kept): one encoder, not one per `json.dumps` call."""
-_dumps_sorted = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True, default=str).encode
-
-
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 def segments(call: Call) -> list[Segment]:
     """The hash chain over `call`'s stable segments: tools, system items, history turns."""
     chain = ""
@@ -95,8 +48,8 @@ def segments(call: Call) -> list[Segment]:
     for tier, values in (("tools", call.tools), ("system", call.system), ("messages", call.messages[: call.history_end])):
         for index, value in enumerate(values):
             key = f"{tier}[{index}]"
-            content = _dumps(value)
-            chain = _digest(chain + key + content)
+            content = compact_json(value)
+            chain = sha256_hex(chain + key + content)
             result.append(Segment(key, chain, content, tool_name(value) if tier == "tools" else None))
     return result
 
@@ -105,7 +58,7 @@ def prefix_key(call: Call, chain: list[Segment] | None = None) -> str:
     """A short hash of the tools and system prompt: stable across the turns of one conversation."""
     stable = len(call.tools) + len(call.system)  # `segments` puts these first
     if not stable:
-        return _digest(call.model)[:FINGERPRINT_HEX_CHARS]
+        return sha256_hex(call.model)[:FINGERPRINT_HEX_CHARS]
     return (chain if chain is not None else segments(call))[stable - 1].chain[:FINGERPRINT_HEX_CHARS]
 
 
@@ -149,33 +102,14 @@ _SETTINGS = (("tool_choice", BreakCause.TOOL_CHOICE_CHANGED), ("thinking", Break
 """Request parameters outside the prompt that a provider's cache is keyed on, and the cause each names."""
 
 
-@dataclass(slots=True)
-class Seen:
-    """What the tracker remembers of the last call of an API and model; `message_id` is learnt from its answer."""
-
-    model: str
-    chain: list[Segment]
-    settings: tuple[str, ...]
-    at: float
-    message_id: str | None = None
-    on_learn: Callable[[str], None] | None = None  # where a shared store keeps the id too
-
-    def learn(self, message_id: str) -> None:
-        """The answer's id (named as the previous message by the next request of its API and model)."""
-        self.message_id = message_id
-        if self.on_learn is not None:
-            self.on_learn(message_id)
-
-
 class PrefixTracker:
-    """Remembers the last call per (API, model) of one wrapped client, and per API the latest one,
-    to name cache breaks: a changed segment, model, setting, or an expired cache."""
+    """Remembers, on `store` (by default one in this process), the last call per (API, model) of one
+    wrapped client, and per API the latest one, to name cache breaks: a changed segment, model,
+    setting, or an expired cache. `clock` times the calls (None: `time.monotonic`)."""
 
-    def __init__(self, clock: Callable[[], float] | None = None) -> None:
-        self._last: dict[tuple[str, str], Seen] = {}  # by (API, model)
-        self._latest: dict[str, Seen] = {}
-        self._lock = threading.Lock()
-        self._clock = clock  # None: `time.monotonic`
+    def __init__(self, store: Store | None = None, clock: Callable[[], float] | None = None) -> None:
+        self._store = store if store is not None else LocalStore()
+        self._clock = clock
 
     def observe(self, call: Call, ttl_seconds: float | None = None) -> tuple[Seen, Seen | None]:
         """Set `call.fingerprint` and, when the cache broke since the last call of its API and model, `break_at`
@@ -189,7 +123,7 @@ class PrefixTracker:
         call.fingerprint = current[-1].chain[:FINGERPRINT_HEX_CHARS] if current else None
         call.prefix_key = prefix_key(call, current)
         seen = Seen(call.model, current, _settings(call.params), (self._clock or monotonic)())
-        previous, latest = self._exchange(str(call.api), seen)
+        previous, latest = self._store.exchange_seen(str(call.api), seen)
         current = seen.chain
         if previous is None and latest is not None and latest.model != call.model and latest.chain:
             if explain_break(latest.chain, current) is None:
@@ -201,20 +135,11 @@ class PrefixTracker:
                 call.break_at, call.break_cause = cause[0], str(cause[1])
         return seen, previous
 
-    def _exchange(self, api: str, seen: Seen) -> tuple[Seen | None, Seen | None]:
-        """Remember `seen` as the last call of its API and model, and as its API's latest; return
-        what was remembered before: `(last of this API and model, latest of this API)`."""
-        with self._lock:
-            previous = self._last.get((api, seen.model))
-            latest = self._latest.get(api)
-            self._last[(api, seen.model)] = self._latest[api] = seen
-        return previous, latest
-
 
 def _settings(params: dict[str, object]) -> tuple[str, str]:
     """The `_SETTINGS` a request carries, serialised ("" when absent: most calls set neither)."""
     choice, thinking = params.get("tool_choice"), params.get("thinking")
-    return ("" if choice is None else _dumps(choice), "" if thinking is None else _dumps(thinking))
+    return ("" if choice is None else compact_json(choice), "" if thinking is None else compact_json(thinking))
 
 
 def _cause(previous: Seen, seen: Seen, ttl_seconds: float | None) -> tuple[str | None, BreakCause] | None:

@@ -27,7 +27,7 @@ from sdk.adapters import adapter_for
 from sdk.call import Api, Call, Provider
 from sdk.chain import Chain, Middleware
 from sdk.fanout import FanOut, fanout_key
-from sdk.shared_state import memories_for
+from sdk.memory.memories import memories_for
 from sdk.lifecycle import CallListener
 from sdk.policy import Policy
 from sdk.refusals import Refusals
@@ -77,7 +77,7 @@ def wrap(
     llama.cpp, the local backend) caches prefixes by itself, so it gets no cache keys, only the
     canonical order. `state` ("redis://host:6379/0", else $KVWISE_STATE_URL) puts what the client
     learns in Redis or Valkey, shared by every process wrapping a client with the same credentials
-    (`sdk.shared_state`); by default it stays in this process.
+    (`sdk.memory.redis_store`); by default it stays in this process.
     """
     policy = policy if policy is not None else Policy()
     if not isinstance(policy, Policy):

@@ -1,4 +1,4 @@
-"""Memories shared by a fleet (`sdk.wrap(client, state="redis://...")`, `sdk.shared_state`), against a
+"""Memories shared by a fleet (`sdk.wrap(client, state="redis://...")`, `sdk.memory.redis_store`), against a
 real Redis and worker processes of their own (`tests.sdk.fleet`), each wrapping its own client, over
 loopback to the simulator."""
 
@@ -172,7 +172,7 @@ def test_with_redis_stopped_mid_run_every_call_answers_says_degraded_and_the_sto
         client = _wrapped(simulator, server.url_bounded(PATIENT_SECONDS), exporter, adaptive_caps=True, fanout="warm")
         _ask(client, FAMILY.format(uuid.UUID(int=1)))
         server.stop()
-        with caplog.at_level(logging.WARNING, logger="sdk.shared_state"):
+        with caplog.at_level(logging.WARNING, logger="sdk.memory.redis_link"):
             for index in range(2, 6):
                 assert _ask(client, FAMILY.format(uuid.UUID(int=index)))
         degraded = [dict(span.attributes or {}) for span in exporter.get_finished_spans()[1:]]

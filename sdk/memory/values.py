@@ -1,4 +1,4 @@
-"""What a value in the shared state store must be to be read back (`sdk.shared_state`).
+"""What a value in the shared state store must be to be read back (`sdk.memory.redis_store`).
 
 Every value read from the store is checked here before kvwise uses it: another process, an older
 kvwise, an operator or an attacker may have written it. A value that is not JSON, of the wrong
@@ -15,8 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sdk._constants import ADAPTIVE_CAP_WINDOW, STATE_MAX_OUTPUT_TOKENS, STATE_MAX_VALUE_BYTES
-from sdk.families import FamilyRecord
-from sdk.fingerprint import Seen, Segment
+from sdk.memory.records import FamilyRecord, Seen, Segment
 
 _HASH_LIMIT = 1 << 64  # a candidate's hash is 64 bits (`sdk.families.value_hash`)
 _SEGMENT_FIELDS = 5  # key, chain, tool, kept_sorted, kept_masked
@@ -60,8 +59,8 @@ def _list(kind: str, value: Any, length: int | None = None) -> list[Any]:
 
 
 def encode_family(record: FamilyRecord) -> str:
-    return json.dumps([list(record.values), [int(c) for c in record.changed], [int(w) for w in record.within],
-                       record.conversation.hex(), record.turns])  # fmt: skip
+    flags = [int(c) for c in record.changed], [int(w) for w in record.within]
+    return json.dumps([list(record.values), *flags, record.conversation.hex(), record.turns])
 
 
 def decode_family(stored: bytes) -> FamilyRecord:

@@ -1,0 +1,105 @@
+"""What the memories keep, as plain values: the one vocabulary every store (`sdk.memory.store`) reads and writes.
+
+A store knows these records and nothing above them, so the memories (`sdk.families`,
+`sdk.adaptive_caps`, `sdk.fanout`, `sdk.fingerprint`) sit on the stores and never the other way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from sdk.volatile import mask_volatile
+
+WorkloadKey = tuple[str, str, str]
+"""A workload of the adaptive caps: API, model and stable-prefix hash (`sdk.adaptive_caps.workload_of`)."""
+
+compact_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
+"""Compact JSON, as the clients send it (key order kept): one encoder, not one per `json.dumps` call."""
+_sorted_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True, default=str).encode
+
+
+def sha256_hex(text: str) -> str:
+    """The hash a fingerprint chains (`sdk.fingerprint.segments`)."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class FamilyRecord:
+    """What is remembered of a prompt family's last call (`sdk.families`): hashes and flags only."""
+
+    values: tuple[int, ...]  # hashes of the candidates' bytes on the family's last call, in order
+    changed: tuple[bool, ...]  # which have ever differed from one call to the next
+    within: tuple[bool, ...]  # which have ever differed from the previous call of the same conversation
+    conversation: bytes  # the hash of the last call's first user turn
+    turns: int  # how many turns the last call sent
+
+
+class Segment(NamedTuple):
+    """One stable segment of a prefix fingerprint: its key ("system[0]"), chained hash, and its bytes
+    (to explain a break).
+
+    A segment read back from a shared store has no bytes (`content` None): its `tool` is a hash of
+    the tool's name and `sorted_form` / `masked_form` were kept as hashes."""
+
+    key: str
+    chain: str
+    content: str | None
+    tool: str | None
+    kept_sorted: str | None = None
+    kept_masked: str | None = None
+
+    def sorted_form(self) -> str:
+        """A hash of the segment as JSON with sorted keys (what stays when only the serialisation differs)."""
+        if self.content is None:
+            return self.kept_sorted or ""
+        return sha256_hex(_sorted_json(json.loads(self.content)))
+
+    def masked_form(self) -> str:
+        """A hash of the segment with its volatile bytes masked (what stays when only they differ)."""
+        if self.content is None:
+            return self.kept_masked or ""
+        return sha256_hex(mask_volatile(self.content))
+
+    def same_when_sorted(self, other: Segment) -> bool:
+        """Equal as JSON with sorted keys: only the serialisation differs."""
+        return self.sorted_form() == other.sorted_form()
+
+    def same_when_masked(self, other: Segment) -> bool:
+        """Equal once volatile bytes are masked: only volatile content differs."""
+        return self.masked_form() == other.masked_form()
+
+
+@dataclass(slots=True)
+class Seen:
+    """What the prefix tracker remembers of the last call of an API and model; `message_id` is learnt from its answer."""
+
+    model: str
+    chain: list[Segment]
+    settings: tuple[str, ...]
+    at: float
+    message_id: str | None = None
+    on_learn: Callable[[str], None] | None = None  # where a shared store keeps the id too
+
+    def learn(self, message_id: str) -> None:
+        """The answer's id (named as the previous message by the next request of its API and model)."""
+        self.message_id = message_id
+        if self.on_learn is not None:
+            self.on_learn(message_id)
+
+
+@dataclass(slots=True)
+class Leader:
+    """An in-flight call others wait for (`sdk.fanout`); `span_id` is its span's id (hex), when it has one;
+    `lease`: the token of its lease in a shared store, None when it lives in this process."""
+
+    key: bytes
+    span_id: str | None = None
+    lease: str | None = None
+    released: threading.Event = field(default_factory=threading.Event)
+    futures: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = field(default_factory=list)

@@ -1,0 +1,256 @@
+"""The memories in Redis / Valkey, shared by every process that wraps a client with the same credentials.
+
+    sdk.wrap(client, state="redis://host:6379/0")      # or KVWISE_STATE_URL; rediss:// for TLS, valkey:// too
+
+A fleet of workers then learns once what each worker would learn alone: which volatile bytes really
+change (`sdk.families`: every worker sends a family in the same shape from its first call on), each
+workload's output lengths (`sdk.adaptive_caps`: a cap appears once the fleet has enough answers),
+who leads a fan-out (`sdk.fanout`: one cache write for the whole fleet), and the last fingerprint
+that cache breaks are explained against (`sdk.fingerprint`: a break names its cause whichever worker
+sent the call before). Under one namespace per tenant (a hash of the client's credentials and base
+URL, so one key never reads another's memories), only hashes and counts:
+
+    kvwise:{tenant}:family:{family}       the family's last call: candidate hashes, changed flags, turns
+    kvwise:{tenant}:lengths:{workload}    the workload's recent output lengths, newest first
+    kvwise:{tenant}:cuts:{workload}       per adaptively capped answer, 1 if it reached its cap
+    kvwise:{tenant}:lease:{prefix}        the fan-out leader's span id, expiring after the wait limit;
+                                          `...:released:{prefix}` is the channel its release is told on
+    kvwise:{tenant}:seen:{api, model}     the last call's fingerprint (`sdk.fingerprint`): per segment its
+                                          key and hashes, the settings' hashes, when, its answer's id;
+    kvwise:{tenant}:latest:{api}          the same for the API's latest call (break causes across processes)
+
+Faults never reach the call. Every value read is checked (`sdk.memory.values`): a malformed one is
+dropped (deleted, or overwritten by this call's), logged, and the call goes on as if it had not been
+there, its span saying `kvwise.state.degraded` and which kind of key held it. A failed command
+(`sdk.memory.redis_link`) answers from this process's own `LocalStore` instead. A leader that dies
+releases by expiry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import threading
+from collections.abc import Callable
+from time import perf_counter
+from typing import Any
+from uuid import uuid4
+
+from sdk._constants import ADAPTIVE_CAP_WINDOW, STATE_EXPIRY_SECONDS
+from sdk.memory.records import FamilyRecord, Leader, Seen, Segment, WorkloadKey
+from sdk.memory.redis_link import RedisLink
+from sdk.memory.store import Held, LocalStore
+from sdk.memory.values import _Malformed, decode_cuts, decode_family, decode_lengths, decode_seen, encode_family, encode_seen
+
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return redis.call('PUBLISH', KEYS[2], '1')
+"""
+"""End a lease only if it is still ours (it may have expired and been taken), and tell its waiters."""
+
+
+def _digest(*parts: object) -> str:
+    digest = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        digest.update(str(part).encode("utf-8", "surrogatepass"))
+        digest.update(b"\x00")
+    return digest.hexdigest()
+
+
+class RedisStore:
+    """A `Store` (`sdk.memory.store`) in Redis / Valkey at `url`, under `namespace` ("kvwise:{tenant}"):
+    each family's record read and written in one transaction, each workload's windows two lists, a
+    fan-out leader a lease (SET NX, expiring after `lease_seconds`, valued its span id) whose followers
+    wait on its channel, the last calls hashes. A timestamp in a `Seen` is the wall clock's (the
+    processes' monotonic clocks differ)."""
+
+    def __init__(self, url: str, namespace: str, lease_seconds: float) -> None:
+        self.link = RedisLink(url)
+        self._namespace = namespace
+        self._local = LocalStore()  # where the memories live during an outage
+        self._lease_ms = max(int(lease_seconds * 1000), 1)
+        self._release = self.link.redis.register_script(_RELEASE)
+        self._lock = threading.Lock()
+
+    def update_family(self, family: bytes, update: Callable[[FamilyRecord | None], FamilyRecord]) -> FamilyRecord:
+        key = f"{self._namespace}:family:{family.hex()}"
+        found: list[FamilyRecord] = []
+        malformed: list[_Malformed] = []
+
+        def transact(pipe: Any) -> None:
+            stored = pipe.get(key)
+            malformed.clear()
+            try:
+                last = decode_family(stored) if stored is not None else None
+            except _Malformed as error:  # dropped: this call's record overwrites it
+                malformed.append(error)
+                last = None
+            record = update(last)
+            pipe.multi()
+            pipe.set(key, encode_family(record), ex=STATE_EXPIRY_SECONDS)
+            found[:] = [record]
+
+        done, _ = self.link.run(lambda redis: redis.transaction(transact, key))
+        if not done:
+            return self._local.update_family(family, update)
+        if malformed:
+            self.link.malformed(malformed[0])
+        return found[0]
+
+    def _windows(self, workload: WorkloadKey) -> tuple[str, str]:
+        name = _digest(*workload)
+        return f"{self._namespace}:lengths:{name}", f"{self._namespace}:cuts:{name}"
+
+    def lengths(self, workload: WorkloadKey) -> list[int]:
+        lengths_key, _ = self._windows(workload)
+        done, stored = self.link.run(lambda redis: redis.lrange(lengths_key, 0, -1))
+        if not done:
+            return self._local.lengths(workload)
+        try:
+            return decode_lengths(stored or ())
+        except _Malformed as error:
+            self.link.malformed(error)
+            self.link.run(lambda redis: redis.delete(lengths_key))
+            return self._local.lengths(workload)
+
+    def push_answer(self, workload: WorkloadKey, length: int | None, cut: bool | None) -> int:
+        lengths_key, cuts_key = self._windows(workload)
+
+        def push(redis: Any) -> int:
+            pipe = redis.pipeline()
+            if cut is not None:
+                pipe.lpush(cuts_key, int(cut)).ltrim(cuts_key, 0, ADAPTIVE_CAP_WINDOW - 1).expire(cuts_key, STATE_EXPIRY_SECONDS)
+                pipe.lrange(cuts_key, 0, -1)
+            if length is not None:
+                pipe.lpush(lengths_key, length).ltrim(lengths_key, 0, ADAPTIVE_CAP_WINDOW - 1)
+                pipe.expire(lengths_key, STATE_EXPIRY_SECONDS)
+            results = pipe.execute()
+            if cut is None:
+                return 0
+            try:
+                return sum(decode_cuts(results[3]))
+            except _Malformed as error:  # read at the call's end: nothing to degrade
+                self.link.malformed(error, during_call=False)
+                redis.delete(cuts_key)
+                return 0
+
+        done, cuts = self.link.run(push)
+        if not done or cuts is None:
+            return self._local.push_answer(workload, length, cut)
+        return cuts
+
+    def forget(self, workload: WorkloadKey) -> None:
+        done, _ = self.link.run(lambda redis: redis.delete(*self._windows(workload)))
+        if not done:
+            self._local.forget(workload)
+
+    def exchange_seen(self, api: str, seen: Seen) -> tuple[Seen | None, Seen | None]:
+        last_key, latest_key = f"{self._namespace}:seen:{_digest(api, seen.model)}", f"{self._namespace}:latest:{_digest(api)}"
+        done, stored = self.link.run(lambda redis: redis.pipeline(transaction=False).hgetall(last_key).hgetall(latest_key).execute())
+        if not done:
+            return self._local.exchange_seen(api, seen)
+        last_fields, latest_fields = stored or ({}, {})
+        previous, latest = self._decoded("seen", last_fields), self._decoded("latest", latest_fields)
+        kept = previous or latest
+        stored_chain = kept.chain if kept is not None else []
+        seen.chain = [_kept(segment, stored_chain[index] if index < len(stored_chain) else None) for index, segment in enumerate(seen.chain)]
+        seen.settings = tuple(_digest(setting) if setting else "" for setting in seen.settings)
+        value = encode_seen(seen)
+
+        def remember(redis: Any) -> None:
+            pipe = redis.pipeline(transaction=False)
+            for key in (last_key, latest_key):
+                pipe.hset(key, "seen", value).hdel(key, "id").expire(key, STATE_EXPIRY_SECONDS)
+            pipe.execute()
+
+        self.link.run(remember)
+        seen.on_learn = lambda message_id: self._learn((last_key, latest_key), value, message_id)
+        return previous, latest
+
+    def _decoded(self, kind: str, fields: dict[bytes, bytes]) -> Seen | None:
+        """The call record under a `kind` key; None where there is none or it is malformed (this
+        call's record then overwrites it)."""
+        if not fields:
+            return None
+        try:
+            return decode_seen(kind, fields)
+        except _Malformed as error:
+            self.link.malformed(error)
+            return None
+
+    def _learn(self, keys: tuple[str, str], value: str, message_id: str) -> None:
+        """The answer's id, beside its call's record (unless a later call replaced that record)."""
+
+        def keep(redis: Any) -> None:
+            for key in keys:
+                if redis.hget(key, "seen") == value.encode():
+                    redis.hset(key, "id", message_id)
+
+        self.link.run(keep)
+
+    def _lease(self, key: bytes) -> tuple[str, str]:
+        return f"{self._namespace}:lease:{key.hex()}", f"{self._namespace}:released:{key.hex()}"
+
+    def join(self, key: bytes, span_id: str | None) -> tuple[Leader | None, Leader | None]:
+        lease_key, _ = self._lease(key)
+        token = span_id or uuid4().hex
+        done, holder = self.link.run(lambda redis: redis.set(lease_key, token, nx=True, px=self._lease_ms, get=True))
+        if not done:
+            return self._local.join(key, span_id)
+        if holder is None:
+            return None, Leader(key, span_id, lease=token)
+        leader_span = holder.decode() if isinstance(holder, bytes) else str(holder)
+        return Leader(key, leader_span if len(leader_span) == 16 else None, lease=leader_span), None
+
+    def release(self, leader: Leader) -> None:
+        token = leader.lease
+        if token is None:
+            self._local.release(leader)
+            return
+        with self._lock:
+            if leader.released.is_set():
+                return
+            leader.released.set()
+        lease_key, channel = self._lease(leader.key)
+        self.link.run(lambda redis: self._release(keys=[lease_key, channel], args=[token], client=redis))
+
+    def wait(self, leader: Leader, timeout: float) -> None:
+        if leader.lease is None:
+            self._local.wait(leader, timeout)
+            return
+        deadline = perf_counter() + timeout
+        self.link.run(lambda redis: _wait_for_release(redis, *self._lease(leader.key), deadline))
+
+    async def await_release(self, leader: Leader, timeout: float) -> None:
+        if leader.lease is None:
+            await self._local.await_release(leader, timeout)
+            return
+        await asyncio.to_thread(self.wait, leader, timeout)
+
+    def outage(self) -> str | None:
+        return self.link.outage()
+
+    def held(self, kind: Held) -> int:
+        return self._local.held(kind)
+
+
+def _wait_for_release(redis: Any, lease_key: str, channel: str, deadline: float) -> None:
+    """Block until the lease at `lease_key` is released (told on `channel`) or gone, or `deadline` passes."""
+    pubsub = redis.pubsub(ignore_subscribe_messages=True)
+    try:
+        pubsub.subscribe(channel)
+        if not redis.exists(lease_key):  # released before we listened
+            return
+        while (left := deadline - perf_counter()) > 0:
+            if pubsub.get_message(timeout=left) is not None:
+                return
+    finally:
+        pubsub.close()
+
+
+def _kept(segment: Segment, stored: Segment | None) -> Segment:
+    """`segment` as the store keeps it: its hashes, the stored ones where it has not changed."""
+    if stored is not None and stored.chain == segment.chain and stored.key == segment.key:
+        return stored
+    tool = _digest(segment.tool) if segment.tool is not None else None
+    return Segment(segment.key, segment.chain, None, tool, segment.sorted_form(), segment.masked_form())

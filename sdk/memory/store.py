@@ -1,0 +1,194 @@
+"""Where the memories live: one small interface, and its implementation in this process.
+
+The four memories of a wrapped client (`sdk.families`, `sdk.adaptive_caps`, `sdk.fanout`, the prefix
+tracker of `sdk.fingerprint`) hold their rules; a `Store` holds their records (`sdk.memory.records`)
+and answers the few operations they need. `LocalStore` keeps them in this process, bounded (LRU) and
+locked; `sdk.memory.redis_store.RedisStore` keeps them in Redis or Valkey, shared by a fleet, and
+falls back to a `LocalStore` of its own whenever the store fails, so every operation always answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import OrderedDict, deque
+from collections.abc import Callable, Sized
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from sdk._constants import ADAPTIVE_CAP_WINDOW, ADAPTIVE_CAP_WORKLOADS, VOLATILE_FAMILIES
+from sdk.memory.records import FamilyRecord, Leader, Seen, WorkloadKey
+
+Held = Literal["family", "workload", "leader"]
+"""What `Store.held` counts."""
+
+
+class Store(Protocol):
+    """The operations the memories need of the place they live (see the module)."""
+
+    def update_family(self, family: bytes, update: Callable[[FamilyRecord | None], FamilyRecord]) -> FamilyRecord:
+        """Replace the family's record (None: none yet) by `update(record)`, atomically; return the new one."""
+        ...
+
+    def lengths(self, workload: WorkloadKey) -> list[int]:
+        """The output lengths of the workload's recent answers, at most `ADAPTIVE_CAP_WINDOW`."""
+        ...
+
+    def push_answer(self, workload: WorkloadKey, length: int | None, cut: bool | None) -> int:
+        """Add an answer to the workload's windows: its output `length` (None: not learnt) and whether
+        it was `cut` at its adaptive cap (None: it had none); return how many of the window's adaptively
+        capped answers were cut."""
+        ...
+
+    def forget(self, workload: WorkloadKey) -> None:
+        """Drop the workload's windows: it is learnt again."""
+        ...
+
+    def exchange_seen(self, api: str, seen: Seen) -> tuple[Seen | None, Seen | None]:
+        """Remember `seen` as the last call of its API and model, and as its API's latest; return what
+        was remembered before: `(last of this API and model, latest of this API)`. A shared store keeps
+        hashes only, and may replace `seen`'s segments by the stored ones that did not change."""
+        ...
+
+    def join(self, key: bytes, span_id: str | None) -> tuple[Leader | None, Leader | None]:
+        """`(leader to wait for, None)` when a call with this fan-out key is in flight, else `(None, the
+        new leader)`, whose span is `span_id`."""
+        ...
+
+    def release(self, leader: Leader) -> None:
+        """Let the leader's followers go (once: a second release does nothing)."""
+        ...
+
+    def wait(self, leader: Leader, timeout: float) -> None:
+        """Block this thread until `leader` is released, at most `timeout` seconds."""
+        ...
+
+    async def await_release(self, leader: Leader, timeout: float) -> None:
+        """Wait in this event loop until `leader` is released, at most `timeout` seconds."""
+        ...
+
+    def outage(self) -> str | None:
+        """Why the store is failing now (None: it is not)."""
+        ...
+
+    def held(self, kind: Held) -> int:
+        """How many records of `kind` this process holds (for tests and diagnostics)."""
+        ...
+
+
+@dataclass(slots=True)
+class _Windows:
+    lengths: deque[int] = field(default_factory=lambda: deque(maxlen=ADAPTIVE_CAP_WINDOW))
+    cuts: deque[bool] = field(default_factory=lambda: deque(maxlen=ADAPTIVE_CAP_WINDOW))
+    """For each adaptively capped answer of the window: whether it reached the cap."""
+
+
+class LocalStore:
+    """A `Store` in this process: at most `families` prompt families and `workloads` workloads, least
+    recently used dropped first; every operation locked (concurrent calls of one client are safe)."""
+
+    def __init__(self, families: int = VOLATILE_FAMILIES, workloads: int = ADAPTIVE_CAP_WORKLOADS) -> None:
+        for name, size in (("families", families), ("workloads", workloads)):
+            if size < 1:
+                raise ValueError(f"LocalStore {name} size must be at least 1, got {size!r}")
+        self._families_size, self._workloads_size = families, workloads
+        self._families: OrderedDict[bytes, FamilyRecord] = OrderedDict()
+        self._workloads: OrderedDict[WorkloadKey, _Windows] = OrderedDict()
+        self._last: dict[tuple[str, str], Seen] = {}  # by (API, model)
+        self._latest: dict[str, Seen] = {}
+        self._leaders: dict[bytes, Leader] = {}
+        self._lock = threading.Lock()
+
+    def update_family(self, family: bytes, update: Callable[[FamilyRecord | None], FamilyRecord]) -> FamilyRecord:
+        with self._lock:
+            record = update(self._families.pop(family, None))  # re-inserted: the most recently used
+            self._families[family] = record
+            if len(self._families) > self._families_size:
+                self._families.popitem(last=False)
+        return record
+
+    def lengths(self, workload: WorkloadKey) -> list[int]:
+        with self._lock:
+            found = self._workloads.get(workload)
+            if found is None:
+                return []
+            self._workloads.move_to_end(workload)
+            return list(found.lengths)
+
+    def push_answer(self, workload: WorkloadKey, length: int | None, cut: bool | None) -> int:
+        with self._lock:
+            found = self._workloads.pop(workload, None) or _Windows()
+            self._workloads[workload] = found  # the most recently used
+            if len(self._workloads) > self._workloads_size:
+                self._workloads.popitem(last=False)
+            if length is not None:
+                found.lengths.append(length)
+            if cut is not None:
+                found.cuts.append(cut)
+            return sum(found.cuts)
+
+    def forget(self, workload: WorkloadKey) -> None:
+        with self._lock:
+            self._workloads.pop(workload, None)
+
+    def exchange_seen(self, api: str, seen: Seen) -> tuple[Seen | None, Seen | None]:
+        with self._lock:
+            previous = self._last.get((api, seen.model))
+            latest = self._latest.get(api)
+            self._last[(api, seen.model)] = self._latest[api] = seen
+        return previous, latest
+
+    def join(self, key: bytes, span_id: str | None) -> tuple[Leader | None, Leader | None]:
+        with self._lock:
+            found = self._leaders.get(key)
+            if found is not None:
+                return found, None
+            mine = self._leaders[key] = Leader(key, span_id)
+            return None, mine
+
+    def release(self, leader: Leader) -> None:
+        with self._lock:
+            if leader.released.is_set():
+                return
+            leader.released.set()
+            if self._leaders.get(leader.key) is leader:
+                del self._leaders[leader.key]
+            futures, leader.futures = leader.futures, []
+        for loop, future in futures:
+            try:
+                loop.call_soon_threadsafe(_resolve, future)
+            except RuntimeError:  # that loop is closed: nobody waits there any more
+                pass
+
+    def wait(self, leader: Leader, timeout: float) -> None:
+        leader.released.wait(timeout)
+
+    async def await_release(self, leader: Leader, timeout: float) -> None:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        with self._lock:
+            if leader.released.is_set():
+                future.set_result(None)
+            else:
+                leader.futures.append((loop, future))
+        try:
+            await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            pass  # the leader is slow: go without the cache
+        finally:
+            with self._lock:
+                if (loop, future) in leader.futures:
+                    leader.futures.remove((loop, future))
+
+    def outage(self) -> str | None:
+        return None  # in this process, a store cannot fail
+
+    def held(self, kind: Held) -> int:
+        records: dict[Held, Sized] = {"family": self._families, "workload": self._workloads, "leader": self._leaders}
+        with self._lock:
+            return len(records[kind])
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
