@@ -24,11 +24,11 @@ import math
 from dataclasses import dataclass
 
 from sdk._constants import (
-    ADAPTIVE_CAP_WORKLOADS,
     ADAPTIVE_CAP_MAX_CUT_SHARE,
     ADAPTIVE_CAP_MIN_CALLS,
     ADAPTIVE_CAP_QUANTILE,
     ADAPTIVE_CAP_WINDOW,
+    ADAPTIVE_CAP_WORKLOADS,
 )
 from sdk.call import Call, Usage
 from sdk.lifecycle import CallEnd

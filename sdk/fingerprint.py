@@ -20,7 +20,12 @@ from sdk.call import Call, Provider
 from sdk.canonical import tool_name
 from sdk.memory.records import Seen, Segment, compact_json, sha256_hex
 from sdk.memory.store import LocalStore, Store
-from sdk.provider_facts import ANTHROPIC_CACHE_TTL_SECONDS, ANTHROPIC_DEFAULT_TTL, OPENAI_EXTENDED_RETENTION, OPENAI_EXTENDED_RETENTION_SECONDS
+from sdk.provider_facts import (
+    ANTHROPIC_CACHE_TTL_SECONDS,
+    ANTHROPIC_DEFAULT_TTL,
+    OPENAI_EXTENDED_RETENTION,
+    OPENAI_EXTENDED_RETENTION_SECONDS,
+)
 
 FINGERPRINT_HEX_CHARS = 16
 

@@ -40,7 +40,15 @@ from sdk._constants import ADAPTIVE_CAP_WINDOW, STATE_EXPIRY_SECONDS
 from sdk.memory.records import FamilyRecord, Leader, Seen, Segment, WorkloadKey
 from sdk.memory.redis_link import RedisLink
 from sdk.memory.store import Held, LocalStore
-from sdk.memory.values import _Malformed, decode_cuts, decode_family, decode_lengths, decode_seen, encode_family, encode_seen
+from sdk.memory.values import (
+    _Malformed,
+    decode_cuts,
+    decode_family,
+    decode_lengths,
+    decode_seen,
+    encode_family,
+    encode_seen,
+)
 
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
