@@ -38,7 +38,8 @@ def memories_for(client: Any, policy: Policy, state: str | None) -> Memories:
     if url is None:
         return local_memories(policy)
     store = RedisStore(url, f"kvwise:{credentials_hash(client)}", policy.fanout_wait_seconds)
-    return _on(store, policy, PrefixTracker(store, clock=time), store.link.degraded)  # the processes' monotonic clocks differ
+    tracker = PrefixTracker(store, clock=time)  # the wall clock: the processes' monotonic clocks differ
+    return _on(store, policy, tracker, store.link.degraded)
 
 
 def local_memories(policy: Policy) -> Memories:
@@ -48,5 +49,6 @@ def local_memories(policy: Policy) -> Memories:
 
 
 def _on(store: Store, policy: Policy, tracker: PrefixTracker, outage: Callable[[], str | None] | None) -> Memories:
+    """The memories `policy` asks for, on `store`."""
     caps = AdaptiveCaps(store) if policy.adaptive_caps else None
     return Memories(tracker, FamilyMemory(store), caps, FanOut(store) if policy.fanout == "warm" else None, outage)
