@@ -30,8 +30,8 @@ from local_backend.server.generation import Backend
 from local_backend.server.requests import AnthropicPrompt, MessageRequest, parse_count_tokens, parse_message
 from local_backend.server.sampling import per_choice
 from local_backend.server.streaming import respond, sse
-from local_backend.server.tools import ArgumentsPiece, CallStart, Event, TextPiece, ToolCall, ToolCallParser, prompt_ids
-from local_backend.server.usage import Usage, timings
+from local_backend.server.tools import ArgumentsPiece, Event, TextPiece, ToolCall, ToolCallParser, ToolCallStart, prompt_ids
+from local_backend.server.usage import RequestUsage, timings
 
 
 class AnthropicFormat:
@@ -54,10 +54,10 @@ class AnthropicFormat:
             events = [*self._parser.feed(completion.text), *self._parser.finish()]
             content = _blocks(events, self._parser.calls) or content
             stop = _stop(completion, tool_use=bool(self._parser.calls))
-        body = self._message(content, _usage(Usage.of(completion)))
+        body = self._message(content, _usage(RequestUsage.of(completion)))
         return {**body, **stop, "timings": timings(completion)}
 
-    def opening(self, usage: Usage) -> list[bytes]:
+    def opening(self, usage: RequestUsage) -> list[bytes]:
         start = self._message([], _usage(usage)) | {"stop_reason": None, "stop_sequence": None}
         block = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
         return [
@@ -81,7 +81,7 @@ class AnthropicFormat:
         [completion] = completions
         extra = {"timings": timings(completion)}
         stop = _stop(completion, tool_use=self._parser is not None and bool(self._parser.calls))
-        delta = {"type": "message_delta", "delta": stop, "usage": _usage(Usage.of(completion)), **extra}
+        delta = {"type": "message_delta", "delta": stop, "usage": _usage(RequestUsage.of(completion)), **extra}
         return [sse(delta, "message_delta"), sse({"type": "message_stop", **extra}, "message_stop")]
 
     def failure(self, body: dict[str, Any]) -> list[bytes]:
@@ -98,7 +98,7 @@ class AnthropicFormat:
                     block = {"type": "content_block_start", "index": self._block, "content_block": {"type": "text", "text": ""}}
                     chunks.append(sse(block, "content_block_start"))
                 chunks += _text_delta(event.text, self._block)
-            elif isinstance(event, CallStart):
+            elif isinstance(event, ToolCallStart):
                 if self._text_open:
                     chunks.append(sse({"type": "content_block_stop", "index": self._block}, "content_block_stop"))
                 self._block, self._text_open = self._block + 1, False
@@ -132,7 +132,7 @@ def _blocks(events: Sequence[Event], calls: Sequence[ToolCall]) -> list[dict[str
                 content[-1]["text"] += event.text
             else:
                 content.append({"type": "text", "text": event.text})
-        elif isinstance(event, CallStart):
+        elif isinstance(event, ToolCallStart):
             call = calls[event.index]
             content.append(_tool_use(call.id, call.name, call.arguments))
     return content
@@ -146,7 +146,7 @@ def _tool_use(call_id: str, name: str, arguments: str) -> dict[str, Any]:
     return {"type": "tool_use", "id": call_id, "name": name, "input": value if isinstance(value, dict) else {}}
 
 
-def _usage(usage: Usage) -> dict[str, Any]:
+def _usage(usage: RequestUsage) -> dict[str, Any]:
     return {
         "input_tokens": usage.uncached,
         "cache_creation_input_tokens": usage.cache_write,

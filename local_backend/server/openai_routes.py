@@ -31,8 +31,8 @@ from local_backend.server.logprobs import Decode, LogprobsRecorder, chat_logprob
 from local_backend.server.requests import ChatRequest, CompletionRequest, OpenAIOptions, parse_chat, parse_completion
 from local_backend.server.sampling import per_choice
 from local_backend.server.streaming import respond, sse
-from local_backend.server.tools import ArgumentsPiece, CallStart, Event, TextPiece, ToolCall, ToolCallParser, prompt_ids
-from local_backend.server.usage import Usage, timings
+from local_backend.server.tools import ArgumentsPiece, Event, TextPiece, ToolCall, ToolCallParser, ToolCallStart, prompt_ids
+from local_backend.server.usage import RequestUsage, timings
 
 MODEL_OWNER: Final = "kvwise"
 """`owned_by` of the one model `GET /v1/models` lists."""
@@ -95,7 +95,7 @@ class OpenAIFormat:
             choices.append(choice)
         return {**body, "choices": choices, "usage": self._usage(completions), "timings": timings(completions[0])}
 
-    def opening(self, usage: Usage) -> list[bytes]:
+    def opening(self, usage: RequestUsage) -> list[bytes]:
         if self._chat:
             return [self._chunk(i, {"role": "assistant", "content": ""}, None) for i in range(self._n)]
         return [self._chunk(i, self._echo, None) for i in range(self._n)] if self._echo else []
@@ -126,8 +126,8 @@ class OpenAIFormat:
         for event in events:
             if isinstance(event, TextPiece):
                 pieces.append({"content": event.text})
-            elif isinstance(event, (CallStart, ArgumentsPiece)) and (self._parallel or event.index == 0):
-                if isinstance(event, CallStart):
+            elif isinstance(event, (ToolCallStart, ArgumentsPiece)) and (self._parallel or event.index == 0):
+                if isinstance(event, ToolCallStart):
                     call = {"index": event.index, "id": event.call_id, "type": "function",
                             "function": {"name": event.name, "arguments": ""}}  # fmt: skip
                 else:
@@ -176,7 +176,7 @@ class OpenAIFormat:
 
     @staticmethod
     def _usage(completions: Sequence[Completion]) -> dict[str, Any]:
-        usage = Usage.of(completions[0])
+        usage = RequestUsage.of(completions[0])
         output = sum(len(c.token_ids) for c in completions)
         return {
             "prompt_tokens": usage.prompt_tokens,

@@ -29,8 +29,8 @@ from local_backend.server.generation import Backend
 from local_backend.server.requests import ResponsesRequest, parse_responses
 from local_backend.server.sampling import per_choice
 from local_backend.server.streaming import respond, sse
-from local_backend.server.tools import ArgumentsPiece, CallStart, Event, TextPiece, ToolCallParser, prompt_ids
-from local_backend.server.usage import Usage, timings
+from local_backend.server.tools import ArgumentsPiece, Event, TextPiece, ToolCallParser, ToolCallStart, prompt_ids
+from local_backend.server.usage import RequestUsage, timings
 
 DEFAULT_TEMPERATURE: Final = 1.0
 """OpenAI's default `temperature`, which a `Response` reports when the request gave none."""
@@ -56,7 +56,7 @@ class ResponsesFormat:
         self._content(completion)
         return {**self._response(completion), "timings": timings(completion)}
 
-    def opening(self, usage: Usage) -> list[bytes]:
+    def opening(self, usage: RequestUsage) -> list[bytes]:
         return [
             self._event("response.created", response=self._response(None)),
             self._event("response.in_progress", response=self._response(None)),
@@ -96,7 +96,7 @@ class ResponsesFormat:
                 chunks += self._text(event.text)
                 continue
             at = {"output_index": event.index + 1}
-            if isinstance(event, CallStart):
+            if isinstance(event, ToolCallStart):
                 self._call_items.append("fc_" + uuid.uuid4().hex)
                 item = self._call_item(event.index, "", "in_progress")
                 chunks.append(self._event("response.output_item.added", **at, item=item))
@@ -167,7 +167,7 @@ class ResponsesFormat:
             "tools": body.get("tools") or [],
             "top_p": body.get("top_p", DEFAULT_TOP_P),
             "truncation": "disabled",
-            "usage": None if completion is None else _usage(Usage.of(completion)),
+            "usage": None if completion is None else _usage(RequestUsage.of(completion)),
             "metadata": body.get("metadata") or {},
             "store": False,
         }
@@ -193,7 +193,7 @@ def _status(completion: Completion | None) -> str:
     return "incomplete" if _incomplete(completion) else "completed"
 
 
-def _usage(usage: Usage) -> dict[str, Any]:
+def _usage(usage: RequestUsage) -> dict[str, Any]:
     return {
         "input_tokens": usage.prompt_tokens,
         "input_tokens_details": {"cached_tokens": usage.cache_read},

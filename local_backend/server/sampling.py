@@ -127,7 +127,7 @@ def per_choice(
     ]
 
 
-class Chain:
+class ProcessorChain:
     """Several logits processors in order."""
 
     def __init__(self, processors: Sequence[LogitsProcessor]):
@@ -142,4 +142,4 @@ class Chain:
 def chained(*processors: LogitsProcessor | None) -> LogitsProcessor | None:
     """The processors given, run in order (None: none given)."""
     present = [p for p in processors if p is not None]
-    return None if not present else present[0] if len(present) == 1 else Chain(present)
+    return None if not present else present[0] if len(present) == 1 else ProcessorChain(present)

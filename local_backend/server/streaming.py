@@ -22,7 +22,7 @@ from starlette.types import Send
 from local_backend.outputs import Completion, StreamDelta
 from local_backend.server.errors import ApiError, Flavor, error_body
 from local_backend.server.generation import Backend, ClientGone, Generation, ensure_finished, run_to_completion
-from local_backend.server.usage import Usage
+from local_backend.server.usage import RequestUsage
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ class WireFormat(Protocol):
 
     def whole(self, completions: Sequence[Completion]) -> dict[str, Any]: ...
 
-    def opening(self, usage: Usage) -> list[bytes]: ...
+    def opening(self, usage: RequestUsage) -> list[bytes]: ...
 
     def delta(self, index: int, delta: StreamDelta) -> list[bytes]: ...
 
@@ -73,7 +73,7 @@ async def _events(generations: Sequence[Generation], fmt: WireFormat) -> AsyncIt
     async for index, delta in _interleaved(generations):
         if not opened:
             opened = True
-            for chunk in fmt.opening(Usage.at_start(generations[0].prompt_tokens, delta)):
+            for chunk in fmt.opening(RequestUsage.at_start(generations[0].prompt_tokens, delta)):
                 yield chunk
         for chunk in fmt.delta(index, delta):
             yield chunk

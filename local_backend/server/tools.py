@@ -128,7 +128,7 @@ class TextPiece:
 
 
 @dataclass(frozen=True, slots=True)
-class CallStart:
+class ToolCallStart:
     index: int
     call_id: str
     name: str
@@ -141,11 +141,11 @@ class ArgumentsPiece:
 
 
 @dataclass(frozen=True, slots=True)
-class CallEnd:
+class ToolCallEnd:
     index: int
 
 
-Event = TextPiece | CallStart | ArgumentsPiece | CallEnd
+Event = TextPiece | ToolCallStart | ArgumentsPiece | ToolCallEnd
 
 
 class ToolCallParser:
@@ -221,7 +221,7 @@ class ToolCallParser:
         self._arguments(events, arguments)
         index = len(self.calls) - 1
         self.calls[index] = ToolCall(self.calls[index].id, self.calls[index].name, arguments)
-        events.append(CallEnd(index))
+        events.append(ToolCallEnd(index))
         self._buffer = "" if end < 0 else self._buffer[end + len(TOOL_CALL_END) :]
         self._in_call, self._strip = False, True
         return end >= 0
@@ -237,7 +237,7 @@ class ToolCallParser:
             self._start(events, str(name))
             self._arguments(events, arguments)
             self.calls[-1] = ToolCall(self.calls[-1].id, self.calls[-1].name, arguments)
-            events.append(CallEnd(len(self.calls) - 1))
+            events.append(ToolCallEnd(len(self.calls) - 1))
         self._buffer = "" if end < 0 else self._buffer[end + len(TOOL_CALL_END) :]
         self._in_call, self._strip = False, True
         return end >= 0
@@ -250,7 +250,7 @@ class ToolCallParser:
     def _start(self, events: list[Event], name: str) -> None:
         self.calls.append(ToolCall(new_call_id(self._prefix), name, ""))
         self._head_done = True
-        events.append(CallStart(len(self.calls) - 1, self.calls[-1].id, name))
+        events.append(ToolCallStart(len(self.calls) - 1, self.calls[-1].id, name))
 
     def _arguments(self, events: list[Event], ready: str) -> None:
         if len(ready) > self._sent:

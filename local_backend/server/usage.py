@@ -20,14 +20,14 @@ _MS_PER_S = 1000.0
 
 
 @dataclass(frozen=True, slots=True)
-class Usage:
+class RequestUsage:
     prompt_tokens: int
     output_tokens: int
     cache_read: int
     cache_write: int
 
     @classmethod
-    def of(cls, completion: Completion) -> Usage:
+    def of(cls, completion: Completion) -> RequestUsage:
         return cls(
             prompt_tokens=len(completion.prompt_token_ids),
             output_tokens=len(completion.token_ids),
@@ -36,7 +36,7 @@ class Usage:
         )
 
     @classmethod
-    def at_start(cls, prompt_tokens: int, first: StreamDelta) -> Usage:
+    def at_start(cls, prompt_tokens: int, first: StreamDelta) -> RequestUsage:
         """The usage a stream can report at its first delta: no output yet, the prompt's final split."""
         return cls(prompt_tokens, 0, first.cached_tokens, first.cache_written_tokens)
 

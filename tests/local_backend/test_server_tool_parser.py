@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from local_backend.server.tools import ArgumentsPiece, CallStart, TextPiece, ToolCallParser, prompt_ids
+from local_backend.server.tools import ArgumentsPiece, TextPiece, ToolCallParser, ToolCallStart, prompt_ids
 from local_backend.tokenizer import TextTokenizer
 from local_backend.tool_prompt import Tool, call_text
 
@@ -41,7 +41,7 @@ def test_content_and_calls_are_the_same_whole_or_in_pieces(name, text, content, 
         parser, events = _run(text, None if seed is None else random.Random(seed))
         assert parser.content == content == "".join(e.text for e in events if isinstance(e, TextPiece))
         assert [(c.name, c.arguments) for c in parser.calls] == calls
-        assert [e.name for e in events if isinstance(e, CallStart)] == [name for name, _ in calls]
+        assert [e.name for e in events if isinstance(e, ToolCallStart)] == [name for name, _ in calls]
         for index, (_, arguments) in enumerate(calls):
             assert "".join(e.text for e in events if isinstance(e, ArgumentsPiece) and e.index == index) == arguments
 

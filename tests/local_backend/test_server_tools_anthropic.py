@@ -17,7 +17,7 @@ from anthropic.lib.streaming._messages import accumulate_event
 from local_backend.outputs import Completion, StreamDelta, Timings
 from local_backend.server import histories
 from local_backend.server.anthropic_routes import AnthropicFormat
-from local_backend.server.usage import Usage
+from local_backend.server.usage import RequestUsage
 from local_backend.tool_prompt import call_text
 from tests.local_backend.serving import ServedEngines
 
@@ -155,7 +155,7 @@ def _completion(text: str) -> Completion:
 def _streamed_message(text: str, pieces: int) -> anthropic.types.Message:
     """The answer streamed in `pieces`-character deltas, read back by the anthropic client's own accumulator."""
     fmt, completion = AnthropicFormat("tiny", parse_tools=True), _completion(text)
-    raw = b"".join(fmt.opening(Usage.of(completion)))
+    raw = b"".join(fmt.opening(RequestUsage.of(completion)))
     for i in range(0, len(text), pieces):
         raw += b"".join(fmt.delta(0, StreamDelta(text[i : i + pieces], (3,), 0, 0)))
     raw += b"".join(fmt.finished(0, completion)) + b"".join(fmt.closing([completion]))
