@@ -1,12 +1,13 @@
-"""Retries with tenacity: exponential backoff with jitter, honouring Retry-After.
+"""The retry rules: which failures are sent again, how many times, and how long to wait between.
 
-What is sent again is what the bare client's own retry loop sends again, decided by its own rules
+Exponential backoff with jitter, honouring Retry-After; `sdk.send.attempts` runs every attempt
+under these rules with tenacity. What is sent again is what the bare client's own retry loop sends again, decided by its own rules
 (`sdk.compat.client_would_retry`): a failure before any answer (a refused or dropped connection, a
 timeout, a body cut short in transfer), and an error answer its `_should_retry` accepts
 (`x-should-retry`, 408, 409, 429, 5xx). Never a 200 whose body is not JSON, and never a stream once
 its 200 arrived (`sdk.send.stream_watch`): the provider accepted that request and may bill every copy. Each
 attempt carries its number in `x-stainless-retry-count`, as the clients' own retries do (see
-`sdk.send.sender`). The wrapped client's own retries are turned off so attempts never multiply; when the
+`sdk.send.attempts`). The wrapped client's own retries are turned off so attempts never multiply; when the
 attempts run out the caller gets the client's own exception.
 
 How many retries (`retries_for`): the caller's own `max_retries` where they set one, and
@@ -23,24 +24,14 @@ from __future__ import annotations
 
 import email.utils
 import inspect
-import logging
 import math
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    Retrying,
-    before_sleep_log,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_exponential,
-    wait_random,
-)
+from tenacity import RetryCallState, wait_exponential, wait_random
 from tenacity.wait import wait_base
 
 from sdk._constants import (
@@ -50,8 +41,6 @@ from sdk._constants import (
     RETRY_MAX_DELAY_SECONDS,
 )
 from sdk.compat import client_would_retry
-
-log = logging.getLogger("sdk")
 
 CLIENT_MODULES = ("openai", "anthropic")
 
@@ -147,27 +136,6 @@ def _default_max_retries(client_class: type) -> Any:
     return parameter.default if parameter is not None else None
 
 
-class Attempts:
-    """The attempts of one call: `retries + 1` in all, its first send and the retries;
-    `retryable(error)` says whether a failed one is worth another (`is_retryable` for the wrapped
-    client), and `on_attempt` hears the call's running count (1, 2, ...)."""
-
-    def __init__(self, retries: int, on_attempt: Callable[[int], None], retryable: Callable[[BaseException], bool]) -> None:
-        self.limit = retries + 1
-        self.made = 0
-        self._on_attempt = on_attempt
-        self.retryable = retryable
-
-    @property
-    def left(self) -> int:
-        return self.limit - self.made
-
-    def start(self) -> None:
-        """An attempt is about to be sent."""
-        self.made += 1
-        self._on_attempt(self.made)
-
-
 def backoff() -> wait_base:
     """Exponential backoff with jitter, for when the server gave no usable Retry-After:
 
@@ -179,83 +147,3 @@ def backoff() -> wait_base:
     return wait_exponential(multiplier=RETRY_INITIAL_DELAY_SECONDS, max=RETRY_MAX_DELAY_SECONDS) + wait_random(
         0, RETRY_JITTER_SECONDS
     )
-
-
-_WAIT = wait_retry_after(backoff())
-_BEFORE_SLEEP = before_sleep_log(log, logging.INFO)
-"""Tenacity's strategies hold no state: built once, shared by every call."""
-
-
-def _start_retry(state: RetryCallState, attempts: Attempts) -> None:
-    """Tenacity's `before` hook: count each retry (its attempt 1 is the replayed failure)."""
-    if state.attempt_number > 1:
-        attempts.start()
-
-
-def retry_kwargs(attempts: Attempts, sleep: Callable[[float], Any] | None) -> dict[str, Any]:
-    """Keyword arguments for `Retrying`/`AsyncRetrying` taking over after a failed first attempt.
-
-    Tenacity's attempt 1 is that failure replayed (already counted in `attempts`); never
-    tenacity's forever-and-wrap defaults.
-    """
-    kwargs: dict[str, Any] = dict(
-        stop=stop_after_attempt(attempts.left + 1),
-        retry=retry_if_exception(attempts.retryable),
-        wait=_WAIT,
-        reraise=True,
-        before=lambda state: _start_retry(state, attempts),
-        before_sleep=_BEFORE_SLEEP,
-    )
-    if sleep is not None:
-        kwargs["sleep"] = sleep
-    return kwargs
-
-
-def _worth_retrying(error: BaseException, attempts: Attempts) -> bool:
-    return attempts.left > 0 and attempts.retryable(error)
-
-
-def _replay(failure: BaseException, send: Callable[[], Any]) -> Callable[[], Any]:
-    """A send whose first call raises `failure` again (the attempt already made), then sends for real."""
-    pending = [failure]
-
-    def attempt() -> Any:
-        if pending:
-            raise pending.pop()
-        return send()
-
-    return attempt
-
-
-def call_with_retries(send: Callable[[], Any], attempts: Attempts, sleep: Callable[[float], Any] | None = None) -> Any:
-    """Run `send()` with what is left of `attempts` (sync).
-
-    The first attempt runs bare: tenacity's per-call state costs more than the rest of the SDK's
-    work on a call, and most calls succeed at once. A retryable failure is replayed to tenacity as
-    its attempt 1, so its wait (Retry-After, backoff), stop and log see the same history.
-    """
-    attempts.start()
-    try:
-        return send()
-    except Exception as error:
-        if not _worth_retrying(error, attempts):
-            raise
-        failure = error
-    return Retrying(**retry_kwargs(attempts, sleep))(_replay(failure, send))
-
-
-async def acall_with_retries(send: Callable[[], Any], attempts: Attempts, sleep: Callable[[float], Any] | None = None) -> Any:
-    """Run `await send()` with what is left of `attempts` (async); the first attempt runs bare, as above."""
-    attempts.start()
-    try:
-        return await send()
-    except Exception as error:
-        if not _worth_retrying(error, attempts):
-            raise
-        failure = error
-    replay = _replay(failure, send)
-
-    async def attempt() -> Any:  # tenacity awaits only what a coroutine function returns
-        return await replay()
-
-    return await AsyncRetrying(**retry_kwargs(attempts, sleep))(attempt)

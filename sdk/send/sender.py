@@ -10,7 +10,8 @@ accepted). One CLIENT span covers the attempts; a stream comes back watched, and
 raw response comes back as the client's own object whose `.parse()` gives the parsed (or watched)
 result kvwise recorded. Before the first attempt a limit kvwise filled in is fitted to the model's
 context (`sdk.guards.fit_to_context`); what a server refuses of kvwise's additions is taken back
-(`sdk.refusals`).
+(`sdk.refusals`). All of that is written once, in `Sender._sending`, which does no I/O: `post` and
+`apost` run it with the sync and the async driver of `sdk.send.drive`.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ from sdk.lifecycle import CallEnd, CallListener, Ending, Lifecycle
 from sdk.model_context import ModelContexts
 from sdk.policy import Policy
 from sdk.refusals import Refusals
-from sdk.retry import Attempts, acall_with_retries, call_with_retries, is_retryable, retries_for
+from sdk.retry import is_retryable, retries_for
+from sdk.send.attempts import Attempts, acall_with_retries, call_with_retries
+from sdk.send.drive import Io, Steps, arun, run
 from sdk.surface import Kind
 from sdk.telemetry import CallRecord, Telemetry
 from sdk.telemetry import client_tracing, content
@@ -84,71 +87,50 @@ class Sender:
 
     def post(self, path: str, **post_kwargs: Any) -> Any:
         """The sync client's `post(path, ...)`, sent the kvwise way."""
-        if (contexts := self._contexts()) is not None and (context := contexts.context(self.client, self.call.model)) is not None:
-            fit_to_context(self.call, post_kwargs, context)
-        lifecycle, attempts, send, follow = self._start(path, post_kwargs)
-        record = lifecycle.record
-        if follow is not None and self.fanout is not None:
-            _note_wait(record, self.fanout.wait(follow, self.policy.fanout_wait_seconds))
-        raw = compat.raw_mode(post_kwargs.get("options"))
-        try:
-            with record.activate():
-                while True:
-                    try:
-                        result = call_with_retries(send, attempts)
-                        break
-                    except Exception as error:
-                        if not self._took_back(error, post_kwargs, record):
-                            raise
-        except BaseException as error:
-            raise self._failed(lifecycle, error)
-        try:
-            parsed = result.parse() if raw else result
-        except Exception as error:  # a body that is not JSON: the caller's own `.parse()` raises it, as the bare client's does
-            self._failed(lifecycle, error)
-            return result
-        if self.call.stream:
-            from sdk.send.stream_watch import StreamWatch, watch_sync  # on a stream's first call: a plain call never loads the watcher's modules
-
-            watch = StreamWatch(adapter_for(self.call.api), self.call, self.policy, lifecycle, self.connection_error)
-            watched = watch_sync(parsed, watch)
-            return self._raw_with(result, watched) if raw else watched
-        finish(self.call, self.kind, parsed, lifecycle)
-        return result
+        return run(self._sending(path, post_kwargs, asynchronous=False))
 
     async def apost(self, path: str, **post_kwargs: Any) -> Any:
         """The async client's `post(path, ...)`, sent the kvwise way."""
-        if (contexts := self._contexts()) is not None and (context := await contexts.acontext(self.client, self.call.model)) is not None:
-            fit_to_context(self.call, post_kwargs, context)
+        return await arun(self._sending(path, post_kwargs, asynchronous=True))
+
+    def _sending(self, path: str, post_kwargs: dict[str, Any], asynchronous: bool) -> Steps[Any]:
+        """The send, in order and without I/O: the I/O it needs is yielded to the driver (`sdk.send.drive`)."""
+        if (contexts := self._contexts()) is not None:
+            context = yield Io(contexts.context, contexts.acontext, (self.client, self.call.model))
+            if context is not None:
+                fit_to_context(self.call, post_kwargs, context)
         lifecycle, attempts, send, follow = self._start(path, post_kwargs)
         record = lifecycle.record
         if follow is not None and self.fanout is not None:
-            _note_wait(record, await self.fanout.await_release(follow, self.policy.fanout_wait_seconds))
+            _note_wait(record, (yield Io(self.fanout.wait, self.fanout.await_release, (follow, self.policy.fanout_wait_seconds))))
         raw = compat.raw_mode(post_kwargs.get("options"))
         try:
             with record.activate():
-                while True:
-                    try:
-                        result = await acall_with_retries(send, attempts)
-                        break
-                    except Exception as error:
-                        if not self._took_back(error, post_kwargs, record):
-                            raise
+                result = yield from self._attempting(send, attempts, post_kwargs, record)
         except BaseException as error:
             raise self._failed(lifecycle, error)
         try:
-            parsed = await _parse(result) if raw else result
+            parsed = (yield Io(_parsed, _aparsed, (result,))) if raw else result
         except Exception as error:  # a body that is not JSON: the caller's own `.parse()` raises it, as the bare client's does
             self._failed(lifecycle, error)
             return result
         if self.call.stream:
-            from sdk.send.stream_watch import StreamWatch, watch_async  # on a stream's first call: a plain call never loads the watcher's modules
+            from sdk.send.stream_watch import StreamWatch, watch_async, watch_sync  # on a stream's first call: a plain call never loads the watcher's modules
 
             watch = StreamWatch(adapter_for(self.call.api), self.call, self.policy, lifecycle, self.connection_error)
-            watched = watch_async(parsed, watch)
+            watched = (watch_async if asynchronous else watch_sync)(parsed, watch)
             return self._raw_with(result, watched) if raw else watched
         finish(self.call, self.kind, parsed, lifecycle)
         return result
+
+    def _attempting(self, send: Callable[[], Any], attempts: Attempts, post_kwargs: dict[str, Any], record: CallRecord) -> Steps[Any]:
+        """The attempts (`sdk.send.attempts`), and once more after each refusal kvwise takes back."""
+        while True:
+            try:
+                return (yield Io(call_with_retries, acall_with_retries, (send, attempts)))
+            except Exception as error:
+                if not self._took_back(error, post_kwargs, record):
+                    raise
 
     def _contexts(self) -> ModelContexts | None:
         """The wrapped client's model contexts, where this call's filled limit must be fitted to one."""
@@ -197,7 +179,12 @@ def _note_wait(record: CallRecord, waited: Waited) -> None:
         span.set_attribute(sc.KVWISE_FANOUT_LEADER_SPAN_ID, waited.leader_span_id)
 
 
-async def _parse(raw: Any) -> Any:
+def _parsed(raw: Any) -> Any:
+    """A sync raw response's `parse()`."""
+    return raw.parse()
+
+
+async def _aparsed(raw: Any) -> Any:
     """`raw.parse()`: a coroutine on the async clients' raw responses, a value on openai's legacy one."""
     parsed = raw.parse()
     return await parsed if inspect.isawaitable(parsed) else parsed

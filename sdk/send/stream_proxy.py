@@ -110,30 +110,58 @@ class _Absent:
         raise AttributeError(self._name)
 
 
-class _ClosingResponse(wrapt.ObjectProxy):  # type: ignore[misc]
-    """The stream's `httpx2.Response`, whose `close()` closes the whole watched stream (the
-    client's stream helpers close the response they read at their start, not the stream)."""
+class _ResponseOf(wrapt.ObjectProxy):  # type: ignore[misc]
+    """The stream's `httpx2.Response`, knowing the watched stream's closer."""
 
-    def __init__(self, response: Any, closer: _Closer) -> None:
+    def __init__(self, response: Any, closer: Any) -> None:
         super().__init__(response)
         self._self_closer = closer
+
+
+class _ClosingResponse(_ResponseOf):
+    """A sync stream's response, whose `close()` closes the whole watched stream (the client's
+    stream helpers close the response they read at their start, not the stream)."""
 
     def close(self) -> None:
         self._self_closer.close()
 
 
-class _AsyncClosingResponse(wrapt.ObjectProxy):  # type: ignore[misc]
-    """Async twin of `_ClosingResponse`."""
-
-    def __init__(self, response: Any, closer: _AsyncCloser) -> None:
-        super().__init__(response)
-        self._self_closer = closer
+class _AsyncClosingResponse(_ResponseOf):
+    """An async stream's response, whose `aclose()` closes the whole watched stream."""
 
     async def aclose(self) -> None:
         await self._self_closer.close()
 
 
-class WatchedStream(wrapt.ObjectProxy):  # type: ignore[misc]
+class _Watched(wrapt.ObjectProxy):  # type: ignore[misc]
+    """What the sync and the async proxies share: their closer, the response, and the drop."""
+
+    _self_closer_type: type[_Closer] | type[_AsyncCloser]
+    _self_response_type: type[_ResponseOf]
+
+    def __init__(self, stream: Any, upstream: Upstream, events: Any, watch: Finishing) -> None:
+        super().__init__(stream)
+        self._self_events = events
+        self._self_closer: _Closer | _AsyncCloser = self._self_closer_type(upstream, events, watch)
+        self._self_response: Any = None
+
+    @property
+    def response(self) -> Any:
+        """The client's response, whose closing closes this stream (one object per response)."""
+        response = self.__wrapped__.response
+        if self._self_response is None or self._self_response.__wrapped__ is not response:
+            self._self_response = self._self_response_type(response, self._self_closer)
+        return self._self_response
+
+    def __del__(self) -> None:
+        try:
+            closer = self._self_closer
+        except (AttributeError, ValueError):  # never initialised
+            return
+        closer.drop()
+
+
+class WatchedStream(_Watched):
     """A client's sync stream (`openai.Stream`, `anthropic.Stream`) as the caller sees it under kvwise.
 
     Like the bare stream, `iter()` gives a new generator over the one shared event iterator, which
@@ -142,25 +170,15 @@ class WatchedStream(wrapt.ObjectProxy):  # type: ignore[misc]
     generator step: reading an attribute of a `wrapt` proxy costs far more, so none is read per event.
     """
 
-    def __init__(self, stream: Any, upstream: Upstream, events: Generator[Any, None, None], watch: Finishing) -> None:
-        super().__init__(stream)
-        self._self_events = events
-        self._self_closer = _Closer(upstream, events, watch)
-        self._self_response: Any = None
+    _self_closer_type = _Closer
+    _self_response_type = _ClosingResponse
+    _self_closer: _Closer
 
     def __iter__(self) -> Iterator[Any]:
         return _iterate(self)
 
     def __next__(self) -> Any:
         return self._self_events.__next__()
-
-    @property
-    def response(self) -> Any:
-        """The client's response, whose `close()` closes this stream (one object per response)."""
-        response = self.__wrapped__.response
-        if self._self_response is None or self._self_response.__wrapped__ is not response:
-            self._self_response = _ClosingResponse(response, self._self_closer)
-        return self._self_response
 
     def close(self) -> None:
         """Close the response and end the call's telemetry (the answer, if unfinished, is abandoned)."""
@@ -174,36 +192,19 @@ class WatchedStream(wrapt.ObjectProxy):  # type: ignore[misc]
 
     __aenter__, __aexit__ = _Absent(), _Absent()
 
-    def __del__(self) -> None:
-        try:
-            closer = self._self_closer
-        except (AttributeError, ValueError):  # never initialised
-            return
-        closer.drop()
 
-
-class AsyncWatchedStream(wrapt.ObjectProxy):  # type: ignore[misc]
+class AsyncWatchedStream(_Watched):
     """A client's async stream (`openai.AsyncStream`, `anthropic.AsyncStream`) under kvwise."""
 
-    def __init__(self, stream: Any, upstream: Upstream, events: AsyncGenerator[Any, None], watch: Finishing) -> None:
-        super().__init__(stream)
-        self._self_events = events
-        self._self_closer = _AsyncCloser(upstream, events, watch)
-        self._self_response: Any = None
+    _self_closer_type = _AsyncCloser
+    _self_response_type = _AsyncClosingResponse
+    _self_closer: _AsyncCloser
 
     def __aiter__(self) -> AsyncIterator[Any]:
         return _aiterate(self)
 
     def __anext__(self) -> Any:
         return self._self_events.__anext__()
-
-    @property
-    def response(self) -> Any:
-        """The client's response, whose `aclose()` closes this stream (one object per response)."""
-        response = self.__wrapped__.response
-        if self._self_response is None or self._self_response.__wrapped__ is not response:
-            self._self_response = _AsyncClosingResponse(response, self._self_closer)
-        return self._self_response
 
     async def close(self) -> None:
         """Close the response and end the call's telemetry (the answer, if unfinished, is abandoned)."""
@@ -220,13 +221,6 @@ class AsyncWatchedStream(wrapt.ObjectProxy):  # type: ignore[misc]
         await self._self_closer.close()
 
     __enter__, __exit__, __iter__ = _Absent(), _Absent(), _Absent()
-
-    def __del__(self) -> None:
-        try:
-            closer = self._self_closer
-        except (AttributeError, ValueError):  # never initialised
-            return
-        closer.drop()
 
 
 def _iterate(stream: WatchedStream) -> Iterator[Any]:

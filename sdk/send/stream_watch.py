@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import AsyncGenerator, Generator
+from collections.abc import AsyncGenerator, Generator, Iterator
 from time import time_ns
 from typing import Any
 
@@ -81,6 +81,32 @@ class StreamWatch:
         self.finalized = False
         self.received_ns: int | None = None  # when the answering attempt's first event (a header) arrived
         self.cut = False  # kvwise ended the stream (a loop or a client-side stop): the server's count stopped early
+        self.held: list[Any] | None = []  # events held back: headers until the first content event, then None
+
+    def on_event(self, event: Any) -> list[Any] | None:
+        """What the caller gets now for `event` from upstream: None for the event itself, else a list
+        (empty while it is held back). After a cut (`self.cut`) the list ends the stream and upstream
+        is to be closed before it is handed on."""
+        text = self.read(event, self.state)
+        if text is not None:
+            cut = self.content(event, text)
+            if (held := self.held) is None:
+                return cut
+            self.held = None  # the headers go on with the first content event
+            return [*held, event] if cut is None else [*held, *cut]
+        if self.state.swallow:  # the usage chunk the SDK asked for: what was held goes on
+            self.state.swallow = False
+            held, self.held = self.held or [], None
+            return held
+        if self.held is not None:
+            if not self.held:
+                self.header_received()
+            self.held.append(event)
+            return []
+        if self.awaits_usage():
+            self.held = [event]  # the finish chunk waits for the usage chunk right behind it
+            return []
+        return None
 
     def content(self, event: Any, text: str) -> list[Any] | None:
         """A content event is about to reach the caller: None to hand it on as it is, else the events
@@ -123,12 +149,15 @@ class StreamWatch:
         state = self.state
         return state.finished and state.hide_usage and state.usage is None
 
-    def ended(self, broken: Exception | None) -> None:
-        """Upstream ended (`broken`: what the client raised, if anything): return when the stream is
-        complete; raise `broken` itself unless it is the client's connection error or timeout; else
-        raise `StreamTruncated` as `broken`'s class (the client's `APIConnectionError` for a body that
-        just ended). Never sent again (see the module docstring).
+    def ended(self, broken: Exception | None) -> Iterator[Any]:
+        """Upstream ended (`broken`: what the client raised, if anything): the events still held go
+        on first, as the bare stream gave them; then return when the stream is complete; raise
+        `broken` itself unless it is the client's connection error or timeout; else raise
+        `StreamTruncated` as `broken`'s class (the client's `APIConnectionError` for a body that just
+        ended). Never sent again (see the module docstring).
         """
+        held, self.held = self.held or (), None
+        yield from held
         if broken is not None and not isinstance(broken, self.connection_error):
             raise broken
         if self.state.finished and (broken is None or self.awaits_usage()):  # a break then loses only our usage chunk
@@ -145,6 +174,14 @@ class StreamWatch:
         received, which the time to first chunk runs to."""
         if not self.delivered and self.received_ns is None:
             self.received_ns = time_ns()
+
+    def __enter__(self) -> StreamWatch:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, traceback: Any) -> None:
+        """The watching loop ended: end the call with what ended it (a closed generator's
+        `GeneratorExit` is its caller closing or dropping the stream: abandoned, not failed)."""
+        self.finish(None if kind is GeneratorExit else error)
 
     def finish(self, error: BaseException | None) -> None:
         """End the call, once.
@@ -220,50 +257,25 @@ def watch_sync(stream: Any, watch: StreamWatch) -> Any:
 
 
 def _watching(upstream: Upstream, watch: StreamWatch) -> Generator[Any, None, None]:
-    read, state = watch.read, watch.state
-    error: BaseException | None = None
-    broken: Exception | None = None
-    held: list[Any] | None = []  # events held back: headers until the first content event, then None
+    """The sync watching loop: read upstream, hand on what `watch` says, close upstream at a cut and at the end."""
+    on_event, broken = watch.on_event, None
     try:
-        try:
-            for event in upstream.events:
-                text = read(event, state)
-                if text is None:
-                    if state.swallow:  # the usage chunk the SDK asked for: what was held goes on
-                        state.swallow = False
-                        yield from held or ()
-                        held = None
-                    elif held is not None:
-                        if not held:
-                            watch.header_received()
-                        held.append(event)
-                    elif watch.awaits_usage():
-                        held = [event]  # the finish chunk waits for the usage chunk right behind it
-                    else:
+        with watch:
+            try:
+                for event in upstream.events:
+                    if (out := on_event(event)) is None:
                         yield event
-                    continue
-                if held is not None:
-                    yield from held
-                    held = None
-                cut = watch.content(event, text)
-                if cut is None:
-                    yield event
-                    continue
-                upstream.stream.close()  # the server stops decoding now
-                yield from cut
-                return
-        except Exception as exc:  # what the client raised for the break: the headers held go on first, as the bare stream gave them
-            broken = exc
-        yield from held or ()
-        watch.ended(broken)
-    except GeneratorExit:  # the caller closed or dropped the stream: abandoned, not failed
-        raise
-    except BaseException as exc:  # (a cancellation too: `finish` tells the caller's stops from failures)
-        error = exc
-        raise
+                        continue
+                    if watch.cut:
+                        upstream.stream.close()  # the server stops decoding now
+                    yield from out
+                    if watch.cut:
+                        return
+            except Exception as exc:  # what the client raised for the break
+                broken = exc
+            yield from watch.ended(broken)
     finally:
         upstream.stream.close()
-        watch.finish(error)
 
 
 def watch_async(stream: Any, watch: StreamWatch) -> Any:
@@ -273,51 +285,22 @@ def watch_async(stream: Any, watch: StreamWatch) -> Any:
 
 
 async def _awatching(upstream: Upstream, watch: StreamWatch) -> AsyncGenerator[Any, None]:
-    read, state = watch.read, watch.state
-    error: BaseException | None = None
-    broken: Exception | None = None
-    held: list[Any] | None = []  # events held back: headers until the first content event, then None
+    """The async watching loop: `_watching`'s I/O awaited (an async generator cannot `yield from`)."""
+    on_event, broken = watch.on_event, None
     try:
-        try:
-            async for event in upstream.events:
-                text = read(event, state)
-                if text is None:
-                    if state.swallow:  # the usage chunk the SDK asked for: what was held goes on
-                        state.swallow = False
-                        for header in held or ():
-                            yield header
-                        held = None
-                    elif held is not None:
-                        if not held:
-                            watch.header_received()
-                        held.append(event)
-                    elif watch.awaits_usage():
-                        held = [event]  # the finish chunk waits for the usage chunk right behind it
-                    else:
-                        yield event
-                    continue
-                if held is not None:
-                    for header in held:
-                        yield header
-                    held = None
-                cut = watch.content(event, text)
-                if cut is None:
-                    yield event
-                    continue
-                await upstream.stream.close()  # the server stops decoding now
-                for item in cut:
-                    yield item
-                return
-        except Exception as exc:  # what the client raised for the break: the headers held go on first, as the bare stream gave them
-            broken = exc
-        for header in held or ():
-            yield header
-        watch.ended(broken)
-    except GeneratorExit:  # the caller closed or dropped the stream: abandoned, not failed
-        raise
-    except BaseException as exc:  # (a cancellation too: `finish` tells the caller's stops from failures)
-        error = exc
-        raise
+        with watch:
+            try:
+                async for event in upstream.events:
+                    out = on_event(event)
+                    if watch.cut:
+                        await upstream.stream.close()  # the server stops decoding now
+                    for item in (event,) if out is None else out:
+                        yield item
+                    if watch.cut:
+                        return
+            except Exception as exc:
+                broken = exc
+            for item in watch.ended(broken):
+                yield item
     finally:
         await upstream.stream.close()
-        watch.finish(error)

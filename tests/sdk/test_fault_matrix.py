@@ -36,7 +36,7 @@ from opentelemetry.trace import StatusCode
 
 import sdk
 from sdk._constants import RETRY_AFTER_CAP_SECONDS, RETRY_JITTER_SECONDS, RETRY_MAX_DELAY_SECONDS
-from sdk.retry import acall_with_retries, call_with_retries
+from sdk.send.attempts import acall_with_retries, call_with_retries
 from sdk.telemetry import semconv as sc
 from tests.sdk.helpers import resolve
 from tests.simulator import ProviderSimulator
