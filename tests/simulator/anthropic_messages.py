@@ -24,9 +24,9 @@ from typing import Any
 from . import diagnostics
 from .constants import ANTHROPIC_MAX_BREAKPOINTS, MIN_THINKING_BUDGET
 from .decode import DecodeParams, Finish
-from .errors import ApiError, Flavour
-from .tokens import Block, Prompt, content_blocks, marker_ttl, message_blocks, tool_blocks
-from .wire import Job, Outcome, SseEvent, new_id, required, stop_list, token_cap
+from .errors import Flavour, SimulatedError
+from .tokens import RenderedBlock, RenderedPrompt, content_blocks, marker_ttl, message_blocks, tool_blocks
+from .wire import Job, ServedJob, SseEvent, new_id, required, stop_list, token_cap
 
 _TEXT_PARTS = frozenset({"text"})
 _THINKING_FIELDS = {"thinking": {"type", "thinking", "signature"}, "redacted_thinking": {"type", "data"}}
@@ -46,26 +46,26 @@ class MessagesApi:
         messages = required(body, "messages", list)
         cap = token_cap(body, "max_tokens", minimum=0)
         if cap is None:
-            raise ApiError(400, "max_tokens: Field required", param="max_tokens")
+            raise SimulatedError(400, "max_tokens: Field required", param="max_tokens")
         _check_thinking(body.get("thinking"), cap)
         _check_thinking_blocks(messages)
         blocks = tool_blocks(body.get("tools"))
         if body.get("system") is not None:
-            blocks += [Block("<|system|>\n", boundary=False), *content_blocks(body["system"], _TEXT_PARTS)]
+            blocks += [RenderedBlock("<|system|>\n", boundary=False), *content_blocks(body["system"], _TEXT_PARTS)]
         for message in messages:
             blocks += message_blocks(message, _TEXT_PARTS)
         blocks = _with_top_level_marker(blocks, marker_ttl(body))
         found = sum(block.is_breakpoint for block in blocks)
         ttls = [block.ttl for block in blocks if block.ttl is not None]
         if "5m" in ttls and "1h" in ttls[ttls.index("5m") :]:
-            raise ApiError(400, "A cache_control block with ttl='1h' must not come after one with ttl='5m'.")
+            raise SimulatedError(400, "A cache_control block with ttl='1h' must not come after one with ttl='5m'.")
         if found > ANTHROPIC_MAX_BREAKPOINTS:
             limit = ANTHROPIC_MAX_BREAKPOINTS
-            raise ApiError(400, f"A maximum of {limit} blocks with cache_control may be provided. Found {found}.")
+            raise SimulatedError(400, f"A maximum of {limit} blocks with cache_control may be provided. Found {found}.")
         params = DecodeParams(cap, stop_list(body, "stop_sequences", None))
-        return Job(model, Prompt.from_blocks(blocks), params, bool(body.get("stream")), body)
+        return Job(model, RenderedPrompt.from_blocks(blocks), params, bool(body.get("stream")), body)
 
-    def encoder(self, outcome: Outcome) -> MessagesEncoder:
+    def encoder(self, outcome: ServedJob) -> MessagesEncoder:
         return MessagesEncoder(outcome)
 
 
@@ -74,9 +74,9 @@ def _check_thinking(thinking: object, max_tokens: int) -> None:
         return
     budget = thinking.get("budget_tokens")
     if not isinstance(budget, int) or budget < MIN_THINKING_BUDGET:
-        raise ApiError(400, f"thinking.enabled.budget_tokens: Input should be greater than or equal to {MIN_THINKING_BUDGET}")
+        raise SimulatedError(400, f"thinking.enabled.budget_tokens: Input should be greater than or equal to {MIN_THINKING_BUDGET}")
     if max_tokens <= budget:
-        raise ApiError(400, "`max_tokens` must be greater than `thinking.budget_tokens`.")
+        raise SimulatedError(400, "`max_tokens` must be greater than `thinking.budget_tokens`.")
 
 
 def _check_thinking_blocks(messages: list[Any]) -> None:
@@ -86,10 +86,10 @@ def _check_thinking_blocks(messages: list[Any]) -> None:
             kind = part.get("type") if isinstance(part, dict) else None
             extra = sorted(set(part) - _THINKING_FIELDS[kind]) if kind in _THINKING_FIELDS else []
             if extra:
-                raise ApiError(400, f"messages.{i}.content.{j}.{kind}.{extra[0]}: Extra inputs are not permitted")
+                raise SimulatedError(400, f"messages.{i}.content.{j}.{kind}.{extra[0]}: Extra inputs are not permitted")
 
 
-def _with_top_level_marker(blocks: list[Block], ttl: str | None) -> list[Block]:
+def _with_top_level_marker(blocks: list[RenderedBlock], ttl: str | None) -> list[RenderedBlock]:
     """The request's top-level `cache_control` puts a breakpoint on its last content block."""
     last = max((i for i, block in enumerate(blocks) if block.boundary), default=None)
     if ttl is None or last is None or blocks[last].is_breakpoint:
@@ -98,7 +98,7 @@ def _with_top_level_marker(blocks: list[Block], ttl: str | None) -> list[Block]:
 
 
 class MessagesEncoder:
-    def __init__(self, outcome: Outcome) -> None:
+    def __init__(self, outcome: ServedJob) -> None:
         self._outcome = outcome
         self._id = new_id("msg_")
         self._block = 0  # index of the content block being streamed

@@ -27,8 +27,13 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .constants import ANTHROPIC_CACHE_TTL_SECONDS, ANTHROPIC_LOOKBACK_BLOCKS, OPENAI_CACHE_MIN_TOKENS, OPENAI_CACHE_STEP_TOKENS
-from .tokens import Prompt
+from .constants import (
+    ANTHROPIC_CACHE_TTL_SECONDS,
+    ANTHROPIC_LOOKBACK_BLOCKS,
+    OPENAI_CACHE_MIN_TOKENS,
+    OPENAI_CACHE_STEP_TOKENS,
+)
+from .tokens import RenderedPrompt
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +97,7 @@ class _DigestStore:
 class PrefixCache(_DigestStore):
     """OpenAI's automatic prompt cache (Chat Completions and Responses share it)."""
 
-    def lookup(self, model: str, prompt: Prompt) -> CacheUse:
+    def lookup(self, model: str, prompt: RenderedPrompt) -> CacheUse:
         if len(prompt) < OPENAI_CACHE_MIN_TOKENS:
             return CacheUse(read=0, written=0, uncached_tail=len(prompt))
         steps = range(OPENAI_CACHE_STEP_TOKENS, len(prompt) + 1, OPENAI_CACHE_STEP_TOKENS)
@@ -111,7 +116,7 @@ class PrefixCache(_DigestStore):
 class BreakpointCache(_DigestStore):
     """Anthropic's explicit prompt cache, keyed at `cache_control` breakpoints."""
 
-    def lookup(self, model: str, prompt: Prompt, min_tokens: int) -> CacheUse:
+    def lookup(self, model: str, prompt: RenderedPrompt, min_tokens: int) -> CacheUse:
         ends = sorted(set(prompt.block_ends) | set(prompt.breakpoints))
         digests = prefix_digests(model, prompt.tokens, ends)
         read, read_ttl = 0, ANTHROPIC_CACHE_TTL_SECONDS["5m"]

@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import ApiError
+from .errors import SimulatedError
 from .tokens import CACHE_MARKER_KEYS
 from .wire import Job
 
@@ -41,13 +41,13 @@ def check(body: dict[str, Any]) -> None:
         return
     value = body[PARAM]
     if not isinstance(value, dict):
-        raise ApiError(400, "diagnostics: Input should be a valid dictionary", param=PARAM)
+        raise SimulatedError(400, "diagnostics: Input should be a valid dictionary", param=PARAM)
     extra = sorted(set(value) - {"previous_message_id"})
     if extra:
-        raise ApiError(400, f"diagnostics.{extra[0]}: Extra inputs are not permitted", param=PARAM)
+        raise SimulatedError(400, f"diagnostics.{extra[0]}: Extra inputs are not permitted", param=PARAM)
     previous = value.get("previous_message_id")
     if previous is not None and not isinstance(previous, str):
-        raise ApiError(400, "diagnostics.previous_message_id: Input should be a valid string", param=PARAM)
+        raise SimulatedError(400, "diagnostics.previous_message_id: Input should be a valid string", param=PARAM)
 
 
 def _dump(value: Any) -> str:

@@ -46,7 +46,7 @@ _MESSAGES = {
 
 
 @dataclass(eq=False)
-class ApiError(Exception):
+class SimulatedError(Exception):
     """An error answer: raise it anywhere while handling a request to send it to the client.
 
     `param` names the offending request field (OpenAI bodies carry it); `headers` are added to the

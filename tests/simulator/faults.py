@@ -11,10 +11,9 @@ from __future__ import annotations
 import enum
 import threading
 from collections import deque
-import threading
 from dataclasses import dataclass
 
-from .errors import ApiError
+from .errors import SimulatedError
 
 
 class CutMode(enum.Enum):
@@ -35,7 +34,7 @@ class CutMode(enum.Enum):
 class ErrorFault:
     """Answer with this API error (status, body in the API's shape, extra headers)."""
 
-    error: ApiError
+    error: SimulatedError
 
 
 @dataclass(frozen=True, slots=True)

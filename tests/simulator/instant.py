@@ -15,8 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .anthropic_messages import MessagesApi
+from .errors import SimulatedError
 from .openai_responses import ResponsesApi
-from .errors import ApiError
 from .wire import new_id
 
 _OUTPUT_PARAMS = frozenset({"max_tokens", "stop_sequences", "stream", "temperature", "top_p", "top_k", "metadata", "service_tier"})
@@ -26,7 +26,7 @@ _TIMESTAMP = "2026-01-01T00:00:00Z"
 def count_tokens(body: dict[str, Any]) -> dict[str, Any]:
     refused = sorted(_OUTPUT_PARAMS & body.keys())
     if refused:
-        raise ApiError(400, f"{refused[0]}: Extra inputs are not permitted", param=refused[0])
+        raise SimulatedError(400, f"{refused[0]}: Extra inputs are not permitted", param=refused[0])
     job = MessagesApi().parse({**body, "max_tokens": 1})
     return {"input_tokens": len(job.prompt)}
 
@@ -38,12 +38,12 @@ def count_input_tokens(body: dict[str, Any]) -> dict[str, Any]:
 def create_batch(body: dict[str, Any]) -> dict[str, Any]:
     requests = body.get("requests")
     if not isinstance(requests, list) or not requests:
-        raise ApiError(400, "requests: a non-empty list is required", param="requests")
+        raise SimulatedError(400, "requests: a non-empty list is required", param="requests")
     for request in requests:
         try:
             MessagesApi().parse(request["params"])
-        except ApiError as error:
-            raise ApiError(400, f"requests[{request.get('custom_id')}].params: {error.message}") from error
+        except SimulatedError as error:
+            raise SimulatedError(400, f"requests[{request.get('custom_id')}].params: {error.message}") from error
     return {
         "id": new_id("msgbatch_"),
         "type": "message_batch",

@@ -14,8 +14,8 @@ from typing import Any
 from .constants import CHAT_MAX_STOP_SEQUENCES
 from .decode import DecodeParams, Finish
 from .errors import Flavour
-from .tokens import Prompt, message_blocks, tool_blocks
-from .wire import Job, Outcome, SseEvent, new_id, now, required, stop_list, token_cap
+from .tokens import RenderedPrompt, message_blocks, tool_blocks
+from .wire import Job, ServedJob, SseEvent, new_id, now, required, stop_list, token_cap
 
 _TEXT_PARTS = frozenset({"text"})
 _FINISH = {Finish.END: "stop", Finish.STOP: "stop", Finish.LENGTH: "length"}
@@ -34,13 +34,13 @@ class ChatCompletionsApi:
             blocks += message_blocks(message, _TEXT_PARTS)
         cap = token_cap(body, "max_completion_tokens", "max_tokens")
         stops = stop_list(body, "stop", CHAT_MAX_STOP_SEQUENCES)
-        return Job(model, Prompt.from_blocks(blocks), DecodeParams(cap, stops), bool(body.get("stream")), body)
+        return Job(model, RenderedPrompt.from_blocks(blocks), DecodeParams(cap, stops), bool(body.get("stream")), body)
 
-    def encoder(self, outcome: Outcome) -> ChatEncoder:
+    def encoder(self, outcome: ServedJob) -> ChatEncoder:
         return ChatEncoder(outcome)
 
 
-def chat_usage(outcome: Outcome, completion_tokens: int | None = None) -> dict[str, Any]:
+def chat_usage(outcome: ServedJob, completion_tokens: int | None = None) -> dict[str, Any]:
     """The answer's usage; `completion_tokens` (default: all) counts the tokens sent so far."""
     completion = outcome.output_tokens if completion_tokens is None else completion_tokens
     return {
@@ -62,7 +62,7 @@ def chat_usage(outcome: Outcome, completion_tokens: int | None = None) -> dict[s
 
 
 class ChatEncoder:
-    def __init__(self, outcome: Outcome) -> None:
+    def __init__(self, outcome: ServedJob) -> None:
         self._outcome = outcome
         self._id = new_id("chatcmpl-")
         self._created = now()

@@ -12,10 +12,10 @@ from typing import Any
 
 from .constants import CHAT_MAX_STOP_SEQUENCES, LEGACY_DEFAULT_MAX_TOKENS
 from .decode import DecodeParams, Finish
-from .errors import ApiError, Flavour
+from .errors import Flavour, SimulatedError
 from .openai_chat import SYSTEM_FINGERPRINT, chat_usage
-from .tokens import Block, Prompt
-from .wire import Job, Outcome, SseEvent, new_id, now, required, stop_list, token_cap
+from .tokens import RenderedBlock, RenderedPrompt
+from .wire import Job, ServedJob, SseEvent, new_id, now, required, stop_list, token_cap
 
 _FINISH = {Finish.END: "stop", Finish.STOP: "stop", Finish.LENGTH: "length"}
 
@@ -28,17 +28,17 @@ class CompletionsApi:
         model = required(body, "model", str)
         prompt = body.get("prompt")
         if not isinstance(prompt, str):
-            raise ApiError(400, f"prompt: the simulator serves one string prompt, got {type(prompt).__name__}", param="prompt")
+            raise SimulatedError(400, f"prompt: the simulator serves one string prompt, got {type(prompt).__name__}", param="prompt")
         cap = token_cap(body, "max_tokens") or LEGACY_DEFAULT_MAX_TOKENS
         stops = stop_list(body, "stop", CHAT_MAX_STOP_SEQUENCES)
-        return Job(model, Prompt.from_blocks([Block(prompt)]), DecodeParams(cap, stops), bool(body.get("stream")), body)
+        return Job(model, RenderedPrompt.from_blocks([RenderedBlock(prompt)]), DecodeParams(cap, stops), bool(body.get("stream")), body)
 
-    def encoder(self, outcome: Outcome) -> CompletionsEncoder:
+    def encoder(self, outcome: ServedJob) -> CompletionsEncoder:
         return CompletionsEncoder(outcome)
 
 
 class CompletionsEncoder:
-    def __init__(self, outcome: Outcome) -> None:
+    def __init__(self, outcome: ServedJob) -> None:
         self._outcome = outcome
         self._id = new_id("cmpl-")
         self._created = now()

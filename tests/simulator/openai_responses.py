@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from .decode import DecodeParams, Finish
-from .errors import ApiError, Flavour
-from .tokens import Block, Prompt, content_blocks, message_blocks, tool_blocks
-from .wire import Job, Outcome, SseEvent, new_id, now, required, token_cap
+from .errors import Flavour, SimulatedError
+from .tokens import RenderedBlock, RenderedPrompt, content_blocks, message_blocks, tool_blocks
+from .wire import Job, ServedJob, SseEvent, new_id, now, required, token_cap
 
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 
@@ -29,25 +29,25 @@ class ResponsesApi:
         model = required(body, "model", str)
         items = body.get("input") or []  # optional: a `previous_response_id` or `prompt` call may send none
         if not isinstance(items, (str, list)):
-            raise ApiError(400, f"input: expected str or list, got {type(items).__name__}", param="input")
+            raise SimulatedError(400, f"input: expected str or list, got {type(items).__name__}", param="input")
         blocks = tool_blocks(body.get("tools"))
         instructions = body.get("instructions")
         if isinstance(instructions, list):
             for item in instructions:
                 blocks += message_blocks(item, _TEXT_PARTS)
         elif instructions is not None:
-            blocks += [Block("<|instructions|>\n", boundary=False), *content_blocks(instructions, _TEXT_PARTS)]
+            blocks += [RenderedBlock("<|instructions|>\n", boundary=False), *content_blocks(instructions, _TEXT_PARTS)]
         for item in [{"role": "user", "content": items}] if isinstance(items, str) else items:
             blocks += message_blocks(item, _TEXT_PARTS)
         params = DecodeParams(token_cap(body, "max_output_tokens"))
-        return Job(model, Prompt.from_blocks(blocks), params, bool(body.get("stream")), body)
+        return Job(model, RenderedPrompt.from_blocks(blocks), params, bool(body.get("stream")), body)
 
-    def encoder(self, outcome: Outcome) -> ResponsesEncoder:
+    def encoder(self, outcome: ServedJob) -> ResponsesEncoder:
         return ResponsesEncoder(outcome)
 
 
 class ResponsesEncoder:
-    def __init__(self, outcome: Outcome) -> None:
+    def __init__(self, outcome: ServedJob) -> None:
         self._outcome = outcome
         self._id = new_id("resp_")
         self._item_id = new_id("msg_")

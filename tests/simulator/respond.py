@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from .errors import ApiError, Flavour, request_id_header
+from .errors import Flavour, SimulatedError, request_id_header
 from .faults import CutFault, CutMode, EventFault, EventKind, StallFault
 from .records import StreamRecord
 from .server import Exchange
@@ -60,7 +60,7 @@ def injection(fault: EventFault, encoder: Encoder, flavour: Flavour) -> Injectio
         case EventKind.UNKNOWN:
             events = (SseEvent.of({"type": UNKNOWN_EVENT_TYPE}, UNKNOWN_EVENT_TYPE),)
         case EventKind.ERROR:
-            body = ApiError(STREAM_ERROR_STATUS).body(flavour, request_id_header(flavour)[1])
+            body = SimulatedError(STREAM_ERROR_STATUS).body(flavour, request_id_header(flavour)[1])
             events = (SseEvent.of(body, "error" if flavour is Flavour.ANTHROPIC else None),)
     return Injection(fault.at_token, events, ends=fault.kind is EventKind.ERROR)
 

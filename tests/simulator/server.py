@@ -32,7 +32,7 @@ class Exchange:
     app can record how far it got.
     """
 
-    def __init__(self, handler: _Handler, raw: bytes) -> None:
+    def __init__(self, handler: _SimulatorHandler, raw: bytes) -> None:
         self._handler = handler
         self._socket: socket.socket = handler.connection
         self.method: str = handler.command
@@ -122,10 +122,10 @@ class Exchange:
             pass  # the client left first
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _SimulatorHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     timeout = CONNECTION_IDLE_TIMEOUT_SECONDS
-    server: _Server
+    server: _SimulatorServer
 
     def setup(self) -> None:
         super().setup()
@@ -157,7 +157,7 @@ class _Handler(BaseHTTPRequestHandler):
         """Silent: tests read `ProviderSimulator.requests`, not stderr."""
 
 
-class _Server(ThreadingHTTPServer):
+class _SimulatorServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128
 
@@ -165,7 +165,7 @@ class _Server(ThreadingHTTPServer):
         self.app = app
         self._lock = threading.Lock()
         self._connections: set[socket.socket] = set()
-        super().__init__((HOST, 0), _Handler)
+        super().__init__((HOST, 0), _SimulatorHandler)
 
     def server_bind(self) -> None:
         """Like `HTTPServer.server_bind` without its reverse DNS lookup, which can take seconds."""
@@ -191,7 +191,7 @@ class LoopbackServer:
     """Serves `app` on 127.0.0.1 at a free port from a background thread, until `stop`."""
 
     def __init__(self, app: Callable[[Exchange], None]) -> None:
-        self._server = _Server(app)
+        self._server = _SimulatorServer(app)
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": SERVER_POLL_SECONDS},
             name="provider-simulator", daemon=True,

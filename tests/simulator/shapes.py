@@ -26,13 +26,13 @@ from .anthropic_messages import MessagesEncoder
 from .openai_chat import ChatEncoder
 from .openai_responses import ResponsesEncoder
 from .tokens import tokenize
-from .wire import Encoder, Outcome, SseEvent, new_id
+from .wire import Encoder, ServedJob, SseEvent, new_id
 
 SIGNATURE = "c2ltdWxhdGVkLXNpZ25hdHVyZQ=="
 """The `signature` of every simulated thinking block."""
 
 
-def shaped_encoder(base: Encoder, outcome: Outcome, tool: str | None, thinking: str) -> Encoder:
+def shaped_encoder(base: Encoder, outcome: ServedJob, tool: str | None, thinking: str) -> Encoder:
     """`base` (the API's own encoder) or, for a tool call or thinking, its shaped twin."""
     if tool is None and not thinking:
         return base
@@ -57,7 +57,7 @@ def stream_tokens(encoder: Encoder, thinking: str, reply: tuple[str, ...]) -> tu
 
 
 class ShapedChatEncoder(ChatEncoder):
-    def __init__(self, outcome: Outcome, tool: str | None, thinking: str) -> None:
+    def __init__(self, outcome: ServedJob, tool: str | None, thinking: str) -> None:
         super().__init__(outcome)
         self._tool = tool
         self._thinking_left = len(thinking_tokens(thinking))
@@ -92,7 +92,7 @@ class ShapedChatEncoder(ChatEncoder):
 
 
 class ShapedMessagesEncoder(MessagesEncoder):
-    def __init__(self, outcome: Outcome, tool: str | None, thinking: str) -> None:
+    def __init__(self, outcome: ServedJob, tool: str | None, thinking: str) -> None:
         super().__init__(outcome)
         self._tool = tool
         self._thinking = thinking
@@ -145,7 +145,7 @@ class ShapedMessagesEncoder(MessagesEncoder):
 
 
 class ToolCallResponsesEncoder(ResponsesEncoder):
-    def __init__(self, outcome: Outcome, tool: str) -> None:
+    def __init__(self, outcome: ServedJob, tool: str) -> None:
         super().__init__(outcome)
         self._tool = tool
         self._call_id = new_id("call_")

@@ -33,6 +33,7 @@ from dataclasses import replace
 from types import TracebackType
 from typing import Any, Literal
 
+from . import instant, platforms
 from .anthropic_messages import MessagesApi, MessagesEncoder
 from .cache import BreakpointCache, CacheUse, PrefixCache
 from .constants import (
@@ -40,22 +41,33 @@ from .constants import (
     DEFAULT_MAX_OUTPUT_TOKENS,
     DEFAULT_MODELS,
     DEFAULT_REPLY,
-    HOST,
     HOLD_TIMEOUT_SECONDS,
+    HOST,
     IDLE_WAIT_SECONDS,
 )
 from .decode import decode
-from .errors import ApiError, Flavour, request_id_header
-from .faults import CutFault, CutMode, ErrorFault, EventFault, EventKind, Fault, FaultQueue, HoldFault, HtmlFault, ResetFault, StallFault
-from . import instant, platforms
+from .errors import Flavour, SimulatedError, request_id_header
+from .faults import (
+    CutFault,
+    CutMode,
+    ErrorFault,
+    EventFault,
+    EventKind,
+    Fault,
+    FaultQueue,
+    HoldFault,
+    HtmlFault,
+    ResetFault,
+    StallFault,
+)
 from .openai_chat import ChatCompletionsApi
 from .openai_completions import CompletionsApi
 from .openai_responses import ResponsesApi
 from .records import RecordedRequest, StreamRecord
-from .shapes import shaped_encoder, stream_tokens
 from .respond import Timing, injection, send_stream, send_whole
 from .server import Exchange, LoopbackServer
-from .wire import Api, Job, Outcome, now
+from .shapes import shaped_encoder, stream_tokens
+from .wire import Endpoint, Job, ServedJob, now
 
 MODELS_PATH = "/v1/models"
 HTML_PAGE = b"<!DOCTYPE html>\n<html><head><title>Sign in</title></head><body><p>Sign in to continue.</p></body></html>\n"
@@ -104,7 +116,7 @@ class ProviderSimulator:
         self._in_flight = 0
         self._held = 0
         self._messages = MessagesApi()
-        apis: list[Api] = [ChatCompletionsApi(), ResponsesApi(), self._messages, CompletionsApi()]
+        apis: list[Endpoint] = [ChatCompletionsApi(), ResponsesApi(), self._messages, CompletionsApi()]
         self._apis = {api.path: api for api in apis}
         self._server = LoopbackServer(self._handle)
 
@@ -139,7 +151,7 @@ class ProviderSimulator:
         """The next `times` requests fail: with `status` and the API's own error body (plus `headers`,
         e.g. `retry-after`), or, with `reset=True`, by a TCP reset before any answer."""
         fault: Fault = ResetFault() if reset else ErrorFault(
-            ApiError(status, message, error_type=error_type, headers=dict(headers or {}))
+            SimulatedError(status, message, error_type=error_type, headers=dict(headers or {}))
         )
         self._faults.add(fault, times)
 
@@ -246,7 +258,7 @@ class ProviderSimulator:
                 flavour = _flavour_of(exchange)
                 name, request_id = request_id_header(flavour)
                 if self.model_list == "missing":
-                    exchange.send_json(404, ApiError(404, "Not Found").body(flavour, request_id), {name: request_id})
+                    exchange.send_json(404, SimulatedError(404, "Not Found").body(flavour, request_id), {name: request_id})
                     return
                 context = self.context_tokens if self.model_list == "with_context" else None
                 exchange.send_json(200, _models_list(flavour, context), {name: request_id})
@@ -259,11 +271,11 @@ class ProviderSimulator:
             flavour = api.flavour if api else _flavour_of(exchange)
             try:
                 self._serve(exchange, api, flavour, self._faults.take())
-            except ApiError as error:
+            except SimulatedError as error:
                 header, request_id = request_id_header(flavour)
                 exchange.send_json(error.status, error.body(flavour, request_id), {header: request_id, **error.headers})
 
-    def _serve(self, exchange: Exchange, api: Api | None, flavour: Flavour, fault: Fault | None) -> None:
+    def _serve(self, exchange: Exchange, api: Endpoint | None, flavour: Flavour, fault: Fault | None) -> None:
         match fault:
             case ResetFault():
                 exchange.drop(reset=True)
@@ -277,12 +289,12 @@ class ProviderSimulator:
             exchange.send_json(200, answer(_parse_json(exchange.raw) or {}), dict([request_id_header(flavour)]))
             return
         if api is None or exchange.method != "POST":
-            raise ApiError(404, f"Invalid URL ({exchange.method} {exchange.path})")
+            raise SimulatedError(404, f"Invalid URL ({exchange.method} {exchange.path})")
         body = _parse_json(exchange.raw)
         if not isinstance(body, dict):
-            raise ApiError(400, "The request body is not a JSON object.")
+            raise SimulatedError(400, "The request body is not a JSON object.")
         if self.refuse_stream_options and flavour is Flavour.OPENAI and "stream_options" in body:
-            raise ApiError(400, "Unrecognized request argument supplied: stream_options", param="stream_options")
+            raise SimulatedError(400, "Unrecognized request argument supplied: stream_options", param="stream_options")
         job = api.parse(body)
         params = job.decode
         if self.context_tokens is not None and flavour is Flavour.OPENAI and params.max_tokens is not None:
@@ -290,7 +302,7 @@ class ProviderSimulator:
         if self.reasoning_tokens and params.max_tokens is not None:
             params = replace(params, max_tokens=max(params.max_tokens - self.reasoning_tokens, 0))
         decoded = decode(self.reply, self._loop_unit, params, DEFAULT_MAX_OUTPUT_TOKENS)
-        outcome = Outcome(job, self._lookup(flavour, job), decoded)
+        outcome = ServedJob(job, self._lookup(flavour, job), decoded)
         cut = fault if isinstance(fault, CutFault) else None
         prefill_s = self.prefill_delay_per_token * (outcome.prompt_tokens - outcome.cache.read)
         timing = Timing(self.first_token_delay + prefill_s, self.token_delay, fault if isinstance(fault, StallFault) else None,
@@ -305,7 +317,7 @@ class ProviderSimulator:
                 with self._activity:
                     self._held -= 1
             if fault.status is not None:
-                raise ApiError(fault.status)
+                raise SimulatedError(fault.status)
         cache = self._prefix_cache if flavour is Flavour.OPENAI else self._breakpoint_cache
         encoder = shaped_encoder(api.encoder(outcome), outcome, self.tool_call, self.thinking)
         if isinstance(api, MessagesApi) and isinstance(encoder, MessagesEncoder):
@@ -343,7 +355,7 @@ def _flavour_of(exchange: Exchange) -> Flavour:
 def _check_context(prompt_tokens: int, max_tokens: int, context: int) -> None:
     """vLLM's refusal of a request whose prompt and output limit together exceed the context."""
     if prompt_tokens + max_tokens > context:
-        raise ApiError(400, f"This model's maximum context length is {context} tokens. However, you requested "
+        raise SimulatedError(400, f"This model's maximum context length is {context} tokens. However, you requested "
                             f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in the "
                             "completion). Please reduce the length of the messages or completion.")
 

@@ -30,7 +30,7 @@ def tokenize(text: str) -> list[str]:
 
 
 @dataclass(frozen=True, slots=True)
-class Block:
+class RenderedBlock:
     """One rendered piece of a prompt; `ttl` is set when the block carries a cache breakpoint."""
 
     text: str
@@ -44,7 +44,7 @@ class Block:
 
 
 @dataclass(frozen=True, slots=True)
-class Prompt:
+class RenderedPrompt:
     """A rendered prompt: its tokens and the token offset at which each content block ends.
 
     `breakpoints` maps a block end offset to the cache TTL its marker asked for ("5m" or "1h").
@@ -55,7 +55,7 @@ class Prompt:
     breakpoints: dict[int, str]
 
     @classmethod
-    def from_blocks(cls, blocks: list[Block]) -> Prompt:
+    def from_blocks(cls, blocks: list[RenderedBlock]) -> RenderedPrompt:
         tokens: list[str] = []
         ends: list[int] = []
         breakpoints: dict[int, str] = {}
@@ -89,16 +89,16 @@ def as_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def part_block(part: object, text_types: frozenset[str]) -> Block:
+def part_block(part: object, text_types: frozenset[str]) -> RenderedBlock:
     """A content part as a block: the text of a text part, else the part's JSON."""
     if isinstance(part, str):
-        return Block(part)
+        return RenderedBlock(part)
     if isinstance(part, dict) and part.get("type") in text_types and isinstance(part.get("text"), str):
-        return Block(part["text"], marker_ttl(part))
-    return Block(as_json(part), marker_ttl(part))
+        return RenderedBlock(part["text"], marker_ttl(part))
+    return RenderedBlock(as_json(part), marker_ttl(part))
 
 
-def content_blocks(content: object, text_types: frozenset[str]) -> list[Block]:
+def content_blocks(content: object, text_types: frozenset[str]) -> list[RenderedBlock]:
     """The blocks of a `content` field: a string, a list of parts, or anything else as JSON."""
     if content is None:
         return []
@@ -107,21 +107,21 @@ def content_blocks(content: object, text_types: frozenset[str]) -> list[Block]:
     return [part_block(content, text_types)]
 
 
-def message_blocks(message: object, text_types: frozenset[str]) -> list[Block]:
+def message_blocks(message: object, text_types: frozenset[str]) -> list[RenderedBlock]:
     """A chat message or input item: a role marker, its content parts, then its other fields as JSON."""
     if not isinstance(message, dict):
-        return [Block(as_json(message))]
+        return [RenderedBlock(as_json(message))]
     role = message.get("role", message.get("type", "item"))
-    blocks = [Block(f"<|{role}|>\n", boundary=False)]
+    blocks = [RenderedBlock(f"<|{role}|>\n", boundary=False)]
     blocks += content_blocks(message.get("content"), text_types)
     rest = {k: v for k, v in message.items() if k not in ("role", "content") and (k, v) != ("type", "message")}
     if rest:
-        blocks.append(Block(as_json(rest)))
+        blocks.append(RenderedBlock(as_json(rest)))
     return blocks
 
 
-def tool_blocks(tools: object) -> list[Block]:
+def tool_blocks(tools: object) -> list[RenderedBlock]:
     """Each tool definition as its own block, JSON as received."""
     if not isinstance(tools, list):
         return []
-    return [Block(as_json(tool), marker_ttl(tool)) for tool in tools]
+    return [RenderedBlock(as_json(tool), marker_ttl(tool)) for tool in tools]

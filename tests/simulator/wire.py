@@ -1,8 +1,8 @@
 """What the three API modules share: the parsed request, its outcome, SSE events, body checks.
 
-Each API module (`openai_chat`, `openai_responses`, `anthropic_messages`) provides an `Api`: `parse`
-turns a request body into a `Job` (or raises `ApiError` with the API's own wording), and `encoder`
-returns an `Encoder` that renders one `Outcome` either as a JSON body or as SSE events (opening,
+Each API module (`openai_chat`, `openai_responses`, `anthropic_messages`) provides an `Endpoint`: `parse`
+turns a request body into a `Job` (or raises `SimulatedError` with the API's own wording), and `encoder`
+returns an `Encoder` that renders one `ServedJob` either as a JSON body or as SSE events (opening,
 one batch per token, closing). The server drives both from the same generation core.
 """
 
@@ -16,8 +16,8 @@ from typing import Any, Protocol
 
 from .cache import CacheUse
 from .decode import Decoded, DecodeParams
-from .errors import ApiError, Flavour
-from .tokens import Prompt
+from .errors import Flavour, SimulatedError
+from .tokens import RenderedPrompt
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,14 +25,14 @@ class Job:
     """A parsed generation request; `body` is kept for API-specific options."""
 
     model: str
-    prompt: Prompt
+    prompt: RenderedPrompt
     decode: DecodeParams
     stream: bool
     body: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
+class ServedJob:
     """A served job: its cache accounting and decoded reply."""
 
     job: Job
@@ -73,14 +73,14 @@ class Encoder(Protocol):
     def closing(self) -> list[SseEvent]: ...
 
 
-class Api(Protocol):
+class Endpoint(Protocol):
     """One generation endpoint."""
 
     path: str
     flavour: Flavour
 
     def parse(self, body: dict[str, Any]) -> Job: ...
-    def encoder(self, outcome: Outcome) -> Encoder: ...
+    def encoder(self, outcome: ServedJob) -> Encoder: ...
 
 
 def new_id(prefix: str) -> str:
@@ -95,10 +95,10 @@ def required(body: dict[str, Any], key: str, *kinds: type) -> Any:
     """`body[key]`, which must be present and of one of `kinds`, else a 400 naming the field."""
     value = body.get(key)
     if value is None:
-        raise ApiError(400, f"{key}: Field required", param=key)
+        raise SimulatedError(400, f"{key}: Field required", param=key)
     if not isinstance(value, kinds):
         expected = " or ".join(kind.__name__ for kind in kinds)
-        raise ApiError(400, f"{key}: expected {expected}, got {type(value).__name__}", param=key)
+        raise SimulatedError(400, f"{key}: expected {expected}, got {type(value).__name__}", param=key)
     return value
 
 
@@ -110,7 +110,7 @@ def token_cap(body: dict[str, Any], *keys: str, minimum: int = 1) -> int | None:
         if value is None:
             continue
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-            raise ApiError(400, f"{key}: must be an integer >= {minimum}, got {value!r}", param=key)
+            raise SimulatedError(400, f"{key}: must be an integer >= {minimum}, got {value!r}", param=key)
         caps.append(value)
     return min(caps, default=None)
 
@@ -122,7 +122,7 @@ def stop_list(body: dict[str, Any], key: str, limit: int | None) -> tuple[str, .
         return ()
     stops = [value] if isinstance(value, str) else value
     if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
-        raise ApiError(400, f"{key}: expected a string or a list of strings", param=key)
+        raise SimulatedError(400, f"{key}: expected a string or a list of strings", param=key)
     if limit is not None and len(stops) > limit:
-        raise ApiError(400, f"{key}: at most {limit} stop sequences are allowed, got {len(stops)}", param=key)
+        raise SimulatedError(400, f"{key}: at most {limit} stop sequences are allowed, got {len(stops)}", param=key)
     return tuple(stops)

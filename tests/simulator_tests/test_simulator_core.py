@@ -8,10 +8,10 @@ from hypothesis import strategies as st
 
 from tests.simulator.cache import BreakpointCache, PrefixCache
 from tests.simulator.decode import DecodeParams, Finish, decode
-from tests.simulator.errors import ApiError
+from tests.simulator.errors import SimulatedError
 from tests.simulator.faults import CutFault, CutMode, ErrorFault, FaultQueue, ResetFault
 from tests.simulator.openai_chat import ChatCompletionsApi
-from tests.simulator.tokens import Block, Prompt, tokenize
+from tests.simulator.tokens import RenderedBlock, RenderedPrompt, tokenize
 
 
 @given(st.text())
@@ -55,8 +55,8 @@ def test_loop_mode_repeats_the_unit_until_the_cap() -> None:
     assert decoded.text.startswith("la la. la la.")
 
 
-def _prompt(n_tokens: int, tail: str = "") -> Prompt:
-    return Prompt.from_blocks([Block(" w" * n_tokens), Block(tail)])
+def _prompt(n_tokens: int, tail: str = "") -> RenderedPrompt:
+    return RenderedPrompt.from_blocks([RenderedBlock(" w" * n_tokens), RenderedBlock(tail)])
 
 
 @pytest.mark.parametrize(
@@ -80,9 +80,9 @@ def test_cache_markers_do_not_change_the_rendered_prompt() -> None:
     assert api.parse(plain).prompt.tokens == api.parse(marked).prompt.tokens
 
 
-def _blocks(n_blocks: int, marked: set[int], tokens_per_block: int = 100) -> Prompt:
-    return Prompt.from_blocks([
-        Block(f" block{i}" * tokens_per_block, "5m" if i in marked else None) for i in range(n_blocks)
+def _blocks(n_blocks: int, marked: set[int], tokens_per_block: int = 100) -> RenderedPrompt:
+    return RenderedPrompt.from_blocks([
+        RenderedBlock(f" block{i}" * tokens_per_block, "5m" if i in marked else None) for i in range(n_blocks)
     ])
 
 
@@ -99,7 +99,7 @@ def test_anthropic_cache_looks_back_at_most_20_blocks_before_a_breakpoint() -> N
 def test_anthropic_cache_writes_nothing_below_the_minimum_and_splits_ttls() -> None:
     cache = BreakpointCache()
     short = cache.lookup("m", _blocks(5, {2}), min_tokens=1024)
-    prompt = Prompt.from_blocks([Block(" a" * 1100, "1h"), Block(" b" * 200, "5m"), Block(" c" * 10)])
+    prompt = RenderedPrompt.from_blocks([RenderedBlock(" a" * 1100, "1h"), RenderedBlock(" b" * 200, "5m"), RenderedBlock(" c" * 10)])
     split = cache.lookup("m", prompt, min_tokens=1024)
 
     assert (short.read, short.written, short.uncached_tail) == (0, 0, 500)
@@ -108,7 +108,7 @@ def test_anthropic_cache_writes_nothing_below_the_minimum_and_splits_ttls() -> N
 
 def test_fault_queue_serves_each_entry_its_number_of_times_in_order() -> None:
     queue = FaultQueue()
-    error, cut = ErrorFault(ApiError(429)), CutFault(3, CutMode.END)
+    error, cut = ErrorFault(SimulatedError(429)), CutFault(3, CutMode.END)
     queue.add(error, times=2)
     queue.add(ResetFault(), times=1)
     queue.add(cut, times=1)
