@@ -2,6 +2,48 @@
 
     client = sdk.wrap(openai.OpenAI(), policy=sdk.Policy(max_output_tokens=512))
     client.chat.completions.create(model=..., messages=[...])   # same call, same return types
+
+Glossary: one word per concept (identifiers that still say another word are listed in issue 44's note).
+
+- call: one model-calling method invocation through a wrapped client, from the caller's kwargs to its
+  end; an attempt is one HTTP request of a call (retries add attempts, never calls).
+- request: what a call sends: the caller's kwargs rewritten by kvwise (`Call`); an addition is one
+  thing kvwise put in or changed, recorded where it is made (`kvwise.canonical.changes`).
+- end of call: one typed value saying how the call ended (`Ending`: answered, cut, failed,
+  abandoned) with its usage; listeners and the telemetry read it, nothing else reports an end.
+- tier: a stability class of request content, in canonical order: tools, system, pinned documents,
+  history, dynamic content, the final user turn. A segment is one element of a tier; the
+  fingerprint is the hash chain over segments; a break is the first segment that differs from the
+  previous call of the same API and model, and its cause.
+- stable prefix: the tiers before the dynamic content. The cacheable prefix is the part of it a
+  provider would cache (up to the last cache breakpoint on Anthropic, all of it elsewhere) once it
+  reaches the model's minimum cacheable length.
+- prompt family ("family" names nothing else): the calls sharing tools and system prompt. Its keys:
+  masked, with volatile candidates blanked (`family_key`: whose volatile decisions are shared), and
+  as sent (`prefix_key`, also the `prompt_cache_key`). Per API and model, a family is what adaptive
+  caps learn over (`WorkloadKey`). Calls are grouped by other things under other words: fan-out
+  groups calls by cacheable prefix, server and credentials (the fan-out key); the break tracker
+  compares a call with the previous call of its API and model (no key word of its own).
+- model series: models a provider treats alike (Anthropic's minimum cacheable lengths, which models
+  reason by default); the local backend's Llama architecture (Llama, Mistral, Qwen, SmolLM) is an
+  architecture.
+- volatile value: bytes that change between calls (ids, times). Sure values move on first sight by
+  their shape; candidates move once their prompt family shows them changing. Moving cuts the value
+  from the stable prefix and appends it, labelled, to the context note.
+- memory: what a wrapped client learns across calls (volatile decisions, adaptive-cap windows,
+  fan-out leaders, the last fingerprint per API and model), kept in a store (in-process or Redis).
+- leader / follower: under fan-out, the first in-flight call of a cacheable prefix and the calls
+  that wait for its first chunk.
+- decode limits: the cap (the output-token limit decided once, `Call.cap`, from the policy, the
+  caller or the adaptive cap), stop sequences and penalties, applied to the request before it is sent.
+- guard ("guard" names nothing else): a check that cuts a streamed answer while it decodes, today
+  the loop guard (`Policy.loop_guard`, recorded as `kvwise.guard.tripped="loop"`). A stop sequence
+  enforced client-side also cuts a stream, but it is a decode limit.
+- stream watcher: what reads a stream's chunks on the caller's behalf (usage, phases, the guard,
+  client-side stops, truncation).
+- cut: kvwise ended a stream early; truncated: the stream ended without its final event, not by
+  kvwise; refusal: the server rejected one of kvwise's additions and the call went again without it
+  (for the cap: `kvwise.guard.cap_refused`, a published name kept as it is).
 """
 
 from sdk.chain import Middleware
@@ -13,6 +55,14 @@ from sdk.prompt import Prompt
 from sdk.wrap import wrap
 
 __all__ = [
-    "Finding", "KvwiseError", "Middleware", "Policy", "Prompt", "StreamTruncated", "UnsupportedClient", "conversation", "lint",
+    "Finding",
+    "KvwiseError",
+    "Middleware",
+    "Policy",
+    "Prompt",
+    "StreamTruncated",
+    "UnsupportedClient",
+    "conversation",
+    "lint",
     "wrap",
 ]
