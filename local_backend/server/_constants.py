@@ -79,14 +79,14 @@ OFFLOAD_MAX_WAITING: Final = 64
 """Requests whose preparation may wait for those threads; more are refused at once (429 / 529)."""
 
 MAX_MESSAGES: Final = 10_000
-"""Most messages (or input items) one request may hold: 100,000 empty ones took 2 s to walk and
-render before the context check refused them; no context this server serves holds 10,000 turns."""
+"""Most messages (or input items) one request may hold: 100,000 empty ones took seconds to walk and
+render before the context check refused them (docs/benchmarks.md, `by_hand`); no context this server serves holds 10,000 turns."""
 
 MAX_COUNTED_BYTES: Final = 256 * 1024
 """Most text bytes `count_tokens` counts (its prompt need not fit the context, so the context bound
-does not apply): a count of 3.9 MB held the server 3.4 s. The bound is low because the tokenizer's
-`encode` holds the GIL while it runs (about 1 s a MiB on a busy 2-core machine), stalling the event
-loop even from a worker thread; 256 KiB is some 64k tokens, eight times the longest default context."""
+does not apply): a count of a few MB held the server for seconds. The bound is low because the
+tokenizer's `encode` holds the GIL while it runs (its rate: docs/benchmarks.md, `by_hand`), stalling
+the event loop even from a worker thread; 256 KiB is some 64k tokens, eight times the longest default context."""
 
 MAX_STOP_SEQUENCES: Final = 16
 """Most stop strings one request may give (OpenAI allows 4; vLLM and llama.cpp allow more)."""
@@ -119,8 +119,8 @@ MAX_TOOLS: Final = 128
 MAX_SCHEMA_DEPTH: Final = 64
 """Deepest nesting of arrays and objects inside one JSON schema (`response_format`, a tool's
 parameters), each `$ref` followed in place: 32 levels of objects, three times OpenAI's
-structured-output limit of 10. llguidance's stack overflowed (the process died) on a chain of
-~900 object definitions (1,800 levels) and of ~2,500 bare `$ref`s; 64 leaves ten times that room."""
+structured-output limit of 10, and far below the chains of object definitions and of bare `$ref`s
+on which llguidance's stack overflowed and the process died (docs/benchmarks.md, `by_hand`)."""
 
 MAX_SCHEMA_NODES: Final = 20_000
 """Most values one JSON schema may hold with each `$ref` followed once per use (see `compile_bounds`)."""

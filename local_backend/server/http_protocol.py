@@ -2,8 +2,8 @@
 
 uvicorn bounds none of these: a connection that trickles its headers (or sends nothing) stays open
 until the client stops; a body sent at a byte a second, a Content-Length larger than what is sent,
-or a chunked body that never ends is waited for forever; a 16 MB header is read whole (32 such
-connections took the server from 991 to 2,012 MiB). `BoundedHttp` answers each once and closes:
+or a chunked body that never ends is waited for forever; a 16 MB header is read whole (a few dozen
+such connections doubled the server's memory: docs/benchmarks.md, `by_hand`). `BoundedHttp` answers each once and closes:
 
 - headers not complete within `header_timeout` of the connection's opening, or of a kept-alive
   connection's next request (`--header-timeout`; nginx's `client_header_timeout`): closed;

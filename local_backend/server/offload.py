@@ -1,7 +1,7 @@
 """A request's CPU work off the event loop: decoding its JSON, parsing it, rendering and tokenizing its prompt.
 
-One request once held the event loop for seconds (a count of 3.9 MB of text: 3.4 s), and every
-other client, `/health` included, waited. Each such step now runs on one of a few worker threads
+One request once held the event loop for seconds (a count of a few MB of text: docs/benchmarks.md,
+`by_hand`), and every other client, `/health` included, waited. Each such step now runs on one of a few worker threads
 (`OFFLOAD_WORKERS`): tokenizing releases the GIL, and Python code (the chat template, the parsers)
 gives the loop its turn every switch interval, so the loop keeps answering. Work beyond the
 workers waits in a bounded queue (`OFFLOAD_MAX_WAITING`); past it a request is refused at once

@@ -78,9 +78,10 @@ def _is_beta(value: Any) -> bool:
 
 @functools.cache
 def _beta_types() -> _Types:
-    """The beta API's classes, imported on first need: `openai.types.beta` is ~480 modules (~250 ms),
-    which a process that never calls `client.beta` should not pay for on its first call. Only a
-    beta object already in hand asks for them, so by then the modules are loaded."""
+    """The beta API's classes, imported on first need: `openai.types.beta` is hundreds of modules, an
+    import a process that never calls `client.beta` should not pay for on its first call (its size and
+    time: docs/benchmarks.md, `by_hand`). Only a beta object already in hand asks for them, so by then
+    the modules are loaded."""
     from openai.types.beta import (
         BetaResponse,
         BetaResponseCompletedEvent,

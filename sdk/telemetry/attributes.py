@@ -225,8 +225,8 @@ def response_facts(response: Any) -> ResponseFacts:
 
 
 def _field(value: Any, name: str) -> Any:
-    """`getattr(value, name, None)`, without the cost of a pydantic model's missing attribute (its
-    `__getattr__` raises, ~2 µs, about the rest of `response_facts` ten times over)."""
+    """`getattr(value, name, None)`, without the cost of a pydantic model's missing attribute: its
+    `__getattr__` raises, which costs more than the rest of `response_facts` (docs/benchmarks.md, `by_hand`)."""
     return getattr(value, name, None) if _has(value, name) else None
 
 

@@ -3,7 +3,8 @@ waits at most `EXPORT_SHUTDOWN_SECONDS` and logs how many spans it dropped.
 
 OpenTelemetry's own `BatchSpanProcessor.shutdown()` (run at exit) waits up to 30 s for its export
 thread, which retries a dead endpoint for the exporter's timeout: a process whose collector was down
-took 8 to 29 s to exit, a refused port or a black hole alike. Here the thread gets the bound; the
+took seconds to tens of seconds to exit, a refused port or a black hole alike (docs/benchmarks.md,
+`by_hand`). Here the thread gets the bound; the
 spans still queued or in flight then are dropped (the thread is a daemon), and said so.
 
 Imported by `setup` only (it needs the `otlp` extra's `opentelemetry-sdk`).

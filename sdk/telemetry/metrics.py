@@ -15,8 +15,8 @@ SDK's overhead. The mean keeps the sum right for rate dashboards; the count is p
 
 Every point carries the attributes the semconv requires (operation, provider, request model, and
 `gen_ai.token.type` / `error.type` where they apply) and none of the merely recommended ones
-(`gen_ai.response.model`, `server.*`): each attribute costs about 1.5 µs per record in the
-OpenTelemetry SDK, and the call span carries them all.
+(`gen_ai.response.model`, `server.*`): each attribute adds to the cost of every record in the
+OpenTelemetry SDK (docs/benchmarks.md, `by_hand`), and the call span carries them all.
 """
 
 from __future__ import annotations

@@ -11,10 +11,11 @@ Cache writes are priced by the TTL they were written with, as the provider repor
 The built-in table is data (`prices.json`, with its source date); `Policy.prices` overrides it
 entry by entry. Its figures were refreshed from `genai-prices` (the pydantic team's maintained
 table), which is not a dependency: it works offline (a bundled snapshot; updates are an opt-in
-background fetch), but one `calc_price` costs ~320 us (more than all of kvwise's per-call work) and
-its import ~0.5 s, it pulls in pydantic's models and Decimal arithmetic, and it matches names
-loosely (`gpt-5.6` is priced as `gpt-5.6-sol`). A lookup here is a dict hit. A model is found by its exact name, else by the longest table name it extends with a
-dated-snapshot or `-latest` suffix: `claude-haiku-4-5-20251001` and `gpt-4o-2024-08-06` are priced
+background fetch), but one `calc_price` costs more than all of kvwise's per-call work and its import
+is slow (docs/benchmarks.md, `by_hand`), it pulls in pydantic's models and Decimal arithmetic, and it
+matches names loosely (`gpt-5.6` is priced as `gpt-5.6-sol`). A lookup here is a dict hit. A model is
+found by its exact name, else by the longest table name it extends with a dated-snapshot or `-latest`
+suffix: `claude-haiku-4-5-20251001` and `gpt-4o-2024-08-06` are priced
 as their base model, while an unknown variant (`gpt-5.1-codex`, `gpt-6-sol`) gets no price rather
 than a wrong one.
 """
