@@ -22,8 +22,8 @@ from sdk.expected_reads import SentPrefixes
 from sdk.fingerprint import cache_ttl_seconds
 from sdk.guards import apply_guards
 from sdk.lifecycle import CallListener
-from sdk.policy import Policy
 from sdk.memory.memories import Memories, local_memories
+from sdk.policy import Policy
 from sdk.telemetry.semconv import CapSource
 
 

@@ -40,7 +40,10 @@ from sdk.errors import UnsupportedClient
 
 SUPPORTED_MAJOR = {"openai": 3, "anthropic": 2}
 """The client releases kvwise is built against: openai 3.x, anthropic 2.x."""
-SUPPORTED = "openai 3.x (OpenAI, AzureOpenAI and their async twins) or anthropic 2.x (Anthropic, AnthropicBedrock, AnthropicVertex, AnthropicFoundry and their async twins)"
+SUPPORTED = (
+    "openai 3.x (OpenAI, AzureOpenAI and their async twins) or anthropic 2.x "
+    "(Anthropic, AnthropicBedrock, AnthropicVertex, AnthropicFoundry and their async twins)"
+)
 
 RETRY_COUNT_HEADER = "x-stainless-retry-count"
 RAW_RESPONSE_HEADER = "X-Stainless-Raw-Response"
@@ -78,7 +81,10 @@ def _check_release(name: str) -> None:
     version = str(getattr(module, "__version__", "0"))
     major = version.split(".", 1)[0]
     if major != str(SUPPORTED_MAJOR[name]):
-        raise UnsupportedClient(f"sdk.wrap supports {SUPPORTED}; the installed {name} is {version}: install {name}=={SUPPORTED_MAJOR[name]}.*")
+        raise UnsupportedClient(
+            f"sdk.wrap supports {SUPPORTED}; the installed {name} is {version}: "
+            f"install {name}=={SUPPORTED_MAJOR[name]}.*"
+        )
     types = importlib.import_module(f"{name}._types")
     resource = importlib.import_module(f"{name}._resource")
     response = importlib.import_module(f"{name}._response")
@@ -99,7 +105,8 @@ def _check_release(name: str) -> None:
     ]
     if missing:
         raise UnsupportedClient(
-            f"sdk.wrap supports {SUPPORTED}; the installed {name} {version} lacks {', '.join(missing)}, which kvwise relies on"
+            f"sdk.wrap supports {SUPPORTED}; the installed {name} {version} lacks {', '.join(missing)}, "
+            "which kvwise relies on"
         )
 
 
@@ -182,7 +189,7 @@ def client_would_retry(
     if decide is not None:
         return bool(decide(error)[0])
     if isinstance(error, status_error):
-        return bool(client._should_retry(getattr(error, "response")))
+        return bool(client._should_retry(error.response))
     return isinstance(error, connection_error)
 
 

@@ -21,8 +21,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sdk.call import Api, Call
-from sdk.memory.records import Seen
 from sdk.lifecycle import CallEnd
+from sdk.memory.records import Seen
 
 DIAGNOSTICS_PARAM = "diagnostics"
 ANTHROPIC_HOST = "api.anthropic.com"

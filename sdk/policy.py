@@ -30,9 +30,10 @@ class Policy:
     - `max_output_tokens`: a larger request is clamped to it, a missing one is filled in where it fits
       the model (an OpenAI-compatible server's context, from its `/v1/models`; `sdk.guards`); a
       server that refuses the limit kvwise set gets the call again with the caller's own.
-    - `adaptive_caps`: a call whose caller set no output limit gets its workload's p99 (API, model, stable prefix) of output
-      tokens x `adaptive_cap_margin`, at least `adaptive_cap_floor`, at most `max_output_tokens`, once
-      the workload has enough answers (`sdk.adaptive_caps`); reasoning calls without a budget stay uncapped.
+    - `adaptive_caps`: a call whose caller set no output limit gets its prompt family's p99 (per API
+      and model) of output tokens x `adaptive_cap_margin`, at least `adaptive_cap_floor`, at most
+      `max_output_tokens`, once the family has enough answers (`sdk.adaptive_caps`); reasoning calls
+      without a budget stay uncapped.
     - `fanout`: "warm" holds a call whose cacheable prefix equals an in-flight call's (same client,
       tenant and key) until that call's first chunk or answer, so it reads the cache instead of writing
       it again, waiting at most `fanout_wait_seconds` (`sdk.fanout`); None sends every call at once.

@@ -90,7 +90,10 @@ REBOUND: dict[str, dict[tuple[str, ...], str]] = {
 }
 
 _NO_PROMPT = "no prompt prefix to reorder or cache and no decode to cap"
-_SERVER_HELD = "the prompt lives server-side (assistants, threads, sessions): no request prefix to reorder, nothing to cap per request"
+_SERVER_HELD = (
+    "the prompt lives server-side (assistants, threads, sessions): "
+    "no request prefix to reorder, nothing to cap per request"
+)
 _REALTIME = "a WebSocket session, not a request/response call"
 _MEDIA = "media generation or transcription: no token prefix cache, no decode loop"
 _ADMIN = "account, file and storage management: no model call"

@@ -39,12 +39,12 @@ from enum import StrEnum
 from sdk._constants import (
     VOLATILE_IDENTIFIER_PART_CHARS,
     VOLATILE_IDENTIFIER_PARTS,
+    VOLATILE_LINE_CACHE_SIZE,
     VOLATILE_MAX_ASCENDING_RUN,
     VOLATILE_MAX_WORD_SHARE,
     VOLATILE_MIN_BASE64_CHARS,
     VOLATILE_MIN_DISTINCT_CHARS,
     VOLATILE_MIN_HEX_CHARS,
-    VOLATILE_LINE_CACHE_SIZE,
     VOLATILE_SCAN_CACHE_SIZE,
 )
 
@@ -102,12 +102,15 @@ _LABELS = (
 _EMPHASIS = r"(?:\*\*|__)?"
 _DATE = (
     rf"(?:{_DAY},?[ ]+)?(?:{_YMD}|\d{{1,2}}(?:st|nd|rd|th)?[ ]+{_MONTH}(?:,?[ ]+\d{{4}})?"
-    rf"|{_MONTH}[ ]+\d{{1,2}}(?:st|nd|rd|th)?(?:,?[ ]+\d{{4}})?|\d{{1,2}}[/.]\d{{1,2}}[/.](?:\d{{4}}|\d\d)|\d{{4}}/\d{{1,2}}/\d{{1,2}})"
+    rf"|{_MONTH}[ ]+\d{{1,2}}(?:st|nd|rd|th)?(?:,?[ ]+\d{{4}})?"
+    rf"|\d{{1,2}}[/.]\d{{1,2}}[/.](?:\d{{4}}|\d\d)|\d{{4}}/\d{{1,2}}/\d{{1,2}})"
 )
 _VALUE_END = r"(?=$|[\s.,;:!?)\]'\"])"
 _LABELLED_VALUE = re.compile(
-    rf"(?:^[ \t]*(?:[-*+>][ \t]+)?|(?<=[.!?;][ \t])|(?<=[(\[])|(?<=[ \t])(?=(?i:{_LABELS})=))(?P<body>{_EMPHASIS}(?P<label>(?i:{_LABELS})){_EMPHASIS}"
-    rf"(?:[ \t]*:{_EMPHASIS}[ \t]*(?P<colon>(?:{_TIMESTAMPS[2]}|{_DATE}(?:(?:T|,?[ ]+(?:at[ ]+)?){_TIME}{_AMPM}?{_ZONE}?)?"
+    rf"(?:^[ \t]*(?:[-*+>][ \t]+)?|(?<=[.!?;][ \t])|(?<=[(\[])|(?<=[ \t])(?=(?i:{_LABELS})=))"
+    rf"(?P<body>{_EMPHASIS}(?P<label>(?i:{_LABELS})){_EMPHASIS}"
+    rf"(?:[ \t]*:{_EMPHASIS}[ \t]*(?P<colon>(?:{_TIMESTAMPS[2]}"
+    rf"|{_DATE}(?:(?:T|,?[ ]+(?:at[ ]+)?){_TIME}{_AMPM}?{_ZONE}?)?"
     rf"|{_TIME}{_AMPM}?{_ZONE}?|[^\s.,;!?)\]]+(?:[.,;:!?]+[^\s.,;!?)\]]+)*){_VALUE_END})"
     rf"|=(?P<equals>[\w:+/-]+(?:\.[\w:+/-]+)*)(?=[ \t]|$)))",
     re.MULTILINE | re.ASCII,

@@ -27,8 +27,8 @@ from sdk.adapters import adapter_for
 from sdk.call import Api, Call, Provider
 from sdk.chain import Chain, Middleware
 from sdk.fanout import FanOut, fanout_key
-from sdk.memory.memories import memories_for
 from sdk.lifecycle import CallListener
+from sdk.memory.memories import memories_for
 from sdk.policy import Policy
 from sdk.refusals import Refusals
 from sdk.send import Sender, Server

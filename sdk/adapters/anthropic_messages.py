@@ -20,10 +20,18 @@ from anthropic.types import (
 )
 from anthropic.types.raw_message_delta_event import Delta
 
-from sdk.adapters._base import Adapter, StreamState, as_items, first_stop, given_params, given_tiers, pop_list, timings_of
+from sdk.adapters._base import (
+    Adapter,
+    StreamState,
+    as_items,
+    first_stop,
+    given_params,
+    given_tiers,
+    pop_list,
+    timings_of,
+)
 from sdk.call import Api, Call, Provider, Usage
 from sdk.reasoning import Reasoning, anthropic_reasoning
-
 
 _BETA_MODULES = "anthropic.types.beta"
 

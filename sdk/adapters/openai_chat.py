@@ -9,10 +9,20 @@ from openai.types import CompletionUsage
 from openai.types.chat import ChatCompletionChunk
 from openai.types.chat.chat_completion_chunk import Choice, ChoiceDelta
 
-from sdk.adapters._base import Adapter, StreamState, count_leading_system, first_stop, given_params, given_tiers, pop_list, timings_of
+from sdk.adapters._base import (
+    Adapter,
+    StreamState,
+    count_leading_system,
+    first_stop,
+    given_params,
+    given_tiers,
+    pop_list,
+    timings_of,
+)
 from sdk.call import Api, Call, Provider, Usage
 from sdk.reasoning import Reasoning, openai_reasoning
 from sdk.stream_options import STREAM_USAGE_REQUESTED
+
 
 def _cached(details: Any, name: str) -> int:
     return int(getattr(details, name, None) or 0) if details is not None else 0

@@ -13,7 +13,13 @@ from typing import Any, Literal
 from openai.types import Completion, CompletionChoice
 
 from sdk.adapters._base import Adapter, StreamState, first_stop, given_params, timings_of
-from sdk.adapters.openai_chat import add_stream_usage, caller_asks_usage, chat_usage, completion_usage, stream_usage_options
+from sdk.adapters.openai_chat import (
+    add_stream_usage,
+    caller_asks_usage,
+    chat_usage,
+    completion_usage,
+    stream_usage_options,
+)
 from sdk.call import Api, Call, Provider, Usage
 from sdk.reasoning import Reasoning
 

@@ -25,7 +25,16 @@ from openai.types.responses import (
 )
 from openai.types.responses.response import IncompleteDetails
 
-from sdk.adapters._base import Adapter, StreamState, count_leading_system, first_stop, given_params, given_tiers, pop_list, timings_of
+from sdk.adapters._base import (
+    Adapter,
+    StreamState,
+    count_leading_system,
+    first_stop,
+    given_params,
+    given_tiers,
+    pop_list,
+    timings_of,
+)
 from sdk.call import Api, Call, Provider, Usage
 from sdk.reasoning import Reasoning, openai_reasoning
 

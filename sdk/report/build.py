@@ -7,11 +7,19 @@ from dataclasses import dataclass
 
 from sdk._constants import REPORT_TOP_CONVERSATIONS
 from sdk.report.findings import findings
+from sdk.report.misses import MissRow, miss_rows
 from sdk.report.numbers import (
-    ConversationStats, HitPoint, ModelCost, ModelDecode, PrefillFit, conversation_stats, hit_series, model_costs, model_decode,
+    ConversationStats,
+    HitPoint,
+    ModelCost,
+    ModelDecode,
+    PrefillFit,
+    conversation_stats,
+    hit_series,
+    model_costs,
+    model_decode,
     prefill_fit,
 )
-from sdk.report.misses import MissRow, miss_rows
 from sdk.report.spans import ReportedCall
 
 

@@ -78,7 +78,7 @@ def _hit_ratio(figure: Any, report: Report) -> None:
 
 
 _SPEND = (("input_usd", "uncached input"), ("cached_input_usd", "cached input"),
-          ("cache_write_usd", "cache writes"), ("output_usd", "output (decode)"))  # fmt: skip
+          ("cache_write_usd", "cache writes"), ("output_usd", "output (decode)"))
 """The four kinds of spend, in the order the cost picture draws them."""
 _PANELS_PER_ROW = 3
 

@@ -8,7 +8,9 @@ from sdk.report.misses import MissRow
 from sdk.report.numbers import ConversationStats, ModelCost, ModelDecode, PrefillFit
 
 ADVICE = {
-    "volatile_content": "a value that changes every call (a timestamp, an id); move it after the stable prefix or let kvwise move it",
+    "volatile_content": (
+        "a value that changes every call (a timestamp, an id); move it after the stable prefix or let kvwise move it"
+    ),
     "system_changed": "the system prompt changed; keep it fixed and put per-call text in the last user turn",
     "tool_reorder": "the tools came in another order; keep their order fixed (kvwise canonicalisation can sort them)",
     "tool_schema_changed": "a tool's schema changed; keep tool definitions fixed within a session",
@@ -24,9 +26,13 @@ ADVICE = {
 
 MISS_ADVICE = {
     "evicted": "the provider dropped a prefix it should have kept (eviction, or a replica that never saw it)",
-    "breakpoint_ignored": "the cache_control breakpoints were not honoured; check for a gateway or proxy that strips them",
+    "breakpoint_ignored": (
+        "the cache_control breakpoints were not honoured; check for a gateway or proxy that strips them"
+    ),
     "lifetime_passed": "the calls came further apart than the cache lives; call sooner or ask for a longer TTL",
-    "under_minimum": "the shared prefix is at the provider's minimum cacheable length; lengthen it or accept the misses",
+    "under_minimum": (
+        "the shared prefix is at the provider's minimum cacheable length; lengthen it or accept the misses"
+    ),
     "other_endpoint": "the prefix was cached under another base URL or key; send a workload through one",
 }
 """What each `sdk.telemetry.semconv.MissCause` means for the user."""
@@ -62,5 +68,6 @@ def findings(
                          f"saving {model.guard_tokens_saved} output tokens.")
     if fit is not None:
         found.append(f"prefill costs {fit.seconds_per_1k * 1000:.0f} ms per 1k uncached input tokens "
-                     f"(fitted over {fit.points} streamed calls): a TTFT spike on a long uncached prompt is the prompt, not the model.")
+                     f"(fitted over {fit.points} streamed calls): "
+                     "a TTFT spike on a long uncached prompt is the prompt, not the model.")
     return found

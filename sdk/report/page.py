@@ -30,7 +30,8 @@ def render(report: Report, figures: Mapping[str, Path]) -> str:
         for stem, path in figures.items()
     )
     misses = "".join(
-        f"<tr><td>{html.escape(row.cause)}</td><td>{'provider' if row.by_provider else 'explained'}</td><td>{row.calls}</td>"
+        f"<tr><td>{html.escape(row.cause)}</td><td>{'provider' if row.by_provider else 'explained'}</td>"
+        f"<td>{row.calls}</td>"
         f"<td>{row.tokens}</td><td>${row.usd:.4f}</td></tr>"
         for row in report.misses
     )

@@ -240,7 +240,8 @@ def _has(value: Any, name: str) -> bool:
 
 @functools.lru_cache(maxsize=RESPONSE_CLASS_NAMES_CACHE_SIZE)
 def _declares(model: type, name: str) -> bool:
-    """Whether a model class (or a base) defines `name` itself (a property, a method): looked up once per class and name."""
+    """Whether a model class (or a base) defines `name` itself (a property, a method): looked up once per
+    class and name."""
     return any(name in vars(klass) for klass in model.__mro__)
 
 

@@ -65,6 +65,7 @@ class BoundedBatchSpanProcessor(BatchSpanProcessor):
         dropped = self._ended - self._counted.exported
         if dropped > 0:
             logger.warning(
-                "kvwise telemetry: %d of %d spans were not exported to %s and are dropped (shutdown waited %.1f s, at most %.1f s)",
+                "kvwise telemetry: %d of %d spans were not exported to %s and are dropped "
+                "(shutdown waited %.1f s, at most %.1f s)",
                 dropped, self._ended, self._where, time.monotonic() - started, self._bound,
-            )  # fmt: skip
+            )

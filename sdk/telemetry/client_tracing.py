@@ -54,7 +54,8 @@ def trace_headers(client: Any, span: Span | None) -> dict[str, str] | None:
             return None
         if not options["propagation"] or not (records or trace.get_current_span().get_span_context().is_valid):
             return {}
-        from opentelemetry.propagate import inject  # loads the environment's propagators: on first use, as the client does
+        # Importing it loads the environment's propagators: on first use, as the client does.
+        from opentelemetry.propagate import inject
 
         carrier: dict[str, str] = {}
         inject(carrier, context=trace.set_span_in_context(span) if span is not None else None)

@@ -38,8 +38,8 @@ from sdk._constants import INVOCATION_JSON_CACHE_SIZE
 from sdk.adapters import adapter_for
 from sdk.call import Call, Provider
 from sdk.telemetry import semconv as sc
-from sdk.telemetry.content import to_json
 from sdk.telemetry.attributes import Attributes, Outcome
+from sdk.telemetry.content import to_json
 
 _LLM = sc.OpenInferenceSpanKind.LLM.value
 _OPENAI_SYSTEM, _ANTHROPIC_SYSTEM = sc.LlmSystem.OPENAI.value, sc.LlmSystem.ANTHROPIC.value

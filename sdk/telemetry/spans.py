@@ -4,7 +4,8 @@
     ├── (the client's own spans: ours is current while it sends; anthropic's own call span gives
     │    way to ours while ours records, see `client_tracing`)
     ├── prefill                       INTERNAL  last attempt sent -> first content chunk
-    │                                 (gen_ai.response.time_to_first_chunk: last attempt sent -> its first chunk of any kind)
+    │                                 (gen_ai.response.time_to_first_chunk: last attempt sent -> its
+    │                                  first chunk of any kind)
     └── decode                        INTERNAL  first content chunk -> last content chunk
 
 The phase spans are OpenInference CHAIN spans (Phoenix shows them, counts no tokens on them) carrying
@@ -119,7 +120,7 @@ class CallRecord:
     __slots__ = (
         "_attempt_ns", "_attempts", "_base", "_call", "_chunks", "_ended", "_first_ns", "_guard", "_last_ns",
         "_received_ns", "_request", "_sinks", "_span", "_start_ns", "_streamed", "_tokens_saved", "_usage_estimated",
-    )  # fmt: skip
+    )
 
     def __init__(
         self,
