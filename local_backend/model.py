@@ -1,4 +1,4 @@
-"""Llama-family decoder layers (Llama 2/3, Mistral, Qwen2/2.5, Qwen3, SmolLM) over a paged KV cache.
+"""Llama-architecture decoder layers (Llama 2/3, Mistral, Qwen2/2.5, Qwen3, SmolLM) over a paged KV cache.
 
 Parameter names mirror Hugging Face's, except that q/k/v and gate/up projections are packed into
 one matrix each (`qkv_proj`, `gate_up_proj`) so a step does two matmuls where it would do five,
@@ -191,7 +191,7 @@ class Backbone(nn.Module):
 
 
 class CausalLM(nn.Module):
-    """A Llama-family causal LM: `forward` runs one step's tokens, `logits` projects chosen rows.
+    """A Llama-architecture causal LM: `forward` runs one step's tokens, `logits` projects chosen rows.
 
     Build it under `torch.device("meta")` and let the loader materialise the weights; `ops` are
     the ones every layer runs (`ops.select` for the device and dtype).

@@ -30,6 +30,8 @@ Glossary: one word per concept (identifiers that still say another word are list
 - volatile value: bytes that change between calls (ids, times). Sure values move on first sight by
   their shape; candidates move once their prompt family shows them changing. Moving cuts the value
   from the stable prefix and appends it, labelled, to the context note.
+- conversation: the calls of one `gen_ai.conversation.id` (`sdk.conversation`); the report groups
+  calls by it, else by model.
 - memory: what a wrapped client learns across calls (volatile decisions, adaptive-cap windows,
   fan-out leaders, the last fingerprint per API and model), kept in a store (in-process or Redis).
 - leader / follower: under fan-out, the first in-flight call of a cacheable prefix and the calls

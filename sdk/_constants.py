@@ -37,7 +37,7 @@ SENT_PREFIXES_REMEMBERED = 64  # calls whose prefixes (hashes and sizes) a wrapp
 CACHE_MISS_TOLERANCE_SHARE = 0.1  # a read this much under the expectation is no miss (the expectation's tokens are estimated)
 CACHE_UNDER_MINIMUM_MARGIN = 0.1  # a shared prefix this close above the minimum may fall under it by the provider's count
 
-# Decode guards
+# Decode limits
 REASONING_ROOM_TOKENS = 16_000  # added to the cap where Anthropic requires max_tokens and adaptive thinking sets no budget
 CONTEXT_FIT_BYTES_PER_TOKEN = 2  # prompt tokens are estimated high (English runs ~4 bytes a token): a filled cap must fit
 MODEL_CONTEXT_TIMEOUT_SECONDS = 5.0  # the one `GET /models` per base URL that reads the servers' contexts

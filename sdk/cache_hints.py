@@ -1,7 +1,7 @@
 """Provider prompt-cache hints: Anthropic `cache_control` breakpoints, OpenAI cache keys and breakpoints.
 
 Anthropic caches only at breakpoints (at most 4 per request, the caller's included) and only when
-the prefix up to one reaches the model family's minimum length. OpenAI caches the longest seen
+the prefix up to one reaches the model series' minimum length. OpenAI caches the longest seen
 prefix automatically; `prompt_cache_key` routes calls with the same stable prefix to the same
 cache, and models from gpt-5.6 on also take explicit `prompt_cache_breakpoint` marks on text parts.
 Other OpenAI-compatible servers (vLLM, SGLang, llama.cpp, the local backend) ignore the key and

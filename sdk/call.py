@@ -31,7 +31,7 @@ class Provider(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class OutputCap:
-    """The output-token limit a request carries, decided once by the guards and read by every later layer.
+    """The output-token limit a request carries, decided once by the decode limits and read by every later layer.
 
     `tokens` is the value sent (reasoning and thinking included, where the API counts them in it);
     `param` the native parameter carrying it; `in_extra_body` whether it travels in `extra_body`
@@ -55,7 +55,7 @@ class Call:
     (`{"type": "text", "text": ...}`); `messages` are the native turns after the system prompt,
     the final user turn included; `params` holds every other native keyword argument.
     `given` names the tier parameters the caller passed (`tools`, `system`, `input`): they are sent
-    back even when empty, since `tools=[]` is not an absent `tools`. `cap` is the guards' decision
+    back even when empty, since `tools=[]` is not an absent `tools`. `cap` is the decode limits' decision
     (None: the request carries no output limit). `stream_usage_added`: kvwise asked the stream for
     its usage (`stream_options.include_usage`) where the caller did not; `stream_usage_refused`: the
     server refuses `stream_options`, so none is added (`sdk.stream_options`). `changes` lists what

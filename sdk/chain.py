@@ -1,4 +1,4 @@
-"""The request-rewrite chain: canonical order -> fingerprint -> cache diagnostics -> cache hints -> decode guards
+"""The request-rewrite chain: canonical order -> fingerprint -> cache diagnostics -> cache hints -> decode limits
 -> the read to expect.
 
 Each step is a `Middleware`: it reads and rewrites the provider-neutral `Call` in place, without

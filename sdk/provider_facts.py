@@ -2,7 +2,7 @@
 fact lives (minimum cacheable lengths, breakpoints, lifetimes, which models take explicit marks).
 
 Anthropic caches only at breakpoints (at most 4 per request, the caller's included) and only when the
-prefix up to one reaches the model family's minimum length. OpenAI caches the longest seen prefix from
+prefix up to one reaches the model series' minimum length. OpenAI caches the longest seen prefix from
 1,024 tokens on, automatically; models from gpt-5.6 on also take explicit `prompt_cache_breakpoint`
 marks. Other OpenAI-compatible servers cache by prefix and ignore both.
 """
@@ -13,10 +13,10 @@ import re
 
 from sdk.call import Provider
 
-# Minimum cacheable prompt length in tokens by Anthropic model family, first match wins.
+# Minimum cacheable prompt length in tokens by Anthropic model series, first match wins.
 # Source date 2026-12-01: Anthropic's prompt-caching page ("Cache limitations") as quoted on
 # 2026-11 pages (dev.to "Claude's prompt cache fails silently below 1,024 tokens", LiteLLM's docs):
-# 512 for Opus/Fable/Mythos 5 and the 5.5 family, 2048 for Opus 4.7, 4096 for Opus 4.5/4.6 and
+# 512 for Opus/Fable/Mythos 5 and the 5.5 series, 2048 for Opus 4.7, 4096 for Opus 4.5/4.6 and
 # Haiku 4.5, 1024 for Sonnet 5, Opus 4.8 and the older Sonnet/Opus 4; Sonnet 4.6 kept at the 2048
 # the earlier page gave (sources differ: a higher minimum only skips a breakpoint that would not pay).
 ANTHROPIC_MIN_CACHEABLE_TOKENS: tuple[tuple[str, int], ...] = (
@@ -42,7 +42,7 @@ _OPENAI_FIRST_EXPLICIT = (5, 6)
 
 
 def anthropic_min_tokens(model: str) -> int:
-    """The minimum cacheable prefix length of `model`'s family."""
+    """The minimum cacheable prefix length of `model`'s series."""
     for pattern, tokens in ANTHROPIC_MIN_CACHEABLE_TOKENS:
         if re.search(pattern, model):
             return tokens

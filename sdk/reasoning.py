@@ -3,7 +3,7 @@
 Reasoning (OpenAI o-series and gpt-5 models, Anthropic extended or adaptive thinking) is decoded
 into the same output limit as the answer: `max_completion_tokens` / `max_output_tokens` count the
 reasoning tokens, and Anthropic's `max_tokens` must exceed `thinking.budget_tokens`. A cap sized
-for the answer alone can be spent on reasoning and come back empty, so the guards read this
+for the answer alone can be spent on reasoning and come back empty, so the decode limits read this
 first (see `sdk.guards`).
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-# Model families that reason by default on the OpenAI APIs: OpenAI's o-series and gpt-5 (with its
+# Model series that reason by default on the OpenAI APIs: OpenAI's o-series and gpt-5 (with its
 # point releases), and the open reasoning models OpenAI-compatible servers serve (gpt-oss,
 # DeepSeek-R1, QwQ), which also spend the output limit on reasoning. A caller's
 # `reasoning_effort="none"` turns reasoning off on those that allow it.
@@ -34,7 +34,7 @@ class Reasoning:
 
 
 def openai_reasoning(model: str, effort: Any) -> Reasoning | None:
-    """A Chat or Responses call's reasoning: from the caller's effort, else from the model family.
+    """A Chat or Responses call's reasoning: from the caller's effort, else from the model series.
 
     >>> openai_reasoning("o3", None), openai_reasoning("gpt-4o", "high"), openai_reasoning("gpt-5.4", "none")
     (Reasoning(budget=None), Reasoning(budget=None), None)
@@ -48,7 +48,7 @@ def openai_reasoning(model: str, effort: Any) -> Reasoning | None:
 
 def anthropic_reasoning(model: str, thinking: Any) -> Reasoning | None:
     """A Messages call's reasoning, from its `thinking` config (`enabled` carries a budget), else
-    from the model family (some always think)."""
+    from the model series (some always think)."""
     if thinking is None:
         return Reasoning() if ANTHROPIC_ALWAYS_THINKING.search(model) else None
     if not isinstance(thinking, Mapping):

@@ -37,7 +37,7 @@ Path = tuple[str, ...]
 class Kind(enum.Enum):
     """How an intercepted method uses the rewritten request."""
 
-    CALL = "call"  # a model call: the whole request, with the guards' cap and stops
+    CALL = "call"  # a model call: the whole request, with the decided cap and stops
     COUNT = "count"  # counts the prompt's tokens: only the parameters the method takes
     BATCH = "batch"  # `requests=[{"custom_id", "params"}]`: each `params` rewritten as a call
 

@@ -7,7 +7,7 @@ intercepted methods are kvwise's: each runs the rewrite chain (`Chain.run`) on i
 the client's own method on a copy of the resource that sends through `sdk.send.Sender`. So
 `parse`, the stream helpers and the `with_raw_response` / `with_streaming_response` forms (the
 client's rebindings of those methods, at resource and client level) are the client's own code
-around one kvwise send: one span, kvwise's retries, the stream guard. The client's own `post` and
+around one kvwise send: one span, kvwise's retries, the stream watcher. The client's own `post` and
 `request` are kvwise's too: a framework that sends a model call's request through them (LiteLLM
 posts `/chat/completions` itself) gets the chain and the same send as the table's method posting
 to that path (`surface.ROUTES`); any other request goes to the client as it is.

@@ -33,7 +33,7 @@ MISS_ADVICE = {
     "under_minimum": (
         "the shared prefix is at the provider's minimum cacheable length; lengthen it or accept the misses"
     ),
-    "other_endpoint": "the prefix was cached under another base URL or key; send a workload through one",
+    "other_endpoint": "the prefix was cached under another base URL or key; send a prompt family through one",
 }
 """What each `sdk.telemetry.semconv.MissCause` means for the user."""
 

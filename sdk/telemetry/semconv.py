@@ -199,7 +199,7 @@ KVWISE_CANONICAL_CHANGES: Final = "kvwise.canonical.changes"
 # --- kvwise: guards and retries ------------------------------------------------------------------
 
 KVWISE_GUARD_TRIPPED: Final = "kvwise.guard.tripped"
-"""Which decode guard cut the answer (a `GuardKind`)."""
+"""Which guard cut the answer (a `GuardKind`)."""
 
 KVWISE_GUARD_TOKENS_SAVED: Final = "kvwise.guard.tokens_saved"
 """Output tokens the cut saved against the cap (cap minus tokens seen)."""
@@ -208,7 +208,8 @@ KVWISE_OUTPUT_CAP_TOKENS: Final = "kvwise.output_cap.tokens"
 """The output-token limit kvwise decided for the request (`Call.cap`; thinking budget included)."""
 
 KVWISE_OUTPUT_CAP_SOURCE: Final = "kvwise.output_cap.source"
-"""Where that limit came from (a `CapSource`): the policy's cap, the caller's own, or the workload's adaptive cap."""
+"""Where that limit came from (a `CapSource`): the policy's cap, the caller's own, or the prompt family's
+adaptive cap."""
 
 KVWISE_GUARD_CAP_REFUSED: Final = "kvwise.guard.cap_refused"
 """True when the server refused (400/422 naming the output limit or the context) the output cap kvwise

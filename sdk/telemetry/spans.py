@@ -190,7 +190,7 @@ class CallRecord:
 
     @never_raises
     def guard_tripped(self, kind: str, tokens_saved: int | None) -> None:
-        """A decode guard (`kind`, e.g. "loop") cut the answer, saving `tokens_saved` against the cap."""
+        """A guard (`kind`, e.g. "loop") cut the answer, saving `tokens_saved` against the cap."""
         self._guard = kind
         self._tokens_saved = tokens_saved
 

@@ -1,4 +1,4 @@
-"""config.json parsing across transformers 4.x and 5.x spellings and the Llama-family variants."""
+"""config.json parsing across transformers 4.x and 5.x spellings and the Llama-architecture variants."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 The cache figures copy the hosted APIs' documented rules (OpenAI prompt caching guide, Anthropic
 prompt caching docs, as of 2025): OpenAI caches prompts of at least 1024 tokens in 128-token steps;
 Anthropic caches only at `cache_control` breakpoints, at most 4 per request, each prefix at least the
-model family's minimum (1024 tokens for Sonnet/Opus 4, 2048 or 4096 for others), looking back up to
+model series' minimum (1024 tokens for Sonnet/Opus 4, 2048 or 4096 for others), looking back up to
 20 blocks before a breakpoint for an earlier entry.
 """
 
