@@ -32,7 +32,7 @@ import inspect
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pydantic
 
@@ -189,7 +189,7 @@ def client_would_retry(
     if decide is not None:
         return bool(decide(error)[0])
     if isinstance(error, status_error):
-        return bool(client._should_retry(error.response))
+        return bool(client._should_retry(cast(Any, error).response))  # a status error of the client in hand
     return isinstance(error, connection_error)
 
 
