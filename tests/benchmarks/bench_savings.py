@@ -26,7 +26,7 @@ import openai
 import sdk
 from sdk.call import Usage
 from sdk.telemetry.pricing import PriceTable, cost_of
-from tests.sdk.savings_workloads import Answer, fan_out, output_workload, replay, shared_prefix
+from tests.sdk.savings_workloads import TurnAnswer, fan_out, output_workload, replay, shared_prefix
 from tests.simulator.simulator import ProviderSimulator
 
 PRICED_AS = {"openai": "gpt-5.6", "anthropic": "claude-sonnet-5"}
@@ -45,7 +45,7 @@ def _client(api: str, sim: ProviderSimulator) -> Any:
     return anthropic.AsyncAnthropic(base_url=sim.anthropic_base_url, api_key="bench", max_retries=0)
 
 
-def _dollars(api: str, answers: list[Answer | BaseException]) -> tuple[Usage, float]:
+def _dollars(api: str, answers: list[TurnAnswer | BaseException]) -> tuple[Usage, float]:
     price = PriceTable.load().lookup(PRICED_AS[api])
     assert price is not None
     total, dollars = Usage(), 0.0

@@ -59,7 +59,7 @@ _SIMULATOR_ID = re.compile(r"\b(msg_|cmpl-|chatcmpl-|resp_|call_|toolu_)[0-9a-f]
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
+class ScenarioOutcome:
     """What a scenario saw at the framework level: its result, its streamed events (framework event
     types and their content, ids left out) and the cached input tokens each model call reported."""
 
@@ -68,7 +68,7 @@ class Outcome:
     cached: tuple[int, ...] = ()
 
 
-Scenario = Callable[[Any, str], Awaitable[Outcome] | Outcome]
+Scenario = Callable[[Any, str], Awaitable[ScenarioOutcome] | ScenarioOutcome]
 """`scenario(client, instructions)`: the task, through the framework, on `client`."""
 
 
@@ -96,7 +96,7 @@ class Run:
     """One play of a scenario: what the framework saw, what the server received, the spans."""
 
     request_id: str
-    outcome: Outcome
+    outcome: ScenarioOutcome
     requests: list[RecordedRequest]
     spans: list[ReadableSpan] = field(default_factory=list)
     open_spans: list[str] = field(default_factory=list)
@@ -126,7 +126,7 @@ run, because on the local server the tiny model's greedy answer depends on every
 drawn ID, a tool loop now and then took another number of model calls)."""
 
 
-async def _play_once(scenario: Scenario, client: Any, request_id: str) -> Outcome:
+async def _play_once(scenario: Scenario, client: Any, request_id: str) -> ScenarioOutcome:
     outcome = scenario(client, f"{request_id}\n{INSTRUCTIONS}")
     return await outcome if inspect.isawaitable(outcome) else outcome
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
+from pydantic import BaseModel
+
 from tests.simulator.server import Exchange
 from tests.simulator.simulator import ProviderSimulator
 
@@ -27,6 +29,13 @@ WEATHER: Final = {"Paris": "rainy", "Oslo": "snowy", "Rome": "sunny"}
 FINAL_REPLY: Final = "It is rainy in Paris and snowy in Oslo."
 STRUCTURED: Final = {"city": "Paris", "conditions": "rainy"}
 STRUCTURED_REPLY: Final = json.dumps(STRUCTURED)
+
+
+class Weather(BaseModel):
+    """The structured output the frameworks ask for: `STRUCTURED` parses to it."""
+
+    city: str
+    conditions: str
 
 
 def weather(city: str) -> str:

@@ -18,15 +18,14 @@ from langchain_anthropic import ChatAnthropic
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
-from pydantic import BaseModel
 
 import sdk
 
 from tests.frameworks.conformance import (
-    DOCUMENT, LOCAL_DOCUMENT, LOCAL_MODEL, QUESTION, RETRY_AT_ONCE, Outcome, assert_a_new_id_reads_the_stable_prefix, assert_cache_holds, assert_conforms, assert_one_span_per_call,
+    DOCUMENT, LOCAL_DOCUMENT, LOCAL_MODEL, QUESTION, RETRY_AT_ONCE, ScenarioOutcome, assert_a_new_id_reads_the_stable_prefix, assert_cache_holds, assert_conforms, assert_one_span_per_call,
     assert_same_bodies, attempts_pair, run_pair,
 )
-from tests.frameworks.scripted import FINAL_REPLY, STRUCTURED, TOOL_ROUNDS, WEATHER_TOOL_NAME, weather
+from tests.frameworks.scripted import FINAL_REPLY, STRUCTURED, TOOL_ROUNDS, WEATHER_TOOL_NAME, Weather, weather
 
 PROVIDERS = ("openai", "anthropic")
 LOOP_LIMIT = 8
@@ -34,11 +33,6 @@ LOOP_UNIT = "I keep saying this. "
 LOOP_CAP = 256
 LOCAL_TOOL_CALL_TOKENS = 96
 """More model calls than any scripted loop makes: a loop that does not end fails instead of hanging."""
-
-
-class Weather(BaseModel):
-    city: str
-    conditions: str
 
 
 @tool
@@ -61,14 +55,14 @@ def cache_read(message: Any) -> int:
     return int(details.get("cache_read") or 0)
 
 
-def tool_loop(llm: Any, messages: list[BaseMessage]) -> Outcome:
+def tool_loop(llm: Any, messages: list[BaseMessage]) -> ScenarioOutcome:
     cached = []
     for _ in range(LOOP_LIMIT):
         reply = llm.invoke(messages)
         cached.append(cache_read(reply))
         messages.append(reply)
         if not reply.tool_calls:
-            return Outcome(reply.text, cached=tuple(cached))
+            return ScenarioOutcome(reply.text, cached=tuple(cached))
         for call in reply.tool_calls:
             messages.append(ToolMessage(get_weather.invoke(call["args"]), tool_call_id=call["id"]))
     raise AssertionError(f"the loop did not end in {LOOP_LIMIT} calls")
@@ -87,11 +81,11 @@ def provider(request: pytest.FixtureRequest) -> str:
 
 
 async def test_a_plain_invoke_gives_the_bare_clients_message(sim, provider):
-    def scenario(client: Any, instructions: str) -> Outcome:
+    def scenario(client: Any, instructions: str) -> ScenarioOutcome:
         reply = chat_model(client, provider).invoke([SystemMessage(instructions), HumanMessage(QUESTION)])
         usage = reply.usage_metadata or {}
         finish = reply.response_metadata.get("finish_reason") or reply.response_metadata.get("stop_reason")
-        return Outcome((reply.text, usage.get("output_tokens"), finish))
+        return ScenarioOutcome((reply.text, usage.get("output_tokens"), finish))
 
     bare, wrapped = await run_pair(scenario, lambda: sim_client(sim, provider), sim)
     assert bare.outcome.result[0] == FINAL_REPLY
@@ -99,10 +93,10 @@ async def test_a_plain_invoke_gives_the_bare_clients_message(sim, provider):
 
 
 async def test_a_stream_yields_the_bare_clients_chunks_and_usage(sim, provider):
-    def scenario(client: Any, instructions: str) -> Outcome:
+    def scenario(client: Any, instructions: str) -> ScenarioOutcome:
         chunks = list(chat_model(client, provider).stream([SystemMessage(instructions), HumanMessage(QUESTION)]))
         events = tuple((chunk.type, chunk.text, chunk.usage_metadata and chunk.usage_metadata["output_tokens"]) for chunk in chunks)
-        return Outcome("".join(chunk.text for chunk in chunks), events)
+        return ScenarioOutcome("".join(chunk.text for chunk in chunks), events)
 
     bare, wrapped = await run_pair(scenario, lambda: sim_client(sim, provider), sim)
     assert bare.outcome.result == FINAL_REPLY
@@ -111,7 +105,7 @@ async def test_a_stream_yields_the_bare_clients_chunks_and_usage(sim, provider):
 
 
 async def test_a_tool_loop_reads_at_least_the_bare_clients_cache(sim, provider, earlier_conversation):
-    def scenario(client: Any, instructions: str) -> Outcome:
+    def scenario(client: Any, instructions: str) -> ScenarioOutcome:
         llm = chat_model(client, provider).bind_tools([get_weather])
         return tool_loop(llm, [SystemMessage(instructions), HumanMessage(f"{DOCUMENT}\n\n{QUESTION}")])
 
@@ -122,7 +116,7 @@ async def test_a_tool_loop_reads_at_least_the_bare_clients_cache(sim, provider, 
 
 
 async def test_a_tool_loop_whose_id_changes_per_run_reads_the_stable_prefix_on_run_twos_first_call(sim, provider):
-    def scenario(client: Any, instructions: str) -> Outcome:
+    def scenario(client: Any, instructions: str) -> ScenarioOutcome:
         llm = chat_model(client, provider).bind_tools([get_weather])
         return tool_loop(llm, [SystemMessage(instructions), HumanMessage(f"{DOCUMENT}\n\n{QUESTION}")])
 
@@ -130,9 +124,9 @@ async def test_a_tool_loop_whose_id_changes_per_run_reads_the_stable_prefix_on_r
 
 
 async def test_structured_output_parses_to_the_bare_clients_object(sim, provider):
-    def scenario(client: Any, instructions: str) -> Outcome:
+    def scenario(client: Any, instructions: str) -> ScenarioOutcome:
         llm = chat_model(client, provider).with_structured_output(Weather)
-        return Outcome(llm.invoke([SystemMessage(instructions), HumanMessage(QUESTION)]))
+        return ScenarioOutcome(llm.invoke([SystemMessage(instructions), HumanMessage(QUESTION)]))
 
     bare, wrapped = await run_pair(scenario, lambda: sim_client(sim, provider), sim)
     assert bare.outcome.result == Weather(**STRUCTURED)
@@ -143,7 +137,7 @@ async def test_a_forced_tool_loop_on_the_local_server_reads_at_least_the_bare_cl
     """Three calls, each forced to call the tool (the server constrains it; a call takes ~60 tokens
     of the tiny model's output). A limit keeps a stray long argument from running to the context's
     end (the other frameworks' local runs set none)."""
-    def scenario(client: Any, instructions: str) -> Outcome:
+    def scenario(client: Any, instructions: str) -> ScenarioOutcome:
         llm = chat_model(client, provider, LOCAL_MODEL, temperature=0, max_tokens=LOCAL_TOOL_CALL_TOKENS)
         llm = llm.bind_tools([get_weather], tool_choice=WEATHER_TOOL_NAME)
         messages: list[BaseMessage] = [SystemMessage(instructions), HumanMessage(f"{LOCAL_DOCUMENT}\n\n{QUESTION}")]
@@ -154,7 +148,7 @@ async def test_a_forced_tool_loop_on_the_local_server_reads_at_least_the_bare_cl
             names += [call["name"] for call in reply.tool_calls]
             results = [ToolMessage(weather(str(call["args"].get("city"))), tool_call_id=call["id"]) for call in reply.tool_calls]
             messages += [reply, *results]
-        return Outcome(tuple(names), cached=tuple(cached))
+        return ScenarioOutcome(tuple(names), cached=tuple(cached))
 
     bare, wrapped = await run_pair(scenario, lambda: getattr(local, provider)(sync=True), local)
     assert bare.outcome.result == wrapped.outcome.result == (WEATHER_TOOL_NAME,) * (TOOL_ROUNDS + 1)
@@ -165,8 +159,8 @@ async def test_a_forced_tool_loop_on_the_local_server_reads_at_least_the_bare_cl
 @pytest.mark.parametrize("client_retries", [0, 1, None], ids=["max_retries=0", "max_retries=1", "client-default"])
 async def test_a_429_is_tried_as_often_as_the_bare_client_tries_it(sim, provider, client_retries):
     """`max_retries` on the client is the caller's word: kvwise makes no more attempts than the bare client."""
-    def scenario(client: Any, instructions: str) -> Outcome:
-        return Outcome(chat_model(client, provider).invoke([SystemMessage(instructions), HumanMessage(QUESTION)]).text)
+    def scenario(client: Any, instructions: str) -> ScenarioOutcome:
+        return ScenarioOutcome(chat_model(client, provider).invoke([SystemMessage(instructions), HumanMessage(QUESTION)]).text)
 
     arm = lambda: sim.fail(429, times=10, headers=RETRY_AT_ONCE)  # noqa: E731
     bare, wrapped = await attempts_pair(scenario, lambda: sim_client(sim, provider, client_retries), sim, arm)
@@ -177,13 +171,13 @@ async def test_a_429_is_tried_as_often_as_the_bare_client_tries_it(sim, provider
 async def test_a_stream_the_loop_guard_cuts_still_reports_usage_and_a_length_stop(sim):
     """ChatOpenAI asks for stream usage (`stream_usage=True`): a reply the guard cuts short still
     ends with the usage chunk, so `usage_metadata` counts the tokens sent."""
-    def scenario(client: Any, instructions: str) -> Outcome:
+    def scenario(client: Any, instructions: str) -> ScenarioOutcome:
         chunks = list(chat_model(client, "openai", max_tokens=LOOP_CAP).stream([SystemMessage(instructions), HumanMessage(QUESTION)]))
         whole = chunks[0]
         for chunk in chunks[1:]:
             whole += chunk
         usage = whole.usage_metadata or {}
-        return Outcome((whole.text, whole.response_metadata.get("finish_reason"), usage.get("output_tokens")))
+        return ScenarioOutcome((whole.text, whole.response_metadata.get("finish_reason"), usage.get("output_tokens")))
 
     bare, wrapped = await run_pair(scenario, lambda: sim_client(sim, "openai"), sim, arm=lambda: sim.loop(LOOP_UNIT))
     plain_text, plain_finish, plain_tokens = bare.outcome.result

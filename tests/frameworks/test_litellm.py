@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from tests.frameworks.conformance import (
-    DOCUMENT, LOCAL_DOCUMENT, LOCAL_MODEL, QUESTION, RETRY_AT_ONCE, Outcome, assert_a_new_id_reads_the_stable_prefix, assert_cache_holds, assert_conforms, attempts_pair, run_pair,
+    DOCUMENT, LOCAL_DOCUMENT, LOCAL_MODEL, QUESTION, RETRY_AT_ONCE, ScenarioOutcome, assert_a_new_id_reads_the_stable_prefix, assert_cache_holds, assert_conforms, attempts_pair, run_pair,
 )
 from tests.frameworks.scripted import FINAL_REPLY, STRUCTURED, TOOL_ROUNDS, WEATHER_TOOL_NAME, weather
 
@@ -53,9 +53,9 @@ def sim_client(sim: Any, max_retries: int | None = 0) -> Any:
 
 
 async def test_a_plain_completion_gives_the_bare_clients_answer(sim):
-    def scenario(client: Any, instructions: str) -> Outcome:
+    def scenario(client: Any, instructions: str) -> ScenarioOutcome:
         response = completion(client, [{"role": "system", "content": instructions}, {"role": "user", "content": QUESTION}])
-        return Outcome((response.choices[0].message.content, response.choices[0].finish_reason, response.usage.completion_tokens))
+        return ScenarioOutcome((response.choices[0].message.content, response.choices[0].finish_reason, response.usage.completion_tokens))
 
     bare, wrapped = await run_pair(scenario, lambda: sim_client(sim), sim)
     assert bare.outcome.result[0] == FINAL_REPLY
@@ -63,7 +63,7 @@ async def test_a_plain_completion_gives_the_bare_clients_answer(sim):
 
 
 async def test_a_streamed_completion_yields_the_bare_clients_chunks_and_usage(sim):
-    def scenario(client: Any, instructions: str) -> Outcome:
+    def scenario(client: Any, instructions: str) -> ScenarioOutcome:
         stream = completion(client, [{"role": "system", "content": instructions}, {"role": "user", "content": QUESTION}],
                             stream=True, stream_options={"include_usage": True})
         events = []
@@ -71,7 +71,7 @@ async def test_a_streamed_completion_yields_the_bare_clients_chunks_and_usage(si
             usage = getattr(chunk, "usage", None)
             events.append((tuple((choice.delta.content, choice.finish_reason) for choice in chunk.choices),
                            usage.completion_tokens if usage else None))
-        return Outcome("".join(text or "" for choices, _ in events for text, _ in choices), tuple(events))
+        return ScenarioOutcome("".join(text or "" for choices, _ in events for text, _ in choices), tuple(events))
 
     bare, wrapped = await run_pair(scenario, lambda: sim_client(sim), sim)
     assert bare.outcome.result == FINAL_REPLY
@@ -79,14 +79,14 @@ async def test_a_streamed_completion_yields_the_bare_clients_chunks_and_usage(si
     assert_conforms(bare, wrapped)
 
 
-def tool_loop(client: Any, messages: list[dict[str, Any]], **params: Any) -> Outcome:
+def tool_loop(client: Any, messages: list[dict[str, Any]], **params: Any) -> ScenarioOutcome:
     cached_tokens = []
     for _ in range(LOOP_LIMIT):
         response = completion(client, messages, tools=[WEATHER_TOOL], **params)
         cached_tokens.append(cached(response))
         message = response.choices[0].message
         if not message.tool_calls:
-            return Outcome(message.content, cached=tuple(cached_tokens))
+            return ScenarioOutcome(message.content, cached=tuple(cached_tokens))
         messages.append(message.model_dump(exclude_none=True))
         for call in message.tool_calls:
             result = weather(**json.loads(call.function.arguments))
@@ -95,7 +95,7 @@ def tool_loop(client: Any, messages: list[dict[str, Any]], **params: Any) -> Out
 
 
 async def test_a_tool_loop_reads_at_least_the_bare_clients_cache(sim, earlier_conversation):
-    def scenario(client: Any, instructions: str) -> Outcome:
+    def scenario(client: Any, instructions: str) -> ScenarioOutcome:
         return tool_loop(client, [{"role": "system", "content": instructions}, {"role": "user", "content": f"{DOCUMENT}\n\n{QUESTION}"}])
 
     bare, wrapped = await run_pair(scenario, lambda: sim_client(sim), sim, earlier_conversation=earlier_conversation)
@@ -105,17 +105,17 @@ async def test_a_tool_loop_reads_at_least_the_bare_clients_cache(sim, earlier_co
 
 
 async def test_a_tool_loop_whose_id_changes_per_run_reads_the_stable_prefix_on_run_twos_first_call(sim):
-    def scenario(client: Any, instructions: str) -> Outcome:
+    def scenario(client: Any, instructions: str) -> ScenarioOutcome:
         return tool_loop(client, [{"role": "system", "content": instructions}, {"role": "user", "content": f"{DOCUMENT}\n\n{QUESTION}"}])
 
     await assert_a_new_id_reads_the_stable_prefix(scenario, lambda: sim_client(sim), sim)
 
 
 async def test_structured_output_parses_to_the_bare_clients_object(sim):
-    def scenario(client: Any, instructions: str) -> Outcome:
+    def scenario(client: Any, instructions: str) -> ScenarioOutcome:
         response = completion(client, [{"role": "system", "content": instructions}, {"role": "user", "content": QUESTION}],
                               response_format=WEATHER_FORMAT)
-        return Outcome(json.loads(response.choices[0].message.content))
+        return ScenarioOutcome(json.loads(response.choices[0].message.content))
 
     bare, wrapped = await run_pair(scenario, lambda: sim_client(sim), sim)
     assert bare.outcome.result == STRUCTURED
@@ -124,11 +124,11 @@ async def test_structured_output_parses_to_the_bare_clients_object(sim):
 
 async def test_a_completion_on_the_local_server_sets_no_limit_and_still_answers(local):
     """LiteLLM sends no output limit unless asked: through kvwise that must not become a 400."""
-    def scenario(client: Any, instructions: str) -> Outcome:
+    def scenario(client: Any, instructions: str) -> ScenarioOutcome:
         response = completion(client, [{"role": "system", "content": instructions},
                                        {"role": "user", "content": f"{LOCAL_DOCUMENT}\n\nWhat is prefill?"}],
                               model=LOCAL_MODEL, temperature=0)
-        return Outcome(bool(response.choices[0].message.content), cached=(cached(response),))
+        return ScenarioOutcome(bool(response.choices[0].message.content), cached=(cached(response),))
 
     bare, wrapped = await run_pair(scenario, lambda: local.openai(sync=True), local)
     assert bare.outcome.result and wrapped.outcome.result
@@ -141,9 +141,9 @@ async def test_a_429_is_tried_as_often_as_the_bare_client_tries_it(sim, client_r
     sets its own `max_retries` (default 2) on the client it is given, so the caller's goes through it."""
     retries = {} if client_retries is None else {"max_retries": client_retries}
 
-    def scenario(client: Any, instructions: str) -> Outcome:
+    def scenario(client: Any, instructions: str) -> ScenarioOutcome:
         messages = [{"role": "system", "content": instructions}, {"role": "user", "content": QUESTION}]
-        return Outcome(completion(client, messages, **retries).choices[0].message.content)
+        return ScenarioOutcome(completion(client, messages, **retries).choices[0].message.content)
 
     arm = lambda: sim.fail(429, times=10, headers=RETRY_AT_ONCE)  # noqa: E731
     bare, wrapped = await attempts_pair(scenario, lambda: sim_client(sim, client_retries), sim, arm)

@@ -10,20 +10,14 @@ import pytest
 from agents import Agent, FunctionToolResult, ModelSettings, RunContextWrapper, Runner, ToolsToFinalOutputResult, function_tool
 from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
 from agents.models.openai_responses import OpenAIResponsesModel
-from pydantic import BaseModel
 
 from tests.frameworks.conformance import (
-    DOCUMENT, LOCAL_DOCUMENT, LOCAL_MODEL, QUESTION, RETRY_AT_ONCE, Outcome, assert_a_new_id_reads_the_stable_prefix, assert_cache_holds, assert_conforms, attempts_pair, run_pair,
+    DOCUMENT, LOCAL_DOCUMENT, LOCAL_MODEL, QUESTION, RETRY_AT_ONCE, ScenarioOutcome, assert_a_new_id_reads_the_stable_prefix, assert_cache_holds, assert_conforms, attempts_pair, run_pair,
 )
-from tests.frameworks.scripted import FINAL_REPLY, STRUCTURED, TOOL_ROUNDS, weather
+from tests.frameworks.scripted import FINAL_REPLY, STRUCTURED, TOOL_ROUNDS, Weather, weather
 
 SIM_MODEL = "gpt-sim-1"
 MODELS = {"chat": OpenAIChatCompletionsModel, "responses": OpenAIResponsesModel}
-
-
-class Weather(BaseModel):
-    city: str
-    conditions: str
 
 
 @function_tool
@@ -51,9 +45,9 @@ def api(request: pytest.FixtureRequest) -> str:
 
 
 async def test_a_plain_run_gives_the_bare_clients_answer(sim, api):
-    async def scenario(client: Any, instructions: str) -> Outcome:
+    async def scenario(client: Any, instructions: str) -> ScenarioOutcome:
         result = await Runner.run(agent(client, instructions, api), QUESTION)
-        return Outcome(result.final_output)
+        return ScenarioOutcome(result.final_output)
 
     bare, wrapped = await run_pair(scenario, lambda: sim_client(sim), sim)
     assert bare.outcome.result == FINAL_REPLY
@@ -61,13 +55,13 @@ async def test_a_plain_run_gives_the_bare_clients_answer(sim, api):
 
 
 async def test_a_streamed_run_yields_the_bare_clients_events(sim, api):
-    async def scenario(client: Any, instructions: str) -> Outcome:
+    async def scenario(client: Any, instructions: str) -> ScenarioOutcome:
         result = Runner.run_streamed(agent(client, instructions, api), QUESTION)
         events = []
         async for event in result.stream_events():
             data = getattr(event, "data", None)
             events.append((event.type, getattr(data, "type", None), getattr(data, "delta", None)))
-        return Outcome(result.final_output, tuple(events))
+        return ScenarioOutcome(result.final_output, tuple(events))
 
     bare, wrapped = await run_pair(scenario, lambda: sim_client(sim), sim)
     assert bare.outcome.result == FINAL_REPLY and bare.outcome.events
@@ -75,9 +69,9 @@ async def test_a_streamed_run_yields_the_bare_clients_events(sim, api):
 
 
 async def test_a_tool_loop_reads_at_least_the_bare_clients_cache(sim, api, earlier_conversation):
-    async def scenario(client: Any, instructions: str) -> Outcome:
+    async def scenario(client: Any, instructions: str) -> ScenarioOutcome:
         result = await Runner.run(agent(client, instructions, api, tools=[get_weather]), f"{DOCUMENT}\n\n{QUESTION}")
-        return Outcome(result.final_output, cached=cached(result))
+        return ScenarioOutcome(result.final_output, cached=cached(result))
 
     bare, wrapped = await run_pair(scenario, lambda: sim_client(sim), sim, earlier_conversation=earlier_conversation)
     assert len(bare.requests) == TOOL_ROUNDS + 1 and bare.outcome.result == FINAL_REPLY
@@ -86,17 +80,17 @@ async def test_a_tool_loop_reads_at_least_the_bare_clients_cache(sim, api, earli
 
 
 async def test_a_tool_loop_whose_id_changes_per_run_reads_the_stable_prefix_on_run_twos_first_call(sim, api):
-    async def scenario(client: Any, instructions: str) -> Outcome:
+    async def scenario(client: Any, instructions: str) -> ScenarioOutcome:
         result = await Runner.run(agent(client, instructions, api, tools=[get_weather]), f"{DOCUMENT}\n\n{QUESTION}")
-        return Outcome(result.final_output, cached=cached(result))
+        return ScenarioOutcome(result.final_output, cached=cached(result))
 
     await assert_a_new_id_reads_the_stable_prefix(scenario, lambda: sim_client(sim), sim)
 
 
 async def test_structured_output_parses_to_the_bare_clients_object(sim, api):
-    async def scenario(client: Any, instructions: str) -> Outcome:
+    async def scenario(client: Any, instructions: str) -> ScenarioOutcome:
         result = await Runner.run(agent(client, instructions, api, output_type=Weather), QUESTION)
-        return Outcome(result.final_output)
+        return ScenarioOutcome(result.final_output)
 
     bare, wrapped = await run_pair(scenario, lambda: sim_client(sim), sim)
     assert bare.outcome.result == Weather(**STRUCTURED)
@@ -115,12 +109,12 @@ def stop_after(calls: int) -> Any:
 async def test_a_tool_loop_on_the_local_server_reads_at_least_the_bare_clients_prefix_cache(local):
     """Three forced tool calls (the server constrains them, so the tiny model always calls), no
     output limit set: what a framework sends by default must not turn into a 400."""
-    async def scenario(client: Any, instructions: str) -> Outcome:
+    async def scenario(client: Any, instructions: str) -> ScenarioOutcome:
         settings = ModelSettings(tool_choice="get_weather", temperature=0)
         run = agent(client, instructions, "chat", model=LOCAL_MODEL, tools=[get_weather], model_settings=settings,
                     reset_tool_choice=False, tool_use_behavior=stop_after(TOOL_ROUNDS + 1))
         result = await Runner.run(run, f"{LOCAL_DOCUMENT}\n\n{QUESTION}")
-        return Outcome(result.final_output, cached=cached(result))
+        return ScenarioOutcome(result.final_output, cached=cached(result))
 
     bare, wrapped = await run_pair(scenario, local.openai, local)
     assert bare.outcome.result == wrapped.outcome.result == str(TOOL_ROUNDS + 1)
@@ -131,8 +125,8 @@ async def test_a_tool_loop_on_the_local_server_reads_at_least_the_bare_clients_p
 @pytest.mark.parametrize("client_retries", [0, 1, None], ids=["max_retries=0", "max_retries=1", "client-default"])
 async def test_a_429_is_tried_as_often_as_the_bare_client_tries_it(sim, api, client_retries):
     """`max_retries` on the client is the caller's word: kvwise makes no more attempts than the bare client."""
-    async def scenario(client: Any, instructions: str) -> Outcome:
-        return Outcome((await Runner.run(agent(client, instructions, api), QUESTION)).final_output)
+    async def scenario(client: Any, instructions: str) -> ScenarioOutcome:
+        return ScenarioOutcome((await Runner.run(agent(client, instructions, api), QUESTION)).final_output)
 
     arm = lambda: sim.fail(429, times=10, headers=RETRY_AT_ONCE)  # noqa: E731
     bare, wrapped = await attempts_pair(scenario, lambda: sim_client(sim, client_retries), sim, arm)

@@ -66,7 +66,7 @@ class Planned:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class RequestOutcome:
     status: int
     text: str
     finished: bool
@@ -108,12 +108,12 @@ def _read_event(path: str, data: dict[str, Any]) -> tuple[str, bool]:
     return text, choice["finish_reason"] is not None
 
 
-async def _run_one(http: httpx2.AsyncClient, planned: Planned) -> Outcome:
+async def _run_one(http: httpx2.AsyncClient, planned: Planned) -> RequestOutcome:
     text, finished, lines = [], False, 0
     async with http.stream("POST", planned.path, json=_body(planned)) as response:
         if response.status_code != 200:
             await response.aread()
-            return Outcome(response.status_code, "", False)
+            return RequestOutcome(response.status_code, "", False)
         async for line in response.aiter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
@@ -123,14 +123,14 @@ async def _run_one(http: httpx2.AsyncClient, planned: Planned) -> Outcome:
             piece, done = _read_event(planned.path, json.loads(line.removeprefix("data: ")))
             text.append(piece)
             finished = finished or done
-    return Outcome(200, "".join(text), finished)
+    return RequestOutcome(200, "".join(text), finished)
 
 
-async def _load(url: str, plan: list[Planned], clients: int) -> list[Outcome]:
+async def _load(url: str, plan: list[Planned], clients: int) -> list[RequestOutcome]:
     queue: asyncio.Queue[int] = asyncio.Queue()
     for i in range(len(plan)):
         queue.put_nowait(i)
-    outcomes: dict[int, Outcome] = {}
+    outcomes: dict[int, RequestOutcome] = {}
     limits = httpx2.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx2.AsyncClient(base_url=url, timeout=CLIENT_TIMEOUT_SECONDS, limits=limits) as http:
 

@@ -35,7 +35,7 @@ QUESTION = "What is the capital of France?"  # the bundled model answers it, and
 
 
 @dataclass(frozen=True)
-class Answer:
+class ParsedAnswer:
     texts: list[str]
     finishes: list[str]
     prompt_tokens: int
@@ -126,7 +126,7 @@ def base_url() -> Iterator[str]:
         engine.close()
 
 
-def _ask(base_url: str, endpoint: Endpoint, request: dict[str, Any]) -> Answer:
+def _ask(base_url: str, endpoint: Endpoint, request: dict[str, Any]) -> ParsedAnswer:
     """One call with the real client: the client's own fields as arguments, the rest in `extra_body`."""
     known = endpoint.client_fields
     kwargs = {k: v for k, v in request.items() if k in known}
@@ -135,7 +135,7 @@ def _ask(base_url: str, endpoint: Endpoint, request: dict[str, Any]) -> Answer:
         with anthropic.Anthropic(base_url=base_url, api_key="unused", max_retries=0) as client:
             if endpoint.name == "count_tokens":
                 counted = client.messages.count_tokens(**kwargs, extra_body=extra)
-                return Answer([], [], counted.input_tokens, 0, "")
+                return ParsedAnswer([], [], counted.input_tokens, 0, "")
             return _message_answer(client.messages.create(**kwargs, extra_body=extra))
     with openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0) as client:
         if endpoint.name == "responses":
@@ -144,12 +144,12 @@ def _ask(base_url: str, endpoint: Endpoint, request: dict[str, Any]) -> Answer:
         return _openai_answer(create(**kwargs, extra_body=extra), chat=endpoint.name == "chat")
 
 
-def _openai_answer(response: Any, chat: bool) -> Answer:
+def _openai_answer(response: Any, chat: bool) -> ParsedAnswer:
     if not isinstance(response, openai.Stream):
         texts = [c.message.content if chat else c.text for c in response.choices]
         usage = response.usage
         calls = [len(c.message.tool_calls or ()) for c in response.choices] if chat else []
-        return Answer(texts, [c.finish_reason for c in response.choices], usage.prompt_tokens,
+        return ParsedAnswer(texts, [c.finish_reason for c in response.choices], usage.prompt_tokens,
                       usage.completion_tokens, response.model, logprobs=response.choices[0].logprobs,
                       calls=calls)  # fmt: skip
     chunks = list(response)
@@ -161,12 +161,12 @@ def _openai_answer(response: Any, chat: bool) -> Answer:
             if c.finish_reason:
                 finishes[c.index] = c.finish_reason
     usage = chunks[-1].usage
-    return Answer(["".join(by_index[i]) for i in sorted(by_index)], [finishes[i] for i in sorted(finishes)],
+    return ParsedAnswer(["".join(by_index[i]) for i in sorted(by_index)], [finishes[i] for i in sorted(finishes)],
                   usage.prompt_tokens if usage else 0, usage.completion_tokens if usage else 0,
                   chunks[0].model, chunks=len(chunks), usage_chunk=usage is not None)  # fmt: skip
 
 
-def _response_answer(response: Any) -> Answer:
+def _response_answer(response: Any) -> ParsedAnswer:
     chunks = 0
     if isinstance(response, openai.Stream):
         events = list(response)
@@ -174,11 +174,11 @@ def _response_answer(response: Any) -> Answer:
     finish = "length" if response.status == "incomplete" else "stop"
     usage = response.usage
     calls = [sum(item.type == "function_call" for item in response.output)]
-    return Answer([response.output_text], [finish], usage.input_tokens, usage.output_tokens, response.model,
+    return ParsedAnswer([response.output_text], [finish], usage.input_tokens, usage.output_tokens, response.model,
                   chunks=chunks, metadata=response.metadata, calls=calls)  # fmt: skip
 
 
-def _message_answer(response: Any) -> Answer:
+def _message_answer(response: Any) -> ParsedAnswer:
     if isinstance(response, anthropic.Stream):
         with response:
             events = list(response)
@@ -188,17 +188,17 @@ def _message_answer(response: Any) -> Answer:
         finish = "length" if last.delta.stop_reason == "max_tokens" else "stop"
         usage = start.usage
         prompt = usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens
-        return Answer([text], [finish], prompt, last.usage.output_tokens, start.model, chunks=len(events))
+        return ParsedAnswer([text], [finish], prompt, last.usage.output_tokens, start.model, chunks=len(events))
     usage = response.usage
     prompt = usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens
     finish = "length" if response.stop_reason == "max_tokens" else "stop"
     calls = sum(b.type == "tool_use" for b in response.content)
     finish = "tool_calls" if response.stop_reason == "tool_use" else finish
-    return Answer(["".join(b.text for b in response.content if b.type == "text")], [finish], prompt,
+    return ParsedAnswer(["".join(b.text for b in response.content if b.type == "text")], [finish], prompt,
                   usage.output_tokens, response.model, calls=[calls])  # fmt: skip
 
 
-Ask = Callable[..., Answer]
+Ask = Callable[..., ParsedAnswer]
 
 
 def _refusal(ask: Ask, **request: Any) -> tuple[int, str, str | None]:
@@ -224,7 +224,7 @@ def endpoint(request: pytest.FixtureRequest) -> Endpoint:
 def _asker(base_url: str, endpoint: Endpoint) -> Ask:
     base = {"model": "tiny"} if endpoint.name == "count_tokens" else BASE
 
-    def ask(**over: Any) -> Answer:
+    def ask(**over: Any) -> ParsedAnswer:
         request = {**base, **endpoint.base, **over}
         if endpoint.name == "responses":  # the same cap, under its Responses name
             request["max_output_tokens"] = over.get("max_output_tokens", request.pop("max_tokens"))

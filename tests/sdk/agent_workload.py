@@ -116,7 +116,7 @@ def _stable_system(family: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Call:
+class WorkloadCall:
     """One call of the workload: its family, the app's messages, and the ideally ordered ones."""
 
     family: str
@@ -141,7 +141,7 @@ def _tool_step(family: str, task: int, step: int, rng: random.Random) -> list[di
     ]  # fmt: skip
 
 
-def workload(tasks_per_family: int = 8, seed: int = 0) -> list[Call]:
+def workload(tasks_per_family: int = 8, seed: int = 0) -> list[WorkloadCall]:
     """The calls of the workload, in the order an app would send them (families interleaved)."""
     rng = random.Random(seed)
     now = datetime.datetime(2026, 12, 1, 9, 0, tzinfo=datetime.timezone.utc)
@@ -150,14 +150,14 @@ def workload(tasks_per_family: int = 8, seed: int = 0) -> list[Call]:
         for family in TOOLS:
             request = f"Task {task}: please look into {rng.choice(_TOPICS)} for account {rng.randint(1000, 9999)} and report back."
             loops.append((family, request, [_tool_step(family, task, step, rng) for step in range(rng.randint(2, 4))]))
-    calls: list[Call] = []
+    calls: list[WorkloadCall] = []
     for family, request, steps in loops:
         history: list[dict[str, Any]] = [{"role": "user", "content": request}]
         for step in range(len(steps) + 1):
             now += datetime.timedelta(seconds=rng.randint(1, 30))
             changing = _changing(family, rng, now)
             note = "\n".join([NOTE_OPEN, *(f"{key}: {value}" for key, value in changing.items()), NOTE_CLOSE])
-            calls.append(Call(
+            calls.append(WorkloadCall(
                 family,
                 caller=[{"role": "system", "content": _system(family, changing)}, *history],
                 ideal=[{"role": "system", "content": _stable_system(family)}, *history, {"role": "user", "content": note}],

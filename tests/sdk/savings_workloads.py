@@ -37,7 +37,7 @@ class Turn:
 
 
 @dataclass(frozen=True, slots=True)
-class Answer:
+class TurnAnswer:
     """What came back: its usage (as kvwise reads it) and whether the answer was cut at its limit."""
 
     turn: Turn
@@ -83,14 +83,14 @@ def _facts(api: str, response: Any) -> tuple[Usage, bool]:
     return adapter_for(Api.CHAT).usage(response) or Usage(), response.choices[0].finish_reason == "length"
 
 
-async def replay(client: Any, simulator: Any, api: str, turns: list[Turn]) -> list[Answer]:
+async def replay(client: Any, simulator: Any, api: str, turns: list[Turn]) -> list[TurnAnswer]:
     """Play `turns` one after another through `client` (sync or async), scripting each answer's length."""
     answers = []
     for number, turn in enumerate(turns):
         simulator.reply = " word" * turn.natural
         simulator.loop(RUNAWAY_UNIT if turn.runaway else None)
         response = await resolve(_request(api, FAMILIES[turn.family][0], f"Ticket {number}: help.")(client))
-        answers.append(Answer(turn, *_facts(api, response)))
+        answers.append(TurnAnswer(turn, *_facts(api, response)))
     simulator.loop(None)
     return answers
 
@@ -101,24 +101,24 @@ def shared_prefix(tokens: int) -> str:
 
 
 async def fan_out(client: Any, api: str, system: str, n: int, *, mode: str,
-                  started: Callable[[], None] = lambda: None) -> list[Answer | BaseException]:
+                  started: Callable[[], None] = lambda: None) -> list[TurnAnswer | BaseException]:
     """`n` concurrent calls sharing `system`, each its own question (threads for a sync client, one
     event loop's tasks for an async one, `mode` "async"); `started` runs once all were launched. Failures are returned."""
     turn = Turn("fan-out", 0, False)
     requests = [_request(api, system, f"Part {i}: what does rule {i} say?") for i in range(n)]
 
-    async def one_async(request: Callable[[Any], Any]) -> Answer:
-        return Answer(turn, *_facts(api, await request(client)))
+    async def one_async(request: Callable[[Any], Any]) -> TurnAnswer:
+        return TurnAnswer(turn, *_facts(api, await request(client)))
 
     if mode == "async":
         tasks = [asyncio.ensure_future(one_async(request)) for request in requests]
         await asyncio.to_thread(started)
         return list(await asyncio.gather(*tasks, return_exceptions=True))
-    results: list[Answer | BaseException] = [RuntimeError("not run")] * n
+    results: list[TurnAnswer | BaseException] = [RuntimeError("not run")] * n
 
     def one(index: int) -> None:
         try:
-            results[index] = Answer(turn, *_facts(api, requests[index](client)))
+            results[index] = TurnAnswer(turn, *_facts(api, requests[index](client)))
         except BaseException as error:  # returned to the caller, as gather does
             results[index] = error
 

@@ -17,7 +17,7 @@ from sdk.adaptive_caps import AdaptiveCaps
 from sdk.call import Usage
 from sdk.telemetry import semconv as sc
 from tests.sdk.helpers import collect, resolve
-from tests.sdk.savings_workloads import FAMILIES, Answer, output_workload, replay
+from tests.sdk.savings_workloads import FAMILIES, TurnAnswer, output_workload, replay
 
 FIXED_CAP = 4096
 
@@ -34,7 +34,7 @@ def test_adaptive_caps_cut_the_tokens_runaways_spend_by_80_percent_and_truncate_
     bare = openai_client if api == "openai" else anthropic_client
     turns = output_workload()
 
-    async def both() -> tuple[list[Answer], list[Answer]]:
+    async def both() -> tuple[list[TurnAnswer], list[TurnAnswer]]:
         fixed = await replay(sdk.wrap(bare, sdk.Policy(max_output_tokens=FIXED_CAP)), simulator, api, turns)
         simulator.reset()
         policy = sdk.Policy(max_output_tokens=FIXED_CAP, adaptive_caps=True)

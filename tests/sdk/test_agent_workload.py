@@ -6,13 +6,13 @@ from collections.abc import Callable
 from typing import Any
 
 import sdk
-from tests.sdk.agent_workload import TOOLS, Call, _stable_system, workload
+from tests.sdk.agent_workload import TOOLS, WorkloadCall, _stable_system, workload
 from tests.sdk.helpers import resolve
 
 MODEL = "gpt-sim-1"
 
 
-async def _hit_ratio(simulator: Any, client: Any, calls: list[Call], messages: Callable[[Call], list[dict[str, Any]]]) -> float:
+async def _hit_ratio(simulator: Any, client: Any, calls: list[WorkloadCall], messages: Callable[[WorkloadCall], list[dict[str, Any]]]) -> float:
     """Send every call from a cold cache; cache-read tokens over all input tokens."""
     simulator.reset()
     cached = total = 0

@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import sdk
 from sdk.telemetry import semconv as sc
 from tests.sdk.helpers import until
-from tests.sdk.savings_workloads import Answer, fan_out, shared_prefix
+from tests.sdk.savings_workloads import TurnAnswer, fan_out, shared_prefix
 
 PREFIX_TOKENS = 20_000
 
@@ -29,8 +29,8 @@ def _client(bare: Any, **policy: Any) -> Any:
     return sdk.wrap(bare, sdk.Policy(retries=0, **policy))
 
 
-def _reads(results: list[Answer | BaseException]) -> int:
-    return sum(r.cache_read_tokens for r in results if isinstance(r, Answer))
+def _reads(results: list[TurnAnswer | BaseException]) -> int:
+    return sum(r.cache_read_tokens for r in results if isinstance(r, TurnAnswer))
 
 
 @pytest.mark.parametrize("n", [8, 32])
@@ -43,7 +43,7 @@ def test_followers_read_the_cache_their_leader_wrote_instead_of_writing_it_again
     exporter, provider = InMemorySpanExporter(), TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
 
-    async def body() -> tuple[list[Answer | BaseException], list[Answer | BaseException], int, Any]:
+    async def body() -> tuple[list[TurnAnswer | BaseException], list[TurnAnswer | BaseException], int, Any]:
         cold_release = threading.Event()
         simulator.hold(cold_release, times=n)  # every request in prefill until all have arrived
 
@@ -63,11 +63,11 @@ def test_followers_read_the_cache_their_leader_wrote_instead_of_writing_it_again
 
         warm = await fan_out(warm_client, api, system, n, mode=mode, started=warm_started)
         [after] = await fan_out(_client(bare), api, system, 1, mode=mode)
-        assert isinstance(after, Answer)
+        assert isinstance(after, TurnAnswer)
         return cold, warm, after.cache_read_tokens, gate
 
     cold, warm, per_follower, gate = asyncio.run(body())
-    assert all(isinstance(r, Answer) for r in cold + warm)
+    assert all(isinstance(r, TurnAnswer) for r in cold + warm)
     ideal = (n - 1) * per_follower
     assert per_follower > 0.9 * PREFIX_TOKENS
     assert _reads(cold) == 0
@@ -99,7 +99,7 @@ def test_a_leader_that_fails_releases_its_followers_at_once(
     results = asyncio.run(fan_out(client, api, shared_prefix(PREFIX_TOKENS), n, mode=mode, started=started))
     failed = [r for r in results if isinstance(r, BaseException)]
     assert len(failed) == 1 and getattr(failed[0], "status_code", None) == 500
-    assert sum(isinstance(r, Answer) for r in results) == n - 1
+    assert sum(isinstance(r, TurnAnswer) for r in results) == n - 1
     assert len(simulator.requests) == n and gate.waiting() == 0
 
 
@@ -117,7 +117,7 @@ def test_a_leader_slow_past_the_wait_limit_releases_its_followers(
         release.set()
 
     results = asyncio.run(fan_out(client, api, shared_prefix(PREFIX_TOKENS), n, mode=mode, started=started))
-    assert all(isinstance(r, Answer) for r in results)  # the held leader too, once let out
+    assert all(isinstance(r, TurnAnswer) for r in results)  # the held leader too, once let out
     assert client._shared.fanout.waiting() == 0
 
 
@@ -128,7 +128,7 @@ def test_calls_of_other_api_keys_never_wait_for_each_other(simulator: Any, opena
     release = threading.Event()
     simulator.hold(release)
 
-    async def body() -> list[Answer | BaseException]:
+    async def body() -> list[TurnAnswer | BaseException]:
         leader = asyncio.ensure_future(fan_out(client, "openai", system, 1, mode="async"))
         await asyncio.to_thread(until, lambda: len(simulator.requests) == 1)
         results = await fan_out(other, "openai", system, 3, mode="async")  # done while the leader is held
@@ -143,7 +143,7 @@ def test_calls_of_other_api_keys_never_wait_for_each_other(simulator: Any, opena
         results = asyncio.run(fan_out(other, "openai", system, 3, mode="sync"))
         release.set()
         leader.join()
-    assert all(isinstance(r, Answer) for r in results)
+    assert all(isinstance(r, TurnAnswer) for r in results)
     assert client._shared.fanout.waiting() == 0
 
 
@@ -159,7 +159,7 @@ def test_a_streamed_leader_releases_its_followers_at_its_first_chunk(simulator: 
         """A sync client's step in a thread, an async one's awaited in this loop."""
         return await step() if mode == "async" else await asyncio.to_thread(step)
 
-    async def body() -> tuple[tuple[int, int], int, list[Answer | BaseException]]:
+    async def body() -> tuple[tuple[int, int], int, list[TurnAnswer | BaseException]]:
         create = client.chat.completions.create
         opening = asyncio.ensure_future(run(lambda: create(model="gpt-sim-1", messages=messages, stream=True)))
         await asyncio.to_thread(until, lambda: simulator.held == 1)
@@ -179,7 +179,7 @@ def test_a_streamed_leader_releases_its_followers_at_its_first_chunk(simulator: 
 
     before_first_chunk, read, results = asyncio.run(body())
     assert before_first_chunk == (n - 1, 1) and read >= 1
-    assert all(isinstance(r, Answer) and r.cache_read_tokens > 0.9 * PREFIX_TOKENS for r in results)
+    assert all(isinstance(r, TurnAnswer) and r.cache_read_tokens > 0.9 * PREFIX_TOKENS for r in results)
 
 
 @pytest.mark.parametrize(
@@ -200,5 +200,5 @@ def test_calls_whose_prefix_cannot_be_cached_never_wait(
         release.set()
 
     results = asyncio.run(fan_out(client, api, shared_prefix(prefix_tokens), n, mode=mode, started=started))
-    assert all(isinstance(r, Answer) for r in results)
+    assert all(isinstance(r, TurnAnswer) for r in results)
     assert client._shared.fanout.in_flight() == 0

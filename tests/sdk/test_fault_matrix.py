@@ -67,7 +67,7 @@ CORE_FORMS = ALL_FORMS[:4]
 
 
 @dataclass(frozen=True, slots=True)
-class Case:
+class FaultCase:
     """One fault and what the SDK must make of it.
 
     `attempts`: requests the simulator saw; the span's `kvwise.attempts` too, unless `refused` (the
@@ -122,44 +122,44 @@ TRUNCATED = same("StreamTruncated")  # as the client's APIConnectionError, or AP
 NOT_JSON = same("JSONDecodeError")
 OVER_TWO_MINUTES = {"retry-after": "600"}  # openai's own retries refuse a Retry-After over 2 minutes; anthropic's wait it out
 CASES = [
-    Case("429, retry-after: 1 (seconds)", fail(429, {"retry-after": "1"}), 2, waits=(1.0, 1.0)),
-    Case("429, retry-after: HTTP date", retry_after_date, 2, waits=(DATE_AHEAD - 10, DATE_AHEAD)),
-    Case("429, retry-after-ms: 5", fail(429, QUICK), 2, waits=(0.005, 0.005)),
-    Case("429, retry-after over two minutes (openai: not retried)", fail(429, OVER_TWO_MINUTES), 1, same("RateLimitError"),
+    FaultCase("429, retry-after: 1 (seconds)", fail(429, {"retry-after": "1"}), 2, waits=(1.0, 1.0)),
+    FaultCase("429, retry-after: HTTP date", retry_after_date, 2, waits=(DATE_AHEAD - 10, DATE_AHEAD)),
+    FaultCase("429, retry-after-ms: 5", fail(429, QUICK), 2, waits=(0.005, 0.005)),
+    FaultCase("429, retry-after over two minutes (openai: not retried)", fail(429, OVER_TWO_MINUTES), 1, same("RateLimitError"),
          Got.NOTHING, forms=("chat", "responses")),
-    Case("429, retry-after over two minutes (anthropic: retried)", fail(429, OVER_TWO_MINUTES), 2, waits=BACKOFF,
+    FaultCase("429, retry-after over two minutes (anthropic: retried)", fail(429, OVER_TWO_MINUTES), 2, waits=BACKOFF,
          forms=("messages", "messages.stream")),
-    Case("429 without retry-after, every attempt", fail(429, times=EVERY_ATTEMPT), EVERY_ATTEMPT, same("RateLimitError"), Got.NOTHING, waits=BACKOFF),
-    Case("500, every attempt", fail(500, times=EVERY_ATTEMPT), EVERY_ATTEMPT, same("InternalServerError"), Got.NOTHING, waits=BACKOFF),
-    Case("502 once", fail(502, QUICK), 2),
-    Case("503 once", fail(503, QUICK), 2),
-    Case("500 with x-should-retry: false", fail(500, {"x-should-retry": "false"}), 1, same("InternalServerError"), Got.NOTHING),
-    Case("400 with x-should-retry: true", fail(400, {"x-should-retry": "true", **QUICK}), 2),
-    Case("529, every attempt", fail(529, QUICK, times=EVERY_ATTEMPT), EVERY_ATTEMPT,
+    FaultCase("429 without retry-after, every attempt", fail(429, times=EVERY_ATTEMPT), EVERY_ATTEMPT, same("RateLimitError"), Got.NOTHING, waits=BACKOFF),
+    FaultCase("500, every attempt", fail(500, times=EVERY_ATTEMPT), EVERY_ATTEMPT, same("InternalServerError"), Got.NOTHING, waits=BACKOFF),
+    FaultCase("502 once", fail(502, QUICK), 2),
+    FaultCase("503 once", fail(503, QUICK), 2),
+    FaultCase("500 with x-should-retry: false", fail(500, {"x-should-retry": "false"}), 1, same("InternalServerError"), Got.NOTHING),
+    FaultCase("400 with x-should-retry: true", fail(400, {"x-should-retry": "true", **QUICK}), 2),
+    FaultCase("529, every attempt", fail(529, QUICK, times=EVERY_ATTEMPT), EVERY_ATTEMPT,
          {"chat": "InternalServerError", "messages": "OverloadedError"}, Got.NOTHING),
-    Case("connection refused", nothing, 0, same("APIConnectionError"), Got.NOTHING, waits=BACKOFF, refused=True),
-    Case("reset before the first byte", lambda sim: sim.fail(reset=True), 2),
-    Case("reset mid-stream", cut("reset"), 1, TRUNCATED, Got.PARTIAL, STREAMS),
-    Case("drop mid-stream", cut("drop"), 1, TRUNCATED, Got.PARTIAL, STREAMS),
-    Case("clean end without the final event", cut("end"), 1, TRUNCATED, Got.PARTIAL, STREAMS),
-    Case("reset mid-body", cut("reset"), 2, streams=WHOLE),
-    Case("drop mid-body", cut("drop"), 2, streams=WHOLE),
-    Case("read timeout before the answer", lambda sim: sim.stall(STALL), 2, streams=WHOLE, timeout=READ_TIMEOUT),
-    Case("read timeout between chunks", lambda sim: sim.stall(STALL, at_token=CUT_AT), 1, TRUNCATED, Got.PARTIAL,
+    FaultCase("connection refused", nothing, 0, same("APIConnectionError"), Got.NOTHING, waits=BACKOFF, refused=True),
+    FaultCase("reset before the first byte", lambda sim: sim.fail(reset=True), 2),
+    FaultCase("reset mid-stream", cut("reset"), 1, TRUNCATED, Got.PARTIAL, STREAMS),
+    FaultCase("drop mid-stream", cut("drop"), 1, TRUNCATED, Got.PARTIAL, STREAMS),
+    FaultCase("clean end without the final event", cut("end"), 1, TRUNCATED, Got.PARTIAL, STREAMS),
+    FaultCase("reset mid-body", cut("reset"), 2, streams=WHOLE),
+    FaultCase("drop mid-body", cut("drop"), 2, streams=WHOLE),
+    FaultCase("read timeout before the answer", lambda sim: sim.stall(STALL), 2, streams=WHOLE, timeout=READ_TIMEOUT),
+    FaultCase("read timeout between chunks", lambda sim: sim.stall(STALL, at_token=CUT_AT), 1, TRUNCATED, Got.PARTIAL,
          STREAMS, timeout=READ_TIMEOUT),
-    Case("bad JSON in a data: line mid-stream", inject("bad_json"), 1, NOT_JSON, Got.PARTIAL, STREAMS, forms=ALL_FORMS),
-    Case("unknown event type", inject("unknown"), 1, streams=STREAMS),
-    Case("error event mid-stream", inject("error"), 1, {"chat": "APIError", "messages": "APIStatusError"}, Got.PARTIAL, STREAMS),
+    FaultCase("bad JSON in a data: line mid-stream", inject("bad_json"), 1, NOT_JSON, Got.PARTIAL, STREAMS, forms=ALL_FORMS),
+    FaultCase("unknown event type", inject("unknown"), 1, streams=STREAMS),
+    FaultCase("error event mid-stream", inject("error"), 1, {"chat": "APIError", "messages": "APIStatusError"}, Got.PARTIAL, STREAMS),
     # A 200 that breaks before its first content: accepted by the provider, so sent once (issue 41).
-    Case("200, role chunk, then the connection closes", cut("drop", at=0), 1, TRUNCATED, Got.NOTHING, STREAMS, forms=ALL_FORMS),
-    Case("200, role chunk, then a reset", cut("reset", at=0), 1, TRUNCATED, Got.NOTHING, STREAMS),
-    Case("200, role chunk, then the body ends", cut("end", at=0), 1, TRUNCATED, Got.NOTHING, STREAMS, forms=ALL_FORMS),
-    Case("200, an invalid first event", inject("bad_json", at_token=0), 1, NOT_JSON, Got.NOTHING, STREAMS, forms=ALL_FORMS),
-    Case("200, an HTML page instead of the stream", lambda sim: sim.serve_html(times=EVERY_ATTEMPT), 1, TRUNCATED, Got.NOTHING,
+    FaultCase("200, role chunk, then the connection closes", cut("drop", at=0), 1, TRUNCATED, Got.NOTHING, STREAMS, forms=ALL_FORMS),
+    FaultCase("200, role chunk, then a reset", cut("reset", at=0), 1, TRUNCATED, Got.NOTHING, STREAMS),
+    FaultCase("200, role chunk, then the body ends", cut("end", at=0), 1, TRUNCATED, Got.NOTHING, STREAMS, forms=ALL_FORMS),
+    FaultCase("200, an invalid first event", inject("bad_json", at_token=0), 1, NOT_JSON, Got.NOTHING, STREAMS, forms=ALL_FORMS),
+    FaultCase("200, an HTML page instead of the stream", lambda sim: sim.serve_html(times=EVERY_ATTEMPT), 1, TRUNCATED, Got.NOTHING,
          STREAMS, forms=ALL_FORMS),
-    Case("200, then the server hangs after the headers", lambda sim: sim.stall(STALL, times=EVERY_ATTEMPT), 1, TRUNCATED,
+    FaultCase("200, then the server hangs after the headers", lambda sim: sim.stall(STALL, times=EVERY_ATTEMPT), 1, TRUNCATED,
          Got.NOTHING, STREAMS, timeout=READ_TIMEOUT, forms=(*CORE_FORMS, "chat.raw")),
-    Case("200, a body that is not JSON", cut("end", times=EVERY_ATTEMPT), 1, NOT_JSON, Got.NOTHING, WHOLE, forms=ALL_FORMS),
+    FaultCase("200, a body that is not JSON", cut("end", times=EVERY_ATTEMPT), 1, NOT_JSON, Got.NOTHING, WHOLE, forms=ALL_FORMS),
 ]
 """The faults of issue 41's "Why" are the `200, ...` cases and the bad JSON mid-stream; a hanging
 server's time to raise is checked against the client's own timeout in `test_a_hanging_stream_raises_
@@ -337,7 +337,7 @@ Matrix = dict[tuple[str, str, bool], list[tuple[Observed, list[float]]]]
 
 
 @dataclass(slots=True)
-class Answer:
+class Received:
     """What the caller received: text, whether the final event or whole answer came, the exception."""
 
     text: str = ""
@@ -398,9 +398,9 @@ def refused_url() -> Iterator[str]:
         yield f"http://127.0.0.1:{bound.getsockname()[1]}"
 
 
-async def call(api: ApiUnderTest, client: Any, stream: bool) -> Answer:
+async def call(api: ApiUnderTest, client: Any, stream: bool) -> Received:
     """Make the call as an application would and note what it received, up to any exception."""
-    answer = Answer()
+    answer = Received()
     try:
         result = await resolve(api.unwrap(await resolve(api.create(client, stream))))
         if not stream:
@@ -435,7 +435,7 @@ RUNS = [
     ids=[f"{case.name}-{api_name}-{'streamed' if stream else 'whole'}" for case, stream, api_name in RUNS],
 )
 async def test_each_wire_fault_ends_in_the_full_reply_or_the_clients_own_error(
-    case: Case, stream: bool, api_name: str, mode: str, simulator: ProviderSimulator, request: pytest.FixtureRequest,
+    case: FaultCase, stream: bool, api_name: str, mode: str, simulator: ProviderSimulator, request: pytest.FixtureRequest,
     waits: list[float], refused_url: str, matrix: Matrix,
 ) -> None:
     api = APIS[api_name]

@@ -34,7 +34,7 @@ CLAUDE_TOOLS = [{"name": "get_weather", "description": "Weather of a city.", "in
 Pattern = Callable[[Any, Any], Awaitable[list[Any]]]
 
 
-class Weather(pydantic.BaseModel):
+class WeatherReading(pydantic.BaseModel):
     city: str
     temperature_c: int
 
@@ -137,9 +137,9 @@ async def test_an_openai_tool_loop_gets_the_bare_clients_answers_and_requests(si
 async def _parse_both_apis(client: Any, simulator: Any) -> list[Any]:
     simulator.reply = '{"city": "Paris", "temperature_c": 21}'
     chat = await resolve(client.chat.completions.parse(
-        model=GPT, messages=[{"role": "user", "content": "Weather in Paris as JSON."}], response_format=Weather))
-    responses = await resolve(client.responses.parse(model=GPT, input="Weather in Paris as JSON.", text_format=Weather))
-    assert chat.choices[0].message.parsed == responses.output_parsed == Weather(city="Paris", temperature_c=21)
+        model=GPT, messages=[{"role": "user", "content": "Weather in Paris as JSON."}], response_format=WeatherReading))
+    responses = await resolve(client.responses.parse(model=GPT, input="Weather in Paris as JSON.", text_format=WeatherReading))
+    assert chat.choices[0].message.parsed == responses.output_parsed == WeatherReading(city="Paris", temperature_c=21)
     return [chat, chat.choices[0].message.parsed, responses, responses.output_parsed]
 
 
@@ -212,9 +212,9 @@ async def test_extra_body_and_extra_headers_reach_the_server_as_with_the_bare_cl
 
 async def _chat_stream_helper(client: Any, simulator: Any) -> list[Any]:
     simulator.reply = '{"city": "Paris", "temperature_c": 21}'
-    manager = client.chat.completions.stream(model=GPT, messages=[{"role": "user", "content": "Weather?"}], response_format=Weather)
+    manager = client.chat.completions.stream(model=GPT, messages=[{"role": "user", "content": "Weather?"}], response_format=WeatherReading)
     events, final = await in_stream(manager, _events_and(lambda stream: stream.get_final_completion()))
-    assert final.choices[0].message.parsed == Weather(city="Paris", temperature_c=21)
+    assert final.choices[0].message.parsed == WeatherReading(city="Paris", temperature_c=21)
     return [*events, final]
 
 
@@ -299,13 +299,13 @@ async def _stream_helpers_with_pydantic_tools(client: Any, simulator: Any) -> li
     tool = openai.pydantic_function_tool(GetWeather)
     chat = client.chat.completions.stream(model=GPT, messages=[{"role": "user", "content": "Weather in Paris?"}], tools=[tool])
     simulator_reply = '{"city": "Paris", "temperature_c": 21}'
-    responses = client.responses.stream(model=GPT, input="Weather in Paris as JSON.", text_format=Weather)
+    responses = client.responses.stream(model=GPT, input="Weather in Paris as JSON.", text_format=WeatherReading)
     chat_events, completion = await in_stream(chat, _events_and(lambda stream: stream.get_final_completion()))
     simulator.tool_call, simulator.reply = None, simulator_reply
     events, response = await in_stream(responses, _events_and(lambda stream: stream.get_final_response()))
     out = [*chat_events, completion, *events, response]
     assert completion.choices[0].message.tool_calls[0].function.parsed_arguments == GetWeather(city="Paris")
-    assert response.output_parsed == Weather(city="Paris", temperature_c=21)
+    assert response.output_parsed == WeatherReading(city="Paris", temperature_c=21)
     return out
 
 
@@ -358,8 +358,8 @@ async def test_an_anthropic_app_s_other_options_are_sent_as_the_bare_client_send
 async def _claude_parse(client: Any, simulator: Any) -> list[Any]:
     simulator.reply = '{"city": "Paris", "temperature_c": 21}'
     parsed = await resolve(client.messages.parse(
-        model=CLAUDE, max_tokens=200, messages=[{"role": "user", "content": "Weather in Paris as JSON."}], output_format=Weather))
-    assert parsed.parsed_output == Weather(city="Paris", temperature_c=21)
+        model=CLAUDE, max_tokens=200, messages=[{"role": "user", "content": "Weather in Paris as JSON."}], output_format=WeatherReading))
+    assert parsed.parsed_output == WeatherReading(city="Paris", temperature_c=21)
     return [parsed, parsed.parsed_output]
 
 

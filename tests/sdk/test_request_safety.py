@@ -83,7 +83,7 @@ def _assert_every_difference_is_recorded(bare: dict[str, Any], ours: dict[str, A
 
 
 @dataclass(frozen=True)
-class Case:
+class RequestCase:
     """One call: which API, its arguments (a fresh copy per send: a generator is used up once)."""
 
     name: str
@@ -130,29 +130,29 @@ def _thinking_history(last_parts: list[dict[str, Any]]) -> Callable[[], dict[str
 
 
 CASES = [
-    Case("anthropic_thinking_budget_above_the_cap", Api.MESSAGES, _thinking_call),
-    Case("anthropic_top_level_cache_control_with_three_marks", Api.MESSAGES, _top_level_cache_control),
-    Case("redacted_thinking_last_in_the_history_turn", Api.MESSAGES, _thinking_history([THINKING, {"type": "text", "text": "Done."}, REDACTED])),
-    Case("history_turn_of_thinking_only", Api.MESSAGES, _thinking_history([REDACTED])),
-    Case("anthropic_max_tokens_zero_prewarms_the_cache", Api.MESSAGES, lambda: {"model": "claude-sonnet-5", "max_tokens": 0, "messages": USER}),
-    Case("anthropic_empty_tools_and_system", Api.MESSAGES, lambda: {"model": "c", "max_tokens": 9, "tools": [], "system": "", "messages": USER}),
-    Case("anthropic_messages_and_system_as_generators", Api.MESSAGES, lambda: {
+    RequestCase("anthropic_thinking_budget_above_the_cap", Api.MESSAGES, _thinking_call),
+    RequestCase("anthropic_top_level_cache_control_with_three_marks", Api.MESSAGES, _top_level_cache_control),
+    RequestCase("redacted_thinking_last_in_the_history_turn", Api.MESSAGES, _thinking_history([THINKING, {"type": "text", "text": "Done."}, REDACTED])),
+    RequestCase("history_turn_of_thinking_only", Api.MESSAGES, _thinking_history([REDACTED])),
+    RequestCase("anthropic_max_tokens_zero_prewarms_the_cache", Api.MESSAGES, lambda: {"model": "claude-sonnet-5", "max_tokens": 0, "messages": USER}),
+    RequestCase("anthropic_empty_tools_and_system", Api.MESSAGES, lambda: {"model": "c", "max_tokens": 9, "tools": [], "system": "", "messages": USER}),
+    RequestCase("anthropic_messages_and_system_as_generators", Api.MESSAGES, lambda: {
         "model": "c", "max_tokens": 9, "system": (b for b in [{"type": "text", "text": "Be brief."}]), "messages": (m for m in USER)}),
-    Case("anthropic_extra_body_max_tokens", Api.MESSAGES, lambda: {"model": "c", "messages": USER, "max_tokens": 50, "extra_body": {"max_tokens": 9000}}),
-    Case("chat_empty_tools", Api.CHAT, lambda: {"model": "m", "tools": [], "messages": USER}),
-    Case("chat_messages_as_a_generator", Api.CHAT, lambda: {"model": "m", "messages": (m for m in USER), "max_tokens": 9}),
-    Case("chat_messages_as_a_tuple", Api.CHAT, lambda: {"model": "m", "messages": tuple(USER), "max_tokens": 9}),
-    Case("chat_extra_body_max_tokens", Api.CHAT, lambda: {"model": "m", "messages": USER, "extra_body": {"max_tokens": 9000}}),
-    Case("chat_extra_body_stops", Api.CHAT, lambda: {"model": "m", "messages": USER, "max_tokens": 9, "extra_body": {"stop": ["a", "b", "c"]}},
+    RequestCase("anthropic_extra_body_max_tokens", Api.MESSAGES, lambda: {"model": "c", "messages": USER, "max_tokens": 50, "extra_body": {"max_tokens": 9000}}),
+    RequestCase("chat_empty_tools", Api.CHAT, lambda: {"model": "m", "tools": [], "messages": USER}),
+    RequestCase("chat_messages_as_a_generator", Api.CHAT, lambda: {"model": "m", "messages": (m for m in USER), "max_tokens": 9}),
+    RequestCase("chat_messages_as_a_tuple", Api.CHAT, lambda: {"model": "m", "messages": tuple(USER), "max_tokens": 9}),
+    RequestCase("chat_extra_body_max_tokens", Api.CHAT, lambda: {"model": "m", "messages": USER, "extra_body": {"max_tokens": 9000}}),
+    RequestCase("chat_extra_body_stops", Api.CHAT, lambda: {"model": "m", "messages": USER, "max_tokens": 9, "extra_body": {"stop": ["a", "b", "c"]}},
          sdk.Policy(stop=("END", "STOP"))),
-    Case("chat_reasoning_model_without_a_cap", Api.CHAT, lambda: {"model": "o3", "messages": USER}),
-    Case("responses_without_input", Api.RESPONSES, lambda: {"model": "m", "previous_response_id": "resp_1", "max_output_tokens": 9}),
-    Case("responses_empty_instructions_and_tools", Api.RESPONSES, lambda: {"model": "m", "instructions": "", "tools": [], "input": "hi", "max_output_tokens": 9}),
-    Case("responses_extra_body_max_output_tokens", Api.RESPONSES, lambda: {"model": "m", "input": "hi", "extra_body": {"max_output_tokens": 9000}}),
-    Case("anthropic_thinking_budget_streamed", Api.MESSAGES, lambda: {**_thinking_call(), "stream": True}),
-    Case("responses_without_input_streamed", Api.RESPONSES, lambda: {"model": "m", "previous_response_id": "resp_1", "stream": True}),
-    Case("chat_streamed_without_stream_options", Api.CHAT, lambda: {"model": "m", "messages": USER, "max_tokens": 9, "stream": True}),
-    Case("chat_streamed_with_the_callers_stream_options", Api.CHAT, lambda: {
+    RequestCase("chat_reasoning_model_without_a_cap", Api.CHAT, lambda: {"model": "o3", "messages": USER}),
+    RequestCase("responses_without_input", Api.RESPONSES, lambda: {"model": "m", "previous_response_id": "resp_1", "max_output_tokens": 9}),
+    RequestCase("responses_empty_instructions_and_tools", Api.RESPONSES, lambda: {"model": "m", "instructions": "", "tools": [], "input": "hi", "max_output_tokens": 9}),
+    RequestCase("responses_extra_body_max_output_tokens", Api.RESPONSES, lambda: {"model": "m", "input": "hi", "extra_body": {"max_output_tokens": 9000}}),
+    RequestCase("anthropic_thinking_budget_streamed", Api.MESSAGES, lambda: {**_thinking_call(), "stream": True}),
+    RequestCase("responses_without_input_streamed", Api.RESPONSES, lambda: {"model": "m", "previous_response_id": "resp_1", "stream": True}),
+    RequestCase("chat_streamed_without_stream_options", Api.CHAT, lambda: {"model": "m", "messages": USER, "max_tokens": 9, "stream": True}),
+    RequestCase("chat_streamed_with_the_callers_stream_options", Api.CHAT, lambda: {
         "model": "m", "messages": USER, "max_tokens": 9, "stream": True, "stream_options": {"include_obfuscation": False}}),
 ]
 
@@ -165,7 +165,7 @@ def _send(client: Any, api: Api, arguments: dict[str, Any]) -> Any:
     return client.responses.create(**arguments)
 
 
-def _client(case: Case, openai_client: Any, anthropic_client: Any) -> Any:
+def _client(case: RequestCase, openai_client: Any, anthropic_client: Any) -> Any:
     return anthropic_client if case.api is Api.MESSAGES else openai_client
 
 

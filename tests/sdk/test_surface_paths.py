@@ -35,12 +35,12 @@ FORMS = ("plain", "with_raw_response", "with_streaming_response", "client.with_r
 _CAP_PARAM = {Api.CHAT: "max_completion_tokens", Api.RESPONSES: "max_output_tokens", Api.MESSAGES: "max_tokens", Api.COMPLETIONS: "max_tokens"}
 
 
-class Answer(pydantic.BaseModel):
+class StructuredAnswer(pydantic.BaseModel):
     answer: str
 
 
 @dataclass(frozen=True)
-class Case:
+class PathCase:
     package: str
     path: tuple[str, ...]
     method: str
@@ -85,7 +85,7 @@ def _streams(api: Api, method: str, kind: Kind) -> tuple[bool, ...]:
     return (False, True)
 
 
-def _cases() -> Iterator[Case]:
+def _cases() -> Iterator[PathCase]:
     for package, resources in surface.INTERCEPTED.items():
         bare = _bare(package)
         for path, methods in resources.items():
@@ -95,11 +95,11 @@ def _cases() -> Iterator[Case]:
                     if not _has_form(bare, resource, path, form, spec.method):
                         continue  # the client has no such raw form of this method
                     for stream in _streams(spec.api, spec.method, spec.kind):
-                        yield Case(package, path, spec.method, spec.api, spec.kind, form, stream)
+                        yield PathCase(package, path, spec.method, spec.api, spec.kind, form, stream)
         for dotted in surface.REBOUND[package]:
             *path, method = dotted
             api = Api.CHAT if path[-1] == "completions" else Api.RESPONSES
-            yield Case(package, tuple(path), method, api, Kind.CALL, "plain", True)
+            yield PathCase(package, tuple(path), method, api, Kind.CALL, "plain", True)
 
 
 CASES = list(_cases())
@@ -114,7 +114,7 @@ def _tools(api: Api) -> list[dict[str, Any]]:
     return [{"name": n, "description": n, "input_schema": schema} for n in ("zeta", "alpha")]
 
 
-def request_kwargs(case: Case) -> dict[str, Any]:
+def request_kwargs(case: PathCase) -> dict[str, Any]:
     """A request of the case's API: tools out of order, no output cap, a structured format for parse."""
     system = f"Request ID: {uuid.uuid4()}\nYou answer in JSON."
     if case.api is Api.COMPLETIONS:
@@ -127,7 +127,7 @@ def request_kwargs(case: Case) -> dict[str, Any]:
     else:
         kwargs = {"model": "claude-sonnet-4-6", "system": system, "messages": [{"role": "user", "content": "hi"}], "tools": _tools(case.api)}
     if case.method == "parse":
-        kwargs[{Api.CHAT: "response_format", Api.RESPONSES: "text_format", Api.MESSAGES: "output_format"}[case.api]] = Answer
+        kwargs[{Api.CHAT: "response_format", Api.RESPONSES: "text_format", Api.MESSAGES: "output_format"}[case.api]] = StructuredAnswer
     if case.stream and case.method == "create":
         kwargs["stream"] = True
     if case.kind is Kind.BATCH:
@@ -135,7 +135,7 @@ def request_kwargs(case: Case) -> dict[str, Any]:
     return kwargs
 
 
-def _client(case: Case, simulator: Any, mode: str) -> Any:
+def _client(case: PathCase, simulator: Any, mode: str) -> Any:
     if case.package == "openai":
         cls = openai.OpenAI if mode == "sync" else openai.AsyncOpenAI
         return cls(base_url=simulator.openai_base_url, api_key="k")
@@ -143,7 +143,7 @@ def _client(case: Case, simulator: Any, mode: str) -> Any:
     return cls(base_url=simulator.anthropic_base_url, api_key="k")
 
 
-def target_method(wrapped: Any, case: Case) -> Any:
+def target_method(wrapped: Any, case: PathCase) -> Any:
     """The method the case calls, reached the way its form says."""
     if case.form.startswith("client."):
         return getattr(_resolve_path(getattr(wrapped, case.form.removeprefix("client.")), case.path), case.method)
@@ -159,7 +159,7 @@ async def _drain(value: Any) -> list[Any]:
     return [value]
 
 
-async def run_case(case: Case, method: Any, kwargs: dict[str, Any]) -> list[Any]:
+async def run_case(case: PathCase, method: Any, kwargs: dict[str, Any]) -> list[Any]:
     """Call `method` and read what it gave to the end, as an app would: the events or the object."""
     result = method(**kwargs)
     if "streaming" in case.form:  # a context manager whose response is read inside it
@@ -229,7 +229,7 @@ async def test_beta_responses_are_read_as_responses_usage_finish_and_output_text
     simulator.reply = "Beta answers are read too."
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(spans))
-    client = _client(Case("openai", ("beta", "responses"), "create", Api.RESPONSES, Kind.CALL, "plain", stream), simulator, mode)
+    client = _client(PathCase("openai", ("beta", "responses"), "create", Api.RESPONSES, Kind.CALL, "plain", stream), simulator, mode)
     wrapped = sdk.wrap(client, sdk.Policy(capture_content=True), tracer_provider=provider)
 
     result = await resolve(wrapped.beta.responses.create(model="gpt-4.1", input="hi", stream=stream))

@@ -27,7 +27,7 @@ from sdk.call import Api
 from sdk.surface import Kind
 from sdk.telemetry import semconv as sc
 from tests.sdk.helpers import collect, resolve
-from tests.sdk.test_surface_paths import _CAP_PARAM, CASES, Case, request_kwargs, run_case, target_method
+from tests.sdk.test_surface_paths import _CAP_PARAM, CASES, PathCase, request_kwargs, run_case, target_method
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # LiteLLM reads its cost map from the network otherwise
 litellm = pytest.importorskip("litellm")
@@ -132,7 +132,7 @@ ROUTE_CASES = [case for case in CASES if case.form == "plain" and case.method in
 """Each intercepted method whose request a framework could post itself, streamed and not, beta included."""
 
 
-def _fresh(case: Case, simulator: Any, mode: str) -> Any:
+def _fresh(case: PathCase, simulator: Any, mode: str) -> Any:
     sync = mode == "sync"
     if case.package == "openai":
         return (openai.OpenAI if sync else openai.AsyncOpenAI)(base_url=simulator.openai_base_url, api_key="k")

@@ -67,7 +67,7 @@ from .records import RecordedRequest, StreamRecord
 from .respond import Timing, injection, send_stream, send_whole
 from .server import Exchange, LoopbackServer
 from .shapes import shaped_encoder, stream_tokens
-from .wire import Endpoint, Job, ServedJob, now
+from .wire import GenerationEndpoint, Job, ServedJob, now
 
 MODELS_PATH = "/v1/models"
 HTML_PAGE = b"<!DOCTYPE html>\n<html><head><title>Sign in</title></head><body><p>Sign in to continue.</p></body></html>\n"
@@ -116,7 +116,7 @@ class ProviderSimulator:
         self._in_flight = 0
         self._held = 0
         self._messages = MessagesApi()
-        apis: list[Endpoint] = [ChatCompletionsApi(), ResponsesApi(), self._messages, CompletionsApi()]
+        apis: list[GenerationEndpoint] = [ChatCompletionsApi(), ResponsesApi(), self._messages, CompletionsApi()]
         self._apis = {api.path: api for api in apis}
         self._server = LoopbackServer(self._handle)
 
@@ -275,7 +275,7 @@ class ProviderSimulator:
                 header, request_id = request_id_header(flavour)
                 exchange.send_json(error.status, error.body(flavour, request_id), {header: request_id, **error.headers})
 
-    def _serve(self, exchange: Exchange, api: Endpoint | None, flavour: Flavour, fault: Fault | None) -> None:
+    def _serve(self, exchange: Exchange, api: GenerationEndpoint | None, flavour: Flavour, fault: Fault | None) -> None:
         match fault:
             case ResetFault():
                 exchange.drop(reset=True)

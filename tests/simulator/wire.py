@@ -1,6 +1,6 @@
 """What the three API modules share: the parsed request, its outcome, SSE events, body checks.
 
-Each API module (`openai_chat`, `openai_responses`, `anthropic_messages`) provides an `Endpoint`: `parse`
+Each API module (`openai_chat`, `openai_responses`, `anthropic_messages`) provides an `GenerationEndpoint`: `parse`
 turns a request body into a `Job` (or raises `SimulatedError` with the API's own wording), and `encoder`
 returns an `Encoder` that renders one `ServedJob` either as a JSON body or as SSE events (opening,
 one batch per token, closing). The server drives both from the same generation core.
@@ -73,7 +73,7 @@ class Encoder(Protocol):
     def closing(self) -> list[SseEvent]: ...
 
 
-class Endpoint(Protocol):
+class GenerationEndpoint(Protocol):
     """One generation endpoint."""
 
     path: str
