@@ -37,7 +37,7 @@ _BETA_MODULES = "anthropic.types.beta"
 
 
 @dataclass(frozen=True, slots=True)
-class _Types:
+class _MessagesEventTypes:
     """The classes of the events kvwise makes to end a cut stream of one API flavour."""
 
     block_stop: type[Any]
@@ -47,11 +47,11 @@ class _Types:
     message_stop: type[Any]
 
 
-_TYPES = _Types(RawContentBlockStopEvent, RawMessageDeltaEvent, Delta, MessageDeltaUsage, RawMessageStopEvent)
+_TYPES = _MessagesEventTypes(RawContentBlockStopEvent, RawMessageDeltaEvent, Delta, MessageDeltaUsage, RawMessageStopEvent)
 
 
 @functools.cache
-def _beta_types() -> _Types:
+def _beta_types() -> _MessagesEventTypes:
     """The beta API's classes (`client.beta.messages` streams `BetaRaw...Event`s, and frameworks
     match on them), imported on first need: only a beta event already in hand asks for them."""
     from anthropic.types.beta import (
@@ -62,7 +62,7 @@ def _beta_types() -> _Types:
     )
     from anthropic.types.beta.beta_raw_message_delta_event import Delta as BetaDelta
 
-    return _Types(
+    return _MessagesEventTypes(
         BetaRawContentBlockStopEvent, BetaRawMessageDeltaEvent, BetaDelta, BetaMessageDeltaUsage, BetaRawMessageStopEvent
     )
 

@@ -62,7 +62,7 @@ def responses_usage(usage: Any) -> Usage | None:
 
 
 @dataclass(frozen=True, slots=True)
-class _Types:
+class _ResponsesTypes:
     """The classes of the events and objects kvwise makes for a cut stream of one API flavour."""
 
     response: type[Any]
@@ -74,7 +74,7 @@ class _Types:
     usage: type[Any]
 
 
-_TYPES = _Types(
+_TYPES = _ResponsesTypes(
     Response, ResponseOutputMessage, ResponseOutputText, IncompleteDetails, ResponseCompletedEvent, ResponseIncompleteEvent,
     ResponseUsage,
 )
@@ -86,7 +86,7 @@ def _is_beta(value: Any) -> bool:
 
 
 @functools.cache
-def _beta_types() -> _Types:
+def _beta_types() -> _ResponsesTypes:
     """The beta API's classes, imported on first need: `openai.types.beta` is hundreds of modules, an
     import a process that never calls `client.beta` should not pay for on its first call (its size and
     time: docs/benchmarks.md, `by_hand`). Only a beta object already in hand asks for them, so by then
@@ -101,7 +101,7 @@ def _beta_types() -> _Types:
     )
     from openai.types.beta.beta_response import IncompleteDetails as BetaIncompleteDetails
 
-    return _Types(
+    return _ResponsesTypes(
         BetaResponse, BetaResponseOutputMessage, BetaResponseOutputText, BetaIncompleteDetails, BetaResponseCompletedEvent,
         BetaResponseIncompleteEvent, BetaResponseUsage,
     )
