@@ -65,7 +65,8 @@ def client_package(client: object) -> ClientPackage:
     """The package (and sync/async kind) of a supported client; `UnsupportedClient` for anything else."""
     for name in SUPPORTED_MAJOR:
         # A client of a package is an instance of its classes only once the package is imported: the
-        # other package is never imported for the check (openai costs an Anthropic app ~350 ms).
+        # other package is never imported for the check (importing openai is slow for an Anthropic app:
+        # docs/benchmarks.md, `by_hand`).
         base = sys.modules.get(f"{name}._base_client")
         if base is not None and isinstance(client, (base.SyncAPIClient, base.AsyncAPIClient)):
             _check_release(name)
