@@ -30,7 +30,15 @@ from local_backend.server.generation import Backend
 from local_backend.server.requests import AnthropicPrompt, MessageRequest, parse_count_tokens, parse_message
 from local_backend.server.sampling import per_choice
 from local_backend.server.streaming import respond, sse
-from local_backend.server.tools import ArgumentsPiece, Event, TextPiece, ToolCall, ToolCallParser, ToolCallStart, prompt_ids
+from local_backend.server.tools import (
+    ArgumentsPiece,
+    Event,
+    TextPiece,
+    ToolCall,
+    ToolCallParser,
+    ToolCallStart,
+    prompt_ids,
+)
 from local_backend.server.usage import RequestUsage, timings
 
 

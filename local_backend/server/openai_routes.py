@@ -31,7 +31,15 @@ from local_backend.server.logprobs import Decode, LogprobsRecorder, chat_logprob
 from local_backend.server.requests import ChatRequest, CompletionRequest, OpenAIOptions, parse_chat, parse_completion
 from local_backend.server.sampling import per_choice
 from local_backend.server.streaming import respond, sse
-from local_backend.server.tools import ArgumentsPiece, Event, TextPiece, ToolCall, ToolCallParser, ToolCallStart, prompt_ids
+from local_backend.server.tools import (
+    ArgumentsPiece,
+    Event,
+    TextPiece,
+    ToolCall,
+    ToolCallParser,
+    ToolCallStart,
+    prompt_ids,
+)
 from local_backend.server.usage import RequestUsage, timings
 
 MODEL_OWNER: Final = "kvwise"
