@@ -20,13 +20,13 @@ Glossary: one word per concept (identifiers that still say another word are list
   reaches the model's minimum cacheable length.
 - prompt family ("family" names nothing else): the calls sharing tools and system prompt. Its keys:
   masked, with volatile candidates blanked (`family_key`: whose volatile decisions are shared), and
-  as sent (`prefix_key`, also the `prompt_cache_key`). Per API and model, a family is what adaptive
+  as sent (`prefix_key`, from which the `prompt_cache_key` is made). Per API and model, a family is what adaptive
   caps learn over (`WorkloadKey`). Calls are grouped by other things under other words: fan-out
   groups calls by cacheable prefix, server and credentials (the fan-out key); the break tracker
   compares a call with the previous call of its API and model (no key word of its own).
 - model series: models a provider treats alike (Anthropic's minimum cacheable lengths, which models
-  reason by default); the local backend's Llama architecture (Llama, Mistral, Qwen, SmolLM) is an
-  architecture.
+  reason by default). The checkpoints the local backend loads share one architecture, the Llama
+  architecture (Llama, Mistral, Qwen, SmolLM).
 - volatile value: bytes that change between calls (ids, times). Sure values move on first sight by
   their shape; candidates move once their prompt family shows them changing. Moving cuts the value
   from the stable prefix and appends it, labelled, to the context note.
