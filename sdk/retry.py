@@ -1,14 +1,14 @@
 """The retry rules: which failures are sent again, how many times, and how long to wait between.
 
 Exponential backoff with jitter, honouring Retry-After; `sdk.send.attempts` runs every attempt
-under these rules with tenacity. What is sent again is what the bare client's own retry loop sends again, decided by its own rules
-(`sdk.compat.client_would_retry`): a failure before any answer (a refused or dropped connection, a
-timeout, a body cut short in transfer), and an error answer its `_should_retry` accepts
-(`x-should-retry`, 408, 409, 429, 5xx). Never a 200 whose body is not JSON, and never a stream once
-its 200 arrived (`sdk.send.stream_watch`): the provider accepted that request and may bill every copy. Each
-attempt carries its number in `x-stainless-retry-count`, as the clients' own retries do (see
-`sdk.send.attempts`). The wrapped client's own retries are turned off so attempts never multiply; when the
-attempts run out the caller gets the client's own exception.
+under these rules with tenacity. What is sent again is what the bare client's own retry loop sends
+again, decided by its own rules (`sdk.compat.client_would_retry`): a failure before any answer (a
+refused or dropped connection, a timeout, a body cut short in transfer), and an error answer its
+`_should_retry` accepts (`x-should-retry`, 408, 409, 429, 5xx). Never a 200 whose body is not
+JSON, and never a stream once its 200 arrived (`sdk.send.stream_watch`): the provider accepted that
+request and may bill every copy. Each attempt carries its number in `x-stainless-retry-count`, as
+the clients' own retries do. The wrapped client's own retries are turned off so attempts never
+multiply; when the attempts run out the caller gets the client's own exception.
 
 How many retries (`retries_for`): the caller's own `max_retries` where they set one, and
 `Policy.retries` only where they did not, so a wrapped client makes no more attempts than the bare
@@ -54,7 +54,9 @@ def _error_classes() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseEx
 
 
 @cache
-def _error_classes_of(modules: tuple[str, ...]) -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+def _error_classes_of(
+    modules: tuple[str, ...],
+) -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
     loaded = [sys.modules[name] for name in modules]
     return tuple(m.APIConnectionError for m in loaded), tuple(m.APIStatusError for m in loaded)
 

@@ -36,8 +36,7 @@ from sdk.retry import is_retryable, retries_for
 from sdk.send.attempts import Attempts, acall_with_retries, call_with_retries
 from sdk.send.drive import Io, Steps, arun, run
 from sdk.surface import Kind
-from sdk.telemetry import CallRecord, Telemetry
-from sdk.telemetry import client_tracing, content
+from sdk.telemetry import CallRecord, Telemetry, client_tracing, content
 from sdk.telemetry import semconv as sc
 from sdk.telemetry.attributes import response_facts
 
@@ -60,7 +59,9 @@ class Sender:
     refusals: Refusals | None = None
     listeners: tuple[CallListener, ...] = ()  # the chain's, told of a model call's end (`Chain.run`)
 
-    def _start(self, path: str, post_kwargs: dict[str, Any]) -> tuple[Lifecycle[CallRecord], Attempts, Callable[[], Any], Leader | None]:
+    def _start(
+        self, path: str, post_kwargs: dict[str, Any]
+    ) -> tuple[Lifecycle[CallRecord], Attempts, Callable[[], Any], Leader | None]:
         """The call's lifecycle, attempts and one-attempt send, and the fan-out leader it must wait for."""
         if post_kwargs.get("stream") and not self.call.stream:
             self.call.params["stream"] = True  # a stream helper says so only to `post`
@@ -102,20 +103,23 @@ class Sender:
         lifecycle, attempts, send, follow = self._start(path, post_kwargs)
         record = lifecycle.record
         if follow is not None and self.fanout is not None:
-            _note_wait(record, (yield Io(self.fanout.wait, self.fanout.await_release, (follow, self.policy.fanout_wait_seconds))))
+            waiting = (follow, self.policy.fanout_wait_seconds)
+            _note_wait(record, (yield Io(self.fanout.wait, self.fanout.await_release, waiting)))
         raw = compat.raw_mode(post_kwargs.get("options"))
         try:
             with record.activate():
                 result = yield from self._attempting(send, attempts, post_kwargs, record)
         except BaseException as error:
-            raise self._failed(lifecycle, error)
+            self._failed(lifecycle, error)
+            raise
         try:
             parsed = (yield Io(_parsed, _aparsed, (result,))) if raw else result
-        except Exception as error:  # a body that is not JSON: the caller's own `.parse()` raises it, as the bare client's does
+        except Exception as error:  # a body that is not JSON: the caller's own `.parse()` raises it, as the bare one's
             self._failed(lifecycle, error)
             return result
         if self.call.stream:
-            from sdk.send.stream_watch import StreamWatch, watch_async, watch_sync  # on a stream's first call: a plain call never loads the watcher's modules
+            # on a stream's first call: a plain call never loads the watcher's modules
+            from sdk.send.stream_watch import StreamWatch, watch_async, watch_sync
 
             watch = StreamWatch(adapter_for(self.call.api), self.call, self.policy, lifecycle, self.connection_error)
             watched = (watch_async if asynchronous else watch_sync)(parsed, watch)
@@ -123,7 +127,9 @@ class Sender:
         finish(self.call, self.kind, parsed, lifecycle)
         return result
 
-    def _attempting(self, send: Callable[[], Any], attempts: Attempts, post_kwargs: dict[str, Any], record: CallRecord) -> Steps[Any]:
+    def _attempting(
+        self, send: Callable[[], Any], attempts: Attempts, post_kwargs: dict[str, Any], record: CallRecord
+    ) -> Steps[Any]:
         """The attempts (`sdk.send.attempts`), and once more after each refusal kvwise takes back."""
         while True:
             try:
@@ -141,7 +147,8 @@ class Sender:
     def _took_back(self, error: Exception, post_kwargs: dict[str, Any], record: CallRecord) -> bool:
         """Whether the server refused something kvwise added (`sdk.refusals`), now sent as the caller wrote it;
         then the loop sends again (each addition is taken back once, so it ends)."""
-        return self.refusals is not None and self.refusals.take_back(error, self.call, self.server, post_kwargs, record.span)
+        refusals = self.refusals
+        return refusals is not None and refusals.take_back(error, self.call, self.server, post_kwargs, record.span)
 
     @staticmethod
     def _raw_with(raw: Any, watched: Any) -> Any:
@@ -149,10 +156,9 @@ class Sender:
         return raw
 
     @staticmethod
-    def _failed(lifecycle: Lifecycle[CallRecord], error: BaseException) -> BaseException:
-        """End a call that failed with `error`, the bare client's own exception; return it."""
+    def _failed(lifecycle: Lifecycle[CallRecord], error: BaseException) -> None:
+        """End a call that failed with `error`, the bare client's own exception."""
         lifecycle.end(CallEnd(Ending.FAILED, error=error))
-        return error
 
 
 def _span_id(span: Any) -> str | None:

@@ -210,9 +210,7 @@ class AsyncWatchedStream(_Watched):
         """Close the response and end the call's telemetry (the answer, if unfinished, is abandoned)."""
         await self._self_closer.close()
 
-    async def aclose(self) -> None:
-        """Alias of `close()` (openai's `AsyncStream` has both)."""
-        await self._self_closer.close()
+    aclose = close  # openai's `AsyncStream` has both
 
     async def __aenter__(self) -> AsyncWatchedStream:
         return self
@@ -225,7 +223,7 @@ class AsyncWatchedStream(_Watched):
 
 def _iterate(stream: WatchedStream) -> Iterator[Any]:
     """The events of `stream`, holding it while a loop reads them (the bare stream's `__iter__`)."""
-    for event in stream._self_events:
+    for event in stream._self_events:  # noqa: UP028 (`yield from` would close the shared events with this loop)
         yield event
 
 

@@ -1,12 +1,13 @@
 """Stream watching: observe each event, cut upstream on a loop or a client-side stop (the streaming
 decode guards), catch truncation.
 
-The caller gets the client's own stream object behind a proxy (`sdk.send.stream_proxy`), so it is still
-an `openai.Stream`, an `anthropic.AsyncStream`, ...; iterating it runs a watching generator over the
-client stream's own iteration. `StreamWatch` holds all the logic and does no I/O; the sync and async
-generators are thin loops around it. The call's telemetry ends exactly once: on the final event, a
-cut, an error, `close()`, `with` exit, or when the caller drops the stream; and the HTTP response
-is always closed.
+The caller gets the client's own stream object behind a proxy (`sdk.send.stream_proxy`), so it is
+still an `openai.Stream`, an `anthropic.AsyncStream`, ...; iterating it runs a watching generator
+over the client stream's own iteration. `StreamWatch` holds all the logic and does no I/O:
+`on_event` says what each upstream event becomes, `ended` what the end of upstream does, and
+leaving `with watch` ends the call; the sync and async generators only read upstream, hand on, and
+close it. The call's telemetry ends exactly once: on the final event, a cut, an error, `close()`,
+`with` exit, or when the caller drops the stream; and the HTTP response is always closed.
 
 Content is text, tool-call and function arguments, thinking, refusals (each adapter's `read_event`
 says which). Header events before the first content (the role chunk, `message_start`,
@@ -50,7 +51,7 @@ from sdk.errors import stream_truncated
 from sdk.lifecycle import CallEnd, Ending, Lifecycle
 from sdk.loopguard import LoopDetector
 from sdk.policy import Policy
-from sdk.send.stream_proxy import AsyncWatchedStream, WatchedStream, Upstream
+from sdk.send.stream_proxy import AsyncWatchedStream, Upstream, WatchedStream
 from sdk.telemetry import CallRecord
 from sdk.telemetry.attributes import stream_facts
 from sdk.telemetry.content import streamed_tool_calls
@@ -62,10 +63,16 @@ class StreamWatch:
     """What the watcher knows about one stream, and what to do with each content event."""
 
     def __init__(
-        self, adapter: Adapter, call: Call, policy: Policy, lifecycle: Lifecycle[CallRecord], connection_error: type[Exception],
+        self,
+        adapter: Adapter,
+        call: Call,
+        policy: Policy,
+        lifecycle: Lifecycle[CallRecord],
+        connection_error: type[Exception],
     ) -> None:
         self.adapter = adapter
-        self.connection_error = connection_error  # the wrapped client's: what its stream raises for a dropped connection or a timeout
+        # the wrapped client's: what its stream raises for a dropped connection or a timeout
+        self.connection_error = connection_error
         self.call = call
         self.lifecycle = lifecycle
         self.record = lifecycle.record
@@ -219,7 +226,8 @@ class StreamWatch:
         try:
             if usage is None:
                 return estimated_usage(self.call, state.output_units), True
-            if (self.cut or not state.finished) and usage.output_tokens < state.output_units:  # the server's count stopped early
+            stopped_early = self.cut or not state.finished  # the server's count stopped early
+            if stopped_early and usage.output_tokens < state.output_units:
                 return dataclasses.replace(usage, output_tokens=state.output_units), False
         except Exception:
             logger.debug("kvwise: could not estimate a stream's usage", exc_info=True)
