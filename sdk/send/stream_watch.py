@@ -92,15 +92,31 @@ class StreamWatch:
 
     def on_event(self, event: Any) -> list[Any] | None:
         """What the caller gets now for `event` from upstream: None for the event itself, else a list
-        (empty while it is held back). After a cut (`self.cut`) the list ends the stream and upstream
-        is to be closed before it is handed on."""
+        (empty while it is held back). After a cut (`self.cut`: a loop or a client-side stop) the list
+        ends the stream, and upstream is to be closed before it is handed on. One call per content
+        event, the streams' hot path."""
         text = self.read(event, self.state)
-        if text is not None:
-            cut = self.content(event, text)
-            if (held := self.held) is None:
-                return cut
-            self.held = None  # the headers go on with the first content event
-            return [*held, event] if cut is None else [*held, *cut]
+        if text is None:
+            return self._between(event)
+        head, self.held = self.held, None  # the headers held go on with the first content event
+        if not self.delivered:
+            self.lifecycle.first_chunk(self.received_ns)
+        self.delivered += 1
+        self.record.chunk()
+        cut = None
+        if text:
+            if self.stops:
+                cut = self._cut_at_stop(event, text)
+            if cut is None:
+                self.state.text.append(text)
+                if self.detector is not None and self.detector.feed(text) is not None:
+                    cut = self._loop_cut(event)
+        if head is None:
+            return cut
+        return [*head, event] if cut is None else [*head, *cut]
+
+    def _between(self, event: Any) -> list[Any] | None:
+        """A header, finish or usage event: held back, handed on, or releasing what was held."""
         if self.state.swallow:  # the usage chunk the SDK asked for: what was held goes on
             self.state.swallow = False
             held, self.held = self.held or [], None
@@ -115,23 +131,12 @@ class StreamWatch:
             return []
         return None
 
-    def content(self, event: Any, text: str) -> list[Any] | None:
-        """A content event is about to reach the caller: None to hand it on as it is, else the events
-        that end the stream here (a loop or a client-side stop; upstream is then cut)."""
-        if not self.delivered:
-            self.lifecycle.first_chunk(self.received_ns)
-        self.delivered += 1
-        self.record.chunk()
-        if not text:
-            return None
-        if self.stops and (cut := self._cut_at_stop(event, text)) is not None:
-            return cut
-        self.state.text.append(text)
-        if self.detector is not None and self.detector.feed(text) is not None:
-            saved = self.cap - self.state.output_units if self.cap is not None else None
-            self.record.guard_tripped("loop", saved)
-            return [event, *self._cut(truncated=True)]
-        return None
+    def _loop_cut(self, event: Any) -> list[Any]:
+        """The loop guard tripped on `event`: it goes on, then the stream's end (the span records the
+        tokens the cap still allowed as saved)."""
+        saved = self.cap - self.state.output_units if self.cap is not None else None
+        self.record.guard_tripped("loop", saved)
+        return [event, *self._cut(truncated=True)]
 
     def _cut(self, truncated: bool) -> list[Any]:
         """The events that end a stream kvwise cuts, reporting the usage its span records."""
