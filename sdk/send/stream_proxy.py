@@ -200,17 +200,17 @@ class AsyncWatchedStream(_Watched):
     _self_response_type = _AsyncClosingResponse
     _self_closer: _AsyncCloser
 
-    def __aiter__(self) -> AsyncIterator[Any]:
-        return _aiterate(self)
-
-    def __anext__(self) -> Any:
-        return self._self_events.__anext__()
-
     async def close(self) -> None:
         """Close the response and end the call's telemetry (the answer, if unfinished, is abandoned)."""
         await self._self_closer.close()
 
     aclose = close  # openai's `AsyncStream` has both
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return _aiterate(self)
+
+    def __anext__(self) -> Any:
+        return self._self_events.__anext__()
 
     async def __aenter__(self) -> AsyncWatchedStream:
         return self
