@@ -85,19 +85,22 @@ def attempting(send: Callable[[], Any], attempts: Attempts, sleep: Callable[[flo
     retrying = Retrying(**strategies(attempts))
     retrying.begin()
     state = RetryCallState(retrying, fn=send, args=(), kwargs={})
-    while True:
-        do = retrying.iter(state)
-        if isinstance(do, DoAttempt):
-            attempts.start()
-            try:
-                state.set_result((yield Io(send, send)))  # an async client's `send()` is its coroutine
-            except Exception as error:  # a cancellation or an interrupt is no attempt's outcome: it goes on up
-                state.set_exception((type(error), error, error.__traceback__))
-        elif isinstance(do, DoSleep):
-            state.prepare_for_next_attempt()
-            yield Io(sleep or _SLEEP, sleep or _ASYNC_SLEEP, (float(do),))
-        else:
-            return do
+    try:
+        while True:
+            do = retrying.iter(state)
+            if isinstance(do, DoAttempt):
+                attempts.start()
+                try:
+                    state.set_result((yield Io(send, send)))  # an async client's `send()` is its coroutine
+                except Exception as error:  # a cancellation or an interrupt is no attempt's outcome: it goes on up
+                    state.set_exception((type(error), error, error.__traceback__))
+            elif isinstance(do, DoSleep):
+                state.prepare_for_next_attempt()
+                yield Io(sleep or _SLEEP, sleep or _ASYNC_SLEEP, (float(do),))
+            else:
+                return do
+    finally:
+        retrying.iter_state.reset()  # its pending actions hold `retrying`: no cycle is left for the collector
 
 
 def call_with_retries(send: Callable[[], Any], attempts: Attempts, sleep: Callable[[float], Any] | None = None) -> Any:
