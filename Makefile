@@ -81,6 +81,8 @@ valgrind:
 	$(call apt_tool,valgrind,bench)
 
 test: browser redis $(STAMP) $(PHOENIX_STAMP)
+	$(PY) -m ruff check sdk
+	$(PY) -m ruff format --check sdk
 	$(PY) -m mypy sdk local_backend
 	$(PY) -m pytest -q
 

@@ -33,13 +33,23 @@ VOLATILE_FAMILIES = 256  # prompt families whose candidate bytes a wrapped clien
 VOLATILE_MAX_ASCENDING_RUN = 4  # a nonce has no longer run of consecutive code points ("0123456789abcdef")
 
 # Expected against read (`sdk.expected_reads`)
-SENT_PREFIXES_REMEMBERED = 64  # calls whose prefixes (hashes and sizes) a wrapped client keeps, to tell what the next should read
-CACHE_MISS_TOLERANCE_SHARE = 0.1  # a read this much under the expectation is no miss (the expectation's tokens are estimated)
-CACHE_UNDER_MINIMUM_MARGIN = 0.1  # a shared prefix this close above the minimum may fall under it by the provider's count
+SENT_PREFIXES_REMEMBERED = (
+    64  # calls whose prefixes (hashes and sizes) a wrapped client keeps, to tell what the next should read
+)
+CACHE_MISS_TOLERANCE_SHARE = (
+    0.1  # a read this much under the expectation is no miss (the expectation's tokens are estimated)
+)
+CACHE_UNDER_MINIMUM_MARGIN = (
+    0.1  # a shared prefix this close above the minimum may fall under it by the provider's count
+)
 
 # Decode limits
-REASONING_ROOM_TOKENS = 16_000  # added to the cap where Anthropic requires max_tokens and adaptive thinking sets no budget
-CONTEXT_FIT_BYTES_PER_TOKEN = 2  # prompt tokens are estimated high (English runs ~4 bytes a token): a filled cap must fit
+REASONING_ROOM_TOKENS = (
+    16_000  # added to the cap where Anthropic requires max_tokens and adaptive thinking sets no budget
+)
+CONTEXT_FIT_BYTES_PER_TOKEN = (
+    2  # prompt tokens are estimated high (English runs ~4 bytes a token): a filled cap must fit
+)
 MODEL_CONTEXT_TIMEOUT_SECONDS = 5.0  # the one `GET /models` per base URL that reads the servers' contexts
 ADAPTIVE_CAP_QUANTILE = 0.99  # the quantile of a workload's output lengths its adaptive cap is set from
 ADAPTIVE_CAP_WINDOW = 512  # recent answers per workload the quantile is taken over (a sliding window)
@@ -60,6 +70,10 @@ STATE_MAX_VALUE_BYTES = 1 << 20  # a stored value longer than this is malformed 
 STATE_MAX_OUTPUT_TOKENS = 1 << 24  # a remembered output length above this is malformed
 
 # Telemetry
-EXPORT_SHUTDOWN_SECONDS = 5.0  # the most `sdk.telemetry.setup`'s exporter holds up a shutdown (an exiting process) to flush
+EXPORT_SHUTDOWN_SECONDS = (
+    5.0  # the most `sdk.telemetry.setup`'s exporter holds up a shutdown (an exiting process) to flush
+)
 RESPONSE_CLASS_NAMES_CACHE_SIZE = 256  # (answer class, attribute) pairs whose presence on the class is remembered
-INVOCATION_JSON_CACHE_SIZE = 256  # parameter sets (scalar values only) whose llm.invocation_parameters JSON is remembered
+INVOCATION_JSON_CACHE_SIZE = (
+    256  # parameter sets (scalar values only) whose llm.invocation_parameters JSON is remembered
+)

@@ -86,7 +86,9 @@ class AdaptiveCaps:
         """An answer of `workload` ended with `usage`, under the limit `cap` (None: none), which was
         the adaptive one when `adaptive`."""
         reached = reached_cap(usage, cap)
-        cuts = self._store.push_answer(workload, None if reached else usage.output_tokens, reached if adaptive else None)
+        cuts = self._store.push_answer(
+            workload, None if reached else usage.output_tokens, reached if adaptive else None
+        )
         if adaptive and cut_too_often(cuts):
             self._store.forget(workload)  # the workload changed: learn it again
 

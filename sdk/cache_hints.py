@@ -112,7 +112,9 @@ def _place_breakpoints(call: Call, adapter: Adapter, marker: dict[str, Any], min
             continue
         before = {t for tier in ttls[: position + 1] for t in tier}
         after = {t for tier in ttls[position + 1 :] for t in tier}
-        if (ttl != ANTHROPIC_LONG_TTL and ANTHROPIC_LONG_TTL in after) or (ttl == ANTHROPIC_LONG_TTL and before - {ANTHROPIC_LONG_TTL}):
+        if (ttl != ANTHROPIC_LONG_TTL and ANTHROPIC_LONG_TTL in after) or (
+            ttl == ANTHROPIC_LONG_TTL and before - {ANTHROPIC_LONG_TTL}
+        ):
             continue
         if position == 0 and call.tools and call.api is Api.MESSAGES:
             marked = _mark_last(call.tools, marker, key)
@@ -122,7 +124,14 @@ def _place_breakpoints(call: Call, adapter: Adapter, marker: dict[str, Any], min
             marked = _mark_content(call.messages, len(history) - 1, marker, key, adapter.text_part_type, api_markable)
         elif position == 3 and last_span and last is not None:
             marked = _mark_content(
-                call.messages, last, marker, key, adapter.text_part_type, api_markable, at_end=True, before_tail=bool(call.context_note)
+                call.messages,
+                last,
+                marker,
+                key,
+                adapter.text_part_type,
+                api_markable,
+                at_end=True,
+                before_tail=bool(call.context_note),
             )
         else:
             continue
@@ -145,7 +154,12 @@ def _mark_before_note(call: Call, adapter: Adapter, marker: dict[str, Any], mark
     if not (isinstance(content, list) and len(content) > 1 and is_note(content[-1])):
         return False
     key = adapter.breakpoint_key
-    return _mark_content(call.messages, index, marker, key, adapter.text_part_type, markable, at_end=True, before_tail=True) is not None
+    return (
+        _mark_content(
+            call.messages, index, marker, key, adapter.text_part_type, markable, at_end=True, before_tail=True
+        )
+        is not None
+    )
 
 
 def _last_turn(call: Call) -> int | None:
@@ -171,14 +185,20 @@ def _is_tool_output(turn: Any) -> bool:
     if turn.get("role") == "tool" or str(turn.get("type", "")).endswith("_output"):
         return True
     content = turn.get("content")
-    return isinstance(content, list) and any(isinstance(part, dict) and part.get("type") in _TOOL_OUTPUT_TYPES for part in content)
+    return isinstance(content, list) and any(
+        isinstance(part, dict) and part.get("type") in _TOOL_OUTPUT_TYPES for part in content
+    )
 
 
 def _ttls(value: Any, key: str) -> list[str]:
     """The TTLs of the `key` marks in `value`, in request order (a mark without one is 5m)."""
     if isinstance(value, dict):
         mark = value.get(key)
-        own = [str(mark.get("ttl", ANTHROPIC_DEFAULT_TTL)) if isinstance(mark, dict) else ANTHROPIC_DEFAULT_TTL] if mark is not None else []
+        own = (
+            [str(mark.get("ttl", ANTHROPIC_DEFAULT_TTL)) if isinstance(mark, dict) else ANTHROPIC_DEFAULT_TTL]
+            if mark is not None
+            else []
+        )
         return [t for k, v in value.items() if k not in _SCHEMA_KEYS for t in _ttls(v, key)] + own
     if isinstance(value, (list, tuple)):
         return [t for item in value for t in _ttls(item, key)]
@@ -195,8 +215,14 @@ def _mark_last(items: list[Any], marker: dict[str, Any], key: str, index: int = 
 
 
 def _mark_content(
-    turns: list[Any], index: int, marker: dict[str, Any], key: str, part_type: str, markable: Callable[[Any], bool],
-    at_end: bool = False, before_tail: bool = False,
+    turns: list[Any],
+    index: int,
+    marker: dict[str, Any],
+    key: str,
+    part_type: str,
+    markable: Callable[[Any], bool],
+    at_end: bool = False,
+    before_tail: bool = False,
 ) -> int | None:
     """Put `marker` on the last `markable` content part of `turns[index]` (a system block or a message),
     unless the caller marked one of its parts; with `at_end`, unless the caller marked that last part

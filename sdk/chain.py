@@ -44,7 +44,12 @@ class Chain:
     """The built-in steps under one policy, after the user's own."""
 
     def __init__(
-        self, policy: Policy, memories: Memories | None = None, extra: Sequence[Middleware] = (), *, diagnostics: bool = False
+        self,
+        policy: Policy,
+        memories: Memories | None = None,
+        extra: Sequence[Middleware] = (),
+        *,
+        diagnostics: bool = False,
     ) -> None:
         for step in extra:
             if not isinstance(step, Middleware):

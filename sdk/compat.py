@@ -72,7 +72,9 @@ def client_package(client: object) -> ClientPackage:
             _check_release(name)
             module = importlib.import_module(name)
             return ClientPackage(name, isinstance(client, base.AsyncAPIClient), module.APIConnectionError)
-    raise UnsupportedClient(f"sdk.wrap takes a client of {SUPPORTED}, got {type(client).__module__}.{type(client).__name__}")
+    raise UnsupportedClient(
+        f"sdk.wrap takes a client of {SUPPORTED}, got {type(client).__module__}.{type(client).__name__}"
+    )
 
 
 @functools.cache
@@ -98,7 +100,10 @@ def _check_release(name: str) -> None:
             ("RequestOptions.headers", "headers" in types.RequestOptions.__annotations__),
             ("SyncAPIResource._post", "self._post = client.post" in _source(resource.SyncAPIResource.__init__)),
             ("APIResponse._parsed_by_type", "_parsed_by_type" in response.BaseAPIResponse.__annotations__),
-            ("SyncAPIClient.post(body=, options=, stream_cls=)", _POST_PARAMETERS <= set(inspect.signature(base.SyncAPIClient.post).parameters)),
+            (
+                "SyncAPIClient.post(body=, options=, stream_cls=)",
+                _POST_PARAMETERS <= set(inspect.signature(base.SyncAPIClient.post).parameters),
+            ),
             ("FinalRequestOptions.json_data", _REQUEST_FIELDS <= set(models.FinalRequestOptions.model_fields)),
             ("SyncAPIClient._should_retry", callable(getattr(base.SyncAPIClient, "_should_retry", None))),
         )
@@ -174,7 +179,9 @@ def raw_mode(options: Mapping[str, Any] | None) -> str | None:
 
 
 def client_would_retry(
-    client: Any, error: BaseException, status_error: type[BaseException] | tuple[type[BaseException], ...],
+    client: Any,
+    error: BaseException,
+    status_error: type[BaseException] | tuple[type[BaseException], ...],
     connection_error: type[BaseException] | tuple[type[BaseException], ...],
 ) -> bool:
     """Whether `client`'s own retry loop would send the request again after one attempt raised `error`.

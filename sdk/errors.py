@@ -51,5 +51,7 @@ def stream_truncated(connection_error: type[Exception]) -> type[StreamTruncated]
     """
     made = _TRUNCATED.get(connection_error)
     if made is None:
-        made = _TRUNCATED[connection_error] = type("StreamTruncated", (StreamTruncated, connection_error), {"__module__": __name__})
+        made = _TRUNCATED[connection_error] = type(
+            "StreamTruncated", (StreamTruncated, connection_error), {"__module__": __name__}
+        )
     return made

@@ -193,4 +193,3 @@ def _chars(value: object) -> int:
 def _shortest_retention(provider: Provider) -> float | None:
     """OpenAI's in-memory retention lasts "5 to 10 minutes of inactivity": the shortest; others: not known."""
     return OPENAI_SHORTEST_RETENTION_SECONDS if provider is Provider.OPENAI else None
-

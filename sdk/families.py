@@ -85,9 +85,11 @@ class FamilyMemory:
     (False, False)
     >>> memory.observe(key, (value_hash("req-2"), value_hash("project-a")), run_2).changed
     (True, False)
-    >>> memory.observe(key, (value_hash("req-2"), value_hash("project-a")), run_2).changed   # moved once, moved for good
+    >>> # moved once, moved for good:
+    >>> memory.observe(key, (value_hash("req-2"), value_hash("project-a")), run_2).changed
     (True, False)
-    >>> memory.observe(key, (value_hash("req-3"), value_hash("project-a")), run_2, turns=3).within   # run 2 grew, its id changed
+    >>> # run 2 grew, its id changed:
+    >>> memory.observe(key, (value_hash("req-3"), value_hash("project-a")), run_2, turns=3).within
     (True, False)
     """
 

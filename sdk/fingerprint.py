@@ -50,7 +50,11 @@ def segments(call: Call) -> list[Segment]:
     """The hash chain over `call`'s stable segments: tools, system items, history turns."""
     chain = ""
     result: list[Segment] = []
-    for tier, values in (("tools", call.tools), ("system", call.system), ("messages", call.messages[: call.history_end])):
+    for tier, values in (
+        ("tools", call.tools),
+        ("system", call.system),
+        ("messages", call.messages[: call.history_end]),
+    ):
         for index, value in enumerate(values):
             key = f"{tier}[{index}]"
             content = compact_json(value)
@@ -168,6 +172,8 @@ def cache_ttl_seconds(call: Call, policy_ttl: str | None) -> float | None:
     """
     if call.provider is Provider.ANTHROPIC:
         return ANTHROPIC_CACHE_TTL_SECONDS[policy_ttl or ANTHROPIC_DEFAULT_TTL]
-    if call.provider is Provider.OPENAI and (call.params.get("prompt_cache_retention") == OPENAI_EXTENDED_RETENTION or policy_ttl == "1h"):
+    if call.provider is Provider.OPENAI and (
+        call.params.get("prompt_cache_retention") == OPENAI_EXTENDED_RETENTION or policy_ttl == "1h"
+    ):
         return OPENAI_EXTENDED_RETENTION_SECONDS
     return None

@@ -39,7 +39,10 @@ _EXAMPLE_TAG = re.compile(r"<(/?)[\w-]*examples?[\w-]*\b[^>]*>", re.IGNORECASE)
 _HEADING = re.compile(r"^[ \t]*#{1,6}[ \t]")
 _EXAMPLE_LINE = re.compile(r"^[ \t]*(?:#{1,6}[ \t]+|[-*][ \t]+|\*\*)?(?:few-shot[ \t]+)?examples?\b", re.IGNORECASE)
 _JSON_MEMBER = re.compile(r'^[ \t]*"[^"\n]*"[ \t]*:')
-_INTRODUCED = re.compile(r"\b(?:e\.g\.|i\.e\.|(?:eg|for (?:example|instance)|examples?|such as|formats?|formatted|like|sample)\b)", re.IGNORECASE)
+_INTRODUCED = re.compile(
+    r"\b(?:e\.g\.|i\.e\.|(?:eg|for (?:example|instance)|examples?|such as|formats?|formatted|like|sample)\b)",
+    re.IGNORECASE,
+)
 _SENTENCE_END = re.compile(r"[.!?](?:[ \t]|$)")
 
 
@@ -64,7 +67,9 @@ def _by_shape(match: VolatileMatch) -> bool:
     if match.kind is not VolatileKind.LABELLED_VALUE:
         return False
     label = _LABEL_SEPARATORS.sub(" ", match.label.lower())
-    return _REQUEST_LABEL.fullmatch(label) is not None or any(inner.kind in _BY_SHAPE for inner in find_volatile(match.value))
+    return _REQUEST_LABEL.fullmatch(label) is not None or any(
+        inner.kind in _BY_SHAPE for inner in find_volatile(match.value)
+    )
 
 
 def _example_spans(text: str) -> list[tuple[int, int]]:
@@ -104,7 +109,13 @@ def _in_example(text: str, match: VolatileMatch, spans: list[tuple[int, int]]) -
     line_end = text.find("\n", match.end)
     line = text[line_start : len(text) if line_end < 0 else line_end]
     before = text[line_start : match.start]
-    if before.count("`") % 2 or _JSON_MEMBER.match(line) or text.count("{", 0, match.start) > text.count("}", 0, match.start):
+    if (
+        before.count("`") % 2
+        or _JSON_MEMBER.match(line)
+        or text.count("{", 0, match.start) > text.count("}", 0, match.start)
+    ):
         return True
     introduced = [marker.end() for marker in _INTRODUCED.finditer(before)]
-    return bool(introduced) and _SENTENCE_END.search(before, introduced[-1]) is None  # in the sentence that introduces it
+    return (
+        bool(introduced) and _SENTENCE_END.search(before, introduced[-1]) is None
+    )  # in the sentence that introduces it

@@ -206,7 +206,14 @@ class OutputLimit:
 
     name = "output_limit"
     span_flag: str | None = sc.KVWISE_GUARD_CAP_REFUSED
-    _WORDS = ("max_tokens", "max_completion_tokens", "max_output_tokens", "context length", "context_length", "maximum context")
+    _WORDS = (
+        "max_tokens",
+        "max_completion_tokens",
+        "max_output_tokens",
+        "context length",
+        "context_length",
+        "maximum context",
+    )
 
     def added(self, call: Call, post_kwargs: Mapping[str, Any]) -> bool:
         cap, body = _kvwise_limit(call), post_kwargs.get("body")

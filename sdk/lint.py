@@ -63,10 +63,16 @@ def lint(call_kwargs: dict[str, Any], provider: str = "openai") -> list[Finding]
     names = [tool_name(tool) for tool in call.tools]
     if names != sorted(names):
         findings.append(
-            Finding(FindingCode.UNSTABLE_TOOL_ORDER, "tools", "tools are not sorted by name: any reordering breaks the cache")
+            Finding(
+                FindingCode.UNSTABLE_TOOL_ORDER,
+                "tools",
+                "tools are not sorted by name: any reordering breaks the cache",
+            )
         )
     minimum = min_cacheable_tokens(call.provider, call.model)
-    prefix = estimate_tokens(call.tools) + estimate_tokens(call.system) + estimate_tokens(call.messages[: call.history_end])
+    prefix = (
+        estimate_tokens(call.tools) + estimate_tokens(call.system) + estimate_tokens(call.messages[: call.history_end])
+    )
     if prefix < minimum:
         findings.append(
             Finding(

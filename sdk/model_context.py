@@ -100,7 +100,9 @@ class ModelContexts:
                 pending = self._pending[key] = loop.create_future()
                 try:
                     try:
-                        self._listings[key] = listing_of(await client.get(MODELS_PATH, cast_to=object, options=_OPTIONS))
+                        self._listings[key] = listing_of(
+                            await client.get(MODELS_PATH, cast_to=object, options=_OPTIONS)
+                        )
                     except Exception as error:
                         self._listings[key] = _unknown(error)
                 finally:  # a cancelled read remembers nothing: the next call reads again

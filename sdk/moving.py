@@ -71,7 +71,9 @@ def move_volatile(call: Call, policy: Policy, adapter: Adapter, families: Family
     else:
         key = family_key([mask_volatile(text) for text in (*system_texts, *tool_texts)])
         conversation = family_key(text_leaves([call.messages[first]["content"]])) if first is not None else b""
-        changes = families.observe(key, tuple(value_hash(match.text) for match in candidates), conversation, len(call.messages))
+        changes = families.observe(
+            key, tuple(value_hash(match.text) for match in candidates), conversation, len(call.messages)
+        )
         on_sight = [sure for text in system_texts for sure in moves_on_sight(text)]
         moves = tuple(sure or changed for sure, changed in zip(on_sight, changes.changed))
         tails = changes.within[:in_system]
@@ -183,7 +185,11 @@ def _add_tail_note(call: Call, lines: list[str], part_type: str) -> None:
     own (after Chat tool messages, Responses tool outputs). Recorded in `call.context_note`, so the
     cache hints mark the turn before it: the next call re-sends that turn without it."""
     messages = call.messages
-    end = len(messages) - 1 if messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant" else len(messages)
+    end = (
+        len(messages) - 1
+        if messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant"
+        else len(messages)
+    )
     last = messages[end - 1] if end else None
     note = _render_note([], lines)
     if isinstance(last, dict) and last.get("role") == "user" and isinstance(last.get("content"), (str, list)):

@@ -60,7 +60,9 @@ class Prompt:
     def _system_texts(self) -> list[str]:
         return [text for text in (self.system, *self.documents) if text]
 
-    def _render(self, api: Api, provider: Provider, model: str, system: list[Any], params: dict[str, Any]) -> dict[str, Any]:
+    def _render(
+        self, api: Api, provider: Provider, model: str, system: list[Any], params: dict[str, Any]
+    ) -> dict[str, Any]:
         adapter = adapter_for(api)
         kwargs: dict[str, Any] = {"model": model, **params}
         if self.tools:
@@ -74,7 +76,12 @@ class Prompt:
             kwargs["messages"] = system + turns
         call = adapter.to_call(kwargs, provider)
         if self.dynamic:
-            add_note(call, [f"{key}: {value}" for key, value in self.dynamic.items()], adapter.text_part_type, call.history_end)
+            add_note(
+                call,
+                [f"{key}: {value}" for key, value in self.dynamic.items()],
+                adapter.text_part_type,
+                call.history_end,
+            )
         canonicalize(call, self.policy, adapter)
         if self.policy.cache_hints:
             place_cache_hints(call, self.policy, adapter)

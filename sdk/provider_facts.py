@@ -30,7 +30,10 @@ ANTHROPIC_DEFAULT_MIN_TOKENS = 1024
 ANTHROPIC_MAX_BREAKPOINTS = 4
 ANTHROPIC_DEFAULT_TTL = "5m"
 ANTHROPIC_LONG_TTL = "1h"  # Anthropic requires every 1h mark to come before any 5m one
-ANTHROPIC_CACHE_TTL_SECONDS = {ANTHROPIC_DEFAULT_TTL: 300.0, ANTHROPIC_LONG_TTL: 3600.0}  # kept after a prefix's last use
+ANTHROPIC_CACHE_TTL_SECONDS = {
+    ANTHROPIC_DEFAULT_TTL: 300.0,
+    ANTHROPIC_LONG_TTL: 3600.0,
+}  # kept after a prefix's last use
 
 OPENAI_MIN_CACHEABLE_TOKENS = 1024
 OPENAI_CACHE_STEP_TOKENS = 128  # beyond the minimum, OpenAI caches prefixes in steps of this many tokens

@@ -70,7 +70,9 @@ class Refusals:
             if (addition.name, server) in self._refused:
                 addition.withhold(call)
 
-    def take_back(self, error: BaseException, call: Call, server: Hashable, post_kwargs: dict[str, Any], span: Any) -> bool:
+    def take_back(
+        self, error: BaseException, call: Call, server: Hashable, post_kwargs: dict[str, Any], span: Any
+    ) -> bool:
         """Whether `error` refused an addition kvwise made by itself; if so, `post_kwargs` now sends
         it as the caller wrote it, the call and its span say so, and the server is remembered."""
         if getattr(error, "status_code", None) not in _REFUSAL_STATUSES:

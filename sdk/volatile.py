@@ -215,7 +215,10 @@ def _scan(text: str) -> tuple[VolatileMatch, ...]:
     offset = 0
     for line in text.split("\n"):
         if _DIGIT.search(line) is not None:
-            found += [VolatileMatch(m.start + offset, m.end + offset, m.kind, m.label, m.text, m.value) for m in _scan_line(line)]
+            found += [
+                VolatileMatch(m.start + offset, m.end + offset, m.kind, m.label, m.text, m.value)
+                for m in _scan_line(line)
+            ]
         offset += len(line) + 1
     return tuple(found)
 
@@ -310,7 +313,9 @@ def _cut(chars: list[str], origin: list[int], match: VolatileMatch) -> VolatileM
         start, end = left - 1, right + 1
     if match.kind is VolatileKind.LABELLED_VALUE and (start, end) == (match.start, match.end):
         start, end = _widen_labelled(chars, start, end)
-    cut = VolatileMatch(origin[start], origin[end - 1] + 1, match.kind, match.label, "".join(chars[start:end]), match.value)
+    cut = VolatileMatch(
+        origin[start], origin[end - 1] + 1, match.kind, match.label, "".join(chars[start:end]), match.value
+    )
     _delete(chars, origin, start, end)
     _tidy(chars, origin, start)
     return cut

@@ -279,7 +279,10 @@ class WrappedClient(_Node):
             call, native = self._rewrite_batch(spec.api, provider, kwargs)
         else:
             call = adapter_for(spec.api).to_call(kwargs, provider)
-            call.endpoint = (str(compat.base_url(client)), hash((getattr(client, "api_key", None), getattr(client, "auth_token", None))))
+            call.endpoint = (
+                str(compat.base_url(client)),
+                hash((getattr(client, "api_key", None), getattr(client, "auth_token", None))),
+            )
             listeners = shared.chain.run(call)
             shared.refusals.mark(call, server)
             native = adapter_for(spec.api).to_kwargs(call)
@@ -287,8 +290,17 @@ class WrappedClient(_Node):
                 native = {key: value for key, value in native.items() if key in accepted}
         key = fanout_key(call, client) if shared.fanout is not None and spec.kind is Kind.CALL else None
         sender = Sender(
-            call, spec.kind, client, server, shared.policy, shared.telemetry, shared.package.connection_error, shared.fanout, key,
-            shared.refusals, tuple(listeners),
+            call,
+            spec.kind,
+            client,
+            server,
+            shared.policy,
+            shared.telemetry,
+            shared.package.connection_error,
+            shared.fanout,
+            key,
+            shared.refusals,
+            tuple(listeners),
         )
         return sender, native
 
@@ -332,4 +344,4 @@ def _parameters(function: Callable[..., Any]) -> frozenset[str] | None:
 def _relative(url: str, base_url: Any) -> str:
     """`url` relative to the client's base URL (the clients' sends take both forms)."""
     base = str(base_url).rstrip("/")
-    return url[len(base):] if base and url.startswith(base) else url
+    return url[len(base) :] if base and url.startswith(base) else url

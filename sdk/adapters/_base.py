@@ -76,7 +76,9 @@ def map_descriptions(tool: Any, transform: Callable[[str], str]) -> Any:
         return [map_descriptions(item, transform) for item in tool]
     if isinstance(tool, dict):
         return {
-            key: transform(value) if key == "description" and isinstance(value, str) else map_descriptions(value, transform)
+            key: transform(value)
+            if key == "description" and isinstance(value, str)
+            else map_descriptions(value, transform)
             for key, value in tool.items()
         }
     return tool

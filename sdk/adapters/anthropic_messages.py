@@ -47,7 +47,9 @@ class _MessagesEventTypes:
     message_stop: type[Any]
 
 
-_TYPES = _MessagesEventTypes(RawContentBlockStopEvent, RawMessageDeltaEvent, Delta, MessageDeltaUsage, RawMessageStopEvent)
+_TYPES = _MessagesEventTypes(
+    RawContentBlockStopEvent, RawMessageDeltaEvent, Delta, MessageDeltaUsage, RawMessageStopEvent
+)
 
 
 @functools.cache
@@ -63,7 +65,11 @@ def _beta_types() -> _MessagesEventTypes:
     from anthropic.types.beta.beta_raw_message_delta_event import Delta as BetaDelta
 
     return _MessagesEventTypes(
-        BetaRawContentBlockStopEvent, BetaRawMessageDeltaEvent, BetaDelta, BetaMessageDeltaUsage, BetaRawMessageStopEvent
+        BetaRawContentBlockStopEvent,
+        BetaRawMessageDeltaEvent,
+        BetaDelta,
+        BetaMessageDeltaUsage,
+        BetaRawMessageStopEvent,
     )
 
 
@@ -90,7 +96,13 @@ def _merged_usage(start: Any, delta: Any) -> Usage | None:
     """
     if delta is None:
         return messages_usage(start)
-    fields = ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "cache_creation")
+    fields = (
+        "input_tokens",
+        "output_tokens",
+        "cache_read_input_tokens",
+        "cache_creation_input_tokens",
+        "cache_creation",
+    )
     merged = {
         name: value if (value := getattr(delta, name, None)) is not None else getattr(start, name, None)
         for name in fields

@@ -45,13 +45,15 @@ def chat_usage(usage: Any) -> Usage | None:
 
 def completion_usage(usage: Usage) -> CompletionUsage:
     """`Usage` -> the `CompletionUsage` of a usage chunk kvwise makes (the inverse of `chat_usage`)."""
-    return CompletionUsage.model_validate({
-        "prompt_tokens": usage.input_tokens,
-        "completion_tokens": usage.output_tokens,
-        "total_tokens": usage.input_tokens + usage.output_tokens,
-        "prompt_tokens_details": {"cached_tokens": usage.cache_read_tokens},
-        "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
-    })
+    return CompletionUsage.model_validate(
+        {
+            "prompt_tokens": usage.input_tokens,
+            "completion_tokens": usage.output_tokens,
+            "total_tokens": usage.input_tokens + usage.output_tokens,
+            "prompt_tokens_details": {"cached_tokens": usage.cache_read_tokens},
+            "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+        }
+    )
 
 
 def caller_asks_usage(call: Call) -> bool:

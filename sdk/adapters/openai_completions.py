@@ -41,7 +41,15 @@ class CompletionsAdapter(Adapter):
         messages: list[Any] = []
         if isinstance(prompt, str):
             messages = [{"role": "user", "content": params.pop(_PROMPT)}]
-        return Call(api=self.api, provider=provider, model=str(params.get("model", "")), tools=[], system=[], messages=messages, params=params)
+        return Call(
+            api=self.api,
+            provider=provider,
+            model=str(params.get("model", "")),
+            tools=[],
+            system=[],
+            messages=messages,
+            params=params,
+        )
 
     def to_kwargs(self, call: Call) -> dict[str, Any]:
         kwargs = dict(call.params)

@@ -75,7 +75,12 @@ class _ResponsesTypes:
 
 
 _TYPES = _ResponsesTypes(
-    Response, ResponseOutputMessage, ResponseOutputText, IncompleteDetails, ResponseCompletedEvent, ResponseIncompleteEvent,
+    Response,
+    ResponseOutputMessage,
+    ResponseOutputText,
+    IncompleteDetails,
+    ResponseCompletedEvent,
+    ResponseIncompleteEvent,
     ResponseUsage,
 )
 
@@ -102,8 +107,13 @@ def _beta_types() -> _ResponsesTypes:
     from openai.types.beta.beta_response import IncompleteDetails as BetaIncompleteDetails
 
     return _ResponsesTypes(
-        BetaResponse, BetaResponseOutputMessage, BetaResponseOutputText, BetaIncompleteDetails, BetaResponseCompletedEvent,
-        BetaResponseIncompleteEvent, BetaResponseUsage,
+        BetaResponse,
+        BetaResponseOutputMessage,
+        BetaResponseOutputText,
+        BetaIncompleteDetails,
+        BetaResponseCompletedEvent,
+        BetaResponseIncompleteEvent,
+        BetaResponseUsage,
     )
 
 
@@ -131,7 +141,9 @@ class ResponsesAdapter(Adapter):
         elif isinstance(raw_input, (list, tuple)):
             items = list(raw_input)
         else:
-            raise TypeError(f"responses.create: input must be a string or a list of items, got {type(raw_input).__name__}")
+            raise TypeError(
+                f"responses.create: input must be a string or a list of items, got {type(raw_input).__name__}"
+            )
         split = count_leading_system(items)
         system = items[:split]
         if isinstance(params.get(_INSTRUCTIONS), str):
@@ -227,19 +239,28 @@ class ResponsesAdapter(Adapter):
         if truncated:
             update["incomplete_details"] = types.incomplete(reason="max_output_tokens")
         if usage is not None:  # the final event's response always carries the usage
-            update["usage"] = types.usage.model_validate({
-                "input_tokens": usage.input_tokens,
-                "input_tokens_details": {
-                    "cached_tokens": usage.cache_read_tokens, "cache_write_tokens": usage.cache_write_tokens,
-                },
-                "output_tokens": usage.output_tokens,
-                "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
-                "total_tokens": usage.input_tokens + usage.output_tokens,
-            })
-        response = base.model_copy(update=update) if base is not None else types.response.model_construct(
-            id=state.response_id or "", model=state.response_model or "", object="response", output=[message], **{
-                k: v for k, v in update.items() if k != "output"
-            }
+            update["usage"] = types.usage.model_validate(
+                {
+                    "input_tokens": usage.input_tokens,
+                    "input_tokens_details": {
+                        "cached_tokens": usage.cache_read_tokens,
+                        "cache_write_tokens": usage.cache_write_tokens,
+                    },
+                    "output_tokens": usage.output_tokens,
+                    "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+                    "total_tokens": usage.input_tokens + usage.output_tokens,
+                }
+            )
+        response = (
+            base.model_copy(update=update)
+            if base is not None
+            else types.response.model_construct(
+                id=state.response_id or "",
+                model=state.response_model or "",
+                object="response",
+                output=[message],
+                **{k: v for k, v in update.items() if k != "output"},
+            )
         )
         sequence = int(getattr(state.last_event, "sequence_number", 0) or 0) + 1
         state.finished = True

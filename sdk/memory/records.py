@@ -77,7 +77,10 @@ class Segment(NamedTuple):
 
 @dataclass(slots=True)
 class Seen:
-    """What the prefix tracker remembers of the last call of an API and model; `message_id` is learnt from its answer."""
+    """What the prefix tracker remembers of the last call of an API and model.
+
+    `message_id` is learnt from its answer.
+    """
 
     model: str
     chain: list[Segment]

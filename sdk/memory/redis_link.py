@@ -42,7 +42,9 @@ class RedisLink:
         parts = urlsplit(url)
         scheme = _SCHEMES.get(parts.scheme, parts.scheme)
         if scheme not in ("redis", "rediss", "unix"):
-            raise ValueError(f"state must be a redis://, rediss://, valkey:// or unix:// URL, got scheme {parts.scheme!r}")
+            raise ValueError(
+                f"state must be a redis://, rediss://, valkey:// or unix:// URL, got scheme {parts.scheme!r}"
+            )
         self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
         self.redis = redis.Redis.from_url(
             urlunsplit(parts._replace(scheme=scheme)),

@@ -127,7 +127,9 @@ class RedisStore:
         def push(redis: Any) -> int:
             pipe = redis.pipeline()
             if cut is not None:
-                pipe.lpush(cuts_key, int(cut)).ltrim(cuts_key, 0, ADAPTIVE_CAP_WINDOW - 1).expire(cuts_key, STATE_EXPIRY_SECONDS)
+                pipe.lpush(cuts_key, int(cut)).ltrim(cuts_key, 0, ADAPTIVE_CAP_WINDOW - 1).expire(
+                    cuts_key, STATE_EXPIRY_SECONDS
+                )
                 pipe.lrange(cuts_key, 0, -1)
             if length is not None:
                 pipe.lpush(lengths_key, length).ltrim(lengths_key, 0, ADAPTIVE_CAP_WINDOW - 1)
@@ -153,15 +155,23 @@ class RedisStore:
             self._local.forget(workload)
 
     def exchange_seen(self, api: str, seen: Seen) -> tuple[Seen | None, Seen | None]:
-        last_key, latest_key = f"{self._namespace}:seen:{_digest(api, seen.model)}", f"{self._namespace}:latest:{_digest(api)}"
-        done, stored = self.link.run(lambda redis: redis.pipeline(transaction=False).hgetall(last_key).hgetall(latest_key).execute())
+        last_key, latest_key = (
+            f"{self._namespace}:seen:{_digest(api, seen.model)}",
+            f"{self._namespace}:latest:{_digest(api)}",
+        )
+        done, stored = self.link.run(
+            lambda redis: redis.pipeline(transaction=False).hgetall(last_key).hgetall(latest_key).execute()
+        )
         if not done:
             return self._local.exchange_seen(api, seen)
         last_fields, latest_fields = stored or ({}, {})
         previous, latest = self._decoded("seen", last_fields), self._decoded("latest", latest_fields)
         kept = previous or latest
         stored_chain = kept.chain if kept is not None else []
-        seen.chain = [_kept(segment, stored_chain[index] if index < len(stored_chain) else None) for index, segment in enumerate(seen.chain)]
+        seen.chain = [
+            _kept(segment, stored_chain[index] if index < len(stored_chain) else None)
+            for index, segment in enumerate(seen.chain)
+        ]
         seen.settings = tuple(_digest(setting) if setting else "" for setting in seen.settings)
         value = encode_seen(seen)
 

@@ -2,9 +2,9 @@
 
 Every value read from the store is checked here before kvwise uses it: another process, an older
 kvwise, an operator or an attacker may have written it. A value that is not JSON, of the wrong
-type, of the wrong length or too large raises `_Malformed` (kvwise's own: it never reaches a caller), naming its key's kind; the store then
-drops it and the call goes on as if it had not been there, its span saying why
-(`kvwise.state.degraded_reason`, e.g. "malformed family value: not JSON").
+type, of the wrong length or too large raises `_Malformed` (kvwise's own: it never reaches a
+caller), naming its key's kind; the store then drops it and the call goes on as if it had not
+been there, its span saying why (`kvwise.state.degraded_reason`, e.g. "malformed family value: not JSON").
 """
 
 from __future__ import annotations
@@ -115,7 +115,9 @@ def decode_seen(kind: str, fields: Mapping[bytes, bytes]) -> Seen:
     for entry in _list(kind, record.get("chain")):
         key, hashed, tool, kept_sorted, kept_masked = _list(kind, entry, _SEGMENT_FIELDS)
         _require(kind, isinstance(key, str) and isinstance(hashed, str), "wrong type")
-        _require(kind, all(part is None or isinstance(part, str) for part in (tool, kept_sorted, kept_masked)), "wrong type")
+        _require(
+            kind, all(part is None or isinstance(part, str) for part in (tool, kept_sorted, kept_masked)), "wrong type"
+        )
         chain.append(Segment(key, hashed, None, tool, kept_sorted, kept_masked))
     answer_id: str | None = None
     if message_id is not None:

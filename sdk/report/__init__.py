@@ -11,7 +11,17 @@ from sdk.report.phoenix import PhoenixError, read_phoenix
 from sdk.report.spans import RawSpan, ReportedCall, calls, from_readable, read_otlp_json
 
 __all__ = [
-    "PhoenixError", "RawSpan", "Report", "ReportedCall", "build", "calls", "from_readable", "read_otlp_json",
-    "read_phoenix", "summary",
-    "write_page", "write_report", "write_report_from_spans",
+    "PhoenixError",
+    "RawSpan",
+    "Report",
+    "ReportedCall",
+    "build",
+    "calls",
+    "from_readable",
+    "read_otlp_json",
+    "read_phoenix",
+    "summary",
+    "write_page",
+    "write_report",
+    "write_report_from_spans",
 ]

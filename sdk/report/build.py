@@ -40,8 +40,16 @@ def build(records: Sequence[ReportedCall], top: int = REPORT_TOP_CONVERSATIONS) 
     fit, costs, decode = prefill_fit(records), model_costs(records), model_decode(records)
     conversations = conversation_stats(records, top)
     misses = miss_rows(records)
-    return Report(tuple(records), fit, hit_series(records), tuple(costs), tuple(decode), tuple(conversations),
-                  tuple(findings(conversations, costs, decode, fit, misses)), tuple(misses))
+    return Report(
+        tuple(records),
+        fit,
+        hit_series(records),
+        tuple(costs),
+        tuple(decode),
+        tuple(conversations),
+        tuple(findings(conversations, costs, decode, fit, misses)),
+        tuple(misses),
+    )
 
 
 def summary(report: Report) -> str:
@@ -49,7 +57,9 @@ def summary(report: Report) -> str:
     spend = sum(model.cost.total_usd for model in report.costs)
     saved = sum(model.cost.saved_usd for model in report.costs)
     missed = sum(row.tokens for row in report.misses if row.by_provider)
-    lines = [f"{len(report.calls)} calls, ${spend:.4f} spent, ${saved:.4f} saved by cache reads, "
-             f"{missed} cached tokens the provider missed"]
+    lines = [
+        f"{len(report.calls)} calls, ${spend:.4f} spent, ${saved:.4f} saved by cache reads, "
+        f"{missed} cached tokens the provider missed"
+    ]
     lines += [f"- {finding}" for finding in report.findings]
     return "\n".join(lines)

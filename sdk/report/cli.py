@@ -68,14 +68,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = commands.add_parser("report", help="diagnose prefill, decode and the cache from kvwise's spans")
     source = command.add_mutually_exclusive_group(required=True)
     source.add_argument("traces", type=Path, nargs="?", help="an OTLP/JSON file (the collector's file exporter output)")
-    source.add_argument("--phoenix", metavar="URL", help="a running Arize Phoenix to read instead (e.g. http://127.0.0.1:6006)")
+    source.add_argument(
+        "--phoenix", metavar="URL", help="a running Arize Phoenix to read instead (e.g. http://127.0.0.1:6006)"
+    )
     command.add_argument("--project", default=PHOENIX_DEFAULT_PROJECT, help="the Phoenix project (with --phoenix)")
     command.add_argument("--out", type=Path, default=Path("kvwise-report"), help="folder for report.html and the PNGs")
     args = parser.parse_args(argv)
     label = f"reading {args.phoenix or args.traces}"
     progress = progress_bar(sys.stderr, label) if sys.stderr.isatty() else None
     try:
-        spans = read_phoenix(args.phoenix, args.project, progress) if args.phoenix else read_otlp_json(args.traces, progress)
+        spans = (
+            read_phoenix(args.phoenix, args.project, progress)
+            if args.phoenix
+            else read_otlp_json(args.traces, progress)
+        )
     except (PhoenixError, OSError, ValueError) as error:
         print(f"kvwise report: {error}", file=sys.stderr)
         return 2

@@ -27,7 +27,10 @@ def write_figures(report: Report, folder: Path) -> dict[str, Path]:
 
     folder.mkdir(parents=True, exist_ok=True)
     drawers: dict[str, Callable[[Any, Report], None]] = {
-        "ttft": _ttft, "hit_ratio": _hit_ratio, "cost_split": _cost_split, "decode": _decode,
+        "ttft": _ttft,
+        "hit_ratio": _hit_ratio,
+        "cost_split": _cost_split,
+        "decode": _decode,
     }
     paths = {}
     for stem, draw in drawers.items():
@@ -48,8 +51,12 @@ def _ttft(figure: Any, report: Report) -> None:
         axes.scatter([c.uncached_input_tokens for c in group], [c.ttft_s for c in group], c=colour, label=label)
     if report.fit is not None and timed:
         top = max(call.uncached_input_tokens for call in timed)
-        axes.plot([0, top], [report.fit.intercept_s, report.fit.intercept_s + report.fit.slope_s_per_token * top],
-                  "k--", label=f"prefill {report.fit.seconds_per_1k * 1000:.0f} ms / 1k tokens")
+        axes.plot(
+            [0, top],
+            [report.fit.intercept_s, report.fit.intercept_s + report.fit.slope_s_per_token * top],
+            "k--",
+            label=f"prefill {report.fit.seconds_per_1k * 1000:.0f} ms / 1k tokens",
+        )
     axes.set_xlabel("uncached input tokens")
     axes.set_ylabel("time to first chunk (s)")
     axes.legend(loc="upper left")
@@ -66,7 +73,9 @@ def _hit_ratio(figure: Any, report: Report) -> None:
         axes.scatter(xs, [p.hit_ratio for p in points], label=conversation, s=28, zorder=2)
         breaks = [(x, p) for x, p in zip(xs, points) if p.cause is not None]
         for x, point in breaks[:labels]:
-            axes.annotate(point.cause, (x, point.hit_ratio), xytext=(4, 6), textcoords="offset points", rotation=45, fontsize=7)
+            axes.annotate(
+                point.cause, (x, point.hit_ratio), xytext=(4, 6), textcoords="offset points", rotation=45, fontsize=7
+            )
         labels -= min(labels, len(breaks))
     broken = [((p.start_ns - start) / 1e9, p.hit_ratio) for points in report.hits.values() for p in points if p.cause]
     if broken:
@@ -77,8 +86,12 @@ def _hit_ratio(figure: Any, report: Report) -> None:
     axes.legend(loc="upper left", bbox_to_anchor=(1, 1), fontsize=8)
 
 
-_SPEND = (("input_usd", "uncached input"), ("cached_input_usd", "cached input"),
-          ("cache_write_usd", "cache writes"), ("output_usd", "output (decode)"))
+_SPEND = (
+    ("input_usd", "uncached input"),
+    ("cached_input_usd", "cached input"),
+    ("cache_write_usd", "cache writes"),
+    ("output_usd", "output (decode)"),
+)
 """The four kinds of spend, in the order the cost picture draws them."""
 _PANELS_PER_ROW = 3
 
@@ -104,8 +117,16 @@ def _cost_split(figure: Any, report: Report) -> None:
         axes.set_ylim(0, max(values, default=0.0) * 1.35 or 1.0)
         ratio = spend.output_to_input
         said = f"output = {ratio:.2g}x input spend" if ratio is not None else "no input spend"
-        axes.text(0.5, 0.93, f"{said}\ncache reads saved ${spend.cost.saved_usd:.4f}", transform=axes.transAxes,
-                  ha="center", va="top", fontsize=8, bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.9})
+        axes.text(
+            0.5,
+            0.93,
+            f"{said}\ncache reads saved ${spend.cost.saved_usd:.4f}",
+            transform=axes.transAxes,
+            ha="center",
+            va="top",
+            fontsize=8,
+            bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.9},
+        )
         if index % columns == 0:
             axes.set_ylabel("USD")
 
@@ -119,9 +140,19 @@ def _decode(figure: Any, report: Report) -> None:
     lengths.set_ylabel("output tokens")
     for index, model in enumerate(report.decode):
         if model.draft_acceptance is not None:
-            speed.annotate(f"{model.draft_acceptance:.0%} of drafts kept", (index, model.tokens_per_s or 0.0),
-                           fontsize=8, ha="center", va="bottom")
+            speed.annotate(
+                f"{model.draft_acceptance:.0%} of drafts kept",
+                (index, model.tokens_per_s or 0.0),
+                fontsize=8,
+                ha="center",
+                va="bottom",
+            )
     for index, model in enumerate(report.decode, start=1):
         if model.guard_cuts:
-            lengths.annotate(f"{model.guard_cuts} cut, {model.guard_tokens_saved} saved",
-                             (index, max(model.output_lengths)), fontsize=8, ha="center", va="bottom")
+            lengths.annotate(
+                f"{model.guard_cuts} cut, {model.guard_tokens_saved} saved",
+                (index, max(model.output_lengths)),
+                fontsize=8,
+                ha="center",
+                va="bottom",
+            )

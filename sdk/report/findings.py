@@ -39,35 +39,50 @@ MISS_ADVICE = {
 
 
 def findings(
-    conversations: Sequence[ConversationStats], costs: Sequence[ModelCost], decode: Sequence[ModelDecode], fit: PrefillFit | None,
+    conversations: Sequence[ConversationStats],
+    costs: Sequence[ModelCost],
+    decode: Sequence[ModelDecode],
+    fit: PrefillFit | None,
     misses: Sequence[MissRow] = (),
 ) -> list[str]:
     """Sentences a user can act on, from the table's numbers."""
     found = []
     for row in misses:
         whose = "the provider missed" if row.by_provider else "kvwise expected but could not get"
-        found.append(f"{whose} {row.tokens} cached tokens (${row.usd:.4f} paid uncached) on {row.calls} call(s), "
-                     f"`{row.cause}`: {MISS_ADVICE.get(row.cause, 'see the spans kvwise.cache.* attributes')}.")
+        found.append(
+            f"{whose} {row.tokens} cached tokens (${row.usd:.4f} paid uncached) on {row.calls} call(s), "
+            f"`{row.cause}`: {MISS_ADVICE.get(row.cause, 'see the spans kvwise.cache.* attributes')}."
+        )
     for stats in conversations:
         if stats.top_cause is not None:
             where = f" in {stats.top_break_at}" if stats.top_break_at else ""
             advice = ADVICE.get(stats.top_cause, "see the spans' kvwise.prefix.* attributes")
-            found.append(f"conversation {stats.conversation} broke its cache {stats.top_cause_count} times on "
-                         f"`{stats.top_cause}`{where}: {advice}.")
+            found.append(
+                f"conversation {stats.conversation} broke its cache {stats.top_cause_count} times on "
+                f"`{stats.top_cause}`{where}: {advice}."
+            )
     for spend in costs:
         if spend.cost.total_usd:
-            found.append(f"{spend.model}: decode (output) is {spend.decode_share:.0%} of ${spend.cost.total_usd:.4f} spent; "
-                         f"cache reads saved ${spend.cost.saved_usd:.4f}.")
+            found.append(
+                f"{spend.model}: decode (output) is {spend.decode_share:.0%} of ${spend.cost.total_usd:.4f} spent; "
+                f"cache reads saved ${spend.cost.saved_usd:.4f}."
+            )
     for model in decode:
         if model.draft_acceptance is not None:
             speed = f" at {model.tokens_per_s:.0f} tokens/s (median)" if model.tokens_per_s else ""
-            found.append(f"{model.model}: the server's speculative decoding kept {model.draft_acceptance:.0%} of its drafted "
-                         f"tokens; decode ran{speed or ' (no streamed call timed it)'}.")
+            found.append(
+                f"{model.model}: the server's speculative decoding kept {model.draft_acceptance:.0%} of its drafted "
+                f"tokens; decode ran{speed or ' (no streamed call timed it)'}."
+            )
         if model.guard_cuts:
-            found.append(f"{model.model}: the loop guard cut {model.guard_cuts} runaway answer(s), "
-                         f"saving {model.guard_tokens_saved} output tokens.")
+            found.append(
+                f"{model.model}: the loop guard cut {model.guard_cuts} runaway answer(s), "
+                f"saving {model.guard_tokens_saved} output tokens."
+            )
     if fit is not None:
-        found.append(f"prefill costs {fit.seconds_per_1k * 1000:.0f} ms per 1k uncached input tokens "
-                     f"(fitted over {fit.points} streamed calls): "
-                     "a TTFT spike on a long uncached prompt is the prompt, not the model.")
+        found.append(
+            f"prefill costs {fit.seconds_per_1k * 1000:.0f} ms per 1k uncached input tokens "
+            f"(fitted over {fit.points} streamed calls): "
+            "a TTFT spike on a long uncached prompt is the prompt, not the model."
+        )
     return found

@@ -44,7 +44,13 @@ def miss_rows(records: Sequence[ReportedCall]) -> list[MissRow]:
         if record.miss_cause is not None and record.missed_tokens:
             rows.setdefault(record.miss_cause, []).append(record)
     found = [
-        MissRow(cause, cause in PROVIDER_CAUSES, len(calls), sum(r.missed_tokens for r in calls), sum(map(missed_usd, calls)))
+        MissRow(
+            cause,
+            cause in PROVIDER_CAUSES,
+            len(calls),
+            sum(r.missed_tokens for r in calls),
+            sum(map(missed_usd, calls)),
+        )
         for cause, calls in rows.items()
     ]
     return sorted(found, key=lambda row: (not row.by_provider, -row.tokens))

@@ -156,11 +156,16 @@ def model_decode(records: Sequence[ReportedCall]) -> list[ModelDecode]:
         speeds = sorted(r.output_tokens / r.decode_s for r in calls if r.decode_s and r.output_tokens)
         cuts = [r for r in calls if r.guard]
         drafted = sum(r.draft_tokens for r in calls)
-        result.append(ModelDecode(
-            model, speeds[len(speeds) // 2] if speeds else None, tuple(r.output_tokens for r in calls),
-            len(cuts), sum(r.guard_tokens_saved for r in cuts),
-            sum(r.draft_accepted_tokens for r in calls) / drafted if drafted else None,
-        ))
+        result.append(
+            ModelDecode(
+                model,
+                speeds[len(speeds) // 2] if speeds else None,
+                tuple(r.output_tokens for r in calls),
+                len(cuts),
+                sum(r.guard_tokens_saved for r in cuts),
+                sum(r.draft_accepted_tokens for r in calls) / drafted if drafted else None,
+            )
+        )
     return result
 
 
@@ -172,10 +177,18 @@ def conversation_stats(records: Sequence[ReportedCall], top: int) -> list[Conver
         causes = Counter(_cause_key(r) for r in broken)
         top_cause, count = causes.most_common(1)[0] if causes else (None, 0)
         places = Counter(r.break_at for r in broken if r.break_at and _cause_key(r) == top_cause)
-        stats.append(ConversationStats(
-            conversation, len(calls), sum(r.cost_usd for r in calls), hit_ratio(calls), len(broken),
-            top_cause, count, places.most_common(1)[0][0] if places else None,
-        ))
+        stats.append(
+            ConversationStats(
+                conversation,
+                len(calls),
+                sum(r.cost_usd for r in calls),
+                hit_ratio(calls),
+                len(broken),
+                top_cause,
+                count,
+                places.most_common(1)[0][0] if places else None,
+            )
+        )
     return sorted(stats, key=lambda s: (-s.spend_usd, s.conversation))[:top]
 
 

@@ -10,10 +10,12 @@ from pathlib import Path
 from sdk.report.build import Report, summary
 from sdk.report.figures import TITLES
 
-_STYLE = ("*{box-sizing:border-box}body{font-conversation:sans-serif;max-width:60em;margin:2em auto;padding:0 1em;"
-          "overflow-wrap:anywhere}table{border-collapse:collapse;max-width:100%}"
-          "td,th{border:1px solid #ccc;padding:.3em .6em;text-align:right}td:first-child{text-align:left}"
-          "img{display:block;max-width:100%;height:auto}")
+_STYLE = (
+    "*{box-sizing:border-box}body{font-conversation:sans-serif;max-width:60em;margin:2em auto;padding:0 1em;"
+    "overflow-wrap:anywhere}table{border-collapse:collapse;max-width:100%}"
+    "td,th{border:1px solid #ccc;padding:.3em .6em;text-align:right}td:first-child{text-align:left}"
+    "img{display:block;max-width:100%;height:auto}"
+)
 """Every line wraps within the page: long words break, the figures scale down to the page's width."""
 
 
@@ -25,8 +27,8 @@ def render(report: Report, figures: Mapping[str, Path]) -> str:
         for f in report.conversations
     )
     images = "".join(
-        f"<h2>{html.escape(TITLES[stem])}</h2><img alt=\"{html.escape(TITLES[stem])}\" "
-        f"src=\"data:image/png;base64,{base64.b64encode(path.read_bytes()).decode('ascii')}\">"
+        f'<h2>{html.escape(TITLES[stem])}</h2><img alt="{html.escape(TITLES[stem])}" '
+        f'src="data:image/png;base64,{base64.b64encode(path.read_bytes()).decode("ascii")}">'
         for stem, path in figures.items()
     )
     misses = "".join(
@@ -38,7 +40,7 @@ def render(report: Report, figures: Mapping[str, Path]) -> str:
     items = "".join(f"<li>{html.escape(finding)}</li>" for finding in report.findings)
     headline = html.escape(summary(report).splitlines()[0])
     return (
-        f"<!doctype html><html><head><meta charset=\"utf-8\"><title>kvwise report</title><style>{_STYLE}</style>"
+        f'<!doctype html><html><head><meta charset="utf-8"><title>kvwise report</title><style>{_STYLE}</style>'
         f"</head><body><h1>kvwise report</h1><p>{headline}</p><h2>Findings</h2><ul>{items}</ul>"
         "<h2>Top conversations by spend</h2><table><tr><th>conversation</th><th>calls</th><th>spend</th>"
         f"<th>hit ratio</th><th>breaks</th><th>most frequent break cause</th></tr>{rows}</table>"

@@ -130,10 +130,20 @@ def otlp_span(span: Mapping[str, Any], scope: str) -> RawSpan:
     )
 
 
-_CAMEL = {key: key for key in (
-    "spanId", "parentSpanId", "startTimeUnixNano", "endTimeUnixNano",
-    "intValue", "doubleValue", "arrayValue", "stringValue", "boolValue",
-)}
+_CAMEL = {
+    key: key
+    for key in (
+        "spanId",
+        "parentSpanId",
+        "startTimeUnixNano",
+        "endTimeUnixNano",
+        "intValue",
+        "doubleValue",
+        "arrayValue",
+        "stringValue",
+        "boolValue",
+    )
+}
 _SNAKE = {key: "".join(f"_{c.lower()}" if c.isupper() else c for c in key) for key in _CAMEL}
 """OTLP/JSON's field names, and the same in snake_case (Phoenix's REST answer), by their camelCase."""
 

@@ -169,7 +169,7 @@ def _span_id(span: Any) -> str | None:
 
 
 def _note_degraded(record: CallRecord, reason: str) -> None:
-    """Record on the span that the shared state store failed at the fan-out join (`sdk.shared_state`)."""
+    """Record on the span that the shared state store failed at the fan-out join (`sdk.memory.redis_store`)."""
     span = record.span
     if span is not None:
         span.set_attributes({sc.KVWISE_STATE_DEGRADED: True, sc.KVWISE_STATE_DEGRADED_REASON: reason})

@@ -84,11 +84,15 @@ class Telemetry:
             tracer = trace.get_tracer(sc.INSTRUMENTATION_SCOPE, version, tracer_provider)
             instruments = Instruments(get_meter(sc.INSTRUMENTATION_SCOPE, version or "", meter_provider))
             if capture.on_event:
-                event_logger = _logs.get_logger(sc.INSTRUMENTATION_SCOPE, version or "", logger_provider=logger_provider)
+                event_logger = _logs.get_logger(
+                    sc.INSTRUMENTATION_SCOPE, version or "", logger_provider=logger_provider
+                )
         except Exception:
             logger.debug("kvwise telemetry: a provider failed; recording what is left", exc_info=True)
         self._shapes: dict[tuple[object, ...], Shape] = {}
-        self.sinks = Sinks(tracer=tracer, instruments=instruments, prices=prices, capture=capture, event_logger=event_logger)
+        self.sinks = Sinks(
+            tracer=tracer, instruments=instruments, prices=prices, capture=capture, event_logger=event_logger
+        )
 
     def start(self, call: Call, server: Server) -> CallRecord:
         """Open the call's CLIENT span, named `"{operation} {model}"`, with everything known before sending."""

@@ -67,5 +67,9 @@ class BoundedBatchSpanProcessor(BatchSpanProcessor):
             logger.warning(
                 "kvwise telemetry: %d of %d spans were not exported to %s and are dropped "
                 "(shutdown waited %.1f s, at most %.1f s)",
-                dropped, self._ended, self._where, time.monotonic() - started, self._bound,
+                dropped,
+                self._ended,
+                self._where,
+                time.monotonic() - started,
+                self._bound,
             )

@@ -61,5 +61,7 @@ def trace_headers(client: Any, span: Span | None) -> dict[str, str] | None:
         inject(carrier, context=trace.set_span_in_context(span) if span is not None else None)
         return carrier
     except Exception:
-        logger.debug("kvwise telemetry: could not read the client's tracing options; it traces as it would", exc_info=True)
+        logger.debug(
+            "kvwise telemetry: could not read the client's tracing options; it traces as it would", exc_info=True
+        )
         return None

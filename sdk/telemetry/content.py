@@ -45,7 +45,9 @@ def parse_capture(value: str | None) -> ContentCapture:
         pass
     if text.lower() in _LEGACY_SPELLINGS:
         return _LEGACY_SPELLINGS[text.lower()]
-    logger.debug("%s=%r is not one of %s; capturing no content", CAPTURE_MESSAGE_CONTENT_ENV, value, list(ContentCapture))
+    logger.debug(
+        "%s=%r is not one of %s; capturing no content", CAPTURE_MESSAGE_CONTENT_ENV, value, list(ContentCapture)
+    )
     return ContentCapture.NO_CONTENT
 
 
@@ -141,26 +143,49 @@ def _part(block: Mapping[str, Any]) -> dict[str, Any]:
     if kind == "tool_use":
         return {"type": "tool_call", "id": block.get("id"), "name": block.get("name"), "arguments": block.get("input")}
     if kind == "tool_result":
-        return {"type": "tool_call_response", "id": block.get("tool_use_id"), "response": _text_of(block.get("content"))}
+        return {
+            "type": "tool_call_response",
+            "id": block.get("tool_use_id"),
+            "response": _text_of(block.get("content")),
+        }
     return {"type": str(kind or "unknown")}
 
 
 def _message(message: Mapping[str, Any]) -> dict[str, Any]:
     kind = message.get("type")
     if kind == "function_call":  # Responses API item
-        call_part = {"type": "tool_call", "id": message.get("call_id"), "name": message.get("name"), "arguments": message.get("arguments")}
+        call_part = {
+            "type": "tool_call",
+            "id": message.get("call_id"),
+            "name": message.get("name"),
+            "arguments": message.get("arguments"),
+        }
         return {"role": _ASSISTANT, "parts": [call_part]}
     if kind == "function_call_output":
-        return {"role": _TOOL, "parts": [{"type": "tool_call_response", "id": message.get("call_id"), "response": message.get("output")}]}
+        return {
+            "role": _TOOL,
+            "parts": [{"type": "tool_call_response", "id": message.get("call_id"), "response": message.get("output")}],
+        }
     role = str(message.get("role") or "user")
     if role == _TOOL:  # Chat Completions tool result
-        response = {"type": "tool_call_response", "id": message.get("tool_call_id"), "response": _text_of(message.get("content"))}
+        response = {
+            "type": "tool_call_response",
+            "id": message.get("tool_call_id"),
+            "response": _text_of(message.get("content")),
+        }
         return {"role": role, "parts": [response]}
     parts = content_parts(message.get("content"))
     for tool_call in message.get("tool_calls") or ():
         native = _native(tool_call)
         function = _native(native.get("function") or {})
-        parts.append({"type": "tool_call", "id": native.get("id"), "name": function.get("name"), "arguments": function.get("arguments")})
+        parts.append(
+            {
+                "type": "tool_call",
+                "id": native.get("id"),
+                "name": function.get("name"),
+                "arguments": function.get("arguments"),
+            }
+        )
     return {"role": role, "parts": parts}
 
 

@@ -43,18 +43,26 @@ class Instruments:
             description="Number of input and output tokens used.",
             explicit_bucket_boundaries_advisory=list(sc.TOKEN_BUCKETS),
         )
-        self.duration: Histogram = self._seconds(meter, sc.GEN_AI_CLIENT_OPERATION_DURATION, "GenAI operation duration.")
+        self.duration: Histogram = self._seconds(
+            meter, sc.GEN_AI_CLIENT_OPERATION_DURATION, "GenAI operation duration."
+        )
         self.time_to_first_chunk: Histogram = self._seconds(
             meter, sc.GEN_AI_CLIENT_OPERATION_TIME_TO_FIRST_CHUNK, "Time from the request to the first content chunk."
         )
         self.per_chunk: Histogram = self._seconds(
-            meter, sc.GEN_AI_CLIENT_OPERATION_TIME_PER_OUTPUT_CHUNK, "Mean time per output chunk after the first, per call."
+            meter,
+            sc.GEN_AI_CLIENT_OPERATION_TIME_PER_OUTPUT_CHUNK,
+            "Mean time per output chunk after the first, per call.",
         )
         self.cache_reads: Counter = meter.create_counter(
-            sc.KVWISE_CACHE_READ_TOKENS, unit=sc.TOKEN_UNIT, description="Input tokens read from provider prefix caches."
+            sc.KVWISE_CACHE_READ_TOKENS,
+            unit=sc.TOKEN_UNIT,
+            description="Input tokens read from provider prefix caches.",
         )
         self.cache_misses: Counter = meter.create_counter(
-            sc.KVWISE_CACHE_MISSED_TOKENS, unit=sc.TOKEN_UNIT, description="Input tokens the provider should have read from its cache and did not."
+            sc.KVWISE_CACHE_MISSED_TOKENS,
+            unit=sc.TOKEN_UNIT,
+            description="Input tokens the provider should have read from its cache and did not.",
         )
         self.cost: Counter = meter.create_counter(
             sc.KVWISE_COST_USD, unit=sc.USD_UNIT, description="Cost of calls at the price table's rates."
@@ -63,7 +71,10 @@ class Instruments:
     @staticmethod
     def _seconds(meter: Meter, name: str, description: str) -> Histogram:
         return meter.create_histogram(
-            name, unit=sc.SECONDS_UNIT, description=description, explicit_bucket_boundaries_advisory=list(sc.DURATION_BUCKETS)
+            name,
+            unit=sc.SECONDS_UNIT,
+            description=description,
+            explicit_bucket_boundaries_advisory=list(sc.DURATION_BUCKETS),
         )
 
     def record(self, outcome: Outcome, attributes: Attributes, duration_ns: int, per_chunk_ns: float | None) -> None:
@@ -83,7 +94,9 @@ class Instruments:
             if usage.cache_read_tokens:
                 self.cache_reads.add(usage.cache_read_tokens, attributes, context)
         if outcome.miss is not None:
-            self.cache_misses.add(outcome.miss.missed, {**attributes, sc.KVWISE_CACHE_MISS_CAUSE: outcome.miss.cause}, context)
+            self.cache_misses.add(
+                outcome.miss.missed, {**attributes, sc.KVWISE_CACHE_MISS_CAUSE: outcome.miss.cause}, context
+            )
         if outcome.time_to_first_chunk_s is not None:
             self.time_to_first_chunk.record(outcome.time_to_first_chunk_s, attributes, context)
         if per_chunk_ns is not None:

@@ -59,7 +59,9 @@ _PROVIDERS: dict[str, str] = {
     sc.ProviderName.X_AI.value: sc.LlmProvider.XAI.value,
 }
 """`gen_ai.provider.name` -> `llm.provider` (the two conventions spell some providers differently)."""
-_CONTENT_PARAMS = frozenset({"messages", "prompt", "input", "system", "instructions", "tools", "functions", "prediction"})
+_CONTENT_PARAMS = frozenset(
+    {"messages", "prompt", "input", "system", "instructions", "tools", "functions", "prediction"}
+)
 """The request's content (and Chat's predicted output), kept out of `llm.invocation_parameters`, which
 is written with capture off too."""
 _TRANSPORT_PARAMS = frozenset({"extra_headers", "extra_query", "extra_body", "timeout"})

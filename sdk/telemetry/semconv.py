@@ -516,10 +516,14 @@ class MissCause(StrEnum):
     the provider's: it did not keep or honour what it should have."""
 
     LIFETIME_PASSED = "lifetime_passed"  # the earlier call is older than the cache lifetime kvwise knows
-    UNDER_MINIMUM = "under_minimum"  # the shared prefix is at the provider's minimum cacheable length, by kvwise's count
+    UNDER_MINIMUM = (
+        "under_minimum"  # the shared prefix is at the provider's minimum cacheable length, by kvwise's count
+    )
     OTHER_ENDPOINT = "other_endpoint"  # the prefix was sent before to another base URL or key
     BREAKPOINT_IGNORED = "breakpoint_ignored"  # breakpoints were sent and the answer shows no cache write nor read
-    EVICTED = "evicted"  # within the lifetime, breakpoints honoured: the provider dropped it (eviction, another replica)
+    EVICTED = (
+        "evicted"  # within the lifetime, breakpoints honoured: the provider dropped it (eviction, another replica)
+    )
 
 
 class CapSource(StrEnum):

@@ -55,7 +55,9 @@ def setup(
         resource[sc.OPENINFERENCE_PROJECT_NAME] = project
     provider = TracerProvider(resource=Resource.create(resource))
     url = traces_url(endpoint) if endpoint else None
-    provider.add_span_processor(BoundedBatchSpanProcessor(OTLPSpanExporter(endpoint=url), url or "the OTLP endpoint of the environment"))
+    provider.add_span_processor(
+        BoundedBatchSpanProcessor(OTLPSpanExporter(endpoint=url), url or "the OTLP endpoint of the environment")
+    )
     if set_global:
         trace.set_tracer_provider(provider)
     return provider

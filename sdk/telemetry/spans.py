@@ -84,7 +84,9 @@ def _server_cause(call: Call, reason: str | None) -> str | None:
     if reason and disagree(reason, call.break_cause, call.break_at):
         logger.warning(
             "kvwise: the provider says the cache missed because %s, kvwise thought %s (at %s)",
-            reason, call.break_cause or "nothing changed", call.break_at or "the call's settings",
+            reason,
+            call.break_cause or "nothing changed",
+            call.break_at or "the call's settings",
         )
     return reason
 
@@ -118,8 +120,23 @@ class CallRecord:
     """The telemetry of one call, driven by the send and the stream watcher (see the module docstring)."""
 
     __slots__ = (
-        "_attempt_ns", "_attempts", "_base", "_call", "_chunks", "_ended", "_first_ns", "_guard", "_last_ns",
-        "_received_ns", "_request", "_sinks", "_span", "_start_ns", "_streamed", "_tokens_saved", "_usage_estimated",
+        "_attempt_ns",
+        "_attempts",
+        "_base",
+        "_call",
+        "_chunks",
+        "_ended",
+        "_first_ns",
+        "_guard",
+        "_last_ns",
+        "_received_ns",
+        "_request",
+        "_sinks",
+        "_span",
+        "_start_ns",
+        "_streamed",
+        "_tokens_saved",
+        "_usage_estimated",
     )
 
     def __init__(
@@ -214,14 +231,20 @@ class CallRecord:
                 span.end(end_time=end_ns)  # never leave the span open
             raise
         if span is not None:
-            self._finish_span(sinks, span, outcome, content.output_messages(end.output_text, end.output_tool_calls), end_ns)
+            self._finish_span(
+                sinks, span, outcome, content.output_messages(end.output_text, end.output_tool_calls), end_ns
+            )
         if sinks.instruments is not None:
             self._record_metrics(sinks.instruments, outcome, end_ns)
 
     def _outcome(self, sinks: Sinks, end: CallEnd) -> Outcome:
         streamed, first = self._streamed, self._first_ns
         usage, error, finish_reasons = end.usage, end.error, end.finish_reasons
-        price = (sinks.prices.lookup(end.response_model) or sinks.prices.lookup(self._call.model)) if usage is not None else None
+        price = (
+            (sinks.prices.lookup(end.response_model) or sinks.prices.lookup(self._call.model))
+            if usage is not None
+            else None
+        )
         if not finish_reasons and error is not None and (first is not None or end.response_id is not None):
             finish_reasons = _UNFINISHED  # the generation started and never reached a terminal reason
         return Outcome(
@@ -250,7 +273,9 @@ class CallRecord:
         return max(received - self._attempt_ns, 0) / _NS_PER_S
 
     @never_raises
-    def _finish_span(self, sinks: Sinks, span: Span, outcome: Outcome, answer: list[dict[str, Any]], end_ns: int) -> None:
+    def _finish_span(
+        self, sinks: Sinks, span: Span, outcome: Outcome, answer: list[dict[str, Any]], end_ns: int
+    ) -> None:
         try:
             if not span.is_recording() and sinks.capture is _NO_CONTENT:
                 return  # sampled out, or no SDK: nothing reads its attributes (the span still ends)
@@ -292,7 +317,9 @@ class CallRecord:
             decode_end = max(self._last_ns or first, first)
             decode_facts = phases.decode_facts(usage, decode_end - first)
             decode_facts[sc.KVWISE_STREAM_CHUNKS] = self._chunks
-            decode = tracer.start_span(_DECODE, parent, kind=SpanKind.INTERNAL, attributes=decode_facts, start_time=first)
+            decode = tracer.start_span(
+                _DECODE, parent, kind=SpanKind.INTERNAL, attributes=decode_facts, start_time=first
+            )
             decode.end(end_time=decode_end)
 
     def _capture(self, sinks: Sinks, span: Span, outcome: Outcome, answer: list[dict[str, Any]]) -> Attributes:
