@@ -46,14 +46,28 @@ Glossary: one word per concept (identifiers that still say another word are list
 - cut: kvwise ended a stream early; truncated: the stream ended without its final event, not by
   kvwise; refusal: the server rejected one of kvwise's additions and the call went again without it
   (for the cap: `kvwise.guard.cap_refused`, a published name kept as it is).
+
+Layout, in the order a call meets it (the order itself is one function, `sdk.pipeline.Pipeline.prepare`):
+
+    wrap, surface, compat  the wrapped client; which methods go through kvwise; the clients' private parts
+    adapters/              an API's native arguments as a `Call` (`call`) and back; its responses read
+    pipeline               the order of a call, top to bottom, and the user's `Middleware`
+    prompt/                canonical order and volatile bytes; `sdk.Prompt` and `sdk.lint`
+    cache/                 the provider's cache: fingerprint, hints, the read to expect, diagnostics, fan-out
+    decode/                decode limits, adaptive caps, the loop guard
+    send/                  the send: attempts and retries, refusals taken back, the stream watcher
+    lifecycle              the end of call, told to its listeners, then to the telemetry
+    telemetry/             spans, metrics, events, prices; `sdk.conversation`
+    memory/                what a client learns, in one store (in-process or Redis)
+    report/                `python -m sdk.report`
 """
 
-from sdk.chain import Middleware
-from sdk.conversation import conversation
 from sdk.errors import KvwiseError, StreamTruncated, UnsupportedClient
-from sdk.lint import Finding, lint
+from sdk.pipeline import Middleware
 from sdk.policy import Policy
-from sdk.prompt import Prompt
+from sdk.prompt.builder import Prompt
+from sdk.prompt.lint import Finding, lint
+from sdk.telemetry.conversation import conversation
 from sdk.wrap import wrap
 
 __all__ = [

@@ -32,7 +32,7 @@ VOLATILE_LINE_CACHE_SIZE = 4096  # lines whose scan is remembered: a prompt with
 VOLATILE_FAMILIES = 256  # prompt families whose candidate bytes a wrapped client remembers (LRU)
 VOLATILE_MAX_ASCENDING_RUN = 4  # a nonce has no longer run of consecutive code points ("0123456789abcdef")
 
-# Expected against read (`sdk.expected_reads`)
+# Expected against read (`sdk.cache.expected_reads`)
 SENT_PREFIXES_REMEMBERED = (
     64  # calls whose prefixes (hashes and sizes) a wrapped client keeps, to tell what the next should read
 )

@@ -58,14 +58,14 @@ class Call:
     back even when empty, since `tools=[]` is not an absent `tools`. `cap` is the decode limits' decision
     (None: the request carries no output limit). `stream_usage_added`: kvwise asked the stream for
     its usage (`stream_options.include_usage`) where the caller did not; `stream_usage_refused`: the
-    server refuses `stream_options`, so none is added (`sdk.stream_options`). `changes` lists what
+    server refuses `stream_options`, so none is added (`sdk.send.stream_options`). `changes` lists what
     kvwise rewrote, for the span alone: no decision reads it.
     `state_degraded`: why the shared state store failed this call (`sdk.memory.redis_store`), which then
     went on with in-process memories.
-    `context_note` holds the lines of the tail note (`sdk.moving`: values that change within a
+    `context_note` holds the lines of the tail note (`sdk.prompt.moving`: values that change within a
     conversation), which the next call of the conversation will not re-send where this one has them.
     `endpoint`: who the call goes to beyond its provider and model (its base URL and a hash of its
-    key), `expected_read` the tokens its provider should read from the cache (`sdk.expected_reads`),
+    key), `expected_read` the tokens its provider should read from the cache (`sdk.cache.expected_reads`),
     and `read_miss`, once it answered, how many it missed and why (None: no miss).
     """
 
@@ -133,7 +133,7 @@ class Usage:
 
 @dataclass(frozen=True, slots=True)
 class Expectation:
-    """The cached tokens a call should read (`sdk.expected_reads`), a miss cause known before its answer
+    """The cached tokens a call should read (`sdk.cache.expected_reads`), a miss cause known before its answer
     (a `sdk.telemetry.semconv.MissCause` value; None: none), and whether the request carries
     breakpoints of an explicit cache (a provider honouring them writes or reads)."""
 

@@ -1,9 +1,9 @@
 """The life of one call after its request is built: attempts, the first content chunk, and one end.
 
 How a call ended is published once, as a typed `CallEnd`, to the call's listeners: what kvwise's
-features learn from an answer subscribe here (adaptive caps: its usage, `sdk.adaptive_caps`;
-fan-out followers: its first chunk or end, `sdk.fanout`; cache diagnostics: its id,
-`sdk.diagnostics`), and the telemetry record is told last. No feature hangs on the telemetry, so
+features learn from an answer subscribe here (adaptive caps: its usage, `sdk.decode.adaptive_caps`;
+fan-out followers: its first chunk or end, `sdk.cache.fanout`; cache diagnostics: its id,
+`sdk.cache.diagnostics`), and the telemetry record is told last. No feature hangs on the telemetry, so
 each works without a tracer, and each is found where it subscribes.
 
     lifecycle = Lifecycle(record, call.listeners)

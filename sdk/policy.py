@@ -28,21 +28,21 @@ class Policy:
     - `cache_diagnostics`: ask Anthropic why each cache miss happened (`diagnostics` on the request,
       recorded as `kvwise.prefix.break_cause_server`); only on Anthropic's own API.
     - `max_output_tokens`: a larger request is clamped to it, a missing one is filled in where it fits
-      the model (an OpenAI-compatible server's context, from its `/v1/models`; `sdk.guards`); a
+      the model (an OpenAI-compatible server's context, from its `/v1/models`; `sdk.decode.limits`); a
       server that refuses the limit kvwise set gets the call again with the caller's own.
     - `adaptive_caps`: a call whose caller set no output limit gets its prompt family's p99 (per API
       and model) of output tokens x `adaptive_cap_margin`, at least `adaptive_cap_floor`, at most
-      `max_output_tokens`, once the family has enough answers (`sdk.adaptive_caps`); reasoning calls
+      `max_output_tokens`, once the family has enough answers (`sdk.decode.adaptive_caps`); reasoning calls
       without a budget stay uncapped.
     - `fanout`: "warm" holds a call whose cacheable prefix equals an in-flight call's (same client,
       tenant and key) until that call's first chunk or answer, so it reads the cache instead of writing
-      it again, waiting at most `fanout_wait_seconds` (`sdk.fanout`); None sends every call at once.
+      it again, waiting at most `fanout_wait_seconds` (`sdk.cache.fanout`); None sends every call at once.
     - `stop`: stop sequences merged with the caller's, within each API's limit.
     - `frequency_penalty`, `presence_penalty`: defaults where the API has them and the caller set none.
     - `loop_guard`: cut a streamed answer whose text repeats back-to-back.
     - `retries`: attempts after the first, made by the SDK (the client's own retries are turned off),
       where the caller set no `max_retries` of their own; theirs (client, `with_options`, request)
-      is kvwise's number of retries (`sdk.retry.retries_for`).
+      is kvwise's number of retries (`sdk.send.retry.retries_for`).
     - `capture_content`: record prompt and completion text on spans; None reads
       OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT.
     - `prices`: model -> {"input", "cached_input", "cache_write", "output"} in USD per million tokens,

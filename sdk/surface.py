@@ -4,7 +4,7 @@ A resource is named by its attribute path from the client (`("chat", "completion
 `client.chat.completions`); the same path names it on the sync and async clients, on Azure, Bedrock,
 Vertex and Foundry, and under `client.with_raw_response` / `client.with_streaming_response`.
 
-- `INTERCEPTED`: the methods kvwise replaces. Each runs the rewrite chain on its arguments, then the
+- `INTERCEPTED`: the methods kvwise replaces. Each runs the call's steps (`sdk.pipeline`) on its arguments, then the
   client's own method, whose send goes through kvwise's retries, telemetry and stream watching.
   `Kind.COUNT` methods count the prompt as kvwise would send it (no output parameters);
   `Kind.BATCH` methods rewrite every request of the batch.
@@ -14,7 +14,7 @@ Vertex and Foundry, and under `client.with_raw_response` / `client.with_streamin
 - `PASS_THROUGH`: resources (or single methods) left to the client, each with the reason.
 - `ROUTES`: the same model calls reached below the resources, through the client's own `post` or
   `request` (`SENDS`), as frameworks send them (LiteLLM posts `/chat/completions` itself): each URL
-  path names the intercepted method whose request it carries, so it goes through the same chain,
+  path names the intercepted method whose request it carries, so it goes through the same steps,
   retries, telemetry and stream watching. A beta twin posts to the same path (OpenAI adds
   `?beta=true`, Anthropic a request qualifier) with the same API and kind. Any other path, or a
   request whose answer the client does not parse into its own types, passes through.

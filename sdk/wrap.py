@@ -3,13 +3,13 @@
 The wrapped client reads and writes its attributes on the live client (so `client.api_key = ...`
 after wrapping is honoured), except the resources on the way to an intercepted one. An intercepted
 resource is a fresh instance of the client's own resource class on the live client whose
-intercepted methods are kvwise's: each runs the rewrite chain (`Chain.run`) on its arguments, then
+intercepted methods are kvwise's: each runs the call's steps (`sdk.pipeline.Pipeline.prepare`) on its arguments, then
 the client's own method on a copy of the resource that sends through `sdk.send.Sender`. So
 `parse`, the stream helpers and the `with_raw_response` / `with_streaming_response` forms (the
 client's rebindings of those methods, at resource and client level) are the client's own code
 around one kvwise send: one span, kvwise's retries, the stream watcher. The client's own `post` and
 `request` are kvwise's too: a framework that sends a model call's request through them (LiteLLM
-posts `/chat/completions` itself) gets the chain and the same send as the table's method posting
+posts `/chat/completions` itself) gets the same steps and send as the table's method posting
 to that path (`surface.ROUTES`); any other request goes to the client as it is.
 """
 
@@ -18,20 +18,18 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
-from sdk import compat, diagnostics, surface
+from sdk import compat, surface
 from sdk.adapters import adapter_for
-from sdk.call import Api, Call, Provider
-from sdk.chain import Chain, Middleware
-from sdk.fanout import FanOut, fanout_key
-from sdk.lifecycle import CallListener
+from sdk.cache import diagnostics
+from sdk.call import Provider
 from sdk.memory.memories import memories_for
+from sdk.pipeline import Middleware, Pipeline
 from sdk.policy import Policy
-from sdk.refusals import Refusals
-from sdk.send import Sender, Server
+from sdk.send.sender import Sender, Server
 from sdk.surface import Intercept, Kind, Path
 from sdk.telemetry import Telemetry
 
@@ -47,13 +45,9 @@ _EXTRA_BODY = "extra_body"
 class _Shared:
     """What every proxy of one `wrap` call shares (the `with_options` copies included)."""
 
-    policy: Policy
-    chain: Chain
-    telemetry: Telemetry
+    pipeline: Pipeline
     package: compat.ClientPackage
     provider: Provider | None
-    fanout: FanOut | None = None
-    refusals: Refusals = field(default_factory=Refusals)
 
 
 def wrap(
@@ -86,14 +80,15 @@ def wrap(
     if provider is not None and provider not in tuple(Provider):
         raise ValueError(f"provider must be one of {[p.value for p in Provider]}, got {provider!r}")
     memories = memories_for(client, policy, state)
-    shared = _Shared(
-        policy=policy,
-        chain=Chain(policy, memories, middleware, diagnostics=diagnostics.eligible(client, provider)),
+    pipeline = Pipeline(
+        policy,
+        memories,
+        middleware,
+        diagnostics=diagnostics.eligible(client, provider),
         telemetry=Telemetry(policy, tracer_provider=tracer_provider, meter_provider=meter_provider),
-        package=package,
-        provider=Provider(provider) if provider is not None else None,
-        fanout=memories.fanout,
+        connection_error=package.connection_error,
     )
+    shared = _Shared(pipeline, package, Provider(provider) if provider is not None else None)
     return cast(ClientT, WrappedClient(client, shared))
 
 
@@ -190,7 +185,7 @@ class WrappedClient(_Node):
         return view
 
     def _method(self, view: Any, spec: Intercept) -> Callable[..., Any]:
-        """kvwise's `spec.method` of `view`: the chain, then the client's own method sending through kvwise."""
+        """kvwise's `spec.method` of `view`: the call's steps, then the client's own method sending through kvwise."""
         original = getattr(type(view), spec.method)
         accepted = _parameters(original)
         if inspect.iscoroutinefunction(original):
@@ -215,7 +210,7 @@ class WrappedClient(_Node):
 
     def _send_method(self, name: str) -> Callable[..., Any]:
         """kvwise's `post` or `request` of the live client: a model call's request (`surface.route`)
-        through the chain and kvwise's send; any other request as the client sends it."""
+        through kvwise's steps and send; any other request as the client sends it."""
         original = getattr(self._target, name)
         as_post = compat.post_arguments if name == "post" else compat.request_as_post
         if self._shared.package.is_async:
@@ -270,51 +265,39 @@ class WrappedClient(_Node):
     def _prepare(
         self, spec: Intercept, kwargs: dict[str, Any], client: Any, accepted: frozenset[str] | None
     ) -> tuple[Sender, dict[str, Any]]:
-        """Rewrite the arguments of one call to be sent through the live `client`; return the call's
-        sender and them (a token count's only with the parameters in `accepted`, None: any)."""
-        shared = self._shared
+        """The arguments of one call as kvwise sends them through the live `client` (`Pipeline.prepare`
+        for the steps), with the call's sender (a token count's only with the parameters in
+        `accepted`, None: any)."""
         provider, server = self._provider_and_server()
-        listeners: list[CallListener] = []
+        adapter = adapter_for(spec.api)
         if spec.kind is Kind.BATCH:
-            call, native = self._rewrite_batch(spec.api, provider, kwargs)
-        else:
-            call = adapter_for(spec.api).to_call(kwargs, provider)
-            call.endpoint = (
-                str(compat.base_url(client)),
-                hash((getattr(client, "api_key", None), getattr(client, "auth_token", None))),
-            )
-            listeners = shared.chain.run(call)
-            shared.refusals.mark(call, server)
-            native = adapter_for(spec.api).to_kwargs(call)
-            if spec.kind is Kind.COUNT and accepted is not None:  # not the output parameters the guards add
-                native = {key: value for key, value in native.items() if key in accepted}
-        key = fanout_key(call, client) if shared.fanout is not None and spec.kind is Kind.CALL else None
-        sender = Sender(
-            call,
-            spec.kind,
-            client,
-            server,
-            shared.policy,
-            shared.telemetry,
-            shared.package.connection_error,
-            shared.fanout,
-            key,
-            shared.refusals,
-            tuple(listeners),
+            return self._prepare_batch(spec, kwargs, client, provider, server)
+        call = adapter.to_call(kwargs, provider)
+        call.endpoint = (
+            str(compat.base_url(client)),
+            hash((getattr(client, "api_key", None), getattr(client, "auth_token", None))),
         )
+        sender = self._shared.pipeline.prepare(call, spec.kind, client, server)
+        native = adapter.to_kwargs(call)
+        if spec.kind is Kind.COUNT and accepted is not None:  # not the output parameters the decode limits add
+            native = {key: value for key, value in native.items() if key in accepted}
         return sender, native
 
-    def _rewrite_batch(self, api: Api, provider: Provider, kwargs: dict[str, Any]) -> tuple[Call, dict[str, Any]]:
-        """Every request of a batch through the chain; the batch's span describes its first request."""
-        adapter = adapter_for(api)
-        requests, calls = [], []
+    def _prepare_batch(
+        self, spec: Intercept, kwargs: dict[str, Any], client: Any, provider: Provider, server: Server
+    ) -> tuple[Sender, dict[str, Any]]:
+        """Every request of a batch through the steps; the batch's span describes its first request."""
+        adapter = adapter_for(spec.api)
+        pipeline = self._shared.pipeline
+        requests, senders = [], []
         for request in kwargs.get("requests") or ():
             call = adapter.to_call(dict(request["params"]), provider)
-            self._shared.chain.run(call)
-            calls.append(call)
+            senders.append(pipeline.prepare(call, spec.kind, client, server))
             requests.append({**request, "params": adapter.to_kwargs(call)})
-        first = calls[0] if calls else adapter.to_call({"model": "", "messages": []}, provider)
-        return first, {**kwargs, "requests": requests}
+        if not senders:  # an empty batch (the server refuses it): a placeholder request for its span
+            placeholder = adapter.to_call({"model": "", "messages": []}, provider)
+            senders.append(pipeline.prepare(placeholder, spec.kind, client, server))
+        return senders[0], {**kwargs, "requests": requests}
 
     def _provider_and_server(self) -> tuple[Provider, Server]:
         """Who serves the live client's base URL (read at each call: it may have been changed)."""

@@ -20,8 +20,8 @@ from sdk.adapters._base import (
     timings_of,
 )
 from sdk.call import Api, Call, Provider, Usage
-from sdk.reasoning import Reasoning, openai_reasoning
-from sdk.stream_options import STREAM_USAGE_REQUESTED
+from sdk.decode.reasoning import Reasoning, openai_reasoning
+from sdk.send.stream_options import STREAM_USAGE_REQUESTED
 
 
 def _cached(details: Any, name: str) -> int:

@@ -11,13 +11,13 @@ from time import time
 from typing import Any
 
 from sdk._constants import STATE_URL_ENV
-from sdk.adaptive_caps import AdaptiveCaps
-from sdk.families import FamilyMemory
-from sdk.fanout import FanOut, credentials_hash
-from sdk.fingerprint import PrefixTracker
+from sdk.cache.fanout import FanOut, credentials_hash
+from sdk.cache.fingerprint import PrefixTracker
+from sdk.decode.adaptive_caps import AdaptiveCaps
 from sdk.memory.redis_store import RedisStore
 from sdk.memory.store import LocalStore, Store
 from sdk.policy import Policy
+from sdk.prompt.families import FamilyMemory
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """What the memories keep, as plain values: the one vocabulary every store (`sdk.memory.store`) reads and writes.
 
-A store knows these records and nothing above them, so the memories (`sdk.families`,
-`sdk.adaptive_caps`, `sdk.fanout`, `sdk.fingerprint`) sit on the stores and never the other way.
+A store knows these records and nothing above them, so the memories (`sdk.prompt.families`,
+`sdk.decode.adaptive_caps`, `sdk.cache.fanout`, `sdk.cache.fingerprint`) sit on the stores and never the other way.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from sdk.volatile import mask_volatile
+from sdk.prompt.volatile import mask_volatile
 
 WorkloadKey = tuple[str, str, str]
-"""A workload of the adaptive caps: API, model and stable-prefix hash (`sdk.adaptive_caps.workload_of`)."""
+"""A workload of the adaptive caps: API, model and stable-prefix hash (`sdk.decode.adaptive_caps.workload_of`)."""
 
 compact_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
 """Compact JSON, as the clients send it (key order kept): one encoder, not one per `json.dumps` call."""
@@ -25,13 +25,13 @@ _sorted_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_
 
 
 def sha256_hex(text: str) -> str:
-    """The hash a fingerprint chains (`sdk.fingerprint.segments`)."""
+    """The hash a fingerprint chains (`sdk.cache.fingerprint.segments`)."""
     return hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
 class FamilyRecord:
-    """What is remembered of a prompt family's last call (`sdk.families`): hashes and flags only."""
+    """What is remembered of a prompt family's last call (`sdk.prompt.families`): hashes and flags only."""
 
     values: tuple[int, ...]  # hashes of the candidates' bytes on the family's last call, in order
     changed: tuple[bool, ...]  # which have ever differed from one call to the next
@@ -98,7 +98,7 @@ class Seen:
 
 @dataclass(slots=True)
 class Leader:
-    """An in-flight call others wait for (`sdk.fanout`); `span_id` is its span's id (hex), when it has one;
+    """An in-flight call others wait for (`sdk.cache.fanout`); `span_id` is its span's id (hex), when it has one;
     `lease`: the token of its lease in a shared store, None when it lives in this process."""
 
     key: bytes

@@ -3,10 +3,10 @@
     sdk.wrap(client, state="redis://host:6379/0")      # or KVWISE_STATE_URL; rediss:// for TLS, valkey:// too
 
 A fleet of workers then learns once what each worker would learn alone: which volatile bytes really
-change (`sdk.families`: every worker sends a family in the same shape from its first call on), each
-workload's output lengths (`sdk.adaptive_caps`: a cap appears once the fleet has enough answers),
-who leads a fan-out (`sdk.fanout`: one cache write for the whole fleet), and the last fingerprint
-that cache breaks are explained against (`sdk.fingerprint`: a break names its cause whichever worker
+change (`sdk.prompt.families`: every worker sends a family in the same shape from its first call on), each
+workload's output lengths (`sdk.decode.adaptive_caps`: a cap appears once the fleet has enough answers),
+who leads a fan-out (`sdk.cache.fanout`: one cache write for the whole fleet), and the last fingerprint
+that cache breaks are explained against (`sdk.cache.fingerprint`: a break names its cause whichever worker
 sent the call before). Under one namespace per tenant (a hash of the client's credentials and base
 URL, so one key never reads another's memories), only hashes and counts:
 
@@ -15,7 +15,7 @@ URL, so one key never reads another's memories), only hashes and counts:
     kvwise:{tenant}:cuts:{workload}       per adaptively capped answer, 1 if it reached its cap
     kvwise:{tenant}:lease:{prefix}        the fan-out leader's span id, expiring after the wait limit;
                                           `...:released:{prefix}` is the channel its release is told on
-    kvwise:{tenant}:seen:{api, model}     the last call's fingerprint (`sdk.fingerprint`): per segment its
+    kvwise:{tenant}:seen:{api, model}     the last call's fingerprint (`sdk.cache.fingerprint`): per segment its
                                           key and hashes, the settings' hashes, when, its answer's id;
     kvwise:{tenant}:latest:{api}          the same for the API's latest call (break causes across processes)
 

@@ -1,7 +1,7 @@
 """Where the memories live: one small interface, and its implementation in this process.
 
-The four memories of a wrapped client (`sdk.families`, `sdk.adaptive_caps`, `sdk.fanout`, the prefix
-tracker of `sdk.fingerprint`) hold their rules; a `Store` holds their records (`sdk.memory.records`)
+The four memories of a wrapped client (`sdk.prompt.families`, `sdk.decode.adaptive_caps`, `sdk.cache.fanout`, the prefix
+tracker of `sdk.cache.fingerprint`) hold their rules; a `Store` holds their records (`sdk.memory.records`)
 and answers the few operations they need. `LocalStore` keeps them in this process, bounded (LRU) and
 locked; `sdk.memory.redis_store.RedisStore` keeps them in Redis or Valkey, shared by a fleet, and
 falls back to a `LocalStore` of its own whenever the store fails, so every operation always answers.

@@ -17,7 +17,7 @@ from typing import Any
 from sdk._constants import ADAPTIVE_CAP_WINDOW, STATE_MAX_OUTPUT_TOKENS, STATE_MAX_VALUE_BYTES
 from sdk.memory.records import FamilyRecord, Seen, Segment
 
-_HASH_LIMIT = 1 << 64  # a candidate's hash is 64 bits (`sdk.families.value_hash`)
+_HASH_LIMIT = 1 << 64  # a candidate's hash is 64 bits (`sdk.prompt.families.value_hash`)
 _SEGMENT_FIELDS = 5  # key, chain, tool, kept_sorted, kept_masked
 
 

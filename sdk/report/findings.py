@@ -22,7 +22,7 @@ ADVICE = {
     "thinking_changed": "the thinking settings changed; they are part of the cached prefix",
     "ttl_expired": "calls came further apart than the cache lives; call sooner or ask for a longer TTL",
 }
-"""What to do about each `sdk.fingerprint.BreakCause`."""
+"""What to do about each `sdk.cache.fingerprint.BreakCause`."""
 
 MISS_ADVICE = {
     "evicted": "the provider dropped a prefix it should have kept (eviction, or a replica that never saw it)",

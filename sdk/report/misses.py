@@ -1,4 +1,4 @@
-"""The provider's cache misses: calls that read fewer tokens than kvwise expected it to (`sdk.expected_reads`).
+"""The provider's cache misses: calls that read fewer tokens than kvwise expected it to (`sdk.cache.expected_reads`).
 
 Kept apart from the breaks the prompt caused (`kvwise.prefix.break_cause`: the prompt changed, so
 nothing was there to read): here the prefix was sent before and the provider read less of it.

@@ -57,7 +57,7 @@ class ReportedCall:
     guard_tokens_saved: int
     draft_tokens: int = 0  # proposed by the server's speculative decoding (0: none ran, or not reported)
     draft_accepted_tokens: int = 0
-    expected_read_tokens: int = 0  # a call that read less than kvwise expected (`sdk.expected_reads`): the expectation,
+    expected_read_tokens: int = 0  # a call that read less than expected (`sdk.cache.expected_reads`): the expectation,
     missed_tokens: int = 0  # the tokens it missed
     miss_cause: str | None = None  # and why
 

@@ -8,10 +8,9 @@
                   watching loops that read the client's stream through it
     stream_proxy  the caller's stream: the client's own stream object behind a proxy that ends the
                   call's telemetry once
+    retry         the retry rules: which failures are sent again, how often, how long to wait
+    refusals      `Refusals`: what kvwise added and a server refused is taken back
+    stream_options  `STREAM_USAGE`: the stream usage request kvwise adds, as refusals take it back
 
 The stream modules load on a process's first stream, never for a plain call.
 """
-
-from sdk.send.sender import Sender, Server
-
-__all__ = ["Sender", "Server"]

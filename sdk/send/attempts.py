@@ -1,9 +1,9 @@
 """The attempts of one send: every one, the first too, inside tenacity.
 
 One set of strategies (`strategies`) decides what follows a failed attempt: whether it is sent again
-(the wrapped client's own rules, `sdk.retry.is_retryable`), when to stop (the caller's
-`max_retries`, `sdk.retry.retries_for`), how long to wait (Retry-After, else backoff:
-`sdk.retry.wait_retry_after`). Tenacity's state machine (`BaseRetrying.iter`) applies them in
+(the wrapped client's own rules, `sdk.send.retry.is_retryable`), when to stop (the caller's
+`max_retries`, `sdk.send.retry.retries_for`), how long to wait (Retry-After, else backoff:
+`sdk.send.retry.wait_retry_after`). Tenacity's state machine (`BaseRetrying.iter`) applies them in
 `attempting`, steps that do no I/O, the way tenacity's own `Retrying.__iter__` does; each attempt
 is counted as it starts (its `x-stainless-retry-count`, the span's `kvwise.attempts`). The sync and
 the async driver (`sdk.send.drive`) do the sends and the waits: `call_with_retries` and
@@ -28,8 +28,8 @@ from tenacity import (
 )
 from tenacity.nap import sleep as _SLEEP
 
-from sdk.retry import backoff, wait_retry_after
 from sdk.send.drive import Io, Steps, arun, run
+from sdk.send.retry import backoff, wait_retry_after
 
 log = logging.getLogger("sdk")
 
@@ -65,7 +65,7 @@ class Attempts:
 
 def strategies(attempts: Attempts) -> dict[str, Any]:
     """Keyword arguments for tenacity's `Retrying`: what is left of `attempts` (at least one, so a
-    request sent again as the caller wrote it, `sdk.refusals`, is sent), the client's retry rules,
+    request sent again as the caller wrote it, `sdk.send.refusals`, is sent), the client's retry rules,
     Retry-After or backoff, and the caller's exception itself at the end: never tenacity's
     forever-and-wrap defaults."""
     return dict(

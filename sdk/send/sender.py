@@ -4,13 +4,13 @@
 (`create`, `parse`, a stream helper, a `with_raw_response` form) builds its request as usual and
 hands it here. Each attempt goes through the live client's `post` with the client's own retries
 off and the attempt's `x-stainless-retry-count`, as many as the caller's `max_retries` allows
-(`sdk.retry.retries_for`) and only where the client's own rules would send again
-(`sdk.retry.is_retryable`); once `post` returned, the request is never sent again (a 200 was
+(`sdk.send.retry.retries_for`) and only where the client's own rules would send again
+(`sdk.send.retry.is_retryable`); once `post` returned, the request is never sent again (a 200 was
 accepted). One CLIENT span covers the attempts; a stream comes back watched, and a
 raw response comes back as the client's own object whose `.parse()` gives the parsed (or watched)
 result kvwise recorded. Before the first attempt a limit kvwise filled in is fitted to the model's
-context (`sdk.guards.fit_to_context`); what a server refuses of kvwise's additions is taken back
-(`sdk.refusals`). All of that is written once, in `Sender._sending`, which does no I/O: `post` and
+context (`sdk.decode.limits.fit_to_context`); what a server refuses of kvwise's additions is taken back
+(`sdk.send.refusals`). All of that is written once, in `Sender._sending`, which does no I/O: `post` and
 `apost` run it with the sync and the async driver of `sdk.send.drive`.
 """
 
@@ -25,16 +25,16 @@ from typing import Any
 from sdk import compat
 from sdk.adapters import adapter_for
 from sdk.adapters._base import timings_of
+from sdk.cache.fanout import FanOut, Leader, LeaderRelease, Waited
 from sdk.call import Call
-from sdk.fanout import FanOut, Leader, LeaderRelease, Waited
-from sdk.guards import fit_to_context, wants_context
+from sdk.decode.limits import fit_to_context, wants_context
+from sdk.decode.model_context import ModelContexts
 from sdk.lifecycle import CallEnd, CallListener, Ending, Lifecycle
-from sdk.model_context import ModelContexts
 from sdk.policy import Policy
-from sdk.refusals import Refusals
-from sdk.retry import is_retryable, retries_for
 from sdk.send.attempts import Attempts, acall_with_retries, call_with_retries
 from sdk.send.drive import Io, Steps, arun, run
+from sdk.send.refusals import Refusals
+from sdk.send.retry import is_retryable, retries_for
 from sdk.surface import Kind
 from sdk.telemetry import CallRecord, Telemetry, client_tracing, content
 from sdk.telemetry import semconv as sc
@@ -57,24 +57,25 @@ class Sender:
     fanout: FanOut | None = None
     fanout_key: bytes | None = None
     refusals: Refusals | None = None
-    listeners: tuple[CallListener, ...] = ()  # the chain's, told of a model call's end (`Chain.run`)
+    listeners: tuple[CallListener, ...] = ()  # told of a model call's end (`sdk.pipeline.Pipeline.prepare`)
 
-    def _start(
-        self, path: str, post_kwargs: dict[str, Any]
-    ) -> tuple[Lifecycle[CallRecord], Attempts, Callable[[], Any], Leader | None]:
-        """The call's lifecycle, attempts and one-attempt send, and the fan-out leader it must wait for."""
+    def _lifecycle(self, post_kwargs: dict[str, Any]) -> tuple[Lifecycle[CallRecord], Leader | None]:
+        """The call's span and end, and the fan-out leader it must wait for (None: none)."""
         if post_kwargs.get("stream") and not self.call.stream:
             self.call.params["stream"] = True  # a stream helper says so only to `post`
         record = self.telemetry.start(self.call, self.server)
-        listeners = list(self.listeners) if self.kind is Kind.CALL else []  # a count's or a batch's end teaches nothing
-        follow = leader = None
-        if self.fanout is not None and self.fanout_key is not None:
-            follow, leader = self.fanout.join(self.fanout_key, _span_id(record.span))
-            if leader is not None:
-                listeners.append(LeaderRelease(self.fanout, leader))
-            if self.call.state_degraded is None and (reason := self.fanout.outage()) is not None:
-                _note_degraded(record, reason)
-        lifecycle = Lifecycle(record, listeners)
+        if self.fanout is None or self.fanout_key is None:
+            return Lifecycle(record, self.listeners), None
+        follow, leader = self.fanout.join(self.fanout_key, _span_id(record.span))
+        if self.call.state_degraded is None and (reason := self.fanout.outage()) is not None:
+            _note_degraded(record, reason)
+        release = () if leader is None else (LeaderRelease(self.fanout, leader),)  # the leader tells its followers
+        return Lifecycle(record, self.listeners + release), follow
+
+    def _attempts(
+        self, path: str, post_kwargs: dict[str, Any], record: CallRecord
+    ) -> tuple[Attempts, Callable[[], Any]]:
+        """The call's attempts under the client's retry rules, and the send of one attempt."""
         retries = retries_for(self.client, post_kwargs.get("options"), self.policy.retries)
         attempts = Attempts(retries, record.attempt, functools.partial(is_retryable, client=self.client))
 
@@ -84,7 +85,7 @@ class Sender:
             options = compat.attempt_options(post_kwargs.get("options"), attempts.made - 1, tracing)
             return self.client.post(path, **{**post_kwargs, "options": options})
 
-        return lifecycle, attempts, send, follow
+        return attempts, send
 
     def post(self, path: str, **post_kwargs: Any) -> Any:
         """The sync client's `post(path, ...)`, sent the kvwise way."""
@@ -95,14 +96,15 @@ class Sender:
         return await arun(self._sending(path, post_kwargs, asynchronous=True))
 
     def _sending(self, path: str, post_kwargs: dict[str, Any], asynchronous: bool) -> Steps[Any]:
-        """The send, in order and without I/O: the I/O it needs is yielded to the driver (`sdk.send.drive`)."""
-        if (contexts := self._contexts()) is not None:
+        """The send, top to bottom and without I/O: the I/O it needs is yielded to the driver (`sdk.send.drive`)."""
+        if (contexts := self._contexts()) is not None:  # a limit kvwise filled in fits the model's context
             context = yield Io(contexts.context, contexts.acontext, (self.client, self.call.model))
             if context is not None:
                 fit_to_context(self.call, post_kwargs, context)
-        lifecycle, attempts, send, follow = self._start(path, post_kwargs)
+        lifecycle, follow = self._lifecycle(post_kwargs)  # the span, the end's listeners, the fan-out join
         record = lifecycle.record
-        if follow is not None and self.fanout is not None:
+        attempts, send = self._attempts(path, post_kwargs, record)
+        if follow is not None and self.fanout is not None:  # a follower waits for its leader's first chunk
             waiting = (follow, self.policy.fanout_wait_seconds)
             _note_wait(record, (yield Io(self.fanout.wait, self.fanout.await_release, waiting)))
         raw = compat.raw_mode(post_kwargs.get("options"))
@@ -145,7 +147,7 @@ class Sender:
         return self.refusals.contexts
 
     def _took_back(self, error: Exception, post_kwargs: dict[str, Any], record: CallRecord) -> bool:
-        """Whether the server refused something kvwise added (`sdk.refusals`), now sent as the caller wrote it;
+        """Whether the server refused something kvwise added (`sdk.send.refusals`), now sent as the caller wrote it;
         then the loop sends again (each addition is taken back once, so it ends)."""
         refusals = self.refusals
         return refusals is not None and refusals.take_back(error, self.call, self.server, post_kwargs, record.span)

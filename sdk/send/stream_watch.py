@@ -45,11 +45,11 @@ from typing import Any
 
 from sdk.adapters import Adapter, StreamState
 from sdk.adapters._base import first_stop
-from sdk.cache_hints import estimate_tokens
+from sdk.cache.hints import estimate_tokens
 from sdk.call import Call, Usage
+from sdk.decode.loop_guard import LoopDetector
 from sdk.errors import stream_truncated
 from sdk.lifecycle import CallEnd, Ending, Lifecycle
-from sdk.loopguard import LoopDetector
 from sdk.policy import Policy
 from sdk.send.stream_proxy import AsyncWatchedStream, Upstream, WatchedStream
 from sdk.telemetry import CallRecord

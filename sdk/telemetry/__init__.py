@@ -24,12 +24,12 @@ from opentelemetry.metrics import get_meter
 from opentelemetry.trace import SpanKind
 
 from sdk.call import Call
-from sdk.conversation import current_conversation
 from sdk.policy import Policy
 from sdk.telemetry import openinference
 from sdk.telemetry import semconv as sc
 from sdk.telemetry.attributes import Attributes, provider_name, request_attributes, shape_attributes, span_name
 from sdk.telemetry.content import capture_mode
+from sdk.telemetry.conversation import current_conversation
 from sdk.telemetry.metrics import Instruments
 from sdk.telemetry.pricing import PriceTable
 from sdk.telemetry.setup import setup

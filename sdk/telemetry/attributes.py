@@ -61,7 +61,7 @@ class Outcome:
     system_fingerprint: str | None = None
     break_cause_server: str | None = None
     abandoned: bool = False  # the caller stopped reading the stream before its end (no error)
-    miss: Miss | None = None  # read fewer cached tokens than kvwise expected (`sdk.expected_reads`)
+    miss: Miss | None = None  # read fewer cached tokens than kvwise expected (`sdk.cache.expected_reads`)
 
 
 def provider_name(call: Call, host: str | None) -> str:

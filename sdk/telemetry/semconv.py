@@ -168,7 +168,7 @@ KVWISE_CACHE_READ_TOKENS: Final = "kvwise.cache.read_tokens"
 """Counter of input tokens read from provider caches, summed over calls."""
 
 KVWISE_CACHE_EXPECTED_READ_TOKENS: Final = "kvwise.cache.expected_read_tokens"
-"""Input tokens kvwise expected the provider to read (`sdk.expected_reads`): the longest prefix this client
+"""Input tokens kvwise expected the provider to read (`sdk.cache.expected_reads`): the longest prefix this client
 sent before to the same provider and model, counted from that call's reported usage; set on calls that read fewer."""
 
 KVWISE_CACHE_MISSED_TOKENS: Final = "kvwise.cache.missed_tokens"
@@ -186,7 +186,7 @@ KVWISE_PREFIX_BREAK_AT: Final = "kvwise.prefix.break_at"
 
 KVWISE_PREFIX_BREAK_CAUSE: Final = "kvwise.prefix.break_cause"
 """Why the cacheable prefix changed since the previous call of its API and model, as kvwise sees it client-side:
-a cause code of `sdk.fingerprint.BreakCause`."""
+a cause code of `sdk.cache.fingerprint.BreakCause`."""
 
 KVWISE_PREFIX_BREAK_CAUSE_SERVER: Final = "kvwise.prefix.break_cause_server"
 """Why the provider says its cache missed (Anthropic's `diagnostics.cache_miss_reason.type`:
@@ -213,7 +213,7 @@ adaptive cap."""
 
 KVWISE_GUARD_CAP_REFUSED: Final = "kvwise.guard.cap_refused"
 """True when the server refused (400/422 naming the output limit or the context) the output cap kvwise
-filled in or clamped, and the call went again with the limit as the caller wrote it (`sdk.guards`);
+filled in or clamped, and the call went again with the limit as the caller wrote it (`sdk.decode.limits`);
 `kvwise.output_cap.*` keep the figures of the refused cap."""
 
 KVWISE_FANOUT_WAITED_MS: Final = "kvwise.fanout.waited_ms"

@@ -34,8 +34,8 @@ from opentelemetry import trace
 from opentelemetry._logs import Logger, LogRecord
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
+from sdk.cache.diagnostics import disagree
 from sdk.call import Call, Usage
-from sdk.diagnostics import disagree
 from sdk.lifecycle import CallEnd, Ending
 from sdk.telemetry import content, openinference, phases
 from sdk.telemetry import semconv as sc

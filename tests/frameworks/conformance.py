@@ -37,7 +37,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 import sdk
-from sdk.moving import NOTE_CLOSE, NOTE_OPEN
+from sdk.prompt.moving import NOTE_CLOSE, NOTE_OPEN
 from sdk.telemetry import semconv as sc
 from tests.simulator.records import RecordedRequest
 

@@ -23,7 +23,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from sdk.canonical import NOTE_CLOSE, NOTE_OPEN
+from sdk.prompt.canonical import NOTE_CLOSE, NOTE_OPEN
 
 PROJECT = "5b0e7c1a3d4f4a8e9c2b7f1d6e5a4b3c"
 WORKSPACE = "a1c9e2f47b3d4e6a8f0c2d4b6a8c0e1f"

@@ -48,7 +48,7 @@ class SystemPrompt:
     template: str
     kept: str
     note: tuple[str, ...]
-    by_memory: bool = False  # its values move only once calls show they change (`sdk.first_sight`), not on first sight
+    by_memory: bool = False  # its values move only once calls show they change (`sdk.prompt.first_sight`), not on first sight
 
     def prompt(self, values: dict[str, str]) -> str:
         return self.template.format(**values)

@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import sdk
 from sdk._constants import ADAPTIVE_CAP_MIN_CALLS, ADAPTIVE_CAP_WINDOW
-from sdk.adaptive_caps import AdaptiveCaps
+from sdk.decode.adaptive_caps import AdaptiveCaps
 from sdk.call import Usage
 from sdk.telemetry import semconv as sc
 from tests.sdk.helpers import collect, resolve

@@ -8,8 +8,8 @@ import pytest
 
 import sdk
 from sdk.adapters import adapter_for
-from sdk.cache_hints import place_cache_hints
-from sdk.provider_facts import anthropic_min_tokens
+from sdk.cache.hints import place_cache_hints
+from sdk.cache.provider_facts import anthropic_min_tokens
 from sdk.call import Api, Provider
 from tests.sdk.helpers import LONG_SYSTEM
 

@@ -8,8 +8,8 @@ import pytest
 
 import sdk
 from sdk.adapters import adapter_for
-from sdk.cache_hints import count_breakpoints, place_cache_hints
-from sdk.provider_facts import anthropic_min_tokens
+from sdk.cache.hints import count_breakpoints, place_cache_hints
+from sdk.cache.provider_facts import anthropic_min_tokens
 from sdk.call import Api, Provider
 from tests.sdk.helpers import LONG_SYSTEM, resolve
 
@@ -120,9 +120,9 @@ def test_unknown_content_shapes_pass_through_byte_for_byte():
     ]
     kwargs = {"model": "claude-sonnet-5", "messages": messages, "max_tokens": 10}
     call = adapter.to_call(json.loads(json.dumps(kwargs)), Provider.ANTHROPIC)
-    from sdk.chain import Chain
+    from sdk.pipeline import Pipeline
     
-    Chain(sdk.Policy()).run(call)
+    Pipeline(sdk.Policy()).prepare(call)
     out = adapter.to_kwargs(call)
     assert json.dumps(out["messages"]) == json.dumps(messages)
 
@@ -161,8 +161,8 @@ def test_openai_explicit_marks_go_on_text_parts_only():
 
 
 def test_the_last_turn_mark_of_a_growing_anthropic_conversation_sits_on_its_last_block_the_note_that_ends_the_first_turn_or_not():
-    from sdk.canonical import canonicalize
-    from sdk.moving import is_note
+    from sdk.prompt.canonical import canonicalize
+    from sdk.prompt.moving import is_note
 
     adapter = adapter_for(Api.MESSAGES)
     question = {"role": "user", "content": [{"type": "text", "text": "First question " * 300}]}
@@ -187,8 +187,8 @@ def test_the_last_turn_mark_of_a_growing_anthropic_conversation_sits_on_its_last
 
 
 def test_a_callers_mark_at_the_end_of_its_text_does_not_stand_in_for_the_last_turns_end_past_the_note():
-    from sdk.canonical import canonicalize
-    from sdk.moving import is_note
+    from sdk.prompt.canonical import canonicalize
+    from sdk.prompt.moving import is_note
 
     adapter = adapter_for(Api.MESSAGES)
     marked = {"type": "text", "text": "First question " * 300, "cache_control": {"type": "ephemeral"}}  # pydantic-ai's anthropic_cache
@@ -204,9 +204,9 @@ def test_a_callers_mark_at_the_end_of_its_text_does_not_stand_in_for_the_last_tu
 
 
 def test_the_tail_note_is_never_marked_the_last_turns_mark_sits_on_the_block_before_it():
-    from sdk.canonical import canonicalize
-    from sdk.families import FamilyMemory
-    from sdk.moving import is_note
+    from sdk.prompt.canonical import canonicalize
+    from sdk.prompt.families import FamilyMemory
+    from sdk.prompt.moving import is_note
 
     adapter, families = adapter_for(Api.MESSAGES), FamilyMemory()
     tool_use = {"type": "tool_use", "id": "toolu_1", "name": "a_tool", "input": {}}

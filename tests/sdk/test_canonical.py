@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 import sdk
 from sdk.adapters import adapter_for
 from sdk.call import Api, Provider
-from sdk.canonical import NOTE_CLOSE, NOTE_OPEN, canonicalize
-from sdk.moving import is_note
+from sdk.prompt.canonical import NOTE_CLOSE, NOTE_OPEN, canonicalize
+from sdk.prompt.moving import is_note
 
 UUID = "3f2a8c1e-9b4d-4e7a-8f1c-2d5e6a7b8c9d"
 

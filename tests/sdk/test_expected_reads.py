@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 import sdk
-import sdk.expected_reads
-import sdk.fingerprint
+import sdk.cache.expected_reads
+import sdk.cache.fingerprint
 from sdk.report.build import Report, build, summary
 from sdk.report.spans import calls, from_readable
 from sdk.telemetry import semconv as sc
@@ -66,9 +66,9 @@ async def _ask(wrapped: Any, turns: list[Any]) -> Any:
 def clock(simulator: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     """`advance(seconds)` moves the simulator's cache clock and kvwise's together."""
     offset = [0.0]
-    real = sdk.expected_reads.monotonic
-    monkeypatch.setattr(sdk.expected_reads, "monotonic", lambda: real() + offset[0])
-    monkeypatch.setattr(sdk.fingerprint, "monotonic", lambda: real() + offset[0])
+    real = sdk.cache.expected_reads.monotonic
+    monkeypatch.setattr(sdk.cache.expected_reads, "monotonic", lambda: real() + offset[0])
+    monkeypatch.setattr(sdk.cache.fingerprint, "monotonic", lambda: real() + offset[0])
 
     def advance(seconds: float) -> None:
         simulator.wait_idle()
@@ -169,7 +169,7 @@ async def test_the_interleaved_agent_workload_records_no_missed_tokens(simulator
 def test_a_prompt_too_short_ever_to_be_cached_is_not_remembered_and_a_long_one_is():
     from sdk.adapters import adapter_for
     from sdk.call import Api, Provider
-    from sdk.expected_reads import SentPrefixes
+    from sdk.cache.expected_reads import SentPrefixes
 
     adapter, sent = adapter_for(Api.CHAT), SentPrefixes()
     short = adapter.to_call({"model": GPT, "messages": [{"role": "user", "content": "hi"}]}, Provider.OPENAI)

@@ -13,9 +13,9 @@ import pytest
 import sdk
 from sdk.adapters import adapter_for
 from sdk.call import Api, Call, Provider
-from sdk.canonical import NOTE_CLOSE, NOTE_OPEN
-from sdk.chain import Chain
-from sdk.families import FamilyMemory, family_key
+from sdk.prompt.canonical import NOTE_CLOSE, NOTE_OPEN
+from sdk.pipeline import Pipeline
+from sdk.prompt.families import FamilyMemory, family_key
 from tests.sdk.helpers import LONG_SYSTEM, resolve
 
 PROJECT = "5b0e7c1a-3d4f-4a8e-9c2b-7f1d6e5a4b3c"
@@ -77,7 +77,7 @@ def test_a_memory_of_no_size_is_refused_naming_the_size():
         FamilyMemory(size=0)
 
 
-def _chat(chain: Chain, system: str, *, tools: list | None = None, turns: list | None = None, api: Api = Api.CHAT) -> Call:
+def _chat(pipeline: Pipeline, system: str, *, tools: list | None = None, turns: list | None = None, api: Api = Api.CHAT) -> Call:
     kwargs: dict[str, Any] = {"model": "m", "tools": tools or []}
     user = turns or [{"role": "user", "content": "Hello"}]
     if api is Api.RESPONSES:
@@ -85,12 +85,12 @@ def _chat(chain: Chain, system: str, *, tools: list | None = None, turns: list |
     else:
         kwargs["messages"] = [{"role": "system", "content": system}, *user]
     call = adapter_for(api).to_call(kwargs, Provider.OPENAI)
-    chain.run(call)
+    pipeline.prepare(call)
     return call
 
 
 def _volatile(call: Call) -> list[str]:
-    """The changes the volatile step recorded (the chain's other steps record theirs too)."""
+    """The changes the volatile step recorded (the pipeline's other steps record theirs too)."""
     return sorted(change for change in call.changes if change.startswith("volatile"))
 
 
@@ -109,7 +109,7 @@ def _build(build: str = BUILD) -> str:
 
 def test_a_request_id_moves_on_first_sight_in_every_fresh_client_and_the_rest_of_the_prompt_stays():
     systems = [_request() for _ in range(4)]
-    calls = [_chat(Chain(sdk.Policy()), system) for system in systems]  # one call per client: a process each
+    calls = [_chat(Pipeline(sdk.Policy()), system) for system in systems]  # one call per client: a process each
     for call, system in zip(calls, systems):
         assert "Request ID" not in _system_text(call) and PROJECT not in _system_text(call)  # both by shape
         assert _volatile(call) == ["volatile_moved:labelled_value", "volatile_moved:uuid"]
@@ -120,9 +120,9 @@ def test_a_request_id_moves_on_first_sight_in_every_fresh_client_and_the_rest_of
 
 
 def test_a_candidate_only_calls_can_tell_stays_while_the_same_then_moves_for_good_never_flipping():
-    chain = Chain(sdk.Policy())
+    pipeline = Pipeline(sdk.Policy())
     builds = [BUILD, BUILD, BUILD, OTHER_BUILD, OTHER_BUILD, BUILD]
-    calls = [_chat(chain, _build(build)) for build in builds]
+    calls = [_chat(pipeline, _build(build)) for build in builds]
     assert {_system_text(call) for call in calls[:3]} == {json.dumps([{"role": "system", "content": _build()}])}  # as sent
     assert all(call.messages == [{"role": "user", "content": "Hello"}] for call in calls[:3])  # no note
     kept = "You are the release assistant. Answer for build only."
@@ -132,11 +132,11 @@ def test_a_candidate_only_calls_can_tell_stays_while_the_same_then_moves_for_goo
 
 
 def test_families_are_told_apart_by_their_stable_text_and_remembered_per_wrapped_client():
-    chain = Chain(sdk.Policy())
-    _chat(chain, _build())
-    assert OTHER_BUILD not in _system_text(_chat(chain, _build(OTHER_BUILD)))  # the family saw it change
-    assert OTHER_BUILD in _system_text(_chat(chain, _build(OTHER_BUILD).replace("release", "billing")))  # a new family
-    assert OTHER_BUILD in _system_text(_chat(Chain(sdk.Policy()), _build(OTHER_BUILD)))  # another client
+    pipeline = Pipeline(sdk.Policy())
+    _chat(pipeline, _build())
+    assert OTHER_BUILD not in _system_text(_chat(pipeline, _build(OTHER_BUILD)))  # the family saw it change
+    assert OTHER_BUILD in _system_text(_chat(pipeline, _build(OTHER_BUILD).replace("release", "billing")))  # a new family
+    assert OTHER_BUILD in _system_text(_chat(Pipeline(sdk.Policy()), _build(OTHER_BUILD)))  # another client
 
 
 def test_tool_definitions_are_never_rewritten_and_an_example_that_changes_is_reported():
@@ -144,21 +144,21 @@ def test_tool_definitions_are_never_rewritten_and_an_example_that_changes_is_rep
         schema = {"type": "object", "properties": {"start": {"type": "string", "description": f"ISO 8601 start, e.g. {example}"}}}
         return [{"type": "function", "function": {"name": "book", "description": "Book a meeting.", "parameters": schema}}]
 
-    chain = Chain(sdk.Policy())
+    pipeline = Pipeline(sdk.Policy())
     for example in (EXAMPLE, EXAMPLE, EXAMPLE):
-        call = _chat(chain, "Be brief.", tools=tools(example))
+        call = _chat(pipeline, "Be brief.", tools=tools(example))
         assert call.tools == tools(example) and not _volatile(call)
-    changed = _chat(chain, "Be brief.", tools=tools("2026-01-02T10:30:00Z"))
+    changed = _chat(pipeline, "Be brief.", tools=tools("2026-01-02T10:30:00Z"))
     assert changed.tools == tools("2026-01-02T10:30:00Z")
     assert _volatile(changed) == ["volatile_found:timestamp"]
 
 
 def test_warn_mode_reports_what_would_move_and_moves_nothing():
-    chain = Chain(sdk.Policy(volatile="warn"))
-    first = _chat(chain, _request())
+    pipeline = Pipeline(sdk.Policy(volatile="warn"))
+    first = _chat(pipeline, _request())
     assert _volatile(first) == ["volatile_found:labelled_value", "volatile_found:uuid"]  # by shape: on the first call
     assert "Request ID" in _system_text(first) and first.messages[-1]["content"] == "Hello"
-    assert _volatile(_chat(chain, _build())) == []  # only calls can tell: nothing has changed yet
+    assert _volatile(_chat(pipeline, _build())) == []  # only calls can tell: nothing has changed yet
 
 
 CHAT_LOOP = [
@@ -175,9 +175,9 @@ RESPONSES_LOOP = [
 
 @pytest.mark.parametrize(("api", "loop"), [(Api.CHAT, CHAT_LOOP), (Api.RESPONSES, RESPONSES_LOOP)], ids=["chat", "responses"])
 def test_in_a_tool_loop_the_note_ends_the_first_user_turn_so_each_call_begins_with_the_whole_previous_one(api, loop):
-    chain = Chain(sdk.Policy())
+    pipeline = Pipeline(sdk.Policy())
     system = f"Request ID: {uuid.uuid4()}\nYou are the support assistant."  # moved on sight, constant over the run's calls
-    first, second = (_chat(chain, system, turns=[dict(turn) for turn in turns], api=api) for turns in (loop[:1], loop))
+    first, second = (_chat(pipeline, system, turns=[dict(turn) for turn in turns], api=api) for turns in (loop[:1], loop))
     note = f"{NOTE_OPEN}\n{system.splitlines()[0]}\n{NOTE_CLOSE}"
     assert first.messages == [{"role": "user", "content": f"{loop[0]['content']}\n\n{note}"}]  # no turn added
     assert second.messages == first.messages + loop[1:]  # the loop's turns as the caller wrote them
@@ -207,12 +207,12 @@ ANTHROPIC_LOOP = [
 LOOPS = {Api.CHAT: CHAT_LOOP, Api.RESPONSES: RESPONSES_LOOP, Api.MESSAGES: ANTHROPIC_LOOP}
 
 
-def _call(chain: Chain, api: Api, system: str, turns: list[Any]) -> Call:
-    """A call of `api` through the chain: `system` as its system prompt or instructions, then `turns`."""
+def _call(pipeline: Pipeline, api: Api, system: str, turns: list[Any]) -> Call:
+    """A call of `api` through the pipeline: `system` as its system prompt or instructions, then `turns`."""
     if api is not Api.MESSAGES:
-        return _chat(chain, system, turns=turns, api=api)
+        return _chat(pipeline, system, turns=turns, api=api)
     call = adapter_for(api).to_call({"model": "claude-sonnet-5", "max_tokens": 10, "system": system, "messages": turns}, Provider.ANTHROPIC)
-    chain.run(call)
+    pipeline.prepare(call)
     return call
 
 
@@ -222,7 +222,7 @@ def _note(*lines: str) -> str:
 
 @pytest.mark.parametrize("api", list(LOOPS), ids=["chat", "responses", "anthropic"])
 def test_a_value_constant_within_conversations_goes_to_the_first_turns_note_one_changing_within_one_to_the_tail_note_for_good(api):
-    chain = Chain(sdk.Policy())
+    pipeline = Pipeline(sdk.Policy())
     loop = LOOPS[api]
     run_id, next_id = uuid.uuid4(), uuid.uuid4()
     stamps = ["2026-12-01T09:00:00+00:00", "2026-12-01T09:00:07+00:00", "2026-12-01T09:01:00+00:00"]
@@ -231,16 +231,16 @@ def test_a_value_constant_within_conversations_goes_to_the_first_turns_note_one_
         return f"Request ID: {request_id}\nCurrent time: {stamp}\nYou are the booking assistant."
 
     other_request = {"role": "user", "content": "Book a meeting with Bo."}
-    opening = _call(chain, api, system(run_id, stamps[0]), [dict(other_request)])  # by shape: both to the first turn's note
+    opening = _call(pipeline, api, system(run_id, stamps[0]), [dict(other_request)])  # by shape: both to the first turn's note
     both = _note(f"Request ID: {run_id}", f"Current time: {stamps[0]}")
     assert json.dumps(opening.system).count("booking assistant") == 1 and "Request ID" not in json.dumps(opening.system)
     content = opening.messages[0]["content"]
     assert both in (content if isinstance(content, str) else [block["text"] for block in content])
-    grown = _call(chain, api, system(run_id, stamps[1]), [dict(other_request), *loop[1:]])  # the time changed within the run
+    grown = _call(pipeline, api, system(run_id, stamps[1]), [dict(other_request), *loop[1:]])  # the time changed within the run
     assert "Current time" not in json.dumps(grown.system) and "Request ID" not in json.dumps(grown.system)
     # A new run: its id to the first turn's note; the time to the tail note, for good: the run's two calls carry
     # the same time, and it stays at the tail.
-    first, second = (_call(chain, api, system(next_id, stamps[2]), [dict(turn) for turn in turns]) for turns in (loop[:1], loop))
+    first, second = (_call(pipeline, api, system(next_id, stamps[2]), [dict(turn) for turn in turns]) for turns in (loop[:1], loop))
     conversation, tail = _note(f"Request ID: {next_id}"), _note(f"Current time: {stamps[2]}")
     assert "Request ID" not in json.dumps(second.system) and "Current time" not in json.dumps(second.system)
     if api is Api.MESSAGES:  # blocks of their own: the conversation's note, then the tail note

@@ -7,7 +7,7 @@ import pytest
 import sdk
 from sdk.adapters import adapter_for
 from sdk.call import Api, Provider
-from sdk.chain import Chain
+from sdk.pipeline import Pipeline
 
 TOOLS = [
     {"type": "function", "function": {"name": "a", "parameters": {"type": "object", "properties": {"x": {"type": "string"}}}}},
@@ -15,10 +15,10 @@ TOOLS = [
 ]
 
 
-def _run(chain: Chain, messages: list, tools: list | None = None):
+def _run(pipeline: Pipeline, messages: list, tools: list | None = None):
     adapter = adapter_for(Api.CHAT)
     call = adapter.to_call({"model": "m", "messages": messages, "tools": tools or []}, Provider.OPENAI)
-    chain.run(call)
+    pipeline.prepare(call)
     return call
 
 
@@ -28,9 +28,9 @@ def _messages(system: str, *turns: str) -> list:
 
 
 def test_a_new_turn_extends_the_prefix_without_a_break():
-    chain = Chain(sdk.Policy())
-    first = _run(chain, _messages("Be brief.", "q1"))
-    second = _run(chain, _messages("Be brief.", "q1", "a1", "q2"))
+    pipeline = Pipeline(sdk.Policy())
+    first = _run(pipeline, _messages("Be brief.", "q1"))
+    second = _run(pipeline, _messages("Be brief.", "q1", "a1", "q2"))
     assert first.fingerprint and second.fingerprint and first.fingerprint != second.fingerprint
     assert second.break_at is None and second.break_cause is None
 
@@ -44,31 +44,31 @@ def test_a_new_turn_extends_the_prefix_without_a_break():
     ],
 )
 def test_the_first_changed_segment_and_its_cause_are_named(policy, before, after, at, cause):
-    chain = Chain(policy)
-    _run(chain, before)
-    call = _run(chain, after)
+    pipeline = Pipeline(policy)
+    _run(pipeline, before)
+    call = _run(pipeline, after)
     assert (call.break_at, call.break_cause) == (at, cause)
 
 
 def test_tool_reorder_is_named_when_canonical_order_is_off():
-    chain = Chain(sdk.Policy(canonicalize=False))
-    _run(chain, _messages("S", "q"), TOOLS)
-    call = _run(chain, _messages("S", "q"), list(reversed(TOOLS)))
+    pipeline = Pipeline(sdk.Policy(canonicalize=False))
+    _run(pipeline, _messages("S", "q"), TOOLS)
+    call = _run(pipeline, _messages("S", "q"), list(reversed(TOOLS)))
     assert (call.break_at, call.break_cause) == ("tools[0]", "tool_reorder")
 
 
 def test_tool_schema_change_and_unstable_serialisation_are_told_apart():
-    chain = Chain(sdk.Policy(canonicalize=False))
-    _run(chain, _messages("S", "q"), TOOLS)
+    pipeline = Pipeline(sdk.Policy(canonicalize=False))
+    _run(pipeline, _messages("S", "q"), TOOLS)
     changed = [{"type": "function", "function": {"name": "a", "parameters": {"type": "object"}}}, TOOLS[1]]
-    assert _run(chain, _messages("S", "q"), changed).break_cause == "tool_schema_changed"
+    assert _run(pipeline, _messages("S", "q"), changed).break_cause == "tool_schema_changed"
     reordered_keys = [{"function": TOOLS[0]["function"], "type": "function"}, TOOLS[1]]
-    _run(chain, _messages("S", "q"), TOOLS)
-    assert _run(chain, _messages("S", "q"), reordered_keys).break_cause == "unstable_serialisation"
+    _run(pipeline, _messages("S", "q"), TOOLS)
+    assert _run(pipeline, _messages("S", "q"), reordered_keys).break_cause == "unstable_serialisation"
 
 
 def test_canonical_order_removes_the_tool_reorder_break():
-    chain = Chain(sdk.Policy())
-    first = _run(chain, _messages("S", "q"), TOOLS)
-    second = _run(chain, _messages("S", "q"), list(reversed(TOOLS)))
+    pipeline = Pipeline(sdk.Policy())
+    first = _run(pipeline, _messages("S", "q"), TOOLS)
+    second = _run(pipeline, _messages("S", "q"), list(reversed(TOOLS)))
     assert second.break_at is None and first.fingerprint == second.fingerprint

@@ -20,7 +20,7 @@ CALLS = {
     "responses": 'client.responses.create(model="gpt-4.1", input="hi")',
     "completions": 'client.completions.create(model="gpt-4.1", prompt="hi")',
 }
-NOT_LOADED = ("openai.types.beta", "anthropic", "sdk.send.stream_watch", "sdk.loopguard", "wrapt")
+NOT_LOADED = ("openai.types.beta", "anthropic", "sdk.send.stream_watch", "sdk.decode.loop_guard", "wrapt")
 
 
 def _loaded_after_first_call(base_url: str, call: str) -> list[str]:

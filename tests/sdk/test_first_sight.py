@@ -1,4 +1,4 @@
-"""First sight, by shape: a corpus that guards both sides of `sdk.first_sight`.
+"""First sight, by shape: a corpus that guards both sides of `sdk.prompt.first_sight`.
 
 Table-driven. Each volatile pattern (a UUID, date-times with a time of day in four forms, epoch
 seconds and milliseconds, labelled request / trace / session / run ids, the current time, date and
@@ -24,8 +24,8 @@ import pytest
 import sdk
 from sdk.adapters import adapter_for
 from sdk.call import Api, Provider
-from sdk.canonical import NOTE_CLOSE, NOTE_OPEN
-from sdk.chain import Chain
+from sdk.prompt.canonical import NOTE_CLOSE, NOTE_OPEN
+from sdk.pipeline import Pipeline
 
 
 def _moment() -> datetime.datetime:
@@ -76,12 +76,12 @@ POSITIONS: dict[str, str] = {
 CASES = [(pattern, position) for pattern in PATTERNS for position in POSITIONS]
 
 
-def _sent(system: str, chain: Chain | None = None) -> tuple[str, list[Any]]:
-    """The system prompt and turns a wrapped client's chain sends for `system` (a fresh chain: a process of its own)."""
+def _sent(system: str, pipeline: Pipeline | None = None) -> tuple[str, list[Any]]:
+    """The system prompt and turns a wrapped client's pipeline sends for `system` (a fresh pipeline: a process of its own)."""
     adapter = adapter_for(Api.CHAT)
     messages = [{"role": "system", "content": system}, {"role": "user", "content": "Hello"}]
     call = adapter.to_call({"model": "m", "messages": messages}, Provider.OPENAI)
-    (chain or Chain(sdk.Policy())).run(call)
+    (pipeline or Pipeline(sdk.Policy())).prepare(call)
     out = adapter.to_kwargs(call)
     return out["messages"][0]["content"], out["messages"][1:]
 
@@ -173,6 +173,6 @@ LOOK_ALIKES: dict[str, str] = {
 @pytest.mark.parametrize("name", sorted(LOOK_ALIKES))
 def test_a_look_alike_stays_where_it_was_written_on_the_first_call_and_on_every_repeat(name: str):
     system = LOOK_ALIKES[name]
-    chain = Chain(sdk.Policy())
+    pipeline = Pipeline(sdk.Policy())
     for _ in range(3):  # the first call of a process, then repeats: the same bytes, no note
-        assert _sent(system, chain) == (system, [{"role": "user", "content": "Hello"}])
+        assert _sent(system, pipeline) == (system, [{"role": "user", "content": "Hello"}])

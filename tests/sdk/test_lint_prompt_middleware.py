@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import sdk
-from sdk.canonical import NOTE_CLOSE, NOTE_OPEN
+from sdk.prompt.canonical import NOTE_CLOSE, NOTE_OPEN
 from tests.sdk.helpers import LONG_SYSTEM, resolve
 
 UUID = "3f2a8c1e-9b4d-4e7a-8f1c-2d5e6a7b8c9d"

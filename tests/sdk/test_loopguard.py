@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from sdk.adapters import adapter_for
 from sdk.call import Api, Provider
-from sdk.loopguard import Loop, LoopDetector
-from sdk.repetition import is_structured, wants_structured_output
+from sdk.decode.loop_guard import Loop, LoopDetector
+from sdk.decode.repetition import is_structured, wants_structured_output
 from tests.sdk.loop_corpus import LEGITIMATE, RUNAWAY_PROSE, RUNAWAY_SHORT, RUNAWAY_SPECIAL_TOKENS, STRUCTURED_RUNAWAY
 from tests.simulator.tokens import tokenize
 

@@ -8,10 +8,10 @@ import inspect
 import pkgutil
 
 import sdk
-from sdk.adaptive_caps import AdaptiveCaps
+from sdk.decode.adaptive_caps import AdaptiveCaps
 from sdk.call import Usage
-from sdk.families import FamilyMemory
-from sdk.fanout import FanOut
+from sdk.prompt.families import FamilyMemory
+from sdk.cache.fanout import FanOut
 from sdk.memory.store import LocalStore
 
 

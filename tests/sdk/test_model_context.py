@@ -1,4 +1,4 @@
-"""Caps that fit (`sdk.guards`, `sdk.model_context`): a default cap is filled only where it fits the
+"""Caps that fit (`sdk.decode.limits`, `sdk.decode.model_context`): a default cap is filled only where it fits the
 model's context, read once per base URL from an OpenAI-compatible server's `/v1/models`, and a 400
 naming the output limit gets the call once more with the limit as the caller wrote it."""
 
@@ -13,7 +13,7 @@ import openai
 import pytest
 
 import sdk
-from sdk.model_context import Listing, listing_of
+from sdk.decode.model_context import Listing, listing_of
 from sdk.telemetry import semconv as sc
 from tests.local_backend.serving import Served, served_engine
 from tests.sdk.helpers import resolve

@@ -2,7 +2,7 @@
 
 The shape of serverless functions, CLI agents and per-item batch workers: each process wraps a
 client and makes one call whose system prompt starts `Request ID: <uuid4>\\nCurrent time: <ISO
-8601>\\n` before a long policy. The values move on first sight (`sdk.first_sight`), so every
+8601>\\n` before a long policy. The values move on first sight (`sdk.prompt.first_sight`), so every
 process sends the policy as the same bytes, and each call after the first reads it from the cache;
 the bare client, its id in front, reads nothing. Real clients in real processes
 (`tests.sdk.one_call`), against the simulator (OpenAI's automatic cache, Anthropic's breakpoints)

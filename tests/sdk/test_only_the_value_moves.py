@@ -1,7 +1,7 @@
 """Only the value moves: a labelled value goes to the note with its label, the rest of its sentence stays.
 
 Table-driven over a corpus of system prompts (`tests.sdk.system_prompts`): for each, exactly what
-stays in the system prompt and what goes to the note, cut alone, through the chain a wrapped
+stays in the system prompt and what goes to the note, cut alone, through the pipeline a wrapped
 client runs, and through a real client against the simulator.
 """
 
@@ -14,9 +14,9 @@ import pytest
 import sdk
 from sdk.adapters import adapter_for
 from sdk.call import Api, Provider
-from sdk.canonical import NOTE_CLOSE, NOTE_OPEN
-from sdk.chain import Chain
-from sdk.volatile import cut_volatile, render_note_line
+from sdk.prompt.canonical import NOTE_CLOSE, NOTE_OPEN
+from sdk.pipeline import Pipeline
+from sdk.prompt.volatile import cut_volatile, render_note_line
 from tests.sdk.helpers import resolve
 from tests.sdk.system_prompts import CORPUS, OTHER_VALUES, VALUES, SystemPrompt
 
@@ -39,22 +39,22 @@ def test_cutting_a_system_prompt_leaves_all_but_the_values_and_gives_the_note_la
     assert [render_note_line(match) for match in removed] == entry.note_lines(VALUES)
 
 
-def _sent(chain: Chain, system: str) -> tuple[str, list[Any]]:
+def _sent(pipeline: Pipeline, system: str) -> tuple[str, list[Any]]:
     adapter = adapter_for(Api.CHAT)
     messages = [{"role": "system", "content": system}, {"role": "user", "content": "Hello"}]
     call = adapter.to_call({"model": "m", "messages": messages}, Provider.OPENAI)
-    chain.run(call)
+    pipeline.prepare(call)
     out = adapter.to_kwargs(call)
     return out["messages"][0]["content"], out["messages"][1:]
 
 
 @pytest.mark.parametrize("entry", CORPUS, ids=IDS)
 def test_through_the_chain_the_values_move_on_first_sight_or_once_they_change_and_the_rest_of_each_prompt_stays(entry: SystemPrompt):
-    chain = Chain(sdk.Policy())
+    pipeline = Pipeline(sdk.Policy())
     if entry.by_memory:  # only calls can tell: the first goes as written, the values move once they changed
-        assert _sent(chain, entry.prompt(VALUES)) == (entry.prompt(VALUES), [{"role": "user", "content": "Hello"}])
+        assert _sent(pipeline, entry.prompt(VALUES)) == (entry.prompt(VALUES), [{"role": "user", "content": "Hello"}])
     for values in (OTHER_VALUES, VALUES) if entry.by_memory else (VALUES, OTHER_VALUES, VALUES):  # moved for good
-        system, turns = _sent(chain, entry.prompt(values))
+        system, turns = _sent(pipeline, entry.prompt(values))
         assert system == entry.kept.format(**values)
         note = "\n\n" + "\n".join([NOTE_OPEN, *entry.note_lines(values), NOTE_CLOSE]) if entry.note else ""
         assert turns == [{"role": "user", "content": f"Hello{note}"}]  # the note ends the caller's turn, none is added

@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 
 import sdk
-from sdk.canonical import NOTE_CLOSE, NOTE_OPEN
-from sdk.moving import is_note
+from sdk.prompt.canonical import NOTE_CLOSE, NOTE_OPEN
+from sdk.prompt.moving import is_note
 from tests.sdk.helpers import resolve
 
 GPT, CLAUDE = "gpt-sim-1", "claude-sonnet-4-6"

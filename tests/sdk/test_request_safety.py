@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 
 import sdk
 from sdk.adapters import adapter_for
-from sdk.cache_hints import count_breakpoints
+from sdk.cache.hints import count_breakpoints
 from sdk.call import Api, OutputCap, Provider
-from sdk.chain import Chain
+from sdk.pipeline import Pipeline
 from sdk.telemetry import semconv as sc
 from tests.sdk.helpers import LONG_SYSTEM, collect, resolve
 from tests.sdk.test_telemetry_spans import Otel, otel  # noqa: F401
@@ -253,7 +253,7 @@ def test_anthropic_adaptive_thinking_without_max_tokens_is_filled_with_room_to_t
 def _chained(api: Api, arguments: dict[str, Any], policy: sdk.Policy | None = None) -> Any:
     adapter = adapter_for(api)
     call = adapter.to_call(copy.deepcopy(arguments), Provider.ANTHROPIC if api is Api.MESSAGES else Provider.OPENAI)
-    Chain(policy or sdk.Policy()).run(call)
+    Pipeline(policy or sdk.Policy()).prepare(call)
     return call
 
 

@@ -14,7 +14,7 @@ import pytest
 from openai.types.chat import ChatCompletion
 
 import sdk
-from sdk.retry import is_retryable, retries_for, retry_after_seconds
+from sdk.send.retry import is_retryable, retries_for, retry_after_seconds
 from tests.sdk.helpers import collect, resolve
 
 USER = [{"role": "user", "content": "hi"}]

@@ -33,7 +33,7 @@ STALL_SECONDS = 0.5  # each store command's bound where a test stalls the store:
 FAMILY = "Request ID: {}\nYou are the support bot of Example Corp. Answer in one short paragraph."
 LEARNT_FAMILY = "Build: {}\nYou are the support bot of Example Corp. Answer in one short paragraph."
 """A family whose volatile value (a hex run, as a build hash is written) waits for the memory to move:
-FAMILY's request id moves on first sight (`sdk.first_sight`), so it teaches the memory nothing."""
+FAMILY's request id moves on first sight (`sdk.prompt.first_sight`), so it teaches the memory nothing."""
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Never worse than the bare client on a server that refuses `stream_options` (`sdk.stream_options`):
+"""Never worse than the bare client on a server that refuses `stream_options` (`sdk.send.stream_options`):
 the usage request kvwise added is taken back and the call sent again once as the caller wrote it,
 the server is remembered for the wrapped client, and the span's usage is an estimate, marked."""
 

@@ -15,8 +15,8 @@ import anthropic
 import pytest
 
 import sdk
-import sdk.fingerprint
-from sdk import diagnostics
+import sdk.cache.fingerprint
+from sdk.cache import diagnostics
 from sdk.call import Api, Provider
 from sdk.telemetry import semconv as sc
 from sdk.lifecycle import CallEnd, Ending
@@ -38,8 +38,8 @@ PAST_5M_TTL_S = 301.0
 def clock(simulator: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     """`advance(seconds)` moves the simulator's cache clock and the SDK's tracker clock together."""
     offset = [0.0]
-    real = sdk.fingerprint.monotonic
-    monkeypatch.setattr(sdk.fingerprint, "monotonic", lambda: real() + offset[0])
+    real = sdk.cache.fingerprint.monotonic
+    monkeypatch.setattr(sdk.cache.fingerprint, "monotonic", lambda: real() + offset[0])
 
     def advance(seconds: float) -> None:
         simulator.wait_idle()  # the last answer's cache write is done: it is what expires
@@ -188,7 +188,7 @@ def test_a_long_run_keeps_only_the_last_call_of_each_api_and_model_in_memory(sim
     answers = [wrapped.messages.create(model=SONNET, max_tokens=64, system=LONG_SYSTEM, messages=FIRST) for _ in range(30)]
     gc.collect()
     ids = {answer.id for answer in answers}
-    remembered = [obj for obj in gc.get_objects() if isinstance(obj, sdk.fingerprint.Seen) and obj.message_id in ids]
+    remembered = [obj for obj in gc.get_objects() if isinstance(obj, sdk.cache.fingerprint.Seen) and obj.message_id in ids]
     assert [seen.message_id for seen in remembered] == [answers[-1].id]  # of this run's calls (other tests' clients live on)
     named = [request.body["diagnostics"]["previous_message_id"] for request in simulator.requests]
     assert named == [None, *(answer.id for answer in answers[:-1])]  # each call still names the one before

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from sdk.volatile import VolatileKind, VolatileMatch, cut_volatile, find_volatile, mask_volatile, render_note_line
+from sdk.prompt.volatile import VolatileKind, VolatileMatch, cut_volatile, find_volatile, mask_volatile, render_note_line
 
 UUID, TIMESTAMP, EPOCH, NONCE, LINE = (
     VolatileKind.UUID,
@@ -370,6 +370,6 @@ lines_of_pieces = st.lists(st.lists(pieces, max_size=8).map("".join), max_size=8
 @settings(max_examples=300, deadline=None)
 @given(text=lines_of_pieces)
 def test_scanning_line_by_line_finds_exactly_what_one_scan_of_the_whole_text_finds(text: str) -> None:
-    from sdk.volatile import _scan_line  # the single-pass scan, applied to the whole text
+    from sdk.prompt.volatile import _scan_line  # the single-pass scan, applied to the whole text
 
     assert find_volatile(text) == list(_scan_line(text))

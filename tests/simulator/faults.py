@@ -105,7 +105,7 @@ class HtmlFault:
 @dataclass(frozen=True, slots=True)
 class HoldFault:
     """The answer's prefill lasts until `release` is set (at most `timeout` seconds), then it is
-    served, or, with `status`, fails with that error: a leader a test controls (`sdk.fanout`)."""
+    served, or, with `status`, fails with that error: a leader a test controls (`sdk.cache.fanout`)."""
 
     release: threading.Event
     timeout: float

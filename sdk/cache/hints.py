@@ -17,11 +17,8 @@ from typing import Any
 
 from sdk.adapters import Adapter
 from sdk.adapters._base import TEXT_PART_TYPES
-from sdk.call import Api, Call, Provider
-from sdk.fingerprint import prefix_key
-from sdk.moving import first_user_turn, is_note
-from sdk.policy import Policy
-from sdk.provider_facts import (
+from sdk.cache.fingerprint import prefix_key
+from sdk.cache.provider_facts import (
     ANTHROPIC_DEFAULT_TTL,
     ANTHROPIC_LONG_TTL,
     ANTHROPIC_MAX_BREAKPOINTS,
@@ -29,6 +26,9 @@ from sdk.provider_facts import (
     anthropic_min_tokens,
     supports_openai_breakpoints,
 )
+from sdk.call import Api, Call, Provider
+from sdk.policy import Policy
+from sdk.prompt.moving import first_user_turn, is_note
 
 CHARS_PER_TOKEN = 4  # a conservative estimate for English text and JSON
 CACHE_KEY_PREFIX = "kvwise-"
@@ -87,7 +87,7 @@ def _place_breakpoints(call: Call, adapter: Adapter, marker: dict[str, Any], min
     mark), the last turn the caller wrote, within the limit.
 
     The next call of the loop re-sends the last turn as this call sent it but for a tail note
-    (`sdk.moving`: values that change within the conversation), so the mark goes on the block
+    (`sdk.prompt.moving`: values that change within the conversation), so the mark goes on the block
     before that note, and reads what this call wrote up
     to its mark (Anthropic looks back up to 20 blocks from each breakpoint). Longer prefixes are marked
     first (they save the most); a position the caller marked (the last turn: its last block, since
@@ -145,7 +145,7 @@ def _place_breakpoints(call: Call, adapter: Adapter, marker: dict[str, Any], min
 
 def _mark_before_note(call: Call, adapter: Adapter, marker: dict[str, Any], markable: Callable[[Any], bool]) -> bool:
     """A conversation's first call, its first user turn the last and ending in the conversation's note
-    (`sdk.moving`: values moved on first sight): mark the caller's text before the note too, so the
+    (`sdk.prompt.moving`: values moved on first sight): mark the caller's text before the note too, so the
     next conversation, whose note says another id, reads everything up to it."""
     index = first_user_turn(call)
     if call.context_note or index is None or index != len(call.messages) - 1:
@@ -227,7 +227,7 @@ def _mark_content(
     """Put `marker` on the last `markable` content part of `turns[index]` (a system block or a message),
     unless the caller marked one of its parts; with `at_end`, unless the caller marked that last part
     (the last turn's end, past the context note that follows a mark at the end of the caller's text);
-    with `before_tail`, on the part before the tail note that ends the turn (`sdk.moving`), which the
+    with `before_tail`, on the part before the tail note that ends the turn (`sdk.prompt.moving`), which the
     next call will not have there."""
     turn = turns[index]
     if not isinstance(turn, dict) or turn.get("role") == "instructions":  # Responses' instructions: a plain string

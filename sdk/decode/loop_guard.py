@@ -5,7 +5,7 @@ back-to-back until the token cap. Each looping token costs money and time and ad
 stream guard feeds every text delta to a `LoopDetector` and, when it trips, closes the HTTP stream
 (the server stops decoding) and ends the caller's stream with the provider's truncation signal.
 Answers that repeat on purpose (identical records, table rows, log lines, unrolled code) are told
-apart by the shape of the repeating unit (`sdk.repetition`) and pass.
+apart by the shape of the repeating unit (`sdk.decode.repetition`) and pass.
 
 The detector is pure (no I/O) and cheap: it runs on every chunk of every stream. It keeps a bounded
 window of recent text, looks only after enough new text arrived, finds candidate periods with
@@ -29,7 +29,7 @@ from sdk._constants import (
     LOOP_STRUCTURED_MIN_SPAN_CHARS,
     LOOP_WINDOW_CHARS,
 )
-from sdk.repetition import is_structured, wants_structured_output
+from sdk.decode.repetition import is_structured, wants_structured_output
 
 if TYPE_CHECKING:
     from sdk.call import Call
@@ -66,7 +66,7 @@ class LoopDetector:
     short rows of numbers and interjections pass: "=" and "0, " need 480 characters, "ha " 240,
     "the " 160.
 
-    A qualifying unit that reads as records (`sdk.repetition.is_structured`: table rows, log lines,
+    A qualifying unit that reads as records (`sdk.decode.repetition.is_structured`: table rows, log lines,
     code, JSON records, and with `structured_output` anything crossing JSON tokens) trips only once
     its run reaches `max(LOOP_STRUCTURED_MIN_REPEATS * p, LOOP_STRUCTURED_MIN_SPAN_CHARS)` (64
     copies and 4096 characters): the detector follows that run past its window, checking only that

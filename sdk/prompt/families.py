@@ -1,7 +1,7 @@
 """Which volatile-looking bytes really change between calls, where their shape cannot say: a memory per wrapped client.
 
 Values volatile with high confidence by their shape (a UUID, a date with a time, a request id)
-move on first sight (`sdk.first_sight`), with no memory. The others *look* volatile but may be
+move on first sight (`sdk.prompt.first_sight`), with no memory. The others *look* volatile but may be
 the same on every call (a hex run that is a commit or a key id, a value under a plain `Date:`
 label, a timestamp written as an example): only calls can tell, so each wrapped client remembers,
 per prompt family, the candidate bytes of the family's last call (as hashes: no id or token is kept).

@@ -1,7 +1,7 @@
 """Which volatile candidates move on first sight: a pure rule of the prompt's bytes.
 
 A process that makes one call (a serverless function, a CLI agent, a batch worker per item) never
-sees a second call of its prompt family, so a memory of what changed (`sdk.families`) never tells
+sees a second call of its prompt family, so a memory of what changed (`sdk.prompt.families`) never tells
 it anything. Values whose shape says "this request" with high confidence therefore move on the
 first call that carries them, and the same prompt gets the same decision in every process:
 
@@ -26,7 +26,7 @@ import functools
 import re
 
 from sdk._constants import VOLATILE_SCAN_CACHE_SIZE
-from sdk.volatile import VolatileKind, VolatileMatch, find_volatile
+from sdk.prompt.volatile import VolatileKind, VolatileMatch, find_volatile
 
 _BY_SHAPE = frozenset({VolatileKind.UUID, VolatileKind.TIMESTAMP, VolatileKind.EPOCH})
 _REQUEST_LABEL = re.compile(

@@ -4,9 +4,9 @@ Tiers, front to back: tools -> system -> pinned documents -> history -> per-requ
 -> the final user turn. Tools are sorted by name and their envelopes serialised in one key order;
 a schema's own key order is kept. Bytes of the system prompt that change between calls (request
 ids, timestamps, nonces; of a labelled value, the label and value only) are, under
-`volatile="move"`, cut on first sight where their shape says so (`sdk.first_sight`), else from the
+`volatile="move"`, cut on first sight where their shape says so (`sdk.prompt.first_sight`), else from the
 call on which they first change, for good, and appended, labelled,
-to a context note (`sdk.moving`), so the model still sees them. Values constant within a
+to a context note (`sdk.prompt.moving`), so the model still sees them. Values constant within a
 conversation go to the note that ends its first user turn, values that change within it to a tail
 note at the end of the prompt, so a growing conversation's next call begins with this one's whole
 prompt up to the tail note. Bytes that only look volatile but
@@ -20,11 +20,11 @@ from typing import Any
 
 from sdk.adapters import Adapter
 from sdk.call import Call
-from sdk.families import FamilyMemory
-from sdk.moving import NOTE_CLOSE as NOTE_CLOSE  # the context note's tags, used by sdk.prompt
-from sdk.moving import NOTE_OPEN as NOTE_OPEN
-from sdk.moving import move_volatile
 from sdk.policy import Policy
+from sdk.prompt.families import FamilyMemory
+from sdk.prompt.moving import NOTE_CLOSE as NOTE_CLOSE  # the context note's tags, used by sdk.prompt.builder
+from sdk.prompt.moving import NOTE_OPEN as NOTE_OPEN
+from sdk.prompt.moving import move_volatile
 
 _ENVELOPE_ORDER = ("type", "name", "description", "strict", "function", "parameters", "input_schema")
 
@@ -73,7 +73,7 @@ def canonicalize(call: Call, policy: Policy, adapter: Adapter, families: FamilyM
     """Rewrite `call` into canonical order in place, recording each change in `call.changes`.
 
     `families` is the wrapped client's memory of which volatile-looking bytes change between calls
-    (`sdk.families`); without one, every call is its prompt family's first.
+    (`sdk.prompt.families`); without one, every call is its prompt family's first.
     """
     if policy.canonicalize and call.tools:
         _sort_tools(call, adapter.breakpoint_key)

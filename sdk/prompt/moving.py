@@ -1,14 +1,14 @@
 """Moving the bytes that change between calls out of the system prompt, into a context note.
 
-Under `volatile="move"`, candidates (`sdk.volatile`) in the system prompt that are volatile by
-their shape (`sdk.first_sight`: on the first call that carries them) or that change between calls
-of a prompt family (`sdk.families`: from the first call on which their bytes differ, and for good)
+Under `volatile="move"`, candidates (`sdk.prompt.volatile`) in the system prompt that are volatile by
+their shape (`sdk.prompt.first_sight`: on the first call that carries them) or that change between calls
+of a prompt family (`sdk.prompt.families`: from the first call on which their bytes differ, and for good)
 are cut (a labelled value with its label, never the rest of its sentence) and appended, labelled,
 to a context note (`<request_context>...</request_context>`) so the model still sees them; bytes
 that stay the same stay where the caller put them. Without a family memory (`sdk.Prompt`, a direct
 `canonicalize`) there is no earlier call to keep bytes identical with, and every candidate moves.
 
-Where a moved value goes depends on whether it changes within a conversation (`sdk.families`): one
+Where a moved value goes depends on whether it changes within a conversation (`sdk.prompt.families`): one
 constant within it goes to the conversation note that ends its first user turn, and one that
 changes from call to call of it goes to a tail note at the end of the prompt, so every turn a later
 call re-sends is the same bytes on each call. The tail note ends the final user turn's content
@@ -42,10 +42,10 @@ from typing import Any
 from sdk.adapters import Adapter, map_text
 from sdk.adapters._base import TEXT_PART_TYPES
 from sdk.call import Api, Call
-from sdk.families import FamilyMemory, family_key, value_hash
-from sdk.first_sight import moves_on_sight
 from sdk.policy import Policy
-from sdk.volatile import VolatileMatch, cut_volatile, find_volatile, mask_volatile, render_note_line
+from sdk.prompt.families import FamilyMemory, family_key, value_hash
+from sdk.prompt.first_sight import moves_on_sight
+from sdk.prompt.volatile import VolatileMatch, cut_volatile, find_volatile, mask_volatile, render_note_line
 
 log = logging.getLogger("sdk")
 

@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sdk.adapters import adapter_for
-from sdk.cache_hints import place_cache_hints
+from sdk.cache.hints import place_cache_hints
 from sdk.call import Api, Provider
-from sdk.canonical import canonicalize
-from sdk.moving import add_note
 from sdk.policy import Policy
+from sdk.prompt.canonical import canonicalize
+from sdk.prompt.moving import add_note
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,12 +7,12 @@ from enum import StrEnum
 from typing import Any
 
 from sdk.adapters import adapter_for, map_descriptions, map_text
-from sdk.cache_hints import estimate_tokens
+from sdk.cache.hints import estimate_tokens
+from sdk.cache.provider_facts import min_cacheable_tokens
 from sdk.call import Api, Provider
-from sdk.canonical import tool_name
-from sdk.moving import text_leaves
-from sdk.provider_facts import min_cacheable_tokens
-from sdk.volatile import find_volatile
+from sdk.prompt.canonical import tool_name
+from sdk.prompt.moving import text_leaves
+from sdk.prompt.volatile import find_volatile
 
 _ADVICE = {
     "system": "keep it out of the system prompt (sdk.wrap moves what changes, with Policy(volatile='move'))",

@@ -4,7 +4,7 @@ A default cap that does not fit the model turns a working call into a 400: vLLM 
 whose prompt plus `max_tokens` exceeds the context, the local backend one whose `max_tokens` alone
 does. Both say each model's context in `GET /v1/models` (`max_model_len`, vLLM's field), so a
 wrapped client reads that list once per base URL, the first time a cap it filled in goes to an
-OpenAI-compatible server (`sdk.guards.fit_to_context`), through the live client's own `get` (its
+OpenAI-compatible server (`sdk.decode.limits.fit_to_context`), through the live client's own `get` (its
 auth headers, transport and proxies apply) with the client's retries off and a short timeout.
 
 The read never fails a call: a server without the endpoint or the field, an error answer or a

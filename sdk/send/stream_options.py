@@ -3,7 +3,7 @@
 kvwise asks a Chat (or legacy Completions) stream for its usage with `stream_options.include_usage`
 when the caller did not (`openai_chat.add_stream_usage`). Some OpenAI-compatible servers refuse the
 field with a 400 (or 422) that the bare client's request would not get. `STREAM_USAGE` is that
-addition as `sdk.refusals` takes it back: a call whose `stream_options` kvwise added by itself and
+addition as `sdk.send.refusals` takes it back: a call whose `stream_options` kvwise added by itself and
 that is refused so (the error names the field) is sent again once as the caller wrote it, and the
 server is remembered for the wrapped client: its later streams are sent without the field. Such a
 stream's usage is an estimate, marked `kvwise.usage.estimated` on its span.
@@ -21,14 +21,14 @@ STREAM_USAGE_REQUESTED = "stream_usage_requested"
 ask for (`Call.stream_usage_added`)."""
 STREAM_USAGE_REFUSED = "stream_usage_refused"
 """The span's change when the server refuses `stream_options`: none is added (`Call.stream_usage_refused`).
-Both live here, not in the Chat adapter that adds the field, so that `sdk.refusals` reads them without
+Both live here, not in the Chat adapter that adds the field, so that `sdk.send.refusals` reads them without
 importing `openai` (an Anthropic-only app would pay for it)."""
 FIELD = "stream_options"
 _APIS = frozenset({Api.CHAT, Api.COMPLETIONS})  # the APIs whose streams kvwise asks for usage
 
 
 class StreamUsage:
-    """The `stream_options` kvwise adds to a stream, as an addition a server may refuse (`sdk.refusals`)."""
+    """The `stream_options` kvwise adds to a stream, as an addition a server may refuse (`sdk.send.refusals`)."""
 
     name = FIELD
     span_flag: str | None = None  # the span's estimated usage says it (`kvwise.usage.estimated`)

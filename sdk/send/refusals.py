@@ -1,15 +1,15 @@
 """What kvwise adds that a server refuses is taken back: never a 400 the bare client would not get.
 
 kvwise adds to some requests what the caller did not write: a stream's usage request
-(`sdk.stream_options.STREAM_USAGE`) and an output limit, filled in or clamped
-(`sdk.guards.OUTPUT_LIMIT`). A server may refuse either with a 400 (or 422) the caller's own request
+(`sdk.send.stream_options.STREAM_USAGE`) and an output limit, filled in or clamped
+(`sdk.decode.limits.OUTPUT_LIMIT`). A server may refuse either with a 400 (or 422) the caller's own request
 would not get. When an answer refuses one that kvwise alone put in the request (the error's text
 names it), the call is sent again with that addition as the caller wrote it, the call's changes
 and span say so, and the server is remembered for the wrapped client: its later calls are sent
 without that addition (`Refusals.mark`). Each addition is taken back at most once per call.
 
 A wrapped client also keeps here what it has read of its servers' model contexts
-(`sdk.model_context`), which decide whether a filled limit fits before it is sent.
+(`sdk.decode.model_context`), which decide whether a filled limit fits before it is sent.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from collections.abc import Hashable, Mapping
 from typing import Any, Protocol
 
 from sdk.call import Call
-from sdk.guards import OUTPUT_LIMIT
-from sdk.model_context import ModelContexts
-from sdk.stream_options import STREAM_USAGE
+from sdk.decode.limits import OUTPUT_LIMIT
+from sdk.decode.model_context import ModelContexts
+from sdk.send.stream_options import STREAM_USAGE
 from sdk.telemetry import semconv as sc
 
 _REFUSAL_STATUSES = frozenset({400, 422})

@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from time import monotonic
 
 from sdk._constants import CACHE_MISS_TOLERANCE_SHARE, CACHE_UNDER_MINIMUM_MARGIN, SENT_PREFIXES_REMEMBERED
+from sdk.cache.provider_facts import OPENAI_CACHE_STEP_TOKENS, OPENAI_SHORTEST_RETENTION_SECONDS, min_cacheable_tokens
 from sdk.call import Call, Expectation, Miss, Provider, Usage
 from sdk.lifecycle import CallEnd
-from sdk.provider_facts import OPENAI_CACHE_STEP_TOKENS, OPENAI_SHORTEST_RETENTION_SECONDS, min_cacheable_tokens
 from sdk.telemetry.semconv import MissCause
 
 _MARK = '"cache_control"'  # an item carrying an Anthropic breakpoint, as its JSON reads

@@ -16,16 +16,16 @@ from collections.abc import Callable
 from enum import StrEnum
 from time import monotonic
 
-from sdk.call import Call, Provider
-from sdk.canonical import tool_name
-from sdk.memory.records import Seen, Segment, compact_json, sha256_hex
-from sdk.memory.store import LocalStore, Store
-from sdk.provider_facts import (
+from sdk.cache.provider_facts import (
     ANTHROPIC_CACHE_TTL_SECONDS,
     ANTHROPIC_DEFAULT_TTL,
     OPENAI_EXTENDED_RETENTION,
     OPENAI_EXTENDED_RETENTION_SECONDS,
 )
+from sdk.call import Call, Provider
+from sdk.memory.records import Seen, Segment, compact_json, sha256_hex
+from sdk.memory.store import LocalStore, Store
+from sdk.prompt.canonical import tool_name
 
 FINGERPRINT_HEX_CHARS = 16
 

@@ -23,20 +23,20 @@ from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
 
-from sdk.cache_hints import count_breakpoints, estimate_tokens
+from sdk.cache.fingerprint import segments
+from sdk.cache.hints import count_breakpoints, estimate_tokens
+from sdk.cache.provider_facts import min_cacheable_tokens
 from sdk.call import Call, Provider
-from sdk.fingerprint import segments
 from sdk.lifecycle import CallEnd
 from sdk.memory.records import Leader
 from sdk.memory.store import LocalStore, Store
-from sdk.provider_facts import min_cacheable_tokens
 
 _ANTHROPIC_MARK = "cache_control"
 _CREDENTIALS = ("api_key", "auth_token", "organization", "project", "base_url")
 
 
 def _stable_values(call: Call) -> Iterator[Any]:
-    """The stable segments' native values, in the order `sdk.fingerprint.segments` chains them."""
+    """The stable segments' native values, in the order `sdk.cache.fingerprint.segments` chains them."""
     yield from call.tools
     yield from call.system
     yield from call.messages[: call.history_end]

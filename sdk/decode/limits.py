@@ -7,7 +7,7 @@ API) are enforced client-side.
 
 The guards never turn a request the API would accept into one it refuses, nor an answer into an
 empty one. The client merges `extra_body` over the named parameters, so a limit or stops given
-there are read and rewritten there. On a call that reasons (`sdk.reasoning`), the output limit
+there are read and rewritten there. On a call that reasons (`sdk.decode.reasoning`), the output limit
 also holds the reasoning:
 
 - with a thinking budget (Anthropic `thinking.type="enabled"`): the cap bounds the visible answer,
@@ -17,12 +17,12 @@ also holds the reasoning:
   API requires it (Anthropic), filled with `cap + REASONING_ROOM_TOKENS`.
 
 Under `Policy.adaptive_caps` a call that neither reasons nor names a limit is filled with its prompt
-workload's learnt cap (`sdk.adaptive_caps`) instead of the policy's, once the workload has one; a
+workload's learnt cap (`sdk.decode.adaptive_caps`) instead of the policy's, once the workload has one; a
 caller's limit is never lowered by it. `Call.cap.source` says which: policy, caller or adaptive.
 
-A filled cap must fit the model. The chain cannot know the context (it does no I/O), so the send
+A filled cap must fit the model. The pipeline cannot know the context (it does no I/O), so the send
 checks it (`fit_to_context`) for an OpenAI-compatible server, whose `/v1/models` says it
-(`sdk.model_context`): where the prompt, estimated high at `CONTEXT_FIT_BYTES_PER_TOKEN` bytes of
+(`sdk.decode.model_context`): where the prompt, estimated high at `CONTEXT_FIT_BYTES_PER_TOKEN` bytes of
 the request body a token, plus the filled cap exceed the context, the request goes with no limit
 of kvwise's. Not `context - prompt`: a wrong estimate would then cut answers the bare client gets
 whole, while those servers already stop at the context's end on their own (vLLM's and the local
@@ -30,7 +30,7 @@ backend's default limit is the room left), so what kvwise leaves unfilled is a l
 have bound anyway. A context that is unknown leaves the cap filled; and whatever the estimate, a
 400 (or 422) naming the output limit or the context, on a call whose limit kvwise filled or clamped,
 gets the call once more with the limit as the caller wrote it (`OUTPUT_LIMIT`, one of the additions
-`sdk.refusals` takes back), and that server gets no such limit from kvwise again.
+`sdk.send.refusals` takes back), and that server gets no such limit from kvwise again.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ from typing import Any
 
 from sdk._constants import CONTEXT_FIT_BYTES_PER_TOKEN, REASONING_ROOM_TOKENS
 from sdk.adapters import Adapter, adapter_for
-from sdk.adaptive_caps import AdaptiveCaps, workload_of
 from sdk.call import Call, OutputCap, Provider
+from sdk.decode.adaptive_caps import AdaptiveCaps, workload_of
 from sdk.policy import Policy
 from sdk.telemetry import semconv as sc
 from sdk.telemetry.semconv import CapSource
@@ -195,7 +195,7 @@ def fit_to_context(call: Call, post_kwargs: dict[str, Any], context: int) -> Non
 
 
 class OutputLimit:
-    """The output limit kvwise filled in or clamped, as an addition a server may refuse (`sdk.refusals`).
+    """The output limit kvwise filled in or clamped, as an addition a server may refuse (`sdk.send.refusals`).
 
     Named by a refusal that mentions the limit's parameters or the context (vLLM: "This model's
     maximum context length is ..."; the local backend: "max_completion_tokens=4096 must be between 1

@@ -1,0 +1,9 @@
+"""The cache step of a call: what the provider's prompt cache does, and how kvwise aims at it.
+
+provider_facts  minimum cacheable lengths, breakpoints, lifetimes, as the providers state them
+fingerprint     the prefix hash chain, where it broke and why (`PrefixTracker`)
+hints           `place_cache_hints`: Anthropic breakpoints, OpenAI cache keys
+expected_reads  `SentPrefixes`: the tokens the provider should read from its cache, and why it read less
+diagnostics     Anthropic's server-side cache-miss diagnosis, compared with kvwise's
+fanout          `FanOut`: concurrent calls of one cacheable prefix wait for the first to write the cache
+"""
