@@ -54,7 +54,7 @@ def test_followers_read_the_cache_their_leader_wrote_instead_of_writing_it_again
         cold = await fan_out(_client(bare), api, system, n, mode=mode, started=cold_started)
         simulator.reset()
         warm_client = sdk.wrap(bare, sdk.Policy(retries=0, fanout="warm"), tracer_provider=provider)
-        gate, release = warm_client._shared.fanout, threading.Event()
+        gate, release = warm_client._shared.pipeline.fanout, threading.Event()
         simulator.hold(release)  # the leader stays in prefill until every follower waits for it
 
         def warm_started() -> None:
@@ -89,7 +89,7 @@ def test_a_leader_that_fails_releases_its_followers_at_once(
 ) -> None:
     bare, n = (openai_client if api == "openai" else anthropic_client), 8
     client = _client(bare, fanout="warm", fanout_wait_seconds=600.0)  # only the failure can release them
-    gate, release = client._shared.fanout, threading.Event()
+    gate, release = client._shared.pipeline.fanout, threading.Event()
     simulator.hold(release, status=500)
 
     def started() -> None:
@@ -118,7 +118,7 @@ def test_a_leader_slow_past_the_wait_limit_releases_its_followers(
 
     results = asyncio.run(fan_out(client, api, shared_prefix(PREFIX_TOKENS), n, mode=mode, started=started))
     assert all(isinstance(r, TurnAnswer) for r in results)  # the held leader too, once let out
-    assert client._shared.fanout.waiting() == 0
+    assert client._shared.pipeline.fanout.waiting() == 0
 
 
 def test_calls_of_other_api_keys_never_wait_for_each_other(simulator: Any, openai_client: Any) -> None:
@@ -144,13 +144,13 @@ def test_calls_of_other_api_keys_never_wait_for_each_other(simulator: Any, opena
         release.set()
         leader.join()
     assert all(isinstance(r, TurnAnswer) for r in results)
-    assert client._shared.fanout.waiting() == 0
+    assert client._shared.pipeline.fanout.waiting() == 0
 
 
 def test_a_streamed_leader_releases_its_followers_at_its_first_chunk(simulator: Any, openai_client: Any, mode: str) -> None:
     n = 4
     client = _client(openai_client, fanout="warm", fanout_wait_seconds=600.0)
-    gate, release = client._shared.fanout, threading.Event()
+    gate, release = client._shared.pipeline.fanout, threading.Event()
     simulator.hold(release)
     system = shared_prefix(PREFIX_TOKENS)
     messages = [{"role": "system", "content": system}, {"role": "user", "content": "Lead the way."}]
@@ -201,4 +201,4 @@ def test_calls_whose_prefix_cannot_be_cached_never_wait(
 
     results = asyncio.run(fan_out(client, api, shared_prefix(prefix_tokens), n, mode=mode, started=started))
     assert all(isinstance(r, TurnAnswer) for r in results)
-    assert client._shared.fanout.in_flight() == 0
+    assert client._shared.pipeline.fanout.in_flight() == 0
