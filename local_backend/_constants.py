@@ -65,12 +65,16 @@ ONEDNN_MIN_ROWS: Final = 2
 MATVEC_MAX_ROWS: Final = 16
 """Rows up to which a CPU float32 projection streams its weights through `kvwise::matvec`."""
 
+BF16_MATVEC_MAX_ROWS: Final = 2
+"""Rows up to which a CPU bfloat16 projection streams its weights through `kvwise::matvec`: past a few rows
+oneDNN's prepacked bfloat16 weight (on AMX tiles, or AVX512-BF16 dot products) multiplies faster."""
+
 PREFILL_KERNEL_MAX_CONTEXT: Final = 1024
 """Keys up to which a CPU float32 prefill chunk attends in `kvwise::prefill_attention`, past which in SDPA.
 
-These three were tuned on one 2-core AVX2 machine. The torch forms use ONEDNN_MIN_ROWS; the native
-forms use what `kernel_choices` measures for their library on this machine, and these three only
-while it cannot measure (the machine is too busy)."""
+These were tuned on one 2-core AVX2 machine (BF16_MATVEC_MAX_ROWS on a 2-core Xeon with AMX). The torch
+forms use ONEDNN_MIN_ROWS; the native forms use what `kernel_choices` measures for their library on this
+machine, and these only while it cannot measure (the machine is too busy)."""
 
 CALIBRATION_HIDDEN: Final = 512
 CALIBRATION_PROJECTION: Final = 2048

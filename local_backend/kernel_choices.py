@@ -1,16 +1,17 @@
 """Where each native CPU kernel hands over to its torch form, measured on this machine once per kernel library.
 
 Each threshold is the size at which one form overtakes the other: decode rows through `kvwise::matvec`
-or oneDNN, a projection's rows through oneDNN's prepacked weight or the plain matmul, a prefill
-chunk's keys through `kvwise::prefill_attention` or SDPA. Where those crossovers fall depends on the
-CPU (vector width, caches, memory bandwidth) and on the library's capability, so they are not
-constants: at the first load of a library, `for_library` times both forms at the sizes of
+or oneDNN, a projection's rows through oneDNN's prepacked weight or the plain matmul (both in float32,
+and again in bfloat16, where oneDNN may multiply on AMX tiles), a prefill chunk's keys through
+`kvwise::prefill_attention` or SDPA. Where those crossovers fall depends on the CPU (vector width,
+caches, memory bandwidth, native bfloat16) and on the library's capability, so they are not constants:
+at the first load of a library, `for_library` times both forms at the sizes of
 `_constants.CALIBRATION_*` (best of a few interleaved runs, on weights larger than the caches, as a
-decode step streams them), puts each threshold where the measured sizes take the least time in all,
-and writes the choice, with the timings it was made from, as JSON beside the library; every later
-load of that library reads it back. Delete the file to measure again. On a machine busier than
-`CALIBRATION_MAX_LOAD_PER_CORE` the other processes would decide the choice: it takes the tuned
-defaults (`MATVEC_MAX_ROWS`, ...) for this process and measures at a later, quieter load.
+decode step streams them), puts each threshold where the measured sizes take the least time in all, and
+writes the choice, with the timings it was made from, as JSON beside the library; every later load of
+that library reads it back. Delete the file to measure again. On a machine busier than
+`CALIBRATION_MAX_LOAD_PER_CORE` the other processes would decide the choice: it takes the tuned defaults
+(`MATVEC_MAX_ROWS`, ...) for this process and measures at a later, quieter load.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from local_backend._constants import (
     CALIBRATION_PREFILL_CONTEXTS,
     CALIBRATION_PROJECTION,
     CALIBRATION_REPEATS,
+    BF16_MATVEC_MAX_ROWS,
     MATVEC_MAX_ROWS,
     ONEDNN_MIN_ROWS,
     PREFILL_KERNEL_MAX_CONTEXT,
@@ -45,32 +47,48 @@ from local_backend._constants import (
 
 logger = logging.getLogger(__name__)
 
+_THRESHOLDS = ("matvec_max_rows", "onednn_min_rows", "prefill_kernel_max_context", "bf16_matvec_max_rows",
+               "bf16_onednn_min_rows")  # fmt: skip
+"""`KernelChoices`' measured fields, as the cache file names them."""
+
 
 @dataclass(frozen=True, slots=True)
 class KernelChoices:
     """The thresholds `ops.NativeOps` runs with, and where they come from: "calibrated" now, "cached"
     (measured by an earlier load) or "default" (the machine was too busy to measure).
 
-    A projection of `rows` rows runs `kvwise::matvec` when rows <= `matvec_max_rows` (0: never), else
-    oneDNN's prepacked weight when rows >= `onednn_min_rows`, else the plain matmul; a prefill chunk
-    over `keys` keys runs `kvwise::prefill_attention` when keys <= `prefill_kernel_max_context`.
+    A float32 projection of `rows` rows runs `kvwise::matvec` when rows <= `matvec_max_rows` (0: never),
+    else oneDNN's prepacked weight when rows >= `onednn_min_rows`, else the plain matmul; a bfloat16 one
+    likewise by `bf16_matvec_max_rows` and `bf16_onednn_min_rows` (oneDNN's bfloat16 GEMM runs on AMX
+    tiles or AVX512-BF16 where the CPU has them, so its crossover with the streamed matvec lies elsewhere);
+    a float32 prefill chunk over `keys` keys runs `kvwise::prefill_attention` when keys <=
+    `prefill_kernel_max_context`.
     """
 
     capability: str
     matvec_max_rows: int
     onednn_min_rows: int
     prefill_kernel_max_context: int
+    bf16_matvec_max_rows: int = BF16_MATVEC_MAX_ROWS
+    bf16_onednn_min_rows: int = ONEDNN_MIN_ROWS
     source: str = "calibrated"
 
     def __post_init__(self) -> None:
-        for name in ("matvec_max_rows", "onednn_min_rows", "prefill_kernel_max_context"):
+        for name in _THRESHOLDS:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"KernelChoices.{name} must be an int >= 0, got {value!r}")
 
     def describe(self) -> str:
         return (f"matvec up to {self.matvec_max_rows} rows, oneDNN from {self.onednn_min_rows} rows, prefill kernel "
-                f"up to {self.prefill_kernel_max_context} keys ({self.source})")  # fmt: skip
+                f"up to {self.prefill_kernel_max_context} keys; bfloat16: matvec up to {self.bf16_matvec_max_rows} "
+                f"rows, oneDNN from {self.bf16_onednn_min_rows} rows ({self.source})")  # fmt: skip
+
+    def rows(self, dtype: torch.dtype) -> tuple[int, int]:
+        """(matvec_max_rows, onednn_min_rows) of a projection in `dtype`."""
+        if dtype == torch.bfloat16:
+            return self.bf16_matvec_max_rows, self.bf16_onednn_min_rows
+        return self.matvec_max_rows, self.onednn_min_rows
 
     def labels(self) -> dict[str, str]:
         """The choices as string labels (`/metrics`' kernel info)."""
@@ -87,8 +105,7 @@ def for_library(library: Path, capability: str) -> KernelChoices:
     path = choices_path(library)
     try:
         saved = json.loads(path.read_text())
-        return KernelChoices(capability, int(saved["matvec_max_rows"]), int(saved["onednn_min_rows"]),
-                             int(saved["prefill_kernel_max_context"]), source="cached")  # fmt: skip
+        return KernelChoices(capability, **{name: int(saved[name]) for name in _THRESHOLDS}, source="cached")
     except FileNotFoundError:
         pass
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -130,15 +147,44 @@ def _least_total(sizes: Sequence[int], below_ms: Sequence[float], above_ms: Sequ
     return min((0, *sizes), key=total)
 
 
+def onednn_prepacks(dtype: torch.dtype) -> bool:
+    """Whether a CPU projection in `dtype` keeps oneDNN's prepacked weight (`model.Linear.pack`): float32 where
+    torch has oneDNN, bfloat16 where oneDNN multiplies it natively (AVX512-BF16 or AMX; elsewhere it would
+    widen every weight on each call)."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    return dtype == torch.float32 or (dtype == torch.bfloat16 and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
 @torch.inference_mode()
 def calibrate(capability: str) -> tuple[KernelChoices, dict[str, dict[str, list[float]]]]:
     """Time both forms of each choice at the calibration sizes; the choices and the timings (ms) behind them."""
     gen = torch.Generator().manual_seed(0)
-    weights = [torch.randn(CALIBRATION_HIDDEN, CALIBRATION_PROJECTION, generator=gen) for _ in range(CALIBRATION_MATRICES)]
-    packed = [torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous(), None) for w in weights]
+    timings: dict[str, dict[str, list[float]]] = {}
+    matvec_max_rows, onednn_min_rows = _projection_choices(torch.float32, gen, timings, "")
+    bf16_matvec_max_rows, bf16_onednn_min_rows = _projection_choices(torch.bfloat16, gen, timings, "bf16_")
+    contexts = CALIBRATION_PREFILL_CONTEXTS
+    kernel_vs_sdpa = [_best_ms(_prefill_forms(context, gen)) for context in contexts]
+    timings["prefill_kernel_vs_sdpa"] = {str(context): ms for context, ms in zip(contexts, kernel_vs_sdpa)}
+    prefill_max = _least_total(contexts, [ms[0] for ms in kernel_vs_sdpa], [ms[1] for ms in kernel_vs_sdpa])
+    choices = KernelChoices(capability, matvec_max_rows, onednn_min_rows, prefill_max, bf16_matvec_max_rows,
+                            bf16_onednn_min_rows)  # fmt: skip
+    return choices, timings
+
+
+def _projection_choices(
+    dtype: torch.dtype, gen: torch.Generator, timings: dict[str, dict[str, list[float]]], prefix: str
+) -> tuple[int, int]:
+    """(matvec_max_rows, onednn_min_rows) for projections in `dtype`, their timings added to `timings` under
+    `prefix`: the plain matmul against oneDNN's prepacked weight (where a load packs one), then the matvec
+    against the torch form that choice makes."""
+    weights = [torch.randn(CALIBRATION_HIDDEN, CALIBRATION_PROJECTION, generator=gen).to(dtype)
+               for _ in range(CALIBRATION_MATRICES)]  # fmt: skip
+    packs = onednn_prepacks(dtype)
+    packed = [torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous(), None) for w in weights] if packs else []
 
     def streamed(project: Callable[[torch.Tensor, int], torch.Tensor], rows: int) -> Callable[[], None]:
-        x = torch.randn(rows, CALIBRATION_HIDDEN, generator=gen)
+        x = torch.randn(rows, CALIBRATION_HIDDEN, generator=gen).to(dtype)
 
         def run() -> None:
             for i in range(CALIBRATION_MATRICES):
@@ -155,25 +201,21 @@ def calibrate(capability: str) -> tuple[KernelChoices, dict[str, dict[str, list[
     def matvec(x: torch.Tensor, i: int) -> torch.Tensor:
         return torch.ops.kvwise.matvec(x, weights[i], None)
 
-    timings: dict[str, dict[str, list[float]]] = {}
-    onednn_rows = CALIBRATION_ONEDNN_ROWS
-    plain_vs_onednn = [_best_ms([streamed(plain, rows), streamed(onednn, rows)]) for rows in onednn_rows]
-    timings["plain_vs_onednn"] = {str(rows): ms for rows, ms in zip(onednn_rows, plain_vs_onednn)}
-    onednn_min_rows = _least_total(onednn_rows, [ms[0] for ms in plain_vs_onednn], [ms[1] for ms in plain_vs_onednn]) + 1
+    onednn_min_rows = ONEDNN_MIN_ROWS
+    if packs:
+        onednn_rows = CALIBRATION_ONEDNN_ROWS
+        plain_vs_onednn = [_best_ms([streamed(plain, rows), streamed(onednn, rows)]) for rows in onednn_rows]
+        timings[f"{prefix}plain_vs_onednn"] = {str(rows): ms for rows, ms in zip(onednn_rows, plain_vs_onednn)}
+        onednn_min_rows = _least_total(onednn_rows, [ms[0] for ms in plain_vs_onednn], [ms[1] for ms in plain_vs_onednn]) + 1
 
     def torch_form(x: torch.Tensor, i: int) -> torch.Tensor:
-        return onednn(x, i) if len(x) >= onednn_min_rows else plain(x, i)
+        return onednn(x, i) if packs and len(x) >= onednn_min_rows else plain(x, i)
 
     matvec_rows = CALIBRATION_MATVEC_ROWS
     matvec_vs_torch = [_best_ms([streamed(matvec, rows), streamed(torch_form, rows)]) for rows in matvec_rows]
-    timings["matvec_vs_torch"] = {str(rows): ms for rows, ms in zip(matvec_rows, matvec_vs_torch)}
+    timings[f"{prefix}matvec_vs_torch"] = {str(rows): ms for rows, ms in zip(matvec_rows, matvec_vs_torch)}
     matvec_max_rows = _least_total(matvec_rows, [ms[0] for ms in matvec_vs_torch], [ms[1] for ms in matvec_vs_torch])
-
-    contexts = CALIBRATION_PREFILL_CONTEXTS
-    kernel_vs_sdpa = [_best_ms(_prefill_forms(context, gen)) for context in contexts]
-    timings["prefill_kernel_vs_sdpa"] = {str(context): ms for context, ms in zip(contexts, kernel_vs_sdpa)}
-    prefill_max = _least_total(contexts, [ms[0] for ms in kernel_vs_sdpa], [ms[1] for ms in kernel_vs_sdpa])
-    return KernelChoices(capability, matvec_max_rows, onednn_min_rows, prefill_max), timings
+    return matvec_max_rows, onednn_min_rows
 
 
 def _prefill_forms(context: int, gen: torch.Generator) -> list[Callable[[], object]]:
@@ -186,3 +228,4 @@ def _prefill_forms(context: int, gen: torch.Generator) -> list[Callable[[], obje
         lambda: torch.ops.kvwise.prefill_attention(q, k, v, scale),
         lambda: F.scaled_dot_product_attention(hq, hk, hv, is_causal=True, scale=scale, enable_gqa=True),
     ]
+

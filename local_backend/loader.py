@@ -11,6 +11,7 @@ from local_backend import _constants as C
 from local_backend import dtype_choice, ops
 from local_backend.checkpoint import Checkpoint, Tensors
 from local_backend.config import ModelConfig
+from local_backend.kernel_choices import onednn_prepacks
 from local_backend.model import CausalLM, Linear
 from local_backend.tokenizer import TextTokenizer
 
@@ -78,8 +79,9 @@ def load_model(tensors: Tensors, cfg: ModelConfig, device: torch.device, dtype: 
     Projection weights land transposed in `weight_t`, q/k/v and gate/up side by side in their
     packed matrix; with tied embeddings the lm_head is the embedding's transpose (a copy on CPU,
     where decode streams it faster, a view elsewhere). Its layers run the ops chosen here, once
-    (`ops.select`). On CPU in float32 every projection also gets oneDNN's prepacked weight for
-    batched rows (`Linear.pack`).
+    (`ops.select`). On CPU every projection also gets oneDNN's prepacked weight for batched rows
+    (`Linear.pack`), in float32, and in bfloat16 where oneDNN multiplies it natively
+    (`kernel_choices.onednn_prepacks`).
     """
     chosen = ops.select(device, dtype, cfg.head_dim)
     with torch.device("meta"):
@@ -110,7 +112,7 @@ def load_model(tensors: Tensors, cfg: ModelConfig, device: torch.device, dtype: 
             embedding_t.contiguous() if device.type == "cpu" else embedding_t, requires_grad=False
         )
     _check_complete(params, loaded, shard_sizes, cfg)
-    if device.type == "cpu" and dtype == torch.float32 and torch.backends.mkldnn.is_available():
+    if device.type == "cpu" and onednn_prepacks(dtype):
         for module in model.modules():
             if isinstance(module, Linear):
                 module.pack()

@@ -71,7 +71,7 @@ class Linear(nn.Module):
         self.packed: torch.Tensor | None = None
 
     def pack(self) -> None:
-        """Keep oneDNN's prepacked copy of W beside `weight_t` (CPU, float32, after loading)."""
+        """Keep oneDNN's prepacked copy of W beside `weight_t` (CPU, after loading; `kernel_choices.onednn_prepacks`)."""
         self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight_t.t().contiguous(), None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

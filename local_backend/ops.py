@@ -197,7 +197,8 @@ class TorchOps:
 class NativeOps(TorchOps):
     """The native CPU forms (vLLM's `forward_cpu`): `torch.ops.kvwise.*`, built by `cpu_kernels`, reading and
     writing float32 or bfloat16 and summing in float32. bfloat16 prefill chunks attend in SDPA (torch's flash
-    kernel, on AMX tiles where the CPU has them) and rows past `matvec_max_rows` multiply in oneDNN (likewise).
+    kernel, on AMX tiles where the CPU has them) and rows past `matvec_max_rows` multiply in oneDNN (likewise,
+    by the weight prepacked at load where oneDNN multiplies bfloat16 natively: `kernel_choices.onednn_prepacks`).
 
     Decode rows stream the weights through `matvec`; RMSNorm (with the residual add before it), rope, silu·up, the kv write, attention
     and the sampler's passes over the logits are single kernels (`csrc/`). Attention's kernels need a
@@ -205,16 +206,16 @@ class NativeOps(TorchOps):
     for the loaded library) say up to which sizes each kernel beats its torch form.
     """
 
-    def __init__(self, head_dim: int, choices: KernelChoices):
+    def __init__(self, head_dim: int, choices: KernelChoices, dtype: torch.dtype = torch.float32):
         self.attends = head_dim % cpu_kernels.HEAD_DIM_MULTIPLE == 0
         self.paged_decodes = self.attends
         self.choices = choices
-        self.onednn_min_rows = choices.onednn_min_rows
+        self.matvec_max_rows, self.onednn_min_rows = choices.rows(dtype)  # the crossovers of this engine's dtype
 
     def linear(
         self, x: torch.Tensor, weight_t: torch.Tensor, bias: torch.Tensor | None, packed: torch.Tensor | None
     ) -> torch.Tensor:
-        if x.shape[0] <= self.choices.matvec_max_rows and x.dim() == 2 and x.is_contiguous():
+        if x.shape[0] <= self.matvec_max_rows and x.dim() == 2 and x.is_contiguous():
             return torch.ops.kvwise.matvec(x, weight_t, bias)
         return super().linear(x, weight_t, bias, packed)
 
@@ -307,4 +308,4 @@ def select(device: torch.device, dtype: torch.dtype, head_dim: int) -> TorchOps:
     else `TORCH`.
     """
     kernels = cpu_kernels.load() if device.type == "cpu" and dtype in NATIVE_DTYPES else None
-    return TORCH if kernels is None else NativeOps(head_dim, kernels.choices)
+    return TORCH if kernels is None else NativeOps(head_dim, kernels.choices, dtype)

@@ -94,10 +94,11 @@ void rope_one(at::Tensor& x, const T* cos, const T* sin) {
       const T* s = sin + t * dim;
       for (int64_t h = 0; h < heads; ++h) {
         T* v = data + t * row_stride + h * dim;
-        for (int64_t i = 0; i < half; ++i) {
-          const float x1 = v[i], x2 = v[i + half];
-          v[i] = x1 * static_cast<float>(c[i]) - x2 * static_cast<float>(s[i]);
-          v[i + half] = x2 * static_cast<float>(c[i + half]) + x1 * static_cast<float>(s[i + half]);
+        for (int64_t i = 0; i < half; i += Vec::size()) {  // both halves' lanes loaded before either is stored
+          const int64_t count = kvwise::lanes_before(i, half);
+          const Vec x1 = kvwise::load(v + i, count), x2 = kvwise::load(v + i + half, count);
+          kvwise::store(x1 * kvwise::load(c + i, count) - x2 * kvwise::load(s + i, count), v + i, count);
+          kvwise::store(x2 * kvwise::load(c + i + half, count) + x1 * kvwise::load(s + i + half, count), v + i + half, count);
         }
       }
     }
@@ -132,7 +133,7 @@ at::Tensor silu_and_mul(const at::Tensor& gate_up) {
         for (int64_t i = 0; i < size; i += Vec::size()) {
           const int64_t count = kvwise::lanes_before(i, size);
           const Vec g = kvwise::load(gate + i, count);
-          kvwise::store(g / (one + g.neg().exp()) * kvwise::load(up + i, count), dst + i, count);
+          kvwise::store(g / (one + g.neg().exp_u20()) * kvwise::load(up + i, count), dst + i, count);
         }
       }
     });

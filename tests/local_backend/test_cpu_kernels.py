@@ -239,7 +239,10 @@ def test_the_loaded_library_is_the_variant_asked_for_with_its_vector_width_and_i
     assert saved["capability"] == kernels.capability
     assert saved["matvec_max_rows"] == kernels.choices.matvec_max_rows
     assert saved["prefill_kernel_max_context"] == kernels.choices.prefill_kernel_max_context
-    assert set(saved["timings_ms"]) == {"plain_vs_onednn", "matvec_vs_torch", "prefill_kernel_vs_sdpa"}
+    assert saved["bf16_matvec_max_rows"] == kernels.choices.bf16_matvec_max_rows
+    bf16_onednn = {"bf16_plain_vs_onednn"} if kernel_choices.onednn_prepacks(torch.bfloat16) else set()
+    assert set(saved["timings_ms"]) == {"plain_vs_onednn", "matvec_vs_torch", "bf16_matvec_vs_torch",
+                                        "prefill_kernel_vs_sdpa"} | bf16_onednn  # fmt: skip
 
 
 def test_the_capability_follows_torch_then_the_override_clamped_to_this_cpu(monkeypatch, caplog):
