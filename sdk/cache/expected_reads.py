@@ -177,16 +177,19 @@ def _expectation(call: Call, sent: _Sent, found: tuple[_Sent, int], ttl_seconds:
 
 def _chars(value: object) -> int:
     """A cheap upper bound's base for a prompt's size: its strings' characters, `FRAME_CHARS` a container
-    (keys and punctuation), without serialising it."""
-    if isinstance(value, str):
-        return len(value)
-    total = FRAME_CHARS
-    if isinstance(value, dict):
-        value = value.values()
-    elif not isinstance(value, (list, tuple)):
-        return total
-    for item in value:  # a loop, not sum() over a generator: this runs on every call
-        total += _chars(item)
+    (keys and punctuation), without serialising it. A loop over a stack, not a recursion: this runs on
+    every call, and a Python call per node costs more than the node's own work."""
+    total, pending = 0, [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            total += len(item)
+            continue
+        total += FRAME_CHARS
+        if isinstance(item, dict):
+            pending.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            pending.extend(item)
     return total
 
 

@@ -11,15 +11,16 @@ the same split).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Generator
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
-class Io:
-    """One piece of I/O a step needs: `sync(*args)` with a sync client, `await async_(*args)` with an async one."""
+class Io(NamedTuple):
+    """One piece of I/O a step needs: `sync(*args)` with a sync client, `await async_(*args)` with an async one.
+
+    A tuple, not a frozen dataclass: one is made per attempt, and a frozen dataclass's `__init__`
+    sets each field through `object.__setattr__`."""
 
     sync: Callable[..., Any]
     async_: Callable[..., Awaitable[Any]]

@@ -31,7 +31,7 @@ from sdk.decode.limits import fit_to_context, wants_context
 from sdk.decode.model_context import ModelContexts
 from sdk.lifecycle import CallEnd, CallListener, Ending, Lifecycle
 from sdk.policy import Policy
-from sdk.send.attempts import Attempts, acall_with_retries, call_with_retries
+from sdk.send.attempts import Attempts, attempting
 from sdk.send.drive import Io, Steps, arun, run
 from sdk.send.refusals import Refusals
 from sdk.send.retry import is_retryable, retries_for
@@ -135,7 +135,7 @@ class Sender:
         """The attempts (`sdk.send.attempts`), and once more after each refusal kvwise takes back."""
         while True:
             try:
-                return (yield Io(call_with_retries, acall_with_retries, (send, attempts)))
+                return (yield from attempting(send, attempts))
             except Exception as error:
                 if not self._took_back(error, post_kwargs, record):
                     raise

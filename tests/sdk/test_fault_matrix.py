@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import email.utils
 import enum
-import functools
 import importlib
 import socket
 import time
@@ -35,8 +34,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 import sdk
-from sdk._constants import RETRY_AFTER_CAP_SECONDS, RETRY_JITTER_SECONDS, RETRY_MAX_DELAY_SECONDS
-from sdk.send.attempts import acall_with_retries, call_with_retries
+from sdk._constants import RETRY_JITTER_SECONDS, RETRY_MAX_DELAY_SECONDS
+from sdk.send.attempts import attempting
 from sdk.telemetry import semconv as sc
 from tests.sdk.helpers import resolve
 from tests.simulator import ProviderSimulator
@@ -385,8 +384,8 @@ def waits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
         chosen.append(seconds)
 
     send_module = importlib.import_module("sdk.send.sender")  # where every kvwise send runs its retries
-    monkeypatch.setattr(send_module, "call_with_retries", functools.partial(call_with_retries, sleep=chosen.append))
-    monkeypatch.setattr(send_module, "acall_with_retries", functools.partial(acall_with_retries, sleep=asleep))
+    recorded = (chosen.append, asleep)
+    monkeypatch.setattr(send_module, "attempting", lambda send, attempts: attempting(send, attempts, recorded))
     return chosen
 
 

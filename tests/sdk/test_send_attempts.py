@@ -1,5 +1,5 @@
-"""`sdk.send.attempts`: every attempt, the first too, runs inside tenacity under the client's rules;
-sync and async are one parametrised test."""
+"""`sdk.send.attempts`: every attempt runs in one loop, each decision after a failure tenacity's
+under the client's rules; sync and async are one parametrised test."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from sdk.send.attempts import Attempts, acall_with_retries, call_with_retries
+from sdk.send.attempts import Attempts, attempting
+from sdk.send.drive import arun, run
 
 
 class Retryable(Exception):
@@ -48,13 +49,12 @@ def _call(
     counted = [] if counted is None else counted
     waits: list[float] = []
     send, attempts = _sends(outcomes, asynchronous), _attempts(retries, counted)
-    if not asynchronous:
-        return call_with_retries(send, attempts, sleep=waits.append), counted, waits
 
     async def asleep(seconds: float) -> None:
         waits.append(seconds)
 
-    return asyncio.run(acall_with_retries(send, attempts, sleep=asleep)), counted, waits
+    steps = attempting(send, attempts, (waits.append, asleep))
+    return (asyncio.run(arun(steps)) if asynchronous else run(steps)), counted, waits
 
 
 ASYNC = pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
