@@ -129,11 +129,19 @@ def _source(function: Callable[..., Any]) -> str:
         return "self._post = client.post"
 
 
+_BASE_URL_FIELDS = ("_configured_base_url", "_base_url")
+"""Where the installed clients keep the base URL: openai's (since its `lib._client_auth`) and anthropic's."""
+
+
 def base_url(client: Any) -> Any:
     """The client's base URL object, read without the `base_url` property's cost (openai's imports
-    a module on every read); the property where the attribute is missing."""
-    url = getattr(client, "__dict__", {}).get("_base_url")
-    return url if url is not None else client.base_url
+    a module on every read); the property where neither field is there."""
+    fields = getattr(client, "__dict__", {})
+    for name in _BASE_URL_FIELDS:
+        url = fields.get(name)
+        if url is not None:
+            return url
+    return client.base_url
 
 
 def resource_client(resource: Any) -> Any:
