@@ -1,4 +1,5 @@
-"""One adapter per intercepted API: native kwargs <-> `Call`, plus usage and stream-event readers."""
+"""One adapter per intercepted API: native kwargs <-> `Call`, plus usage and stream-event readers; `responses` reads
+what any API's answer says beyond them (service tier, system fingerprint, cache-miss reason)."""
 
 from __future__ import annotations
 

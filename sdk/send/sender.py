@@ -25,6 +25,7 @@ from typing import Any
 from sdk import compat
 from sdk.adapters import adapter_for
 from sdk.adapters._base import timings_of
+from sdk.adapters.responses import response_facts
 from sdk.cache.fanout import FanOut, Leader, LeaderRelease, Waited
 from sdk.call import Call
 from sdk.decode.limits import fit_to_context, wants_context
@@ -38,7 +39,6 @@ from sdk.send.retry import is_retryable, retries_for
 from sdk.surface import Kind
 from sdk.telemetry import CallRecord, Telemetry, client_tracing, content
 from sdk.telemetry import semconv as sc
-from sdk.telemetry.attributes import response_facts
 
 Server = tuple[str | None, int | None]
 

@@ -45,6 +45,7 @@ from typing import Any
 
 from sdk.adapters import Adapter, StreamState
 from sdk.adapters._base import first_stop
+from sdk.adapters.responses import stream_facts
 from sdk.cache.hints import estimate_tokens
 from sdk.call import Call, Usage
 from sdk.decode.loop_guard import LoopDetector
@@ -53,7 +54,6 @@ from sdk.lifecycle import CallEnd, Ending, Lifecycle
 from sdk.policy import Policy
 from sdk.send.stream_proxy import AsyncWatchedStream, Upstream, WatchedStream
 from sdk.telemetry import CallRecord
-from sdk.telemetry.attributes import stream_facts
 from sdk.telemetry.content import streamed_tool_calls
 
 logger = logging.getLogger(__name__)

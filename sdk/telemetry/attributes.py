@@ -7,14 +7,10 @@ Kept apart from the span plumbing so another flavour of the same facts (OpenInfe
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any
 
-from pydantic import BaseModel
-
-from sdk._constants import RESPONSE_CLASS_NAMES_CACHE_SIZE
 from sdk.call import Call, Miss, Provider, Usage
 from sdk.errors import StreamTruncated
 from sdk.telemetry import semconv as sc
@@ -38,8 +34,6 @@ _PARAM_ATTRIBUTES = {
 _STOP_PARAMS = ("stop", "stop_sequences")
 _SCALARS = (bool, int, float, str)
 _CHAT = sc.OperationName.CHAT.value
-_ABSENT = object()
-"""A `__dict__` miss, told apart from a field that holds None."""
 _OPENAI, _ANTHROPIC = sc.ProviderName.OPENAI.value, sc.ProviderName.ANTHROPIC.value
 
 
@@ -200,72 +194,6 @@ def _add_cost(attributes: Attributes, cost: Cost) -> None:
     attributes[sc.KVWISE_COST_CACHE_WRITE_USD] = cost.cache_write_usd
     attributes[sc.KVWISE_COST_OUTPUT_USD] = cost.output_usd
     attributes[sc.KVWISE_COST_SAVED_USD] = cost.saved_usd
-
-
-class ResponseFacts(TypedDict, total=False):
-    """`CallEnd` fields read off an answer by `response_facts`."""
-
-    service_tier: str
-    system_fingerprint: str
-    cache_miss_reason: str
-
-
-def response_facts(response: Any) -> ResponseFacts:
-    """What an answer says beyond usage and text, as `CallEnd` fields: OpenAI's service tier
-    and system fingerprint, Anthropic's cache-miss diagnosis (`diagnostics.cache_miss_reason.type`)."""
-    facts: ResponseFacts = {}
-    tier = _field(response, "service_tier")
-    if isinstance(tier, str) and not _has(response, "stop_reason"):  # Anthropic's tier is in usage
-        facts["service_tier"] = tier
-    fingerprint = _field(response, "system_fingerprint")
-    if isinstance(fingerprint, str):
-        facts["system_fingerprint"] = fingerprint
-    reason = _field(_field(_field(response, "diagnostics"), "cache_miss_reason"), "type")
-    if isinstance(reason, str):
-        facts["cache_miss_reason"] = reason
-    return facts
-
-
-def _field(value: Any, name: str) -> Any:
-    """`getattr(value, name, None)`, without the cost of a pydantic model's missing attribute: its
-    `__getattr__` raises, which costs more than the rest of `response_facts` (docs/benchmarks.md, `by_hand`).
-    A model's field is read off its `__dict__` first: nearly every read ends there."""
-    if not isinstance(value, BaseModel):
-        return getattr(value, name, None)
-    found = value.__dict__.get(name, _ABSENT)
-    if found is not _ABSENT:
-        return found
-    extra = value.model_extra
-    if extra and name in extra:
-        return extra[name]
-    return getattr(value, name, None) if _declares(type(value), name) else None
-
-
-def _has(value: Any, name: str) -> bool:
-    """`hasattr(value, name)`; of a pydantic model, read off its fields, extra fields and class."""
-    if not isinstance(value, BaseModel):
-        return hasattr(value, name)
-    extra = value.model_extra
-    return name in value.__dict__ or bool(extra and name in extra) or _declares(type(value), name)
-
-
-@functools.lru_cache(maxsize=RESPONSE_CLASS_NAMES_CACHE_SIZE)
-def _declares(model: type, name: str) -> bool:
-    """Whether a model class (or a base) defines `name` itself (a property, a method): looked up once per
-    class and name."""
-    return any(name in vars(klass) for klass in model.__mro__)
-
-
-def stream_facts(last_event: Any, start_message: Any) -> ResponseFacts:
-    """`response_facts` of a stream, read once at its end: OpenAI's from the last chunk (Chat repeats
-    them on every chunk) or the final event's response (Responses), Anthropic's from `message_start`."""
-    facts = response_facts(last_event)
-    final = _field(last_event, "response")
-    if final is not None:
-        facts.update(response_facts(final))
-    if start_message is not None:
-        facts.update(response_facts(start_message))
-    return facts
 
 
 def error_type(error: BaseException | str) -> str:

@@ -13,7 +13,7 @@ from openai.types.chat import ChatCompletion
 
 import sdk
 from sdk.telemetry import semconv as sc
-from sdk.telemetry.attributes import response_facts
+from sdk.adapters.responses import response_facts
 from tests.sdk.helpers import LONG_SYSTEM, collect, resolve
 from tests.sdk.test_telemetry_spans import Otel, otel  # noqa: F401
 
