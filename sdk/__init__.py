@@ -9,6 +9,8 @@ Glossary: one word per concept (identifiers that still say another word are list
   end; an attempt is one HTTP request of a call (retries add attempts, never calls).
 - request: what a call sends: the caller's kwargs rewritten by kvwise (`Call`); an addition is one
   thing kvwise put in or changed, recorded where it is made (`kvwise.canonical.changes`).
+- decisions: what kvwise decided about a call and why, apart from what it sends (`Call.decided`, a
+  `Decisions`: the additions, fingerprint and break, the read to expect and its miss), each written by its step.
 - end of call: one typed value saying how the call ended (`Ending`: answered, cut, failed,
   abandoned) with its usage; listeners and the telemetry read it, nothing else reports an end.
 - tier: a stability class of request content, in canonical order: tools, system, pinned documents,

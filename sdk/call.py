@@ -48,25 +48,48 @@ class OutputCap:
 
 
 @dataclass(slots=True)
+class Decisions:
+    """What kvwise decided about one call and why, apart from what it sends: each field is written by the
+    step that decides it and read by the later steps and the span (`kvwise.*` request attributes).
+
+    `changes` lists the additions, what kvwise rewrote, for the span alone: no decision reads it.
+    `fingerprint` is the hash chain of the call's segments, `prefix_key` the hash of tools and system
+    prompt as sent (`sdk.cache.fingerprint`); `break_at` and `break_cause` where and why the cache
+    broke since the previous call of its API and model. `stream_usage_added`: kvwise asked the stream
+    for its usage (`stream_options.include_usage`) where the caller did not; `stream_usage_refused`:
+    the server refuses `stream_options`, so none is added (`sdk.send.stream_options`).
+    `state_degraded`: why the shared state store failed this call (`sdk.memory.redis_store`), which
+    then went on with in-process memories. `expected_read` the tokens its provider should read from
+    the cache (`sdk.cache.expected_reads`), and `read_miss`, once it answered, how many it missed and
+    why (None: no miss).
+    """
+
+    changes: list[str] = field(default_factory=list)
+    fingerprint: str | None = None
+    prefix_key: str | None = None
+    break_at: str | None = None
+    break_cause: str | None = None
+    stream_usage_added: bool = False
+    stream_usage_refused: bool = False
+    state_degraded: str | None = None
+    expected_read: Expectation | None = None
+    read_miss: Miss | None = None
+
+
+@dataclass(slots=True)
 class Call:
-    """One request in neutral form.
+    """One request in neutral form, and what kvwise decided about it (`decided`).
 
     `tools` are native tool definitions; `system` is a list of native text parts
     (`{"type": "text", "text": ...}`); `messages` are the native turns after the system prompt,
     the final user turn included; `params` holds every other native keyword argument.
     `given` names the tier parameters the caller passed (`tools`, `system`, `input`): they are sent
     back even when empty, since `tools=[]` is not an absent `tools`. `cap` is the decode limits' decision
-    (None: the request carries no output limit). `stream_usage_added`: kvwise asked the stream for
-    its usage (`stream_options.include_usage`) where the caller did not; `stream_usage_refused`: the
-    server refuses `stream_options`, so none is added (`sdk.send.stream_options`). `changes` lists what
-    kvwise rewrote, for the span alone: no decision reads it.
-    `state_degraded`: why the shared state store failed this call (`sdk.memory.redis_store`), which then
-    went on with in-process memories.
-    `context_note` holds the lines of the tail note (`sdk.prompt.moving`: values that change within a
-    conversation), which the next call of the conversation will not re-send where this one has them.
-    `endpoint`: who the call goes to beyond its provider and model (its base URL and a hash of its
-    key), `expected_read` the tokens its provider should read from the cache (`sdk.cache.expected_reads`),
-    and `read_miss`, once it answered, how many it missed and why (None: no miss).
+    (None: the request carries no output limit) and `client_stops` the stop sequences kvwise enforces
+    itself: both shape what is sent and how it is read. `context_note` holds the lines of the tail note
+    (`sdk.prompt.moving`: values that change within a conversation), which the next call of the
+    conversation will not re-send where this one has them. `endpoint`: who the call goes to beyond its
+    provider and model (its base URL and a hash of its key).
     """
 
     api: Api
@@ -78,20 +101,11 @@ class Call:
     params: dict[str, Any]
     system_was_string: bool = False
     context_note: list[str] = field(default_factory=list)
-    changes: list[str] = field(default_factory=list)
     client_stops: tuple[str, ...] = ()
-    fingerprint: str | None = None
-    prefix_key: str | None = None
-    break_at: str | None = None
-    break_cause: str | None = None
     given: frozenset[str] = frozenset()
     cap: OutputCap | None = None
-    stream_usage_added: bool = False
-    stream_usage_refused: bool = False
-    state_degraded: str | None = None
     endpoint: object = None
-    expected_read: Expectation | None = None
-    read_miss: Miss | None = None
+    decided: Decisions = field(default_factory=Decisions)
 
     @property
     def stream(self) -> bool:

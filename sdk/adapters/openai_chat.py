@@ -74,7 +74,7 @@ def stream_usage_options(call: Call) -> dict[str, Any] | None:
     None when the call is not streamed, the caller asked for usage themselves, or the server
     refuses `stream_options`. A `stream_options` in `extra_body` is the caller's as written (the
     client merges it over the named one): kvwise neither adds to it nor hides the usage it asks for."""
-    if not call.stream or call.stream_usage_refused:
+    if not call.stream or call.decided.stream_usage_refused:
         return None
     extra = call.params.get("extra_body")
     if isinstance(extra, Mapping) and "stream_options" in extra:
@@ -91,9 +91,9 @@ def add_stream_usage(call: Call, kwargs: dict[str, Any]) -> None:
     """Ask for usage on a stream (`stream_usage_options`) in `kwargs`, recording the change."""
     if (options := stream_usage_options(call)) is not None:
         kwargs["stream_options"] = options  # the reader hides the usage chunk (`hides_usage`)
-        if not call.stream_usage_added:
-            call.stream_usage_added = True
-            call.changes.append(STREAM_USAGE_REQUESTED)
+        if not call.decided.stream_usage_added:
+            call.decided.stream_usage_added = True
+            call.decided.changes.append(STREAM_USAGE_REQUESTED)
 
 
 def _collect_tool_calls(deltas: Any, state: StreamState) -> None:

@@ -94,8 +94,8 @@ class _Learn:
         if usage is None:
             return
         self._sent.input_tokens = usage.input_tokens
-        if self._call.expected_read is not None:
-            self._call.read_miss = miss_of(self._call.expected_read, usage)
+        if self._call.decided.expected_read is not None:
+            self._call.decided.read_miss = miss_of(self._call.decided.expected_read, usage)
 
 
 class SentPrefixes:

@@ -121,7 +121,7 @@ class PrefixTracker:
         self._clock = clock
 
     def observe(self, call: Call, ttl_seconds: float | None = None) -> tuple[Seen, Seen | None]:
-        """Set `call.fingerprint` and, when the cache broke since the last call of its API and model, `break_at`
+        """Set `call.decided.fingerprint` and, when the cache broke since the last call of its API and model, `break_at`
         and `break_cause`; return what is remembered of `call` and the call it was compared against.
 
         The two are returned apart, never linked: a remembered call that kept its predecessor would
@@ -129,19 +129,19 @@ class PrefixTracker:
         unknown, no TTL cause).
         """
         current = segments(call)
-        call.fingerprint = current[-1].chain[:FINGERPRINT_HEX_CHARS] if current else None
-        call.prefix_key = prefix_key(call, current)
+        call.decided.fingerprint = current[-1].chain[:FINGERPRINT_HEX_CHARS] if current else None
+        call.decided.prefix_key = prefix_key(call, current)
         seen = Seen(call.model, current, _settings(call.params), (self._clock or monotonic)())
         previous, latest = self._store.exchange_seen(str(call.api), seen)
         current = seen.chain
         if previous is None and latest is not None and latest.model != call.model and latest.chain:
             if explain_break(latest.chain, current) is None:
-                call.break_cause = str(BreakCause.MODEL_CHANGED)
+                call.decided.break_cause = str(BreakCause.MODEL_CHANGED)
                 return seen, latest
         if previous:
             cause = _cause(previous, seen, ttl_seconds)
             if cause is not None:
-                call.break_at, call.break_cause = cause[0], str(cause[1])
+                call.decided.break_at, call.decided.break_cause = cause[0], str(cause[1])
         return seen, previous
 
 

@@ -62,16 +62,16 @@ def caller_breakpoints(call: Call, key: str) -> int:
 
 
 def place_cache_hints(call: Call, policy: Policy, adapter: Adapter) -> None:
-    """Add the provider's cache hints to `call` in place, recording each in `call.changes`."""
+    """Add the provider's cache hints to `call` in place, recording each in `call.decided.changes`."""
     if call.api in (Api.CHAT, Api.RESPONSES):
         if call.provider is not Provider.OPENAI:
             return  # vLLM, SGLang, llama.cpp, the local backend: prefix caching needs only the order
         if "prompt_cache_key" not in call.params:
-            call.params["prompt_cache_key"] = CACHE_KEY_PREFIX + (call.prefix_key or prefix_key(call))
-            call.changes.append("prompt_cache_key")
+            call.params["prompt_cache_key"] = CACHE_KEY_PREFIX + (call.decided.prefix_key or prefix_key(call))
+            call.decided.changes.append("prompt_cache_key")
         if policy.cache_ttl == ANTHROPIC_LONG_TTL and "prompt_cache_retention" not in call.params:
             call.params["prompt_cache_retention"] = OPENAI_EXTENDED_RETENTION  # in-memory lasts minutes, at most 1h
-            call.changes.append("prompt_cache_retention")
+            call.decided.changes.append("prompt_cache_retention")
         if supports_openai_breakpoints(call.model):
             _place_breakpoints(call, adapter, {"mode": "explicit"}, min_tokens=0)
         return
@@ -137,10 +137,10 @@ def _place_breakpoints(call: Call, adapter: Adapter, marker: dict[str, Any], min
             continue
         if marked is not None:
             free -= 1
-            call.changes.append(f"cache_breakpoint:{_POSITIONS[position]}")
+            call.decided.changes.append(f"cache_breakpoint:{_POSITIONS[position]}")
             if position == 3 and free > 0 and _mark_before_note(call, adapter, marker, api_markable):
                 free -= 1
-                call.changes.append("cache_breakpoint:before_note")
+                call.decided.changes.append("cache_breakpoint:before_note")
 
 
 def _mark_before_note(call: Call, adapter: Adapter, marker: dict[str, Any], markable: Callable[[Any], bool]) -> bool:

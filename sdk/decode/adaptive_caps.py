@@ -2,7 +2,7 @@
 
 One `max_output_tokens` for every call is guesswork: a classifier answers in 5 tokens, a summary in
 400, and a runaway of either runs to the cap. Each wrapped client keeps, per workload (API,
-model and the hash of tools and system prompt, `Call.prefix_key`), the output tokens of the workload's
+model and the hash of tools and system prompt, `Decisions.prefix_key`), the output tokens of the workload's
 recent answers; once it holds `ADAPTIVE_CAP_MIN_CALLS` of them, a call whose caller set no limit gets
 p99 x `Policy.adaptive_cap_margin`, within [`Policy.adaptive_cap_floor`, `Policy.max_output_tokens`].
 
@@ -56,7 +56,7 @@ def reached_cap(usage: Usage, cap: int | None) -> bool:
 
 def workload_of(call: Call) -> WorkloadKey | None:
     """The workload of `call`: its API, model and stable-prefix hash (None before the fingerprint)."""
-    return (str(call.api), call.model, call.prefix_key) if call.prefix_key else None
+    return (str(call.api), call.model, call.decided.prefix_key) if call.decided.prefix_key else None
 
 
 class AdaptiveCaps:

@@ -63,7 +63,7 @@ def apply_guards(call: Call, policy: Policy, adapter: Adapter, caps: AdaptiveCap
             value = getattr(policy, name)
             if value is not None and name not in call.params and name not in extra:
                 call.params[name] = value
-                call.changes.append(name)
+                call.decided.changes.append(name)
 
 
 def _extra_body(call: Call) -> dict[str, Any]:
@@ -88,7 +88,7 @@ def _cap(call: Call, policy: Policy, adapter: Adapter, extra: dict[str, Any], ca
         if learnt is not None:
             call.params[adapter.fill_param] = learnt
             call.cap = OutputCap(learnt, adapter.fill_param, source=CapSource.ADAPTIVE)
-            call.changes.append(f"max_tokens_adaptive:{adapter.fill_param}:{learnt}")
+            call.decided.changes.append(f"max_tokens_adaptive:{adapter.fill_param}:{learnt}")
             return
         _fill(call, adapter, limit, cap)
         return
@@ -101,10 +101,10 @@ def _cap(call: Call, policy: Policy, adapter: Adapter, extra: dict[str, Any], ca
         source = CapSource.CALLER
         clamped_from = None
         if limit is None and value > cap:
-            call.changes.append(f"max_tokens_kept:{label}:reasoning")
+            call.decided.changes.append(f"max_tokens_kept:{label}:reasoning")
         elif limit is not None and value > limit:
             where[name] = limit
-            call.changes.append(f"max_tokens_clamped:{label}:{value}->{limit}")
+            call.decided.changes.append(f"max_tokens_clamped:{label}:{value}->{limit}")
             value, source, clamped_from = limit, CapSource.POLICY, value
         if where is extra:  # the client sends extra_body's value under this name: the named one agrees
             call.params[name] = value
@@ -123,12 +123,12 @@ def _fill(call: Call, adapter: Adapter, limit: int | None, cap: int) -> None:
     """Fill a missing limit: `limit`, or on a reasoning call without a budget only where required."""
     name = adapter.fill_param
     if limit is None and not adapter.requires_max_tokens:
-        call.changes.append("max_tokens_not_filled:reasoning")
+        call.decided.changes.append("max_tokens_not_filled:reasoning")
         return
     value = limit if limit is not None else cap + REASONING_ROOM_TOKENS
     call.params[name] = value
     call.cap = OutputCap(value, name)
-    call.changes.append(f"max_tokens_filled:{name}:{value}")
+    call.decided.changes.append(f"max_tokens_filled:{name}:{value}")
 
 
 def _merge_stops(call: Call, policy: Policy, adapter: Adapter, extra: dict[str, Any]) -> None:
@@ -136,7 +136,7 @@ def _merge_stops(call: Call, policy: Policy, adapter: Adapter, extra: dict[str, 
         return
     if adapter.stop_param is None:
         call.client_stops = policy.stop
-        call.changes.append("stop_client_side")
+        call.decided.changes.append("stop_client_side")
         return
     where = extra if adapter.stop_param in extra else call.params
     caller = _as_stop_list(where.get(adapter.stop_param))
@@ -149,10 +149,10 @@ def _merge_stops(call: Call, policy: Policy, adapter: Adapter, extra: dict[str, 
     room = max(0, limit - len(caller)) if limit is not None else len(extra_stops)
     if room:
         where[adapter.stop_param] = [*caller, *extra_stops[:room]]
-        call.changes.append("stop_merged" if where is call.params else f"stop_merged:{_EXTRA_BODY}")
+        call.decided.changes.append("stop_merged" if where is call.params else f"stop_merged:{_EXTRA_BODY}")
     if extra_stops[room:]:
         call.client_stops = tuple(extra_stops[room:])
-        call.changes.append("stop_client_side")
+        call.decided.changes.append("stop_client_side")
 
 
 def _as_stop_list(value: Any) -> list[str] | None:
@@ -191,7 +191,7 @@ def fit_to_context(call: Call, post_kwargs: dict[str, Any], context: int) -> Non
     post_kwargs["body"] = {key: value for key, value in body.items() if key != cap.param}
     call.params.pop(cap.param, None)  # the span describes what is sent
     call.cap = None
-    call.changes.append(f"max_tokens_not_filled:context:{context}")
+    call.decided.changes.append(f"max_tokens_not_filled:context:{context}")
 
 
 class OutputLimit:
@@ -236,7 +236,7 @@ class OutputLimit:
         post_kwargs["body"] = body
         if extra is not None:
             post_kwargs["options"] = {**options, _EXTRA_JSON: extra}
-        call.changes.append(f"max_tokens_refused:{cap.param}")
+        call.decided.changes.append(f"max_tokens_refused:{cap.param}")
 
     def withhold(self, call: Call) -> None:
         cap = _kvwise_limit(call)
@@ -244,7 +244,7 @@ class OutputLimit:
             return
         extra = call.params.get(_EXTRA_BODY) if cap.in_extra_body else None
         call.cap = _as_written(cap, call.params, extra if isinstance(extra, dict) else None)
-        call.changes.append(f"max_tokens_withheld:{cap.param}")
+        call.decided.changes.append(f"max_tokens_withheld:{cap.param}")
 
 
 def _as_written(cap: OutputCap, where: dict[str, Any], extra: dict[str, Any] | None) -> OutputCap | None:

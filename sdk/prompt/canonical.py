@@ -70,7 +70,7 @@ def _canonical_schema(schema: Any) -> Any:
 
 
 def canonicalize(call: Call, policy: Policy, adapter: Adapter, families: FamilyMemory | None = None) -> None:
-    """Rewrite `call` into canonical order in place, recording each change in `call.changes`.
+    """Rewrite `call` into canonical order in place, recording each change in `call.decided.changes`.
 
     `families` is the wrapped client's memory of which volatile-looking bytes change between calls
     (`sdk.prompt.families`); without one, every call is its prompt family's first.
@@ -87,14 +87,14 @@ def _sort_tools(call: Call, mark: str) -> None:
     order = sorted(range(len(call.tools)), key=lambda index: tool_name(call.tools[index]))
     tools = [canonical_tool(call.tools[index]) for index in order]
     if [tool_name(t) for t in tools] != [tool_name(t) for t in call.tools]:
-        call.changes.append("tools_sorted")
+        call.decided.changes.append("tools_sorted")
     elif [list(t) for t in tools if isinstance(t, dict)] != [list(t) for t in call.tools if isinstance(t, dict)]:
-        call.changes.append("tools_serialised")
+        call.decided.changes.append("tools_serialised")
     was_last = order.index(len(tools) - 1)
     end, new_end = tools[was_last], tools[-1]
     if end is not new_end and isinstance(end, dict) and end.get(mark) is not None:
         if isinstance(new_end, dict) and mark not in new_end:
             tools[-1] = canonical_tool({**new_end, mark: end[mark]})
             tools[was_last] = {key: value for key, value in end.items() if key != mark}
-            call.changes.append("tools_breakpoint_moved")
+            call.decided.changes.append("tools_breakpoint_moved")
     call.tools = tools

@@ -83,7 +83,7 @@ def move_volatile(call: Call, policy: Policy, adapter: Adapter, families: Family
         return
     removed = _cut_system(call, found[: len(system_texts)], moves, tails) if any(moves) else []
     if removed:
-        call.changes.extend(f"volatile_moved:{match.kind}" for match, _ in removed)
+        call.decided.changes.extend(f"volatile_moved:{match.kind}" for match, _ in removed)
         conversation_lines = [render_note_line(match) for match, tail in removed if not tail]
         tail_lines = [render_note_line(match) for match, tail in removed if tail]
         if conversation_lines:
@@ -214,7 +214,7 @@ def _add_tail_note(call: Call, lines: list[str], part_type: str) -> None:
 def _report(call: Call, matches: list[VolatileMatch], where: str) -> None:
     """Record (and log) volatile bytes left in the stable prefix."""
     for kind in sorted({str(match.kind) for match in matches}):
-        call.changes.append(f"volatile_found:{kind}")
+        call.decided.changes.append(f"volatile_found:{kind}")
         log.warning("kvwise: volatile %s in the %s defeats the prompt cache", kind, where)
 
 

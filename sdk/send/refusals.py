@@ -83,7 +83,7 @@ class Refusals:
                 addition.take_back(call, post_kwargs)
                 self._refused.add((addition.name, server))
                 if span is not None and span.is_recording():
-                    span.set_attribute(sc.KVWISE_CANONICAL_CHANGES, tuple(call.changes))
+                    span.set_attribute(sc.KVWISE_CANONICAL_CHANGES, tuple(call.decided.changes))
                     if addition.span_flag is not None:
                         span.set_attribute(addition.span_flag, True)
                 return True

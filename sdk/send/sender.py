@@ -67,7 +67,7 @@ class Sender:
         if self.fanout is None or self.fanout_key is None:
             return Lifecycle(record, self.listeners), None
         follow, leader = self.fanout.join(self.fanout_key, _span_id(record.span))
-        if self.call.state_degraded is None and (reason := self.fanout.outage()) is not None:
+        if self.call.decided.state_degraded is None and (reason := self.fanout.outage()) is not None:
             _note_degraded(record, reason)
         release = () if leader is None else (LeaderRelease(self.fanout, leader),)  # the leader tells its followers
         return Lifecycle(record, self.listeners + release), follow

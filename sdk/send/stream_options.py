@@ -18,9 +18,9 @@ from sdk.call import Api, Call
 
 STREAM_USAGE_REQUESTED = "stream_usage_requested"
 """The span's change when kvwise sends a stream with `stream_options.include_usage` the caller did not
-ask for (`Call.stream_usage_added`)."""
+ask for (`Decisions.stream_usage_added`)."""
 STREAM_USAGE_REFUSED = "stream_usage_refused"
-"""The span's change when the server refuses `stream_options`: none is added (`Call.stream_usage_refused`).
+"""The span's change when the server refuses `stream_options`: none is added (`Decisions.stream_usage_refused`).
 Both live here, not in the Chat adapter that adds the field, so that `sdk.send.refusals` reads them without
 importing `openai` (an Anthropic-only app would pay for it)."""
 FIELD = "stream_options"
@@ -39,7 +39,7 @@ class StreamUsage:
         return (
             isinstance(body, Mapping)
             and FIELD in body
-            and call.stream_usage_added
+            and call.decided.stream_usage_added
             and FIELD not in call.params
             and not (isinstance(extra, Mapping) and FIELD in extra)
         )
@@ -49,14 +49,14 @@ class StreamUsage:
 
     def take_back(self, call: Call, post_kwargs: dict[str, Any]) -> None:
         post_kwargs["body"] = {key: value for key, value in post_kwargs["body"].items() if key != FIELD}
-        call.stream_usage_added, call.stream_usage_refused = False, True
-        call.changes[call.changes.index(STREAM_USAGE_REQUESTED)] = STREAM_USAGE_REFUSED
+        call.decided.stream_usage_added, call.decided.stream_usage_refused = False, True
+        call.decided.changes[call.decided.changes.index(STREAM_USAGE_REQUESTED)] = STREAM_USAGE_REFUSED
 
     def withhold(self, call: Call) -> None:
         """Before the call is rewritten into its request: no usage request to a server that refuses it."""
         if call.stream and call.api in _APIS:
-            call.stream_usage_refused = True
-            call.changes.append(STREAM_USAGE_REFUSED)
+            call.decided.stream_usage_refused = True
+            call.decided.changes.append(STREAM_USAGE_REFUSED)
 
 
 STREAM_USAGE = StreamUsage()

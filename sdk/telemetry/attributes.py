@@ -117,17 +117,17 @@ def request_attributes(call: Call, shape: Attributes) -> Attributes:
     if call.cap is not None:
         attributes[sc.KVWISE_OUTPUT_CAP_TOKENS] = call.cap.tokens
         attributes[sc.KVWISE_OUTPUT_CAP_SOURCE] = call.cap.source
-    if call.fingerprint:
-        attributes[sc.KVWISE_PREFIX_FINGERPRINT] = call.fingerprint
-    if call.break_at:
-        attributes[sc.KVWISE_PREFIX_BREAK_AT] = call.break_at
-    if call.break_cause:
-        attributes[sc.KVWISE_PREFIX_BREAK_CAUSE] = call.break_cause
-    if call.changes:
-        attributes[sc.KVWISE_CANONICAL_CHANGES] = tuple(call.changes)
-    if call.state_degraded is not None:
+    if call.decided.fingerprint:
+        attributes[sc.KVWISE_PREFIX_FINGERPRINT] = call.decided.fingerprint
+    if call.decided.break_at:
+        attributes[sc.KVWISE_PREFIX_BREAK_AT] = call.decided.break_at
+    if call.decided.break_cause:
+        attributes[sc.KVWISE_PREFIX_BREAK_CAUSE] = call.decided.break_cause
+    if call.decided.changes:
+        attributes[sc.KVWISE_CANONICAL_CHANGES] = tuple(call.decided.changes)
+    if call.decided.state_degraded is not None:
         attributes[sc.KVWISE_STATE_DEGRADED] = True
-        attributes[sc.KVWISE_STATE_DEGRADED_REASON] = call.state_degraded
+        attributes[sc.KVWISE_STATE_DEGRADED_REASON] = call.decided.state_degraded
     return attributes
 
 

@@ -81,12 +81,12 @@ class Sinks:
 
 def _server_cause(call: Call, reason: str | None) -> str | None:
     """The provider's cache-miss reason, logged at warning level when it contradicts kvwise's cause."""
-    if reason and disagree(reason, call.break_cause, call.break_at):
+    if reason and disagree(reason, call.decided.break_cause, call.decided.break_at):
         logger.warning(
             "kvwise: the provider says the cache missed because %s, kvwise thought %s (at %s)",
             reason,
-            call.break_cause or "nothing changed",
-            call.break_at or "the call's settings",
+            call.decided.break_cause or "nothing changed",
+            call.decided.break_at or "the call's settings",
         )
     return reason
 
@@ -264,7 +264,7 @@ class CallRecord:
             system_fingerprint=end.system_fingerprint,
             break_cause_server=_server_cause(self._call, end.cache_miss_reason) if end.cache_miss_reason else None,
             abandoned=end.ending is Ending.ABANDONED,
-            miss=self._call.read_miss,
+            miss=self._call.decided.read_miss,
         )
 
     def _time_to_first_chunk_s(self) -> float:

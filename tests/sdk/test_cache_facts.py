@@ -38,7 +38,7 @@ def test_a_2048_token_minimum_skips_a_breakpoint_a_1024_token_model_would_get() 
     for model in ("claude-sonnet-4-5", "claude-opus-4-7"):
         call = adapter.to_call({"model": model, "max_tokens": 9, "system": system, "messages": QUESTION[1:]}, Provider.ANTHROPIC)
         place_cache_hints(call, sdk.Policy(), adapter)
-        placed[model] = "cache_breakpoint:system" in call.changes
+        placed[model] = "cache_breakpoint:system" in call.decided.changes
     assert placed == {"claude-sonnet-4-5": True, "claude-opus-4-7": False}
 
 

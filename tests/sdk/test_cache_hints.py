@@ -176,7 +176,7 @@ def test_the_last_turn_mark_of_a_growing_anthropic_conversation_sits_on_its_last
         call = adapter.to_call(json.loads(json.dumps(kwargs)), Provider.ANTHROPIC)
         canonicalize(call, sdk.Policy(), adapter)  # no family memory: the request id moves
         place_cache_hints(call, sdk.Policy(), adapter)
-        assert "cache_breakpoint:last_turn" in call.changes
+        assert "cache_breakpoint:last_turn" in call.decided.changes
         sent.append(adapter.to_kwargs(call)["messages"])
     first = sent[0][0]["content"]  # the loop's first call: the question, then the note, marked as the last block ...
     assert is_note(first[1]) and "cache_control" in first[1]
@@ -220,7 +220,7 @@ def test_the_tail_note_is_never_marked_the_last_turns_mark_sits_on_the_block_bef
         call = adapter.to_call(json.loads(json.dumps(kwargs)), Provider.ANTHROPIC)
         canonicalize(call, sdk.Policy(), adapter, families)
         place_cache_hints(call, sdk.Policy(), adapter)
-        assert "cache_breakpoint:last_turn" in call.changes
+        assert "cache_breakpoint:last_turn" in call.decided.changes
         return adapter.to_kwargs(call)["messages"]
 
     send("7f3c9a2e41", "2026-12-01T09:00:00+00:00", "First question ", grown=False)  # the family's first call

@@ -23,7 +23,7 @@ def _canonical(kwargs: dict, api: Api = Api.CHAT, policy: sdk.Policy | None = No
     adapter = adapter_for(api)
     call = adapter.to_call(copy.deepcopy(kwargs), Provider.OPENAI)
     canonicalize(call, policy or sdk.Policy(), adapter)
-    return adapter.to_kwargs(call), call.changes
+    return adapter.to_kwargs(call), call.decided.changes
 
 
 def test_volatile_lines_move_from_the_system_prompt_to_a_note_that_ends_the_first_user_turn_and_no_turn_is_added():

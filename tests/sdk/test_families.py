@@ -91,7 +91,7 @@ def _chat(pipeline: Pipeline, system: str, *, tools: list | None = None, turns: 
 
 def _volatile(call: Call) -> list[str]:
     """The changes the volatile step recorded (the pipeline's other steps record theirs too)."""
-    return sorted(change for change in call.changes if change.startswith("volatile"))
+    return sorted(change for change in call.decided.changes if change.startswith("volatile"))
 
 
 def _system_text(call: Call) -> str:

@@ -31,8 +31,8 @@ def test_a_new_turn_extends_the_prefix_without_a_break():
     pipeline = Pipeline(sdk.Policy())
     first = _run(pipeline, _messages("Be brief.", "q1"))
     second = _run(pipeline, _messages("Be brief.", "q1", "a1", "q2"))
-    assert first.fingerprint and second.fingerprint and first.fingerprint != second.fingerprint
-    assert second.break_at is None and second.break_cause is None
+    assert first.decided.fingerprint and second.decided.fingerprint and first.decided.fingerprint != second.decided.fingerprint
+    assert second.decided.break_at is None and second.decided.break_cause is None
 
 
 @pytest.mark.parametrize(
@@ -47,28 +47,28 @@ def test_the_first_changed_segment_and_its_cause_are_named(policy, before, after
     pipeline = Pipeline(policy)
     _run(pipeline, before)
     call = _run(pipeline, after)
-    assert (call.break_at, call.break_cause) == (at, cause)
+    assert (call.decided.break_at, call.decided.break_cause) == (at, cause)
 
 
 def test_tool_reorder_is_named_when_canonical_order_is_off():
     pipeline = Pipeline(sdk.Policy(canonicalize=False))
     _run(pipeline, _messages("S", "q"), TOOLS)
     call = _run(pipeline, _messages("S", "q"), list(reversed(TOOLS)))
-    assert (call.break_at, call.break_cause) == ("tools[0]", "tool_reorder")
+    assert (call.decided.break_at, call.decided.break_cause) == ("tools[0]", "tool_reorder")
 
 
 def test_tool_schema_change_and_unstable_serialisation_are_told_apart():
     pipeline = Pipeline(sdk.Policy(canonicalize=False))
     _run(pipeline, _messages("S", "q"), TOOLS)
     changed = [{"type": "function", "function": {"name": "a", "parameters": {"type": "object"}}}, TOOLS[1]]
-    assert _run(pipeline, _messages("S", "q"), changed).break_cause == "tool_schema_changed"
+    assert _run(pipeline, _messages("S", "q"), changed).decided.break_cause == "tool_schema_changed"
     reordered_keys = [{"function": TOOLS[0]["function"], "type": "function"}, TOOLS[1]]
     _run(pipeline, _messages("S", "q"), TOOLS)
-    assert _run(pipeline, _messages("S", "q"), reordered_keys).break_cause == "unstable_serialisation"
+    assert _run(pipeline, _messages("S", "q"), reordered_keys).decided.break_cause == "unstable_serialisation"
 
 
 def test_canonical_order_removes_the_tool_reorder_break():
     pipeline = Pipeline(sdk.Policy())
     first = _run(pipeline, _messages("S", "q"), TOOLS)
     second = _run(pipeline, _messages("S", "q"), list(reversed(TOOLS)))
-    assert second.break_at is None and first.fingerprint == second.fingerprint
+    assert second.decided.break_at is None and first.decided.fingerprint == second.decided.fingerprint

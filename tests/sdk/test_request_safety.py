@@ -247,7 +247,7 @@ def test_anthropic_adaptive_thinking_without_max_tokens_is_filled_with_room_to_t
     assert call.cap is not None and call.cap.tokens > 4096 and call.cap.param == "max_tokens"
     assert call.params["max_tokens"] == call.cap.tokens
     kept = _chained(Api.MESSAGES, {"model": "c", "thinking": {"type": "adaptive"}, "max_tokens": 32000, "messages": USER})
-    assert kept.params["max_tokens"] == 32000 and "max_tokens_kept:max_tokens:reasoning" in kept.changes
+    assert kept.params["max_tokens"] == 32000 and "max_tokens_kept:max_tokens:reasoning" in kept.decided.changes
 
 
 def _chained(api: Api, arguments: dict[str, Any], policy: sdk.Policy | None = None) -> Any:

@@ -153,11 +153,11 @@ def test_a_server_reason_that_contradicts_the_client_side_cause_is_logged_as_a_w
     otel: Otel, caplog: pytest.LogCaptureFixture
 ) -> None:
     call = make_call(Api.MESSAGES, Provider.ANTHROPIC, model=SONNET, max_tokens=9)
-    call.break_at, call.break_cause = "tools[0]", "tool_schema_changed"
+    call.decided.break_at, call.decided.break_cause = "tools[0]", "tool_schema_changed"
     with caplog.at_level(logging.WARNING, logger="sdk.telemetry.spans"):
         otel.telemetry().start(call, SERVER).end(CallEnd(Ending.ANSWERED, response_id="msg_1", cache_miss_reason="system_changed"))
         agreeing = make_call(Api.MESSAGES, Provider.ANTHROPIC, model=SONNET, max_tokens=9)
-        agreeing.break_at, agreeing.break_cause = "system[0]", "volatile_content"
+        agreeing.decided.break_at, agreeing.decided.break_cause = "system[0]", "volatile_content"
         otel.telemetry().start(agreeing, SERVER).end(CallEnd(Ending.ANSWERED, response_id="msg_2", cache_miss_reason="system_changed"))
     assert [span.attributes[sc.KVWISE_PREFIX_BREAK_CAUSE_SERVER] for span in otel.spans()] == ["system_changed"] * 2
     [warning] = [record for record in caplog.records if record.levelno == logging.WARNING]

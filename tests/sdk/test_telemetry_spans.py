@@ -262,7 +262,7 @@ def test_calls_of_one_client_keep_their_own_request_attributes_across_shapes(ote
     """One `Telemetry` serves every call of a client: what one call adds never reaches the next."""
     telemetry = otel.telemetry()
     first = make_call(temperature=0.5, max_tokens=64)
-    first.fingerprint = "first"
+    first.decided.fingerprint = "first"
     telemetry.start(first, SERVER).end(CallEnd(Ending.ANSWERED))
     telemetry.start(make_call(), SERVER).end(CallEnd(Ending.ANSWERED))  # same model, server and stream flag
     telemetry.start(make_call(model="gpt-4o", stream=True), ("api.openai.com", 443)).end(CallEnd(Ending.ANSWERED))
@@ -281,8 +281,8 @@ def test_calls_of_one_client_keep_their_own_request_attributes_across_shapes(ote
 
 def test_prefix_facts_and_canonical_changes_of_the_call_are_on_the_span(otel: Otel) -> None:
     call = make_call()
-    call.fingerprint, call.break_at, call.break_cause = "abc123", "system[0]", "volatile_content"
-    call.changes.extend(["moved 1 volatile value to the context note", "sorted 2 tools"])
+    call.decided.fingerprint, call.decided.break_at, call.decided.break_cause = "abc123", "system[0]", "volatile_content"
+    call.decided.changes.extend(["moved 1 volatile value to the context note", "sorted 2 tools"])
     otel.telemetry().start(call, SERVER).end(CallEnd(Ending.ANSWERED))
     attributes = otel.spans()[-1].attributes or {}
     assert attributes[sc.KVWISE_PREFIX_FINGERPRINT] == "abc123"
