@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from local_backend import cpu_kernels, kv_quant
-from local_backend._constants import ONEDNN_MIN_ROWS, SAMPLER_CHUNK
+from local_backend._constants import BF16_PREFILL_KERNEL_MIN_QUERIES, ONEDNN_MIN_ROWS, SAMPLER_CHUNK
 from local_backend.kernel_choices import KernelChoices
 from local_backend.penalties import apply_penalties
 
@@ -196,8 +196,10 @@ class TorchOps:
 
 class NativeOps(TorchOps):
     """The native CPU forms (vLLM's `forward_cpu`): `torch.ops.kvwise.*`, built by `cpu_kernels`, reading and
-    writing float32 or bfloat16 and summing in float32. bfloat16 prefill chunks attend in SDPA (torch's flash
-    kernel, on AMX tiles where the CPU has them) and rows past `matvec_max_rows` multiply in oneDNN (likewise,
+    writing float32 or bfloat16 and summing in float32. bfloat16 prefill chunks of `BF16_PREFILL_KERNEL_MIN_QUERIES`
+    queries or more after cached tokens attend in `kvwise::prefill_attention` on brgemm where oneDNN has it for
+    bfloat16 (`bf16_prefill`), whole prompts and shorter chunks in SDPA (torch's flash kernel, on AMX tiles where the
+    CPU has them), and rows past `matvec_max_rows` multiply in oneDNN (likewise,
     by the weight prepacked at load where oneDNN multiplies bfloat16 natively: `kernel_choices.onednn_prepacks`).
 
     Decode rows stream the weights through `matvec`; RMSNorm (with the residual add before it), rope, silu·up, the kv write, attention
@@ -208,6 +210,7 @@ class NativeOps(TorchOps):
 
     def __init__(self, head_dim: int, choices: KernelChoices, dtype: torch.dtype = torch.float32):
         self.attends = head_dim % cpu_kernels.HEAD_DIM_MULTIPLE == 0
+        self.bf16_prefill = dtype == torch.bfloat16 and bool(torch.ops.kvwise.packs_bf16(head_dim))
         self.paged_decodes = self.attends
         self.choices = choices
         self.matvec_max_rows, self.onednn_min_rows = choices.rows(dtype)  # the crossovers of this engine's dtype
@@ -256,6 +259,8 @@ class NativeOps(TorchOps):
         self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None, scale: float
     ) -> torch.Tensor:
         if self.attends and q.dtype == torch.float32 and len(keys) <= self.choices.prefill_kernel_max_context:
+            return torch.ops.kvwise.prefill_attention(q, keys, values, scale)
+        if self.bf16_prefill and mask is not None and q.dtype == torch.bfloat16 and len(q) >= BF16_PREFILL_KERNEL_MIN_QUERIES:
             return torch.ops.kvwise.prefill_attention(q, keys, values, scale)
         return super().prefill_attention(q, keys, values, mask, scale)
 

@@ -1,4 +1,4 @@
-// Causal attention of a prefill chunk's queries over their context (CPU, float32): `kvwise::prefill_attention`.
+// Causal attention of a prefill chunk's queries over their context (CPU, float32 or bfloat16): `kvwise::prefill_attention`.
 //
 // Flash attention's tiling, with the GEMMs made large: the query heads that share a kv head are stacked
 // into one matrix (row = token · group + head), so each tile of that kv head's keys and values serves all
@@ -11,14 +11,19 @@
 // one core over a tile in its cache. At 2048 tokens (8 heads, 4 kv heads, head_dim 64, one thread) this
 // ran 43 ms against SDPA's 47 ms and the earlier whole-row form's 49 ms. Built and loaded by
 // `local_backend/cpu_kernels.py`; `attention.py` calls it for prefill chunks on CPU float32 up to
-// `KernelChoices.prefill_kernel_max_context` keys and keeps SDPA otherwise.
+// `KernelChoices.prefill_kernel_max_context` keys and keeps SDPA otherwise. The bfloat16 form (`attend_block_bf16`)
+// multiplies on oneDNN's brgemm where the CPU has it (`packs_bf16`); `ops.py` gives it long chunks after cached
+// tokens, where it beat SDPA's masked path (`BF16_PREFILL_KERNEL_MIN_QUERIES`).
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/native/CPUBlas.h>
 #include <torch/library.h>
 
 #include <algorithm>
 #include <limits>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "kv_int8.h"
@@ -28,6 +33,7 @@ namespace {
 
 using kvwise::max_lanes;
 using kvwise::sum_lanes;
+using kvwise::BFloat16;
 using kvwise::Vec;
 
 constexpr int64_t kBlockTokens = 128;  // query tokens per tile (of 32, 64 and 128, 128 ran fastest at 512 and 2048)
@@ -63,6 +69,23 @@ float online_exp_row(float* row, int64_t visible, int64_t width, float scale, fl
   return rescale;
 }
 
+// One row of a tile's scores as its exponentials (`online_exp_row`), or zeros where the query sees none of the
+// tile's keys (it adds nothing); `accumulated` (dim floats, the row's output over earlier tiles, null on the first
+// tile) rescaled to the row's new peak.
+void tile_row(float* row, int64_t visible, int64_t width, float scale, float& peak, float& sum, float* accumulated, int64_t dim) {
+  if (visible == 0) {
+    std::fill(row, row + width, 0.f);
+    return;
+  }
+  const float rescale = online_exp_row(row, visible, width, scale, peak, sum);
+  if (accumulated == nullptr || rescale == 1.f) return;
+  const Vec factor(rescale);
+  for (int64_t d = 0; d < dim; d += Vec::size()) {
+    const int64_t count = kvwise::lanes_before(d, dim);
+    (Vec::loadu(accumulated + d, count) * factor).store(accumulated + d, count);
+  }
+}
+
 // One kv head's queries `first .. first + tokens` (their rows of `queries`, row = token · group + head
 // in the group) attending causally over `keys` and `values` ([context, dim] of that kv head), written
 // to their heads' places in `result` ([n, heads · dim]), one tile of keys after another.
@@ -83,18 +106,7 @@ void attend_block(const at::Tensor& queries, const at::Tensor& keys, const at::T
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t visible = std::clamp<int64_t>(before + first + r / group + 1 - start, 0, width);
       float* row = data + r * stride;
-      if (visible == 0) {  // this query sees none of the tile's keys: it adds nothing
-        std::fill(row, row + width, 0.f);
-        continue;
-      }
-      const float rescale = online_exp_row(row, visible, width, scale, peaks[r], sums[r]);
-      if (start > 0 && rescale != 1.f) {
-        const Vec factor(rescale);
-        for (int64_t d = 0; d < dim; d += Vec::size()) {
-          const int64_t count = kvwise::lanes_before(d, dim);
-          (Vec::loadu(w + r * dim + d, count) * factor).store(w + r * dim + d, count);
-        }
-      }
+      tile_row(row, visible, width, scale, peaks[r], sums[r], start > 0 ? w + r * dim : nullptr, dim);
     }
     if (start == 0) {
       at::mm_out(weighted, tile, values.narrow(0, 0, width));
@@ -113,33 +125,149 @@ void attend_block(const at::Tensor& queries, const at::Tensor& keys, const at::T
   }
 }
 
+// `attend(kv_head, first, tokens)` for each kv head's query blocks of `kBlockTokens`, in parallel, then `done()` in each
+// thread. Threads take contiguous runs of items; a later query block sees more keys, so each kv head's blocks go in the
+// order 0, last, 1, last - 1, ...: any run mixes cheap and dear ones.
+template <typename Attend, typename Done>
+void for_each_block(int64_t kv_heads, int64_t n, const Attend& attend, const Done& done) {
+  const int64_t blocks = (n + kBlockTokens - 1) / kBlockTokens;
+  at::parallel_for(0, kv_heads * blocks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t turn = item % blocks, first = (turn % 2 == 0 ? turn / 2 : blocks - 1 - turn / 2) * kBlockTokens;
+      attend(item / blocks, first, std::min(kBlockTokens, n - first));
+    }
+    done();
+  });
+}
+
+constexpr int64_t kKeyAlign = 64;  // keys per packed chunk of a bfloat16 context (its tail padded with zero keys, masked)
+
+int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
+// Columns of a packed block of values: oneDNN packs a bfloat16 B of 16, 32, 48 or 64 columns, so a head_dim past 64
+// goes in blocks of 64 (`bf16_head_dim`).
+int64_t value_columns(int64_t dim) { return std::min<int64_t>(dim, 64); }
+
+bool bf16_head_dim(int64_t dim) { return dim % 16 == 0 && (dim <= 64 || dim % 64 == 0); }
+
+// The bfloat16 form of `attend_block`: the same tiles and online softmax, the two GEMMs on oneDNN's brgemm
+// (AMX tiles or AVX512-BF16, float32 sums: ATen's `cpublas::brgemm`, as torch's flash kernel calls it) against
+// the kv head's keys and values packed once per call (`pack_kv`, `padded_context` keys). Scores stay float32; each
+// row's exponentials are rounded to bfloat16 for the second GEMM.
+void attend_block_bf16(const BFloat16* block, const BFloat16* packed_keys, const BFloat16* packed_values, int64_t padded_context,
+                       int64_t first, int64_t tokens, int64_t before, int64_t group, int64_t dim, int64_t kv_head, int64_t heads, float scale,
+                       BFloat16* result) {
+  const int64_t rows = tokens * group, end = before + first + tokens;
+  const std::unique_ptr<float[]> scores(new float[rows * kBlockKeys]), weighted(new float[rows * dim]);  // uninitialised:
+  const std::unique_ptr<BFloat16[]> probs(new BFloat16[rows * kBlockKeys]);  // each GEMM writes before it is read
+  std::vector<float> peaks(rows, -std::numeric_limits<float>::infinity()), sums(rows, 0.f);
+  float* w = weighted.get();
+  for (int64_t start = 0; start < end; start += kBlockKeys) {
+    const int64_t width = std::min(kBlockKeys, end - start), padded = round_up(width, kKeyAlign);
+    const int64_t tile = start * dim;
+    for (int64_t c = 0; c < padded; c += kKeyAlign) {
+      at::native::cpublas::brgemm(rows, kKeyAlign, dim, dim, kKeyAlign, kBlockKeys, false, block, packed_keys + tile + c * dim,
+                                  scores.get() + c);
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t visible = std::clamp<int64_t>(before + first + r / group + 1 - start, 0, width);
+      float* row = scores.get() + r * kBlockKeys;
+      tile_row(row, visible, padded, scale, peaks[r], sums[r], start > 0 ? w + r * dim : nullptr, dim);
+      kvwise::narrow(row, padded, probs.get() + r * kBlockKeys);
+    }
+    const int64_t columns = value_columns(dim);
+    for (int64_t col = 0; col < dim; col += columns) {
+      at::native::cpublas::brgemm(rows, columns, padded, kBlockKeys, columns, dim, start > 0, probs.get(),
+                                  packed_values + col * padded_context + start * columns, w + col);
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t head = kv_head * group + r % group, token = first + r / group;
+    const Vec inverse(1.f / sums[r]);
+    BFloat16* dst = result + (token * heads + head) * dim;
+    for (int64_t d = 0; d < dim; d += Vec::size()) {
+      const int64_t count = kvwise::lanes_before(d, dim);
+      kvwise::store(Vec::loadu(w + r * dim + d, count) * inverse, dst + d, count);
+    }
+  }
+}
+
+// Each kv head's keys and values zero-padded to whole `kKeyAlign`-key chunks and packed for brgemm chunk by chunk
+// (keys as [dim, chunk] matrices, values as [chunk, dim]; oneDNN packs a B whose leading dimension is its width):
+// [kv_heads, padded keys · dim] each, chunk c at c · kKeyAlign · dim.
+std::pair<at::Tensor, at::Tensor> pack_kv(const at::Tensor& k, const at::Tensor& v) {
+  const int64_t context = k.size(0), kv_heads = k.size(1), dim = k.size(2), padded = round_up(context, kKeyAlign);
+  const int64_t chunks = padded / kKeyAlign;
+  at::Tensor keys = at::zeros({padded, kv_heads, dim}, k.options()), values = at::zeros({padded, kv_heads, dim}, v.options());
+  keys.narrow(0, 0, context).copy_(k);
+  values.narrow(0, 0, context).copy_(v);
+  const at::Tensor chunked_keys = keys.view({chunks, kKeyAlign, kv_heads, dim}).permute({2, 0, 3, 1}).contiguous();
+  const at::Tensor chunked_values = values.permute({1, 0, 2}).contiguous();  // [kv_heads, padded, dim]
+  at::Tensor packed_keys = at::empty({kv_heads, padded * dim}, k.options()), packed_values = at::empty_like(packed_keys);
+  const BFloat16* src_k = chunked_keys.data_ptr<BFloat16>();
+  const BFloat16* src_v = chunked_values.data_ptr<BFloat16>();
+  BFloat16* pk = packed_keys.data_ptr<BFloat16>();
+  BFloat16* pv = packed_values.data_ptr<BFloat16>();
+  at::parallel_for(0, kv_heads * chunks, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t at = item * kKeyAlign * dim;  // chunk `item % chunks` of kv head `item / chunks`
+      at::native::cpublas::pack(dim, kKeyAlign, kKeyAlign, kKeyAlign, at::kBFloat16, at::kBFloat16, src_k + at, pk + at);
+      const int64_t head = item / chunks, start = item % chunks * kKeyAlign, width = value_columns(dim);
+      for (int64_t col = 0; col < dim; col += width) {  // column block col / width at col · padded, then by key
+        at::native::cpublas::pack(kKeyAlign, width, dim, width, at::kBFloat16, at::kBFloat16, src_v + at + col,
+                                  pv + head * padded * dim + col * padded + start * width);
+      }
+    }
+  });
+  return {packed_keys, packed_values};
+}
+
+at::Tensor prefill_attention_bf16(const at::Tensor& queries, const at::Tensor& k, const at::Tensor& v, int64_t n, int64_t heads,
+                                  int64_t group, double scale) {
+  const int64_t dim = k.size(2), kv_heads = k.size(1), before = k.size(0) - n;
+  const auto [packed_keys, packed_values] = pack_kv(k, v);
+  at::Tensor out = at::empty({n, heads * dim}, k.options());
+  BFloat16* result = out.data_ptr<BFloat16>();
+  const int64_t padded = round_up(k.size(0), kKeyAlign);
+  for_each_block(
+      kv_heads, n,
+      [&](int64_t kv_head, int64_t first, int64_t tokens) {
+        attend_block_bf16(queries[kv_head].data_ptr<BFloat16>() + first * group * dim, packed_keys[kv_head].data_ptr<BFloat16>(),
+                          packed_values[kv_head].data_ptr<BFloat16>(), padded, first, tokens, before, group, dim, kv_head, heads,
+                          static_cast<float>(scale), result);
+      },
+      [] { at::native::cpublas::brgemm_release(); });
+  return out;
+}
+
+// Whether this CPU multiplies bfloat16 through `cpublas::brgemm` (oneDNN's ukernel: AMX or AVX512-BF16), for this head_dim.
+bool packs_bf16(int64_t head_dim) { return bf16_head_dim(head_dim) && at::native::cpublas::could_pack(at::kBFloat16); }
+
 // q [n, heads, dim] (rows may be strided), k and v [context, kv_heads, dim] (likewise), the queries being the
 // context's last n tokens: query j sees keys 0 .. context - n + j. Returns [n, heads · dim].
 at::Tensor prefill_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale) {
-  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.sizes() == k.sizes() && q.scalar_type() == at::kFloat &&
-                  k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat,
-              "prefill_attention: float32 q [n, heads, dim], k and v [context, kv_heads, dim]");
+  const bool bf16 = q.scalar_type() == at::kBFloat16;
+  TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.sizes() == k.sizes() && (q.scalar_type() == at::kFloat || (bf16 && packs_bf16(q.size(2)))) &&
+                  k.scalar_type() == q.scalar_type() && v.scalar_type() == q.scalar_type(),
+              "prefill_attention: float32 (or, where `packs_bf16`, bfloat16) q [n, heads, dim], k and v [context, kv_heads, dim]");
   const int64_t n = q.size(0), heads = q.size(1), dim = q.size(2), context = k.size(0), kv_heads = k.size(1);
   TORCH_CHECK(k.size(2) == dim && dim % 8 == 0 && kv_heads > 0 && heads % kv_heads == 0 && n <= context && n > 0,
               "prefill_attention: one head_dim (a multiple of 8), heads a multiple of kv_heads, 0 < n <= context");
   const int64_t group = heads / kv_heads, before = context - n;
   // [kv_heads, n · group, dim]: kv head b's queries, row j · group + g for token j, head b · group + g.
   const at::Tensor queries = q.view({n, kv_heads, group, dim}).permute({1, 0, 2, 3}).reshape({kv_heads, n * group, dim});
+  if (bf16) return prefill_attention_bf16(queries.contiguous(), k, v, n, heads, group, scale);
   const at::Tensor keys = k.permute({1, 0, 2}).contiguous();  // [kv_heads, context, dim]
   const at::Tensor values = v.permute({1, 0, 2}).contiguous();
   at::Tensor out = at::empty({n, heads * dim}, q.options());
   float* result = out.data_ptr<float>();
-  const int64_t blocks = (n + kBlockTokens - 1) / kBlockTokens;
-  // Threads take contiguous runs of items; a later query block sees more keys, so each kv head's blocks
-  // go in the order 0, last, 1, last - 1, ...: any run mixes cheap and dear ones.
-  at::parallel_for(0, kv_heads * blocks, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t kv_head = item / blocks, turn = item % blocks;
-      const int64_t first = (turn % 2 == 0 ? turn / 2 : blocks - 1 - turn / 2) * kBlockTokens;
-      attend_block(queries[kv_head], keys[kv_head], values[kv_head], first, std::min(kBlockTokens, n - first), before,
-                   group, kv_head, heads, static_cast<float>(scale), result);
-    }
-  });
+  for_each_block(
+      kv_heads, n,
+      [&](int64_t kv_head, int64_t first, int64_t tokens) {
+        attend_block(queries[kv_head], keys[kv_head], values[kv_head], first, tokens, before, group, kv_head, heads,
+                     static_cast<float>(scale), result);
+      },
+      [] {});
   return out;
 }
 
@@ -169,6 +297,7 @@ at::Tensor gather_kv(const at::Tensor& kv_cache, const at::Tensor& slots) {
 TORCH_LIBRARY_FRAGMENT(kvwise, m) {
   m.def("prefill_attention(Tensor q, Tensor k, Tensor v, float scale) -> Tensor");
   m.def("gather_kv(Tensor kv_cache, Tensor slots) -> Tensor");
+  m.def("packs_bf16(int head_dim) -> bool", packs_bf16);
 }
 
 TORCH_LIBRARY_IMPL(kvwise, CPU, m) {

@@ -93,9 +93,15 @@ def _top_k(engine, prompt: list[int], tokens: list[int], at: int) -> list[int]:
     return seen[0]
 
 
+@pytest.mark.parametrize("prefill", ["kernel", "sdpa"])
 @pytest.mark.parametrize("kind", ["llama", "mistral", "qwen2", "qwen3"])
-def test_bfloat16_greedy_tokens_agree_with_transformers_bfloat16_until_a_near_tie(make_engine, checkpoints, kind):
-    engine = make_engine(kind, dtype="bfloat16")
+def test_bfloat16_greedy_tokens_agree_with_transformers_bfloat16_until_a_near_tie(make_engine, checkpoints, kind, prefill,
+                                                                                   monkeypatch):
+    """Prompts prefill whole, in SDPA, or in chunks of 16 that attend over their cached start in
+    `kvwise::prefill_attention` ("kernel", where this CPU has bfloat16 brgemm: `packs_bf16`; SDPA elsewhere)."""
+    monkeypatch.setattr(ops, "BF16_PREFILL_KERNEL_MIN_QUERIES", 1)
+    chunks = {"max_num_batched_tokens": 16, "max_num_seqs": 16} if prefill == "kernel" else {}
+    engine = make_engine(kind, dtype="bfloat16", **chunks)
     assert isinstance(engine.runner.model.ops, ops.NativeOps)
     agreed = []
     for prompt in ([5, 9, 17, 33, 2, 48, 7], list(range(3, 60))):
@@ -106,7 +112,7 @@ def test_bfloat16_greedy_tokens_agree_with_transformers_bfloat16_until_a_near_ti
         agreed.append(same)
         if same < len(ours):  # a near tie: each side's token among the other's top candidates there
             assert ours[same] in their_top[same] and theirs[same] in _top_k(engine, prompt, ours, same), (kind, same)
-    print(f"{kind}: the first {agreed} greedy tokens of 24 equal transformers' bfloat16")
+    print(f"{kind}, {prefill} prefill: the first {agreed} greedy tokens of 24 equal transformers' bfloat16")
 
 
 def _agree_until_near_tie(engines: tuple, prompt: list[int], outputs: tuple[list[int], list[int]]) -> int:

@@ -138,6 +138,33 @@ def test_the_prefill_kernel_equals_sdpa_with_the_causal_mask_after_a_cached_pref
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(8, 4, 64), (4, 4, 16), (6, 2, 48), (4, 2, 40), (2, 1, 128)])
+@pytest.mark.parametrize(("tokens", "cached"), [(1, 0), (65, 0), (129, 0), (700, 0), (32, 200), (130, 900), (257, 1100)])
+def test_the_bfloat16_prefill_kernel_equals_float32_sdpa_within_bfloat16_rounding(heads, kv_heads, dim, tokens, cached):
+    """Where oneDNN multiplies bfloat16 by brgemm (`packs_bf16`: AMX or AVX512-BF16) the kernel attends bfloat16
+    inputs, keys padded to whole packed chunks, for a head_dim oneDNN packs (16, 32, 48, 64 or a multiple of 64);
+    on a CPU without, or for another head_dim (40 here), it refuses them (the engine keeps SDPA there)."""
+    assert cpu_kernels.load()
+    gen = torch.Generator().manual_seed(tokens * 1000 + cached + heads + dim)
+    context = cached + tokens
+    qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim, generator=gen).bfloat16()
+    q = qkv[:, : heads * dim].view(tokens, heads, dim)
+    k, v = torch.randn(2, context, kv_heads, dim, generator=gen).bfloat16()
+    if not torch.ops.kvwise.packs_bf16(dim):
+        with pytest.raises(RuntimeError, match="packs_bf16"):  # this CPU has no bfloat16 brgemm: the portable path
+            torch.ops.kvwise.prefill_attention(q, k, v, dim**-0.5)
+        return
+    sees = torch.ones(tokens, context, dtype=torch.bool).tril_(cached)
+    expected = F.scaled_dot_product_attention(
+        q.float().transpose(0, 1)[None], k.float().transpose(0, 1)[None], v.float().transpose(0, 1)[None],
+        attn_mask=sees, enable_gqa=True,
+    )[0].transpose(0, 1).reshape(tokens, heads * dim)  # fmt: skip
+    got = torch.ops.kvwise.prefill_attention(q, k, v, dim**-0.5)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), expected, rtol=1.6e-2, atol=2e-2)  # bfloat16's own tolerances, the
+    # exponentials rounded to bfloat16 before the second GEMM as torch's flash kernel rounds them
+
+
 def test_the_prefill_kernel_refuses_shapes_it_cannot_attend_with_a_clear_error():
     assert cpu_kernels.load()
     q, k = torch.randn(4, 8, 64), torch.randn(4, 4, 64)
