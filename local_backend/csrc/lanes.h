@@ -50,6 +50,16 @@ inline Vec load(const BFloat16* p, int64_t count = Vec::size()) {
   return Vec::loadu(lanes);
 }
 
+// Asks for the cache line holding `p` ahead of its load; a hint, so an address past the data is harmless.
+template <typename T>
+inline void prefetch(const T* p) {
+#if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)
+  _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+#else
+  __builtin_prefetch(p);
+#endif
+}
+
 // The first `count` lanes of `v` into `p`, rounded to nearest even where `p` is bfloat16.
 inline void store(const Vec& v, float* p, int64_t count = Vec::size()) { v.store(p, count); }
 

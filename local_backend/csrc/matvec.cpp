@@ -8,13 +8,18 @@
 // band's columns so each partial element is loaded and stored once per four weights; the partials are
 // then added. Every row of x uses a tile of weights while it is in L1, so W streams once whatever the
 // row count. A bfloat16 W streams half the bytes: each weight is widened to float32 as it is loaded (`lanes.h`)
-// and every sum is kept in float32 (x too); y is rounded to bfloat16 once, at the end.
+// and every sum is kept in float32 (x too); y is rounded to bfloat16 once, at the end. Widening leaves the
+// core less time ahead of its loads, and the hardware prefetcher alone kept a bfloat16 W well under the
+// speed of a float32 one, so each load of a bfloat16 pass asks for its place in the next pass
+// (`PREFETCH_NEXT_PASS`).
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <memory>
 #include <optional>
+#include <type_traits>
 
 #include "lanes.h"
 
@@ -25,6 +30,10 @@ using kvwise::Vec;
 constexpr int64_t ROWS_PER_PASS = 4;
 constexpr int64_t MIN_BAND_ROWS = 64;  // a thread's band below this is not worth its fork
 constexpr int64_t TILE_COLUMNS = 1024;  // four rows' tile (16 KB) stays in L1 while every row of x uses it
+
+// Whether a pass over W's rows of type T prefetches the same columns of the next pass's rows.
+template <typename T>
+constexpr bool PREFETCH_NEXT_PASS = std::is_same_v<T, kvwise::BFloat16>;
 
 // For each of `xrows` rows of x (factors x[r · stride + k]): Σ over the rows of `pass` (1 ≤ count ≤ 4,
 // weights w_k) added to y[r · out + c] for c in [c0, c1), or stored when `first`. Two rows of x share
@@ -41,6 +50,7 @@ inline void pass_into(const T* const* w, const float* x, int64_t stride, int64_t
     Vec acc[xrows];
     for (int r = 0; r < xrows; ++r) acc[r] = first ? Vec(0.f) : Vec::loadu(y + r * out + c);
     for (int k = 0; k < count; ++k) {
+      if constexpr (PREFETCH_NEXT_PASS<T>) kvwise::prefetch(w[k] + c + ROWS_PER_PASS * out);
       const Vec weights = kvwise::load(w[k] + c);
       for (int r = 0; r < xrows; ++r) acc[r] = at::vec::fmadd(xs[r][k], weights, acc[r]);
     }
@@ -91,21 +101,30 @@ void matvec_into(const at::Tensor& x, const at::Tensor& weight_t, const std::opt
   const int64_t rows = x.size(0), in = weight_t.size(0), out = weight_t.size(1);
   const int64_t bands = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), in / MIN_BAND_ROWS));
   const int64_t per_band = (in + bands - 1) / bands;
-  const auto floats = x.options().dtype(at::kFloat);
-  const at::Tensor xf = x.scalar_type() == at::kFloat ? x : x.to(at::kFloat);
-  at::Tensor yf = y.scalar_type() == at::kFloat ? y : at::empty({rows, out}, floats);
-  auto partials = at::empty({bands - 1, rows, out}, floats);
-  const float* xp = xf.data_ptr<float>();
+  // Scratch floats, uninitialised: x widened (bfloat16), y before it is narrowed, each other band's partial.
+  constexpr bool widened = !std::is_same_v<T, float>;
+  const int64_t total = rows * out;
+  const auto scratch = std::make_unique_for_overwrite<float[]>((widened ? rows * in + total : 0) + (bands - 1) * total);
+  float* pp = scratch.get();
+  const float* xp;
+  float* yp;
+  if constexpr (widened) {
+    kvwise::widen(x.data_ptr<T>(), rows * in, pp);
+    xp = pp;
+    yp = pp + rows * in;
+    pp = yp + total;
+  } else {
+    xp = x.data_ptr<float>();
+    yp = y.data_ptr<float>();
+  }
   const T* wp = weight_t.data_ptr<T>();
-  float* yp = yf.data_ptr<float>();
-  float* pp = partials.data_ptr<float>();
   at::parallel_for(0, bands, 1, [&](int64_t begin, int64_t end) {
     for (int64_t band = begin; band < end; ++band) {
       float* dst = band == 0 ? yp : pp + (band - 1) * rows * out;
       band_into(xp, wp, rows, in, out, band * per_band, std::min(in, (band + 1) * per_band), dst);
     }
   });
-  const int64_t total = rows * out, whole = total - total % Vec::size();
+  const int64_t whole = total - total % Vec::size();
   for (int64_t band = 1; band < bands; ++band) {
     const float* p = pp + (band - 1) * total;
     for (int64_t c = 0; c < whole; c += Vec::size()) (Vec::loadu(yp + c) + Vec::loadu(p + c)).store(yp + c);
@@ -117,7 +136,7 @@ void matvec_into(const at::Tensor& x, const at::Tensor& weight_t, const std::opt
       for (int64_t c = 0; c < out; ++c) yp[m * out + c] += static_cast<float>(b[c]);
     }
   }
-  if (!y.is_same(yf)) kvwise::narrow(yp, total, y.data_ptr<T>());
+  if constexpr (widened) kvwise::narrow(yp, total, y.data_ptr<T>());
 }
 
 at::Tensor matvec(const at::Tensor& x, const at::Tensor& weight_t, const std::optional<at::Tensor>& bias) {
