@@ -40,6 +40,7 @@ class CallEnd:
     """What is known when a call ends (read-only by convention: nothing changes it once built).
 
     `usage_estimated`: the server never reported the input tokens (`kvwise.usage.estimated`).
+    `guard`, `tokens_saved`: the guard that cut the answer ("loop") and the tokens the cap still allowed.
     `output_text`, `output_tool_calls`: the answer (semconv `tool_call` parts), only where content is
     captured. `cache_miss_reason`: the provider's own diagnosis of a cache miss (Anthropic's diagnostics).
     """
@@ -57,6 +58,8 @@ class CallEnd:
     service_tier: str | None = None
     system_fingerprint: str | None = None
     cache_miss_reason: str | None = None
+    guard: str | None = None
+    tokens_saved: int | None = None
 
     @property
     def usage_to_learn(self) -> Usage | None:

@@ -88,6 +88,7 @@ class StreamWatch:
         self.finalized = False
         self.received_ns: int | None = None  # when the answering attempt's first event (a header) arrived
         self.cut = False  # kvwise ended the stream (a loop or a client-side stop): the server's count stopped early
+        self.tripped: tuple[str, int | None] | None = None  # the guard that cut it, and the tokens it saved
         self.held: list[Any] | None = []  # events held back: headers until the first content event, then None
 
     def on_event(self, event: Any) -> list[Any] | None:
@@ -134,8 +135,7 @@ class StreamWatch:
     def _loop_cut(self, event: Any) -> list[Any]:
         """The loop guard tripped on `event`: it goes on, then the stream's end (the span records the
         tokens the cap still allowed as saved)."""
-        saved = self.cap - self.state.output_units if self.cap is not None else None
-        self.record.guard_tripped("loop", saved)
+        self.tripped = ("loop", self.cap - self.state.output_units if self.cap is not None else None)
         return [event, *self._cut(truncated=True)]
 
     def _cut(self, truncated: bool) -> list[Any]:
@@ -208,6 +208,7 @@ class StreamWatch:
         state = self.state
         by_caller = error is None or not isinstance(error, Exception)
         usage, estimated = self._usage()
+        guard, tokens_saved = self.tripped or (None, None)
         self.lifecycle.end(
             CallEnd(
                 _ending(by_caller, self.cut, state.finished),
@@ -220,6 +221,8 @@ class StreamWatch:
                 output_text="".join(state.text) if state.tool_calls is not None else None,
                 output_tool_calls=streamed_tool_calls(state.tool_calls) if state.tool_calls is not None else None,
                 error=None if by_caller else error,
+                guard=guard,
+                tokens_saved=tokens_saved,
                 **stream_facts(state.last_event, state.start_message),
             )
         )

@@ -7,12 +7,12 @@ Kept apart from the span plumbing so another flavour of the same facts (OpenInfe
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from sdk.call import Call, Miss, Provider, Usage
 from sdk.errors import StreamTruncated
+from sdk.lifecycle import CallEnd, Ending
 from sdk.telemetry import semconv as sc
 from sdk.telemetry.pricing import Cost
 
@@ -39,24 +39,20 @@ _OPENAI, _ANTHROPIC = sc.ProviderName.OPENAI.value, sc.ProviderName.ANTHROPIC.va
 
 @dataclass(slots=True)  # not frozen, as `CallEnd`: built on every call, never changed once built
 class Outcome:
-    """What a call ended with, as the recorder saw it; the input of every end-of-call attribute."""
+    """A call's end as told (`end`) and what the recorder measured or derived beside it: the input of
+    every end-of-call attribute. Nothing of `end` is copied here.
 
-    usage: Usage | None
+    `finish_reasons`: the end's, or "unfinished" for a generation that started and then failed.
+    """
+
+    end: CallEnd
     cost: Cost | None
-    response_id: str | None
-    response_model: str | None
     finish_reasons: tuple[str, ...]
-    timings: Mapping[str, float] | None
     error_type: str | None
     attempts: int
-    guard: str | None
-    tokens_saved: int | None
     chunks: int | None
     time_to_first_chunk_s: float | None
-    service_tier: str | None = None
-    system_fingerprint: str | None = None
     break_cause_server: str | None = None
-    abandoned: bool = False  # the caller stopped reading the stream before its end (no error)
     miss: Miss | None = None  # read fewer cached tokens than kvwise expected (`sdk.cache.expected_reads`)
 
 
@@ -133,21 +129,22 @@ def request_attributes(call: Call, shape: Attributes) -> Attributes:
 
 def outcome_attributes(outcome: Outcome) -> Attributes:
     """Attributes known at the end: response, usage, cache ratio, cost, guards, attempts, server timings."""
+    end = outcome.end
     attributes: Attributes = {sc.KVWISE_ATTEMPTS: outcome.attempts}
-    if outcome.response_id:
-        attributes[sc.GEN_AI_RESPONSE_ID] = outcome.response_id
-    if outcome.response_model:
-        attributes[sc.GEN_AI_RESPONSE_MODEL] = outcome.response_model
+    if end.response_id:
+        attributes[sc.GEN_AI_RESPONSE_ID] = end.response_id
+    if end.response_model:
+        attributes[sc.GEN_AI_RESPONSE_MODEL] = end.response_model
     if outcome.finish_reasons:
         attributes[sc.GEN_AI_RESPONSE_FINISH_REASONS] = outcome.finish_reasons
-    if outcome.service_tier:
-        attributes[sc.OPENAI_RESPONSE_SERVICE_TIER] = outcome.service_tier
-    if outcome.system_fingerprint:
-        attributes[sc.OPENAI_RESPONSE_SYSTEM_FINGERPRINT] = outcome.system_fingerprint
+    if end.service_tier:
+        attributes[sc.OPENAI_RESPONSE_SERVICE_TIER] = end.service_tier
+    if end.system_fingerprint:
+        attributes[sc.OPENAI_RESPONSE_SYSTEM_FINGERPRINT] = end.system_fingerprint
     if outcome.break_cause_server:
         attributes[sc.KVWISE_PREFIX_BREAK_CAUSE_SERVER] = outcome.break_cause_server
-    if outcome.usage is not None:
-        _add_usage(attributes, outcome.usage)
+    if end.usage is not None:
+        _add_usage(attributes, end.usage)
     if outcome.cost is not None:
         _add_cost(attributes, outcome.cost)
     if outcome.miss is not None:
@@ -158,15 +155,15 @@ def outcome_attributes(outcome: Outcome) -> Attributes:
         attributes[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = outcome.time_to_first_chunk_s
     if outcome.chunks is not None:
         attributes[sc.KVWISE_STREAM_CHUNKS] = outcome.chunks
-    if outcome.abandoned:
+    if end.ending is Ending.ABANDONED:  # the caller stopped reading the stream before its end (no error)
         attributes[sc.KVWISE_STREAM_ABANDONED] = True
-    if outcome.guard:
-        attributes[sc.KVWISE_GUARD_TRIPPED] = outcome.guard
-        if outcome.tokens_saved is not None:
-            attributes[sc.KVWISE_GUARD_TOKENS_SAVED] = outcome.tokens_saved
-    if outcome.timings:
+    if end.guard:
+        attributes[sc.KVWISE_GUARD_TRIPPED] = end.guard
+        if end.tokens_saved is not None:
+            attributes[sc.KVWISE_GUARD_TOKENS_SAVED] = end.tokens_saved
+    if end.timings:
         for native, key in sc.SERVER_TIMINGS:
-            value = outcome.timings.get(native)
+            value = end.timings.get(native)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 attributes[key] = value if isinstance(value, int) else float(value)
     if outcome.error_type:

@@ -86,7 +86,7 @@ class Instruments:
             self.duration.record(duration_ns / _NS_PER_S, {**attributes, sc.ERROR_TYPE: outcome.error_type}, context)
         else:
             self.duration.record(duration_ns / _NS_PER_S, attributes, context)
-        usage = outcome.usage
+        usage = outcome.end.usage
         if usage is not None:
             if not outcome.error_type:  # the conventions record token usage of successful operations only
                 self.token_usage.record(usage.input_tokens, {**attributes, sc.GEN_AI_TOKEN_TYPE: _INPUT}, context)

@@ -89,11 +89,11 @@ def request_attributes(call: Call, provider: str) -> Attributes:
 def outcome_attributes(outcome: Outcome) -> Attributes:
     """Attributes known at the end: the answering model, token counts and cost (see the module table)."""
     attributes: Attributes = {}
-    if outcome.response_model:
-        attributes[sc.LLM_MODEL_NAME] = outcome.response_model
+    if outcome.end.response_model:
+        attributes[sc.LLM_MODEL_NAME] = outcome.end.response_model
     if outcome.finish_reasons:
         attributes[sc.LLM_FINISH_REASON] = outcome.finish_reasons[0]
-    usage = outcome.usage
+    usage = outcome.end.usage
     if usage is not None:
         attributes[sc.LLM_TOKEN_COUNT_PROMPT] = usage.input_tokens
         attributes[sc.LLM_TOKEN_COUNT_COMPLETION] = usage.output_tokens

@@ -11,11 +11,12 @@
 The phase spans are OpenInference CHAIN spans (Phoenix shows them, counts no tokens on them) carrying
 what they measured, as `kvwise.prefill.*` / `kvwise.decode.*` and as their JSON `output.value`.
 
-The wrapper drives a `CallRecord` through `activate`, `attempt`, `first_chunk`, `chunk`,
-`guard_tripped` and exactly one `end`. The phase spans are created at `end` with the timestamps
-taken on the way, so a stream that is abandoned, cut or failed still ends every span it has, and the
-per-chunk path is one counter and one clock read. Every method swallows (and logs at debug level)
-its own exceptions: a broken tracer, meter or exporter never breaks the call.
+The wrapper drives a `CallRecord` through `activate`, `attempt`, `first_chunk`, `chunk` and
+exactly one `end` (whose `CallEnd` says how the call ended, a guard's cut included). The phase
+spans are created at `end` with the timestamps taken on the way, so a stream that is abandoned,
+cut or failed still ends every span it has, and the per-chunk path is one counter and one clock
+read. Every method swallows (and logs at debug level) its own exceptions: a broken tracer, meter or
+exporter never breaks the call.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from sdk.cache.diagnostics import disagree
 from sdk.call import Call, Usage
-from sdk.lifecycle import CallEnd, Ending
+from sdk.lifecycle import CallEnd
 from sdk.telemetry import content, openinference, phases
 from sdk.telemetry import semconv as sc
 from sdk.telemetry.attributes import Attributes, Outcome, error_type, outcome_attributes
@@ -127,7 +128,6 @@ class CallRecord:
         "_chunks",
         "_ended",
         "_first_ns",
-        "_guard",
         "_last_ns",
         "_received_ns",
         "_request",
@@ -135,7 +135,6 @@ class CallRecord:
         "_span",
         "_start_ns",
         "_streamed",
-        "_tokens_saved",
         "_usage_estimated",
     )
 
@@ -160,8 +159,6 @@ class CallRecord:
         self._received_ns: int | None = None
         self._last_ns: int | None = None
         self._chunks = 0
-        self._guard: str | None = None
-        self._tokens_saved: int | None = None
         self._usage_estimated = False
         self._ended = sinks is None
 
@@ -206,12 +203,6 @@ class CallRecord:
         self._last_ns = time_ns()
 
     @never_raises
-    def guard_tripped(self, kind: str, tokens_saved: int | None) -> None:
-        """A guard (`kind`, e.g. "loop") cut the answer, saving `tokens_saved` against the cap."""
-        self._guard = kind
-        self._tokens_saved = tokens_saved
-
-    @never_raises
     def end(self, end: CallEnd) -> None:
         """Finish the call: attributes, phase spans, content, then the span ends; then metrics. Only once.
 
@@ -248,22 +239,14 @@ class CallRecord:
         if not finish_reasons and error is not None and (first is not None or end.response_id is not None):
             finish_reasons = _UNFINISHED  # the generation started and never reached a terminal reason
         return Outcome(
-            usage=usage,
+            end=end,
             cost=cost_of(usage, price) if usage is not None and price is not None else None,
-            response_id=end.response_id,
-            response_model=end.response_model,
             finish_reasons=tuple(finish_reasons),
-            timings=end.timings,
             error_type=error_type(error) if error is not None else None,
             attempts=self._attempts,
-            guard=self._guard,
-            tokens_saved=self._tokens_saved,
             chunks=self._chunks if streamed else None,
             time_to_first_chunk_s=self._time_to_first_chunk_s() if streamed and first is not None else None,
-            service_tier=end.service_tier,
-            system_fingerprint=end.system_fingerprint,
             break_cause_server=_server_cause(self._call, end.cache_miss_reason) if end.cache_miss_reason else None,
-            abandoned=end.ending is Ending.ABANDONED,
             miss=self._call.decided.read_miss,
         )
 
@@ -290,7 +273,7 @@ class CallRecord:
             if outcome.error_type:
                 span.set_status(Status(StatusCode.ERROR, outcome.error_type))
             if self._streamed:
-                self._end_phases(sinks.tracer, span, outcome.usage, end_ns)
+                self._end_phases(sinks.tracer, span, outcome.end.usage, end_ns)
         finally:
             span.end(end_time=end_ns)
 

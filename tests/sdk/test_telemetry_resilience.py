@@ -78,8 +78,8 @@ def test_broken_telemetry_backends_never_raise_into_the_call(providers: Any) -> 
         record = telemetry.start(make_call(stream=stream), SERVER)
         with record.activate():
             stream_through(record, chunks=3)
-        record.guard_tripped("loop", 5)
-        record.end(CallEnd(Ending.ANSWERED, usage=Usage(input_tokens=10, output_tokens=3), output_text="ok", finish_reasons=("stop",)))
+        record.end(CallEnd(Ending.CUT, usage=Usage(input_tokens=10, output_tokens=3), output_text="ok", finish_reasons=("stop",),
+                           guard="loop", tokens_saved=5))
 
 
 def test_metrics_are_still_recorded_when_a_span_processor_raises(otel: Otel) -> None:

@@ -162,8 +162,7 @@ def test_a_stream_abandoned_before_its_first_chunk_still_ends_its_prefill_span(o
 def test_a_loop_guard_trip_is_recorded_with_the_tokens_it_saved(otel: Otel) -> None:
     record = otel.telemetry().start(make_call(stream=True, max_tokens=100), SERVER)
     stream_through(record, chunks=40)
-    record.guard_tripped("loop", 60)
-    record.end(CallEnd(Ending.CUT, finish_reasons=("length",)))
+    record.end(CallEnd(Ending.CUT, finish_reasons=("length",), guard="loop", tokens_saved=60))
     attributes = otel.span("chat gpt-4o-mini").attributes or {}
     assert attributes[sc.KVWISE_GUARD_TRIPPED] == "loop" and attributes[sc.KVWISE_GUARD_TOKENS_SAVED] == 60
     assert sc.ERROR_TYPE not in attributes
@@ -335,8 +334,7 @@ def test_without_an_sdk_configured_every_method_is_a_harmless_no_op() -> None:
     record = Telemetry(Policy()).start(make_call(stream=True), SERVER)
     with record.activate():
         stream_through(record, chunks=2)
-    record.guard_tripped("loop", None)
-    record.end(CallEnd(Ending.ABANDONED, usage=Usage(input_tokens=1)))
+    record.end(CallEnd(Ending.CUT, usage=Usage(input_tokens=1), guard="loop"))
 
 
 def test_sampled_out_calls_export_no_span_and_still_record_their_metrics(otel: Otel) -> None:
