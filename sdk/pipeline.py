@@ -21,13 +21,13 @@ from sdk.cache.fingerprint import cache_ttl_seconds
 from sdk.cache.hints import place_cache_hints
 from sdk.call import Call
 from sdk.decode.adaptive_caps import CapLearner, workload_of
-from sdk.decode.limits import apply_guards
+from sdk.decode.limits import apply_limits
 from sdk.lifecycle import CallListener
 from sdk.memory.memories import Memories, local_memories
 from sdk.policy import Policy
 from sdk.prompt.canonical import canonicalize
 from sdk.send.refusals import Refusals
-from sdk.send.sender import Sender, Server
+from sdk.send.sender import Sender, SendParts, Server
 from sdk.surface import Kind
 from sdk.telemetry import Telemetry
 from sdk.telemetry.semconv import CapSource
@@ -73,8 +73,13 @@ class Pipeline:
         self.fanout = memories.fanout  # None unless the policy asks (`sdk.cache.fanout`)
         self.diagnostics = diagnostics and policy.cache_diagnostics  # Anthropic's API only (`sdk.cache.diagnostics`)
         self.refusals = Refusals()  # what this client's servers refused of kvwise's additions (`sdk.send.refusals`)
-        self.telemetry = telemetry if telemetry is not None else Telemetry(policy)
-        self.connection_error = connection_error  # the client's own, that a truncated stream is raised as
+        self.sending = SendParts(  # what every send of this client shares
+            policy,
+            telemetry if telemetry is not None else Telemetry(policy),
+            connection_error,  # the client's own, that a truncated stream is raised as
+            self.fanout,
+            self.refusals,
+        )
 
     def prepare(self, call: Call, kind: Kind = Kind.CALL, client: Any = None, server: Server = (None, None)) -> Sender:
         """Rewrite `call` through every step, in order, and return its send through the live `client`.
@@ -95,7 +100,7 @@ class Pipeline:
             listeners.append(ids)  # the server's own diagnosis of the break
         if self.policy.cache_hints:
             place_cache_hints(call, self.policy, adapter)  # breakpoints, cache keys
-        apply_guards(call, self.policy, adapter, self.caps)  # decode limits: the cap, stops, penalties
+        apply_limits(call, self.policy, adapter, self.caps)  # decode limits: the cap, stops, penalties
         if self.caps is not None and call.cap is not None and (workload := workload_of(call)) is not None:
             listeners.append(CapLearner(self.caps, workload, call.cap.tokens, call.cap.source == CapSource.ADAPTIVE))
         if self.outage is not None:
@@ -106,16 +111,5 @@ class Pipeline:
         if kind is not Kind.BATCH:
             self.refusals.mark(call, server)  # none of what this server refused is added
         key = fanout_key(call, client) if self.fanout is not None and kind is Kind.CALL else None
-        return Sender(  # the send: its order is `Sender._sending`
-            call,
-            kind,
-            client,
-            server,
-            self.policy,
-            self.telemetry,
-            self.connection_error,
-            self.fanout,
-            key,
-            self.refusals,
-            tuple(listeners) if kind is Kind.CALL else (),
-        )
+        listened = tuple(listeners) if kind is Kind.CALL else ()
+        return Sender(call, kind, client, server, self.sending, key, listened)  # its order: `Sender._sending`

@@ -1,6 +1,6 @@
 """The decode step of a call: the decode limits put on the request, and the guard that cuts a stream.
 
-limits         `apply_guards`: the cap (decided once, `Call.cap`), stop sequences, penalties
+limits         `apply_limits`: the cap (decided once, `Call.cap`), stop sequences, penalties
 adaptive_caps  `AdaptiveCaps`: a cap learnt per prompt family from its own answers
 reasoning      which calls reason before they answer, within what budget
 model_context  each model's context length, read once per server, that a filled cap must fit

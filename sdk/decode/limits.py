@@ -1,4 +1,4 @@
-"""Decode guards: cap the output, merge stop sequences, default the penalties.
+"""Decode limits: cap the output, merge stop sequences, default the penalties.
 
 Decode is the expensive phase: every output token costs several input tokens. The cap clamps a
 larger request and fills a missing one (Anthropic requires it anyway), and is decided here once
@@ -52,7 +52,7 @@ _EXTRA_BODY = "extra_body"
 _EXTRA_JSON = "extra_json"  # where the client's request options carry `extra_body`
 
 
-def apply_guards(call: Call, policy: Policy, adapter: Adapter, caps: AdaptiveCaps | None = None) -> None:
+def apply_limits(call: Call, policy: Policy, adapter: Adapter, caps: AdaptiveCaps | None = None) -> None:
     """Cap output tokens, merge stops and default penalties on `call` in place (`caps`: the
     client's learnt workload caps, under `Policy.adaptive_caps`)."""
     extra = _extra_body(call)

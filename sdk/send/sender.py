@@ -43,6 +43,18 @@ from sdk.telemetry import semconv as sc
 Server = tuple[str | None, int | None]
 
 
+@dataclass(frozen=True, slots=True)
+class SendParts:
+    """What every send of one wrapped client shares: its policy and telemetry, the client's own connection
+    error (a truncated stream is raised as it), the fan-out gate and what its servers refused."""
+
+    policy: Policy
+    telemetry: Telemetry
+    connection_error: type[Exception]
+    fanout: FanOut | None = None
+    refusals: Refusals | None = None
+
+
 @dataclass(slots=True)
 class Sender:
     """The send of one prepared call through the live client `client` (sync or async `post`)."""
@@ -51,32 +63,29 @@ class Sender:
     kind: Kind
     client: Any
     server: Server
-    policy: Policy
-    telemetry: Telemetry
-    connection_error: type[Exception]
-    fanout: FanOut | None = None
-    fanout_key: bytes | None = None
-    refusals: Refusals | None = None
+    parts: SendParts
+    fanout_key: bytes | None = None  # the call's place at the fan-out gate (None: it goes straight out)
     listeners: tuple[CallListener, ...] = ()  # told of a model call's end (`sdk.pipeline.Pipeline.prepare`)
 
     def _lifecycle(self, post_kwargs: dict[str, Any]) -> tuple[Lifecycle[CallRecord], Leader | None]:
         """The call's span and end, and the fan-out leader it must wait for (None: none)."""
         if post_kwargs.get("stream") and not self.call.stream:
             self.call.params["stream"] = True  # a stream helper says so only to `post`
-        record = self.telemetry.start(self.call, self.server)
-        if self.fanout is None or self.fanout_key is None:
+        record = self.parts.telemetry.start(self.call, self.server)
+        fanout = self.parts.fanout
+        if fanout is None or self.fanout_key is None:
             return Lifecycle(record, self.listeners), None
-        follow, leader = self.fanout.join(self.fanout_key, _span_id(record.span))
-        if self.call.decided.state_degraded is None and (reason := self.fanout.outage()) is not None:
+        follow, leader = fanout.join(self.fanout_key, _span_id(record.span))
+        if self.call.decided.state_degraded is None and (reason := fanout.outage()) is not None:
             _note_degraded(record, reason)
-        release = () if leader is None else (LeaderRelease(self.fanout, leader),)  # the leader tells its followers
+        release = () if leader is None else (LeaderRelease(fanout, leader),)  # the leader tells its followers
         return Lifecycle(record, self.listeners + release), follow
 
     def _attempts(
         self, path: str, post_kwargs: dict[str, Any], record: CallRecord
     ) -> tuple[Attempts, Callable[[], Any]]:
         """The call's attempts under the client's retry rules, and the send of one attempt."""
-        retries = retries_for(self.client, post_kwargs.get("options"), self.policy.retries)
+        retries = retries_for(self.client, post_kwargs.get("options"), self.parts.policy.retries)
         attempts = Attempts(retries, record.attempt, functools.partial(is_retryable, client=self.client))
 
         tracing = client_tracing.trace_headers(self.client, record.span)  # the client's own span gives way to ours
@@ -104,9 +113,9 @@ class Sender:
         lifecycle, follow = self._lifecycle(post_kwargs)  # the span, the end's listeners, the fan-out join
         record = lifecycle.record
         attempts, send = self._attempts(path, post_kwargs, record)
-        if follow is not None and self.fanout is not None:  # a follower waits for its leader's first chunk
-            waiting = (follow, self.policy.fanout_wait_seconds)
-            _note_wait(record, (yield Io(self.fanout.wait, self.fanout.await_release, waiting)))
+        if follow is not None and self.parts.fanout is not None:  # a follower waits for its leader's first chunk
+            waiting = (follow, self.parts.policy.fanout_wait_seconds)
+            _note_wait(record, (yield Io(self.parts.fanout.wait, self.parts.fanout.await_release, waiting)))
         raw = compat.raw_mode(post_kwargs.get("options"))
         try:
             with record.activate():
@@ -123,7 +132,8 @@ class Sender:
             # on a stream's first call: a plain call never loads the watcher's modules
             from sdk.send.stream_watch import StreamWatch, watch_async, watch_sync
 
-            watch = StreamWatch(adapter_for(self.call.api), self.call, self.policy, lifecycle, self.connection_error)
+            parts = self.parts
+            watch = StreamWatch(adapter_for(self.call.api), self.call, parts.policy, lifecycle, parts.connection_error)
             watched = (watch_async if asynchronous else watch_sync)(parsed, watch)
             return self._raw_with(result, watched) if raw else watched
         finish(self.call, self.kind, parsed, lifecycle)
@@ -142,14 +152,14 @@ class Sender:
 
     def _contexts(self) -> ModelContexts | None:
         """The wrapped client's model contexts, where this call's filled limit must be fitted to one."""
-        if self.refusals is None or self.kind is not Kind.CALL or not wants_context(self.call):
+        if self.parts.refusals is None or self.kind is not Kind.CALL or not wants_context(self.call):
             return None
-        return self.refusals.contexts
+        return self.parts.refusals.contexts
 
     def _took_back(self, error: Exception, post_kwargs: dict[str, Any], record: CallRecord) -> bool:
         """Whether the server refused something kvwise added (`sdk.send.refusals`), now sent as the caller wrote it;
         then the loop sends again (each addition is taken back once, so it ends)."""
-        refusals = self.refusals
+        refusals = self.parts.refusals
         return refusals is not None and refusals.take_back(error, self.call, self.server, post_kwargs, record.span)
 
     @staticmethod
