@@ -116,13 +116,18 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& kv_cach
   // Enough tasks for every thread: a lone sequence splits its kv heads over them.
   const int64_t splits = std::clamp<int64_t>((2 * at::get_num_threads() + batch - 1) / batch, 1, kv_heads);
   const int64_t heads_per_split = (kv_heads + splits - 1) / splits * group;
-  const at::Tensor qf = q.to(at::kFloat);  // a few hundred bytes a row: widened once
-  auto out = at::empty_like(qf);
-  const float* queries = qf.data_ptr<float>();
+  // A bfloat16 q is widened once, and its output summed in floats, both in a scratch of a few hundred bytes a
+  // row: no tensor of their own, no `to()` dispatch either way.
+  const bool narrowed = q.scalar_type() == at::kBFloat16;
+  const int64_t elements = q.numel();
+  std::vector<float> scratch(narrowed ? 2 * elements : 0);
+  auto out = at::empty_like(q);
+  const float* queries = narrowed ? scratch.data() : q.data_ptr<float>();
+  float* outputs = narrowed ? scratch.data() + elements : out.data_ptr<float>();
+  if (narrowed) kvwise::widen(q.data_ptr<kvwise::BFloat16>(), elements, scratch.data());
   const char* cache = static_cast<const char*>(kv_cache.data_ptr());
   const int64_t* tables = block_tables.data_ptr<int64_t>();
   const int64_t* lens = context_lens.data_ptr<int64_t>();
-  float* outputs = out.data_ptr<float>();
   const int64_t slot_stride = 2 * kv_heads * row, value_offset = kv_heads * row;  // in stored elements
   const int64_t block_bytes = block_size * slot_stride * kv_cache.element_size();
 
@@ -223,7 +228,8 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& kv_cach
       }
     }
   });
-  return q.scalar_type() == at::kFloat ? out : out.to(q.scalar_type());
+  if (narrowed) kvwise::narrow(outputs, elements, out.data_ptr<kvwise::BFloat16>());
+  return out;
 }
 
 // In place, vLLM's reshape_and_cache: kv_cache[slots[t], 0] = k[t] and kv_cache[slots[t], 1] = v[t], with k and v
