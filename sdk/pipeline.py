@@ -77,8 +77,8 @@ class Pipeline:
             policy,
             telemetry if telemetry is not None else Telemetry(policy),
             connection_error,  # the client's own, that a truncated stream is raised as
-            self.fanout,
             self.refusals,
+            self.fanout,
         )
 
     def prepare(self, call: Call, kind: Kind = Kind.CALL, client: Any = None, server: Server = (None, None)) -> Sender:

@@ -51,8 +51,8 @@ class SendParts:
     policy: Policy
     telemetry: Telemetry
     connection_error: type[Exception]
-    fanout: FanOut | None = None
-    refusals: Refusals | None = None
+    refusals: Refusals
+    fanout: FanOut | None = None  # None unless the policy asks (`sdk.cache.fanout`)
 
 
 @dataclass(slots=True)
@@ -152,15 +152,14 @@ class Sender:
 
     def _contexts(self) -> ModelContexts | None:
         """The wrapped client's model contexts, where this call's filled limit must be fitted to one."""
-        if self.parts.refusals is None or self.kind is not Kind.CALL or not wants_context(self.call):
+        if self.kind is not Kind.CALL or not wants_context(self.call):
             return None
         return self.parts.refusals.contexts
 
     def _took_back(self, error: Exception, post_kwargs: dict[str, Any], record: CallRecord) -> bool:
         """Whether the server refused something kvwise added (`sdk.send.refusals`), now sent as the caller wrote it;
         then the loop sends again (each addition is taken back once, so it ends)."""
-        refusals = self.parts.refusals
-        return refusals is not None and refusals.take_back(error, self.call, self.server, post_kwargs, record.span)
+        return self.parts.refusals.take_back(error, self.call, self.server, post_kwargs, record.span)
 
     @staticmethod
     def _raw_with(raw: Any, watched: Any) -> Any:
