@@ -3,12 +3,14 @@
 uvicorn bounds none of these: a connection that trickles its headers (or sends nothing) stays open
 until the client stops; a body sent at a byte a second, a Content-Length larger than what is sent,
 or a chunked body that never ends is waited for forever; a 16 MB header is read whole (a few dozen
-such connections doubled the server's memory: docs/benchmarks.md, `by_hand`). `BoundedHttp` answers each once and closes:
+such connections doubled the server's memory: docs/benchmarks.md, `by_hand`). `BoundedHttp`
+answers each once and closes:
 
 - headers not complete within `header_timeout` of the connection's opening, or of a kept-alive
   connection's next request (`--header-timeout`; nginx's `client_header_timeout`): closed;
-- more than `max_header_bytes` received before the headers end, or more than `max_headers` header
-  fields (`--max-header-bytes`, `--max-headers`): 431, closed;
+- more than `max_header_bytes` received before the headers end (counted as bytes arrive, and again
+  as the parser hands over the URL and each field, since a whole head can arrive in one read), or
+  more than `max_headers` header fields (`--max-header-bytes`, `--max-headers`): 431, closed;
 - a body (by Content-Length or chunked) not complete within `body_timeout` of the headers'
   end (`--body-timeout`): 408 if no answer has begun, closed.
 
@@ -58,6 +60,7 @@ class BoundedHttp(HttpToolsProtocol):
     limits: ClassVar[WireLimits] = WireLimits()
     _deadline: asyncio.TimerHandle | None = None
     _header_bytes = 0
+    _parsed_bytes = 0
     _header_count = 0
     _in_headers = True
     _refused = False
@@ -77,14 +80,20 @@ class BoundedHttp(HttpToolsProtocol):
         super().data_received(data)
         if self._in_headers and not self._refused:  # the parser holds all of it, waiting for the headers' end
             self._header_bytes += len(data)
-            if self._header_bytes > self.limits.max_header_bytes:
-                self._refuse(431, f"the request's headers pass {self.limits.max_header_bytes} bytes")
+            self._refuse_past_the_byte_bound(self._header_bytes)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._in_headers, self._header_bytes, self._header_count = True, 0, 0
+        self._in_headers, self._header_bytes, self._parsed_bytes, self._header_count = True, 0, 0, 0
         if self._deadline is None:
             self._arm(self.limits.header_timeout, self._headers_late)
+
+    def on_url(self, url: bytes) -> None:
+        if self._refused:
+            return
+        super().on_url(url)
+        self._parsed_bytes += len(url)
+        self._refuse_past_the_byte_bound(self._parsed_bytes)
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if self._refused:
@@ -94,6 +103,8 @@ class BoundedHttp(HttpToolsProtocol):
             self._refuse(431, f"the request has more than {self.limits.max_headers} header fields")
             return
         super().on_header(name, value)
+        self._parsed_bytes += len(name) + len(value) + len(b": \r\n")
+        self._refuse_past_the_byte_bound(self._parsed_bytes)
 
     def on_headers_complete(self) -> None:
         if self._refused:
@@ -116,6 +127,10 @@ class BoundedHttp(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         super().connection_lost(exc)
+
+    def _refuse_past_the_byte_bound(self, head_bytes: int) -> None:
+        if head_bytes > self.limits.max_header_bytes:
+            self._refuse(431, f"the request's headers pass {self.limits.max_header_bytes} bytes")
 
     def _arm(self, seconds: float, late: object) -> None:
         self._disarm()
