@@ -202,6 +202,11 @@ def first_stop(text: str, stops: tuple[str, ...]) -> int | None:
     return min(positions) if positions else None
 
 
+def detail_tokens(details: Any, name: str) -> int:
+    """A usage details object's token count `name` (0 where the server left it or the details out)."""
+    return int(getattr(details, name, None) or 0)
+
+
 def timings_of(obj: Any) -> dict[str, float] | None:
     """llama.cpp-style `timings` carried as an extra field of a response or chunk, if any."""
     extra = getattr(obj, "model_extra", None) or {}

@@ -13,6 +13,7 @@ from sdk.adapters._base import (
     Adapter,
     StreamState,
     count_leading_system,
+    detail_tokens,
     first_stop,
     given_params,
     given_tiers,
@@ -23,9 +24,23 @@ from sdk.call import Api, Call, Provider, Usage
 from sdk.decode.reasoning import Reasoning, openai_reasoning
 from sdk.send.stream_options import STREAM_USAGE_REQUESTED
 
+CutReason = Literal["length", "stop"]
 
-def _cached(details: Any, name: str) -> int:
-    return int(getattr(details, name, None) or 0) if details is not None else 0
+
+def cut_envelope(state: StreamState, truncated: bool, object_name: str) -> tuple[CutReason, dict[str, Any]]:
+    """The finish reason of a stream kvwise cuts, recorded on `state`, and the fields its closing
+    events repeat from the stream's (Chat and Completions chunks share them)."""
+    last = state.last_event
+    reason: CutReason = "length" if truncated else "stop"
+    state.finished = True
+    state.finish_reasons.append(reason)
+    envelope = {
+        "id": state.response_id or "",
+        "created": last.created if last is not None else 0,
+        "model": state.response_model or "",
+        "object": object_name,
+    }
+    return reason, envelope
 
 
 def chat_usage(usage: Any) -> Usage | None:
@@ -37,9 +52,9 @@ def chat_usage(usage: Any) -> Usage | None:
     return Usage(
         input_tokens=usage.prompt_tokens or 0,
         output_tokens=usage.completion_tokens or 0,
-        cache_read_tokens=_cached(prompt_details, "cached_tokens"),
-        cache_write_tokens=_cached(prompt_details, "cache_write_tokens"),
-        reasoning_tokens=_cached(completion_details, "reasoning_tokens"),
+        cache_read_tokens=detail_tokens(prompt_details, "cached_tokens"),
+        cache_write_tokens=detail_tokens(prompt_details, "cache_write_tokens"),
+        reasoning_tokens=detail_tokens(completion_details, "reasoning_tokens"),
     )
 
 
@@ -207,16 +222,7 @@ class ChatAdapter(Adapter):
         return text
 
     def cut_events(self, state: StreamState, truncated: bool, usage: Usage | None) -> list[Any]:
-        last = state.last_event
-        reason: Literal["length", "stop"] = "length" if truncated else "stop"
-        state.finished = True
-        state.finish_reasons.append(reason)
-        envelope: dict[str, Any] = {
-            "id": state.response_id or "",
-            "created": last.created if last is not None else 0,
-            "model": state.response_model or "",
-            "object": "chat.completion.chunk",
-        }
+        reason, envelope = cut_envelope(state, truncated, "chat.completion.chunk")
         events = [ChatCompletionChunk(choices=[Choice(index=0, delta=ChoiceDelta(), finish_reason=reason)], **envelope)]
         if state.usage_asked and usage is not None:  # the bare stream's last chunk: no choices, the usage
             events.append(ChatCompletionChunk(choices=[], usage=completion_usage(usage), **envelope))

@@ -8,7 +8,7 @@ telemetry. A prompt given as a list (a batch of prompts, or token ids) stays as 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 from openai.types import Completion, CompletionChoice
 
@@ -18,6 +18,7 @@ from sdk.adapters.openai_chat import (
     caller_asks_usage,
     chat_usage,
     completion_usage,
+    cut_envelope,
     stream_usage_options,
 )
 from sdk.call import Api, Call, Provider, Usage
@@ -101,16 +102,7 @@ class CompletionsAdapter(Adapter):
         return text
 
     def cut_events(self, state: StreamState, truncated: bool, usage: Usage | None) -> list[Any]:
-        last = state.last_event
-        reason: Literal["length", "stop"] = "length" if truncated else "stop"
-        state.finished = True
-        state.finish_reasons.append(reason)
-        envelope: dict[str, Any] = {
-            "id": state.response_id or "",
-            "created": last.created if last is not None else 0,
-            "model": state.response_model or "",
-            "object": "text_completion",
-        }
+        reason, envelope = cut_envelope(state, truncated, "text_completion")
         choice = CompletionChoice(finish_reason=reason, index=0, logprobs=None, text="")
         events = [Completion(choices=[choice], **envelope)]
         if state.usage_asked and usage is not None:  # the bare stream's last chunk: no choices, the usage

@@ -29,6 +29,7 @@ from sdk.adapters._base import (
     Adapter,
     StreamState,
     count_leading_system,
+    detail_tokens,
     first_stop,
     given_params,
     given_tiers,
@@ -55,9 +56,9 @@ def responses_usage(usage: Any) -> Usage | None:
     return Usage(
         input_tokens=usage.input_tokens or 0,
         output_tokens=usage.output_tokens or 0,
-        cache_read_tokens=int(getattr(details, "cached_tokens", 0) or 0),
-        cache_write_tokens=int(getattr(details, "cache_write_tokens", 0) or 0),
-        reasoning_tokens=int(getattr(out_details, "reasoning_tokens", 0) or 0),
+        cache_read_tokens=detail_tokens(details, "cached_tokens"),
+        cache_write_tokens=detail_tokens(details, "cache_write_tokens"),
+        reasoning_tokens=detail_tokens(out_details, "reasoning_tokens"),
     )
 
 
