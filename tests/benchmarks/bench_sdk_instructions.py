@@ -35,9 +35,10 @@ from pathlib import Path
 
 from tests.benchmarks import bench_sdk_overhead as overhead
 
-CONTENDERS = ("raw", "kvwise", "otel-floor", "otel-genai", "openllmetry")
+CONTENDERS = ("raw", "kvwise", "otel-floor", "otel-floor-genai", "otel-genai", "openllmetry")
 """`otel-floor`: the OpenTelemetry SDK calls that emit what kvwise records around the raw client
-(`bench_sdk_overhead.Floor`), the part of kvwise's overhead that is the telemetry's own cost."""
+(`bench_sdk_overhead.Floor`), the part of kvwise's overhead that is the telemetry's own cost;
+`otel-floor-genai`: the same without the OpenInference attributes (the GenAI and kvwise ones only)."""
 ENTRY_POINTS = {"functools_reduce": "whole", "builtin_sorted": "stream"}
 """The C function each kind of timed call runs inside, so callgrind counts it apart."""
 PARALLEL = 2
@@ -53,7 +54,10 @@ def work(name: str, port: int, calls: int, streams: int, baseline: str | None) -
     depended on the count.
     Each contender's own garbage is still collected, and counted, as it would be in a long-lived app.
     """
-    contender = overhead.Floor(port) if name == "otel-floor" else overhead.Contender(name, port, baseline)
+    contender = (
+        overhead.Floor(port, openinference=name == "otel-floor") if name.startswith("otel-floor")
+        else overhead.Contender(name, port, baseline)
+    )
     for _ in range(3):
         contender.whole()
         contender.streamed()
@@ -147,12 +151,12 @@ def report(results: dict[str, dict[str, float] | str], unit: str) -> None:
         return
     print(f"\nmillions of {unit} per call in the caller's thread (callgrind); overhead = contender - raw; "
           f"{overhead.STREAM_CHUNKS}-chunk stream\n")
-    print(f"{'contender':<13} {'call':>8} {'overhead':>9} {'stream':>8} {'overhead':>9}")
+    print(f"{'contender':<17} {'call':>8} {'overhead':>9} {'stream':>8} {'overhead':>9}")
     for name, figures in results.items():
         if isinstance(figures, str):
-            print(f"{name:<13} could not be counted: {figures}")
+            print(f"{name:<17} could not be counted: {figures}")
             continue
-        print(f"{name:<13} " + " ".join(f"{figures[k] / 1e6:8.2f} {(figures[k] - raw[k]) / 1e6:+9.2f}" for k in ("whole", "stream")))
+        print(f"{name:<17} " + " ".join(f"{figures[k] / 1e6:8.2f} {(figures[k] - raw[k]) / 1e6:+9.2f}" for k in ("whole", "stream")))
     if not isinstance(kvwise, dict):
         return
     for peer in ("kvwise-base", *CONTENDERS[2:]):

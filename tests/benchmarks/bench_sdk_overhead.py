@@ -57,6 +57,7 @@ STREAM_CHUNKS = 200
 CONTENDERS = ("raw", "kvwise-noop", "kvwise", "otel-genai", "openllmetry", "otel-floor")
 PEERS = ("otel-genai", "openllmetry")
 NO_IO = ("recorder", "floor-alone")
+OPENINFERENCE_PREFIXES = ("llm.", "openinference.")
 KEYS = ("whole_us", "stream_us", "whole_cpu_us", "stream_cpu_us")
 """What each round measures: wall-clock and CPU µs per call, plain and streamed."""
 """Rows timed without any I/O: absolute µs per call, not compared with the raw client."""
@@ -269,9 +270,12 @@ class Floor:
     """The OpenTelemetry SDK calls that emit what kvwise records, around the raw client (see the module docstring).
 
     With `send=False` the client is not called: the SDK calls alone, no I/O (the `floor-alone` row).
+    With `openinference=False` the span leaves out the OpenInference attributes (`llm.*`,
+    `openinference.span.kind`, Phoenix's names for what the GenAI ones say): what DESIGN.md's
+    GenAI and kvwise attributes cost alone (`bench_sdk_instructions`' `otel-floor-genai` row).
     """
 
-    def __init__(self, port: int, send: bool = True) -> None:
+    def __init__(self, port: int, send: bool = True, openinference: bool = True) -> None:
         from opentelemetry import context, metrics, trace
         from opentelemetry.trace import SpanKind
 
@@ -287,13 +291,19 @@ class Floor:
                 recorders[name] = meter.create_counter(name).add if name.startswith("kvwise.") else meter.create_histogram(name).record
             return recorders[name]
 
+        def kept(attributes: dict[str, Any]) -> dict[str, Any]:
+            return attributes if openinference else {
+                key: value for key, value in attributes.items() if not key.startswith(OPENINFERENCE_PREFIXES)
+            }
+
         def one(stream: bool) -> Callable[[], None]:
             shape = captured.shapes[stream]
+            start, end = kept(shape["start"]), kept(shape["end"])
             points = [(recorder(name), attributes) for name, attributes in shape["points"]]
             extra = {"stream": True, "stream_options": {"include_usage": True}} if stream else {}
 
             def run() -> None:
-                span = tracer.start_span(shape["root"], kind=SpanKind.CLIENT, attributes=shape["start"])
+                span = tracer.start_span(shape["root"], kind=SpanKind.CLIENT, attributes=start)
                 token = context.attach(trace.set_span_in_context(span))
                 try:
                     if send:
@@ -302,7 +312,7 @@ class Floor:
                             answer = [_ for _ in answer]  # consumed as every contender's stream is
                 finally:
                     context.detach(token)
-                span.set_attributes(shape["end"])
+                span.set_attributes(end)
                 parent = trace.set_span_in_context(span)
                 for name, attributes in shape["phases"].items():
                     tracer.start_span(name, parent, attributes=attributes).end()
