@@ -38,7 +38,7 @@ def guarded(serve: ServedEngines, llama_dir: Path) -> Served:
 
 
 def _openai(url: str, key: str = KEY) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0)
+    return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=CLIENT_TIMEOUT_SECONDS)
 
 
 def _anthropic(url: str, key: str = KEY) -> anthropic.Anthropic:
@@ -155,10 +155,14 @@ def test_full_queue_gets_429_from_openai_routes_and_529_from_anthropic_at_once(g
         stream = client.chat.completions.create(model="tiny", messages=OK["messages"], stream=True, **LONG)
         next(iter(stream))  # admitted and running: the one slot is taken
         try:
-            status, body = _send("openai", guarded.url, **OK)
-            assert status == 429 and _error_type("openai", body) == "rate_limit_error"
-            status, body = _send("anthropic", guarded.url, **OK)
-            assert status == 529 and _error_type("anthropic", body) == "overloaded_error"
+            # No step runs while the two are refused, so the stream cannot finish first and free its
+            # slot (on a fast CPU it could); admission refuses before the engine is reached.
+            with guarded.engine._step_lock:
+                assert guarded.engine.stats().num_running == 1
+                status, body = _send("openai", guarded.url, **OK)
+                assert status == 429 and _error_type("openai", body) == "rate_limit_error"
+                status, body = _send("anthropic", guarded.url, **OK)
+                assert status == 529 and _error_type("anthropic", body) == "overloaded_error"
         finally:
             stream.close()
     _wait_idle(guarded.engine)

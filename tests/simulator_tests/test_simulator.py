@@ -249,10 +249,11 @@ async def test_requests_are_recorded_and_other_paths_answer_like_the_apis(
 
 
 async def test_a_stall_trips_the_client_read_timeout_once(sim: ProviderSimulator, oai: Any) -> None:
-    sim.stall(5.0, at_token=2)
+    timeout = httpx2.Timeout(10.0, read=2.0)  # room for a loaded machine on every read but the stalled one
+    sim.stall(10.0, at_token=2)
     with pytest.raises(openai.APITimeoutError):
-        list(oai.with_options(timeout=0.3).chat.completions.create(model="m", messages=USER, stream=True))
-    again = oai.with_options(timeout=0.3).chat.completions.create(model="m", messages=USER)
+        list(oai.with_options(timeout=timeout).chat.completions.create(model="m", messages=USER, stream=True))
+    again = oai.with_options(timeout=timeout).chat.completions.create(model="m", messages=USER)
 
     assert again.choices[0].message.content == REPLY
     assert [(s.tokens_sent, s.client_closed) for s in sim.streams] == [(2, True)]
