@@ -186,7 +186,7 @@ async def test_a_stream_the_caller_stops_on_purpose_ends_its_span_without_error_
     simulator: Any, request: pytest.FixtureRequest, mode: str, api: str, stop: str, otel: Otel
 ) -> None:
     fixture, create = OPEN[api]
-    simulator.reply, simulator.token_delay = "word " * 100, DECODE_SECONDS_PER_TOKEN
+    simulator.reply, simulator.token_delay = "word " * 1000, DECODE_SECONDS_PER_TOKEN
     stream = await resolve(create(_wrap(request.getfixturevalue(fixture), otel)))
     await STOPS[stop](stream)
     del stream
@@ -216,7 +216,7 @@ async def test_a_stream_whose_connection_drops_stays_an_error_and_is_not_abandon
 
 async def test_a_stream_whose_reading_task_is_cancelled_is_abandoned_not_failed(simulator: Any, otel: Otel) -> None:
     client = openai.AsyncOpenAI(base_url=simulator.openai_base_url, api_key="test-key")
-    simulator.reply, simulator.token_delay = "word " * 100, DECODE_SECONDS_PER_TOKEN
+    simulator.reply, simulator.token_delay = "word " * 1000, DECODE_SECONDS_PER_TOKEN
     stream = await _wrap(client, otel).chat.completions.create(model="gpt-4o-mini", messages=USER, stream=True)
     reading = asyncio.Event()
 

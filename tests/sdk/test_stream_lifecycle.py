@@ -26,7 +26,7 @@ from tests.sdk.test_telemetry_spans import Otel, otel  # noqa: F401
 USER = [{"role": "user", "content": "Tell me something."}]
 CLAUDE = "claude-sonnet-4-6"
 PROSE = "Prefill reads the whole prompt at once; decode then writes the answer one token at a time."
-LONG_REPLY = "word " * 200  # still streaming when the caller lets go after the first events
+LONG_REPLY = "word " * 1000  # still streaming when the caller lets go after the first events (2 s at TOKEN_DELAY)
 TOKEN_DELAY = 0.002
 READER_WAIT_S = 10.0  # a bound, never reached unless the reader hangs
 CREATE: dict[str, tuple[str, Callable[[Any], Any]]] = {
