@@ -123,32 +123,38 @@ def serve(port_file: str) -> None:
 # --- one contender ---------------------------------------------------------------------------
 
 
-def _install_otel_sdk() -> tuple[Any, Any]:
+def _install_otel_sdk(export_in_call: bool = False) -> tuple[Any, Any]:
+    """The OpenTelemetry SDK every contender shares: spans to a null exporter, metrics in memory.
+
+    Spans go through a `BatchSpanProcessor`, as in production; with `export_in_call` through a
+    `SimpleSpanProcessor` instead, so each span is handed over when it ends rather than queued for a
+    thread whose timing moves the cyclic collector's work (`bench_sdk_instructions` counts that way)."""
     from opentelemetry import metrics, trace
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
 
     class NullExporter(SpanExporter):
         def export(self, spans: Any) -> SpanExportResult:
             return SpanExportResult.SUCCESS
 
     tracer_provider = TracerProvider()
-    tracer_provider.add_span_processor(BatchSpanProcessor(NullExporter()))
+    processor = SimpleSpanProcessor if export_in_call else BatchSpanProcessor
+    tracer_provider.add_span_processor(processor(NullExporter()))
     meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
     trace.set_tracer_provider(tracer_provider)
     metrics.set_meter_provider(meter_provider)
     return tracer_provider, meter_provider
 
 
-def _client(name: str, port: int, baseline: str | None = None) -> Any:
+def _client(name: str, port: int, baseline: str | None = None, export_in_call: bool = False) -> Any:
     import openai
 
     if name == "kvwise-base" and baseline:
         sys.path.insert(0, baseline)  # this process's `sdk` is the earlier checkout's
     if name in PEERS or name in ("kvwise", "kvwise-base"):
-        _install_otel_sdk()
+        _install_otel_sdk(export_in_call)
     if name == "otel-genai":
         from opentelemetry.instrumentation.genai.openai import OpenAIInstrumentor
 
@@ -179,8 +185,8 @@ def _mean_us(fn: Callable[[], Any], calls: int) -> tuple[float, float]:
 class Contender:
     """One contender's client in this process: warmed up, then timed one round at a time."""
 
-    def __init__(self, name: str, port: int, baseline: str | None = None) -> None:
-        client = _client(name, port, baseline)
+    def __init__(self, name: str, port: int, baseline: str | None = None, export_in_call: bool = False) -> None:
+        client = _client(name, port, baseline, export_in_call)
         create = client.chat.completions.create
         self.whole = lambda: create(model=MODEL, messages=MESSAGES)
         self.streamed = lambda: [_ for _ in create(model=MODEL, messages=MESSAGES, stream=True,
@@ -275,12 +281,12 @@ class Floor:
     GenAI and kvwise attributes cost alone (`bench_sdk_instructions`' `otel-floor-genai` row).
     """
 
-    def __init__(self, port: int, send: bool = True, openinference: bool = True) -> None:
+    def __init__(self, port: int, send: bool = True, openinference: bool = True, export_in_call: bool = False) -> None:
         from opentelemetry import context, metrics, trace
         from opentelemetry.trace import SpanKind
 
         captured = _Captured(port)
-        _install_otel_sdk()
+        _install_otel_sdk(export_in_call)
         tracer, meter = trace.get_tracer("bench-floor"), metrics.get_meter("bench-floor")
         recorders: dict[str, Callable[[float, dict[str, Any]], None]] = {}
         create = _client("raw", port).chat.completions.create
