@@ -56,14 +56,12 @@ def work(name: str, port: int, calls: int, streams: int, baseline: str | None) -
     collection pays millions of instructions for objects that are not its calls', and the figures
     depended on the count.
     Each contender's own garbage is still collected, and counted, as it would be in a long-lived app.
-    Ten warm-up calls and streams, not three: after three, kvwise's stream overhead still moved by
-    0.4 M between counting 5 and 10 streams; after ten it moves by 0.03 M.
     """
     contender = (
         overhead.Floor(port, openinference=name == "otel-floor", export_in_call=True) if name.startswith("otel-floor")
         else overhead.Contender(name, port, baseline, export_in_call=True)
     )
-    for _ in range(10):
+    for _ in range(3):
         contender.whole()
         contender.streamed()
     gc.collect()
