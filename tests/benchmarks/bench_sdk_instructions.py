@@ -13,8 +13,10 @@ streams inside `sorted(..., key=)`: callgrind's inclusive counts of those two C 
 instructions of exactly those calls (imports, set-up and warm-up are not counted). Spans are handed
 to a null exporter as they end (`SimpleSpanProcessor`), in the caller's thread and counted: with the
 production `BatchSpanProcessor` they queued for an exporter thread, and how many were queued when
-the cyclic collector ran moved a stream's figure by up to 0.7 M from run to run of the same code;
-now the same code gives the same figures.
+the cyclic collector ran moved a stream's figure by up to 0.7 M from run to run of the same code.
+What still moves it, by about 0.3 M, is the loopback I/O itself: how the mock server's writes
+arrive sets how many reads and parser steps the client makes (raw's figure moves as much). Read a
+stream's overhead to ±0.3 M; a call's moves by about 0.03 M.
 
 Instructions are not time (a cache miss costs more than an add): with `--cache-sim` callgrind also
 simulates the caches, and each figure becomes its estimate of cycles, Ir + 10 × first-level misses
