@@ -14,9 +14,12 @@ instructions of exactly those calls (imports, set-up and warm-up are not counted
 to a null exporter as they end (`SimpleSpanProcessor`), in the caller's thread and counted: with the
 production `BatchSpanProcessor` they queued for an exporter thread, and how many were queued when
 the cyclic collector ran moved a stream's figure by up to 0.7 M from run to run of the same code.
-What still moves it, by about 0.3 M, is the loopback I/O itself: how the mock server's writes
-arrive sets how many reads and parser steps the client makes (raw's figure moves as much). Read a
-stream's overhead to ±0.3 M; a call's moves by about 0.03 M.
+A stream's figure still moves, by 0.3-0.7 M, between runs and with the number of streams counted:
+the loopback I/O (how the mock server's writes arrive sets how many reads and parser steps the
+client makes; raw's figure moves as much) and where the cyclic collector's older generations run
+(an in-memory transport, tried, took out the first and not the second: kvwise's stream overhead
+then read 1.8 M over the same earlier sdk's in one run and 0.2 M over it in a scratch count).
+Read a stream's overhead to ±0.7 M; a call's repeats within about 0.03 M.
 
 Instructions are not time (a cache miss costs more than an add): with `--cache-sim` callgrind also
 simulates the caches, and each figure becomes its estimate of cycles, Ir + 10 × first-level misses
