@@ -41,9 +41,12 @@ def tool_name(tool: Any) -> str:
 def canonical_tool(tool: Any) -> Any:
     """A tool with its envelope keys in one fixed order and `required` lists sorted.
 
-    The schema's own property order is kept: order can matter to structured output.
+    The schema's own property order is kept: order can matter to structured output. Only plain
+    dicts are rebuilt, and only where their order differs: a typed tool (openai's
+    `PydanticFunctionTool`, a dict subclass that carries the model its `parse` answers in) is the
+    caller's object, kept as it is, and so is a tool already in canonical order.
     """
-    if not isinstance(tool, dict):
+    if type(tool) is not dict:
         return tool
     known = [key for key in _ENVELOPE_ORDER if key in tool]
     rest = sorted(key for key in tool if key not in _ENVELOPE_ORDER)
@@ -55,18 +58,31 @@ def canonical_tool(tool: Any) -> Any:
         elif key in ("parameters", "input_schema"):
             value = _canonical_schema(value)
         ordered[key] = value
-    return ordered
+    return tool if _same(ordered, tool) else ordered
 
 
 def _canonical_schema(schema: Any) -> Any:
-    if isinstance(schema, (list, tuple)):
-        return [_canonical_schema(item) for item in schema]
-    if not isinstance(schema, dict):
+    if isinstance(schema, (list, tuple)) and type(schema) in (list, tuple):
+        items = [_canonical_schema(item) for item in schema]
+        return schema if all(a is b for a, b in zip(items, schema)) else items
+    if type(schema) is not dict:
         return schema
-    return {
-        key: sorted(value) if key == "required" and all(isinstance(v, str) for v in value) else _canonical_schema(value)
-        for key, value in schema.items()
+    canonical = {
+        key: _sorted_required(value) if key == "required" else _canonical_schema(value) for key, value in schema.items()
     }
+    return schema if _same(canonical, schema) else canonical
+
+
+def _sorted_required(value: Any) -> Any:
+    """A schema's `required` names sorted (the same list where they already are)."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value) or value == sorted(value):
+        return value
+    return sorted(value)
+
+
+def _same(rebuilt: dict[str, Any], original: dict[str, Any]) -> bool:
+    """Whether `rebuilt` has `original`'s keys in its order, each value the same object."""
+    return list(rebuilt) == list(original) and all(rebuilt[key] is original[key] for key in rebuilt)
 
 
 def canonicalize(call: Call, policy: Policy, adapter: Adapter, families: FamilyMemory | None = None) -> None:
@@ -83,17 +99,19 @@ def canonicalize(call: Call, policy: Policy, adapter: Adapter, families: FamilyM
 
 def _sort_tools(call: Call, mark: str) -> None:
     """Sort the tools by name, envelopes in one key order; a breakpoint the caller put on the last
-    tool marks the end of the tools, so it moves to the tool that is last after sorting."""
-    order = sorted(range(len(call.tools)), key=lambda index: tool_name(call.tools[index]))
-    tools = [canonical_tool(call.tools[index]) for index in order]
-    if [tool_name(t) for t in tools] != [tool_name(t) for t in call.tools]:
+    tool marks the end of the tools, so it moves to the tool that is last after sorting (between
+    plain dicts: a typed tool is never rebuilt)."""
+    canonical = [canonical_tool(tool) for tool in call.tools]
+    order = sorted(range(len(canonical)), key=lambda index: tool_name(canonical[index]))
+    tools = [canonical[index] for index in order]
+    if order != sorted(order):
         call.decided.changes.append("tools_sorted")
-    elif [list(t) for t in tools if isinstance(t, dict)] != [list(t) for t in call.tools if isinstance(t, dict)]:
+    elif any(new is not old for new, old in zip(canonical, call.tools)):
         call.decided.changes.append("tools_serialised")
     was_last = order.index(len(tools) - 1)
     end, new_end = tools[was_last], tools[-1]
-    if end is not new_end and isinstance(end, dict) and end.get(mark) is not None:
-        if isinstance(new_end, dict) and mark not in new_end:
+    if end is not new_end and type(end) is dict and end.get(mark) is not None:
+        if type(new_end) is dict and mark not in new_end:
             tools[-1] = canonical_tool({**new_end, mark: end[mark]})
             tools[was_last] = {key: value for key, value in end.items() if key != mark}
             call.decided.changes.append("tools_breakpoint_moved")
