@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-# Retries
-RETRY_INITIAL_DELAY_SECONDS = 0.5  # first backoff before jitter
-RETRY_MAX_DELAY_SECONDS = 8.0  # backoff ceiling
-RETRY_JITTER_SECONDS = 1.0  # random extra wait added to each backoff, so clients that failed together spread out
-RETRY_AFTER_CAP_SECONDS = 60.0  # a longer server Retry-After is ignored (backoff is used instead)
-
 # Loop guard
 LOOP_MIN_REPEATS = 3  # back-to-back copies of a prose period before the guard trips ("cut within 3 periods")
 LOOP_MIN_SPAN_CHARS = 480  # span a period without letters ("====", "0, ") must reach; divided by its distinct letters
@@ -50,7 +44,6 @@ REASONING_ROOM_TOKENS = (
 CONTEXT_FIT_BYTES_PER_TOKEN = (
     2  # prompt tokens are estimated high (English runs ~4 bytes a token): a filled cap must fit
 )
-MODEL_CONTEXT_TIMEOUT_SECONDS = 5.0  # the one `GET /models` per base URL that reads the servers' contexts
 ADAPTIVE_CAP_QUANTILE = 0.99  # the quantile of a workload's output lengths its adaptive cap is set from
 ADAPTIVE_CAP_WINDOW = 512  # recent answers per workload the quantile is taken over (a sliding window)
 ADAPTIVE_CAP_MIN_CALLS = 50  # answers a workload needs before it gets an adaptive cap

@@ -7,11 +7,11 @@ parts of it, nowhere else:
   swaps `_post` for kvwise's send, so the client's own `create`, `parse` and stream helpers run
   unchanged around it;
 - the request options `max_retries`, `headers` and anthropic's `span_name` (its own call span is
-  started only for a request naming one), and the header names `x-stainless-retry-count` (set per
-  attempt) and `X-Stainless-Raw-Response` (marks the `with_raw_response` /
-  `with_streaming_response` forms);
-- the client's own retry rules (`_should_retry`, and anthropic's `_should_retry_exception`), which
-  `client_would_retry` asks, so kvwise sends again exactly where the bare client would;
+  started only for a request naming one), and the header name `X-Stainless-Raw-Response` (marks the
+  `with_raw_response` / `with_streaming_response` forms);
+- what the client's own retry loop leaves behind (`retries_taken`): a raw response's
+  `retries_taken`, and the `x-stainless-retry-count` of the request behind a stream's or an error's
+  HTTP response (`retries_taken`);
 - a raw response's parse cache (`_parsed_by_type`), so `.parse()` of a streamed raw response gives
   the watched stream;
 - the client package's base classes (`_base_client.SyncAPIClient` / `AsyncAPIClient`) and the
@@ -32,7 +32,7 @@ import inspect
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import pydantic
 
@@ -46,6 +46,7 @@ SUPPORTED = (
 )
 
 RETRY_COUNT_HEADER = "x-stainless-retry-count"
+"""The header in which the client's own retry loop sends each attempt's number (0 for the first)."""
 RAW_RESPONSE_HEADER = "X-Stainless-Raw-Response"
 EXTRA_BODY_OPTION = "extra_json"
 """The request option that carries a call's `extra_body` (merged over the body when the request is built)."""
@@ -105,7 +106,6 @@ def _check_release(name: str) -> None:
                 _POST_PARAMETERS <= set(inspect.signature(base.SyncAPIClient.post).parameters),
             ),
             ("FinalRequestOptions.json_data", _REQUEST_FIELDS <= set(models.FinalRequestOptions.model_fields)),
-            ("SyncAPIClient._should_retry", callable(getattr(base.SyncAPIClient, "_should_retry", None))),
         )
         if not present
     ]
@@ -162,21 +162,42 @@ def with_send(resource: Any, post: Callable[..., Any]) -> Any:
     return sender
 
 
-def attempt_options(
-    options: Mapping[str, Any] | None, retries_taken: int, trace_headers: Mapping[str, str] | None = None
-) -> dict[str, Any]:
-    """Request options for one attempt: the client's own retries off, and the attempt's retry count
-    in the header the client's own retries set. With `trace_headers` (`sdk.telemetry.client_tracing`)
-    the client's own call span is off (anthropic starts one only for a request option `span_name`)
-    and those headers go in its place."""
+def send_options(
+    options: Mapping[str, Any] | None, trace_headers: Mapping[str, str] | None, max_retries: int | None
+) -> Mapping[str, Any] | None:
+    """The request options of one kvwise send: the caller's as written (the client's own retry loop
+    runs as it does bare), with `max_retries` where `Policy.retries` gives one (`sdk.send.retry`), and
+    with `trace_headers` (`sdk.telemetry.client_tracing`) the client's own call span off (anthropic
+    starts one only for a request option `span_name`) and those headers in its place."""
+    if trace_headers is None and max_retries is None:
+        return options
     merged = dict(options or {})
-    merged["max_retries"] = 0
-    headers = {**(merged.get("headers") or {}), RETRY_COUNT_HEADER: str(retries_taken)}
+    if max_retries is not None:
+        merged["max_retries"] = max_retries
     if trace_headers is not None:
         merged.pop(SPAN_NAME_OPTION, None)
-        headers.update(trace_headers)
-    merged["headers"] = headers
+        merged["headers"] = {**(merged.get("headers") or {}), **trace_headers}
     return merged
+
+
+def retries_taken(outcome: object, options: Mapping[str, Any] | None) -> int:
+    """How many retries the client's own loop took before `outcome` (what its `post` returned or
+    raised), where the outcome says: a raw response's `retries_taken`; else the
+    `x-stainless-retry-count` the client sent on the request behind a stream's or an error's HTTP
+    response, unless the caller set that header (`options`). 0 where nothing says (a parsed answer
+    keeps no trace of its retries)."""
+    taken = getattr(outcome, "retries_taken", None)
+    if isinstance(taken, int) and not isinstance(taken, bool):
+        return taken
+    headers = (options or {}).get("headers") or {}
+    if any(isinstance(name, str) and name.lower() == RETRY_COUNT_HEADER for name in headers):
+        return 0
+    response = getattr(outcome, "response", None)
+    request = getattr(response, "request", None) if response is not None else getattr(outcome, "request", None)
+    try:
+        return int(request.headers.get(RETRY_COUNT_HEADER, 0)) if request is not None else 0
+    except (AttributeError, RuntimeError, TypeError, ValueError):  # no request, or not the client's header
+        return 0
 
 
 def raw_mode(options: Mapping[str, Any] | None) -> str | None:
@@ -184,29 +205,6 @@ def raw_mode(options: Mapping[str, Any] | None) -> str | None:
     headers = (options or {}).get("headers") or {}
     value = headers.get(RAW_RESPONSE_HEADER)
     return value if isinstance(value, str) else None
-
-
-def client_would_retry(
-    client: Any,
-    error: BaseException,
-    status_error: type[BaseException] | tuple[type[BaseException], ...],
-    connection_error: type[BaseException] | tuple[type[BaseException], ...],
-) -> bool:
-    """Whether `client`'s own retry loop would send the request again after one attempt raised `error`.
-
-    anthropic 2.x decides in `_should_retry_exception` (an error answer by `_should_retry`, a failed
-    transfer unless its answer said `x-should-retry: false`, a `RetryableError`, causes followed);
-    openai 3.x sends again after any connection error or timeout its `post` raises, and after an
-    error answer its `_should_retry(response)` accepts (`x-should-retry`, 408, 409, 429, 5xx, unless
-    Retry-After asks for more than two minutes). Anything else, a 200 whose body is not JSON
-    included, is raised at once by both.
-    """
-    decide = getattr(client, "_should_retry_exception", None)
-    if decide is not None:
-        return bool(decide(error)[0])
-    if isinstance(error, status_error):
-        return bool(client._should_retry(cast(Any, error).response))  # a status error of the client in hand
-    return isinstance(error, connection_error)
 
 
 def cache_parsed(raw: Any, value: Any) -> None:

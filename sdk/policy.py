@@ -28,8 +28,13 @@ class Policy:
     - `cache_diagnostics`: ask Anthropic why each cache miss happened (`diagnostics` on the request,
       recorded as `kvwise.prefix.break_cause_server`); only on Anthropic's own API.
     - `max_output_tokens`: a larger request is clamped to it, a missing one is filled in where it fits
-      the model (an OpenAI-compatible server's context, from its `/v1/models`; `sdk.decode.limits`); a
-      server that refuses the limit kvwise set gets the call again with the caller's own.
+      the model's context as kvwise was told it (`model_contexts`, or a server's refusal of an earlier
+      call; `sdk.decode.limits`); a server that refuses the limit kvwise set gets the call again with
+      the caller's own, and the context it names is remembered for that base URL and model.
+    - `model_contexts`: model -> context length in tokens, for servers with short contexts (vLLM, the
+      local backend): a filled limit that would not fit after the prompt is left out from the first
+      call on. kvwise never asks a server (no `GET /models`): without this, the first call's refusal
+      teaches it.
     - `adaptive_caps`: a call whose caller set no output limit gets its prompt family's p99 (per API
       and model) of output tokens x `adaptive_cap_margin`, at least `adaptive_cap_floor`, at most
       `max_output_tokens`, once the family has enough answers (`sdk.decode.adaptive_caps`); reasoning calls
@@ -40,9 +45,12 @@ class Policy:
     - `stop`: stop sequences merged with the caller's, within each API's limit.
     - `frequency_penalty`, `presence_penalty`: defaults where the API has them and the caller set none.
     - `loop_guard`: cut a streamed answer whose text repeats back-to-back.
-    - `retries`: attempts after the first, made by the SDK (the client's own retries are turned off),
-      where the caller set no `max_retries` of their own; theirs (client, `with_options`, request)
-      is kvwise's number of retries (`sdk.send.retry.retries_for`).
+    - `retries`: the `max_retries` of a call whose caller set none (the client class's default counts
+      as none); the client's own retry loop makes them, with its own backoff, `Retry-After`,
+      `x-stainless-retry-count` and `retries_taken`. A `max_retries` of the caller's (client,
+      `with_options`, request) stands. The default, 2, is the clients' own: under it a wrapped client
+      retries exactly as the bare one (`sdk.send.retry`). kvwise itself sends a call again only after
+      a refusal of something it added, as the caller wrote it.
     - `capture_content`: record prompt and completion text on spans; None reads
       OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT.
     - `prices`: model -> {"input", "cached_input", "cache_write", "output"} in USD per million tokens,
@@ -67,6 +75,7 @@ class Policy:
     retries: int = 2
     capture_content: bool | None = None
     prices: Mapping[str, Mapping[str, float]] | None = None
+    model_contexts: Mapping[str, int] | None = None
 
     def __post_init__(self) -> None:
         if self.volatile not in _VOLATILE_MODES:
@@ -77,6 +86,11 @@ class Policy:
             raise ValueError(f"Policy.max_output_tokens must be an int, got {self.max_output_tokens!r}")
         if self.max_output_tokens < 1:
             raise ValueError(f"Policy.max_output_tokens must be >= 1, got {self.max_output_tokens}")
+        contexts = self.model_contexts
+        if contexts is not None and not (
+            isinstance(contexts, Mapping) and all(_is_context(model, tokens) for model, tokens in contexts.items())
+        ):
+            raise ValueError(f"Policy.model_contexts must map model ids to token counts >= 1, got {contexts!r}")
         floor = self.adaptive_cap_floor
         if isinstance(floor, bool) or not isinstance(floor, int) or floor < 1:
             raise ValueError(f"Policy.adaptive_cap_floor must be an int >= 1, got {self.adaptive_cap_floor!r}")
@@ -95,3 +109,8 @@ class Policy:
                 raise ValueError(f"Policy.{name} must be None or within [-2, 2], got {value!r}")
         if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
             raise ValueError(f"Policy.retries must be an int >= 0, got {self.retries!r}")
+
+
+def _is_context(model: object, tokens: object) -> bool:
+    """Whether `model: tokens` is a model id and a context length."""
+    return isinstance(model, str) and isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0

@@ -20,29 +20,33 @@ Under `Policy.adaptive_caps` a call that neither reasons nor names a limit is fi
 workload's learnt cap (`sdk.decode.adaptive_caps`) instead of the policy's, once the workload has one; a
 caller's limit is never lowered by it. `Call.cap.source` says which: policy, caller or adaptive.
 
-A filled cap must fit the model. The pipeline cannot know the context (it does no I/O), so the send
-checks it (`fit_to_context`) for an OpenAI-compatible server, whose `/v1/models` says it
-(`sdk.decode.model_context`): where the prompt, estimated high at `CONTEXT_FIT_BYTES_PER_TOKEN` bytes of
-the request body a token, plus the filled cap exceed the context, the request goes with no limit
-of kvwise's. Not `context - prompt`: a wrong estimate would then cut answers the bare client gets
-whole, while those servers already stop at the context's end on their own (vLLM's and the local
-backend's default limit is the room left), so what kvwise leaves unfilled is a limit that could not
-have bound anyway. A context that is unknown leaves the cap filled; and whatever the estimate, a
-400 (or 422) naming the output limit or the context, on a call whose limit kvwise filled or clamped,
-gets the call once more with the limit as the caller wrote it (`OUTPUT_LIMIT`, one of the additions
-`sdk.send.refusals` takes back), and that server gets no such limit from kvwise again.
+A filled cap must fit the model, and kvwise sends no request the caller did not make to learn a
+model's context: the pipeline does no I/O, so the send fits the limit (`fit_to_context`) to a
+context it was told, by `Policy.model_contexts` or by the server itself, in a 400 (or 422) that
+named the output limit or the context on an earlier call (remembered per base URL and model by
+`sdk.send.refusals`). Where the prompt, estimated high at `CONTEXT_FIT_BYTES_PER_TOKEN` bytes of the
+request body a token, plus kvwise's limit exceed the context, the limit goes as the caller wrote it
+(none where they set none). Not `context - prompt`: a wrong estimate would then cut answers the bare
+client gets whole, while the servers with short contexts (vLLM, the local backend) already stop at
+the context's end on their own, so what kvwise leaves out is a limit that could not have bound
+anyway. A context that is unknown leaves the limit in; and whatever the estimate, a refusal naming
+the output limit or the context, on a call whose limit kvwise filled or clamped, gets the call once
+more with the limit as the caller wrote it (`OUTPUT_LIMIT`, one of the additions `sdk.send.refusals`
+takes back).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from sdk._constants import CONTEXT_FIT_BYTES_PER_TOKEN, REASONING_ROOM_TOKENS
 from sdk.adapters import Adapter, adapter_for
-from sdk.call import Call, OutputCap, Provider
+from sdk.call import Call, OutputCap
 from sdk.decode.adaptive_caps import AdaptiveCaps, workload_of
 from sdk.policy import Policy
 from sdk.telemetry import semconv as sc
@@ -172,26 +176,32 @@ def _kvwise_limit(call: Call) -> OutputCap | None:
     return cap if cap is not None and cap.source != CapSource.CALLER else None
 
 
-def wants_context(call: Call) -> bool:
-    """Whether the send must learn the model's context first: kvwise filled the limit of a call to an
-    OpenAI-compatible server (hosted OpenAI and Anthropic have contexts no cap reaches)."""
-    cap = _kvwise_limit(call)
-    return cap is not None and cap.clamped_from is None and call.provider is Provider.OPENAI_COMPATIBLE
+@dataclass(frozen=True, slots=True)
+class ContextLimit:
+    """A model's context as kvwise was told it: `tokens`, or None where a server refused kvwise's
+    limit without naming its context (then no limit of kvwise's fits)."""
+
+    tokens: int | None
 
 
-def fit_to_context(call: Call, post_kwargs: dict[str, Any], context: int) -> None:
-    """Take out of the request body a filled limit that, after the prompt (estimated high), does not
-    fit `context` (see the module docstring)."""
-    cap, body = _kvwise_limit(call), post_kwargs.get("body")
-    if cap is None or not isinstance(body, Mapping) or cap.param not in body:
+def fit_to_context(call: Call, post_kwargs: dict[str, Any], context: ContextLimit) -> None:
+    """Send the limit kvwise filled in or clamped as the caller wrote it where, after the prompt
+    (estimated high), it does not fit `context` (see the module docstring)."""
+    cap = call.cap
+    if cap is None or not OUTPUT_LIMIT.added(call, post_kwargs):
         return
-    prompt = math.ceil(len(json.dumps(body, ensure_ascii=False, default=str).encode()) / CONTEXT_FIT_BYTES_PER_TOKEN)
-    if prompt + cap.tokens <= context:
-        return
-    post_kwargs["body"] = {key: value for key, value in body.items() if key != cap.param}
-    call.params.pop(cap.param, None)  # the span describes what is sent
-    call.cap = None
-    call.decided.changes.append(f"max_tokens_not_filled:context:{context}")
+    if context.tokens is not None:
+        body = post_kwargs["body"]
+        prompt = math.ceil(
+            len(json.dumps(body, ensure_ascii=False, default=str).encode()) / CONTEXT_FIT_BYTES_PER_TOKEN
+        )
+        if prompt + cap.tokens <= context.tokens:
+            return
+        change = f"max_tokens_not_filled:context:{context.tokens}"
+    else:
+        change = f"max_tokens_withheld:{cap.param}"
+    OUTPUT_LIMIT.send_as_written(call, post_kwargs)
+    call.decided.changes.append(change)
 
 
 class OutputLimit:
@@ -229,22 +239,34 @@ class OutputLimit:
         cap = call.cap
         if cap is None:
             return
+        self.send_as_written(call, post_kwargs)
+        call.decided.changes.append(f"max_tokens_refused:{cap.param}")
+
+    def context_named(self, message: str) -> int | None:
+        """The context a refusal's text names, in tokens (None: it names none)."""
+        found = _CONTEXT_NAMED.search(message)
+        tokens = int(found[1].replace(",", "")) if found is not None else 0
+        return tokens if tokens > 0 else None
+
+    @staticmethod
+    def send_as_written(call: Call, post_kwargs: dict[str, Any]) -> None:
+        """Make `post_kwargs` send the limit as the caller wrote it, and `call.cap` say what is sent."""
+        cap = call.cap
+        if cap is None:
+            return
         body = dict(post_kwargs["body"])
         options = dict(post_kwargs.get("options") or {})
         extra = dict(options.get(_EXTRA_JSON) or {}) if cap.in_extra_body else None
+        _as_written(cap, call.params, None)  # the span describes what is sent
         call.cap = _as_written(cap, body, extra)
         post_kwargs["body"] = body
         if extra is not None:
             post_kwargs["options"] = {**options, _EXTRA_JSON: extra}
-        call.decided.changes.append(f"max_tokens_refused:{cap.param}")
 
-    def withhold(self, call: Call) -> None:
-        cap = _kvwise_limit(call)
-        if cap is None or (cap.clamped_from is None and adapter_for(call.api).requires_max_tokens):
-            return
-        extra = call.params.get(_EXTRA_BODY) if cap.in_extra_body else None
-        call.cap = _as_written(cap, call.params, extra if isinstance(extra, dict) else None)
-        call.decided.changes.append(f"max_tokens_withheld:{cap.param}")
+
+_CONTEXT_NAMED = re.compile(r"context(?:[ _](?:length|window|size))?(?: is| of)? (\d[\d,]*) tokens", re.IGNORECASE)
+"""A context in a refusal's text: vLLM's "maximum context length is 2048 tokens", SGLang's "maximum
+context length of 2048 tokens", the local backend's "the model's context of 2048 tokens"."""
 
 
 def _as_written(cap: OutputCap, where: dict[str, Any], extra: dict[str, Any] | None) -> OutputCap | None:

@@ -1,27 +1,26 @@
-"""The attempts of one send, in one loop whose every decision is tenacity's.
+"""The sends of one call: the one decision kvwise's tenacity loop makes.
 
-One set of strategies (`strategies`) decides what follows a failed attempt: whether it is sent again
-(the wrapped client's own rules, `sdk.send.retry.is_retryable`), when to stop (the caller's
-`max_retries`, `sdk.send.retry.retries_for`), how long to wait (Retry-After, else backoff:
-`sdk.send.retry.wait_retry_after`). Tenacity's state machine (`BaseRetrying.iter`) applies them in
-`attempting`, steps that do no I/O, the way tenacity's own `Retrying.__iter__` does; each attempt
-is counted as it starts (its `x-stainless-retry-count`, the span's `kvwise.attempts`). The sync and
-the async driver (`sdk.send.drive`) do the sends and the waits.
+Every send is one `post` of the wrapped client, inside which the client's own retries run as they do
+bare (`sdk.send.retry`). What the client cannot decide is whether the error it raised in the end
+refused something kvwise added to the request (`sdk.send.refusals`): then the call is sent once more,
+as the caller wrote it. Tenacity decides (`strategies`): sent again only after such a refusal (its
+retry predicate), the addition taken back before the next send (its `before_sleep`), at once (a
+refusal is no fault to back off from), at most once per addition (`stop`), and the last send's own
+exception at the end: never tenacity's forever-and-wrap defaults. A send that answered is never
+repeated: the retry predicate reads exceptions only.
 
-An answer needs no decision (the retry strategy reads exceptions only), so the machine is built
-when the first attempt fails, with that attempt as its first outcome: the call that answers at
-once, nearly every call, pays for no machine (tenacity's `Retrying`, its thread-local state and
-its outcome's `Future` cost a sixth of kvwise's instructions per call, `bench_sdk_instructions`).
+The machine is built when the first send fails: the call that answers at once, nearly every call,
+pays for no machine (tenacity's `Retrying`, its thread-local state and its outcome's `Future` cost a
+sixth of kvwise's instructions per call, `bench_sdk_instructions`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from tenacity import (
-    AsyncRetrying,
     DoAttempt,
     DoSleep,
     RetryCallState,
@@ -29,74 +28,58 @@ from tenacity import (
     before_sleep_log,
     retry_if_exception,
     stop_after_attempt,
+    wait_none,
 )
-from tenacity.nap import sleep as _SLEEP
 
 from sdk.send.drive import Io, Steps
-from sdk.send.retry import backoff, wait_retry_after
 
 log = logging.getLogger("sdk")
 
-_WAIT = wait_retry_after(backoff())
-_BEFORE_SLEEP = before_sleep_log(log, logging.INFO)
-"""Tenacity's strategies hold no state: built once, shared by every call."""
-_ASYNC_SLEEP = cast("Callable[[float], Awaitable[None]]", AsyncRetrying().sleep)
-"""Tenacity's own async sleep: trio's under trio, else asyncio's."""
+_LOG = before_sleep_log(log, logging.INFO)
+_NO_WAIT = wait_none()
+"""Tenacity's strategies that hold no state: built once, shared by every call."""
 
 
-Sleeps = tuple[Callable[[float], Any], Callable[[float], Awaitable[Any]]]
-"""A sync and an async sleep, in tenacity's place."""
+class Resend(Protocol):
+    """What decides a call's next send: whether an error refused an addition of kvwise's, and its taking back."""
+
+    def refused(self, error: BaseException) -> bool:
+        """Whether `error` refused something kvwise added to the request (the call is then sent again)."""
+        ...
+
+    def take_back(self, error: BaseException) -> None:
+        """Make the next send carry what `error` refused as the caller wrote it."""
+        ...
 
 
-class Attempts:
-    """The attempts of one call: `retries + 1` in all, its first send and the retries;
-    `retryable(error)` says whether a failed one is worth another (`is_retryable` for the wrapped
-    client), and `on_attempt` hears the call's running count (1, 2, ...)."""
+def strategies(resend: Resend, sends: int) -> dict[str, Any]:
+    """Keyword arguments for tenacity's `Retrying`: at most `sends` sends, the next only after a
+    refusal `resend` takes back, at once, and the caller's exception itself at the end."""
 
-    def __init__(
-        self, retries: int, on_attempt: Callable[[int], None], retryable: Callable[[BaseException], bool]
-    ) -> None:
-        self.limit = retries + 1
-        self.made = 0
-        self._on_attempt = on_attempt
-        self.retryable = retryable
+    def take_back(state: RetryCallState) -> None:
+        outcome = state.outcome
+        if outcome is not None and (error := outcome.exception()) is not None:
+            resend.take_back(error)
+        _LOG(state)
 
-    @property
-    def left(self) -> int:
-        return self.limit - self.made
-
-    def start(self) -> None:
-        """An attempt is about to be sent."""
-        self.made += 1
-        self._on_attempt(self.made)
-
-
-def strategies(attempts: Attempts, left: int) -> dict[str, Any]:
-    """Keyword arguments for tenacity's `Retrying`: the `left` attempts of `attempts` (at least one,
-    so a request sent again as the caller wrote it, `sdk.send.refusals`, is sent), the client's retry
-    rules, Retry-After or backoff, and the caller's exception itself at the end: never tenacity's
-    forever-and-wrap defaults."""
     return dict(
-        stop=stop_after_attempt(max(left, 1)),
-        retry=retry_if_exception(attempts.retryable),
-        wait=_WAIT,
+        stop=stop_after_attempt(sends),
+        retry=retry_if_exception(resend.refused),
+        wait=_NO_WAIT,
         reraise=True,
-        before_sleep=_BEFORE_SLEEP,
+        before_sleep=take_back,
     )
 
 
-def attempting(send: Callable[[], Any], attempts: Attempts, sleep: Sleeps | None = None) -> Steps[Any]:
-    """Every attempt of one send, without I/O: after a failed one, tenacity's state machine decides,
-    as its own `Retrying.__iter__` has it decide; each attempt (`send()`, counted as it starts) and
-    each wait is yielded to the driver (`sleep` replaces tenacity's sleeps: tests record the waits).
-    The result is the answering attempt's; the exception, the last attempt's own."""
-    left = attempts.left
-    attempts.start()
+def sending(send: Callable[[], Any], resend: Resend, sends: int) -> Steps[Any]:
+    """The sends of one call, without I/O: after a failed one, tenacity's state machine decides, as its
+    own `Retrying.__iter__` has it decide; each send (`send()`) is yielded to the driver. The result is
+    the answering send's; the exception, the last send's own."""
     try:
         return (yield Io(send, send))  # an async client's `send()` is its coroutine
-    except Exception as error:  # a cancellation or an interrupt is no attempt's outcome: it goes on up
+    except Exception as error:  # a cancellation or an interrupt is no send's outcome: it goes on up
         first = error
-    retrying = Retrying(**strategies(attempts, left))
+    retrying = Retrying(**strategies(resend, sends))
     retrying.begin()
     state = RetryCallState(retrying, fn=send, args=(), kwargs={})
     state.set_exception((type(first), first, first.__traceback__))
@@ -104,15 +87,12 @@ def attempting(send: Callable[[], Any], attempts: Attempts, sleep: Sleeps | None
         while True:
             do = retrying.iter(state)
             if isinstance(do, DoAttempt):
-                attempts.start()
                 try:
                     state.set_result((yield Io(send, send)))
                 except Exception as error:  # as above
                     state.set_exception((type(error), error, error.__traceback__))
             elif isinstance(do, DoSleep):
-                state.prepare_for_next_attempt()
-                sync_sleep, async_sleep = sleep or (_SLEEP, _ASYNC_SLEEP)
-                yield Io(sync_sleep, async_sleep, (float(do),))
+                state.prepare_for_next_attempt()  # no wait: the next send goes at once
             else:
                 return do
     finally:

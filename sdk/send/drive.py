@@ -1,7 +1,7 @@
 """Steps written once, run by a sync or an async driver.
 
-A step function is a generator that does no I/O itself: where it needs some (a read of the
-server's model list, a wait for a fan-out leader, the attempts), it yields an `Io` naming the sync
+A step function is a generator that does no I/O itself: where it needs some (a wait for a
+fan-out leader, the sends), it yields an `Io` naming the sync
 and the async way of doing it, and gets the result back from its `yield`, or the exception raised
 there. `run` does the sync ways, `arun` awaits the async ones; nothing else tells a sync client's
 send from an async one's (tenacity's `BaseRetrying.iter` under `Retrying` and `AsyncRetrying` is

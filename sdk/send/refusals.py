@@ -4,22 +4,24 @@ kvwise adds to some requests what the caller did not write: a stream's usage req
 (`sdk.send.stream_options.STREAM_USAGE`) and an output limit, filled in or clamped
 (`sdk.decode.limits.OUTPUT_LIMIT`). A server may refuse either with a 400 (or 422) the caller's own request
 would not get. When an answer refuses one that kvwise alone put in the request (the error's text
-names it), the call is sent again with that addition as the caller wrote it, the call's changes
-and span say so, and the server is remembered for the wrapped client: its later calls are sent
-without that addition (`Refusals.mark`). Each addition is taken back at most once per call.
-
-A wrapped client also keeps here what it has read of its servers' model contexts
-(`sdk.decode.model_context`), which decide whether a filled limit fits before it is sent.
+names it), the call is sent again with that addition as the caller wrote it (`TakeBack`, the
+decision of `sdk.send.attempts`), the call's changes and span say so, and it is remembered: a
+server that refused the usage request gets none from this wrapped client again (`Refusals.mark`),
+and the context a refused limit names is remembered for the base URL and model, so the next call's
+limit fits it (`Refusals.context`, `sdk.decode.limits.fit_to_context`); where the refusal names no
+context, that model there gets no limit of kvwise's again. Each addition is taken back at most once
+per call. No request is ever made to learn a context: only the caller's own calls teach it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
+from sdk import compat
 from sdk.call import Call
-from sdk.decode.limits import OUTPUT_LIMIT
-from sdk.decode.model_context import ModelContexts
+from sdk.decode.limits import OUTPUT_LIMIT, ContextLimit
 from sdk.send.stream_options import STREAM_USAGE
 from sdk.telemetry import semconv as sc
 
@@ -44,47 +46,87 @@ class Addition(Protocol):
         """Make `post_kwargs` send it as the caller wrote it, and `call` say so."""
         ...
 
+
+class Withheld(Addition, Protocol):
+    """An addition a server that refused it once is never sent again."""
+
     def withhold(self, call: Call) -> None:
         """Before `call` is rewritten into its request: do not add it (the server refuses it)."""
         ...
 
 
-ADDITIONS: tuple[Addition, ...] = (STREAM_USAGE, OUTPUT_LIMIT)
+WITHHELD: tuple[Withheld, ...] = (STREAM_USAGE,)
+ADDITIONS: tuple[Addition, ...] = (*WITHHELD, OUTPUT_LIMIT)
+
+
+def _where(client: Any, model: str) -> tuple[str, str]:
+    """(base URL, model): where a context is learnt."""
+    return str(compat.base_url(client)), model
 
 
 class Refusals:
-    """Per wrapped client: which additions each server (`(host, port)`) refused, and the servers'
-    model contexts."""
+    """Per wrapped client: which additions each server (`(host, port)`) refused, and the contexts the
+    refusals of kvwise's output limits named, by base URL and model."""
 
-    __slots__ = ("_refused", "contexts")
+    __slots__ = ("_contexts", "_refused")
 
     def __init__(self) -> None:
         self._refused: set[tuple[str, Hashable]] = set()
-        self.contexts = ModelContexts()
+        self._contexts: dict[tuple[str, str], ContextLimit] = {}
 
     def mark(self, call: Call, server: Hashable) -> None:
         """Before the call is rewritten into its request: none of what `server` refused is added."""
         if not self._refused:
             return
-        for addition in ADDITIONS:
+        for addition in WITHHELD:
             if (addition.name, server) in self._refused:
                 addition.withhold(call)
 
-    def take_back(
-        self, error: BaseException, call: Call, server: Hashable, post_kwargs: dict[str, Any], span: Any
-    ) -> bool:
-        """Whether `error` refused an addition kvwise made by itself; if so, `post_kwargs` now sends
-        it as the caller wrote it, the call and its span say so, and the server is remembered."""
+    def context(self, client: Any, model: str) -> ContextLimit | None:
+        """The context a refusal named for `model` behind `client`'s base URL (None: none refused there)."""
+        return self._contexts.get(_where(client, model)) if self._contexts else None
+
+    def refused(self, error: BaseException, call: Call, post_kwargs: Mapping[str, Any]) -> Addition | None:
+        """The addition kvwise made by itself that `error` refused, if any."""
         if getattr(error, "status_code", None) not in _REFUSAL_STATUSES:
-            return False
+            return None
         message = str(error)  # the clients' error text holds the answer's body
         for addition in ADDITIONS:
             if addition.added(call, post_kwargs) and addition.named_by(message):
-                addition.take_back(call, post_kwargs)
-                self._refused.add((addition.name, server))
-                if span is not None and span.is_recording():
-                    span.set_attribute(sc.KVWISE_CANONICAL_CHANGES, tuple(call.decided.changes))
-                    if addition.span_flag is not None:
-                        span.set_attribute(addition.span_flag, True)
-                return True
-        return False
+                return addition
+        return None
+
+    def learn(self, addition: Addition, error: BaseException, call: Call, server: Hashable, client: Any) -> None:
+        """Remember what `error` refused: the server for an addition it never gets again; for the
+        output limit, the context it names (None: none named) for the model behind `client`'s base URL."""
+        if addition is OUTPUT_LIMIT:
+            self._contexts[_where(client, call.model)] = ContextLimit(OUTPUT_LIMIT.context_named(str(error)))
+        else:
+            self._refused.add((addition.name, server))
+
+
+@dataclass(slots=True)
+class TakeBack:
+    """One call's refusals taken back (`sdk.send.attempts.Resend`): `post_kwargs` are the next send's."""
+
+    refusals: Refusals
+    call: Call
+    post_kwargs: dict[str, Any]
+    server: Hashable
+    client: Any  # the live client: its base URL is where a context is learnt
+    span: Any
+
+    def refused(self, error: BaseException) -> bool:
+        return self.refusals.refused(error, self.call, self.post_kwargs) is not None
+
+    def take_back(self, error: BaseException) -> None:
+        addition = self.refusals.refused(error, self.call, self.post_kwargs)
+        if addition is None:
+            return
+        addition.take_back(self.call, self.post_kwargs)
+        self.refusals.learn(addition, error, self.call, self.server, self.client)
+        span = self.span
+        if span is not None and span.is_recording():
+            span.set_attribute(sc.KVWISE_CANONICAL_CHANGES, tuple(self.call.decided.changes))
+            if addition.span_flag is not None:
+                span.set_attribute(addition.span_flag, True)

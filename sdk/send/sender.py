@@ -1,22 +1,22 @@
-"""One kvwise send: the client's own request, under kvwise's retries, telemetry and stream watching.
+"""One kvwise send: the client's own request, under kvwise's telemetry, take-backs and stream watching.
 
 `Sender.post` stands in for a resource's `_post` (see `sdk.compat.with_send`): the client's method
 (`create`, `parse`, a stream helper, a `with_raw_response` form) builds its request as usual and
-hands it here. Each attempt goes through the live client's `post` with the client's own retries
-off and the attempt's `x-stainless-retry-count`, as many as the caller's `max_retries` allows
-(`sdk.send.retry.retries_for`) and only where the client's own rules would send again
-(`sdk.send.retry.is_retryable`); once `post` returned, the request is never sent again (a 200 was
-accepted). One CLIENT span covers the attempts; a stream comes back watched, and a
-raw response comes back as the client's own object whose `.parse()` gives the parsed (or watched)
-result kvwise recorded. Before the first attempt a limit kvwise filled in is fitted to the model's
-context (`sdk.decode.limits.fit_to_context`); what a server refuses of kvwise's additions is taken back
-(`sdk.send.refusals`). All of that is written once, in `Sender._sending`, which does no I/O: `post` and
-`apost` run it with the sync and the async driver of `sdk.send.drive`.
+hands it here. It goes through the live client's `post` with the caller's options as written, so
+the client's own retry loop runs inside, exactly as bare (`sdk.send.retry`; `Policy.retries` only
+where the caller set no `max_retries`); once `post` returned, the request is never sent again (a 200
+was accepted). kvwise sends it once more only after a refusal of something it added, as the caller
+wrote it (`sdk.send.attempts`, `sdk.send.refusals`). One CLIENT span covers the sends, its
+`kvwise.attempts` the requests made as far as the client tells (`_attempts`); a stream comes back
+watched, and a raw response comes back as the client's own object whose `.parse()` gives the parsed
+(or watched) result kvwise recorded. Before the first send a limit kvwise filled in is fitted to the
+model's context where kvwise was told it (`sdk.decode.limits.fit_to_context`). All of that is
+written once, in `Sender._sending`, which does no I/O: `post` and `apost` run it with the sync and
+the async driver of `sdk.send.drive`.
 """
 
 from __future__ import annotations
 
-import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,17 +28,17 @@ from sdk.adapters._base import timings_of
 from sdk.adapters.responses import response_facts
 from sdk.cache.fanout import FanOut, Leader, LeaderRelease, Waited
 from sdk.call import Call
-from sdk.decode.limits import fit_to_context, wants_context
-from sdk.decode.model_context import ModelContexts
+from sdk.decode.limits import ContextLimit, fit_to_context
 from sdk.lifecycle import CallEnd, CallListener, Ending, Lifecycle
 from sdk.policy import Policy
-from sdk.send.attempts import Attempts, attempting
+from sdk.send.attempts import sending
 from sdk.send.drive import Io, Steps, arun, run
-from sdk.send.refusals import Refusals
-from sdk.send.retry import is_retryable, retries_for
+from sdk.send.refusals import ADDITIONS, Refusals, TakeBack
+from sdk.send.retry import max_retries_for
 from sdk.surface import Kind
 from sdk.telemetry import CallRecord, Telemetry, client_tracing, content
 from sdk.telemetry import semconv as sc
+from sdk.telemetry.semconv import CapSource
 
 Server = tuple[str | None, int | None]
 
@@ -81,20 +81,21 @@ class Sender:
         release = () if leader is None else (LeaderRelease(fanout, leader),)  # the leader tells its followers
         return Lifecycle(record, self.listeners + release), follow
 
-    def _attempts(
-        self, path: str, post_kwargs: dict[str, Any], record: CallRecord
-    ) -> tuple[Attempts, Callable[[], Any]]:
-        """The call's attempts under the client's retry rules, and the send of one attempt."""
-        retries = retries_for(self.client, post_kwargs.get("options"), self.parts.policy.retries)
-        attempts = Attempts(retries, record.attempt, functools.partial(is_retryable, client=self.client))
-
+    def _send(self, path: str, post_kwargs: dict[str, Any], record: CallRecord) -> tuple[Callable[[], Any], list[int]]:
+        """One send of the call as `post_kwargs` say at the time (a take-back rewrites them): the live
+        client's `post`, its own retries inside; and the count of sends made, kept as each starts."""
         tracing = client_tracing.trace_headers(self.client, record.span)  # the client's own span gives way to ours
+        max_retries = max_retries_for(self.client, post_kwargs.get("options"), self.parts.policy.retries)
+        made = [0]
 
-        def send() -> Any:  # reads `post_kwargs` at each attempt: a take-back rewrites them
-            options = compat.attempt_options(post_kwargs.get("options"), attempts.made - 1, tracing)
-            return self.client.post(path, **{**post_kwargs, "options": options})
+        def send() -> Any:
+            made[0] += 1
+            record.attempt(made[0])
+            given = post_kwargs.get("options")
+            options = compat.send_options(given, tracing, max_retries)
+            return self.client.post(path, **(post_kwargs if options is given else {**post_kwargs, "options": options}))
 
-        return attempts, send
+        return send, made
 
     def post(self, path: str, **post_kwargs: Any) -> Any:
         """The sync client's `post(path, ...)`, sent the kvwise way."""
@@ -106,23 +107,25 @@ class Sender:
 
     def _sending(self, path: str, post_kwargs: dict[str, Any], asynchronous: bool) -> Steps[Any]:
         """The send, top to bottom and without I/O: the I/O it needs is yielded to the driver (`sdk.send.drive`)."""
-        if (contexts := self._contexts()) is not None:  # a limit kvwise filled in fits the model's context
-            context = yield Io(contexts.context, contexts.acontext, (self.client, self.call.model))
-            if context is not None:
-                fit_to_context(self.call, post_kwargs, context)
+        if self.kind is Kind.CALL and (context := self._context()) is not None:
+            fit_to_context(self.call, post_kwargs, context)  # a limit kvwise filled in fits the model's context
         lifecycle, follow = self._lifecycle(post_kwargs)  # the span, the end's listeners, the fan-out join
         record = lifecycle.record
-        attempts, send = self._attempts(path, post_kwargs, record)
+        send, made = self._send(path, post_kwargs, record)
         if follow is not None and self.parts.fanout is not None:  # a follower waits for its leader's first chunk
             waiting = (follow, self.parts.policy.fanout_wait_seconds)
             _note_wait(record, (yield Io(self.parts.fanout.wait, self.parts.fanout.await_release, waiting)))
         raw = compat.raw_mode(post_kwargs.get("options"))
+        take_back = TakeBack(self.parts.refusals, self.call, post_kwargs, self.server, self.client, record.span)
         try:
             with record.activate():
-                result = yield from self._attempting(send, attempts, post_kwargs, record)
+                result = yield from sending(send, take_back, len(ADDITIONS) + 1)
         except BaseException as error:
+            _attempts(record, made[0], error, post_kwargs)
             self._failed(lifecycle, error)
             raise
+        if raw or self.call.stream:  # a parsed answer keeps no trace of the client's retries
+            _attempts(record, made[0], result, post_kwargs)
         try:
             parsed = (yield Io(_parsed, _aparsed, (result,))) if raw else result
         except Exception as error:  # a body that is not JSON: the caller's own `.parse()` raises it, as the bare one's
@@ -139,27 +142,16 @@ class Sender:
         finish(self.call, self.kind, parsed, lifecycle)
         return result
 
-    def _attempting(
-        self, send: Callable[[], Any], attempts: Attempts, post_kwargs: dict[str, Any], record: CallRecord
-    ) -> Steps[Any]:
-        """The attempts (`sdk.send.attempts`), and once more after each refusal kvwise takes back."""
-        while True:
-            try:
-                return (yield from attempting(send, attempts))
-            except Exception as error:
-                if not self._took_back(error, post_kwargs, record):
-                    raise
-
-    def _contexts(self) -> ModelContexts | None:
-        """The wrapped client's model contexts, where this call's filled limit must be fitted to one."""
-        if self.kind is not Kind.CALL or not wants_context(self.call):
+    def _context(self) -> ContextLimit | None:
+        """The model's context as kvwise was told it, where this call's limit is kvwise's:
+        `Policy.model_contexts`, else what a refusal named (`sdk.send.refusals`); None: not told."""
+        cap = self.call.cap
+        if cap is None or cap.source == CapSource.CALLER:
             return None
-        return self.parts.refusals.contexts
-
-    def _took_back(self, error: Exception, post_kwargs: dict[str, Any], record: CallRecord) -> bool:
-        """Whether the server refused something kvwise added (`sdk.send.refusals`), now sent as the caller wrote it;
-        then the loop sends again (each addition is taken back once, so it ends)."""
-        return self.parts.refusals.take_back(error, self.call, self.server, post_kwargs, record.span)
+        stated = self.parts.policy.model_contexts
+        if stated is not None and (tokens := stated.get(self.call.model)) is not None:
+            return ContextLimit(tokens)
+        return self.parts.refusals.context(self.client, self.call.model)
 
     @staticmethod
     def _raw_with(raw: Any, watched: Any) -> Any:
@@ -170,6 +162,15 @@ class Sender:
     def _failed(lifecycle: Lifecycle[CallRecord], error: BaseException) -> None:
         """End a call that failed with `error`, the bare client's own exception."""
         lifecycle.end(CallEnd(Ending.FAILED, error=error))
+
+
+def _attempts(record: CallRecord, sends: int, outcome: object, post_kwargs: dict[str, Any]) -> None:
+    """Count in the span's `kvwise.attempts` the retries the client's own loop took before `outcome`
+    (`sdk.compat.retries_taken`): kvwise's `sends` are counted as each starts. After retries the
+    answering request's time runs from here: the client's waits stay out of its time to first chunk."""
+    taken = compat.retries_taken(outcome, post_kwargs.get("options"))
+    if taken > 0:
+        record.attempt(sends + taken)
 
 
 def _span_id(span: Any) -> str | None:
