@@ -17,8 +17,12 @@ from typing import Any
 # Model series that reason by default on the OpenAI APIs: OpenAI's o-series and gpt-5 (with its
 # point releases), and the open reasoning models OpenAI-compatible servers serve (gpt-oss,
 # DeepSeek-R1, QwQ), which also spend the output limit on reasoning. A caller's
-# `reasoning_effort="none"` turns reasoning off on those that allow it.
-OPENAI_REASONING_MODELS = re.compile(r"(?:^|/)(?:o\d|gpt-5|gpt-oss)|deepseek-r1|deepseek-reasoner|qwq", re.IGNORECASE)
+# `reasoning_effort="none"` turns reasoning off on those that allow it. The series' names may follow
+# a provider's prefix: a router's `openai/o3`, Bedrock's `us.openai.gpt-5.6-luna` and
+# `openai.gpt-oss-120b-1:0`, a gateway's `azure:o4-mini`.
+OPENAI_REASONING_MODELS = re.compile(
+    r"(?:^|[/.:])(?:o\d|gpt-5|gpt-oss)|deepseek-r1|deepseek-reasoner|qwq", re.IGNORECASE
+)
 # Anthropic models that think adaptively even when `thinking` is omitted (they refuse "disabled"):
 # Mythos (Preview, 5, 5.x) and Fable 5.x, per Anthropic's adaptive-thinking docs, 2026.
 ANTHROPIC_ALWAYS_THINKING = re.compile(r"claude-(?:mythos|fable)")

@@ -393,6 +393,12 @@ async def test_placed_breakpoints_keep_the_ttl_order_the_api_requires(simulator,
     [
         (Api.CHAT, {"model": "o4-mini"}, None),
         (Api.CHAT, {"model": "openai/gpt-oss-120b"}, None),
+        (Api.CHAT, {"model": "openai/o3"}, None),  # a router's provider prefix
+        (Api.CHAT, {"model": "us.openai.gpt-5.6-luna"}, None),  # Bedrock's region and provider prefixes
+        (Api.CHAT, {"model": "openai.gpt-oss-120b-1:0"}, None),
+        (Api.RESPONSES, {"model": "azure:o4-mini"}, None),
+        (Api.CHAT, {"model": "us.meta.llama3-3-70b-instruct-v1:0"}, "no"),
+        (Api.CHAT, {"model": "solo3"}, "no"),  # an "o" and a digit inside a name is no o-series
         (Api.CHAT, {"model": "deepseek-ai/DeepSeek-R1"}, None),
         (Api.CHAT, {"model": "gpt-4o", "reasoning_effort": "low"}, None),
         (Api.CHAT, {"model": "gpt-4o"}, "no"),
