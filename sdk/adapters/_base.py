@@ -202,6 +202,13 @@ def first_stop(text: str, stops: tuple[str, ...]) -> int | None:
     return min(positions) if positions else None
 
 
+def listed(obj: Any, name: str) -> list[Any]:
+    """`obj.name` where it is a list, else `[]`: a non-strict client hands over a 200 body as it came,
+    without `choices` or `content` or with them null, and reading an answer must not raise."""
+    value = getattr(obj, name, None)
+    return value if isinstance(value, list) else []
+
+
 def detail_tokens(details: Any, name: str) -> int:
     """A usage details object's token count `name` (0 where the server left it or the details out)."""
     return int(getattr(details, name, None) or 0)

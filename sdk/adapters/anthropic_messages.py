@@ -27,6 +27,7 @@ from sdk.adapters._base import (
     first_stop,
     given_params,
     given_tiers,
+    listed,
     pop_list,
     timings_of,
 )
@@ -176,10 +177,13 @@ class MessagesAdapter(Adapter):
         return messages_usage(getattr(response, "usage", None))
 
     def output_text(self, response: Any) -> str:
-        return "".join(getattr(block, "text", "") for block in response.content)
+        return "".join(
+            text for block in listed(response, "content") if isinstance(text := getattr(block, "text", None), str)
+        )
 
     def finish_reasons(self, response: Any) -> tuple[str, ...]:
-        return (response.stop_reason,) if response.stop_reason else ()
+        reason = getattr(response, "stop_reason", None)
+        return (reason,) if isinstance(reason, str) and reason else ()
 
     def read_event(self, event: Any, state: StreamState) -> str | None:
         state.last_event = event
@@ -231,9 +235,9 @@ class MessagesAdapter(Adapter):
         ]
 
     def truncate_text(self, response: Any, stops: tuple[str, ...]) -> bool:
-        for block in response.content:
+        for block in listed(response, "content"):
             text = getattr(block, "text", None)
-            if text and (index := first_stop(text, stops)) is not None:
+            if isinstance(text, str) and (index := first_stop(text, stops)) is not None:
                 block.text = text[:index]
                 response.stop_reason = "stop_sequence"
                 return True

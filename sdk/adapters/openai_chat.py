@@ -17,6 +17,7 @@ from sdk.adapters._base import (
     first_stop,
     given_params,
     given_tiers,
+    listed,
     pop_list,
     timings_of,
 )
@@ -69,6 +70,13 @@ def completion_usage(usage: Usage) -> CompletionUsage:
             "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
         }
     )
+
+
+def choice_finish_reasons(response: Any) -> tuple[str, ...]:
+    """Why each choice of a non-streamed Chat or Completions answer ended (none where the body had
+    no `choices`)."""
+    reasons = (getattr(choice, "finish_reason", None) for choice in listed(response, "choices"))
+    return tuple(reason for reason in reasons if isinstance(reason, str) and reason)
 
 
 def caller_asks_usage(call: Call) -> bool:
@@ -173,10 +181,13 @@ class ChatAdapter(Adapter):
         return chat_usage(getattr(response, "usage", None))
 
     def output_text(self, response: Any) -> str:
-        return "".join(choice.message.content or "" for choice in response.choices[:1])
+        return "".join(
+            getattr(getattr(choice, "message", None), "content", None) or ""
+            for choice in listed(response, "choices")[:1]
+        )
 
     def finish_reasons(self, response: Any) -> tuple[str, ...]:
-        return tuple(choice.finish_reason for choice in response.choices if choice.finish_reason)
+        return choice_finish_reasons(response)
 
     def hides_usage(self, call: Call) -> bool:
         return stream_usage_options(call) is not None
@@ -233,10 +244,11 @@ class ChatAdapter(Adapter):
 
     def truncate_text(self, response: Any, stops: tuple[str, ...]) -> bool:
         cut = False
-        for choice in response.choices:
-            content = choice.message.content
-            if content and (index := first_stop(content, stops)) is not None:
-                choice.message.content = content[:index]
+        for choice in listed(response, "choices"):
+            message: Any = getattr(choice, "message", None)
+            content = getattr(message, "content", None)
+            if isinstance(content, str) and (index := first_stop(content, stops)) is not None:
+                message.content = content[:index]
                 choice.finish_reason = "stop"
                 cut = True
         return cut

@@ -12,11 +12,12 @@ from typing import Any
 
 from openai.types import Completion, CompletionChoice
 
-from sdk.adapters._base import Adapter, StreamState, first_stop, given_params, timings_of
+from sdk.adapters._base import Adapter, StreamState, first_stop, given_params, listed, timings_of
 from sdk.adapters.openai_chat import (
     add_stream_usage,
     caller_asks_usage,
     chat_usage,
+    choice_finish_reasons,
     completion_usage,
     cut_envelope,
     stream_usage_options,
@@ -66,10 +67,10 @@ class CompletionsAdapter(Adapter):
         return chat_usage(getattr(response, "usage", None))
 
     def output_text(self, response: Any) -> str:
-        return "".join(choice.text or "" for choice in response.choices[:1])
+        return "".join(getattr(choice, "text", None) or "" for choice in listed(response, "choices")[:1])
 
     def finish_reasons(self, response: Any) -> tuple[str, ...]:
-        return tuple(choice.finish_reason for choice in response.choices if choice.finish_reason)
+        return choice_finish_reasons(response)
 
     def hides_usage(self, call: Call) -> bool:
         return stream_usage_options(call) is not None
@@ -114,9 +115,10 @@ class CompletionsAdapter(Adapter):
 
     def truncate_text(self, response: Any, stops: tuple[str, ...]) -> bool:
         cut = False
-        for choice in response.choices:
-            if choice.text and (index := first_stop(choice.text, stops)) is not None:
-                choice.text = choice.text[:index]
+        for choice in listed(response, "choices"):
+            text = getattr(choice, "text", None)
+            if isinstance(text, str) and (index := first_stop(text, stops)) is not None:
+                choice.text = text[:index]
                 choice.finish_reason = "stop"
                 cut = True
         return cut

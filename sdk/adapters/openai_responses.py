@@ -33,6 +33,7 @@ from sdk.adapters._base import (
     first_stop,
     given_params,
     given_tiers,
+    listed,
     pop_list,
     timings_of,
 )
@@ -184,18 +185,17 @@ class ResponsesAdapter(Adapter):
         return responses_usage(getattr(response, "usage", None))
 
     def output_text(self, response: Any) -> str:
-        if isinstance(response, Response):
-            return str(response.output_text)
-        return "".join(  # `BetaResponse` has no `output_text` property: the same join of its text parts
+        return "".join(  # (`BetaResponse` has no `output_text` property: the same join of its text parts)
             part.text
-            for item in response.output
-            if item.type == "message"
-            for part in item.content
-            if getattr(part, "type", None) == "output_text"
+            for item in listed(response, "output")
+            if getattr(item, "type", None) == "message"
+            for part in listed(item, "content")
+            if getattr(part, "type", None) == "output_text" and isinstance(part.text, str)
         )
 
     def finish_reasons(self, response: Any) -> tuple[str, ...]:
-        return (response.status,) if response.status else ()
+        status = getattr(response, "status", None)
+        return (status,) if isinstance(status, str) and status else ()
 
     def read_event(self, event: Any, state: StreamState) -> str | None:
         state.last_event = event
@@ -274,8 +274,8 @@ class ResponsesAdapter(Adapter):
         event.delta = text
 
     def truncate_text(self, response: Any, stops: tuple[str, ...]) -> bool:
-        for item in response.output:
-            for part in getattr(item, "content", None) or []:
+        for item in listed(response, "output"):
+            for part in listed(item, "content"):
                 text = getattr(part, "text", None)
                 if text and (index := first_stop(text, stops)) is not None:
                     part.text = text[:index]
