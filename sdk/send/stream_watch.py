@@ -10,21 +10,26 @@ close it. The call's telemetry ends exactly once: on the final event, a cut, an 
 `with` exit, or when the caller drops the stream; and the HTTP response is always closed.
 
 Content is text, tool-call and function arguments, thinking, refusals (each adapter's `read_event`
-says which). Header events before the first content (the role chunk, `message_start`,
-`response.created`) are held back and handed on with it (the first chunk's time is the first
-header's), or before the stream's end or error when no content comes.
+says which). Every event reaches the caller as it arrives, header events before the first content
+(the role chunk, `message_start`, `response.created`) included: the time to first chunk runs to the
+first header, the prefill phase to the first content.
 
 A stream is never sent again: its 200 means the provider accepted the request, and may bill every
 copy. When it breaks, the caller gets what the bare client raises for that break, on that one
 attempt: a connection that drops or times out is the client's `APIConnectionError` or
-`APITimeoutError`, raised as `StreamTruncated` of that class; a body that ends without its final
-event (which the clients pass off as a complete answer) is `StreamTruncated` as the client's
-`APIConnectionError`; anything else (a `data:` line that is not JSON, an error event) is the
-client's own exception, untouched.
+`APITimeoutError`, raised as `StreamTruncated` of that class and chained to the transport error the
+client chained it to (`httpx2.RemoteProtocolError`, ...); a body that ends without the API's end
+marker (Chat's and Completions' `[DONE]`, which `sdk.send.stream_done` watches for, Messages'
+`message_stop`, Responses' terminal event; the clients pass such a body off as a complete answer) is
+`StreamTruncated` as the client's `APIConnectionError`; anything else (a `data:` line that is not
+JSON, an error event) is the client's own exception, untouched. A stream the server ended with its
+marker is complete, as the bare client holds it, with or without a finish reason.
 
 Usage: a Chat stream is sent with `stream_options.include_usage` when the caller did not ask for it
 (`openai_chat.stream_usage_options`); its usage chunk and the `"usage": null` on every other chunk
-are kept from the caller, who sees the bare client's chunks. A stream that ends before the server
+are kept from the caller, who sees the bare client's chunks. A caller who closes the stream at its
+finish chunk leaves the rest unread: closing reads on for the usage chunk the server sends right
+behind it (only then, so the span's usage stays exact). A stream that ends before the server
 reported its usage (cut by a guard, closed early) gets `estimated_usage`, marked
 `kvwise.usage.estimated` on the span; Anthropic's `message_start`, and servers that report usage
 on every chunk, give exact input and cache figures even then.
@@ -39,7 +44,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import AsyncGenerator, Generator, Iterator
+from collections.abc import AsyncGenerator, Generator
+from contextlib import suppress
 from time import time_ns
 from typing import Any
 
@@ -47,16 +53,19 @@ from sdk.adapters import Adapter, StreamState
 from sdk.adapters._base import first_stop
 from sdk.adapters.responses import stream_facts
 from sdk.cache.hints import estimate_tokens
-from sdk.call import Call, Usage
+from sdk.call import Api, Call, Usage
 from sdk.decode.loop_guard import LoopDetector
 from sdk.errors import stream_truncated
 from sdk.lifecycle import CallEnd, Ending, Lifecycle
 from sdk.policy import Policy
+from sdk.send.stream_done import DoneMarker
 from sdk.send.stream_proxy import AsyncWatchedStream, Upstream, WatchedStream
 from sdk.telemetry import CallRecord
 from sdk.telemetry.content import streamed_tool_calls
 
 logger = logging.getLogger(__name__)
+
+_ENDS_WITH_DONE = frozenset({Api.CHAT, Api.COMPLETIONS})  # the APIs whose end marker is `data: [DONE]`
 
 
 class StreamWatch:
@@ -89,17 +98,27 @@ class StreamWatch:
         self.received_ns: int | None = None  # when the answering attempt's first event (a header) arrived
         self.cut = False  # kvwise ended the stream (a loop or a client-side stop): the server's count stopped early
         self.tripped: tuple[str, int | None] | None = None  # the guard that cut it, and the tokens it saved
-        self.held: list[Any] | None = []  # events held back: headers until the first content event, then None
+        self.done: DoneMarker | None = None  # the `[DONE]` watch of a Chat or Completions stream
+
+    def watch_end(self, stream: Any) -> None:
+        """Before `stream` (the client's) is first read: watch for its end marker where the client
+        swallows it (`[DONE]`)."""
+        if self.call.api in _ENDS_WITH_DONE:
+            self.done = DoneMarker.install(stream)
 
     def on_event(self, event: Any) -> list[Any] | None:
         """What the caller gets now for `event` from upstream: None for the event itself, else a list
-        (empty while it is held back). After a cut (`self.cut`: a loop or a client-side stop) the list
-        ends the stream, and upstream is to be closed before it is handed on. One call per content
-        event, the streams' hot path."""
+        (empty for the SDK's own usage chunk). After a cut (`self.cut`: a loop or a client-side stop)
+        the list ends the stream, and upstream is to be closed before it is handed on. One call per
+        content event, the streams' hot path."""
         text = self.read(event, self.state)
         if text is None:
-            return self._between(event)
-        head, self.held = self.held, None  # the headers held go on with the first content event
+            if self.state.swallow:  # the usage chunk the SDK asked for
+                self.state.swallow = False
+                return []
+            if self.received_ns is None and not self.delivered:
+                self.received_ns = time_ns()  # a header: the first chunk received
+            return None
         if not self.delivered:
             self.lifecycle.first_chunk(self.received_ns)
         self.delivered += 1
@@ -112,25 +131,7 @@ class StreamWatch:
                 self.state.text.append(text)
                 if self.detector is not None and self.detector.feed(text) is not None:
                     cut = self._loop_cut(event)
-        if head is None:
-            return cut
-        return [*head, event] if cut is None else [*head, *cut]
-
-    def _between(self, event: Any) -> list[Any] | None:
-        """A header, finish or usage event: held back, handed on, or releasing what was held."""
-        if self.state.swallow:  # the usage chunk the SDK asked for: what was held goes on
-            self.state.swallow = False
-            held, self.held = self.held or [], None
-            return held
-        if self.held is not None:
-            if not self.held:
-                self.header_received()
-            self.held.append(event)
-            return []
-        if self.awaits_usage():
-            self.held = [event]  # the finish chunk waits for the usage chunk right behind it
-            return []
-        return None
+        return cut
 
     def _loop_cut(self, event: Any) -> list[Any]:
         """The loop guard tripped on `event`: it goes on, then the stream's end (the span records the
@@ -156,36 +157,36 @@ class StreamWatch:
         return [*head, *self._cut(truncated=False)]
 
     def awaits_usage(self) -> bool:
-        """Whether the stream finished but the usage the SDK asked for is still to come: the finish
-        chunk is then held until it, so a caller who stops reading at the finish leaves it recorded."""
+        """Whether the stream finished but the usage the SDK asked for is still to come (right behind
+        the finish chunk)."""
         state = self.state
         return state.finished and state.hide_usage and state.usage is None
 
-    def ended(self, broken: Exception | None) -> Iterator[Any]:
-        """Upstream ended (`broken`: what the client raised, if anything): the events still held go
-        on first, as the bare stream gave them; then return when the stream is complete; raise
-        `broken` itself unless it is the client's connection error or timeout; else raise
-        `StreamTruncated` as `broken`'s class (the client's `APIConnectionError` for a body that just
-        ended). Never sent again (see the module docstring).
+    def took_usage(self, event: Any) -> bool:
+        """Read `event`, upstream's next after the caller left at the finish chunk: whether the usage
+        the SDK asked for is now in."""
+        self.read(event, self.state)
+        return not self.awaits_usage()
+
+    def ended(self, broken: Exception | None) -> None:
+        """Upstream ended (`broken`: what the client raised, if anything): return when the stream is
+        complete; raise `broken` itself unless it is the client's connection error or timeout; else
+        raise `StreamTruncated` as `broken`'s class (the client's `APIConnectionError` for a body that
+        ended without its end marker), chained to what the client chained `broken` to. Never sent
+        again (see the module docstring).
         """
-        held, self.held = self.held or (), None
-        yield from held
         if broken is not None and not isinstance(broken, self.connection_error):
             raise broken
+        if broken is None and self.done is not None and self.done.seen:
+            self.state.finished = True  # ended by the server: complete, finish reason or not
         if self.state.finished and (broken is None or self.awaits_usage()):  # a break then loses only our usage chunk
             return
-        why = "the body ended without the final event" if broken is None else f"{type(broken).__name__}: {broken}"
+        why = "the body ended without its end marker" if broken is None else f"{type(broken).__name__}: {broken}"
         raise stream_truncated(type(broken) if broken is not None else self.connection_error)(
             f"the stream broke after {self.delivered} content chunks reached the caller ({why}); the answer is "
             "incomplete. The provider accepted the request (it answered 200), so kvwise did not send it again",
             request=getattr(broken, "request", None),
-        ) from broken
-
-    def header_received(self) -> None:
-        """A header event (role chunk, `message_start`) arrived before any content: the first chunk
-        received, which the time to first chunk runs to."""
-        if not self.delivered and self.received_ns is None:
-            self.received_ns = time_ns()
+        ) from (broken.__cause__ if broken is not None else None)
 
     def __enter__(self) -> StreamWatch:
         return self
@@ -268,6 +269,7 @@ def estimated_usage(call: Call, output_units: int) -> Usage:
 
 def watch_sync(stream: Any, watch: StreamWatch) -> Any:
     """The caller's stream: `stream` (the client's) behind a `WatchedStream` proxy, watched by `watch`."""
+    watch.watch_end(stream)
     upstream = Upstream(stream, iter(stream))
     return WatchedStream(stream, upstream, _watching(upstream, watch), watch)
 
@@ -289,13 +291,21 @@ def _watching(upstream: Upstream, watch: StreamWatch) -> Generator[Any, None, No
                         return
             except Exception as exc:  # what the client raised for the break
                 broken = exc
-            yield from watch.ended(broken)
+            except GeneratorExit:  # the caller closed the stream: at its finish, read on for the usage
+                if watch.awaits_usage():
+                    with suppress(Exception):
+                        for event in upstream.events:
+                            if watch.took_usage(event):
+                                break
+                raise
+            watch.ended(broken)
     finally:
         upstream.stream.close()
 
 
 def watch_async(stream: Any, watch: StreamWatch) -> Any:
     """Async twin of `watch_sync`: an `AsyncWatchedStream`."""
+    watch.watch_end(stream)
     upstream = Upstream(stream, aiter(stream))
     return AsyncWatchedStream(stream, upstream, _awatching(upstream, watch), watch)
 
@@ -316,7 +326,13 @@ async def _awatching(upstream: Upstream, watch: StreamWatch) -> AsyncGenerator[A
                         return
             except Exception as exc:
                 broken = exc
-            for item in watch.ended(broken):
-                yield item
+            except GeneratorExit:
+                if watch.awaits_usage():
+                    with suppress(Exception):
+                        async for event in upstream.events:
+                            if watch.took_usage(event):
+                                break
+                raise
+            watch.ended(broken)
     finally:
         await upstream.stream.close()
