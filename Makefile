@@ -33,7 +33,7 @@ BROWSER := chromium
 # The shared-state tests (tests/sdk/test_shared_state.py) run Debian's Redis on a free loopback port.
 REDIS := redis-server
 
-.PHONY: venv phoenix-venv vllm-venv llamacpp-venv browser redis valgrind test test-fast test-cuda soak demo phoenix phoenix-demo bench serve clean
+.PHONY: venv phoenix-venv vllm-venv llamacpp-venv browser redis valgrind test test-fast test-conformance test-cuda soak demo phoenix phoenix-demo bench serve clean
 
 venv: $(STAMP)
 
@@ -85,6 +85,12 @@ test: browser redis $(STAMP) $(PHOENIX_STAMP)
 	$(PY) -m ruff format --check sdk
 	$(PY) -m mypy sdk local_backend
 	$(PY) -m pytest -q
+	$(MAKE) --no-print-directory test-conformance
+
+# openai's and anthropic's own test suites (the installed releases' sdists, fetched once into .cache/conformance),
+# every client they build wrapped by kvwise; a test failing only wrapped fails it (tests/conformance/run.py).
+test-conformance: $(STAMP)
+	$(PY) -m tests.conformance.run
 
 # The edit loop: every tier but integration, browser and slow (tests/conftest.py); CI runs `make test`.
 test-fast: $(STAMP)

@@ -28,3 +28,15 @@ def test_make_test_without_chromium_as_a_non_root_user_stops_with_one_line_namin
     [line, *make_says] = result.stderr.splitlines()
     assert line == "make test needs Debian's chromium: run 'sudo apt-get install -y chromium', then 'make test' again"
     assert all(said.startswith("make: ***") for said in make_says), make_says
+
+
+def test_make_test_ends_with_the_conformance_tier_which_runs_both_upstream_suites_wrapped() -> None:
+    make = shutil.which("make")
+    assert make is not None, "make is not installed"
+    dry_run = [make, "--no-print-directory", "-n", "-C", str(ROOT), "test"]
+    said = subprocess.run(
+        dry_run, capture_output=True, text=True, timeout=MAKE_TIMEOUT_S, check=True
+    ).stdout.splitlines()
+    assert said[-1] == ".venv/bin/python -m tests.conformance.run"
+    [sub_make] = [index for index, line in enumerate(said) if line.endswith(" --no-print-directory test-conformance")]
+    assert sub_make > said.index(".venv/bin/python -m pytest -q")

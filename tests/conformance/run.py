@@ -1,0 +1,145 @@
+"""The conformance tier: openai's and anthropic's own test suites, with every client they build wrapped.
+
+    python -m tests.conformance.run                      # the tier (`make test-conformance`): both packages
+    python -m tests.conformance.run openai -- tests/test_client.py -k retries          # a selection, wrapped
+    python -m tests.conformance.run --bare openai -- tests/test_client.py -k retries   # the same, bare
+    python -m tests.conformance.run --bare openai        # the whole suite bare (the time to compare with)
+
+The suites are the `tests/` of the sdists of exactly the installed releases, fetched with pip into
+`.cache/conformance/` once per release (so the project's own `pytest` never collects them), and run in
+their own folder under their own pytest settings, with `kvwise_wrap_plugin` (this folder) loaded.
+`tests/api_resources` is left out: its tests talk to a Prism mock server of the API, which is not here.
+
+The tier runs each suite wrapped, then runs the tests that failed bare, in the same way: a test that
+fails bare too fails for its environment (a tool or network it lacks), not for kvwise, and is
+skipped by that rule. A test that fails only wrapped fails the tier unless `differences.toml` names
+it, with the reason (kvwise's advertised body rewrites alone).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.conformance import kvwise_wrap_plugin
+
+HERE = Path(__file__).parent
+ROOT = HERE.parents[1]
+CACHE = ROOT / ".cache" / "conformance"
+DIFFERENCES = HERE / "differences.toml"
+LEFT_OUT = ("tests/api_resources",)
+"""Needs a mock server of the API (Prism), which the tier does not run."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One pytest run's outcome, as `kvwise_wrap_plugin` wrote it."""
+
+    failed: dict[str, str]
+    passed: int
+    skipped: int
+    seconds: float
+
+    @classmethod
+    def read(cls, path: Path) -> Outcome:
+        return cls(**json.loads(path.read_text()))
+
+
+def suite(package: str) -> Path:
+    """The unpacked sdist of the installed `package` (fetched once per release)."""
+    version = importlib.metadata.version(package)
+    folder = CACHE / f"{package}-{version}"
+    if not (folder / "tests").is_dir():
+        sdists = CACHE / "sdists"
+        sdists.mkdir(parents=True, exist_ok=True)
+        archive = sdists / f"{package}-{version}.tar.gz"
+        if not archive.exists():
+            subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
+                 f"{package}=={version}", "--dest", str(sdists)],
+                check=True,
+            )  # fmt: skip
+        with tarfile.open(archive) as tar:
+            tar.extractall(CACHE, filter="data")
+    return folder
+
+
+def pytest(folder: Path, args: list[str], *, bare: bool, results: Path | None = None) -> int:
+    """pytest in a suite's `folder` with the plugin loaded; its exit status."""
+    command = [sys.executable, "-m", "pytest", "-p", kvwise_wrap_plugin.__name__.rpartition(".")[2],
+               "-p", "no:cacheprovider", *(f"--ignore={path}" for path in LEFT_OUT)]  # fmt: skip
+    if bare:
+        command.append("--kvwise-bare")
+    if results is not None:
+        command.append(f"--kvwise-results={results}")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([*command, *args], cwd=folder, env=env).returncode
+
+
+def differences() -> dict[str, dict[str, str]]:
+    """package -> test id -> why it differs wrapped (`differences.toml`)."""
+    listed: dict[str, dict[str, str]] = {}
+    for entry in tomllib.loads(DIFFERENCES.read_text()).get("difference", []):
+        listed.setdefault(entry["package"], {})[entry["test"]] = entry["reason"]
+    return listed
+
+
+def tier(package: str, workers: str) -> list[str]:
+    """Run `package`'s suite wrapped, then its wrapped failures bare; the failures kvwise is to blame for."""
+    results = CACHE / "results"
+    results.mkdir(parents=True, exist_ok=True)
+    wrapped_file, bare_file = results / f"{package}-wrapped.json", results / f"{package}-bare.json"
+    pytest(suite(package), ["-q", "-n", workers], bare=False, results=wrapped_file)
+    wrapped = Outcome.read(wrapped_file)
+    rerun = sorted(set(wrapped.failed) - {kvwise_wrap_plugin.SENTINEL})
+    bare_failed: dict[str, str] = {}
+    if rerun:
+        selection = results / f"{package}-rerun.txt"
+        selection.write_text("\n".join(rerun) + "\n")
+        pytest(suite(package), ["-q", "-n", workers, f"@{selection}"], bare=True, results=bare_file)
+        bare_failed = Outcome.read(bare_file).failed
+    listed = differences().get(package, {})
+    only_wrapped = {test: error for test, error in wrapped.failed.items() if test not in bare_failed}
+    blamed = [f"{test}: {error}" for test, error in sorted(only_wrapped.items()) if test not in listed]
+    print(
+        f"\n{package} {importlib.metadata.version(package)}: {wrapped.passed} passed wrapped "
+        f"in {wrapped.seconds:.0f} s; {len(bare_failed)} failed bare too (skipped: their environment); "
+        f"{len(only_wrapped) - len(blamed)} listed in {DIFFERENCES.name}; {len(blamed)} failed only wrapped"
+    )
+    for test in sorted(set(listed) - set(only_wrapped)):
+        print(f"  listed but passing wrapped (drop it from {DIFFERENCES.name}?): {test}")
+    return blamed
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    own, selection = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, None)
+    parser = argparse.ArgumentParser(prog="python -m tests.conformance.run", description=__doc__.split("\n\n")[0])
+    parser.add_argument("packages", nargs="*", choices=kvwise_wrap_plugin.PACKAGES, default=[])
+    parser.add_argument("--bare", action="store_true", help="leave the clients bare")
+    parser.add_argument("--workers", default="auto", help="pytest-xdist workers (-n), default auto")
+    options = parser.parse_args(own)
+    packages = options.packages or list(kvwise_wrap_plugin.PACKAGES)
+    if selection is not None or options.bare:
+        args = ["-n", "0", *selection] if selection is not None else ["-q", "-n", options.workers]
+        return max(pytest(suite(package), args, bare=options.bare) for package in packages)
+    started = time.monotonic()
+    blamed = {package: tier(package, options.workers) for package in packages}
+    print(f"\nconformance tier: {time.monotonic() - started:.0f} s")
+    for package, failures in blamed.items():
+        for failure in failures:
+            print(f"FAILED only wrapped ({package}): {failure}")
+    return 1 if any(blamed.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
