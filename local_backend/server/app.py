@@ -44,7 +44,7 @@ from local_backend.server._constants import (
 from local_backend.server.auth import ApiKeyMiddleware
 from local_backend.server.browser_guard import BrowserGuard
 from local_backend.server.errors import ApiError, ErrorKind, Flavor, error_body, error_response, status_of
-from local_backend.server.generation import Backend
+from local_backend.server.generation import Backend, closing_generations
 from local_backend.server.metrics import CONTENT_TYPE, ServerMetrics
 
 logger = logging.getLogger(__name__)
@@ -130,10 +130,11 @@ _OWN_ROUTES: Final = (
 
 class _App(Starlette):
     """Starlette, whose failures end here: Starlette re-raises each after `_internal_error` has
-    logged it and sent its 500, and uvicorn would log it again with every frame and its message."""
+    logged it and sent its 500, and uvicorn would log it again with every frame and its message.
+    Every generation a request started is closed, and its admission slot freed, when its call ends."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        with contextlib.suppress(Exception):
+        with closing_generations(scope), contextlib.suppress(Exception):
             await super().__call__(scope, receive, send)
 
 

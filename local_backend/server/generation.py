@@ -4,19 +4,26 @@ The server never waits forever for a slot: `Admission` counts the requests it ha
 engine and refuses a new one at once (`ErrorKind.OVERLOADED`: 429 OpenAI, 529 Anthropic) when the
 engine's batch (`max_num_seqs`) and `max_queue` waiting requests are all taken.
 
-A `Generation` owns its engine stream: closing it, finishing, or the client hanging up aborts the
-request, which returns its KV blocks to the pool at once.
+A `Generation` owns its engine request and its admission slot. Both end in one place,
+`Generation.close()` (synchronous, idempotent): when its last delta arrives, and, whichever way the
+HTTP request ends (answered, refused, failed, cancelled, the client hanging up before, during or
+after admission), when the request's ASGI call returns (`closing_generations`, around the app).
+Nothing there awaits, so a cancelled stream (anyio cancels every await of its scope again) cannot
+stop it part-way: a stream of 16 choices whose client hung up once closed only the first and
+leaked 15 slots for the life of the process.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Sequence
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from starlette.requests import Request
+from starlette.types import Scope
 
 from local_backend.engine import Engine
 from local_backend.outputs import Completion, StreamDelta
@@ -26,6 +33,12 @@ from local_backend.server.auth import tenant_of
 from local_backend.server.constrained import Grammars
 from local_backend.server.errors import ApiError, ErrorKind
 from local_backend.server.offload import Offload
+
+GENERATIONS_SCOPE_KEY: Final = "kvwise.generations"
+"""Where an HTTP request's ASGI scope lists the `Generation`s it started (`closing_generations`)."""
+
+REQUEST_ID_PREFIX: Final = "http-"
+"""Engine request ids of the server's generations (the engine's own are `req-N`)."""
 
 
 class ClientGone(Exception):
@@ -47,7 +60,8 @@ class Admission:
         if self.in_flight >= self.capacity + self.max_queue:
             self.rejected += 1
             raise ApiError(
-                f"the server is at capacity ({self.capacity} running, {self.max_queue} waiting): retry later",
+                f"the server is at capacity: {self.in_flight} requests admitted, of {self.capacity} running "
+                f"and {self.max_queue} waiting: retry later",
                 ErrorKind.OVERLOADED,
             )
         self.in_flight += 1
@@ -104,41 +118,44 @@ class Backend:
 
         The request's tenant (its API key's, see `auth`) salts its prefix-cache blocks.
         """
+        request_id = REQUEST_ID_PREFIX + uuid.uuid4().hex
         try:
-            deltas = self.engine.stream(token_ids, params, cache_salt=tenant_of(request))
+            deltas = self.engine.stream(token_ids, params, request_id=request_id, cache_salt=tenant_of(request))
         except ValueError as exc:
             raise ApiError(str(exc)) from None
         self.admission.enter()
-        return Generation(deltas, self.admission, len(token_ids), self.on_finish)
+        generation = Generation(deltas, lambda: self.engine.abort(request_id), self.admission, len(token_ids),
+                                self.on_finish)  # fmt: skip
+        request.scope[GENERATIONS_SCOPE_KEY].append(generation)
+        return generation
 
-    async def start_choices(self, request: Request, token_ids: list[int], params: Sequence[SamplingParams]) -> list[Generation]:
-        """One generation per choice (`n`); if one is refused (a full queue), those started are closed first."""
-        started: list[Generation] = []
-        try:
-            for choice in params:
-                started.append(self.start(request, token_ids, choice))
-        except ApiError:
-            for generation in started:
-                await generation.aclose()
-            raise
-        return started
+    def start_choices(
+        self, request: Request, token_ids: list[int], params: Sequence[SamplingParams]
+    ) -> list[Generation]:
+        """One generation per choice (`n`); if one is refused (a full queue), those started are closed
+        with the request (`closing_generations`)."""
+        return [self.start(request, token_ids, choice) for choice in params]
 
 
 class Generation:
     """An admitted request's `StreamDelta`s; the last carries the `Completion`.
 
-    `aclose()` (idempotent) aborts the request if it is still running and frees its slot.
+    `close()` (idempotent, never awaits) aborts the engine request if it still runs and frees its
+    slot; a closed generation yields nothing more. The engine stream itself ends with whoever
+    iterates it (its cleanup only aborts, which `close` has done).
     """
 
     def __init__(
         self,
         deltas: AsyncIterator[StreamDelta],
+        abort: Callable[[], None],
         admission: Admission,
         prompt_tokens: int,
         on_finish: Callable[[Completion], None] | None = None,
     ):
         self._deltas = deltas
-        self._admission: Admission | None = admission
+        self._abort: Callable[[], None] | None = abort
+        self._admission = admission
         self._on_finish = on_finish
         self.prompt_tokens = prompt_tokens
 
@@ -146,16 +163,24 @@ class Generation:
         return self
 
     async def __anext__(self) -> StreamDelta:
+        if self._abort is None:
+            raise StopAsyncIteration
         delta = await self._deltas.__anext__()
         if delta.completion is not None:
-            self._release()
+            self.close()
             if self._on_finish is not None:
                 self._on_finish(delta.completion)
         return delta
 
-    async def aclose(self) -> None:
-        self._release()
-        await self._deltas.aclose()  # type: ignore[attr-defined]
+    def close(self) -> None:
+        """The one place a generation ends: its engine request aborted (a no-op once finished), its slot freed."""
+        abort, self._abort = self._abort, None
+        if abort is None:
+            return
+        try:
+            abort()
+        finally:
+            self._admission.leave()
 
     async def completion(self) -> Completion:
         """Drain the deltas; the finished request (an engine failure is a 500)."""
@@ -164,10 +189,18 @@ class Generation:
                 return ensure_finished(delta.completion)
         raise ApiError("the engine ended the request without a result", ErrorKind.INTERNAL)
 
-    def _release(self) -> None:
-        if self._admission is not None:
-            self._admission.leave()
-            self._admission = None
+
+@contextlib.contextmanager
+def closing_generations(scope: Scope) -> Iterator[None]:
+    """Around an HTTP request's ASGI call: every `Generation` it started is closed when the call
+    returns or raises, however the request ended (see the module doc)."""
+    started: list[Generation] = []
+    scope[GENERATIONS_SCOPE_KEY] = started
+    try:
+        yield
+    finally:
+        for generation in started:
+            generation.close()
 
 
 def ensure_finished(completion: Completion) -> Completion:
@@ -180,7 +213,8 @@ def ensure_finished(completion: Completion) -> Completion:
 
 
 async def run_to_completion(request: Request, generations: Sequence[Generation]) -> list[Completion]:
-    """The finished requests (one per choice), or `ClientGone` (after aborting them) if the client hangs up first."""
+    """The finished requests (one per choice), or `ClientGone` if the client hangs up first (its
+    generations are closed with the request, `closing_generations`)."""
     work: asyncio.Future[list[Completion]] = asyncio.ensure_future(
         asyncio.gather(*(generation.completion() for generation in generations))
     )
@@ -196,8 +230,6 @@ async def run_to_completion(request: Request, generations: Sequence[Generation])
             work.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await work
-        for generation in generations:
-            await generation.aclose()
     if not answered:  # a cancelled gather is not `cancelled()`: its result raises CancelledError
         raise ClientGone
     return work.result()

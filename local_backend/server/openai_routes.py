@@ -269,7 +269,7 @@ async def _generate(
         parse_tools=parse_tools,
         parallel_tool_calls=parallel_tool_calls,
     )
-    generations = await backend.start_choices(request, ids, choices)
+    generations = backend.start_choices(request, ids, choices)
     return await respond(request, generations, fmt, options.stream)
 
 

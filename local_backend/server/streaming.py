@@ -3,8 +3,9 @@
 A route checks its request, starts one `Generation` per choice (`n`) and hands them to `respond`
 with its `WireFormat`: non-streamed, the whole body once every choice finishes; streamed,
 `text/event-stream` built from the format's opening, per-delta, per-choice finishing and closing
-events, the choices' deltas interleaved as they come. The response closes the generations however
-the stream ends, so a client that hangs up aborts its requests and frees their blocks at once.
+events, the choices' deltas interleaved as they come. However the response ends, the request's
+generations are closed when its ASGI call returns (`generation.closing_generations`), so a client
+that hangs up aborts its requests and frees their blocks and slots at once.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from typing import Any, Final, Protocol
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.types import Send
 
 from local_backend.outputs import Completion, StreamDelta
 from local_backend.server.errors import ApiError, Flavor, error_body
@@ -56,7 +56,7 @@ def sse(data: Any, event: str | None = None) -> bytes:
 
 async def respond(request: Request, generations: Sequence[Generation], fmt: WireFormat, stream: bool) -> Response:
     if stream:
-        return EventStreamResponse(generations, _events(generations, fmt))
+        return StreamingResponse(_events(generations, fmt), media_type="text/event-stream", headers=SSE_HEADERS)
     try:
         completions = await run_to_completion(request, generations)
     except ClientGone:  # nobody is listening: counted, one quiet line, nothing more to do
@@ -115,21 +115,6 @@ async def _interleaved(generations: Sequence[Generation]) -> AsyncIterator[tuple
                 raise item
             yield index, item
             remaining -= item.completion is not None
-    finally:
+    finally:  # never awaits: a hung-up stream's scope cancels every await again
         for task in tasks:
             task.cancel()
-
-
-class EventStreamResponse(StreamingResponse):
-    """`text/event-stream` that closes its `Generation`s when the stream ends, fails or is cancelled."""
-
-    def __init__(self, generations: Sequence[Generation], events: AsyncIterator[bytes]):
-        super().__init__(events, media_type="text/event-stream", headers=SSE_HEADERS)
-        self._generations = generations
-
-    async def stream_response(self, send: Send) -> None:
-        try:
-            await super().stream_response(send)
-        finally:
-            for generation in self._generations:
-                await generation.aclose()
