@@ -1,19 +1,18 @@
-"""Caps that fit (`sdk.decode.limits`, `sdk.decode.model_context`): a default cap is filled only where it fits the
-model's context, read once per base URL from an OpenAI-compatible server's `/v1/models`, and a 400
-naming the output limit gets the call once more with the limit as the caller wrote it."""
+"""Caps that fit (`sdk.decode.limits`, `sdk.send.refusals`) without a request the caller did not make:
+no `GET /models`. A filled cap the server refuses gets the call once more as the caller wrote it, and
+the context the refusal names is remembered per base URL and model, so the next call's cap fits;
+`Policy.model_contexts` states a context outright, from the first call on."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import openai
 import pytest
 
 import sdk
-from sdk.decode.model_context import Listing, listing_of
+from sdk.decode.limits import OUTPUT_LIMIT
 from sdk.telemetry import semconv as sc
 from tests.local_backend.serving import Served, served_engine
 from tests.sdk.helpers import resolve
@@ -21,10 +20,11 @@ from tests.sdk.test_telemetry_spans import Otel, otel  # noqa: F401
 
 USER = [{"role": "user", "content": "What is prefill?"}]
 CHAT = "max_completion_tokens"
+MODEL = "gpt-sim-1"
 
 
-def _chat(client: Any, **extra: Any) -> Any:
-    return client.chat.completions.create(model="gpt-sim-1", messages=USER, **extra)
+def _chat(client: Any, model: str = MODEL, **extra: Any) -> Any:
+    return client.chat.completions.create(model=model, messages=USER, **extra)
 
 
 def _spans(otel: Otel) -> list[dict[str, Any]]:
@@ -38,88 +38,99 @@ def local_server() -> Iterator[Served]:
         yield served
 
 
-async def test_a_call_without_a_limit_succeeds_against_the_local_server_under_the_default_policy(local_server, mode, otel):
-    cls = openai.OpenAI if mode == "sync" else openai.AsyncOpenAI
-    client = cls(base_url=f"{local_server.url}/v1", api_key="local", max_retries=0)
+async def _first_chunk(wrapped: Any, mode: str) -> Any:
+    """Open a stream and read its first chunk (enough: the request was accepted); closing stops the decode."""
+    stream = await resolve(wrapped.chat.completions.create(model="tiny", messages=USER, stream=True))
+    try:
+        return await anext(aiter(stream)) if mode == "async" else next(iter(stream))
+    finally:
+        await resolve(stream.close())
+
+
+async def test_the_local_servers_refusal_teaches_its_context_and_the_next_call_fits_it(local_server, mode, otel):
+    """The local server's 400 ("max_completion_tokens=4096 must be between 1 and the model's context of
+    2048 tokens") gets the call once more as written; from then on the filled cap is fitted before the
+    first send, and no request but the caller's reaches the server."""
+    sent: list[tuple[str, str]] = []
+    if mode == "sync":
+        client: Any = openai.OpenAI(base_url=f"{local_server.url}/v1", api_key="local", max_retries=0,
+                                    http_client=openai.DefaultHttpxClient(event_hooks={"request": [lambda r: sent.append((r.method, r.url.path))]}))
+    else:
+        async def note(request: Any) -> None:
+            sent.append((request.method, request.url.path))
+        client = openai.AsyncOpenAI(base_url=f"{local_server.url}/v1", api_key="local", max_retries=0,
+                                    http_client=openai.DefaultAsyncHttpxClient(event_hooks={"request": [note]}))
     context = local_server.engine.max_model_len
     assert context < sdk.Policy().max_output_tokens  # the default cap cannot fit
     wrapped = sdk.wrap(client, tracer_provider=otel.tracer_provider)
 
-    stream = await resolve(wrapped.chat.completions.create(model="tiny", messages=USER, stream=True))
-    try:  # the request was accepted (no 400): the first chunk is enough, closing stops the decode
-        first = await anext(aiter(stream)) if mode == "async" else next(iter(stream))
-    finally:
-        await resolve(stream.close())
-    assert first.model == "tiny"
-    [span] = _spans(otel)
-    assert f"max_tokens_not_filled:context:{context}" in span[sc.KVWISE_CANONICAL_CHANGES], "fitted before the first attempt"
-    assert sc.KVWISE_GUARD_CAP_REFUSED not in span and span[sc.KVWISE_ATTEMPTS] == 1
+    assert (await _first_chunk(wrapped, mode)).model == "tiny"
+    assert (await _first_chunk(wrapped, mode)).model == "tiny"
+
+    assert sent == [("POST", "/v1/chat/completions")] * 3, "the refused request, its resend, the next call: no GET"
+    refused, fitted = _spans(otel)
+    assert refused[sc.KVWISE_GUARD_CAP_REFUSED] is True and refused[sc.KVWISE_ATTEMPTS] == 2
+    assert f"max_tokens_refused:{CHAT}" in refused[sc.KVWISE_CANONICAL_CHANGES]
+    assert f"max_tokens_not_filled:context:{context}" in fitted[sc.KVWISE_CANONICAL_CHANGES], "fitted before the send"
+    assert sc.KVWISE_GUARD_CAP_REFUSED not in fitted and fitted[sc.KVWISE_ATTEMPTS] == 1
 
 
-async def test_a_filled_cap_that_does_not_fit_the_listed_context_is_not_sent(simulator, openai_client, otel):
+async def test_a_filled_cap_refused_once_is_fitted_to_the_context_the_refusal_named(simulator, openai_client, otel):
     simulator.context_tokens = 1024
     wrapped = sdk.wrap(openai_client, tracer_provider=otel.tracer_provider)
     for _ in range(3):
         answer = await resolve(_chat(wrapped))
         assert answer.choices[0].message.content == simulator.reply
-    assert simulator.model_list_reads == 1, "the context is read once per base URL"
-    assert len(simulator.requests) == 3 and all(CHAT not in request.body for request in simulator.requests)
-    span = _spans(otel)[0]
-    assert sc.KVWISE_OUTPUT_CAP_TOKENS not in span and sc.GEN_AI_REQUEST_MAX_TOKENS not in span
-    assert "max_tokens_not_filled:context:1024" in span[sc.KVWISE_CANONICAL_CHANGES]
+    bodies = [request.body for request in simulator.requests]
+    assert bodies[0][CHAT] == 4096 and all(CHAT not in body for body in bodies[1:]) and len(bodies) == 4
+    assert bodies[1] == {key: value for key, value in bodies[0].items() if key != CHAT}, "sent again as written"
+    assert simulator.model_list_reads == 0
+    first, *later = _spans(otel)
+    assert first[sc.KVWISE_GUARD_CAP_REFUSED] is True and sc.ERROR_TYPE not in first
+    assert all("max_tokens_not_filled:context:1024" in span[sc.KVWISE_CANONICAL_CHANGES] for span in later)
+    assert sc.KVWISE_OUTPUT_CAP_TOKENS not in later[0] and sc.GEN_AI_REQUEST_MAX_TOKENS not in later[0]
 
 
-async def test_concurrent_first_calls_read_the_context_once(simulator, openai_client, mode):
+async def test_a_context_stated_in_the_policy_fits_the_first_call(simulator, openai_client):
+    simulator.context_tokens = 1024
+    wrapped = sdk.wrap(openai_client, sdk.Policy(model_contexts={MODEL: 1024}))
+    await resolve(_chat(wrapped))
+    assert len(simulator.requests) == 1 and CHAT not in simulator.requests[0].body
+    assert simulator.model_list_reads == 0
+
+
+async def test_a_filled_cap_that_fits_the_stated_context_is_sent(simulator, openai_client):
+    simulator.context_tokens = 32_768
+    await resolve(_chat(sdk.wrap(openai_client, sdk.Policy(max_output_tokens=512, model_contexts={MODEL: 32_768}))))
+    assert simulator.requests[-1].body[CHAT] == 512 and len(simulator.requests) == 1
+
+
+async def test_a_learnt_context_is_the_models_behind_that_base_url_only(simulator, openai_client):
     simulator.context_tokens = 1024
     wrapped = sdk.wrap(openai_client)
-    if mode == "async":
-        await asyncio.gather(*(_chat(wrapped) for _ in range(4)))
-    else:
-        with ThreadPoolExecutor(4) as pool:
-            list(pool.map(lambda _: _chat(wrapped), range(4)))
-    assert simulator.model_list_reads == 1 and len(simulator.requests) == 4
-    assert all(CHAT not in request.body for request in simulator.requests)
-
-
-async def test_a_filled_cap_that_fits_the_listed_context_is_sent(simulator, openai_client):
-    simulator.context_tokens = 32_768
-    await resolve(_chat(sdk.wrap(openai_client, sdk.Policy(max_output_tokens=512))))
-    assert simulator.requests[-1].body[CHAT] == 512
+    await resolve(_chat(wrapped))
+    simulator.reset()
+    await resolve(_chat(wrapped, model="other-model"))  # its context was never named: the cap goes, and is refused
+    assert [CHAT in request.body for request in simulator.requests] == [True, False]
 
 
 async def test_the_callers_own_limit_is_never_taken_out_whatever_the_context(simulator, openai_client):
     simulator.context_tokens = 1024
-    await resolve(_chat(sdk.wrap(openai_client), max_completion_tokens=50))
+    await resolve(_chat(sdk.wrap(openai_client, sdk.Policy(model_contexts={MODEL: 1024})), max_completion_tokens=50))
     assert simulator.requests[-1].body[CHAT] == 50 and simulator.model_list_reads == 0
 
 
-@pytest.mark.parametrize("model_list", ["without_context", "missing"])
-async def test_a_server_that_lists_no_context_refusing_the_filled_cap_gets_one_resend_as_written(
-    simulator, openai_client, otel, model_list
-):
-    simulator.context_tokens, simulator.model_list = 1024, model_list
-    with pytest.raises(openai.BadRequestError):  # the bare client's request, with the cap kvwise fills in
-        await resolve(_chat(openai_client, max_completion_tokens=sdk.Policy().max_output_tokens))
-    simulator.reset()
+async def test_a_refusal_naming_no_context_leaves_that_model_without_kvwises_cap(simulator, openai_client, otel):
+    simulator.fail(400, message=f"{CHAT} is not supported with this model", times=1)
     wrapped = sdk.wrap(openai_client, tracer_provider=otel.tracer_provider)
-
-    answer = await resolve(_chat(wrapped))
-
-    assert answer.choices[0].message.content == simulator.reply
-    refused, resent = (request.body for request in simulator.requests)
-    assert refused[CHAT] == 4096 and CHAT not in resent and resent == {k: v for k, v in refused.items() if k != CHAT}
-    [span] = _spans(otel)
-    assert span[sc.KVWISE_GUARD_CAP_REFUSED] is True and sc.ERROR_TYPE not in span
-    assert f"max_tokens_refused:{CHAT}" in span[sc.KVWISE_CANONICAL_CHANGES]
-
-    await resolve(_chat(wrapped))  # the server is remembered: one request, without kvwise's cap
-
-    assert len(simulator.requests) == 3 and CHAT not in simulator.requests[-1].body
-    assert simulator.model_list_reads == 1, "a failed read is remembered too"
+    await resolve(_chat(wrapped))
+    await resolve(_chat(wrapped))
+    assert [CHAT in request.body for request in simulator.requests] == [True, False, False]
+    assert f"max_tokens_withheld:{CHAT}" in _spans(otel)[1][sc.KVWISE_CANONICAL_CHANGES]
 
 
 async def test_a_clamped_limit_refused_is_sent_again_as_the_caller_wrote_it(simulator, openai_client):
-    simulator.context_tokens, simulator.model_list = 1024, "without_context"
+    simulator.context_tokens = 1024
     with pytest.raises(openai.BadRequestError) as bare:
         await resolve(_chat(openai_client, max_completion_tokens=9000))
     simulator.reset()
@@ -136,27 +147,23 @@ async def test_a_400_that_names_neither_the_limit_nor_the_context_is_not_sent_ag
     assert len(simulator.requests) == 1
 
 
-async def test_the_context_is_not_read_from_hosted_openai(simulator, openai_client):
-    simulator.context_tokens = 32_768
-    await resolve(_chat(sdk.wrap(openai_client, provider="openai")))
-    assert simulator.model_list_reads == 0 and simulator.requests[-1].body[CHAT] == 4096
-
-
 @pytest.mark.parametrize(
-    ("body", "expected"),
+    ("message", "context"),
     [
-        ({"data": [{"id": "a", "max_model_len": 2048}, {"id": "b", "max_model_len": 8192}]}, Listing({"a": 2048, "b": 8192})),
-        ({"data": [{"id": "a"}]}, None),  # llama.cpp: no context listed
-        ({"data": [{"id": "a", "max_model_len": True}, {"id": "b", "max_model_len": "2048"}]}, None),
-        ({"data": [{"id": "a", "max_model_len": 0}]}, None),
-        ({"object": "list"}, None),
-        ("Not Found", None),
+        ("This model's maximum context length is 2048 tokens. However, you requested 4196 tokens", 2048),  # vLLM
+        ("'max_tokens' is too large: 4096. This model's maximum context length is 8,192 tokens and ...", 8192),
+        ("Requested token count exceeds the model's maximum context length of 32768 tokens.", 32768),  # SGLang
+        ("max_completion_tokens=4096 must be between 1 and the model's context of 2048 tokens", 2048),  # local backend
+        ("max_tokens is too large: 100000. This model supports at most 16384 completion tokens", None),
+        ("the model's context of 0 tokens", None),
+        ("max_tokens must be at least 1", None),
     ],
 )
-def test_listing_of_reads_only_positive_integer_contexts(body, expected):
-    assert listing_of(body) == expected
+def test_the_context_a_refusal_names_is_read_from_its_text(message, context):
+    assert OUTPUT_LIMIT.context_named(message) == context
 
 
-def test_a_model_the_list_lacks_gets_the_smallest_listed_context():
-    listing = Listing({"a": 2048, "b": 8192})
-    assert (listing.context_of("b"), listing.context_of("alias")) == (8192, 2048)
+@pytest.mark.parametrize("contexts", [{"m": 0}, {"m": True}, {"m": "2048"}, {1: 2048}, [("m", 2048)]])
+def test_policy_model_contexts_takes_only_positive_token_counts_by_model_id(contexts):
+    with pytest.raises(ValueError, match="model_contexts"):
+        sdk.Policy(model_contexts=contexts)
