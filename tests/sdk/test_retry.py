@@ -1,77 +1,178 @@
-"""Retries: tenacity with Retry-After, the client's own errors when attempts run out, and as many
-attempts as the caller's own `max_retries` allows (client, `with_options`, request), never more."""
+"""HTTP retries are the client's own (`sdk.send.retry`): a wrapped client retries exactly as the bare
+one, each compared with the installed bare client on the same fault: the same requests, the same
+`x-stainless-retry-count` on each, the same waits (its `_calculate_retry_timeout`, `Retry-After`
+honoured; recorded from the client's own `time.sleep` / `anyio.sleep`, never slept), the same
+`retries_taken`, the same attempts seen by anthropic's middleware; the caller's own retry-count header
+stands, and `Policy.retries` is the `max_retries` only of a caller who set none."""
 
 from __future__ import annotations
 
-import email.utils
-import json
+import random
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
-import httpx2
+import anthropic
 import openai
 import pytest
 from openai.types.chat import ChatCompletion
 
 import sdk
-from sdk.send.retry import is_retryable, retries_for, retry_after_seconds
+from sdk.send.retry import max_retries_for
+from sdk.telemetry import semconv as sc
 from tests.sdk.helpers import collect, resolve
+from tests.sdk.test_telemetry_spans import Otel, otel  # noqa: F401
+from tests.simulator import ProviderSimulator
 
 USER = [{"role": "user", "content": "hi"}]
+CLAUDE = "claude-sonnet-4-6"
+COUNT = "x-stainless-retry-count"
+SEED = 51  # the clients' backoff jitter draws from `random`: seeded alike for the bare and the wrapped run
 
 
-async def test_two_429s_then_success_is_one_successful_call_with_three_attempts(simulator, openai_client):
-    simulator.fail(status=429, times=2, headers={"retry-after-ms": "5"})
-    wrapped = sdk.wrap(openai_client)
-    response = await resolve(wrapped.chat.completions.create(model="m", messages=USER))
-    assert response.choices[0].message.content == simulator.reply
-    assert len(simulator.requests) == 3
+@pytest.fixture
+def client_sleeps(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
+    """Every wait the clients' own retry loops sleep, recorded instead of slept: their `_base_client`
+    modules' `time.sleep` and `anyio.sleep` (the only sleeps of those modules)."""
+    slept: list[float] = []
+
+    async def asleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    for base in (openai._base_client, anthropic._base_client):
+        monkeypatch.setattr(base, "time", SimpleNamespace(sleep=slept.append, time=time.time, time_ns=time.time_ns))
+        monkeypatch.setattr(base, "anyio", SimpleNamespace(sleep=asleep))
+    yield slept
 
 
-async def test_anthropic_overloaded_529_is_retried(simulator, anthropic_client):
-    simulator.fail(status=529, times=1, headers={"retry-after-ms": "5"})
-    wrapped = sdk.wrap(anthropic_client)
-    message = await resolve(wrapped.messages.create(model="claude-sonnet-4-6", messages=USER))
-    assert message.content[0].text == simulator.reply
-    assert len(simulator.requests) == 2
+@dataclass(frozen=True, slots=True)
+class Run:
+    """What one call did on the wire and what the caller got."""
+
+    retry_counts: list[str | None]  # each request's `x-stainless-retry-count`
+    sleeps: list[float]
+    error: type[BaseException] | None
 
 
-async def test_when_retries_run_out_the_caller_sees_the_clients_own_error(simulator, openai_client):
-    simulator.fail(status=429, times=5, headers={"retry-after-ms": "5"})
-    wrapped = sdk.wrap(openai_client, sdk.Policy(retries=1))
-    with pytest.raises(openai.RateLimitError):
-        await resolve(wrapped.chat.completions.create(model="m", messages=USER))
-    assert len(simulator.requests) == 2
+def _client(simulator: ProviderSimulator, provider: str, mode: str, **options: Any) -> Any:
+    if provider == "openai":
+        cls: Any = openai.OpenAI if mode == "sync" else openai.AsyncOpenAI
+        return cls(base_url=simulator.openai_base_url, api_key="k", **options)
+    cls = anthropic.Anthropic if mode == "sync" else anthropic.AsyncAnthropic
+    return cls(base_url=simulator.anthropic_base_url, api_key="k", **options)
 
 
-async def test_a_400_is_not_retried(simulator, openai_client):
-    simulator.fail(status=400, times=1)
-    with pytest.raises(openai.BadRequestError):
-        await resolve(sdk.wrap(openai_client).chat.completions.create(model="m", messages=USER))
-    assert len(simulator.requests) == 1
+def _call(client: Any, provider: str, **extra: Any) -> Any:
+    if provider == "openai":
+        return client.chat.completions.create(model="m", messages=USER, **extra)
+    return client.messages.create(model=CLAUDE, max_tokens=64, messages=USER, **extra)
 
 
-async def test_a_stream_is_retried_when_it_fails_before_its_first_chunk(simulator, openai_client):
-    simulator.fail(status=503, times=1, headers={"retry-after-ms": "5"})
-    wrapped = sdk.wrap(openai_client)
-    events = await collect(await resolve(wrapped.chat.completions.create(model="m", messages=USER, stream=True)))
-    assert events[-1].choices[0].finish_reason == "stop"
-    assert len(simulator.requests) == 2
+async def _run(
+    simulator: ProviderSimulator, sleeps: list[float], script: Callable[[ProviderSimulator], None], call: Callable[[], Any]
+) -> Run:
+    random.seed(SEED)
+    script(simulator)
+    error: type[BaseException] | None = None
+    try:
+        await resolve(call())
+    except (openai.APIError, anthropic.APIError) as raised:
+        error = type(raised)
+    run = Run([request.headers.get(COUNT) for request in simulator.requests], list(sleeps), error)
+    simulator.reset()
+    sleeps.clear()
+    return run
 
 
-def test_the_clients_own_max_retries_is_kvwises_number_of_retries_and_its_own_retries_stay_off(simulator):
-    client = openai.OpenAI(base_url=simulator.openai_base_url, api_key="k", max_retries=5)
-    simulator.fail(status=500, times=20, headers={"retry-after-ms": "5"})
+FAULTS: dict[str, Callable[[ProviderSimulator], None]] = {
+    "429 twice, retry-after-ms": lambda sim: sim.fail(429, times=2, headers={"retry-after-ms": "5"}),
+    "503, Retry-After: 90": lambda sim: sim.fail(503, headers={"retry-after": "90"}),
+    "429, Retry-After over two minutes": lambda sim: sim.fail(429, headers={"retry-after": "600"}),
+    "500 on every attempt, no hint": lambda sim: sim.fail(500, times=10),
+    "529 once": lambda sim: sim.fail(529, headers={"retry-after-ms": "5"}),
+    "500, x-should-retry: false": lambda sim: sim.fail(500, headers={"x-should-retry": "false"}),
+    "400, x-should-retry: true": lambda sim: sim.fail(400, headers={"x-should-retry": "true"}),
+    "reset before the answer": lambda sim: sim.fail(reset=True),
+}
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("fault", FAULTS)
+async def test_a_wrapped_client_retries_exactly_as_the_bare_one(simulator, mode, client_sleeps, provider, fault):
+    bare = _client(simulator, provider, mode)
+    expected = await _run(simulator, client_sleeps, FAULTS[fault], lambda: _call(bare, provider))
+    wrapped = sdk.wrap(_client(simulator, provider, mode))
+
+    got = await _run(simulator, client_sleeps, FAULTS[fault], lambda: _call(wrapped, provider))
+
+    assert got == expected
+    assert len(got.sleeps) == len(got.retry_counts) - 1 and got.retry_counts[0] == "0"
+
+
+async def test_a_retry_after_of_90_seconds_is_waited_as_the_bare_client_waits_it(simulator, mode, client_sleeps):
+    """Its own `_calculate_retry_timeout` honours up to two minutes: 90 s, where kvwise's retries waited about 1 s."""
+    wrapped = sdk.wrap(_client(simulator, "openai", mode))
+    got = await _run(simulator, client_sleeps, FAULTS["503, Retry-After: 90"], lambda: _call(wrapped, "openai"))
+    assert got == Run(["0", "1"], [90.0], None)
+
+
+async def test_the_callers_own_retry_count_header_is_sent_untouched(simulator, mode, client_sleeps):
+    header = {"X-Stainless-Retry-Count": "7"}
+    script = FAULTS["429 twice, retry-after-ms"]
+    bare = await _run(simulator, client_sleeps, script, lambda: _call(_client(simulator, "openai", mode), "openai", extra_headers=header))
+    wrapped = sdk.wrap(_client(simulator, "openai", mode))
+    got = await _run(simulator, client_sleeps, script, lambda: _call(wrapped, "openai", extra_headers=header))
+    assert got == bare and got.retry_counts == ["7", "7", "7"]
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_a_raw_response_says_the_retries_taken_as_the_bare_ones_does(simulator, mode, client_sleeps, provider, otel):
+    async def retries_taken(client: Any) -> int:
+        simulator.fail(503, times=2, headers={"retry-after-ms": "5"})
+        resource = client.chat.completions if provider == "openai" else client.messages
+        extra = {"model": "m"} if provider == "openai" else {"model": CLAUDE, "max_tokens": 64}
+        raw = await resolve(resource.with_raw_response.create(messages=USER, **extra))
+        simulator.reset()
+        return raw.retries_taken
+
+    bare = await retries_taken(_client(simulator, provider, mode))
+    wrapped = sdk.wrap(_client(simulator, provider, mode), tracer_provider=otel.tracer_provider)
+    assert await retries_taken(wrapped) == bare == 2
+    [span] = [span for span in otel.spans() if span.parent is None]
+    assert (span.attributes or {})[sc.KVWISE_ATTEMPTS] == 3  # the client's retries, counted from its answer
+
+
+async def test_anthropics_middleware_sees_each_attempt_as_it_does_bare(simulator, mode, client_sleeps):
+    def client(seen: list[int]) -> Any:
+        if mode == "sync":
+            def note(request: Any, call_next: Any) -> Any:
+                seen.append(request.retries_taken)
+                return call_next(request)
+        else:
+            async def note(request: Any, call_next: Any) -> Any:
+                seen.append(request.retries_taken)
+                return await call_next(request)
+        return _client(simulator, "anthropic", mode, middleware=[note])
+
+    bare_seen: list[int] = []
+    wrapped_seen: list[int] = []
+    script = FAULTS["500 on every attempt, no hint"]
+    bare = await _run(simulator, client_sleeps, script, lambda: _call(client(bare_seen), "anthropic"))
+    got = await _run(simulator, client_sleeps, script, lambda: _call(sdk.wrap(client(wrapped_seen)), "anthropic"))
+    assert got == bare and wrapped_seen == bare_seen == [0, 1, 2]
+
+
+async def test_a_retried_stream_and_a_failed_call_count_the_clients_attempts_on_the_span(simulator, mode, client_sleeps, otel):
+    wrapped = sdk.wrap(_client(simulator, "openai", mode), tracer_provider=otel.tracer_provider)
+    simulator.fail(503, headers={"retry-after-ms": "5"})
+    await collect(await resolve(_call(wrapped, "openai", stream=True)))
+    simulator.fail(500, times=10)
     with pytest.raises(openai.InternalServerError):
-        sdk.wrap(client, sdk.Policy(retries=2)).chat.completions.create(model="m", messages=USER)
-    # 6 attempts, as the bare client makes, each counted by kvwise (not 6 client retries per kvwise attempt)
-    assert [request.headers["x-stainless-retry-count"] for request in simulator.requests] == ["0", "1", "2", "3", "4", "5"]
-
-
-def _attempt_client(simulator: Any, mode: str, where: str, retries: int | None) -> Any:
-    cls = openai.OpenAI if mode == "sync" else openai.AsyncOpenAI
-    own = {"max_retries": retries} if where == "client" and retries is not None else {}
-    return cls(base_url=simulator.openai_base_url, api_key="k", **own)
+        await resolve(_call(wrapped, "openai"))
+    streamed, failed = sorted((span for span in otel.spans() if span.parent is None), key=lambda span: span.start_time)
+    assert (streamed.attributes or {})[sc.KVWISE_ATTEMPTS] == 2 and (failed.attributes or {})[sc.KVWISE_ATTEMPTS] == 3
 
 
 def _attempt(client: Any, where: str, retries: int | None) -> Any:
@@ -87,86 +188,39 @@ def _attempt(client: Any, where: str, retries: int | None) -> Any:
 
 @pytest.mark.parametrize("retries", [0, 1, None], ids=["max_retries=0", "max_retries=1", "default"])
 @pytest.mark.parametrize("where", ["client", "with_options", "request"])
-async def test_a_wrapped_client_makes_as_many_attempts_against_a_429_as_the_bare_one(simulator, mode, where, retries):
-    async def attempts(client: Any) -> int:
-        simulator.fail(status=429, times=10, headers={"retry-after-ms": "5"})
-        with pytest.raises(openai.RateLimitError):
-            await resolve(_attempt(client, where, retries))
-        made = len(simulator.requests)
-        simulator.reset()
-        return made
+async def test_a_wrapped_client_makes_the_attempts_the_callers_max_retries_allows(simulator, mode, client_sleeps, where, retries):
+    def client() -> Any:
+        return _client(simulator, "openai", mode, **({"max_retries": retries} if where == "client" and retries is not None else {}))
 
-    bare = await attempts(_attempt_client(simulator, mode, where, retries))
-    wrapped = await attempts(sdk.wrap(_attempt_client(simulator, mode, where, retries)))
-    assert wrapped == bare == (2 if retries is None else retries) + 1
+    script = FAULTS["500 on every attempt, no hint"]
+    bare = await _run(simulator, client_sleeps, script, lambda: _attempt(client(), where, retries))
+    got = await _run(simulator, client_sleeps, script, lambda: _attempt(sdk.wrap(client()), where, retries))
+    assert got == bare and len(got.retry_counts) == (2 if retries is None else retries) + 1
 
 
-def test_policy_retries_applies_where_the_caller_set_no_max_retries(simulator):
-    client = openai.OpenAI(base_url=simulator.openai_base_url, api_key="k")
-    simulator.fail(status=503, times=10, headers={"retry-after-ms": "5"})
-    with pytest.raises(openai.InternalServerError):
-        sdk.wrap(client, sdk.Policy(retries=4)).chat.completions.create(model="m", messages=USER)
-    assert len(simulator.requests) == 5
+async def test_policy_retries_is_the_max_retries_of_a_caller_who_set_none(simulator, mode, client_sleeps):
+    script = FAULTS["500 on every attempt, no hint"]
+    bare = await _run(simulator, client_sleeps, script, lambda: _call(_client(simulator, "openai", mode, max_retries=4), "openai"))
+    wrapped = sdk.wrap(_client(simulator, "openai", mode), sdk.Policy(retries=4))
+    got = await _run(simulator, client_sleeps, script, lambda: _call(wrapped, "openai"))
+    assert got == bare and got.retry_counts == ["0", "1", "2", "3", "4"]
+
+
+DEFAULT = openai.DEFAULT_MAX_RETRIES
 
 
 @pytest.mark.parametrize(
-    ("client_retries", "options", "expected"),
+    ("client_retries", "options", "policy_retries", "expected"),
     [
-        (openai.DEFAULT_MAX_RETRIES, {}, 7),  # the class default: the caller set none
-        (0, {}, 0),
-        (5, {}, 5),
-        (5, {"max_retries": 1}, 1),  # the request's own beats the client's
-        (openai.DEFAULT_MAX_RETRIES, {"max_retries": 0}, 0),
-        (openai.DEFAULT_MAX_RETRIES, {"max_retries": openai.NOT_GIVEN}, 7),
-        (0, {"max_retries": True}, 0),  # not a count: the client's
+        (DEFAULT, {}, 7, 7),  # the class default: the caller set none
+        (DEFAULT, {}, DEFAULT, None),  # the client makes as many anyway: the options go as written
+        (0, {}, 7, None),  # the caller's own stands
+        (5, {}, 7, None),
+        (DEFAULT, {"max_retries": 0}, 7, None),
+        (DEFAULT, {"max_retries": openai.NOT_GIVEN}, 7, 7),
+        (DEFAULT, {"max_retries": True}, 7, 7),  # not a count
     ],
 )
-def test_retries_for_reads_the_callers_max_retries_before_the_policys(client_retries, options, expected):
+def test_max_retries_for_gives_policy_retries_only_where_the_caller_set_none(client_retries, options, policy_retries, expected):
     client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="k", max_retries=client_retries)
-    assert retries_for(client, options, 7) == expected
-
-
-def _status_error(status: int, headers: dict[str, str]) -> openai.APIStatusError:
-    request = httpx2.Request("POST", "http://127.0.0.1/v1/chat/completions")
-    response = httpx2.Response(status, headers=headers, request=request)
-    return openai.APIStatusError("error", response=response, body=None)
-
-
-@pytest.mark.parametrize(
-    ("headers", "expected"),
-    [
-        ({"retry-after-ms": "1500"}, 1.5),
-        ({"retry-after": "2"}, 2.0),
-        ({"retry-after": "0"}, None),
-        ({"retry-after": "3600"}, None),
-        ({"retry-after": "soon"}, None),
-        ({}, None),
-    ],
-)
-def test_retry_after_is_parsed_and_capped(headers, expected):
-    assert retry_after_seconds(_status_error(429, headers)) == expected
-
-
-def test_retry_after_accepts_an_http_date():
-    date = email.utils.formatdate(time.time() + 10, usegmt=True)
-    value = retry_after_seconds(_status_error(429, {"retry-after": date}))
-    assert value is not None and 5 < value <= 10
-
-
-@pytest.mark.parametrize(("status", "retryable"), [(408, True), (409, True), (429, True), (500, True), (529, True), (400, False), (401, False), (404, False)])
-def test_which_statuses_are_retried(status, retryable):
-    assert is_retryable(_status_error(status, {}), openai.OpenAI(api_key="k")) is retryable
-
-
-@pytest.mark.parametrize(
-    ("status", "headers", "retryable"),
-    [(500, {"x-should-retry": "false"}, False), (400, {"x-should-retry": "true"}, True), (429, {"retry-after": "600"}, False),
-     (429, {"retry-after": "60"}, True)],
-)
-def test_an_error_answer_is_retried_by_the_clients_own_rules(status, headers, retryable):
-    """openai's own retries obey x-should-retry and refuse a Retry-After over two minutes; so do kvwise's."""
-    assert is_retryable(_status_error(status, headers), openai.OpenAI(api_key="k")) is retryable
-
-
-def test_a_200_whose_body_is_not_json_is_not_retried():
-    assert not is_retryable(json.JSONDecodeError("Expecting value", "{", 1), openai.OpenAI(api_key="k"))
+    assert max_retries_for(client, options, policy_retries) == expected
