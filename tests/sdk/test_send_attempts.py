@@ -1,5 +1,6 @@
-"""`sdk.send.attempts`: every attempt runs in one loop, each decision after a failure tenacity's
-under the client's rules; sync and async are one parametrised test."""
+"""`sdk.send.attempts`: a call is sent again only after a refusal of what kvwise added, the addition
+taken back before the next send, at once, at most as often as allowed; an answer is never sent again,
+and any other failure is raised itself after one send. Sync and async are one parametrised test."""
 
 from __future__ import annotations
 
@@ -9,27 +10,37 @@ from typing import Any
 
 import pytest
 
-from sdk.send.attempts import Attempts, attempting
+from sdk.send.attempts import sending
 from sdk.send.drive import arun, run
 
 
-class Retryable(Exception):
-    """An error the client's rules would send again after."""
+class Refused(Exception):
+    """An error answer that refused something kvwise added."""
 
 
-class Final(Exception):
-    """An error they would not."""
+class Other(Exception):
+    """Any other error, the client's retries already spent on it."""
 
 
-def _attempts(retries: int, counted: list[int]) -> Attempts:
-    return Attempts(retries, counted.append, lambda error: isinstance(error, Retryable))
+class Resend:
+    """A `Resend` that calls `Refused` a refusal and notes each taking back, in order, with the sends."""
+
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    def refused(self, error: BaseException) -> bool:
+        return isinstance(error, Refused)
+
+    def take_back(self, error: BaseException) -> None:
+        self.log.append(f"take back {error}")
 
 
-def _sends(outcomes: list[Any], asynchronous: bool) -> Callable[[], Any]:
-    """A send that raises or returns each of `outcomes` in turn (a coroutine per call when async)."""
+def _sends(outcomes: list[Any], log: list[str], asynchronous: bool) -> Callable[[], Any]:
+    """A send that notes itself, then raises or returns each of `outcomes` in turn (a coroutine per call when async)."""
     pending = iter(outcomes)
 
     def next_outcome() -> Any:
+        log.append("send")
         outcome = next(pending)
         if isinstance(outcome, BaseException):
             raise outcome
@@ -41,56 +52,46 @@ def _sends(outcomes: list[Any], asynchronous: bool) -> Callable[[], Any]:
     return asend if asynchronous else next_outcome
 
 
-def _call(
-    outcomes: list[Any], retries: int, asynchronous: bool, counted: list[int] | None = None
-) -> tuple[Any, list[int], list[float]]:
-    """Run the sends under `retries`, recording the waits instead of sleeping; the result, the
-    attempts counted (into `counted` when given) and the waits."""
-    counted = [] if counted is None else counted
-    waits: list[float] = []
-    send, attempts = _sends(outcomes, asynchronous), _attempts(retries, counted)
-
-    async def asleep(seconds: float) -> None:
-        waits.append(seconds)
-
-    steps = attempting(send, attempts, (waits.append, asleep))
-    return (asyncio.run(arun(steps)) if asynchronous else run(steps)), counted, waits
+def _call(outcomes: list[Any], asynchronous: bool, sends: int = 3) -> tuple[Any, list[str]]:
+    """Run the sends; the result and what happened, in order."""
+    log: list[str] = []
+    steps = sending(_sends(outcomes, log, asynchronous), Resend(log), sends)
+    return (asyncio.run(arun(steps)) if asynchronous else run(steps)), log
 
 
 ASYNC = pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
 
 
 @ASYNC
-def test_a_first_attempt_that_answers_is_counted_once_and_never_waits(asynchronous: bool) -> None:
-    assert _call(["answer"], 2, asynchronous) == ("answer", [1], [])
+def test_a_send_that_answers_is_never_sent_again(asynchronous: bool) -> None:
+    assert _call(["answer", "never sent"], asynchronous) == ("answer", ["send"])
 
 
 @ASYNC
-def test_a_retryable_first_failure_is_sent_again_after_a_backoff_wait(asynchronous: bool) -> None:
-    result, counted, waits = _call([Retryable(), "answer"], 2, asynchronous)
-    assert (result, counted) == ("answer", [1, 2])
-    assert len(waits) == 1 and waits[0] > 0
+def test_a_refusal_is_taken_back_before_the_call_is_sent_again(asynchronous: bool) -> None:
+    result, log = _call([Refused("usage"), Refused("limit"), "answer"], asynchronous)
+    assert (result, log) == ("answer", ["send", "take back usage", "send", "take back limit", "send"])
 
 
 @ASYNC
-def test_a_failure_the_rules_refuse_is_raised_itself_after_one_attempt(asynchronous: bool) -> None:
-    error = Final("no")
-    with pytest.raises(Final) as raised:
-        _call([error, "never sent"], 2, asynchronous)
+def test_any_other_failure_is_raised_itself_after_one_send(asynchronous: bool) -> None:
+    error = Other("429, the client's retries spent")
+    with pytest.raises(Other) as raised:
+        _call([error, "never sent"], asynchronous)
     assert raised.value is error
 
 
 @ASYNC
-def test_the_last_attempts_own_error_is_raised_when_the_retries_run_out(asynchronous: bool) -> None:
-    last = Retryable("third")
-    counted: list[int] = []
-    with pytest.raises(Retryable) as raised:
-        _call([Retryable(), Retryable(), last], 2, asynchronous, counted)
-    assert raised.value is last
-    assert counted == [1, 2, 3]
+def test_the_last_sends_own_refusal_is_raised_when_the_sends_run_out_and_is_not_taken_back(asynchronous: bool) -> None:
+    last = Refused("third")
+    log: list[str] = []
+    with pytest.raises(Refused) as raised:
+        steps = sending(_sends([Refused("first"), last, "never sent"], log, asynchronous), Resend(log), 2)
+        asyncio.run(arun(steps)) if asynchronous else run(steps)
+    assert raised.value is last and log == ["send", "take back first", "send"]
 
 
 @ASYNC
-def test_an_interrupt_is_never_an_attempts_outcome_and_is_not_sent_again(asynchronous: bool) -> None:
+def test_an_interrupt_is_never_a_sends_outcome_and_is_not_sent_again(asynchronous: bool) -> None:
     with pytest.raises(KeyboardInterrupt):
-        _call([KeyboardInterrupt(), "never sent"], 2, asynchronous)
+        _call([KeyboardInterrupt(), "never sent"], asynchronous)
