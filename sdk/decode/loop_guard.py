@@ -73,6 +73,12 @@ class LoopDetector:
     each new character equals the one `p` before (a chunk longer than the window starts the count
     over). Prose trips at once.
 
+    Under structured output the detector knows whether the text is inside a JSON string, and there a
+    unit of one character, spaces aside (`"0"`, `" "`, `"a"`, `"0 "`), never trips: a string of 3000
+    zeros or spaces is a value (padding, a placeholder, a fixture), and a model stuck on one
+    character inside a string is ended by the cap, as the bare client's would be. Outside strings
+    such runs (whitespace between JSON tokens, `}}}}`) still trip after the long span.
+
     The check runs once at least `LOOP_CHECK_EVERY_CHARS` new characters arrived, or sooner when a
     candidate's run is that close to its `required(p)`: then the next check comes exactly when the
     run can reach it, so a loop is seen on the chunk that completes it. Candidate periods are the
@@ -96,6 +102,8 @@ class LoopDetector:
         "_follow_period",
         "_follow_chars",
         "_follow_required",
+        "_in_string",
+        "_escaped",
         "_tripped",
     )
 
@@ -132,6 +140,8 @@ class LoopDetector:
         self._follow_period = 0  # period of the structured run being followed (0: none)
         self._follow_chars = 0
         self._follow_required = 0
+        self._in_string = False  # structured output only: the text so far ends inside a JSON string ...
+        self._escaped = False  # ... right after a backslash
         self._tripped: Loop | None = None
 
     @classmethod
@@ -148,6 +158,8 @@ class LoopDetector:
         """Take the next streamed text; return the `Loop` once tripped (and on every later call)."""
         if self._tripped is not None:
             return self._tripped
+        if self._structured_output and (self._escaped or '"' in text or "\\" in text):
+            self._in_string, self._escaped = _json_string_state(text, self._in_string, self._escaped)
         self._pending.append(text)
         self._pending_chars += len(text)
         if self._pending_chars < self._next_check:
@@ -188,6 +200,8 @@ class LoopDetector:
         one is followed instead, and a `Loop` only once it is long enough."""
         n = len(text)
         unit = text[n - run : n - run + period]
+        if self._in_string and _is_filler(unit):
+            return None  # a JSON string of one character: a value, not a loop
         if not is_structured(unit, self._structured_output):
             repeats = run // period
             return Loop(unit=_readable(unit), repeats=repeats, chars=repeats * period)
@@ -240,6 +254,25 @@ class LoopDetector:
                 run = _periodic_suffix(text, period, probe_len + period, below=fails_at)
                 end = min(end, n - run + probe_len - 1)
         return None
+
+
+def _json_string_state(text: str, inside: bool, escaped: bool) -> tuple[bool, bool]:
+    """Whether JSON text continued by `text` ends inside a string, and right after a backslash there."""
+    for char in text:
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = inside
+        elif char == '"':
+            inside = not inside
+    return inside, escaped
+
+
+def _is_filler(unit: str) -> bool:
+    """Whether `unit` is one character, spaces aside, and neither a quote nor a backslash (whose runs
+    end or escape the string they are in)."""
+    chars = set(unit) - {" "}
+    return len(chars) <= 1 and not chars & {'"', "\\"}
 
 
 def _distinct_letters(unit: str) -> int:

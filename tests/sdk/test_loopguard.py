@@ -381,6 +381,22 @@ def test_the_detector_made_for_a_json_call_lets_a_long_json_array_through(api: A
     assert feed_in_chunks(LoopDetector.for_call(plain), array, seed=1) is not None
 
 
+JSON_FILLERS = {"zeros": "0", "spaces": " ", "letters": "a", "spaced zeros": "0 "}
+
+
+@pytest.mark.parametrize("chunking", CHUNKINGS)
+@pytest.mark.parametrize("filler", list(JSON_FILLERS))
+def test_a_json_string_of_one_repeated_character_is_a_value_under_structured_output_not_a_loop(
+    filler: str, chunking: str
+) -> None:
+    run = JSON_FILLERS[filler] * (3000 // len(JSON_FILLERS[filler]))
+    for text in ('{"padding": "' + run + '", "ok": true}', '{"quote": "he said \\"' + run + '\\" twice"}'):
+        assert feed_chunks(LoopDetector(structured_output=True), CHUNKINGS[chunking](text, 0)) is None
+    # the same run outside a string, or without structured output, is a model stuck: it trips
+    assert feed_chunks(LoopDetector(structured_output=True), CHUNKINGS[chunking]('{"a": "b"}' + run, 0)) is not None
+    assert feed_chunks(LoopDetector(), CHUNKINGS[chunking]('{"padding": "' + run, 0)) is not None
+
+
 def test_a_paragraph_repeating_is_cut_within_three_periods() -> None:
     paragraph = PROSE[:240] + "\n"
     tripped = feed_in_chunks(LoopDetector(), PROSE + paragraph * 10, seed=3)

@@ -66,3 +66,12 @@ async def test_a_prose_loop_inside_a_json_string_is_still_cut_within_3_periods(s
     assert len(text) - len(pieces[-1]) < len(head) + 3 * len(LOOP_IN_A_STRING)  # cut on the third copy
     record = simulator.streams[-1]
     assert record.client_closed and not record.completed
+
+
+async def test_a_json_string_of_3000_zeros_under_json_object_arrives_whole(simulator, openai_client):
+    """A value of one repeated character inside a JSON string is no loop (the guard used to cut it)."""
+    reply = '{"padding": "' + "0" * 3000 + '", "blank": "' + " " * 3000 + '"}'
+    events = await _stream_json_answer(simulator, openai_client, reply)
+    assert _chat_text(events) == reply
+    assert events[-1].choices[0].finish_reason == "stop"
+    assert simulator.streams[-1].completed and not simulator.streams[-1].client_closed
