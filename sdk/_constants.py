@@ -70,3 +70,16 @@ RESPONSE_CLASS_NAMES_CACHE_SIZE = 256  # (answer class, attribute) pairs whose p
 INVOCATION_JSON_CACHE_SIZE = (
     256  # parameter sets (scalar values only) whose llm.invocation_parameters JSON is remembered
 )
+
+# Embedded state (`sdk.memory.sqlite_store`: the default, one SQLite file per user and machine)
+STATE_MEMORY = "memory"  # `state=` / $KVWISE_STATE_URL that keeps the memories in the process
+STATE_CACHE_ENV = "XDG_CACHE_HOME"  # the user's cache directory; else ~/.cache
+STATE_SQLITE_FILE = "kvwise/state.sqlite3"  # the default file, under the user's cache directory
+STATE_SQLITE_SCHEMA = 1  # the file's layout (PRAGMA user_version): a file of a newer layout is left alone
+STATE_SQLITE_BUSY_SECONDS = 0.5  # the most a call waits on another process's write before it goes on without the file
+STATE_SQLITE_RETRY_SECONDS = 30.0  # after the file failed, it is left alone this long (in-process state meanwhile)
+STATE_SQLITE_MAX_BYTES = 64 << 20  # a larger file is not opened, and the file is never grown past it
+STATE_SQLITE_MAX_RECORDS = 4096  # records of each kind (families, calls) kept; least recently used dropped first
+STATE_SQLITE_MAX_WORKLOADS = 1024  # workloads whose answer windows are kept; least recently used dropped first
+STATE_SQLITE_EVICT_EVERY = 256  # writes of one process between two evictions (and one when the file is opened)
+STATE_SQLITE_TOUCH_SECONDS = 3600.0  # a record read but unchanged has its last use rewritten at most this often

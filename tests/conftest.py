@@ -13,9 +13,16 @@ leaves out the ones that start other programs or take long, for the edit loop:
 
 Under CI (`CI` set) hypothesis runs derandomized: the same examples every run, so a CI result is
 reproducible; locally it keeps exploring new examples.
+
+What a wrapped client learns goes to a file under the user's cache directory by default
+(`sdk.memory.sqlite_store`): each test gets a cache directory of its own (`XDG_CACHE_HOME`, which the
+processes it starts inherit), so no test writes to the real ~/.cache or reads what another test learnt.
 """
 
 import os
+import re
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -53,3 +60,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 item.add_marker(tier)
         if "browser" in getattr(item, "fixturenames", ()):
             item.add_marker("browser")
+
+
+_CACHE_HOMES = Path(tempfile.mkdtemp(prefix="kvwise-tests-cache-"))
+os.environ["XDG_CACHE_HOME"] = str(_CACHE_HOMES / "collection")  # what runs before the first test
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A cache directory of the test's own (a hook, not a fixture: hypothesis's tests take no function-scoped fixtures)."""
+    os.environ["XDG_CACHE_HOME"] = str(_CACHE_HOMES / re.sub(r"[^\w.-]+", "_", item.nodeid)[-200:])
+
+
+def pytest_unconfigure() -> None:
+    shutil.rmtree(_CACHE_HOMES, ignore_errors=True)

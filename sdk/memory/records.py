@@ -24,6 +24,15 @@ compact_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), defau
 _sorted_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True, default=str).encode
 
 
+def digest(*parts: object) -> str:
+    """A hash of `parts` (hex): how a store outside the process names a key, or keeps a value it must not hold."""
+    hashed = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        hashed.update(str(part).encode("utf-8", "surrogatepass"))
+        hashed.update(b"\x00")
+    return hashed.hexdigest()
+
+
 def sha256_hex(text: str) -> str:
     """The hash a fingerprint chains (`sdk.cache.fingerprint.segments`)."""
     return hashlib.sha256(text.encode()).hexdigest()
@@ -106,3 +115,11 @@ class Leader:
     lease: str | None = None
     released: threading.Event = field(default_factory=threading.Event)
     futures: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = field(default_factory=list)
+
+
+def hashed_segment(segment: Segment, stored: Segment | None) -> Segment:
+    """`segment` as a store outside the process keeps it: its hashes (the stored ones where it has not changed)."""
+    if stored is not None and stored.chain == segment.chain and stored.key == segment.key:
+        return stored
+    tool = digest(segment.tool) if segment.tool is not None else None
+    return Segment(segment.key, segment.chain, None, tool, segment.sorted_form(), segment.masked_form())

@@ -2,25 +2,18 @@
 bounded, and whose failures are an outage, not an error.
 
 Each command is bounded (`STATE_TIMEOUT_SECONDS`, or the URL's `?socket_timeout=`, which the `redis`
-client reads); a failure starts an outage (logged once): the store's operations answer from this
-process meanwhile, their calls' spans say `kvwise.state.degraded` and why, and the store is tried again
-`STATE_RETRY_SECONDS` later. A malformed value read (`sdk.memory.values`) is logged and told to the
-call that read it the same way.
+client reads); a failure starts an outage (`sdk.memory.outage`): the store's operations answer from
+this process meanwhile, and the store is tried again `STATE_RETRY_SECONDS` later.
 """
 
 from __future__ import annotations
 
-import logging
-import threading
 from collections.abc import Callable
-from time import monotonic
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from sdk._constants import STATE_RETRY_SECONDS, STATE_TIMEOUT_SECONDS
-from sdk.memory.values import _Malformed
-
-logger = logging.getLogger(__name__)
+from sdk.memory.outage import Outage
 
 T = TypeVar("T")
 _SCHEMES = {"valkey": "redis", "valkeys": "rediss"}
@@ -52,48 +45,17 @@ class RedisLink:
             socket_connect_timeout=STATE_TIMEOUT_SECONDS,
             retry=Retry(NoBackoff(), 0),  # a retry would wait past the bound: the call goes on without the store
         )
-        self.where = f"{parts.hostname or parts.path}:{parts.port or ''}".rstrip(":")  # no credentials in logs
-        self._outage: str | None = None
-        self._retry_at = 0.0
-        self._lock = threading.Lock()
-        self._found = threading.local()  # `reason`: a malformed value this thread's call read (`degraded`)
+        where = f"{parts.hostname or parts.path}:{parts.port or ''}".rstrip(":")  # no credentials in logs
+        self.outages = Outage(where, STATE_RETRY_SECONDS)
 
     def run(self, command: Callable[[Any], T]) -> tuple[bool, T | None]:
         """`(True, command(redis))`, or `(False, None)` when the store failed or is in an outage."""
-        if self._outage is not None and monotonic() < self._retry_at:
+        if self.outages.waiting():
             return False, None
         try:
             result = command(self.redis)
         except self._errors as error:
-            self._failed(error)
+            self.outages.failed(f"{type(error).__name__}: {error}")
             return False, None
-        if self._outage is not None:
-            with self._lock:
-                if self._outage is not None:
-                    logger.warning("kvwise state: %s answers again; memories are shared again", self.where)
-                    self._outage = None
+        self.outages.answered()
         return True, result
-
-    def _failed(self, error: BaseException) -> None:
-        reason = f"{type(error).__name__}: {error}"[:200]
-        with self._lock:
-            if self._outage is None:
-                logger.warning("kvwise state: %s failed (%s); calls go on with in-process state", self.where, reason)
-            self._outage = reason
-            self._retry_at = monotonic() + STATE_RETRY_SECONDS
-
-    def outage(self) -> str | None:
-        """Why the store is failing now (None: it is not)."""
-        return self._outage
-
-    def malformed(self, error: _Malformed, *, during_call: bool = True) -> None:
-        """A value read was malformed (the caller drops it): logged, and told to this thread's call
-        by `degraded` where it was read `during_call` (not at a call's end)."""
-        logger.warning("kvwise state: %s held a %s; it is dropped", self.where, error)
-        if during_call:
-            self._found.reason = error.reason
-
-    def degraded(self) -> str | None:
-        """Why this thread's call could not use the store: an outage, or a malformed value it read."""
-        found, self._found.reason = getattr(self._found, "reason", None), None
-        return self._outage or found

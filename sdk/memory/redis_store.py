@@ -29,7 +29,6 @@ releases by expiry.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import threading
 from collections.abc import Callable
 from time import perf_counter
@@ -37,7 +36,7 @@ from typing import Any
 from uuid import uuid4
 
 from sdk._constants import ADAPTIVE_CAP_WINDOW, STATE_EXPIRY_SECONDS
-from sdk.memory.records import FamilyRecord, Leader, Seen, Segment, WorkloadKey
+from sdk.memory.records import FamilyRecord, Leader, Seen, WorkloadKey, digest, hashed_segment
 from sdk.memory.redis_link import RedisLink
 from sdk.memory.store import Held, LocalStore
 from sdk.memory.values import (
@@ -55,14 +54,6 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
 return redis.call('PUBLISH', KEYS[2], '1')
 """
 """End a lease only if it is still ours (it may have expired and been taken), and tell its waiters."""
-
-
-def _digest(*parts: object) -> str:
-    digest = hashlib.blake2b(digest_size=16)
-    for part in parts:
-        digest.update(str(part).encode("utf-8", "surrogatepass"))
-        digest.update(b"\x00")
-    return digest.hexdigest()
 
 
 class RedisStore:
@@ -102,11 +93,11 @@ class RedisStore:
         if not done:
             return self._local.update_family(family, update)
         if malformed:
-            self.link.malformed(malformed[0])
+            self.link.outages.malformed(malformed[0])
         return found[0]
 
     def _windows(self, workload: WorkloadKey) -> tuple[str, str]:
-        name = _digest(*workload)
+        name = digest(*workload)
         return f"{self._namespace}:lengths:{name}", f"{self._namespace}:cuts:{name}"
 
     def lengths(self, workload: WorkloadKey) -> list[int]:
@@ -117,7 +108,7 @@ class RedisStore:
         try:
             return decode_lengths(stored or ())
         except _Malformed as error:
-            self.link.malformed(error)
+            self.link.outages.malformed(error)
             self.link.run(lambda redis: redis.delete(lengths_key))
             return self._local.lengths(workload)
 
@@ -140,7 +131,7 @@ class RedisStore:
             try:
                 return sum(decode_cuts(results[3]))
             except _Malformed as error:  # read at the call's end: nothing to degrade
-                self.link.malformed(error, during_call=False)
+                self.link.outages.malformed(error, during_call=False)
                 redis.delete(cuts_key)
                 return 0
 
@@ -156,8 +147,8 @@ class RedisStore:
 
     def exchange_seen(self, api: str, seen: Seen) -> tuple[Seen | None, Seen | None]:
         last_key, latest_key = (
-            f"{self._namespace}:seen:{_digest(api, seen.model)}",
-            f"{self._namespace}:latest:{_digest(api)}",
+            f"{self._namespace}:seen:{digest(api, seen.model)}",
+            f"{self._namespace}:latest:{digest(api)}",
         )
         done, stored = self.link.run(
             lambda redis: redis.pipeline(transaction=False).hgetall(last_key).hgetall(latest_key).execute()
@@ -169,10 +160,10 @@ class RedisStore:
         kept = previous or latest
         stored_chain = kept.chain if kept is not None else []
         seen.chain = [
-            _kept(segment, stored_chain[index] if index < len(stored_chain) else None)
+            hashed_segment(segment, stored_chain[index] if index < len(stored_chain) else None)
             for index, segment in enumerate(seen.chain)
         ]
-        seen.settings = tuple(_digest(setting) if setting else "" for setting in seen.settings)
+        seen.settings = tuple(digest(setting) if setting else "" for setting in seen.settings)
         value = encode_seen(seen)
 
         def remember(redis: Any) -> None:
@@ -193,7 +184,7 @@ class RedisStore:
         try:
             return decode_seen(kind, fields)
         except _Malformed as error:
-            self.link.malformed(error)
+            self.link.outages.malformed(error)
             return None
 
     def _learn(self, keys: tuple[str, str], value: str, message_id: str) -> None:
@@ -246,7 +237,7 @@ class RedisStore:
         await asyncio.to_thread(self.wait, leader, timeout)
 
     def outage(self) -> str | None:
-        return self.link.outage()
+        return self.link.outages.reason()
 
     def held(self, kind: Held) -> int:
         return self._local.held(kind)
@@ -264,11 +255,3 @@ def _wait_for_release(redis: Any, lease_key: str, channel: str, deadline: float)
                 return
     finally:
         pubsub.close()
-
-
-def _kept(segment: Segment, stored: Segment | None) -> Segment:
-    """`segment` as the store keeps it: its hashes, the stored ones where it has not changed."""
-    if stored is not None and stored.chain == segment.chain and stored.key == segment.key:
-        return stored
-    tool = _digest(segment.tool) if segment.tool is not None else None
-    return Segment(segment.key, segment.chain, None, tool, segment.sorted_form(), segment.masked_form())
