@@ -69,9 +69,10 @@ def wrap(
     "openai_compatible") says who serves the calls when the base URL does not (a gateway in front
     of OpenAI); by default api.openai.com is OpenAI and any other OpenAI-API server (vLLM, SGLang,
     llama.cpp, the local backend) caches prefixes by itself, so it gets no cache keys, only the
-    canonical order. `state` ("redis://host:6379/0", else $KVWISE_STATE_URL) puts what the client
-    learns in Redis or Valkey, shared by every process wrapping a client with the same credentials
-    (`sdk.memory.redis_store`); by default it stays in this process.
+    canonical order. `state` (else $KVWISE_STATE_URL) says where what the client learns is kept: by
+    default a SQLite file under the user's cache directory, shared by this machine's processes
+    (`sdk.memory.sqlite_store`); "memory" keeps it in this process, "sqlite:///path" names another
+    file, "redis://host:6379/0" puts it in Redis or Valkey for a fleet (`sdk.memory.memories`).
     """
     policy = policy if policy is not None else Policy()
     if not isinstance(policy, Policy):
