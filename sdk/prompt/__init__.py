@@ -2,6 +2,8 @@
 
 canonical    `canonicalize`: tiers in canonical order, one serialisation for the same content
 volatile     `find_volatile`, `cut_volatile`: the bytes that change between calls, by their shape
+dates        dates as products write them, and which of them say "now"
+sentences    the caller's words a value moves with: its sentence, line or heading
 first_sight  which volatile candidates move on the first call that carries them
 families     `FamilyMemory`: which candidates change between calls of a prompt family
 moving       `move_volatile`: cut volatile values from the system prompt into the context note

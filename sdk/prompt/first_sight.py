@@ -6,18 +6,23 @@ it anything. Values whose shape says "this request" with high confidence therefo
 first call that carries them, and the same prompt gets the same decision in every process:
 
 - a UUID, a date with a time of day, an epoch stamp (`VolatileKind.UUID`, `TIMESTAMP`, `EPOCH`);
+- a date that names the current day, in any written form: introduced as the current one ("The
+  current date is Tuesday, March 17, 2026."), under a heading that names it, or today's by its
+  value (`VolatileKind.DATE`, `sdk.prompt.dates`);
 - a labelled value whose label names the request, not the content: a request, trace, span,
   correlation, session, run, conversation, message or event id, a session, a nonce, a timestamp,
-  the current (local, server, today's) date or time, "generated at"; or whose value holds one of
-  the shapes above ("Date: 2026-12-02 08:55").
+  "generated at"; or "now", in any case, with a date or a time as its value (`Date: 3/17/2026`,
+  `- date: 2026-03-17`, `Current time: 08:55 UTC`: `sdk.prompt.dates.NOW_LABEL`); or whose value
+  holds one of the shapes above ("Session: 2026-12-02 08:55").
 
 What stays for the memory (moved only once calls show it changes): hex and base64 runs and JWTs
-(`NONCE`: a commit hash or a key id is the same on every call), a value under a plain `Date:`
-label, and any candidate written as an example: inside a fenced or inline code span, a JSON
-object or member line, an example section (`<example>` ... `</example>`, a heading or a line
-that starts with "Example", up to the next heading or blank line), or a sentence that introduces
-it as one ("e.g.", "for example", "such as", "format", "looks like"). A wrong move costs the
-caller's words moved for nothing, so the rule errs towards the memory.
+(`NONCE`: a commit hash or a key id is the same on every call), and any candidate written as an
+example: inside a fenced or inline code span, a JSON object or member line, an example section
+(`<example>` ... `</example>`, a heading or a line that starts with "Example", up to the next
+heading or blank line), or a sentence that introduces it as one ("e.g.", "ie.", "for example",
+"such as", "format", "looks like", "in the form"). A wrong move costs the caller's words moved for
+nothing, so the rule errs towards the memory. Versions, prices, knowledge cutoffs, policy dates
+and dated model ids are no candidates at all (`sdk.prompt.volatile`, `sdk.prompt.dates`).
 """
 
 from __future__ import annotations
@@ -26,9 +31,10 @@ import functools
 import re
 
 from sdk._constants import VOLATILE_SCAN_CACHE_SIZE
-from sdk.prompt.volatile import VolatileKind, VolatileMatch, find_volatile
+from sdk.prompt.dates import NOW_LABEL, today
+from sdk.prompt.volatile import WHEN, VolatileKind, VolatileMatch, find_volatile
 
-_BY_SHAPE = frozenset({VolatileKind.UUID, VolatileKind.TIMESTAMP, VolatileKind.EPOCH})
+_BY_SHAPE = frozenset({VolatileKind.UUID, VolatileKind.TIMESTAMP, VolatileKind.EPOCH, VolatileKind.DATE})
 _REQUEST_LABEL = re.compile(
     r"(?:x )?(?:(?:request|trace|span|correlation|session|run|conversation|message|event) ?id|session|nonce|timestamp"
     r"|generated (?:at|on)|(?:current|local|server|today'?s?) (?:date|time)(?: ?(?:and )?time)?|date ?(?:and )?time)"
@@ -40,7 +46,8 @@ _HEADING = re.compile(r"^[ \t]*#{1,6}[ \t]")
 _EXAMPLE_LINE = re.compile(r"^[ \t]*(?:#{1,6}[ \t]+|[-*][ \t]+|\*\*)?(?:few-shot[ \t]+)?examples?\b", re.IGNORECASE)
 _JSON_MEMBER = re.compile(r'^[ \t]*"[^"\n]*"[ \t]*:')
 _INTRODUCED = re.compile(
-    r"\b(?:e\.g\.|i\.e\.|(?:eg|for (?:example|instance)|examples?|such as|formats?|formatted|like|sample)\b)",
+    r"\b(?:e\.?g\.|i\.?e\.|(?:eg|ie|for (?:example|instance)|examples?|such as|formats?|formatted|like|sample"
+    r"|in the form|of the form|placeholder|template|pattern)\b)",
     re.IGNORECASE,
 )
 _SENTENCE_END = re.compile(r"[.!?](?:[ \t]|$)")
@@ -49,14 +56,14 @@ _SENTENCE_END = re.compile(r"[.!?](?:[ \t]|$)")
 def moves_on_sight(text: str) -> tuple[bool, ...]:
     """For each match of `find_volatile(text)`, in order: whether it moves on first sight (see the module).
 
-    A pure function of `text`, remembered per text as the scan is: a system prompt sent on every
-    call is judged once.
+    A pure function of `text` and the day (`sdk.prompt.dates.today`), remembered per text as the
+    scan is: a system prompt sent on every call is judged once a day.
     """
-    return _judge(text) if find_volatile(text) else ()
+    return _judge(text, today()) if find_volatile(text) else ()
 
 
 @functools.lru_cache(maxsize=VOLATILE_SCAN_CACHE_SIZE)
-def _judge(text: str) -> tuple[bool, ...]:
+def _judge(text: str, now: int) -> tuple[bool, ...]:
     examples = _example_spans(text)
     return tuple(_by_shape(match) and not _in_example(text, match, examples) for match in find_volatile(text))
 
@@ -67,9 +74,11 @@ def _by_shape(match: VolatileMatch) -> bool:
     if match.kind is not VolatileKind.LABELLED_VALUE:
         return False
     label = _LABEL_SEPARATORS.sub(" ", match.label.lower())
-    return _REQUEST_LABEL.fullmatch(label) is not None or any(
-        inner.kind in _BY_SHAPE for inner in find_volatile(match.value)
-    )
+    if _REQUEST_LABEL.fullmatch(label) is not None:
+        return True
+    if NOW_LABEL.fullmatch(match.label) is not None and WHEN.fullmatch(match.value) is not None:
+        return True
+    return any(inner.kind in _BY_SHAPE for inner in find_volatile(match.value))
 
 
 def _example_spans(text: str) -> list[tuple[int, int]]:

@@ -3,9 +3,10 @@
 Under `volatile="move"`, candidates (`sdk.prompt.volatile`) in the system prompt that are volatile by
 their shape (`sdk.prompt.first_sight`: on the first call that carries them) or that change between calls
 of a prompt family (`sdk.prompt.families`: from the first call on which their bytes differ, and for good)
-are cut (a labelled value with its label, never the rest of its sentence) and appended, labelled,
-to a context note (`<request_context>...</request_context>`) so the model still sees them; bytes
-that stay the same stay where the caller put them. Without a family memory (`sdk.Prompt`, a direct
+are cut with the caller's words around them (their sentence, labelled line or heading:
+`sdk.prompt.sentences`) and appended, verbatim, to a context note
+(`<request_context>...</request_context>`) so the model reads exactly what the caller wrote: no
+label made up, no lead-in left behind; bytes that stay the same stay where the caller put them. Without a family memory (`sdk.Prompt`, a direct
 `canonicalize`) there is no earlier call to keep bytes identical with, and every candidate moves.
 
 Where a moved value goes depends on whether it changes within a conversation (`sdk.prompt.families`): one
@@ -45,7 +46,7 @@ from sdk.call import Api, Call
 from sdk.policy import Policy
 from sdk.prompt.families import FamilyMemory, family_key, value_hash
 from sdk.prompt.first_sight import moves_on_sight
-from sdk.prompt.volatile import VolatileMatch, cut_volatile, find_volatile, mask_volatile, render_note_line
+from sdk.prompt.volatile import VolatileMatch, cut_volatile, find_volatile, mask_volatile, note_lines
 
 log = logging.getLogger("sdk")
 
@@ -84,8 +85,8 @@ def move_volatile(call: Call, policy: Policy, adapter: Adapter, families: Family
     removed = _cut_system(call, found[: len(system_texts)], moves, tails) if any(moves) else []
     if removed:
         call.decided.changes.extend(f"volatile_moved:{match.kind}" for match, _ in removed)
-        conversation_lines = [render_note_line(match) for match, tail in removed if not tail]
-        tail_lines = [render_note_line(match) for match, tail in removed if tail]
+        conversation_lines = [line for match, tail in removed if not tail for line in note_lines(match)]
+        tail_lines = [line for match, tail in removed if tail for line in note_lines(match)]
         if conversation_lines:
             add_note(call, conversation_lines, adapter.text_part_type)
         if tail_lines:

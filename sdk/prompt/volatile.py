@@ -2,14 +2,18 @@
 
 A provider's prompt cache hits only on a byte-identical prefix. One UUID, timestamp or request id in
 the tools or the system prompt makes every call's prefix new, and everything after it is prefilled
-again. `find_volatile` finds such bytes; `cut_volatile` removes them tidily, so that the
-canonicaliser can move them to a context note at the end of the prompt (nothing is dropped);
-`mask_volatile` replaces them with placeholders, to tell a volatile change from a real one.
+again. `find_volatile` finds such bytes; `cut_volatile` removes them with the caller's words around
+them (their sentence, line or heading: `sdk.prompt.sentences`), so that the canonicaliser can move
+those words to a context note, verbatim (nothing is dropped, no label is made up);
+`mask_volatile` replaces the bytes with placeholders, to tell a volatile change from a real one.
 
 What counts (each a `VolatileKind`):
 - UUID: any version, optionally in braces.
 - TIMESTAMP: a date *with a time*: ISO 8601, `date`/`ctime` output, RFC 2822, `29/11/2026 08:55`,
-  `Nov 29, 2026 8:55 AM`. A plain date ("Founded on 2019-05-01") is not volatile.
+  `Nov 29, 2026 8:55 AM`, `2026-03-17 07:05:51 PM PDT-0700`.
+- DATE: a date that names the current day, in any written form: introduced as the current one
+  ("The current date is Tuesday, March 17, 2026."), under a heading that names it, or today's by
+  its value (`sdk.prompt.dates`). Any other plain date ("Founded on 2019-05-01") is not volatile.
 - EPOCH: Unix seconds (10 digits in [1e9, 2e9), optionally with a fraction) or milliseconds (13).
 - NONCE: a hex run of at least `VOLATILE_MIN_HEX_CHARS`, a base64/base64url run of at least
   `VOLATILE_MIN_BASE64_CHARS` with upper and lower case and digits, or a JWT. Runs that read as
@@ -19,13 +23,13 @@ What counts (each a `VolatileKind`):
   reads as words by chance and stays (a missed nonce costs a cache miss; a false one would move
   the user's text).
 - LABELLED_VALUE: a label such as `Request ID`, `Trace-Id`, `Timestamp`, `Current time`,
-  `Current date`, `Date`, `Session`, `Nonce` (capitalised, then `:`) or a log-style `request_id=`
-  (also after another `key=value`), where a line, a list item, a sentence or a bracket starts,
-  with its value: a date and time in
-  any of the forms above (a plain date counts here: "Current date: 2026-12-02"), a time, or one
-  token with a digit. Only the label and its value are the match: the rest of the sentence and of
-  the line ("Current date: 2026-12-02. Always reply in French.") is the caller's and stays. It
-  wins over the tokens inside it.
+  `Current date`, `Date`, `Now`, `Session`, `Nonce` (capitalised, then `:`; in any case where the
+  value is a date or a time: `- date: 2026-03-17`) or a log-style `request_id=` (also after
+  another `key=value`), where a line, a list item, a sentence or a bracket starts, with its value:
+  a date and time in any of the forms above (a plain date counts here: "Current date:
+  2026-12-02"), a time, or one token with a digit. The label and its value are the match (what
+  is masked); the cut takes their sentence ("Current date: 2026-12-02." out of "... Always reply
+  in French."). It wins over the tokens inside it.
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ from sdk._constants import (
     VOLATILE_MIN_HEX_CHARS,
     VOLATILE_SCAN_CACHE_SIZE,
 )
+from sdk.prompt.dates import AMPM, DATE, DAY, MONTH, TIME, YMD, ZONE, names_now, now_heading, today
+from sdk.prompt.sentences import caller_words
 
 
 class VolatileKind(StrEnum):
@@ -57,6 +63,7 @@ class VolatileKind(StrEnum):
     EPOCH = "epoch"
     NONCE = "nonce"
     LABELLED_VALUE = "labelled_value"
+    DATE = "date"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,18 +79,10 @@ class VolatileMatch:
     value: str
 
 
-_DAY = r"(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday|Mon|Tues|Tue|Wed|Thurs|Thur|Thu|Fri|Sat|Sun)"
-_MONTH = (
-    r"(?:January|February|March|April|May|June|July|August|September|October|November|December"
-    r"|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept|Sep|Oct|Nov|Dec)\.?"
-)
-_TIME = r"(?:[01]?\d|2[0-3]):[0-5]\d(?::[0-5]\d(?:[.,]\d{1,9})?)?"
-_AMPM = r"(?:[ ]?[AaPp](?:\.[Mm]\.|[Mm]))"
-_ZONE = r"(?:[ ]?(?:Z|[+-](?:[01]\d|2[0-3]):?[0-5]\d|(?:UTC|GMT)(?:[+-]\d{1,2}(?::?\d\d)?)?|[A-Z]{2,4}T))"
+_DAY, _MONTH, _TIME, _AMPM, _ZONE, _YMD = DAY, MONTH, TIME, AMPM, ZONE, YMD
 _CLOCK = rf"(?:at[ ]+)?{_TIME}{_AMPM}?{_ZONE}?"
-_YMD = r"\d{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])"
 _TIMESTAMPS = [
-    rf"{_YMD}[T ]{_TIME}{_ZONE}?",  # ISO 8601: 2026-11-29T08:55:21Z, 2026-11-29 08:55:21.123+01:00
+    rf"{_YMD}[T ]{_TIME}{_AMPM}?{_ZONE}?",  # ISO 8601: 2026-11-29T08:55:21Z, 2026-11-29 08:55:21.123+01:00
     r"(?:19|20)\d\d(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])T[0-2]\d[0-5]\d(?:[0-5]\d)?Z?",  # 20261129T085521Z
     rf"{_DAY}[ ]+{_MONTH}[ ]+\d{{1,2}}[ ]+{_TIME}(?:[ ]+[A-Z]{{2,5}})?[ ]+\d{{4}}",  # Sun Nov 29 08:55:21 UTC 2026
     rf"(?:{_DAY},?[ ]+)?\d{{1,2}}[ ]+{_MONTH}[ ]+\d{{4}},?[ ]+{_CLOCK}",  # Sun, 29 Nov 2026 08:55:21 +0000
@@ -96,8 +95,8 @@ _UUID_BODY = rf"{_HEX_CHARS}{{8}}-(?:{_HEX_CHARS}{{4}}-){{3}}{_HEX_CHARS}{{12}}"
 _LABELS = (
     r"(?:x-)?(?:request|trace|span|correlation|session|run|conversation|message|event)[ _-]?id"
     r"|session|nonce|timestamp|generated[ _-](?:at|on)"
-    r"|(?:(?:current|local|server|today'?s?)[ _-])?date(?:[ _-]?(?:and[ _-])?time)?"
-    r"|(?:current|local|server)[ _-]time"
+    r"|(?:(?:current|local|server|system|today'?s?)[ _-])?(?:date(?:[ _-]?(?:and[ _-])?time)?|datetime|time)"
+    r"|today|now"
 )
 _EMPHASIS = r"(?:\*\*|__)?"
 _DATE = (
@@ -106,12 +105,13 @@ _DATE = (
     rf"|\d{{1,2}}[/.]\d{{1,2}}[/.](?:\d{{4}}|\d\d)|\d{{4}}/\d{{1,2}}/\d{{1,2}})"
 )
 _VALUE_END = r"(?=$|[\s.,;:!?)\]'\"])"
+_WHEN = rf"{_TIMESTAMPS[2]}|{_DATE}(?:(?:T|,?[ ]+(?:at[ ]+)?){_TIME}{_AMPM}?{_ZONE}?)?|{_TIME}{_AMPM}?{_ZONE}?"
+WHEN = re.compile(_WHEN, re.ASCII)
+"""A date or a time of day as a label's value (`WHEN.fullmatch`): "Current date: 2026-12-02", "Time: 8:55 PM"."""
 _LABELLED_VALUE = re.compile(
     rf"(?:^[ \t]*(?:[-*+>][ \t]+)?|(?<=[.!?;][ \t])|(?<=[(\[])|(?<=[ \t])(?=(?i:{_LABELS})=))"
     rf"(?P<body>{_EMPHASIS}(?P<label>(?i:{_LABELS})){_EMPHASIS}"
-    rf"(?:[ \t]*:{_EMPHASIS}[ \t]*(?P<colon>(?:{_TIMESTAMPS[2]}"
-    rf"|{_DATE}(?:(?:T|,?[ ]+(?:at[ ]+)?){_TIME}{_AMPM}?{_ZONE}?)?"
-    rf"|{_TIME}{_AMPM}?{_ZONE}?|[^\s.,;!?)\]]+(?:[.,;:!?]+[^\s.,;!?)\]]+)*){_VALUE_END})"
+    rf"(?:[ \t]*:{_EMPHASIS}[ \t]*(?P<colon>(?:{_WHEN}|[^\s.,;!?)\]]+(?:[.,;:!?]+[^\s.,;!?)\]]+)*){_VALUE_END})"
     rf"|=(?P<equals>[\w:+/-]+(?:\.[\w:+/-]+)*)(?=[ \t]|$)))",
     re.MULTILINE | re.ASCII,
 )
@@ -123,7 +123,8 @@ _SEPARATOR = re.compile(r"[_-]+")
 def _is_labelled_value(match: re.Match[str]) -> bool:
     if (value := match["equals"]) is not None:
         return _DIGIT.search(value) is not None
-    return match["label"][0].isupper() and _DIGIT.search(match["colon"]) is not None
+    value = match["colon"]
+    return _DIGIT.search(value) is not None and (match["label"][0].isupper() or WHEN.fullmatch(value) is not None)
 
 
 def _ascending_run(token: str) -> int:
@@ -197,34 +198,39 @@ def find_volatile(text: str) -> list[VolatileMatch]:
 
     Of overlapping candidates the one starting first wins, then the longest, then the earlier kind.
     Every pattern needs a digit (a UUID of letters only is not worth the scan), so text without
-    one is skipped; the same text (a system prompt sent on every call) is scanned once, and a text
-    seen with one line changed (a new request id) rescans that line only.
+    one is skipped; the same text (a system prompt sent on every call) is scanned once a day (a
+    date is found by its value too: `sdk.prompt.dates`), and a text seen with one line changed (a
+    new request id) rescans that line only.
     """
     if _DIGIT.search(text) is None:
         return []
-    return list(_scan(text))
+    return list(_scan(text, today()))
 
 
 @functools.lru_cache(maxsize=VOLATILE_SCAN_CACHE_SIZE)
-def _scan(text: str) -> tuple[VolatileMatch, ...]:
+def _scan(text: str, now: int) -> tuple[VolatileMatch, ...]:
     """Line by line: no pattern matches across a newline, and each treats one as it treats the
-    text's ends, so the matches are those of the whole text."""
+    text's ends, so the matches are those of the whole text. A line under a heading that names the
+    current date is scanned with the heading above it, as the whole text would be."""
     if "\n" not in text:
-        return _scan_line(text)
+        return _scan_line(text, now)
     found: list[VolatileMatch] = []
     offset = 0
     for line in text.split("\n"):
         if _DIGIT.search(line) is not None:
+            heading = now_heading(text, offset)
+            start = offset if heading is None else heading
             found += [
-                VolatileMatch(m.start + offset, m.end + offset, m.kind, m.label, m.text, m.value)
-                for m in _scan_line(line)
+                VolatileMatch(m.start + start, m.end + start, m.kind, m.label, m.text, m.value)
+                for m in _scan_line(text[start : offset + len(line)], now)
+                if m.start + start >= offset
             ]
         offset += len(line) + 1
     return tuple(found)
 
 
 @functools.lru_cache(maxsize=VOLATILE_LINE_CACHE_SIZE)
-def _scan_line(text: str) -> tuple[VolatileMatch, ...]:
+def _scan_line(text: str, now: int) -> tuple[VolatileMatch, ...]:
     candidates: list[tuple[int, int, int, VolatileKind, str, str]] = []
     for rank, (kind, pattern, accept) in enumerate(_PATTERNS):
         for match in pattern.finditer(text):
@@ -235,6 +241,14 @@ def _scan_line(text: str) -> tuple[VolatileMatch, ...]:
                 candidates.append((match.start("body"), -match.end(), rank, kind, match["label"], value))
             else:
                 candidates.append((match.start(), -match.end(), rank, kind, kind.value, match[0]))
+    for match in DATE.finditer(text):  # a date that names today (`sdk.prompt.dates`), after every other kind
+        line_start = text.rfind("\n", 0, match.start()) + 1
+        line_end = len(text) if (end := text.find("\n", match.end())) < 0 else end
+        under_heading = now_heading(text, line_start) is not None
+        start, end = match.start() - line_start, match.end() - line_start
+        if names_now(text[line_start:line_end], start, end, under_heading, now):
+            kind = VolatileKind.DATE
+            candidates.append((match.start(), -match.end(), len(_PATTERNS), kind, kind.value, match[0]))
     candidates.sort()
     found: list[VolatileMatch] = []
     for start, negative_end, _, kind, label, value in candidates:
@@ -254,16 +268,16 @@ def mask_volatile(text: str) -> str:
     return "".join(pieces)
 
 
-def render_note_line(match: VolatileMatch) -> str:
-    """The line that carries a cut match in the context note: `Request ID: 7f3c...`, `uuid: 550e...`."""
-    return f"{match.label}: {match.value}"
+def note_lines(match: VolatileMatch) -> list[str]:
+    """The lines a cut match puts in the context note: the caller's words as cut, verbatim
+    ("The current date is Tuesday, March 17, 2026.", `- date: 2026-03-17`), blank lines left out."""
+    return [line.rstrip() for line in match.text.split("\n") if line.strip()]
 
 
 _SPACES = " \t"
-_CLOSERS = {"(": ")", "[": "]", "{": "}"}
+_OPENERS = "([{"
 _TIGHT = ",.;:!?)]}"
-_SENTENCE_ENDS = ".,;:!?"
-_BULLET = re.compile(r"[ \t]*[-*+>][ \t]+")
+_WHEN_KINDS = frozenset({VolatileKind.DATE, VolatileKind.TIMESTAMP})
 
 
 def cut_volatile(text: str, keep: Collection[int] = ()) -> tuple[str, list[VolatileMatch]]:
@@ -272,14 +286,14 @@ def cut_volatile(text: str, keep: Collection[int] = ()) -> tuple[str, list[Volat
     `keep` names matches that stay where they are, by their index in `find_volatile(text)` (bytes
     that look volatile but are the same on every call).
 
-    A labelled value goes with its label, and with the mark closing its sentence or the bullet of
-    its list item when it was all of either; the rest of its line stays. A match goes with any
-    brackets it leaves empty (they, the mark and the bullet become part of the match's `text`),
-    and the whitespace around the cut is tidied: no double spaces, no space before `,` or `)`, no
-    line left blank. Only whitespace is dropped, so the result plus the matches' texts hold every
-    other character of `text`. If a cut joins the text around it into new volatile bytes (a date
-    and a time that a UUID separated), those are cut too, so the result is free of volatile bytes
-    (cutting it again finds only the kept ones); such a match's `start:end` spans the earlier cut.
+    A match goes with the caller's words around it (`sdk.prompt.sentences`: its sentence, its line
+    with its bullet, the heading over it, a weekday line beside a date), which become the removed
+    match's `text`, and the whitespace around the cut is tidied: no double spaces, no line left
+    blank. A kept match in the sentence of a moving one goes with that sentence (a value is never
+    split from its words). Only whitespace is dropped, so the result plus the matches' texts hold
+    every other character of `text`. If a cut joins the text around it into new volatile bytes,
+    those are cut too, so the result is free of volatile bytes (cutting it again finds only the
+    kept ones); such a match's `start:end` spans the earlier cut.
     """
     found = find_volatile(text)
     kept = {(match.start, match.end) for index, match in enumerate(found) if index in keep}
@@ -290,10 +304,35 @@ def cut_volatile(text: str, keep: Collection[int] = ()) -> tuple[str, list[Volat
     origin = list(range(len(text)))
     removed: list[VolatileMatch] = []
     while matches:
-        removed += [_cut(chars, origin, match) for match in reversed(matches)]
+        current = "".join(chars)
+        removed += [_cut(chars, origin, *unit) for unit in reversed(_units(current, matches))]
         matches = [match for match in find_volatile("".join(chars)) if not _touches(origin, match, kept)]
     removed.sort(key=lambda match: (match.start, match.end))
     return "".join(chars), removed
+
+
+def _units(text: str, matches: list[VolatileMatch]) -> list[tuple[int, int, VolatileMatch]]:
+    """The spans of `text` that move with `matches` (their caller's words), merged where they
+    overlap, in order, each with the first match it holds."""
+    values = [(match.start, match.end) for match in find_volatile(text)]
+    spans = sorted(
+        ((*caller_words(text, match.start, match.end, values, _is_when(match)), match) for match in matches),
+        key=lambda span: span[:2],
+    )
+    units: list[tuple[int, int, VolatileMatch]] = []
+    for start, end, match in spans:
+        if units and start < units[-1][1]:
+            units[-1] = (units[-1][0], max(end, units[-1][1]), units[-1][2])
+        else:
+            units.append((start, end, match))
+    return units
+
+
+def _is_when(match: VolatileMatch) -> bool:
+    """Whether `match` is a date or a time (it takes a weekday line beside it)."""
+    return match.kind in _WHEN_KINDS or (
+        match.kind is VolatileKind.LABELLED_VALUE and WHEN.fullmatch(match.value) is not None
+    )
 
 
 def _touches(origin: list[int], match: VolatileMatch, kept: set[tuple[int, int]]) -> bool:
@@ -303,38 +342,15 @@ def _touches(origin: list[int], match: VolatileMatch, kept: set[tuple[int, int]]
     return any(start < kept_end and kept_start < end for kept_start, kept_end in kept)
 
 
-def _cut(chars: list[str], origin: list[int], match: VolatileMatch) -> VolatileMatch:
-    """Delete `match` (in `chars` coordinates) and tidy; return it in the input's coordinates."""
-    start, end = match.start, match.end
-    while True:  # brackets left empty go with the cut
-        left, right = _skip_spaces_left(chars, start), _skip_spaces_right(chars, end)
-        if left == 0 or right == len(chars) or _CLOSERS.get(chars[left - 1]) != chars[right]:
-            break
-        start, end = left - 1, right + 1
-    if match.kind is VolatileKind.LABELLED_VALUE and (start, end) == (match.start, match.end):
-        start, end = _widen_labelled(chars, start, end)
+def _cut(chars: list[str], origin: list[int], start: int, end: int, match: VolatileMatch) -> VolatileMatch:
+    """Delete `start:end` (in `chars` coordinates), the words of `match`, and tidy; return the cut
+    in the input's coordinates."""
     cut = VolatileMatch(
         origin[start], origin[end - 1] + 1, match.kind, match.label, "".join(chars[start:end]), match.value
     )
     _delete(chars, origin, start, end)
     _tidy(chars, origin, start)
     return cut
-
-
-def _widen_labelled(chars: list[str], start: int, end: int) -> tuple[int, int]:
-    """A labelled value that was its sentence ("Current date: 2026-12-02. Be brief.") takes the
-    sentence's closing mark with it, and one that was its list item (`- Request ID: 7f3c`) the
-    item's bullet: neither is left behind alone. Everything else stays where the caller wrote it."""
-    line = start
-    while line > 0 and chars[line - 1] != "\n":
-        line -= 1
-    before = "".join(chars[line:start])
-    if end < len(chars) and chars[end] in _SENTENCE_ENDS and (end + 1 == len(chars) or chars[end + 1].isspace()):
-        end += 1
-    after = _skip_spaces_right(chars, end)
-    if (after == len(chars) or chars[after] in "\r\n") and _BULLET.fullmatch(before):
-        start = line + len(before) - len(before.lstrip(_SPACES))
-    return start, end
 
 
 def _skip_spaces_left(chars: list[str], index: int) -> int:
@@ -377,7 +393,7 @@ def _tidy(chars: list[str], origin: list[int], at: int) -> None:
         _delete_line(chars, origin, left, right)
     elif line_start:
         _delete(chars, origin, at, right)  # keep the indentation, drop the space after the cut
-    elif line_end or chars[right] in _TIGHT or chars[left - 1] in _CLOSERS:
+    elif line_end or chars[right] in _TIGHT or chars[left - 1] in _OPENERS:
         _delete(chars, origin, left, right)
     elif left < at < right:
         _delete(chars, origin, at, right)

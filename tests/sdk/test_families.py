@@ -113,10 +113,10 @@ def test_a_request_id_moves_on_first_sight_in_every_fresh_client_and_the_rest_of
     for call, system in zip(calls, systems):
         assert "Request ID" not in _system_text(call) and PROJECT not in _system_text(call)  # both by shape
         assert _volatile(call) == ["volatile_moved:labelled_value", "volatile_moved:uuid"]
-        note = "\n".join([NOTE_OPEN, system.splitlines()[0], f"uuid: {PROJECT}", NOTE_CLOSE])
+        note = "\n".join([NOTE_OPEN, system.splitlines()[0], f"File tickets in project {PROJECT}.", NOTE_CLOSE])
         assert call.messages == [{"role": "user", "content": f"Hello\n\n{note}"}]  # the caller's text, the note after it
     assert len({_system_text(call) for call in calls}) == 1  # the same bytes in every process: cacheable
-    assert calls[0].system == [{"role": "system", "content": "You are the support assistant. File tickets in project."}]
+    assert calls[0].system == [{"role": "system", "content": "You are the support assistant."}]  # values go with their sentences
 
 
 def test_a_candidate_only_calls_can_tell_stays_while_the_same_then_moves_for_good_never_flipping():
@@ -125,10 +125,11 @@ def test_a_candidate_only_calls_can_tell_stays_while_the_same_then_moves_for_goo
     calls = [_chat(pipeline, _build(build)) for build in builds]
     assert {_system_text(call) for call in calls[:3]} == {json.dumps([{"role": "system", "content": _build()}])}  # as sent
     assert all(call.messages == [{"role": "user", "content": "Hello"}] for call in calls[:3])  # no note
-    kept = "You are the release assistant. Answer for build only."
+    kept = "You are the release assistant."
     assert {_system_text(call) for call in calls[3:]} == {json.dumps([{"role": "system", "content": kept}])}
-    for call, build in zip(calls[3:], builds[3:]):  # moved once, moved for good, the same bytes or not
-        assert call.messages == [{"role": "user", "content": f"Hello\n\n{NOTE_OPEN}\nnonce: {build}\n{NOTE_CLOSE}"}]
+    for call, build in zip(calls[3:], builds[3:]):  # moved once, moved for good, with its sentence, verbatim
+        note = f"{NOTE_OPEN}\nAnswer for build {build} only.\n{NOTE_CLOSE}"
+        assert call.messages == [{"role": "user", "content": f"Hello\n\n{note}"}]
 
 
 def test_families_are_told_apart_by_their_stable_text_and_remembered_per_wrapped_client():

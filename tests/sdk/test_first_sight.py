@@ -14,6 +14,7 @@ every call that repeats it.
 from __future__ import annotations
 
 import datetime
+import functools
 import random
 import uuid
 from collections.abc import Callable
@@ -29,7 +30,7 @@ from sdk.pipeline import Pipeline
 
 
 def _moment() -> datetime.datetime:
-    start = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+    start = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
     return start + datetime.timedelta(seconds=random.randrange(300 * 24 * 3600))
 
 
@@ -52,25 +53,29 @@ PATTERNS: list[tuple[str, Callable[[], str]]] = [
     ("log-style request id", lambda: f"request_id={uuid.uuid4().hex[:12]}"),
 ]
 
-# (position, template): `{v}` is the value; the lines without it are the caller's and stay as written
-POSITIONS: dict[str, str] = {
+# (position, (template, the caller's words that move with the value)): `{v}` is the value; the rest stays as written
+POSITIONS: dict[str, tuple[str, str]] = {
     "start": (
         "{v}\nYou are the support assistant for Acme Cloud, a hosting provider.\n"
         "Answer billing and outage questions. Escalate anything about data loss to a human.\n"
-        "Never promise a refund; quote the refund policy instead."
+        "Never promise a refund; quote the refund policy instead.",
+        "{v}",
     ),
     "mid-line": (
-        "You are Ada, the travel desk's agent.\nYou work for one traveller; {v} and you answer in English only.\n"
-        "Book trains before flights when the trip is under 600 km.\nKeep answers under 120 words."
+        "You are Ada, the travel desk's agent. You work for one traveller; {v} and you answer in English only. "
+        "Book trains before flights when the trip is under 600 km.\nKeep answers under 120 words.",
+        "You work for one traveller; {v} and you answer in English only.",
     ),
     "end of line": (
         "# Role\nYou are a careful SQL assistant for the analytics team.\n"
         "# Context\nThe warehouse is Postgres 16; schemas: sales, marketing; {v}\n"
-        "# Rules\nOnly write SELECT statements. Explain each join in one sentence."
+        "# Rules\nOnly write SELECT statements. Explain each join in one sentence.",
+        "# Context\nThe warehouse is Postgres 16; schemas: sales, marketing; {v}",  # the heading of its section too
     ),
     "own line": (
         "You are the on-call assistant for the payments platform.\nSummarise alerts, link runbooks, and propose one next step.\n"
-        "{v}\nIf an alert mentions card data, stop and page security."
+        "{v}\nIf an alert mentions card data, stop and page security.",
+        "{v}",
     ),
 }
 CASES = [(pattern, position) for pattern in PATTERNS for position in POSITIONS]
@@ -91,25 +96,22 @@ def test_the_corpus_holds_sixty_prompts_with_every_pattern_in_every_position_and
     assert {position for _, position in CASES} == {"start", "mid-line", "end of line", "own line"}
 
 
-@pytest.mark.parametrize(("pattern", "position"), CASES, ids=[f"{name} at the {position}" for (name, _), position in CASES])
-def test_a_volatile_value_moves_on_the_first_call_of_a_process_with_its_label_and_nothing_else(
+@pytest.mark.parametrize(
+    ("pattern", "position"), CASES, ids=[f"{name} at the {position}" for (name, _), position in CASES]
+)
+def test_a_volatile_value_moves_on_the_first_call_of_a_process_with_its_own_words_and_nothing_else(
     pattern: tuple[str, Callable[[], str]], position: str
 ):
     _, fresh = pattern
-    template = POSITIONS[position]
+    template, words = POSITIONS[position]
     value, other = fresh(), fresh()
     system, turns = _sent(template.format(v=value))
     assert value not in system and _sent(template.format(v=other))[0] == system  # the same bytes in every process
     [turn] = turns
     assert turn["content"].startswith(f"Hello\n\n{NOTE_OPEN}\n") and turn["content"].endswith(NOTE_CLOSE)
     note = turn["content"][len(f"Hello\n\n{NOTE_OPEN}\n") : -len(NOTE_CLOSE)]
-    assert note.rstrip("\n").endswith(value.split(": ", 1)[-1].split("=", 1)[-1])  # the value, after its label
-    for line in template.split("\n"):
-        if "{v}" not in line:
-            assert line in system.split("\n")  # every line the value was not on, as written
-        else:
-            words = [word.strip("(),;") for word in line.replace("{v}", " ").split() if any(c.isalnum() for c in word)]
-            assert all(word in system for word in words), (words, system)  # the value's line keeps its other words
+    assert note == words.format(v=value) + "\n"  # the caller's words, verbatim: no label made up, no lead-in left
+    assert system == template.replace(words + "\n", "").replace(" " + words, "").format(v="")  # the rest, as written
 
 
 LOOK_ALIKES: dict[str, str] = {
@@ -121,7 +123,7 @@ LOOK_ALIKES: dict[str, str] = {
     "a revenue figure": "Q3 2024 revenue was $4.2M; do not share it outside the finance team.",
     "a policy date": "Orders placed after 2024-06-01 can be returned within 30 days of delivery.",
     "an incident date": "The outage on 2023-11-05 taught us to confirm every restore with the customer.",
-    "a bare date label": "You are a legal assistant.\nDate: 2024-03-01\nJurisdiction: Portugal.",
+    "a date labelled as another's": "You are a legal assistant.\nContract date: 2024-03-01\nJurisdiction: Portugal.",
     "a date-based api version": "Send the header anthropic-version: 2023-06-01 on every request you draft.",
     "a month and year": "Prices change on March 1, 2025; quote the current ones until then.",
     "a us phone number": "Support line: +1 (415) 555-0100, weekdays 9 to 5 Pacific.",
@@ -167,6 +169,18 @@ LOOK_ALIKES: dict[str, str] = {
         "Now summarise the user's sessions."
     ),
     "a markdown table of releases": "| Release | Date |\n|---|---|\n| 1.2.0 | 2024-01-15 |\n| 1.3.0 | 2024-03-02 |",
+    "an example uuid introduced with ie.": (
+        "Reference ids use the UUID format, ie. 550e8400-e29b-41d4-a716-446655440000, always lowercase."
+    ),
+    "an example uuid introduced with i.e.": "Quote the trace id as printed (i.e. 4bf92f35-77b3-4da6-a3ce-929d0e0e4736).",
+    "a knowledge cutoff": "Your knowledge cutoff is 2024-06; say so when asked about later events.",
+    "a knowledge cutoff date": "Knowledge cutoff: 2024-06-01. Reliable knowledge cutoff: April 2024.",
+    "a policy effective date": "This policy is effective January 1, 2025 for every customer in the EU.",
+    "dated model ids": "Route hard questions to claude-3-5-sonnet-20241022 and easy ones to gpt-4o-2024-08-06.",
+    "prices as of a date": "Prices as of March 1, 2025: Basic $9, Pro $29.",
+    "a last-updated label": "Last updated: March 17, 2025\nFollow the refund rules below.",
+    "an example sentence naming the date": "Say the date as in this example: e.g. 'Today is January 15, 2024.'",
+    "a knowledge date introduced as current": "Your training data is current as of January 15, 2024.",
 }
 
 
@@ -176,3 +190,64 @@ def test_a_look_alike_stays_where_it_was_written_on_the_first_call_and_on_every_
     pipeline = Pipeline(sdk.Policy())
     for _ in range(3):  # the first call of a process, then repeats: the same bytes, no note
         assert _sent(system, pipeline) == (system, [{"role": "user", "content": "Hello"}])
+
+
+DAYS = (datetime.date(2026, 3, 17), datetime.date(2026, 3, 18))  # two days of one user, a Tuesday and a Wednesday
+
+
+def _us(day: datetime.date) -> str:
+    return f"{day.month}/{day.day}/{day.year}"
+
+
+# (name, template: {s} is the stable text around, {w} the caller's words holding the value; those words for a day)
+NOW_FORMS: list[tuple[str, Callable[[datetime.date], str]]] = [
+    ("a sentence, a weekday and a long date", lambda d: f"The current date is {d:%A}, {d:%B} {d.day}, {d.year}."),
+    ("today is, ctime-like", lambda d: f"Today is {d:%a %b} {d.day} {d.year}."),
+    ("for context, today's date", lambda d: f"For context, today's date is {d:%a %b} {d.day}, {d.year}."),
+    (
+        "use the current date of",
+        lambda d: f"When you search, use the current date of {d:%B} {d.day}, {d.year} to judge recency.",
+    ),
+    ("a heading with the date on the next line", lambda d: f"### Current Date\n{_us(d)}"),
+    ("a heading, a blank line, the date", lambda d: f"## Today\n\n{d:%A}, {d.day} {d:%B} {d.year}"),
+    ("a Date: label, US form", lambda d: f"Date: {_us(d)}"),
+    ("a lowercase list item", lambda d: f"- date: {d.isoformat()}"),
+    ("a date-time with seconds, PM and a zone", lambda d: f"Current time: {d.isoformat()} 07:05:51 PM PDT-0700"),
+    ("a date, European form", lambda d: f"Current date: {d.day}/{d.month:02d}/{d.year}"),
+    ("a date with a weekday line beside it", lambda d: f"Date: {_us(d)}\nDay of Week: {d:%A}"),
+    ("it is now, day first", lambda d: f"It is now {d.day} {d:%B} {d.year}, so mention the season when it matters."),
+    ("as of, an ordinal", lambda d: f"As of {d:%B} {d.day}th, {d.year}, the user is on the free plan."),
+    ("an env block's label", lambda d: f"Today's date: {d.isoformat()}"),
+    ("bold label, dots", lambda d: f"**Current date:** {d.day:02d}.{d.month:02d}.{d.year}"),
+]
+AROUND = "You are Iris, a research assistant for a newsroom.\n{w}\nCite every source with a link. Be brief."
+IN_A_PARAGRAPH = "You are Iris, a research assistant. {w} Cite every source with a link."
+
+
+@pytest.mark.parametrize(("name", "words"), NOW_FORMS, ids=[name for name, _ in NOW_FORMS])
+@pytest.mark.parametrize("around", [AROUND, IN_A_PARAGRAPH], ids=["own lines", "in a paragraph"])
+def test_now_in_any_written_form_moves_on_first_sight_with_the_callers_words_verbatim(
+    name: str, words: Callable[[datetime.date], str], around: str
+):
+    if around is IN_A_PARAGRAPH and ("\n" in words(DAYS[0]) or words(DAYS[0]).startswith("- ")):
+        pytest.skip("a heading, a list item or a line beside the date is a line of its own")
+    if around is IN_A_PARAGRAPH and not words(DAYS[0]).endswith("."):
+        words = functools.partial(lambda form, day: form(day) + ".", words)  # a sentence of its own in a paragraph
+    sent = [_sent(around.format(w=words(day))) for day in DAYS]  # each day in a fresh process
+    assert sent[0][0] == sent[1][0] == around.replace("\n{w}", "").replace(" {w}", "")  # nothing of the day stays
+    for day, (_, [turn]) in zip(DAYS, sent):
+        verbatim = words(day).replace("\n\n", "\n")  # the note keeps no blank line
+        assert turn["content"] == f"Hello\n\n{NOTE_OPEN}\n{verbatim}\n{NOTE_CLOSE}"  # read back: the caller's words
+
+
+def test_a_date_whose_value_is_today_moves_with_its_sentence_and_one_days_ago_stays():
+    today = datetime.datetime.now(datetime.UTC).date()
+    for form in ("%b {d}, %Y", "%Y-%m-%d", "%A, %B {d}, %Y", "{d} %B %Y"):
+        written = today.strftime(form.format(d=today.day))
+        system = f"You summarise the newsroom's notes.\nNotes from the stand-up ({written}) follow. Be brief."
+        sent, [turn] = _sent(system)
+        assert sent == "You summarise the newsroom's notes.\nBe brief."
+        assert turn["content"] == f"Hello\n\n{NOTE_OPEN}\nNotes from the stand-up ({written}) follow.\n{NOTE_CLOSE}"
+        earlier = today - datetime.timedelta(days=3)
+        stable = system.replace(written, earlier.strftime(form.format(d=earlier.day)))
+        assert _sent(stable) == (stable, [{"role": "user", "content": "Hello"}])

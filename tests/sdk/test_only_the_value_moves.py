@@ -1,4 +1,5 @@
-"""Only the value moves: a labelled value goes to the note with its label, the rest of its sentence stays.
+"""The caller's words move whole: a value goes to the note with its sentence, its labelled line or its
+heading, verbatim, and every other sentence of the prompt stays where it was.
 
 Table-driven over a corpus of system prompts (`tests.sdk.system_prompts`): for each, exactly what
 stays in the system prompt and what goes to the note, cut alone, through the pipeline a wrapped
@@ -7,6 +8,7 @@ client runs, and through a real client against the simulator.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -16,7 +18,7 @@ from sdk.adapters import adapter_for
 from sdk.call import Api, Provider
 from sdk.prompt.canonical import NOTE_CLOSE, NOTE_OPEN
 from sdk.pipeline import Pipeline
-from sdk.prompt.volatile import cut_volatile, render_note_line
+from sdk.prompt.volatile import cut_volatile, note_lines
 from tests.sdk.helpers import resolve
 from tests.sdk.system_prompts import CORPUS, OTHER_VALUES, VALUES, SystemPrompt
 
@@ -33,10 +35,20 @@ def test_the_corpus_holds_thirty_prompts_with_values_in_mid_line_end_of_line_and
 
 
 @pytest.mark.parametrize("entry", CORPUS, ids=IDS)
-def test_cutting_a_system_prompt_leaves_all_but_the_values_and_gives_the_note_label_and_value(entry: SystemPrompt):
-    kept, removed = cut_volatile(entry.prompt(VALUES))
+def test_cutting_a_system_prompt_leaves_all_but_the_values_words_and_the_note_reads_them_verbatim(entry: SystemPrompt):
+    prompt = entry.prompt(VALUES)
+    kept, removed = cut_volatile(prompt)
     assert kept == entry.kept.format(**VALUES)
-    assert [render_note_line(match) for match in removed] == entry.note_lines(VALUES)
+    assert [line for match in removed for line in note_lines(match)] == entry.note_lines(VALUES)
+    for match in removed:  # read back against the original: the caller's words, whole, never a label made up
+        assert prompt[match.start : match.end] == match.text
+        assert all(line in _sentences(prompt) for line in note_lines(match)), note_lines(match)
+
+
+def _sentences(text: str) -> list[str]:
+    """Each line of `text` and each sentence of it, without indentation."""
+    lines = [line.strip() for line in text.split("\n")]
+    return lines + [sentence for line in lines for sentence in re.split(r"(?<=[.!?]) ", line)]
 
 
 def _sent(pipeline: Pipeline, system: str) -> tuple[str, list[Any]]:
@@ -70,5 +82,5 @@ async def test_the_issues_support_bot_keeps_its_rules_in_the_system_prompt_throu
     assert body["system"] == entry.kept  # "Always reply in French and never mention prices.": in place
     assert body["messages"] == [{"role": "user", "content": [  # the note: a block of its own after the caller's text, no turn added
         {"type": "text", "text": "Bonjour"},
-        {"type": "text", "text": f"{NOTE_OPEN}\nCurrent date: {OTHER_VALUES['date']}\n{NOTE_CLOSE}"},
+        {"type": "text", "text": f"{NOTE_OPEN}\nCurrent date: {OTHER_VALUES['date']}.\n{NOTE_CLOSE}"},
     ]}]  # fmt: skip

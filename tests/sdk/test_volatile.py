@@ -1,4 +1,4 @@
-"""Volatile content: which bytes count, how they are cut, and that cutting keeps everything else."""
+"""Volatile content: which bytes count, how they are cut with the caller's words around them, and that cutting keeps everything else."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from sdk.prompt.volatile import VolatileKind, VolatileMatch, cut_volatile, find_volatile, mask_volatile, render_note_line
+from sdk.prompt.dates import today
+from sdk.prompt.volatile import VolatileKind, VolatileMatch, cut_volatile, find_volatile, mask_volatile, note_lines
 
 UUID, TIMESTAMP, EPOCH, NONCE, LINE = (
     VolatileKind.UUID,
@@ -88,7 +89,9 @@ LABELLED = [
 
 
 @pytest.mark.parametrize(("line", "label", "text", "value"), LABELLED)
-def test_a_labelled_value_is_found_as_its_label_and_value_and_wins_over_their_tokens(line: str, label: str, text: str, value: str) -> None:
+def test_a_labelled_value_is_found_as_its_label_and_value_and_wins_over_their_tokens(
+    line: str, label: str, text: str, value: str
+) -> None:
     source = f"Intro line.\n{line}\nOutro line."
     [match] = find_volatile(source)
     assert (match.kind, match.label, match.text, match.value) == (LINE, label, text, value)
@@ -104,7 +107,7 @@ def test_a_label_after_a_sentence_takes_its_value_and_leaves_the_sentences_after
 
 NEGATIVE = [
     "Founded on 2019-05-01 in Berlin.",
-    "Released on Nov 29, 2026.",
+    "Released on Nov 29, 2019.",
     "The meeting is at 08:55 every day.",
     "Python 3.11.7, numpy 1.26.4, version 2.0.0-rc1.",
     "It costs $1,299.99 or 1299.99 EUR; call +1 (555) 123-4567 or 555-123-4567.",
@@ -131,31 +134,41 @@ def test_ordinary_text_versions_prices_and_identifiers_are_not_volatile(text: st
 
 
 CUTS = [
-    # (input, output after the cut, removed texts)
+    # (input, output after the cut, removed texts: the caller's words around each value, verbatim)
     (
-        "Session started at 2026-11-29T08:55:21Z, please be brief.",
-        "Session started at, please be brief.",
-        ["2026-11-29T08:55:21Z"],
+        "You are Ada. Session started at 2026-11-29T08:55:21Z, please be brief. Be kind.",
+        "You are Ada. Be kind.",
+        ["Session started at 2026-11-29T08:55:21Z, please be brief."],
     ),
     (
-        "Call me (550e8400-e29b-41d4-a716-446655440000) later.",
-        "Call me later.",
-        ["(550e8400-e29b-41d4-a716-446655440000)"],
+        "Call me (550e8400-e29b-41d4-a716-446655440000) later. Bye.",
+        "Bye.",
+        ["Call me (550e8400-e29b-41d4-a716-446655440000) later."],
     ),
-    ("The id (ref 1732870521) is logged.", "The id (ref) is logged.", ["1732870521"]),
-    ("a 1732870521 b", "a b", ["1732870521"]),
-    ("trailing 1732870521\nnext", "trailing\nnext", ["1732870521"]),
-    ("    1732870521 indented", "    indented", ["1732870521"]),
+    ("See e.g. item 1732870521 here. Next.", "Next.", ["See e.g. item 1732870521 here."]),
+    (
+        "It is Sunday, November 29, 2026 at 8:55 a.m. Be brief.",
+        "Be brief.",
+        ["It is Sunday, November 29, 2026 at 8:55 a.m."],
+    ),
+    ("1. Ship by 1732870521 at the latest.\n2. Be kind.", "2. Be kind.", ["1. Ship by 1732870521 at the latest."]),
+    ("- Request ID: 7f3c9a2e41. Be brief.", "- Be brief.", ["Request ID: 7f3c9a2e41."]),
+    ("| run | 1732870521 |\n|---|---|", "|---|---|", ["| run | 1732870521 |"]),
+    (
+        "## Session\n550e8400-e29b-41d4-a716-446655440000\n\n## Rules\nBe kind.",
+        "\n## Rules\nBe kind.",
+        ["## Session\n550e8400-e29b-41d4-a716-446655440000"],
+    ),
+    ("Date: 2026-11-29\nDay of Week: Sunday\nBe kind.", "Be kind.", ["Date: 2026-11-29\nDay of Week: Sunday"]),
+    ("a 1732870521 b", "", ["a 1732870521 b"]),
+    ("trailing 1732870521\nnext", "next", ["trailing 1732870521"]),
+    ("    1732870521 indented\nnext", "next", ["1732870521 indented"]),
     ("before\n  1732870521  \nafter", "before\nafter", ["1732870521"]),
     ("Intro.\nRequest ID: 7f3c9a2e41\nOutro.", "Intro.\nOutro.", ["Request ID: 7f3c9a2e41"]),
     ("Intro.\nRequest ID: 7f3c9a2e41", "Intro.", ["Request ID: 7f3c9a2e41"]),
     ("Request ID: 7f3c9a2e41\r\nOutro.", "Outro.", ["Request ID: 7f3c9a2e41"]),
-    (
-        "ids: 1732870521, 1732870522 and 1732870523.",
-        "ids:, and.",
-        ["1732870521", "1732870522", "1732870523"],
-    ),
-    ("on 2026-11-29 550e8400-e29b-41d4-a716-446655440000 08:55 ok", "on ok", None),
+    ("ids: 1732870521, 1732870522 and 1732870523. Done.", "Done.", ["ids: 1732870521, 1732870522 and 1732870523."]),
+    ("on 2026-11-29 550e8400-e29b-41d4-a716-446655440000 08:55 ok", "", None),
 ]
 
 
@@ -177,11 +190,14 @@ def test_mask_replaces_each_match_with_its_label_placeholder() -> None:
     assert mask_volatile(text.replace("7f3c", "9a9b").replace("08:55", "09:10")) == mask_volatile(text)
 
 
-def test_note_lines_give_a_labelled_value_its_label_and_a_token_its_kind() -> None:
+def test_note_lines_are_the_callers_words_verbatim_with_no_label_made_up() -> None:
     line = VolatileMatch(0, 29, LINE, "Request ID", "- **Request ID:** 7f3c9a2e41.", "7f3c9a2e41")
-    token = VolatileMatch(5, 41, UUID, "uuid", "550e8400-e29b-41d4-a716-446655440000", "550e8400-e29b-41d4-a716-446655440000")
-    assert render_note_line(line) == "Request ID: 7f3c9a2e41"
-    assert render_note_line(token) == "uuid: 550e8400-e29b-41d4-a716-446655440000"
+    sentence = "You handle request 550e8400-e29b-41d4-a716-446655440000 for billing."
+    token = VolatileMatch(0, len(sentence), UUID, "uuid", sentence, "550e8400-e29b-41d4-a716-446655440000")
+    heading = VolatileMatch(0, 28, VolatileKind.DATE, "date", "### Current Date  \n\n3/17/2026", "3/17/2026")
+    assert note_lines(line) == ["- **Request ID:** 7f3c9a2e41."]
+    assert note_lines(token) == [sentence]
+    assert note_lines(heading) == ["### Current Date", "3/17/2026"]
 
 
 SYSTEM_PROMPT = """\
@@ -308,15 +324,18 @@ def test_cutting_keeps_every_non_whitespace_character(text: str) -> None:
     at=st.integers(min_value=0),
     sample=st.sampled_from(VOLATILE_SAMPLES),
 )
-def test_a_token_injected_into_a_realistic_prompt_is_the_only_thing_cut(name: str, at: int, sample: str) -> None:
+def test_a_token_injected_into_a_realistic_prompt_moves_with_its_own_words_and_nothing_else(
+    name: str, at: int, sample: str
+) -> None:
     prompt = CORPUS[name]
     lines = prompt.split("\n")
     index = at % len(lines)
     lines[index] = f"{lines[index]} {sample.strip()}" if "\n" not in sample else f"{lines[index]}{sample.rstrip()}"
     text = "\n".join(lines)
-    rest, matches = cut_volatile(text)
-    assert [match.text.strip("{}") for match in matches] == [sample.strip().strip("{}")]
-    assert non_whitespace(rest) == non_whitespace(prompt)
+    rest, [match] = cut_volatile(text)
+    assert sample.strip() in match.text and text[match.start : match.end] == match.text  # verbatim, whole
+    assert non_whitespace(rest + match.text) == non_whitespace(text)
+    assert "\n" not in match.text.strip() or lines[index - 1].lstrip().startswith("#")  # its line, or a heading over it
 
 
 @settings(max_examples=200, deadline=None)
@@ -340,11 +359,21 @@ def test_a_fresh_uuid_and_timestamp_each_call_cut_to_the_same_prefix() -> None:
 
 
 def test_kept_matches_stay_in_place_and_only_the_others_are_cut() -> None:
-    text = "Request ID: 7f3c9a2e41\nFile tickets in project 550e8400-e29b-41d4-a716-446655440000 from 2026-11-29T08:55:21Z."
+    text = (
+        "Request ID: 7f3c9a2e41\nFile tickets in project 550e8400-e29b-41d4-a716-446655440000. "
+        "Reply before 2026-11-29T08:55:21Z."
+    )
     rest, removed = cut_volatile(text, keep={1})
-    assert rest == "File tickets in project 550e8400-e29b-41d4-a716-446655440000 from."
-    assert [match.text for match in removed] == ["Request ID: 7f3c9a2e41", "2026-11-29T08:55:21Z"]
+    assert rest == "File tickets in project 550e8400-e29b-41d4-a716-446655440000."
+    assert [match.text for match in removed] == ["Request ID: 7f3c9a2e41", "Reply before 2026-11-29T08:55:21Z."]
     assert cut_volatile(text, keep={0, 1, 2}) == (text, [])
+
+
+def test_a_kept_match_in_the_sentence_of_a_moving_one_moves_with_the_sentence_never_split_from_it() -> None:
+    text = "Be kind.\nFile tickets in project 550e8400-e29b-41d4-a716-446655440000 from 2026-11-29T08:55:21Z. Be brief."
+    rest, [removed] = cut_volatile(text, keep={0})
+    assert rest == "Be kind.\nBe brief."
+    assert removed.text == "File tickets in project 550e8400-e29b-41d4-a716-446655440000 from 2026-11-29T08:55:21Z."
 
 
 @settings(max_examples=300, deadline=None)
@@ -357,11 +386,12 @@ def test_kept_matches_stay_in_place_and_only_the_others_are_cut() -> None:
 def test_cutting_with_kept_matches_keeps_each_of_them_and_every_other_character(text: str, keep: set[int]) -> None:
     rest, removed = cut_volatile(text, keep)
     assert non_whitespace(rest + "".join(match.text for match in removed)) == non_whitespace(text)
-    for index, match in enumerate(find_volatile(text)):
-        if index in keep:
-            assert match.text in rest
-        else:
-            assert any(match.text in cut.text for cut in removed)
+    found = find_volatile(text)
+    for index, match in enumerate(found):
+        if index not in keep:
+            assert any(cut.start <= match.start and match.end <= cut.end for cut in removed)
+        elif not any(cut.start <= match.start and match.end <= cut.end for cut in removed):
+            assert match.text in rest  # kept in place, unless a moving value's sentence took it along
 
 
 lines_of_pieces = st.lists(st.lists(pieces, max_size=8).map("".join), max_size=8).map("\n".join)
@@ -372,4 +402,4 @@ lines_of_pieces = st.lists(st.lists(pieces, max_size=8).map("".join), max_size=8
 def test_scanning_line_by_line_finds_exactly_what_one_scan_of_the_whole_text_finds(text: str) -> None:
     from sdk.prompt.volatile import _scan_line  # the single-pass scan, applied to the whole text
 
-    assert find_volatile(text) == list(_scan_line(text))
+    assert find_volatile(text) == list(_scan_line(text, today()))
