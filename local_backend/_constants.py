@@ -108,3 +108,39 @@ would decide the choice) and runs with the defaults above until a quieter load."
 
 KERNEL_BUILD_TIMEOUT_S: Final = 600
 """Seconds the one-off build of one variant of the native CPU kernels may take (the sources compiled side by side)."""
+
+# A model file is input: what a header may claim before the loader refuses it, stated once. Each bound is
+# far above what real checkpoints hold (SmolLM2-135M: 36 keys, 272 tensors, a 1.7 MB header, arrays of
+# 49,152 entries, tokens of at most 162 bytes; Llama 3's 280,147 merges and Gemma 3's 262,144 tokens fit too).
+
+GGUF_MAX_HEADER_BYTES: Final = 32 * 1024**2
+"""Bytes of a GGUF file's metadata and tensor index, together: the parsed values stay within a few hundred MB."""
+
+GGUF_MAX_METADATA_ENTRIES: Final = 4096
+"""Key/value entries a GGUF file's metadata may hold."""
+
+GGUF_MAX_ARRAY_LENGTH: Final = 2**20
+"""Entries in one metadata array (a vocabulary, its merges, scores or token types)."""
+
+GGUF_MAX_STRING_BYTES: Final = 1024**2
+"""Bytes of one metadata string (a chat template, a licence text)."""
+
+GGUF_MAX_KEY_BYTES: Final = 256
+"""Bytes of a metadata key's name."""
+
+GGUF_MAX_TENSORS: Final = 65536
+"""Tensors a GGUF file may index (a 126-layer Llama holds about 1,200)."""
+
+GGML_MAX_NAME: Final = 64
+"""ggml's bound on a tensor's name, its terminating NUL included: llama.cpp refuses longer names too."""
+
+GGML_MAX_DIMS: Final = 4
+"""Dimensions of a ggml tensor."""
+
+MAX_TOKEN_BYTES: Final = 1024
+"""Bytes of one vocabulary token (GGUF or tokenizer.json): a longer token (a 2 MB chain) makes merging and
+matching it cost memory by the gigabyte."""
+
+MAX_SCORE_MERGE_WORK: Final = 2**26
+"""Σ len(token)² over a SentencePiece vocabulary whose merges are derived from its scores: the characters that
+derivation slices (Gemma 3's vocabulary needs about a fifth of this)."""

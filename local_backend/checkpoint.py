@@ -1,8 +1,10 @@
-"""What the engine reads from a model's files, whatever their format (a Hugging Face directory, a GGUF file)."""
+"""What the engine reads from a model's files, whatever their format (a Hugging Face directory, a GGUF file),
+and the check that a file's tensors are the ones its config implies, made before any of them is read."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import re
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,6 +12,12 @@ import torch
 
 from local_backend.config import ModelConfig
 from local_backend.tokenizer import TextTokenizer
+
+
+class ModelFileError(ValueError):
+    """A model file the engine refuses as it is: the message is one line naming the file, the key or tensor,
+    and the defect, and nothing of the file's size has been allocated when it is raised."""
+
 
 Tensors = Iterator[tuple[str, torch.Tensor]]
 """Tensors under their Hugging Face names (`model.layers.0.self_attn.q_proj.weight`), each read as reached."""
@@ -29,3 +37,66 @@ class Checkpoint:
     """The tokenizer, the given chat template replacing the checkpoint's own."""
     tensors: Callable[[], Tensors]
     """The weights, read one tensor at a time, in the format's own dtype or dequantized to float32."""
+
+
+Shape = tuple[int, ...]
+
+_LAYER_PREFIX = re.compile(r"model\.layers\.(\d+)\.")
+_IGNORED = "rotary_emb."
+"""Tensors some checkpoints keep that the engine recomputes (rotary `inv_freq`)."""
+
+
+def check_tensors(cfg: ModelConfig, shapes: Mapping[str, Shape], source: str, layer_key: str,
+                  shown: Callable[[str], str] = str) -> None:  # fmt: skip
+    """Refuse, naming the tensor, a checkpoint whose tensors (Hugging Face names → shapes) are not the ones `cfg`
+    implies: the layer count against the layers present first (a claim of a million layers costs nothing), then
+    each tensor missing, unexpected or of another shape. `layer_key` names the layer count in the file's own
+    terms, `shown` a tensor's name."""
+    present = {int(match[1]) for name in shapes if (match := _LAYER_PREFIX.match(name))}
+    missing_layer = next((layer for layer in range(cfg.num_layers) if layer not in present), None)
+    if missing_layer is not None:
+        raise ModelFileError(f"{source}: {layer_key}={cfg.num_layers}, but the file holds no tensor of "
+                             f"layer {missing_layer}")  # fmt: skip
+    if present and max(present) >= cfg.num_layers:
+        raise ModelFileError(f"{source}: {layer_key}={cfg.num_layers}, but the file holds tensors of layer "
+                             f"{max(present)}")  # fmt: skip
+    expected = expected_shapes(cfg)
+    for name, shape in shapes.items():
+        if name in expected and tuple(shape) != expected[name]:
+            raise ModelFileError(f"{source}: tensor {shown(name)!r} has shape {list(shape)}, but the config implies "
+                                 f"{list(expected[name])}")  # fmt: skip
+        if name not in expected and _IGNORED not in name and not (cfg.tie_word_embeddings and name == LM_HEAD):
+            raise ModelFileError(f"{source}: unexpected tensor {shown(name)!r} for a {cfg.model_type} model")
+    missing = [name for name in expected if name not in shapes]
+    if missing:
+        raise ModelFileError(f"{source}: tensor {shown(missing[0])!r} is missing ({len(missing)} missing)")
+
+
+LM_HEAD = "lm_head.weight"
+
+
+def expected_shapes(cfg: ModelConfig) -> dict[str, Shape]:
+    """Every tensor `cfg` implies, under its Hugging Face name, in torch's shape order (`[out, in]`)."""
+    hidden, q, kv, ff, head = (cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim,
+                               cfg.intermediate_size, cfg.head_dim)  # fmt: skip
+    layer: dict[str, Shape] = {
+        "input_layernorm.weight": (hidden,), "post_attention_layernorm.weight": (hidden,),
+        "self_attn.q_proj.weight": (q, hidden), "self_attn.k_proj.weight": (kv, hidden),
+        "self_attn.v_proj.weight": (kv, hidden), "self_attn.o_proj.weight": (hidden, q),
+        "mlp.gate_proj.weight": (ff, hidden), "mlp.up_proj.weight": (ff, hidden), "mlp.down_proj.weight": (hidden, ff),
+    }  # fmt: skip
+    if cfg.qkv_bias:
+        layer |= {"self_attn.q_proj.bias": (q,), "self_attn.k_proj.bias": (kv,), "self_attn.v_proj.bias": (kv,)}
+    if cfg.o_bias:
+        layer["self_attn.o_proj.bias"] = (hidden,)
+    if cfg.mlp_bias:
+        layer |= {"mlp.gate_proj.bias": (ff,), "mlp.up_proj.bias": (ff,), "mlp.down_proj.bias": (hidden,)}
+    if cfg.qk_norm:
+        layer |= {"self_attn.q_norm.weight": (head,), "self_attn.k_norm.weight": (head,)}
+    shapes = {"model.embed_tokens.weight": (cfg.vocab_size, hidden), "model.norm.weight": (hidden,)}
+    if not cfg.tie_word_embeddings:
+        shapes[LM_HEAD] = (cfg.vocab_size, hidden)
+    shapes |= {
+        f"model.layers.{index}.{name}": shape for index in range(cfg.num_layers) for name, shape in layer.items()
+    }
+    return shapes

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,11 +27,11 @@ class RopeConfig:
 
     def __post_init__(self) -> None:
         if self.rope_type not in SUPPORTED_ROPE_TYPES:
-            raise ValueError(
-                f"rope_type={self.rope_type!r} is not supported; supported: {SUPPORTED_ROPE_TYPES}"
-            )
-        if self.theta <= 0:
-            raise ValueError(f"rope theta must be > 0, got {self.theta}")
+            raise ValueError(f"rope_type={self.rope_type!r} is not supported; supported: {SUPPORTED_ROPE_TYPES}")
+        if not (isinstance(self.theta, (int, float)) and 0 < self.theta < math.inf):
+            raise ValueError(f"rope theta must be a finite number > 0, got {self.theta!r}")
+        if not (isinstance(self.factor, (int, float)) and 0 < self.factor < math.inf):
+            raise ValueError(f"rope scaling factor must be a finite number > 0, got {self.factor!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,13 +59,10 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         if self.model_type not in SUPPORTED_MODEL_TYPES:
-            raise ValueError(
-                f"model_type={self.model_type!r} is not supported; supported: {SUPPORTED_MODEL_TYPES}"
-            )
+            raise ValueError(f"model_type={self.model_type!r} is not supported; supported: {SUPPORTED_MODEL_TYPES}")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(
-                f"num_attention_heads={self.num_heads} is not a multiple of "
-                f"num_key_value_heads={self.num_kv_heads}"
+                f"num_attention_heads={self.num_heads} is not a multiple of num_key_value_heads={self.num_kv_heads}"
             )
 
     @classmethod
@@ -73,20 +71,26 @@ class ModelConfig:
         model_type = raw.get("model_type", "")
         if raw.get("hidden_act", "silu") != "silu":
             raise ValueError(f"hidden_act={raw['hidden_act']!r} is not supported; only 'silu'")
-        heads = raw["num_attention_heads"]
+        hidden, heads = _count(raw, "hidden_size"), _count(raw, "num_attention_heads")
+        head_dim = _count(raw, "head_dim", hidden // heads)
+        if head_dim % 2:
+            raise ValueError(f"head_dim={head_dim} is odd; rotary embeddings rotate pairs of dimensions")
         window = raw.get("sliding_window") if raw.get("use_sliding_window", True) else None
+        eps = raw.get("rms_norm_eps", 1e-6)
+        if not (type(eps) in (int, float) and 0 < eps < math.inf):
+            raise ValueError(f"rms_norm_eps={eps!r} is not a finite number > 0")
         return cls(
             model_type=model_type,
-            vocab_size=raw["vocab_size"],
-            hidden_size=raw["hidden_size"],
-            intermediate_size=raw["intermediate_size"],
-            num_layers=raw["num_hidden_layers"],
+            vocab_size=_count(raw, "vocab_size"),
+            hidden_size=hidden,
+            intermediate_size=_count(raw, "intermediate_size"),
+            num_layers=_count(raw, "num_hidden_layers"),
             num_heads=heads,
-            num_kv_heads=raw.get("num_key_value_heads") or heads,
-            head_dim=raw.get("head_dim") or raw["hidden_size"] // heads,
-            rms_norm_eps=raw.get("rms_norm_eps", 1e-6),
+            num_kv_heads=_count(raw, "num_key_value_heads", heads),
+            head_dim=head_dim,
+            rms_norm_eps=eps,
             rope=_rope_config(raw),
-            max_position_embeddings=raw.get("max_position_embeddings", 4096),
+            max_position_embeddings=_count(raw, "max_position_embeddings", 4096),
             tie_word_embeddings=raw.get("tie_word_embeddings", False),
             qkv_bias=model_type == "qwen2" or raw.get("attention_bias", False),
             o_bias=model_type != "qwen2" and raw.get("attention_bias", False),
@@ -98,20 +102,43 @@ class ModelConfig:
 
     @classmethod
     def from_file(cls, path: Path) -> ModelConfig:
-        """Load `config.json` and add the EOS ids of `generation_config.json` beside it, if any."""
-        raw = json.loads(path.read_text())
-        generation = path.with_name("generation_config.json")
-        if generation.exists():
-            extra = _as_ids(json.loads(generation.read_text()).get("eos_token_id"))
-            own = _as_ids(raw.get("eos_token_id"))
-            raw["eos_token_id"] = list(own) + [i for i in extra if i not in own]
-        return cls.from_dict(raw)
+        """Load `config.json` and add the EOS ids of `generation_config.json` beside it, if any; a `ValueError`
+        names the file and the key it cannot use."""
+        try:
+            raw = _json_object(path)
+            generation = path.with_name("generation_config.json")
+            if generation.exists():
+                extra = _as_ids(_json_object(generation).get("eos_token_id"))
+                own = _as_ids(raw.get("eos_token_id"))
+                raw["eos_token_id"] = list(own) + [i for i in extra if i not in own]
+            return cls.from_dict(raw)
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from None
 
 
-def _as_ids(value: int | list[int] | None) -> tuple[int, ...]:
-    if value is None:
-        return ()
-    return (value,) if isinstance(value, int) else tuple(value)
+def _json_object(path: Path) -> dict[str, Any]:
+    raw = json.loads(path.read_bytes())
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path.name} holds a JSON {type(raw).__name__}, not an object")
+    return raw
+
+
+def _count(raw: dict[str, Any], key: str, default: int | None = None) -> int:
+    """`raw[key]`, a positive integer (`default` where absent or null); a `ValueError` naming the key otherwise."""
+    value = raw.get(key)
+    if value is None and default is not None:
+        return default
+    if type(value) is not int or value < 1:
+        raise ValueError(f"{key}={value!r} is not a positive integer" if key in raw else f"{key} is missing")
+    return value
+
+
+def _as_ids(value: Any) -> tuple[int, ...]:
+    """`eos_token_id` as a tuple: absent, one id or a list of ids."""
+    ids = () if value is None else (value,) if isinstance(value, int) else value
+    if not isinstance(ids, (tuple, list)) or not all(type(i) is int and i >= 0 for i in ids):
+        raise ValueError(f"eos_token_id={value!r} is not a token id or a list of them")
+    return tuple(ids)
 
 
 def _rope_config(raw: dict[str, Any]) -> RopeConfig:

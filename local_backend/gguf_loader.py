@@ -1,16 +1,21 @@
-"""A GGUF file (llama.cpp's format, as Ollama and LM Studio keep models) → a `Checkpoint`, read with `gguf`.
+"""A GGUF file (llama.cpp's format, as Ollama and LM Studio keep models) → a `Checkpoint`.
 
-The config comes from the `llama.*` metadata, the tokenizer from `tokenizer.ggml.*`
-(`gguf_tokenizer`), the chat template from `tokenizer.chat_template`. Tensors are dequantized
-with the `gguf` package's own reader to float32, renamed to the Hugging Face names, and the
-query and key rows put back in Hugging Face's order: llama.cpp's converter interleaves each
-head's two rotary halves (its `permute`), which transformers' GGUF loader also reverses. The
-engine then copies each into its dtype once, at load. A file of another architecture, or with
-a tensor type not in `SUPPORTED_TENSOR_TYPES`, is refused naming it before any tensor is read.
+The header is read within bounds and checked against the file (`gguf_file`). The config comes
+from the `llama.*` metadata, each value checked for its type and range, the tokenizer from
+`tokenizer.ggml.*` (`gguf_tokenizer`, its vocabulary checked here), the chat template from
+`tokenizer.chat_template`; then every tensor's shape is checked against the config
+(`checkpoint.check_tensors`), so a file whose metadata and tensors disagree is refused, naming
+the key or tensor, before anything of its size is allocated. Tensors are dequantized with the
+`gguf` package's `dequantize` to float32, renamed to the Hugging Face names, and the query and
+key rows put back in Hugging Face's order: llama.cpp's converter interleaves each head's two
+rotary halves (its `permute`), which transformers' GGUF loader also reverses. The engine then
+copies each into its dtype once, at load. A file of another architecture, or with a tensor type
+not in `SUPPORTED_TENSOR_TYPES`, is refused naming it.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,12 +24,12 @@ from typing import Any
 import numpy as np
 import torch
 from gguf import GGMLQuantizationType as Q
-from gguf import GGUFReader
 from gguf.quants import dequantize
 
-from local_backend.checkpoint import Checkpoint, Tensors
+from local_backend.checkpoint import Checkpoint, Tensors, check_tensors
 from local_backend.config import ModelConfig
-from local_backend.gguf_tokenizer import build_tokenizer
+from local_backend.gguf_file import GGUFFile, read_gguf
+from local_backend.gguf_tokenizer import build_tokenizer, check_vocabulary
 from local_backend.tokenizer import TextTokenizer
 
 SUPPORTED_ARCHITECTURES = ("llama",)
@@ -52,32 +57,44 @@ _LAYER = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
 
 
 def open_gguf(path: Path) -> Checkpoint:
-    """Read `path`'s metadata and tensor index; refuse what the engine cannot run, naming it."""
-    reader = GGUFReader(path)
-    metadata = {name: field.contents() for name, field in reader.fields.items()}
+    """Read and check `path`'s header, metadata and vocabulary; refuse what the engine cannot run, naming it."""
+    file = read_gguf(path)
+    metadata = file.metadata
     architecture = metadata.get("general.architecture")
     if architecture not in SUPPORTED_ARCHITECTURES:
-        raise ValueError(f"{path.name}: general.architecture={architecture!r} is not supported; "
-                         f"supported: {SUPPORTED_ARCHITECTURES}")  # fmt: skip
-    for tensor in reader.tensors:
-        if tensor.tensor_type not in SUPPORTED_TENSOR_TYPES:
+        raise file.fail(f"general.architecture={architecture!r} is not supported; supported: {SUPPORTED_ARCHITECTURES}")
+    for tensor in file.tensors:
+        if tensor.kind not in SUPPORTED_TENSOR_TYPES:
             supported = sorted(t.name for t in SUPPORTED_TENSOR_TYPES)
-            raise ValueError(f"{path.name}: tensor {tensor.name!r} is of type {tensor.tensor_type.name}, "
-                             f"which is not supported; supported: {supported}")  # fmt: skip
+            raise file.fail(f"tensor {tensor.name!r} is of type {tensor.kind.name}, which is not supported; "
+                            f"supported: {supported}")  # fmt: skip
         if tensor.name == "rope_freqs.weight":
-            raise ValueError(f"{path.name}: tensor 'rope_freqs.weight' (Llama 3.1's rescaled rotary "
-                             "frequencies) is not supported")  # fmt: skip
-    names = {tensor.name for tensor in reader.tensors}
-    config = ModelConfig.from_dict(_hf_config(metadata, tied="output.weight" not in names))
+            raise file.fail("tensor 'rope_freqs.weight' (Llama 3.1's rescaled rotary frequencies) is not supported")
+    hf_names = {_hf_name(tensor.name, file): tensor for tensor in file.tensors}
+    raw_config = _hf_config(file, tied="lm_head.weight" not in hf_names)
+    try:
+        config = ModelConfig.from_dict(raw_config)
+    except ValueError as exc:
+        raise file.fail(str(exc)) from None
+    embedding = hf_names.get("model.embed_tokens.weight")
+    try:
+        check_vocabulary(metadata, None if embedding is None else embedding.shape[0])
+    except ValueError as exc:
+        raise file.fail(str(exc)) from None
+    check_tensors(config, {hf: tensor.shape for hf, tensor in hf_names.items()}, path.name,
+                  f"{architecture}.block_count", _gguf_name)  # fmt: skip
 
     def read_tokenizer(chat_template: str | None) -> TextTokenizer:
-        return TextTokenizer(build_tokenizer(metadata), _tokenizer_config(metadata),
+        try:
+            tokenizer = build_tokenizer(metadata)
+        except Exception as exc:  # the tokenizers library raises its own errors as bare `Exception`s
+            raise file.fail(f"the tokenizer does not build from tokenizer.ggml.*: {exc}") from None
+        return TextTokenizer(tokenizer, _tokenizer_config(metadata),
                              chat_template or metadata.get("tokenizer.chat_template"))  # fmt: skip
 
     def tensors() -> Tensors:
-        for tensor in reader.tensors:
-            name = _hf_name(tensor.name, path)
-            values = np.array(dequantize(tensor.data, tensor.tensor_type), dtype=np.float32)
+        for name, tensor in hf_names.items():
+            values = np.array(dequantize(file.raw(tensor), tensor.kind), dtype=np.float32)
             if name.endswith(("q_proj.weight", "k_proj.weight")):
                 heads = config.num_heads if name.endswith("q_proj.weight") else config.num_kv_heads
                 values = _unpermute(values, heads)
@@ -86,22 +103,43 @@ def open_gguf(path: Path) -> Checkpoint:
     return Checkpoint(config, None, read_tokenizer, tensors)
 
 
-def _hf_config(metadata: Mapping[str, Any], tied: bool) -> dict[str, Any]:
-    """The Hugging Face `config.json` keys the `llama.*` metadata gives."""
+_COUNTS = ("block_count", "embedding_length", "feed_forward_length", "attention.head_count",
+           "attention.head_count_kv", "attention.key_length", "rope.dimension_count", "context_length",
+           "vocab_size")  # fmt: skip
+"""`{arch}.*` keys that hold a positive integer where present."""
+_REALS = ("attention.layer_norm_rms_epsilon", "rope.freq_base", "rope.scaling.factor")
+"""`{arch}.*` keys that hold a finite positive number where present."""
+
+
+def _hf_config(file: GGUFFile, tied: bool) -> dict[str, Any]:
+    """The Hugging Face `config.json` keys the `llama.*` metadata gives, each value checked under its GGUF key."""
+    metadata = file.metadata
     arch = metadata["general.architecture"]
+    for names, types, kind in ((_COUNTS, (int,), "integer"), (_REALS, (int, float), "finite number")):
+        for name in names:
+            value = metadata.get(f"{arch}.{name}")
+            if value is not None and not (type(value) in types and 0 < value < math.inf):
+                raise file.fail(f"{arch}.{name}={value!r} is not a positive {kind}")
 
     def key(name: str, default: Any = None) -> Any:
         return metadata.get(f"{arch}.{name}", default)
 
+    for required in ("block_count", "embedding_length", "feed_forward_length", "attention.head_count"):
+        if key(required) is None:
+            raise file.fail(f"{arch}.{required} is missing")
     if key("expert_count", 0):
-        raise ValueError(f"{arch}.expert_count={key('expert_count')}: mixture-of-experts models are not supported")
+        raise file.fail(f"{arch}.expert_count={key('expert_count')}: mixture-of-experts models are not supported")
     heads = key("attention.head_count")
     hidden = key("embedding_length")
+    if heads % key("attention.head_count_kv", heads):
+        raise file.fail(f"{arch}.attention.head_count={heads} is not a multiple of "
+                        f"{arch}.attention.head_count_kv={key('attention.head_count_kv')}")  # fmt: skip
+    tokens = metadata.get("tokenizer.ggml.tokens")
     scaling = key("rope.scaling.type", "none")
     eos = [metadata[k] for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id") if k in metadata]
     return {
         "model_type": arch,
-        "vocab_size": key("vocab_size") or len(metadata["tokenizer.ggml.tokens"]),
+        "vocab_size": key("vocab_size") or (len(tokens) if isinstance(tokens, list) else 0),
         "hidden_size": hidden,
         "intermediate_size": key("feed_forward_length"),
         "num_hidden_layers": key("block_count"),
@@ -110,7 +148,9 @@ def _hf_config(metadata: Mapping[str, Any], tied: bool) -> dict[str, Any]:
         "head_dim": key("attention.key_length") or key("rope.dimension_count") or hidden // heads,
         "rms_norm_eps": key("attention.layer_norm_rms_epsilon", 1e-5),
         "rope_theta": key("rope.freq_base", 10000.0),
-        "rope_scaling": None if scaling == "none" else {"rope_type": scaling, "factor": key("rope.scaling.factor", 1.0)},
+        "rope_scaling": None
+        if scaling == "none"
+        else {"rope_type": scaling, "factor": key("rope.scaling.factor", 1.0)},
         "max_position_embeddings": key("context_length", 2048),
         "tie_word_embeddings": tied,
         "eos_token_id": list(dict.fromkeys(eos)),
@@ -127,14 +167,25 @@ def _tokenizer_config(metadata: Mapping[str, Any]) -> dict[str, Any]:
             "add_bos_token": add_bos}  # fmt: skip
 
 
-def _hf_name(name: str, path: Path) -> str:
+def _hf_name(name: str, file: GGUFFile) -> str:
     base, _, kind = name.rpartition(".")
     if base in _GLOBAL_NAMES:
         return f"{_GLOBAL_NAMES[base]}.{kind}"
     match = _LAYER.fullmatch(name)
     if match is None or match[2] not in _LAYER_NAMES:
-        raise ValueError(f"{path.name}: unexpected tensor {name!r} for a llama model")
+        raise file.fail(f"unexpected tensor {name!r} for a llama model")
     return f"model.layers.{match[1]}.{_LAYER_NAMES[match[2]]}.{match[3]}"
+
+
+def _gguf_name(hf_name: str) -> str:
+    """`_hf_name` undone: the name llama.cpp gives the tensor Hugging Face calls `hf_name`."""
+    base, _, kind = hf_name.rpartition(".")
+    for ours, theirs in _GLOBAL_NAMES.items():
+        if base == theirs:
+            return f"{ours}.{kind}"
+    layer, _, inner = base.removeprefix("model.layers.").partition(".")
+    ours = next((ours for ours, theirs in _LAYER_NAMES.items() if theirs == inner), inner)
+    return f"blk.{layer}.{ours}.{kind}"
 
 
 def _unpermute(weight: np.ndarray, heads: int) -> np.ndarray:

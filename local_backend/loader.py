@@ -1,15 +1,16 @@
-"""A checkpoint's tensors → a ready `CausalLM`, packed in place; a Hugging Face directory read as a `Checkpoint`."""
+"""A checkpoint's tensors → a ready `CausalLM`, packed in place; a Hugging Face directory read as a `Checkpoint`,
+its tensors' shapes checked against `config.json` from the safetensors headers before any tensor is read."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 
 from local_backend import _constants as C
 from local_backend import dtype_choice, ops
-from local_backend.checkpoint import Checkpoint, Tensors
+from local_backend.checkpoint import Checkpoint, ModelFileError, Shape, Tensors, check_tensors
 from local_backend.config import ModelConfig
 from local_backend.kernel_choices import onednn_prepacks
 from local_backend.model import CausalLM, Linear
@@ -46,8 +47,9 @@ def default_kv_cache_memory(device: torch.device) -> int:
 def open_directory(directory: Path) -> Checkpoint:
     """A Hugging Face checkpoint directory: `config.json`, `*.safetensors`, `tokenizer.json`, `tokenizer_config.json`."""
     check_checkpoint(directory)
-    return Checkpoint(ModelConfig.from_file(directory / "config.json"), directory,
-                      lambda template: TextTokenizer.from_dir(directory, template),
+    config = ModelConfig.from_file(directory / "config.json")
+    check_tensors(config, _safetensors_shapes(directory), directory.name, "num_hidden_layers")
+    return Checkpoint(config, directory, lambda template: TextTokenizer.from_dir(directory, template),
                       lambda: _safetensors(directory))  # fmt: skip
 
 
@@ -56,6 +58,22 @@ def _safetensors(directory: Path) -> Tensors:
         with safe_open(file, framework="pt") as handle:
             for name in handle.keys():
                 yield name, handle.get_tensor(name)
+
+
+def _safetensors_shapes(directory: Path) -> dict[str, Shape]:
+    """Every tensor's shape, from the files' headers (the `safetensors` library checks each header against its
+    file: offsets inside it, in order, none overlapping); a tensor in two files is refused."""
+    shapes: dict[str, Shape] = {}
+    for file in sorted(directory.glob("*.safetensors")):
+        try:
+            with safe_open(file, framework="pt") as handle:
+                for name in handle.keys():
+                    if name in shapes:
+                        raise ModelFileError(f"{file.name}: tensor {name!r} is also in another file")
+                    shapes[name] = tuple(handle.get_slice(name).get_shape())
+        except SafetensorError as exc:
+            raise ModelFileError(f"{file.name}: {exc}") from None
+    return shapes
 
 
 def check_checkpoint(directory: Path) -> None:
@@ -117,6 +135,8 @@ def load_model(tensors: Tensors, cfg: ModelConfig, device: torch.device, dtype: 
             if isinstance(module, Linear):
                 module.pack()
     return model.eval().requires_grad_(False)
+
+
 def _target(name: str, shard_sizes: dict[str, list[int]]) -> tuple[str, int, int | None]:
     """Our parameter name, the row offset inside it and the row count (None: the whole tensor)."""
     parts = name.split(".")
