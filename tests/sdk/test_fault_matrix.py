@@ -8,8 +8,9 @@ clients' `with_raw_response`. Each run checks: how many POSTs reached the simula
 the bare client's: a request the provider accepted is never sent again), the exception the caller
 sees (the bare client's class or a subclass of it, `sdk.StreamTruncated` included), what the caller
 received (a completed answer is the whole reply; partial text only ever comes with an error), and
-what the call span recorded (`error.type`, `kvwise.attempts`). Waits between attempts are recorded,
-not slept (the bare client's are set to zero). The matrix is printed when the module ends:
+what the call span recorded (`error.type`, `kvwise.attempts`). The retries are the client's own, so
+the waits between attempts are the client's: recorded from its own sleeps, not slept, and the
+wrapped run's are the bare run's. The matrix is printed when the module ends:
 `pytest -s tests/sdk/test_fault_matrix.py`.
 """
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import email.utils
 import enum
-import importlib
+import random
 import socket
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
@@ -34,10 +35,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 import sdk
-from sdk._constants import RETRY_JITTER_SECONDS, RETRY_MAX_DELAY_SECONDS
-from sdk.send.attempts import attempting
 from sdk.telemetry import semconv as sc
 from tests.sdk.helpers import resolve
+from tests.sdk.test_retry import client_sleeps  # noqa: F401
 from tests.simulator import ProviderSimulator
 
 USER = [{"role": "user", "content": "Tell me something."}]
@@ -48,8 +48,9 @@ EVERY_ATTEMPT = RETRIES + 1
 CALL_TIMEOUT = 10.0  # every client has one, so no case can hang
 READ_TIMEOUT = 1.0  # the read-timeout cases' client timeout ...
 STALL = 3.0  # ... and how long the simulator stalls: well past it
-BACKOFF = (0.0, RETRY_MAX_DELAY_SECONDS + RETRY_JITTER_SECONDS)  # any wait exponential backoff can choose
+BACKOFF = (0.0, max(openai._constants.MAX_RETRY_DELAY, anthropic._constants.MAX_RETRY_DELAY))  # the clients' backoff
 DATE_AHEAD = 30.0  # an HTTP-date Retry-After this far ahead (under the cap)
+DATE_SLACK = 2.0  # an HTTP date counts whole seconds from when each run scripted it: the runs' waits differ by that
 QUICK = {"retry-after-ms": "5"}
 
 
@@ -70,7 +71,9 @@ class FaultCase:
     """One fault and what the SDK must make of it.
 
     `attempts`: requests the simulator saw; the span's `kvwise.attempts` too, unless `refused` (the
-    simulator then sees none and the span counts every try). `raises`: the exception's class name
+    simulator then sees none and the span counts every try) or the caller got a parsed answer
+    (`span_attempts_of`: it keeps no trace of the client's retries, so the span counts kvwise's one
+    send). `raises`: the exception's class name
     per API, None when the call completes. `waits`: bounds of every wait between attempts, checked
     when given (a stream reopened before its first content chunk is sent again at once).
     """
@@ -89,6 +92,11 @@ class FaultCase:
     @property
     def span_attempts(self) -> int:
         return EVERY_ATTEMPT if self.refused else self.attempts
+
+    def span_attempts_of(self, api: str, stream: bool) -> int:
+        """The span's `kvwise.attempts` for this fault on `api`, streamed or not."""
+        parsed = self.raises is None and not stream and not api.endswith(".raw")
+        return 1 if parsed else self.span_attempts
 
 
 def same(name: str) -> dict[str, str]:
@@ -126,7 +134,7 @@ CASES = [
     FaultCase("429, retry-after-ms: 5", fail(429, QUICK), 2, waits=(0.005, 0.005)),
     FaultCase("429, retry-after over two minutes (openai: not retried)", fail(429, OVER_TWO_MINUTES), 1, same("RateLimitError"),
          Got.NOTHING, forms=("chat", "responses")),
-    FaultCase("429, retry-after over two minutes (anthropic: retried)", fail(429, OVER_TWO_MINUTES), 2, waits=BACKOFF,
+    FaultCase("429, retry-after over two minutes (anthropic: retried)", fail(429, OVER_TWO_MINUTES), 2, waits=(600.0, 600.0),
          forms=("messages", "messages.stream")),
     FaultCase("429 without retry-after, every attempt", fail(429, times=EVERY_ATTEMPT), EVERY_ATTEMPT, same("RateLimitError"), Got.NOTHING, waits=BACKOFF),
     FaultCase("500, every attempt", fail(500, times=EVERY_ATTEMPT), EVERY_ATTEMPT, same("InternalServerError"), Got.NOTHING, waits=BACKOFF),
@@ -376,17 +384,9 @@ def render(rows: Matrix) -> str:
 
 
 @pytest.fixture
-def waits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """Every wait the retries choose, recorded instead of slept."""
-    chosen: list[float] = []
-
-    async def asleep(seconds: float) -> None:
-        chosen.append(seconds)
-
-    send_module = importlib.import_module("sdk.send.sender")  # where every kvwise send runs its retries
-    recorded = (chosen.append, asleep)
-    monkeypatch.setattr(send_module, "attempting", lambda send, attempts: attempting(send, attempts, recorded))
-    return chosen
+def waits(client_sleeps: list[float]) -> list[float]:  # noqa: F811
+    """Every wait the clients' own retries choose, recorded instead of slept (`test_retry.client_sleeps`)."""
+    return client_sleeps
 
 
 @pytest.fixture
@@ -441,16 +441,19 @@ async def test_each_wire_fault_ends_in_the_full_reply_or_the_clients_own_error(
     options: dict[str, Any] = {"timeout": case.timeout}
     if case.refused:
         options["base_url"] = refused_url + ("/v1" if api.module is openai else "")
-    bare = without_waits(request.getfixturevalue(api.client_fixture).with_options(**options))
+    bare = request.getfixturevalue(api.client_fixture).with_options(**options)
     case.script(simulator)
+    random.seed(case.name)  # the clients' backoff jitter: drawn alike in the bare and the wrapped run
     bare_answer = await call(api, bare, stream)
-    bare_posts = len(simulator.requests)
+    bare_posts, bare_waits = len(simulator.requests), list(waits)
     simulator.reset()
+    waits.clear()
     spans = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(spans))
     client = sdk.wrap(request.getfixturevalue(api.client_fixture).with_options(**options), tracer_provider=provider)
     case.script(simulator)
+    random.seed(case.name)
 
     answer = await call(api, client, stream)
 
@@ -469,7 +472,8 @@ async def test_each_wire_fault_ends_in_the_full_reply_or_the_clients_own_error(
         assert isinstance(answer.error, type(bare_answer.error)), (answer.error, bare_answer.error)
     else:  # a body that ends without its final event: kvwise says so, where the bare client passes it off as complete
         assert answer.error is None or isinstance(answer.error, sdk.StreamTruncated)
-    assert (observed.attempts, observed.span_attempts, observed.got) == (case.attempts, case.span_attempts, case.got)
+    assert (observed.attempts, observed.span_attempts, observed.got) == (case.attempts, case.span_attempts_of(api_name, stream), case.got)
+    assert waits == pytest.approx(bare_waits, abs=DATE_SLACK)  # the client's own waits, as bare
     if case.raises is None:
         assert answer.error is None and answer.text == simulator.reply
         assert call_span(spans).status.status_code is not StatusCode.ERROR and sc.ERROR_TYPE not in attributes
@@ -482,12 +486,6 @@ async def test_each_wire_fault_ends_in_the_full_reply_or_the_clients_own_error(
     if case.waits is not None:
         low, high = case.waits
         assert len(waits) == case.span_attempts - 1 and all(low <= wait <= high for wait in waits)
-
-
-def without_waits(client: Any) -> Any:
-    """`client` with its own retries' waits set to zero (its retries themselves unchanged)."""
-    client._calculate_retry_timeout = lambda *args, **kwargs: 0.0
-    return client
 
 
 @pytest.mark.parametrize("api_name", ["chat", "messages"])
