@@ -30,6 +30,7 @@ WORKSPACE = "a1c9e2f47b3d4e6a8f0c2d4b6a8c0e1f"
 COMMIT = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b"
 DEPLOYED = "2025-11-03"
 EXAMPLE_START = "2026-01-01T09:00:00Z"
+_SANDBOX = "You run in sandbox {nonce} and must not reach the network."
 STABLE = {"support": (PROJECT,), "scheduler": (WORKSPACE, EXAMPLE_START), "coder": (COMMIT, DEPLOYED)}
 """The bytes of each family that look volatile but are the same on every call."""
 
@@ -94,7 +95,7 @@ def _system(family: str, changing: dict[str, str]) -> str:
     return (
         f"You are a coding agent working on the repository at commit {COMMIT} (deployed {DEPLOYED}).\n"
         + _rules(family, 24)
-        + f"\nYou run in sandbox {changing['nonce']} and must not reach the network.\n"
+        + f"\n{_SANDBOX.format(nonce=changing['nonce'])}\n"
         + _rules(family + " style", 14)
     )
 
@@ -110,9 +111,14 @@ def _changing(family: str, rng: random.Random, now: datetime.datetime) -> dict[s
 def _stable_system(family: str) -> str:
     """The system prompt with the changing bytes taken out (what a perfect ordering keeps in place)."""
     text = _system(family, {"Request ID": "\0", "Current time": "\0", "Timestamp": "\0", "nonce": "\0"})
-    for line in ("Request ID: \0\n", "Current time: \0\n", "\nTimestamp: \0"):
+    for line in ("Request ID: \0\n", "Current time: \0\n", "\nTimestamp: \0", f"\n{_SANDBOX.format(nonce=chr(0))}"):
         text = text.replace(line, "")
-    return text.replace(" \0", "")
+    return text
+
+
+def _moved_words(changing: dict[str, str]) -> list[str]:
+    """The caller's words that carry the changing values, verbatim: a labelled line, or the sentence holding a nonce."""
+    return [_SANDBOX.format(nonce=value) if key == "nonce" else f"{key}: {value}" for key, value in changing.items()]
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +162,7 @@ def workload(tasks_per_family: int = 8, seed: int = 0) -> list[WorkloadCall]:
         for step in range(len(steps) + 1):
             now += datetime.timedelta(seconds=rng.randint(1, 30))
             changing = _changing(family, rng, now)
-            note = "\n".join([NOTE_OPEN, *(f"{key}: {value}" for key, value in changing.items()), NOTE_CLOSE])
+            note = "\n".join([NOTE_OPEN, *_moved_words(changing), NOTE_CLOSE])
             calls.append(WorkloadCall(
                 family,
                 caller=[{"role": "system", "content": _system(family, changing)}, *history],
