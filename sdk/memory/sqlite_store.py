@@ -74,6 +74,7 @@ class SqliteStore:
         self._cache: dict[tuple[str, bytes], Any] = {}  # what was read, while no other process writes
         self._version: tuple[sqlite3.Connection, int] | None = None  # the file's data_version when it was read
         self._unsaved: dict[tuple[bytes, bytes], Seen] = {}  # fingerprints to write when the process ends
+        self._seen_keys: dict[tuple[str, str], tuple[bytes, bytes]] = {}  # per API and model: theirs, the API's
         weakref.finalize(self, _save, self.link, self._unsaved)
 
     def _key(self, kind: str, *parts: object) -> bytes:
@@ -170,7 +171,9 @@ class SqliteStore:
     def exchange_seen(self, api: str, seen: Seen) -> tuple[Seen | None, Seen | None]:
         seen.settings = tuple(digest(setting) if setting else "" for setting in seen.settings)  # as the file keeps them
         previous, latest = self._local.exchange_seen(api, seen)
-        keys = (self._key(_SEEN, api, seen.model), self._key(_SEEN, api))
+        keys = self._seen_keys.get((api, seen.model))
+        if keys is None:
+            keys = self._seen_keys[(api, seen.model)] = (self._key(_SEEN, api, seen.model), self._key(_SEEN, api))
         if previous is None or latest is None:  # this process's first call of the API (and model): the file's
             done, rows = self.link.run(lambda db: [db.execute(_SELECT, (_SEEN, key)).fetchone() for key in keys])
             stored = [self._seen(row) for row in rows or ()] if done else [None, None]

@@ -1,0 +1,280 @@
+"""The default store (`sdk.memory.sqlite_store`): one SQLite file under the user's cache directory
+that what one process learns outlives it in, shared by processes at once, holding hashes and counts
+only, and degrading a call to in-process state, never failing it, when the file cannot be used."""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing
+import os
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import sdk
+from sdk._constants import STATE_SQLITE_MAX_BYTES, STATE_SQLITE_SCHEMA
+from sdk.memory.memories import sqlite_path
+from sdk.memory.records import FamilyRecord
+from sdk.memory.sqlite_store import SqliteStore
+from sdk.telemetry import semconv as sc
+
+ROOT = Path(__file__).resolve().parents[2]
+PROCESSES = 8
+UPDATES = 40  # per process: 8 x 40 answers fit one adaptive-cap window (512)
+BUILD, OTHER_BUILD = "4bf92f3577b34da6a3ce929d0e0e4736", "0af7651916cd43dd8448eb211c80319c"
+POLICY = "Refunds are issued to the original payment method within ten business days of approval."
+WORKLOAD = ("chat.completions", "gpt-5.4", "prefix")
+
+
+def _build(build: str) -> str:
+    """A prompt whose only candidate only calls can tell (a hex run: a commit, a key id, or a nonce)."""
+    return f"You are the release assistant. Answer for build {build} only.\n{POLICY}"
+
+
+def _default_file() -> Path:
+    return Path(os.environ["XDG_CACHE_HOME"]) / "kvwise" / "state.sqlite3"
+
+
+def _run(base_url: str, systems: list[str], state: str | None = None) -> subprocess.Popen[str]:
+    spec = {"base_url": base_url, "systems": systems} | ({"state": state} if state is not None else {})
+    command = [sys.executable, "-m", "tests.sdk.store_worker", json.dumps(spec)]
+    return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _spans(process: subprocess.Popen[str]) -> list[dict[str, Any]]:
+    out, errors = process.communicate()
+    assert process.returncode == 0, errors[-2000:]
+    return json.loads(out.splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def _sent_system(simulator: Any) -> str:
+    return str(simulator.requests[-1].body["messages"][0]["content"])
+
+
+@pytest.mark.parametrize(
+    ("url", "cache_home", "expected"),
+    [
+        ("sqlite:///tmp/kvwise/one.sqlite3", "/elsewhere", "/tmp/kvwise/one.sqlite3"),
+        ("sqlite://", "/cache", "/cache/kvwise/state.sqlite3"),
+        ("sqlite://", "relative/cache", "{home}/.cache/kvwise/state.sqlite3"),  # XDG: a relative path is ignored
+        ("sqlite://", "", "{home}/.cache/kvwise/state.sqlite3"),
+        ("sqlite:///tmp/with%20space.sqlite3", "", "/tmp/with space.sqlite3"),
+    ],
+)
+def test_a_sqlite_url_names_its_file_and_the_default_is_under_the_users_cache_directory(
+    url: str, cache_home: str, expected: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", cache_home)
+    assert sqlite_path(url) == Path(expected.format(home=Path.home()))
+
+
+@pytest.mark.parametrize("url", ["sqlite://host/file.sqlite3", "sqlite:///file.sqlite3?mode=ro"])
+def test_a_sqlite_url_with_a_host_or_options_is_refused_at_wrap(url: str, simulator: Any) -> None:
+    with pytest.raises(ValueError, match="sqlite:///path/to/file"):
+        sdk.wrap(_bare(simulator), state=url)
+
+
+def _bare(simulator: Any) -> Any:
+    import openai
+
+    return openai.OpenAI(base_url=simulator.openai_base_url, api_key="test-key", max_retries=0)
+
+
+def _wrapped(simulator: Any, exporter: InMemorySpanExporter, state: str | None = None) -> Any:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return sdk.wrap(_bare(simulator), sdk.Policy(retries=0), tracer_provider=provider, state=state)
+
+
+def _ask(client: Any, system: str) -> Any:
+    return client.chat.completions.create(
+        model="gpt-5.4", max_tokens=16, messages=[{"role": "system", "content": system}, {"role": "user", "content": "Hi"}]
+    )
+
+
+@pytest.mark.parametrize("off", ["argument", "environment"])
+def test_the_default_store_is_the_file_and_memory_turns_it_off(
+    off: str, simulator: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert _ask(_wrapped(simulator, InMemorySpanExporter()), _build(BUILD)).choices
+    assert _default_file().is_file()
+    monkeypatch.setenv("XDG_CACHE_HOME", os.environ["XDG_CACHE_HOME"] + "-off")
+    if off == "environment":
+        monkeypatch.setenv("KVWISE_STATE_URL", "memory")
+    client = _wrapped(simulator, InMemorySpanExporter(), state="memory" if off == "argument" else None)
+    assert _ask(client, _build(BUILD)).choices
+    assert not _default_file().parent.exists()
+
+
+@pytest.mark.parametrize("state", [None, "memory"])
+def test_a_second_process_learns_what_the_first_learnt_through_the_default_store(state: str | None, simulator: Any) -> None:
+    """Run 1 sends the build, run 2 another: the family's candidate differed between two calls, so
+    with the file run 2 moves it; in memory run 2 is a first call again and keeps it in place."""
+    assert _spans(_run(simulator.openai_base_url, [_build(BUILD)], state)) == [
+        {"degraded": None, "reason": None, "break_cause": None}
+    ]
+    assert BUILD in _sent_system(simulator)  # a first call: nothing known, nothing moved
+    [second] = _spans(_run(simulator.openai_base_url, [_build(OTHER_BUILD)], state))
+    assert second["degraded"] is None
+    assert (OTHER_BUILD in _sent_system(simulator)) is (state == "memory")
+    assert POLICY in _sent_system(simulator)
+
+
+def test_a_second_process_names_the_cache_break_against_the_first_ones_last_call(simulator: Any) -> None:
+    _spans(_run(simulator.openai_base_url, [f"You are the release assistant.\n{POLICY}"]))
+    [second] = _spans(_run(simulator.openai_base_url, [f"You are the support assistant.\n{POLICY}"]))
+    assert second["break_cause"] == "system_changed"
+
+
+def test_the_file_holds_hashes_and_counts_and_no_prompt_text(simulator: Any) -> None:
+    systems = [_build(build) for build in (BUILD, OTHER_BUILD, BUILD)]
+    _spans(_run(simulator.openai_base_url, systems))
+    _spans(_run(simulator.openai_base_url, systems[:1]))
+    file = _default_file()
+    with sqlite3.connect(file) as db:
+        kinds = dict(db.execute("SELECT kind, count(*) FROM record GROUP BY kind").fetchall())
+    assert kinds.keys() >= {"family", "seen"}, kinds  # it holds what was learnt ...
+    stored = b"".join(path.read_bytes() for path in file.parent.iterdir())
+    for text in (POLICY, "release assistant", BUILD, OTHER_BUILD, "Which build", "refund", "Refunds"):
+        assert text.encode() not in stored  # ... and none of the prompt
+
+
+def _counting(path: str, start: Any, errors: Any) -> None:
+    """One of the processes at once: adds to a counter kept in a family's record, and answers to a
+    workload's window, each `UPDATES` times; counts the operations the file did not take."""
+    store = SqliteStore(Path(path), "tenant")
+
+    def add_one(record: FamilyRecord | None) -> FamilyRecord:
+        count = record.turns + 1 if record is not None else 1
+        return FamilyRecord((count,), (False,), (False,), b"", count)
+
+    start.wait()
+    failed = 0
+    for index in range(UPDATES):
+        store.update_family(b"counter", add_one)
+        failed += store.link.outages.degraded() is not None
+        store.push_answer(WORKLOAD, index, None)
+        failed += store.link.outages.degraded() is not None or store.outage() is not None
+    errors.put(failed)
+
+
+def test_eight_processes_writing_at_once_lose_no_update(tmp_path: Path) -> None:
+    path = tmp_path / "state.sqlite3"
+    context = multiprocessing.get_context("spawn")
+    start, errors = context.Event(), context.Queue()
+    workers = [context.Process(target=_counting, args=(str(path), start, errors)) for _ in range(PROCESSES)]
+    for worker in workers:
+        worker.start()
+    start.set()
+    for worker in workers:
+        worker.join()
+    assert [worker.exitcode for worker in workers] == [0] * PROCESSES
+    assert [errors.get() for _ in workers] == [0] * PROCESSES
+    store = SqliteStore(path, "tenant")
+    assert store.update_family(b"counter", lambda record: record or FamilyRecord((), (), (), b"", 0)).turns == PROCESSES * UPDATES
+    assert sorted(store.lengths(WORKLOAD)) == sorted(list(range(UPDATES)) * PROCESSES)
+
+
+def test_eight_processes_calling_at_once_never_fail_a_call_nor_degrade(simulator: Any) -> None:
+    systems = [_build(build) for build in (BUILD, OTHER_BUILD, BUILD, OTHER_BUILD)]
+    runs = [_spans(process) for process in [_run(simulator.openai_base_url, systems) for _ in range(PROCESSES)]]
+    assert [len(spans) for spans in runs] == [len(systems)] * PROCESSES
+    assert all(span["degraded"] is None for spans in runs for span in spans), runs
+    with sqlite3.connect(_default_file()) as db:
+        families = [json.loads(value) for (value,) in db.execute("SELECT value FROM record WHERE kind = 'family'")]
+    assert [changed for _, changed, *_ in families] == [[1]]  # one family, whose build was seen changing
+
+
+# --- a file that cannot be used ------------------------------------------------------------------
+
+
+def _kvwise_file(path: Path) -> None:
+    """A file as kvwise lays it out, with a family learnt."""
+    store = SqliteStore(path, "tenant")
+    store.update_family(b"family", lambda _: FamilyRecord((1,), (False,), (False,), b"", 1))
+    assert store.outage() is None and path.is_file()
+
+
+def _corrupt(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"SQLite format 3\x00" + bytes(range(256)) * 64)
+    yield
+
+
+def _locked(path: Path) -> Iterator[None]:
+    _kvwise_file(path)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")  # another process writing, for longer than the busy timeout
+    try:
+        yield
+    finally:
+        other.close()
+
+
+def _read_only(path: Path) -> Iterator[None]:
+    _kvwise_file(path)
+    if os.geteuid() == 0:  # root writes through permissions: an immutable file is a read-only disk to it
+        if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+            pytest.skip("chattr +i is not available here: no read-only file for root")
+        try:
+            yield
+        finally:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
+    else:
+        path.chmod(0o444)
+        path.parent.chmod(0o555)
+        try:
+            yield
+        finally:
+            path.parent.chmod(0o755)
+
+
+def _oversized(path: Path) -> Iterator[None]:
+    _kvwise_file(path)
+    os.truncate(path, STATE_SQLITE_MAX_BYTES + 1)  # sparse: no disk used
+    yield
+
+
+def _newer(path: Path) -> Iterator[None]:
+    _kvwise_file(path)
+    with sqlite3.connect(path) as db:
+        db.execute(f"PRAGMA user_version = {STATE_SQLITE_SCHEMA + 1}")
+    yield
+
+
+@pytest.mark.parametrize(
+    ("make", "reason"),
+    [
+        (_corrupt, "DatabaseError: file is not a database"),
+        (_locked, "OperationalError: database is locked"),
+        (_read_only, "OperationalError: attempt to write a readonly database"),
+        (_oversized, f"the file is too large ({STATE_SQLITE_MAX_BYTES + 1} bytes, at most {STATE_SQLITE_MAX_BYTES})"),
+        (_newer, f"the file was laid out by a newer kvwise (layout {STATE_SQLITE_SCHEMA + 1}, this one reads"),
+    ],
+)
+def test_a_file_that_cannot_be_used_degrades_every_call_says_why_once_in_the_log_and_the_calls_still_learn(
+    make: Callable[[Path], Iterator[None]], reason: str, simulator: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "kvwise" / "state.sqlite3"
+    with contextmanager(make)(path), caplog.at_level(logging.WARNING, logger="sdk.memory"):
+        exporter = InMemorySpanExporter()
+        client = _wrapped(simulator, exporter, state=f"sqlite://{path}")
+        for build in (BUILD, OTHER_BUILD, OTHER_BUILD):
+            assert _ask(client, _build(build)).choices  # never failed
+        moved = OTHER_BUILD not in _sent_system(simulator)
+    spans = [dict(span.attributes or {}) for span in exporter.get_finished_spans()]
+    assert [span.get(sc.KVWISE_STATE_DEGRADED) for span in spans] == [True] * 3
+    assert all(span[sc.KVWISE_STATE_DEGRADED_REASON].startswith(reason) for span in spans), spans[0]
+    warnings = [record.getMessage() for record in caplog.records if str(path) in record.getMessage()]
+    assert len(warnings) == 1 and reason in warnings[0]
+    assert moved  # in-process state: the third call knows the build changed on the second
