@@ -22,8 +22,10 @@ client chained it to (`httpx2.RemoteProtocolError`, ...); a body that ends witho
 marker (Chat's and Completions' `[DONE]`, which `sdk.send.stream_done` watches for, Messages'
 `message_stop`, Responses' terminal event; the clients pass such a body off as a complete answer) is
 `StreamTruncated` as the client's `APIConnectionError`; anything else (a `data:` line that is not
-JSON, an error event) is the client's own exception, untouched. A stream the server ended with its
-marker is complete, as the bare client holds it, with or without a finish reason.
+JSON, an error event) is the client's own exception, untouched. A body the server ended with its
+marker is complete, as the bare client holds it, with or without a finish reason; so is one that
+ended cleanly after saying why the answer stopped (a `finish_reason`, a `stop_reason`: a last event
+without the blank line that dispatches it is dropped by the clients' decoders).
 
 Usage: a Chat stream is sent with `stream_options.include_usage` when the caller did not ask for it
 (`openai_chat.stream_usage_options`); its usage chunk and the `"usage": null` on every other chunk
@@ -177,8 +179,8 @@ class StreamWatch:
         """
         if broken is not None and not isinstance(broken, self.connection_error):
             raise broken
-        if broken is None and self.done is not None and self.done.seen:
-            self.state.finished = True  # ended by the server: complete, finish reason or not
+        if broken is None and (self.state.finish_reasons or (self.done is not None and self.done.seen)):
+            self.state.finished = True  # ended by the server: its end marker, or why the answer stopped
         if self.state.finished and (broken is None or self.awaits_usage()):  # a break then loses only our usage chunk
             return
         why = "the body ended without its end marker" if broken is None else f"{type(broken).__name__}: {broken}"

@@ -180,16 +180,16 @@ async def _events_and_error(stream: Any) -> tuple[list[Any], Exception | None]:
     return events, None
 
 
-async def _bare_and_wrapped(mode: str, rest: bytes) -> tuple[tuple[list[Any], Exception | None], ...]:
-    """The events and the error of a Chat stream of `CHAT_HEAD` + `rest`, from the bare client and the wrapped one."""
+async def _bare_and_wrapped(mode: str, rest: bytes, name: str = "chat role chunk") -> tuple[Any, ...]:
+    """The events and the error of `SCRIPTS[name]`'s stream ending in `rest`, from the bare client and the
+    wrapped one."""
+    script = SCRIPTS[name]
     answers = []
     for wrapped in (False, True):
-        with _serving(CHAT_HEAD, rest) as server:
+        with _serving(script.head, rest) as server:
             server.release.set()
-            client = _openai(mode, server.url)
-            stream = await resolve((sdk.wrap(client) if wrapped else client).chat.completions.create(
-                model="m", messages=USER, stream=True))
-            answers.append(await _events_and_error(stream))
+            client = script.client(mode, server.url)
+            answers.append(await _events_and_error(await resolve(script.create(sdk.wrap(client) if wrapped else client))))
     return tuple(answers)
 
 
@@ -207,6 +207,16 @@ async def test_a_chat_body_that_ends_without_done_is_truncated_where_the_bare_cl
     assert isinstance(wrapped[1], sdk.StreamTruncated) and isinstance(wrapped[1], openai.APIConnectionError)
     assert wrapped[1].__cause__ is None  # no transport error: the body ended cleanly
     assert [event.model_dump() for event in wrapped[0]] == [event.model_dump() for event in bare[0]]
+
+
+async def test_a_messages_stream_whose_message_stop_is_never_dispatched_ends_as_the_bare_one_does(mode: str) -> None:
+    """A last event without its blank line is dropped by the client's decoder; the stop reason before it
+    said the answer was whole, and the bare client accepts the end."""
+    rest = SCRIPTS["messages message_start"].rest.removesuffix(b"\n\n")
+    bare, wrapped = await _bare_and_wrapped(mode, rest, "messages message_start")
+    assert bare[1] is None and wrapped[1] is None
+    assert [event.type for event in wrapped[0]] == [event.type for event in bare[0]]
+    assert bare[0][-1].type == "message_delta"
 
 
 BREAKS: dict[str, tuple[str, Callable[[Any], Any]]] = {
