@@ -2,40 +2,62 @@
 
 Values volatile with high confidence by their shape (a UUID, a date with a time, a request id)
 move on first sight (`sdk.prompt.first_sight`), with no memory. The others *look* volatile but may be
-the same on every call (a hex run that is a commit or a key id, a value under a plain `Date:`
-label, a timestamp written as an example): only calls can tell, so each wrapped client remembers,
-per prompt family, the candidate bytes of the family's last call (as hashes: no id or token is kept).
+the same on every call (a hex run that is a commit or a key id, a timestamp written as an example),
+or do not look volatile at all (a weekday line, a `git status` block, a directory listing, a temp
+path, a port, a counter, a user's name): only calls can tell, so each wrapped client remembers, per
+prompt family, the candidate bytes and the lines of the family's last call (as hashes: no id, token
+or prompt text is kept).
 
-A prompt family is the calls whose stable texts (system prompt, tool descriptions) are the same once
-every candidate is masked (`mask_volatile`): "Request ID: <Request ID>\\nFile tickets in project
-<uuid>." is one family whatever the id and the project. For each family, a candidate moves from
-the first call on which its bytes differ from the family's previous call's, and from then on for
-good; until then it stays where the caller put it. A moved candidate (by shape or by memory) whose
-bytes also differ from the previous call of the same conversation (the calls whose first user
-turn, as the caller wrote it, is the same, each with more turns than the one before) changes
-within a conversation, from then on for good, and goes to the tail note at the end of the prompt;
-the others stay in the note that ends the first user turn. So no decision flips:
+How a family is found: by the *outline* of its stable texts (`family_outline`), the first and the
+last line of each system text and every tool description, each masked (`mask_volatile`), so that a
+line that changes between them keeps the call in its family. Within a family:
+- lines (`FamilyMemory.observe_lines`): the call's system lines, masked and hashed, are aligned
+  with the last call's (`difflib`), and the lines this call inserted or replaced have changed, from
+  then on for good, and move whole, each with its line; a call whose lines differ in more than
+  `VOLATILE_LINES_TAUGHT_SHARE` of them (and `VOLATILE_LINES_TAUGHT_MIN`) is another prompt that
+  shares the outline: it replaces the remembered lines but teaches nothing, so two prompts that
+  share a first line never mark each other's lines;
+- candidates (`FamilyMemory.observe`): keyed by the masked texts without the lines that change
+  (`family_key`): "Request ID: <Request ID>\\nFile tickets in project <uuid>." is one family
+  whatever the id and the project. A candidate moves from the first call on which its bytes differ
+  from the family's previous call's, and from then on for good; until then it stays where the caller
+  put it.
+A moved candidate or line (by shape or by memory) whose bytes also differ from the previous call of
+the same conversation (the calls whose first user turn, as the caller wrote it, is the same, each
+with more turns than the one before) changes within a conversation, from then on for good, and goes
+to the tail note at the end of the prompt; the others stay in the note that ends the first user
+turn. So no decision flips:
 - on the family's first call nothing is known: a candidate its shape does not move stays, and so
   on every later call while its bytes stay the same;
-- the call on which such a candidate first differs misses the cache from it on (as the bare
+- the call on which such a candidate or line first differs misses the cache from it on (as the bare
   client's does: its bytes changed there), and from the next call on the family's prompt is the
-  same without it, call after call;
+  same without it, call after call (a newly learnt line starts a new candidate record: a candidate
+  learnt by memory alone is learnt once more, at the cost of that one miss);
 - a value moved on sight that stays the same over an agent run costs the run nothing: it stands
   in the note that ends the first user turn, at the same place on every call of the run;
-- a family not seen for `VOLATILE_FAMILIES` other families is forgotten (LRU), and starts over.
+- a family not seen for `VOLATILE_FAMILIES` other records is forgotten (LRU), and starts over.
+What is not watched: a call with no candidate at all (it costs nothing), and a line that changes
+as the first or the last line of its text (it names the family).
 
-The memory is bounded, locked (concurrent calls of one client are safe), and costs one hash of the
-masked texts and a dictionary look-up per call that has candidates; a call without any costs nothing.
+The memory is bounded, locked (concurrent calls of one client are safe), and costs, per call that
+has candidates, the hashes of the masked texts and their lines (remembered per text) and two
+records' update.
 """
 
 from __future__ import annotations
 
+import difflib
 import functools
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sdk._constants import VOLATILE_FAMILIES
+from sdk._constants import (
+    VOLATILE_FAMILIES,
+    VOLATILE_LINES_TAUGHT_MIN,
+    VOLATILE_LINES_TAUGHT_SHARE,
+    VOLATILE_SCAN_CACHE_SIZE,
+)
 from sdk.memory.records import FamilyRecord
 from sdk.memory.store import LocalStore, Store
 
@@ -59,6 +81,44 @@ def next_record(last: FamilyRecord | None, values: tuple[int, ...], conversation
     changed = tuple(seen or new for seen, new in zip(last.changed, differ))
     within = tuple(seen or (same and new) for seen, new in zip(last.within, differ))
     return FamilyRecord(values, changed, within, conversation, turns)
+
+
+def next_lines_record(
+    last: FamilyRecord | None, lines: tuple[int, ...], conversation: bytes, turns: int
+) -> FamilyRecord:
+    """The family's line record after a call with these `lines` (hashes): each line aligned with the
+    last call's keeps its flags, and an inserted or replaced one has changed (see the module)."""
+    if last is None:
+        return FamilyRecord(lines, (False,) * len(lines), (False,) * len(lines), conversation, turns)
+    changed, within = [False] * len(lines), [False] * len(lines)
+    differ: list[tuple[int, bool]] = []  # (line, whether it had changed within a conversation)
+    for tag, old, old_end, new, new_end in difflib.SequenceMatcher(None, last.values, lines, False).get_opcodes():
+        if tag == "equal":
+            changed[new:new_end], within[new:new_end] = last.changed[old:old_end], last.within[old:old_end]
+        else:
+            differ += [(line, any(last.within[old:old_end])) for line in range(new, new_end)]
+    if len(differ) <= max(VOLATILE_LINES_TAUGHT_MIN, VOLATILE_LINES_TAUGHT_SHARE * len(lines)):
+        same = last.conversation == conversation and turns > last.turns
+        for line, was_within in differ:
+            changed[line], within[line] = True, was_within or same
+    return FamilyRecord(lines, tuple(changed), tuple(within), conversation, turns)
+
+
+@functools.lru_cache(maxsize=VOLATILE_SCAN_CACHE_SIZE)
+def line_hashes(masked: str) -> tuple[int, ...]:
+    """The hash of each line of a masked text (`value_hash`), remembered per text: a system prompt
+    whose only changes are recognised values is hashed once."""
+    return tuple(value_hash(line) for line in masked.split("\n"))
+
+
+def family_outline(masked_system: Sequence[str], masked_tools: Sequence[str]) -> bytes:
+    """What finds a call's family (see the module): the first and the last non-blank line of each
+    masked system text, and the masked tool descriptions whole."""
+    ends: list[str] = []
+    for text in masked_system:
+        lines = [line for line in text.split("\n") if line.strip()] or [""]
+        ends += [lines[0], lines[-1]]
+    return family_key(["\x01outline", *ends, "\x01tools", *masked_tools])
 
 
 def value_hash(text: str) -> int:
@@ -106,6 +166,30 @@ class FamilyMemory:
         update = functools.partial(next_record, values=values, conversation=conversation, turns=turns)
         record = self._store.update_family(family, update)
         return Changes(record.changed, record.within)
+
+    def observe_lines(
+        self, masked_system: Sequence[str], masked_tools: Sequence[str], conversation: bytes, turns: int = 1
+    ) -> tuple[list[dict[int, bool]], bytes]:
+        """Record this call's system lines (the masked texts', hashed) for its family (`family_outline`);
+        return, per system text, its lines that have changed between two calls of the family (they
+        move, whole), each with whether it changed within a conversation (to the tail note), this
+        call included; and the key of the family's candidates (`family_key` of the masked texts
+        without those lines)."""
+        hashes = [line_hashes(text) for text in masked_system]
+        update = functools.partial(
+            next_lines_record, lines=tuple(h for text in hashes for h in text), conversation=conversation, turns=turns
+        )
+        record = self._store.update_family(family_outline(masked_system, masked_tools), update)
+        moving: list[dict[int, bool]] = []
+        stable: list[str] = []
+        position = 0
+        for text, lines in zip(masked_system, hashes):
+            end = position + len(lines)
+            flags = zip(record.changed[position:end], record.within[position:end])
+            moving.append({index: within for index, (changed, within) in enumerate(flags) if changed})
+            stable.append("\n".join(line for index, line in enumerate(text.split("\n")) if index not in moving[-1]))
+            position = end
+        return moving, family_key([*stable, *masked_tools])
 
     def __len__(self) -> int:
         return self._store.held("family")

@@ -2,12 +2,13 @@
 
 Under `volatile="move"`, candidates (`sdk.prompt.volatile`) in the system prompt that are volatile by
 their shape (`sdk.prompt.first_sight`: on the first call that carries them) or that change between calls
-of a prompt family (`sdk.prompt.families`: from the first call on which their bytes differ, and for good)
-are cut with the caller's words around them (their sentence, labelled line or heading:
-`sdk.prompt.sentences`) and appended, verbatim, to a context note
-(`<request_context>...</request_context>`) so the model reads exactly what the caller wrote: no
-label made up, no lead-in left behind; bytes that stay the same stay where the caller put them. Without a family memory (`sdk.Prompt`, a direct
-`canonicalize`) there is no earlier call to keep bytes identical with, and every candidate moves.
+of a prompt family (`sdk.prompt.families`: from the first call on which their bytes differ, and for good),
+and the lines a family showed changing (whole), are cut with the caller's words around them (their
+sentence, labelled line or heading: `sdk.prompt.sentences`) and appended, verbatim, to a context
+note (`<request_context>...</request_context>`) so the model reads exactly what the caller wrote:
+no label made up, no lead-in left behind; bytes that stay the same stay where the caller put them.
+Without a family memory (`sdk.Prompt`, a direct `canonicalize`) there is no earlier call to keep
+bytes identical with, and every candidate moves.
 
 Where a moved value goes depends on whether it changes within a conversation (`sdk.prompt.families`): one
 constant within it goes to the conversation note that ends its first user turn, and one that
@@ -46,7 +47,7 @@ from sdk.call import Api, Call
 from sdk.policy import Policy
 from sdk.prompt.families import FamilyMemory, family_key, value_hash
 from sdk.prompt.first_sight import moves_on_sight
-from sdk.prompt.volatile import VolatileMatch, cut_volatile, find_volatile, mask_volatile, note_lines
+from sdk.prompt.volatile import VolatileKind, VolatileMatch, cut_volatile, find_volatile, mask_volatile, note_lines
 
 log = logging.getLogger("sdk")
 
@@ -67,22 +68,29 @@ def move_volatile(call: Call, policy: Policy, adapter: Adapter, families: Family
         return
     in_system = sum(len(matches) for matches in found[: len(system_texts)])
     first = first_user_turn(call)
+    lines: list[dict[int, bool]] = [{} for _ in system_texts]  # per text: the lines that move whole, to the tail?
     if families is None:
         moves, tails = (True,) * in_system, (False,) * in_system
     else:
-        key = family_key([mask_volatile(text) for text in (*system_texts, *tool_texts)])
         conversation = family_key(text_leaves([call.messages[first]["content"]])) if first is not None else b""
+        masked_system = [mask_volatile(text) for text in system_texts]
+        lines, key = families.observe_lines(
+            masked_system, [mask_volatile(text) for text in tool_texts], conversation, len(call.messages)
+        )
         changes = families.observe(
             key, tuple(value_hash(match.text) for match in candidates), conversation, len(call.messages)
         )
         on_sight = [sure for text in system_texts for sure in moves_on_sight(text)]
         moves = tuple(sure or changed for sure, changed in zip(on_sight, changes.changed))
         tails = changes.within[:in_system]
-        _report(call, [m for m, c in zip(candidates[in_system:], changes.changed[in_system:]) if c], "tool definitions")
+        _report(
+            call, [m.kind for m, c in zip(candidates[in_system:], changes.changed[in_system:]) if c], "tool definitions"
+        )
     if policy.volatile == "warn" or first is None:
-        _report(call, [m for m, move in zip(candidates, moves) if move], "system prompt")
+        moving = [m.kind for m, move in zip(candidates, moves) if move]
+        _report(call, moving + [VolatileKind.LINE] * any(lines), "system prompt")
         return
-    removed = _cut_system(call, found[: len(system_texts)], moves, tails) if any(moves) else []
+    removed = _cut_system(call, found[: len(system_texts)], moves, tails, lines) if any(moves) or any(lines) else []
     if removed:
         call.decided.changes.extend(f"volatile_moved:{match.kind}" for match, _ in removed)
         conversation_lines = [line for match, tail in removed if not tail for line in note_lines(match)]
@@ -154,10 +162,15 @@ def _descriptions(value: Any, out: list[str]) -> list[str]:
 
 
 def _cut_system(
-    call: Call, found: list[list[VolatileMatch]], moves: tuple[bool, ...], tails: tuple[bool, ...]
+    call: Call,
+    found: list[list[VolatileMatch]],
+    moves: tuple[bool, ...],
+    tails: tuple[bool, ...],
+    lines: list[dict[int, bool]],
 ) -> list[tuple[VolatileMatch, bool]]:
-    """Cut the moving candidates out of the system prompt; return each with whether it goes to the
-    tail note (it overlaps a candidate that changes within a conversation), each text visited in order."""
+    """Cut the moving candidates and `lines` out of the system prompt; return each cut with whether it
+    goes to the tail note (it overlaps a candidate or a line that changes within a conversation),
+    each text visited in order."""
     keeps: list[set[int]] = []
     tail_spans: list[list[tuple[int, int]]] = []
     position = 0
@@ -166,11 +179,12 @@ def _cut_system(
         tail_spans.append([(m.start, m.end) for index, m in enumerate(matches) if tails[position + index]])
         position += len(matches)
     removed: list[tuple[VolatileMatch, bool]] = []
-    texts: Iterator[tuple[set[int], list[tuple[int, int]]]] = iter(zip(keeps, tail_spans))
+    texts: Iterator[tuple[set[int], list[tuple[int, int]], dict[int, bool]]] = iter(zip(keeps, tail_spans, lines))
 
     def cut(text: str) -> str:
-        keep, spans = next(texts)
-        rest, matches = cut_volatile(text, keep)
+        keep, spans, whole = next(texts)
+        spans = spans + _line_spans(text, [index for index, tail in whole.items() if tail])
+        rest, matches = cut_volatile(text, keep, whole)
         removed.extend((m, any(m.start < end and start < m.end for start, end in spans)) for m in matches)
         return rest
 
@@ -178,6 +192,17 @@ def _cut_system(
     if removed:
         call.system = system
     return removed
+
+
+def _line_spans(text: str, indices: list[int]) -> list[tuple[int, int]]:
+    """The spans of the lines of `text` numbered in `indices`."""
+    spans: list[tuple[int, int]] = []
+    start = 0
+    for index, line in enumerate(text.split("\n")):
+        if index in indices:
+            spans.append((start, start + len(line)))
+        start += len(line) + 1
+    return spans
 
 
 def _add_tail_note(call: Call, lines: list[str], part_type: str) -> None:
@@ -212,9 +237,9 @@ def _add_tail_note(call: Call, lines: list[str], part_type: str) -> None:
     call.context_note = lines
 
 
-def _report(call: Call, matches: list[VolatileMatch], where: str) -> None:
-    """Record (and log) volatile bytes left in the stable prefix."""
-    for kind in sorted({str(match.kind) for match in matches}):
+def _report(call: Call, kinds: list[VolatileKind], where: str) -> None:
+    """Record (and log) volatile bytes left in the stable prefix, of these kinds."""
+    for kind in sorted(set(map(str, kinds))):
         call.decided.changes.append(f"volatile_found:{kind}")
         log.warning("kvwise: volatile %s in the %s defeats the prompt cache", kind, where)
 

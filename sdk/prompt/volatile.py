@@ -64,6 +64,7 @@ class VolatileKind(StrEnum):
     NONCE = "nonce"
     LABELLED_VALUE = "labelled_value"
     DATE = "date"
+    LINE = "line"  # a line its prompt family showed changing (`sdk.prompt.families`): not found here, cut whole
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,11 +281,12 @@ _TIGHT = ",.;:!?)]}"
 _WHEN_KINDS = frozenset({VolatileKind.DATE, VolatileKind.TIMESTAMP})
 
 
-def cut_volatile(text: str, keep: Collection[int] = ()) -> tuple[str, list[VolatileMatch]]:
+def cut_volatile(text: str, keep: Collection[int] = (), lines: Collection[int] = ()) -> tuple[str, list[VolatileMatch]]:
     """`text` without its volatile bytes, and the matches removed, in order of position.
 
     `keep` names matches that stay where they are, by their index in `find_volatile(text)` (bytes
-    that look volatile but are the same on every call).
+    that look volatile but are the same on every call); `lines` names lines of `text` (by index)
+    that move whole, each a `VolatileKind.LINE` match (a line its prompt family showed changing).
 
     A match goes with the caller's words around it (`sdk.prompt.sentences`: its sentence, its line
     with its bullet, the heading over it, a weekday line beside a date), which become the removed
@@ -298,25 +300,43 @@ def cut_volatile(text: str, keep: Collection[int] = ()) -> tuple[str, list[Volat
     found = find_volatile(text)
     kept = {(match.start, match.end) for index, match in enumerate(found) if index in keep}
     matches = [match for match in found if (match.start, match.end) not in kept]
-    if not matches:
+    whole = _line_matches(text, lines)
+    if not matches and not whole:
         return text, []
     chars = list(text)
     origin = list(range(len(text)))
     removed: list[VolatileMatch] = []
-    while matches:
+    while matches or whole:
         current = "".join(chars)
-        removed += [_cut(chars, origin, *unit) for unit in reversed(_units(current, matches))]
-        matches = [match for match in find_volatile("".join(chars)) if not _touches(origin, match, kept)]
+        removed += [_cut(chars, origin, *unit) for unit in reversed(_units(current, matches, whole))]
+        matches, whole = [match for match in find_volatile("".join(chars)) if not _touches(origin, match, kept)], []
     removed.sort(key=lambda match: (match.start, match.end))
     return "".join(chars), removed
 
 
-def _units(text: str, matches: list[VolatileMatch]) -> list[tuple[int, int, VolatileMatch]]:
-    """The spans of `text` that move with `matches` (their caller's words), merged where they
-    overlap, in order, each with the first match it holds."""
+def _line_matches(text: str, lines: Collection[int]) -> list[VolatileMatch]:
+    """The non-blank lines of `text` numbered in `lines`, each a match of its content (indentation left out)."""
+    found: list[VolatileMatch] = []
+    start = 0
+    for index, line in enumerate(text.split("\n")):
+        content = line.strip()
+        if index in lines and content:
+            at = start + len(line) - len(line.lstrip())
+            kind = VolatileKind.LINE
+            found.append(VolatileMatch(at, start + len(line.rstrip()), kind, kind.value, content, content))
+        start += len(line) + 1
+    return found
+
+
+def _units(text: str, matches: list[VolatileMatch], whole: list[VolatileMatch]) -> list[tuple[int, int, VolatileMatch]]:
+    """The spans of `text` that move with `matches` (their caller's words) and the lines `whole`,
+    merged where they overlap, in order, each with the first match it holds."""
     values = [(match.start, match.end) for match in find_volatile(text)]
     spans = sorted(
-        ((*caller_words(text, match.start, match.end, values, _is_when(match)), match) for match in matches),
+        [
+            *((*caller_words(text, match.start, match.end, values, _is_when(match)), match) for match in matches),
+            *((match.start, match.end, match) for match in whole),
+        ],
         key=lambda span: span[:2],
     )
     units: list[tuple[int, int, VolatileMatch]] = []

@@ -253,3 +253,73 @@ def test_a_value_constant_within_conversations_goes_to_the_first_turns_note_one_
         assert first.messages == [{"role": "user", "content": f"{loop[0]['content']}\n\n{conversation}\n\n{tail}"}]
         assert second.messages == [{"role": "user", "content": f"{loop[0]['content']}\n\n{conversation}"}, *loop[1:],
                                    {"role": "user", "content": tail}]  # fmt: skip
+
+
+RULES = "\n".join(f"{n}. Rule {n}: keep the answer to what the user asked about topic {n}." for n in range(1, 9))
+
+
+def _agent(request: str, lines: list[str]) -> str:
+    """A coding agent's prompt: a request id kvwise recognises beside run-time lines it cannot know."""
+    return "\n".join(["You are a coding agent.", f"Request ID: {request}", *lines, RULES, "Never push to main."])
+
+
+@pytest.mark.parametrize(
+    "changing",
+    [
+        ["Day of Week: {n}day"],  # a weekday line with no date beside it
+        ["Working directory: /tmp/agent-177374053351{n}-k3f9q{n}"],  # a per-run temp directory
+        ["The dev server listens on http://localhost:5{n}73."],  # a port
+        ["You are talking to user{n}@example.com."],  # one process serving many users
+        ["Session counter: {n}"],  # a counter
+    ],
+    ids=["weekday", "temp path", "port", "user", "counter"],
+)
+def test_an_unrecognised_changing_line_beside_a_recognised_one_moves_whole_from_the_second_call_in_one_process(
+    changing: list[str],
+):
+    pipeline = Pipeline(sdk.Policy())
+    calls = [_chat(pipeline, _agent(str(uuid.uuid4()), [line.format(n=n) for line in changing])) for n in range(4)]
+    systems = [call.system[0]["content"] for call in calls]
+    assert all(line.format(n=0) in systems[0] for line in changing)  # the first call: nothing known, it stays
+    stable = "\n".join(["You are a coding agent.", RULES, "Never push to main."])
+    assert systems[1:] == [stable] * 3  # learnt on the second call, moved for good: the same bytes from then on
+    for n, call in enumerate(calls[1:], 1):  # the caller's lines, whole and verbatim, in the note
+        note = "\n".join([NOTE_OPEN, f"Request ID: {_agent_id(calls[n])}", *(line.format(n=n) for line in changing), NOTE_CLOSE])
+        assert call.messages == [{"role": "user", "content": f"Hello\n\n{note}"}]
+        assert "volatile_moved:line" in _volatile(call)
+
+
+def _agent_id(call: Call) -> str:
+    note = call.messages[0]["content"]
+    return note.split("Request ID: ", 1)[1].split("\n", 1)[0]
+
+
+def test_a_git_status_block_whose_length_changes_moves_its_changed_lines_whole_and_the_rest_stays():
+    pipeline = Pipeline(sdk.Policy())
+    statuses = [["M src/app.py"], ["M src/app.py", "?? notes.txt"], ["M src/db.py", "A src/cache.py", "D old.py"]]
+    calls = [_chat(pipeline, _agent(str(uuid.uuid4()), ["<git-status>", *status, "</git-status>"])) for status in statuses]
+    assert "M src/app.py" in calls[0].system[0]["content"]  # the first call: as written
+    assert "?? notes.txt" not in calls[1].system[0]["content"]  # the inserted line moved
+    third = calls[2].system[0]["content"]
+    assert not any(line in third for line in statuses[2]) and "<git-status>\n</git-status>" in third
+    assert calls[2].messages[0]["content"].endswith("\n".join([*statuses[2], NOTE_CLOSE]))
+
+
+def test_two_prompts_that_share_a_first_line_teach_each_other_nothing():
+    pipeline = Pipeline(sdk.Policy())  # (two that share their first and last lines are one family, a middle line changing)
+    billing = "You are a helpful assistant.\nRequest ID: {}\nAnswer questions about billing.\nNever share card numbers."
+    summary = "You are a helpful assistant.\nRequest ID: {}\nSummarise the document.\nKeep it under 100 words."
+    for template in (billing, summary, billing, summary, billing):  # interleaved, as one app's two agents send them
+        call = _chat(pipeline, template.format(uuid.uuid4()))
+        assert call.system[0]["content"] == template.replace("Request ID: {}\n", "")  # only the request id moved
+
+
+def test_the_line_memory_keeps_hashes_of_lines_and_flags_only():
+    memory = FamilyMemory()
+    masked = ["You are a coding agent.\nRequest ID: <Request ID>\nUser: alice\nBe kind.", "Never push to main."]
+    memory.observe_lines(masked, [], b"")
+    lines, key = memory.observe_lines([masked[0].replace("alice", "bob"), masked[1]], [], b"")
+    assert lines == [{2: False}, {}]  # the user's line changed; not within one conversation
+    assert key == family_key(["You are a coding agent.\nRequest ID: <Request ID>\nBe kind.", "Never push to main."])
+    records = list(memory._store._families.values())  # type: ignore[attr-defined]
+    assert all(isinstance(value, int) for record in records for value in record.values)  # no prompt text
