@@ -14,8 +14,9 @@ parts of it, nowhere else:
   HTTP response (`retries_taken`);
 - a raw response's parse cache (`_parsed_by_type`), so `.parse()` of a streamed raw response gives
   the watched stream;
-- the client package's base classes (`_base_client.SyncAPIClient` / `AsyncAPIClient`) and the
-  client's `_base_url` (read at each call, so a changed base URL is honoured);
+- the client package's base classes (`_base_client.SyncAPIClient` / `AsyncAPIClient`,
+  `_resource.SyncAPIResource` / `AsyncAPIResource`: only the client's own resources are
+  intercepted) and the client's `_base_url` (read at each call, so a changed base URL is honoured);
 - the client's own `post(path, *, cast_to, body, options, stream, stream_cls)` and
   `request(cast_to, options, *, stream, stream_cls)`, whose `FinalRequestOptions` (`method`, `url`,
   `json_data`, and the fields set on it) `request_as_post` turns back into `post`'s arguments.
@@ -152,6 +153,18 @@ def resource_client(resource: Any) -> Any:
 def new_resource(resource: Any) -> Any:
     """A fresh resource of the same class on the same client: none of `resource`'s cached sub-resources."""
     return type(resource)(resource._client)
+
+
+def is_resource(value: Any, package: str) -> bool:
+    """Whether `value` is one of the client package's own resources (`_resource.SyncAPIResource` /
+    `AsyncAPIResource`), which kvwise may intercept, rather than a test's mock or a user's object."""
+    module = sys.modules.get(f"{package}._resource")
+    return module is not None and isinstance(value, (module.SyncAPIResource, module.AsyncAPIResource))
+
+
+def is_clients_own(value: Any, package: str) -> bool:
+    """Whether `value` is an object of the client package's own classes (its raw-response forms)."""
+    return type(value).__module__.partition(".")[0] == package
 
 
 def with_send(resource: Any, post: Callable[..., Any]) -> Any:

@@ -1,7 +1,8 @@
 """`sdk.wrap`: the client, with every model-calling method of `sdk.surface`'s table going through kvwise.
 
-The wrapped client reads and writes its attributes on the live client (so `client.api_key = ...`
-after wrapping is honoured), except the resources on the way to an intercepted one. An intercepted
+The wrapped client reads, writes and deletes its attributes on the live client (so `client.api_key =
+...` after wrapping is honoured), transparent as an object (`sdk.proxy`), except the resources on the
+way to an intercepted one, which it makes from the live client's own (anew when those change). An intercepted
 resource is a fresh instance of the client's own resource class on the live client whose
 intercepted methods are kvwise's: each runs the call's steps (`sdk.pipeline.Pipeline.prepare`) on its arguments, then
 the client's own method on a copy of the resource that sends through `sdk.send.Sender`. So
@@ -17,18 +18,21 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+import types
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
 from sdk import compat, surface
 from sdk.adapters import adapter_for
+from sdk.adapters._base import is_given
 from sdk.cache import diagnostics
 from sdk.call import Provider
 from sdk.memory.memories import memories_for
 from sdk.pipeline import Middleware, Pipeline
 from sdk.policy import Policy
+from sdk.proxy import Node
 from sdk.send.sender import Sender, Server
 from sdk.surface import Intercept, Kind, Path
 from sdk.telemetry import Telemetry
@@ -37,6 +41,7 @@ ClientT = TypeVar("ClientT")
 
 _HOSTED = {"api.openai.com": Provider.OPENAI, "api.anthropic.com": Provider.ANTHROPIC}
 _RAW_FORMS = frozenset({"with_raw_response", "with_streaming_response"})
+_COPIES = frozenset({"with_options", "copy"})
 _WRAPPER_ASSIGNMENTS = ("__module__", "__name__", "__qualname__", "__doc__")
 _EXTRA_BODY = "extra_body"
 
@@ -93,58 +98,17 @@ def wrap(
     return cast(ClientT, WrappedClient(client, shared))
 
 
-class _Node:
-    """A client or resource on the way to an intercepted resource: attribute access goes to `target`
-    except the names leading to intercepted resources and the raw-response forms (built once)."""
-
-    __slots__ = ("_target", "_path", "_root", "_children")
-
-    def __init__(self, target: Any, path: Path, root: WrappedClient | None = None) -> None:
-        object.__setattr__(self, "_target", target)
-        object.__setattr__(self, "_path", path)
-        object.__setattr__(self, "_root", root if root is not None else self)
-        object.__setattr__(self, "_children", {})
-
-    def __getattr__(self, name: str) -> Any:
-        children: dict[str, Any] = self._children
-        if name in children:
-            return children[name]
-        if name in _RAW_FORMS:
-            value = type(getattr(self._target, name))(self)  # the client's own wrapper, rebinding our methods
-        elif not self._path and name in surface.SENDS:
-            value = self._root._send_method(name)
-        else:
-            path = (*self._path, name)
-            package = self._root._shared.package.name
-            if surface.intercepted(package, path):
-                value = self._root._view(path, getattr(self._target, name))
-            elif surface.leads_to_intercepted(package, path):
-                value = _Node(getattr(self._target, name), path, self._root)
-            else:
-                return getattr(self._target, name)
-        children[name] = value
-        return value
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        setattr(self._target, name, value)
-
-    def __dir__(self) -> list[str]:
-        return dir(self._target)
-
-    def __repr__(self) -> str:
-        return f"<kvwise {self._target!r}>"
-
-
-class WrappedClient(_Node):
+class WrappedClient(Node):
     """The wrapped client: the live client's attributes, with the table's methods intercepted."""
 
-    __slots__ = ("_shared", "_views", "_where")
+    __slots__ = ("_shared", "_views", "_where", "_own_methods")
 
     def __init__(self, client: Any, shared: _Shared) -> None:
         super().__init__(client, ())
         object.__setattr__(self, "_shared", shared)
         object.__setattr__(self, "_views", {})
         object.__setattr__(self, "_where", (None, Provider.OPENAI, (None, None)))
+        object.__setattr__(self, "_own_methods", surface.SENDS | _COPIES)
 
     @property  # type: ignore[misc]
     def __class__(self) -> type:  # isinstance(wrapped, openai.OpenAI) holds, as for the bare client
@@ -164,17 +128,43 @@ class WrappedClient(_Node):
     async def __aexit__(self, *exc_info: Any) -> None:
         await self._target.__aexit__(*exc_info)
 
-    def with_options(self, *args: Any, **options: Any) -> WrappedClient:
-        """The client's `with_options` (alias `copy`), wrapped under the same policy and telemetry."""
-        return WrappedClient(self._target.with_options(*args, **options), self._shared)
+    def _made(self, node: Node, name: str, current: Any) -> Any:
+        """kvwise's objects: the raw-response forms rebinding kvwise's methods, the intercepted
+        resources (`_view`), the resources on the way to them, the client's own sends and copies;
+        only of the client's own objects (a test's mock or a user's object is given back as it is)."""
+        package = self._shared.package.name
+        if name in _RAW_FORMS:
+            if not compat.is_clients_own(current, package):
+                return current
+            return type(current)(node)  # the client's own wrapper, rebinding our methods
+        if not node._path and name in self._own_methods:
+            return self._own_method(name, current)
+        path = (*node._path, name)
+        if not surface.leads_to_intercepted(package, path) or not compat.is_resource(current, package):
+            return current
+        return self._view(path, current) if surface.intercepted(package, path) else Node(current, path, self)
 
-    copy = with_options
+    def _own_method(self, name: str, current: Any) -> Any:
+        """kvwise's `post`/`request` (`_send_method`) or `with_options`/`copy` (a wrapped copy under
+        the same policy and telemetry), with the client's signature; a replacement that is not the
+        client's own method (a test's patch) is given back as it is."""
+        if not inspect.ismethod(current) or current.__self__ is not self._target:
+            return current
+        if name in _COPIES:
+
+            def copied(*args: Any, **options: Any) -> Any:
+                return WrappedClient(current(*args, **options), self._shared)
+
+            return functools.update_wrapper(copied, current, assigned=_WRAPPER_ASSIGNMENTS, updated=())
+        return self._send_method(current)
 
     def _view(self, path: Path, resource: Any) -> Any:
-        """The intercepted resource at `path`: the client's own class, kvwise's methods (made once)."""
-        views: dict[Path, Any] = self._views
-        if path in views:
-            return views[path]
+        """The intercepted resource at `path`: the client's own class, kvwise's methods (made once per
+        resource of the client's)."""
+        views: dict[Path, tuple[Any, Any]] = self._views
+        made = views.get(path)
+        if made is not None and made[1] is resource:
+            return made[0]
         view = compat.new_resource(resource)
         for spec in surface.intercepted(self._shared.package.name, path):
             if hasattr(type(view), spec.method):  # Bedrock's beta messages have no count_tokens
@@ -182,37 +172,39 @@ class WrappedClient(_Node):
         for child in surface.INTERCEPTED[self._shared.package.name]:
             if child[:-1] == path and (sub := getattr(resource, child[-1], None)) is not None:
                 setattr(view, child[-1], self._view(child, sub))
-        views[path] = view
+        views[path] = (view, resource)
         return view
 
     def _method(self, view: Any, spec: Intercept) -> Callable[..., Any]:
-        """kvwise's `spec.method` of `view`: the call's steps, then the client's own method sending through kvwise."""
+        """kvwise's `spec.method` of `view`: the call's steps, then the client's own method sending
+        through kvwise; bound to `view`, so its signature is the client's bound method's."""
         original = getattr(type(view), spec.method)
         accepted = _parameters(original)
         if inspect.iscoroutinefunction(original):
 
-            async def amethod(*args: Any, **kwargs: Any) -> Any:
-                sender, native = self._prepare(spec, kwargs, compat.resource_client(view), accepted)
-                return await original(self._sending(view, sender), *args, **native)
+            async def amethod(resource: Any, *args: Any, **kwargs: Any) -> Any:
+                sender, native = self._prepare(spec, kwargs, compat.resource_client(resource), accepted)
+                return await original(self._sending(resource, sender), *args, **native)
 
             method: Callable[..., Any] = amethod
         else:
 
-            def method(*args: Any, **kwargs: Any) -> Any:
-                sender, native = self._prepare(spec, kwargs, compat.resource_client(view), accepted)
-                return original(self._sending(view, sender), *args, **native)
+            def method(resource: Any, *args: Any, **kwargs: Any) -> Any:
+                sender, native = self._prepare(spec, kwargs, compat.resource_client(resource), accepted)
+                return original(self._sending(resource, sender), *args, **native)
 
-        return functools.update_wrapper(method, original, assigned=_WRAPPER_ASSIGNMENTS, updated=())
+        functools.update_wrapper(method, original, assigned=_WRAPPER_ASSIGNMENTS, updated=())
+        return types.MethodType(method, view)
 
     def _sending(self, view: Any, sender: Sender) -> Any:
         """A copy of `view` sending through `sender` (the async clients' methods, coroutine functions
         or not, await their `_post`)."""
         return compat.with_send(view, sender.apost if self._shared.package.is_async else sender.post)
 
-    def _send_method(self, name: str) -> Callable[..., Any]:
-        """kvwise's `post` or `request` of the live client: a model call's request (`surface.route`)
-        through kvwise's steps and send; any other request as the client sends it."""
-        original = getattr(self._target, name)
+    def _send_method(self, original: Any) -> Callable[..., Any]:
+        """kvwise's `post` or `request` (`original`, the live client's): a model call's request
+        (`surface.route`) through kvwise's steps and send; any other request as the client sends it."""
+        name = original.__name__
         as_post = compat.post_arguments if name == "post" else compat.request_as_post
         if self._shared.package.is_async:
 
@@ -290,15 +282,17 @@ class WrappedClient(_Node):
         """Every request of a batch through the steps; the batch's span describes its first request."""
         adapter = adapter_for(spec.api)
         pipeline = self._shared.pipeline
+        given: Iterable[Any] | None = kwargs.get("requests")
+        as_written = given is None or not is_given(given)  # the caller's None (or nothing) goes as they wrote it
         requests, senders = [], []
-        for request in kwargs.get("requests") or ():
+        for request in given if given is not None and not as_written else ():
             call = adapter.to_call(dict(request["params"]), provider)
             senders.append(pipeline.prepare(call, spec.kind, client, server))
             requests.append({**request, "params": adapter.to_kwargs(call)})
-        if not senders:  # an empty batch (the server refuses it): a placeholder request for its span
+        if not senders:  # an empty batch, or none (the server refuses it): a placeholder request for its span
             placeholder = adapter.to_call({"model": "", "messages": []}, provider)
             senders.append(pipeline.prepare(placeholder, spec.kind, client, server))
-        return senders[0], {**kwargs, "requests": requests}
+        return senders[0], kwargs if as_written else {**kwargs, "requests": requests}
 
     def _provider_and_server(self) -> tuple[Provider, Server]:
         """Who serves the live client's base URL (read at each call: it may have been changed)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import anthropic
 import openai
 import pydantic
 import pytest
@@ -175,3 +176,14 @@ def test_a_plain_tool_already_in_canonical_order_is_the_callers_own_object():
     )
     canonicalize(call, sdk.Policy(), adapter)
     assert call.tools[0] is tool and call.decided.changes == []
+
+
+@pytest.mark.parametrize("requests", [None, anthropic.omit], ids=["none", "omitted"])
+async def test_a_batch_without_a_list_of_requests_is_sent_as_the_bare_client_sends_it(canned, mode, requests):
+    canned.answer({"id": "msgbatch_1", "type": "message_batch", "processing_status": "in_progress"})
+    cls = anthropic.Anthropic if mode == "sync" else anthropic.AsyncAnthropic
+    for make in (lambda client: client, sdk.wrap):
+        client = make(cls(base_url=canned.url, api_key="k", max_retries=0))
+        await resolve(client.messages.batches.create(requests=requests))
+    bare, wrapped = (seen.body for seen in canned.seen if seen.method == "POST")
+    assert wrapped == bare
