@@ -90,6 +90,8 @@ def next_lines_record(
     last call's keeps its flags, and an inserted or replaced one has changed (see the module)."""
     if last is None:
         return FamilyRecord(lines, (False,) * len(lines), (False,) * len(lines), conversation, turns)
+    if last.values == lines:  # the same lines: nothing to align
+        return FamilyRecord(lines, last.changed, last.within, conversation, turns)
     changed, within = [False] * len(lines), [False] * len(lines)
     differ: list[tuple[int, bool]] = []  # (line, whether it had changed within a conversation)
     for tag, old, old_end, new, new_end in difflib.SequenceMatcher(None, last.values, lines, False).get_opcodes():
