@@ -1,5 +1,5 @@
-"""The `data: [DONE]` that ends an OpenAI Chat or Completions stream, which the client reads and never
-hands on.
+"""The `data: [DONE]` that ends an OpenAI Chat or Completions stream (and a Responses stream, where a
+server sends one), which the openai client reads and never hands on.
 
 A stream the server ended explicitly is complete, as the bare client holds it, even with no
 `finish_reason` in it; one whose body just stops is truncated (`sdk.send.stream_watch`). Only the

@@ -20,7 +20,8 @@ attempt: a connection that drops or times out is the client's `APIConnectionErro
 `APITimeoutError`, raised as `StreamTruncated` of that class and chained to the transport error the
 client chained it to (`httpx2.RemoteProtocolError`, ...); a body that ends without the API's end
 marker (Chat's and Completions' `[DONE]`, which `sdk.send.stream_done` watches for, Messages'
-`message_stop`, Responses' terminal event; the clients pass such a body off as a complete answer) is
+`message_stop`, Responses' terminal event or a `[DONE]`; the clients pass such a body off as a
+complete answer) is
 `StreamTruncated` as the client's `APIConnectionError`; anything else (a `data:` line that is not
 JSON, an error event) is the client's own exception, untouched. A body the server ended with its
 marker is complete, as the bare client holds it, with or without a finish reason; so is one that
@@ -67,7 +68,7 @@ from sdk.telemetry.content import streamed_tool_calls
 
 logger = logging.getLogger(__name__)
 
-_ENDS_WITH_DONE = frozenset({Api.CHAT, Api.COMPLETIONS})  # the APIs whose end marker is `data: [DONE]`
+_ENDS_WITH_DONE = frozenset({Api.CHAT, Api.COMPLETIONS, Api.RESPONSES})  # the openai client's: it stops at `[DONE]`
 
 
 class StreamWatch:
@@ -103,8 +104,8 @@ class StreamWatch:
         self.done: DoneMarker | None = None  # the `[DONE]` watch of a Chat or Completions stream
 
     def watch_end(self, stream: Any) -> None:
-        """Before `stream` (the client's) is first read: watch for its end marker where the client
-        swallows it (`[DONE]`)."""
+        """Before `stream` (the client's) is first read: watch for the end marker the openai client
+        swallows (`[DONE]`)."""
         if self.call.api in _ENDS_WITH_DONE:
             self.done = DoneMarker.install(stream)
 

@@ -209,6 +209,12 @@ async def test_a_chat_body_that_ends_without_done_is_truncated_where_the_bare_cl
     assert [event.model_dump() for event in wrapped[0]] == [event.model_dump() for event in bare[0]]
 
 
+async def test_a_responses_stream_ended_by_done_without_a_terminal_event_ends_as_the_bare_one_does(mode: str) -> None:
+    bare, wrapped = await _bare_and_wrapped(mode, sse("[DONE]"), "responses response.created")
+    assert bare[1] is None and wrapped[1] is None
+    assert [event.type for event in wrapped[0]] == [event.type for event in bare[0]] == ["response.created"]
+
+
 async def test_a_messages_stream_whose_message_stop_is_never_dispatched_ends_as_the_bare_one_does(mode: str) -> None:
     """A last event without its blank line is dropped by the client's decoder; the stop reason before it
     said the answer was whole, and the bare client accepts the end."""
