@@ -81,11 +81,19 @@ class Sender:
         release = () if leader is None else (LeaderRelease(fanout, leader),)  # the leader tells its followers
         return Lifecycle(record, self.listeners + release), follow
 
-    def _send(self, path: str, post_kwargs: dict[str, Any], record: CallRecord) -> tuple[Callable[[], Any], list[int]]:
+    def _send(
+        self, path: str, post_kwargs: dict[str, Any], record: CallRecord, asynchronous: bool
+    ) -> tuple[Callable[[], Any], list[int], bool]:
         """One send of the call as `post_kwargs` say at the time (a take-back rewrites them): the live
-        client's `post`, its own retries inside; and the count of sends made, kept as each starts."""
+        client's `post`, its own retries inside; the count of sends made, kept as each starts; and
+        whether the send returns the client's response wrapper of a parsed answer, to be parsed here
+        (`sdk.compat.counting_cast_to`: its `retries_taken` counted)."""
         tracing = client_tracing.trace_headers(self.client, record.span)  # the client's own span gives way to ours
         max_retries = max_retries_for(self.client, post_kwargs.get("options"), self.parts.policy.retries)
+        counting = None
+        if not post_kwargs.get("stream") and compat.raw_mode(post_kwargs.get("options")) is None:
+            own_span = tracing is None and getattr(self.client, "open_telemetry", None) is not None
+            counting = compat.counting_cast_to(self.client, post_kwargs.get("cast_to"), asynchronous, own_span)
         made = [0]
 
         def send() -> Any:
@@ -93,9 +101,10 @@ class Sender:
             record.attempt(made[0])
             given = post_kwargs.get("options")
             options = compat.send_options(given, tracing, max_retries)
-            return self.client.post(path, **(post_kwargs if options is given else {**post_kwargs, "options": options}))
+            kwargs = post_kwargs if options is given else {**post_kwargs, "options": options}
+            return self.client.post(path, **(kwargs if counting is None else {**kwargs, "cast_to": counting}))
 
-        return send, made
+        return send, made, counting is not None
 
     def post(self, path: str, **post_kwargs: Any) -> Any:
         """The sync client's `post(path, ...)`, sent the kvwise way."""
@@ -111,7 +120,7 @@ class Sender:
             fit_to_context(self.call, post_kwargs, context)  # a limit kvwise filled in fits the model's context
         lifecycle, follow = self._lifecycle(post_kwargs)  # the span, the end's listeners, the fan-out join
         record = lifecycle.record
-        send, made = self._send(path, post_kwargs, record)
+        send, made, counted = self._send(path, post_kwargs, record, asynchronous)
         if follow is not None and self.parts.fanout is not None:  # a follower waits for its leader's first chunk
             waiting = (follow, self.parts.policy.fanout_wait_seconds)
             _note_wait(record, (yield Io(self.parts.fanout.wait, self.parts.fanout.await_release, waiting)))
@@ -124,12 +133,14 @@ class Sender:
             _attempts(record, made[0], error, post_kwargs)
             self._failed(lifecycle, error)
             raise
-        if raw or self.call.stream:  # a parsed answer keeps no trace of the client's retries
+        if raw or counted or self.call.stream:  # else the answer keeps no trace of the client's retries
             _attempts(record, made[0], result, post_kwargs)
         try:
-            parsed = (yield Io(_parsed, _aparsed, (result,))) if raw else result
+            parsed = (yield Io(_parsed, _aparsed, (result,))) if raw or counted else result
         except Exception as error:  # a body that is not JSON: the caller's own `.parse()` raises it, as the bare one's
             self._failed(lifecycle, error)
+            if counted:  # where the client's `post` raises it
+                raise
             return result
         if self.call.stream:
             # on a stream's first call: a plain call never loads the watcher's modules
@@ -140,7 +151,7 @@ class Sender:
             watched = (watch_async if asynchronous else watch_sync)(parsed, watch)
             return self._raw_with(result, watched) if raw else watched
         finish(self.call, self.kind, parsed, lifecycle)
-        return result
+        return parsed if counted else result
 
     def _context(self) -> ContextLimit | None:
         """The model's context as kvwise was told it, where this call's limit is kvwise's:

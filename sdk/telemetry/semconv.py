@@ -229,9 +229,10 @@ KVWISE_STATE_DEGRADED_REASON: Final = "kvwise.state.degraded_reason"
 """Why the shared state store failed (the error's type and message, no credentials)."""
 
 KVWISE_ATTEMPTS: Final = "kvwise.attempts"
-"""The requests the call made, as far as the client tells: kvwise's sends (1, or 2 after a refusal
-of what kvwise added), plus the retries the client's own loop took where its outcome says (a stream,
-a raw response, an error); a parsed answer keeps no trace of them (`sdk.compat.retries_taken`)."""
+"""The requests the call made: kvwise's sends (1, or 2 after a refusal of what kvwise added), plus
+the retries the client's own loop took, as its outcome says (`sdk.compat.retries_taken`); only an
+anthropic client with middleware, or whose own call span records the answer, leaves a parsed
+answer's retries uncounted (`sdk.compat.counting_cast_to`)."""
 
 KVWISE_STREAM_CHUNKS: Final = "kvwise.stream.chunks"
 """Content chunks that reached the caller (streams only)."""

@@ -71,9 +71,7 @@ class FaultCase:
     """One fault and what the SDK must make of it.
 
     `attempts`: requests the simulator saw; the span's `kvwise.attempts` too, unless `refused` (the
-    simulator then sees none and the span counts every try) or the caller got a parsed answer
-    (`span_attempts_of`: it keeps no trace of the client's retries, so the span counts kvwise's one
-    send). `raises`: the exception's class name
+    simulator then sees none and the span counts every try). `raises`: the exception's class name
     per API, None when the call completes. `waits`: bounds of every wait between attempts, checked
     when given (a stream reopened before its first content chunk is sent again at once).
     """
@@ -92,11 +90,6 @@ class FaultCase:
     @property
     def span_attempts(self) -> int:
         return EVERY_ATTEMPT if self.refused else self.attempts
-
-    def span_attempts_of(self, api: str, stream: bool) -> int:
-        """The span's `kvwise.attempts` for this fault on `api`, streamed or not."""
-        parsed = self.raises is None and not stream and not api.endswith(".raw")
-        return 1 if parsed else self.span_attempts
 
 
 def same(name: str) -> dict[str, str]:
@@ -472,7 +465,7 @@ async def test_each_wire_fault_ends_in_the_full_reply_or_the_clients_own_error(
         assert isinstance(answer.error, type(bare_answer.error)), (answer.error, bare_answer.error)
     else:  # a body that ends without its final event: kvwise says so, where the bare client passes it off as complete
         assert answer.error is None or isinstance(answer.error, sdk.StreamTruncated)
-    assert (observed.attempts, observed.span_attempts, observed.got) == (case.attempts, case.span_attempts_of(api_name, stream), case.got)
+    assert (observed.attempts, observed.span_attempts, observed.got) == (case.attempts, case.span_attempts, case.got)
     assert waits == pytest.approx(bare_waits, abs=DATE_SLACK)  # the client's own waits, as bare
     if case.raises is None:
         assert answer.error is None and answer.text == simulator.reply

@@ -145,23 +145,37 @@ async def test_a_raw_response_says_the_retries_taken_as_the_bare_ones_does(simul
 
 
 async def test_anthropics_middleware_sees_each_attempt_as_it_does_bare(simulator, mode, client_sleeps):
-    def client(seen: list[int]) -> Any:
+    def client(seen: list[tuple[int, Any]]) -> Any:
         if mode == "sync":
             def note(request: Any, call_next: Any) -> Any:
-                seen.append(request.retries_taken)
+                seen.append((request.retries_taken, request.cast_to))
                 return call_next(request)
         else:
             async def note(request: Any, call_next: Any) -> Any:
-                seen.append(request.retries_taken)
+                seen.append((request.retries_taken, request.cast_to))
                 return await call_next(request)
         return _client(simulator, "anthropic", mode, middleware=[note])
 
-    bare_seen: list[int] = []
-    wrapped_seen: list[int] = []
+    bare_seen: list[tuple[int, Any]] = []
+    wrapped_seen: list[tuple[int, Any]] = []
     script = FAULTS["500 on every attempt, no hint"]
     bare = await _run(simulator, client_sleeps, script, lambda: _call(client(bare_seen), "anthropic"))
     got = await _run(simulator, client_sleeps, script, lambda: _call(sdk.wrap(client(wrapped_seen)), "anthropic"))
-    assert got == bare and wrapped_seen == bare_seen == [0, 1, 2]
+    assert got == bare and wrapped_seen == bare_seen == [(0, anthropic.types.Message), (1, anthropic.types.Message), (2, anthropic.types.Message)]
+    answers = [await resolve(_call(wrapped, "anthropic")) for wrapped in (client([]), sdk.wrap(client([])))]
+    assert type(answers[0]) is type(answers[1]) is anthropic.types.Message
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_a_parsed_answer_counts_the_clients_retries_on_the_span(simulator, mode, client_sleeps, provider, otel):
+    """The client's own response wrapper is asked for (`sdk.compat.counting_cast_to`): its `retries_taken` counts."""
+    bare = await resolve(_call(_client(simulator, provider, mode), provider))
+    wrapped = sdk.wrap(_client(simulator, provider, mode), tracer_provider=otel.tracer_provider)
+    simulator.fail(503, times=2, headers={"retry-after-ms": "5"})
+    answer = await resolve(_call(wrapped, provider))
+    assert type(answer) is type(bare) and answer.model_dump(exclude={"id"}) == bare.model_dump(exclude={"id"})
+    [span] = [span for span in otel.spans() if span.parent is None]
+    assert (span.attributes or {})[sc.KVWISE_ATTEMPTS] == 3
 
 
 async def test_a_retried_stream_and_a_failed_call_count_the_clients_attempts_on_the_span(simulator, mode, client_sleeps, otel):
