@@ -170,9 +170,9 @@ class Adapter:
         """Update `state` from one stream event; None when it carries no content, else the answer
         text it carries ("" for content that is not answer text: tool arguments, thinking, refusals).
 
-        Content is what a re-sent stream would repeat: once any reached the caller, a broken stream
-        can only end in `StreamTruncated`. Events before it (role chunk, `message_start`,
-        `response.created`) are headers, held back until the first content event.
+        The first content event ends the prefill phase (and lets fan-out followers go). Events
+        before it (role chunk, `message_start`, `response.created`) are headers, handed on as they
+        arrive like every event.
         """
         raise NotImplementedError
 
