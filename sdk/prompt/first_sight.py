@@ -12,7 +12,8 @@ first call that carries them, and the same prompt gets the same decision in ever
 - a labelled value whose label names the request, not the content: a request, trace, span,
   correlation, session, run, conversation, message or event id, a session, a nonce, a timestamp,
   "generated at"; or "now", in any case, with a date or a time as its value (`Date: 3/17/2026`,
-  `- date: 2026-03-17`, `Current time: 08:55 UTC`: `sdk.prompt.dates.NOW_LABEL`); or whose value
+  `- date: 2026-03-17`, `Current time: 08:55 UTC`: `sdk.prompt.dates.NOW_LABEL`; a label written
+  on more than one line labels a list of dated records and stays); or whose value
   holds one of the shapes above ("Session: 2026-12-02 08:55").
 
 What stays for the memory (moved only once calls show it changes): hex and base64 runs and JWTs
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections import Counter
 
 from sdk._constants import VOLATILE_SCAN_CACHE_SIZE
 from sdk.prompt.dates import NOW_LABEL, today
@@ -65,18 +67,26 @@ def moves_on_sight(text: str) -> tuple[bool, ...]:
 @functools.lru_cache(maxsize=VOLATILE_SCAN_CACHE_SIZE)
 def _judge(text: str, now: int) -> tuple[bool, ...]:
     examples = _example_spans(text)
-    return tuple(_by_shape(match) and not _in_example(text, match, examples) for match in find_volatile(text))
+    found = find_volatile(text)
+    labels = Counter(_label(match) for match in found if match.kind is VolatileKind.LABELLED_VALUE)
+    return tuple(_by_shape(match, labels) and not _in_example(text, match, examples) for match in found)
 
 
-def _by_shape(match: VolatileMatch) -> bool:
+def _label(match: VolatileMatch) -> str:
+    return _LABEL_SEPARATORS.sub(" ", match.label.lower())
+
+
+def _by_shape(match: VolatileMatch, labels: Counter[str]) -> bool:
+    """Whether `match` moves by its shape alone; `labels` counts the text's labels (a date label
+    written more than once labels a list of dated records, not the current date)."""
     if match.kind in _BY_SHAPE:
         return True
     if match.kind is not VolatileKind.LABELLED_VALUE:
         return False
-    label = _LABEL_SEPARATORS.sub(" ", match.label.lower())
+    label = _label(match)
     if _REQUEST_LABEL.fullmatch(label) is not None:
         return True
-    if NOW_LABEL.fullmatch(match.label) is not None and WHEN.fullmatch(match.value) is not None:
+    if NOW_LABEL.fullmatch(match.label) and WHEN.fullmatch(match.value) and labels[label] == 1:
         return True
     return any(inner.kind in _BY_SHAPE for inner in find_volatile(match.value))
 

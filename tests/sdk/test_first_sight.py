@@ -181,6 +181,7 @@ LOOK_ALIKES: dict[str, str] = {
     "a last-updated label": "Last updated: March 17, 2025\nFollow the refund rules below.",
     "an example sentence naming the date": "Say the date as in this example: e.g. 'Today is January 15, 2024.'",
     "a knowledge date introduced as current": "Your training data is current as of January 15, 2024.",
+    "a yaml list of dated releases": "Releases:\n- name: 1.2.0\n  date: 2024-01-15\n- name: 1.3.0\n  date: 2024-03-02",
 }
 
 
