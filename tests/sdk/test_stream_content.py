@@ -1,6 +1,6 @@
-"""Delivered means any content: a stream that breaks after tool-call arguments or thinking reached
-the caller ends in `sdk.StreamTruncated` (never sent again, so nothing reaches the caller twice);
-one that breaks before any content is sent again, and the caller sees its header events once."""
+"""Any content counts: a stream that breaks after tool-call arguments or thinking reached the caller
+ends in `sdk.StreamTruncated`; one that breaks before any content too, after its header events
+reached the caller once. Neither is sent again (its 200 means the provider accepted it)."""
 
 from __future__ import annotations
 
