@@ -11,6 +11,9 @@ Vertex and Foundry, and under `client.with_raw_response` / `client.with_streamin
 - `REBOUND`: methods kvwise leaves as they are because the client's own code calls an intercepted
   method of the same resource (`chat.completions.stream()` calls `self.create(stream=True)`), like
   the `with_raw_response` wrappers, which openai-python builds by rebinding `create`.
+- `ON_WRAPPED_CLIENT`: methods kvwise runs as they are, but with the wrapped client as their
+  resource's client, because they make their model calls later through the client
+  (`beta.messages.tool_runner()` and `thread()` call `client.beta.messages.create` on each turn).
 - `PASS_THROUGH`: resources (or single methods) left to the client, each with the reason.
 - `ROUTES`: the same model calls reached below the resources, through the client's own `post` or
   `request` (`SENDS`), as frameworks send them (LiteLLM posts `/chat/completions` itself): each URL
@@ -89,6 +92,18 @@ REBOUND: dict[str, dict[tuple[str, ...], str]] = {
     "anthropic": {},
 }
 
+_THREAD = (
+    "makes a message thread (the client's own loop, over `client.beta.messages.create`) on the wrapped "
+    "client, so each turn it sends goes through kvwise's create"
+)
+ON_WRAPPED_CLIENT: dict[str, dict[Path, dict[str, str]]] = {
+    "openai": {},
+    "anthropic": {("beta", "messages"): {"thread": _THREAD, "tool_runner": _THREAD + ", and so does the tool loop's"}},
+}
+"""Methods run as the client's own with the wrapped client as their resource's client: they send
+their model calls later, through the client (not through the resource's `_post`), so kvwise sees
+each call the client's own code makes."""
+
 _NO_PROMPT = "no prompt prefix to reorder or cache and no decode to cap"
 _SERVER_HELD = (
     "the prompt lives server-side (assistants, threads, sessions): "
@@ -151,12 +166,6 @@ PASS_THROUGH: dict[str, dict[Path, str]] = {
         ("beta", "environments"): _SERVER_HELD,
         ("beta", "files"): _ADMIN,
         ("beta", "memory_stores"): _ADMIN,
-        (
-            "beta",
-            "messages",
-            "thread",
-        ): "message threads: the server holds the conversation and each turn sends only new messages",
-        ("beta", "messages", "tool_runner"): "runs over a message thread (server-held history), see thread",
         ("beta", "models"): "model metadata",
         ("beta", "organization"): _ADMIN,
         ("beta", "sessions"): _SERVER_HELD,
@@ -205,6 +214,11 @@ def route(package: str, url: str) -> tuple[Path, Intercept] | None:
 def intercepted(package: str, path: Path) -> tuple[Intercept, ...]:
     """The intercepted methods of the resource at `path` (empty when it has none)."""
     return INTERCEPTED[package].get(path, ())
+
+
+def on_wrapped_client(package: str, path: Path) -> dict[str, str]:
+    """The methods of the resource at `path` run with the wrapped client (`ON_WRAPPED_CLIENT`)."""
+    return ON_WRAPPED_CLIENT[package].get(path, {})
 
 
 def leads_to_intercepted(package: str, path: Path) -> bool:

@@ -169,6 +169,9 @@ class WrappedClient(Node):
         for spec in surface.intercepted(self._shared.package.name, path):
             if hasattr(type(view), spec.method):  # Bedrock's beta messages have no count_tokens
                 setattr(view, spec.method, self._method(view, spec))
+        for name in surface.on_wrapped_client(self._shared.package.name, path):
+            if hasattr(type(view), name):
+                setattr(view, name, self._on_wrapped_client(view, name))
         for child in surface.INTERCEPTED[self._shared.package.name]:
             if child[:-1] == path and (sub := getattr(resource, child[-1], None)) is not None:
                 setattr(view, child[-1], self._view(child, sub))
@@ -192,6 +195,17 @@ class WrappedClient(Node):
             def method(resource: Any, *args: Any, **kwargs: Any) -> Any:
                 sender, native = self._prepare(spec, kwargs, compat.resource_client(resource), accepted)
                 return original(self._sending(resource, sender), *args, **native)
+
+        functools.update_wrapper(method, original, assigned=_WRAPPER_ASSIGNMENTS, updated=())
+        return types.MethodType(method, view)
+
+    def _on_wrapped_client(self, view: Any, name: str) -> Callable[..., Any]:
+        """The client's own `name` of `view`, run on a copy of it whose client is this wrapped client
+        (`surface.ON_WRAPPED_CLIENT`), bound to `view`."""
+        original = getattr(type(view), name)
+
+        def method(resource: Any, *args: Any, **kwargs: Any) -> Any:
+            return original(compat.with_client(resource, self), *args, **kwargs)
 
         functools.update_wrapper(method, original, assigned=_WRAPPER_ASSIGNMENTS, updated=())
         return types.MethodType(method, view)

@@ -74,8 +74,9 @@ def _passes_through(package: str, path: tuple[str, ...]) -> bool:
 
 
 def unclassified(client: Any) -> list[str]:
-    """Every model-calling method of `client` that is neither intercepted, rebound nor passed through,
-    and every resource that is neither on the way to an intercepted one nor passed through."""
+    """Every model-calling method of `client` that is neither intercepted, rebound, run on the wrapped
+    client nor passed through, and every resource that is neither on the way to an intercepted one
+    nor passed through."""
     package = _package(client)
     missing: list[str] = []
 
@@ -88,6 +89,7 @@ def unclassified(client: Any) -> list[str]:
                 missing.append(".".join(child_path) + " (resource)")
                 continue
             handled = {spec.method for spec in surface.intercepted(package, child_path)}
+            handled |= set(surface.on_wrapped_client(package, child_path))
             for method in _model_methods(child):
                 full = (*child_path, method)
                 if method not in handled and full not in surface.REBOUND[package] and not _passes_through(package, full):
@@ -148,6 +150,11 @@ def test_every_entry_of_the_table_names_a_method_the_clients_have():
             for part in dotted[:-1]:
                 resource = getattr(resource, part)
             assert inspect.isfunction(getattr(type(resource), dotted[-1])), dotted
+        for path, methods in surface.ON_WRAPPED_CLIENT[_package(client)].items():
+            resource = client
+            for part in path:
+                resource = getattr(resource, part)
+            assert all(inspect.isfunction(getattr(type(resource), method)) for method in methods), path
 
 
 class _Posted(Exception):
