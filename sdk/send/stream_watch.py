@@ -18,15 +18,15 @@ A stream is never sent again: its 200 means the provider accepted the request, a
 copy. When it breaks, the caller gets what the bare client raises for that break, on that one
 attempt: a connection that drops or times out is the client's `APIConnectionError` or
 `APITimeoutError`, raised as `StreamTruncated` of that class and chained to the transport error the
-client chained it to (`httpx2.RemoteProtocolError`, ...); a body that ends without the API's end
-marker (Chat's and Completions' `[DONE]`, which `sdk.send.stream_done` watches for, Messages'
-`message_stop`, Responses' terminal event or a `[DONE]`; the clients pass such a body off as a
-complete answer) is
-`StreamTruncated` as the client's `APIConnectionError`; anything else (a `data:` line that is not
-JSON, an error event) is the client's own exception, untouched. A body the server ended with its
-marker is complete, as the bare client holds it, with or without a finish reason; so is one that
-ended cleanly after saying why the answer stopped (a `finish_reason`, a `stop_reason`: a last event
-without the blank line that dispatches it is dropped by the clients' decoders).
+client chained it to (`httpx2.RemoteProtocolError`, ...); anything else (a `data:` line that is not
+JSON, an error event) is the client's own exception, untouched.
+
+A body the server ended is complete, as the bare client holds it: with its end marker (the `[DONE]`
+the openai client swallows, which `sdk.send.stream_done` watches for; Messages' `message_stop`;
+Responses' terminal event), finish reason or not, or cleanly after saying why the answer stopped (a
+`finish_reason`, a `stop_reason`: the clients' decoders drop a last event that lacks the blank line
+that dispatches it). A body that ends with neither, which the clients pass off as a complete answer,
+is `StreamTruncated` as the client's `APIConnectionError`.
 
 Usage: a Chat stream is sent with `stream_options.include_usage` when the caller did not ask for it
 (`openai_chat.stream_usage_options`); its usage chunk and the `"usage": null` on every other chunk
@@ -101,7 +101,7 @@ class StreamWatch:
         self.received_ns: int | None = None  # when the answering attempt's first event (a header) arrived
         self.cut = False  # kvwise ended the stream (a loop or a client-side stop): the server's count stopped early
         self.tripped: tuple[str, int | None] | None = None  # the guard that cut it, and the tokens it saved
-        self.done: DoneMarker | None = None  # the `[DONE]` watch of a Chat or Completions stream
+        self.done: DoneMarker | None = None  # the `[DONE]` watch of an openai stream
 
     def watch_end(self, stream: Any) -> None:
         """Before `stream` (the client's) is first read: watch for the end marker the openai client
