@@ -27,7 +27,8 @@ class StreamTruncated(KvwiseError):
     Both clients end iteration silently when a body ends early; the partial output must not pass
     for a complete answer. What is raised is `stream_truncated(...)` of the exception the bare
     client raised for the break (its `APIConnectionError` or `APITimeoutError`; the former where
-    it raised none): catch it as that, or as `sdk.StreamTruncated`.
+    it raised none), its `__cause__` the transport error the client chained its own to: catch it
+    as that, or as `sdk.StreamTruncated`.
     """
 
     def __init__(self, message: str, *, request: object = None) -> None:
