@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import datetime
 import json
+import subprocess
+import sys
 import threading
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -323,3 +326,18 @@ def test_the_line_memory_keeps_hashes_of_lines_and_flags_only():
     assert key == family_key(["You are a coding agent.\nRequest ID: <Request ID>\nBe kind.", "Never push to main."])
     records = list(memory._store._families.values())  # type: ignore[attr-defined]
     assert all(isinstance(value, int) for record in records for value in record.values)  # no prompt text
+
+
+def test_a_line_learnt_in_one_run_moves_from_the_next_run_of_another_process_through_the_default_store(simulator):
+    root = Path(__file__).resolve().parents[2]
+    lines = [f"Working directory: /tmp/agent-177374053351{n}-k3f9q{n}" for n in range(3)]
+    for line in lines:  # one call per process, as a CLI agent started once per task; the cache directory is shared
+        spec = {"package": "openai", "base_url": simulator.openai_base_url, "model": "gpt-5.4", "wrap": True,
+                "system": _agent(str(uuid.uuid4()), [line]), "user": "Hello"}  # fmt: skip
+        out = subprocess.run([sys.executable, "-m", "tests.sdk.one_call", json.dumps(spec)], cwd=root, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr[-2000:]
+    first, *later = [request.body["messages"] for request in simulator.requests]
+    assert lines[0] in first[0]["content"]  # the first run: nothing known yet
+    for line, messages in zip(lines[1:], later):  # the second run learnt it from the first's record, and the third
+        assert messages[0]["content"] == "\n".join(["You are a coding agent.", RULES, "Never push to main."])
+        assert messages[1]["content"].endswith(f"\n{line}\n{NOTE_CLOSE}")
