@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import uuid
 from collections import Counter
 
@@ -9,7 +10,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from sdk.prompt.dates import today
+from sdk.prompt.dates import ordinals, today
 from sdk.prompt.volatile import VolatileKind, VolatileMatch, cut_volatile, find_volatile, mask_volatile, note_lines
 
 UUID, TIMESTAMP, EPOCH, NONCE, LINE = (
@@ -403,3 +404,35 @@ def test_scanning_line_by_line_finds_exactly_what_one_scan_of_the_whole_text_fin
     from sdk.prompt.volatile import _scan_line  # the single-pass scan, applied to the whole text
 
     assert find_volatile(text) == list(_scan_line(text, today()))
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=lines_of_pieces, lines=st.sets(st.integers(0, 8)))
+def test_cutting_named_lines_moves_each_whole_and_keeps_every_other_character(text: str, lines: set[int]) -> None:
+    rest, removed = cut_volatile(text, lines=lines)
+    assert non_whitespace(rest + "".join(match.text for match in removed)) == non_whitespace(text)
+    for index, line in enumerate(text.split("\n")):
+        if index in lines and line.strip():
+            assert any(line.strip() in cut.text for cut in removed)  # whole, never split
+    assert find_volatile(rest) == []
+
+
+@pytest.mark.parametrize(
+    ("written", "days"),
+    [
+        ("2026-03-17", [(2026, 3, 17)]),
+        ("2026/03/17", [(2026, 3, 17)]),
+        ("3/17/2026", [(2026, 3, 17)]),
+        ("17/03/2026", [(2026, 3, 17)]),
+        ("17.03.2026", [(2026, 3, 17)]),
+        ("3/4/2026", [(2026, 3, 4), (2026, 4, 3)]),  # ambiguous: both readings
+        ("March 17, 2026", [(2026, 3, 17)]),
+        ("Tue Mar 17 2026", [(2026, 3, 17)]),
+        ("Tuesday, 17 March 2026", [(2026, 3, 17)]),
+        ("the 17th of March, 2026", [(2026, 3, 17)]),
+        ("Mar. 17th 2026 at 7:05 PM", [(2026, 3, 17)]),
+        ("2026-02-30", []),
+    ],
+)
+def test_a_written_date_means_the_days_it_can_mean(written: str, days: list[tuple[int, int, int]]) -> None:
+    assert ordinals(written) == {datetime.date(*day).toordinal() for day in days}
