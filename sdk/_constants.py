@@ -84,4 +84,7 @@ STATE_SQLITE_MAX_BYTES = 64 << 20  # a larger file is not opened, and the file i
 STATE_SQLITE_MAX_RECORDS = 4096  # records of each kind (families, calls) kept; least recently used dropped first
 STATE_SQLITE_MAX_WORKLOADS = 1024  # workloads whose answer windows are kept; least recently used dropped first
 STATE_SQLITE_EVICT_EVERY = 256  # writes of one process between two evictions (and one when the file is opened)
+STATE_LOCAL_VALUES = (
+    1024  # values (`Store.update_value`) a store in the process keeps; least recently used dropped first
+)
 STATE_SQLITE_TOUCH_SECONDS = 3600.0  # a record read but unchanged has its last use rewritten at most this often

@@ -41,6 +41,7 @@ from sdk.memory.redis_link import RedisLink
 from sdk.memory.store import Held, LocalStore
 from sdk.memory.values import (
     _Malformed,
+    checked_value,
     decode_cuts,
     decode_family,
     decode_lengths,
@@ -95,6 +96,27 @@ class RedisStore:
         if malformed:
             self.link.outages.malformed(malformed[0])
         return found[0]
+
+    def update_value(self, kind: str, key: bytes, update: Callable[[str | None], str | None]) -> str | None:
+        stored_key = f"{self._namespace}:value:{kind}:{key.hex()}"
+        found: list[str | None] = []
+
+        def transact(pipe: Any) -> None:
+            stored = pipe.get(stored_key)
+            try:
+                last = stored.decode() if stored is not None else None
+            except UnicodeDecodeError:  # dropped: this call's value overwrites it
+                last = None
+            value = update(last)
+            pipe.multi()
+            if value is None:
+                pipe.delete(stored_key)
+            else:
+                pipe.set(stored_key, checked_value(value), ex=STATE_EXPIRY_SECONDS)
+            found[:] = [value]
+
+        done, _ = self.link.run(lambda redis: redis.transaction(transact, stored_key))
+        return found[0] if done else self._local.update_value(kind, key, update)
 
     def _windows(self, workload: WorkloadKey) -> tuple[str, str]:
         name = digest(*workload)

@@ -71,6 +71,7 @@ class SqliteLink:
         self.outages = Outage(str(path), STATE_SQLITE_RETRY_SECONDS)
         self._db: sqlite3.Connection | None = None
         self._pid = 0  # the process that opened `_db`: a forked child opens its own
+        self._inherited: sqlite3.Connection | None = None
         self._lock = threading.RLock()
         self._writes = 0
 
@@ -82,7 +83,9 @@ class SqliteLink:
         with self._lock:
             db = self._db
             try:
-                if db is None or self._pid != os.getpid():
+                if db is not None and self._pid != os.getpid():  # forked: SQLite's rule is to leave it alone
+                    self._inherited, db = db, None
+                if db is None:
                     db = self._db = self._open()
                 result = command(db)
             except (sqlite3.Error, OSError, _Unusable) as error:
@@ -118,6 +121,8 @@ class SqliteLink:
 
     def _open(self) -> sqlite3.Connection:
         """The file, opened (created where it is not there yet), checked, and laid out."""
+        if not self.path.is_absolute():  # no home directory to put the cache directory in
+            raise _Unusable(f"no cache directory: {self.path} is not an absolute path")
         if self.path.exists() and (size := self.path.stat().st_size) > STATE_SQLITE_MAX_BYTES:
             raise _Unusable(f"the file is too large ({size} bytes, at most {STATE_SQLITE_MAX_BYTES})")
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -148,14 +153,20 @@ class SqliteLink:
 
 
 def _evict(db: sqlite3.Connection) -> None:
-    """Drop what expired, then the least recently used records past each kind's cap, and the
-    windows of the workloads no longer kept."""
-    db.execute("DELETE FROM record WHERE used < ?", (time() - STATE_EXPIRY_SECONDS,))
+    """Drop the records unused for `STATE_EXPIRY_SECONDS`, then the least recently used past each
+    kind's cap, and the answer windows of the workloads dropped."""
+    dropped = 0
     for (kind,) in db.execute("SELECT DISTINCT kind FROM record").fetchall():
-        db.execute(
+        cap = STATE_SQLITE_MAX_WORKLOADS if kind == WORKLOAD else STATE_SQLITE_MAX_RECORDS
+        expired = db.execute("DELETE FROM record WHERE kind = ? AND used < ?", (kind, time() - STATE_EXPIRY_SECONDS))
+        evicted = db.execute(
             "DELETE FROM record WHERE kind = ?1 AND key IN"
             " (SELECT key FROM record WHERE kind = ?1 ORDER BY used DESC LIMIT -1 OFFSET ?2)",
-            (kind, STATE_SQLITE_MAX_WORKLOADS if kind == WORKLOAD else STATE_SQLITE_MAX_RECORDS),
+            (kind, cap),
         )
-    for table in ("length", "cut"):
-        db.execute(f"DELETE FROM {table} WHERE workload NOT IN (SELECT key FROM record WHERE kind = ?)", (WORKLOAD,))
+        dropped += (expired.rowcount + evicted.rowcount) if kind == WORKLOAD else 0
+    if dropped:
+        for table in ("length", "cut"):
+            db.execute(
+                f"DELETE FROM {table} WHERE workload NOT IN (SELECT key FROM record WHERE kind = ?)", (WORKLOAD,)
+            )

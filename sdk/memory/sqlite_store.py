@@ -42,10 +42,12 @@ from sdk._constants import (
 from sdk.memory.records import FamilyRecord, Leader, Seen, WorkloadKey, digest, hashed_segment
 from sdk.memory.sqlite_link import WORKLOAD, SqliteLink
 from sdk.memory.store import Held, LocalStore
-from sdk.memory.values import _Malformed, decode_family, decode_seen, encode_family, encode_seen
+from sdk.memory.values import _Malformed, checked_value, decode_family, decode_seen, encode_family, encode_seen
 
 T = TypeVar("T")
-_FAMILY, _SEEN = "family", "seen"
+Row = tuple[bytes, float] | None
+"""A record's row: its value and when it was last used (None: there is none)."""
+_FAMILY, _SEEN, _VALUE = "family", "seen", "value"
 _SELECT = "SELECT value, used FROM record WHERE kind = ? AND key = ?"
 _UPSERT = (
     "INSERT INTO record (kind, key, value, used) VALUES (?, ?, ?, ?)"
@@ -92,33 +94,62 @@ class SqliteStore:
         return found  # type: ignore[no-any-return]
 
     def update_family(self, family: bytes, update: Callable[[FamilyRecord | None], FamilyRecord]) -> FamilyRecord:
-        key = self._key(_FAMILY, family.hex())
-
-        def change(db: sqlite3.Connection) -> FamilyRecord:
-            row = self._read(db, _FAMILY, key, lambda: db.execute(_SELECT, (_FAMILY, key)).fetchone())
-            last = self._family(row)
-            record = update(last)
-            if row is not None and record == last and time() - row[1] < STATE_SQLITE_TOUCH_SECONDS:
-                return record  # nothing new: nothing written
-            with self.link.writing(db):
-                fresh = db.execute(_SELECT, (_FAMILY, key)).fetchone()
-                if fresh != row:  # another process wrote it since: learn on top of what it learnt
-                    record = update(self._family(fresh))
-                stored = (encode_family(record).encode(), time())
-                db.execute(_UPSERT, (_FAMILY, key, *stored))
-            self._cache[(_FAMILY, key)] = stored
-            return record
-
-        done, record = self.link.run(change)
+        done, record = self._replace(_FAMILY, self._key(_FAMILY, family.hex()), self._family, encode_family, update)
         return record if done and record is not None else self._local.update_family(family, update)
 
-    def _family(self, row: tuple[bytes, float] | None) -> FamilyRecord | None:
+    def update_value(self, kind: str, key: bytes, update: Callable[[str | None], str | None]) -> str | None:
+        stored_key = self._key(_VALUE, kind, key.hex())
+        done, value = self._replace(f"{_VALUE}:{kind}", stored_key, self._value, checked_value, update)
+        return value if done else self._local.update_value(kind, key, update)
+
+    def _replace(
+        self,
+        kind: str,
+        key: bytes,
+        read: Callable[[Row], Any],
+        write: Callable[[Any], str],
+        update: Callable[[Any], Any],
+    ) -> tuple[bool, Any]:
+        """`(True, update(what is kept))`, kept in its place; `(False, None)` where the file failed.
+        Nothing is written where it did not change (and was used lately)."""
+
+        def change(db: sqlite3.Connection) -> Any:
+            row = self._read(db, kind, key, lambda: db.execute(_SELECT, (kind, key)).fetchone())
+            last = read(row)
+            value = update(last)
+            if value == last and (row is None or time() - row[1] < STATE_SQLITE_TOUCH_SECONDS):
+                return value  # nothing new: nothing written
+            with self.link.writing(db):
+                fresh = db.execute(_SELECT, (kind, key)).fetchone()
+                if fresh != row:  # another process wrote it since: learn on top of what it learnt
+                    value = update(read(fresh))
+                if value is None:
+                    stored = None
+                    db.execute("DELETE FROM record WHERE kind = ? AND key = ?", (kind, key))
+                else:
+                    stored = (write(value).encode(), time())
+                    db.execute(_UPSERT, (kind, key, *stored))
+            self._cache[(kind, key)] = stored
+            return value
+
+        return self.link.run(change)
+
+    def _family(self, row: Row) -> FamilyRecord | None:
         if row is None:
             return None
         try:
             return decode_family(row[0])
         except _Malformed as error:  # dropped: this call's record overwrites it
             self.link.outages.malformed(error)
+            return None
+
+    def _value(self, row: Row) -> str | None:
+        if row is None:
+            return None
+        try:
+            return bytes(row[0]).decode()
+        except UnicodeDecodeError:  # dropped: this call's value overwrites it
+            self.link.outages.malformed(_Malformed(_VALUE, "not UTF-8"))
             return None
 
     def lengths(self, workload: WorkloadKey) -> list[int]:

@@ -16,8 +16,9 @@ from collections.abc import Callable, Sized
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from sdk._constants import ADAPTIVE_CAP_WINDOW, ADAPTIVE_CAP_WORKLOADS, VOLATILE_FAMILIES
+from sdk._constants import ADAPTIVE_CAP_WINDOW, ADAPTIVE_CAP_WORKLOADS, STATE_LOCAL_VALUES, VOLATILE_FAMILIES
 from sdk.memory.records import FamilyRecord, Leader, Seen, WorkloadKey
+from sdk.memory.values import checked_value
 
 Held = Literal["family", "workload", "leader"]
 """What `Store.held` counts."""
@@ -28,6 +29,14 @@ class Store(Protocol):
 
     def update_family(self, family: bytes, update: Callable[[FamilyRecord | None], FamilyRecord]) -> FamilyRecord:
         """Replace the family's record (None: none yet) by `update(record)`, atomically; return the new one."""
+        ...
+
+    def update_value(self, kind: str, key: bytes, update: Callable[[str | None], str | None]) -> str | None:
+        """Replace the text kept under `kind` and `key` (None: none) by `update(text)` (None: drop it),
+        atomically; return it. For what a memory outside `sdk.memory.records` learns (a model's
+        context limit, say): a short text of hashes and counts (at most `STATE_MAX_VALUE_BYTES`) that
+        its reader checks, since another process or kvwise may have written it. `update` may be
+        called more than once; what it returns unchanged is not written again."""
         ...
 
     def lengths(self, workload: WorkloadKey) -> list[int]:
@@ -93,6 +102,7 @@ class LocalStore:
                 raise ValueError(f"LocalStore {name} size must be at least 1, got {size!r}")
         self._families_size, self._workloads_size = families, workloads
         self._families: OrderedDict[bytes, FamilyRecord] = OrderedDict()
+        self._values: OrderedDict[tuple[str, bytes], str] = OrderedDict()
         self._workloads: OrderedDict[WorkloadKey, _Windows] = OrderedDict()
         self._last: dict[tuple[str, str], Seen] = {}  # by (API, model)
         self._latest: dict[str, Seen] = {}
@@ -106,6 +116,15 @@ class LocalStore:
             if len(self._families) > self._families_size:
                 self._families.popitem(last=False)
         return record
+
+    def update_value(self, kind: str, key: bytes, update: Callable[[str | None], str | None]) -> str | None:
+        with self._lock:
+            value = update(self._values.pop((kind, key), None))  # re-inserted: the most recently used
+            if value is not None:
+                self._values[(kind, key)] = checked_value(value)
+                if len(self._values) > STATE_LOCAL_VALUES:
+                    self._values.popitem(last=False)
+        return value
 
     def lengths(self, workload: WorkloadKey) -> list[int]:
         with self._lock:

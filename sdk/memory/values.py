@@ -58,6 +58,13 @@ def _list(kind: str, value: Any, length: int | None = None) -> list[Any]:
     return value  # type: ignore[no-any-return]
 
 
+def checked_value(value: str) -> str:
+    """`value` (`Store.update_value`), if it is short enough to keep; else a `ValueError` (kvwise's own mistake)."""
+    if len(value) > STATE_MAX_VALUE_BYTES:
+        raise ValueError(f"a stored value is at most {STATE_MAX_VALUE_BYTES} characters, got {len(value)}")
+    return value
+
+
 def encode_family(record: FamilyRecord) -> str:
     flags = [int(c) for c in record.changed], [int(w) for w in record.within]
     return json.dumps([list(record.values), *flags, record.conversation.hex(), record.turns])

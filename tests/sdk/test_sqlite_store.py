@@ -22,10 +22,18 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import sdk
-from sdk._constants import STATE_SQLITE_MAX_BYTES, STATE_SQLITE_SCHEMA
+from sdk._constants import (
+    STATE_EXPIRY_SECONDS,
+    STATE_MAX_VALUE_BYTES,
+    STATE_SQLITE_EVICT_EVERY,
+    STATE_SQLITE_MAX_BYTES,
+    STATE_SQLITE_MAX_RECORDS,
+    STATE_SQLITE_SCHEMA,
+)
 from sdk.memory.memories import sqlite_path
 from sdk.memory.records import FamilyRecord
 from sdk.memory.sqlite_store import SqliteStore
+from sdk.memory.store import LocalStore, Store
 from sdk.telemetry import semconv as sc
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -153,19 +161,90 @@ def _counting(path: str, start: Any, errors: Any) -> None:
     """One of the processes at once: adds to a counter kept in a family's record, and answers to a
     workload's window, each `UPDATES` times; counts the operations the file did not take."""
     store = SqliteStore(Path(path), "tenant")
-
-    def add_one(record: FamilyRecord | None) -> FamilyRecord:
-        count = record.turns + 1 if record is not None else 1
-        return FamilyRecord((count,), (False,), (False,), b"", count)
-
     start.wait()
     failed = 0
     for index in range(UPDATES):
-        store.update_family(b"counter", add_one)
+        store.update_family(b"counter", _add_one)
         failed += store.link.outages.degraded() is not None
         store.push_answer(WORKLOAD, index, None)
         failed += store.link.outages.degraded() is not None or store.outage() is not None
     errors.put(failed)
+
+
+def _add_one(record: FamilyRecord | None) -> FamilyRecord:
+    """A counter kept in a family's record (its turns): what a lost update would show."""
+    count = record.turns + 1 if record is not None else 1
+    return FamilyRecord((count,), (False,), (False,), b"", count)
+
+
+def _read(record: FamilyRecord | None) -> FamilyRecord:
+    return record if record is not None else FamilyRecord((), (), (), b"", 0)
+
+
+def _family_rows(path: Path) -> list[bytes]:
+    with sqlite3.connect(path) as db:
+        return [key for (key,) in db.execute("SELECT key FROM record WHERE kind = 'family'")]
+
+
+def test_the_file_keeps_at_most_its_cap_of_records_the_least_recently_used_dropped(tmp_path: Path) -> None:
+    path = tmp_path / "state.sqlite3"
+    store = SqliteStore(path, "tenant")
+    store.update_family(b"oldest", _add_one)
+    store.update_family(b"kept", _add_one)
+    for index in range(STATE_SQLITE_MAX_RECORDS + 2 * STATE_SQLITE_EVICT_EVERY):
+        store.update_family(index.to_bytes(4, "big"), _add_one)
+        if index % 64 == 0:
+            store.update_family(b"kept", _add_one)  # used again and again: never the least recently used
+    assert STATE_SQLITE_MAX_RECORDS <= len(_family_rows(path)) <= STATE_SQLITE_MAX_RECORDS + STATE_SQLITE_EVICT_EVERY
+    again = SqliteStore(path, "tenant")  # another process: what it finds
+    assert again.update_family(b"oldest", _read).turns == 0
+    assert again.update_family(b"kept", _read).turns > 1
+
+
+def test_a_record_unused_for_the_expiry_is_dropped_when_the_file_is_opened(tmp_path: Path) -> None:
+    path = tmp_path / "state.sqlite3"
+    store = SqliteStore(path, "tenant")
+    store.update_family(b"one", _add_one)
+    store.update_family(b"other", _add_one)
+    expired = _family_rows(path)[0]
+    with sqlite3.connect(path) as db:  # one was last used just over a week ago
+        db.execute("UPDATE record SET used = used - ? WHERE key = ?", (STATE_EXPIRY_SECONDS + 60, expired))
+    assert SqliteStore(path, "tenant").lengths(WORKLOAD) == []  # the file opened again (another process): evicted
+    assert expired not in _family_rows(path) and len(_family_rows(path)) == 1
+
+
+@pytest.mark.parametrize("where", ["file", "process"])
+def test_a_value_is_kept_under_its_kind_and_key_replaced_atomically_and_dropped_by_none(where: str, tmp_path: Path) -> None:
+    def store() -> Store:
+        return SqliteStore(tmp_path / "state.sqlite3", "tenant") if where == "file" else shared
+
+    shared: Store = LocalStore()
+    assert store().update_value("context", b"model-a", lambda found: found or "8192") == "8192"
+    assert store().update_value("context", b"model-b", lambda found: found) is None  # another key: nothing yet
+    assert store().update_value("lines", b"model-a", lambda found: found) is None  # another kind: nothing yet
+    assert store().update_value("context", b"model-a", lambda found: f"{found},4096") == "8192,4096"
+    assert store().update_value("context", b"model-a", lambda found: None) is None
+    assert store().update_value("context", b"model-a", lambda found: found) is None
+    with pytest.raises(ValueError, match="at most"):
+        store().update_value("context", b"model-a", lambda found: "x" * (STATE_MAX_VALUE_BYTES + 1))
+
+
+def _add_in_child(store: SqliteStore, result: Any) -> None:
+    for _ in range(3):
+        store.update_family(b"counter", _add_one)
+    result.put(store.outage())
+
+
+def test_a_forked_child_opens_the_file_again_and_parent_and_child_both_keep_counting(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "state.sqlite3", "tenant")
+    store.update_family(b"counter", _add_one)  # the parent's connection is open when it forks
+    context = multiprocessing.get_context("fork")
+    result = context.Queue()
+    child = context.Process(target=_add_in_child, args=(store, result))
+    child.start()
+    child.join()
+    assert child.exitcode == 0 and result.get() is None
+    assert store.update_family(b"counter", _add_one).turns == 5 and store.outage() is None
 
 
 def test_eight_processes_writing_at_once_lose_no_update(tmp_path: Path) -> None:
@@ -181,7 +260,7 @@ def test_eight_processes_writing_at_once_lose_no_update(tmp_path: Path) -> None:
     assert [worker.exitcode for worker in workers] == [0] * PROCESSES
     assert [errors.get() for _ in workers] == [0] * PROCESSES
     store = SqliteStore(path, "tenant")
-    assert store.update_family(b"counter", lambda record: record or FamilyRecord((), (), (), b"", 0)).turns == PROCESSES * UPDATES
+    assert store.update_family(b"counter", _read).turns == PROCESSES * UPDATES
     assert sorted(store.lengths(WORKLOAD)) == sorted(list(range(UPDATES)) * PROCESSES)
 
 
