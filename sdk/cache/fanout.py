@@ -10,7 +10,8 @@ stable prefix's fingerprint up to the last cache breakpoint (Anthropic), or the 
 API, model, base URL and credentials (so never across tenants or keys). A call whose prefix has an
 in-flight leader waits until the leader's first chunk, its answer or its failure, at most
 `Policy.fanout_wait_seconds`, then goes; a call that finds none is the leader of the next ones.
-Waiting works from threads and from any number of event loops; the leader is released once.
+Waiting works from threads and from any number of event loops (asyncio's or trio's); the leader is
+released once.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
+
+import sniffio
 
 from sdk.cache.fingerprint import segments
 from sdk.cache.hints import count_breakpoints, estimate_tokens
@@ -115,10 +118,17 @@ class FanOut:
         return Waited(leader.span_id, (perf_counter() - start) * 1000.0)
 
     async def await_release(self, leader: Leader, timeout: float) -> Waited:
-        """Wait in this event loop until `leader` is released, at most `timeout` seconds."""
+        """Wait in this event loop until `leader` is released, at most `timeout` seconds: the store's
+        own wait under asyncio, a worker thread's under any other async library (trio: the clients
+        run on both, through anyio)."""
         start = perf_counter()
         with self._counted():
-            await self._store.await_release(leader, timeout)
+            if sniffio.current_async_library() == "asyncio":
+                await self._store.await_release(leader, timeout)
+            else:
+                from anyio import to_thread  # (the clients' own dependency, imported only off asyncio)
+
+                await to_thread.run_sync(self._store.wait, leader, timeout, abandon_on_cancel=True)
         return Waited(leader.span_id, (perf_counter() - start) * 1000.0)
 
     @contextmanager
