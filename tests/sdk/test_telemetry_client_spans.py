@@ -62,18 +62,34 @@ def _client(simulator: Any, mode: str, family: str, **options: Any) -> Any:
 def _with_usage(spans: tuple[ReadableSpan, ...]) -> list[str]:
     """The CLIENT spans that carry usage (a backend summing `gen_ai.usage.*` sums these), by name."""
     return [
-        span.name for span in spans if span.kind is SpanKind.CLIENT and sc.GEN_AI_USAGE_INPUT_TOKENS in (span.attributes or {})
+        span.name
+        for span in spans
+        if span.kind is SpanKind.CLIENT and sc.GEN_AI_USAGE_INPUT_TOKENS in (span.attributes or {})
     ]
 
 
 CALLS: dict[str, tuple[str, str, Callable[[Any], Any]]] = {  # family, how it is read, the call
     "messages": ("anthropic", "answer", lambda c: c.messages.create(model=CLAUDE, max_tokens=64, messages=USER)),
-    "messages, streamed": ("anthropic", "stream", lambda c: c.messages.create(
-        model=CLAUDE, max_tokens=64, messages=USER, stream=True)),
-    "beta messages, streamed": ("anthropic", "stream", lambda c: c.beta.messages.create(
-        model=CLAUDE, max_tokens=64, messages=USER, stream=True)),
-    "messages.stream helper": ("anthropic", "helper", lambda c: c.messages.stream(model=CLAUDE, max_tokens=64, messages=USER)),
-    "chat, streamed": ("openai", "stream", lambda c: c.chat.completions.create(model="gpt-4o-mini", messages=USER, stream=True)),
+    "messages, streamed": (
+        "anthropic",
+        "stream",
+        lambda c: c.messages.create(model=CLAUDE, max_tokens=64, messages=USER, stream=True),
+    ),
+    "beta messages, streamed": (
+        "anthropic",
+        "stream",
+        lambda c: c.beta.messages.create(model=CLAUDE, max_tokens=64, messages=USER, stream=True),
+    ),
+    "messages.stream helper": (
+        "anthropic",
+        "helper",
+        lambda c: c.messages.stream(model=CLAUDE, max_tokens=64, messages=USER),
+    ),
+    "chat, streamed": (
+        "openai",
+        "stream",
+        lambda c: c.chat.completions.create(model="gpt-4o-mini", messages=USER, stream=True),
+    ),
 }
 MODELS = {"anthropic": CLAUDE, "openai": "gpt-4o-mini"}
 
@@ -123,6 +139,23 @@ async def test_the_clients_own_span_stays_the_calls_one_where_kvwise_records_not
     assert _with_usage(otel.spans()) == ["anthropic.messages.create"]
 
 
+@pytest.mark.parametrize("name", ["messages", "messages, streamed"])
+async def test_the_clients_own_spans_of_a_retried_call_are_the_bare_clients(
+    simulator: Any, mode: str, otel: Otel, name: str
+) -> None:
+    """The client's own retry loop runs under its own span, as bare: not one span per kvwise send."""
+    seen = []
+    for make in (lambda client: client, sdk.wrap):
+        otel.spans_exporter.clear()
+        simulator.fail(429, times=1)
+        client = _client(simulator, mode, "anthropic", open_telemetry={"tracer_provider": otel.tracer_provider})
+        await _run(name, make(client))  # no provider for kvwise, none global
+        seen.append(sorted((span.name, span.parent is None) for span in otel.spans()))
+    bare, wrapped = seen
+    assert wrapped == bare and ("anthropic.messages.create", True) in bare
+    assert len(simulator.requests) == 4
+
+
 def _trace_ids(headers: dict[str, str]) -> tuple[str, str] | None:
     """(trace id, parent span id) of a `traceparent` header, None without one."""
     value = headers.get("traceparent")
@@ -157,5 +190,8 @@ async def test_a_wrapped_anthropic_client_sends_the_trace_headers_the_bare_one_s
     [root] = [span for span in otel.spans() if span.name == f"chat {CLAUDE}"]
     assert _trace_ids(wrapped) == (f"{root.context.trace_id:032x}", f"{root.context.span_id:016x}")
     if app_span is not None:  # both continue the app's trace
-        assert _trace_ids(bare) == (f"{app_span.get_span_context().trace_id:032x}", f"{app_span.get_span_context().span_id:016x}")
+        assert _trace_ids(bare) == (
+            f"{app_span.get_span_context().trace_id:032x}",
+            f"{app_span.get_span_context().span_id:016x}",
+        )
         assert root.parent is not None and root.parent.span_id == app_span.get_span_context().span_id
