@@ -13,13 +13,16 @@ from jinja2.exceptions import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
+from local_backend.special_tokens import SpecialTokens
 
 
 class TextTokenizer:
     """A `tokenizers.Tokenizer` plus the special tokens and chat template transformers would use.
 
     `encode("hi")` adds the checkpoint's BOS as transformers does; `chat_prompt(messages)` renders
-    the Jinja chat template and encodes it without adding special tokens (the template has them).
+    the Jinja chat template and encodes it without adding special tokens (the template has them):
+    special tokens come only from the template, text in the messages that spells one is text
+    (`special_tokens`).
     """
 
     def __init__(self, tokenizer: Tokenizer, config: Mapping[str, Any], template: str | None):
@@ -31,6 +34,8 @@ class TextTokenizer:
         self._add_bos = bool(config.get("add_bos_token", False))
         self._containing: dict[tuple[str, ...], frozenset[int]] = {}
         self._template = None
+        self._template_source = template or ""
+        self._specials = SpecialTokens(tokenizer)
         self.renders_tools = template is not None and "tools" in template
         """Whether the chat template itself renders a `tools` list (Hermes, Qwen, Llama 3.1 templates do)."""
         if template is not None:
@@ -75,10 +80,7 @@ class TextTokenizer:
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         """Token ids of `text`; `ValueError` when it holds a lone surrogate (no tokenizer can encode one)."""
-        try:
-            text.encode()
-        except UnicodeEncodeError as exc:
-            raise ValueError(f"text holds a lone surrogate at index {exc.start}: text must be Unicode scalar values") from None
+        _check_scalar_values(text)
         ids = self._tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
         bos = self.bos_token_id
         if add_special_tokens and self._add_bos and bos is not None and ids[:1] != [bos]:
@@ -112,23 +114,36 @@ class TextTokenizer:
         `template_kwargs` are more variables for the template (vLLM's `chat_template_kwargs`); the
         template's own names win. `continue_final_message` cuts the text right after the last
         message's content, so the model continues it instead of closing it (transformers' rule).
+        Special tokens spelled in any of these values are tokenized as text.
         """
         if self._template is None:
             raise ValueError("this checkpoint has no chat_template in tokenizer_config.json")
+        given = {"kwargs": dict(template_kwargs or {}), "messages": list(messages), "tools": list(tools or ())}
+        values, restore = self._specials.escape(given, self._template_source)
         try:
             text = self._template.render(
-                **(template_kwargs or {}),
-                messages=list(messages),
+                **values["kwargs"],
+                messages=values["messages"],
                 add_generation_prompt=add_generation_prompt,
                 bos_token=self.bos_token or "",
                 eos_token=self.eos_token or "",
-                **({"tools": list(tools)} if tools else {}),
+                **({"tools": values["tools"]} if tools else {}),
             )
         except (TemplateError, TypeError) as exc:  # a TypeError: a template's operation on a caller's value
             raise ValueError(f"chat template failed: {exc}") from exc
         if continue_final_message:
-            text = _open_final_message(text, str(messages[-1].get("content") or ""))
-        return self.encode(text, add_special_tokens=False)
+            text = _open_final_message(text, str(values["messages"][-1].get("content") or ""))
+        _check_scalar_values(text)
+        return self._specials.encode(text, restore)
+
+
+def _check_scalar_values(text: str) -> None:
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"text holds a lone surrogate at index {exc.start}: text must be Unicode scalar values"
+        ) from None
 
 
 def _open_final_message(text: str, content: str) -> str:
