@@ -11,7 +11,10 @@ The engine options are `EngineConfig`'s fields under vLLM's names, meanings and 
 `vllm serve` options; `--kv-cache-memory` is ours, `--gpu-memory-utilization` CUDA's only). A value
 that cannot work exits with status 2 and a message naming its option; a `--max-model-len` the KV
 cache cannot hold is refused, as vLLM refuses it, so `/v1/models` reports the length given. The
-config in effect (device, dtype, KV bytes resolved) is logged once at startup.
+config in effect (device, dtype, KV bytes resolved) is logged once at startup. A model file is
+input: one whose header, config, tensors or vocabulary do not hold together (`gguf_file`,
+`checkpoint.check_tensors`, `gguf_tokenizer.check_vocabulary`) exits with status 2 and one line
+naming the key or tensor, before anything of its size is allocated and before the server listens.
 
 `--api-key` may be repeated or comma-separated (`--api-key A,B`); each key is a tenant with its own
 prefix cache: one key never gets a cache hit from another's prompt. `/metrics` counts every
@@ -226,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc.option}: {exc}", file=sys.stderr)
         return 2
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, OSError) as exc:  # a model refused (`checkpoint.ModelFileError`), missing or unreadable
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

@@ -44,6 +44,8 @@ Shape = tuple[int, ...]
 _LAYER_PREFIX = re.compile(r"model\.layers\.(\d+)\.")
 _IGNORED = "rotary_emb."
 """Tensors some checkpoints keep that the engine recomputes (rotary `inv_freq`)."""
+LM_HEAD = "lm_head.weight"
+"""The output projection: absent, or ignored, where the embedding is tied to it."""
 
 
 def check_tensors(cfg: ModelConfig, shapes: Mapping[str, Shape], source: str, layer_key: str,
@@ -70,9 +72,6 @@ def check_tensors(cfg: ModelConfig, shapes: Mapping[str, Shape], source: str, la
     missing = [name for name in expected if name not in shapes]
     if missing:
         raise ModelFileError(f"{source}: tensor {shown(missing[0])!r} is missing ({len(missing)} missing)")
-
-
-LM_HEAD = "lm_head.weight"
 
 
 def expected_shapes(cfg: ModelConfig) -> dict[str, Shape]:

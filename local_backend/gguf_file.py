@@ -42,6 +42,8 @@ _SCALARS = {
 
 _FIXED_HEADER = struct.Struct("<4sIQQ")
 """magic, version, tensor count, key/value count."""
+_LENGTH = struct.Struct("<Q")
+"""A string's length in bytes, before its bytes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +208,26 @@ class _HeaderReader:
         except UnicodeDecodeError:
             raise self.fail(f"{what} is not UTF-8 text") from None
 
+    def strings(self, count: int, what: str) -> list[str]:
+        """`count` strings of the array `what`: `string`'s checks in one loop, a message formatted only to fail
+        (a vocabulary holds a few hundred thousand)."""
+        data, end_of_header = self.data, min(self.size, C.GGUF_MAX_HEADER_BYTES)
+        values, pos = [], self.pos
+        try:
+            for _ in range(count):
+                (length,) = _LENGTH.unpack_from(data, pos)  # struct.error past the end of the file
+                end = pos + _LENGTH.size + length
+                if length > C.GGUF_MAX_STRING_BYTES or end > end_of_header:
+                    raise ValueError
+                values.append(data[pos + _LENGTH.size : end].decode("utf-8"))
+                pos = end
+        except (struct.error, ValueError):  # UnicodeDecodeError is a ValueError
+            self.pos = pos
+            self.string(f"{what}[{len(values)}]", C.GGUF_MAX_STRING_BYTES)  # raises, naming the defect
+            raise
+        self.pos = pos
+        return values
+
     def value(self, kind: int, what: str) -> Any:
         """One metadata value of type `kind`: a Python scalar or string, a numpy array of numbers, a list of strings."""
         vtype = self._type(kind, what)
@@ -221,7 +243,7 @@ class _HeaderReader:
         if item == GGUFValueType.ARRAY:
             raise self.fail(f"{what} is an array of arrays, which llama.cpp does not read either")
         if item == GGUFValueType.STRING:
-            return [self.string(f"{what}[{index}]", C.GGUF_MAX_STRING_BYTES) for index in range(count)]
+            return self.strings(count, what)
         code = _SCALARS[item]
         start = self.take(count * struct.calcsize(code), what)
         return np.frombuffer(self.data, np.dtype(f"<{code}"), count=count, offset=start).copy()

@@ -26,7 +26,7 @@ import torch
 from gguf import GGMLQuantizationType as Q
 from gguf.quants import dequantize
 
-from local_backend.checkpoint import Checkpoint, Tensors, check_tensors
+from local_backend.checkpoint import LM_HEAD, Checkpoint, Tensors, check_tensors
 from local_backend.config import ModelConfig
 from local_backend.gguf_file import GGUFFile, read_gguf
 from local_backend.gguf_tokenizer import build_tokenizer, check_vocabulary
@@ -53,6 +53,8 @@ _LAYER_NAMES = {
 }
 """llama.cpp's tensor names (`blk.N.<name>.weight`) → Hugging Face's (`model.layers.N.<name>.weight`)."""
 
+TEMPLATE_KEY = "tokenizer.chat_template"
+
 _LAYER = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
 
 
@@ -71,7 +73,7 @@ def open_gguf(path: Path) -> Checkpoint:
         if tensor.name == "rope_freqs.weight":
             raise file.fail("tensor 'rope_freqs.weight' (Llama 3.1's rescaled rotary frequencies) is not supported")
     hf_names = {_hf_name(tensor.name, file): tensor for tensor in file.tensors}
-    raw_config = _hf_config(file, tied="lm_head.weight" not in hf_names)
+    raw_config = _hf_config(file, tied=LM_HEAD not in hf_names)
     try:
         config = ModelConfig.from_dict(raw_config)
     except ValueError as exc:
@@ -83,6 +85,9 @@ def open_gguf(path: Path) -> Checkpoint:
         raise file.fail(str(exc)) from None
     check_tensors(config, {hf: tensor.shape for hf, tensor in hf_names.items()}, path.name,
                   f"{architecture}.block_count", _gguf_name)  # fmt: skip
+    template = metadata.get(TEMPLATE_KEY)
+    if template is not None and not isinstance(template, str):
+        raise file.fail(f"{TEMPLATE_KEY} is not a string")
 
     def read_tokenizer(chat_template: str | None) -> TextTokenizer:
         try:
@@ -90,7 +95,7 @@ def open_gguf(path: Path) -> Checkpoint:
         except Exception as exc:  # the tokenizers library raises its own errors as bare `Exception`s
             raise file.fail(f"the tokenizer does not build from tokenizer.ggml.*: {exc}") from None
         return TextTokenizer(tokenizer, _tokenizer_config(metadata),
-                             chat_template or metadata.get("tokenizer.chat_template"))  # fmt: skip
+                             chat_template or template)  # fmt: skip
 
     def tensors() -> Tensors:
         for name, tensor in hf_names.items():

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
+from tokenizers import Tokenizer
 
 from local_backend import _constants as C
 from local_backend import dtype_choice, ops
@@ -49,6 +50,7 @@ def open_directory(directory: Path) -> Checkpoint:
     check_checkpoint(directory)
     config = ModelConfig.from_file(directory / "config.json")
     check_tensors(config, _safetensors_shapes(directory), directory.name, "num_hidden_layers")
+    _check_vocabulary(directory / "tokenizer.json", config)
     return Checkpoint(config, directory, lambda template: TextTokenizer.from_dir(directory, template),
                       lambda: _safetensors(directory))  # fmt: skip
 
@@ -74,6 +76,25 @@ def _safetensors_shapes(directory: Path) -> dict[str, Shape]:
         except SafetensorError as exc:
             raise ModelFileError(f"{file.name}: {exc}") from None
     return shapes
+
+
+def _check_vocabulary(path: Path, cfg: ModelConfig) -> None:
+    """Refuse a `tokenizer.json` whose ids pass the embedding's rows (the step that met one would fail), with a
+    token past `MAX_TOKEN_BYTES`, or with an empty added token."""
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as exc:  # the tokenizers library raises its errors as bare `Exception`s
+        raise ModelFileError(f"{path.name}: does not load: {exc}") from None
+    for token, index in tokenizer.get_vocab(with_added_tokens=True).items():
+        if index >= cfg.vocab_size:
+            raise ModelFileError(f"{path.name}: token {token[:80]!r} has id {index}, past the vocab_size="
+                                 f"{cfg.vocab_size} rows of the embedding")  # fmt: skip
+        if len(token) * 4 > C.MAX_TOKEN_BYTES and len(token.encode()) > C.MAX_TOKEN_BYTES:
+            raise ModelFileError(f"{path.name}: token {index} is {len(token.encode()):,} bytes, more than the "
+                                 f"limit of {C.MAX_TOKEN_BYTES:,}")  # fmt: skip
+    for index, added in tokenizer.get_added_tokens_decoder().items():
+        if not added.content:
+            raise ModelFileError(f"{path.name}: added token {index} is empty")
 
 
 def check_checkpoint(directory: Path) -> None:

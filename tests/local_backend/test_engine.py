@@ -292,6 +292,8 @@ def test_the_model_loads_on_a_thread_that_ends_and_its_errors_surface_as_themsel
 
     def recorded(*args, **kwargs):
         loaders.append(threading.current_thread())
+        if len(loaders) == 2:
+            raise ValueError("a tensor that does not load")
         return load_model(*args, **kwargs)
 
     monkeypatch.setattr(engine_module, "load_model", recorded)
@@ -306,4 +308,7 @@ def test_the_model_loads_on_a_thread_that_ends_and_its_errors_surface_as_themsel
     safetensors.torch.save_file(tensors, broken / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(ValueError, match="unexpected tensor 'model.layers.0.mlp.extra.weight'"):
         Engine.from_pretrained(broken, device="cpu", max_model_len=256, kv_cache_memory=2**20)
+    assert len(loaders) == 1  # refused from the file's header, before any tensor is loaded
+    with pytest.raises(ValueError, match="a tensor that does not load"):
+        Engine.from_pretrained(llama_dir, device="cpu", max_model_len=256, kv_cache_memory=2**20)
     assert len(loaders) == 2 and not loaders[1].is_alive()
