@@ -247,6 +247,11 @@ class _Results:
 
 
 def _one_line(report: pytest.TestReport) -> str:
+    """The error, and where it was raised: the deepest line of kvwise's in the traceback, else the deepest."""
     crash = getattr(report.longrepr, "reprcrash", None)
-    text = crash.message if crash is not None else str(report.longrepr)
-    return " ".join(text.split())[:300]
+    text = " ".join((crash.message if crash is not None else str(report.longrepr)).split())[:300]
+    entries = getattr(getattr(report.longrepr, "reprtraceback", None), "reprentries", [])
+    places = [f"{loc.path}:{loc.lineno}" for entry in entries if (loc := getattr(entry, "reprfileloc", None))]
+    ours = [place for place in places if "/sdk/" in place or place.startswith("sdk/")]
+    where = (ours or places or [""])[-1]
+    return f"{text} [at {where}]" if where else text

@@ -22,6 +22,7 @@ import argparse
 import importlib.metadata
 import json
 import os
+import resource
 import subprocess
 import sys
 import tarfile
@@ -82,7 +83,18 @@ def pytest(folder: Path, args: list[str], *, bare: bool, results: Path | None = 
     if results is not None:
         command.append(f"--kvwise-results={results}")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run([*command, *args], cwd=folder, env=env).returncode
+    started, cpu = time.monotonic(), _children_cpu()
+    returncode = subprocess.run([*command, *args], cwd=folder, env=env).returncode
+    print(f"{folder.name} {'bare' if bare else 'wrapped'}: {time.monotonic() - started:.0f} s, "
+          f"{_children_cpu() - cpu:.0f} CPU s", flush=True)  # fmt: skip
+    return returncode
+
+
+def _children_cpu() -> float:
+    """CPU seconds of the finished child processes (pytest and its xdist workers): a figure that a
+    busy machine moves less than the wall time."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def differences() -> dict[str, dict[str, str]]:

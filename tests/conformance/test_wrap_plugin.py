@@ -10,10 +10,28 @@ from tests.conformance.kvwise_wrap_plugin import SENTINEL
 from tests.conformance.run import pytest
 
 SUITE = """
+import json
+
 import httpx2
 import openai
 import pytest
-import sdk.wrap
+
+SENT = []
+
+
+def answer(request):
+    SENT.append(json.loads(request.content))
+    completion = {"id": "c", "object": "chat.completion", "created": 0, "model": "m", "choices": []}
+    return httpx2.Response(200, json=completion)
+
+
+def tools(*names):
+    return [{"type": "function", "function": {"name": name, "parameters": {"type": "object"}}} for name in names]
+
+
+@pytest.fixture
+def async_client():
+    return openai.AsyncOpenAI(api_key="k", http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(answer)))
 
 
 @pytest.fixture
@@ -23,24 +41,20 @@ def smuggled():
     return client
 
 
-def test_a_client_built_by_the_test_is_kvwise_s():
-    client = openai.OpenAI(api_key="k", base_url="http://127.0.0.1:9")
+def test_a_client_built_by_the_test_sends_through_kvwise():
+    client = openai.OpenAI(api_key="k", http_client=httpx2.Client(transport=httpx2.MockTransport(answer)))
     assert isinstance(client, openai.OpenAI)
-    assert type(client) is sdk.wrap.WrappedClient
-    assert type(client.with_options(max_retries=0)) is sdk.wrap.WrappedClient
+    client.with_options(max_retries=0).chat.completions.create(model="gpt-4o", messages=[], tools=tools("b", "a"))
+    assert [tool["function"]["name"] for tool in SENT[-1]["tools"]] == ["a", "b"]
 
 
-async def test_an_async_client_built_by_a_fixture_is_kvwise_s(async_client):
-    assert type(async_client) is sdk.wrap.WrappedClient
+async def test_an_async_client_built_by_a_fixture_sends_through_kvwise(async_client):
+    await async_client.chat.completions.create(model="gpt-4o", messages=[], tools=tools("b", "a"))
+    assert [tool["function"]["name"] for tool in SENT[-1]["tools"]] == ["a", "b"]
 
 
 def test_a_bare_client_handed_to_the_test(smuggled):
     assert smuggled.api_key == "k"
-
-
-@pytest.fixture
-def async_client():
-    return openai.AsyncOpenAI(api_key="k")
 """
 
 
@@ -49,7 +63,12 @@ def _run(tmp_path: Path, *, bare: bool) -> dict:
     (folder / "tests").mkdir(parents=True)
     (folder / "tests" / "test_suite.py").write_text(SUITE)
     results = tmp_path / "results.json"
-    pytest(folder, ["-q", "-o", "asyncio_mode=auto"], bare=bare, results=results)
+    pytest(
+        folder,
+        ["-q", "-o", "asyncio_mode=auto", "-o", "asyncio_default_fixture_loop_scope=function"],
+        bare=bare,
+        results=results,
+    )
     return json.loads(results.read_text())
 
 
@@ -66,8 +85,8 @@ def test_wrapped_every_client_built_is_wrapped_and_a_test_handed_a_bare_one_fail
 def test_bare_the_clients_stay_bare_and_there_is_no_sentinel(tmp_path: Path) -> None:
     outcome = _run(tmp_path, bare=True)
     assert sorted(outcome["failed"]) == [
-        "tests/test_suite.py::test_a_client_built_by_the_test_is_kvwise_s",
-        "tests/test_suite.py::test_an_async_client_built_by_a_fixture_is_kvwise_s",
+        "tests/test_suite.py::test_a_client_built_by_the_test_sends_through_kvwise",
+        "tests/test_suite.py::test_an_async_client_built_by_a_fixture_sends_through_kvwise",
     ]
     assert outcome["passed"] == 1
     assert SENTINEL not in outcome["failed"]
