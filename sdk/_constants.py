@@ -78,7 +78,7 @@ STATE_MEMORY = "memory"  # `state=` / $KVWISE_STATE_URL that keeps the memories 
 STATE_CACHE_ENV = "XDG_CACHE_HOME"  # the user's cache directory; else ~/.cache
 STATE_SQLITE_FILE = "kvwise/state.sqlite3"  # the default file, under the user's cache directory
 STATE_SQLITE_SCHEMA = 1  # the file's layout (PRAGMA user_version): a file of a newer layout is left alone
-STATE_SQLITE_BUSY_SECONDS = 0.5  # the most a call waits on another process's write before it goes on without the file
+STATE_SQLITE_BUSY_SECONDS = 1.0  # the most a call waits on another process's write before it goes on without the file
 STATE_SQLITE_RETRY_SECONDS = 30.0  # after the file failed, it is left alone this long (in-process state meanwhile)
 STATE_SQLITE_MAX_BYTES = 64 << 20  # a larger file is not opened, and the file is never grown past it
 STATE_SQLITE_MAX_RECORDS = 4096  # records of each kind (families, calls) kept; least recently used dropped first
@@ -87,4 +87,5 @@ STATE_SQLITE_EVICT_EVERY = 256  # writes of one process between two evictions (a
 STATE_LOCAL_VALUES = (
     1024  # values (`Store.update_value`) a store in the process keeps; least recently used dropped first
 )
+STATE_SQLITE_CACHED = 1024  # records a process keeps as read from the file while no other process writes it
 STATE_SQLITE_TOUCH_SECONDS = 3600.0  # a record read but unchanged has its last use rewritten at most this often

@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 from sdk._constants import (
     ADAPTIVE_CAP_WINDOW,
     STATE_MAX_OUTPUT_TOKENS,
-    STATE_SQLITE_MAX_RECORDS,
+    STATE_SQLITE_CACHED,
     STATE_SQLITE_TOUCH_SECONDS,
 )
 from sdk.memory.records import FamilyRecord, Leader, Seen, WorkloadKey, digest, hashed_segment
@@ -85,7 +85,7 @@ class SqliteStore:
     def _read(self, db: sqlite3.Connection, kind: str, key: bytes, fetch: Callable[[], T]) -> T:
         """`fetch()`, or what it answered before if no other connection wrote to the file since."""
         version = (db, db.execute("PRAGMA data_version").fetchone()[0])
-        if version != self._version or len(self._cache) >= STATE_SQLITE_MAX_RECORDS:
+        if version != self._version or len(self._cache) >= STATE_SQLITE_CACHED:
             self._cache.clear()
             self._version = version
         found = self._cache.get((kind, key), _MISSING)
