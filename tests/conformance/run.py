@@ -121,15 +121,23 @@ def tier(package: str, workers: str) -> list[str]:
         bare_failed = Outcome.read(bare_file).failed
     listed = differences().get(package, {})
     only_wrapped = {test: error for test, error in wrapped.failed.items() if test not in bare_failed}
-    blamed = [f"{test}: {error}" for test, error in sorted(only_wrapped.items()) if test not in listed]
+    blamed = [f"{test}: {error}" for test, error in sorted(only_wrapped.items()) if _listed(test, listed) is None]
     print(
         f"\n{package} {importlib.metadata.version(package)}: {wrapped.passed} passed wrapped "
         f"in {wrapped.seconds:.0f} s; {len(bare_failed)} failed bare too (skipped: their environment); "
         f"{len(only_wrapped) - len(blamed)} listed in {DIFFERENCES.name}; {len(blamed)} failed only wrapped"
     )
-    for test in sorted(set(listed) - set(only_wrapped)):
-        print(f"  listed but passing wrapped (drop it from {DIFFERENCES.name}?): {test}")
+    for entry in sorted(set(listed) - {_listed(test, listed) for test in only_wrapped}):
+        print(f"  listed but passing wrapped (drop it from {DIFFERENCES.name}?): {entry}")
     return blamed
+
+
+def _listed(test: str, listed: dict[str, str]) -> str | None:
+    """The entry of `listed` that names `test`: its id, or its function's (all its parametrizations)."""
+    for entry in (test, test.partition("[")[0]):
+        if entry in listed:
+            return entry
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
