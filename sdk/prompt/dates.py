@@ -10,7 +10,7 @@ names the current day when:
 - a lead-in introduces it as the current one, just before it in its sentence: "The current date
   is", "Today is", "today's date is", "use the current date of", "It is now", "as of" (`NOW_LEAD_IN`),
   unless its clause speaks of something else's date (a knowledge cutoff, a policy, a release:
-  `_STABLE_CUE`);
+  `_STABLE_CUE`); so does a time of day alone ("The current time is 7:05 PM PDT.");
 - or it is the whole line under a heading that names it (`### Current Date`, `**Today:**`);
 - or its value is today's: within a day of the process's clock in UTC, so today in every time
   zone. A stable document's dates are rarely today's: a policy date written today costs one
@@ -53,6 +53,11 @@ DATE = re.compile(
     re.ASCII,
 )
 """A date in any written form, with the time of day that follows it: the whole of what the caller wrote."""
+_NAMED_ZONE = r"(?:[ ]?(?:Z|UTC|GMT|[A-Z]{2,4}T)(?:[+-]\d{1,2}(?::?\d\d)?)?)"
+TIME_OF_DAY = re.compile(
+    rf"(?<![\w:.-]){TIME}{AMPM}?{_NAMED_ZONE}?(?![\w:]|[.,]\d|[ ]?(?:[-–+]|to|until|and)[ ]?\d)", re.ASCII
+)
+"""A time of day alone ("7:05 PM PDT"): the current time where a lead-in introduces it (`introduced_as_now`)."""
 
 NOW_LEAD_IN = re.compile(
     r"(?:\b(?:current|today'?s|present|local)[ \t]+(?:date[ \t]*(?:and|&)[ \t]*time|date|time|datetime|day)"
@@ -64,7 +69,8 @@ NOW_LEAD_IN = re.compile(
 """Words that introduce the date right after them as the current one ("The current date is", "as of")."""
 _STABLE_CUE = re.compile(
     r"\b(?:knowledge|cut-?off|trained|training|effective|polic(?:y|ies)|released?|updated|revised|valid|price[sd]?"
-    r"|rates?|expires?|deadline|since|until|founded|version)\b",
+    r"|rates?|expires?|deadline|since|until|founded|version|hours|open(?:s|ing)?|clos(?:e|es|ing)|office|business"
+    r"|between|every|daily|schedul(?:e|ed|ing))\b",
     re.IGNORECASE,
 )
 _CLAUSE_END = re.compile(r"[.;!?](?:[ \t]|$)")
@@ -91,16 +97,23 @@ def today() -> int:
     return datetime.datetime.now(datetime.UTC).date().toordinal()
 
 
+def introduced_as_now(line: str, start: int) -> bool:
+    """Whether a lead-in just before `start` in `line` introduces what follows as the current date or
+    time ("The current time is 7:05 PM"), in a clause that speaks of nothing else's date."""
+    before = line[:start]
+    if (lead := NOW_LEAD_IN.search(before)) is None:
+        return False
+    clause = before[: lead.start()]
+    ends = [found.end() for found in _CLAUSE_END.finditer(clause)]
+    return _STABLE_CUE.search(clause, ends[-1] if ends else 0) is None
+
+
 def names_now(line: str, start: int, end: int, under_heading: bool, now: int) -> bool:
     """Whether the date at `start:end` of `line` (a match of `DATE`) names the current day (see the
     module); `under_heading`: a heading that names the current date stands above `line`
     (`now_heading`); `now` is `today()`."""
-    before = line[:start]
-    if (lead := NOW_LEAD_IN.search(before)) is not None:
-        clause = before[: lead.start()]
-        ends = [found.end() for found in _CLAUSE_END.finditer(clause)]
-        if _STABLE_CUE.search(clause, ends[-1] if ends else 0) is None:
-            return True
+    if introduced_as_now(line, start):
+        return True
     if under_heading and (whole := _LINE_AROUND.fullmatch(line)) is not None and whole.span("date") == (start, end):
         return True
     return any(abs(day - now) <= 1 for day in ordinals(line[start:end]))

@@ -10,7 +10,8 @@ those words to a context note, verbatim (nothing is dropped, no label is made up
 What counts (each a `VolatileKind`):
 - UUID: any version, optionally in braces.
 - TIMESTAMP: a date *with a time*: ISO 8601, `date`/`ctime` output, RFC 2822, `29/11/2026 08:55`,
-  `Nov 29, 2026 8:55 AM`, `2026-03-17 07:05:51 PM PDT-0700`.
+  `Nov 29, 2026 8:55 AM`, `2026-03-17 07:05:51 PM PDT-0700`; or a time of day alone introduced as
+  the current one ("The current time is 7:05 PM PDT.": `sdk.prompt.dates`).
 - DATE: a date that names the current day, in any written form: introduced as the current one
   ("The current date is Tuesday, March 17, 2026."), under a heading that names it, or today's by
   its value (`sdk.prompt.dates`). Any other plain date ("Founded on 2019-05-01") is not volatile.
@@ -51,7 +52,20 @@ from sdk._constants import (
     VOLATILE_MIN_HEX_CHARS,
     VOLATILE_SCAN_CACHE_SIZE,
 )
-from sdk.prompt.dates import AMPM, DATE, DAY, MONTH, TIME, YMD, ZONE, names_now, now_heading, today
+from sdk.prompt.dates import (
+    AMPM,
+    DATE,
+    DAY,
+    MONTH,
+    TIME,
+    TIME_OF_DAY,
+    YMD,
+    ZONE,
+    introduced_as_now,
+    names_now,
+    now_heading,
+    today,
+)
 from sdk.prompt.sentences import caller_words
 
 
@@ -250,6 +264,11 @@ def _scan_line(text: str, now: int) -> tuple[VolatileMatch, ...]:
         if names_now(text[line_start:line_end], start, end, under_heading, now):
             kind = VolatileKind.DATE
             candidates.append((match.start(), -match.end(), len(_PATTERNS), kind, kind.value, match[0]))
+    for match in TIME_OF_DAY.finditer(text):  # a time of day introduced as the current one
+        line_start = text.rfind("\n", 0, match.start()) + 1
+        if introduced_as_now(text[line_start : match.start()], match.start() - line_start):
+            kind = VolatileKind.TIMESTAMP
+            candidates.append((match.start(), -match.end(), len(_PATTERNS) + 1, kind, kind.value, match[0]))
     candidates.sort()
     found: list[VolatileMatch] = []
     for start, negative_end, _, kind, label, value in candidates:

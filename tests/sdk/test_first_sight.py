@@ -181,6 +181,7 @@ LOOK_ALIKES: dict[str, str] = {
     "a last-updated label": "Last updated: March 17, 2025\nFollow the refund rules below.",
     "an example sentence naming the date": "Say the date as in this example: e.g. 'Today is January 15, 2024.'",
     "a knowledge date introduced as current": "Your training data is current as of January 15, 2024.",
+    "opening hours in local time": "Opening hours in local time: 09:00 to 17:00. The time is 09:00-17:30 on Fridays.",
     "a yaml list of dated releases": "Releases:\n- name: 1.2.0\n  date: 2024-01-15\n- name: 1.3.0\n  date: 2024-03-02",
 }
 
@@ -220,6 +221,7 @@ NOW_FORMS: list[tuple[str, Callable[[datetime.date], str]]] = [
     ("as of, an ordinal", lambda d: f"As of {d:%B} {d.day}th, {d.year}, the user is on the free plan."),
     ("an env block's label", lambda d: f"Today's date: {d.isoformat()}"),
     ("bold label, dots", lambda d: f"**Current date:** {d.day:02d}.{d.month:02d}.{d.year}"),
+    ("a time of day alone, introduced", lambda d: f"The user's local time is {d.day % 12}:05 PM (PDT)."),
 ]
 AROUND = "You are Iris, a research assistant for a newsroom.\n{w}\nCite every source with a link. Be brief."
 IN_A_PARAGRAPH = "You are Iris, a research assistant. {w} Cite every source with a link."
