@@ -49,7 +49,10 @@ def eligible(client: Any, explicit_provider: str | None) -> bool:
     if not kind.__module__.startswith("anthropic") or any(name in kind.__name__ for name in _PLATFORM_CLIENTS):
         return False
     try:
-        accepts = DIAGNOSTICS_PARAM in inspect.signature(type(client.messages).create).parameters
+        # the class, not `client.messages`: reading that would leave a resource on the live client
+        from anthropic.resources.messages import Messages
+
+        accepts = DIAGNOSTICS_PARAM in inspect.signature(Messages.create).parameters
         host = urlsplit(str(client.base_url)).hostname
     except (AttributeError, TypeError, ValueError):
         return False

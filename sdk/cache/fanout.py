@@ -16,7 +16,9 @@ released once.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import inspect
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -67,7 +69,10 @@ def credentials_hash(client: Any) -> str:
     """A hash of the client's credentials and server: who may share a cache, a wait or a memory."""
     digest = hashlib.blake2b(digest_size=16)
     for name in _CREDENTIALS:
-        digest.update(str(getattr(client, name, None)).encode("utf-8", "surrogatepass"))
+        # A resource the client makes on first read (anthropic's `organization`) is no credential:
+        # reading it would leave it on the live client, and its text differs per client.
+        made = isinstance(inspect.getattr_static(type(client), name, None), functools.cached_property)
+        digest.update(str(None if made else getattr(client, name, None)).encode("utf-8", "surrogatepass"))
         digest.update(b"\x00")
     return digest.hexdigest()
 

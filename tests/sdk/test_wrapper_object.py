@@ -166,3 +166,10 @@ async def test_with_options_and_copy_give_wrapped_clients_with_the_options(simul
         assert isinstance(copied, type(client)) and copied.timeout == 12.5
         await _ask(copied)
         assert _sent_cap(simulator) == CAP
+
+
+def test_wrapping_leaves_the_live_clients_state_as_it_was(client):
+    before = dict(vars(client))
+    wrapped = sdk.wrap(client, sdk.Policy(fanout="warm"))
+    assert vars(client) == before and all(vars(client)[name] is value for name, value in before.items())
+    assert vars(wrapped.copy()).keys() == vars(client.copy()).keys()  # a copy as the bare client's copy
