@@ -1,7 +1,7 @@
 """Fixtures of the SDK tests: real clients, sync and async, pointed at the provider simulator.
 
-The clients keep their default `max_retries`: a caller who set none, so a wrapped one retries
-`Policy.retries` times (a `max_retries` of the caller's own is the number of kvwise's retries).
+The clients keep their default `max_retries`: a caller who set none, so a wrapped one's own retry
+loop makes `Policy.retries` retries (a `max_retries` of the caller's own stands).
 """
 
 from __future__ import annotations
