@@ -12,7 +12,7 @@ test's patch) is honoured; setting a name back to what the proxy gave for it (`m
 from __future__ import annotations
 
 import types
-from typing import Any
+from typing import Any, Self
 
 Path = tuple[str, ...]
 
@@ -22,11 +22,19 @@ class Node:
 
     __slots__ = ("_target", "_path", "_root", "_children")
 
-    def __init__(self, target: Any, path: Path, root: Any = None) -> None:
-        object.__setattr__(self, "_target", target)
-        object.__setattr__(self, "_path", path)
-        object.__setattr__(self, "_root", root if root is not None else self)
-        object.__setattr__(self, "_children", {})
+    @classmethod
+    def of(cls, target: Any, path: Path, root: Any = None) -> Self:
+        """The proxy of `target` (made without `__init__`, which is the live object's: below)."""
+        node = object.__new__(cls)
+        object.__setattr__(node, "_target", target)
+        object.__setattr__(node, "_path", path)
+        object.__setattr__(node, "_root", root if root is not None else node)
+        object.__setattr__(node, "_children", {})
+        return node
+
+    @property
+    def __init__(self) -> Any:  # type: ignore[override,misc]  # `inspect.signature(client.__init__)`: the client's
+        return self._target.__init__
 
     def __getattr__(self, name: str) -> Any:
         current = getattr(self._target, name)

@@ -95,7 +95,7 @@ def wrap(
         connection_error=package.connection_error,
     )
     shared = _Shared(pipeline, package, Provider(provider) if provider is not None else None)
-    return cast(ClientT, WrappedClient(client, shared))
+    return cast(ClientT, WrappedClient.wrapping(client, shared))
 
 
 class WrappedClient(Node):
@@ -103,12 +103,15 @@ class WrappedClient(Node):
 
     __slots__ = ("_shared", "_views", "_where", "_own_methods")
 
-    def __init__(self, client: Any, shared: _Shared) -> None:
-        super().__init__(client, ())
-        object.__setattr__(self, "_shared", shared)
-        object.__setattr__(self, "_views", {})
-        object.__setattr__(self, "_where", (None, Provider.OPENAI, (None, None)))
-        object.__setattr__(self, "_own_methods", surface.SENDS | _COPIES)
+    @classmethod
+    def wrapping(cls, client: Any, shared: _Shared) -> WrappedClient:
+        """The wrapped `client`, under `shared`'s policy and telemetry."""
+        wrapped = cls.of(client, ())
+        object.__setattr__(wrapped, "_shared", shared)
+        object.__setattr__(wrapped, "_views", {})
+        object.__setattr__(wrapped, "_where", (None, Provider.OPENAI, (None, None)))
+        object.__setattr__(wrapped, "_own_methods", surface.SENDS | _COPIES)
+        return wrapped
 
     @property  # type: ignore[misc]
     def __class__(self) -> type:  # isinstance(wrapped, openai.OpenAI) holds, as for the bare client
@@ -142,7 +145,7 @@ class WrappedClient(Node):
         path = (*node._path, name)
         if not surface.leads_to_intercepted(package, path) or not compat.is_resource(current, package):
             return current
-        return self._view(path, current) if surface.intercepted(package, path) else Node(current, path, self)
+        return self._view(path, current) if surface.intercepted(package, path) else Node.of(current, path, self)
 
     def _own_method(self, name: str, current: Any) -> Any:
         """kvwise's `post`/`request` (`_send_method`) or `with_options`/`copy` (a wrapped copy under
@@ -153,7 +156,7 @@ class WrappedClient(Node):
         if name in _COPIES:
 
             def copied(*args: Any, **options: Any) -> Any:
-                return WrappedClient(current(*args, **options), self._shared)
+                return WrappedClient.wrapping(current(*args, **options), self._shared)
 
             return functools.update_wrapper(copied, current, assigned=_WRAPPER_ASSIGNMENTS, updated=())
         return self._send_method(current)

@@ -161,6 +161,7 @@ def test_every_wrapped_method_has_the_bare_bound_methods_signature(client):
 
 async def test_with_options_and_copy_give_wrapped_clients_with_the_options(simulator, client):
     wrapped = sdk.wrap(client, sdk.Policy(max_output_tokens=CAP))
+    assert inspect.signature(wrapped.__init__) == inspect.signature(client.__init__)  # what `copy` mirrors
     for name in ("with_options", "copy"):
         copied = getattr(wrapped, name)(timeout=12.5)
         assert isinstance(copied, type(client)) and copied.timeout == 12.5
