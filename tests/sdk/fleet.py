@@ -59,7 +59,7 @@ def fan_out(simulator: Any, state: RedisServer | None) -> list[dict[str, Any]]:
     release = threading.Event()
     simulator.hold(release, times=1 if state is not None else WORKERS)
     arguments = {"task": "fanout", "system": shared_prefix(PREFIX_TOKENS), "n": PER_WORKER, "policy": {"fanout": "warm"},
-                 "state": state.url_bounded(PATIENT_SECONDS) if state is not None else None}  # fmt: skip
+                 "state": state.url_bounded(PATIENT_SECONDS) if state is not None else "memory"}  # fmt: skip
     workers = [start_worker(simulator, worker, **arguments) for worker in range(WORKERS)]
     if state is not None:
         until(lambda: simulator.held == 1 and listeners(state) == WORKERS * PER_WORKER - 1)

@@ -67,16 +67,22 @@ def _family_calls(simulator: Any, worker: int, state: str | None, systems: list[
     return result
 
 
+def _state(store: RedisServer, where: str) -> tuple[str | None, bool]:
+    """The workers' `state` for memories in Redis, in the default file the workers of one machine
+    share (`sdk.memory.sqlite_store`), or in each worker's process; and whether they are shared."""
+    return {"redis": store.url_bounded(PATIENT_SECONDS), "file": None, "memory": "memory"}[where], where != "memory"
+
+
 def _sent_systems(simulator: Any) -> list[str]:
     return [request.body["messages"][0]["content"] for request in simulator.requests if request.path.endswith("/chat/completions")]
 
 
-@pytest.mark.parametrize("shared", [True, False], ids=["shared", "in-process"])
+@pytest.mark.parametrize("where", ["redis", "file", "memory"])
 def test_a_second_worker_sends_a_family_in_the_shape_the_first_learnt_from_its_first_call_on(
-    simulator: Any, store: RedisServer, shared: bool
+    simulator: Any, store: RedisServer, where: str
 ) -> None:
     ids = [hashlib.sha1(bytes([i])).hexdigest() for i in range(3)]
-    state = store.url_bounded(PATIENT_SECONDS) if shared else None
+    state, shared = _state(store, where)
     _family_calls(simulator, 0, state, [LEARNT_FAMILY.format(ids[0]), LEARNT_FAMILY.format(ids[1])])
     _family_calls(simulator, 1, state, [LEARNT_FAMILY.format(ids[2])])
     first, second, other = _sent_systems(simulator)
@@ -88,11 +94,11 @@ def test_a_second_worker_sends_a_family_in_the_shape_the_first_learnt_from_its_f
         assert ids[2] in other  # alone, the other worker starts over and sends another shape
 
 
-@pytest.mark.parametrize("shared", [True, False], ids=["shared", "in-process"])
+@pytest.mark.parametrize("where", ["redis", "file", "memory"])
 def test_a_cache_break_is_explained_against_the_call_another_worker_sent_before(
-    simulator: Any, store: RedisServer, shared: bool
+    simulator: Any, store: RedisServer, where: str
 ) -> None:
-    state = store.url_bounded(PATIENT_SECONDS) if shared else None
+    state, shared = _state(store, where)
     tools = "You are the support bot of Example Corp. " * 60
     _family_calls(simulator, 0, state, [tools + "Answer in one short paragraph."])
     [span] = _family_calls(simulator, 1, state, [tools + "Answer in three bullet points."])["spans"]
@@ -105,12 +111,13 @@ def test_a_cache_break_is_explained_against_the_call_another_worker_sent_before(
     assert sc.KVWISE_PREFIX_BREAK_CAUSE not in again  # the same prefix as the fleet's last call: no break
 
 
-@pytest.mark.parametrize("shared", [True, False], ids=["shared", "in-process"])
-def test_an_adaptive_cap_appears_once_the_fleet_has_enough_answers(simulator: Any, store: RedisServer, shared: bool) -> None:
+@pytest.mark.parametrize("where", ["redis", "file", "memory"])
+def test_an_adaptive_cap_appears_once_the_fleet_has_enough_answers(simulator: Any, store: RedisServer, where: str) -> None:
     simulator.reply = " word" * 20
     system = "You label support tickets with one word. " * 40
+    state, shared = _state(store, where)
     arguments = {"task": "calls", "system": system, "policy": {"adaptive_caps": True, "max_output_tokens": POLICY_CAP},
-                 "state": store.url_bounded(PATIENT_SECONDS) if shared else None}  # fmt: skip
+                 "state": state}  # fmt: skip
     per_worker = -(-ADAPTIVE_CAP_MIN_CALLS // WORKERS)  # no worker alone has enough
     fleet.results([fleet.start_worker(simulator, worker, n=per_worker, **arguments) for worker in range(WORKERS)])
     [late] = fleet.results([fleet.start_worker(simulator, WORKERS, n=1, **arguments)])
@@ -267,17 +274,20 @@ MALFORMED: dict[str, dict[str, Any]] = {
 MALFORMED["latest"] = MALFORMED["seen"]
 
 
-def _corrupt(redis: Any, kind: str, value: Any) -> bytes:
-    """Overwrite the one stored value of key kind `kind` with `value`; its key."""
-    [key] = redis.keys(f"kvwise:*:{kind}:*")
-    if kind in ("seen", "latest"):
-        redis.hset(key, "seen", value)
-    elif kind == "lengths":
-        redis.delete(key)
-        redis.rpush(key, *value)
-    else:
-        redis.set(key, value)
-    return key
+def _corrupt(redis: Any, kind: str, value: Any) -> list[bytes]:
+    """Overwrite every stored value of key kind `kind` with `value` (a family has two records: its
+    lines' and its candidates'); their keys."""
+    keys = redis.keys(f"kvwise:*:{kind}:*")
+    assert keys
+    for key in keys:
+        if kind in ("seen", "latest"):
+            redis.hset(key, "seen", value)
+        elif kind == "lengths":
+            redis.delete(key)
+            redis.rpush(key, *value)
+        else:
+            redis.set(key, value)
+    return keys  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize("malformation", ["not JSON", "wrong type", "wrong length", "too large"])
@@ -289,11 +299,11 @@ def test_a_malformed_value_is_dropped_and_the_call_that_read_it_degrades_naming_
     client = _wrapped(simulator, store.url_bounded(PATIENT_SECONDS), exporter, adaptive_caps=True)
     redis = store.client()
     _ask(client, FAMILY.format(uuid.UUID(int=1)))
-    key = _corrupt(redis, kind, MALFORMED[kind][malformation])
+    keys = _corrupt(redis, kind, MALFORMED[kind][malformation])
     assert _ask(client, FAMILY.format(uuid.UUID(int=2))) == simulator.reply
     assert _ask(client, FAMILY.format(uuid.UUID(int=3))) == simulator.reply
     first, corrupt, after = (dict(span.attributes or {}) for span in exporter.get_finished_spans())
     assert corrupt[sc.KVWISE_STATE_DEGRADED] is True
     assert corrupt[sc.KVWISE_STATE_DEGRADED_REASON].startswith(f"malformed {kind} value: {malformation}")
     assert sc.KVWISE_STATE_DEGRADED not in first and sc.KVWISE_STATE_DEGRADED not in after  # dropped: read once
-    assert redis.exists(key) == 0 or len(redis.dump(key) or b"") < STATE_MAX_VALUE_BYTES  # not kept
+    assert all(redis.exists(key) == 0 or len(redis.dump(key) or b"") < STATE_MAX_VALUE_BYTES for key in keys)  # not kept
