@@ -5,17 +5,20 @@ call's telemetry (the OpenTelemetry GenAI utilities' idea: a `wrapt.ObjectProxy`
 every attribute is the client stream's, and the client's stream helpers (`ChatCompletionStream`,
 `MessageStream`, `ResponseStream`) work on them. Iterating one runs the watching generator
 (`sdk.send.stream_watch`). It finalises exactly once (the call span ends, the HTTP response is closed) on
-exhaustion, error, `close()`, `with` exit, `response.close()` (what the helpers' `close()` calls),
-and when the caller drops it, half-read or never read. Nothing a proxy holds refers back to it, so
-reference counting alone frees a dropped stream: its span ends at `del stream`, not whenever the
-cycle collector runs.
+exhaustion, error, `close()`, `with` exit, `response.close()` (what the helpers' `close()` calls:
+`stream.response` is the client's own `httpx2.Response`, its `close` hooked), and when the caller
+drops it, half-read or never read. Nothing a proxy holds refers back to it, and the hook holds weak
+references only, so reference counting alone frees a dropped stream: its span ends at `del stream`,
+not whenever the cycle collector runs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from types import AsyncGeneratorType, GeneratorType
 from typing import Any, Protocol
 
 import wrapt
@@ -44,18 +47,28 @@ class Upstream:
 class _Closer:
     """Ends one stream: its watching generator, the client stream, the telemetry (sync)."""
 
-    __slots__ = ("events", "upstream", "watch")
+    __slots__ = ("__weakref__", "closing", "events", "upstream", "watch")
 
-    def __init__(self, upstream: Upstream, events: Generator[Any, None, None], watch: Finishing) -> None:
+    def __init__(self, upstream: Upstream, events: GeneratorType[Any, None, None], watch: Finishing) -> None:
         self.upstream, self.events, self.watch = upstream, events, watch
+        self.closing = False
+
+    def busy(self) -> bool:
+        """Whether a close of the response now is the stream's own: this closer's, or the client's at
+        the end of a read the watching loop is in."""
+        return self.closing or self.events.gi_running
 
     def close(self) -> None:
+        self.closing = True
         try:
-            self.events.close()  # a suspended guard runs its `finally`; one never started has none
-        except ValueError:  # being read in another thread: closing the response ends that read
-            pass
-        self.upstream.stream.close()
-        self.watch.finish(None)
+            try:
+                self.events.close()  # a suspended guard runs its `finally`; one never started has none
+            except ValueError:  # being read in another thread: closing the response ends that read
+                pass
+            self.upstream.stream.close()
+            self.watch.finish(None)
+        finally:
+            self.closing = False
 
     def drop(self) -> None:
         """The caller let go of the stream: close it, raising nothing."""
@@ -70,18 +83,26 @@ class _Closer:
 class _AsyncCloser:
     """Async twin of `_Closer`."""
 
-    __slots__ = ("events", "upstream", "watch")
+    __slots__ = ("__weakref__", "closing", "events", "upstream", "watch")
 
-    def __init__(self, upstream: Upstream, events: AsyncGenerator[Any, None], watch: Finishing) -> None:
+    def __init__(self, upstream: Upstream, events: AsyncGeneratorType[Any, None], watch: Finishing) -> None:
         self.upstream, self.events, self.watch = upstream, events, watch
+        self.closing = False
+
+    def busy(self) -> bool:
+        return self.closing or self.events.ag_running
 
     async def close(self) -> None:
+        self.closing = True
         try:
-            await self.events.aclose()
-        except RuntimeError:  # being read by another task: closing the response ends that read
-            pass
-        await self.upstream.stream.close()
-        self.watch.finish(None)
+            try:
+                await self.events.aclose()
+            except RuntimeError:  # being read by another task: closing the response ends that read
+                pass
+            await self.upstream.stream.close()
+            self.watch.finish(None)
+        finally:
+            self.closing = False
 
     def drop(self) -> None:
         """The caller let go of the stream: end the telemetry now and close the response on the
@@ -110,48 +131,59 @@ class _Absent:
         raise AttributeError(self._name)
 
 
-class _ResponseOf(wrapt.ObjectProxy):  # type: ignore[misc]
-    """The stream's `httpx2.Response`, knowing the watched stream's closer."""
+def _close_hook(response: Any, closer: _Closer) -> Callable[[], None]:
+    """`response.close` that closes the whole watched stream when its caller calls it (the client's
+    stream helpers close the response they read at their start, not the stream), and the response
+    alone when the stream closes it itself (`_Closer.busy`)."""
+    owner, own = weakref.ref(closer), weakref.ref(response)
 
-    def __init__(self, response: Any, closer: Any) -> None:
-        super().__init__(response)
-        self._self_closer = closer
+    def close() -> None:
+        closer, response = owner(), own()
+        if closer is not None and not closer.busy():
+            closer.close()
+        elif response is not None:
+            type(response).close(response)
+
+    return close
 
 
-class _ClosingResponse(_ResponseOf):
-    """A sync stream's response, whose `close()` closes the whole watched stream (the client's
-    stream helpers close the response they read at their start, not the stream)."""
+def _aclose_hook(response: Any, closer: _AsyncCloser) -> Callable[[], Awaitable[None]]:
+    """Async twin of `_close_hook`: `response.aclose`."""
+    owner, own = weakref.ref(closer), weakref.ref(response)
 
-    def close(self) -> None:
-        self._self_closer.close()
+    async def aclose() -> None:
+        closer, response = owner(), own()
+        if closer is not None and not closer.busy():
+            await closer.close()
+        elif response is not None:
+            await type(response).aclose(response)
 
-
-class _AsyncClosingResponse(_ResponseOf):
-    """An async stream's response, whose `aclose()` closes the whole watched stream."""
-
-    async def aclose(self) -> None:
-        await self._self_closer.close()
+    return aclose
 
 
 class _Watched(wrapt.ObjectProxy):  # type: ignore[misc]
     """What the sync and the async proxies share: their closer, the response, and the drop."""
 
     _self_closer_type: type[_Closer] | type[_AsyncCloser]
-    _self_response_type: type[_ResponseOf]
+    _self_close_name: str  # the response's close method the client's stream helpers call
 
     def __init__(self, stream: Any, upstream: Upstream, events: Any, watch: Finishing) -> None:
         super().__init__(stream)
         self._self_events = events
         self._self_closer: _Closer | _AsyncCloser = self._self_closer_type(upstream, events, watch)
-        self._self_response: Any = None
+        self._self_response: Any = None  # the response whose close is hooked
 
     @property
     def response(self) -> Any:
-        """The client's response, whose closing closes this stream (one object per response)."""
+        """The client's response, of its own type, whose closing closes this stream."""
         response = self.__wrapped__.response
-        if self._self_response is None or self._self_response.__wrapped__ is not response:
-            self._self_response = self._self_response_type(response, self._self_closer)
-        return self._self_response
+        if self._self_response is not response:
+            self._self_response = response
+            setattr(response, self._self_close_name, self._hook(response))
+        return response
+
+    def _hook(self, response: Any) -> Any:
+        raise NotImplementedError
 
     def __del__(self) -> None:
         try:
@@ -171,8 +203,11 @@ class WatchedStream(_Watched):
     """
 
     _self_closer_type = _Closer
-    _self_response_type = _ClosingResponse
+    _self_close_name = "close"
     _self_closer: _Closer
+
+    def _hook(self, response: Any) -> Any:
+        return _close_hook(response, self._self_closer)
 
     def __iter__(self) -> Iterator[Any]:
         return _iterate(self)
@@ -197,8 +232,11 @@ class AsyncWatchedStream(_Watched):
     """A client's async stream (`openai.AsyncStream`, `anthropic.AsyncStream`) under kvwise."""
 
     _self_closer_type = _AsyncCloser
-    _self_response_type = _AsyncClosingResponse
+    _self_close_name = "aclose"
     _self_closer: _AsyncCloser
+
+    def _hook(self, response: Any) -> Any:
+        return _aclose_hook(response, self._self_closer)
 
     async def close(self) -> None:
         """Close the response and end the call's telemetry (the answer, if unfinished, is abandoned)."""

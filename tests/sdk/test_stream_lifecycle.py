@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import anthropic
+import httpx2
 import openai
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
@@ -79,6 +80,7 @@ async def test_a_wrapped_stream_is_still_the_clients_stream_type(
     stream = await _open(request, api, otel)
     module = CLIENT_TYPES[api]
     assert isinstance(stream, module.Stream if mode == "sync" else module.AsyncStream)
+    assert type(stream.response) is httpx2.Response  # the client's own response, as the bare stream's
     await collect(stream)
 
 
@@ -127,7 +129,7 @@ async def test_the_call_span_ends_exactly_once_and_the_response_is_closed_howeve
 ) -> None:
     simulator.reply, simulator.token_delay = LONG_REPLY, TOKEN_DELAY
     stream = await _open(request, api, otel)
-    http_response = stream.response.__wrapped__  # the client's own httpx2 response
+    http_response = stream.response  # the client's own httpx2 response (its close hooked)
     assert _roots(otel) == []
     if (end := ENDINGS[ending]) is not None:
         await end(stream)
