@@ -4,8 +4,9 @@
 
 - Per-call overhead: one sync client's plain calls to the simulator under the policy that touches
   every shared memory (a system prompt with a request id: the families; adaptive caps; fan-out
-  warm-up on a 2k-token prefix: a lease taken and released per call), with in-process state and with
-  a real Redis on loopback (Debian's `redis-server`), rounds interleaved; the raw client beside them.
+  warm-up on a 2k-token prefix: a lease taken and released per call), with in-process state, the
+  default SQLite file (`sdk.memory.sqlite_store`, in a temporary folder) and a real Redis on loopback
+  (Debian's `redis-server`), rounds interleaved; the raw client beside them.
 - Fleet fan-out: 4 worker processes of 8 concurrent calls each on one 20k-token prefix
   (`tests.sdk.fleet`), in-process state against Redis, in cache writes, reads and dollars at the
   built-in prices (the simulator's model priced as gpt-5.6).
@@ -14,6 +15,7 @@
 from __future__ import annotations
 
 import statistics
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -51,13 +53,14 @@ def _per_call_us(call: Callable[[int], Any], start: int) -> float:
     return (time.perf_counter() - began) / CALLS * 1e6
 
 
-def _overhead(sim: ProviderSimulator, server: RedisServer) -> str:
+def _overhead(sim: ProviderSimulator, server: RedisServer, folder: str) -> str:
     prefix = shared_prefix(2_000)
     bare = openai.OpenAI(base_url=sim.openai_base_url, api_key="bench", max_retries=0)
     policy = sdk.Policy(retries=0, adaptive_caps=True, fanout="warm")
     callers = {
         "raw client": _caller(bare, prefix),
-        "kvwise, in-process state": _caller(sdk.wrap(bare, policy), prefix),
+        "kvwise, in-process state": _caller(sdk.wrap(bare, policy, state="memory"), prefix),
+        "kvwise, SQLite state (default)": _caller(sdk.wrap(bare, policy, state=f"sqlite://{folder}/state.sqlite3"), prefix),
         "kvwise, Redis state": _caller(sdk.wrap(bare, policy, state=server.url), prefix),
     }
     for call in callers.values():
@@ -71,6 +74,7 @@ def _overhead(sim: ProviderSimulator, server: RedisServer) -> str:
     base = medians["kvwise, in-process state"]
     lines = [f"{'per call (median of ' + str(ROUNDS) + ' rounds of ' + str(CALLS) + ')':<40} {'µs':>9} {'÷ in-process':>13}"]
     lines += [f"{name:<40} {value:>9.0f} {value / base:>13.2f}" for name, value in medians.items()]
+    lines.append(f"{'SQLite state adds':<40} {medians['kvwise, SQLite state (default)'] - base:>+9.0f}")
     lines.append(f"{'Redis state adds':<40} {medians['kvwise, Redis state'] - base:>+9.0f}")
     return "\n".join(lines)
 
@@ -101,8 +105,8 @@ def _fleet(sim: ProviderSimulator, server: RedisServer) -> str:
 
 def main() -> None:
     print(machine_line(), flush=True)
-    with ProviderSimulator() as sim, RedisServer() as server:
-        print(_overhead(sim, server), flush=True)
+    with ProviderSimulator() as sim, RedisServer() as server, tempfile.TemporaryDirectory() as folder:
+        print(_overhead(sim, server, folder), flush=True)
         print(_fleet(sim, server), flush=True)
 
 
