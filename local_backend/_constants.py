@@ -109,6 +109,9 @@ would decide the choice) and runs with the defaults above until a quieter load."
 KERNEL_BUILD_TIMEOUT_S: Final = 600
 """Seconds the one-off build of one variant of the native CPU kernels may take (the sources compiled side by side)."""
 
+KERNEL_CACHE_DIR_ENV: Final = "KVWISE_KERNEL_CACHE_DIR"
+"""Environment variable naming the folder of the compiled kernels, in place of the user's cache directory."""
+
 # A model file is input: what a header may claim before the loader refuses it, stated once. Each bound is
 # far above what real checkpoints hold (SmolLM2-135M: 36 keys, 272 tensors, a 1.7 MB header, arrays of
 # 49,152 entries, tokens of at most 162 bytes; Llama 3's 280,147 merges and Gemma 3's 262,144 tokens fit too).

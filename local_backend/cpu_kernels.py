@@ -38,7 +38,7 @@ import torch
 from torch.utils import cpp_extension
 
 from local_backend import kernel_choices
-from local_backend._constants import KERNEL_BUILD_TIMEOUT_S
+from local_backend._constants import KERNEL_BUILD_TIMEOUT_S, KERNEL_CACHE_DIR_ENV
 from local_backend.kernel_choices import KernelChoices
 
 logger = logging.getLogger(__name__)
@@ -108,6 +108,10 @@ def _flags(capability: str) -> list[str]:
 
 
 def _cache_dir() -> Path:
+    """$KVWISE_KERNEL_CACHE_DIR where set (as torch's TORCHINDUCTOR_CACHE_DIR and Triton's TRITON_CACHE_DIR: a
+    process whose cache home is private, a test's, still finds the build), else the user's cache directory."""
+    if own := os.environ.get(KERNEL_CACHE_DIR_ENV):
+        return Path(own)
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "kvwise" / "kernels"
 
@@ -169,7 +173,9 @@ def load() -> Kernels | None:
         return None
     lanes = int(torch.ops.kvwise.vector_lanes())
     choices = kernel_choices.for_library(path, capability)
-    logger.info("native CPU kernels: %s, %d floats per vector, %s; %s", capability, lanes, path.name, choices.describe())
+    logger.info(
+        "native CPU kernels: %s, %d floats per vector, %s; %s", capability, lanes, path.name, choices.describe()
+    )
     return Kernels(capability, lanes, path, choices)
 
 

@@ -42,11 +42,18 @@ TIERS: dict[str, tuple[str, ...]] = {
     "integration": ("integration", "frameworks", "examples", "test_makefile.py", "sdk/test_shared_state.py"),
     "native": ("local_backend/test_cpu_kernels.py", "local_backend/test_native_layers.py"),
     "slow": (  # the modules with the longest totals in a full run (pytest --durations=0)
-        "local_backend/test_server_strict_requests.py", "local_backend/test_server_structured_outputs.py",
+        "local_backend/test_server_strict_requests.py",
+        "local_backend/test_server_structured_outputs.py",
         "local_backend/test_server_client_inputs.py",
-        "local_backend/test_server_fuzz.py", "local_backend/test_server_openapi_fuzz.py", "sdk/test_stream_lifecycle.py",
-        "sdk/test_fault_matrix.py", "sdk/test_surface_paths.py", "sdk/test_typing.py", "sdk/test_request_safety.py",
-        "test_tiers.py", "local_backend/test_gguf_parity.py",
+        "local_backend/test_server_fuzz.py",
+        "local_backend/test_server_openapi_fuzz.py",
+        "sdk/test_stream_lifecycle.py",
+        "sdk/test_fault_matrix.py",
+        "sdk/test_surface_paths.py",
+        "sdk/test_typing.py",
+        "sdk/test_request_safety.py",
+        "test_tiers.py",
+        "local_backend/test_gguf_parity.py",
     ),
 }
 """Tier -> the paths under tests/ (folders or modules) whose tests are in it."""
@@ -62,13 +69,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker("browser")
 
 
+# The native kernels `make venv` compiled stay where they were built: a test's private cache home must not
+# make each engine test, and each server it starts, compile them again (minutes on 2 cores).
+os.environ.setdefault(
+    "KVWISE_KERNEL_CACHE_DIR",
+    str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kvwise" / "kernels"),
+)
 _CACHE_HOMES = Path(tempfile.mkdtemp(prefix="kvwise-tests-cache-"))
 os.environ["XDG_CACHE_HOME"] = str(_CACHE_HOMES / "collection")  # what runs before the first test
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """A cache directory of the test's own (a hook, not a fixture: hypothesis's tests take no function-scoped fixtures)."""
+    """A cache directory of the test's own (a hook, not a fixture: hypothesis's tests take no function-scoped
+    fixtures)."""
     os.environ["XDG_CACHE_HOME"] = str(_CACHE_HOMES / re.sub(r"[^\w.-]+", "_", item.nodeid)[-200:])
 
 

@@ -243,7 +243,7 @@ def test_without_a_compiler_the_engine_runs_on_torch_ops_alone(tmp_path: Path, c
         "print(cpu_kernels.load() is not None, engine.runner.paged_decodes, native, len(out[0].token_ids))\n"
         "engine.close()\n"
     )
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "CXX": str(tmp_path / "no-such-compiler")}
+    env = {**os.environ, "KVWISE_KERNEL_CACHE_DIR": str(tmp_path), "CXX": str(tmp_path / "no-such-compiler")}
     command = [sys.executable, "-c", script, str(checkpoints["llama"])]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
