@@ -146,11 +146,16 @@ class SqliteStore:
     def _value(self, row: Row) -> str | None:
         if row is None:
             return None
+        stored = row[0]
+        if isinstance(stored, str):
+            return stored
         try:
-            return bytes(row[0]).decode()
-        except UnicodeDecodeError:  # dropped: this call's value overwrites it
-            self.link.outages.malformed(_Malformed(_VALUE, "not UTF-8"))
-            return None
+            if isinstance(stored, bytes):
+                return stored.decode()
+        except UnicodeDecodeError:
+            pass
+        self.link.outages.malformed(_Malformed(_VALUE, "not text"))  # dropped: this call's value overwrites it
+        return None
 
     def lengths(self, workload: WorkloadKey) -> list[int]:
         key = self._key(WORKLOAD, *workload)
