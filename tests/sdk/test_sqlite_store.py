@@ -229,6 +229,20 @@ def test_a_value_is_kept_under_its_kind_and_key_replaced_atomically_and_dropped_
         store().update_value("context", b"model-a", lambda found: "x" * (STATE_MAX_VALUE_BYTES + 1))
 
 
+def test_a_full_file_degrades_the_operation_that_found_it_full_and_it_answers_from_the_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("sdk.memory.sqlite_link.STATE_SQLITE_MAX_BYTES", 64 * 1024)  # 16 pages: full soon
+    store = SqliteStore(tmp_path / "state.sqlite3", "tenant")
+    reasons = []
+    for index in range(2000):
+        assert store.update_family(index.to_bytes(4, "big"), _add_one).turns == 1  # answered, full or not
+        reasons.append(store.link.outages.degraded())
+    first = next(index for index, reason in enumerate(reasons) if reason is not None)
+    assert 10 < first and reasons[first] == "OperationalError: database or disk is full"
+    assert (tmp_path / "state.sqlite3").stat().st_size <= 64 * 1024
+
+
 def _add_in_child(store: SqliteStore, result: Any) -> None:
     for _ in range(3):
         store.update_family(b"counter", _add_one)
