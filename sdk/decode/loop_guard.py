@@ -73,6 +73,10 @@ class LoopDetector:
     each new character equals the one `p` before (a chunk longer than the window starts the count
     over). Prose trips at once.
 
+    A run lying wholly in the text that arrived since the last check (a whole answer in one delta, as
+    a non-streaming server or a test's mock sends it) does not trip: it shows no decoding the guard
+    could still stop; a loop that goes on extends it into the next delta, and trips there.
+
     Under structured output the detector knows whether the text is inside a JSON string, and there a
     unit of one character, spaces aside (`"0"`, `" "`, `"a"`, `"0 "`), never trips: a string of 3000
     zeros or spaces is a value (padding, a placeholder, a fixture), and a model stuck on one
@@ -173,7 +177,7 @@ class LoopDetector:
             self._tripped = self._structured_loop(window)
         else:
             self._follow_period = 0
-            if (found := self._find(window)) is not None:
+            if (found := self._find(window)) is not None and found[1] > new:  # reaching back before the new text
                 self._tripped = self._judge(window, *found)
         self._text = "" if self._tripped is not None else window
         return self._tripped

@@ -392,9 +392,18 @@ def test_a_json_string_of_one_repeated_character_is_a_value_under_structured_out
     run = JSON_FILLERS[filler] * (3000 // len(JSON_FILLERS[filler]))
     for text in ('{"padding": "' + run + '", "ok": true}', '{"quote": "he said \\"' + run + '\\" twice"}'):
         assert feed_chunks(LoopDetector(structured_output=True), CHUNKINGS[chunking](text, 0)) is None
-    # the same run outside a string, or without structured output, is a model stuck: it trips
-    assert feed_chunks(LoopDetector(structured_output=True), CHUNKINGS[chunking]('{"a": "b"}' + run, 0)) is not None
-    assert feed_chunks(LoopDetector(), CHUNKINGS[chunking]('{"padding": "' + run, 0)) is not None
+    # the same run outside a string, or without structured output, decoded piece by piece, is a model stuck
+    assert feed_chunks(LoopDetector(structured_output=True), random_chunks('{"a": "b"}' + run, 0)) is not None
+    assert feed_chunks(LoopDetector(), random_chunks('{"padding": "' + run, 0)) is not None
+
+
+def test_a_run_that_arrives_in_one_delta_trips_only_once_the_next_delta_extends_it() -> None:
+    """A whole answer in one event (a mock's, a non-streaming server's) is no decoding to stop."""
+    unit = "I will keep repeating this sentence. "
+    for whole, more in (("x" * 100_000, "x" * 20), (PROSE + unit * 10, unit)):
+        detector = LoopDetector()
+        assert detector.feed(whole) is None
+        assert detector.feed(more) is not None
 
 
 def test_a_paragraph_repeating_is_cut_within_three_periods() -> None:
