@@ -54,6 +54,7 @@ TIERS: dict[str, tuple[str, ...]] = {
         "sdk/test_request_safety.py",
         "test_tiers.py",
         "local_backend/test_gguf_parity.py",
+        "sdk/test_sqlite_store.py",
     ),
 }
 """Tier -> the paths under tests/ (folders or modules) whose tests are in it."""
