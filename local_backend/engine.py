@@ -28,6 +28,7 @@ from jinja2.exceptions import TemplateError
 from local_backend import _constants as C
 from local_backend import kv_quant
 from local_backend.block_manager import BlockManager
+from local_backend.chat_template import TemplateBoundError
 from local_backend.detokenizer import Detokenizer
 from local_backend.engine_config import ConfigError, EngineConfig
 from local_backend.engine_core import EngineCore, describe
@@ -148,6 +149,8 @@ class Engine:
             tokenizer = checkpoint.read_tokenizer(config.read_chat_template())
         except TemplateError as exc:
             raise ConfigError("chat_template", f"chat_template does not parse as Jinja: {exc}") from None
+        except TemplateBoundError as exc:  # its probe render, a one-message conversation, already passes a bound
+            raise ConfigError("chat_template", f"chat_template is refused: {exc}") from None
         core = _on_passing_thread(
             lambda: EngineCore(
                 cfg,

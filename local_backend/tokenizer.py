@@ -5,15 +5,22 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
-from jinja2.exceptions import TemplateError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
+from local_backend.chat_template import BoundedEnvironment, TemplateBoundError, render
 from local_backend.special_tokens import SpecialTokens
+
+PROBE_MESSAGES: Final = ({"role": "user", "content": "Hi"},)
+"""The conversation every chat template renders once at start-up: a template that passes a bound on
+it is refused there, not on every request."""
+
+PROBE_TOOL_NAME: Final = "kvwise_probe_tool"
+PROBE_TOOLS: Final = ({"type": "function", "function": {"name": PROBE_TOOL_NAME, "description": "Probe.",
+                                                         "parameters": {"type": "object", "properties": {}}}},)  # fmt: skip
+"""A tool offered to the probe render: a template that shows its name renders tools itself."""
 
 
 class TextTokenizer:
@@ -36,14 +43,25 @@ class TextTokenizer:
         self._template = None
         self._template_source = template or ""
         self._specials = SpecialTokens(tokenizer)
-        self.renders_tools = template is not None and "tools" in template
-        """Whether the chat template itself renders a `tools` list (Hermes, Qwen, Llama 3.1 templates do)."""
+        self.renders_tools = False
+        """Whether the chat template itself renders a `tools` list (Hermes, Qwen, Llama 3.1 templates do):
+        whether a probe render shows an offered tool (a template naming `tools` only in a comment
+        would otherwise drop them)."""
         if template is not None:
-            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-            env.filters["tojson"] = _tojson
-            env.globals["raise_exception"] = _raise_exception
-            env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
-            self._template = env.from_string(template)
+            self._template = BoundedEnvironment().from_string(template)
+            self._probe()
+
+    def _probe(self) -> None:
+        """Render `PROBE_MESSAGES` without and with `PROBE_TOOLS`: `TemplateBoundError` if either passes
+        a bound (refused at start-up); a template that refuses them otherwise is served as it is."""
+        for tools in ((), PROBE_TOOLS):
+            try:
+                text = self._render({"messages": list(PROBE_MESSAGES), "tools": list(tools)}, True, bool(tools))
+            except TemplateBoundError:
+                raise
+            except ValueError:
+                continue
+            self.renders_tools = PROBE_TOOL_NAME in text
 
     @classmethod
     def from_dir(cls, directory: Path, chat_template: str | None = None) -> TextTokenizer:
@@ -120,21 +138,21 @@ class TextTokenizer:
             raise ValueError("this checkpoint has no chat_template in tokenizer_config.json")
         given = {"kwargs": dict(template_kwargs or {}), "messages": list(messages), "tools": list(tools or ())}
         values, restore = self._specials.escape(given, self._template_source)
-        try:
-            text = self._template.render(
-                **values["kwargs"],
-                messages=values["messages"],
-                add_generation_prompt=add_generation_prompt,
-                bos_token=self.bos_token or "",
-                eos_token=self.eos_token or "",
-                **({"tools": values["tools"]} if tools else {}),
-            )
-        except (TemplateError, TypeError) as exc:  # a TypeError: a template's operation on a caller's value
-            raise ValueError(f"chat template failed: {exc}") from exc
+        text = self._render(values, add_generation_prompt, bool(tools))
         if continue_final_message:
             text = _open_final_message(text, str(values["messages"][-1].get("content") or ""))
         _check_scalar_values(text)
         return self._specials.encode(text, restore)
+
+    def _render(self, values: Mapping[str, Any], add_generation_prompt: bool, with_tools: bool) -> str:
+        """The template's text (`chat_template.render`: bounded; a failure is a `ValueError`)."""
+        assert self._template is not None
+        variables = {**values["kwargs"]} if "kwargs" in values else {}
+        variables.update(messages=values["messages"], add_generation_prompt=add_generation_prompt,
+                         bos_token=self.bos_token or "", eos_token=self.eos_token or "")  # fmt: skip
+        if with_tools:
+            variables["tools"] = values["tools"]
+        return render(self._template, variables)
 
 
 def _check_scalar_values(text: str) -> None:
@@ -174,10 +192,3 @@ def _token_text(value: str | Mapping[str, Any] | None) -> str | None:
         return str(value.get("content"))
     return value
 
-
-def _tojson(value: Any, indent: int | None = None) -> str:
-    return json.dumps(value, ensure_ascii=False, indent=indent)
-
-
-def _raise_exception(message: str) -> None:
-    raise TemplateError(message)

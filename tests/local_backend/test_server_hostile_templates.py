@@ -1,0 +1,109 @@
+"""A model's chat template runs with bounds (issue 54 item 4): nested `range(100000)` loops pinned a
+worker forever, recursion, `range(10**9)|list`, doubling a string or flooding output gave 500s, and a
+3 GB constant was allocated at start-up. Each is now a 400 naming its bound, or a start-up refusal,
+while `/health` and a normal chat are answered; a template naming `tools` only in a comment no
+longer drops the offered tools."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import resource
+from pathlib import Path
+
+import httpx2
+import pytest
+from tokenizers import Tokenizer
+
+from local_backend import Engine
+from local_backend.chat_template import TemplateBoundError
+from local_backend.engine_config import ConfigError
+from local_backend.server.tools import prompt_ids
+from local_backend.tokenizer import TextTokenizer
+from local_backend.tool_prompt import Tool
+from tests.local_backend.conftest import CHAT_TEMPLATE
+from tests.local_backend.serving import Served, ServedEngines
+
+ATTACKS = {
+    "nested_ranges": ("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}", "iterations"),
+    "nested_list": ("{% set r = range(100000)|list %}{% for a in r %}{% for b in r %}{% endfor %}{% endfor %}",
+                    "iterations"),
+    "recursion": ("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}", "recursion"),
+    "huge_range": ("{{ range(10**9)|list }}", "size"),
+    "doubling": ("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+                 "size"),
+    "doubling_plus": ("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
+                      "size"),
+    "output_flood": ("{% for i in range(100000) %}{% for j in range(100000) %}{{ 'x' * 100000 }}{% endfor %}"
+                     "{% endfor %}", "size"),
+    "huge_constant": ("{{ 'x' * 3000000000 }}", "size"),
+    "huge_width": ("{{ 'x'|center(3000000000) }}{{ 'x'.ljust(3000000000) }}", "size"),
+    "huge_join": ("{{ range(100000)|join('x' * 100000) }}", "size"),
+    "huge_power": ("{{ 2 ** 1000000000 }}", "size"),
+}  # fmt: skip
+"""Each hostile template (its body) and the bound it passes."""
+
+HOSTILE_TEMPLATE = CHAT_TEMPLATE + "".join(
+    f"{{% if attack == '{name}' %}}{body}{{% endif %}}" for name, (body, _) in ATTACKS.items()
+)
+"""The test model's template, doing one attack when a request's `chat_template_kwargs` names it."""
+
+HI = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture(scope="module")
+def served(serve: ServedEngines, llama_dir: Path) -> Served:
+    return serve(llama_dir, max_model_len=256, kv_cache_memory=2**20, chat_template=HOSTILE_TEMPLATE)
+
+
+def _chat(url: str, **body: object) -> httpx2.Response:
+    with httpx2.Client(base_url=url, timeout=120) as http:
+        return http.post("/v1/chat/completions", json={"model": "tiny", "max_tokens": 2, "messages": HI, **body})
+
+
+@pytest.mark.parametrize("attack", list(ATTACKS))
+def test_a_hostile_render_is_a_400_naming_its_bound(served, attack):
+    response = _chat(served.url, chat_template_kwargs={"attack": attack})
+    assert response.status_code == 400, response.text
+    assert f"passed its {ATTACKS[attack][1]} bound" in response.json()["error"]["message"]
+    assert _chat(served.url).status_code == 200
+
+
+def test_health_and_a_normal_chat_are_answered_while_hostile_renders_run(served):
+    attacks = ["nested_ranges", "nested_list", "output_flood", "nested_ranges"]
+    with concurrent.futures.ThreadPoolExecutor(len(attacks)) as pool:
+        hostile = [pool.submit(_chat, served.url, chat_template_kwargs={"attack": a}) for a in attacks]
+        with httpx2.Client(base_url=served.url, timeout=120) as http:
+            health = [http.get("/health").status_code for _ in range(5)]
+        normal = _chat(served.url)
+        statuses = [f.result().status_code for f in hostile]
+    assert health == [200] * 5 and normal.status_code == 200
+    assert set(statuses) <= {400, 429}  # 429: both workers and the offload queue were busy
+    assert 400 in statuses
+
+
+@pytest.mark.parametrize("attack", ["nested_ranges", "recursion", "huge_constant", "output_flood"])
+def test_a_template_failing_its_probe_render_is_refused_at_start_up(llama_dir, attack):
+    body, bound = ATTACKS[attack]
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(ConfigError, match=f"passed its {bound} bound") as refused:
+        Engine.from_pretrained(llama_dir, device="cpu", max_model_len=256, kv_cache_memory=2**20,
+                               chat_template=CHAT_TEMPLATE + body)  # fmt: skip
+    assert refused.value.field == "chat_template"
+    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024  # ru_maxrss is in KiB on Linux
+    assert grown < 2**30  # the 3 GB constant is never built (Jinja no longer folds it as it compiles)
+
+
+def test_the_bound_error_names_its_bound(llama_dir):
+    raw = Tokenizer.from_file(str(llama_dir / "tokenizer.json"))
+    with pytest.raises(TemplateBoundError) as refused:
+        TextTokenizer(raw, {}, CHAT_TEMPLATE + ATTACKS["huge_power"][0])
+    assert refused.value.bound == "size"
+
+
+def test_a_template_naming_tools_only_in_a_comment_gets_them_folded_in(llama_dir):
+    raw = Tokenizer.from_file(str(llama_dir / "tokenizer.json"))
+    tokenizer = TextTokenizer(raw, {"bos_token": "<s>", "eos_token": "</s>"}, "{# no tools here #}" + CHAT_TEMPLATE)
+    assert not tokenizer.renders_tools
+    tool = Tool("get_weather", "Weather of a city", {"type": "object", "properties": {"city": {"type": "string"}}})
+    text = tokenizer.decode(prompt_ids(tokenizer, HI, [tool]))
+    assert '"name": "get_weather"' in text and "<tools>" in text
