@@ -12,7 +12,9 @@ parts of it, nowhere else:
   `with_raw_response` / `with_streaming_response` forms);
 - what the client's own retry loop leaves behind (`retries_taken`): a raw response's
   `retries_taken`, and the `x-stainless-retry-count` of the request behind a stream's or an error's
-  HTTP response (`retries_taken`);
+  HTTP response (`retries_taken`); and its response wrappers (`_response.APIResponse` /
+  `AsyncAPIResponse`), which `post` returns for a `cast_to` of theirs, so a parsed answer's
+  `retries_taken` is read too (`counting_cast_to`);
 - a raw response's parse cache (`_parsed_by_type`), so `.parse()` of a streamed raw response gives
   the watched stream;
 - the client package's base classes (`_base_client.SyncAPIClient` / `AsyncAPIClient`,
@@ -221,6 +223,20 @@ def retries_taken(outcome: object, options: Mapping[str, Any] | None) -> int:
         return int(request.headers.get(RETRY_COUNT_HEADER, 0)) if request is not None else 0
     except (AttributeError, RuntimeError, TypeError, ValueError):  # no request, or not the client's header
         return 0
+
+
+def counting_cast_to(client: Any, cast_to: Any, is_async: bool, own_span: bool) -> Any:
+    """`cast_to` wrapped in the client's own response class (`APIResponse[cast_to]`, its async twin for
+    an async client), for a send whose answer is parsed into a model: the client's `post` then returns
+    the wrapper its `_process_response` builds, with the `retries_taken` of its own retry loop, and its
+    `.parse()` gives what `post` would have returned (`_process_response` calls that very `parse`).
+    None where the wrapper would show: anthropic's middleware sees `cast_to`, and its own call span
+    (`own_span`) records the answer."""
+    if not answers_in_models(cast_to) or own_span or getattr(client, "_middleware", None):
+        return None
+    response = sys.modules.get(f"{type(client).__module__.split('.', 1)[0]}._response")
+    wrapper = getattr(response, "AsyncAPIResponse" if is_async else "APIResponse", None)
+    return wrapper[cast_to] if wrapper is not None else None
 
 
 def raw_mode(options: Mapping[str, Any] | None) -> str | None:
