@@ -72,7 +72,7 @@ class Pipeline:
         self.outage = memories.outage
         self.fanout = memories.fanout  # None unless the policy asks (`sdk.cache.fanout`)
         self.diagnostics = diagnostics and policy.cache_diagnostics  # Anthropic's API only (`sdk.cache.diagnostics`)
-        self.refusals = Refusals()  # what this client's servers refused of kvwise's additions (`sdk.send.refusals`)
+        self.refusals = Refusals(memories.store)  # what this client's servers refused (`sdk.send.refusals`)
         self.sending = SendParts(  # what every send of this client shares
             policy,
             telemetry if telemetry is not None else Telemetry(policy),

@@ -40,6 +40,7 @@ class Memories:
     caps: AdaptiveCaps | None
     fanout: FanOut | None
     outage: Callable[[], str | None] | None
+    store: Store  # where they live, for what a memory outside them learns (`Store.update_value`)
 
 
 def memories_for(client: Any, policy: Policy, state: str | None) -> Memories:
@@ -79,4 +80,5 @@ def local_memories(policy: Policy) -> Memories:
 def _on(store: Store, policy: Policy, tracker: PrefixTracker, outage: Callable[[], str | None] | None) -> Memories:
     """The memories `policy` asks for, on `store`."""
     caps = AdaptiveCaps(store) if policy.adaptive_caps else None
-    return Memories(tracker, FamilyMemory(store), caps, FanOut(store) if policy.fanout == "warm" else None, outage)
+    fanout = FanOut(store) if policy.fanout == "warm" else None
+    return Memories(tracker, FamilyMemory(store), caps, fanout, outage, store)

@@ -15,6 +15,7 @@ per call. No request is ever made to learn a context: only the caller's own call
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -22,6 +23,7 @@ from typing import Any, Protocol
 from sdk import compat
 from sdk.call import Call
 from sdk.decode.limits import OUTPUT_LIMIT, ContextLimit
+from sdk.memory.store import Store
 from sdk.send.stream_options import STREAM_USAGE
 from sdk.telemetry import semconv as sc
 
@@ -59,20 +61,39 @@ WITHHELD: tuple[Withheld, ...] = (STREAM_USAGE,)
 ADDITIONS: tuple[Addition, ...] = (*WITHHELD, OUTPUT_LIMIT)
 
 
+_CONTEXT_KIND = "context"
+"""The kind of value (`Store.update_value`) a learnt context is kept as: its tokens, "" for none named."""
+
+
 def _where(client: Any, model: str) -> tuple[str, str]:
     """(base URL, model): where a context is learnt."""
     return str(compat.base_url(client)), model
 
 
+def _key(where: tuple[str, str]) -> bytes:
+    """The store's key of a base URL and model (hashed: the store keeps no URL)."""
+    return hashlib.sha256("\n".join(where).encode()).digest()[:16]
+
+
+def _read(text: str | None) -> ContextLimit | None:
+    """A learnt context from its stored text; None for none, or for a text kvwise did not write."""
+    if text == "":
+        return ContextLimit(None)
+    return ContextLimit(int(text)) if text is not None and text.isdigit() and int(text) > 0 else None
+
+
 class Refusals:
     """Per wrapped client: which additions each server (`(host, port)`) refused, and the contexts the
-    refusals of kvwise's output limits named, by base URL and model."""
+    refusals of kvwise's output limits named, by base URL and model, kept in `store` too (the
+    wrapped client's memories' store: another process, or the next run, fits its first call), read
+    from it once per base URL and model."""
 
-    __slots__ = ("_contexts", "_refused")
+    __slots__ = ("_contexts", "_refused", "_store")
 
-    def __init__(self) -> None:
+    def __init__(self, store: Store | None = None) -> None:
         self._refused: set[tuple[str, Hashable]] = set()
-        self._contexts: dict[tuple[str, str], ContextLimit] = {}
+        self._contexts: dict[tuple[str, str], ContextLimit | None] = {}  # None: the store has none
+        self._store = store
 
     def mark(self, call: Call, server: Hashable) -> None:
         """Before the call is rewritten into its request: none of what `server` refused is added."""
@@ -84,7 +105,13 @@ class Refusals:
 
     def context(self, client: Any, model: str) -> ContextLimit | None:
         """The context a refusal named for `model` behind `client`'s base URL (None: none refused there)."""
-        return self._contexts.get(_where(client, model)) if self._contexts else None
+        if self._store is None and not self._contexts:
+            return None
+        where = _where(client, model)
+        if where not in self._contexts:
+            read = self._store.update_value(_CONTEXT_KIND, _key(where), _same) if self._store is not None else None
+            self._contexts[where] = _read(read)
+        return self._contexts[where]
 
     def refused(self, error: BaseException, call: Call, post_kwargs: Mapping[str, Any]) -> Addition | None:
         """The addition kvwise made by itself that `error` refused, if any."""
@@ -100,7 +127,11 @@ class Refusals:
         """Remember what `error` refused: the server for an addition it never gets again; for the
         output limit, the context it names (None: none named) for the model behind `client`'s base URL."""
         if addition is OUTPUT_LIMIT:
-            self._contexts[_where(client, call.model)] = ContextLimit(OUTPUT_LIMIT.context_named(str(error)))
+            where, tokens = _where(client, call.model), OUTPUT_LIMIT.context_named(str(error))
+            self._contexts[where] = ContextLimit(tokens)
+            if self._store is not None:
+                text = "" if tokens is None else str(tokens)
+                self._store.update_value(_CONTEXT_KIND, _key(where), lambda _: text)
         else:
             self._refused.add((addition.name, server))
 
@@ -130,3 +161,8 @@ class TakeBack:
             span.set_attribute(sc.KVWISE_CANONICAL_CHANGES, tuple(self.call.decided.changes))
             if addition.span_flag is not None:
                 span.set_attribute(addition.span_flag, True)
+
+
+def _same(text: str | None) -> str | None:
+    """A read: the stored text, written back unchanged (so not written at all)."""
+    return text

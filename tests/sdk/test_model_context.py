@@ -167,3 +167,13 @@ def test_the_context_a_refusal_names_is_read_from_its_text(message, context):
 def test_policy_model_contexts_takes_only_positive_token_counts_by_model_id(contexts):
     with pytest.raises(ValueError, match="model_contexts"):
         sdk.Policy(model_contexts=contexts)
+
+
+async def test_a_learnt_context_is_kept_in_the_state_store_for_the_next_wrapped_client(simulator, openai_client, tmp_path):
+    """Another process, or the next run of a short-lived one, fits its first call: no refusal again."""
+    simulator.context_tokens = 1024
+    state = f"sqlite:///{tmp_path / 'state.sqlite3'}"
+    await resolve(_chat(sdk.wrap(openai_client, state=state)))
+    await resolve(_chat(sdk.wrap(openai_client, state=state)))  # a new wrapped client, the same store
+    await resolve(_chat(sdk.wrap(openai_client, state="memory")))  # a store that never learnt it
+    assert [CHAT in request.body for request in simulator.requests] == [True, False, False, True, False]
