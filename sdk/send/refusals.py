@@ -7,8 +7,9 @@ would not get. When an answer refuses one that kvwise alone put in the request (
 names it), the call is sent again with that addition as the caller wrote it (`TakeBack`, the
 decision of `sdk.send.attempts`), the call's changes and span say so, and it is remembered: a
 server that refused the usage request gets none from this wrapped client again (`Refusals.mark`),
-and the context a refused limit names is remembered for the base URL and model, so the next call's
-limit fits it (`Refusals.context`, `sdk.decode.limits.fit_to_context`); where the refusal names no
+and the context a refused limit names is remembered for the base URL and model, in the wrapped
+client's state store too, so the next call's limit fits it (`Refusals.context`,
+`sdk.decode.limits.fit_to_context`); where the refusal names no
 context, that model there gets no limit of kvwise's again. Each addition is taken back at most once
 per call. No request is ever made to learn a context: only the caller's own calls teach it.
 """
