@@ -11,7 +11,6 @@ the device (the model's length limit, CUDA for `gpu_memory_utilization`) run in 
 
 from __future__ import annotations
 
-import codecs
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -116,7 +115,9 @@ class EngineConfig:
             try:
                 object.__setattr__(self, "speculative_config", SpeculativeConfig.parse(self.speculative_config))
             except ValueError as exc:
-                raise ConfigError("speculative_config", f"speculative_config={self.speculative_config!r}: {exc}") from None
+                raise ConfigError(
+                    "speculative_config", f"speculative_config={self.speculative_config!r}: {exc}"
+                ) from None
         object.__setattr__(self, "dtype", DTYPE_ALIASES.get(self.dtype, self.dtype))
         checks = [
             ("model", bool(self.model), "must name a checkpoint directory or 'default'"),
@@ -149,8 +150,8 @@ class EngineConfig:
         template = self.chat_template
         if template is None:
             return None
-        if any(char in template for char in _JINJA_CHARS):
-            return codecs.decode(template, "unicode_escape")
+        if any(char in template for char in _JINJA_CHARS):  # escapes read; any other character kept as it is
+            return template.encode("latin-1", "backslashreplace").decode("unicode_escape")
         try:
             return Path(template).read_text()
         except OSError as exc:
@@ -175,7 +176,9 @@ class EngineConfig:
             raw: Mapping[str, Any] = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
             raise ConfigError("generation_config", f"{path} cannot be read as JSON: {exc}") from None
-        defaults = {ours: raw[theirs] for theirs, ours in GENERATION_DEFAULT_KEYS.items() if raw.get(theirs) is not None}
+        defaults = {
+            ours: raw[theirs] for theirs, ours in GENERATION_DEFAULT_KEYS.items() if raw.get(theirs) is not None
+        }
         if defaults.get("top_k", 1) < 1:  # transformers' and vLLM's 0 (and -1): no top-k filter
             del defaults["top_k"]
         try:

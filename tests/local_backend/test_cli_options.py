@@ -260,3 +260,9 @@ def test_cli_starts_with_vllms_options_and_reports_them(llama_dir, tmp_path):
             assert process.wait(timeout=60) == 0
         logs = process.stderr.read()
     assert logs.count("engine config in effect") == 1 and "max_model_len=96" in logs and "block_size=8" in logs
+
+
+def test_an_inline_chat_template_keeps_its_non_ascii_text_and_reads_its_escapes():
+    """`ça` once became `Ã§a`: the escapes were read by decoding the template's UTF-8 bytes as Latin-1."""
+    inline = "Réponds en français, ça va ? 日本語 😀 {{ messages }}\\n\\t"
+    assert EngineConfig(chat_template=inline).read_chat_template() == "Réponds en français, ça va ? 日本語 😀 {{ messages }}\n\t"
