@@ -21,14 +21,20 @@ import json
 import statistics
 import threading
 import time
+import tracemalloc
 from collections.abc import Callable
 
 import httpx2
 from starlette.types import ASGIApp, Receive, Scope, Send
+from tokenizers import Tokenizer
 
 from local_backend import Engine
+from local_backend.chat_template import TemplateBoundError
 from local_backend.server import create_app, serve_in_thread
 from local_backend.server._constants import MAX_COUNTED_BYTES
+from local_backend.tokenizer import TextTokenizer
+from tests.local_backend.conftest import CHAT_TEMPLATE
+from tests.local_backend.test_server_hostile_templates import ATTACKS
 
 JSON = {"content-type": "application/json"}
 
@@ -135,6 +141,24 @@ def refusal_ms(send: Callable[[], httpx2.Response]) -> tuple[float, float]:
     return statistics.median(samples), min(samples)
 
 
+def template_refusals(tokenizer_json: str) -> None:
+    """Each hostile template's start-up refusal: ms, the bound it passed, peak MB allocated meanwhile."""
+    raw = Tokenizer.from_str(tokenizer_json)
+    print("hostile chat templates, refused at start-up: ms, bound, peak MB allocated")
+    for name, (body, _) in ATTACKS.items():
+        tracemalloc.start()
+        start = time.perf_counter()
+        try:
+            TextTokenizer(raw, {}, CHAT_TEMPLATE + body)
+            bound = "NOT refused"
+        except TemplateBoundError as exc:
+            bound = exc.bound
+        elapsed = (time.perf_counter() - start) * 1000
+        peak = tracemalloc.get_traced_memory()[1] / 1e6
+        tracemalloc.stop()
+        print(f"{name:<22} {elapsed:>9.1f} ms  {bound:<11} {peak:>8.1f} MB", flush=True)
+
+
 def main() -> None:
     engine = Engine.from_pretrained("default", device="cpu")
     watch = LoopWatch(create_app(engine, model_name="default"))
@@ -152,6 +176,7 @@ def main() -> None:
             print(f"count flood, {FLOOD_CLIENTS} clients x {FLOOD_SECONDS:.0f} s ({counts} counts of "
                   f"{MAX_COUNTED_BYTES // 1024} KiB, {chats} chat answers): event loop's longest stall {stall:.1f} ms, "
                   f"slowest /health {health:.1f} ms")
+        template_refusals(engine.tokenizer.to_json())
     finally:
         engine.close()
 
