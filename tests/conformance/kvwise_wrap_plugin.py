@@ -13,7 +13,8 @@ suites are packages named `tests` too, so this module must not live under ours).
   constructs is wrapped and that a call through it goes through kvwise (tools sent sorted by name).
 
 Either way, `--kvwise-results PATH` writes each test's outcome there as JSON (the controller's view
-under xdist): {"failed": {nodeid: one-line error}, "passed": n, "skipped": n, "seconds": wall time}.
+under xdist): {"failed": {nodeid: one-line error}, "passed": n, "skipped": n, "seconds": wall time};
+each failure is also appended to PATH with the suffix `.partial` as it happens.
 """
 
 from __future__ import annotations
@@ -227,10 +228,13 @@ class _Results:
         self.passed: set[str] = set()
         self.skipped: set[str] = set()
         self.started = time.monotonic()
+        path.with_suffix(".partial").unlink(missing_ok=True)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.failed:
-            self.failed.setdefault(report.nodeid, f"{report.when}: {_one_line(report)}")
+        if report.failed and report.nodeid not in self.failed:
+            self.failed[report.nodeid] = f"{report.when}: {_one_line(report)}"
+            with self.path.with_suffix(".partial").open("a") as partial:  # what a run cut short had found
+                partial.write(f"{report.nodeid}\t{self.failed[report.nodeid]}\n")
         elif report.skipped:
             self.skipped.add(report.nodeid)
         elif report.when == "call":
