@@ -47,11 +47,6 @@ class Node:
             children[name] = (value, current)
         return value
 
-    def _made(self, node: Node, name: str, current: Any) -> Any:
-        """What the proxy gives for `node`'s attribute `name`, whose live value is `current`: an
-        object of kvwise's, or `current` itself (a root overrides this)."""
-        return current
-
     def __setattr__(self, name: str, value: Any) -> None:
         made = self._children.get(name)
         if made is not None and value is made[0]:  # what the proxy gave, set back: the live object's own

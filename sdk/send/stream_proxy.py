@@ -166,6 +166,7 @@ class _Watched(wrapt.ObjectProxy):  # type: ignore[misc]
 
     _self_closer_type: type[_Closer] | type[_AsyncCloser]
     _self_close_name: str  # the response's close method the client's stream helpers call
+    _self_close_hook: Callable[[Any, Any], Any]  # makes that method close this stream (a staticmethod)
 
     def __init__(self, stream: Any, upstream: Upstream, events: Any, watch: Finishing) -> None:
         super().__init__(stream)
@@ -179,11 +180,8 @@ class _Watched(wrapt.ObjectProxy):  # type: ignore[misc]
         response = self.__wrapped__.response
         if self._self_response is not response:
             self._self_response = response
-            setattr(response, self._self_close_name, self._hook(response))
+            setattr(response, self._self_close_name, self._self_close_hook(response, self._self_closer))
         return response
-
-    def _hook(self, response: Any) -> Any:
-        raise NotImplementedError
 
     def __del__(self) -> None:
         try:
@@ -206,8 +204,7 @@ class WatchedStream(_Watched):
     _self_close_name = "close"
     _self_closer: _Closer
 
-    def _hook(self, response: Any) -> Any:
-        return _close_hook(response, self._self_closer)
+    _self_close_hook = staticmethod(_close_hook)
 
     def __iter__(self) -> Iterator[Any]:
         return _iterate(self)
@@ -235,8 +232,7 @@ class AsyncWatchedStream(_Watched):
     _self_close_name = "aclose"
     _self_closer: _AsyncCloser
 
-    def _hook(self, response: Any) -> Any:
-        return _aclose_hook(response, self._self_closer)
+    _self_close_hook = staticmethod(_aclose_hook)
 
     async def close(self) -> None:
         """Close the response and end the call's telemetry (the answer, if unfinished, is abandoned)."""

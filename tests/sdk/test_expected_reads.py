@@ -20,6 +20,7 @@ import pytest
 import sdk
 import sdk.cache.expected_reads
 import sdk.cache.fingerprint
+import sdk.memory.memories
 from sdk.report.build import Report, build, summary
 from sdk.report.spans import calls, from_readable
 from sdk.telemetry import semconv as sc
@@ -69,6 +70,8 @@ def clock(simulator: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     real = sdk.cache.expected_reads.monotonic
     monkeypatch.setattr(sdk.cache.expected_reads, "monotonic", lambda: real() + offset[0])
     monkeypatch.setattr(sdk.cache.fingerprint, "monotonic", lambda: real() + offset[0])
+    wall = sdk.memory.memories.time
+    monkeypatch.setattr(sdk.memory.memories, "time", lambda: wall() + offset[0])  # the shared stores' clock
 
     def advance(seconds: float) -> None:
         simulator.wait_idle()
@@ -168,8 +171,8 @@ async def test_the_interleaved_agent_workload_records_no_missed_tokens(simulator
 
 def test_a_prompt_too_short_ever_to_be_cached_is_not_remembered_and_a_long_one_is():
     from sdk.adapters import adapter_for
-    from sdk.call import Api, Provider
     from sdk.cache.expected_reads import SentPrefixes
+    from sdk.call import Api, Provider
 
     adapter, sent = adapter_for(Api.CHAT), SentPrefixes()
     short = adapter.to_call({"model": GPT, "messages": [{"role": "user", "content": "hi"}]}, Provider.OPENAI)

@@ -19,8 +19,9 @@ def private_overrides(classes: list[type]) -> list[tuple[str, str, str]]:
     """`(class, base, name)` for each private method a class redefines from one of its `sdk` bases."""
     found = []
     for cls in classes:
-        for name in vars(cls):
-            if not name.startswith("_") or name.startswith("__"):
+        for name, value in vars(cls).items():
+            # Methods only: a Protocol subclass carries typing's own `_is_protocol` and `_abc_impl`.
+            if not name.startswith("_") or name.startswith("__") or not inspect.isfunction(value):
                 continue
             bases = [base for base in cls.__mro__[1:] if base.__module__.startswith(("sdk", __name__))]
             found += [(cls.__qualname__, base.__qualname__, name) for base in bases if name in vars(base)]

@@ -16,10 +16,11 @@ import pytest
 
 import sdk
 import sdk.cache.fingerprint
+import sdk.memory.memories
 from sdk.cache import diagnostics
 from sdk.call import Api, Provider
-from sdk.telemetry import semconv as sc
 from sdk.lifecycle import CallEnd, Ending
+from sdk.telemetry import semconv as sc
 from tests.sdk.helpers import LONG_SYSTEM, resolve
 from tests.sdk.test_telemetry_spans import SERVER, Otel, make_call, otel  # noqa: F401
 
@@ -38,8 +39,9 @@ PAST_5M_TTL_S = 301.0
 def clock(simulator: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     """`advance(seconds)` moves the simulator's cache clock and the SDK's tracker clock together."""
     offset = [0.0]
-    real = sdk.cache.fingerprint.monotonic
+    real, wall = sdk.cache.fingerprint.monotonic, sdk.memory.memories.time
     monkeypatch.setattr(sdk.cache.fingerprint, "monotonic", lambda: real() + offset[0])
+    monkeypatch.setattr(sdk.memory.memories, "time", lambda: wall() + offset[0])  # the shared stores' clock
 
     def advance(seconds: float) -> None:
         simulator.wait_idle()  # the last answer's cache write is done: it is what expires
