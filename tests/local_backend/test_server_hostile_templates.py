@@ -7,7 +7,11 @@ longer drops the offered tools."""
 from __future__ import annotations
 
 import concurrent.futures
+import re
 import resource
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx2
@@ -107,3 +111,34 @@ def test_a_template_naming_tools_only_in_a_comment_gets_them_folded_in(llama_dir
     tool = Tool("get_weather", "Weather of a city", {"type": "object", "properties": {"city": {"type": "string"}}})
     text = tokenizer.decode(prompt_ids(tokenizer, HI, [tool]))
     assert '"name": "get_weather"' in text and "<tools>" in text
+
+
+def test_sigterm_stops_the_server_while_hostile_renders_run(llama_dir, tmp_path):
+    """Two nested-loop renders once held both workers forever, and SIGTERM no longer stopped the server."""
+    template = tmp_path / "hostile.jinja"
+    template.write_text(HOSTILE_TEMPLATE)
+    command = [sys.executable, "-m", "local_backend", "serve", "--model", str(llama_dir), "--port", "0",
+               "--kv-cache-memory", str(2**21), "--served-model-name", "tiny", "--chat-template", str(template)]  # fmt: skip
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+        try:
+            line = process.stdout.readline()
+            port = re.search(r"ready at http://127\.0\.0\.1:(\d+) ", line)
+            assert port is not None, line + process.stderr.read()
+            url = f"http://127.0.0.1:{port[1]}"
+            with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                hostile = [pool.submit(_chat, url, chat_template_kwargs={"attack": "nested_ranges"}) for _ in range(2)]
+                assert [f.result().status_code for f in hostile] == [400, 400]
+                assert _chat(url).status_code == 200
+                again = [pool.submit(_chat_or_gone, url) for _ in range(2)]  # renders in flight when SIGTERM comes
+                process.send_signal(signal.SIGTERM)
+                [f.result() for f in again]
+        finally:
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=120) == 0
+
+
+def _chat_or_gone(url: str) -> int:
+    try:
+        return _chat(url, chat_template_kwargs={"attack": "nested_ranges"}).status_code
+    except httpx2.HTTPError:  # the server stopped first
+        return 0
