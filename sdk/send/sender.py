@@ -8,8 +8,9 @@ where the caller set no `max_retries`); once `post` returned, the request is nev
 was accepted). kvwise sends it once more only after a refusal of something it added, as the caller
 wrote it (`sdk.send.attempts`, `sdk.send.refusals`). One CLIENT span covers the sends, its
 `kvwise.attempts` the requests made as far as the client tells (`_attempts`); a stream comes back
-watched, and a raw response comes back as the client's own object whose `.parse()` gives the parsed
-(or watched) result kvwise recorded. Before the first send a limit kvwise filled in is fitted to the
+watched, and a raw response comes back as the client's own object, unread: kvwise's bookkeeping
+runs when the caller parses it (`sdk.send.raw_answer`), and a streamed one's `.parse()` gives the
+watched stream. Before the first send a limit kvwise filled in is fitted to the
 model's context where kvwise was told it (`sdk.decode.limits.fit_to_context`). All of that is
 written once, in `Sender._sending`, which does no I/O: `post` and `apost` run it with the sync and
 the async driver of `sdk.send.drive`.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from sdk import compat
@@ -31,6 +33,7 @@ from sdk.call import Call
 from sdk.decode.limits import ContextLimit, fit_to_context
 from sdk.lifecycle import CallEnd, CallListener, Ending, Lifecycle
 from sdk.policy import Policy
+from sdk.send import raw_answer
 from sdk.send.attempts import sending
 from sdk.send.drive import Io, Steps, arun, run
 from sdk.send.refusals import ADDITIONS, Refusals, TakeBack
@@ -135,6 +138,9 @@ class Sender:
             raise
         if raw or counted or self.call.stream:  # else the answer keeps no trace of the client's retries
             _attempts(record, made[0], result, post_kwargs)
+        if raw and not self.call.stream:  # the caller reads the body when it chooses: the bookkeeping then
+            raw_answer.defer(result, partial(self._read, lifecycle), partial(_unread, lifecycle))
+            return result
         try:
             parsed = (yield Io(_parsed, _aparsed, (result,))) if raw or counted else result
         except Exception as error:  # a body that is not JSON: the caller's own `.parse()` raises it, as the bare one's
@@ -164,6 +170,14 @@ class Sender:
             return ContextLimit(tokens)
         return self.parts.refusals.context(self.client, self.call.model)
 
+    def _read(self, lifecycle: Lifecycle[CallRecord], parsed: Any, error: Exception | None) -> None:
+        """The caller parsed a raw response into `parsed`, or its parse raised `error` (a body that is
+        not JSON): the call ends as a plain one would have."""
+        if error is not None:
+            self._failed(lifecycle, error)
+        else:
+            finish(self.call, self.kind, parsed, lifecycle)
+
     @staticmethod
     def _raw_with(raw: Any, watched: Any) -> Any:
         compat.cache_parsed(raw, watched)
@@ -182,6 +196,11 @@ def _attempts(record: CallRecord, sends: int, outcome: object, post_kwargs: dict
     taken = compat.retries_taken(outcome, post_kwargs.get("options"))
     if taken > 0:
         record.attempt(sends + taken)
+
+
+def _unread(lifecycle: Lifecycle[CallRecord]) -> None:
+    """A raw response closed or dropped before its caller parsed it: answered, with what is known."""
+    lifecycle.end(CallEnd(Ending.ANSWERED))
 
 
 def _span_id(span: Any) -> str | None:
