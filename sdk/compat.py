@@ -8,8 +8,8 @@ parts of it, nowhere else:
   unchanged around it; and its `_client`, which `with_client` swaps for the wrapped client where a
   method sends later through the client (anthropic's message threads and tool runner);
 - the request options `max_retries`, `headers` and anthropic's `span_name` (its own call span is
-  started only for a request naming one), and the header name `X-Stainless-Raw-Response` (marks the
-  `with_raw_response` / `with_streaming_response` forms);
+  started only for a request naming one: none where its tracer records nothing), and the header
+  name `X-Stainless-Raw-Response` (marks the `with_raw_response` / `with_streaming_response` forms);
 - what the client's own retry loop leaves behind (`retries_taken`): a raw response's
   `retries_taken`, and the `x-stainless-retry-count` of the request behind a stream's or an error's
   HTTP response (`retries_taken`); and its response wrappers (`_response.APIResponse` /
@@ -192,8 +192,9 @@ def send_options(
 ) -> Mapping[str, Any] | None:
     """The request options of one kvwise send: the caller's as written (the client's own retry loop
     runs as it does bare), with `max_retries` where `Policy.retries` gives one (`sdk.send.retry`), and
-    with `trace_headers` (`sdk.telemetry.client_tracing`) the client's own call span off (anthropic
-    starts one only for a request option `span_name`) and those headers in its place."""
+    with `trace_headers` (`sdk.telemetry.client_tracing`, where the client's tracer records nothing)
+    no call span of the client's (anthropic starts one only for a request option `span_name`) and
+    those headers in place of the context it would write."""
     if trace_headers is None and max_retries is None:
         return options
     merged = dict(options or {})

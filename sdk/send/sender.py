@@ -91,7 +91,7 @@ class Sender:
         client's `post`, its own retries inside; the count of sends made, kept as each starts; and
         whether the send returns the client's response wrapper of a parsed answer, to be parsed here
         (`sdk.compat.counting_cast_to`: its `retries_taken` counted)."""
-        tracing = client_tracing.trace_headers(self.client, record.span)  # the client's own span gives way to ours
+        tracing = client_tracing.trace_headers(self.client, record.span)  # None: the client's own spans, under ours
         max_retries = max_retries_for(self.client, post_kwargs.get("options"), self.parts.policy.retries)
         counting = None
         if not post_kwargs.get("stream") and compat.raw_mode(post_kwargs.get("options")) is None:

@@ -1,20 +1,20 @@
-"""The wrapped client's own tracing under kvwise: one CLIENT span per model call, the bare client's headers.
+"""The wrapped client's own tracing under kvwise: its spans as the bare client has them, under kvwise's.
 
 anthropic 2.x traces its API calls itself, on by default whenever OpenTelemetry gives it a tracer
 (`ANTHROPIC_OPEN_TELEMETRY=false`, or the client's `open_telemetry=False`, turns it off): a CLIENT
-span such as `anthropic.messages.create` per call, carrying `gen_ai.usage.*`, and that span's trace
-context (`traceparent`, and whatever else the registered propagators write) on each request. Under
-kvwise's CLIENT span that is a second span with the same usage per model call (a backend summing
-tokens counts them twice), one more per kvwise attempt; and with no tracer of its own the client
-still writes the context of the span current when it sends, kvwise's, so the wrapped client sent a
-`traceparent` the bare one does not. openai 3.x traces nothing of its own.
+span such as `anthropic.messages.create` per call, started under the span current when it is
+called, and that span's trace context (`traceparent`, and whatever else the registered propagators
+write) on each request. openai 3.x traces nothing of its own.
 
-So while kvwise's span records, kvwise's sends switch the client's own span off (`sdk.compat.
-attempt_options`) and carry, in its place, the trace headers the bare client would have sent, with
-kvwise's span as their parent: none where the bare client sends none (its tracing or propagation
-off, or a tracer that records nothing and no trace in progress to continue). Where kvwise's span
-records nothing (no provider for kvwise) and the client's tracing is configured, the client's span
-is left as it is: it is then the call's one span, and its headers are the bare client's own.
+kvwise sends through the client with its own call span current (`CallRecord.activate`), so where
+the client's tracer records, the client's spans are the bare client's, names, attributes and
+headers, as children of kvwise's: one trace per call, never two sibling call spans. Where it
+records nothing, the client still writes the context of the span current when it sends, kvwise's,
+which would make the wrapped client send a `traceparent` the bare one does not; so there kvwise's
+sends start no span of the client's (`sdk.compat.send_options`: it has none that records) and
+carry, in its place, the trace headers the bare client would have sent, with kvwise's span as
+their parent: none where the bare client sends none (its tracing or propagation off, or no trace
+in progress to continue).
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ def trace_headers(client: Any, span: Span | None) -> dict[str, str] | None:
     """What kvwise's attempts through `client` send in place of the client's own tracing, for the
     call whose span is `span`; read in the caller's context, before `span` is made current.
 
-    None: the client keeps its own span and headers (it has no tracing of its own, or kvwise's span
-    records nothing while the client's tracer does). Else the client's span is switched off and
-    these headers (perhaps none) are sent instead: the propagators' output for `span`'s context
-    where the bare client would have propagated a context. Never raises.
+    None: the client keeps its own spans and headers (it has no tracing of its own, or its tracer
+    records: its spans are then children of kvwise's). Else its tracer records nothing, and these
+    headers (perhaps none) are sent in place of what it would write: the propagators' output for
+    `span`'s context where the bare client would have propagated a context. Never raises.
     """
     options = getattr(client, "open_telemetry", None)  # anthropic's resolved `open_telemetry` option
     if options is None or not isinstance(options, Mapping):  # None first: openai's clients have none
@@ -49,10 +49,9 @@ def trace_headers(client: Any, span: Span | None) -> dict[str, str] | None:
         if not options["traces"]["enabled"]:  # no span, no headers: nothing to stand in for
             return None
         provider = options.get("tracer_provider") or trace.get_tracer_provider()
-        records = not isinstance(provider, _NO_TRACER)  # the client's tracer makes spans of its own
-        if records and not (span is not None and span.is_recording()):
+        if not isinstance(provider, _NO_TRACER):  # the client's tracer makes spans of its own, under kvwise's
             return None
-        if not options["propagation"] or not (records or trace.get_current_span().get_span_context().is_valid):
+        if not options["propagation"] or not trace.get_current_span().get_span_context().is_valid:
             return {}
         # Importing it loads the environment's propagators: on first use, as the client does.
         from opentelemetry.propagate import inject

@@ -1,8 +1,8 @@
 """The telemetry of one call: its CLIENT span, the `prefill` and `decode` child spans, and its metrics.
 
     chat gpt-4o-mini                  CLIENT  start() ............................ end()
-    ├── (the client's own spans: ours is current while it sends; anthropic's own call span gives
-    │    way to ours while ours records, see `client_tracing`)
+    ├── (the client's own spans, as the bare client has them: ours is current while it sends,
+    │    so anthropic's `anthropic.messages.create` is a child of ours, see `client_tracing`)
     ├── prefill                       INTERNAL  last attempt sent -> first content chunk
     │                                 (gen_ai.response.time_to_first_chunk: last attempt sent -> its
     │                                  first chunk of any kind)

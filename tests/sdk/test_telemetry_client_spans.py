@@ -1,9 +1,11 @@
-"""Whatever the wrapped client traces itself, a model call has one CLIENT span carrying its usage, and
-the wrapped client sends no header the bare client would not.
+"""Whatever the wrapped client traces itself, it traces as bare, under kvwise's call span, and the
+wrapped client sends no header the bare client would not.
 
 anthropic 2.x traces its own calls whenever OpenTelemetry gives it a tracer (a global provider, or
-its `open_telemetry={"tracer_provider": ...}`); openai 3.x traces nothing. Real clients over
-loopback against the simulator, the real OpenTelemetry SDK with in-memory exporters, a global
+its `open_telemetry={"tracer_provider": ...}`); openai 3.x traces nothing. Wrapped, the client's own
+spans are the bare client's (names, attributes, one per call as its own retry loop has them) and
+kvwise's call span is their parent: one trace per call, never two sibling call spans. Real clients
+over loopback against the simulator, the real OpenTelemetry SDK with in-memory exporters, a global
 provider installed by the test and the one before put back after it.
 """
 
@@ -111,16 +113,51 @@ async def _run(name: str, client: Any) -> None:
         await collect(answer)
 
 
+VARYING = frozenset({sc.GEN_AI_RESPONSE_ID, "anthropic.request.id"})
+"""Client span attributes that differ between any two answers (the simulator's ids); timings (floats)
+are compared by their presence alone."""
+
+
+def _client_spans(spans: tuple[ReadableSpan, ...]) -> list[tuple[str, dict[str, Any]]]:
+    """The client's own spans (`anthropic.*`), by name and attributes but what differs per answer."""
+    return sorted(
+        (
+            (
+                span.name,
+                {
+                    key: float if isinstance(value, float) else value
+                    for key, value in (span.attributes or {}).items()
+                    if key not in VARYING
+                },
+            )
+            for span in spans
+            if span.name.startswith("anthropic.")
+        ),
+        key=lambda named: named[0],
+    )
+
+
 @pytest.mark.parametrize("name", list(CALLS))
-async def test_a_call_under_a_global_tracer_provider_has_exactly_one_client_span_carrying_usage(
+async def test_a_call_under_a_global_tracer_provider_keeps_the_clients_own_spans_under_kvwises(
     simulator: Any, mode: str, name: str, global_spans: InMemorySpanExporter
 ) -> None:
     family = CALLS[name][0]
-    simulator.fail(429, times=1)  # two attempts: still one span for the call
-    await _run(name, sdk.wrap(_client(simulator, mode, family)))
-    assert len(simulator.requests) == 2
-    assert _with_usage(global_spans.get_finished_spans()) == [f"chat {MODELS[family]}"]
-    assert [span.name for span in global_spans.get_finished_spans() if span.name.startswith("anthropic.")] == []
+    seen = []
+    for make in (lambda client: client, sdk.wrap):
+        global_spans.clear()
+        simulator.fail(429, times=1)  # two attempts under the client's own retry loop
+        await _run(name, make(_client(simulator, mode, family)))
+        seen.append(global_spans.get_finished_spans())
+    bare, wrapped = seen
+    assert len(simulator.requests) == 4
+    assert _client_spans(wrapped) == _client_spans(bare)  # the bare client's spans: names, attributes, count
+    assert len(_client_spans(bare)) == (1 if family == "anthropic" else 0)
+    [root] = [span for span in wrapped if span.parent is None]  # one trace per call
+    assert root.name == f"chat {MODELS[family]}" and root.kind is SpanKind.CLIENT
+    for span in wrapped:
+        assert span.context.trace_id == root.context.trace_id
+        if span.name.startswith("anthropic."):
+            assert span.parent is not None and span.parent.span_id == root.context.span_id
 
 
 async def test_the_bare_anthropic_client_under_a_global_tracer_provider_has_one_of_its_own(
@@ -188,7 +225,15 @@ async def test_a_wrapped_anthropic_client_sends_the_trace_headers_the_bare_one_s
     if scene == NO_PROVIDER:
         return
     [root] = [span for span in otel.spans() if span.name == f"chat {CLAUDE}"]
-    assert _trace_ids(wrapped) == (f"{root.context.trace_id:032x}", f"{root.context.span_id:016x}")
+    parent = root  # the span whose context the client sends: kvwise's, or the client's own under it
+    if scene == GLOBAL_PROVIDER:
+        [parent] = [
+            span
+            for span in request.getfixturevalue("global_spans").get_finished_spans()
+            if span.parent is not None and span.parent.span_id == root.context.span_id
+        ]
+        assert parent.name == "anthropic.messages.create"
+    assert _trace_ids(wrapped) == (f"{root.context.trace_id:032x}", f"{parent.context.span_id:016x}")
     if app_span is not None:  # both continue the app's trace
         assert _trace_ids(bare) == (
             f"{app_span.get_span_context().trace_id:032x}",
