@@ -179,10 +179,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     own, selection = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, None)
     parser = argparse.ArgumentParser(prog="python -m tests.conformance.run", description=__doc__.split("\n\n")[0])
-    parser.add_argument("packages", nargs="*", choices=kvwise_wrap_plugin.PACKAGES, default=[])
+    # No `choices`: argparse 3.11 checks an empty `nargs="*"` list against them as one value, and refuses it.
+    parser.add_argument("packages", nargs="*", help=f"any of {', '.join(kvwise_wrap_plugin.PACKAGES)} (default: all)")
     parser.add_argument("--bare", action="store_true", help="leave the clients bare")
     parser.add_argument("--workers", default="auto", help="pytest-xdist workers (-n), default auto")
     options = parser.parse_args(own)
+    if unknown := sorted(set(options.packages) - set(kvwise_wrap_plugin.PACKAGES)):
+        parser.error(f"unknown package(s) {', '.join(unknown)}: choose from {', '.join(kvwise_wrap_plugin.PACKAGES)}")
     packages = options.packages or list(kvwise_wrap_plugin.PACKAGES)
     if selection is not None or options.bare:
         args = ["-n", "0", *selection] if selection is not None else ["-q", "-n", options.workers]
