@@ -221,10 +221,11 @@ async def test_a_stream_sent_again_is_sent_under_the_call_span(simulator: Any, m
     wrapped = sdk.wrap(client, tracer_provider=otel.tracer_provider)
     stream = await resolve(wrapped.messages.create(model=CLAUDE, max_tokens=64, messages=USER, stream=True))
     await collect(stream)
-    [root] = _roots(otel)  # the client's own span gives way to ours; each send names ours as its parent
-    assert [span.name for span in otel.spans() if span.name.startswith("anthropic.")] == []
+    [root] = _roots(otel)  # the client's own span stays, under ours; each send names it as its parent
+    [own] = [span for span in otel.spans() if span.name.startswith("anthropic.")]  # its retries run inside it
+    assert own.parent is not None and own.parent.span_id == root.context.span_id
     assert len(simulator.requests) == 2
-    parent = f"{root.context.span_id:016x}"
+    parent = f"{own.context.span_id:016x}"
     assert all(request.headers["traceparent"].split("-")[2] == parent for request in simulator.requests)
 
 
