@@ -41,6 +41,12 @@ class _Pending:
             self.done = True
             _quietly(self.parsed, value, error)
 
+    def parsed_to(self, to: Any, value: Any, error: Exception | None) -> None:
+        """A parse by the caller ended (`value` or `error`); one into the call's own type (`to` None) answers."""
+        self.parsing = False
+        if to is None:
+            self.answer(value, error)
+
     def close(self) -> None:
         """The response closed or was dropped: unless a parse in progress closed it (a read to the end)."""
         if not self.done and not self.parsing:
@@ -70,14 +76,11 @@ def defer(raw: Any, parsed: Parsed, unread: Callable[[], None]) -> None:
             try:
                 value = await cls_parse(twin, to=to)
             except Exception as error:
-                if to is None:
-                    pending.parsing = False
-                    pending.answer(None, error)
+                pending.parsed_to(to, None, error)
                 raise
             finally:
-                pending.parsing = False
-            if to is None:
-                pending.answer(value, None)
+                pending.parsing = False  # a cancellation too
+            pending.parsed_to(to, value, None)
             return value
 
         raw.parse = aparse
@@ -88,14 +91,11 @@ def defer(raw: Any, parsed: Parsed, unread: Callable[[], None]) -> None:
             try:
                 value = cls_parse(twin, to=to)
             except Exception as error:
-                if to is None:
-                    pending.parsing = False
-                    pending.answer(None, error)
+                pending.parsed_to(to, None, error)
                 raise
             finally:
-                pending.parsing = False
-            if to is None:
-                pending.answer(value, None)
+                pending.parsing = False  # a cancellation too
+            pending.parsed_to(to, value, None)
             return value
 
         raw.parse = parse
