@@ -147,3 +147,19 @@ matching it cost memory by the gigabyte."""
 MAX_SCORE_MERGE_WORK: Final = 2**26
 """Σ len(token)² over a SentencePiece vocabulary whose merges are derived from its scores: the characters that
 derivation slices (Gemma 3's vocabulary needs about a fifth of this)."""
+
+# A chat template is the model file's code, run on every request: the bounds of one render (chat_template.py).
+
+TEMPLATE_RENDER_SECONDS: Final = 5.0
+"""Longest one render may take: a long conversation renders in milliseconds; past it, a 400."""
+
+TEMPLATE_MAX_ITERATIONS: Final = 1_000_000
+"""Most loop iterations one render may run, all loops together (10,000 messages x 100 is far less
+than a template's real work; nested `range(100000)` loops are 10 billion)."""
+
+TEMPLATE_MAX_CHARS: Final = 16 * 2**20
+"""Longest text or list one render may build, and its whole output: four times the largest body
+(`MAX_BODY_BYTES`), since a template repeats little of what it is given."""
+
+TEMPLATE_MAX_POWER_BITS: Final = 1 << 16
+"""Largest integer `**` may make in a template (in bits): `2 ** 10**9` would take minutes."""

@@ -41,19 +41,12 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import _PassArg, pass_context
 from jinja2.visitor import NodeTransformer
 
-TEMPLATE_RENDER_SECONDS: Final = 5.0
-"""Longest one render may take: a long conversation renders in milliseconds; past it, a 400."""
-
-TEMPLATE_MAX_ITERATIONS: Final = 1_000_000
-"""Most loop iterations one render may run, all loops together (10,000 messages x 100 is far less
-than a template's real work; nested `range(100000)` loops are 10 billion)."""
-
-TEMPLATE_MAX_CHARS: Final = 16 * 2**20
-"""Longest text or list one render may build, and its whole output: four times the largest body
-(`MAX_BODY_BYTES`), since a template repeats little of what it is given."""
-
-TEMPLATE_MAX_POWER_BITS: Final = 1 << 16
-"""Largest integer `**` may make in a template (in bits): `2 ** 10**9` would take minutes."""
+from local_backend._constants import (
+    TEMPLATE_MAX_CHARS,
+    TEMPLATE_MAX_ITERATIONS,
+    TEMPLATE_MAX_POWER_BITS,
+    TEMPLATE_RENDER_SECONDS,
+)
 
 _WIDTH = re.compile(r"%[-#0 +]*(\d+|\*)|\{[^{}]*?:[^{}]*?(\d+)[^{}]*\}")
 """Widths in `%` and `str.format` specs (`%99999999d`, `{:>99999999}`)."""
