@@ -12,6 +12,12 @@ Then a flood: three clients (threads of this process, as the server is) count th
 count accepts (just under `MAX_COUNTED_BYTES`), over and over, for `FLOOD_SECONDS`, while a fourth
 asks `/health` and a chat request in turn; the table gives the event loop's longest stall in that
 time (a watcher that sleeps 1 ms and measures how late it wakes) and the slowest `/health`.
+
+Then issue 54's refusals at start-up: each hostile chat template of `test_server_hostile_templates`
+(ms to its refusal, the bound it passed, the peak of Python's allocations meanwhile), and each
+crafted model file of `test_model_file_input` served by the CLI's `main` in a process of its own
+(ms from `main` to its exit, the process's whole life, its peak resident memory, read from the
+kernel by a parent of its own), beside a process that refuses nothing (the imports' floor).
 """
 
 from __future__ import annotations
@@ -19,10 +25,13 @@ from __future__ import annotations
 import asyncio
 import json
 import statistics
+import sys
+import tempfile
 import threading
 import time
 import tracemalloc
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx2
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -34,6 +43,14 @@ from local_backend.server import create_app, serve_in_thread
 from local_backend.server._constants import MAX_COUNTED_BYTES
 from local_backend.tokenizer import TextTokenizer
 from tests.local_backend.conftest import CHAT_TEMPLATE
+from tests.local_backend.test_model_file_input import (
+    CASES,
+    DRIVER,
+    REFUSAL_PEAK_RSS,
+    REFUSAL_SECONDS,
+    error_lines,
+    run_bounded,
+)
 from tests.local_backend.test_server_hostile_templates import ATTACKS
 
 JSON = {"content-type": "application/json"}
@@ -159,6 +176,44 @@ def template_refusals(tokenizer_json: str) -> None:
         print(f"{name:<22} {elapsed:>9.1f} ms  {bound:<11} {peak:>8.1f} MB", flush=True)
 
 
+def _refusal(paths: list[str]) -> tuple[int, float, float, int, str]:
+    """(exit status, ms from `main` to its exit, seconds of the process, peak RSS, the `error:` line) of
+    `DRIVER` serving `paths` (none: the imports alone)."""
+    start = time.perf_counter()
+    code, output, peak = run_bounded([sys.executable, "-c", DRIVER, *paths], REFUSAL_SECONDS)
+    wall = time.perf_counter() - start
+    exits = [line.split() for line in output.splitlines() if line.startswith("=== exit ")]
+    status = int(exits[0][2]) if exits and exits[0][2].isdigit() else -1
+    milliseconds = float(exits[0][4]) * 1000 if exits else float("nan")
+    lines = error_lines(output)
+    return (status if paths else code), milliseconds, wall, peak, lines[0] if len(lines) == 1 else ""
+
+
+def model_file_refusals() -> None:
+    """Each crafted model file refused by the CLI in a process of its own: ms in `main`, the process's
+    seconds, its peak RSS; against the tests' bounds (`REFUSAL_SECONDS`, `REFUSAL_PEAK_RSS`)."""
+    mib = 2**20
+    code, _, floor_wall, floor, _ = _refusal([])
+    print(f"crafted model files, refused by `serve` in a process each: ms in main to the exit, process s, peak RSS "
+          f"MiB (bounds: {REFUSAL_SECONDS} s, {REFUSAL_PEAK_RSS // mib} MiB)")  # fmt: skip
+    print(f"{'(imports only, no file)':<52} {'':>11} {floor_wall:>6.2f} s {floor / mib:>6.0f} MiB  exit {code}")
+    worst_ms, worst_wall, worst_peak, missed = 0.0, 0.0, 0, []
+    with tempfile.TemporaryDirectory() as folder:
+        for index, (name, (build, says)) in enumerate(CASES.items()):
+            path = build(Path(folder) / f"case{index:02d}.gguf")
+            status, milliseconds, wall, peak, line = _refusal([str(path)])
+            path.unlink()
+            refused = status == 2 and says in line
+            missed += [] if refused else [name]
+            worst_ms, worst_wall, worst_peak = max(worst_ms, milliseconds), max(worst_wall, wall), max(worst_peak, peak)
+            print(f"{name:<52} {milliseconds:>8.1f} ms {wall:>6.2f} s {peak / mib:>6.0f} MiB  exit {status}"
+                  f"{'' if refused else '  NOT refused as the test expects'}", flush=True)  # fmt: skip
+    within = worst_wall < REFUSAL_SECONDS and worst_peak < REFUSAL_PEAK_RSS and not missed
+    print(f"{len(CASES)} files: slowest {worst_ms:.1f} ms in main, {worst_wall:.2f} s a process; highest peak "
+          f"{worst_peak / mib:.0f} MiB ({(worst_peak - floor) / mib:+.0f} over the floor); "
+          f"{'all refused within the bounds' if within else 'NOT within the bounds: ' + ', '.join(missed)}")  # fmt: skip
+
+
 def main() -> None:
     engine = Engine.from_pretrained("default", device="cpu")
     watch = LoopWatch(create_app(engine, model_name="default"))
@@ -179,6 +234,7 @@ def main() -> None:
         template_refusals(engine.tokenizer.to_json())
     finally:
         engine.close()
+    model_file_refusals()
 
 
 if __name__ == "__main__":
