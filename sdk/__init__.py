@@ -45,9 +45,9 @@ Glossary: one word per concept (identifiers that still say another word are list
   enforced client-side also cuts a stream, but it is a decode limit.
 - stream watcher: what reads a stream's chunks on the caller's behalf (usage, phases, the guard,
   client-side stops, truncation).
-- cut: kvwise ended a stream early; truncated: the stream ended without its final event, not by
-  kvwise; refusal: the server rejected one of kvwise's additions and the call went again without it
-  (for the cap: `kvwise.guard.cap_refused`, a published name kept as it is).
+- cut: kvwise ended a stream early; truncated: the stream's connection broke (dropped or timed out)
+  before its end; refusal: the server rejected one of kvwise's additions and the call went again
+  without it (for the cap: `kvwise.guard.cap_refused`, a published name kept as it is).
 
 Layout, in the order a call meets it (the order itself is one function, `sdk.pipeline.Pipeline.prepare`):
 

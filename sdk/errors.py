@@ -2,8 +2,9 @@
 
     KvwiseError
     ├── UnsupportedClient (also a TypeError: `sdk.wrap` was given a client or release it does not know)
-    └── StreamTruncated   (raised as one that is also the wrapped client's APIConnectionError, or
-                           APITimeoutError for a stream that timed out, so existing handlers catch it)
+    └── StreamTruncated   (a stream's connection broke: raised as one that is also the wrapped client's
+                           APIConnectionError, or APITimeoutError for a stream that timed out, where
+                           the bare client raises that, so existing handlers catch it)
 
 Everything else the caller sees is the exception the bare client raises for the same fault, as it
 raises it: a 200 whose body is not JSON is its `json.JSONDecodeError`, sent once.
@@ -21,14 +22,14 @@ class UnsupportedClient(KvwiseError, TypeError):
 
 
 class StreamTruncated(KvwiseError):
-    """A stream ended without its final event: its connection dropped or timed out, or its body
-    ended early.
+    """A stream broke after its 200: its connection dropped or timed out, where the bare client
+    raises too.
 
-    Both clients end iteration silently when a body ends early; the partial output must not pass
-    for a complete answer. What is raised is `stream_truncated(...)` of the exception the bare
-    client raised for the break (its `APIConnectionError` or `APITimeoutError`; the former where
-    it raised none), its `__cause__` the transport error the client chained its own to: catch it
-    as that, or as `sdk.StreamTruncated`.
+    What is raised is `stream_truncated(...)` of the exception the bare client raised for the break
+    (its `APIConnectionError` or `APITimeoutError`), its `__cause__` the transport error the client
+    chained its own to: catch it as that, or as `sdk.StreamTruncated`. A body that ends cleanly
+    without its end marker is no break: the bare client ends the iteration, and so does the wrapped
+    one (the span says `kvwise.stream.end_marker=false`).
     """
 
     def __init__(self, message: str, *, request: object = None) -> None:

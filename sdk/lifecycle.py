@@ -41,6 +41,8 @@ class CallEnd:
 
     `usage_estimated`: the server never reported the input tokens (`kvwise.usage.estimated`).
     `guard`, `tokens_saved`: the guard that cut the answer ("loop") and the tokens the cap still allowed.
+    `end_unmarked`: a stream whose body ended cleanly without its end marker or a finish reason (an end,
+    as the bare client has it, but the answer may be short: `kvwise.stream.end_marker=false`).
     `output_text`, `output_tool_calls`: the answer (semconv `tool_call` parts), only where content is
     captured. `cache_miss_reason`: the provider's own diagnosis of a cache miss (Anthropic's diagnostics).
     """
@@ -60,11 +62,13 @@ class CallEnd:
     cache_miss_reason: str | None = None
     guard: str | None = None
     tokens_saved: int | None = None
+    end_unmarked: bool = False
 
     @property
     def usage_to_learn(self) -> Usage | None:
-        """The usage of an answer that ran its course (answered or cut) and was counted by the server."""
-        if self.ending in (Ending.ANSWERED, Ending.CUT) and not self.usage_estimated:
+        """The usage of an answer that ran its course (answered or cut) and was counted by the server
+        (not one whose stream ended unmarked: it may have stopped short)."""
+        if self.ending in (Ending.ANSWERED, Ending.CUT) and not self.usage_estimated and not self.end_unmarked:
             return self.usage
         return None
 

@@ -1,5 +1,5 @@
 """Stream watching: observe each event, cut upstream on a loop or a client-side stop (the streaming
-decode guards), catch truncation.
+decode guards), tell an end from a break.
 
 The caller gets the client's own stream object behind a proxy (`sdk.send.stream_proxy`), so it is
 still an `openai.Stream`, an `anthropic.AsyncStream`, ...; iterating it runs a watching generator
@@ -21,12 +21,14 @@ attempt: a connection that drops or times out is the client's `APIConnectionErro
 client chained it to (`httpx2.RemoteProtocolError`, ...); anything else (a `data:` line that is not
 JSON, an error event) is the client's own exception, untouched.
 
-A body the server ended is complete, as the bare client holds it: with its end marker (the `[DONE]`
-the openai client swallows, which `sdk.send.stream_done` watches for; Messages' `message_stop`;
-Responses' terminal event), finish reason or not, or cleanly after saying why the answer stopped (a
-`finish_reason`, a `stop_reason`: the clients' decoders drop a last event that lacks the blank line
-that dispatches it). A body that ends with neither, which the clients pass off as a complete answer,
-is `StreamTruncated` as the client's `APIConnectionError`.
+A body the server ended cleanly is an end, as the bare client holds it (it ends the iteration): the
+caller gets the same events and no exception. The span says whether the server marked that end: with
+its end marker (the `[DONE]` the openai client swallows, which `sdk.send.stream_done` watches for;
+Messages' `message_stop`; Responses' terminal event), finish reason or not, or after saying why the
+answer stopped (a `finish_reason`, a `stop_reason`: the clients' decoders drop a last event that
+lacks the blank line that dispatches it). A body that ends with neither is recorded
+`kvwise.stream.end_marker=false`, its usage estimated where the server sent none, and not learnt
+from (the answer may be short).
 
 Usage: a Chat stream is sent with `stream_options.include_usage` when the caller did not ask for it
 (`openai_chat.stream_usage_options`); its usage chunk and the `"usage": null` on every other chunk
@@ -102,6 +104,7 @@ class StreamWatch:
         self.cut = False  # kvwise ended the stream (a loop or a client-side stop): the server's count stopped early
         self.tripped: tuple[str, int | None] | None = None  # the guard that cut it, and the tokens it saved
         self.done: DoneMarker | None = None  # the `[DONE]` watch of an openai stream
+        self.unmarked = False  # the body ended cleanly without its end marker or a finish reason
 
     def watch_end(self, stream: Any) -> None:
         """Before `stream` (the client's) is first read: watch for the end marker the openai client
@@ -172,24 +175,28 @@ class StreamWatch:
         return not self.awaits_usage()
 
     def ended(self, broken: Exception | None) -> None:
-        """Upstream ended (`broken`: what the client raised, if anything): return when the stream is
-        complete; raise `broken` itself unless it is the client's connection error or timeout; else
-        raise `StreamTruncated` as `broken`'s class (the client's `APIConnectionError` for a body that
-        ended without its end marker), chained to what the client chained `broken` to. Never sent
-        again (see the module docstring).
+        """Upstream ended (`broken`: what the client raised, if anything). A clean end is an end, as
+        the bare client has it (`self.unmarked` when the server did not mark it). A break raises
+        `broken` itself unless it is the client's connection error or timeout, else `StreamTruncated`
+        as `broken`'s class, chained to what the client chained `broken` to; never sent again (see
+        the module docstring).
         """
-        if broken is not None and not isinstance(broken, self.connection_error):
-            raise broken
-        if broken is None and (self.state.finish_reasons or (self.done is not None and self.done.seen)):
-            self.state.finished = True  # ended by the server: its end marker, or why the answer stopped
-        if self.state.finished and (broken is None or self.awaits_usage()):  # a break then loses only our usage chunk
+        if broken is None:
+            if self.state.finish_reasons or (self.done is not None and self.done.seen):
+                self.state.finished = True  # ended by the server: its end marker, or why the answer stopped
+            else:
+                self.unmarked = True
             return
-        why = "the body ended without its end marker" if broken is None else f"{type(broken).__name__}: {broken}"
-        raise stream_truncated(type(broken) if broken is not None else self.connection_error)(
-            f"the stream broke after {self.delivered} content chunks reached the caller ({why}); the answer is "
-            "incomplete. The provider accepted the request (it answered 200), so kvwise did not send it again",
+        if not isinstance(broken, self.connection_error):
+            raise broken
+        if self.state.finished and self.awaits_usage():  # the break lost only the usage chunk kvwise asked for
+            return
+        raise stream_truncated(type(broken))(
+            f"the stream broke after {self.delivered} content chunks reached the caller ({type(broken).__name__}: "
+            f"{broken}); the answer is incomplete. The provider accepted the request (it answered 200), so kvwise "
+            "did not send it again",
             request=getattr(broken, "request", None),
-        ) from (broken.__cause__ if broken is not None else None)
+        ) from broken.__cause__
 
     def __enter__(self) -> StreamWatch:
         return self
@@ -215,7 +222,7 @@ class StreamWatch:
         guard, tokens_saved = self.tripped or (None, None)
         self.lifecycle.end(
             CallEnd(
-                _ending(by_caller, self.cut, state.finished),
+                _ending(by_caller, self.cut, state.finished or self.unmarked),
                 usage=usage,
                 usage_estimated=estimated,
                 response_id=state.response_id,
@@ -227,6 +234,7 @@ class StreamWatch:
                 error=None if by_caller else error,
                 guard=guard,
                 tokens_saved=tokens_saved,
+                end_unmarked=self.unmarked,
                 **stream_facts(state.last_event, state.start_message),
             )
         )

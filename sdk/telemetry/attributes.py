@@ -157,6 +157,8 @@ def outcome_attributes(outcome: Outcome) -> Attributes:
         attributes[sc.KVWISE_STREAM_CHUNKS] = outcome.chunks
     if end.ending is Ending.ABANDONED:  # the caller stopped reading the stream before its end (no error)
         attributes[sc.KVWISE_STREAM_ABANDONED] = True
+    if end.end_unmarked:  # the body ended cleanly, but the server never said the answer was whole
+        attributes[sc.KVWISE_STREAM_END_MARKER] = False
     if end.guard:
         attributes[sc.KVWISE_GUARD_TRIPPED] = end.guard
         if end.tokens_saved is not None:

@@ -243,6 +243,12 @@ and the stream dropped, `with` exit, a cancelled task): no error (frameworks sto
 design), and no finish reason, as the answer never reached one. A dropped connection is an error
 instead (`error.type` `stream_truncated`)."""
 
+KVWISE_STREAM_END_MARKER: Final = "kvwise.stream.end_marker"
+"""False when a stream's body ended cleanly with neither its end marker (`[DONE]`, `message_stop`,
+Responses' terminal event) nor a finish reason: an end, as the bare client has it (the caller got no
+error), but the answer may be short; its usage is estimated where the server sent none. Absent
+otherwise."""
+
 KVWISE_USAGE_ESTIMATED: Final = "kvwise.usage.estimated"
 """True when the server never reported the input tokens of a stream (it was cut or closed before the
 usage the server sends at the end): the `gen_ai.usage.*` figures are then estimates, input from the
@@ -504,8 +510,9 @@ class TokenType(StrEnum):
 class ErrorType(StrEnum):
     """kvwise's own values of `error.type` (otherwise the exception's class name is used).
 
-    `stream_truncated`: the connection dropped after output reached the caller (`sdk.StreamTruncated`).
-    A stream the caller stops reading is no error: see `KVWISE_STREAM_ABANDONED`.
+    `stream_truncated`: the connection dropped or timed out after the stream's 200 (`sdk.StreamTruncated`).
+    A stream the caller stops reading is no error: see `KVWISE_STREAM_ABANDONED`; nor is one whose body
+    ended cleanly without its end marker: see `KVWISE_STREAM_END_MARKER`.
     """
 
     STREAM_TRUNCATED = "stream_truncated"

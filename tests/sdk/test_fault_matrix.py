@@ -6,9 +6,10 @@ applies), and through anthropic's `messages.stream()` helper, sync and async; th
 that breaks (issue 41) also through openai's `chat.completions.stream()`, `parse` and both
 clients' `with_raw_response`. Each run checks: how many POSTs reached the simulator (never more than
 the bare client's: a request the provider accepted is never sent again), the exception the caller
-sees (the bare client's class or a subclass of it, `sdk.StreamTruncated` included), what the caller
-received (a completed answer is the whole reply; partial text only ever comes with an error), and
-what the call span recorded (`error.type`, `kvwise.attempts`). The retries are the client's own, so
+sees (the bare client's class or a subclass of it, `sdk.StreamTruncated` included; none where the
+bare client raises none), what the caller received (a completed answer is the whole reply; partial
+text comes with an error, or with an end the bare client accepts too, which the span marks
+`kvwise.stream.end_marker=false`), and what the call span recorded (`error.type`, `kvwise.attempts`). The retries are the client's own, so
 the waits between attempts are the client's: recorded from its own sleeps, not slept, and the
 wrapped run's are the bare run's. The matrix is printed when the module ends:
 `pytest -s tests/sdk/test_fault_matrix.py`.
@@ -58,8 +59,8 @@ class Got(enum.Enum):
     """What reached the caller."""
 
     FULL = "the full reply"
-    PARTIAL = "partial text, then the error"
-    NOTHING = "nothing, then the error"
+    PARTIAL = "partial text"
+    NOTHING = "no text"
 
 
 ALL_FORMS = ("chat", "responses", "messages", "messages.stream", "chat.stream", "chat.parse", "messages.parse", "chat.raw", "messages.raw")
@@ -72,7 +73,7 @@ class FaultCase:
 
     `attempts`: requests the simulator saw; the span's `kvwise.attempts` too, unless `refused` (the
     simulator then sees none and the span counts every try). `raises`: the exception's class name
-    per API, None when the call completes. `waits`: bounds of every wait between attempts, checked
+    per API, None when the call raises nothing (it completes, unless `got` says otherwise). `waits`: bounds of every wait between attempts, checked
     when given (a stream reopened before its first content chunk is sent again at once).
     """
 
@@ -141,7 +142,7 @@ CASES = [
     FaultCase("reset before the first byte", lambda sim: sim.fail(reset=True), 2),
     FaultCase("reset mid-stream", cut("reset"), 1, TRUNCATED, Got.PARTIAL, STREAMS),
     FaultCase("drop mid-stream", cut("drop"), 1, TRUNCATED, Got.PARTIAL, STREAMS),
-    FaultCase("clean end without the final event", cut("end"), 1, TRUNCATED, Got.PARTIAL, STREAMS),
+    FaultCase("clean end without the final event", cut("end"), 1, None, Got.PARTIAL, STREAMS),
     FaultCase("reset mid-body", cut("reset"), 2, streams=WHOLE),
     FaultCase("drop mid-body", cut("drop"), 2, streams=WHOLE),
     FaultCase("read timeout before the answer", lambda sim: sim.stall(STALL), 2, streams=WHOLE, timeout=READ_TIMEOUT),
@@ -153,9 +154,9 @@ CASES = [
     # A 200 that breaks before its first content: accepted by the provider, so sent once (issue 41).
     FaultCase("200, role chunk, then the connection closes", cut("drop", at=0), 1, TRUNCATED, Got.NOTHING, STREAMS, forms=ALL_FORMS),
     FaultCase("200, role chunk, then a reset", cut("reset", at=0), 1, TRUNCATED, Got.NOTHING, STREAMS),
-    FaultCase("200, role chunk, then the body ends", cut("end", at=0), 1, TRUNCATED, Got.NOTHING, STREAMS, forms=ALL_FORMS),
+    FaultCase("200, role chunk, then the body ends", cut("end", at=0), 1, None, Got.NOTHING, STREAMS, forms=ALL_FORMS),
     FaultCase("200, an invalid first event", inject("bad_json", at_token=0), 1, NOT_JSON, Got.NOTHING, STREAMS, forms=ALL_FORMS),
-    FaultCase("200, an HTML page instead of the stream", lambda sim: sim.serve_html(times=EVERY_ATTEMPT), 1, TRUNCATED, Got.NOTHING,
+    FaultCase("200, an HTML page instead of the stream", lambda sim: sim.serve_html(times=EVERY_ATTEMPT), 1, None, Got.NOTHING,
          STREAMS, forms=ALL_FORMS),
     FaultCase("200, then the server hangs after the headers", lambda sim: sim.stall(STALL, times=EVERY_ATTEMPT), 1, TRUNCATED,
          Got.NOTHING, STREAMS, timeout=READ_TIMEOUT, forms=(*CORE_FORMS, "chat.raw")),
@@ -463,13 +464,18 @@ async def test_each_wire_fault_ends_in_the_full_reply_or_the_clients_own_error(
     assert observed.attempts <= bare_posts  # what the provider accepted is never sent again
     if bare_answer.error is not None:
         assert isinstance(answer.error, type(bare_answer.error)), (answer.error, bare_answer.error)
-    else:  # a body that ends without its final event: kvwise says so, where the bare client passes it off as complete
-        assert answer.error is None or isinstance(answer.error, sdk.StreamTruncated)
+    else:  # an end the bare client accepts is an end (issue 51)
+        assert answer.error is None, answer.error
     assert (observed.attempts, observed.span_attempts, observed.got) == (case.attempts, case.span_attempts, case.got)
     assert waits == pytest.approx(bare_waits, abs=DATE_SLACK)  # the client's own waits, as bare
     if case.raises is None:
-        assert answer.error is None and answer.text == simulator.reply
+        assert answer.error is None
         assert call_span(spans).status.status_code is not StatusCode.ERROR and sc.ERROR_TYPE not in attributes
+        if case.got is Got.FULL:
+            assert answer.text == simulator.reply and sc.KVWISE_STREAM_END_MARKER not in attributes
+        else:  # a body that ended cleanly without its end marker: the bare client's end, marked on the span
+            assert simulator.reply.startswith(answer.text) and answer.text != simulator.reply
+            assert attributes[sc.KVWISE_STREAM_END_MARKER] is False
     else:
         expected = case.raises[api.errors_as]
         assert observed.exception == expected

@@ -1,6 +1,6 @@
 """A wrapped stream ends and breaks as the bare client's (issue 51): every event reaches the caller as
-it arrives, headers included; an end the server marked is an end, with or without a finish reason;
-a broken stream raises the bare client's error class, chained to the transport error the bare client
+it arrives, headers included; an end the bare client accepts is an end, marked by the server or not
+(the span says which); a broken stream raises the bare client's error class, chained to the transport error the bare client
 chains. Real clients over loopback: a scripted SSE server where the order of events matters, the
 provider simulator for breaks."""
 
@@ -18,9 +18,15 @@ import anthropic
 import openai
 import pytest
 
+from opentelemetry.trace import StatusCode
+
 import sdk
+from sdk.call import Usage
+from sdk.lifecycle import CallEnd, Ending
+from sdk.telemetry import semconv as sc
 from tests.sdk.helpers import resolve
 from tests.sdk.test_fault_matrix import events_of
+from tests.sdk.test_telemetry_spans import Otel, otel  # noqa: F401
 
 USER = [{"role": "user", "content": "Say hi."}]
 CLAUDE = "claude-sonnet-4-6"
@@ -180,33 +186,40 @@ async def _events_and_error(stream: Any) -> tuple[list[Any], Exception | None]:
     return events, None
 
 
-async def _bare_and_wrapped(mode: str, rest: bytes, name: str = "chat role chunk") -> tuple[Any, ...]:
+async def _bare_and_wrapped(
+    mode: str, rest: bytes, name: str = "chat role chunk", otel: Otel | None = None
+) -> tuple[Any, ...]:
     """The events and the error of `SCRIPTS[name]`'s stream ending in `rest`, from the bare client and the
-    wrapped one."""
+    wrapped one (its spans in `otel`, if given)."""
     script = SCRIPTS[name]
     answers = []
     for wrapped in (False, True):
         with _serving(script.head, rest) as server:
             server.release.set()
             client = script.client(mode, server.url)
-            answers.append(await _events_and_error(await resolve(script.create(sdk.wrap(client) if wrapped else client))))
+            if wrapped:
+                client = sdk.wrap(client, tracer_provider=otel.tracer_provider if otel is not None else None)
+            answers.append(await _events_and_error(await resolve(script.create(client))))
     return tuple(answers)
 
 
-async def test_a_chat_stream_ended_by_done_without_a_finish_reason_ends_as_the_bare_one_does(mode: str) -> None:
-    bare, wrapped = await _bare_and_wrapped(mode, _chunk({"content": "Hi"}) + sse("[DONE]"))
+def _end_attributes(otel: Otel) -> dict[str, Any]:
+    """The attributes of the wrapped call's span, which ended without error."""
+    [root] = [span for span in otel.spans() if span.parent is None]
+    assert root.status.status_code is not StatusCode.ERROR
+    attributes = dict(root.attributes or {})
+    assert sc.ERROR_TYPE not in attributes and sc.KVWISE_STREAM_ABANDONED not in attributes
+    return attributes
+
+
+async def test_a_chat_stream_ended_by_done_without_a_finish_reason_ends_as_the_bare_one_does(
+    mode: str, otel: Otel
+) -> None:
+    bare, wrapped = await _bare_and_wrapped(mode, _chunk({"content": "Hi"}) + sse("[DONE]"), otel=otel)
     assert bare[1] is None and wrapped[1] is None
     assert [event.model_dump() for event in wrapped[0]] == [event.model_dump() for event in bare[0]]
     assert len(bare[0]) == 2
-
-
-async def test_a_chat_body_that_ends_without_done_is_truncated_where_the_bare_client_ends_silently(mode: str) -> None:
-    """DESIGN's Truncated streams: no end marker, so the partial answer is not passed off as complete."""
-    bare, wrapped = await _bare_and_wrapped(mode, _chunk({"content": "Hi"}))
-    assert bare[1] is None
-    assert isinstance(wrapped[1], sdk.StreamTruncated) and isinstance(wrapped[1], openai.APIConnectionError)
-    assert wrapped[1].__cause__ is None  # no transport error: the body ended cleanly
-    assert [event.model_dump() for event in wrapped[0]] == [event.model_dump() for event in bare[0]]
+    assert sc.KVWISE_STREAM_END_MARKER not in _end_attributes(otel)  # the server marked its end
 
 
 async def test_a_responses_stream_ended_by_done_without_a_terminal_event_ends_as_the_bare_one_does(mode: str) -> None:
@@ -215,14 +228,51 @@ async def test_a_responses_stream_ended_by_done_without_a_terminal_event_ends_as
     assert [event.type for event in wrapped[0]] == [event.type for event in bare[0]] == ["response.created"]
 
 
-async def test_a_messages_stream_whose_message_stop_is_never_dispatched_ends_as_the_bare_one_does(mode: str) -> None:
+async def test_a_messages_stream_whose_message_stop_is_never_dispatched_ends_as_the_bare_one_does(
+    mode: str, otel: Otel
+) -> None:
     """A last event without its blank line is dropped by the client's decoder; the stop reason before it
     said the answer was whole, and the bare client accepts the end."""
     rest = SCRIPTS["messages message_start"].rest.removesuffix(b"\n\n")
-    bare, wrapped = await _bare_and_wrapped(mode, rest, "messages message_start")
+    bare, wrapped = await _bare_and_wrapped(mode, rest, "messages message_start", otel)
     assert bare[1] is None and wrapped[1] is None
     assert [event.type for event in wrapped[0]] == [event.type for event in bare[0]]
     assert bare[0][-1].type == "message_delta"
+    assert sc.KVWISE_STREAM_END_MARKER not in _end_attributes(otel)  # the stop reason said the answer was whole
+
+
+UNMARKED_RESTS = {  # content after the header, then the body ends cleanly: no end marker, no finish reason
+    "chat role chunk": _chunk({"content": "Hi"}),
+    "messages message_start": SCRIPTS["messages message_start"].rest.split(b"event: content_block_stop")[0],
+    "responses response.created": SCRIPTS["responses response.created"].rest.split(b"event: response.completed")[0],
+}
+
+
+@pytest.mark.parametrize("name", list(SCRIPTS))
+async def test_a_body_that_ends_cleanly_without_its_end_marker_ends_as_the_bare_one_does(
+    mode: str, name: str, otel: Otel
+) -> None:
+    """An end the bare client accepts is an end (issue 51): the same events, no exception; the span says
+    the server never marked it, and estimates the usage the server did not send."""
+    bare, wrapped = await _bare_and_wrapped(mode, UNMARKED_RESTS[name], name, otel)
+    assert bare[1] is None and wrapped[1] is None
+    assert [event.model_dump() for event in wrapped[0]] == [event.model_dump() for event in bare[0]]
+    assert len(bare[0]) > 2 if name == "messages message_start" else len(bare[0]) == 2  # header and content
+    attributes = _end_attributes(otel)
+    assert attributes[sc.KVWISE_STREAM_END_MARKER] is False
+    assert sc.GEN_AI_RESPONSE_FINISH_REASONS not in attributes
+    if name == "messages message_start":  # message_start reported the input tokens: exact
+        assert attributes[sc.GEN_AI_USAGE_INPUT_TOKENS] == 5 and sc.KVWISE_USAGE_ESTIMATED not in attributes
+    else:
+        assert attributes[sc.KVWISE_USAGE_ESTIMATED] is True
+    assert attributes[sc.GEN_AI_USAGE_OUTPUT_TOKENS] >= 1
+
+
+def test_an_answer_whose_stream_ended_unmarked_is_not_learnt_from() -> None:
+    """Its output may have stopped short: adaptive caps and expected reads skip it."""
+    usage = Usage(input_tokens=5, output_tokens=1)
+    assert CallEnd(Ending.ANSWERED, usage=usage).usage_to_learn == usage
+    assert CallEnd(Ending.ANSWERED, usage=usage, end_unmarked=True).usage_to_learn is None
 
 
 BREAKS: dict[str, tuple[str, Callable[[Any], Any]]] = {

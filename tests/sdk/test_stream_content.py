@@ -1,6 +1,7 @@
-"""Any content counts: a stream that breaks after tool-call arguments or thinking reached the caller
-ends in `sdk.StreamTruncated`; one that breaks before any content too, after its header events
-reached the caller once. Neither is sent again (its 200 means the provider accepted it)."""
+"""Any content counts: a stream whose connection breaks after tool-call arguments or thinking reached
+the caller ends in `sdk.StreamTruncated`; one that breaks before any content too, after its header
+events reached the caller once. Neither is sent again (its 200 means the provider accepted it). A
+body that ends cleanly there ends the stream, as the bare client ends it, with the same content."""
 
 from __future__ import annotations
 
@@ -86,8 +87,32 @@ def _script(simulator: Any, shape: Shape) -> None:
     simulator.reply = ARGUMENTS if shape.tool else "It is sunny in Paris."
 
 
+async def _bare_then_wrapped(simulator: Any, client: Any, create: Callable[[Any], Any], at: int) -> list[list[Any]]:
+    """The events of `create`'s stream whose body ends cleanly after `at` content tokens, from the bare
+    client, then the wrapped one; each sent once and ended without an error."""
+    answers = []
+    for candidate in (client, sdk.wrap(client)):
+        simulator.reset()
+        simulator.cut_stream_after(at, mode="end")
+        answers.append([event async for event in events_of(await resolve(create(candidate)))])
+        assert len(simulator.requests) == 1
+    return answers
+
+
 @pytest.mark.parametrize("name", list(SHAPES))
-@pytest.mark.parametrize("cut_mode", ["drop", "end"])
+async def test_a_body_that_ends_cleanly_after_non_text_content_gives_the_bare_clients_content(
+    simulator: Any, request: pytest.FixtureRequest, mode: str, name: str
+) -> None:
+    shape = SHAPES[name]
+    _script(simulator, shape)
+    bare, wrapped = await _bare_then_wrapped(simulator, request.getfixturevalue(shape.client_fixture), shape.create, CUT_AT)
+    seen = "".join(map(shape.content, wrapped))
+    assert seen == "".join(map(shape.content, bare))
+    assert seen and shape.whole.startswith(seen) and seen != shape.whole
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+@pytest.mark.parametrize("cut_mode", ["drop", "reset"])
 async def test_a_stream_that_breaks_after_non_text_content_raises_stream_truncated_and_is_not_sent_again(
     simulator: Any, request: pytest.FixtureRequest, mode: str, name: str, cut_mode: str
 ) -> None:
@@ -128,7 +153,7 @@ HEADERS: dict[str, tuple[str, Callable[[Any], Any], Callable[[Any], bool]]] = {
 
 
 @pytest.mark.parametrize("name", list(HEADERS))
-@pytest.mark.parametrize("cut_mode", ["drop", "end"])
+@pytest.mark.parametrize("cut_mode", ["drop", "reset"])
 async def test_a_stream_broken_before_any_content_is_not_sent_again_and_its_headers_reach_the_caller_once(
     simulator: Any, request: pytest.FixtureRequest, mode: str, name: str, cut_mode: str
 ) -> None:
@@ -141,6 +166,16 @@ async def test_a_stream_broken_before_any_content_is_not_sent_again_and_its_head
             events.append(event)
     assert len(simulator.requests) == 1
     assert sum(map(is_header, events)) == 1
+
+
+@pytest.mark.parametrize("name", list(HEADERS))
+async def test_a_body_that_ends_cleanly_before_any_content_gives_the_bare_clients_headers(
+    simulator: Any, request: pytest.FixtureRequest, mode: str, name: str
+) -> None:
+    fixture, create, is_header = HEADERS[name]
+    bare, wrapped = await _bare_then_wrapped(simulator, request.getfixturevalue(fixture), create, 0)
+    assert [type(event) for event in wrapped] == [type(event) for event in bare]  # the simulator's ids differ per answer
+    assert sum(map(is_header, wrapped)) == sum(map(is_header, bare)) == 1
 
 
 async def test_the_responses_stream_helper_raises_for_a_stream_broken_before_any_content_sent_once(

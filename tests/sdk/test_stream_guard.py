@@ -89,9 +89,9 @@ async def test_loop_guard_off_lets_the_server_run_to_the_cap(simulator, openai_c
     assert simulator.streams[-1].tokens_sent == 120
 
 
-async def test_a_stream_cut_mid_way_raises_stream_truncated_not_a_silent_end(simulator, openai_client):
+async def test_a_stream_whose_connection_drops_mid_way_raises_stream_truncated_not_a_silent_end(simulator, openai_client):
     simulator.reply = "word " * 50
-    simulator.cut_stream_after(5)
+    simulator.cut_stream_after(5, mode="drop")
     wrapped = sdk.wrap(openai_client)
     stream = await resolve(wrapped.chat.completions.create(model="m", messages=USER, stream=True))
     with pytest.raises(sdk.StreamTruncated) as info:
@@ -99,9 +99,9 @@ async def test_a_stream_cut_mid_way_raises_stream_truncated_not_a_silent_end(sim
     assert isinstance(info.value, openai.APIConnectionError)
 
 
-async def test_an_anthropic_stream_cut_mid_way_raises_the_clients_connection_error(simulator, anthropic_client):
+async def test_an_anthropic_stream_whose_connection_drops_mid_way_raises_the_clients_connection_error(simulator, anthropic_client):
     simulator.reply = "word " * 50
-    simulator.cut_stream_after(5)
+    simulator.cut_stream_after(5, mode="drop")
     wrapped = sdk.wrap(anthropic_client)
     stream = await resolve(wrapped.messages.create(model="claude-sonnet-4-6", messages=USER, stream=True))
     with pytest.raises(anthropic.APIConnectionError):
@@ -134,9 +134,9 @@ async def test_a_stream_that_breaks_before_its_first_content_chunk_is_not_sent_a
     assert len(simulator.requests) == 2
 
 
-async def test_a_responses_stream_cut_mid_way_raises_stream_truncated(simulator, openai_client):
+async def test_a_responses_stream_whose_connection_drops_mid_way_raises_stream_truncated(simulator, openai_client):
     simulator.reply = "word " * 50
-    simulator.cut_stream_after(5)
+    simulator.cut_stream_after(5, mode="drop")
     stream = await resolve(sdk.wrap(openai_client).responses.create(model="gpt-5.4", input="go", stream=True))
     with pytest.raises(sdk.StreamTruncated):
         await collect(stream)

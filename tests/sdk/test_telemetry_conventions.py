@@ -30,10 +30,10 @@ def _root(otel: Otel) -> dict[str, Any]:
     return dict(root.attributes or {})
 
 
-async def test_a_stream_cut_after_its_first_content_reports_the_error_finish_reason(
+async def test_a_stream_broken_after_its_first_content_reports_the_error_finish_reason(
     simulator: Any, openai_client: Any, otel: Otel
 ) -> None:
-    simulator.cut_stream_after(3)
+    simulator.cut_stream_after(3, mode="drop")
     stream = await resolve(_wrap(openai_client, otel).chat.completions.create(model=MODEL, messages=QUESTION, stream=True))
     with pytest.raises(sdk.StreamTruncated):
         await collect(stream)

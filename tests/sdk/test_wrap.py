@@ -154,11 +154,15 @@ def test_an_openai_app_never_imports_anthropic_and_its_cut_stream_raises_openais
 import sys, httpx2, openai, sdk
 chunk = b'data: {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m", ' \\
         b'"choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": null}]}\\n\\n'
-answer = lambda request: httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=chunk)
+class Broken(httpx2.SyncByteStream):
+    def __iter__(self):
+        yield chunk
+        raise httpx2.RemoteProtocolError("peer closed connection without sending complete message body")
+answer = lambda request: httpx2.Response(200, headers={"content-type": "text/event-stream"}, stream=Broken())
 bare = openai.OpenAI(base_url="http://test/v1", api_key="k", http_client=httpx2.Client(transport=httpx2.MockTransport(answer)))
 try:
     list(sdk.wrap(bare).chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True))
-except openai.APIConnectionError as error:  # the body ended after content, without its final event
+except openai.APIConnectionError as error:  # the connection broke after content
     print(isinstance(error, sdk.StreamTruncated), "anthropic" in sys.modules)
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
