@@ -89,7 +89,9 @@ class Call:
     itself: both shape what is sent and how it is read. `context_note` holds the lines of the tail note
     (`sdk.prompt.moving`: values that change within a conversation), which the next call of the
     conversation will not re-send where this one has them. `endpoint`: who the call goes to beyond its
-    provider and model (its base URL and a hash of its key).
+    provider and model (its base URL and a hash of its key). `takes`: the keyword parameters the
+    client's method takes (None: any), probed from the installed client, so a parameter an older
+    release lacks is sent another way or not at all (`sdk.cache.hints`).
     """
 
     api: Api
@@ -105,6 +107,7 @@ class Call:
     given: frozenset[str] = frozenset()
     cap: OutputCap | None = None
     endpoint: object = None
+    takes: frozenset[str] | None = None
     decided: Decisions = field(default_factory=Decisions)
 
     @property

@@ -1,7 +1,8 @@
 """Every contact kvwise has with the clients' private parts, checked against the installed release.
 
-openai 3.x and anthropic 2.x are generated from one template (Stainless), and kvwise relies on these
-parts of it, nowhere else:
+kvwise wraps openai from 1.40 and anthropic from 0.40, up to the newest majors it knows (openai 3.x,
+anthropic 2.x). Every release in that range is generated from one template (Stainless), and kvwise
+relies on these parts of it, nowhere else:
 
 - a resource's `_post` (the bound send all its methods call): `with_send` copies a resource and
   swaps `_post` for kvwise's send, so the client's own `create`, `parse` and stream helpers run
@@ -25,7 +26,9 @@ parts of it, nowhere else:
   `json_data`, and the fields set on it) `request_as_post` turns back into `post`'s arguments.
 
 `client_package` runs at `wrap()` time and raises `UnsupportedClient`, naming the supported
-releases, when the installed client is not one of them or lacks one of these parts.
+releases, when the installed client is outside the range or lacks one of these parts. What differs
+within the range (a `create()` parameter, a field, how a cut stream is raised) is told by probing the
+installed client itself, where it is used, never by its version number.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -42,10 +46,10 @@ import pydantic
 
 from sdk.errors import UnsupportedClient
 
-SUPPORTED_MAJOR = {"openai": 3, "anthropic": 2}
-"""The client releases kvwise is built against: openai 3.x, anthropic 2.x."""
+SUPPORTED_RELEASES = {"openai": ((1, 40), 3), "anthropic": ((0, 40), 2)}
+"""The releases kvwise wraps: from the oldest (major, minor) through the newest major it knows."""
 SUPPORTED = (
-    "openai 3.x (OpenAI, AzureOpenAI and their async twins) or anthropic 2.x "
+    "openai 1.40 to 3.x (OpenAI, AzureOpenAI and their async twins) or anthropic 0.40 to 2.x "
     "(Anthropic, AnthropicBedrock, AnthropicVertex, AnthropicFoundry and their async twins)"
 )
 
@@ -68,7 +72,7 @@ class ClientPackage:
 
 def client_package(client: object) -> ClientPackage:
     """The package (and sync/async kind) of a supported client; `UnsupportedClient` for anything else."""
-    for name in SUPPORTED_MAJOR:
+    for name in SUPPORTED_RELEASES:
         # A client of a package is an instance of its classes only once the package is imported: the
         # other package is never imported for the check (importing openai is slow for an Anthropic app:
         # docs/benchmarks.md, `by_hand`).
@@ -87,11 +91,12 @@ def _check_release(name: str) -> None:
     """Raise `UnsupportedClient` unless the installed `name` is a supported release with the parts above."""
     module = importlib.import_module(name)
     version = str(getattr(module, "__version__", "0"))
-    major = version.split(".", 1)[0]
-    if major != str(SUPPORTED_MAJOR[name]):
+    (oldest, newest_major) = SUPPORTED_RELEASES[name]
+    release = tuple(int(part) for part in re.findall(r"\d+", version)[:2])
+    if not oldest <= release < (newest_major + 1,):
         raise UnsupportedClient(
             f"sdk.wrap supports {SUPPORTED}; the installed {name} is {version}: "
-            f"install {name}=={SUPPORTED_MAJOR[name]}.*"
+            f"install {name}>={'.'.join(map(str, oldest))},<{newest_major + 1}"
         )
     types = importlib.import_module(f"{name}._types")
     resource = importlib.import_module(f"{name}._resource")
@@ -109,7 +114,10 @@ def _check_release(name: str) -> None:
                 "SyncAPIClient.post(body=, options=, stream_cls=)",
                 _POST_PARAMETERS <= set(inspect.signature(base.SyncAPIClient.post).parameters),
             ),
-            ("FinalRequestOptions.json_data", _REQUEST_FIELDS <= set(models.FinalRequestOptions.model_fields)),
+            *(
+                (f"FinalRequestOptions.{field}", field in models.FinalRequestOptions.model_fields)
+                for field in _NEEDED_REQUEST_FIELDS
+            ),
         )
         if not present
     ]
@@ -122,7 +130,9 @@ def _check_release(name: str) -> None:
 
 _POST_PARAMETERS = frozenset({"path", "cast_to", "body", "options", "stream", "stream_cls"})
 _REQUEST_FIELDS = frozenset({"method", "url", "json_data", "files", "content"})
-"""The `FinalRequestOptions` fields that are `post`'s own arguments, not its `options`."""
+"""The `FinalRequestOptions` fields that are `post`'s own arguments, not its `options` (`content`, a raw
+body, came with openai 2.16 and anthropic 0.x: absent, no request carries one)."""
+_NEEDED_REQUEST_FIELDS = ("method", "url", "json_data", "files")
 
 
 def _source(function: Callable[..., Any]) -> str:
@@ -219,8 +229,8 @@ def retries_taken(outcome: object, options: Mapping[str, Any] | None) -> int:
     if any(isinstance(name, str) and name.lower() == RETRY_COUNT_HEADER for name in headers):
         return 0
     response = getattr(outcome, "response", None)
-    request = getattr(response, "request", None) if response is not None else getattr(outcome, "request", None)
-    try:
+    try:  # an HTTP response a middleware built itself has no request (httpx raises RuntimeError)
+        request = getattr(response, "request", None) if response is not None else getattr(outcome, "request", None)
         return int(request.headers.get(RETRY_COUNT_HEADER, 0)) if request is not None else 0
     except (AttributeError, RuntimeError, TypeError, ValueError):  # no request, or not the client's header
         return 0

@@ -2,7 +2,9 @@
 
 A resource is named by its attribute path from the client (`("chat", "completions")` is
 `client.chat.completions`); the same path names it on the sync and async clients, on Azure, Bedrock,
-Vertex and Foundry, and under `client.with_raw_response` / `client.with_streaming_response`.
+Vertex and Foundry, and under `client.with_raw_response` / `client.with_streaming_response`. The
+tables name what the newest supported releases have; a path an older release lacks is simply not
+there to intercept (`responses.input_tokens` before openai 2.x).
 
 - `INTERCEPTED`: the methods kvwise replaces. Each runs the call's steps (`sdk.pipeline`) on its arguments, then the
   client's own method, whose send goes through kvwise's retries, telemetry and stream watching.
@@ -174,6 +176,8 @@ PASS_THROUGH: dict[str, dict[Path, str]] = {
         ("beta", "user_profiles"): _ADMIN,
         ("beta", "vaults"): _ADMIN,
         ("beta", "webhooks"): _ADMIN,
+        ("completions",): "the legacy Text Completions API (anthropic 0.x): one raw prompt string, no blocks to "
+        "mark, for models Anthropic has retired",
         ("files",): _ADMIN,
         ("models",): "model metadata",
         ("organization",): _ADMIN,

@@ -287,6 +287,7 @@ class WrappedClient(Node):
             str(compat.base_url(client)),
             hash((getattr(client, "api_key", None), getattr(client, "auth_token", None))),
         )
+        call.takes = accepted if spec.kind is Kind.CALL else None  # a count keeps what its method takes (below)
         sender = self._shared.pipeline.prepare(call, spec.kind, client, server)
         native = adapter.to_kwargs(call)
         if spec.kind is Kind.COUNT and accepted is not None:  # not the output parameters the decode limits add

@@ -36,6 +36,7 @@ _SCHEMA_KEYS = frozenset({"input_schema", "parameters", "schema"})  # JSON schem
 _THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
 _TOOL_OUTPUT_TYPES = ("tool_result", "function_call_output")
 _POSITIONS = ("tools", "system", "history", "last_turn")
+_EXTRA_BODY = "extra_body"
 
 
 def estimate_tokens(value: Any) -> int:
@@ -67,11 +68,9 @@ def place_cache_hints(call: Call, policy: Policy, adapter: Adapter) -> None:
         if call.provider is not Provider.OPENAI:
             return  # vLLM, SGLang, llama.cpp, the local backend: prefix caching needs only the order
         if "prompt_cache_key" not in call.params:
-            call.params["prompt_cache_key"] = CACHE_KEY_PREFIX + (call.decided.prefix_key or prefix_key(call))
-            call.decided.changes.append("prompt_cache_key")
+            _set_parameter(call, "prompt_cache_key", CACHE_KEY_PREFIX + (call.decided.prefix_key or prefix_key(call)))
         if policy.cache_ttl == ANTHROPIC_LONG_TTL and "prompt_cache_retention" not in call.params:
-            call.params["prompt_cache_retention"] = OPENAI_EXTENDED_RETENTION  # in-memory lasts minutes, at most 1h
-            call.decided.changes.append("prompt_cache_retention")
+            _set_parameter(call, "prompt_cache_retention", OPENAI_EXTENDED_RETENTION)  # in-memory lasts minutes
         if supports_openai_breakpoints(call.model):
             _place_breakpoints(call, adapter, {"mode": "explicit"}, min_tokens=0)
         return
@@ -79,6 +78,22 @@ def place_cache_hints(call: Call, policy: Policy, adapter: Adapter) -> None:
     if policy.cache_ttl is not None:
         marker["ttl"] = policy.cache_ttl
     _place_breakpoints(call, adapter, marker, min_tokens=anthropic_min_tokens(call.model))
+
+
+def _set_parameter(call: Call, name: str, value: Any) -> None:
+    """Send `value` as the request's `name`, a parameter of the provider's own API: named where the
+    client's method takes it; else in `extra_body`, which the client merges into the body (a release
+    that predates the parameter), unless the caller's `extra_body` sets it; else left out, the span's
+    changes saying which and why."""
+    takes, extra = call.takes, call.params.get(_EXTRA_BODY)
+    if takes is None or name in takes:
+        call.params[name] = value
+        call.decided.changes.append(name)
+    elif _EXTRA_BODY not in takes:
+        call.decided.changes.append(f"{name}:left_out:the client's method takes neither it nor extra_body")
+    elif extra is None or (isinstance(extra, dict) and name not in extra):
+        call.params[_EXTRA_BODY] = {**(extra or {}), name: value}
+        call.decided.changes.append(f"{name}:extra_body")
 
 
 def _place_breakpoints(call: Call, adapter: Adapter, marker: dict[str, Any], min_tokens: int) -> None:

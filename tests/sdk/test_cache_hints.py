@@ -231,3 +231,40 @@ def test_the_tail_note_is_never_marked_the_last_turns_mark_sits_on_the_block_bef
     assert [is_note(block) for block in first] == [False, True, True]  # the text, the conversation's note, the tail note
     assert "Request ID" in first[1]["text"] and "cache_control" in first[1]  # the first turn's note stays markable
     assert "Current time" in first[2]["text"] and "cache_control" not in first[2]
+
+
+async def test_a_one_hour_ttl_reaches_openai_as_prompt_cache_retention_named_or_in_extra_body_as_the_client_takes_it(simulator, openai_client):
+    wrapped = sdk.wrap(openai_client, provider="openai", policy=sdk.Policy(cache_ttl="1h"))
+    await resolve(wrapped.chat.completions.create(model="m", messages=[{"role": "system", "content": LONG_SYSTEM}, {"role": "user", "content": "x"}]))
+    body = simulator.requests[-1].body
+    assert body["prompt_cache_retention"] == "24h" and body["prompt_cache_key"].startswith("kvwise-")
+
+
+_KEY = "prompt_cache_key"
+
+
+@pytest.mark.parametrize(
+    ("takes", "extra_body", "where", "change"),
+    [
+        (None, None, "named", _KEY),
+        (frozenset({"model", "messages", _KEY, "extra_body"}), None, "named", _KEY),
+        (frozenset({"model", "messages", "extra_body"}), None, "extra_body", f"{_KEY}:extra_body"),
+        (frozenset({"model", "messages", "extra_body"}), {"a": 1}, "extra_body", f"{_KEY}:extra_body"),
+        (frozenset({"model", "messages", "extra_body"}), {_KEY: "mine"}, "the caller's", None),
+        (frozenset({"model", "messages"}), None, "nowhere", f"{_KEY}:left_out:the client's method takes neither it nor extra_body"),
+    ],
+    ids=["any", "named", "older_client_extra_body", "merged_with_the_callers", "the_callers_own_in_extra_body", "left_out"],
+)
+def test_a_hint_the_clients_method_does_not_take_goes_in_extra_body_else_is_left_out_and_the_span_says_so(takes, extra_body, where, change):
+    adapter = adapter_for(Api.CHAT)
+    kwargs = {"model": "m", "messages": [{"role": "user", "content": "x"}], **({"extra_body": dict(extra_body)} if extra_body else {})}
+    call = adapter.to_call(kwargs, Provider.OPENAI)
+    call.takes = takes
+    place_cache_hints(call, sdk.Policy(), adapter)
+    out = adapter.to_kwargs(call)
+    named, extra = out.get(_KEY), out.get("extra_body") or {}
+    assert {key: value for key, value in extra.items() if key != _KEY} == {key: value for key, value in (extra_body or {}).items() if key != _KEY}
+    found = {"named": named, "extra_body": extra.get(_KEY), "the caller's": extra.get(_KEY), "nowhere": named or extra.get(_KEY)}[where]
+    assert found == "mine" if where == "the caller's" else (found is None if where == "nowhere" else found.startswith("kvwise-"))
+    assert (_KEY in out) is (where == "named")
+    assert [c for c in call.decided.changes if c.startswith(_KEY)] == ([change] if change else [])

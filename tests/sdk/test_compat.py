@@ -26,10 +26,31 @@ def fresh_release_check():
 
 
 @pytest.mark.usefixtures("fresh_release_check")
-def test_wrap_refuses_a_client_release_it_does_not_know_naming_the_supported_ones(monkeypatch):
-    monkeypatch.setattr(openai, "__version__", "4.0.0")
-    with pytest.raises(compat.UnsupportedClient, match=r"supports openai 3\.x .*the installed openai is 4\.0\.0"):
+@pytest.mark.parametrize("version", ["0.28.1", "1.39.0", "4.0.0"])
+def test_wrap_refuses_a_client_release_outside_the_range_naming_the_range(monkeypatch, version):
+    monkeypatch.setattr(openai, "__version__", version)
+    with pytest.raises(compat.UnsupportedClient, match=rf"supports openai 1\.40 to 3\.x .*the installed openai is {version}: install openai>=1\.40,<4"):
         sdk.wrap(openai.OpenAI(api_key="k"))
+
+
+@pytest.mark.usefixtures("fresh_release_check")
+@pytest.mark.parametrize(("package", "version"), [("openai", "1.40.0"), ("openai", "2.54.0"), ("anthropic", "0.40.0"), ("anthropic", "1.17.0")])
+def test_wrap_takes_every_release_in_the_range_that_has_the_parts_it_relies_on(monkeypatch, package, version):
+    module = {"openai": openai, "anthropic": anthropic}[package]
+    monkeypatch.setattr(module, "__version__", version)
+    client = openai.OpenAI(api_key="k") if package == "openai" else anthropic.Anthropic(api_key="k")
+    assert isinstance(sdk.wrap(client), type(client))
+
+
+@pytest.mark.usefixtures("fresh_release_check")
+async def test_a_release_whose_request_options_have_no_raw_content_field_is_wrapped_and_its_lower_level_posts_are_routed(monkeypatch, simulator, openai_client):
+    fields = {name: field for name, field in openai_models.FinalRequestOptions.model_fields.items() if name != "content"}
+    monkeypatch.setattr(openai_models.FinalRequestOptions, "model_fields", fields)
+    wrapped = sdk.wrap(openai_client)
+    options = openai_models.FinalRequestOptions.construct(method="post", url="/chat/completions", json_data={"model": "m", "messages": USER})
+    answer = await resolve(wrapped.request(openai.types.chat.ChatCompletion, options))
+    assert answer.choices[0].message.content == simulator.reply
+    assert simulator.requests[-1].body["max_completion_tokens"] == sdk.Policy().max_output_tokens
 
 
 @pytest.mark.usefixtures("fresh_release_check")
@@ -54,7 +75,7 @@ def test_wrapping_an_anthropic_client_never_imports_openai():
 
 
 def test_the_release_error_is_a_type_error_as_for_any_unsupported_client():
-    with pytest.raises(TypeError, match="openai 3.x"):
+    with pytest.raises(TypeError, match=r"openai 1\.40 to 3\.x"):
         sdk.wrap(object())
 
 
