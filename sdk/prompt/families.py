@@ -8,9 +8,11 @@ path, a port, a counter, a user's name): only calls can tell, so each wrapped cl
 prompt family, the candidate bytes and the lines of the family's last call (as hashes: no id, token
 or prompt text is kept).
 
-How a family is found: by the *outline* of its stable texts (`family_outline`), the first and the
-last line of each system text and every tool description, each masked (`mask_volatile`), so that a
-line that changes between them keeps the call in its family. Within a family:
+How a family is found: by the model and the *outline* of its stable texts (`family_outline`), the
+first and the last line of each system text and every tool description, each masked
+(`mask_volatile`), so that a line that changes between them keeps the call in its family, while two
+prompts of one product that differ in a few lines for two models (a coding agent's prompt for each
+model it drives) are two families, whose lines never teach each other. Within a family:
 - lines (`FamilyMemory.observe_lines`): the call's system lines, masked and hashed, are aligned
   with the last call's (`difflib`), and the lines this call inserted or replaced have changed, from
   then on for good, and move whole, each with its line; a call whose lines differ in more than
@@ -36,12 +38,13 @@ turn. So no decision flips:
 - a value moved on sight that stays the same over an agent run costs the run nothing: it stands
   in the note that ends the first user turn, at the same place on every call of the run;
 - a family not seen for `VOLATILE_FAMILIES` other records is forgotten (LRU), and starts over.
-What is not watched: a call with no candidate at all (it costs nothing), and a line that changes
-as the first or the last line of its text (it names the family).
+What is not watched: a line that changes as the first or the last line of its text (it names the
+family). A call with no candidate at all is watched all the same: its run-time lines (a listing, a
+working directory, a `git status` block) look like nothing, and are learnt as any other line.
 
-The memory is bounded, locked (concurrent calls of one client are safe), and costs, per call that
-has candidates, the hashes of the masked texts and their lines (remembered per text) and two
-records' update.
+The memory is bounded, locked (concurrent calls of one client are safe), and costs, per call with a
+system prompt, the hashes of the masked texts and their lines (remembered per text) and one record's
+update (two where the call has candidates).
 """
 
 from __future__ import annotations
@@ -113,14 +116,14 @@ def line_hashes(masked: str) -> tuple[int, ...]:
     return tuple(value_hash(line) for line in masked.split("\n"))
 
 
-def family_outline(masked_system: Sequence[str], masked_tools: Sequence[str]) -> bytes:
-    """What finds a call's family (see the module): the first and the last non-blank line of each
-    masked system text, and the masked tool descriptions whole."""
+def family_outline(masked_system: Sequence[str], masked_tools: Sequence[str], model: str = "") -> bytes:
+    """What finds a call's family (see the module): the model, the first and the last non-blank line
+    of each masked system text, and the masked tool descriptions whole."""
     ends: list[str] = []
     for text in masked_system:
         lines = [line for line in text.split("\n") if line.strip()] or [""]
         ends += [lines[0], lines[-1]]
-    return family_key(["\x01outline", *ends, "\x01tools", *masked_tools])
+    return family_key(["\x01outline", model, *ends, "\x01tools", *masked_tools])
 
 
 def value_hash(text: str) -> int:
@@ -170,9 +173,15 @@ class FamilyMemory:
         return Changes(record.changed, record.within)
 
     def observe_lines(
-        self, masked_system: Sequence[str], masked_tools: Sequence[str], conversation: bytes, turns: int = 1
+        self,
+        masked_system: Sequence[str],
+        masked_tools: Sequence[str],
+        conversation: bytes,
+        turns: int = 1,
+        model: str = "",
     ) -> tuple[list[dict[int, bool]], bytes]:
-        """Record this call's system lines (the masked texts', hashed) for its family (`family_outline`);
+        """Record this call's system lines (the masked texts', hashed) for its family (`family_outline`
+        of them and the `model`);
         return, per system text, its lines that have changed between two calls of the family (they
         move, whole), each with whether it changed within a conversation (to the tail note), this
         call included; and the key of the family's candidates (`family_key` of the masked texts
@@ -181,7 +190,7 @@ class FamilyMemory:
         update = functools.partial(
             next_lines_record, lines=tuple(h for text in hashes for h in text), conversation=conversation, turns=turns
         )
-        record = self._store.update_family(family_outline(masked_system, masked_tools), update)
+        record = self._store.update_family(family_outline(masked_system, masked_tools, model), update)
         moving: list[dict[int, bool]] = []
         stable: list[str] = []
         position = 0

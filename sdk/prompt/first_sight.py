@@ -5,7 +5,9 @@ sees a second call of its prompt family, so a memory of what changed (`sdk.promp
 it anything. Values whose shape says "this request" with high confidence therefore move on the
 first call that carries them, and the same prompt gets the same decision in every process:
 
-- a UUID, a date with a time of day, an epoch stamp (`VolatileKind.UUID`, `TIMESTAMP`, `EPOCH`);
+- a UUID, a date with a time of day, an epoch stamp (`VolatileKind.UUID`, `TIMESTAMP`, `EPOCH`); a
+  date written out with a time but no seconds ("September 8, 2025, 9:41 Pacific") only where it
+  names now, as a date does: a clock writes its seconds, a person writing a launch does not;
 - a date that names the current day, in any written form: introduced as the current one ("The
   current date is Tuesday, March 17, 2026."), under a heading that names it, or today's by its
   value (`VolatileKind.DATE`, `sdk.prompt.dates`);
@@ -33,7 +35,7 @@ import re
 from collections import Counter
 
 from sdk._constants import VOLATILE_SCAN_CACHE_SIZE
-from sdk.prompt.dates import NOW_LABEL, today
+from sdk.prompt.dates import MONTH, NOW_LABEL, names_now, now_heading, today
 from sdk.prompt.volatile import WHEN, VolatileKind, VolatileMatch, find_volatile
 
 _BY_SHAPE = frozenset({VolatileKind.UUID, VolatileKind.TIMESTAMP, VolatileKind.EPOCH, VolatileKind.DATE})
@@ -53,6 +55,8 @@ _INTRODUCED = re.compile(
     re.IGNORECASE,
 )
 _SENTENCE_END = re.compile(r"[.!?](?:[ \t]|$)")
+_SECONDS = re.compile(r"\d:[0-5]\d:[0-5]\d", re.ASCII)
+_MONTH_NAME = re.compile(MONTH)
 
 
 def moves_on_sight(text: str) -> tuple[bool, ...]:
@@ -69,7 +73,10 @@ def _judge(text: str, now: int) -> tuple[bool, ...]:
     examples = _example_spans(text)
     found = find_volatile(text)
     labels = Counter(_label(match) for match in found if match.kind is VolatileKind.LABELLED_VALUE)
-    return tuple(_by_shape(match, labels) and not _in_example(text, match, examples) for match in found)
+    return tuple(
+        _by_shape(match, labels) and not _in_example(text, match, examples) and not _written_content(text, match, now)
+        for match in found
+    )
 
 
 def _label(match: VolatileMatch) -> str:
@@ -89,6 +96,18 @@ def _by_shape(match: VolatileMatch, labels: Counter[str]) -> bool:
     if NOW_LABEL.fullmatch(match.label) and WHEN.fullmatch(match.value) and labels[label] == 1:
         return True
     return any(inner.kind in _BY_SHAPE for inner in find_volatile(match.value))
+
+
+def _written_content(text: str, match: VolatileMatch, now: int) -> bool:
+    """Whether a date written out with a time of day but no seconds ("September 8, 2025, 9:41
+    Pacific", a launch in a list) is the caller's content: a clock writes its seconds, a person
+    does not, so it moves on sight only where it names now (`sdk.prompt.dates.names_now`)."""
+    if match.kind is not VolatileKind.TIMESTAMP or _SECONDS.search(match.text) or not _MONTH_NAME.search(match.text):
+        return False
+    line_start = text.rfind("\n", 0, match.start) + 1
+    line_end = len(text) if (end := text.find("\n", match.end)) < 0 else end
+    heading = now_heading(text, line_start) is not None
+    return not names_now(text[line_start:line_end], match.start - line_start, match.end - line_start, heading, now)
 
 
 def _example_spans(text: str) -> list[tuple[int, int]]:

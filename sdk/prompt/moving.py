@@ -45,7 +45,7 @@ from sdk.adapters import Adapter, map_text
 from sdk.adapters._base import TEXT_PART_TYPES
 from sdk.call import Api, Call
 from sdk.policy import Policy
-from sdk.prompt.families import FamilyMemory, family_key, value_hash
+from sdk.prompt.families import Changes, FamilyMemory, family_key, value_hash
 from sdk.prompt.first_sight import moves_on_sight
 from sdk.prompt.volatile import VolatileKind, VolatileMatch, cut_volatile, find_volatile, mask_volatile, note_lines
 
@@ -64,8 +64,8 @@ def move_volatile(call: Call, policy: Policy, adapter: Adapter, families: Family
     system_texts, tool_texts = text_leaves(call.system), _descriptions(call.tools, [])
     found = [find_volatile(text) for text in (*system_texts, *tool_texts)]
     candidates = [match for matches in found for match in matches]
-    if not candidates:
-        return
+    if not candidates and (families is None or not any(system_texts)):
+        return  # nothing looks volatile and nothing is watched: a family's lines are watched all the same
     in_system = sum(len(matches) for matches in found[: len(system_texts)])
     first = first_user_turn(call)
     lines: list[dict[int, bool]] = [{} for _ in system_texts]  # per text: the lines that move whole, to the tail?
@@ -75,10 +75,14 @@ def move_volatile(call: Call, policy: Policy, adapter: Adapter, families: Family
         conversation = family_key(text_leaves([call.messages[first]["content"]])) if first is not None else b""
         masked_system = [mask_volatile(text) for text in system_texts]
         lines, key = families.observe_lines(
-            masked_system, [mask_volatile(text) for text in tool_texts], conversation, len(call.messages)
+            masked_system, [mask_volatile(text) for text in tool_texts], conversation, len(call.messages), call.model
         )
-        changes = families.observe(
-            key, tuple(value_hash(match.text) for match in candidates), conversation, len(call.messages)
+        changes = (
+            families.observe(
+                key, tuple(value_hash(match.text) for match in candidates), conversation, len(call.messages)
+            )
+            if candidates
+            else Changes((), ())
         )
         on_sight = [sure for text in system_texts for sure in moves_on_sight(text)]
         moves = tuple(sure or changed for sure, changed in zip(on_sight, changes.changed))
