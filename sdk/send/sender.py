@@ -8,17 +8,16 @@ where the caller set no `max_retries`); once `post` returned, the request is nev
 was accepted). kvwise sends it once more only after a refusal of something it added, as the caller
 wrote it (`sdk.send.attempts`, `sdk.send.refusals`). One CLIENT span covers the sends, its
 `kvwise.attempts` the requests made as far as the client tells (`_attempts`); a stream comes back
-watched, and a raw response comes back as the client's own object, unread: kvwise's bookkeeping
-runs when the caller parses it (`sdk.send.raw_answer`), and a streamed one's `.parse()` gives the
-watched stream. Before the first send a limit kvwise filled in is fitted to the
-model's context where kvwise was told it (`sdk.decode.limits.fit_to_context`). All of that is
-written once, in `Sender._sending`, which does no I/O: `post` and `apost` run it with the sync and
-the async driver of `sdk.send.drive`.
+watched, and a raw response comes back as the client's own object, unread (a streamed one's stream
+not yet built): kvwise's bookkeeping runs when the caller parses it (`sdk.send.raw_answer`), and a
+streamed one's `.parse()` gives the watched stream. Before the first send a limit kvwise filled
+in is fitted to the model's context where kvwise was told it (`sdk.decode.limits.fit_to_context`).
+All of that is written once, in `Sender._sending`, which does no I/O: `post` and `apost` run it
+with the sync and the async driver of `sdk.send.drive`.
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -74,7 +73,7 @@ class Sender:
         """The call's span and end, and the fan-out leader it must wait for (None: none)."""
         if post_kwargs.get("stream") and not self.call.stream:
             self.call.params["stream"] = True  # a stream helper says so only to `post`
-        record = self.parts.telemetry.start(self.call, self.server)
+        record = self.parts.telemetry.start(self.call, self.server, client_tracing.switched_off(self.client))
         fanout = self.parts.fanout
         if fanout is None or self.fanout_key is None:
             return Lifecycle(record, self.listeners), None
@@ -138,24 +137,19 @@ class Sender:
             raise
         if raw or counted or self.call.stream:  # else the answer keeps no trace of the client's retries
             _attempts(record, made[0], result, post_kwargs)
-        if raw and not self.call.stream:  # the caller reads the body when it chooses: the bookkeeping then
-            raw_answer.defer(result, partial(self._read, lifecycle), partial(_unread, lifecycle))
+        if raw:  # the caller reads the body when it chooses (a stream too): the bookkeeping then
+            read = partial(self._watch, lifecycle, asynchronous) if self.call.stream else partial(self._read, lifecycle)
+            raw_answer.defer(result, read, partial(_unread, lifecycle))
             return result
         try:
-            parsed = (yield Io(_parsed, _aparsed, (result,))) if raw or counted else result
+            parsed = (yield Io(_parsed, _aparsed, (result,))) if counted else result
         except Exception as error:  # a body that is not JSON: the caller's own `.parse()` raises it, as the bare one's
             self._failed(lifecycle, error)
             if counted:  # where the client's `post` raises it
                 raise
             return result
         if self.call.stream:
-            # on a stream's first call: a plain call never loads the watcher's modules
-            from sdk.send.stream_watch import StreamWatch, watch_async, watch_sync
-
-            parts = self.parts
-            watch = StreamWatch(adapter_for(self.call.api), self.call, parts.policy, lifecycle, parts.connection_error)
-            watched = (watch_async if asynchronous else watch_sync)(parsed, watch)
-            return self._raw_with(result, watched) if raw else watched
+            return self._watch(lifecycle, asynchronous, parsed, None)
         finish(self.call, self.kind, parsed, lifecycle)
         return parsed if counted else result
 
@@ -170,18 +164,27 @@ class Sender:
             return ContextLimit(tokens)
         return self.parts.refusals.context(self.client, self.call.model)
 
-    def _read(self, lifecycle: Lifecycle[CallRecord], parsed: Any, error: Exception | None) -> None:
+    def _read(self, lifecycle: Lifecycle[CallRecord], parsed: Any, error: Exception | None) -> Any:
         """The caller parsed a raw response into `parsed`, or its parse raised `error` (a body that is
-        not JSON): the call ends as a plain one would have."""
+        not JSON): the call ends as a plain one would have. The caller gets `parsed`."""
         if error is not None:
             self._failed(lifecycle, error)
         else:
             finish(self.call, self.kind, parsed, lifecycle)
+        return parsed
 
-    @staticmethod
-    def _raw_with(raw: Any, watched: Any) -> Any:
-        compat.cache_parsed(raw, watched)
-        return raw
+    def _watch(self, lifecycle: Lifecycle[CallRecord], asynchronous: bool, stream: Any, error: Exception | None) -> Any:
+        """The client's `stream` (from `post`, or the caller's parse of a raw response, which raised
+        `error`), watched by kvwise: what the caller gets."""
+        if error is not None:
+            self._failed(lifecycle, error)
+            return stream
+        # on a stream's first call: a plain call never loads the watcher's modules
+        from sdk.send.stream_watch import StreamWatch, watch_async, watch_sync
+
+        parts = self.parts
+        watch = StreamWatch(adapter_for(self.call.api), self.call, parts.policy, lifecycle, parts.connection_error)
+        return (watch_async if asynchronous else watch_sync)(stream, watch)
 
     @staticmethod
     def _failed(lifecycle: Lifecycle[CallRecord], error: BaseException) -> None:
@@ -227,15 +230,14 @@ def _note_wait(record: CallRecord, waited: Waited) -> None:
         span.set_attribute(sc.KVWISE_FANOUT_LEADER_SPAN_ID, waited.leader_span_id)
 
 
-def _parsed(raw: Any) -> Any:
-    """A sync raw response's `parse()`."""
-    return raw.parse()
+def _parsed(response: Any) -> Any:
+    """The answer of the client's response wrapper (`sdk.compat.counting_cast_to`), sync."""
+    return response.parse()
 
 
-async def _aparsed(raw: Any) -> Any:
-    """`raw.parse()`: a coroutine on the async clients' raw responses, a value on openai's legacy one."""
-    parsed = raw.parse()
-    return await parsed if inspect.isawaitable(parsed) else parsed
+async def _aparsed(response: Any) -> Any:
+    """The answer of the client's async response wrapper (`sdk.compat.counting_cast_to`)."""
+    return await response.parse()
 
 
 def finish(call: Call, kind: Kind, response: Any, lifecycle: Lifecycle[CallRecord]) -> None:

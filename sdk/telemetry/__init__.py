@@ -14,6 +14,7 @@ app's own providers (or the ones passed in) receive everything. Modules: `semcon
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from importlib import metadata
 from time import time_ns
@@ -60,7 +61,11 @@ class Telemetry:
     """Where the calls of one wrapped client record their spans, metrics and (opt-in) content events.
 
     `None` providers mean the global ones, looked up through OpenTelemetry's proxies, so a provider
-    the app installs after `sdk.wrap` still receives everything. The content-capture mode is read
+    the app installs after `sdk.wrap` still receives everything. With no tracer provider given,
+    kvwise's spans follow the wrapped client's own switch: a client whose own tracing is off
+    (`client_tracing.switched_off`) gets no span of kvwise's either, and nothing of OpenTelemetry's
+    tracing API is called for it (the tracer is looked up at the first call that records); a provider
+    given to `sdk.wrap` is kvwise's own, and records every call. The content-capture mode is read
     once, here: `Policy.capture_content`, else `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`.
     An invalid `Policy.prices` raises `ValueError` here; nothing else does.
     """
@@ -76,12 +81,11 @@ class Telemetry:
         self.policy = policy
         prices = PriceTable.load(policy.prices)
         capture = capture_mode(policy.capture_content)
-        version = _version()
-        tracer: trace.Tracer = trace.NoOpTracer()
+        self._version = version = _version()
+        self._tracer_provider = tracer_provider
         instruments: Instruments | None = None
         event_logger: _logs.Logger | None = None
         try:
-            tracer = trace.get_tracer(sc.INSTRUMENTATION_SCOPE, version, tracer_provider)
             instruments = Instruments(get_meter(sc.INSTRUMENTATION_SCOPE, version or "", meter_provider))
             if capture.on_event:
                 event_logger = _logs.get_logger(
@@ -90,12 +94,19 @@ class Telemetry:
         except Exception:
             logger.debug("kvwise telemetry: a provider failed; recording what is left", exc_info=True)
         self._shapes: dict[tuple[object, ...], Shape] = {}
-        self.sinks = Sinks(
-            tracer=tracer, instruments=instruments, prices=prices, capture=capture, event_logger=event_logger
+        self._untraced = Sinks(
+            tracer=trace.NoOpTracer(),
+            instruments=instruments,
+            prices=prices,
+            capture=capture,
+            event_logger=event_logger,
         )
+        self._traced: Sinks | None = None
 
-    def start(self, call: Call, server: Server) -> CallRecord:
-        """Open the call's CLIENT span, named `"{operation} {model}"`, with everything known before sending."""
+    def start(self, call: Call, server: Server, client_tracing_off: bool = False) -> CallRecord:
+        """Open the call's CLIENT span, named `"{operation} {model}"`, with everything known before sending;
+        none where the wrapped client's own tracing is off (`client_tracing_off`) and kvwise was given
+        no tracer provider (its metrics are still recorded)."""
         start_ns = time_ns()
         try:
             name, shape, metric_attributes = self._shape(call, server)
@@ -106,12 +117,26 @@ class Telemetry:
         except Exception:
             logger.debug("kvwise telemetry: could not describe the call; it goes unrecorded", exc_info=True)
             return CallRecord(None, call, None, {}, start_ns)
+        if client_tracing_off and self._tracer_provider is None:
+            return CallRecord(self._untraced, call, None, metric_attributes, start_ns, attributes)
+        sinks = self._sinks()
         try:
-            span = self.sinks.tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attributes, start_time=start_ns)
+            span = sinks.tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attributes, start_time=start_ns)
         except Exception:
             logger.debug("kvwise telemetry: the tracer failed; this call gets metrics only", exc_info=True)
             span = None
-        return CallRecord(self.sinks, call, span, metric_attributes, start_ns, attributes)
+        return CallRecord(sinks, call, span, metric_attributes, start_ns, attributes)
+
+    def _sinks(self) -> Sinks:
+        """The sinks of a call that records a span: the tracer looked up at the first such call."""
+        if self._traced is None:
+            try:
+                tracer = trace.get_tracer(sc.INSTRUMENTATION_SCOPE, self._version, self._tracer_provider)
+            except Exception:
+                logger.debug("kvwise telemetry: the tracer provider failed; calls get metrics only", exc_info=True)
+                tracer = self._untraced.tracer
+            self._traced = dataclasses.replace(self._untraced, tracer=tracer)
+        return self._traced
 
     def _shape(self, call: Call, server: Server) -> Shape:
         """What every call of this model, provider, stream flag and server shares, built once (read-only)."""

@@ -15,6 +15,10 @@ sends start no span of the client's (`sdk.compat.send_options`: it has none that
 carry, in its place, the trace headers the bare client would have sent, with kvwise's span as
 their parent: none where the bare client sends none (its tracing or propagation off, or no trace
 in progress to continue).
+
+Where the client's own tracing is switched off, kvwise records no span of its own for it either,
+unless `sdk.wrap` was given a tracer provider (`sdk.telemetry.Telemetry`): the app said no traces
+for this client, and it calls nothing of OpenTelemetry's tracing API, wrapped as bare.
 """
 
 from __future__ import annotations
@@ -31,6 +35,19 @@ logger = logging.getLogger(__name__)
 _NO_TRACER = (NoOpTracerProvider, ProxyTracerProvider)
 """Providers whose tracers record nothing (the proxy is what the global provider is until an app
 sets one): a span they start only carries on the context it starts in."""
+
+
+def switched_off(client: Any) -> bool:
+    """Whether `client`'s own tracing is switched off: anthropic's resolved `open_telemetry` option
+    says its traces are disabled (the client was given `False`, or `traces` off, or was built with no
+    option while `ANTHROPIC_OPEN_TELEMETRY=false`). A client with no tracing of its own (openai's),
+    or an option that cannot be read, is not switched off. Never raises."""
+    try:
+        options = getattr(client, "open_telemetry", None)
+        return isinstance(options, Mapping) and options["traces"]["enabled"] is False
+    except Exception:
+        logger.debug("kvwise telemetry: could not read the client's tracing switch", exc_info=True)
+        return False
 
 
 def trace_headers(client: Any, span: Span | None) -> dict[str, str] | None:

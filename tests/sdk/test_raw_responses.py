@@ -10,26 +10,28 @@ HTTP against the provider simulator.
 
 from __future__ import annotations
 
+import gc
 import json
 from contextlib import AsyncExitStack, ExitStack
 from typing import Any
 
+import anthropic
 import pytest
 
 import sdk
 from sdk.telemetry import semconv as sc
-from tests.sdk.helpers import resolve
+from tests.sdk.helpers import collect, resolve
 from tests.sdk.test_telemetry_spans import Otel, otel  # noqa: F401
 
 USER = [{"role": "user", "content": "hi"}]
 CLAUDE = "claude-sonnet-4-6"
 
 
-def _create(client: Any, provider: str, form: str) -> Any:
+def _create(client: Any, provider: str, form: str, **kwargs: Any) -> Any:
     """The provider's model call in the raw form `form`."""
     if provider == "openai":
-        return getattr(client.chat.completions, form).create(model="m", messages=USER)
-    return getattr(client.messages, form).create(model=CLAUDE, max_tokens=64, messages=USER)
+        return getattr(client.chat.completions, form).create(model="m", messages=USER, **kwargs)
+    return getattr(client.messages, form).create(model=CLAUDE, max_tokens=64, messages=USER, **kwargs)
 
 
 async def _streaming(client: Any, provider: str, read: Any) -> tuple[bool, Any]:
@@ -129,3 +131,42 @@ async def test_a_raw_response_parsed_at_once_records_its_answer(client, provider
     parsed = await resolve((await resolve(_create(wrapped, provider, "with_raw_response"))).parse())  # raw then gone
     [span] = otel.spans()
     assert (span.attributes or {})[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == _output_tokens(parsed) > 0
+
+
+def _text(provider: str, events: list[Any]) -> str:
+    """The answer's text, from a stream's events."""
+    if provider == "openai":
+        return "".join(event.choices[0].delta.content or "" for event in events if event.choices)
+    return "".join(event.delta.text for event in events if event.type == "content_block_delta")
+
+
+async def test_a_streamed_raw_response_builds_its_stream_when_the_caller_parses_it(client, provider, otel, simulator):
+    bare = await resolve(_create(client, provider, "with_raw_response", stream=True))
+    wrapped = sdk.wrap(client, tracer_provider=otel.tracer_provider)
+    raw = await resolve(_create(wrapped, provider, "with_raw_response", stream=True))
+    assert type(raw) is type(bare)
+    assert raw._parsed_by_type == bare._parsed_by_type == {}  # no stream built yet, as bare
+    assert otel.spans() == ()
+    stream = await resolve(raw.parse())
+    assert isinstance(stream, type(bare_stream := await resolve(bare.parse())))
+    assert await resolve(raw.parse()) is stream  # the client's own cache gives the same stream, as bare
+    assert _text(provider, await collect(stream)) == _text(provider, await collect(bare_stream)) == simulator.reply
+    [span] = [span for span in otel.spans() if span.parent is None]  # kvwise watched the stream the caller read
+    assert (span.attributes or {})[sc.GEN_AI_USAGE_OUTPUT_TOKENS] > 0
+    assert (span.attributes or {})[sc.KVWISE_STREAM_CHUNKS] > 0
+
+
+async def test_a_streamed_raw_response_dropped_unparsed_ends_the_clients_own_span_as_bare(simulator, mode, otel):
+    """anthropic's own span of a streamed raw response ends when the caller drops it unread: wrapped, no
+    stream of kvwise's keeps it alive (kvwise, given no provider, records nothing: none is global)."""
+    cls = anthropic.Anthropic if mode == "sync" else anthropic.AsyncAnthropic
+    for make in (lambda client: client, sdk.wrap):
+        otel.spans_exporter.clear()
+        client = make(cls(base_url=simulator.anthropic_base_url, api_key="test-key",
+                          open_telemetry={"tracer_provider": otel.tracer_provider}))  # fmt: skip
+        raw = await resolve(_create(client, "anthropic", "with_raw_response", stream=True))
+        assert otel.spans() == ()  # the body is not read: the call is not over
+        del raw
+        gc.collect()
+        [span] = otel.spans()
+        assert span.name == "anthropic.messages.create" and sc.ERROR_TYPE not in (span.attributes or {})

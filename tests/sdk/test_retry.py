@@ -15,6 +15,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import anthropic
+import httpx2
 import openai
 import pytest
 from openai.types.chat import ChatCompletion
@@ -181,6 +182,40 @@ async def test_anthropics_middleware_sees_each_attempt_as_it_does_bare(simulator
     ]
     answers = [await resolve(_call(wrapped, "anthropic")) for wrapped in (client([]), sdk.wrap(client([])))]
     assert type(answers[0]) is type(answers[1]) is anthropic.types.Message
+
+
+async def test_a_stream_that_anthropics_middleware_made_from_bytes_reads_as_it_does_bare(simulator, mode, otel):
+    """A middleware may answer with a response it built itself (a replay, a cache): its HTTP response
+    has no request (httpx raises on asking), so no retry count; the caller reads the stream as bare."""
+
+    def client() -> Any:
+        made: Any = None
+
+        def answer(request: Any, body: bytes) -> Any:
+            cls = anthropic.APIResponse if mode == "sync" else anthropic.AsyncAPIResponse
+            raw = httpx2.Response(200, content=body, headers={"content-type": "text/event-stream"})
+            return cls(raw=raw, cast_to=request.cast_to, client=made, stream=True,
+                       stream_cls=request.stream_cls, options=request.options)  # fmt: skip
+
+        if mode == "sync":
+
+            def middleware(request: Any, call_next: Any) -> Any:
+                return answer(request, call_next(request).http_response.read())
+        else:
+
+            async def middleware(request: Any, call_next: Any) -> Any:
+                return answer(request, await (await call_next(request)).http_response.aread())
+
+        made = _client(simulator, "anthropic", mode, middleware=[middleware])
+        return made
+
+    texts = []
+    for make in (lambda bare: bare, lambda bare: sdk.wrap(bare, tracer_provider=otel.tracer_provider)):
+        events = await collect(await resolve(_call(make(client()), "anthropic", stream=True)))
+        texts.append("".join(event.delta.text for event in events if event.type == "content_block_delta"))
+    assert texts[0] == texts[1] == simulator.reply
+    [span] = [span for span in otel.spans() if span.parent is None]
+    assert (span.attributes or {})[sc.KVWISE_ATTEMPTS] == 1 and sc.ERROR_TYPE not in (span.attributes or {})
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])

@@ -240,3 +240,58 @@ async def test_a_wrapped_anthropic_client_sends_the_trace_headers_the_bare_one_s
             f"{app_span.get_span_context().span_id:016x}",
         )
         assert root.parent is not None and root.parent.span_id == app_span.get_span_context().span_id
+
+
+TRACING_API = ("get_tracer_provider", "get_tracer", "get_current_span", "use_span", "set_span_in_context")
+"""OpenTelemetry's tracing entry points: what a client whose tracing is off calls none of, bare."""
+
+
+@pytest.mark.parametrize("switch", ["open_telemetry=False", "ANTHROPIC_OPEN_TELEMETRY=false"])
+async def test_a_client_whose_own_tracing_is_off_is_traced_by_kvwise_no_more_than_bare(
+    simulator: Any, mode: str, switch: str, global_spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The app said no traces for this client: kvwise, given no provider of its own, records none for it
+    either (the global provider sees nothing) and calls nothing of the tracing API, wrapped as bare."""
+    options: dict[str, Any] = {}
+    if switch.startswith("ANTHROPIC"):
+        monkeypatch.setenv("ANTHROPIC_OPEN_TELEMETRY", "false")  # read when the client is built
+    else:
+        options["open_telemetry"] = False
+    called: dict[str, list[str]] = {}
+    for bare in (True, False):
+        seen = called.setdefault("bare" if bare else "wrapped", [])
+        with monkeypatch.context() as patched:
+            for name in TRACING_API:
+                original = getattr(trace, name)
+                patched.setattr(trace, name, lambda *a, _f=original, _n=name, _s=seen, **k: _s.append(_n) or _f(*a, **k))
+            client = _client(simulator, mode, "anthropic", **options)
+            client = client if bare else sdk.wrap(client)
+            for name in ("messages", "messages, streamed", "messages.stream helper"):
+                await _run(name, client)
+    assert called == {"bare": [], "wrapped": []}
+    assert global_spans.get_finished_spans() == ()
+    assert len(simulator.requests) == 6 and not any("traceparent" in sent.headers for sent in simulator.requests)
+
+
+async def test_a_client_whose_own_tracing_is_on_is_traced_by_kvwise_under_the_global_provider(
+    simulator: Any, mode: str, global_spans: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The counterpart: the same client with its tracing on, and an openai client (no tracing of its own)."""
+    monkeypatch.setenv("ANTHROPIC_OPEN_TELEMETRY", "true")
+    await _run("messages", sdk.wrap(_client(simulator, mode, "anthropic")))
+    await _run("chat, streamed", sdk.wrap(_client(simulator, mode, "openai")))
+    names = sorted(span.name for span in global_spans.get_finished_spans() if span.kind is SpanKind.CLIENT)
+    assert names == ["anthropic.messages.create", f"chat {CLAUDE}", "chat gpt-4o-mini"]
+
+
+async def test_a_tracer_provider_given_to_wrap_records_the_calls_of_a_client_whose_tracing_is_off(
+    simulator: Any, mode: str, otel: Otel
+) -> None:
+    """kvwise's own provider, named by the app: kvwise's span alone (the client's are off), and the
+    headers the bare client sends (no trace context)."""
+    client = _client(simulator, mode, "anthropic", open_telemetry=False)
+    await _run("messages", client)
+    await _run("messages, streamed", sdk.wrap(client, tracer_provider=otel.tracer_provider))
+    assert [span.name for span in otel.spans() if span.kind is SpanKind.CLIENT] == [f"chat {CLAUDE}"]
+    bare, wrapped = (sent.headers for sent in simulator.requests)
+    assert set(wrapped) == set(bare) and "traceparent" not in wrapped
