@@ -24,6 +24,7 @@ VOLATILE_MIN_DISTINCT_CHARS = 6  # a nonce has this many distinct characters ("0
 VOLATILE_SCAN_CACHE_SIZE = 256  # texts whose scan is remembered: a stable system prompt is scanned once
 VOLATILE_LINE_CACHE_SIZE = 4096  # lines whose scan is remembered: a prompt with one new line rescans that line
 VOLATILE_FAMILIES = 256  # prompt families whose candidate bytes a wrapped client remembers (LRU)
+FAMILY_ID_HEX_CHARS = 16  # a prompt family's id on the span: its outline hash, this many hex characters
 VOLATILE_LINES_TAUGHT_SHARE = 0.5  # a call whose lines differ from its family's last call's in more than this share
 VOLATILE_LINES_TAUGHT_MIN = 2  # and more than this many lines is another prompt of the same outline: it teaches nothing
 VOLATILE_MAX_ASCENDING_RUN = 4  # a nonce has no longer run of consecutive code points ("0123456789abcdef")

@@ -61,7 +61,8 @@ class Decisions:
     `state_degraded`: why the shared state store failed this call (`sdk.memory.redis_store`), which
     then went on with in-process memories. `expected_read` the tokens its provider should read from
     the cache (`sdk.cache.expected_reads`), and `read_miss`, once it answered, how many it missed and
-    why (None: no miss).
+    why (None: no miss). `family` is the id of the call's prompt family and `stable_kept` the share of
+    its system prompt's stable bytes kept from the family's previous call (`sdk.prompt.families`).
     """
 
     changes: list[str] = field(default_factory=list)
@@ -74,6 +75,8 @@ class Decisions:
     state_degraded: str | None = None
     expected_read: Expectation | None = None
     read_miss: Miss | None = None
+    family: str | None = None
+    stable_kept: float | None = None
 
 
 @dataclass(slots=True)

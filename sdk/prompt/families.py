@@ -56,6 +56,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sdk._constants import (
+    FAMILY_ID_HEX_CHARS,
     VOLATILE_FAMILIES,
     VOLATILE_LINES_TAUGHT_MIN,
     VOLATILE_LINES_TAUGHT_SHARE,
@@ -91,7 +92,7 @@ def next_lines_record(
 ) -> FamilyRecord:
     """The family's line record after a call with these `lines` (hashes): each line aligned with the
     last call's keeps its flags, and an inserted or replaced one has changed (see the module)."""
-    if last is None:
+    if last is None or not last.values:  # a new family (or one only looked at: `FamilyMemory.changing_lines`)
         return FamilyRecord(lines, (False,) * len(lines), (False,) * len(lines), conversation, turns)
     if last.values == lines:  # the same lines: nothing to align
         return FamilyRecord(lines, last.changed, last.within, conversation, turns)
@@ -107,6 +108,54 @@ def next_lines_record(
         for line, was_within in differ:
             changed[line], within[line] = True, was_within or same
     return FamilyRecord(lines, tuple(changed), tuple(within), conversation, turns)
+
+
+@dataclass(frozen=True, slots=True)
+class SeenLines:
+    """What the line memory says of one call (`FamilyMemory.observe_lines`): per system text, its lines
+    that have changed between two calls of the family (they move, whole), each with whether it
+    changed within a conversation (to the tail note), this call included; the key of the family's
+    candidates (`family_key` of the masked texts without those lines); the family's id (its
+    outline's hash, for the span); and the share of the system prompt's stable bytes (its lines
+    that do not move) this call keeps from the family's previous call, as lines tell it (None on the
+    family's first call)."""
+
+    moving: list[dict[int, bool]]
+    key: bytes
+    family: str
+    kept: float | None
+
+
+def stable_kept(previous: FamilyRecord | None, record: FamilyRecord, lengths: Sequence[int]) -> float | None:
+    """The share of this call's stable bytes (the lines `record` does not move; `lengths`: each
+    line's, its newline included) sent, from the start, as the family's `previous` call sent them:
+    the prefix this call keeps of the last one's. It ends at the first line that differs and stays,
+    or that moves now where the previous call sent it in place (the call that learns a line misses
+    from it on, as the bare client's does)."""
+    if previous is None or not previous.values:
+        return None
+    total = sum(size for size, changed in zip(lengths, record.changed) if not changed)
+    if not total:
+        return 1.0
+    kept = 0
+    matcher = difflib.SequenceMatcher(None, previous.values, record.values, False)
+    for tag, old, old_end, new, new_end in matcher.get_opcodes():
+        if tag == "equal":
+            for before, line in zip(range(old, old_end), range(new, new_end)):
+                if record.changed[line] and not previous.changed[before]:
+                    return kept / total
+                kept += 0 if record.changed[line] else lengths[line]
+        elif not all(previous.changed[old:old_end]) or not all(record.changed[new:new_end]):
+            return kept / total  # a line that stays differs, or one that moves now was sent in place
+    return kept / total
+
+
+@functools.lru_cache(maxsize=VOLATILE_SCAN_CACHE_SIZE)
+def line_lengths(masked: str) -> tuple[int, ...]:
+    """The length of each line of a masked text, its newline included (a text's last has none),
+    remembered per text as its hashes are."""
+    lines = masked.split("\n")
+    return tuple(len(line) + 1 for line in lines[:-1]) + (len(lines[-1]),)
 
 
 @functools.lru_cache(maxsize=VOLATILE_SCAN_CACHE_SIZE)
@@ -179,18 +228,19 @@ class FamilyMemory:
         conversation: bytes,
         turns: int = 1,
         model: str = "",
-    ) -> tuple[list[dict[int, bool]], bytes]:
+    ) -> SeenLines:
         """Record this call's system lines (the masked texts', hashed) for its family (`family_outline`
-        of them and the `model`);
-        return, per system text, its lines that have changed between two calls of the family (they
-        move, whole), each with whether it changed within a conversation (to the tail note), this
-        call included; and the key of the family's candidates (`family_key` of the masked texts
-        without those lines)."""
+        of them and the `model`); return what `SeenLines` holds."""
         hashes = [line_hashes(text) for text in masked_system]
-        update = functools.partial(
-            next_lines_record, lines=tuple(h for text in hashes for h in text), conversation=conversation, turns=turns
-        )
-        record = self._store.update_family(family_outline(masked_system, masked_tools, model), update)
+        lines = tuple(h for text in hashes for h in text)
+        last: list[FamilyRecord | None] = []
+
+        def update(record: FamilyRecord | None) -> FamilyRecord:
+            last.append(record)
+            return next_lines_record(record, lines, conversation, turns)
+
+        outline = family_outline(masked_system, masked_tools, model)
+        record = self._store.update_family(outline, update)
         moving: list[dict[int, bool]] = []
         stable: list[str] = []
         position = 0
@@ -200,7 +250,29 @@ class FamilyMemory:
             moving.append({index: within for index, (changed, within) in enumerate(flags) if changed})
             stable.append("\n".join(line for index, line in enumerate(text.split("\n")) if index not in moving[-1]))
             position = end
-        return moving, family_key([*stable, *masked_tools])
+        lengths = [size for text in masked_system for size in line_lengths(text)]
+        kept = stable_kept(last[-1] if last else None, record, lengths)
+        return SeenLines(moving, family_key([*stable, *masked_tools]), outline.hex()[:FAMILY_ID_HEX_CHARS], kept)
+
+    def changing_lines(
+        self, masked_system: Sequence[str], masked_tools: Sequence[str], model: str = ""
+    ) -> list[dict[int, bool]]:
+        """Per system text, the lines the family of these texts has shown changing (as `observe_lines`
+        returns them), without recording a call: what `sdk.lint` names."""
+        record = self._store.update_family(family_outline(masked_system, masked_tools, model), _looked_at)
+        found: list[dict[int, bool]] = []
+        position = 0
+        for text in masked_system:
+            end = position + text.count("\n") + 1
+            flags = zip(record.changed[position:end], record.within[position:end])
+            found.append({index: within for index, (changed, within) in enumerate(flags) if changed})
+            position = end
+        return found
 
     def __len__(self) -> int:
         return self._store.held("family")
+
+
+def _looked_at(record: FamilyRecord | None) -> FamilyRecord:
+    """A family's record unchanged, or an empty one where there is none (a look records no call)."""
+    return record if record is not None else FamilyRecord((), (), (), b"", 0)

@@ -9,10 +9,13 @@ from typing import Any
 from sdk.adapters import adapter_for, map_descriptions, map_text
 from sdk.cache.hints import estimate_tokens
 from sdk.cache.provider_facts import min_cacheable_tokens
-from sdk.call import Api, Provider
+from sdk.call import Api, Call, Provider
+from sdk.memory.memories import memories_for
+from sdk.policy import Policy
 from sdk.prompt.canonical import tool_name
-from sdk.prompt.moving import text_leaves
-from sdk.prompt.volatile import find_volatile
+from sdk.prompt.families import FamilyMemory
+from sdk.prompt.moving import first_user_turn, text_leaves
+from sdk.prompt.volatile import find_volatile, mask_volatile
 
 _ADVICE = {
     "system": "keep it out of the system prompt (sdk.wrap moves what changes, with Policy(volatile='move'))",
@@ -23,6 +26,7 @@ _APIS = {"openai": Api.CHAT, "openai_chat": Api.CHAT, "openai_responses": Api.RE
 
 class FindingCode(StrEnum):
     VOLATILE_IN_PREFIX = "volatile_in_prefix"
+    CHANGING_LINE = "changing_line"
     UNSTABLE_TOOL_ORDER = "unstable_tool_order"
     PREFIX_BELOW_MINIMUM = "prefix_below_minimum"
     MISSING_MAX_TOKENS = "missing_max_tokens"
@@ -37,8 +41,15 @@ class Finding:
     message: str
 
 
-def lint(call_kwargs: dict[str, Any], provider: str = "openai") -> list[Finding]:
+def lint(
+    call_kwargs: dict[str, Any], provider: str = "openai", *, client: Any = None, state: str | None = None
+) -> list[Finding]:
     """Findings for the native kwargs of one call; `provider` is "openai", "openai_responses" or "anthropic".
+
+    With `client` (the client the call goes through, bare or wrapped) it also reads what wrapped
+    calls learnt in the store `state` names (as `sdk.wrap` does: else $KVWISE_STATE_URL, else the
+    default SQLite file): each system line the prompt's family has shown changing, which breaks the
+    prefix where it stands, and whether `sdk.wrap` can move it (`changing_line`).
 
     >>> [f.code for f in sdk.lint({"model": "m", "messages": [...]}, provider="openai")]
     ['missing_max_tokens']
@@ -60,6 +71,8 @@ def lint(call_kwargs: dict[str, Any], provider: str = "openai") -> list[Finding]
                         f"the prompt cache from here on; {_ADVICE[where]}",
                     )
                 )
+    if client is not None:
+        findings += _changing_lines(call, memories_for(client, Policy(), state).families)
     names = [tool_name(tool) for tool in call.tools]
     if names != sorted(names):
         findings.append(
@@ -89,4 +102,34 @@ def lint(call_kwargs: dict[str, Any], provider: str = "openai") -> list[Finding]
                 f"no {' / '.join(adapter.max_tokens_params)}: decode is the expensive phase, cap it",
             )
         )
+    return findings
+
+
+def _changing_lines(call: Call, families: FamilyMemory) -> list[Finding]:
+    """The system lines `call`'s family has shown changing (`FamilyMemory.changing_lines`)."""
+    texts = text_leaves(call.system)
+    tools = [mask_volatile(text) for text in text_leaves(call.tools, map_descriptions)]
+    movable = first_user_turn(call) is not None
+    findings: list[Finding] = []
+    for index, (text, lines) in enumerate(
+        zip(texts, families.changing_lines([mask_volatile(t) for t in texts], tools, call.model))
+    ):
+        starts = [0]
+        for line in text.split("\n"):
+            starts.append(starts[-1] + len(line.encode()) + 1)
+        for number in sorted(lines):
+            line = text.split("\n")[number]
+            fate = (
+                "sdk.wrap moves it to the context note"
+                if movable
+                else "sdk.wrap cannot move it: the call has no user turn"
+            )
+            findings.append(
+                Finding(
+                    FindingCode.CHANGING_LINE,
+                    f"system[{index}]",
+                    f"line {number + 1} {line.strip()[:80]!r} changed between calls of this prompt family: sent as it "
+                    f"is, it breaks the prefix from byte {starts[number]}; {fate}",
+                )
+            )
     return findings

@@ -74,9 +74,11 @@ def move_volatile(call: Call, policy: Policy, adapter: Adapter, families: Family
     else:
         conversation = family_key(text_leaves([call.messages[first]["content"]])) if first is not None else b""
         masked_system = [mask_volatile(text) for text in system_texts]
-        lines, key = families.observe_lines(
+        seen = families.observe_lines(
             masked_system, [mask_volatile(text) for text in tool_texts], conversation, len(call.messages), call.model
         )
+        lines, key = seen.moving, seen.key
+        call.decided.family, call.decided.stable_kept = seen.family, seen.kept
         changes = (
             families.observe(
                 key, tuple(value_hash(match.text) for match in candidates), conversation, len(call.messages)

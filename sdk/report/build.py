@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sdk._constants import REPORT_TOP_CONVERSATIONS
+from sdk.report.families import FamilyRow, family_lines, family_rows
 from sdk.report.findings import findings
 from sdk.report.misses import MissRow, miss_rows
 from sdk.report.numbers import (
@@ -33,6 +34,7 @@ class Report:
     conversations: tuple[ConversationStats, ...]
     findings: tuple[str, ...]
     misses: tuple[MissRow, ...] = ()
+    families: tuple[FamilyRow, ...] = ()
 
 
 def build(records: Sequence[ReportedCall], top: int = REPORT_TOP_CONVERSATIONS) -> Report:
@@ -49,11 +51,12 @@ def build(records: Sequence[ReportedCall], top: int = REPORT_TOP_CONVERSATIONS) 
         tuple(conversations),
         tuple(findings(conversations, costs, decode, fit, misses)),
         tuple(misses),
+        tuple(family_rows(records)),
     )
 
 
 def summary(report: Report) -> str:
-    """The short text the CLI prints: totals, then the findings."""
+    """The short text the CLI prints: totals, the findings, then per prompt family the stable prefix kept."""
     spend = sum(model.cost.total_usd for model in report.costs)
     saved = sum(model.cost.saved_usd for model in report.costs)
     missed = sum(row.tokens for row in report.misses if row.by_provider)
@@ -62,4 +65,5 @@ def summary(report: Report) -> str:
         f"{missed} cached tokens the provider missed"
     ]
     lines += [f"- {finding}" for finding in report.findings]
+    lines += family_lines(report.families)
     return "\n".join(lines)

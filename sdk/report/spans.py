@@ -60,6 +60,8 @@ class ReportedCall:
     expected_read_tokens: int = 0  # a call that read less than expected (`sdk.cache.expected_reads`): the expectation,
     missed_tokens: int = 0  # the tokens it missed
     miss_cause: str | None = None  # and why
+    family: str | None = None  # the prompt family (`kvwise.prompt.family`)
+    stable_kept: float | None = None  # the share of its stable prefix kept of the family's previous call
 
     @property
     def uncached_input_tokens(self) -> int:
@@ -221,4 +223,8 @@ def _record(span: RawSpan, decode_s: float | None) -> ReportedCall:
         expected_read_tokens=int(number(sc.KVWISE_CACHE_EXPECTED_READ_TOKENS)),
         missed_tokens=int(number(sc.KVWISE_CACHE_MISSED_TOKENS)),
         miss_cause=text(sc.KVWISE_CACHE_MISS_CAUSE),
+        family=text(sc.KVWISE_PROMPT_FAMILY),
+        stable_kept=float(kept)
+        if isinstance((kept := attributes.get(sc.KVWISE_PROMPT_STABLE_KEPT)), (int, float))
+        else None,
     )

@@ -119,6 +119,10 @@ def request_attributes(call: Call, shape: Attributes) -> Attributes:
         attributes[sc.KVWISE_PREFIX_BREAK_AT] = call.decided.break_at
     if call.decided.break_cause:
         attributes[sc.KVWISE_PREFIX_BREAK_CAUSE] = call.decided.break_cause
+    if call.decided.family:
+        attributes[sc.KVWISE_PROMPT_FAMILY] = call.decided.family
+    if call.decided.stable_kept is not None:
+        attributes[sc.KVWISE_PROMPT_STABLE_KEPT] = call.decided.stable_kept
     if call.decided.changes:
         attributes[sc.KVWISE_CANONICAL_CHANGES] = tuple(call.decided.changes)
     if call.decided.state_degraded is not None:

@@ -193,6 +193,13 @@ KVWISE_PREFIX_BREAK_CAUSE_SERVER: Final = "kvwise.prefix.break_cause_server"
 `model_changed`, `system_changed`, `tools_changed`, `messages_changed`,
 `previous_message_not_found`, `unavailable`), beside kvwise's own `kvwise.prefix.break_cause`."""
 
+KVWISE_PROMPT_FAMILY: Final = "kvwise.prompt.family"
+"""The id of the call's prompt family (`sdk.prompt.families`): the calls of one prompt, whatever changes in it."""
+
+KVWISE_PROMPT_STABLE_KEPT: Final = "kvwise.prompt.stable_kept"
+"""The share (0 to 1) of the system prompt's stable bytes this call kept, from its start, of its family's
+previous call, as their lines tell it (absent on a family's first call)."""
+
 KVWISE_CANONICAL_CHANGES: Final = "kvwise.canonical.changes"
 """What canonicalisation rewrote in this request (one short description per change)."""
 

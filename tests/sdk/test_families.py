@@ -321,7 +321,8 @@ def test_the_line_memory_keeps_hashes_of_lines_and_flags_only():
     memory = FamilyMemory()
     masked = ["You are a coding agent.\nRequest ID: <Request ID>\nUser: alice\nBe kind.", "Never push to main."]
     memory.observe_lines(masked, [], b"")
-    lines, key = memory.observe_lines([masked[0].replace("alice", "bob"), masked[1]], [], b"")
+    seen = memory.observe_lines([masked[0].replace("alice", "bob"), masked[1]], [], b"")
+    lines, key = seen.moving, seen.key
     assert lines == [{2: False}, {}]  # the user's line changed; not within one conversation
     assert key == family_key(["You are a coding agent.\nRequest ID: <Request ID>\nBe kind.", "Never push to main."])
     records = list(memory._store._families.values())  # type: ignore[attr-defined]
