@@ -12,12 +12,21 @@ models are priced as gpt-5.6 (OpenAI) and claude-sonnet-5 (Anthropic) from `sdk.
 - Fan-out: 8 and 32 concurrent calls on a 20k-token shared system prompt, the simulator's prefill
   taking `PREFILL_SECONDS` before the first token (caches written after it, as the providers do);
   the added latency is the fan-out's wall time with warm-up minus without.
+- Real prompts (issue 52): the corpus of `tests.sdk.real_prompts` (published system prompts, their
+  run-time slots filled for one user on three days, a new session each day), each day a process of
+  its own (`tests.sdk.real_prompts.runs`) that sends every prompt once through a real `openai`
+  client, bare, then wrapped with the default policy and store (the three processes share the
+  user's cache home); the ideal is every stable byte read: each prompt with its slots removed, sent
+  on the three days. Cached input tokens of days 2 and 3 (day 1 is cold for all three) and dollars.
 """
 
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import time
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -26,6 +35,8 @@ import openai
 import sdk
 from sdk.call import Usage
 from sdk.telemetry.pricing import PriceTable, cost_of
+from tests.sdk.real_prompts import DAYS, SLOT, corpus
+from tests.sdk.real_prompts.runs import Run, finish, start
 from tests.sdk.savings_workloads import TurnAnswer, fan_out, output_workload, replay, shared_prefix
 from tests.simulator.simulator import ProviderSimulator
 
@@ -95,8 +106,36 @@ async def _fanout(sim: ProviderSimulator, api: str, n: int) -> str:
             f" (added latency {(runs['warm'][1] - runs['cold'][1]) * 1000:+.0f} ms; prefill {PREFILL_SECONDS * 1000:.0f} ms)")
 
 
+def _real_prompts(sim: ProviderSimulator, home: Path) -> str:
+    """The real-prompt workload (see the module): bare, wrapped and ideal cached input tokens and dollars."""
+    prompts, price = corpus(), PriceTable.load().lookup(PRICED_AS["openai"])
+    assert price is not None
+    totals: dict[str, tuple[Usage, float]] = {}
+    for label, wrap in (("bare", False), ("wrapped", True), ("ideal", False)):
+        sim.reset()
+        usage, dollars = Usage(), 0.0
+        for day in DAYS:
+            run = Run(f"{label}{day}", "maria", day, wrap, home / label)
+            sent = [replace(p, template=SLOT.sub("", p.template)) for p in prompts] if label == "ideal" else prompts
+            answers = finish(start(run, sent, sim.openai_base_url))
+            if day == DAYS[0]:
+                continue  # cold for all three
+            for answer in answers:
+                call = Usage(input_tokens=answer["input"], output_tokens=0, cache_read_tokens=answer["cached"])
+                usage = Usage(usage.input_tokens + answer["input"], 0, usage.cache_read_tokens + answer["cached"])
+                dollars += cost_of(call, price).total_usd
+        totals[label] = usage, dollars
+    (bare, bare_usd), (wrapped, wrapped_usd), (ideal, ideal_usd) = totals["bare"], totals["wrapped"], totals["ideal"]
+    share = {label: usage.cache_read_tokens / ideal.cache_read_tokens for label, (usage, _) in totals.items()}
+    return (f"{f'real prompts ({len(prompts)} x {len(DAYS)} days)':<28} cache_read_tokens  "
+            f"bare {bare.cache_read_tokens} -> wrapped {wrapped.cache_read_tokens} (ideal {ideal.cache_read_tokens}); "
+            f"input ${bare_usd:.4f} -> ${wrapped_usd:.4f} (ideal ${ideal_usd:.4f}); of the ideal's reads, wrapped "
+            f"{share['wrapped']:.1%}, bare {share['bare']:.1%}")
+
+
 async def main() -> None:
-    with ProviderSimulator() as sim:
+    with ProviderSimulator() as sim, tempfile.TemporaryDirectory(prefix="kvwise-bench-real-") as home:
+        print(_real_prompts(sim, Path(home)), flush=True)
         for api in PRICED_AS:
             print(await _caps(sim, api), flush=True)
         sim.first_token_delay = PREFILL_SECONDS

@@ -60,9 +60,11 @@ def start(run: Run, prompts: Sequence[RealPrompt], base_url: str) -> subprocess.
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def finish(process: subprocess.Popen[str]) -> None:
-    _, errors = process.communicate()
+def finish(process: subprocess.Popen[str]) -> list[dict[str, int]]:
+    """Wait for a run's process; return its calls' usage (`calls.main`)."""
+    out, errors = process.communicate()
     assert process.returncode == 0, errors[-3000:]
+    return json.loads(out.splitlines()[-1])  # type: ignore[no-any-return]
 
 
 def received(requests: Sequence[Any]) -> dict[tuple[str, str], Sent]:
