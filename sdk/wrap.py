@@ -16,6 +16,7 @@ to that path (`surface.ROUTES`); any other request goes to the client as it is.
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import types
@@ -130,6 +131,11 @@ class WrappedClient(Node):
 
     async def __aexit__(self, *exc_info: Any) -> None:
         await self._target.__aexit__(*exc_info)
+
+    def __copy__(self) -> WrappedClient:
+        """`copy.copy(wrapped)`: a wrapped shallow copy of the live client, as `copy()` gives (the
+        client's own helpers copy a client so, to change its retries or middleware on the copy alone)."""
+        return WrappedClient.wrapping(copy.copy(self._target), self._shared)
 
     def _made(self, node: Node, name: str, current: Any) -> Any:
         """kvwise's objects: the raw-response forms rebinding kvwise's methods, the intercepted

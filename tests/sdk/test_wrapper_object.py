@@ -6,6 +6,7 @@ Whether a call went through kvwise is read on the wire: the policy's cap is in t
 
 from __future__ import annotations
 
+import copy
 import inspect
 from typing import Any
 from unittest import mock
@@ -167,6 +168,18 @@ async def test_with_options_and_copy_give_wrapped_clients_with_the_options(simul
         assert isinstance(copied, type(client)) and copied.timeout == 12.5
         await _ask(copied)
         assert _sent_cap(simulator) == CAP
+
+
+async def test_a_shallow_copy_is_a_wrapped_copy_whose_changes_stay_on_it(simulator, client):
+    """What the client's own helpers do (anthropic's `rejecting_non_json`): `copy.copy` the client, then
+    change the copy's retries and middleware; the live client keeps its own (here: its retries)."""
+    wrapped = sdk.wrap(client, sdk.Policy(max_output_tokens=CAP))
+    copied = copy.copy(wrapped)
+    copied.max_retries = 7
+    assert isinstance(copied, type(client)) and copied.max_retries == 7
+    assert client.max_retries == copy.copy(client).max_retries != 7
+    await _ask(copied)
+    assert _sent_cap(simulator) == CAP
 
 
 def test_wrapping_leaves_the_live_clients_state_as_it_was(client):
