@@ -21,6 +21,9 @@ relies on these parts of it, nowhere else:
 - the client package's base classes (`_base_client.SyncAPIClient` / `AsyncAPIClient`,
   `_resource.SyncAPIResource` / `AsyncAPIResource`: only the client's own resources are
   intercepted) and the client's `_base_url` (read at each call, so a changed base URL is honoured);
+- a stream's `_iterator` (what its `__iter__`/`__next__` read), set on a copy of the client's stream
+  object for a client whose stream class takes no proxy (`stream_takes_proxy`: anthropic 0.x's
+  `isinstance` answers False for any object whose type is not exactly its own);
 - the client's own `post(path, *, cast_to, body, options, stream, stream_cls)` and
   `request(cast_to, options, *, stream, stream_cls)`, whose `FinalRequestOptions` (`method`, `url`,
   `json_data`, and the fields set on it) `request_as_post` turns back into `post`'s arguments.
@@ -33,16 +36,19 @@ installed client itself, where it is used, never by its version number.
 
 from __future__ import annotations
 
+import abc
 import functools
 import importlib
 import inspect
 import re
 import sys
+import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pydantic
+import wrapt
 
 from sdk.errors import UnsupportedClient
 
@@ -67,7 +73,7 @@ class ClientPackage:
 
     name: str  # "openai" or "anthropic"
     is_async: bool
-    connection_error: type[Exception]  # the package's `APIConnectionError`
+    connection_error: type[Exception]  # what a stream of the client raises when its connection breaks (`_breaks`)
 
 
 def client_package(client: object) -> ClientPackage:
@@ -79,11 +85,34 @@ def client_package(client: object) -> ClientPackage:
         base = sys.modules.get(f"{name}._base_client")
         if base is not None and isinstance(client, (base.SyncAPIClient, base.AsyncAPIClient)):
             _check_release(name)
-            module = importlib.import_module(name)
-            return ClientPackage(name, isinstance(client, base.AsyncAPIClient), module.APIConnectionError)
+            return ClientPackage(name, isinstance(client, base.AsyncAPIClient), _breaks(name))
     raise UnsupportedClient(
         f"sdk.wrap takes a client of {SUPPORTED}, got {type(client).__module__}.{type(client).__name__}"
     )
+
+
+@functools.cache
+def _breaks(name: str) -> type[Exception]:
+    """What a stream of the `name` client raises when its connection drops or times out mid-body: its
+    `APIConnectionError` (which 2.x and 3.x raise, chained to the transport error), or its HTTP
+    library's `TransportError` (`RemoteProtocolError`, `ReadError`, `ReadTimeout`), which older
+    releases let escape. One class that both are instances of (an ABC they are registered with); a
+    library whose transport errors never escape loses nothing by being registered."""
+    module = importlib.import_module(name)
+    base = importlib.import_module(f"{name}._base_client")
+
+    class StreamBreak(Exception, metaclass=abc.ABCMeta):
+        """A stream's broken connection, as the wrapped client raises it (`compat._breaks`)."""
+
+    StreamBreak.register(module.APIConnectionError)
+    for library in _HTTP_LIBRARIES:  # the one the client sends with: httpx, or httpx2 from openai 3.x
+        http = getattr(base, library, None)
+        if isinstance(http, types.ModuleType):
+            StreamBreak.register(http.TransportError)
+    return StreamBreak
+
+
+_HTTP_LIBRARIES = ("httpx", "httpx2")
 
 
 @functools.cache
@@ -290,3 +319,24 @@ def answers_in_models(cast_to: Any) -> bool:
     """Whether a send's answer is parsed into the client's own types (a pydantic model class, as the
     resources' methods ask for) rather than left as bytes, a dict or the HTTP response."""
     return isinstance(cast_to, type) and issubclass(cast_to, pydantic.BaseModel)
+
+
+def stream_takes_proxy(stream: Any) -> bool:
+    """Whether `isinstance(proxy, type(stream))` holds for a proxy of `stream`, as Python's own check
+    gives it (the proxy's `__class__`); anthropic 0.x's stream classes answer False for anything whose
+    type is not exactly theirs. Probed once per stream class."""
+    stream_class = type(stream)
+    takes = _TAKES_PROXY.get(stream_class)
+    if takes is None:
+        proxy: Any = wrapt.ObjectProxy(object.__new__(stream_class))
+        takes = _TAKES_PROXY[stream_class] = isinstance(proxy, stream_class)
+    return takes
+
+
+_TAKES_PROXY: dict[type, bool] = {}
+
+
+def stream_reading(stream: Any, events: Any) -> Any:
+    """A copy of the client's `stream` object (its own class, no `__init__` run) that hands on `events`
+    instead of its own iterator."""
+    return _copy(stream, _iterator=events)

@@ -23,6 +23,8 @@ from typing import Any, Protocol
 
 import wrapt
 
+from sdk import compat
+
 logger = logging.getLogger(__name__)
 
 
@@ -167,6 +169,21 @@ class _Watched(wrapt.ObjectProxy):  # type: ignore[misc]
     _self_closer_type: type[_Closer] | type[_AsyncCloser]
     _self_close_name: str  # the response's close method the client's stream helpers call
     _self_close_hook: Callable[[Any, Any], Any]  # makes that method close this stream (a staticmethod)
+
+    @classmethod
+    def of(cls, stream: Any, upstream: Upstream, events: Any, watch: Finishing) -> Any:
+        """The caller's stream: this proxy of `stream`; or, for a client whose stream class takes no
+        proxy (`compat.stream_takes_proxy`), a copy of `stream` of the client's own class reading
+        `events`, closed by its response's close as the proxy is, and dropped as the proxy is (the
+        finaliser holds the closer)."""
+        if compat.stream_takes_proxy(stream):
+            return cls(stream, upstream, events, watch)
+        closer = cls._self_closer_type(upstream, events, watch)
+        response = stream.response
+        setattr(response, cls._self_close_name, cls._self_close_hook(response, closer))
+        copied = compat.stream_reading(stream, events)
+        weakref.finalize(copied, closer.drop)
+        return copied
 
     def __init__(self, stream: Any, upstream: Upstream, events: Any, watch: Finishing) -> None:
         super().__init__(stream)

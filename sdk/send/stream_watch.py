@@ -282,7 +282,7 @@ def watch_sync(stream: Any, watch: StreamWatch) -> Any:
     """The caller's stream: `stream` (the client's) behind a `WatchedStream` proxy, watched by `watch`."""
     watch.watch_end(stream)
     upstream = Upstream(stream, iter(stream))
-    return WatchedStream(stream, upstream, _watching(upstream, watch), watch)
+    return WatchedStream.of(stream, upstream, _watching(upstream, watch), watch)
 
 
 def _watching(upstream: Upstream, watch: StreamWatch) -> Generator[Any, None, None]:
@@ -311,14 +311,15 @@ def _watching(upstream: Upstream, watch: StreamWatch) -> Generator[Any, None, No
                 raise
             watch.ended(broken)
     finally:
-        upstream.stream.close()
+        if not upstream.stream.response.is_closed:  # at its end the client's stream closed it, as bare
+            upstream.stream.close()
 
 
 def watch_async(stream: Any, watch: StreamWatch) -> Any:
     """Async twin of `watch_sync`: an `AsyncWatchedStream`."""
     watch.watch_end(stream)
     upstream = Upstream(stream, aiter(stream))
-    return AsyncWatchedStream(stream, upstream, _awatching(upstream, watch), watch)
+    return AsyncWatchedStream.of(stream, upstream, _awatching(upstream, watch), watch)
 
 
 async def _awatching(upstream: Upstream, watch: StreamWatch) -> AsyncGenerator[Any, None]:
@@ -346,4 +347,5 @@ async def _awatching(upstream: Upstream, watch: StreamWatch) -> AsyncGenerator[A
                 raise
             watch.ended(broken)
     finally:
-        await upstream.stream.close()
+        if not upstream.stream.response.is_closed:  # at its end the client's stream closed it, as bare
+            await upstream.stream.close()

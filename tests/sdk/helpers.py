@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 LONG_SYSTEM = " ".join(
     f"Rule {i}: answer questions about prefill, decode and the KV cache precisely and briefly." for i in range(160)
 )
@@ -60,3 +62,14 @@ def until(condition: Callable[[], bool]) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("the scripted condition never came true")
         time.sleep(0.002)
+
+
+def require(client: Any, path: str) -> Any:
+    """The resource at dotted `path` of `client`; the test is skipped where the installed release has
+    none (`beta.responses`, `responses.input_tokens` came with openai 2.x)."""
+    resource = client
+    for name in path.split("."):
+        resource = getattr(resource, name, None)
+        if resource is None:
+            pytest.skip(f"the installed {type(client).__module__.partition('.')[0]} has no {path}")
+    return resource

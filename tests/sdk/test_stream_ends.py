@@ -16,7 +16,7 @@ from opentelemetry.trace import StatusCode
 
 import sdk
 from sdk.telemetry import semconv as sc
-from tests.sdk.helpers import DECODE_SECONDS_PER_TOKEN, collect, resolve
+from tests.sdk.helpers import DECODE_SECONDS_PER_TOKEN, collect, require, resolve
 from tests.sdk.test_telemetry_spans import Otel, otel  # noqa: F401
 
 USER = [{"role": "user", "content": "Tell me about the KV cache."}]
@@ -50,6 +50,7 @@ async def test_a_beta_stream_the_loop_guard_cuts_ends_with_the_beta_apis_own_eve
 ) -> None:
     fixture, beta_module, closing, create = BETA_STREAMS[api]
     client = request.getfixturevalue(fixture)
+    require(client, "beta.responses" if api == "beta responses" else "beta.messages")
     simulator.loop(LOOP_UNIT)
     bare = await collect(await resolve(create(client)))  # runs to the cap: the API's own end
     cut = await collect(await resolve(create(_wrap(client, otel))))
