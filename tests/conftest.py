@@ -55,6 +55,7 @@ TIERS: dict[str, tuple[str, ...]] = {
         "test_tiers.py",
         "local_backend/test_gguf_parity.py",
         "sdk/test_sqlite_store.py",
+        "sdk/test_real_prompts.py",
     ),
 }
 """Tier -> the paths under tests/ (folders or modules) whose tests are in it."""

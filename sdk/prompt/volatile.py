@@ -348,13 +348,15 @@ def _line_matches(text: str, lines: Collection[int]) -> list[VolatileMatch]:
 
 
 def _units(text: str, matches: list[VolatileMatch], whole: list[VolatileMatch]) -> list[tuple[int, int, VolatileMatch]]:
-    """The spans of `text` that move with `matches` (their caller's words) and the lines `whole`,
-    merged where they overlap, in order, each with the first match it holds."""
+    """The spans of `text` that move with `matches` and the lines `whole` (each with its caller's
+    words: a line with the heading over it where its section is nothing else, as a value's line
+    takes it, so a line moves the same whether memory or its value moved it), merged where they
+    overlap, in order, each with the first match it holds."""
     values = [(match.start, match.end) for match in find_volatile(text)]
     spans = sorted(
         [
             *((*caller_words(text, match.start, match.end, values, _is_when(match)), match) for match in matches),
-            *((match.start, match.end, match) for match in whole),
+            *((*caller_words(text, match.start, match.end, values, False), match) for match in whole),
         ],
         key=lambda span: span[:2],
     )
