@@ -288,3 +288,39 @@ async def test_a_loop_left_with_break_can_be_taken_up_again_as_with_the_bare_cli
     assert "".join(e.choices[0].delta.content or "" for e in wrapped) == PROSE
     [root] = _roots(otel)
     assert sc.ERROR_TYPE not in (root.attributes or {})
+
+
+@pytest.mark.parametrize("name", list(CREATE))
+async def test_a_stream_read_to_its_end_calls_the_clients_close_as_often_and_when_bare_does(
+    request: pytest.FixtureRequest, name: str, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At its end the client's stream closes its HTTP response itself; its `close()` runs only when the
+    caller (or a stream helper's `with` exit) closes it, wrapped as bare. An app or library that hooks
+    `close` (anthropic's tool runner, closing a compaction stream) sees the same calls."""
+    fixture, create = CREATE[name]
+    client = request.getfixturevalue(fixture)
+    package = CLIENT_TYPES[name]
+    cls = package.Stream if mode == "sync" else package.AsyncStream
+    calls: list[str] = []
+    original = cls.close
+    if mode == "sync":
+
+        def close(stream: Any) -> None:
+            calls.append("close")
+            original(stream)
+    else:
+
+        async def close(stream: Any) -> None:
+            calls.append("close")
+            await original(stream)
+
+    monkeypatch.setattr(cls, "close", close)
+    seen = {}
+    for how, source in (("bare", client), ("wrapped", sdk.wrap(client))):
+        stream = await resolve(create(source))
+        await collect(stream)
+        at_end = list(calls)
+        await _maybe(stream.close())
+        seen[how] = (at_end, list(calls))
+        calls.clear()
+    assert seen["wrapped"] == seen["bare"] == ([], ["close"])

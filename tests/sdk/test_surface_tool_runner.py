@@ -121,3 +121,40 @@ def test_the_thread_makers_are_bound_to_their_resource_with_the_bare_signature(n
     wrapped = sdk.wrap(client)
     ours, bare = getattr(wrapped.beta.messages, name), getattr(client.beta.messages, name)
     assert ours.__self__ is wrapped.beta.messages and inspect.signature(ours) == inspect.signature(bare)
+
+
+async def test_a_tools_list_the_caller_edits_in_place_reaches_each_turn_sorted_as_its_only_change(canned, mode):
+    """The runner's params may hold the caller's own list, edited in place between turns: each turn
+    sends that list as it is then (kvwise keeps no copy of it), sorted by name, kvwise's advertised
+    rewrite, and as written where the policy leaves the order alone."""
+    canned.answer(TOOL_USE)
+    cls = anthropic.Anthropic if mode == "sync" else anthropic.AsyncAnthropic
+    sent: dict[str, list[list[str]]] = {}
+    for how, make in (
+        ("bare", lambda client: client),
+        ("wrapped", sdk.wrap),
+        ("wrapped, canonicalize off", lambda client: sdk.wrap(client, sdk.Policy(canonicalize=False))),
+    ):
+        weather_tool = _tools(mode)[0]
+        tools: list[Any] = [weather_tool, {"type": "custom", "name": "zeta", "input_schema": {"type": "object"}}]
+        runner = make(cls(base_url=canned.url, api_key="k", max_retries=0)).beta.messages.tool_runner(
+            model=MODEL, max_tokens=1000, messages=USER, tools=[weather_tool], max_iterations=3, thread=False
+        )
+        runner.set_messages_params(lambda params, _tools=tools: {**params, "tools": _tools})
+        edits = iter(
+            (
+                lambda: tools.append({"type": "custom", "name": "beta", "input_schema": {"type": "object"}}),
+                lambda: tools.remove(tools[1]),
+                lambda: None,
+            )
+        )
+        if mode == "sync":
+            for _ in runner:
+                next(edits)()
+        else:
+            async for _ in runner:
+                next(edits)()
+        sent[how] = [[tool["name"] for tool in turn["tools"]] for turn in _turns(canned)]
+    assert sent["bare"] == [["weather", "zeta"], ["weather", "zeta", "beta"], ["weather", "beta"]]
+    assert sent["wrapped, canonicalize off"] == sent["bare"]
+    assert sent["wrapped"] == [sorted(names) for names in sent["bare"]]
