@@ -135,8 +135,8 @@ def stable_kept(previous: FamilyRecord | None, record: FamilyRecord, lengths: Se
     if previous is None or not previous.values:
         return None
     total = sum(size for size, changed in zip(lengths, record.changed) if not changed)
-    if not total:
-        return 1.0
+    if not total or previous.values == record.values and previous.changed == record.changed:
+        return 1.0  # the same lines, moved the same: the whole stable prefix kept
     kept = 0
     matcher = difflib.SequenceMatcher(None, previous.values, record.values, False)
     for tag, old, old_end, new, new_end in matcher.get_opcodes():

@@ -64,8 +64,8 @@ def move_volatile(call: Call, policy: Policy, adapter: Adapter, families: Family
     system_texts, tool_texts = text_leaves(call.system), _descriptions(call.tools, [])
     found = [find_volatile(text) for text in (*system_texts, *tool_texts)]
     candidates = [match for matches in found for match in matches]
-    if not candidates and (families is None or not any(system_texts)):
-        return  # nothing looks volatile and nothing is watched: a family's lines are watched all the same
+    if not candidates and (families is None or not any(map(_has_inner_lines, system_texts))):
+        return  # nothing looks volatile, and no line could be learnt (the first and the last name the family)
     in_system = sum(len(matches) for matches in found[: len(system_texts)])
     first = first_user_turn(call)
     lines: list[dict[int, bool]] = [{} for _ in system_texts]  # per text: the lines that move whole, to the tail?
@@ -151,6 +151,12 @@ def text_leaves(items: list[Any], walk: Callable[[Any, Callable[[str], str]], An
     for item in items:
         walk(item, collect)
     return texts
+
+
+def _has_inner_lines(text: str) -> bool:
+    """Whether `text` has a non-blank line between its first and its last: one the line memory can
+    learn (`sdk.prompt.families`); a one-line system prompt costs no memory look-up."""
+    return text.count("\n") >= 2 and sum(1 for line in text.split("\n") if line.strip()) > 2
 
 
 def _descriptions(value: Any, out: list[str]) -> list[str]:
