@@ -1,4 +1,4 @@
-"""The report as one self-contained HTML page: the figures embedded as data URIs, the table, the findings."""
+"""The report as one self-contained HTML page: the figures embedded as data URIs, the tables, the findings."""
 
 from __future__ import annotations
 
@@ -37,6 +37,11 @@ def render(report: Report, figures: Mapping[str, Path]) -> str:
         f"<td>{row.tokens}</td><td>${row.usd:.4f}</td></tr>"
         for row in report.misses
     )
+    families = "".join(
+        f"<tr><td>{html.escape(row.family)}</td><td>{row.calls}</td><td>{row.compared}</td>"
+        f"<td>{row.kept_mean:.1%}</td><td>{row.kept_lowest:.1%}</td></tr>"
+        for row in report.families
+    )
     items = "".join(f"<li>{html.escape(finding)}</li>" for finding in report.findings)
     headline = html.escape(summary(report).splitlines()[0])
     return (
@@ -45,6 +50,8 @@ def render(report: Report, figures: Mapping[str, Path]) -> str:
         "<h2>Top conversations by spend</h2><table><tr><th>conversation</th><th>calls</th><th>spend</th>"
         f"<th>hit ratio</th><th>breaks</th><th>most frequent break cause</th></tr>{rows}</table>"
         "<h2>Cache reads the provider missed (apart from the breaks the prompt caused)</h2><table><tr><th>cause</th>"
-        f"<th>whose</th><th>calls</th><th>tokens</th><th>paid uncached</th></tr>{misses}</table>{images}"
+        f"<th>whose</th><th>calls</th><th>tokens</th><th>paid uncached</th></tr>{misses}</table>"
+        "<h2>Stable prefix kept per prompt family</h2><table><tr><th>family</th><th>calls</th><th>compared</th>"
+        f"<th>kept (mean)</th><th>kept (lowest)</th></tr>{families}</table>{images}"
         "</body></html>"
     )

@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import sdk
 from sdk.prompt.lint import FindingCode
 from sdk.report import build, calls, from_readable, summary
+from sdk.report.page import render
 from sdk.telemetry import semconv as sc
 
 HEAD = "You are the release assistant of the payments team.\n"
@@ -81,6 +82,11 @@ def test_kvwise_report_shows_per_family_the_stable_prefix_kept(simulator, state)
     assert (row.calls, row.compared) == (4, 3)
     assert row.kept_mean == pytest.approx(sum(kept) / 3) and row.kept_lowest == min(kept) < 1.0
     assert f"family {row.family}: 4 calls, {row.kept_mean:.1%} of the stable prefix kept" in summary(report)
+    page = render(report, {})  # the page's table, without figures
+    assert (
+        f"<tr><td>{row.family}</td><td>4</td><td>3</td><td>{row.kept_mean:.1%}</td><td>{row.kept_lowest:.1%}</td></tr>"
+        in page
+    )
 
 
 def test_lint_names_a_changing_line_the_family_has_shown(simulator, state):
