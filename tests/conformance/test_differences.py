@@ -31,7 +31,7 @@ def test_an_entry_covers_its_test_function_s_parametrizations_and_nothing_else()
 
 
 def test_each_still_open_entry_names_a_package_a_test_file_or_id_and_what_breaks() -> None:
-    entries = tomllib.loads(STILL_OPEN.read_text())["open"]
+    entries = tomllib.loads(STILL_OPEN.read_text()).get("open", [])  # none, once every fix is in
     for entry in entries:
         assert set(entry) == {"package", "tests", "breaks"}, entry
         assert entry["package"] in PACKAGES
