@@ -161,5 +161,11 @@ TEMPLATE_MAX_CHARS: Final = 16 * 2**20
 """Longest text or list one render may build, and its whole output: four times the largest body
 (`MAX_BODY_BYTES`), since a template repeats little of what it is given."""
 
+TEMPLATE_MAX_BUILT_BYTES: Final = 64 * 2**20
+"""Memory one render may build in all, every string, list and dict its operations, calls, filters and slices
+return weighed as Python holds it (freed or not): sixteen times the largest body (`MAX_BODY_BYTES`), which a
+template copies a few times at most; strings each within `TEMPLATE_MAX_CHARS` kept in a growing list took
+gigabytes. A render's memory stays within this, one operation's result and `TEMPLATE_MAX_ITERATIONS` items."""
+
 TEMPLATE_MAX_POWER_BITS: Final = 1 << 16
 """Largest integer `**` may make in a template (in bits): `2 ** 10**9` would take minutes."""

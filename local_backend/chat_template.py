@@ -13,6 +13,13 @@ work happens, so a render that passes one stops there and frees its worker:
 - `*`, `**`, `+` and `%` on text or lists, `~`, the filters and the string methods that build text
   (`center`, `join`, `replace`, `format`, ...) are checked before they allocate: no string or list
   the render builds may pass `TEMPLATE_MAX_CHARS`, nor may all its output together;
+- what every operator, call, filter, slice and `~` returns is weighed (`sys.getsizeof`; a call's or
+  filter's list with its items, which `split` or `list` make new) and counted against
+  `TEMPLATE_MAX_BUILT_BYTES` for the whole render: strings each within the bound, kept in a growing
+  list or dict, no longer take the machine's memory; a split's pieces are counted before it
+  allocates them, and a filter that takes in a whole generator or string (`list`, `sort`, `join`,
+  ...) counts each item as a loop iteration (the count is of what is built, freed or not: a
+  template that rebuilds a list with `+` for each of thousands of messages pays for every copy);
 - nothing is folded at compile time (every filter is context-bound, the operators intercepted).
 
 A render that passes a bound raises `TemplateBoundError` naming it (the request's 400; at
@@ -29,6 +36,7 @@ import functools
 import json
 import math
 import re
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -42,6 +50,7 @@ from jinja2.utils import _PassArg, pass_context
 from jinja2.visitor import NodeTransformer
 
 from local_backend._constants import (
+    TEMPLATE_MAX_BUILT_BYTES,
     TEMPLATE_MAX_CHARS,
     TEMPLATE_MAX_ITERATIONS,
     TEMPLATE_MAX_POWER_BITS,
@@ -62,11 +71,12 @@ class TemplateBoundError(ValueError):
 
 @dataclass(slots=True)
 class _Budget:
-    """One render's spending: its deadline, iterations and output so far."""
+    """One render's spending: its deadline, iterations, output and the bytes it built so far."""
 
     deadline: float
     iterations: int = 0
     output: int = 0
+    built: int = 0
 
     def tick(self) -> None:
         self.iterations += 1
@@ -82,6 +92,16 @@ class _Budget:
         self.output += chars
         if self.output > TEMPLATE_MAX_CHARS:
             raise TemplateBoundError("size", f"its output passed {TEMPLATE_MAX_CHARS} characters")
+
+    def build(self, size: int) -> None:
+        self.built += size
+        if self.built > TEMPLATE_MAX_BUILT_BYTES:
+            raise TemplateBoundError("size", f"it built more than {TEMPLATE_MAX_BUILT_BYTES} bytes of text and lists")
+
+    def afford(self, size: int, what: str) -> None:
+        if self.built + size > TEMPLATE_MAX_BUILT_BYTES:
+            raise TemplateBoundError("size", f"{what} would build {size} bytes, past the {TEMPLATE_MAX_BUILT_BYTES} "
+                                             "a render may build")  # fmt: skip
 
 
 _BUDGET: Final[contextvars.ContextVar[_Budget | None]] = contextvars.ContextVar("kvwise_template_budget", default=None)
@@ -99,8 +119,32 @@ def _fits(chars: float, what: str) -> None:
         raise TemplateBoundError("size", f"{what} would make {chars:.0f} characters, past {TEMPLATE_MAX_CHARS}")
 
 
+_PIECE_BYTES: Final = sys.getsizeof("") + 8
+"""Bytes each piece a split makes costs beyond its text: an empty string and its list slot."""
+
+_LINE_BREAKS: Final = ("\n", "\r", "\v", "\f", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029")
+"""Where `str.splitlines` splits."""
+
+_CONSUMING_FILTERS: Final = frozenset({"list", "sort", "join", "slice", "batch", "groupby"})
+"""Filters that take in a whole iterable (a generator's items, a string's characters): each item is a loop
+iteration, so one filter call cannot make millions of objects before its result is weighed."""
+
+
 def _size(value: Any) -> int:
     return len(value) if isinstance(value, (str, list, tuple, dict)) else 0
+
+
+def _built(value: Any, new_items: bool = False) -> Any:
+    """`value`, a render's product, weighed against its `TEMPLATE_MAX_BUILT_BYTES` (`new_items`: a list's
+    or tuple's items too, one level, as `split` and `list` make them); outside a render, or not text or a
+    collection, as it is."""
+    budget = _BUDGET.get()
+    if budget is not None and isinstance(value, (str, list, tuple, dict)):
+        size = sys.getsizeof(value)
+        if new_items and isinstance(value, (list, tuple)):
+            size += sum(map(sys.getsizeof, value))
+        budget.build(size)
+    return value
 
 
 def _widths(spec: str) -> int:
@@ -108,13 +152,24 @@ def _widths(spec: str) -> int:
 
 
 class _Bounded(NodeTransformer):
-    """Routes every `for` loop's iterable and every `~` through the environment's bounded versions."""
+    """Routes every `for` loop's iterable, every slice and every `~` through the environment's bounded versions."""
 
     def visit_For(self, node: nodes.For) -> nodes.Node:
         self.generic_visit(node)
         node.iter = nodes.Call(nodes.EnvironmentAttribute("bounded_iter", lineno=node.lineno), [node.iter], [], None,
                                None, lineno=node.lineno)  # fmt: skip
         return node
+
+    def visit_Getitem(self, node: nodes.Getitem) -> nodes.Node:
+        """A slice (Jinja's code takes it directly, past the environment's `getitem`): a copy, weighed."""
+        self.generic_visit(node)
+        if not isinstance(node.arg, nodes.Slice):
+            return node
+        bounds = [
+            part or nodes.Const(None, lineno=node.lineno) for part in (node.arg.start, node.arg.stop, node.arg.step)
+        ]
+        return nodes.Call(nodes.EnvironmentAttribute("bounded_slice", lineno=node.lineno), [node.node, *bounds], [],
+                          None, None, lineno=node.lineno)  # fmt: skip
 
     def visit_Concat(self, node: nodes.Concat) -> nodes.Node:
         self.generic_visit(node)
@@ -137,7 +192,7 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
         for name, check in _FILTER_CHECKS.items():
             if name in self.filters:
                 self.filters[name] = _checked(self.filters[name], check)
-        self.filters = {name: _unfoldable(f) for name, f in self.filters.items()}
+        self.filters = {name: _unfoldable(f, name in _CONSUMING_FILTERS) for name, f in self.filters.items()}
 
     def _parse(self, source: str, name: str | None, filename: str | None) -> nodes.Template:
         tree = super()._parse(source, name, filename)
@@ -148,18 +203,19 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
     def concat(self, pieces: Iterable[str]) -> str:  # type: ignore[override]  # a macro's or `{% set %}` block's text
         pieces = list(pieces)
         _fits(sum(map(len, pieces)), "a block")
-        return "".join(pieces)
+        return _built("".join(pieces))
 
     def bounded_iter(self, iterable: Iterable[Any]) -> Iterator[Any]:
-        budget = _spend()
-        for item in iterable:
-            budget.tick()
-            yield item
+        return _ticking(iterable)
 
     def bounded_concat(self, *values: Any) -> str:
         texts = [str(value) for value in values]
         _fits(sum(map(len, texts)), "`~`")
-        return "".join(texts)
+        return _built("".join(texts))
+
+    def bounded_slice(self, obj: Any, start: Any, stop: Any, step: Any) -> Any:
+        _spend().check_time()
+        return _built(obj[start:stop:step])
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
         _spend().check_time()
@@ -176,7 +232,7 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
             args = right if isinstance(right, tuple) else (right,)
             widths = [a for a in args if isinstance(a, int)] if "*" in left else []
             _fits(len(left) + sum(len(str(a)) for a in args) + max([_widths(left), *widths]), "`%`")
-        return super().call_binop(context, operator, left, right)
+        return _built(super().call_binop(context, operator, left, right))
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 (Jinja's names)
         _spend().check_time()
@@ -187,7 +243,7 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
             if name == "join" and args:  # a view or iterator: counted as a list
                 args = (list(args[0]), *args[1:])
             _check_str_method(receiver, name, args, kwargs)
-        return super().call(__context, __obj, *args, **kwargs)
+        return _built(super().call(__context, __obj, *args, **kwargs), new_items=True)
 
 
 def render(template: Any, variables: Mapping[str, Any]) -> str:
@@ -217,6 +273,24 @@ def render(template: Any, variables: Mapping[str, Any]) -> str:
         _BUDGET.reset(token)
 
 
+def _ticking(iterable: Iterable[Any]) -> Iterator[Any]:
+    """`iterable`'s items, each a loop iteration of the render."""
+    budget = _spend()
+    for item in iterable:
+        budget.tick()
+        yield item
+
+
+def _pieces(text: str, name: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> int:
+    """How many pieces `text.split`, `rsplit` or `splitlines` with these arguments makes, at most."""
+    if name == "splitlines":
+        return sum(map(text.count, _LINE_BREAKS)) + 1
+    sep = args[0] if args else kwargs.get("sep")
+    limit = args[1] if len(args) > 1 else kwargs.get("maxsplit", -1)
+    pieces = text.count(sep) + 1 if isinstance(sep, str) and sep else len(text) // 2 + 1
+    return min(pieces, limit + 1) if isinstance(limit, int) and limit >= 0 else pieces
+
+
 def _finalize(value: Any) -> Any:
     """Every `{{ ... }}` output, anywhere (macros and `{% set %}` blocks too), counts as output (a
     literal's, finalized as the template compiles, is the template's own text)."""
@@ -233,6 +307,10 @@ def _check_str_method(text: str, name: str, args: tuple[Any, ...], kwargs: Mappi
     ints = [a for a in (*args, *kwargs.values()) if isinstance(a, int)]
     if name in ("center", "ljust", "rjust", "zfill"):
         _fits(max([len(text), *ints]), what)
+    elif name in ("split", "rsplit", "splitlines"):
+        budget = _BUDGET.get()
+        if budget is not None:
+            budget.afford(_pieces(text, name, args, kwargs) * _PIECE_BYTES + sys.getsizeof(text), what)
     elif name == "expandtabs":
         _fits(len(text) * max([8, *ints]), what)
     elif name == "replace" and len(args) >= 2:
@@ -301,20 +379,24 @@ def _checked(f: Callable[..., Any], check: Callable[..., Any]) -> Callable[..., 
     return checked
 
 
-def _unfoldable(f: Callable[..., Any]) -> Callable[..., Any]:
-    """`f` as a context filter: Jinja never folds one at compile time, and each call checks the deadline."""
+def _unfoldable(f: Callable[..., Any], consuming: bool) -> Callable[..., Any]:
+    """`f` as a context filter: Jinja never folds one at compile time, each call checks the deadline,
+    what it returns is weighed, and (`consuming`) each item of a generator or string it takes in counts
+    as a loop iteration."""
     passing = _PassArg.from_obj(f)
 
     @pass_context
     def bounded(context: Any, *args: Any, **kwargs: Any) -> Any:
         _spend().check_time()
+        if consuming and args and isinstance(args[0], (Iterator, str)):
+            args = (_ticking(args[0]), *args[1:])
         if passing is _PassArg.context:
-            return f(context, *args, **kwargs)
+            return _built(f(context, *args, **kwargs), new_items=True)
         if passing is _PassArg.eval_context:
-            return f(context.eval_ctx, *args, **kwargs)
+            return _built(f(context.eval_ctx, *args, **kwargs), new_items=True)
         if passing is _PassArg.environment:
-            return f(context.environment, *args, **kwargs)
-        return f(*args, **kwargs)
+            return _built(f(context.environment, *args, **kwargs), new_items=True)
+        return _built(f(*args, **kwargs), new_items=True)
 
     return bounded
 
