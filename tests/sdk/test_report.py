@@ -244,7 +244,7 @@ def test_headless_chromium_renders_the_page_with_its_figures_table_and_findings(
     """The screenshot is kept as an artifact; the README shows one (docs/kvwise-report.png)."""
     built, page = report.write_report_from_spans(workload.spans, tmp_path / "report")
     dom = render(browser, page.as_uri(), tmp_path / "dom-profile", "--dump-dom")
-    tables = (len(built.conversations) + 1) + (len(built.misses) + 1)  # each table's rows under its header
+    tables = sum(len(rows) + 1 for rows in (built.conversations, built.misses, built.families))  # rows + header
     assert dom.count("<img ") == len(TITLES) and dom.count("<tr>") == tables
     assert all(escape(finding) in dom for finding in built.findings)
     ARTIFACTS.mkdir(exist_ok=True)
