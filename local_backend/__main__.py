@@ -6,6 +6,7 @@
         [--kv-cache-memory BYTES | --gpu-memory-utilization SHARE] [--max-model-len N] [--max-num-seqs N]
         [--max-num-batched-tokens N] [--block-size N] [--[no-]enable-prefix-caching]
         [--chat-template FILE|TEMPLATE] [--generation-config auto|vllm|FOLDER] [--speculative-config JSON]
+        [--quantization auto|none|q8_0]
 
 The engine options are `EngineConfig`'s fields under vLLM's names, meanings and defaults (its
 `vllm serve` options; `--kv-cache-memory` is ours, `--gpu-memory-utilization` CUDA's only). A value
@@ -50,6 +51,7 @@ from local_backend._constants import DEFAULT_MODEL_NAME
 from local_backend.engine import Engine
 from local_backend.engine_config import DTYPES, ConfigError, EngineConfig
 from local_backend.kv_quant import KV_CACHE_DTYPES
+from local_backend.quantized import QUANTIZATIONS
 from local_backend.server import create_app
 from local_backend.server._constants import (
     API_KEY_ENV,
@@ -132,6 +134,9 @@ def _parser() -> argparse.ArgumentParser:
     engine.add_argument("--kv-cache-dtype", default=_ENGINE_DEFAULTS.kv_cache_dtype, choices=KV_CACHE_DTYPES,
                         help="auto: the model's dtype; int8: 8-bit keys and values with a scale per token and head "
                              "(about 4x the tokens in the same memory); fp8_e4m3 where torch has float8 on the device")  # fmt: skip
+    engine.add_argument("--quantization", default=_ENGINE_DEFAULTS.quantization, choices=QUANTIZATIONS,
+                        help="auto: a GGUF file's Q8_0/Q4_0/Q4_1 weights multiplied as blocks; none: every weight "
+                             "dequantized to --dtype; q8_0: the projections quantized to Q8_0 at load")  # fmt: skip
     engine.add_argument("--gpu-memory-utilization", type=float, default=None, metavar="SHARE",
                         help="CUDA only: share of the GPU's memory the engine may hold, weights included")  # fmt: skip
     engine.add_argument("--max-model-len", type=int, default=None, metavar="N",

@@ -65,6 +65,10 @@ ONEDNN_MIN_ROWS: Final = 2
 MATVEC_MAX_ROWS: Final = 16
 """Rows up to which a CPU float32 projection streams its weights through `kvwise::matvec`."""
 
+QUANT_MATVEC_MAX_ROWS: Final = 8
+"""Rows of x up to which a quantized projection streams its blocks (`kvwise::quant_matvec`: each block widened once
+per group of four rows); more rows dequantize tiles of it and multiply them by oneDNN's GEMM (`kvwise::quant_mm`)."""
+
 BF16_MATVEC_MAX_ROWS: Final = 2
 """Rows up to which a CPU bfloat16 projection streams its weights through `kvwise::matvec`: past a few rows
 oneDNN's prepacked bfloat16 weight (on AMX tiles, or AVX512-BF16 dot products) multiplies faster."""

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from local_backend.config import ModelConfig
+from local_backend.quantized import QuantizedWeight
 from local_backend.tokenizer import TextTokenizer
 
 
@@ -19,8 +20,9 @@ class ModelFileError(ValueError):
     and the defect, and nothing of the file's size has been allocated when it is raised."""
 
 
-Tensors = Iterator[tuple[str, torch.Tensor]]
-"""Tensors under their Hugging Face names (`model.layers.0.self_attn.q_proj.weight`), each read as reached."""
+Tensors = Iterator[tuple[str, torch.Tensor | QuantizedWeight]]
+"""Tensors under their Hugging Face names (`model.layers.0.self_attn.q_proj.weight`), each read as reached: a
+GGUF file's Q8_0, Q4_0 and Q4_1 matrices as their blocks, which the loader keeps or dequantizes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +38,7 @@ class Checkpoint:
     read_tokenizer: Callable[[str | None], TextTokenizer]
     """The tokenizer, the given chat template replacing the checkpoint's own."""
     tensors: Callable[[], Tensors]
-    """The weights, read one tensor at a time, in the format's own dtype or dequantized to float32."""
+    """The weights, read one tensor at a time, in the format's own dtype, as blocks, or dequantized to float32."""
 
 
 Shape = tuple[int, ...]

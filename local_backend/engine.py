@@ -155,7 +155,7 @@ class Engine:
             lambda: EngineCore(
                 cfg,
                 tokenizer,
-                load_model(checkpoint.tensors(), cfg, dev, dtype),
+                load_model(checkpoint.tensors(), cfg, dev, dtype, config.quantization),
                 kv_cache_memory=_kv_cache_memory(config, dev),
                 block_size=config.block_size,
                 max_num_seqs=config.max_num_seqs,
@@ -164,6 +164,7 @@ class Engine:
                 enable_prefix_caching=config.enable_prefix_caching,
                 speculative_config=config.speculative_config,
                 kv_cache_dtype=config.kv_cache_dtype,
+                quantization=config.quantization,
             )
         )
         if config.max_model_len is not None and core.max_model_len < config.max_model_len:

@@ -19,6 +19,7 @@ from typing import Any, Final
 
 from local_backend import _constants as C
 from local_backend.kv_quant import KV_CACHE_DTYPES
+from local_backend.quantized import QUANTIZATION_AUTO, QUANTIZATIONS
 from local_backend.sampling_params import SamplingParams
 from local_backend.speculative import SpeculativeConfig
 
@@ -92,6 +93,11 @@ class EngineConfig:
     - `speculative_config`: n-gram speculative decoding (`SpeculativeConfig`; a dict or its JSON,
       vLLM's `{"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_max": N}`, is read
       into one); None decodes one token per step.
+    - `quantization` (vLLM's name): `"auto"` keeps a GGUF file's Q8_0, Q4_0 and Q4_1 weights as their blocks,
+      which the native CPU kernels multiply by (a decode step streams 4.5-8.5 bits a weight, not 16 or 32);
+      `"none"` dequantizes every weight to `dtype` at load; `"q8_0"` quantizes the projections and the
+      embedding to Q8_0 at load (a float checkpoint's too). Elsewhere than the native CPU kernels, blocks are
+      dequantized at load (`loader.load_model`).
     """
 
     model: str = C.DEFAULT_MODEL_NAME
@@ -108,6 +114,7 @@ class EngineConfig:
     generation_config: str = GENERATION_CONFIG_AUTO
     speculative_config: SpeculativeConfig | None = None
     kv_cache_dtype: str = "auto"
+    quantization: str = QUANTIZATION_AUTO
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model", str(self.model))
@@ -137,6 +144,7 @@ class EngineConfig:
             ("gpu_memory_utilization", self.gpu_memory_utilization is None or self.kv_cache_memory is None,
              "and kv_cache_memory both size the KV cache: give one"),
             ("kv_cache_dtype", self.kv_cache_dtype in KV_CACHE_DTYPES, f"must be one of {', '.join(KV_CACHE_DTYPES)}"),
+            ("quantization", self.quantization in QUANTIZATIONS, f"must be one of {', '.join(QUANTIZATIONS)}"),
             ("chat_template", self.chat_template is None or bool(self.chat_template), "must not be empty"),
             ("generation_config", bool(self.generation_config),
              f"must be '{GENERATION_CONFIG_AUTO}', '{GENERATION_CONFIG_VLLM}' or a folder"),

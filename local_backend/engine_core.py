@@ -29,6 +29,7 @@ from local_backend.config import ModelConfig
 from local_backend.model import CausalLM
 from local_backend.model_runner import ModelRunner
 from local_backend.outputs import EngineStats, FinishReason, StepOutput
+from local_backend.quantized import QUANTIZATION_NONE
 from local_backend.request import Request
 from local_backend.sampler import Sampler
 from local_backend.scheduler import ScheduleFailed, Scheduler
@@ -67,12 +68,15 @@ class EngineCore:
         enable_prefix_caching: bool = True,
         speculative_config: SpeculativeConfig | None = None,
         kv_cache_dtype: str = "auto",
+        quantization: str = QUANTIZATION_NONE,
     ):
         param = next(model.parameters())
         device = param.device
         kv_dtype = kv_quant.storage_dtype(kv_cache_dtype, param.dtype)
         self.config = cfg
         self.dtype = dtype_choice.explain(device.type, str(param.dtype).removeprefix("torch."))
+        self.quantization = quantization
+        self.quantized_types = model.quantized_types()
         self.kv_bytes_per_token = kv_quant.bytes_per_token(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, kv_dtype)
         usable = max_num_seqs * -(-max_model_len // block_size)
         num_blocks = min(kv_cache_memory // (block_size * self.kv_bytes_per_token), usable)
@@ -131,6 +135,8 @@ class EngineCore:
             spec_decode_accepted_tokens=scheduler.num_accepted_tokens,
             dtype=self.dtype.name,
             dtype_reason=self.dtype.reason,
+            quantization=self.quantization,
+            quantized_types=",".join(self.quantized_types),
         )
 
     def step(self) -> StepOutput:

@@ -5,16 +5,18 @@ from the `llama.*` metadata, each value checked for its type and range, the toke
 `tokenizer.ggml.*` (`gguf_tokenizer`, its vocabulary checked here), the chat template from
 `tokenizer.chat_template`; then every tensor's shape is checked against the config
 (`checkpoint.check_tensors`), so a file whose metadata and tensors disagree is refused, naming
-the key or tensor, before anything of its size is allocated. Tensors are dequantized with the
-`gguf` package's `dequantize` to float32, renamed to the Hugging Face names, and the query and
-key rows put back in Hugging Face's order: llama.cpp's converter interleaves each head's two
-rotary halves (its `permute`), which transformers' GGUF loader also reverses. The engine then
-copies each into its dtype once, at load. A file of another architecture, or with a tensor type
-not in `SUPPORTED_TENSOR_TYPES`, is refused naming it.
+the key or tensor, before anything of its size is allocated. Tensors of the types in `KEPT_TENSOR_TYPES` are
+read as their blocks (`quantized.QuantizedWeight`), which the loader keeps or dequantizes as `--quantization`
+says; the others are dequantized with the `gguf` package's `dequantize` to float32 (logged once, naming the
+types). All are renamed to the Hugging Face names, and the query and key rows put back in Hugging Face's order:
+llama.cpp's converter interleaves each head's two rotary halves (its `permute`), which transformers' GGUF loader
+also reverses. A file of another architecture, or with a tensor type not in `SUPPORTED_TENSOR_TYPES`, is
+refused naming it.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from collections.abc import Mapping
@@ -30,7 +32,10 @@ from local_backend.checkpoint import LM_HEAD, Checkpoint, Tensors, check_tensors
 from local_backend.config import ModelConfig
 from local_backend.gguf_file import GGUFFile, read_gguf
 from local_backend.gguf_tokenizer import build_tokenizer, check_vocabulary
+from local_backend.quantized import QuantizedWeight, QuantType
 from local_backend.tokenizer import TextTokenizer
+
+logger = logging.getLogger(__name__)
 
 SUPPORTED_ARCHITECTURES = ("llama",)
 """`general.architecture` values read: Llama 1-3, Mistral, SmolLM and TinyLlama files all say `llama`."""
@@ -38,6 +43,12 @@ SUPPORTED_ARCHITECTURES = ("llama",)
 SUPPORTED_TENSOR_TYPES = frozenset({Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1,
                                     Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K})  # fmt: skip
 """The float, legacy and K-quant types of llama.cpp's usual presets, which `gguf` dequantizes."""
+
+KEPT_TENSOR_TYPES = frozenset({Q.Q8_0, Q.Q4_0, Q.Q4_1})
+"""The quantized types the engine's kernels multiply by as blocks (`quantized.QuantType`); the float types are
+floats already, and the K-quants are dequantized at load (a next step for the kernels)."""
+
+_FLOAT_TYPES = frozenset({Q.F32, Q.F16, Q.BF16})
 
 _GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 _LAYER_NAMES = {
@@ -98,12 +109,19 @@ def open_gguf(path: Path) -> Checkpoint:
                              chat_template or template)  # fmt: skip
 
     def tensors() -> Tensors:
+        dequantized = sorted({t.kind.name for t in file.tensors if t.kind not in KEPT_TENSOR_TYPES | _FLOAT_TYPES})
+        if dequantized:
+            logger.info("%s: tensors of types %s are dequantized to float at load; the kernels multiply %s blocks",
+                        path.name, ", ".join(dequantized), ", ".join(sorted(t.name for t in KEPT_TENSOR_TYPES)))  # fmt: skip
         for name, tensor in hf_names.items():
+            heads = {"q_proj.weight": config.num_heads, "k_proj.weight": config.num_kv_heads}.get(name.rpartition("self_attn.")[2])
+            if tensor.kind in KEPT_TENSOR_TYPES and len(tensor.shape) == 2:
+                blocks = QuantizedWeight(QuantType(int(tensor.kind)), torch.from_numpy(np.array(file.raw(tensor))))
+                rows = blocks.out_features
+                yield name, blocks if heads is None else blocks.rows(torch.from_numpy(_unpermute(np.arange(rows), heads)))
+                continue
             values = np.array(dequantize(file.raw(tensor), tensor.kind), dtype=np.float32)
-            if name.endswith(("q_proj.weight", "k_proj.weight")):
-                heads = config.num_heads if name.endswith("q_proj.weight") else config.num_kv_heads
-                values = _unpermute(values, heads)
-            yield name, torch.from_numpy(values)
+            yield name, torch.from_numpy(values if heads is None else _unpermute(values, heads))
 
     return Checkpoint(config, None, read_tokenizer, tensors)
 

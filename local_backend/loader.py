@@ -3,6 +3,7 @@ its tensors' shapes checked against `config.json` from the safetensors headers b
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import torch
@@ -14,8 +15,18 @@ from local_backend import dtype_choice, ops
 from local_backend.checkpoint import Checkpoint, ModelFileError, Shape, Tensors, check_tensors
 from local_backend.config import ModelConfig
 from local_backend.kernel_choices import onednn_prepacks
-from local_backend.model import CausalLM, Linear
+from local_backend.model import CausalLM, Embedding, Linear
+from local_backend.quantized import (
+    BLOCK_WEIGHTS,
+    QUANTIZATION_AUTO,
+    QUANTIZATION_NONE,
+    QuantizedWeight,
+    QuantType,
+    quantize_q8_0,
+)
 from local_backend.tokenizer import TextTokenizer
+
+logger = logging.getLogger(__name__)
 
 REQUIRED_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json")
 
@@ -112,7 +123,9 @@ def check_checkpoint(directory: Path) -> None:
         )
 
 
-def load_model(tensors: Tensors, cfg: ModelConfig, device: torch.device, dtype: torch.dtype) -> CausalLM:
+def load_model(
+    tensors: Tensors, cfg: ModelConfig, device: torch.device, dtype: torch.dtype, quantization: str = QUANTIZATION_NONE
+) -> CausalLM:
     """Build the model without initialising it, then copy each of `tensors` into its slot, in `dtype`.
 
     Projection weights land transposed in `weight_t`, q/k/v and gate/up side by side in their
@@ -121,41 +134,101 @@ def load_model(tensors: Tensors, cfg: ModelConfig, device: torch.device, dtype: 
     (`ops.select`). On CPU every projection also gets oneDNN's prepacked weight for batched rows
     (`Linear.pack`), in float32, and in bfloat16 where oneDNN multiplies it natively
     (`kernel_choices.onednn_prepacks`).
+
+    `quantization` (`quantized.QUANTIZATIONS`): `none` dequantizes every block to `dtype`; `auto` keeps a GGUF
+    file's Q8_0, Q4_0 and Q4_1 projections and embedding as blocks (`Linear.keep_quantized`; a tied lm_head shares
+    the embedding's); `q8_0` keeps those of Q8_0 and quantizes every other one to Q8_0. Blocks are kept only where
+    the native CPU kernels multiply by them; elsewhere they are dequantized, and the log says so once.
     """
     chosen = ops.select(device, dtype, cfg.head_dim)
+    keeps = quantization != QUANTIZATION_NONE and isinstance(chosen, ops.NativeOps)
+    if quantization != QUANTIZATION_NONE and not keeps:
+        logger.info("quantization=%s: every weight is dequantized to %s at load; only the native CPU kernels multiply "
+                    "by quantized blocks, and this engine runs on %s", quantization, dtype, device)  # fmt: skip
     with torch.device("meta"):
         model = CausalLM(cfg, dtype, chosen)
-    model.to_empty(device=device)
+    model.to_empty(device=device)  # allocated, not written: the pages of a weight kept quantized never become resident
     params = dict(model.named_parameters())
+    quantizable = {name: m for name, m in model.named_modules() if isinstance(m, (Linear, Embedding))}
     shard_sizes = {
         "qkv_proj": [cfg.num_heads * cfg.head_dim] + [cfg.num_kv_heads * cfg.head_dim] * 2,
         "gate_up_proj": [cfg.intermediate_size] * 2,
     }
     loaded: set[str] = set()
+    kept: dict[str, list[tuple[str, int, int | None, QuantizedWeight]]] = {}
+    """Module name → its parts' (target, row offset, rows, blocks), stacked into the module once all are read."""
     for name, tensor in tensors:
         if "rotary_emb" in name or (cfg.tie_word_embeddings and name == "lm_head.weight"):
             continue
         target, offset, size = _target(name, shard_sizes)
-        transposed = f"{target}_t" in params
-        key = f"{target}_t" if transposed else target
-        if key not in params:
-            raise ValueError(f"unexpected tensor {name!r} for {cfg.model_type}")
-        dest = params[key].data
-        if size is not None:
-            dest = dest.narrow(1 if transposed else 0, offset, size)
-        dest.copy_(tensor.t() if transposed else tensor)
-        loaded.add(key if size is None else f"{key}#{offset}")
+        module, _, leaf = target.rpartition(".")
+        blocks = _kept(tensor, quantization) if keeps and leaf == "weight" and module in quantizable else None
+        if blocks is not None:
+            kept.setdefault(module, []).append((target, offset, size, blocks))
+        else:
+            _copy(params, name, target, offset, size, tensor, cfg)
+        loaded.add(_shard_key(target, params, offset, size))
+    for module, parts in kept.items():
+        parts.sort(key=lambda part: part[1])
+        whole = len(parts) == len(shard_sizes.get(module.rpartition(".")[2], [0]))  # every part of q, k, v kept
+        if whole and len({blocks.kind for *_, blocks in parts}) == 1:
+            quantizable[module].keep_quantized(QuantizedWeight.stack([blocks for *_, blocks in parts]))
+            continue
+        logger.info("%s: its parts are not all of one block type, so it is dequantized to %s (one matrix multiplies "
+                    "in one type)", module, dtype)  # fmt: skip
+        for target, offset, size, blocks in parts:
+            _copy(params, target, target, offset, size, blocks, cfg)
     if cfg.tie_word_embeddings:
-        embedding_t = model.model.embed_tokens.weight.detach().t()
-        model.lm_head.weight_t = torch.nn.Parameter(
-            embedding_t.contiguous() if device.type == "cpu" else embedding_t, requires_grad=False
-        )
+        embedding = model.model.embed_tokens
+        if embedding.quantized is not None:
+            model.lm_head.keep_quantized(embedding.quantized)
+        else:
+            embedding_t = embedding.weight.detach().t()
+            model.lm_head.weight_t = torch.nn.Parameter(
+                embedding_t.contiguous() if device.type == "cpu" else embedding_t, requires_grad=False
+            )
     _check_complete(params, loaded, shard_sizes, cfg)
     if device.type == "cpu" and onednn_prepacks(dtype):
-        for module in model.modules():
-            if isinstance(module, Linear):
-                module.pack()
+        for layer in model.modules():
+            if isinstance(layer, Linear) and layer.quantized is None:
+                layer.pack()
     return model.eval().requires_grad_(False)
+
+
+def _kept(tensor: torch.Tensor | QuantizedWeight, quantization: str) -> QuantizedWeight | None:
+    """The blocks `quantization` keeps for a projection's or the embedding's weight; None: it is stored as floats."""
+    if quantization == QUANTIZATION_AUTO:
+        return tensor if isinstance(tensor, QuantizedWeight) else None
+    if isinstance(tensor, QuantizedWeight):
+        return tensor if tensor.kind == QuantType.Q8_0 else quantize_q8_0(tensor.dequantize())
+    return quantize_q8_0(tensor) if tensor.dim() == 2 and tensor.shape[1] % BLOCK_WEIGHTS == 0 else None
+
+
+def _shard_key(target: str, params: dict[str, torch.nn.Parameter], offset: int, size: int | None) -> str:
+    """The name `_check_complete` expects for a tensor loaded into `target` (its row offset where it is a shard)."""
+    key = f"{target}_t" if f"{target}_t" in params else target
+    return key if size is None else f"{key}#{offset}"
+
+
+def _copy(
+    params: dict[str, torch.nn.Parameter],
+    name: str,
+    target: str,
+    offset: int,
+    size: int | None,
+    tensor: torch.Tensor | QuantizedWeight,
+    cfg: ModelConfig,
+) -> None:
+    """Write `tensor` (dequantized, if blocks) into its parameter: transposed into a `weight_t`, into its shard."""
+    transposed = f"{target}_t" in params
+    key = f"{target}_t" if transposed else target
+    if key not in params:
+        raise ValueError(f"unexpected tensor {name!r} for {cfg.model_type}")
+    values = tensor.dequantize() if isinstance(tensor, QuantizedWeight) else tensor
+    dest = params[key].data
+    if size is not None:
+        dest = dest.narrow(1 if transposed else 0, offset, size)
+    dest.copy_(values.t() if transposed else values)
 
 
 def _target(name: str, shard_sizes: dict[str, list[int]]) -> tuple[str, int, int | None]:

@@ -13,11 +13,13 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from local_backend.attention import AttentionMetadata, OutputRows, paged_attention
 from local_backend.config import ModelConfig, RopeConfig
 from local_backend.ops import TorchOps
+from local_backend.quantized import QuantizedWeight
 
 
 def rope_tables(
@@ -60,7 +62,8 @@ class Linear(nn.Module):
     a row-major [in, out] matrix streams faster than [out, in], and large matmuls are no slower.
     The native ops send decode rows to `kvwise::matvec`, which streams `weight_t` near the memory's
     speed (`csrc/matvec.cpp`; a bfloat16 `weight_t` is half the bytes, widened as it is read). `pack` adds oneDNN's blocked copy of W, as vLLM's CPU build repacks
-    its weights at load: larger batches multiply by it (the price: the weights twice in memory).
+    its weights at load: larger batches multiply by it (the price: the weights twice in memory). `keep_quantized`
+    replaces W by a GGUF file's blocks (`quantized`), which the ops multiply by as they are.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool, dtype: torch.dtype, ops: TorchOps) -> None:
@@ -69,13 +72,44 @@ class Linear(nn.Module):
         self.weight_t = nn.Parameter(torch.empty(in_features, out_features, dtype=dtype))
         self.bias = nn.Parameter(torch.empty(out_features, dtype=dtype)) if bias else None
         self.packed: torch.Tensor | None = None
+        self.quantized: QuantizedWeight | None = None
 
     def pack(self) -> None:
         """Keep oneDNN's prepacked copy of W beside `weight_t` (CPU, after loading; `kernel_choices.onednn_prepacks`)."""
         self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight_t.t().contiguous(), None)
 
+    def keep_quantized(self, weight: QuantizedWeight) -> None:
+        """Multiply by `weight`'s blocks from now on; the float `weight_t`, allocated but never written (so never
+        resident), is dropped."""
+        self.quantized = weight
+        self.weight_t = nn.Parameter(self.weight_t.new_empty(0), requires_grad=False)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.quantized is not None:
+            return self.ops.quantized_linear(x, self.quantized, self.bias)
         return self.ops.linear(x, self.weight_t, self.bias, self.packed)
+
+
+class Embedding(nn.Module):
+    """Token rows of `weight [vocab, hidden]`; `keep_quantized` replaces the table by a GGUF file's blocks, each
+    looked-up row dequantized as it is read (a step reads a few rows of a table that a tied lm_head streams whole,
+    so the blocks serve both, where a float copy for lookups would take more memory than all the blocks)."""
+
+    def __init__(self, vocab: int, hidden: int, dtype: torch.dtype, ops: TorchOps) -> None:
+        super().__init__()
+        self.ops = ops
+        self.weight = nn.Parameter(torch.empty(vocab, hidden, dtype=dtype))
+        self.quantized: QuantizedWeight | None = None
+
+    def keep_quantized(self, weight: QuantizedWeight) -> None:
+        """Read rows from `weight`'s blocks from now on; the float table is dropped (its dtype stays the model's)."""
+        self.quantized = weight
+        self.weight = nn.Parameter(self.weight.new_empty(0), requires_grad=False)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if self.quantized is not None:
+            return self.ops.quantized_rows(self.quantized, ids, self.weight.dtype)
+        return F.embedding(ids, self.weight)
 
 
 class RMSNorm(nn.Module):
@@ -185,7 +219,7 @@ class Backbone(nn.Module):
 
     def __init__(self, cfg: ModelConfig, dtype: torch.dtype, ops: TorchOps) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size, dtype=dtype)
+        self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size, dtype, ops)
         self.layers = nn.ModuleList(DecoderLayer(cfg, dtype, ops) for _ in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype, ops)
 
@@ -224,3 +258,8 @@ class CausalLM(nn.Module):
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Vocabulary logits of the rows that sample a token."""
         return self.lm_head(hidden)
+
+    def quantized_types(self) -> tuple[str, ...]:
+        """The block types of the weights kept quantized (`Linear.keep_quantized`), sorted; empty: none."""
+        kept = (module.quantized for module in self.modules() if isinstance(module, (Linear, Embedding)))
+        return tuple(sorted({weight.kind.name for weight in kept if weight is not None}))

@@ -18,9 +18,15 @@ import torch
 import torch.nn.functional as F
 
 from local_backend import cpu_kernels, kv_quant
-from local_backend._constants import BF16_PREFILL_KERNEL_MIN_QUERIES, ONEDNN_MIN_ROWS, SAMPLER_CHUNK
+from local_backend._constants import (
+    BF16_PREFILL_KERNEL_MIN_QUERIES,
+    ONEDNN_MIN_ROWS,
+    QUANT_MATVEC_MAX_ROWS,
+    SAMPLER_CHUNK,
+)
 from local_backend.kernel_choices import KernelChoices
 from local_backend.penalties import apply_penalties
+from local_backend.quantized import QuantizedWeight
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -93,6 +99,15 @@ class TorchOps:
         if bias is None:
             return x @ weight_t
         return torch.addmm(bias, x, weight_t)
+
+    def quantized_linear(self, x: torch.Tensor, weight: QuantizedWeight, bias: torch.Tensor | None) -> torch.Tensor:
+        """x·Wᵀ + b with W kept as quantized blocks; this form dequantizes all of W on every call (no engine
+        keeps blocks without the native kernels: the loader dequantizes them at load instead)."""
+        return F.linear(x, weight.dequantize().to(x.dtype), bias)
+
+    def quantized_rows(self, weight: QuantizedWeight, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """The rows of W at `ids` (an embedding's lookups), dequantized to `dtype`: `[*ids.shape, in]`."""
+        return weight.rows(ids.reshape(-1)).dequantize().to(dtype).reshape(*ids.shape, -1)
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         """x / √(mean(x²) + eps) · weight."""
@@ -202,7 +217,8 @@ class NativeOps(TorchOps):
     CPU has them), and rows past `matvec_max_rows` multiply in oneDNN (likewise,
     by the weight prepacked at load where oneDNN multiplies bfloat16 natively: `kernel_choices.onednn_prepacks`).
 
-    Decode rows stream the weights through `matvec`; RMSNorm (with the residual add before it), rope, silu·up, the kv write, attention
+    Decode rows stream the weights through `matvec`, or a quantized weight's blocks through `quant_matvec` (up to
+    `QUANT_MATVEC_MAX_ROWS` rows; more rows multiply by tiles of it dequantized in cache, `quant_mm`); RMSNorm (with the residual add before it), rope, silu·up, the kv write, attention
     and the sampler's passes over the logits are single kernels (`csrc/`). Attention's kernels need a
     head size that is a multiple of `cpu_kernels.HEAD_DIM_MULTIPLE` (`attends`); `choices` (measured
     for the loaded library) say up to which sizes each kernel beats its torch form.
@@ -221,6 +237,17 @@ class NativeOps(TorchOps):
         if x.shape[0] <= self.matvec_max_rows and x.dim() == 2 and x.is_contiguous():
             return torch.ops.kvwise.matvec(x, weight_t, bias)
         return super().linear(x, weight_t, bias, packed)
+
+    def quantized_linear(self, x: torch.Tensor, weight: QuantizedWeight, bias: torch.Tensor | None) -> torch.Tensor:
+        rows = x.reshape(-1, x.shape[-1]).contiguous()
+        if len(rows) <= QUANT_MATVEC_MAX_ROWS:
+            y = torch.ops.kvwise.quant_matvec(rows, weight.blocks, int(weight.kind), bias)
+        else:
+            y = torch.ops.kvwise.quant_mm(rows, weight.blocks, int(weight.kind), bias)
+        return y.view(*x.shape[:-1], -1)
+
+    def quantized_rows(self, weight: QuantizedWeight, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        return torch.ops.kvwise.quant_rows(weight.blocks, int(weight.kind), ids, dtype)
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         if x.is_contiguous():

@@ -89,6 +89,10 @@ class EngineStats:
     dtype: str = "float32"
     """The dtype the model computes in, and why (`dtype_choice`): `--dtype auto`'s rule or "asked for"."""
     dtype_reason: str = ""
+    quantization: str = "none"
+    """The `quantization` asked for, and the block types kept (`CausalLM.quantized_types`, comma-separated; empty:
+    every weight in `dtype`)."""
+    quantized_types: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,7 +40,8 @@ settings.load_profile("ci" if os.environ.get("CI") else "kvwise")
 _TESTS = Path(__file__).parent
 TIERS: dict[str, tuple[str, ...]] = {
     "integration": ("integration", "frameworks", "examples", "test_makefile.py", "sdk/test_shared_state.py"),
-    "native": ("local_backend/test_cpu_kernels.py", "local_backend/test_native_layers.py"),
+    "native": ("local_backend/test_cpu_kernels.py", "local_backend/test_native_layers.py",
+               "local_backend/test_quantized.py"),
     "slow": (  # the modules with the longest totals in a full run (pytest --durations=0)
         "local_backend/test_server_strict_requests.py",
         "local_backend/test_server_structured_outputs.py",
@@ -54,6 +55,7 @@ TIERS: dict[str, tuple[str, ...]] = {
         "sdk/test_request_safety.py",
         "test_tiers.py",
         "local_backend/test_gguf_parity.py",
+        "local_backend/test_gguf_quantized.py",
         "sdk/test_sqlite_store.py",
         "sdk/test_real_prompts.py",
     ),

@@ -188,6 +188,7 @@ def test_gpu_memory_utilization_is_refused_on_cpu_naming_itself(llama_dir, refus
         ("--max-num-batched-tokens", "32", "must be >= max_num_seqs (64)"),
         ("--kv-cache-memory", "0", "must be >= 1 byte"),
         ("--dtype", "int8", "invalid choice"),
+        ("--quantization", "q4_k", "invalid choice"),
         ("--block-size", "sixteen", "invalid int value"),
         ("--chat-template", "no/such/template.jinja", "cannot be read"),
         ("--chat-template", "{% for %}", "does not parse as Jinja"),
@@ -208,7 +209,8 @@ def test_gpu_memory_utilization_and_kv_cache_memory_are_refused_together_naming_
 def test_every_engine_config_field_round_trips_through_the_command_line(llama_dir, tmp_path):
     config = EngineConfig(model=str(llama_dir), device="cpu", dtype="bfloat16", kv_cache_memory=2**21, block_size=8,
                           max_num_seqs=4, max_model_len=128, max_num_batched_tokens=64, enable_prefix_caching=False,
-                          chat_template="{{ messages }}", generation_config=str(tmp_path))  # fmt: skip
+                          chat_template="{{ messages }}", generation_config=str(tmp_path),
+                          quantization="q8_0")  # fmt: skip
     arguments = config.serve_arguments()
     assert "--no-enable-prefix-caching" in arguments and "--model" not in arguments
     assert engine_config(parse_args(["serve", "--model", config.model, *arguments])) == config
@@ -239,6 +241,26 @@ def test_startup_logs_the_config_in_effect_once(llama_dir, caplog):
     message = record.getMessage()
     assert "device='cpu'" in message and "dtype='float32'" in message and "max_model_len=64" in message
     assert f"kv_cache_memory={2**20}" in message
+
+
+@pytest.mark.parametrize(("quantization", "kept"), [("q8_0", "Q8_0"), ("none", ""), ("auto", "")])
+def test_quantization_shows_in_the_startup_line_and_on_metrics_with_the_block_types_kept(
+    llama_dir, caplog, quantization, kept
+):
+    """A float checkpoint: `q8_0` quantizes its projections and embedding at load; `auto` keeps its floats."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    caplog.set_level(logging.INFO, logger="local_backend")
+    with served(llama_dir, "--dtype", "float32", "--quantization", quantization) as server:
+        text = httpx2.get(f"{server.url}/metrics").text
+        answer = _complete(server.url, list(range(10, 20)), max_tokens=4, temperature=0).json()
+        layer = server.engine.core.runner.model.model.layers[0]
+    assert answer["usage"]["completion_tokens"] == 4
+    [info] = [family for family in text_string_to_metric_families(text) if family.name == "kvwise_quantization_info"]
+    assert [sample.labels for sample in info.samples] == [{"quantization": quantization, "kept": kept}]
+    assert (layer.mlp.down_proj.quantized is not None) == bool(kept)
+    [record] = [r for r in caplog.records if "engine config in effect" in r.getMessage()]
+    assert f"quantization='{quantization}'" in record.getMessage()
 
 
 def test_cli_starts_with_vllms_options_and_reports_them(llama_dir, tmp_path):

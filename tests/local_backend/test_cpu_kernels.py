@@ -32,6 +32,7 @@ VARIANT_TESTS = (  # what each variant must pass: its kernels against the torch 
     "tests/local_backend/test_cpu_kernels.py",
     "tests/local_backend/test_kv_int8.py::test_the_native_int8_kernels_match_the_torch_int8_forms",
     "tests/local_backend/test_native_layers.py",
+    "tests/local_backend/test_quantized.py",
     "tests/local_backend/test_sampler.py",
     "tests/local_backend/test_engine.py::test_greedy_batch_matches_transformers_token_for_token",
     "tests/local_backend/test_model_runner.py::test_mixed_context_lengths_decode_in_several_groups_and_match_transformers",

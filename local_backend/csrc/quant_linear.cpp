@@ -1,0 +1,314 @@
+// A projection whose weight is kept as a GGUF file's blocks (`quantized.QuantizedWeight`): Q8_0, Q4_0 and Q4_1,
+// the legacy types of llama.cpp (`ggml-common.h`'s `block_q8_0`, `block_q4_0`, `block_q4_1`). W is [out, in] as
+// the file stores it, each row `in / 32` blocks of 32 weights: an fp16 scale d (and, in Q4_1, an fp16 offset m)
+// before the 32 codes q. A weight is d·q + m: Q8_0 signed bytes, m = 0; Q4_0 nibbles (low nibbles the block's
+// first 16 weights, high nibbles the last 16), m = −8d; Q4_1 nibbles, m its own.
+//
+// `kvwise::quant_matvec` (decode: a few rows of x) streams the blocks once: each block's codes are widened to
+// float lanes in registers and multiplied into every row of x, and d and m are applied once per block and row:
+// Σ x·(d·q + m) = d·Σ x·q + m·Σ x, with Σ x per block computed once per call. Threads split W's rows (outputs),
+// so no partial sums meet. x stays float32 (bfloat16 x is widened first), so the result is the float product
+// with the dequantized weights, up to the order of the sums (llama.cpp instead rounds x to 8 bits and multiplies
+// in integers; a next step where AVX512-VNNI is present).
+//
+// `kvwise::quant_mm` (prefill: many rows) dequantizes a tile of W's rows into a scratch of x's dtype that stays
+// in cache (`TILE_FLOATS`), and multiplies x by it with ATen's GEMM (oneDNN, on AMX tiles for bfloat16 where the
+// CPU has them); the tiles take turns, so W is never whole in float. `kvwise::quant_rows` dequantizes the rows
+// that ids pick (an embedding's lookups).
+//
+// Widening is per capability: AVX-512 turns a block's 16 code bytes into two vectors of 16 floats, AVX2 into
+// four of 8, the portable build goes through a small array.
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/util/Half.h>
+#include <torch/library.h>
+
+#include <cstring>
+#include <memory>
+#include <optional>
+
+#include "lanes.h"
+
+namespace {
+
+using kvwise::Vec;
+
+constexpr int64_t QK = 32;  // weights per block, every legacy type
+constexpr int64_t LANES_PER_BLOCK = QK / Vec::size();
+constexpr int64_t ROWS_PER_GROUP = 4;  // rows of x that share each widened block
+constexpr int64_t MIN_OUTPUTS_PER_THREAD = 16;
+constexpr int64_t TILE_FLOATS = 64 * 1024;  // a dequantized tile (256 KB as float32) stays in L2 while x passes by
+constexpr int64_t MIN_TILE_ROWS = 32;
+
+// ggml's type ids (`GGMLQuantizationType`), as Python passes them.
+enum Kind : int64_t { Q4_0 = 2, Q4_1 = 3, Q8_0 = 8 };
+
+template <Kind K>
+struct Layout;
+template <>
+struct Layout<Q8_0> {
+  static constexpr int64_t bytes = 2 + QK;
+  static constexpr int64_t codes = 2;
+};
+template <>
+struct Layout<Q4_0> {
+  static constexpr int64_t bytes = 2 + QK / 2;
+  static constexpr int64_t codes = 2;
+};
+template <>
+struct Layout<Q4_1> {
+  static constexpr int64_t bytes = 4 + QK / 2;
+  static constexpr int64_t codes = 4;
+};
+
+// An IEEE half at `p` as a float: one instruction where the build has F16C (every AVX2 and AVX-512 CPU).
+inline float half_at(const uint8_t* p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, sizeof bits);
+#if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)
+  return _cvtsh_ss(bits);
+#else
+  return static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
+#endif
+}
+
+// The block's (d, m): a weight is d·q + m.
+template <Kind K>
+inline std::pair<float, float> scale_offset(const uint8_t* block) {
+  const float d = half_at(block);
+  if constexpr (K == Q8_0) return {d, 0.f};
+  if constexpr (K == Q4_0) return {d, -8.f * d};
+  if constexpr (K == Q4_1) return {d, half_at(block + 2)};
+}
+
+// The block's 32 codes q as floats, `Vec::size()` per vector, in the weights' order.
+template <Kind K>
+inline void widen_codes(const uint8_t* block, Vec* q) {
+  const uint8_t* codes = block + Layout<K>::codes;
+#if defined(CPU_CAPABILITY_AVX512)
+  if constexpr (K == Q8_0) {
+    q[0] = Vec(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)))));
+    q[1] = Vec(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + 16)))));
+  } else {
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes));
+    const __m128i low = _mm_set1_epi8(0x0F);
+    q[0] = Vec(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(bytes, low))));
+    q[1] = Vec(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(bytes, 4), low))));
+  }
+#elif defined(CPU_CAPABILITY_AVX2)
+  if constexpr (K == Q8_0) {
+    for (int j = 0; j < 4; ++j) {
+      const __m128i eight = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + 8 * j));
+      q[j] = Vec(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(eight)));
+    }
+  } else {
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes));
+    const __m128i low = _mm_set1_epi8(0x0F);
+    const __m128i lo = _mm_and_si128(bytes, low), hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low);
+    q[0] = Vec(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo)));
+    q[1] = Vec(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8))));
+    q[2] = Vec(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi)));
+    q[3] = Vec(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8))));
+  }
+#else
+  float lanes[QK];
+  if constexpr (K == Q8_0) {
+    for (int64_t i = 0; i < QK; ++i) lanes[i] = static_cast<float>(static_cast<int8_t>(codes[i]));
+  } else {
+    for (int64_t i = 0; i < QK / 2; ++i) {
+      lanes[i] = static_cast<float>(codes[i] & 0x0F);
+      lanes[i + QK / 2] = static_cast<float>(codes[i] >> 4);
+    }
+  }
+  for (int64_t j = 0; j < LANES_PER_BLOCK; ++j) q[j] = Vec::loadu(lanes + j * Vec::size());
+#endif
+}
+
+// y[r · out] (+ bias) for `count` (<= ROWS_PER_GROUP) rows of x (float, row stride `in`) times one row of W;
+// `sums[r · blocks + b]` is Σ x over block b of row r.
+template <Kind K, int count, typename T>
+inline void row_times(const uint8_t* row, int64_t blocks, const float* x, int64_t in, const float* sums, float bias,
+                      T* y, int64_t out) {
+  Vec acc[count][2];  // even and odd blocks apart, so one block's sum need not wait for the last one's
+  float offsets[count] = {};
+  for (int r = 0; r < count; ++r) acc[r][0] = acc[r][1] = Vec(0.f);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* block = row + b * Layout<K>::bytes;
+    Vec q[LANES_PER_BLOCK];
+    widen_codes<K>(block, q);
+    const auto [d, m] = scale_offset<K>(block);
+    const Vec dv(d);
+    for (int r = 0; r < count; ++r) {
+      const float* xb = x + r * in + b * QK;
+      Vec dot = q[0] * Vec::loadu(xb);
+      Vec dot2 = q[1] * Vec::loadu(xb + Vec::size());
+      for (int64_t j = 2; j < LANES_PER_BLOCK; j += 2) {
+        dot = at::vec::fmadd(q[j], Vec::loadu(xb + j * Vec::size()), dot);
+        dot2 = at::vec::fmadd(q[j + 1], Vec::loadu(xb + (j + 1) * Vec::size()), dot2);
+      }
+      acc[r][b & 1] = at::vec::fmadd(dv, dot + dot2, acc[r][b & 1]);
+      if constexpr (K != Q8_0) offsets[r] += m * sums[r * blocks + b];
+    }
+  }
+  for (int r = 0; r < count; ++r) {
+    y[r * out] = static_cast<T>(kvwise::sum_lanes(acc[r][0] + acc[r][1]) + offsets[r] + bias);
+  }
+}
+
+template <Kind K, typename T>
+void matvec_into(const float* x, int64_t rows, int64_t in, const uint8_t* w, int64_t out, const T* bias, T* y) {
+  const int64_t blocks = in / QK, row_bytes = blocks * Layout<K>::bytes;
+  auto sums = std::make_unique_for_overwrite<float[]>(rows * blocks);
+  for (int64_t i = 0; i < rows * blocks; ++i) {
+    Vec s = Vec::loadu(x + i * QK);
+    for (int64_t j = 1; j < LANES_PER_BLOCK; ++j) s = s + Vec::loadu(x + i * QK + j * Vec::size());
+    sums[i] = kvwise::sum_lanes(s);
+  }
+  at::parallel_for(0, out, MIN_OUTPUTS_PER_THREAD, [&](int64_t begin, int64_t end) {
+    for (int64_t o = begin; o < end; ++o) {
+      const uint8_t* row = w + o * row_bytes;
+      const float b = bias ? static_cast<float>(bias[o]) : 0.f;
+      int64_t r = 0;
+      for (; r + ROWS_PER_GROUP <= rows; r += ROWS_PER_GROUP) {
+        row_times<K, ROWS_PER_GROUP>(row, blocks, x + r * in, in, sums.get() + r * blocks, b, y + r * out + o, out);
+      }
+      switch (rows - r) {
+        case 3: row_times<K, 3>(row, blocks, x + r * in, in, sums.get() + r * blocks, b, y + r * out + o, out); break;
+        case 2: row_times<K, 2>(row, blocks, x + r * in, in, sums.get() + r * blocks, b, y + r * out + o, out); break;
+        case 1: row_times<K, 1>(row, blocks, x + r * in, in, sums.get() + r * blocks, b, y + r * out + o, out); break;
+        default: break;
+      }
+    }
+  });
+}
+
+// Rows [begin, end) of W dequantized into `dst` (row stride `in`), rounded to T where T is bfloat16.
+template <Kind K, typename T>
+void dequantize_rows(const uint8_t* w, int64_t in, const int64_t* ids, int64_t begin, int64_t end, T* dst) {
+  const int64_t blocks = in / QK, row_bytes = blocks * Layout<K>::bytes;
+  for (int64_t i = begin; i < end; ++i) {
+    const uint8_t* row = w + (ids ? ids[i] : i) * row_bytes;
+    T* to = dst + (i - begin) * in;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* block = row + b * Layout<K>::bytes;
+      Vec q[LANES_PER_BLOCK];
+      widen_codes<K>(block, q);
+      const auto [d, m] = scale_offset<K>(block);
+      for (int64_t j = 0; j < LANES_PER_BLOCK; ++j) {
+        kvwise::store(at::vec::fmadd(q[j], Vec(d), Vec(m)), to + b * QK + j * Vec::size());
+      }
+    }
+  }
+}
+
+// Runs `body` with the compile-time kind `K`.
+template <typename F>
+void dispatch_kind(int64_t kind, F&& body) {
+  switch (kind) {
+    case Q8_0: body.template operator()<Q8_0>(); break;
+    case Q4_0: body.template operator()<Q4_0>(); break;
+    case Q4_1: body.template operator()<Q4_1>(); break;
+    default: TORCH_CHECK(false, "quantized weight: ggml type ", kind, " is not one of Q4_0 (2), Q4_1 (3), Q8_0 (8)");
+  }
+}
+
+int64_t block_bytes(int64_t kind) {
+  int64_t bytes = 0;
+  dispatch_kind(kind, [&]<Kind K>() { bytes = Layout<K>::bytes; });
+  return bytes;
+}
+
+// W's input width, checking `blocks` is a contiguous uint8 [out, row bytes] of whole blocks.
+int64_t input_width(const at::Tensor& blocks, int64_t kind) {
+  TORCH_CHECK(blocks.dim() == 2 && blocks.scalar_type() == at::kByte && blocks.is_contiguous(),
+              "quantized weight: contiguous uint8 blocks [out, row bytes]");
+  const int64_t bytes = block_bytes(kind);
+  TORCH_CHECK(blocks.size(1) % bytes == 0, "quantized weight: a row of ", blocks.size(1), " bytes is not whole ",
+              bytes, "-byte blocks");
+  return blocks.size(1) / bytes * QK;
+}
+
+void check_x(const at::Tensor& x, int64_t in, const std::optional<at::Tensor>& bias, int64_t out) {
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.size(1) == in, "quantized linear: contiguous x [rows, ", in, "]");
+  TORCH_CHECK(!bias || (bias->scalar_type() == x.scalar_type() && bias->is_contiguous() && bias->numel() == out),
+              "quantized linear: a bias of one element per output, of x's dtype");
+}
+
+at::Tensor quant_matvec(const at::Tensor& x, const at::Tensor& blocks, int64_t kind, const std::optional<at::Tensor>& bias) {
+  const int64_t in = input_width(blocks, kind), out = blocks.size(0), rows = x.size(0);
+  check_x(x, in, bias, out);
+  auto y = at::empty({rows, out}, x.options());
+  KVWISE_DISPATCH(x.scalar_type(), "quant_matvec", [&] {
+    const float* xp;
+    std::unique_ptr<float[]> widened;
+    if constexpr (std::is_same_v<scalar_t, float>) {
+      xp = x.data_ptr<float>();
+    } else {
+      widened = std::make_unique_for_overwrite<float[]>(rows * in);
+      kvwise::widen(x.data_ptr<scalar_t>(), rows * in, widened.get());
+      xp = widened.get();
+    }
+    const scalar_t* bp = bias ? bias->data_ptr<scalar_t>() : nullptr;
+    dispatch_kind(kind, [&]<Kind K>() { matvec_into<K>(xp, rows, in, blocks.data_ptr<uint8_t>(), out, bp, y.data_ptr<scalar_t>()); });
+  });
+  return y;
+}
+
+at::Tensor quant_mm(const at::Tensor& x, const at::Tensor& blocks, int64_t kind, const std::optional<at::Tensor>& bias) {
+  const int64_t in = input_width(blocks, kind), out = blocks.size(0);
+  check_x(x, in, bias, out);
+  auto y = at::empty({x.size(0), out}, x.options());
+  const int64_t tile = std::min(out, std::max(MIN_TILE_ROWS, TILE_FLOATS / in));
+  auto scratch = at::empty({tile, in}, x.options());
+  KVWISE_DISPATCH(x.scalar_type(), "quant_mm", [&] {
+    dispatch_kind(kind, [&]<Kind K>() {
+      for (int64_t o0 = 0; o0 < out; o0 += tile) {
+        const int64_t n = std::min(tile, out - o0);
+        scalar_t* dst = scratch.data_ptr<scalar_t>();
+        const uint8_t* w = blocks.data_ptr<uint8_t>() + o0 * blocks.size(1);
+        at::parallel_for(0, n, MIN_OUTPUTS_PER_THREAD, [&](int64_t begin, int64_t end) {
+          dequantize_rows<K>(w, in, nullptr, begin, end, dst + begin * in);
+        });
+        y.narrow(1, o0, n).copy_(at::mm(x, scratch.narrow(0, 0, n).t()));
+      }
+    });
+  });
+  if (bias) y.add_(*bias);
+  return y;
+}
+
+at::Tensor quant_rows(const at::Tensor& blocks, int64_t kind, const at::Tensor& ids, at::ScalarType dtype) {
+  const int64_t in = input_width(blocks, kind);
+  TORCH_CHECK(ids.scalar_type() == at::kLong, "quant_rows: int64 ids");
+  const auto flat = ids.contiguous().view(-1);
+  const int64_t* idp = flat.data_ptr<int64_t>();
+  for (int64_t i = 0; i < flat.numel(); ++i) {
+    TORCH_CHECK(idp[i] >= 0 && idp[i] < blocks.size(0), "quant_rows: id ", idp[i], " is not a row of ", blocks.size(0));
+  }
+  auto shape = ids.sizes().vec();
+  shape.push_back(in);
+  auto y = at::empty(shape, blocks.options().dtype(dtype));
+  KVWISE_DISPATCH(dtype, "quant_rows", [&] {
+    dispatch_kind(kind, [&]<Kind K>() {
+      at::parallel_for(0, flat.numel(), MIN_OUTPUTS_PER_THREAD, [&](int64_t begin, int64_t end) {
+        dequantize_rows<K>(blocks.data_ptr<uint8_t>(), in, idp, begin, end, y.data_ptr<scalar_t>() + begin * in);
+      });
+    });
+  });
+  return y;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(kvwise, m) {
+  m.def("quant_matvec(Tensor x, Tensor blocks, int kind, Tensor? bias) -> Tensor");
+  m.def("quant_mm(Tensor x, Tensor blocks, int kind, Tensor? bias) -> Tensor");
+  m.def("quant_rows(Tensor blocks, int kind, Tensor ids, ScalarType dtype) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(kvwise, CPU, m) {
+  m.impl("quant_matvec", quant_matvec);
+  m.impl("quant_mm", quant_mm);
+  m.impl("quant_rows", quant_rows);
+}

@@ -1,0 +1,146 @@
+"""Quantized weights (local_backend/quantized.py, csrc/quant_linear.cpp): Q8_0, Q4_0 and Q4_1 blocks multiplied as
+they are, against the `gguf` package's dequantization (shared with this code by nothing but the block layout).
+
+The portable forms dequantize and quantize bit for bit as `gguf` does. The kernels (`kvwise::quant_matvec` for
+decode rows, `kvwise::quant_mm` for prefill rows, `kvwise::quant_rows` for embedding lookups) give the float product
+with the dequantized matrix, up to the order of the sums, on random blocks and on the real SmolLM2 file's tensors;
+`test_cpu_kernels.py` runs this module again in a process per capability (AVX-512, AVX2 and the portable build), so
+each path this CPU executes is checked.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType as Q
+from gguf.quants import dequantize, quantize
+
+from local_backend import cpu_kernels, ops
+from local_backend.gguf_file import read_gguf
+from local_backend.model_names import resolve_model
+from local_backend.quantized import QuantizedWeight, QuantType, dequantize_rows, quantize_q8_0
+
+ROWS = [1, 2, 3, 4, 5, 8, 9, 33]
+"""Rows of x: each remainder of the kernels' groups of four, and prefill-sized batches."""
+
+
+def random_blocks(kind: QuantType, out: int, width: int, seed: int) -> np.ndarray:
+    """`[out, width]` weights of `kind` as uint8 rows of blocks: random codes, scales and offsets as a file's are."""
+    gen = np.random.default_rng(seed)
+    blocks = gen.integers(0, 256, size=(out, width // 32, kind.block_bytes), dtype=np.uint8)
+    blocks[..., 0:2] = (np.abs(gen.standard_normal((out, width // 32, 1))) * 0.02).astype(np.float16).view(np.uint8)
+    if kind == QuantType.Q4_1:
+        blocks[..., 2:4] = (gen.standard_normal((out, width // 32, 1)) * 0.1).astype(np.float16).view(np.uint8)
+    return blocks.reshape(out, -1)
+
+
+def reference(kind: QuantType, blocks: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.array(dequantize(blocks, Q(int(kind))), dtype=np.float32))
+
+
+def native() -> ops.NativeOps:
+    kernels = cpu_kernels.load()
+    assert kernels is not None
+    return ops.NativeOps(64, kernels.choices)
+
+
+def assert_product(got: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> None:
+    """float32: the float product up to the order of its sums; bfloat16: within its rounding of the result."""
+    scale = expected.abs().max().item()
+    if dtype == torch.float32:
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5 * scale)
+    else:
+        torch.testing.assert_close(got.float(), expected, rtol=1e-2, atol=1e-2 * scale)
+
+
+@pytest.mark.parametrize("kind", list(QuantType), ids=lambda kind: kind.name)
+def test_the_portable_dequantization_is_gguf_s_bit_for_bit(kind: QuantType) -> None:
+    blocks = random_blocks(kind, 40, 96, seed=int(kind))
+    got = QuantizedWeight(kind, torch.from_numpy(blocks)).dequantize()
+    assert torch.equal(got, reference(kind, blocks))
+    assert torch.equal(dequantize_rows(kind, torch.from_numpy(blocks[7])), reference(kind, blocks)[7])
+
+
+def test_q8_0_quantization_is_gguf_s_and_so_llama_cpp_s_bit_for_bit() -> None:
+    weight = torch.randn(48, 128, generator=torch.Generator().manual_seed(0))
+    weight[3] = 0  # a block of zeros has the scale 0 and the codes 0
+    weight[5, :32] *= 1e4
+    got = quantize_q8_0(weight)
+    assert got.kind == QuantType.Q8_0 and (got.out_features, got.in_features) == (48, 128)
+    assert np.array_equal(got.blocks.numpy(), quantize(weight.numpy(), Q.Q8_0))
+    assert (got.dequantize() - weight).abs().max() <= weight.abs().max() / 127
+
+
+@pytest.mark.parametrize("kind", list(QuantType), ids=lambda kind: kind.name)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("bias", [False, True])
+def test_the_kernels_multiply_random_blocks_as_the_dequantized_matrix(
+    kind: QuantType, dtype: torch.dtype, bias: bool
+) -> None:
+    form = native()
+    out, width = 72, 160
+    blocks = random_blocks(kind, out, width, seed=10 + int(kind))
+    weight = QuantizedWeight(kind, torch.from_numpy(blocks))
+    dense = reference(kind, blocks)
+    gen = torch.Generator().manual_seed(1)
+    b = torch.randn(out, generator=gen).to(dtype) if bias else None
+    for rows in ROWS:
+        x = torch.randn(rows, width, generator=gen).to(dtype)
+        xf, bf = x.float(), (b.float() if b is not None else 0)
+        # the decode kernel multiplies by the blocks' exact values; the prefill one by a tile of them in x's dtype
+        assert_product(torch.ops.kvwise.quant_matvec(x, weight.blocks, int(kind), b), xf @ dense.T + bf, dtype)
+        tile = dense.to(dtype).float()
+        assert_product(torch.ops.kvwise.quant_mm(x, weight.blocks, int(kind), b), xf @ tile.T + bf, dtype)
+        got = form.quantized_linear(x, weight, b)
+        assert got.dtype == dtype and got.shape == (rows, out)
+        expected = xf @ (dense if rows <= 8 else tile).T + bf
+        assert_product(got, expected, dtype)
+        assert_product(ops.TORCH.quantized_linear(x, weight, b), xf @ tile.T + bf, dtype)
+    ids = torch.tensor([[5, 0], [71, 5]])
+    assert torch.equal(form.quantized_rows(weight, ids, torch.float32), dense[ids])
+    assert torch.equal(form.quantized_rows(weight, ids, torch.bfloat16), dense[ids].bfloat16())
+    assert torch.equal(ops.TORCH.quantized_rows(weight, ids, torch.float32), dense[ids])
+
+
+def test_the_kernels_refuse_what_is_not_whole_blocks_or_ids_past_the_rows() -> None:
+    native()
+    blocks = torch.zeros(4, 35, dtype=torch.uint8)
+    with pytest.raises(RuntimeError, match="row of 35 bytes is not whole 34-byte blocks"):
+        torch.ops.kvwise.quant_matvec(torch.zeros(1, 32), blocks, int(QuantType.Q8_0), None)
+    with pytest.raises(RuntimeError, match="ggml type 12 is not one of"):
+        torch.ops.kvwise.quant_mm(torch.zeros(9, 32), blocks, 12, None)
+    with pytest.raises(RuntimeError, match="id 4 is not a row of 4"):
+        torch.ops.kvwise.quant_rows(torch.zeros(4, 34, dtype=torch.uint8), int(QuantType.Q8_0), torch.tensor([4]),
+                                    torch.float32)  # fmt: skip
+    with pytest.raises(ValueError, match="whole 20-byte Q4_1 blocks"):
+        QuantizedWeight(QuantType.Q4_1, blocks)
+
+
+SMOLLM2_TENSORS = ["token_embd.weight", "blk.0.attn_q.weight", "blk.7.attn_k.weight", "blk.29.ffn_down.weight"]
+"""The real file's Q8_0 embedding (its tied lm_head) and Q4_1 projections of every shape class."""
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> Path:
+    return resolve_model("smollm2-135m-instruct")
+
+
+@pytest.mark.parametrize("name", SMOLLM2_TENSORS)
+def test_the_kernels_multiply_the_real_file_s_tensors_as_their_dequantized_matrix(smollm2: Path, name: str) -> None:
+    form = native()
+    file = read_gguf(smollm2)
+    [tensor] = [t for t in file.tensors if t.name == name]
+    assert tensor.kind in (Q.Q4_1, Q.Q8_0)
+    raw = np.array(file.raw(tensor))
+    weight = QuantizedWeight(QuantType(int(tensor.kind)), torch.from_numpy(raw))
+    dense = torch.from_numpy(np.array(dequantize(raw, tensor.kind), dtype=np.float32))
+    assert torch.equal(weight.dequantize(), dense)
+    gen = torch.Generator().manual_seed(2)
+    for rows in (1, 4, 6, 40):
+        x = torch.randn(rows, weight.in_features, generator=gen)
+        assert_product(form.quantized_linear(x, weight, None), x @ dense.T, torch.float32)
+    ids = torch.randint(0, weight.out_features, (16,), generator=gen)
+    assert torch.equal(form.quantized_rows(weight, ids, torch.float32), dense[ids])
