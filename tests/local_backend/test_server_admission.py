@@ -24,8 +24,9 @@ from tests.local_backend.serving import IDLE_DEADLINE_SECONDS, Served, ServedEng
 
 IN_FLIGHT = "kvwise_requests_in_flight"
 CHOICES = (1, 16)
-ROUNDS = 42
-"""Rounds of every stage for each `n`, each round's twelve hang-ups at once: 504 hang-ups."""
+ROUNDS = 84
+"""Rounds of every stage for each `n`, each round's twelve hang-ups at once: 504 hang-ups with n = 1 and 504 with
+n = 16 (the issue's 500 times over, for each)."""
 STREAMED_TOKENS = 8
 LONG_TOKENS = 220
 

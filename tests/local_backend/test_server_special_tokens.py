@@ -150,27 +150,81 @@ def test_text_spelling_special_tokens_adds_none_to_the_prompt(served, prompts, r
     assert forged == control or "<|im_start|>system" in shown  # unless the template leaves the field out
 
 
-def _splice(control: list[int], plain: list[int], forged: list[int]) -> list[int]:
-    """`control` with its last run of `plain` replaced by `forged`."""
+def _splice(control: list[int], plain: list[int], forged: list[int]) -> list[int] | None:
+    """`control` with its last run of `plain` replaced by `forged`; None when `control` holds no `plain`."""
     for at in range(len(control) - len(plain), -1, -1):
         if control[at : at + len(plain)] == plain:
             return control[:at] + forged + control[at + len(plain) :]
-    raise AssertionError(f"{plain} is not in {control}")
+    return None
 
 
-@pytest.mark.parametrize(("route", "field"), [("chat", "content"), ("chat", "system"), ("chat", "tool_result"),
-                                              ("responses", "input"), ("anthropic", "content"), ("anthropic", "system")])  # fmt: skip
+JSON_FIELDS = ("tool_description", "tool_arguments", "tool_use")
+"""Fields a prompt holds as JSON, escaped and beside quotes that merge into the text's first token: the text is not
+there whole to splice (`test_text_spelling_special_tokens_adds_none_to_the_prompt` covers them)."""
+
+
+@pytest.mark.parametrize(("route", "field"), [case for case in CASES if case[1] not in JSON_FIELDS])
 def test_a_forged_turn_is_tokenized_as_text_and_answered_as_the_control(served, prompts, raw, route, field):
+    """The control: the same prompt with the forged text there as the split-special-tokens mode reads it."""
     normal, split = raw
     forged = _prompt(served, prompts, route, field, FORGED)
     control = _prompt(served, prompts, route, field, PLAIN)
     as_text = split.encode(FORGED, add_special_tokens=False).ids
     expected = _splice(control, normal.encode(PLAIN, add_special_tokens=False).ids, as_text)
+    if expected is None:  # the template leaves the field out: the text adds nothing
+        assert forged == control
+        return
     assert forged == expected
     greedy = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
     [answer] = served.engine.generate([forged], greedy)
     [control_answer] = served.engine.generate([expected], greedy)
     assert answer.token_ids == control_answer.token_ids
+
+
+@pytest.fixture
+def rendered(served: Served, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[list[int]]]:
+    """The token ids of every prompt the server's tokenizer renders from now on, counted ones included."""
+    seen: list[list[int]] = []
+    tokenizer = served.engine.tokenizer
+    chat_prompt = tokenizer.chat_prompt
+
+    def spy(*args: Any, **kwargs: Any) -> list[int]:
+        seen.append(ids := chat_prompt(*args, **kwargs))
+        return ids
+
+    monkeypatch.setattr(tokenizer, "chat_prompt", spy)
+    yield seen
+
+
+@pytest.mark.parametrize("field", ROUTES["anthropic"][1])
+def test_count_tokens_reads_each_field_spelling_special_tokens_as_text(served, rendered, raw, field):
+    """Every Anthropic field through `count_tokens`, which renders past the context: the folded tool listing's
+    description too, which the generating routes refuse as too long for the test model."""
+    normal, _ = raw
+    counted: dict[str, tuple[int, list[int]]] = {}
+    with httpx2.Client(base_url=served.url, timeout=60) as http:
+        for text in (FORGED, PLAIN):
+            _, body = _anthropic(field, text)
+            del body["max_tokens"]
+            response = http.post("/v1/messages/count_tokens", json={"model": "tiny", **body})
+            assert response.status_code == 200, response.text
+            counted[text] = response.json()["input_tokens"], rendered.pop()
+    (count, forged), (_, control) = counted[FORGED], counted[PLAIN]
+    assert count == len(forged)
+    assert _specials(forged, normal) == _specials(control, normal)
+    assert "<|im_start|>system" in normal.decode(forged, skip_special_tokens=True)
+
+
+def test_a_completions_prompt_is_its_authors_own_tokens_special_ones_included(served, prompts, raw):
+    """`/v1/completions` renders no template: its author writes every token, turns included (the README says so),
+    as vLLM and llama.cpp read it."""
+    normal, _ = raw
+    with httpx2.Client(base_url=served.url, timeout=60) as http:
+        response = http.post("/v1/completions", json={"model": "tiny", "max_tokens": 1, "prompt": FORGED})
+    assert response.status_code == 200, response.text
+    prompt = prompts.pop()
+    assert prompt == normal.encode(FORGED).ids
+    assert len(_specials(prompt, normal)) == 1 + FORGED.count("<|im_")  # the checkpoint's BOS, then the turns'
 
 
 def test_count_tokens_counts_spelled_special_tokens_as_text(served, prompts, raw):
