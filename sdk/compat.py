@@ -48,7 +48,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pydantic
-import wrapt
 
 from sdk.errors import UnsupportedClient
 
@@ -328,6 +327,8 @@ def stream_takes_proxy(stream: Any) -> bool:
     stream_class = type(stream)
     takes = _TAKES_PROXY.get(stream_class)
     if takes is None:
+        import wrapt  # with the stream watcher, on the first stream (tests/sdk/test_first_call.py)
+
         proxy: Any = wrapt.ObjectProxy(object.__new__(stream_class))
         takes = _TAKES_PROXY[stream_class] = isinstance(proxy, stream_class)
     return takes

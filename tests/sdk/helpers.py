@@ -3,6 +3,7 @@ and the simulator's own)."""
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import time
 from collections.abc import Callable
@@ -73,3 +74,16 @@ def require(client: Any, path: str) -> Any:
         if resource is None:
             pytest.skip(f"the installed {type(client).__module__.partition('.')[0]} has no {path}")
     return resource
+
+
+def http_library(package: Any) -> Any:
+    """The HTTP library the installed client package sends with (httpx2 from openai 3.x and anthropic
+    1.x, httpx before): an older release lets its transport errors escape a stream (`sdk.compat._breaks`)."""
+    base = importlib.import_module(f"{package.__name__}._base_client")
+    return getattr(base, "httpx2", None) or base.httpx
+
+
+def connection_errors(package: Any) -> tuple[type[Exception], ...]:
+    """What the installed client raises for a stream whose connection breaks: its `APIConnectionError`,
+    or its transport's error where the release lets that escape (`http_library`)."""
+    return package.APIConnectionError, http_library(package).TransportError

@@ -37,7 +37,7 @@ from opentelemetry.trace import StatusCode
 
 import sdk
 from sdk.telemetry import semconv as sc
-from tests.sdk.helpers import resolve
+from tests.sdk.helpers import http_library, resolve
 from tests.sdk.test_retry import client_sleeps  # noqa: F401
 from tests.simulator import ProviderSimulator
 
@@ -498,7 +498,9 @@ async def test_a_stream_that_hangs_after_its_headers_raises_the_clients_timeout_
     started = time.monotonic()
     answer = await call(api, client, stream=True)
     elapsed = time.monotonic() - started
-    assert isinstance(answer.error, api.module.APITimeoutError) and isinstance(answer.error, sdk.StreamTruncated)
+    # the client's timeout, or its transport's where an older release lets that escape (as bare)
+    assert isinstance(answer.error, (api.module.APITimeoutError, http_library(api.module).TimeoutException))
+    assert isinstance(answer.error, sdk.StreamTruncated)
     assert len(simulator.requests) == 1
     assert elapsed < EVERY_ATTEMPT * READ_TIMEOUT  # one client timeout, where re-sending took one per attempt
 

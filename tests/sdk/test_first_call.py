@@ -24,11 +24,15 @@ NOT_LOADED = ("openai.types.beta", "anthropic", "sdk.send.stream_watch", "sdk.de
 
 
 def _loaded_after_first_call(base_url: str, call: str) -> list[str]:
-    code = (
-        "import json, sys, openai, sdk\n"
+    code = (  # what the bare client's own call loads (openai 2.x imports its beta types) is not kvwise's
+        "import json, sys, openai\n"
+        f"client = openai.OpenAI(base_url={base_url!r}, api_key='k')\n"
+        f"{call}\n"
+        f"bare = [name for name in {NOT_LOADED!r} if name in sys.modules]\n"
+        "import sdk\n"
         f"client = sdk.wrap(openai.OpenAI(base_url={base_url!r}, api_key='k'))\n"
         f"{call}\n"
-        f"print(json.dumps([name for name in {NOT_LOADED!r} if name in sys.modules]))\n"
+        f"print(json.dumps([name for name in {NOT_LOADED!r} if name in sys.modules and name not in bare]))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     return json.loads(out.splitlines()[-1])

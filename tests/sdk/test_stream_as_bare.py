@@ -7,7 +7,6 @@ provider simulator for breaks."""
 from __future__ import annotations
 
 import json
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,7 +24,7 @@ import sdk
 from sdk.call import Usage
 from sdk.lifecycle import CallEnd, Ending
 from sdk.telemetry import semconv as sc
-from tests.sdk.helpers import resolve
+from tests.sdk.helpers import http_library, resolve
 from tests.sdk.test_fault_matrix import events_of
 from tests.sdk.test_telemetry_spans import Otel, otel  # noqa: F401
 
@@ -177,12 +176,6 @@ async def test_a_header_event_reaches_the_caller_before_the_server_sends_any_con
         assert rest and not any(map(script.is_header, rest))
 
 
-def _transport_timeouts(client: Any) -> type[Exception]:
-    """The timeout class of the HTTP library `client` sends with (httpx, or httpx2 from openai 3.x)."""
-    base = sys.modules[f"{type(client).__module__.partition('.')[0]}._base_client"]
-    return (getattr(base, "httpx2", None) or base.httpx).TimeoutException
-
-
 async def _events_and_error(stream: Any) -> tuple[list[Any], Exception | None]:
     events: list[Any] = []
     try:
@@ -321,7 +314,8 @@ async def test_a_stream_that_times_out_raises_the_bare_clients_timeout_chained_t
         errors.append((await _events_and_error(await resolve(create(candidate))))[1])
     bare, wrapped = errors
     # the client's timeout chained to the transport's (openai 2.x on, anthropic 1.x on), or the transport's own
-    assert isinstance(bare, (openai.APITimeoutError, anthropic.APITimeoutError, _transport_timeouts(client)))
+    timeouts = (openai.APITimeoutError, anthropic.APITimeoutError, http_library(openai).TimeoutException, http_library(anthropic).TimeoutException)
+    assert isinstance(bare, timeouts)
     assert bare.__cause__ is not None
     assert isinstance(wrapped, type(bare)) and isinstance(wrapped, sdk.StreamTruncated)
     assert type(wrapped.__cause__) is type(bare.__cause__)

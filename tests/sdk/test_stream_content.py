@@ -13,7 +13,7 @@ import openai
 import pytest
 
 import sdk
-from tests.sdk.helpers import resolve
+from tests.sdk.helpers import connection_errors, resolve
 from tests.sdk.test_fault_matrix import events_of, managed_events_of
 
 USER = [{"role": "user", "content": "What is the weather in Paris?"}]
@@ -183,6 +183,6 @@ async def test_the_responses_stream_helper_raises_for_a_stream_broken_before_any
 ) -> None:
     simulator.cut_stream_after(0, mode="drop")
     wrapped = sdk.wrap(openai_client)
-    with pytest.raises(openai.APIConnectionError):
+    with pytest.raises(connection_errors(openai)):
         [e async for e in managed_events_of(wrapped.responses.stream(model="gpt-5.4", input="go"))]
     assert len(simulator.requests) == 1

@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import anthropic
-import httpx2
 import openai
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
@@ -21,7 +20,7 @@ from opentelemetry.trace import StatusCode
 
 import sdk
 from sdk.telemetry import semconv as sc
-from tests.sdk.helpers import collect, resolve
+from tests.sdk.helpers import collect, connection_errors, http_library, resolve
 from tests.sdk.test_telemetry_spans import Otel, otel  # noqa: F401
 
 USER = [{"role": "user", "content": "Tell me something."}]
@@ -80,7 +79,7 @@ async def test_a_wrapped_stream_is_still_the_clients_stream_type(
     stream = await _open(request, api, otel)
     module = CLIENT_TYPES[api]
     assert isinstance(stream, module.Stream if mode == "sync" else module.AsyncStream)
-    assert type(stream.response) is httpx2.Response  # the client's own response, as the bare stream's
+    assert type(stream.response) is http_library(module).Response  # the client's own response, as the bare stream's
     await collect(stream)
 
 
@@ -253,7 +252,7 @@ def test_a_stream_closed_from_another_thread_stops_its_reader_as_the_bare_client
         stream.close()
         reader.join(READER_WAIT_S)
         assert not reader.is_alive()
-        outcomes[name] = [isinstance(error, openai.APIConnectionError) for error in errors]
+        outcomes[name] = [isinstance(error, connection_errors(openai)) for error in errors]
     assert outcomes["wrapped"] == outcomes["bare"] == [True]  # the client's connection error, or a subclass
     [root] = _roots(otel)
     assert root.end_time is not None
