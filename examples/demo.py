@@ -25,6 +25,7 @@ import json
 import os
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -328,6 +329,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def served_weights(base_url: str) -> str:
+    """How the server holds the model's weights, as its `/metrics` says (`kvwise_quantization_info`)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"{base_url}/metrics", timeout=30) as response:
+        text = response.read().decode()
+    [info] = [family for family in text_string_to_metric_families(text) if family.name == "kvwise_quantization_info"]
+    labels = info.samples[0].labels
+    if labels["kept"]:
+        return f"from its quantized weights: {labels['kept']} blocks multiplied as they are (--quantization {labels['quantization']})"
+    return f"from weights dequantized at load (--quantization {labels['quantization']})"
+
+
 def demo() -> dict[str, Any]:
     """The demo itself: start the local backend, run the sections, report the time; return what was measured."""
     print(f"kvwise demo: {MODEL} (and the bundled model for the tool loop), served locally on CPU, called through "
@@ -343,6 +357,7 @@ def demo() -> dict[str, Any]:
 
     with local_server(MODEL, on_wait=progress) as base_url, local_server(TOOL_MODEL, on_wait=progress) as tool_url:
         print(f"\rservers ready at {base_url} and {tool_url} after {time.monotonic() - started:.1f} s" + " " * 20)
+        print(f"{MODEL} is served {served_weights(base_url)}")
         measured = run_demo(base_url, tool_url)
     print(f"\ndone in {time.monotonic() - started:.1f} s")
     return measured
