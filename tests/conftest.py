@@ -58,6 +58,7 @@ TIERS: dict[str, tuple[str, ...]] = {
         "local_backend/test_gguf_quantized.py",
         "sdk/test_sqlite_store.py",
         "sdk/test_real_prompts.py",
+        "local_backend/test_server_admission.py",
     ),
 }
 """Tier -> the paths under tests/ (folders or modules) whose tests are in it."""
