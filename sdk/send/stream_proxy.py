@@ -47,12 +47,16 @@ class Upstream:
 
 
 class _Closer:
-    """Ends one stream: its watching generator, the client stream, the telemetry (sync)."""
+    """Ends one stream: its watching generator, the client stream, the telemetry (sync). Where the
+    caller holds a copy of the client's stream (`_Watched.of`), whose own `close()` the caller's close
+    already ran, it closes the response alone, so the client's `close()` runs as often as bare."""
 
-    __slots__ = ("__weakref__", "closing", "events", "upstream", "watch")
+    __slots__ = ("__weakref__", "closing", "copied", "events", "upstream", "watch")
 
-    def __init__(self, upstream: Upstream, events: GeneratorType[Any, None, None], watch: Finishing) -> None:
-        self.upstream, self.events, self.watch = upstream, events, watch
+    def __init__(
+        self, upstream: Upstream, events: GeneratorType[Any, None, None], watch: Finishing, copied: bool = False
+    ) -> None:
+        self.upstream, self.events, self.watch, self.copied = upstream, events, watch, copied
         self.closing = False
 
     def busy(self) -> bool:
@@ -63,11 +67,15 @@ class _Closer:
     def close(self) -> None:
         self.closing = True
         try:
+            if self.copied:  # first, so the watching generator's `finally` finds it closed
+                response = self.upstream.stream.response
+                type(response).close(response)
             try:
                 self.events.close()  # a suspended guard runs its `finally`; one never started has none
             except ValueError:  # being read in another thread: closing the response ends that read
                 pass
-            self.upstream.stream.close()
+            if not self.copied:
+                self.upstream.stream.close()
             self.watch.finish(None)
         finally:
             self.closing = False
@@ -85,10 +93,12 @@ class _Closer:
 class _AsyncCloser:
     """Async twin of `_Closer`."""
 
-    __slots__ = ("__weakref__", "closing", "events", "upstream", "watch")
+    __slots__ = ("__weakref__", "closing", "copied", "events", "upstream", "watch")
 
-    def __init__(self, upstream: Upstream, events: AsyncGeneratorType[Any, None], watch: Finishing) -> None:
-        self.upstream, self.events, self.watch = upstream, events, watch
+    def __init__(
+        self, upstream: Upstream, events: AsyncGeneratorType[Any, None], watch: Finishing, copied: bool = False
+    ) -> None:
+        self.upstream, self.events, self.watch, self.copied = upstream, events, watch, copied
         self.closing = False
 
     def busy(self) -> bool:
@@ -97,11 +107,15 @@ class _AsyncCloser:
     async def close(self) -> None:
         self.closing = True
         try:
+            if self.copied:
+                response = self.upstream.stream.response
+                await type(response).aclose(response)
             try:
                 await self.events.aclose()
             except RuntimeError:  # being read by another task: closing the response ends that read
                 pass
-            await self.upstream.stream.close()
+            if not self.copied:
+                await self.upstream.stream.close()
             self.watch.finish(None)
         finally:
             self.closing = False
@@ -178,7 +192,7 @@ class _Watched(wrapt.ObjectProxy):  # type: ignore[misc]
         finaliser holds the closer)."""
         if compat.stream_takes_proxy(stream):
             return cls(stream, upstream, events, watch)
-        closer = cls._self_closer_type(upstream, events, watch)
+        closer = cls._self_closer_type(upstream, events, watch, copied=True)
         response = stream.response
         setattr(response, cls._self_close_name, cls._self_close_hook(response, closer))
         copied = compat.stream_reading(stream, events)

@@ -87,3 +87,10 @@ def connection_errors(package: Any) -> tuple[type[Exception], ...]:
     """What the installed client raises for a stream whose connection breaks: its `APIConnectionError`,
     or its transport's error where the release lets that escape (`http_library`)."""
     return package.APIConnectionError, http_library(package).TransportError
+
+
+def anthropic_traces_itself() -> bool:
+    """Whether the installed anthropic traces its own calls (`open_telemetry=`, from 2.x)."""
+    import anthropic
+
+    return "open_telemetry" in inspect.signature(anthropic.Anthropic.__init__).parameters

@@ -28,7 +28,7 @@ from sdk import surface
 from sdk.call import Api
 from sdk.surface import Kind
 from sdk.telemetry import semconv as sc
-from tests.sdk.helpers import DECODE_SECONDS_PER_TOKEN, collect, resolve
+from tests.sdk.helpers import DECODE_SECONDS_PER_TOKEN, collect, require, resolve
 
 CAP = 77
 FORMS = ("plain", "with_raw_response", "with_streaming_response", "client.with_raw_response", "client.with_streaming_response")
@@ -233,6 +233,7 @@ async def test_beta_responses_are_read_as_responses_usage_finish_and_output_text
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(spans))
     client = _client(PathCase("openai", ("beta", "responses"), "create", Api.RESPONSES, Kind.CALL, "plain", stream), simulator, mode)
+    require(client, "beta.responses")
     wrapped = sdk.wrap(client, sdk.Policy(capture_content=True), tracer_provider=provider)
 
     result = await resolve(wrapped.beta.responses.create(model="gpt-4.1", input="hi", stream=stream))
@@ -250,6 +251,7 @@ async def test_beta_responses_are_read_as_responses_usage_finish_and_output_text
 async def test_a_cut_beta_responses_stream_ends_with_the_beta_incomplete_event(simulator, openai_client):
     simulator.loop(LOOP_UNIT)
     simulator.token_delay = DECODE_SECONDS_PER_TOKEN  # still sending at the cut (without it, a busy client read all first)
+    require(openai_client, "beta.responses")
     wrapped = sdk.wrap(openai_client, sdk.Policy(max_output_tokens=2000))
     events = await collect(await resolve(wrapped.beta.responses.create(model="gpt-4.1", input="go", stream=True)))
     assert type(events[-1]).__name__ == "BetaResponseIncompleteEvent"

@@ -191,7 +191,9 @@ def _posted_url(package: str, path: tuple[str, ...], spec: surface.Intercept) ->
     client.post = spy  # before any resource exists: each one binds `client.post` when it is made
     resource = client
     for part in path:
-        resource = getattr(resource, part)
+        resource = getattr(resource, part, None)
+        if resource is None:  # a resource of a newer release
+            return None
     kwargs = dict(_MINIMAL[spec.api])
     if spec.kind is Kind.BATCH:
         kwargs = {"requests": [{"custom_id": "a", "params": {**kwargs, "max_tokens": 8}}]}
@@ -209,11 +211,15 @@ def test_every_intercepted_method_posts_to_a_path_the_routes_table_sends_the_sam
         for path, specs in resources.items():
             for spec in specs:
                 url = _posted_url(package, path, spec)
+                if url is None and not _newest(package):  # an older release has no such resource
+                    continue
+                assert url is not None, path
                 found = surface.route(package, url)
                 assert found is not None, f"{'.'.join(path)}.{spec.method} posts to {url}, which ROUTES lacks"
                 assert (found[1].api, found[1].kind) == (spec.api, spec.kind), url
                 routed.add((package, url.split("?")[0]))
-    assert routed == {(package, url) for package, routes in surface.ROUTES.items() for url in routes}
+    expected = {(package, url) for package, routes in surface.ROUTES.items() for url in routes}
+    assert routed == {(package, url) for package, url in expected if _newest(package) or (package, url) in routed}
 
 
 @pytest.mark.parametrize("name", sorted(CLIENTS))
