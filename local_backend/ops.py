@@ -218,7 +218,8 @@ class NativeOps(TorchOps):
     by the weight prepacked at load where oneDNN multiplies bfloat16 natively: `kernel_choices.onednn_prepacks`).
 
     Decode rows stream the weights through `matvec`, or a quantized weight's blocks through `quant_matvec` (up to
-    `QUANT_MATVEC_MAX_ROWS` rows; more rows multiply by tiles of it dequantized in cache, `quant_mm`); RMSNorm (with the residual add before it), rope, silu·up, the kv write, attention
+    `QUANT_MATVEC_MAX_ROWS` rows; more rows multiply by tiles of it dequantized in cache, `quant_mm`);
+    RMSNorm (with the residual add before it), rope, silu·up, the kv write, attention
     and the sampler's passes over the logits are single kernels (`csrc/`). Attention's kernels need a
     head size that is a multiple of `cpu_kernels.HEAD_DIM_MULTIPLE` (`attends`); `choices` (measured
     for the loaded library) say up to which sizes each kernel beats its torch form.

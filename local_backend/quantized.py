@@ -57,7 +57,8 @@ class QuantizedWeight:
     def __post_init__(self) -> None:
         if self.blocks.dtype != torch.uint8 or self.blocks.dim() != 2 or self.blocks.shape[1] % self.kind.block_bytes:
             raise ValueError(f"QuantizedWeight.blocks must be uint8 [out, whole {self.kind.block_bytes}-byte "
-                             f"{self.kind.name} blocks], got {self.blocks.dtype} {list(self.blocks.shape)}")  # fmt: skip
+                             f"{self.kind.name} blocks], got {self.blocks.dtype} "
+                             f"{list(self.blocks.shape)}")  # fmt: skip
 
     @property
     def out_features(self) -> int:
@@ -85,7 +86,7 @@ class QuantizedWeight:
 
 
 def dequantize_rows(kind: QuantType, blocks: torch.Tensor) -> torch.Tensor:
-    """float32 weights of uint8 rows of `kind` blocks (`[..., row bytes]` → `[..., weights]`), as `gguf` computes them."""
+    """float32 weights of uint8 rows of `kind` blocks (`[..., row bytes]` → `[..., weights]`), as `gguf` gives them."""
     *lead, row_bytes = blocks.shape
     split = blocks.reshape(-1, kind.block_bytes)
     d = split[:, :2].contiguous().view(torch.float16).float()

@@ -1,4 +1,6 @@
-"""SmolLM2's Q4_1 file served from its blocks (`--quantization auto`) against its dequantized weights (`none`), slow tier.
+"""SmolLM2's Q4_1 file served from its blocks (`--quantization auto`) against its dequantized weights (`none`).
+
+In the slow tier.
 
 Both engines compute in float32; `none` multiplies by the float32 weights the `gguf` package's dequantization gives
 (today's path, whose tokens test_gguf_parity.py holds equal to transformers'), `auto` by the blocks themselves
