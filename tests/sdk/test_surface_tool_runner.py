@@ -143,7 +143,8 @@ async def test_a_tools_list_the_caller_edits_in_place_reaches_each_turn_sorted_a
         ("wrapped, canonicalize off", lambda client: sdk.wrap(client, sdk.Policy(canonicalize=False))),
     ):
         weather_tool = _tools(mode)[0]
-        tools: list[Any] = [weather_tool, {"type": "custom", "name": "zeta", "input_schema": {"type": "object"}}]
+        # the definitions as the API takes them (anthropic before 2.x sends a params list as it is given)
+        tools: list[Any] = [weather_tool.to_dict(), {"type": "custom", "name": "zeta", "input_schema": {"type": "object"}}]
         runner = make(cls(base_url=canned.url, api_key="k", max_retries=0)).beta.messages.tool_runner(
             model=MODEL, max_tokens=1000, messages=USER, tools=[weather_tool], max_iterations=3, **IN_THIS_THREAD
         )
