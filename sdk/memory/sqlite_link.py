@@ -3,8 +3,10 @@
 The file is opened on first use, in WAL mode (readers never wait on a writer) with `synchronous=NORMAL`
 (a commit is not synced to the disk: a power cut may lose the last memories, never the file), and
 never grown past `STATE_SQLITE_MAX_BYTES`. A write waits at most `STATE_SQLITE_BUSY_SECONDS` for
-another process's. Anything that goes wrong (the file locked past that wait, corrupt, full, on a
-read-only disk, too large, or laid out by a newer kvwise) is an outage (`sdk.memory.outage`): logged
+another process's; opening waits up to `STATE_SQLITE_OPEN_SECONDS`, since the process that creates the
+file, or checkpoints it as the last to close it, holds it through several disk syncs (seconds on a slow
+disk). Anything that goes wrong (the file locked past that wait, corrupt, full, on a read-only disk, too
+large, or laid out by a newer kvwise) is an outage (`sdk.memory.outage`): logged
 once, the calls go on with in-process state and their spans say why, and the file is tried again
 `STATE_SQLITE_RETRY_SECONDS` later.
 
@@ -37,6 +39,7 @@ from sdk._constants import (
     STATE_SQLITE_MAX_BYTES,
     STATE_SQLITE_MAX_RECORDS,
     STATE_SQLITE_MAX_WORKLOADS,
+    STATE_SQLITE_OPEN_SECONDS,
     STATE_SQLITE_RETRY_SECONDS,
     STATE_SQLITE_SCHEMA,
 )
@@ -127,7 +130,7 @@ class SqliteLink:
             raise _Unusable(f"the file is too large ({size} bytes, at most {STATE_SQLITE_MAX_BYTES})")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         db = sqlite3.connect(
-            self.path, timeout=STATE_SQLITE_BUSY_SECONDS, isolation_level=None, check_same_thread=False
+            self.path, timeout=STATE_SQLITE_OPEN_SECONDS, isolation_level=None, check_same_thread=False
         )
         try:
             if db.execute("PRAGMA journal_mode = WAL").fetchone()[0] != "wal":
@@ -145,6 +148,7 @@ class SqliteLink:
                     for statement in _LAYOUT:
                         db.execute(statement)
                 _evict(db)
+            db.execute(f"PRAGMA busy_timeout = {int(STATE_SQLITE_BUSY_SECONDS * 1000)}")
         except BaseException:
             db.close()
             raise

@@ -11,6 +11,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,9 +26,11 @@ import sdk
 from sdk._constants import (
     STATE_EXPIRY_SECONDS,
     STATE_MAX_VALUE_BYTES,
+    STATE_SQLITE_BUSY_SECONDS,
     STATE_SQLITE_EVICT_EVERY,
     STATE_SQLITE_MAX_BYTES,
     STATE_SQLITE_MAX_RECORDS,
+    STATE_SQLITE_OPEN_SECONDS,
     STATE_SQLITE_SCHEMA,
 )
 from sdk.memory.memories import sqlite_path
@@ -278,11 +281,41 @@ def test_eight_processes_writing_at_once_lose_no_update(tmp_path: Path) -> None:
     assert sorted(store.lengths(WORKLOAD)) == sorted(list(range(UPDATES)) * PROCESSES)
 
 
+@contextmanager
+def _held_by_another_process(path: Path, seconds: float) -> Iterator[None]:
+    """Another connection holds the file's write lock for `seconds`, as a process creating the file
+    (or checkpointing it) does through its disk syncs on a slow disk."""
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(seconds, lambda: holder.execute("COMMIT"))
+    release.start()
+    try:
+        yield
+    finally:
+        release.join()
+        holder.close()
+
+
+def test_opening_waits_out_a_lock_longer_than_a_write_would_and_a_write_does_not(tmp_path: Path) -> None:
+    path = tmp_path / "state.sqlite3"
+    _kvwise_file(path)
+    held = (STATE_SQLITE_BUSY_SECONDS + STATE_SQLITE_OPEN_SECONDS) / 2
+    opened = SqliteStore(path, "tenant")
+    assert opened.update_family(b"family", _add_one).turns == 2 and opened.outage() is None
+    with _held_by_another_process(path, held):
+        opening = SqliteStore(path, "tenant")
+        assert opening.update_family(b"family", _add_one).turns == 3  # waited: read from the file
+        assert opening.outage() is None
+    with _held_by_another_process(path, held):
+        assert opened.update_family(b"family", _add_one).turns == 1  # went on without the file ...
+        assert opened.outage() == "OperationalError: database is locked"  # ... and says why
+
+
 def test_eight_processes_calling_at_once_never_fail_a_call_nor_degrade(simulator: Any) -> None:
     systems = [_build(build) for build in (BUILD, OTHER_BUILD, BUILD, OTHER_BUILD)]
     runs = [_spans(process) for process in [_run(simulator.openai_base_url, systems) for _ in range(PROCESSES)]]
     assert [len(spans) for spans in runs] == [len(systems)] * PROCESSES
-    assert all(span["degraded"] is None for spans in runs for span in spans), runs
+    assert [span for spans in runs for span in spans if span["degraded"] is not None] == []
     with sqlite3.connect(_default_file()) as db:
         families = [json.loads(value) for (value,) in db.execute("SELECT value FROM record WHERE kind = 'family'")]
     assert [1] in [changed for _, changed, *_ in families]  # the family's build, seen changing by all
