@@ -50,12 +50,25 @@ COMPAT_TESTS := tests/simulator_tests $(addprefix tests/sdk/, \
 	test_wrapper_object.py test_compat.py test_surface_paths.py test_surface_tree.py test_surface_tool_runner.py \
 	test_raw_responses.py test_retry.py test_request_safety.py test_typed_inputs.py test_odd_answers.py \
 	test_cache_hints.py test_first_call.py test_telemetry_client_spans.py test_real_app_patterns.py test_trio.py)
+# The agent frameworks whose newest releases pin older clients (issue 53), at those releases when last checked,
+# with the newest openai 2.x and anthropic 0.x they all resolve: venvs built as the compat ones (tests/compat_venv.py),
+# each route handed a wrapped client as its docs say and run against the bare one (tests/frameworks/pinned).
+# CrewAI's pins clash with ADK 2.x's and Strands', so it has a venv of its own (it also brings chromadb, lancedb
+# and onnxruntime, about 800 MB; the other venv is about 200 MB). A venv is rebuilt when removed (`make clean`).
+FRAMEWORK_CLIENTS := openai==2.54.0 anthropic==0.125.0
+FRAMEWORK_VENVS := agents crewai
+FRAMEWORKS_agents := llama-index-core==0.14.25 llama-index-llms-openai==0.8.3 strands-agents==1.62.0 google-adk==2.13.0 \
+	mirascope==2.8.2
+FRAMEWORK_TESTS_agents := test_llama_index.py test_strands.py test_adk.py test_mirascope.py
+FRAMEWORKS_crewai := crewai==1.15.30
+FRAMEWORK_TESTS_crewai := test_crewai.py
+FRAMEWORK_STAMPS := $(foreach name,$(FRAMEWORK_VENVS),$(VENV)-frameworks-$(name)/.installed)
 # The Phoenix browser tests render the trace page in Debian's headless Chromium.
 BROWSER := chromium
 # The shared-state tests (tests/sdk/test_shared_state.py) run Debian's Redis on a free loopback port.
 REDIS := redis-server
 
-.PHONY: venv compat-venvs phoenix-venv vllm-venv llama-server browser redis valgrind test test-compat test-fast test-conformance test-cuda soak demo phoenix phoenix-demo bench serve clean
+.PHONY: venv compat-venvs framework-venvs phoenix-venv vllm-venv llama-server browser redis valgrind test test-compat test-frameworks test-fast test-conformance test-cuda soak demo phoenix phoenix-demo bench serve clean
 
 venv: $(STAMP)
 
@@ -77,6 +90,11 @@ compat-venvs: $(COMPAT_STAMPS)
 
 $(VENV)-compat-%/.installed: $(STAMP) tests/compat_venv.py
 	$(PY) -m tests.compat_venv $(VENV)-compat-$*
+
+framework-venvs: $(FRAMEWORK_STAMPS)
+
+$(VENV)-frameworks-%/.installed: $(STAMP) tests/compat_venv.py
+	$(PY) -m tests.compat_venv $(VENV)-frameworks-$* $(FRAMEWORK_CLIENTS) $(FRAMEWORKS_$*)
 
 phoenix-venv: $(PHOENIX_STAMP)
 
@@ -113,11 +131,17 @@ test: browser redis $(STAMP) $(PHOENIX_STAMP)
 	$(PY) -m mypy sdk local_backend
 	$(PY) -m pytest -q
 	$(MAKE) --no-print-directory test-compat
+	$(MAKE) --no-print-directory test-frameworks
 	$(MAKE) --no-print-directory test-conformance
 
 # The older majors' runs (COMPAT_OLDER above), one after the other; pytest prints each one's time.
 test-compat: $(COMPAT_STAMPS)
 	$(foreach stamp,$(COMPAT_STAMPS),$(dir $(stamp))bin/python -m pytest -q -p no:cacheprovider $(COMPAT_TESTS) &&) true
+
+# The frameworks that pin older clients (FRAMEWORK_VENVS above), each venv on its own tests.
+test-frameworks: $(FRAMEWORK_STAMPS)
+	$(foreach name,$(FRAMEWORK_VENVS),KVWISE_PINNED_FRAMEWORKS=1 $(VENV)-frameworks-$(name)/bin/python -m pytest -q \
+		-p no:cacheprovider -W ignore::DeprecationWarning $(addprefix tests/frameworks/pinned/,$(FRAMEWORK_TESTS_$(name))) &&) true
 
 # openai's and anthropic's own test suites (the installed releases' sdists, fetched once into .cache/conformance),
 # every client they build wrapped by kvwise; a test failing only wrapped fails it (tests/conformance/run.py).
@@ -183,4 +207,4 @@ serve: $(STAMP)
 	$(PY) -m local_backend serve --model default --host 127.0.0.1 --port 8000
 
 clean:
-	rm -rf $(VENV) $(VENV)-compat-* $(PHOENIX_VENV) $(VLLM_VENV) $(LLAMA_SERVER_DIR)
+	rm -rf $(VENV) $(VENV)-compat-* $(VENV)-frameworks-* $(PHOENIX_VENV) $(VLLM_VENV) $(LLAMA_SERVER_DIR)

@@ -1,5 +1,8 @@
 """Builds one venv of older clients for `make test-compat`: `python -m tests.compat_venv .venv-compat-openai2.54.0-...`.
 
+`python -m tests.compat_venv DIR openai==2.54.0 anthropic==0.125.0 crewai==1.15.30` installs the requirements
+given instead (`make test-frameworks`: the frameworks that pin older clients, with the clients they resolve).
+
 The directory's name says the pins (`openai2.54.0-anthropic1.17.0` is `openai==2.54.0 anthropic==1.17.0`).
 The venv holds only those clients and what they need that the project venv lacks; a `.pth` file puts the
 project venv's site-packages (kvwise's editable install, pytest, the OpenTelemetry SDK, ...) behind its
@@ -20,6 +23,7 @@ from pathlib import Path
 
 _PIN = re.compile(r"([a-z_]+)(\d[\w.]*)")
 _PTH_FILE = "kvwise-project-venv.pth"
+_CLIENTS = ("openai", "anthropic")
 _PURELIB = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
 
 
@@ -32,9 +36,14 @@ def pins(directory: Path) -> dict[str, str]:
     return found
 
 
-def build(directory: Path) -> None:
-    """Build the venv at `directory` afresh, then touch its `.installed` stamp."""
-    wanted = pins(directory)
+def build(directory: Path, requirements: list[str] | None = None) -> None:
+    """Build the venv at `directory` afresh with `requirements` (by default the clients its name pins),
+    then touch its `.installed` stamp; the build fails unless it imports the clients pinned."""
+    if requirements:
+        wanted = dict(req.split("==", 1) for req in requirements if req.split("==", 1)[0] in _CLIENTS)
+    else:
+        wanted = pins(directory)
+        requirements = [f"{name}=={version}" for name, version in wanted.items()]
     shutil.rmtree(directory, ignore_errors=True)
     venv.create(directory, with_pip=True)
     python = str(directory / "bin" / "python")
@@ -42,8 +51,7 @@ def build(directory: Path) -> None:
     project = sysconfig.get_paths()["purelib"]  # this interpreter is the project venv's
     (own / _PTH_FILE).write_text(f"import site; site.addsitedir({project!r})\n")
     subprocess.run(
-        [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-        + [f"{name}=={version}" for name, version in wanted.items()],
+        [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *requirements],
         check=True,
     )
     shown = subprocess.run(
@@ -58,4 +66,4 @@ def build(directory: Path) -> None:
 
 
 if __name__ == "__main__":
-    build(Path(sys.argv[1]))
+    build(Path(sys.argv[1]), sys.argv[2:])
