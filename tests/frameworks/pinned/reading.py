@@ -29,6 +29,8 @@ PINNED_ENV: Final = "KVWISE_PINNED_FRAMEWORKS"
 MODEL: Final = "gpt-4o-mini"
 """A model name the frameworks know (LlamaIndex looks up its context window); the simulator serves any."""
 ANTHROPIC_MODEL: Final = "claude-sonnet-4-5"
+LOOP_LIMIT: Final = 8
+"""Model calls a loop the test itself drives may take before it fails (the script ends in three)."""
 
 
 class ReadingSimulator(ScriptedSimulator):
