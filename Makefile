@@ -54,7 +54,8 @@ COMPAT_TESTS := tests/simulator_tests $(addprefix tests/sdk/, \
 # with the newest openai 2.x and anthropic 0.x they all resolve: venvs built as the compat ones (tests/compat_venv.py),
 # each route handed a wrapped client as its docs say and run against the bare one (tests/frameworks/pinned).
 # CrewAI's pins clash with ADK 2.x's and Strands', so it has a venv of its own (it also brings chromadb, lancedb
-# and onnxruntime, about 800 MB; the other venv is about 200 MB). A venv is rebuilt when removed (`make clean`).
+# and onnxruntime, about 800 MB; the other venv is about 200 MB). Each venv's stamp names a checksum of its pins,
+# so changing them here rebuilds it.
 FRAMEWORK_CLIENTS := openai==2.54.0 anthropic==0.125.0
 FRAMEWORK_VENVS := agents crewai
 FRAMEWORKS_agents := llama-index-core==0.14.25 llama-index-llms-openai==0.8.3 strands-agents==1.62.0 google-adk==2.13.0 \
@@ -62,7 +63,9 @@ FRAMEWORKS_agents := llama-index-core==0.14.25 llama-index-llms-openai==0.8.3 st
 FRAMEWORK_TESTS_agents := test_llama_index.py test_strands.py test_adk.py test_mirascope.py
 FRAMEWORKS_crewai := crewai==1.15.30
 FRAMEWORK_TESTS_crewai := test_crewai.py
-FRAMEWORK_STAMPS := $(foreach name,$(FRAMEWORK_VENVS),$(VENV)-frameworks-$(name)/.installed)
+framework_pins = $(FRAMEWORK_CLIENTS) $(FRAMEWORKS_$(1))
+framework_stamp = $(VENV)-frameworks-$(1)/.installed-$(firstword $(shell echo '$(call framework_pins,$(1))' | cksum))
+FRAMEWORK_STAMPS := $(foreach name,$(FRAMEWORK_VENVS),$(call framework_stamp,$(name)))
 # The Phoenix browser tests render the trace page in Debian's headless Chromium.
 BROWSER := chromium
 # The shared-state tests (tests/sdk/test_shared_state.py) run Debian's Redis on a free loopback port.
@@ -93,8 +96,12 @@ $(VENV)-compat-%/.installed: $(STAMP) tests/compat_venv.py
 
 framework-venvs: $(FRAMEWORK_STAMPS)
 
-$(VENV)-frameworks-%/.installed: $(STAMP) tests/compat_venv.py
-	$(PY) -m tests.compat_venv $(VENV)-frameworks-$* $(FRAMEWORK_CLIENTS) $(FRAMEWORKS_$*)
+define framework_venv_rule
+$(call framework_stamp,$(1)): $(STAMP) tests/compat_venv.py
+	$(PY) -m tests.compat_venv $(VENV)-frameworks-$(1) $(call framework_pins,$(1))
+	touch $$@
+endef
+$(foreach name,$(FRAMEWORK_VENVS),$(eval $(call framework_venv_rule,$(name))))
 
 phoenix-venv: $(PHOENIX_STAMP)
 
