@@ -4,12 +4,22 @@
 // before the 32 codes q. A weight is d·q + m: Q8_0 signed bytes, m = 0; Q4_0 nibbles (low nibbles the block's
 // first 16 weights, high nibbles the last 16), m = −8d; Q4_1 nibbles, m its own.
 //
-// `kvwise::quant_matvec` (decode: a few rows of x) streams the blocks once: each block's codes are widened to
-// float lanes in registers and multiplied into every row of x, and d and m are applied once per block and row:
-// Σ x·(d·q + m) = d·Σ x·q + m·Σ x, with Σ x per block computed once per call. Threads split W's rows (outputs),
-// so no partial sums meet. x stays float32 (bfloat16 x is widened first), so the result is the float product
-// with the dequantized weights, up to the order of the sums (llama.cpp instead rounds x to 8 bits and multiplies
-// in integers; a next step where AVX512-VNNI is present).
+// `kvwise::quant_matvec` (decode: a few rows of x) streams the blocks once, and d and m are applied once per block
+// and row: Σ x·(d·q + m) = d·Σ x·q + m·Σ x, with Σ x per block computed once per call (exact, in float). Threads
+// split W's rows (outputs), so no partial sums meet. Σ x·q is taken one of two ways:
+// - in integers (the AVX2 and AVX-512 builds), after llama.cpp's `ggml_vec_dot_q4_1_q8_1` / `_q8_0_q8_0`: each
+//   block of x is rounded once per call to integers, x ≈ dx·qx (dx = max|x| / X_CODE_MAX, qx = round(x / dx) half
+//   away from zero), and a block's 32 code pairs are multiplied and summed by `_mm256_madd_epi16`, exact in 32-bit
+//   integers, so the codes are never widened to floats and one float multiply-add per block and row remains.
+//   llama.cpp rounds x to 8 bits (`_mm256_maddubs_epi16` on the bytes); x is rounded to 16 bits here, as
+//   SmolLM2's activations have outlier channels (a block's max|x| up to 200 times its median): at 8 bits each
+//   projection moved by about 1% of its largest output and the logits by 5-11% (greedy answers parted from the
+//   dequantized model's within a few tokens), at 16 bits by about 1e-4, for one more instruction per block
+//   (the codes widened to int16) that cost Q4_1 10-20% of the 8-bit kernel's speed on SmolLM2's shapes, Q8_0
+//   nothing. The result is the float product with the dequantized weights times x so rounded, to within float
+//   rounding; against the exact product it moves by at most Σ|d·q|·dx / 2;
+// - in floats (the portable build, and the reference): the block's codes widened to float lanes and multiplied
+//   into x as it is, so the result is the float product with the dequantized weights, up to the order of the sums.
 //
 // `kvwise::quant_mm` (prefill: many rows) dequantizes a tile of W's rows into a scratch of x's dtype that stays
 // in cache (`TILE_FLOATS`), and multiplies x by it with ATen's GEMM (oneDNN, on AMX tiles for bfloat16 where the
@@ -24,6 +34,7 @@
 #include <c10/util/Half.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -40,6 +51,7 @@ constexpr int64_t ROWS_PER_GROUP = 4;  // rows of x that share each widened bloc
 constexpr int64_t MIN_OUTPUTS_PER_THREAD = 16;
 constexpr int64_t TILE_FLOATS = 64 * 1024;  // a dequantized tile (256 KB as float32) stays in L2 while x passes by
 constexpr int64_t MIN_TILE_ROWS = 32;
+constexpr int64_t X_CODE_MAX = 32767;  // x's codes in the integer decode: int16
 
 // ggml's type ids (`GGMLQuantizationType`), as Python passes them.
 enum Kind : int64_t { Q4_0 = 2, Q4_1 = 3, Q8_0 = 8 };
@@ -156,31 +168,140 @@ inline void row_times(const uint8_t* row, int64_t blocks, const float* x, int64_
   }
 }
 
-template <Kind K, typename T>
-void matvec_into(const float* x, int64_t rows, int64_t in, const uint8_t* w, int64_t out, const T* bias, T* y) {
-  const int64_t blocks = in / QK, row_bytes = blocks * Layout<K>::bytes;
-  auto sums = std::make_unique_for_overwrite<float[]>(rows * blocks);
-  for (int64_t i = 0; i < rows * blocks; ++i) {
-    Vec s = Vec::loadu(x + i * QK);
-    for (int64_t j = 1; j < LANES_PER_BLOCK; ++j) s = s + Vec::loadu(x + i * QK + j * Vec::size());
-    sums[i] = kvwise::sum_lanes(s);
+#if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)
+#define KVWISE_INT8_DOT 1
+
+// `n` blocks of x rounded to 16 bits: codes to `q`, each block's dx = max|x| / 32767 to `dx`, and its exact Σ x to
+// `sums`. Round half away from zero.
+void quantize_blocks(const float* x, int64_t n, int16_t* q, float* dx, float* sums) {
+  const __m256 sign_bit = _mm256_set1_ps(-0.f), half = _mm256_set1_ps(0.5f);
+  for (int64_t i = 0; i < n; ++i) {
+    const float* xb = x + i * QK;
+    __m256 v[4], amax = _mm256_setzero_ps(), sum = _mm256_setzero_ps();
+    for (int j = 0; j < 4; ++j) {
+      v[j] = _mm256_loadu_ps(xb + 8 * j);
+      amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign_bit, v[j]));
+      sum = _mm256_add_ps(sum, v[j]);
+    }
+    float lanes[8], total[8];
+    _mm256_storeu_ps(lanes, amax);
+    _mm256_storeu_ps(total, sum);
+    const float d = *std::max_element(lanes, lanes + 8) / static_cast<float>(X_CODE_MAX);
+    dx[i] = d;
+    sums[i] = ((total[0] + total[4]) + (total[1] + total[5])) + ((total[2] + total[6]) + (total[3] + total[7]));
+    const __m256 inverse = _mm256_set1_ps(d == 0.f ? 0.f : 1.f / d);
+    __m256i codes[4];
+    for (int j = 0; j < 4; ++j) {
+      const __m256 scaled = _mm256_mul_ps(v[j], inverse);
+      const __m256 magnitude = _mm256_floor_ps(_mm256_add_ps(_mm256_andnot_ps(sign_bit, scaled), half));
+      codes[j] = _mm256_cvtps_epi32(_mm256_or_ps(magnitude, _mm256_and_ps(sign_bit, scaled)));
+    }
+    // the pack interleaves 128-bit lanes; the permute puts the 16 codes of each half back in order
+    for (int h = 0; h < 2; ++h) {
+      const __m256i packed = _mm256_packs_epi32(codes[2 * h], codes[2 * h + 1]);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i * QK + 16 * h), _mm256_permute4x64_epi64(packed, 0xD8));
+    }
   }
+}
+
+// The block's 32 codes as two vectors of 16 int16 in the weights' order: Q8_0's signed, the 4-bit types' nibbles.
+template <Kind K>
+inline std::pair<__m256i, __m256i> code_words(const uint8_t* block) {
+  const uint8_t* codes = block + Layout<K>::codes;
+  if constexpr (K == Q8_0) {
+    return {_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes))),
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + 16)))};
+  } else {
+    // byte i holds weight i in its low nibble and weight i + 16 in its high one: widen once, then split
+    const __m256i words = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
+    return {_mm256_and_si256(words, _mm256_set1_epi16(0x0F)), _mm256_srli_epi16(words, 4)};
+  }
+}
+
+// Σ q·qx over a block as 8 int32 lanes: `_mm256_madd_epi16` multiplies int16 pairs and sums each two into int32
+// (|q·qx| <= 128·32767, so the sums of 32 products fit).
+inline __m256i block_dot(const std::pair<__m256i, __m256i>& q, const int16_t* qx) {
+  const __m256i first = _mm256_madd_epi16(q.first, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx)));
+  return _mm256_add_epi32(first, _mm256_madd_epi16(q.second, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx + 16))));
+}
+
+// As `row_times`, x given as its 16-bit blocks: codes `qx` (row stride `in`), scales `dx` and exact sums `sums`
+// (row stride `blocks`).
+template <Kind K, int count, typename T>
+inline void row_times_int(const uint8_t* row, int64_t blocks, const int16_t* qx, const float* dx, int64_t in,
+                           const float* sums, float bias, T* y, int64_t out) {
+  // even and odd blocks into accumulators of their own, so one block's sum need not wait for the last one's (the
+  // loop is unrolled by two so that they stay in registers)
+  __m256 even[count], odd[count];
+  float offsets[count][2] = {};
+  for (int r = 0; r < count; ++r) even[r] = odd[r] = _mm256_setzero_ps();
+  const auto step = [&](int64_t b, __m256* acc, int parity) {
+    const uint8_t* block = row + b * Layout<K>::bytes;
+    const auto q = code_words<K>(block);
+    const auto [d, m] = scale_offset<K>(block);
+    for (int r = 0; r < count; ++r) {
+      const __m256 dot = _mm256_cvtepi32_ps(block_dot(q, qx + r * in + b * QK));
+      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * dx[r * blocks + b]), dot, acc[r]);
+      if constexpr (K != Q8_0) offsets[r][parity] += m * sums[r * blocks + b];
+    }
+  };
+  int64_t b = 0;
+  for (; b + 2 <= blocks; b += 2) {
+    step(b, even, 0);
+    step(b + 1, odd, 1);
+  }
+  if (b < blocks) step(b, even, 0);
+  for (int r = 0; r < count; ++r) {
+    const __m256 both = _mm256_add_ps(even[r], odd[r]);
+    const __m128 half = _mm_add_ps(_mm256_castps256_ps128(both), _mm256_extractf128_ps(both, 1));
+    const __m128 quarter = _mm_add_ps(half, _mm_movehl_ps(half, half));
+    const float total = _mm_cvtss_f32(_mm_add_ss(quarter, _mm_movehdup_ps(quarter)));
+    y[r * out] = static_cast<T>(total + (offsets[r][0] + offsets[r][1]) + bias);
+  }
+}
+#endif
+
+// Each output o (W's row) times every row of x, a group of up to ROWS_PER_GROUP rows at a time: `times<count>(row,
+// first x row, y)` multiplies one row of W into `count` rows of x.
+template <typename Times, typename T>
+void each_output(int64_t rows, int64_t out, int64_t row_bytes, const uint8_t* w, const T* bias, T* y, Times&& times) {
   at::parallel_for(0, out, MIN_OUTPUTS_PER_THREAD, [&](int64_t begin, int64_t end) {
     for (int64_t o = begin; o < end; ++o) {
       const uint8_t* row = w + o * row_bytes;
       const float b = bias ? static_cast<float>(bias[o]) : 0.f;
       int64_t r = 0;
-      for (; r + ROWS_PER_GROUP <= rows; r += ROWS_PER_GROUP) {
-        row_times<K, ROWS_PER_GROUP>(row, blocks, x + r * in, in, sums.get() + r * blocks, b, y + r * out + o, out);
-      }
+      for (; r + ROWS_PER_GROUP <= rows; r += ROWS_PER_GROUP) times.template operator()<ROWS_PER_GROUP>(row, r, b, y + r * out + o);
       switch (rows - r) {
-        case 3: row_times<K, 3>(row, blocks, x + r * in, in, sums.get() + r * blocks, b, y + r * out + o, out); break;
-        case 2: row_times<K, 2>(row, blocks, x + r * in, in, sums.get() + r * blocks, b, y + r * out + o, out); break;
-        case 1: row_times<K, 1>(row, blocks, x + r * in, in, sums.get() + r * blocks, b, y + r * out + o, out); break;
+        case 3: times.template operator()<3>(row, r, b, y + r * out + o); break;
+        case 2: times.template operator()<2>(row, r, b, y + r * out + o); break;
+        case 1: times.template operator()<1>(row, r, b, y + r * out + o); break;
         default: break;
       }
     }
   });
+}
+
+template <Kind K, typename T>
+void matvec_into(const float* x, int64_t rows, int64_t in, const uint8_t* w, int64_t out, const T* bias, T* y) {
+  const int64_t blocks = in / QK, row_bytes = blocks * Layout<K>::bytes;
+  auto sums = std::make_unique_for_overwrite<float[]>(rows * blocks);
+#if defined(KVWISE_INT8_DOT)
+  auto qx = std::make_unique_for_overwrite<int16_t[]>(rows * in);
+  auto dx = std::make_unique_for_overwrite<float[]>(rows * blocks);
+  quantize_blocks(x, rows * blocks, qx.get(), dx.get(), sums.get());
+  each_output(rows, out, row_bytes, w, bias, y, [&]<int count>(const uint8_t* row, int64_t r, float b, T* to) {
+    row_times_int<K, count>(row, blocks, qx.get() + r * in, dx.get() + r * blocks, in, sums.get() + r * blocks, b, to, out);
+  });
+#else
+  for (int64_t i = 0; i < rows * blocks; ++i) {
+    Vec s = Vec::loadu(x + i * QK);
+    for (int64_t j = 1; j < LANES_PER_BLOCK; ++j) s = s + Vec::loadu(x + i * QK + j * Vec::size());
+    sums[i] = kvwise::sum_lanes(s);
+  }
+  each_output(rows, out, row_bytes, w, bias, y, [&]<int count>(const uint8_t* row, int64_t r, float b, T* to) {
+    row_times<K, count>(row, blocks, x + r * in, in, sums.get() + r * blocks, b, to, out);
+  });
+#endif
 }
 
 // Rows [begin, end) of W dequantized into `dst` (row stride `in`), rounded to T where T is bfloat16.

@@ -4,7 +4,8 @@ In the slow tier.
 
 Both engines compute in float32; `none` multiplies by the float32 weights the `gguf` package's dequantization gives
 (today's path, whose tokens test_gguf_parity.py holds equal to transformers'), `auto` by the blocks themselves
-(`csrc/quant_linear.cpp`). The products differ only in the order of their sums, so every logit of every step,
+(`csrc/quant_linear.cpp`; where the CPU has AVX2, decode rows multiplied in integers by x rounded to 16 bits a
+block). The products differ in the order of their sums and by that rounding, so every logit of every step,
 until the two answers part, lies within `LOGIT_TOLERANCE` of the reference's; a near tie may still flip a greedy
 token, so at least 3 of the 4 answers must be equal token for token (the issue's bar for 4-bit types).
 """

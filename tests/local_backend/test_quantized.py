@@ -4,8 +4,10 @@ they are, against the `gguf` package's dequantization (shared with this code by 
 The portable forms dequantize and quantize bit for bit as `gguf` does. The kernels (`kvwise::quant_matvec` for
 decode rows, `kvwise::quant_mm` for prefill rows, `kvwise::quant_rows` for embedding lookups) give the float product
 with the dequantized matrix, up to the order of the sums, on random blocks and on the real SmolLM2 file's tensors;
-`test_cpu_kernels.py` runs this module again in a process per capability (AVX-512, AVX2 and the portable build), so
-each path this CPU executes is checked.
+the decode kernel of the AVX2 and AVX-512 builds multiplies in integers by x rounded to 16 bits a block (as
+llama.cpp's, which rounds to 8), so it gives that product with x so rounded (`decode_product`), which lies within
+half a step of x's rounding (Σ|d·q|·dx/2) of the float product. `test_cpu_kernels.py` runs this module again in a
+process per capability (AVX-512, AVX2 and the portable build), so each path this CPU executes is checked.
 """
 
 from __future__ import annotations
@@ -19,12 +21,15 @@ from gguf import GGMLQuantizationType as Q
 from gguf.quants import dequantize, quantize
 
 from local_backend import cpu_kernels, ops
+from local_backend._constants import QUANT_MATVEC_MAX_ROWS
 from local_backend.gguf_file import read_gguf
 from local_backend.model_names import resolve_model
-from local_backend.quantized import QuantizedWeight, QuantType, dequantize_rows, quantize_q8_0
+from local_backend.quantized import BLOCK_WEIGHTS, QuantizedWeight, QuantType, dequantize_rows, quantize_q8_0
 
 ROWS = [1, 2, 3, 4, 5, 8, 9, 33]
 """Rows of x: each remainder of the kernels' groups of four, and prefill-sized batches."""
+X_CODE_MAX = 32767
+"""The integer decode kernels round x to int16 codes (`csrc/quant_linear.cpp`'s X_CODE_MAX)."""
 
 
 def random_blocks(kind: QuantType, out: int, width: int, seed: int) -> np.ndarray:
@@ -39,6 +44,50 @@ def random_blocks(kind: QuantType, out: int, width: int, seed: int) -> np.ndarra
 
 def reference(kind: QuantType, blocks: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.array(dequantize(blocks, Q(int(kind))), dtype=np.float32))
+
+
+def integer_decode() -> bool:
+    """Whether this process's decode kernel multiplies in integers (every build but the portable one)."""
+    kernels = cpu_kernels.loaded()
+    assert kernels is not None
+    return kernels.capability != "DEFAULT"
+
+
+def decode_product(kind: QuantType, blocks: np.ndarray, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """What `quant_matvec` gives for float32 `x`, in float64, and how far that may lie from the float product.
+
+    Portable build: x @ Wᵀ, the bound 0. Integer builds: each 32-weight block of x rounded to 16 bits as the kernel
+    rounds it, in float32 (dx = max|x| / 32767, qx = x · (1 / dx) rounded half away from zero), multiplied by the
+    codes' part of W (d·q), plus each block's offset m times the block's exact Σ x; the bound is Σ|d·q|·dx/2, half
+    a rounding step.
+    """
+    dense = reference(kind, blocks).double()
+    if not integer_decode():
+        return x.double() @ dense.T, torch.zeros(x.shape[0], dense.shape[0], dtype=torch.float64)
+    rows, width = x.shape
+    split = blocks.reshape(blocks.shape[0], -1, kind.block_bytes)
+    halves = torch.from_numpy(split[..., 0:4].copy().view(np.float16).astype(np.float64))  # d, then Q4_1's m
+    d = halves[..., 0]
+    m = {QuantType.Q8_0: torch.zeros_like(d), QuantType.Q4_0: -8 * d, QuantType.Q4_1: halves[..., 1]}[kind]
+    codes_part = dense - m.repeat_interleave(BLOCK_WEIGHTS, dim=1)  # d·q
+    xb = x.float().reshape(rows, -1, BLOCK_WEIGHTS)
+    dx = xb.abs().amax(dim=2, keepdim=True) / X_CODE_MAX
+    scaled = xb * torch.where(dx == 0, 0.0, 1 / dx)
+    qx = scaled.sign() * (scaled.abs() + 0.5).floor()
+    rounded = (qx.double() * dx.double()).reshape(rows, width)
+    product = rounded @ codes_part.T + xb.double().sum(dim=2) @ m.T
+    bound = (dx.double() / 2).expand(-1, -1, BLOCK_WEIGHTS).reshape(rows, width) @ codes_part.abs().T
+    return product, bound
+
+
+def assert_decode(got: torch.Tensor, kind: QuantType, blocks: np.ndarray, x: torch.Tensor, bias, dtype) -> None:
+    """`quant_matvec`'s answer is `decode_product`'s (as `assert_product` holds it), and that lies within its bound
+    of the float product with the dequantized matrix."""
+    product, bound = decode_product(kind, blocks, x.float())
+    b = bias.double() if bias is not None else 0
+    assert_product(got, (product + b).float(), dtype)
+    exact = x.double() @ reference(kind, blocks).double().T
+    assert ((product - exact).abs() <= bound * (1 + 1e-6) + 1e-9).all()
 
 
 def native() -> ops.NativeOps:
@@ -91,13 +140,15 @@ def test_the_kernels_multiply_random_blocks_as_the_dequantized_matrix(
         x = torch.randn(rows, width, generator=gen).to(dtype)
         xf, bf = x.float(), (b.float() if b is not None else 0)
         # the decode kernel multiplies by the blocks' exact values; the prefill one by a tile of them in x's dtype
-        assert_product(torch.ops.kvwise.quant_matvec(x, weight.blocks, int(kind), b), xf @ dense.T + bf, dtype)
+        assert_decode(torch.ops.kvwise.quant_matvec(x, weight.blocks, int(kind), b), kind, blocks, x, b, dtype)
         tile = dense.to(dtype).float()
         assert_product(torch.ops.kvwise.quant_mm(x, weight.blocks, int(kind), b), xf @ tile.T + bf, dtype)
         got = form.quantized_linear(x, weight, b)
         assert got.dtype == dtype and got.shape == (rows, out)
-        expected = xf @ (dense if rows <= 8 else tile).T + bf
-        assert_product(got, expected, dtype)
+        if rows <= QUANT_MATVEC_MAX_ROWS:
+            assert_decode(got, kind, blocks, x, b, dtype)
+        else:
+            assert_product(got, xf @ tile.T + bf, dtype)
         assert_product(ops.TORCH.quantized_linear(x, weight, b), xf @ tile.T + bf, dtype)
     ids = torch.tensor([[5, 0], [71, 5]])
     assert torch.equal(form.quantized_rows(weight, ids, torch.float32), dense[ids])
@@ -141,6 +192,11 @@ def test_the_kernels_multiply_the_real_file_s_tensors_as_their_dequantized_matri
     gen = torch.Generator().manual_seed(2)
     for rows in (1, 4, 6, 40):
         x = torch.randn(rows, weight.in_features, generator=gen)
-        assert_product(form.quantized_linear(x, weight, None), x @ dense.T, torch.float32)
+        x[:, 3] *= 100  # an outlier channel, as SmolLM2's activations have: its blocks round the others coarsely
+        got = form.quantized_linear(x, weight, None)
+        if rows <= QUANT_MATVEC_MAX_ROWS:
+            assert_decode(got, weight.kind, raw, x, None, torch.float32)
+        else:
+            assert_product(got, x @ dense.T, torch.float32)
     ids = torch.randint(0, weight.out_features, (16,), generator=gen)
     assert torch.equal(form.quantized_rows(weight, ids, torch.float32), dense[ids])
