@@ -80,6 +80,7 @@ STATE_CACHE_ENV = "XDG_CACHE_HOME"  # the user's cache directory; else ~/.cache
 STATE_SQLITE_FILE = "kvwise/state.sqlite3"  # the default file, under the user's cache directory
 STATE_SQLITE_SCHEMA = 1  # the file's layout (PRAGMA user_version): a file of a newer layout is left alone
 STATE_SQLITE_BUSY_SECONDS = 1.0  # the most a call waits on another process's write before it goes on without the file
+STATE_SQLITE_OPEN_FILES = 8  # files a process keeps open at once (`state=` URLs); the least recently used is closed
 STATE_SQLITE_OPEN_SECONDS = 5.0  # the same wait when the file is opened: its creation syncs the disk several times
 STATE_SQLITE_RETRY_SECONDS = 30.0  # after the file failed, it is left alone this long (in-process state meanwhile)
 STATE_SQLITE_MAX_BYTES = 64 << 20  # a larger file is not opened, and the file is never grown past it

@@ -19,6 +19,12 @@ Layout (`STATE_SQLITE_SCHEMA`, in the file's `user_version`), hashes and counts 
 
 Records of each kind are kept at most `STATE_SQLITE_MAX_RECORDS` (workloads `STATE_SQLITE_MAX_WORKLOADS`),
 the least recently used dropped first, and none unused for `STATE_EXPIRY_SECONDS`.
+
+A process keeps one link per file (`shared_link`), whatever number of clients it wraps: the file is
+opened, laid out and evicted once, and what one client wrote, another reads from the same read cache.
+A collected client's last writes are `defer`red, never done by the garbage collector: it may run
+inside a write transaction of the same thread, which a second connection would wait on until the
+busy wait gave up (a stall, then an outage). They are done at the file's next use, or at exit.
 """
 
 from __future__ import annotations
@@ -26,19 +32,23 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from time import time
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sdk._constants import (
     STATE_EXPIRY_SECONDS,
     STATE_SQLITE_BUSY_SECONDS,
+    STATE_SQLITE_CACHED,
     STATE_SQLITE_EVICT_EVERY,
     STATE_SQLITE_MAX_BYTES,
     STATE_SQLITE_MAX_RECORDS,
     STATE_SQLITE_MAX_WORKLOADS,
+    STATE_SQLITE_OPEN_FILES,
     STATE_SQLITE_OPEN_SECONDS,
     STATE_SQLITE_RETRY_SECONDS,
     STATE_SQLITE_SCHEMA,
@@ -46,6 +56,8 @@ from sdk._constants import (
 from sdk.memory.outage import Outage
 
 T = TypeVar("T")
+Deferred = Callable[["SqliteLink", sqlite3.Connection], None]
+"""A write left for the file's next use (`defer`)."""
 WORKLOAD = "workload"
 """The record kind that marks a workload's answer windows as used (their eviction follows it)."""
 
@@ -77,6 +89,8 @@ class SqliteLink:
         self._inherited: sqlite3.Connection | None = None
         self._lock = threading.RLock()
         self._writes = 0
+        self._cache: dict[tuple[str, bytes], Any] = {}  # what was read, while no other connection writes
+        self._version: tuple[sqlite3.Connection, int] | None = None  # the file's data_version when it was read
 
     def run(self, command: Callable[[sqlite3.Connection], T]) -> tuple[bool, T | None]:
         """`(True, command(connection))`, or `(False, None)` when the file failed or is in an outage;
@@ -90,12 +104,40 @@ class SqliteLink:
                     self._inherited, db = db, None
                 if db is None:
                     db = self._db = self._open()
+                for deferred in _DEFERRED.pop(self.path, ()):
+                    deferred(self, db)
                 result = command(db)
             except (sqlite3.Error, OSError, _Unusable) as error:
                 self._failed(error)
                 return False, None
         self.outages.answered()
         return True, result
+
+    def cached(self, db: sqlite3.Connection, kind: str, key: bytes, fetch: Callable[[], T]) -> T:
+        """`fetch()`, or what it answered before if no other connection wrote to the file since."""
+        version = (db, db.execute("PRAGMA data_version").fetchone()[0])
+        if version != self._version or len(self._cache) >= STATE_SQLITE_CACHED:
+            self._cache.clear()
+            self._version = version
+        found = self._cache.get((kind, key), _MISSING)
+        if found is _MISSING:
+            found = self._cache[(kind, key)] = fetch()
+        return found  # type: ignore[no-any-return]
+
+    def remember(self, kind: str, key: bytes, row: Any) -> None:
+        """What this connection just wrote under `kind` and `key`."""
+        self._cache[(kind, key)] = row
+
+    def forget(self, kind: str, key: bytes) -> None:
+        """What was read under `kind` and `key` is no longer what the file holds."""
+        self._cache.pop((kind, key), None)
+
+    def close(self) -> None:
+        """Close the connection (the next `run` opens it again)."""
+        with self._lock:
+            db, self._db = self._db, None
+            if db is not None and self._pid == os.getpid():
+                db.close()
 
     def _failed(self, error: BaseException) -> None:
         db, self._db = self._db, None  # opened again after the outage
@@ -174,3 +216,41 @@ def _evict(db: sqlite3.Connection) -> None:
             db.execute(
                 f"DELETE FROM {table} WHERE workload NOT IN (SELECT key FROM record WHERE kind = ?)", (WORKLOAD,)
             )
+
+
+_MISSING: Any = object()
+_SHARED: OrderedDict[Path, SqliteLink] = OrderedDict()  # the most recently used last
+_SHARED_LOCK = threading.Lock()
+_DEFERRED: dict[Path, list[Deferred]] = {}
+
+
+def shared_link(path: Path) -> SqliteLink:
+    """This process's link to the file at `path`, shared by every client it wraps (see the module); past
+    `STATE_SQLITE_OPEN_FILES` files, the least recently used one's connection is closed."""
+    with _SHARED_LOCK:
+        link = _SHARED.pop(path, None) or SqliteLink(path)
+        _SHARED[path] = link
+        closed = [_SHARED.popitem(last=False)[1] for _ in range(len(_SHARED) - STATE_SQLITE_OPEN_FILES)]
+    for idle in closed:
+        idle.close()
+    return link
+
+
+def defer(path: Path, write: Deferred) -> None:
+    """Leave `write` to the next use of the file at `path` in this process, or to its exit: safe where
+    the garbage collector runs it (no I/O, no lock)."""
+    _DEFERRED.setdefault(path, []).append(write)
+
+
+def _write_deferred() -> None:
+    for path in list(_DEFERRED):
+        shared_link(path).run(lambda db: None)
+
+
+class _Exit:
+    """Alive until the interpreter exits, when its finalizer writes what was deferred: made at import,
+    before any store, it runs after every store's own finalizer (finalizers run newest first at exit)."""
+
+
+_AT_EXIT = _Exit()
+weakref.finalize(_AT_EXIT, _write_deferred)

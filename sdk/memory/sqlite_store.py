@@ -15,7 +15,8 @@ every key), only hashes and counts, as `sdk.memory.sqlite_link` lays them out.
 What a call costs: a read is answered from this process while the file says no other process
 wrote since (`PRAGMA data_version`, one statement), a record that did not change is not written, a
 commit is not synced to the disk, and the fingerprint of each API and model is read once per process
-and written when the process ends (or the client is collected). Fan-out leaders stay in the process:
+and written when the process ends (or at the file's next use after the client is collected); every
+client of the process shares one connection and its read cache. Fan-out leaders stay in the process:
 waiting on another process would mean polling the file.
 
 Faults never reach the call (`sdk.memory.sqlite_link`): the store answers from its own `LocalStore`
@@ -31,20 +32,18 @@ import weakref
 from collections.abc import Callable
 from pathlib import Path
 from time import time
-from typing import Any, TypeVar
+from typing import Any
 
 from sdk._constants import (
     ADAPTIVE_CAP_WINDOW,
     STATE_MAX_OUTPUT_TOKENS,
-    STATE_SQLITE_CACHED,
     STATE_SQLITE_TOUCH_SECONDS,
 )
 from sdk.memory.records import FamilyRecord, Leader, Seen, WorkloadKey, digest, hashed_segment
-from sdk.memory.sqlite_link import WORKLOAD, SqliteLink
+from sdk.memory.sqlite_link import WORKLOAD, SqliteLink, defer, shared_link
 from sdk.memory.store import Held, LocalStore
 from sdk.memory.values import _Malformed, checked_value, decode_family, decode_seen, encode_family, encode_seen
 
-T = TypeVar("T")
 Row = tuple[bytes, float] | None
 """A record's row: its value and when it was last used (None: there is none)."""
 _FAMILY, _SEEN, _VALUE = "family", "seen", "value"
@@ -62,36 +61,22 @@ _TRIM = (
     "DELETE FROM {0} WHERE workload = ?1"
     " AND seq <= (SELECT seq FROM {0} WHERE workload = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2)"
 )
-_MISSING = object()
 
 
 class SqliteStore:
     """A `Store` (`sdk.memory.store`) in the SQLite file at `path`, shared by every process on the
     machine that wraps a client with the same credentials (`tenant`); see the module."""
 
-    def __init__(self, path: Path, tenant: str) -> None:
-        self.link = SqliteLink(path)
+    def __init__(self, path: Path, tenant: str, link: SqliteLink | None = None) -> None:
+        self.link = link or shared_link(path)  # a link of its own: as another process would open the file
         self._tenant = tenant
         self._local = LocalStore()  # where the memories live while the file fails, and the fan-out leaders
-        self._cache: dict[tuple[str, bytes], Any] = {}  # what was read, while no other process writes
-        self._version: tuple[sqlite3.Connection, int] | None = None  # the file's data_version when it was read
         self._unsaved: dict[tuple[bytes, bytes], Seen] = {}  # fingerprints to write when the process ends
         self._seen_keys: dict[tuple[str, str], tuple[bytes, bytes]] = {}  # per API and model: theirs, the API's
-        weakref.finalize(self, _save, self.link, self._unsaved)
+        weakref.finalize(self, _save, path, self._unsaved)
 
     def _key(self, kind: str, *parts: object) -> bytes:
         return bytes.fromhex(digest(self._tenant, kind, *parts))
-
-    def _read(self, db: sqlite3.Connection, kind: str, key: bytes, fetch: Callable[[], T]) -> T:
-        """`fetch()`, or what it answered before if no other connection wrote to the file since."""
-        version = (db, db.execute("PRAGMA data_version").fetchone()[0])
-        if version != self._version or len(self._cache) >= STATE_SQLITE_CACHED:
-            self._cache.clear()
-            self._version = version
-        found = self._cache.get((kind, key), _MISSING)
-        if found is _MISSING:
-            found = self._cache[(kind, key)] = fetch()
-        return found  # type: ignore[no-any-return]
 
     def update_family(self, family: bytes, update: Callable[[FamilyRecord | None], FamilyRecord]) -> FamilyRecord:
         done, record = self._replace(_FAMILY, self._key(_FAMILY, family.hex()), self._family, encode_family, update)
@@ -114,7 +99,7 @@ class SqliteStore:
         Nothing is written where it did not change (and was used lately)."""
 
         def change(db: sqlite3.Connection) -> Any:
-            row = self._read(db, kind, key, lambda: db.execute(_SELECT, (kind, key)).fetchone())
+            row = self.link.cached(db, kind, key, lambda: db.execute(_SELECT, (kind, key)).fetchone())
             last = read(row)
             value = update(last)
             if value == last and (row is None or time() - row[1] < STATE_SQLITE_TOUCH_SECONDS):
@@ -129,7 +114,7 @@ class SqliteStore:
                 else:
                     stored = (write(value).encode(), time())
                     db.execute(_UPSERT, (kind, key, *stored))
-            self._cache[(kind, key)] = stored
+            self.link.remember(kind, key, stored)
             return value
 
         return self.link.run(change)
@@ -162,7 +147,7 @@ class SqliteStore:
 
         def read(db: sqlite3.Connection) -> list[int]:
             query = _WINDOW.format("length")
-            found = self._read(
+            found = self.link.cached(
                 db,
                 WORKLOAD,
                 key,
@@ -184,7 +169,7 @@ class SqliteStore:
                         db.execute(_TRIM.format(table), (key, ADAPTIVE_CAP_WINDOW))
                 db.execute(_UPSERT, (WORKLOAD, key, b"", time()))
                 window = db.execute(_WINDOW.format("cut"), (key, 1, ADAPTIVE_CAP_WINDOW)).fetchall()
-            self._cache.pop((WORKLOAD, key), None)
+            self.link.forget(WORKLOAD, key)
             return sum(value for (value,) in window) if cut is not None else 0
 
         done, cuts = self.link.run(push)
@@ -198,7 +183,7 @@ class SqliteStore:
                 for table in ("length", "cut"):
                     db.execute(f"DELETE FROM {table} WHERE workload = ?", (key,))
                 db.execute("DELETE FROM record WHERE kind = ? AND key = ?", (WORKLOAD, key))
-            self._cache.pop((WORKLOAD, key), None)
+            self.link.forget(WORKLOAD, key)
 
         done, _ = self.link.run(drop)
         if not done:
@@ -252,20 +237,21 @@ class SqliteStore:
         return self._local.held(kind)
 
 
-def _save(link: SqliteLink, unsaved: dict[tuple[bytes, bytes], Seen]) -> None:
-    """Write the last fingerprint of each API and model (and each API's latest) to the file, as hashes."""
+def _save(path: Path, unsaved: dict[tuple[bytes, bytes], Seen]) -> None:
+    """Leave the last fingerprint of each API and model (and each API's latest) to be written to the
+    file, as hashes: run by the garbage collector, it defers the write (`sdk.memory.sqlite_link`)."""
     if not unsaved:
         return
     kept = [(keys, _hashed(seen)) for keys, seen in unsaved.items()]
     unsaved.clear()
 
-    def write(db: sqlite3.Connection) -> None:
+    def write(link: SqliteLink, db: sqlite3.Connection) -> None:
         with link.writing(db):
             for keys, value in kept:
                 for key in keys:
                     db.execute(_UPSERT, (_SEEN, key, value, time()))
 
-    link.run(write)
+    defer(path, write)
 
 
 def _hashed(seen: Seen) -> bytes:

@@ -4,6 +4,7 @@ only, and degrading a call to in-process state, never failing it, when the file 
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import multiprocessing
@@ -34,7 +35,8 @@ from sdk._constants import (
     STATE_SQLITE_SCHEMA,
 )
 from sdk.memory.memories import sqlite_path
-from sdk.memory.records import FamilyRecord
+from sdk.memory.records import FamilyRecord, Seen
+from sdk.memory.sqlite_link import SqliteLink
 from sdk.memory.sqlite_store import SqliteStore
 from sdk.memory.store import LocalStore, Store
 from sdk.telemetry import semconv as sc
@@ -66,6 +68,17 @@ def _spans(process: subprocess.Popen[str]) -> list[dict[str, Any]]:
     out, errors = process.communicate()
     assert process.returncode == 0, errors[-2000:]
     return json.loads(out.splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def _seen_rows(path: Path) -> int:
+    with sqlite3.connect(path) as db:
+        return int(db.execute("SELECT count(*) FROM record WHERE kind = 'seen'").fetchone()[0])
+
+
+def _another_process(path: Path) -> SqliteStore:
+    """A store on a connection of its own, as another process opens the file (this process's stores
+    share one)."""
+    return SqliteStore(path, "tenant", SqliteLink(path))
 
 
 def _sent_system(simulator: Any) -> str:
@@ -199,7 +212,7 @@ def test_the_file_keeps_at_most_its_cap_of_records_the_least_recently_used_dropp
         if index % 64 == 0:
             store.update_family(b"kept", _add_one)  # used again and again: never the least recently used
     assert STATE_SQLITE_MAX_RECORDS <= len(_family_rows(path)) <= STATE_SQLITE_MAX_RECORDS + STATE_SQLITE_EVICT_EVERY
-    again = SqliteStore(path, "tenant")  # another process: what it finds
+    again = _another_process(path)  # what it finds
     assert again.update_family(b"oldest", _read).turns == 0
     assert again.update_family(b"kept", _read).turns > 1
 
@@ -212,7 +225,7 @@ def test_a_record_unused_for_the_expiry_is_dropped_when_the_file_is_opened(tmp_p
     expired = _family_rows(path)[0]
     with sqlite3.connect(path) as db:  # one was last used just over a week ago
         db.execute("UPDATE record SET used = used - ? WHERE key = ?", (STATE_EXPIRY_SECONDS + 60, expired))
-    assert SqliteStore(path, "tenant").lengths(WORKLOAD) == []  # the file opened again (another process): evicted
+    assert _another_process(path).lengths(WORKLOAD) == []  # the file opened again: evicted
     assert expired not in _family_rows(path) and len(_family_rows(path)) == 1
 
 
@@ -300,15 +313,38 @@ def test_opening_waits_out_a_lock_longer_than_a_write_would_and_a_write_does_not
     path = tmp_path / "state.sqlite3"
     _kvwise_file(path)
     held = (STATE_SQLITE_BUSY_SECONDS + STATE_SQLITE_OPEN_SECONDS) / 2
-    opened = SqliteStore(path, "tenant")
+    opened = _another_process(path)
     assert opened.update_family(b"family", _add_one).turns == 2 and opened.outage() is None
     with _held_by_another_process(path, held):
-        opening = SqliteStore(path, "tenant")
+        opening = _another_process(path)
         assert opening.update_family(b"family", _add_one).turns == 3  # waited: read from the file
         assert opening.outage() is None
     with _held_by_another_process(path, held):
         assert opened.update_family(b"family", _add_one).turns == 1  # went on without the file ...
         assert opened.outage() == "OperationalError: database is locked"  # ... and says why
+
+
+def test_a_client_collected_inside_another_ones_write_defers_its_last_fingerprint_without_a_stall(
+    tmp_path: Path,
+) -> None:
+    """The garbage collector runs a collected client's finalizer wherever it happens to run, here inside
+    a write transaction of this thread: the file's one connection in this process is in use, so the
+    fingerprint is written at the file's next use, and no call waits or degrades."""
+    path = tmp_path / "state.sqlite3"
+    kept, collected = SqliteStore(path, "tenant"), SqliteStore(path, "other tenant")
+    assert kept.link is collected.link  # one connection per file and process
+    collected.exchange_seen("chat.completions", Seen("gpt-5.4", [], ("",), 0.0))
+
+    def collect_inside_a_write(db: sqlite3.Connection) -> None:
+        nonlocal collected
+        with kept.link.writing(db):
+            del collected
+            gc.collect()
+
+    assert kept.link.run(collect_inside_a_write) == (True, None)
+    assert kept.outage() is None and _seen_rows(path) == 0  # deferred, not written by the collector
+    assert kept.update_family(b"family", _add_one).turns == 1 and kept.outage() is None
+    assert _seen_rows(path) == 2  # written at the next use: the API and model's, and the API's latest
 
 
 def test_eight_processes_calling_at_once_never_fail_a_call_nor_degrade(simulator: Any) -> None:
@@ -325,10 +361,11 @@ def test_eight_processes_calling_at_once_never_fail_a_call_nor_degrade(simulator
 
 
 def _kvwise_file(path: Path) -> None:
-    """A file as kvwise lays it out, with a family learnt."""
-    store = SqliteStore(path, "tenant")
+    """A file as kvwise lays it out, with a family learnt (by another process: closed since)."""
+    store = _another_process(path)
     store.update_family(b"family", lambda _: FamilyRecord((1,), (False,), (False,), b"", 1))
     assert store.outage() is None and path.is_file()
+    store.link.close()
 
 
 def _corrupt(path: Path) -> Iterator[None]:
