@@ -169,11 +169,11 @@ inline void row_times(const uint8_t* row, int64_t blocks, const float* x, int64_
 }
 
 #if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)
-#define KVWISE_INT8_DOT 1
+#define KVWISE_INTEGER_DOT 1
 
-// `n` blocks of x rounded to 16 bits: codes to `q`, each block's dx = max|x| / 32767 to `dx`, and its exact Σ x to
-// `sums`. Round half away from zero.
-void quantize_blocks(const float* x, int64_t n, int16_t* q, float* dx, float* sums) {
+// `n` blocks of x rounded to 16 bits: codes to `q`, and each block's dx = max|x| / 32767 and exact Σ x to `scales`
+// as a pair (read in one load with the block's d and m). Round half away from zero.
+void quantize_blocks(const float* x, int64_t n, int16_t* q, float* scales) {
   const __m256 sign_bit = _mm256_set1_ps(-0.f), half = _mm256_set1_ps(0.5f);
   for (int64_t i = 0; i < n; ++i) {
     const float* xb = x + i * QK;
@@ -187,8 +187,8 @@ void quantize_blocks(const float* x, int64_t n, int16_t* q, float* dx, float* su
     _mm256_storeu_ps(lanes, amax);
     _mm256_storeu_ps(total, sum);
     const float d = *std::max_element(lanes, lanes + 8) / static_cast<float>(X_CODE_MAX);
-    dx[i] = d;
-    sums[i] = ((total[0] + total[4]) + (total[1] + total[5])) + ((total[2] + total[6]) + (total[3] + total[7]));
+    scales[2 * i] = d;
+    scales[2 * i + 1] = ((total[0] + total[4]) + (total[1] + total[5])) + ((total[2] + total[6]) + (total[3] + total[7]));
     const __m256 inverse = _mm256_set1_ps(d == 0.f ? 0.f : 1.f / d);
     __m256i codes[4];
     for (int j = 0; j < 4; ++j) {
@@ -225,38 +225,55 @@ inline __m256i block_dot(const std::pair<__m256i, __m256i>& q, const int16_t* qx
   return _mm256_add_epi32(first, _mm256_madd_epi16(q.second, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx + 16))));
 }
 
-// As `row_times`, x given as its 16-bit blocks: codes `qx` (row stride `in`), scales `dx` and exact sums `sums`
-// (row stride `blocks`).
+// The block's (d, m) in the two low lanes: Q4_1's two halves converted in one instruction.
+template <Kind K>
+inline __m128 scale_offset_lanes(const uint8_t* block) {
+  uint32_t bits;
+  std::memcpy(&bits, block, sizeof bits);  // d's half, then Q4_1's m (the other types: their first codes)
+  const __m128 halves = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(bits)));
+  if constexpr (K == Q4_1) return halves;
+  if constexpr (K == Q4_0) return _mm_mul_ps(_mm_shuffle_ps(halves, halves, 0), _mm_setr_ps(1.f, -8.f, 0.f, 0.f));
+  if constexpr (K == Q8_0) return halves;  // lane 1 is never read: Q8_0 has no offset
+}
+
+// As `row_times`, x given as its 16-bit blocks: codes `qx` (row stride `in`) and each block's (dx, Σ x) pair in
+// `scales` (row stride 2·`blocks`).
 template <Kind K, int count, typename T>
-inline void row_times_int(const uint8_t* row, int64_t blocks, const int16_t* qx, const float* dx, int64_t in,
-                           const float* sums, float bias, T* y, int64_t out) {
+inline void row_times_int(const uint8_t* row, int64_t blocks, const int16_t* qx, const float* scales, int64_t in,
+                          float bias, T* y, int64_t out) {
   // even and odd blocks into accumulators of their own, so one block's sum need not wait for the last one's (the
   // loop is unrolled by two so that they stay in registers)
+  // (d·dx, m·Σ x) of a block in one multiply: lane 0 scales the block's dot product, lane 1 sums into `offsets`
   __m256 even[count], odd[count];
-  float offsets[count][2] = {};
-  for (int r = 0; r < count; ++r) even[r] = odd[r] = _mm256_setzero_ps();
-  const auto step = [&](int64_t b, __m256* acc, int parity) {
+  __m128 offsets[count];
+  for (int r = 0; r < count; ++r) {
+    even[r] = odd[r] = _mm256_setzero_ps();
+    offsets[r] = _mm_setzero_ps();
+  }
+  const auto step = [&](int64_t b, __m256* acc) {
     const uint8_t* block = row + b * Layout<K>::bytes;
     const auto q = code_words<K>(block);
-    const auto [d, m] = scale_offset<K>(block);
+    const __m128 dm = scale_offset_lanes<K>(block);
     for (int r = 0; r < count; ++r) {
       const __m256 dot = _mm256_cvtepi32_ps(block_dot(q, qx + r * in + b * QK));
-      acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * dx[r * blocks + b]), dot, acc[r]);
-      if constexpr (K != Q8_0) offsets[r][parity] += m * sums[r * blocks + b];
+      const __m128 dx_sum = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(scales + 2 * (r * blocks + b))));
+      const __m128 product = _mm_mul_ps(dm, dx_sum);
+      acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(product), dot, acc[r]);
+      if constexpr (K != Q8_0) offsets[r] = _mm_add_ps(offsets[r], product);
     }
   };
   int64_t b = 0;
   for (; b + 2 <= blocks; b += 2) {
-    step(b, even, 0);
-    step(b + 1, odd, 1);
+    step(b, even);
+    step(b + 1, odd);
   }
-  if (b < blocks) step(b, even, 0);
+  if (b < blocks) step(b, even);
   for (int r = 0; r < count; ++r) {
     const __m256 both = _mm256_add_ps(even[r], odd[r]);
     const __m128 half = _mm_add_ps(_mm256_castps256_ps128(both), _mm256_extractf128_ps(both, 1));
     const __m128 quarter = _mm_add_ps(half, _mm_movehl_ps(half, half));
     const float total = _mm_cvtss_f32(_mm_add_ss(quarter, _mm_movehdup_ps(quarter)));
-    y[r * out] = static_cast<T>(total + (offsets[r][0] + offsets[r][1]) + bias);
+    y[r * out] = static_cast<T>(total + _mm_cvtss_f32(_mm_movehdup_ps(offsets[r])) + bias);
   }
 }
 #endif
@@ -284,15 +301,15 @@ void each_output(int64_t rows, int64_t out, int64_t row_bytes, const uint8_t* w,
 template <Kind K, typename T>
 void matvec_into(const float* x, int64_t rows, int64_t in, const uint8_t* w, int64_t out, const T* bias, T* y) {
   const int64_t blocks = in / QK, row_bytes = blocks * Layout<K>::bytes;
-  auto sums = std::make_unique_for_overwrite<float[]>(rows * blocks);
-#if defined(KVWISE_INT8_DOT)
+#if defined(KVWISE_INTEGER_DOT)
   auto qx = std::make_unique_for_overwrite<int16_t[]>(rows * in);
-  auto dx = std::make_unique_for_overwrite<float[]>(rows * blocks);
-  quantize_blocks(x, rows * blocks, qx.get(), dx.get(), sums.get());
+  auto scales = std::make_unique_for_overwrite<float[]>(2 * rows * blocks);
+  quantize_blocks(x, rows * blocks, qx.get(), scales.get());
   each_output(rows, out, row_bytes, w, bias, y, [&]<int count>(const uint8_t* row, int64_t r, float b, T* to) {
-    row_times_int<K, count>(row, blocks, qx.get() + r * in, dx.get() + r * blocks, in, sums.get() + r * blocks, b, to, out);
+    row_times_int<K, count>(row, blocks, qx.get() + r * in, scales.get() + 2 * r * blocks, in, b, to, out);
   });
 #else
+  auto sums = std::make_unique_for_overwrite<float[]>(rows * blocks);
   for (int64_t i = 0; i < rows * blocks; ++i) {
     Vec s = Vec::loadu(x + i * QK);
     for (int64_t j = 1; j < LANES_PER_BLOCK; ++j) s = s + Vec::loadu(x + i * QK + j * Vec::size());
