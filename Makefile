@@ -57,7 +57,7 @@ COMPAT_TESTS := tests/simulator_tests $(addprefix tests/sdk/, \
 # with the newest openai 2.x and anthropic 0.x they all resolve: venvs built as the compat ones (tests/compat_venv.py),
 # each route handed a wrapped client as its docs say and run against the bare one (tests/frameworks/pinned).
 # CrewAI's pins clash with ADK 2.x's and Strands', so it has a venv of its own (it also brings chromadb, lancedb
-# and onnxruntime, about 800 MB; the other venv is about 200 MB). Each venv's stamp names a checksum of its pins,
+# and onnxruntime, about 800 MB; the other venv is about 200 MB). Each venv's stamp names its pins,
 # so changing them here rebuilds it.
 FRAMEWORK_CLIENTS := openai==2.54.0 anthropic==0.125.0
 FRAMEWORK_VENVS := agents crewai
@@ -67,7 +67,9 @@ FRAMEWORK_TESTS_agents := test_llama_index.py test_strands.py test_adk.py test_m
 FRAMEWORKS_crewai := crewai==1.15.30
 FRAMEWORK_TESTS_crewai := test_crewai.py
 framework_pins = $(FRAMEWORK_CLIENTS) $(FRAMEWORKS_$(1))
-framework_stamp = $(VENV)-frameworks-$(1)/.installed-$(firstword $(shell echo '$(call framework_pins,$(1))' | cksum))
+empty :=
+space := $(empty) $(empty)
+framework_stamp = $(VENV)-frameworks-$(1)/.installed-$(subst ==,,$(subst $(space),-,$(strip $(call framework_pins,$(1)))))
 FRAMEWORK_STAMPS := $(foreach name,$(FRAMEWORK_VENVS),$(call framework_stamp,$(name)))
 # The Phoenix browser tests render the trace page in Debian's headless Chromium.
 BROWSER := chromium
