@@ -245,7 +245,7 @@ class NativeOps(TorchOps):
             y = torch.ops.kvwise.quant_matvec(rows, weight.blocks, int(weight.kind), bias)
         else:
             y = torch.ops.kvwise.quant_mm(rows, weight.blocks, int(weight.kind), bias)
-        return y.view(*x.shape[:-1], -1)
+        return y.view(*x.shape[:-1], y.shape[-1])  # a chunk that keeps no row for the logits has 0 rows
 
     def quantized_rows(self, weight: QuantizedWeight, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         return torch.ops.kvwise.quant_rows(weight.blocks, int(weight.kind), ids, dtype)

@@ -71,3 +71,21 @@ def test_the_q4_1_file_served_from_its_blocks_gives_the_dequantized_model_s_toke
             gap = (our_steps[step] - their_steps[step]).abs().max().item()
             worst = max(worst, gap / their_steps[step].abs().max().item())
     assert 0 < worst <= LOGIT_TOLERANCE, worst  # 0 would mean the blocks were not what multiplied
+
+
+def test_a_prompt_longer_than_a_prefill_chunk_is_answered_from_the_blocks_as_from_the_floats() -> None:
+    """Every chunk but a prompt's last keeps no row for the logits: the blocks' product must take 0 rows."""
+    prompt = " ".join(["river stone light garden window paper market winter"] * 40)
+    answers = []
+    for quantization in ("auto", "none"):
+        engine = Engine.from_pretrained(MODEL, device="cpu", dtype="float32", max_model_len=512,
+                                        max_num_batched_tokens=64, quantization=quantization)  # fmt: skip
+        try:
+            ids = engine.tokenizer.encode(prompt)
+            assert len(ids) > 3 * 64
+            [out] = engine.generate([ids], SamplingParams(max_tokens=8, temperature=0, ignore_eos=True))
+        finally:
+            engine.close()
+        answers.append(list(out.token_ids))
+    assert len(answers[0]) == 8
+    assert answers[0][:4] == answers[1][:4]
