@@ -207,7 +207,10 @@ async def _streamed(http: httpx2.AsyncClient, prompt: str, max_tokens: int, eos:
         async for line in response.aiter_lines():
             if not line.startswith("data: ") or line.strip() == "data: [DONE]":
                 continue
-            choices = json.loads(line.removeprefix("data: "))["choices"]
+            event = json.loads(line.removeprefix("data: "))
+            if "choices" not in event:
+                raise RuntimeError(f"{http.base_url} streamed no choices: {line[:300]}")
+            choices = event["choices"]
             if choices and choices[0].get("text"):
                 last = time.perf_counter() - start
                 first = first or last
