@@ -44,9 +44,9 @@ SUPPORTED_TENSOR_TYPES = frozenset({Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1
                                     Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K})  # fmt: skip
 """The float, legacy and K-quant types of llama.cpp's usual presets, which `gguf` dequantizes."""
 
-KEPT_TENSOR_TYPES = frozenset({Q.Q8_0, Q.Q4_0, Q.Q4_1})
-"""The quantized types the engine's kernels multiply by as blocks (`quantized.QuantType`); the float types are
-floats already, and the K-quants are dequantized at load (a next step for the kernels)."""
+KEPT_TENSOR_TYPES = frozenset(Q(kind) for kind in QuantType)
+"""The quantized types the engine's kernels multiply by as blocks (`quantized.QuantType`: Q8_0, Q4_0, Q4_1, Q4_K,
+Q5_K, Q6_K); the float types are floats already, and the others (Q5_0, Q5_1, Q2_K, Q3_K) are dequantized at load."""
 
 _FLOAT_TYPES = frozenset({Q.F32, Q.F16, Q.BF16})
 

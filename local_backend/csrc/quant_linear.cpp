@@ -1,8 +1,18 @@
-// A projection whose weight is kept as a GGUF file's blocks (`quantized.QuantizedWeight`): Q8_0, Q4_0 and Q4_1,
-// the legacy types of llama.cpp (`ggml-common.h`'s `block_q8_0`, `block_q4_0`, `block_q4_1`). W is [out, in] as
-// the file stores it, each row `in / 32` blocks of 32 weights: an fp16 scale d (and, in Q4_1, an fp16 offset m)
-// before the 32 codes q. A weight is d·q + m: Q8_0 signed bytes, m = 0; Q4_0 nibbles (low nibbles the block's
-// first 16 weights, high nibbles the last 16), m = −8d; Q4_1 nibbles, m its own.
+// A projection whose weight is kept as a GGUF file's blocks (`quantized.QuantizedWeight`), as llama.cpp's
+// `ggml-common.h` lays them out. W is [out, in] as the file stores it, each row whole blocks:
+// - the legacy types (`block_q8_0`, `block_q4_0`, `block_q4_1`), 32 weights a block: an fp16 scale d (and, in
+//   Q4_1, an fp16 offset m) before the 32 codes q. A weight is d·q + m: Q8_0 signed bytes, m = 0; Q4_0 nibbles
+//   (low nibbles the block's first 16 weights, high nibbles the last 16), m = −8d; Q4_1 nibbles, m its own;
+// - the K-quants (`block_q4_K`, `block_q5_K`, `block_q6_K`), super-blocks of 256 weights in eight sub-blocks of
+//   32, each sub-block taken as a legacy block is: its (d, m) unpacked once per super-block (`sub_scales`), its
+//   codes as a legacy block's (`code_words`, `widen_codes`). Q4_K and Q5_K: fp16 d and dmin, 6-bit scales sc_j
+//   and mins mn_j packed in 12 bytes, then the codes (Q4_K nibbles, 32 bytes of them a pair of sub-blocks, low
+//   nibbles the even one; Q5_K the same with a fifth bit, bit j of 32 bytes of their own for sub-block j); a
+//   weight is (d·sc_j)·q − dmin·mn_j. Q6_K: 4-bit low codes, 2-bit high codes, sixteen int8 scales (one per 16
+//   weights) and a closing fp16 d; a weight is d·sc·(q − 32), so its codes are taken as (q − 32)·sc (at most
+//   4096 in magnitude, exact in int16 and in float) and its sub-blocks' d is the super-block's, m = 0.
+// Every product of a scale and a code is exact in float32 (an fp16 d times at most 13 bits), so a dequantized
+// weight, d·q + m in one rounding, is bit for bit what the `gguf` package's `dequantize` gives.
 //
 // `kvwise::quant_matvec` (decode: a few rows of x) streams the blocks once, and d and m are applied once per block
 // and row: Σ x·(d·q + m) = d·Σ x·q + m·Σ x, with Σ x per block computed once per call (exact, in float). Threads
@@ -27,7 +37,7 @@
 // that ids pick (an embedding's lookups).
 //
 // Widening is per capability: AVX-512 turns a block's 16 code bytes into two vectors of 16 floats, AVX2 into
-// four of 8, the portable build goes through a small array.
+// four of 8 (the K-quants' through their int16 codes), the portable build goes through a small array.
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -45,7 +55,8 @@ namespace {
 
 using kvwise::Vec;
 
-constexpr int64_t QK = 32;  // weights per block, every legacy type
+constexpr int64_t QK = 32;     // weights per block of a legacy type, per sub-block of a K-quant
+constexpr int64_t QK_K = 256;  // weights per super-block of a K-quant
 constexpr int64_t LANES_PER_BLOCK = QK / Vec::size();
 constexpr int64_t ROWS_PER_GROUP = 4;  // rows of x that share each widened block
 constexpr int64_t MIN_OUTPUTS_PER_THREAD = 16;
@@ -54,25 +65,45 @@ constexpr int64_t MIN_TILE_ROWS = 32;
 constexpr int64_t X_CODE_MAX = 32767;  // x's codes in the integer decode: int16
 
 // ggml's type ids (`GGMLQuantizationType`), as Python passes them.
-enum Kind : int64_t { Q4_0 = 2, Q4_1 = 3, Q8_0 = 8 };
+enum Kind : int64_t { Q4_0 = 2, Q4_1 = 3, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14 };
 
+// A block's bytes and weights, where its codes start, and whether its weights have an offset m.
 template <Kind K>
 struct Layout;
 template <>
 struct Layout<Q8_0> {
-  static constexpr int64_t bytes = 2 + QK;
-  static constexpr int64_t codes = 2;
+  static constexpr int64_t bytes = 2 + QK, weights = QK, codes = 2;
+  static constexpr bool offset = false;
 };
 template <>
 struct Layout<Q4_0> {
-  static constexpr int64_t bytes = 2 + QK / 2;
-  static constexpr int64_t codes = 2;
+  static constexpr int64_t bytes = 2 + QK / 2, weights = QK, codes = 2;
+  static constexpr bool offset = true;
 };
 template <>
 struct Layout<Q4_1> {
-  static constexpr int64_t bytes = 4 + QK / 2;
-  static constexpr int64_t codes = 4;
+  static constexpr int64_t bytes = 4 + QK / 2, weights = QK, codes = 4;
+  static constexpr bool offset = true;
 };
+template <>
+struct Layout<Q4_K> {
+  static constexpr int64_t bytes = 4 + 12 + QK_K / 2, weights = QK_K, codes = 16;
+  static constexpr bool offset = true;
+};
+template <>
+struct Layout<Q5_K> {
+  static constexpr int64_t bytes = 4 + 12 + QK_K / 8 + QK_K / 2, weights = QK_K, high = 16, codes = 48;
+  static constexpr bool offset = true;
+};
+template <>
+struct Layout<Q6_K> {
+  static constexpr int64_t bytes = QK_K / 2 + QK_K / 4 + QK_K / 16 + 2, weights = QK_K, codes = 0,
+                           high = QK_K / 2, scales = high + QK_K / 4, d = scales + QK_K / 16;
+  static constexpr bool offset = false;
+};
+
+template <Kind K>
+constexpr int64_t SUBS = Layout<K>::weights / QK;  // 32-weight (sub-)blocks a block holds
 
 // An IEEE half at `p` as a float: one instruction where the build has F16C (every AVX2 and AVX-512 CPU).
 inline float half_at(const uint8_t* p) {
@@ -85,36 +116,119 @@ inline float half_at(const uint8_t* p) {
 #endif
 }
 
-// The block's (d, m): a weight is d·q + m.
+// Each 32-weight sub-block's (d, m) into `dm` as pairs: a weight of sub-block j is d·q + m, q its code as
+// `code_words` and `widen_codes` give it (Q6_K's already times its 16-weight scales). The legacy types: one pair.
 template <Kind K>
-inline std::pair<float, float> scale_offset(const uint8_t* block) {
-  const float d = half_at(block);
-  if constexpr (K == Q8_0) return {d, 0.f};
-  if constexpr (K == Q4_0) return {d, -8.f * d};
-  if constexpr (K == Q4_1) return {d, half_at(block + 2)};
+inline void sub_scales(const uint8_t* block, float* dm) {
+  if constexpr (K == Q8_0 || K == Q4_0 || K == Q4_1) {
+    dm[0] = half_at(block);
+    dm[1] = K == Q8_0 ? 0.f : K == Q4_0 ? -8.f * dm[0] : half_at(block + 2);
+  } else if constexpr (K == Q6_K) {
+    const float d = half_at(block + Layout<K>::d);
+    for (int64_t j = 0; j < SUBS<K>; ++j) dm[2 * j] = d, dm[2 * j + 1] = 0.f;
+  } else {
+    // ggml's `get_scale_min_k4`: sub-blocks 0-3 in the low 6 bits of bytes 0-3 (scales) and 4-7 (mins); 4-7 in
+    // the nibbles of bytes 8-11 with the top 2 bits of bytes 0-3 and 4-7 above them
+    const float d = half_at(block), dmin = half_at(block + 2);
+    const uint8_t* packed = block + 4;
+    for (int j = 0; j < 4; ++j) {
+      dm[2 * j] = d * static_cast<float>(packed[j] & 63);
+      dm[2 * j + 1] = -(dmin * static_cast<float>(packed[j + 4] & 63));
+      dm[2 * j + 8] = d * static_cast<float>((packed[j + 8] & 0x0F) | ((packed[j] >> 6) << 4));
+      dm[2 * j + 9] = -(dmin * static_cast<float>((packed[j + 8] >> 4) | ((packed[j + 4] >> 6) << 4)));
+    }
+  }
 }
 
-// The block's 32 codes q as floats, `Vec::size()` per vector, in the weights' order.
+#if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)
+#define KVWISE_INTEGER_DOT 1
+
+// 32 bytes as two vectors of 16 int16: the first 16, the last 16; signed or not.
+template <bool is_signed>
+inline std::pair<__m256i, __m256i> widen_bytes(__m256i bytes) {
+  const __m128i first = _mm256_castsi256_si128(bytes), last = _mm256_extracti128_si256(bytes, 1);
+  if constexpr (is_signed) return {_mm256_cvtepi8_epi16(first), _mm256_cvtepi8_epi16(last)};
+  return {_mm256_cvtepu8_epi16(first), _mm256_cvtepu8_epi16(last)};
+}
+
+// The 32 bytes at `p`, each shifted right by `shift` bits and masked by `mask`.
+inline __m256i bits_of(const uint8_t* p, int shift, int8_t mask) {
+  const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm256_and_si256(_mm256_srl_epi16(bytes, _mm_cvtsi32_si128(shift)), _mm256_set1_epi8(mask));
+}
+
+// Sub-block j's 32 codes (j = 0 in the legacy types) as two vectors of 16 int16 in the weights' order: Q8_0's
+// signed, the 4- and 5-bit types' unsigned, Q6_K's (q − 32)·sc.
 template <Kind K>
-inline void widen_codes(const uint8_t* block, Vec* q) {
+inline std::pair<__m256i, __m256i> code_words(const uint8_t* block, int j) {
+  if constexpr (K == Q8_0) {
+    return widen_bytes<true>(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + Layout<K>::codes)));
+  } else if constexpr (K == Q4_0 || K == Q4_1) {
+    // byte i holds weight i in its low nibble and weight i + 16 in its high one: widen once, then split
+    const __m256i words = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block + Layout<K>::codes)));
+    return {_mm256_and_si256(words, _mm256_set1_epi16(0x0F)), _mm256_srli_epi16(words, 4)};
+  } else if constexpr (K == Q4_K) {
+    return widen_bytes<false>(bits_of(block + Layout<K>::codes + 32 * (j / 2), 4 * (j & 1), 0x0F));
+  } else if constexpr (K == Q5_K) {
+    const __m256i low = bits_of(block + Layout<K>::codes + 32 * (j / 2), 4 * (j & 1), 0x0F);
+    return widen_bytes<false>(_mm256_or_si256(low, _mm256_slli_epi16(bits_of(block + Layout<K>::high, j, 1), 4)));
+  } else {
+    // sub-block j = 4h + s: low nibbles of bytes 64h + 32(s & 1) (the high nibbles for s >= 2), high bits 2s of
+    // bytes 128 + 32h; its scales those of weights 32j and 32j + 16
+    const int h = j / 4, s = j % 4;
+    const __m256i low = bits_of(block + Layout<K>::codes + 64 * h + 32 * (s & 1), 4 * (s >> 1), 0x0F);
+    const __m256i high = bits_of(block + Layout<K>::high + 32 * h, 2 * s, 3);
+    const __m256i q = _mm256_sub_epi8(_mm256_or_si256(low, _mm256_slli_epi16(high, 4)), _mm256_set1_epi8(32));
+    const auto [first, last] = widen_bytes<true>(q);
+    const auto* scales = reinterpret_cast<const int8_t*>(block + Layout<K>::scales + 2 * j);
+    return {_mm256_mullo_epi16(first, _mm256_set1_epi16(scales[0])), _mm256_mullo_epi16(last, _mm256_set1_epi16(scales[1]))};
+  }
+}
+#else
+// Sub-block j's 32 codes of a K-quant, as `code_words` gives them.
+template <Kind K>
+inline void sub_codes(const uint8_t* block, int j, int16_t* q) {
+  for (int l = 0; l < QK; ++l) {
+    if constexpr (K == Q4_K) {
+      q[l] = (block[Layout<K>::codes + 32 * (j / 2) + l] >> (4 * (j & 1))) & 0x0F;
+    } else if constexpr (K == Q5_K) {
+      q[l] = ((block[Layout<K>::codes + 32 * (j / 2) + l] >> (4 * (j & 1))) & 0x0F) |
+             (((block[Layout<K>::high + l] >> j) & 1) << 4);
+    } else {
+      const int h = j / 4, s = j % 4;
+      const int code = ((block[Layout<K>::codes + 64 * h + 32 * (s & 1) + l] >> (4 * (s >> 1))) & 0x0F) |
+                       (((block[Layout<K>::high + 32 * h + l] >> (2 * s)) & 3) << 4);
+      q[l] = static_cast<int16_t>((code - 32) * static_cast<int8_t>(block[Layout<K>::scales + 2 * j + l / 16]));
+    }
+  }
+}
+#endif
+
+// Sub-block j's 32 codes q (j = 0 in the legacy types) as floats, `Vec::size()` per vector, in the weights' order.
+template <Kind K>
+inline void widen_codes(const uint8_t* block, int j, Vec* q) {
   const uint8_t* codes = block + Layout<K>::codes;
 #if defined(CPU_CAPABILITY_AVX512)
   if constexpr (K == Q8_0) {
     q[0] = Vec(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)))));
     q[1] = Vec(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + 16)))));
-  } else {
+  } else if constexpr (K == Q4_0 || K == Q4_1) {
     const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes));
     const __m128i low = _mm_set1_epi8(0x0F);
     q[0] = Vec(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(bytes, low))));
     q[1] = Vec(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(bytes, 4), low))));
+  } else {
+    const auto [first, last] = code_words<K>(block, j);
+    q[0] = Vec(_mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(first)));
+    q[1] = Vec(_mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(last)));
   }
 #elif defined(CPU_CAPABILITY_AVX2)
   if constexpr (K == Q8_0) {
-    for (int j = 0; j < 4; ++j) {
-      const __m128i eight = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + 8 * j));
-      q[j] = Vec(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(eight)));
+    for (int i = 0; i < 4; ++i) {
+      const __m128i eight = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + 8 * i));
+      q[i] = Vec(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(eight)));
     }
-  } else {
+  } else if constexpr (K == Q4_0 || K == Q4_1) {
     const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes));
     const __m128i low = _mm_set1_epi8(0x0F);
     const __m128i lo = _mm_and_si128(bytes, low), hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low);
@@ -122,45 +236,59 @@ inline void widen_codes(const uint8_t* block, Vec* q) {
     q[1] = Vec(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8))));
     q[2] = Vec(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi)));
     q[3] = Vec(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8))));
+  } else {
+    const auto [first, last] = code_words<K>(block, j);
+    const __m256i words[2] = {first, last};
+    for (int i = 0; i < 4; ++i) {
+      const __m128i eight = i & 1 ? _mm256_extracti128_si256(words[i / 2], 1) : _mm256_castsi256_si128(words[i / 2]);
+      q[i] = Vec(_mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(eight)));
+    }
   }
 #else
   float lanes[QK];
   if constexpr (K == Q8_0) {
     for (int64_t i = 0; i < QK; ++i) lanes[i] = static_cast<float>(static_cast<int8_t>(codes[i]));
-  } else {
+  } else if constexpr (K == Q4_0 || K == Q4_1) {
     for (int64_t i = 0; i < QK / 2; ++i) {
       lanes[i] = static_cast<float>(codes[i] & 0x0F);
       lanes[i + QK / 2] = static_cast<float>(codes[i] >> 4);
     }
+  } else {
+    int16_t words[QK];
+    sub_codes<K>(block, j, words);
+    for (int64_t i = 0; i < QK; ++i) lanes[i] = static_cast<float>(words[i]);
   }
-  for (int64_t j = 0; j < LANES_PER_BLOCK; ++j) q[j] = Vec::loadu(lanes + j * Vec::size());
+  for (int64_t i = 0; i < LANES_PER_BLOCK; ++i) q[i] = Vec::loadu(lanes + i * Vec::size());
 #endif
 }
 
 // y[r · out] (+ bias) for `count` (<= ROWS_PER_GROUP) rows of x (float, row stride `in`) times one row of W;
-// `sums[r · blocks + b]` is Σ x over block b of row r.
+// `sums[r · blocks + b]` is Σ x over the 32 weights of (sub-)block b of row r.
 template <Kind K, int count, typename T>
 inline void row_times(const uint8_t* row, int64_t blocks, const float* x, int64_t in, const float* sums, float bias,
                       T* y, int64_t out) {
   Vec acc[count][2];  // even and odd blocks apart, so one block's sum need not wait for the last one's
   float offsets[count] = {};
+  float dm[2 * SUBS<K>];
   for (int r = 0; r < count; ++r) acc[r][0] = acc[r][1] = Vec(0.f);
   for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* block = row + b * Layout<K>::bytes;
+    const uint8_t* block = row + b / SUBS<K> * Layout<K>::bytes;
+    const int j = b % SUBS<K>;
+    if (j == 0) sub_scales<K>(block, dm);
     Vec q[LANES_PER_BLOCK];
-    widen_codes<K>(block, q);
-    const auto [d, m] = scale_offset<K>(block);
+    widen_codes<K>(block, j, q);
+    const float d = dm[2 * j], m = dm[2 * j + 1];
     const Vec dv(d);
     for (int r = 0; r < count; ++r) {
       const float* xb = x + r * in + b * QK;
       Vec dot = q[0] * Vec::loadu(xb);
       Vec dot2 = q[1] * Vec::loadu(xb + Vec::size());
-      for (int64_t j = 2; j < LANES_PER_BLOCK; j += 2) {
-        dot = at::vec::fmadd(q[j], Vec::loadu(xb + j * Vec::size()), dot);
-        dot2 = at::vec::fmadd(q[j + 1], Vec::loadu(xb + (j + 1) * Vec::size()), dot2);
+      for (int64_t i = 2; i < LANES_PER_BLOCK; i += 2) {
+        dot = at::vec::fmadd(q[i], Vec::loadu(xb + i * Vec::size()), dot);
+        dot2 = at::vec::fmadd(q[i + 1], Vec::loadu(xb + (i + 1) * Vec::size()), dot2);
       }
       acc[r][b & 1] = at::vec::fmadd(dv, dot + dot2, acc[r][b & 1]);
-      if constexpr (K != Q8_0) offsets[r] += m * sums[r * blocks + b];
+      if constexpr (Layout<K>::offset) offsets[r] += m * sums[r * blocks + b];
     }
   }
   for (int r = 0; r < count; ++r) {
@@ -168,8 +296,7 @@ inline void row_times(const uint8_t* row, int64_t blocks, const float* x, int64_
   }
 }
 
-#if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)
-#define KVWISE_INTEGER_DOT 1
+#if defined(KVWISE_INTEGER_DOT)
 
 // `n` blocks of x rounded to 16 bits: codes to `q`, and each block's dx = max|x| / 32767 and exact Σ x to `scales`
 // as a pair (read in one load with the block's d and m). Round half away from zero.
@@ -204,28 +331,20 @@ void quantize_blocks(const float* x, int64_t n, int16_t* q, float* scales) {
   }
 }
 
-// The block's 32 codes as two vectors of 16 int16 in the weights' order: Q8_0's signed, the 4-bit types' nibbles.
-template <Kind K>
-inline std::pair<__m256i, __m256i> code_words(const uint8_t* block) {
-  const uint8_t* codes = block + Layout<K>::codes;
-  if constexpr (K == Q8_0) {
-    return {_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes))),
-            _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + 16)))};
-  } else {
-    // byte i holds weight i in its low nibble and weight i + 16 in its high one: widen once, then split
-    const __m256i words = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
-    return {_mm256_and_si256(words, _mm256_set1_epi16(0x0F)), _mm256_srli_epi16(words, 4)};
-  }
-}
-
 // Σ q·qx over a block as 8 int32 lanes: `_mm256_madd_epi16` multiplies int16 pairs and sums each two into int32
-// (|q·qx| <= 128·32767, so the sums of 32 products fit).
+// (|q·qx| <= 4096·32767, Q6_K's largest code, so the sums of four products fit).
 inline __m256i block_dot(const std::pair<__m256i, __m256i>& q, const int16_t* qx) {
   const __m256i first = _mm256_madd_epi16(q.first, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx)));
   return _mm256_add_epi32(first, _mm256_madd_epi16(q.second, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx + 16))));
 }
 
-// The block's (d, m) in the two low lanes: Q4_1's two halves converted in one instruction.
+// The two floats at `p` in the two low lanes, in one load (through __m128i, which may alias floats: a load through
+// a double would let the compiler read before the floats' stores).
+inline __m128 two_lanes(const float* p) {
+  return _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+
+// A legacy block's (d, m) in the two low lanes: Q4_1's two halves converted in one instruction.
 template <Kind K>
 inline __m128 scale_offset_lanes(const uint8_t* block) {
   uint32_t bits;
@@ -250,24 +369,38 @@ inline void row_times_int(const uint8_t* row, int64_t blocks, const int16_t* qx,
     even[r] = odd[r] = _mm256_setzero_ps();
     offsets[r] = _mm_setzero_ps();
   }
-  const auto step = [&](int64_t b, __m256* acc) {
-    const uint8_t* block = row + b * Layout<K>::bytes;
-    const auto q = code_words<K>(block);
-    const __m128 dm = scale_offset_lanes<K>(block);
+  // (sub-)block b of x times codes q whose (d, m) are `dm`'s two low lanes
+  const auto step = [&](const std::pair<__m256i, __m256i>& q, __m128 dm, int64_t b, __m256* acc) {
     for (int r = 0; r < count; ++r) {
       const __m256 dot = _mm256_cvtepi32_ps(block_dot(q, qx + r * in + b * QK));
-      const __m128 dx_sum = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(scales + 2 * (r * blocks + b))));
-      const __m128 product = _mm_mul_ps(dm, dx_sum);
+      const __m128 product = _mm_mul_ps(dm, two_lanes(scales + 2 * (r * blocks + b)));
       acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(product), dot, acc[r]);
-      if constexpr (K != Q8_0) offsets[r] = _mm_add_ps(offsets[r], product);
+      if constexpr (Layout<K>::offset) offsets[r] = _mm_add_ps(offsets[r], product);
     }
   };
-  int64_t b = 0;
-  for (; b + 2 <= blocks; b += 2) {
-    step(b, even);
-    step(b + 1, odd);
+  if constexpr (SUBS<K> == 1) {
+    const auto legacy = [&](int64_t b, __m256* acc) {
+      const uint8_t* block = row + b * Layout<K>::bytes;
+      step(code_words<K>(block, 0), scale_offset_lanes<K>(block), b, acc);
+    };
+    int64_t b = 0;
+    for (; b + 2 <= blocks; b += 2) {
+      legacy(b, even);
+      legacy(b + 1, odd);
+    }
+    if (b < blocks) legacy(b, even);
+  } else {
+    // a super-block's sub-block scales unpacked once, then its sub-blocks as legacy blocks (an even count of them)
+    float dm[2 * SUBS<K>];
+    for (int64_t b = 0; b < blocks; b += SUBS<K>) {
+      const uint8_t* block = row + b / SUBS<K> * Layout<K>::bytes;
+      sub_scales<K>(block, dm);
+      for (int j = 0; j < SUBS<K>; j += 2) {
+        step(code_words<K>(block, j), two_lanes(dm + 2 * j), b + j, even);
+        step(code_words<K>(block, j + 1), two_lanes(dm + 2 * j + 2), b + j + 1, odd);
+      }
+    }
   }
-  if (b < blocks) step(b, even);
   for (int r = 0; r < count; ++r) {
     const __m256 both = _mm256_add_ps(even[r], odd[r]);
     const __m128 half = _mm_add_ps(_mm256_castps256_ps128(both), _mm256_extractf128_ps(both, 1));
@@ -300,7 +433,7 @@ void each_output(int64_t rows, int64_t out, int64_t row_bytes, const uint8_t* w,
 
 template <Kind K, typename T>
 void matvec_into(const float* x, int64_t rows, int64_t in, const uint8_t* w, int64_t out, const T* bias, T* y) {
-  const int64_t blocks = in / QK, row_bytes = blocks * Layout<K>::bytes;
+  const int64_t blocks = in / QK, row_bytes = in / Layout<K>::weights * Layout<K>::bytes;
 #if defined(KVWISE_INTEGER_DOT)
   auto qx = std::make_unique_for_overwrite<int16_t[]>(rows * in);
   auto scales = std::make_unique_for_overwrite<float[]>(2 * rows * blocks);
@@ -324,17 +457,20 @@ void matvec_into(const float* x, int64_t rows, int64_t in, const uint8_t* w, int
 // Rows [begin, end) of W dequantized into `dst` (row stride `in`), rounded to T where T is bfloat16.
 template <Kind K, typename T>
 void dequantize_rows(const uint8_t* w, int64_t in, const int64_t* ids, int64_t begin, int64_t end, T* dst) {
-  const int64_t blocks = in / QK, row_bytes = blocks * Layout<K>::bytes;
+  const int64_t blocks = in / Layout<K>::weights, row_bytes = blocks * Layout<K>::bytes;
+  float dm[2 * SUBS<K>];
   for (int64_t i = begin; i < end; ++i) {
     const uint8_t* row = w + (ids ? ids[i] : i) * row_bytes;
     T* to = dst + (i - begin) * in;
     for (int64_t b = 0; b < blocks; ++b) {
       const uint8_t* block = row + b * Layout<K>::bytes;
-      Vec q[LANES_PER_BLOCK];
-      widen_codes<K>(block, q);
-      const auto [d, m] = scale_offset<K>(block);
-      for (int64_t j = 0; j < LANES_PER_BLOCK; ++j) {
-        kvwise::store(at::vec::fmadd(q[j], Vec(d), Vec(m)), to + b * QK + j * Vec::size());
+      sub_scales<K>(block, dm);
+      for (int j = 0; j < SUBS<K>; ++j) {
+        Vec q[LANES_PER_BLOCK];
+        widen_codes<K>(block, j, q);
+        const Vec d(dm[2 * j]), m(dm[2 * j + 1]);
+        T* sub = to + b * Layout<K>::weights + j * QK;
+        for (int64_t l = 0; l < LANES_PER_BLOCK; ++l) kvwise::store(at::vec::fmadd(q[l], d, m), sub + l * Vec::size());
       }
     }
   }
@@ -347,24 +483,24 @@ void dispatch_kind(int64_t kind, F&& body) {
     case Q8_0: body.template operator()<Q8_0>(); break;
     case Q4_0: body.template operator()<Q4_0>(); break;
     case Q4_1: body.template operator()<Q4_1>(); break;
-    default: TORCH_CHECK(false, "quantized weight: ggml type ", kind, " is not one of Q4_0 (2), Q4_1 (3), Q8_0 (8)");
+    case Q4_K: body.template operator()<Q4_K>(); break;
+    case Q5_K: body.template operator()<Q5_K>(); break;
+    case Q6_K: body.template operator()<Q6_K>(); break;
+    default:
+      TORCH_CHECK(false, "quantized weight: ggml type ", kind,
+                  " is not one of Q4_0 (2), Q4_1 (3), Q8_0 (8), Q4_K (12), Q5_K (13), Q6_K (14)");
   }
-}
-
-int64_t block_bytes(int64_t kind) {
-  int64_t bytes = 0;
-  dispatch_kind(kind, [&]<Kind K>() { bytes = Layout<K>::bytes; });
-  return bytes;
 }
 
 // W's input width, checking `blocks` is a contiguous uint8 [out, row bytes] of whole blocks.
 int64_t input_width(const at::Tensor& blocks, int64_t kind) {
   TORCH_CHECK(blocks.dim() == 2 && blocks.scalar_type() == at::kByte && blocks.is_contiguous(),
               "quantized weight: contiguous uint8 blocks [out, row bytes]");
-  const int64_t bytes = block_bytes(kind);
+  int64_t bytes = 0, weights = 0;
+  dispatch_kind(kind, [&]<Kind K>() { bytes = Layout<K>::bytes, weights = Layout<K>::weights; });
   TORCH_CHECK(blocks.size(1) % bytes == 0, "quantized weight: a row of ", blocks.size(1), " bytes is not whole ",
               bytes, "-byte blocks");
-  return blocks.size(1) / bytes * QK;
+  return blocks.size(1) / bytes * weights;
 }
 
 void check_x(const at::Tensor& x, int64_t in, const std::optional<at::Tensor>& bias, int64_t out) {
