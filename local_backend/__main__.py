@@ -135,8 +135,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="auto: the model's dtype; int8: 8-bit keys and values with a scale per token and head "
                              "(about 4x the tokens in the same memory); fp8_e4m3 where torch has float8 on the device")  # fmt: skip
     engine.add_argument("--quantization", default=_ENGINE_DEFAULTS.quantization, choices=QUANTIZATIONS,
-                        help="auto: a GGUF file's Q8_0/Q4_0/Q4_1 weights multiplied as blocks; none: every weight "
-                             "dequantized to --dtype; q8_0: the projections quantized to Q8_0 at load")  # fmt: skip
+                        help="auto: a GGUF file's Q8_0/Q4_0/Q4_1/Q4_K/Q5_K/Q6_K weights multiplied as blocks; "
+                             "none: every weight dequantized to --dtype; q8_0: the projections quantized to Q8_0 at "
+                             "load")  # fmt: skip
     engine.add_argument("--gpu-memory-utilization", type=float, default=None, metavar="SHARE",
                         help="CUDA only: share of the GPU's memory the engine may hold, weights included")  # fmt: skip
     engine.add_argument("--max-model-len", type=int, default=None, metavar="N",

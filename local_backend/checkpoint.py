@@ -22,7 +22,7 @@ class ModelFileError(ValueError):
 
 Tensors = Iterator[tuple[str, torch.Tensor | QuantizedWeight]]
 """Tensors under their Hugging Face names (`model.layers.0.self_attn.q_proj.weight`), each read as reached: a
-GGUF file's Q8_0, Q4_0 and Q4_1 matrices as their blocks, which the loader keeps or dequantizes."""
+GGUF file's Q8_0, Q4_0, Q4_1, Q4_K, Q5_K and Q6_K matrices as their blocks, which the loader keeps or dequantizes."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -93,8 +93,9 @@ class EngineConfig:
     - `speculative_config`: n-gram speculative decoding (`SpeculativeConfig`; a dict or its JSON,
       vLLM's `{"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_max": N}`, is read
       into one); None decodes one token per step.
-    - `quantization` (vLLM's name): `"auto"` keeps a GGUF file's Q8_0, Q4_0 and Q4_1 weights as their blocks,
-      which the native CPU kernels multiply by (a decode step streams 4.5-8.5 bits a weight, not 16 or 32);
+    - `quantization` (vLLM's name): `"auto"` keeps a GGUF file's Q8_0, Q4_0, Q4_1, Q4_K, Q5_K and Q6_K
+      weights as their blocks, which the native CPU kernels multiply by (a decode step streams 4.5-8.5 bits a
+      weight, not 16 or 32);
       `"none"` dequantizes every weight to `dtype` at load; `"q8_0"` quantizes the projections and the
       embedding to Q8_0 at load (a float checkpoint's too). Elsewhere than the native CPU kernels, blocks are
       dequantized at load (`loader.load_model`).

@@ -136,9 +136,10 @@ def load_model(
     (`kernel_choices.onednn_prepacks`).
 
     `quantization` (`quantized.QUANTIZATIONS`): `none` dequantizes every block to `dtype`; `auto` keeps a GGUF
-    file's Q8_0, Q4_0 and Q4_1 projections and embedding as blocks (`Linear.keep_quantized`; a tied lm_head shares
-    the embedding's); `q8_0` keeps those of Q8_0 and quantizes every other one to Q8_0. Blocks are kept only where
-    the native CPU kernels multiply by them; elsewhere they are dequantized, and the log says so once.
+    file's Q8_0, Q4_0, Q4_1, Q4_K, Q5_K and Q6_K projections and embedding as blocks (`Linear.keep_quantized`; a
+    tied lm_head shares the embedding's); `q8_0` keeps those of Q8_0 and quantizes every other one to Q8_0. Blocks
+    are kept only where the native CPU kernels multiply by them; elsewhere they are dequantized, and the log says
+    so once.
     """
     chosen = ops.select(device, dtype, cfg.head_dim)
     keeps = quantization != QUANTIZATION_NONE and isinstance(chosen, ops.NativeOps)
