@@ -81,6 +81,11 @@ class AttentionMetadata:
     prefills: tuple[PrefillSegment, ...]
     paged_decodes: PagedDecodes | None = None
 
+    @property
+    def paged_only(self) -> PagedDecodes | None:
+        """The step's `paged_decodes` where they are all its rows (no other decode, no prefill), else None."""
+        return self.paged_decodes if not self.decodes and not self.prefills else None
+
 
 @dataclass(frozen=True, slots=True)
 class OutputRows:

@@ -5,7 +5,8 @@ in place with C++ kernels of its own; `csrc/paged_attention.cpp` does the same f
 writes the step's keys and values into their slots), `csrc/prefill_attention.cpp` attends prompt
 chunks with grouped heads in large GEMMs, `csrc/matvec.cpp` streams decode rows through
 each projection, `csrc/sampling.cpp` fuses the sampler's passes over the logits and
-`csrc/layers.cpp` a layer's RMSNorm, rope and MLP activation. They are compiled here against the
+`csrc/layers.cpp` a layer's RMSNorm, rope and MLP activation; `csrc/decode_layers.cpp` loops a decode
+step's layers over those kernels in one call. They are compiled here against the
 installed torch (the headers and libraries `torch.utils.cpp_extension` names) by the system's C++
 compiler, with no Python module around them, so neither ninja nor pybind11 is needed.
 

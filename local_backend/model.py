@@ -10,6 +10,7 @@ the torch forms) and never asks which it holds.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -18,7 +19,7 @@ from torch import nn
 
 from local_backend.attention import AttentionMetadata, OutputRows, paged_attention
 from local_backend.config import ModelConfig, RopeConfig
-from local_backend.ops import TorchOps
+from local_backend.ops import FLOAT_WEIGHT, LayerStack, TorchOps
 from local_backend.quantized import QuantizedWeight
 
 
@@ -248,12 +249,49 @@ class CausalLM(nn.Module):
     ) -> torch.Tensor:
         """Hidden states `[T, hidden]` of the step's tokens, or of the `kept` rows alone (the last
         layer computes only those); `kv_cache` is `[layers, slots, 2, ...]`."""
-        x, residual = self.model.embed_tokens(input_ids), None
+        x = self.model.embed_tokens(input_ids)
+        stack, paged, fused = self.layer_stack, meta.paged_only, None
+        if kept is None and stack is not None and paged is not None:
+            step = (meta.slot_mapping, paged.block_tables, paged.context_lens, paged.block_size)
+            fused = self.ops.decode_layers(x, stack, cos, sin, kv_cache, step)
+        x, residual = fused or self._run_layers(x, cos, sin, meta, kv_cache, kept)
+        return self.model.norm.add_and_norm(x, residual)[0]
+
+    def _run_layers(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        meta: AttentionMetadata,
+        kv_cache: torch.Tensor,
+        kept: OutputRows | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The layers one by one: (the last one's MLP output, the residual stream before it)."""
+        residual = None
         *inner, last = self.model.layers
         for layer, layer_cache in zip(inner, kv_cache):
             x, residual = layer(x, residual, cos, sin, meta, layer_cache)
-        x, residual = last(x, residual, cos, sin, meta, kv_cache[len(inner)], kept)
-        return self.model.norm.add_and_norm(x, residual)[0]
+        return last(x, residual, cos, sin, meta, kv_cache[len(inner)], kept)
+
+    @functools.cached_property
+    def layer_stack(self) -> LayerStack | None:
+        """The layers' weights for `ops.decode_layers`, laid out on first use (after loading); None for a model with
+        q/k norms (Qwen3), which the one-call step does not run."""
+        layers = [layer for layer in self.model.layers if isinstance(layer, DecoderLayer)]
+        first = layers[0]
+        if first.self_attn.q_norm is not None:
+            return None
+        attn = first.self_attn
+        stack = LayerStack([], [], [], [], attn.q_size, attn.kv_size, attn.head_dim, first.input_layernorm.eps)
+        for layer in layers:
+            stack.norms.extend((layer.input_layernorm.weight, layer.post_attention_layernorm.weight))
+            attn, mlp = layer.self_attn, layer.mlp
+            for linear in (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj):
+                blocks = linear.quantized
+                stack.weights.append(linear.weight_t if blocks is None else blocks.blocks)
+                stack.kinds.append(FLOAT_WEIGHT if blocks is None else int(blocks.kind))
+                stack.biases.append(linear.bias)
+        return stack
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Vocabulary logits of the rows that sample a token."""

@@ -11,7 +11,9 @@ multiple of `cpu_kernels.HEAD_DIM_MULTIPLE`); both forms give the same tokens.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Final
 
 import torch
@@ -77,6 +79,26 @@ def draw(w: torch.Tensor, uniforms: torch.Tensor, sums: torch.Tensor | None = No
     last = (inside < inside[:, -1:]).sum(-1, keepdim=True)  # the chunk's last token of weight > 0
     pick = torch.minimum(torch.searchsorted(inside, offset, right=True), last)
     return (chunk * size + pick).squeeze(1)
+
+
+FLOAT_WEIGHT: Final = -1
+"""`LayerStack.kinds`' name for a float `weight_t [in, out]` (a kept weight's kind is its `QuantType` id)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LayerStack:
+    """Every decoder layer's weights in the flat lists `NativeOps.decode_layers` reads, layer after layer: two
+    norms (input, post-attention) and four projections (qkv, o, gate_up, down) a layer, each projection a
+    weight (blocks, or a float `weight_t`), its kind and its bias. `model.CausalLM.layer_stack` builds it."""
+
+    norms: list[torch.Tensor]
+    weights: list[torch.Tensor]
+    kinds: list[int]
+    biases: list[torch.Tensor | None]
+    q_size: int
+    kv_size: int
+    head_dim: int
+    eps: float
 
 
 class TorchOps:
@@ -159,6 +181,20 @@ class TorchOps:
         )
         return out[0].transpose(0, 1).reshape(len(q), -1)
 
+    def decode_layers(
+        self,
+        x: torch.Tensor,
+        stack: LayerStack,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        kv_cache: torch.Tensor,
+        paged: tuple[torch.Tensor, torch.Tensor, torch.Tensor, int],
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Every layer of a step of decodes alone in one call: (the last layer's MLP output, the residual stream
+        before it), as `model.DecoderLayer` gives them; `paged` is the step's (slot_mapping, block_tables,
+        context_lens, block_size). None where no single kernel serves the step: the model runs its layers."""
+        return None
+
     def paged_decode_attention(
         self,
         q: torch.Tensor,
@@ -220,7 +256,8 @@ class NativeOps(TorchOps):
     Decode rows stream the weights through `matvec`, or a quantized weight's blocks through `quant_matvec` (up to
     `QUANT_MATVEC_MAX_ROWS` rows; more rows multiply by tiles of it dequantized in cache, `quant_mm`);
     RMSNorm (with the residual add before it), rope, silu·up, the kv write, attention
-    and the sampler's passes over the logits are single kernels (`csrc/`). Attention's kernels need a
+    and the sampler's passes over the logits are single kernels (`csrc/`); a step of decodes alone that each of them
+    serves runs every layer in one call (`decode_layers`, the same kernels looped in C++). Attention's kernels need a
     head size that is a multiple of `cpu_kernels.HEAD_DIM_MULTIPLE` (`attends`); `choices` (measured
     for the loaded library) say up to which sizes each kernel beats its torch form.
     """
@@ -291,6 +328,41 @@ class NativeOps(TorchOps):
         if self.bf16_prefill and mask is not None and q.dtype == torch.bfloat16 and len(q) >= BF16_PREFILL_KERNEL_MIN_QUERIES:
             return torch.ops.kvwise.prefill_attention(q, keys, values, scale)
         return super().prefill_attention(q, keys, values, mask, scale)
+
+    def decode_layers(
+        self,
+        x: torch.Tensor,
+        stack: LayerStack,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        kv_cache: torch.Tensor,
+        paged: tuple[torch.Tensor, torch.Tensor, torch.Tensor, int],
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        # Only where each op of the loop would take its kernel: the same kernels in the same order, the same bits.
+        most_rows = min(self.matvec_max_rows if kind == FLOAT_WEIGHT else QUANT_MATVEC_MAX_ROWS for kind in stack.kinds)
+        if not self.attends or kv_cache.dtype not in _NATIVE_CACHE_DTYPES or len(x) > most_rows:
+            return None
+        slot_mapping, block_tables, context_lens, block_size = paged
+        hidden, residual = torch.ops.kvwise.decode_layers(
+            x.contiguous(),
+            stack.norms,
+            stack.weights,
+            stack.kinds,
+            stack.biases,
+            cos,
+            sin,
+            kv_cache,
+            slot_mapping,
+            block_tables,
+            context_lens,
+            block_size,
+            1 / math.sqrt(stack.head_dim),
+            stack.q_size,
+            stack.kv_size,
+            stack.head_dim,
+            stack.eps,
+        )
+        return hidden, residual
 
     def paged_decode_attention(
         self,

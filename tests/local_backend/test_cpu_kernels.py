@@ -216,6 +216,7 @@ def test_engine_prefills_use_the_kernel_up_to_its_context_limit_and_give_the_sdp
 def test_engine_decodes_use_the_kernel_and_give_the_sdpa_paths_tokens(make_engine, monkeypatch):
     engine = make_engine()
     assert engine.runner.paged_decodes
+    monkeypatch.setattr(engine.runner.model, "layer_stack", None)  # the layer loop's calls (test_decode_layers.py: one)
     calls = []
     kernel = torch.ops.kvwise.paged_decode_attention
 
