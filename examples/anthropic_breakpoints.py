@@ -1,6 +1,6 @@
 """Wrap an Anthropic client: kvwise places `cache_control` breakpoints where the prefix is long enough.
 
-    python -m examples.anthropic_breakpoints http://127.0.0.1:8000
+python -m examples.anthropic_breakpoints http://127.0.0.1:8000
 """
 
 from __future__ import annotations

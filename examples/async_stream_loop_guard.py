@@ -1,6 +1,6 @@
 """Async streaming with the loop guard: a repeating answer is cut and ends with finish_reason "length".
 
-    python -m examples.async_stream_loop_guard http://127.0.0.1:8000
+python -m examples.async_stream_loop_guard http://127.0.0.1:8000
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ import sdk
 
 async def stream_answer(base_url: str, prompt: str, model: str = "default") -> tuple[str, str | None]:
     """Stream one answer; return its text and finish reason."""
-    client = sdk.wrap(openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="local"), policy=sdk.Policy(max_output_tokens=256))
+    client = sdk.wrap(
+        openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="local"), policy=sdk.Policy(max_output_tokens=256)
+    )
     stream = await client.chat.completions.create(
         model=model, messages=[{"role": "user", "content": prompt}], temperature=0, stream=True
     )

@@ -66,12 +66,18 @@ the old trams are crowded at midday, so ride them early; in Vienna, concert tick
 ahead; in Prague, the castle is quieter after four in the afternoon; in Edinburgh, the weather
 changes quickly, so pack a rain jacket in every season.
 """
-QUESTIONS = ("Can I change my booking next week?", "What should I pack for Edinburgh?", "When is the Paris trip cheapest?")
+QUESTIONS = (
+    "Can I change my booking next week?",
+    "What should I pack for Edinburgh?",
+    "When is the Paris trip cheapest?",
+)
 LOOP_PROMPT = "Write the word banana 300 times."
 UNGUARDED_MAX_TOKENS = 256
 ANSWER_CHARS = 90
 """How much of each answer (a) prints."""
-DEMO_PRICES = {name: {"input": 0.15, "cached_input": 0.015, "cache_write": 0.15, "output": 0.60} for name in (MODEL, TOOL_MODEL)}
+DEMO_PRICES = {
+    name: {"input": 0.15, "cached_input": 0.015, "cache_write": 0.15, "output": 0.60} for name in (MODEL, TOOL_MODEL)
+}
 """As if the models were priced like a small hosted one (USD per million tokens)."""
 PHOENIX_PROJECT = "kvwise-demo"
 REPORT_DIR = Path("kvwise-report")
@@ -100,7 +106,7 @@ class Measured:
 
 
 def _volatile_system() -> str:
-    stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")  # a new one every call
+    stamp = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")  # a new one every call
     return f"Request ID: {uuid.uuid4()}\nTimestamp: {stamp}\n{SYSTEM_PROMPT}"
 
 
@@ -124,26 +130,36 @@ def stream_chat(client: Any, messages: list[dict[str, Any]], **params: Any) -> M
             finish = choice.finish_reason or finish
     cached = (usage.prompt_tokens_details.cached_tokens or 0) if usage and usage.prompt_tokens_details else 0
     output = usage.completion_tokens if usage is not None else len(pieces)
-    return Measured(ttft_ms=ttft or 0.0, cached_tokens=cached, output_tokens=output, finish=finish, text="".join(pieces))
+    return Measured(
+        ttft_ms=ttft or 0.0, cached_tokens=cached, output_tokens=output, finish=finish, text="".join(pieces)
+    )
 
 
 def cache_section(raw: Any, wrapped: Any, out: Callable[[str], None]) -> list[tuple[Measured, Measured]]:
     """(a) The same questions with a request ID and timestamp at the front of the system prompt."""
-    out("\n(a) Prefix cache on %s: a ~%d-token system prompt that starts with a request ID and a timestamp"
-        % (MODEL, len(SYSTEM_PROMPT) // 4))
-    out(f"    {'call':<6}{'unwrapped TTFT ms':>19}{'cached':>8}   {'sdk.wrap TTFT ms':>17}{'cached':>8}   question -> answer")
+    out(
+        "\n(a) Prefix cache on %s: a ~%d-token system prompt that starts with a request ID and a timestamp"
+        % (MODEL, len(SYSTEM_PROMPT) // 4)
+    )
+    out(
+        f"    {'call':<6}{'unwrapped TTFT ms':>19}{'cached':>8}   {'sdk.wrap TTFT ms':>17}{'cached':>8}   question -> answer"
+    )
     rows = []
     for index, question in enumerate(QUESTIONS, start=1):
         messages = lambda: [{"role": "system", "content": _volatile_system()}, {"role": "user", "content": question}]  # noqa: E731
         plain = stream_chat(raw, messages(), max_tokens=48)
         guarded = stream_chat(wrapped, messages(), max_tokens=48)
         rows.append((plain, guarded))
-        out(f"    {index:<6}{plain.ttft_ms:>19.1f}{plain.cached_tokens:>8}   {guarded.ttft_ms:>17.1f}{guarded.cached_tokens:>8}"
-            f"   {question} -> {guarded.text.strip()[:ANSWER_CHARS]!r}")
+        out(
+            f"    {index:<6}{plain.ttft_ms:>19.1f}{plain.cached_tokens:>8}   {guarded.ttft_ms:>17.1f}{guarded.cached_tokens:>8}"
+            f"   {question} -> {guarded.text.strip()[:ANSWER_CHARS]!r}"
+        )
     return rows
 
 
-def loop_section(raw_openai: Any, openai_wrapped: Any, raw_anthropic: Any, anthropic_wrapped: Any, out: Callable[[str], None]) -> dict[str, tuple[int, int]]:
+def loop_section(
+    raw_openai: Any, openai_wrapped: Any, raw_anthropic: Any, anthropic_wrapped: Any, out: Callable[[str], None]
+) -> dict[str, tuple[int, int]]:
     """(b) A prompt the model loops on: tokens decoded without guards and with them."""
     out(f"\n(b) Runaway decode on {MODEL}: {LOOP_PROMPT!r} (cap {UNGUARDED_MAX_TOKENS} tokens without guards)")
     messages = [{"role": "user", "content": LOOP_PROMPT}]
@@ -183,7 +199,9 @@ LOCAL_TOOLS: dict[str, Callable[..., dict[str, Any]]] = {"get_weather": get_weat
 def tool_section(wrapped: Any, out: Callable[[str], None]) -> dict[str, Any]:
     """(c) A tool loop through `sdk.wrap` with `tool_choice="auto"`: the model chooses to call the tool
     (nothing forces it), the app runs the tool and sends its result back, the model answers from it."""
-    out(f"\n(c) A tool loop through sdk.wrap on the bundled model (get_weather offered, tool_choice auto): {TOOL_QUESTION!r}")
+    out(
+        f"\n(c) A tool loop through sdk.wrap on the bundled model (get_weather offered, tool_choice auto): {TOOL_QUESTION!r}"
+    )
     messages: list[dict[str, Any]] = [{"role": "user", "content": TOOL_QUESTION}]
     first = wrapped.chat.completions.create(
         model=TOOL_MODEL, messages=messages, tools=TOOLS, tool_choice="auto", temperature=0, max_tokens=64
@@ -200,7 +218,9 @@ def tool_section(wrapped: Any, out: Callable[[str], None]) -> dict[str, Any]:
         message.model_dump(exclude_none=True),
         {"role": "tool", "tool_call_id": call.id, "content": json.dumps(result)},
     ]
-    answer = wrapped.chat.completions.create(model=TOOL_MODEL, messages=messages, tools=TOOLS, temperature=0, max_tokens=48)
+    answer = wrapped.chat.completions.create(
+        model=TOOL_MODEL, messages=messages, tools=TOOLS, temperature=0, max_tokens=48
+    )
     text = answer.choices[0].message.content or ""
     out(f"    with the tool's result it answered: {text.strip()[:100]!r}")
     return {"name": call.function.name, "arguments": arguments, "result": result, "answer": text}
@@ -216,7 +236,9 @@ async def _agent_loop(base_url: str, provider: TracerProvider) -> dict[str, Any]
         """Get the current weather in a city."""
         return json.dumps(get_weather(city))
 
-    client = sdk.wrap(openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="local"), sdk.Policy(), tracer_provider=provider)
+    client = sdk.wrap(
+        openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="local"), sdk.Policy(), tracer_provider=provider
+    )
     agent = Agent(
         name="weather",
         model=OpenAIChatCompletionsModel(model=TOOL_MODEL, openai_client=client),
@@ -234,16 +256,22 @@ async def _agent_loop(base_url: str, provider: TracerProvider) -> dict[str, Any]
 def framework_section(base_url: str, provider: TracerProvider, out: Callable[[str], None]) -> dict[str, Any]:
     """(f) The tool loop of (c) run by openai-agents' `Agent`, its client wrapped with the default
     `sdk.Policy()`: the framework calls the model, runs the tool and calls it again by itself."""
-    out(f"\n(f) The same question through an agent framework (openai-agents, sdk.wrap with the default Policy): {TOOL_QUESTION!r}")
+    out(
+        f"\n(f) The same question through an agent framework (openai-agents, sdk.wrap with the default Policy): {TOOL_QUESTION!r}"
+    )
     measured = asyncio.run(_agent_loop(base_url, provider))
-    out(f"    {measured['calls']} model calls, cached tokens per call {measured['cached']}; it answered: {measured['answer'].strip()[:100]!r}")
+    out(
+        f"    {measured['calls']} model calls, cached tokens per call {measured['cached']}; it answered: {measured['answer'].strip()[:100]!r}"
+    )
     return measured
 
 
 def span_section(exporter: InMemorySpanExporter, out: Callable[[str], None]) -> list[dict[str, Any]]:
     """(d) What the OpenTelemetry spans recorded for every wrapped call."""
     out("\n(d) Per call, from the OpenTelemetry spans of the wrapped clients")
-    out(f"    {'span':<28}{'input':>7}{'cached':>8}{'output':>8}{'prefill ms':>12}{'decode ms':>11}{'cost $':>11}  guard")
+    out(
+        f"    {'span':<28}{'input':>7}{'cached':>8}{'output':>8}{'prefill ms':>12}{'decode ms':>11}{'cost $':>11}  guard"
+    )
     rows = []
     spans = [span for span in exporter.get_finished_spans() if span.parent is None]
     children = {}
@@ -283,7 +311,9 @@ def tracer_provider(exporter: InMemorySpanExporter) -> TracerProvider:
     return provider
 
 
-def run_demo(base_url: str, tool_url: str, out: Callable[[str], None] = print, report_dir: Path = REPORT_DIR) -> dict[str, Any]:
+def run_demo(
+    base_url: str, tool_url: str, out: Callable[[str], None] = print, report_dir: Path = REPORT_DIR
+) -> dict[str, Any]:
     """Run the sections against running local backends, `MODEL` at `base_url` and `TOOL_MODEL` at
     `tool_url`, write the report of their calls under `report_dir`; return what was measured."""
     exporter = InMemorySpanExporter()
@@ -308,13 +338,22 @@ def run_demo(base_url: str, tool_url: str, out: Callable[[str], None] = print, r
     _, page = write_report_from_spans(finished, report_dir)
     out(f"\nkvwise report of these calls (TTFT against input, hit ratio, cost split, decode speed): {page}")
     provider.shutdown()
-    return {"cache": cache, "loops": loops, "tool": tool, "spans": spans, "framework": framework, "report": page,
-            "span_count": len(finished)}
+    return {
+        "cache": cache,
+        "loops": loops,
+        "tool": tool,
+        "spans": spans,
+        "framework": framework,
+        "report": page,
+        "span_count": len(finished),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m examples.demo")
-    parser.add_argument("--phoenix", action="store_true", help="send the traces to Arize Phoenix, started here, kept until Ctrl-C")
+    parser.add_argument(
+        "--phoenix", action="store_true", help="send the traces to Arize Phoenix, started here, kept until Ctrl-C"
+    )
     if not parser.parse_args(argv).phoenix:
         demo()
         return 0
@@ -344,8 +383,10 @@ def served_weights(base_url: str) -> str:
 
 def demo() -> dict[str, Any]:
     """The demo itself: start the local backend, run the sections, report the time; return what was measured."""
-    print(f"kvwise demo: {MODEL} (and the bundled model for the tool loop), served locally on CPU, called through "
-          "the real openai and anthropic clients")
+    print(
+        f"kvwise demo: {MODEL} (and the bundled model for the tool loop), served locally on CPU, called through "
+        "the real openai and anthropic clients"
+    )
     started = time.monotonic()
     dots = 0
 

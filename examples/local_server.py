@@ -25,12 +25,28 @@ def free_port() -> int:
 def local_server(model: str = "default", on_wait: Callable[[float], None] | None = None) -> Iterator[str]:
     """Run `python -m local_backend serve` until the block exits; yield its base URL (no `/v1`)."""
     port = free_port()
-    command = [sys.executable, "-m", "local_backend", "serve", "--model", model, "--host", "127.0.0.1", "--port", str(port)]
+    command = [
+        sys.executable,
+        "-m",
+        "local_backend",
+        "serve",
+        "--model",
+        model,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     base_url = f"http://127.0.0.1:{port}"
     try:
         stderr = process.stderr
-        wait_healthy(f"{base_url}/health", process, lambda: stderr.read().decode(errors="replace")[-2000:] if stderr else "", on_wait)
+        wait_healthy(
+            f"{base_url}/health",
+            process,
+            lambda: stderr.read().decode(errors="replace")[-2000:] if stderr else "",
+            on_wait,
+        )
         yield base_url
     finally:
         process.terminate()

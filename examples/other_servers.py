@@ -18,11 +18,15 @@ import sdk
 
 def main(base_url: str, model: str = "default") -> list[int]:
     """Two calls sharing a long system prompt; return the cached prompt tokens each one reports."""
-    client = sdk.wrap(openai.OpenAI(base_url=f"{base_url}/v1", api_key="local"), policy=sdk.Policy(max_output_tokens=16))
+    client = sdk.wrap(
+        openai.OpenAI(base_url=f"{base_url}/v1", api_key="local"), policy=sdk.Policy(max_output_tokens=16)
+    )
     system = "You are a support agent for a bookshop. Be brief. " * 40
     cached = []
     for question in ("Do you sell maps?", "Are you open on Sunday?"):
-        reply = client.chat.completions.create(model=model, messages=[{"role": "system", "content": system}, {"role": "user", "content": question}])
+        reply = client.chat.completions.create(
+            model=model, messages=[{"role": "system", "content": system}, {"role": "user", "content": question}]
+        )
         details = reply.usage.prompt_tokens_details if reply.usage else None
         cached.append((details.cached_tokens or 0) if details else 0)
     return cached

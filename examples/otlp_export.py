@@ -24,7 +24,9 @@ def main(base_url: str, exporter: SpanExporter | None = None, model: str = "defa
     provider = TracerProvider(resource=Resource.create({"service.name": "kvwise-example"}))
     provider.add_span_processor(BatchSpanProcessor(exporter or OTLPSpanExporter()))
     client = sdk.wrap(openai.OpenAI(base_url=f"{base_url}/v1", api_key="local"), tracer_provider=provider)
-    stream = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "What is decode?"}], max_tokens=24, stream=True)
+    stream = client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "What is decode?"}], max_tokens=24, stream=True
+    )
     for _ in stream:
         pass
     provider.force_flush()

@@ -153,7 +153,9 @@ def phoenix_environment(working_dir: Path, port: int, grpc_port: int) -> dict[st
 
 
 @contextlib.contextmanager
-def phoenix_server(working_dir: Path | None = None, on_wait: Callable[[float], None] | None = None) -> Iterator[Phoenix]:
+def phoenix_server(
+    working_dir: Path | None = None, on_wait: Callable[[float], None] | None = None
+) -> Iterator[Phoenix]:
     """Run `.venv-phoenix/bin/phoenix serve` until the block exits; yield it once healthy.
 
     Its output goes to `phoenix.log` in the working directory, quoted in the error if it fails to start.
@@ -166,7 +168,9 @@ def phoenix_server(working_dir: Path | None = None, on_wait: Callable[[float], N
         env = {**os.environ, **phoenix_environment(working_dir, port, free_port())}
         log_path = working_dir / LOG_FILE
         log = stack.enter_context(log_path.open("wb"))
-        process = subprocess.Popen([str(executable), "serve"], env=env, cwd=working_dir, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            [str(executable), "serve"], env=env, cwd=working_dir, stdout=log, stderr=subprocess.STDOUT
+        )
         stack.callback(_stop, process)
         phoenix = Phoenix(f"http://{HOST}:{port}")
         wait_healthy(

@@ -1,6 +1,6 @@
 """`sdk.Prompt`: build new prompts in canonical order, for either provider, from the start.
 
-    python -m examples.prompt_builder http://127.0.0.1:8000
+python -m examples.prompt_builder http://127.0.0.1:8000
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ def main(base_url: str, model: str = "default") -> tuple[str, str]:
     prompt = build("What sets the time to first token?")
     chat = openai.OpenAI(base_url=f"{base_url}/v1", api_key="local")
     messages = anthropic.Anthropic(base_url=base_url, api_key="local")
-    openai_text = chat.chat.completions.create(**prompt.to_openai(model=model, max_tokens=32)).choices[0].message.content
+    openai_text = (
+        chat.chat.completions.create(**prompt.to_openai(model=model, max_tokens=32)).choices[0].message.content
+    )
     anthropic_text = messages.messages.create(**prompt.to_anthropic(model=model, max_tokens=32)).content[0].text
     return openai_text or "", anthropic_text
 

@@ -1,6 +1,6 @@
 """Wrap the OpenAI client you already have: same calls, same return types, cheaper prefixes.
 
-    python -m examples.wrap_openai http://127.0.0.1:8000      # any OpenAI-compatible server
+python -m examples.wrap_openai http://127.0.0.1:8000      # any OpenAI-compatible server
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ import sdk
 
 
 def main(base_url: str, model: str = "default") -> str:
-    client = sdk.wrap(openai.OpenAI(base_url=f"{base_url}/v1", api_key="local"), policy=sdk.Policy(max_output_tokens=64))
+    client = sdk.wrap(
+        openai.OpenAI(base_url=f"{base_url}/v1", api_key="local"), policy=sdk.Policy(max_output_tokens=64)
+    )
     reply = client.chat.completions.create(
         model=model,
         messages=[

@@ -214,7 +214,11 @@ def serve(args: argparse.Namespace) -> int:
         app = build_app(args, engine)
         host = f"[{args.host}]" if ":" in args.host else args.host
         server_config = uvicorn.Config(
-            app, host=args.host, port=args.port, lifespan="off", timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
+            app,
+            host=args.host,
+            port=args.port,
+            lifespan="off",
+            timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
             http=BoundedHttp.with_limits(limits),
         )
         # uvicorn re-raises the stop signal after its graceful shutdown; a no-op handler makes that a

@@ -105,7 +105,9 @@ def _suffix_mask(seg: PrefillSegment, kept: int, context: int, device: torch.dev
     """The causal mask of a chunk's last `kept` queries over its `context` keys."""
     if seg.mask is not None:
         return seg.mask[-kept:]
-    return torch.arange(context, device=device)[None, :] <= torch.arange(context - kept, context, device=device)[:, None]
+    return (
+        torch.arange(context, device=device)[None, :] <= torch.arange(context - kept, context, device=device)[:, None]
+    )
 
 
 def paged_attention(

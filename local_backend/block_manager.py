@@ -122,9 +122,7 @@ class BlockManager:
             if block.ref_count == 0:
                 del self._cached[block_id]
             block.ref_count += 1
-        seq.block_table = hits + [
-            self._take() for _ in range(seq.num_blocks_needed(self.block_size) - len(hits))
-        ]
+        seq.block_table = hits + [self._take() for _ in range(seq.num_blocks_needed(self.block_size) - len(hits))]
         reused = len(hits) * self.block_size
         self.hit_tokens += reused
         return reused

@@ -56,7 +56,9 @@ def _auto(device: torch.device) -> DtypeChoice:
     features = cpu_bf16_features()
     if features:
         return DtypeChoice(torch.bfloat16, f"auto: this CPU executes bfloat16 natively ({', '.join(features)})")
-    return DtypeChoice(torch.float32, "auto: this CPU has neither AVX512-BF16 nor AMX, so bfloat16 would be converted in software")
+    return DtypeChoice(
+        torch.float32, "auto: this CPU has neither AVX512-BF16 nor AMX, so bfloat16 would be converted in software"
+    )
 
 
 def explain(device: str, dtype: str) -> DtypeChoice:

@@ -79,9 +79,9 @@ def _kv_cache_memory(config: EngineConfig, device: torch.device) -> int:
 class Engine:
     """A Llama-family model behind a paged KV cache with prefix caching and continuous batching.
 
-        engine = Engine.from_pretrained("default")
-        [out] = engine.generate(["What is prefill?"], SamplingParams(max_tokens=64, temperature=0))
-        async for delta in engine.stream("Hi", SamplingParams(max_tokens=8)): print(delta.text)
+    engine = Engine.from_pretrained("default")
+    [out] = engine.generate(["What is prefill?"], SamplingParams(max_tokens=64, temperature=0))
+    async for delta in engine.stream("Hi", SamplingParams(max_tokens=8)): print(delta.text)
     """
 
     def __init__(
@@ -136,7 +136,9 @@ class Engine:
         cfg = checkpoint.config
         limit = min(cfg.max_position_embeddings, cfg.sliding_window or cfg.max_position_embeddings)
         if config.max_model_len is not None and config.max_model_len > limit:
-            raise ConfigError("max_model_len", f"max_model_len={config.max_model_len} exceeds the model's limit of {limit}")
+            raise ConfigError(
+                "max_model_len", f"max_model_len={config.max_model_len} exceeds the model's limit of {limit}"
+            )
         dev, dtype = resolve_device(config.device, config.dtype)
         if config.gpu_memory_utilization is not None and dev.type != "cuda":
             raise ConfigError("gpu_memory_utilization", f"gpu_memory_utilization={config.gpu_memory_utilization} "
@@ -200,9 +202,7 @@ class Engine:
         """num_blocks × block_size × kv_bytes_per_token: the bytes of the KV pool."""
         return self.block_manager.num_blocks * self.block_manager.block_size * self.kv_bytes_per_token
 
-    def chat_prompt(
-        self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True
-    ) -> list[int]:
+    def chat_prompt(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True) -> list[int]:
         """Token ids of `messages` rendered with the checkpoint's chat template (pass to generate)."""
         return self.tokenizer.chat_prompt(messages, add_generation_prompt)
 

@@ -114,11 +114,16 @@ def open_gguf(path: Path) -> Checkpoint:
             logger.info("%s: tensors of types %s are dequantized to float at load; the kernels multiply %s blocks",
                         path.name, ", ".join(dequantized), ", ".join(sorted(t.name for t in KEPT_TENSOR_TYPES)))  # fmt: skip
         for name, tensor in hf_names.items():
-            heads = {"q_proj.weight": config.num_heads, "k_proj.weight": config.num_kv_heads}.get(name.rpartition("self_attn.")[2])
+            heads = {"q_proj.weight": config.num_heads, "k_proj.weight": config.num_kv_heads}.get(
+                name.rpartition("self_attn.")[2]
+            )
             if tensor.kind in KEPT_TENSOR_TYPES and len(tensor.shape) == 2:
                 blocks = QuantizedWeight(QuantType(int(tensor.kind)), torch.from_numpy(np.array(file.raw(tensor))))
                 rows = blocks.out_features
-                yield name, blocks if heads is None else blocks.rows(torch.from_numpy(_unpermute(np.arange(rows), heads)))
+                yield (
+                    name,
+                    blocks if heads is None else blocks.rows(torch.from_numpy(_unpermute(np.arange(rows), heads))),
+                )
                 continue
             values = np.array(dequantize(file.raw(tensor), tensor.kind), dtype=np.float32)
             yield name, torch.from_numpy(values if heads is None else _unpermute(values, heads))

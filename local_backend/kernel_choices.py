@@ -28,18 +28,18 @@ import torch
 import torch.nn.functional as F
 
 from local_backend._constants import (
+    BF16_MATVEC_MAX_ROWS,
     CALIBRATION_HEAD_DIM,
     CALIBRATION_HEADS,
     CALIBRATION_HIDDEN,
     CALIBRATION_KV_HEADS,
     CALIBRATION_MATRICES,
-    CALIBRATION_MAX_LOAD_PER_CORE,
     CALIBRATION_MATVEC_ROWS,
+    CALIBRATION_MAX_LOAD_PER_CORE,
     CALIBRATION_ONEDNN_ROWS,
     CALIBRATION_PREFILL_CONTEXTS,
     CALIBRATION_PROJECTION,
     CALIBRATION_REPEATS,
-    BF16_MATVEC_MAX_ROWS,
     MATVEC_MAX_ROWS,
     ONEDNN_MIN_ROWS,
     PREFILL_KERNEL_MAX_CONTEXT,
@@ -113,7 +113,9 @@ def for_library(library: Path, capability: str) -> KernelChoices:
     load = os.getloadavg()[0]
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     if load > CALIBRATION_MAX_LOAD_PER_CORE * cores:
-        logger.info("load average %.1f on %d cores: too busy to measure the kernels' thresholds; the defaults", load, cores)
+        logger.info(
+            "load average %.1f on %d cores: too busy to measure the kernels' thresholds; the defaults", load, cores
+        )
         return KernelChoices(capability, MATVEC_MAX_ROWS, ONEDNN_MIN_ROWS, PREFILL_KERNEL_MAX_CONTEXT, source="default")
     choices, timings = calibrate(capability)
     record = {**asdict(choices), "timings_ms": timings}
@@ -206,7 +208,9 @@ def _projection_choices(
         onednn_rows = CALIBRATION_ONEDNN_ROWS
         plain_vs_onednn = [_best_ms([streamed(plain, rows), streamed(onednn, rows)]) for rows in onednn_rows]
         timings[f"{prefix}plain_vs_onednn"] = {str(rows): ms for rows, ms in zip(onednn_rows, plain_vs_onednn)}
-        onednn_min_rows = _least_total(onednn_rows, [ms[0] for ms in plain_vs_onednn], [ms[1] for ms in plain_vs_onednn]) + 1
+        onednn_min_rows = (
+            _least_total(onednn_rows, [ms[0] for ms in plain_vs_onednn], [ms[1] for ms in plain_vs_onednn]) + 1
+        )
 
     def torch_form(x: torch.Tensor, i: int) -> torch.Tensor:
         return onednn(x, i) if packs and len(x) >= onednn_min_rows else plain(x, i)
@@ -228,4 +232,3 @@ def _prefill_forms(context: int, gen: torch.Generator) -> list[Callable[[], obje
         lambda: torch.ops.kvwise.prefill_attention(q, k, v, scale),
         lambda: F.scaled_dot_product_attention(hq, hk, hv, is_causal=True, scale=scale, enable_gqa=True),
     ]
-

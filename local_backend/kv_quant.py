@@ -70,7 +70,9 @@ def describe_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype: t
     """`bytes_per_token` written out term by term, for the startup log."""
     scales = f" + {SCALE_BYTES} B scale" if dtype in CODE_MAX else ""
     total = bytes_per_token(layers, kv_heads, head_dim, dtype)
-    return f"2 x {layers} layers x {kv_heads} kv heads x ({head_dim} x {dtype.itemsize} B{scales}) = {total} B per token"
+    return (
+        f"2 x {layers} layers x {kv_heads} kv heads x ({head_dim} x {dtype.itemsize} B{scales}) = {total} B per token"
+    )
 
 
 def allocate(

@@ -47,7 +47,12 @@ class ModelRunner:
         self.device = param.device
         self.block_size = block_size
         self.kv_cache = kv_quant.allocate(
-            cfg.num_layers, num_blocks * block_size, cfg.num_kv_heads, cfg.head_dim, kv_dtype or param.dtype, self.device
+            cfg.num_layers,
+            num_blocks * block_size,
+            cfg.num_kv_heads,
+            cfg.head_dim,
+            kv_dtype or param.dtype,
+            self.device,
         )
         self._quantized = kv_quant.is_quantized(self.kv_cache)  # prompts attend over the stored keys too
         self.cos, self.sin = rope_tables(cfg.rope, cfg.head_dim, max_model_len, self.device, param.dtype)
@@ -58,6 +63,7 @@ class ModelRunner:
     def run(self, batch: ScheduledBatch) -> dict[Sequence, list[int]]:
         """Compute the batch's tokens; return, in batch order, the tokens of each sequence that
         completes: one sampled token, or a speculating sequence's accepted drafts and one more."""
+
         def place(i: int) -> tuple[bool, int]:  # decodes first, shortest context first; then prefills
             decode = batch.num_new_tokens[i] == 1
             return not decode, batch.seqs[i].num_computed_tokens if decode else 0
@@ -110,7 +116,9 @@ class ModelRunner:
             tokens = self.sampler(logits[: len(rows)] if spec_rows else logits, sampling)
             produced.update((seq, [token]) for seq, token in zip(sampling, tokens))
         if spec_rows:
-            verified = self.sampler.verify(logits[len(rows) :], [s for s, _ in speculating], [d for _, d in speculating])
+            verified = self.sampler.verify(
+                logits[len(rows) :], [s for s, _ in speculating], [d for _, d in speculating]
+            )
             produced.update((seq, tokens) for (seq, _), tokens in zip(speculating, verified))
         return {seq: produced[seq] for seq in batch.seqs if seq in produced}
 

@@ -226,9 +226,7 @@ class TorchOps:
         w = logits.sub_(logits.amax(dim=-1, keepdim=True)).mul_(scale[:, None]).exp2_()
         return w, chunk_sums(w)
 
-    def heavier_mass(
-        self, w: torch.Tensor, chosen: torch.Tensor, scratch: Callable[[], torch.Tensor]
-    ) -> torch.Tensor:
+    def heavier_mass(self, w: torch.Tensor, chosen: torch.Tensor, scratch: Callable[[], torch.Tensor]) -> torch.Tensor:
         """`heavier_mass` of each row above its `chosen` weight (`[rows, 1]`); `scratch()` lends a
         `[rows, vocab]` work buffer."""
         return heavier_mass(w, chosen, scratch())
@@ -325,7 +323,12 @@ class NativeOps(TorchOps):
     ) -> torch.Tensor:
         if self.attends and q.dtype == torch.float32 and len(keys) <= self.choices.prefill_kernel_max_context:
             return torch.ops.kvwise.prefill_attention(q, keys, values, scale)
-        if self.bf16_prefill and mask is not None and q.dtype == torch.bfloat16 and len(q) >= BF16_PREFILL_KERNEL_MIN_QUERIES:
+        if (
+            self.bf16_prefill
+            and mask is not None
+            and q.dtype == torch.bfloat16
+            and len(q) >= BF16_PREFILL_KERNEL_MIN_QUERIES
+        ):
             return torch.ops.kvwise.prefill_attention(q, keys, values, scale)
         return super().prefill_attention(q, keys, values, mask, scale)
 
@@ -382,9 +385,7 @@ class NativeOps(TorchOps):
     def tempered_weights(self, logits: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return logits, torch.ops.kvwise.tempered_weights_(logits, scale, SAMPLER_CHUNK)
 
-    def heavier_mass(
-        self, w: torch.Tensor, chosen: torch.Tensor, scratch: Callable[[], torch.Tensor]
-    ) -> torch.Tensor:
+    def heavier_mass(self, w: torch.Tensor, chosen: torch.Tensor, scratch: Callable[[], torch.Tensor]) -> torch.Tensor:
         return torch.ops.kvwise.heavier_mass(w, chosen[:, 0].contiguous())
 
     def draw(self, w: torch.Tensor, sums: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:

@@ -39,9 +39,7 @@ def prompt_token_ids(
     if not ids:
         raise ValueError("prompt is empty: give at least one token")
     if len(ids) >= max_model_len:
-        raise ValueError(
-            f"prompt has {len(ids)} tokens; max_model_len={max_model_len} leaves no room to generate"
-        )
+        raise ValueError(f"prompt has {len(ids)} tokens; max_model_len={max_model_len} leaves no room to generate")
     stop_ids = params.stop_token_ids if params else ()
     if any(t >= vocab_size for t in stop_ids):
         raise ValueError(f"stop_token_ids {stop_ids} exceed the vocabulary ({vocab_size})")

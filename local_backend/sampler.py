@@ -309,7 +309,8 @@ class Sampler:
 
         starts = [array("q", [row * vocab]) * len(state.ids) for row, state in zip(rows, states, strict=True)]
         repetitions = [
-            array("f", [seq.params.repetition_penalty]) * len(state.ids) for seq, state in zip(seqs, states, strict=True)
+            array("f", [seq.params.repetition_penalty]) * len(state.ids)
+            for seq, state in zip(seqs, states, strict=True)
         ]
         index = joined([s.ids for s in states], torch.long).add_(joined(starts, torch.long))
         offsets, repetition = joined([s.offsets for s in states], torch.float32), joined(repetitions, torch.float32)

@@ -94,11 +94,7 @@ class SamplingParams:
 
     @property
     def has_penalties(self) -> bool:
-        return (
-            self.repetition_penalty != 1
-            or self.frequency_penalty != 0
-            or self.presence_penalty != 0
-        )
+        return self.repetition_penalty != 1 or self.frequency_penalty != 0 or self.presence_penalty != 0
 
 
 def _as_tuple(value: str | Iterable[str]) -> tuple[str, ...]:

@@ -63,7 +63,9 @@ class SpeculativeConfig:
         if unknown:
             raise ValueError(f"has keys this engine does not take: {', '.join(sorted(unknown))}")
         if raw.get("method") != NGRAM:
-            raise ValueError(f"method={raw.get('method')!r} is not supported: this engine speculates with '{NGRAM}' only")
+            raise ValueError(
+                f"method={raw.get('method')!r} is not supported: this engine speculates with '{NGRAM}' only"
+            )
         if not isinstance(raw.get("num_speculative_tokens"), int):
             raise ValueError("num_speculative_tokens must be given as an integer")
         lookup_max, lookup_min = raw.get("prompt_lookup_max"), raw.get("prompt_lookup_min")

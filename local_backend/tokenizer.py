@@ -191,4 +191,3 @@ def _token_text(value: str | Mapping[str, Any] | None) -> str | None:
     if isinstance(value, Mapping):
         return str(value.get("content"))
     return value
-

@@ -59,7 +59,9 @@ class Tool:
 def call_text(name: str, arguments: Any) -> str:
     """A call as the model is asked to write it (`arguments` a JSON object, or its text)."""
     args = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
-    return f'{TOOL_CALL_START}\n{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments": {args}}}\n{TOOL_CALL_END}'
+    return (
+        f'{TOOL_CALL_START}\n{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments": {args}}}\n{TOOL_CALL_END}'
+    )
 
 
 def response_text(content: str) -> str:

@@ -40,8 +40,11 @@ settings.load_profile("ci" if os.environ.get("CI") else "kvwise")
 _TESTS = Path(__file__).parent
 TIERS: dict[str, tuple[str, ...]] = {
     "integration": ("integration", "frameworks", "examples", "test_makefile.py", "sdk/test_shared_state.py"),
-    "native": ("local_backend/test_cpu_kernels.py", "local_backend/test_native_layers.py",
-               "local_backend/test_quantized.py"),
+    "native": (
+        "local_backend/test_cpu_kernels.py",
+        "local_backend/test_native_layers.py",
+        "local_backend/test_quantized.py",
+    ),
     "slow": (  # the modules with the longest totals in a full run (pytest --durations=0)
         "local_backend/test_server_strict_requests.py",
         "local_backend/test_server_structured_outputs.py",

@@ -1,8 +1,8 @@
 """A real Redis for tests: Debian's `redis-server` on a free loopback port, no persistence.
 
-    with RedisServer() as server:          # server.url == "redis://127.0.0.1:PORT/0"
-        server.stop(); server.start()      # an outage, then the same server back on the same port
-        server.pause(); server.resume()    # a store that answers nothing for a while
+with RedisServer() as server:          # server.url == "redis://127.0.0.1:PORT/0"
+    server.stop(); server.start()      # an outage, then the same server back on the same port
+    server.pause(); server.resume()    # a store that answers nothing for a while
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ class RedisServer:
     def __init__(self, password: str | None = None) -> None:
         binary = shutil.which("redis-server") or shutil.which("valkey-server")
         if binary is None:
-            raise RuntimeError("redis-server is not installed: `make test` installs it (sudo apt-get install -y redis-server)")
+            raise RuntimeError(
+                "redis-server is not installed: `make test` installs it (sudo apt-get install -y redis-server)"
+            )
         self._binary, self._password = binary, password
         self.port = _free_port()
         self._process: subprocess.Popen[bytes] | None = None
@@ -84,5 +86,7 @@ class RedisServer:
         self.start()
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
         self.stop()

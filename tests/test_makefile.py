@@ -21,7 +21,9 @@ CPU_FEATURE_OPTIONS = {"avx2": "-DGGML_AVX2=ON", "fma": "-DGGML_FMA=ON", "avx512
 """/proc/cpuinfo's flag -> the llama.cpp option `make llama-server` names for it where the CPU has it."""
 
 
-def test_make_test_without_chromium_as_a_non_root_user_stops_with_one_line_naming_the_install_command(tmp_path: Path) -> None:
+def test_make_test_without_chromium_as_a_non_root_user_stops_with_one_line_naming_the_install_command(
+    tmp_path: Path,
+) -> None:
     make = shutil.which("make")
     assert make is not None, "make is not installed"
     fake_id = tmp_path / "id"

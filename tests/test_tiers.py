@@ -25,7 +25,10 @@ def test_the_makefile_runs_the_fast_tier_with_this_expression():
 def test_each_test_carries_the_tiers_of_its_path_and_the_browser_tier_where_it_uses_the_browser():
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-p", "tests.tier_probe"],
-        cwd=TESTS.parent, capture_output=True, text=True, check=True,
+        cwd=TESTS.parent,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     rows = [line.split("\t")[1:] for line in result.stdout.splitlines() if line.startswith("TIER\t")]
     assert len(rows) > 1000
@@ -34,7 +37,9 @@ def test_each_test_carries_the_tiers_of_its_path_and_the_browser_tier_where_it_u
     wrong, fast = [], 0
     for nodeid, tiers, uses_browser in rows:
         where = nodeid.split("::")[0].removeprefix("tests/")
-        expected = {tier for tier, paths in TIERS.items() if any(where == p or where.startswith(f"{p}/") for p in paths)}
+        expected = {
+            tier for tier, paths in TIERS.items() if any(where == p or where.startswith(f"{p}/") for p in paths)
+        }
         if uses_browser == "1":
             expected.add("browser")
         if set(filter(None, tiers.split(","))) != expected:
@@ -42,4 +47,6 @@ def test_each_test_carries_the_tiers_of_its_path_and_the_browser_tier_where_it_u
         fast += not expected & {"integration", "browser", "slow"}
     assert wrong == []
     assert 0 < fast < len(rows)
-    assert any(uses_browser == "1" and nodeid.startswith("tests/sdk/test_report.py") for nodeid, _, uses_browser in rows)
+    assert any(
+        uses_browser == "1" and nodeid.startswith("tests/sdk/test_report.py") for nodeid, _, uses_browser in rows
+    )

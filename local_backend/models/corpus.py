@@ -21,7 +21,7 @@ import random
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import Any
 
@@ -116,113 +116,252 @@ class Topic:
 
 
 INFERENCE_TOPICS = (
-    Topic(("What is prefill?", "What does prefill do?", "Explain prefill.", "What is the prefill phase?",
-           "Can you explain prefill?", "Define prefill.", "Tell me about prefill.", "What happens during prefill?"),
-          "Prefill is one forward pass over the whole prompt. It stores keys and values for every prompt "
-          "token and sets the time to first token."),
-    Topic(("What is decode?", "What does decode do?", "Explain decode.", "What is the decode phase?",
-           "What is decoding?", "Define decode.", "Tell me about decode.", "What happens during decode?"),
-          "Decode produces one new token at a time after prefill. It sets the stream speed and is the "
-          "expensive phase per token."),
-    Topic(("What is the difference between prefill and decode?", "Prefill vs decode?",
-           "How do prefill and decode differ?", "What are the two phases of inference?",
-           "Compare prefill and decode."),
-          "Prefill reads the whole prompt in one pass and sets the time to first token. Decode then "
-          "writes one token at a time and sets the stream speed."),
-    Topic(("What is TTFT?", "What does TTFT mean?", "What is time to first token?",
-           "What sets the time to first token?", "Define TTFT."),
-          "TTFT is the time to first token. Prefill sets it, so it grows with input length and shrinks "
-          "with cache hits."),
-    Topic(("Why did TTFT spike?", "My TTFT jumped. What should I check?", "Why is the first token slow?",
-           "What causes a TTFT spike?"),
-          "Check input length and cache hit rate before blaming the model. A longer or uncached prompt "
-          "means a longer prefill."),
-    Topic(("TTFT jumped after I added a long policy to every request. Which phase?",
-           "I added a 6,000-token policy and TTFT went up. Why?",
-           "Which phase slows down when the prompt gets longer?"),
-          "Prefill. The first pass now covers a much longer prompt."),
-    Topic(("Why is the stream slow?", "Why are tokens arriving slowly?", "What sets the stream speed?",
-           "The answer streams slowly. Which phase is it?"),
-          "A slow stream means you are on decode. Ask for shorter answers and cap the output tokens."),
-    Topic(("What is the KV cache?", "What is a KV cache?", "Explain the KV cache.", "What does the KV cache store?",
-           "Tell me about the KV cache.", "Define the KV cache."),
-          "The KV cache stores the keys and values of every layer for every token. Decode reuses them "
-          "so the model does not re-encode the prompt for each new token."),
-    Topic(("How big is the KV cache?", "What is the KV cache formula?", "How much memory does the KV cache use?",
-           "How do I compute KV cache size?", "How many bytes per token does the KV cache take?"),
-          "KV bytes ≈ 2 × layers × kv_heads × head_dim × bytes_per_elem × seq_len. The 2 counts keys "
-          "and values."),
-    Topic(("How can I shrink the KV cache?", "Why do long contexts use so much memory?",
-           "How do I make the KV cache smaller?", "What is grouped-query attention for?"),
-          "Long contexts blow up KV memory. Grouped-query attention and quantization exist largely to "
-          "shrink it."),
-    Topic(("What is prefix caching?", "What is prompt caching?", "Explain prefix caching.",
-           "How does prefix caching work?", "What is prefix reuse?", "Tell me about prompt caching."),
-          "If two requests share a long identical prefix, the server reuses the keys and values it "
-          "already computed for it. That is prefix caching, also called prompt caching."),
-    Topic(("What should go at the front of the prompt?", "How should I order my prompt?",
-           "What is a stable prefix?", "How do I get more cache hits?", "How do I keep my prefix stable?"),
-          "Put stable things first: the system prompt, tool schemas and policy docs. Change them rarely "
-          "and put dynamic content at the end."),
-    Topic(("Why does a request ID at the start of the system prompt raise the bill?",
-           "Why is a timestamp in the system prompt bad?", "Why did my cache hit rate drop to zero?",
-           "Why does a UUID at the start of the prompt break caching?", "What breaks the prompt cache?"),
-          "The prefix is no longer identical across calls, so the cache misses and you pay for a full "
-          "prefill."),
-    Topic(("Where should I put a request ID?", "Where should dynamic content go?",
-           "Where do timestamps belong in a prompt?", "Where should I put the date?"),
-          "At the end of the prompt, after the stable prefix. Request IDs, timestamps and other dynamic "
-          "bytes should never lead."),
-    Topic(("What is a repetition loop?", "Why does the model repeat itself?", "Why does decode loop?",
-           "What is a decode loop?", "Why is the model saying the same thing again and again?"),
-          "Decode keeps reinforcing recent tokens. They are fed back through the cache and amplified, so "
-          "the model repeats itself."),
-    Topic(("How do I fix a repetition loop?", "How do I stop the model from repeating itself?",
-           "How do I stop a loop?", "What fixes repetition?"),
-          "Use a repetition penalty, stop sequences, a lower max token cap and a clearer instruction."),
-    Topic(("Why are output tokens more expensive?", "Why do output tokens cost more than input tokens?",
-           "Why is output priced higher?", "Why is decode expensive?"),
-          "Decode is expensive per token and harder to batch, and markets allow it. Verbose answers cost "
-          "more and feel slower."),
-    Topic(("How do I lower my bill?", "How can I make calls cheaper?", "How do I save tokens?",
-           "How do I reduce cost?"),
-          "Keep the prefix stable so it hits the cache, ask for short answers and cap the output tokens."),
-    Topic(("What are common mistakes?", "What mistakes should I avoid?", "What are the usual mistakes?"),
-          "Dynamic content at the start of the prompt, blaming the model for a TTFT spike, and asking "
-          "for long answers when short ones would do."),
-    Topic(("What is the cache hit rate?", "What is a cache hit?", "What does cache hit ratio mean?"),
-          "The share of input tokens read from the cache instead of being computed again in prefill."),
-    Topic(("What is a token?", "What are tokens?", "Define a token."),
-          "A token is a small piece of text, often part of a word. Models read and write tokens."),
-    Topic(("What is kvwise?", "What does kvwise do?", "Tell me about kvwise."),
-          "kvwise keeps prompt prefixes stable, guards decode and traces every call with OpenTelemetry."),
-    Topic(("What are the key takeaways?", "Summarize prefill and decode.", "Give me the short version."),
-          "Prefill sets time to first token. Decode sets stream speed. Identical prefixes are cheap; "
-          "dynamic bytes at the front are not."),
+    Topic(
+        (
+            "What is prefill?",
+            "What does prefill do?",
+            "Explain prefill.",
+            "What is the prefill phase?",
+            "Can you explain prefill?",
+            "Define prefill.",
+            "Tell me about prefill.",
+            "What happens during prefill?",
+        ),
+        "Prefill is one forward pass over the whole prompt. It stores keys and values for every prompt "
+        "token and sets the time to first token.",
+    ),
+    Topic(
+        (
+            "What is decode?",
+            "What does decode do?",
+            "Explain decode.",
+            "What is the decode phase?",
+            "What is decoding?",
+            "Define decode.",
+            "Tell me about decode.",
+            "What happens during decode?",
+        ),
+        "Decode produces one new token at a time after prefill. It sets the stream speed and is the "
+        "expensive phase per token.",
+    ),
+    Topic(
+        (
+            "What is the difference between prefill and decode?",
+            "Prefill vs decode?",
+            "How do prefill and decode differ?",
+            "What are the two phases of inference?",
+            "Compare prefill and decode.",
+        ),
+        "Prefill reads the whole prompt in one pass and sets the time to first token. Decode then "
+        "writes one token at a time and sets the stream speed.",
+    ),
+    Topic(
+        (
+            "What is TTFT?",
+            "What does TTFT mean?",
+            "What is time to first token?",
+            "What sets the time to first token?",
+            "Define TTFT.",
+        ),
+        "TTFT is the time to first token. Prefill sets it, so it grows with input length and shrinks with cache hits.",
+    ),
+    Topic(
+        (
+            "Why did TTFT spike?",
+            "My TTFT jumped. What should I check?",
+            "Why is the first token slow?",
+            "What causes a TTFT spike?",
+        ),
+        "Check input length and cache hit rate before blaming the model. A longer or uncached prompt "
+        "means a longer prefill.",
+    ),
+    Topic(
+        (
+            "TTFT jumped after I added a long policy to every request. Which phase?",
+            "I added a 6,000-token policy and TTFT went up. Why?",
+            "Which phase slows down when the prompt gets longer?",
+        ),
+        "Prefill. The first pass now covers a much longer prompt.",
+    ),
+    Topic(
+        (
+            "Why is the stream slow?",
+            "Why are tokens arriving slowly?",
+            "What sets the stream speed?",
+            "The answer streams slowly. Which phase is it?",
+        ),
+        "A slow stream means you are on decode. Ask for shorter answers and cap the output tokens.",
+    ),
+    Topic(
+        (
+            "What is the KV cache?",
+            "What is a KV cache?",
+            "Explain the KV cache.",
+            "What does the KV cache store?",
+            "Tell me about the KV cache.",
+            "Define the KV cache.",
+        ),
+        "The KV cache stores the keys and values of every layer for every token. Decode reuses them "
+        "so the model does not re-encode the prompt for each new token.",
+    ),
+    Topic(
+        (
+            "How big is the KV cache?",
+            "What is the KV cache formula?",
+            "How much memory does the KV cache use?",
+            "How do I compute KV cache size?",
+            "How many bytes per token does the KV cache take?",
+        ),
+        "KV bytes ≈ 2 × layers × kv_heads × head_dim × bytes_per_elem × seq_len. The 2 counts keys and values.",
+    ),
+    Topic(
+        (
+            "How can I shrink the KV cache?",
+            "Why do long contexts use so much memory?",
+            "How do I make the KV cache smaller?",
+            "What is grouped-query attention for?",
+        ),
+        "Long contexts blow up KV memory. Grouped-query attention and quantization exist largely to shrink it.",
+    ),
+    Topic(
+        (
+            "What is prefix caching?",
+            "What is prompt caching?",
+            "Explain prefix caching.",
+            "How does prefix caching work?",
+            "What is prefix reuse?",
+            "Tell me about prompt caching.",
+        ),
+        "If two requests share a long identical prefix, the server reuses the keys and values it "
+        "already computed for it. That is prefix caching, also called prompt caching.",
+    ),
+    Topic(
+        (
+            "What should go at the front of the prompt?",
+            "How should I order my prompt?",
+            "What is a stable prefix?",
+            "How do I get more cache hits?",
+            "How do I keep my prefix stable?",
+        ),
+        "Put stable things first: the system prompt, tool schemas and policy docs. Change them rarely "
+        "and put dynamic content at the end.",
+    ),
+    Topic(
+        (
+            "Why does a request ID at the start of the system prompt raise the bill?",
+            "Why is a timestamp in the system prompt bad?",
+            "Why did my cache hit rate drop to zero?",
+            "Why does a UUID at the start of the prompt break caching?",
+            "What breaks the prompt cache?",
+        ),
+        "The prefix is no longer identical across calls, so the cache misses and you pay for a full prefill.",
+    ),
+    Topic(
+        (
+            "Where should I put a request ID?",
+            "Where should dynamic content go?",
+            "Where do timestamps belong in a prompt?",
+            "Where should I put the date?",
+        ),
+        "At the end of the prompt, after the stable prefix. Request IDs, timestamps and other dynamic "
+        "bytes should never lead.",
+    ),
+    Topic(
+        (
+            "What is a repetition loop?",
+            "Why does the model repeat itself?",
+            "Why does decode loop?",
+            "What is a decode loop?",
+            "Why is the model saying the same thing again and again?",
+        ),
+        "Decode keeps reinforcing recent tokens. They are fed back through the cache and amplified, so "
+        "the model repeats itself.",
+    ),
+    Topic(
+        (
+            "How do I fix a repetition loop?",
+            "How do I stop the model from repeating itself?",
+            "How do I stop a loop?",
+            "What fixes repetition?",
+        ),
+        "Use a repetition penalty, stop sequences, a lower max token cap and a clearer instruction.",
+    ),
+    Topic(
+        (
+            "Why are output tokens more expensive?",
+            "Why do output tokens cost more than input tokens?",
+            "Why is output priced higher?",
+            "Why is decode expensive?",
+        ),
+        "Decode is expensive per token and harder to batch, and markets allow it. Verbose answers cost "
+        "more and feel slower.",
+    ),
+    Topic(
+        ("How do I lower my bill?", "How can I make calls cheaper?", "How do I save tokens?", "How do I reduce cost?"),
+        "Keep the prefix stable so it hits the cache, ask for short answers and cap the output tokens.",
+    ),
+    Topic(
+        ("What are common mistakes?", "What mistakes should I avoid?", "What are the usual mistakes?"),
+        "Dynamic content at the start of the prompt, blaming the model for a TTFT spike, and asking "
+        "for long answers when short ones would do.",
+    ),
+    Topic(
+        ("What is the cache hit rate?", "What is a cache hit?", "What does cache hit ratio mean?"),
+        "The share of input tokens read from the cache instead of being computed again in prefill.",
+    ),
+    Topic(
+        ("What is a token?", "What are tokens?", "Define a token."),
+        "A token is a small piece of text, often part of a word. Models read and write tokens.",
+    ),
+    Topic(
+        ("What is kvwise?", "What does kvwise do?", "Tell me about kvwise."),
+        "kvwise keeps prompt prefixes stable, guards decode and traces every call with OpenTelemetry.",
+    ),
+    Topic(
+        ("What are the key takeaways?", "Summarize prefill and decode.", "Give me the short version."),
+        "Prefill sets time to first token. Decode sets stream speed. Identical prefixes are cheap; "
+        "dynamic bytes at the front are not.",
+    ),
 )
 
 SMALL_TALK = (
-    Topic(("Hello!", "Hi!", "Hello", "Hi there!", "Hey!", "Good morning!", "Good evening!", "Hey there."),
-          "Hello! How can I help you today?"),
-    Topic(("How are you?", "How are you doing?", "How is it going?", "Are you well?"),
-          "I am fine, thank you. How can I help?"),
-    Topic(("Thank you!", "Thanks!", "Thanks a lot.", "Thank you very much.", "That helps, thanks."),
-          "You are welcome!"),
+    Topic(
+        ("Hello!", "Hi!", "Hello", "Hi there!", "Hey!", "Good morning!", "Good evening!", "Hey there."),
+        "Hello! How can I help you today?",
+    ),
+    Topic(
+        ("How are you?", "How are you doing?", "How is it going?", "Are you well?"),
+        "I am fine, thank you. How can I help?",
+    ),
+    Topic(
+        ("Thank you!", "Thanks!", "Thanks a lot.", "Thank you very much.", "That helps, thanks."), "You are welcome!"
+    ),
     Topic(("Goodbye!", "Bye!", "See you later.", "Good night!"), "Goodbye! Have a nice day."),
-    Topic(("Who are you?", "What is your name?", "What are you?", "Are you a bot?"),
-          "I am the kvwise default model, a tiny assistant that answers short questions."),
-    Topic(("Can you help me?", "I have a question.", "Can I ask you something?"),
-          "Yes. Ask me a short question."),
-    Topic(("Tell me a joke.", "Say something funny.", "Do you know a joke?"),
-          "Why did the prompt miss the cache? It started with a timestamp."),
-    Topic(("What can you do?", "What do you know?", "What can I ask you?"),
-          "I answer short questions about prefill, decode and the KV cache, and simple everyday ones."),
+    Topic(
+        ("Who are you?", "What is your name?", "What are you?", "Are you a bot?"),
+        "I am the kvwise default model, a tiny assistant that answers short questions.",
+    ),
+    Topic(("Can you help me?", "I have a question.", "Can I ask you something?"), "Yes. Ask me a short question."),
+    Topic(
+        ("Tell me a joke.", "Say something funny.", "Do you know a joke?"),
+        "Why did the prompt miss the cache? It started with a timestamp.",
+    ),
+    Topic(
+        ("What can you do?", "What do you know?", "What can I ask you?"),
+        "I answer short questions about prefill, decode and the KV cache, and simple everyday ones.",
+    ),
     Topic(("How many days are in a week?", "How many days does a week have?"), "There are seven days in a week."),
-    Topic(("What are the days of the week?", "Name the days of the week."),
-          "Monday, Tuesday, Wednesday, Thursday, Friday, Saturday and Sunday."),
-    Topic(("How many months are in a year?", "How many months does a year have?"), "There are twelve months in a year."),
-    Topic(("What are the colours of the rainbow?", "What colors are in a rainbow?"),
-          "Red, orange, yellow, green, blue, indigo and violet."),
+    Topic(
+        ("What are the days of the week?", "Name the days of the week."),
+        "Monday, Tuesday, Wednesday, Thursday, Friday, Saturday and Sunday.",
+    ),
+    Topic(
+        ("How many months are in a year?", "How many months does a year have?"), "There are twelve months in a year."
+    ),
+    Topic(
+        ("What are the colours of the rainbow?", "What colors are in a rainbow?"),
+        "Red, orange, yellow, green, blue, indigo and violet.",
+    ),
     Topic(("What is the capital of France?",), "Paris is the capital of France."),
     Topic(("What is the capital of Japan?",), "Tokyo is the capital of Japan."),
     Topic(("What is the capital of Italy?",), "Rome is the capital of Italy."),
@@ -231,32 +370,88 @@ SMALL_TALK = (
     Topic(("What is water made of?",), "Water is made of hydrogen and oxygen."),
 )
 
-COLOURS = (("the sky", "blue"), ("grass", "green"), ("snow", "white"), ("the sun", "yellow"),
-           ("a banana", "yellow"), ("coal", "black"), ("a strawberry", "red"), ("an orange", "orange"),
-           ("milk", "white"), ("a leaf", "green"), ("the sea", "blue"), ("a tomato", "red"),
-           ("chocolate", "brown"), ("a lemon", "yellow"), ("blood", "red"), ("a cloud", "white"))
+COLOURS = (
+    ("the sky", "blue"),
+    ("grass", "green"),
+    ("snow", "white"),
+    ("the sun", "yellow"),
+    ("a banana", "yellow"),
+    ("coal", "black"),
+    ("a strawberry", "red"),
+    ("an orange", "orange"),
+    ("milk", "white"),
+    ("a leaf", "green"),
+    ("the sea", "blue"),
+    ("a tomato", "red"),
+    ("chocolate", "brown"),
+    ("a lemon", "yellow"),
+    ("blood", "red"),
+    ("a cloud", "white"),
+)
 DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
-MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September",
-          "October", "November", "December")
-NUMBERS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
-           "eleven", "twelve")
+MONTHS = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
+NUMBERS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve")
 ARITHMETIC_UP_TO = 6
 """Operands of the sums and differences: few enough facts for each to be seen many times."""
-LEGS = (("a dog", "four"), ("a cat", "four"), ("a bird", "two"), ("a spider", "eight"),
-        ("an ant", "six"), ("a horse", "four"), ("a person", "two"), ("a fish", "no"))
+LEGS = (
+    ("a dog", "four"),
+    ("a cat", "four"),
+    ("a bird", "two"),
+    ("a spider", "eight"),
+    ("an ant", "six"),
+    ("a horse", "four"),
+    ("a person", "two"),
+    ("a fish", "no"),
+)
 REPEAT_WORDS = ("it", "cache", "token", "yes", "again", "la", "decode", "ok", "prefill", "that")
 """No greeting words: a greeting must never look like the start of a repeat."""
-REPEAT_ASKS = ("Say {w} again and again.", "Repeat {w} forever.", "Keep saying {w}.",
-               "Say {w} over and over.", "Say {w} again and again and again.")
+REPEAT_ASKS = (
+    "Say {w} again and again.",
+    "Repeat {w} forever.",
+    "Keep saying {w}.",
+    "Say {w} over and over.",
+    "Say {w} again and again and again.",
+)
 
-SHORT_SYSTEMS = ("You are a helpful assistant.", "You answer briefly.", "Be concise.",
-                 "You answer questions about inference briefly.", "You are a friendly helper.",
-                 "Answer in one or two sentences.", "You are kvwise's helper.")
-LONG_SYSTEM_OPENERS = ("You are kvwise's helper. You answer questions about LLM inference in one or two "
-                       "short sentences.", "You are a support assistant. Keep every answer short.",
-                       "You answer questions about serving language models. Be brief and exact.")
-QUESTION_DRESS = ("{q}", "{q}", "{q}", "{l}", "Quick question: {q}", "Please tell me: {l}", "{q} Be brief.",
-                  "Hey, {l}", "{q} Answer in one sentence.", "{n}")
+SHORT_SYSTEMS = (
+    "You are a helpful assistant.",
+    "You answer briefly.",
+    "Be concise.",
+    "You answer questions about inference briefly.",
+    "You are a friendly helper.",
+    "Answer in one or two sentences.",
+    "You are kvwise's helper.",
+)
+LONG_SYSTEM_OPENERS = (
+    "You are kvwise's helper. You answer questions about LLM inference in one or two short sentences.",
+    "You are a support assistant. Keep every answer short.",
+    "You answer questions about serving language models. Be brief and exact.",
+)
+QUESTION_DRESS = (
+    "{q}",
+    "{q}",
+    "{q}",
+    "{l}",
+    "Quick question: {q}",
+    "Please tell me: {l}",
+    "{q} Be brief.",
+    "Hey, {l}",
+    "{q} Answer in one sentence.",
+    "{n}",
+)
 """How a question may be worn: as written, lowercased ({l}), or without its question mark ({n})."""
 
 Sample = list[tuple[str, bool]]
@@ -270,22 +465,37 @@ def fact_topics() -> list[Topic]:
         topics.append(Topic(asks, f"{thing[0].upper()}{thing[1:]} is {colour}."))
     for i, day in enumerate(DAYS):
         after, before = DAYS[(i + 1) % 7], DAYS[i - 1]
-        topics.append(Topic((f"What day comes after {day}?", f"Which day follows {day}?"),
-                            f"{after} comes after {day}."))
+        topics.append(
+            Topic((f"What day comes after {day}?", f"Which day follows {day}?"), f"{after} comes after {day}.")
+        )
         topics.append(Topic((f"What day comes before {day}?",), f"{before} comes before {day}."))
     for i, month in enumerate(MONTHS):
-        topics.append(Topic((f"What month comes after {month}?", f"Which month follows {month}?"),
-                            f"{MONTHS[(i + 1) % 12]} comes after {month}."))
+        topics.append(
+            Topic(
+                (f"What month comes after {month}?", f"Which month follows {month}?"),
+                f"{MONTHS[(i + 1) % 12]} comes after {month}.",
+            )
+        )
     for animal, legs in LEGS:
-        topics.append(Topic((f"How many legs does {animal} have?",), f"{animal[0].upper()}{animal[1:]} has {legs} legs."))
+        topics.append(
+            Topic((f"How many legs does {animal} have?",), f"{animal[0].upper()}{animal[1:]} has {legs} legs.")
+        )
     for a in range(ARITHMETIC_UP_TO + 1):
         for b in range(ARITHMETIC_UP_TO + 1):
             words = (NUMBERS[a], NUMBERS[b])
-            topics.append(Topic((f"What is {words[0]} plus {words[1]}?", f"What is {a} + {b}?"),
-                                f"{words[0].capitalize()} plus {words[1]} is {NUMBERS[a + b]}."))
+            topics.append(
+                Topic(
+                    (f"What is {words[0]} plus {words[1]}?", f"What is {a} + {b}?"),
+                    f"{words[0].capitalize()} plus {words[1]} is {NUMBERS[a + b]}.",
+                )
+            )
             if a >= b:
-                topics.append(Topic((f"What is {words[0]} minus {words[1]}?", f"What is {a} - {b}?"),
-                                    f"{words[0].capitalize()} minus {words[1]} is {NUMBERS[a - b]}."))
+                topics.append(
+                    Topic(
+                        (f"What is {words[0]} minus {words[1]}?", f"What is {a} - {b}?"),
+                        f"{words[0].capitalize()} minus {words[1]} is {NUMBERS[a - b]}.",
+                    )
+                )
     return topics
 
 
@@ -336,8 +546,11 @@ def _repeat(rng: random.Random) -> Sample:
     word = rng.choice(REPEAT_WORDS)
     count = rng.randint(*REPEAT_WORDS_RANGE)
     answer = " ".join([word.capitalize()] + [word] * (count - 1))
-    return _chat(_system(rng) if rng.random() < REPEAT_SYSTEM_SHARE else None, [(rng.choice(REPEAT_ASKS).format(w=word), answer)],
-                 closed=False)
+    return _chat(
+        _system(rng) if rng.random() < REPEAT_SYSTEM_SHARE else None,
+        [(rng.choice(REPEAT_ASKS).format(w=word), answer)],
+        closed=False,
+    )
 
 
 def _system(rng: random.Random) -> str | None:
@@ -349,7 +562,7 @@ def _system(rng: random.Random) -> str | None:
     facts = " ".join(rng.sample([t.answer for t in INFERENCE_TOPICS], rng.randint(*LONG_SYSTEM_FACTS)))
     text = " ".join([rng.choice(LONG_SYSTEM_OPENERS) + " " + facts] * rng.randint(*LONG_SYSTEM_COPIES))
     if rng.random() < VOLATILE_SHARE:
-        stamp = datetime(2025, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=rng.randrange(10**8))
+        stamp = datetime(2025, 1, 1, tzinfo=UTC) + timedelta(seconds=rng.randrange(10**8))
         request_id = uuid.UUID(int=rng.getrandbits(128), version=4)
         text = f"Request ID: {request_id}\nTimestamp: {stamp.isoformat(timespec='seconds')}\n{text}"
     return text
@@ -371,8 +584,10 @@ def _every_topic() -> tuple[Topic, ...]:
 
 def _ordinary(rng: random.Random) -> list[dict[str, Any]]:
     topic = rng.choice(_every_topic())
-    return [{"role": "user", "content": _dress(rng, rng.choice(topic.questions))},
-            {"role": "assistant", "content": topic.answer}]
+    return [
+        {"role": "user", "content": _dress(rng, rng.choice(topic.questions))},
+        {"role": "assistant", "content": topic.answer},
+    ]
 
 
 def _tool_system(rng: random.Random) -> list[dict[str, Any]]:

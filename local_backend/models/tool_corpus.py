@@ -21,7 +21,8 @@ CALL_ID = "call_0"
 """The calls' id (the prompt never shows it)."""
 
 WEATHER_TOOL = Tool(
-    "get_weather", "Get the current weather in a city.",
+    "get_weather",
+    "Get the current weather in a city.",
     {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
 )
 
@@ -34,8 +35,14 @@ copying an arbitrary number digit by digit needs an induction circuit this model
 not form (two-digit temperatures often came back wrong, even teacher-forced). The answer does
 not repeat the city: trained to, the model often named the wrong one."""
 
-WEATHER_ASKS = ("What is the weather in {c}?", "What's the weather like in {c}?", "How is the weather in {c} today?",
-                "Weather in {c}?", "Tell me the weather in {c}.", "Is it sunny in {c}?")
+WEATHER_ASKS = (
+    "What is the weather in {c}?",
+    "What's the weather like in {c}?",
+    "How is the weather in {c} today?",
+    "Weather in {c}?",
+    "Tell me the weather in {c}.",
+    "Is it sunny in {c}?",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,8 +57,9 @@ class Ask:
 
 def weather_ask(rng: random.Random) -> Ask:
     city, conditions = rng.choice(CITIES), rng.choice(CONDITIONS)
-    return Ask(rng.choice(WEATHER_ASKS).format(c=city), city, {"conditions": conditions},
-               f"The weather there is {conditions}.")
+    return Ask(
+        rng.choice(WEATHER_ASKS).format(c=city), city, {"conditions": conditions}, f"The weather there is {conditions}."
+    )
 
 
 NO_TOOL_ANSWER = "I cannot check the weather: no weather tool was offered."
@@ -60,15 +68,20 @@ NO_TOOL_ANSWER = "I cannot check the weather: no weather tool was offered."
 
 def no_tool_weather(rng: random.Random) -> list[dict[str, Any]]:
     """A weather question asked with no tools offered, and the answer that says so."""
-    return [{"role": "user", "content": rng.choice(WEATHER_ASKS).format(c=rng.choice(CITIES))},
-            {"role": "assistant", "content": NO_TOOL_ANSWER}]
+    return [
+        {"role": "user", "content": rng.choice(WEATHER_ASKS).format(c=rng.choice(CITIES))},
+        {"role": "assistant", "content": NO_TOOL_ANSWER},
+    ]
 
 
 def tool_loop(rng: random.Random) -> list[dict[str, Any]]:
     """The OpenAI-shaped messages of one loop: question, call, result, answer."""
     ask = weather_ask(rng)
-    call = {"id": CALL_ID, "type": "function",
-            "function": {"name": WEATHER_TOOL.name, "arguments": json.dumps({"city": ask.city}, ensure_ascii=False)}}
+    call = {
+        "id": CALL_ID,
+        "type": "function",
+        "function": {"name": WEATHER_TOOL.name, "arguments": json.dumps({"city": ask.city}, ensure_ascii=False)},
+    }
     return [
         {"role": "user", "content": ask.question},
         {"role": "assistant", "content": None, "tool_calls": [call]},

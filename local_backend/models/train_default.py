@@ -78,14 +78,27 @@ IGNORE = -100
 """Label of a token the loss skips (transformers' convention)."""
 
 OUT_DIR = Path(__file__).parent / "default"
-PROBES = ("What is prefill?", "What is decode?", "What is the KV cache?", "How big is the KV cache?",
-          "Why does a request ID at the start of the system prompt raise the bill?", "Hello!",
-          "What colour is the sky?", "What is one plus one?", "What is the weather like today?",
-          "Say it again and again.")
+PROBES = (
+    "What is prefill?",
+    "What is decode?",
+    "What is the KV cache?",
+    "How big is the KV cache?",
+    "Why does a request ID at the start of the system prompt raise the bill?",
+    "Hello!",
+    "What colour is the sky?",
+    "What is one plus one?",
+    "What is the weather like today?",
+    "Say it again and again.",
+)
 """Questions answered greedily after training, for the model card and a quick look."""
 
-TOOL_PROBES = ("What is the weather in Paris?", "How is the weather in Tokyo today?", "Weather in Lima?",
-               "What is prefill?", "Hello!")
+TOOL_PROBES = (
+    "What is the weather in Paris?",
+    "How is the weather in Tokyo today?",
+    "Weather in Lima?",
+    "What is prefill?",
+    "Hello!",
+)
 """Questions asked with the weather tool offered: a call, then the answer once `PROBE_RESULT` comes back."""
 PROBE_RESULT = '{"conditions": "rainy"}'
 PROBE_TOKENS = 64
@@ -137,7 +150,9 @@ def encode_sample(tok: Tokenizer, sample: corpus.Sample) -> tuple[list[int], lis
     return enc.ids, labels
 
 
-def pack(encoded: list[tuple[list[int], list[int]]], rng: random.Random, pad_id: int, row_tokens: int) -> list[torch.Tensor]:
+def pack(
+    encoded: list[tuple[list[int], list[int]]], rng: random.Random, pad_id: int, row_tokens: int
+) -> list[torch.Tensor]:
     """Shuffled samples packed into rows of `row_tokens`: (input ids, labels, position ids) each.
 
     Position ids restart at 0 for every sample, and transformers turns those restarts into a
@@ -203,7 +218,8 @@ def train(model: torch.nn.Module, encoded: list[tuple[list[int], list[int]]], pa
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW(
         [{"params": decay, "weight_decay": WEIGHT_DECAY}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=stage.peak_lr, betas=BETAS,
+        lr=stage.peak_lr,
+        betas=BETAS,
     )
     rng = random.Random(SEED)
     rows: list[torch.Tensor] = []
@@ -223,8 +239,11 @@ def train(model: torch.nn.Module, encoded: list[tuple[list[int], list[int]]], pa
         optimizer.step()
         recent = (recent + [loss.item()])[-LOG_EVERY:]
         if (step + 1) % LOG_EVERY == 0 or step + 1 == stage.steps:
-            print(f"step {step + 1}/{stage.steps} loss {sum(recent) / len(recent):.4f} "
-                  f"lr {lr_at(step, stage):.2e} {time.perf_counter() - started:.0f}s", flush=True)
+            print(
+                f"step {step + 1}/{stage.steps} loss {sum(recent) / len(recent):.4f} "
+                f"lr {lr_at(step, stage):.2e} {time.perf_counter() - started:.0f}s",
+                flush=True,
+            )
     return sum(recent) / len(recent)
 
 
@@ -253,9 +272,10 @@ def probe(model: transformers.LlamaForCausalLM, tok: Tokenizer, end_ids: list[in
     def answer(turns: list[dict[str, str]]) -> str:
         ids = torch.tensor([tok.encode(corpus.chat_text(turns), add_special_tokens=False).ids])
         with torch.no_grad():
-            out = model.generate(ids, max_new_tokens=PROBE_TOKENS, do_sample=False, eos_token_id=end_ids,
-                                 pad_token_id=end_ids[0])
-        return tok.decode(out[0, ids.shape[1]:].tolist())
+            out = model.generate(
+                ids, max_new_tokens=PROBE_TOKENS, do_sample=False, eos_token_id=end_ids, pad_token_id=end_ids[0]
+            )
+        return tok.decode(out[0, ids.shape[1] :].tolist())
 
     for question in PROBES:
         print(f"Q: {question}\nA: {answer([{'role': 'user', 'content': question}])!r}", flush=True)
@@ -267,8 +287,13 @@ def probe(model: transformers.LlamaForCausalLM, tok: Tokenizer, end_ids: list[in
             continue
         try:
             call = json.loads(text.removeprefix(TOOL_CALL_START).split(TOOL_CALL_END)[0])
-            messages += [{"role": "assistant", "tool_calls": [{"function": {"name": call["name"], "arguments": call["arguments"]}}]},
-                         {"role": "tool", "content": PROBE_RESULT}]
+            messages += [
+                {
+                    "role": "assistant",
+                    "tool_calls": [{"function": {"name": call["name"], "arguments": call["arguments"]}}],
+                },
+                {"role": "tool", "content": PROBE_RESULT},
+            ]
         except (ValueError, KeyError, TypeError):
             continue
         print(f"  result {PROBE_RESULT}\nA: {answer(fold(messages, [tool_corpus.WEATHER_TOOL]))!r}", flush=True)

@@ -103,7 +103,11 @@ class AnthropicFormat:
             if isinstance(event, TextPiece):
                 if not self._text_open:
                     self._block, self._text_open = self._block + 1, True
-                    block = {"type": "content_block_start", "index": self._block, "content_block": {"type": "text", "text": ""}}
+                    block = {
+                        "type": "content_block_start",
+                        "index": self._block,
+                        "content_block": {"type": "text", "text": ""},
+                    }
                     chunks.append(sse(block, "content_block_start"))
                 chunks += _text_delta(event.text, self._block)
             elif isinstance(event, ToolCallStart):

@@ -103,7 +103,7 @@ class ApiKeyMiddleware:
             if lowered == API_KEY_HEADER.encode():
                 given.append(value)
             elif lowered == AUTHORIZATION_HEADER.encode() and value.lower().startswith(BEARER_PREFIX.encode()):
-                given.append(value[len(BEARER_PREFIX):].strip())
+                given.append(value[len(BEARER_PREFIX) :].strip())
         # compare every candidate with every key, so timing tells neither which header nor which key
         found = None
         for value in given:
@@ -114,4 +114,6 @@ class ApiKeyMiddleware:
 
 
 def _missing_key() -> ApiError:
-    return ApiError("invalid or missing API key: send Authorization: Bearer KEY or x-api-key: KEY", ErrorKind.UNAUTHORIZED)
+    return ApiError(
+        "invalid or missing API key: send Authorization: Bearer KEY or x-api-key: KEY", ErrorKind.UNAUTHORIZED
+    )

@@ -1,7 +1,7 @@
 """Run an app with uvicorn in a background thread on a free loopback port (tests, demos, notebooks).
 
-    with serve_in_thread(create_app(engine)) as base_url:
-        openai.OpenAI(base_url=f"{base_url}/v1", api_key="x").models.list()
+with serve_in_thread(create_app(engine)) as base_url:
+    openai.OpenAI(base_url=f"{base_url}/v1", api_key="x").models.list()
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ _STARTUP_POLL_SECONDS = 0.01
 
 
 @contextlib.contextmanager
-def serve_in_thread(app: ASGIApp, host: str = DEFAULT_HOST, http: type[asyncio.Protocol] = BoundedHttp) -> Iterator[str]:
+def serve_in_thread(
+    app: ASGIApp, host: str = DEFAULT_HOST, http: type[asyncio.Protocol] = BoundedHttp
+) -> Iterator[str]:
     """Yield the base URL (no `/v1`) once the server accepts connections; stop it on exit.
 
     `http` is uvicorn's protocol class (by default `BoundedHttp`, which holds each request to the

@@ -166,7 +166,7 @@ def _call_rules(tools: Sequence[Tool], param: str) -> str:
     check_schemas((tool.parameters, param) for tool in tools)
     rules = []
     for i, tool in enumerate(tools):
-        head = json.dumps(f"{json.dumps(tool.name)}, \"arguments\": ")
+        head = json.dumps(f'{json.dumps(tool.name)}, "arguments": ')
         schema = {**closed(tool.parameters), "x-guidance": JSON_OPTIONS}
         rules.append(f"call{i}: {head} args{i}\nargs{i}: %json {json.dumps(schema)}")
     opening = json.dumps('\n{"name": ')

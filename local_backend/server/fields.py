@@ -190,8 +190,18 @@ RESPONSES: Final[Table] = {
 
 COUNT_TOKENS: Final[Table] = {
     name: MESSAGES[name]
-    for name in ("model", "messages", "system", "cache_control", "user_profile_id", "workspace_id", "speed",
-                 "thinking", "tools", "tool_choice")
+    for name in (
+        "model",
+        "messages",
+        "system",
+        "cache_control",
+        "user_profile_id",
+        "workspace_id",
+        "speed",
+        "thinking",
+        "tools",
+        "tool_choice",
+    )
 } | {"output_config": INERT}  # fmt: skip  (a format constrains the answer, never the prompt counted)
 """The fields of a message that shape its prompt, with the same rules as `MESSAGES`."""
 
@@ -216,7 +226,9 @@ _TYPE_NAMES: Final = {float: "a number", int: "an integer", bool: "a boolean", s
                       dict: "an object"}  # fmt: skip
 
 
-def optional(body: Mapping[str, Any], name: str, kind: type, default: Any = None, largest: int = MAX_JSON_INTEGER) -> Any:
+def optional(
+    body: Mapping[str, Any], name: str, kind: type, default: Any = None, largest: int = MAX_JSON_INTEGER
+) -> Any:
     """`body[name]` checked against `kind` (int accepted for float, bool never for numbers), or `default`.
 
     Numbers must be finite (JSON has no `Infinity`, though Python's parser reads one) and integers

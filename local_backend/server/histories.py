@@ -98,7 +98,9 @@ def _name(name: Any, param: str) -> str:
 def _openai_call(call: Any, where: str) -> dict[str, Any]:
     f = call.get("function") if isinstance(call, dict) else None
     if not isinstance(f, dict) or not isinstance(f.get("name"), str) or not isinstance(f.get("arguments"), str):
-        raise ApiError(f"{where} must be {{'id', 'type': 'function', 'function': {{'name', 'arguments'}}}}", param=where)
+        raise ApiError(
+            f"{where} must be {{'id', 'type': 'function', 'function': {{'name', 'arguments'}}}}", param=where
+        )
     return _call(str(call.get("id", "")), f["name"], f["arguments"])
 
 
@@ -160,7 +162,10 @@ def responses_messages(items: Any, instructions: str | None) -> list[dict[str, A
     try:
         return openai_messages(messages, names=False)
     except ApiError as exc:
-        exc.message, exc.param = exc.message.replace("messages", "input"), (exc.param or "").replace("messages", "input")
+        exc.message, exc.param = (
+            exc.message.replace("messages", "input"),
+            (exc.param or "").replace("messages", "input"),
+        )
         raise
 
 
@@ -205,6 +210,8 @@ def text_of(content: Any, param: str) -> str:
     texts = []
     for i, part in enumerate(content):
         if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-            raise ApiError(f"{param}[{i}] must be a text part {{'type': 'text', 'text': ...}}, got {short(part)}", param=param)
+            raise ApiError(
+                f"{param}[{i}] must be a text part {{'type': 'text', 'text': ...}}, got {short(part)}", param=param
+            )
         texts.append(part["text"])
     return "".join(texts)

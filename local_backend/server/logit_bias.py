@@ -44,7 +44,9 @@ class LogitBias:
             if not (isinstance(key, str) and _TOKEN_ID.fullmatch(key) and int(key) < vocab_size):
                 raise ApiError(f"logit_bias key {short(key)} is not a token id below {vocab_size}", param="logit_bias")
             if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not low <= amount <= high:
-                raise ApiError(f"logit_bias[{key!r}]={short(amount)} must be a number in [{low}, {high}]", param="logit_bias")
+                raise ApiError(
+                    f"logit_bias[{key!r}]={short(amount)} must be a number in [{low}, {high}]", param="logit_bias"
+                )
             bias[int(key)] = float(amount)
         return cls(bias)
 

@@ -75,9 +75,7 @@ def chat_logprobs(entries: Sequence[TokenLogprob], decode: Decode) -> dict[str, 
         text = decode(token)
         return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
 
-    content = [
-        {**item(e.token, e.logprob), "top_logprobs": [item(t, lp) for t, lp in e.top]} for e in entries
-    ]
+    content = [{**item(e.token, e.logprob), "top_logprobs": [item(t, lp) for t, lp in e.top]} for e in entries]
     return {"content": content, "refusal": None}
 
 

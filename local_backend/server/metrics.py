@@ -106,8 +106,11 @@ class _EngineCollector(Collector):
             ("kv_blocks_capacity", "KV cache blocks in the pool.", stats.num_blocks),
             ("kv_block_size_tokens", "Tokens per KV block.", stats.block_size),
             ("kv_cache_bytes", "Bytes of the KV cache pool.", stats.kv_cache_bytes),
-            ("kv_bytes_per_token", "2 x layers x kv_heads x (head_dim x bytes per element + scale bytes, if quantized).",
-             stats.kv_bytes_per_token),
+            (
+                "kv_bytes_per_token",
+                "2 x layers x kv_heads x (head_dim x bytes per element + scale bytes, if quantized).",
+                stats.kv_bytes_per_token,
+            ),
             ("kv_capacity_tokens", "Tokens the KV cache pool holds.", stats.num_blocks * stats.block_size),
             ("requests_in_flight", "Requests admitted by the server and not yet finished.", admission.in_flight),
         ]

@@ -117,7 +117,9 @@ class OpenAIFormat:
             pieces = [{"content": delta.text} if self._chat else delta.text] if delta.text else []
         if logprobs is not None and not pieces:
             pieces = [{"content": ""} if self._chat else ""]
-        return [self._chunk(index, piece, None, logprobs=logprobs if i == 0 else None) for i, piece in enumerate(pieces)]
+        return [
+            self._chunk(index, piece, None, logprobs=logprobs if i == 0 else None) for i, piece in enumerate(pieces)
+        ]
 
     def finished(self, index: int, completion: Completion) -> list[bytes]:
         reason: str = completion.finish_reason
@@ -155,7 +157,13 @@ class OpenAIFormat:
 
     def _envelope(self, chunk: bool) -> dict[str, Any]:
         kind = ("chat.completion" if self._chat else "text_completion") + (".chunk" if chunk and self._chat else "")
-        return {"id": self._id, "object": kind, "created": self._created, "model": self._model, "system_fingerprint": None}
+        return {
+            "id": self._id,
+            "object": kind,
+            "created": self._created,
+            "model": self._model,
+            "system_fingerprint": None,
+        }
 
     def _logprobs(self, index: int, tokens: Sequence[int]) -> dict[str, Any] | None:
         if not self._recorders:

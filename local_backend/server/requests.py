@@ -123,7 +123,8 @@ def parse_chat(body: Body, vocab_size: int) -> ChatRequest:
     options = _openai_options(body, name, vocab_size, chat=True)
     parallel = optional(body, "parallel_tool_calls", bool, True)
     constraint = _grammar(body, tools_shown=bool(choice.shown(tools))) or _constraint(
-        tools, choice, lambda: _chat_schema(body), parallel)
+        tools, choice, lambda: _chat_schema(body), parallel
+    )
     return ChatRequest(options, messages, tuple(tools), choice, constraint, parallel, _template_options(body))
 
 
@@ -134,7 +135,9 @@ def parse_completion(body: Body, vocab_size: int) -> CompletionRequest:
         prompt = prompt[0]  # a batch of one
     token_ids = isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt)
     if not (isinstance(prompt, str) or token_ids) or not prompt:
-        raise ApiError("prompt must be a non-empty string or a list of token ids (one prompt per request)", param="prompt")
+        raise ApiError(
+            "prompt must be a non-empty string or a list of token ids (one prompt per request)", param="prompt"
+        )
     options = _openai_options(body, "max_tokens", vocab_size, chat=False)
     echo = optional(body, "echo", bool, False)
     if echo and options.top_logprobs is not None:
@@ -226,7 +229,9 @@ def _stream(body: Body) -> bool:
 
 
 def _constraint(
-    tools: Sequence[Tool], choice: ToolChoice, schema: Callable[[], tuple[dict[str, Any] | None, str]],
+    tools: Sequence[Tool],
+    choice: ToolChoice,
+    schema: Callable[[], tuple[dict[str, Any] | None, str]],
     parallel: bool = True,
 ) -> Constraint | None:
     """A call of the forced tools; under `auto` text (or the JSON schema `schema()` gives, with the

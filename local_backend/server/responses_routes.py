@@ -36,6 +36,7 @@ DEFAULT_TEMPERATURE: Final = 1.0
 """OpenAI's default `temperature`, which a `Response` reports when the request gave none."""
 DEFAULT_TOP_P: Final = 1.0
 
+
 class ResponsesFormat:
     """A `Response`, whole or as its stream events (one output message of one text part)."""
 
@@ -171,7 +172,6 @@ class ResponsesFormat:
             "metadata": body.get("metadata") or {},
             "store": False,
         }
-
 
     def _calls_out(self) -> list[dict[str, Any]]:
         if self._parser is None:

@@ -73,7 +73,9 @@ class Sampling:
                            param="repetition_penalty")  # fmt: skip
         return cls(max_tokens, max_tokens_param, stop, **knobs)
 
-    def params(self, prompt_tokens: int, max_model_len: int, defaults: Mapping[str, Any] | None = None) -> SamplingParams:
+    def params(
+        self, prompt_tokens: int, max_model_len: int, defaults: Mapping[str, Any] | None = None
+    ) -> SamplingParams:
         """The engine's params for a prompt of `prompt_tokens`, after checking both fit the context;
         `defaults` (the engine's `sampling_defaults`, from `--generation-config`) fill what the request left out."""
         defaults = defaults or {}
@@ -120,8 +122,9 @@ def per_choice(
         dataclasses.replace(
             params,
             seed=params.seed + i if params.seed is not None and n > 1 else params.seed,
-            logits_processor=chained(recorders[i] if recorders else None, bias,
-                                     grammar.processor() if grammar is not None else None),  # fmt: skip
+            logits_processor=chained(
+                recorders[i] if recorders else None, bias, grammar.processor() if grammar is not None else None
+            ),  # fmt: skip
         )
         for i in range(n)
     ]

@@ -114,7 +114,9 @@ def anthropic_tools(body: Mapping[str, Any]) -> tuple[list[Tool], ToolChoice]:
         if choice.get("disable_parallel_tool_use"):
             raise ApiError("tool_choice.disable_parallel_tool_use is not supported", param="tool_choice")
         kind = choice.get("type")
-        choice = {"any": "required", "tool": {"name": choice.get("name")}}.get(kind, kind) if isinstance(kind, str) else kind
+        choice = (
+            {"any": "required", "tool": {"name": choice.get("name")}}.get(kind, kind) if isinstance(kind, str) else kind
+        )
     return tools, _choice(choice, tools, named=lambda c: c.get("name"))
 
 

@@ -30,8 +30,9 @@ def main() -> int:
     failed = 0
     for name in names:
         print(f"\n=== {name} ===", flush=True)
-        process = subprocess.Popen([sys.executable, "-m", f"tests.benchmarks.{name}"], env=env, stdout=subprocess.PIPE,
-                                   text=True, bufsize=1)
+        process = subprocess.Popen(
+            [sys.executable, "-m", f"tests.benchmarks.{name}"], env=env, stdout=subprocess.PIPE, text=True, bufsize=1
+        )
         assert process.stdout is not None
         lines = []
         for line in process.stdout:

@@ -156,8 +156,15 @@ def interleaved(contenders: list[Measures]) -> list[dict[str, float]]:
     return [{key: statistics.median(values) for key, values in figures.items()} for figures in samples]
 
 
-MASK_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
-               "tags": {"type": "array", "items": {"type": "string"}}}, "required": ["city", "days", "tags"]}
+MASK_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string"},
+        "days": {"type": "integer"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["city", "days", "tags"],
+}
 MASK_TOKENS, MASK_REQUESTS = 48, 8
 
 
@@ -195,8 +202,12 @@ def measure_mask() -> dict[str, float]:
         free += time.perf_counter() - start
         tokens += produced
     engine.close()
-    return {"mask_s": sum(m.seconds for m in masks) / sum(m.calls for m in masks), "free_s": free / tokens,
-            "constrained_s": constrained / tokens, "vocab": float(engine.config.vocab_size)}
+    return {
+        "mask_s": sum(m.seconds for m in masks) / sum(m.calls for m in masks),
+        "free_s": free / tokens,
+        "constrained_s": constrained / tokens,
+        "vocab": float(engine.config.vocab_size),
+    }
 
 
 def report_mask(mask: dict[str, float]) -> None:
@@ -205,8 +216,10 @@ def report_mask(mask: dict[str, float]) -> None:
     print(f"{'the mask alone (llguidance + masked_fill)':<44}{mask['mask_s'] * 1e6:>14.0f}")
     print(f"{'per generated token, free (prefill included)':<44}{mask['free_s'] * 1e6:>14.0f}")
     print(f"{'per generated token, JSON schema':<44}{mask['constrained_s'] * 1e6:>14.0f}")
-    print(f"mask share of a constrained token: {mask['mask_s'] / mask['constrained_s']:.0%}; "
-          f"constrained ÷ free: {mask['constrained_s'] / mask['free_s']:.2f}x")
+    print(
+        f"mask share of a constrained token: {mask['mask_s'] / mask['constrained_s']:.0%}; "
+        f"constrained ÷ free: {mask['constrained_s'] / mask['free_s']:.2f}x"
+    )
 
 
 def report(hf: dict[str, float], ours: dict[str, float], label: str) -> None:

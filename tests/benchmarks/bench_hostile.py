@@ -228,9 +228,11 @@ def main() -> None:
                     print(f"  target median < {TARGET_MS:.0f} ms: {'met' if median < TARGET_MS else 'NOT met'}")
             assert http.post("/v1/chat/completions", json=CHAT).status_code == 200
             stall, health, counts, chats = flood(url, watch)
-            print(f"count flood, {FLOOD_CLIENTS} clients x {FLOOD_SECONDS:.0f} s ({counts} counts of "
-                  f"{MAX_COUNTED_BYTES // 1024} KiB, {chats} chat answers): event loop's longest stall {stall:.1f} ms, "
-                  f"slowest /health {health:.1f} ms")
+            print(
+                f"count flood, {FLOOD_CLIENTS} clients x {FLOOD_SECONDS:.0f} s ({counts} counts of "
+                f"{MAX_COUNTED_BYTES // 1024} KiB, {chats} chat answers): event loop's longest stall {stall:.1f} ms, "
+                f"slowest /health {health:.1f} ms"
+            )
         template_refusals(engine.tokenizer.to_json())
     finally:
         engine.close()

@@ -125,13 +125,17 @@ def main() -> None:
         figures = timed("figures (4 PNGs)", lambda: write_figures(built, out))
         timed("page", lambda: (out / "report.html").write_text(render(built, figures), encoding="utf-8"))
     total = sum(seconds for _, seconds in stages)
-    print(f"\nkvwise report of {count} spans ({len(records)} calls, {len(built.conversations)} conversations in the table,"
-          f" {size_mb:.0f} MB of OTLP/JSON)\n")
+    print(
+        f"\nkvwise report of {count} spans ({len(records)} calls, {len(built.conversations)} conversations in the table,"
+        f" {size_mb:.0f} MB of OTLP/JSON)\n"
+    )
     print(f"{'stage':<24} {'seconds':>8}")
     for name, seconds in stages:
         print(f"{name:<24} {seconds:8.2f}")
-    print(f"{'total':<24} {total:8.2f}   target {TARGET_S:.0f} s: {TARGET_S / total:.2f}x the speed needed"
-          f" ({'met' if total < TARGET_S else 'not met'}); matplotlib's first import {import_s:.2f} s on top")
+    print(
+        f"{'total':<24} {total:8.2f}   target {TARGET_S:.0f} s: {TARGET_S / total:.2f}x the speed needed"
+        f" ({'met' if total < TARGET_S else 'not met'}); matplotlib's first import {import_s:.2f} s on top"
+    )
 
 
 if __name__ == "__main__":

@@ -72,5 +72,6 @@ def main() -> None:
                 met = "met" if figures[-1][0] < TARGET_MS else "NOT met"
                 print(f"  target b{BATCHES[-1]} vocab {vocab}, median < {TARGET_MS} ms: {met}")
 
+
 if __name__ == "__main__":
     main()

@@ -64,19 +64,26 @@ def _dollars(api: str, answers: list[TurnAnswer | BaseException]) -> tuple[Usage
         if isinstance(answer, BaseException):
             raise answer
         usage = answer.usage
-        total = Usage(*(a + b for a, b in zip(
-            (total.input_tokens, total.output_tokens, total.cache_read_tokens, total.cache_write_tokens),
-            (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens),
-        )))
+        total = Usage(
+            *(
+                a + b
+                for a, b in zip(
+                    (total.input_tokens, total.output_tokens, total.cache_read_tokens, total.cache_write_tokens),
+                    (usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.cache_write_tokens),
+                )
+            )
+        )
         dollars += cost_of(usage, price).total_usd
     return total, dollars
 
 
 def _row(label: str, without: tuple[Usage, float], with_: tuple[Usage, float], tokens: str) -> str:
     before, after = getattr(without[0], tokens), getattr(with_[0], tokens)
-    return (f"{label:<28} {tokens:<18} {before:>9} -> {after:>9}  "
-            f"${without[1]:>8.4f} -> ${with_[1]:>8.4f}  saved ${without[1] - with_[1]:.4f} "
-            f"({1 - with_[1] / without[1]:.0%} of the dollars)")
+    return (
+        f"{label:<28} {tokens:<18} {before:>9} -> {after:>9}  "
+        f"${without[1]:>8.4f} -> ${with_[1]:>8.4f}  saved ${without[1] - with_[1]:.4f} "
+        f"({1 - with_[1] / without[1]:.0%} of the dollars)"
+    )
 
 
 async def _caps(sim: ProviderSimulator, api: str) -> str:
@@ -85,12 +92,16 @@ async def _caps(sim: ProviderSimulator, api: str) -> str:
         sim.reset()
         fixed = await replay(sdk.wrap(bare, sdk.Policy(max_output_tokens=FIXED_CAP)), sim, api, turns)
         sim.reset()
-        adaptive = await replay(sdk.wrap(bare, sdk.Policy(max_output_tokens=FIXED_CAP, adaptive_caps=True)), sim, api, turns)
+        adaptive = await replay(
+            sdk.wrap(bare, sdk.Policy(max_output_tokens=FIXED_CAP, adaptive_caps=True)), sim, api, turns
+        )
     runaway = [a.output_tokens for a in fixed if a.turn.runaway], [a.output_tokens for a in adaptive if a.turn.runaway]
     truncated = sum(a.truncated and not a.turn.runaway for a in adaptive)
-    return (_row(f"caps {api} ({len(turns)} calls)", _dollars(api, fixed), _dollars(api, adaptive), "output_tokens")
-            + f"\n{'':<28} runaway output tokens {sum(runaway[0])} -> {sum(runaway[1])}"
-            f" ({1 - sum(runaway[1]) / sum(runaway[0]):.0%} cut); natural answers truncated: {truncated}")
+    return (
+        _row(f"caps {api} ({len(turns)} calls)", _dollars(api, fixed), _dollars(api, adaptive), "output_tokens")
+        + f"\n{'':<28} runaway output tokens {sum(runaway[0])} -> {sum(runaway[1])}"
+        f" ({1 - sum(runaway[1]) / sum(runaway[0]):.0%} cut); natural answers truncated: {truncated}"
+    )
 
 
 async def _fanout(sim: ProviderSimulator, api: str, n: int) -> str:
@@ -99,11 +110,16 @@ async def _fanout(sim: ProviderSimulator, api: str, n: int) -> str:
         for label, policy in (("cold", sdk.Policy(retries=0)), ("warm", sdk.Policy(retries=0, fanout="warm"))):
             sim.reset()
             start = time.perf_counter()
-            runs[label] = (await fan_out(sdk.wrap(bare, policy), api, system, n, mode="async"), time.perf_counter() - start)
+            runs[label] = (
+                await fan_out(sdk.wrap(bare, policy), api, system, n, mode="async"),
+                time.perf_counter() - start,
+            )
     cold, warm = _dollars(api, runs["cold"][0]), _dollars(api, runs["warm"][0])
-    return (_row(f"fan-out {api} {n}-way", cold, warm, "cache_read_tokens")
-            + f"\n{'':<28} wall {runs['cold'][1] * 1000:.0f} ms -> {runs['warm'][1] * 1000:.0f} ms"
-            f" (added latency {(runs['warm'][1] - runs['cold'][1]) * 1000:+.0f} ms; prefill {PREFILL_SECONDS * 1000:.0f} ms)")
+    return (
+        _row(f"fan-out {api} {n}-way", cold, warm, "cache_read_tokens")
+        + f"\n{'':<28} wall {runs['cold'][1] * 1000:.0f} ms -> {runs['warm'][1] * 1000:.0f} ms"
+        f" (added latency {(runs['warm'][1] - runs['cold'][1]) * 1000:+.0f} ms; prefill {PREFILL_SECONDS * 1000:.0f} ms)"
+    )
 
 
 def _real_prompts(sim: ProviderSimulator, home: Path) -> str:
@@ -127,10 +143,12 @@ def _real_prompts(sim: ProviderSimulator, home: Path) -> str:
         totals[label] = usage, dollars
     (bare, bare_usd), (wrapped, wrapped_usd), (ideal, ideal_usd) = totals["bare"], totals["wrapped"], totals["ideal"]
     share = {label: usage.cache_read_tokens / ideal.cache_read_tokens for label, (usage, _) in totals.items()}
-    return (f"{f'real prompts ({len(prompts)} x {len(DAYS)} days)':<28} cache_read_tokens  "
-            f"bare {bare.cache_read_tokens} -> wrapped {wrapped.cache_read_tokens} (ideal {ideal.cache_read_tokens}); "
-            f"input ${bare_usd:.4f} -> ${wrapped_usd:.4f} (ideal ${ideal_usd:.4f}); of the ideal's reads, wrapped "
-            f"{share['wrapped']:.1%}, bare {share['bare']:.1%}")
+    return (
+        f"{f'real prompts ({len(prompts)} x {len(DAYS)} days)':<28} cache_read_tokens  "
+        f"bare {bare.cache_read_tokens} -> wrapped {wrapped.cache_read_tokens} (ideal {ideal.cache_read_tokens}); "
+        f"input ${bare_usd:.4f} -> ${wrapped_usd:.4f} (ideal ${ideal_usd:.4f}); of the ideal's reads, wrapped "
+        f"{share['wrapped']:.1%}, bare {share['bare']:.1%}"
+    )
 
 
 async def main() -> None:

@@ -49,12 +49,22 @@ class FirstCall:
 
 
 CALLS = (
-    FirstCall("chat", "openai", "OpenAI",
-              'client.chat.completions.create(model="gpt-sim-1", messages=[{"role": "user", "content": "What is prefill?"}])'),
+    FirstCall(
+        "chat",
+        "openai",
+        "OpenAI",
+        'client.chat.completions.create(model="gpt-sim-1", messages=[{"role": "user", "content": "What is prefill?"}])',
+    ),
     FirstCall("responses", "openai", "OpenAI", 'client.responses.create(model="gpt-sim-1", input="What is prefill?")'),
-    FirstCall("completions", "openai", "OpenAI", 'client.completions.create(model="gpt-sim-1", prompt="What is prefill?")'),
-    FirstCall("messages", "anthropic", "Anthropic",
-              'client.messages.create(model="claude-sim-1", max_tokens=64, messages=[{"role": "user", "content": "What is prefill?"}])'),
+    FirstCall(
+        "completions", "openai", "OpenAI", 'client.completions.create(model="gpt-sim-1", prompt="What is prefill?")'
+    ),
+    FirstCall(
+        "messages",
+        "anthropic",
+        "Anthropic",
+        'client.messages.create(model="claude-sim-1", max_tokens=64, messages=[{"role": "user", "content": "What is prefill?"}])',
+    ),
 )
 
 CHILD = """\
@@ -90,7 +100,9 @@ def measure(first: FirstCall, wrapped: bool, base_url: str, env: dict[str, str])
     code = CHILD.format(package=first.package, client=first.client, base_url=base_url, wrapped=wrapped, call=first.call)
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
     if done.returncode != 0:
-        raise RuntimeError(f"the {first.api} first call failed ({'wrapped' if wrapped else 'bare'}):\n{done.stderr[-2000:]}")
+        raise RuntimeError(
+            f"the {first.api} first call failed ({'wrapped' if wrapped else 'bare'}):\n{done.stderr[-2000:]}"
+        )
     return tuple(float(value) for value in done.stdout.split())
 
 
@@ -112,20 +124,26 @@ def main() -> None:
                 measure(first, wrapped, base_url, env)  # the warm-up: bytecode caches written
             figures: dict[bool, list[tuple[float, ...]]] = {False: [], True: []}
             for round_ in range(args.rounds):
-                for wrapped in ((False, True) if round_ % 2 == 0 else (True, False)):
+                for wrapped in (False, True) if round_ % 2 == 0 else (True, False):
                     figures[wrapped].append(measure(first, wrapped, base_url, env))
             medians = {w: [statistics.median(f[i] for f in figures[w]) for i in range(3)] for w in (False, True)}
             rows.append((first.api, medians[False], medians[True]))
     print(f"\nfirst call in a fresh process, ms (median of {args.rounds} rounds); CPU: {cpu_model()}")
     print("from the client's import to the end of its first call, wall-clock and the process's CPU time;")
-    print(f"wrapped adds import sdk + sdk.wrap; target: wrapped <= {TARGET_RATIO}x bare; last columns: the call alone (wall)")
-    print(f"\n{'api':<12} {'bare':>6} {'wrapped':>8} {'x bare':>7}   {'bare cpu':>8} {'wrapped cpu':>11} {'x bare':>7}   {'call bare':>9} {'wrapped':>8}")
+    print(
+        f"wrapped adds import sdk + sdk.wrap; target: wrapped <= {TARGET_RATIO}x bare; last columns: the call alone (wall)"
+    )
+    print(
+        f"\n{'api':<12} {'bare':>6} {'wrapped':>8} {'x bare':>7}   {'bare cpu':>8} {'wrapped cpu':>11} {'x bare':>7}   {'call bare':>9} {'wrapped':>8}"
+    )
     for api, bare, wrapped in rows:
         cells = []
         for index in (0, 1):
             ratio = wrapped[index] / bare[index]
             cells.append(f"{ratio:7.2f} {'ok' if ratio <= TARGET_RATIO else 'OVER':<4}")
-        print(f"{api:<12} {bare[0]:6.0f} {wrapped[0]:8.0f} {cells[0]} {bare[1]:8.0f} {wrapped[1]:11.0f} {cells[1]} {bare[2]:9.0f} {wrapped[2]:8.0f}")
+        print(
+            f"{api:<12} {bare[0]:6.0f} {wrapped[0]:8.0f} {cells[0]} {bare[1]:8.0f} {wrapped[1]:11.0f} {cells[1]} {bare[2]:9.0f} {wrapped[2]:8.0f}"
+        )
 
 
 if __name__ == "__main__":

@@ -63,7 +63,8 @@ def work(name: str, port: int, calls: int, streams: int, baseline: str | None) -
     Each contender's own garbage is still collected, and counted, as it would be in a long-lived app.
     """
     contender = (
-        overhead.Floor(port, openinference=name == "otel-floor", export_in_call=True) if name.startswith("otel-floor")
+        overhead.Floor(port, openinference=name == "otel-floor", export_in_call=True)
+        if name.startswith("otel-floor")
         else overhead.Contender(name, port, baseline, export_in_call=True)
     )
     for _ in range(3):
@@ -78,19 +79,34 @@ def work(name: str, port: int, calls: int, streams: int, baseline: str | None) -
 def count(name: str, common: list[str], out: Path, cache_sim: bool) -> subprocess.Popen[bytes]:
     """Start `name`'s process under callgrind, writing its counts to `out`."""
     return subprocess.Popen(
-        ["valgrind", "--tool=callgrind", f"--cache-sim={'yes' if cache_sim else 'no'}", f"--callgrind-out-file={out}",
-         sys.executable, "-m", __spec__.name,
-         "--contender", name, *common],
-        cwd=overhead.ROOT, env={**os.environ, "PYTHONHASHSEED": "0"},
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [
+            "valgrind",
+            "--tool=callgrind",
+            f"--cache-sim={'yes' if cache_sim else 'no'}",
+            f"--callgrind-out-file={out}",
+            sys.executable,
+            "-m",
+            __spec__.name,
+            "--contender",
+            name,
+            *common,
+        ],
+        cwd=overhead.ROOT,
+        env={**os.environ, "PYTHONHASHSEED": "0"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
 
 
 def inclusive(out: Path) -> dict[str, int]:
     """Inclusive counts of the entry points from `callgrind_annotate`: instructions, or with the
     cache simulation callgrind's cycle estimate (Ir + 10 × L1 misses + 100 × last-level misses)."""
-    text = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(out)], capture_output=True, text=True,
-                          check=True).stdout
+    text = subprocess.run(
+        ["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(out)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     events: list[str] = []
     found: dict[str, int] = {}
     for line in text.splitlines():
@@ -110,7 +126,12 @@ def inclusive(out: Path) -> dict[str, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=40, help="counted plain calls per contender")
-    parser.add_argument("--streams", type=int, default=20, help=f"counted {overhead.STREAM_CHUNKS}-chunk streams per contender (the young-generation collections a stream triggers fall unevenly: a few streams are noisy)")
+    parser.add_argument(
+        "--streams",
+        type=int,
+        default=20,
+        help=f"counted {overhead.STREAM_CHUNKS}-chunk streams per contender (the young-generation collections a stream triggers fall unevenly: a few streams are noisy)",
+    )
     parser.add_argument("--baseline", help="a checkout of an earlier commit: its sdk is counted as kvwise-base")
     parser.add_argument("--cache-sim", action="store_true", help="count estimated cycles with simulated caches")
     parser.add_argument("--only", nargs="+", help="count only these contenders (raw is always counted)")
@@ -136,7 +157,10 @@ def main() -> None:
         if args.baseline:
             common += ["--baseline", str(Path(args.baseline).resolve())]
         for wave in range(0, len(names), PARALLEL):
-            running = {name: count(name, common, folder / f"{name}.out", args.cache_sim) for name in names[wave : wave + PARALLEL]}
+            running = {
+                name: count(name, common, folder / f"{name}.out", args.cache_sim)
+                for name in names[wave : wave + PARALLEL]
+            }
             for name, process in running.items():
                 _, errors = process.communicate()
                 found = inclusive(folder / f"{name}.out") if process.returncode == 0 else {}
@@ -157,14 +181,19 @@ def report(results: dict[str, dict[str, float] | str], unit: str) -> None:
     if not isinstance(raw, dict):
         print(f"the raw client could not be counted: {raw}")
         return
-    print(f"\nmillions of {unit} per call in the caller's thread (callgrind); overhead = contender - raw; "
-          f"{overhead.STREAM_CHUNKS}-chunk stream\n")
+    print(
+        f"\nmillions of {unit} per call in the caller's thread (callgrind); overhead = contender - raw; "
+        f"{overhead.STREAM_CHUNKS}-chunk stream\n"
+    )
     print(f"{'contender':<17} {'call':>8} {'overhead':>9} {'stream':>8} {'overhead':>9}")
     for name, figures in results.items():
         if isinstance(figures, str):
             print(f"{name:<17} could not be counted: {figures}")
             continue
-        print(f"{name:<17} " + " ".join(f"{figures[k] / 1e6:8.2f} {(figures[k] - raw[k]) / 1e6:+9.2f}" for k in ("whole", "stream")))
+        print(
+            f"{name:<17} "
+            + " ".join(f"{figures[k] / 1e6:8.2f} {(figures[k] - raw[k]) / 1e6:+9.2f}" for k in ("whole", "stream"))
+        )
     if not isinstance(kvwise, dict):
         return
     for peer in ("kvwise-base", *CONTENDERS[2:]):

@@ -62,27 +62,47 @@ KEYS = ("whole_us", "stream_us", "whole_cpu_us", "stream_cpu_us")
 """What each round measures: wall-clock and CPU µs per call, plain and streamed."""
 """Rows timed without any I/O: absolute µs per call, not compared with the raw client."""
 MESSAGES = [{"role": "system", "content": "You answer briefly."}, {"role": "user", "content": "What is prefill?"}]
-USAGE = {"prompt_tokens": 20, "completion_tokens": STREAM_CHUNKS, "total_tokens": 20 + STREAM_CHUNKS,
-         "prompt_tokens_details": {"cached_tokens": 0}}
+USAGE = {
+    "prompt_tokens": 20,
+    "completion_tokens": STREAM_CHUNKS,
+    "total_tokens": 20 + STREAM_CHUNKS,
+    "prompt_tokens_details": {"cached_tokens": 0},
+}
 
 
 # --- the mock server -------------------------------------------------------------------------
 
 
 def _completion_body() -> bytes:
-    return json.dumps({
-        "id": "chatcmpl-bench", "object": "chat.completion", "created": 1, "model": MODEL,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Prefill reads the prompt."},
-                     "finish_reason": "stop"}],
-        "usage": USAGE,
-    }).encode()
+    return json.dumps(
+        {
+            "id": "chatcmpl-bench",
+            "object": "chat.completion",
+            "created": 1,
+            "model": MODEL,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "Prefill reads the prompt."},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": USAGE,
+        }
+    ).encode()
 
 
 def _stream_body() -> bytes:
     def chunk(delta: dict[str, Any], finish: str | None, usage: dict[str, Any] | None = None) -> str:
         choices = [{"index": 0, "delta": delta, "finish_reason": finish}] if usage is None else []
-        event = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1, "model": MODEL,
-                 "choices": choices, "usage": usage}
+        event = {
+            "id": "chatcmpl-bench",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": MODEL,
+            "choices": choices,
+            "usage": usage,
+        }
         return f"data: {json.dumps(event)}\n\n"
 
     events = [chunk({"role": "assistant", "content": ""}, None)]
@@ -189,8 +209,9 @@ class Contender:
         client = _client(name, port, baseline, export_in_call)
         create = client.chat.completions.create
         self.whole = lambda: create(model=MODEL, messages=MESSAGES)
-        self.streamed = lambda: [_ for _ in create(model=MODEL, messages=MESSAGES, stream=True,
-                                                   stream_options={"include_usage": True})]
+        self.streamed = lambda: [
+            _ for _ in create(model=MODEL, messages=MESSAGES, stream=True, stream_options={"include_usage": True})
+        ]
 
 
 class Recorder:
@@ -219,7 +240,11 @@ class Recorder:
                     record.first_chunk()
                     for _ in range(STREAM_CHUNKS):
                         record.chunk()
-                record.end(CallEnd(Ending.ANSWERED, usage=usage, response_id="r", response_model=MODEL, finish_reasons=("stop",)))
+                record.end(
+                    CallEnd(
+                        Ending.ANSWERED, usage=usage, response_id="r", response_model=MODEL, finish_reasons=("stop",)
+                    )
+                )
 
             return run
 
@@ -254,14 +279,25 @@ class _Captured:
             started.clear()
             ended.clear()
             client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="bench", max_retries=0)
-            wrapped = sdk.wrap(client, tracer_provider=tracer_provider, meter_provider=MeterProvider(metric_readers=[reader]))
-            answer = wrapped.chat.completions.create(model=MODEL, messages=MESSAGES, stream=stream,
-                                                      **({"stream_options": {"include_usage": True}} if stream else {}))
+            wrapped = sdk.wrap(
+                client, tracer_provider=tracer_provider, meter_provider=MeterProvider(metric_readers=[reader])
+            )
+            answer = wrapped.chat.completions.create(
+                model=MODEL,
+                messages=MESSAGES,
+                stream=stream,
+                **({"stream_options": {"include_usage": True}} if stream else {}),
+            )
             if stream:
                 list(answer)
             data = reader.get_metrics_data()
-            points = [(metric.name, dict(point.attributes)) for rm in data.resource_metrics for sm in rm.scope_metrics
-                      for metric in sm.metrics for point in metric.data.data_points]
+            points = [
+                (metric.name, dict(point.attributes))
+                for rm in data.resource_metrics
+                for sm in rm.scope_metrics
+                for metric in sm.metrics
+                for point in metric.data.data_points
+            ]
             root = next(name for name in started if name.startswith("chat"))
             self.shapes[stream] = {
                 "root": root,
@@ -294,13 +330,19 @@ class Floor:
         def recorder(name: str) -> Callable[[float, dict[str, Any]], None]:
             """`add` of a counter (kvwise's), `record` of a histogram (the GenAI ones), made once per name."""
             if name not in recorders:
-                recorders[name] = meter.create_counter(name).add if name.startswith("kvwise.") else meter.create_histogram(name).record
+                recorders[name] = (
+                    meter.create_counter(name).add
+                    if name.startswith("kvwise.")
+                    else meter.create_histogram(name).record
+                )
             return recorders[name]
 
         def kept(attributes: dict[str, Any]) -> dict[str, Any]:
-            return attributes if openinference else {
-                key: value for key, value in attributes.items() if not key.startswith(OPENINFERENCE_PREFIXES)
-            }
+            return (
+                attributes
+                if openinference
+                else {key: value for key, value in attributes.items() if not key.startswith(OPENINFERENCE_PREFIXES)}
+            )
 
         def one(stream: bool) -> Callable[[], None]:
             shape = captured.shapes[stream]
@@ -335,8 +377,10 @@ def work(name: str, port: int, calls: int, baseline: str | None = None) -> None:
     """A contender process: set up, warm up, then answer one timed round per line read from stdin."""
     try:
         contender: Contender | Recorder | Floor = (
-            Recorder() if name == "recorder"
-            else Floor(port, send=name == "otel-floor") if name in ("otel-floor", "floor-alone")
+            Recorder()
+            if name == "recorder"
+            else Floor(port, send=name == "otel-floor")
+            if name in ("otel-floor", "floor-alone")
             else Contender(name, port, baseline)
         )
         for _ in range(max(calls // 5, 10)):
@@ -351,8 +395,12 @@ def work(name: str, port: int, calls: int, baseline: str | None = None) -> None:
     for _ in sys.stdin:
         whole, whole_cpu = _mean_us(contender.whole, calls * scale)
         streamed, streamed_cpu = _mean_us(contender.streamed, max(calls // 10, 5) * scale)
-        print(json.dumps({"whole_us": whole, "stream_us": streamed, "whole_cpu_us": whole_cpu, "stream_cpu_us": streamed_cpu}),
-              flush=True)
+        print(
+            json.dumps(
+                {"whole_us": whole, "stream_us": streamed, "whole_cpu_us": whole_cpu, "stream_cpu_us": streamed_cpu}
+            ),
+            flush=True,
+        )
 
 
 # --- the driver ------------------------------------------------------------------------------
@@ -361,8 +409,15 @@ def work(name: str, port: int, calls: int, baseline: str | None = None) -> None:
 def _start(name: str, common: list[str]) -> tuple[subprocess.Popen[str] | None, str | None]:
     """A warmed-up worker for `name`, or None and why it could not start."""
     env = {**os.environ, "PYTHONHASHSEED": "0"}  # one dict layout for every worker
-    worker = subprocess.Popen([sys.executable, __file__, "--contender", name, *common], cwd=ROOT, text=True, env=env,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    worker = subprocess.Popen(
+        [sys.executable, __file__, "--contender", name, *common],
+        cwd=ROOT,
+        text=True,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     assert worker.stdout is not None and worker.stderr is not None
     first = worker.stdout.readline()
     status = json.loads(first) if first.startswith("{") else {"error": worker.stderr.read().strip()[-300:] or "?"}
@@ -415,8 +470,10 @@ def _report(results: list[dict[str, Any]]) -> None:
     raw = by_name.get("raw", {})
     for measure, suffix in (("wall-clock", "_us"), ("CPU time of the contender's process", "_cpu_us")):
         whole, stream = "whole" + suffix, "stream" + suffix
-        print(f"\n{measure}: µs per call (median over processes of each one's best round); overhead = contender - raw; "
-              f"{STREAM_CHUNKS}-chunk stream\n")
+        print(
+            f"\n{measure}: µs per call (median over processes of each one's best round); overhead = contender - raw; "
+            f"{STREAM_CHUNKS}-chunk stream\n"
+        )
         print(f"{'contender':<13} {'call':>9} {'overhead':>9} {'x raw':>6} {'stream':>9} {'overhead':>9} {'x raw':>6}")
         for r in results:
             if "error" in r:
@@ -442,12 +499,16 @@ def _report(results: list[dict[str, Any]]) -> None:
     floor = by_name.get("otel-floor")
     if kvwise and "error" not in kvwise and floor and "error" not in floor and raw:
         for key, label in (("whole_us", "call"), ("stream_us", "stream")):
-            print(f"OpenTelemetry SDK floor for kvwise's data, {label}: {floor[key] - raw[key]:.0f} µs; "
-                  f"kvwise beyond it: {kvwise[key] - floor[key]:.0f} µs")
+            print(
+                f"OpenTelemetry SDK floor for kvwise's data, {label}: {floor[key] - raw[key]:.0f} µs; "
+                f"kvwise beyond it: {kvwise[key] - floor[key]:.0f} µs"
+            )
     recorder, alone = by_name.get("recorder"), by_name.get("floor-alone")
     if recorder and alone and "error" not in recorder and "error" not in alone:
         for key, label in (("whole_us", "call"), ("stream_us", "stream")):
-            print(f"Without I/O, per {label}: the SDK calls alone {alone[key]:.0f} µs, kvwise's recorder {recorder[key]:.0f} µs")
+            print(
+                f"Without I/O, per {label}: the SDK calls alone {alone[key]:.0f} µs, kvwise's recorder {recorder[key]:.0f} µs"
+            )
 
 
 def main() -> None:

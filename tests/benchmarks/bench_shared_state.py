@@ -60,7 +60,9 @@ def _overhead(sim: ProviderSimulator, server: RedisServer, folder: str) -> str:
     callers = {
         "raw client": _caller(bare, prefix),
         "kvwise, in-process state": _caller(sdk.wrap(bare, policy, state="memory"), prefix),
-        "kvwise, SQLite state (default)": _caller(sdk.wrap(bare, policy, state=f"sqlite://{folder}/state.sqlite3"), prefix),
+        "kvwise, SQLite state (default)": _caller(
+            sdk.wrap(bare, policy, state=f"sqlite://{folder}/state.sqlite3"), prefix
+        ),
         "kvwise, Redis state": _caller(sdk.wrap(bare, policy, state=server.url), prefix),
     }
     for call in callers.values():
@@ -72,7 +74,9 @@ def _overhead(sim: ProviderSimulator, server: RedisServer, folder: str) -> str:
             figures[name].append(_per_call_us(call, 1000 + round_ * CALLS))
     medians = {name: statistics.median(values) for name, values in figures.items()}
     base = medians["kvwise, in-process state"]
-    lines = [f"{'per call (median of ' + str(ROUNDS) + ' rounds of ' + str(CALLS) + ')':<40} {'µs':>9} {'÷ in-process':>13}"]
+    lines = [
+        f"{'per call (median of ' + str(ROUNDS) + ' rounds of ' + str(CALLS) + ')':<40} {'µs':>9} {'÷ in-process':>13}"
+    ]
     lines += [f"{name:<40} {value:>9.0f} {value / base:>13.2f}" for name, value in medians.items()]
     lines.append(f"{'SQLite state adds':<40} {medians['kvwise, SQLite state (default)'] - base:>+9.0f}")
     lines.append(f"{'Redis state adds':<40} {medians['kvwise, Redis state'] - base:>+9.0f}")

@@ -107,7 +107,9 @@ def interleaved(plain: Engine, fast: Engine, workload: Workload) -> tuple[float,
 
 
 def pair(model: str | Path) -> tuple[Engine, Engine]:
-    return Engine.from_pretrained(model, device="cpu"), Engine.from_pretrained(model, device="cpu", speculative_config=SPEC)
+    return Engine.from_pretrained(model, device="cpu"), Engine.from_pretrained(
+        model, device="cpu", speculative_config=SPEC
+    )
 
 
 def main() -> None:

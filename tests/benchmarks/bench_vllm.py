@@ -53,7 +53,16 @@ from local_backend.dtype_choice import cpu_bf16_features
 from local_backend.engine_config import EngineConfig
 from tests.benchmarks import RUNNER_DEFAULTS_ENV
 
-from .bench_engine import CONCURRENT, CONCURRENT_OUTPUT, CONCURRENT_PROMPT, DECODE_TOKENS, PROMPT_LENGTHS, SUFFIX, build_checkpoint, prompts
+from .bench_engine import (
+    CONCURRENT,
+    CONCURRENT_OUTPUT,
+    CONCURRENT_PROMPT,
+    DECODE_TOKENS,
+    PROMPT_LENGTHS,
+    SUFFIX,
+    build_checkpoint,
+    prompts,
+)
 from .figures_doc import machine_line
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -210,17 +219,23 @@ def report(dtype: str, vllm: dict[str, list[float]], ours: dict[str, list[float]
     print(f"\nkvwise server vs vLLM CPU over HTTP, both --dtype {dtype}, medians: cold TTFT of {TTFT_SAMPLES} "
           f"interleaved samples, the rest of {ROUNDS} interleaved rounds")  # fmt: skip
     features = cpu_bf16_features()
-    print(f"machine: {machine_line()}; native bfloat16: {', '.join(features) if features else 'none (AVX512-BF16 and AMX absent)'}")
+    print(
+        f"machine: {machine_line()}; native bfloat16: {', '.join(features) if features else 'none (AVX512-BF16 and AMX absent)'}"
+    )
     print(f"{'measure':<36}{'vLLM':>10}{'kvwise':>10}{'kvwise/vLLM':>13}  target >= 1.0x")
     for key, name, is_time in ROWS:
         theirs, mine = statistics.median(vllm[key]), statistics.median(ours[key])
         scale = 1e3 if is_time else 1.0
         ratio = theirs / mine if is_time else mine / theirs  # speed ratio either way
-        print(f"{name:<36}{theirs * scale:>10.1f}{mine * scale:>10.1f}{ratio:>12.2f}x  {'met' if ratio >= 1 else 'NOT met'}")
+        print(
+            f"{name:<36}{theirs * scale:>10.1f}{mine * scale:>10.1f}{ratio:>12.2f}x  {'met' if ratio >= 1 else 'NOT met'}"
+        )
     print("cold TTFT samples (ms), in the order taken, vLLM | kvwise:")
     for n in PROMPT_LENGTHS:
         key = f"ttft_{n}"
-        print(f"  {n:>5}: {' '.join(f'{t * 1e3:.0f}' for t in vllm[key])} | {' '.join(f'{t * 1e3:.0f}' for t in ours[key])}")
+        print(
+            f"  {n:>5}: {' '.join(f'{t * 1e3:.0f}' for t in vllm[key])} | {' '.join(f'{t * 1e3:.0f}' for t in ours[key])}"
+        )
 
 
 def hit_ratios(url: str) -> tuple[float, float]:
@@ -236,7 +251,7 @@ def hit_ratios(url: str) -> tuple[float, float]:
     for client in (raw, wrapped):
         cached = total = 0
         for question in QUESTIONS * 2:
-            stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+            stamp = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
             system = f"Request ID: {uuid.uuid4()}\nTimestamp: {stamp}\n{SYSTEM_PROMPT}"
             answer = client.chat.completions.create(
                 model=DEMO_MODEL, max_tokens=16, temperature=0,
@@ -265,13 +280,20 @@ def kv_tokens_per_budget(url: str) -> float | None:
     `cache_config_info` blocks x block size over `VLLM_CPU_KVCACHE_SPACE`; kvwise's capacity gauge
     over its `kv_cache_memory`), None where it does not say."""
     text = httpx2.get(f"{url}/metrics", timeout=REQUEST_TIMEOUT_SECONDS).text
-    if (vllm := re.search(r'vllm:cache_config_info\{[^}]*\}', text)) is not None:
+    if (vllm := re.search(r"vllm:cache_config_info\{[^}]*\}", text)) is not None:
         blocks, size = (re.search(rf'{name}="(\d+)"', vllm.group(0)) for name in ("num_gpu_blocks", "block_size"))
         if blocks is None or size is None:
             return None
-        return int(blocks.group(1)) * int(size.group(1)) * KV_BUDGET_BYTES / (float(VLLM_ENV["VLLM_CPU_KVCACHE_SPACE"]) * 2**30)
+        return (
+            int(blocks.group(1))
+            * int(size.group(1))
+            * KV_BUDGET_BYTES
+            / (float(VLLM_ENV["VLLM_CPU_KVCACHE_SPACE"]) * 2**30)
+        )
     if (ours := re.search(r"^kvwise_kv_capacity_tokens (\S+)$", text, re.MULTILINE)) is not None:
-        return float(ours.group(1)) * KV_BUDGET_BYTES / DEFAULT_KV_CACHE_MEMORY_CPU  # (served with no --kv-cache-memory)
+        return (
+            float(ours.group(1)) * KV_BUDGET_BYTES / DEFAULT_KV_CACHE_MEMORY_CPU
+        )  # (served with no --kv-cache-memory)
     return None
 
 
@@ -300,11 +322,15 @@ def quantized_kv(config: EngineConfig) -> None:
           f"{eight['vllm']:>16.1f}{eight['kvwise']:>16.1f}")  # fmt: skip
     print(f"{'  ÷ its float32 KV (target >= 0.9x)':<44}"
           f"{_ratio(eight['vllm'], base['vllm']):>16}{_ratio(eight['kvwise'], base['kvwise']):>16}")  # fmt: skip
-    print(f"{f'KV tokens per {KV_BUDGET_BYTES >> 20} MiB, float32 -> 8-bit':<44}"
-          f"{_capacity(base['vllm_tokens'], eight['vllm_tokens']):>16}{_capacity(base['kvwise_tokens'], eight['kvwise_tokens']):>16}")
+    print(
+        f"{f'KV tokens per {KV_BUDGET_BYTES >> 20} MiB, float32 -> 8-bit':<44}"
+        f"{_capacity(base['vllm_tokens'], eight['vllm_tokens']):>16}{_capacity(base['kvwise_tokens'], eight['kvwise_tokens']):>16}"
+    )
     contexts = [None if t is None else int(t // 2048) for t in (eight["vllm_tokens"], eight["kvwise_tokens"])]
-    print(f"{f'2048-token contexts in {KV_BUDGET_BYTES >> 20} MiB, 8-bit':<44}"
-          f"{_or_dash(contexts[0]):>16}{_or_dash(contexts[1]):>16}")
+    print(
+        f"{f'2048-token contexts in {KV_BUDGET_BYTES >> 20} MiB, 8-bit':<44}"
+        f"{_or_dash(contexts[0]):>16}{_or_dash(contexts[1]):>16}"
+    )
 
 
 def _ratio(value: float | None, base: float | None) -> str:

@@ -15,7 +15,9 @@ import subprocess
 from pathlib import Path
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"
-TITLE = "# Benchmark figures\n\nWritten by `make bench` (`python -m tests.benchmarks [NAME ...]`); do not edit by hand.\n"
+TITLE = (
+    "# Benchmark figures\n\nWritten by `make bench` (`python -m tests.benchmarks [NAME ...]`); do not edit by hand.\n"
+)
 _SECTION = re.compile(r"^## (\S+)\n.*?(?=^## |\Z)", re.M | re.S)
 
 
@@ -42,17 +44,20 @@ def vector_capability() -> str:
 
 def commit() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
-                              cwd=DOC.parent).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True, cwd=DOC.parent
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
 
 def machine_line() -> str:
     load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
-    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return (f"{cpu_model()}; torch capability {vector_capability()}; {os.cpu_count()} cores; load {load}; "
-            f"{when}; commit {commit()}")
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return (
+        f"{cpu_model()}; torch capability {vector_capability()}; {os.cpu_count()} cores; load {load}; "
+        f"{when}; commit {commit()}"
+    )
 
 
 def section(name: str, output: str, machine: str) -> str:

@@ -8,7 +8,15 @@ import jsonschema
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from examples import anthropic_breakpoints, async_stream_loop_guard, demo, other_servers, otlp_export, prompt_builder, wrap_openai
+from examples import (
+    anthropic_breakpoints,
+    async_stream_loop_guard,
+    demo,
+    other_servers,
+    otlp_export,
+    prompt_builder,
+    wrap_openai,
+)
 from examples.local_server import local_server
 from local_backend.models import tool_corpus
 
@@ -64,7 +72,9 @@ def test_demo_shows_cache_hits_loop_cuts_and_span_rows(chat_url, base_url, tmp_p
     unwrapped_cached = [plain.cached_tokens for plain, _ in result["cache"]]
     wrapped_cached = [guarded.cached_tokens for _, guarded in result["cache"]]
     assert unwrapped_cached == [0, 0, 0]
-    assert wrapped_cached[0] == 0 and min(wrapped_cached[1:]) > 0  # the IDs move on first sight: call 2 reads call 1's prefix
+    assert (
+        wrapped_cached[0] == 0 and min(wrapped_cached[1:]) > 0
+    )  # the IDs move on first sight: call 2 reads call 1's prefix
     for plain, guarded in result["loops"].values():
         assert guarded < plain
     tool = result["tool"]
@@ -99,7 +109,8 @@ def _assert_printed_figures_are_the_results(printed: list[str], result: dict) ->
     cache_rows = [line.split() for line in _section(printed, "a")[2:]]
     assert [int(row[0]) for row in cache_rows] == [1, 2, 3]
     assert [(int(row[2]), int(row[4])) for row in cache_rows] == [
-        (plain.cached_tokens, wrapped.cached_tokens) for plain, wrapped in result["cache"]]
+        (plain.cached_tokens, wrapped.cached_tokens) for plain, wrapped in result["cache"]
+    ]
     loop_rows = _section(printed, "b")[2:]
     assert len(loop_rows) == len(result["loops"])
     for row, (plain, wrapped) in zip(loop_rows, result["loops"].values()):
@@ -109,7 +120,9 @@ def _assert_printed_figures_are_the_results(printed: list[str], result: dict) ->
     for cells, row in zip(span_rows, result["spans"]):
         tokens_in, cached, tokens_out = int(cells[2]), int(cells[3]), int(cells[4])
         assert (tokens_in, cached, tokens_out) == (row["input"], row["cached"], row["output"])
-        assert 0 <= cached <= tokens_in and float(cells[7]) > 0  # a cached read never exceeds the prompt; every call costs
+        assert (
+            0 <= cached <= tokens_in and float(cells[7]) > 0
+        )  # a cached read never exceeds the prompt; every call costs
         assert (cells[-1] == "loop") == (row["guard"] == "loop")
     framework = _section(printed, "f")[1]
     assert f"{result['framework']['calls']} model calls" in framework

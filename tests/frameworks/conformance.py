@@ -131,9 +131,17 @@ async def _play_once(scenario: Scenario, client: Any, request_id: str) -> Scenar
     return await outcome if inspect.isawaitable(outcome) else outcome
 
 
-async def play(scenario: Scenario, client: Any, server: Any, request_id: str, *, wrap: bool,
-               policy: sdk.Policy | None = None, earlier_conversation: bool = False,
-               arm: Callable[[], None] = lambda: None) -> Run:
+async def play(
+    scenario: Scenario,
+    client: Any,
+    server: Any,
+    request_id: str,
+    *,
+    wrap: bool,
+    policy: sdk.Policy | None = None,
+    earlier_conversation: bool = False,
+    arm: Callable[[], None] = lambda: None,
+) -> Run:
     """Run `scenario` once on `client` (wrapped with `policy` when `wrap`), recording through `server`
     (anything with `requests` and a `reset()` that empties its caches, as the simulator and
     `LocalServer` have). With `earlier_conversation` the client first plays the scenario under
@@ -157,44 +165,65 @@ async def play(scenario: Scenario, client: Any, server: Any, request_id: str, *,
         return Run(request_id, outcome, requests, list(exporter.get_finished_spans()), ledger.open)
 
 
-async def run_pair(scenario: Scenario, make_client: Callable[[], Any], server: Any,
-                   policy: sdk.Policy | None = None, *, earlier_conversation: bool = True,
-                   arm: Callable[[], None] = lambda: None) -> tuple[Run, Run]:
+async def run_pair(
+    scenario: Scenario,
+    make_client: Callable[[], Any],
+    server: Any,
+    policy: sdk.Policy | None = None,
+    *,
+    earlier_conversation: bool = True,
+    arm: Callable[[], None] = lambda: None,
+) -> tuple[Run, Run]:
     """The wrapped run, then the bare one, on fresh clients from `make_client` (see the module).
 
     `earlier_conversation` (the default): the wrapped client has served one conversation before,
     under another ID, so kvwise moves this run's ID from its first call on; without it the run is
     the wrapped client's first, where nothing has changed yet and nothing may move."""
-    wrapped = await play(scenario, make_client(), server, RUN_REQUEST_ID, wrap=True, policy=policy,
-                         earlier_conversation=earlier_conversation, arm=arm)
+    wrapped = await play(
+        scenario,
+        make_client(),
+        server,
+        RUN_REQUEST_ID,
+        wrap=True,
+        policy=policy,
+        earlier_conversation=earlier_conversation,
+        arm=arm,
+    )
     bare = await play(scenario, make_client(), server, RUN_REQUEST_ID, wrap=False, arm=arm)
     return bare, wrapped
 
 
-async def changing_ids(scenario: Scenario, make_client: Callable[[], Any], server: Any, *, wrap: bool,
-                       ids: tuple[str, ...] = ()) -> list[tuple[int, ...]]:
+async def changing_ids(
+    scenario: Scenario, make_client: Callable[[], Any], server: Any, *, wrap: bool, ids: tuple[str, ...] = ()
+) -> list[tuple[int, ...]]:
     """Runs of `scenario` on one client (wrapped when `wrap`) from one emptied cache, each under its
     own request ID (`ids`, else two fresh ones: an app's runs, one ID each): each run's cached tokens."""
     server.reset()
     client = make_client()
     target = sdk.wrap(client) if wrap else client
     try:
-        return [(await _play_once(scenario, target, request_id)).cached
-                for request_id in ids or tuple(f"Request ID: {uuid.uuid4()}" for _ in range(2))]
+        return [
+            (await _play_once(scenario, target, request_id)).cached
+            for request_id in ids or tuple(f"Request ID: {uuid.uuid4()}" for _ in range(2))
+        ]
     finally:
         closing = client.close()
         if inspect.isawaitable(closing):
             await closing
 
 
-async def assert_a_new_id_reads_the_stable_prefix(scenario: Scenario, make_client: Callable[[], Any], server: Any) -> None:
+async def assert_a_new_id_reads_the_stable_prefix(
+    scenario: Scenario, make_client: Callable[[], Any], server: Any
+) -> None:
     """A tool loop whose ID changes per run: the wrapped client's second run reads, on its first call,
     at least `STABLE_READ_SHARE` of the stable prefix (what a second run reads there when the ID stays
     the same: the bare client's, or the wrapped one's where the framework marks no breakpoint and the
     bare client reads nothing on Anthropic), where the bare client with a new ID reads nothing; and
     every call reads at least the bare client's cached tokens."""
     same = (RUN_REQUEST_ID, RUN_REQUEST_ID)
-    stable = max([(await changing_ids(scenario, make_client, server, wrap=wrap, ids=same))[1][0] for wrap in (False, True)])
+    stable = max(
+        [(await changing_ids(scenario, make_client, server, wrap=wrap, ids=same))[1][0] for wrap in (False, True)]
+    )
     bare = await changing_ids(scenario, make_client, server, wrap=False)
     wrapped = await changing_ids(scenario, make_client, server, wrap=True)
     assert stable > 1000 and bare[1][0] == 0, (stable, bare)
@@ -225,8 +254,9 @@ async def attempts(scenario: Scenario, client: Any, server: Any, arm: Callable[[
     return sum(1 for r in server.requests if r.method == "POST" and r.path.endswith(MODEL_PATHS))
 
 
-async def attempts_pair(scenario: Scenario, make_client: Callable[[], Any], server: Any,
-                        arm: Callable[[], None]) -> tuple[int, int]:
+async def attempts_pair(
+    scenario: Scenario, make_client: Callable[[], Any], server: Any, arm: Callable[[], None]
+) -> tuple[int, int]:
     """Model requests sent under the same faults: by the bare client, then by the wrapped one."""
     bare = await attempts(scenario, make_client(), server, arm, wrap=False)
     return bare, await attempts(scenario, make_client(), server, arm, wrap=True)
@@ -267,7 +297,11 @@ def assert_cap_allowed(bare: dict[str, Any], wrapped: dict[str, Any], policy: sd
     for key in CAP_KEYS:
         if key in wrapped:
             limit = bare.get(key)
-            assert wrapped[key] <= (limit if limit is not None else policy.max_output_tokens), (key, wrapped[key], limit)
+            assert wrapped[key] <= (limit if limit is not None else policy.max_output_tokens), (
+                key,
+                wrapped[key],
+                limit,
+            )
 
 
 def assert_no_new_headers(bare: Run, wrapped: Run) -> None:
@@ -281,8 +315,11 @@ def client_spans(run: Run) -> list[ReadableSpan]:
 
 
 def kvwise_spans(run: Run) -> list[ReadableSpan]:
-    return [span for span in client_spans(run)
-            if span.instrumentation_scope is not None and span.instrumentation_scope.name == sc.INSTRUMENTATION_SCOPE]
+    return [
+        span
+        for span in client_spans(run)
+        if span.instrumentation_scope is not None and span.instrumentation_scope.name == sc.INSTRUMENTATION_SCOPE
+    ]
 
 
 def assert_one_span_per_call(run: Run, calls: int) -> None:
@@ -313,8 +350,10 @@ def assert_cache_holds(bare: Run, wrapped: Run) -> None:
     assert len(bare.outcome.cached) >= 3, bare.outcome.cached
     assert len(wrapped.outcome.cached) == len(bare.outcome.cached), (wrapped.outcome.cached, bare.outcome.cached)
     for index, (plain, ours) in enumerate(zip(bare.outcome.cached[1:], wrapped.outcome.cached[1:]), start=2):
-        assert ours >= plain, (f"call {index}: wrapped read {ours} cached tokens, bare {plain} "
-                               f"({wrapped.outcome.cached} vs {bare.outcome.cached})")
+        assert ours >= plain, (
+            f"call {index}: wrapped read {ours} cached tokens, bare {plain} "
+            f"({wrapped.outcome.cached} vs {bare.outcome.cached})"
+        )
     assert span_cached(wrapped) == list(wrapped.outcome.cached)
 
 
@@ -354,14 +393,20 @@ _MODEL_TURN = "<the model's turn>"
 
 def _model_turns_blanked(body: dict[str, Any]) -> dict[str, Any]:
     """`body` with what the model wrote, and the tool results computed from it, blanked out."""
+
     def blank(message: Any) -> Any:
         if not isinstance(message, dict):
             return message
-        if message.get("role") in ("assistant", "tool") or message.get("type") in ("function_call", "function_call_output"):
+        if message.get("role") in ("assistant", "tool") or message.get("type") in (
+            "function_call",
+            "function_call_output",
+        ):
             return {"role": message.get("role"), "type": message.get("type"), "turn": _MODEL_TURN}
         if isinstance(message.get("content"), list):
-            parts = [{"type": "tool_result", "content": _MODEL_TURN} if part.get("type") == "tool_result" else part
-                     for part in message["content"]]
+            parts = [
+                {"type": "tool_result", "content": _MODEL_TURN} if part.get("type") == "tool_result" else part
+                for part in message["content"]
+            ]
             return {**message, "content": parts}
         return message
 

@@ -25,6 +25,7 @@ from tests.frameworks.scripted import ScriptedSimulator  # noqa: E402
 from tests.local_backend.serving import Served, served_engine, wait_idle  # noqa: E402
 from tests.simulator.records import RecordedRequest  # noqa: E402
 
+
 @pytest.fixture(params=[True, False], ids=["later-conversation", "first-conversation"])
 def earlier_conversation(request: pytest.FixtureRequest) -> bool:
     """Whether the wrapped client served a conversation under another request ID before the
@@ -72,17 +73,33 @@ class LocalServer:
 
     def openai(self, *, sync: bool = False) -> Any:
         if sync:
-            return openai.OpenAI(base_url=f"{self.url}/v1", api_key="local", max_retries=0,
-                                 http_client=httpx2.Client(event_hooks={"request": [self._record]}))
-        return openai.AsyncOpenAI(base_url=f"{self.url}/v1", api_key="local", max_retries=0,
-                                  http_client=httpx2.AsyncClient(event_hooks={"request": [self._record_async]}))
+            return openai.OpenAI(
+                base_url=f"{self.url}/v1",
+                api_key="local",
+                max_retries=0,
+                http_client=httpx2.Client(event_hooks={"request": [self._record]}),
+            )
+        return openai.AsyncOpenAI(
+            base_url=f"{self.url}/v1",
+            api_key="local",
+            max_retries=0,
+            http_client=httpx2.AsyncClient(event_hooks={"request": [self._record_async]}),
+        )
 
     def anthropic(self, *, sync: bool = False) -> Any:
         if sync:
-            return anthropic.Anthropic(base_url=self.url, api_key="local", max_retries=0,
-                                       http_client=httpx2.Client(event_hooks={"request": [self._record]}))
-        return anthropic.AsyncAnthropic(base_url=self.url, api_key="local", max_retries=0,
-                                        http_client=httpx2.AsyncClient(event_hooks={"request": [self._record_async]}))
+            return anthropic.Anthropic(
+                base_url=self.url,
+                api_key="local",
+                max_retries=0,
+                http_client=httpx2.Client(event_hooks={"request": [self._record]}),
+            )
+        return anthropic.AsyncAnthropic(
+            base_url=self.url,
+            api_key="local",
+            max_retries=0,
+            http_client=httpx2.AsyncClient(event_hooks={"request": [self._record_async]}),
+        )
 
 
 @pytest.fixture(scope="session")

@@ -79,7 +79,9 @@ def _forced_tool(choice: Any, tools: list[str]) -> str | None:
         return None
     if choice.get("type") == "any" and tools:
         return tools[0]
-    name = (choice.get("function") or {}).get("name") or (choice.get("name") if choice.get("type") in ("tool", "function") else None)
+    name = (choice.get("function") or {}).get("name") or (
+        choice.get("name") if choice.get("type") in ("tool", "function") else None
+    )
     return str(name) if name else None
 
 

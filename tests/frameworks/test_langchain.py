@@ -20,10 +20,20 @@ from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 
 import sdk
-
 from tests.frameworks.conformance import (
-    DOCUMENT, LOCAL_DOCUMENT, LOCAL_MODEL, QUESTION, RETRY_AT_ONCE, ScenarioOutcome, assert_a_new_id_reads_the_stable_prefix, assert_cache_holds, assert_conforms, assert_one_span_per_call,
-    assert_same_bodies, attempts_pair, run_pair,
+    DOCUMENT,
+    LOCAL_DOCUMENT,
+    LOCAL_MODEL,
+    QUESTION,
+    RETRY_AT_ONCE,
+    ScenarioOutcome,
+    assert_a_new_id_reads_the_stable_prefix,
+    assert_cache_holds,
+    assert_conforms,
+    assert_one_span_per_call,
+    assert_same_bodies,
+    attempts_pair,
+    run_pair,
 )
 from tests.frameworks.scripted import FINAL_REPLY, STRUCTURED, TOOL_ROUNDS, WEATHER_TOOL_NAME, Weather, weather
 
@@ -43,8 +53,15 @@ def get_weather(city: str) -> str:
 
 def chat_model(client: Any, provider: str, name: str | None = None, **options: Any) -> Any:
     if provider == "openai":
-        return ChatOpenAI(model=name or "gpt-sim-1", api_key="test-key", client=client.chat.completions,
-                          root_client=client, stream_usage=True, max_retries=0, **options)
+        return ChatOpenAI(
+            model=name or "gpt-sim-1",
+            api_key="test-key",
+            client=client.chat.completions,
+            root_client=client,
+            stream_usage=True,
+            max_retries=0,
+            **options,
+        )
     llm = ChatAnthropic(model=name or "claude-sim-1", api_key="test-key", max_retries=0, **options)
     llm._client = client
     return llm
@@ -95,7 +112,9 @@ async def test_a_plain_invoke_gives_the_bare_clients_message(sim, provider):
 async def test_a_stream_yields_the_bare_clients_chunks_and_usage(sim, provider):
     def scenario(client: Any, instructions: str) -> ScenarioOutcome:
         chunks = list(chat_model(client, provider).stream([SystemMessage(instructions), HumanMessage(QUESTION)]))
-        events = tuple((chunk.type, chunk.text, chunk.usage_metadata and chunk.usage_metadata["output_tokens"]) for chunk in chunks)
+        events = tuple(
+            (chunk.type, chunk.text, chunk.usage_metadata and chunk.usage_metadata["output_tokens"]) for chunk in chunks
+        )
         return ScenarioOutcome("".join(chunk.text for chunk in chunks), events)
 
     bare, wrapped = await run_pair(scenario, lambda: sim_client(sim, provider), sim)
@@ -109,7 +128,9 @@ async def test_a_tool_loop_reads_at_least_the_bare_clients_cache(sim, provider, 
         llm = chat_model(client, provider).bind_tools([get_weather])
         return tool_loop(llm, [SystemMessage(instructions), HumanMessage(f"{DOCUMENT}\n\n{QUESTION}")])
 
-    bare, wrapped = await run_pair(scenario, lambda: sim_client(sim, provider), sim, earlier_conversation=earlier_conversation)
+    bare, wrapped = await run_pair(
+        scenario, lambda: sim_client(sim, provider), sim, earlier_conversation=earlier_conversation
+    )
     assert len(bare.requests) == TOOL_ROUNDS + 1 and bare.outcome.result == FINAL_REPLY
     assert_conforms(bare, wrapped)
     assert_cache_holds(bare, wrapped)
@@ -137,6 +158,7 @@ async def test_a_forced_tool_loop_on_the_local_server_reads_at_least_the_bare_cl
     """Three calls, each forced to call the tool (the server constrains it; a call takes ~60 tokens
     of the tiny model's output). A limit keeps a stray long argument from running to the context's
     end (the other frameworks' local runs set none)."""
+
     def scenario(client: Any, instructions: str) -> ScenarioOutcome:
         llm = chat_model(client, provider, LOCAL_MODEL, temperature=0, max_tokens=LOCAL_TOOL_CALL_TOKENS)
         llm = llm.bind_tools([get_weather], tool_choice=WEATHER_TOOL_NAME)
@@ -146,7 +168,10 @@ async def test_a_forced_tool_loop_on_the_local_server_reads_at_least_the_bare_cl
             reply = llm.invoke(messages)
             cached.append(cache_read(reply))
             names += [call["name"] for call in reply.tool_calls]
-            results = [ToolMessage(weather(str(call["args"].get("city"))), tool_call_id=call["id"]) for call in reply.tool_calls]
+            results = [
+                ToolMessage(weather(str(call["args"].get("city"))), tool_call_id=call["id"])
+                for call in reply.tool_calls
+            ]
             messages += [reply, *results]
         return ScenarioOutcome(tuple(names), cached=tuple(cached))
 
@@ -159,8 +184,11 @@ async def test_a_forced_tool_loop_on_the_local_server_reads_at_least_the_bare_cl
 @pytest.mark.parametrize("client_retries", [0, 1, None], ids=["max_retries=0", "max_retries=1", "client-default"])
 async def test_a_429_is_tried_as_often_as_the_bare_client_tries_it(sim, provider, client_retries):
     """`max_retries` on the client is the caller's word: kvwise makes no more attempts than the bare client."""
+
     def scenario(client: Any, instructions: str) -> ScenarioOutcome:
-        return ScenarioOutcome(chat_model(client, provider).invoke([SystemMessage(instructions), HumanMessage(QUESTION)]).text)
+        return ScenarioOutcome(
+            chat_model(client, provider).invoke([SystemMessage(instructions), HumanMessage(QUESTION)]).text
+        )
 
     arm = lambda: sim.fail(429, times=10, headers=RETRY_AT_ONCE)  # noqa: E731
     bare, wrapped = await attempts_pair(scenario, lambda: sim_client(sim, provider, client_retries), sim, arm)
@@ -171,8 +199,13 @@ async def test_a_429_is_tried_as_often_as_the_bare_client_tries_it(sim, provider
 async def test_a_stream_the_loop_guard_cuts_still_reports_usage_and_a_length_stop(sim):
     """ChatOpenAI asks for stream usage (`stream_usage=True`): a reply the guard cuts short still
     ends with the usage chunk, so `usage_metadata` counts the tokens sent."""
+
     def scenario(client: Any, instructions: str) -> ScenarioOutcome:
-        chunks = list(chat_model(client, "openai", max_tokens=LOOP_CAP).stream([SystemMessage(instructions), HumanMessage(QUESTION)]))
+        chunks = list(
+            chat_model(client, "openai", max_tokens=LOOP_CAP).stream(
+                [SystemMessage(instructions), HumanMessage(QUESTION)]
+            )
+        )
         whole = chunks[0]
         for chunk in chunks[1:]:
             whole += chunk

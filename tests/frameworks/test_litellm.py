@@ -16,7 +16,17 @@ import openai
 import pytest
 
 from tests.frameworks.conformance import (
-    DOCUMENT, LOCAL_DOCUMENT, LOCAL_MODEL, QUESTION, RETRY_AT_ONCE, ScenarioOutcome, assert_a_new_id_reads_the_stable_prefix, assert_cache_holds, assert_conforms, attempts_pair, run_pair,
+    DOCUMENT,
+    LOCAL_DOCUMENT,
+    LOCAL_MODEL,
+    QUESTION,
+    RETRY_AT_ONCE,
+    ScenarioOutcome,
+    assert_a_new_id_reads_the_stable_prefix,
+    assert_cache_holds,
+    assert_conforms,
+    attempts_pair,
+    run_pair,
 )
 from tests.frameworks.scripted import FINAL_REPLY, STRUCTURED, TOOL_ROUNDS, WEATHER_TOOL_NAME, weather
 
@@ -30,16 +40,29 @@ WEATHER_TOOL = {
 }
 WEATHER_FORMAT = {
     "type": "json_schema",
-    "json_schema": {"name": "weather", "strict": True, "schema": {
-        "type": "object", "additionalProperties": False, "required": ["city", "conditions"],
-        "properties": {"city": {"type": "string"}, "conditions": {"type": "string"}}}},
+    "json_schema": {
+        "name": "weather",
+        "strict": True,
+        "schema": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["city", "conditions"],
+            "properties": {"city": {"type": "string"}, "conditions": {"type": "string"}},
+        },
+    },
 }
 LOOP_LIMIT = 8
 
 
 def completion(client: Any, messages: list[dict[str, Any]], model: str = "gpt-sim-1", **params: Any) -> Any:
-    return litellm.completion(model=f"openai/{model}", messages=messages, client=client,
-                              api_base=str(client.base_url), api_key="test-key", **params)
+    return litellm.completion(
+        model=f"openai/{model}",
+        messages=messages,
+        client=client,
+        api_base=str(client.base_url),
+        api_key="test-key",
+        **params,
+    )
 
 
 def cached(response: Any) -> int:
@@ -54,8 +77,12 @@ def sim_client(sim: Any, max_retries: int | None = 0) -> Any:
 
 async def test_a_plain_completion_gives_the_bare_clients_answer(sim):
     def scenario(client: Any, instructions: str) -> ScenarioOutcome:
-        response = completion(client, [{"role": "system", "content": instructions}, {"role": "user", "content": QUESTION}])
-        return ScenarioOutcome((response.choices[0].message.content, response.choices[0].finish_reason, response.usage.completion_tokens))
+        response = completion(
+            client, [{"role": "system", "content": instructions}, {"role": "user", "content": QUESTION}]
+        )
+        return ScenarioOutcome(
+            (response.choices[0].message.content, response.choices[0].finish_reason, response.usage.completion_tokens)
+        )
 
     bare, wrapped = await run_pair(scenario, lambda: sim_client(sim), sim)
     assert bare.outcome.result[0] == FINAL_REPLY
@@ -64,13 +91,21 @@ async def test_a_plain_completion_gives_the_bare_clients_answer(sim):
 
 async def test_a_streamed_completion_yields_the_bare_clients_chunks_and_usage(sim):
     def scenario(client: Any, instructions: str) -> ScenarioOutcome:
-        stream = completion(client, [{"role": "system", "content": instructions}, {"role": "user", "content": QUESTION}],
-                            stream=True, stream_options={"include_usage": True})
+        stream = completion(
+            client,
+            [{"role": "system", "content": instructions}, {"role": "user", "content": QUESTION}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
         events = []
         for chunk in stream:
             usage = getattr(chunk, "usage", None)
-            events.append((tuple((choice.delta.content, choice.finish_reason) for choice in chunk.choices),
-                           usage.completion_tokens if usage else None))
+            events.append(
+                (
+                    tuple((choice.delta.content, choice.finish_reason) for choice in chunk.choices),
+                    usage.completion_tokens if usage else None,
+                )
+            )
         return ScenarioOutcome("".join(text or "" for choices, _ in events for text, _ in choices), tuple(events))
 
     bare, wrapped = await run_pair(scenario, lambda: sim_client(sim), sim)
@@ -96,7 +131,10 @@ def tool_loop(client: Any, messages: list[dict[str, Any]], **params: Any) -> Sce
 
 async def test_a_tool_loop_reads_at_least_the_bare_clients_cache(sim, earlier_conversation):
     def scenario(client: Any, instructions: str) -> ScenarioOutcome:
-        return tool_loop(client, [{"role": "system", "content": instructions}, {"role": "user", "content": f"{DOCUMENT}\n\n{QUESTION}"}])
+        return tool_loop(
+            client,
+            [{"role": "system", "content": instructions}, {"role": "user", "content": f"{DOCUMENT}\n\n{QUESTION}"}],
+        )
 
     bare, wrapped = await run_pair(scenario, lambda: sim_client(sim), sim, earlier_conversation=earlier_conversation)
     assert len(bare.requests) == TOOL_ROUNDS + 1 and bare.outcome.result == FINAL_REPLY
@@ -106,15 +144,21 @@ async def test_a_tool_loop_reads_at_least_the_bare_clients_cache(sim, earlier_co
 
 async def test_a_tool_loop_whose_id_changes_per_run_reads_the_stable_prefix_on_run_twos_first_call(sim):
     def scenario(client: Any, instructions: str) -> ScenarioOutcome:
-        return tool_loop(client, [{"role": "system", "content": instructions}, {"role": "user", "content": f"{DOCUMENT}\n\n{QUESTION}"}])
+        return tool_loop(
+            client,
+            [{"role": "system", "content": instructions}, {"role": "user", "content": f"{DOCUMENT}\n\n{QUESTION}"}],
+        )
 
     await assert_a_new_id_reads_the_stable_prefix(scenario, lambda: sim_client(sim), sim)
 
 
 async def test_structured_output_parses_to_the_bare_clients_object(sim):
     def scenario(client: Any, instructions: str) -> ScenarioOutcome:
-        response = completion(client, [{"role": "system", "content": instructions}, {"role": "user", "content": QUESTION}],
-                              response_format=WEATHER_FORMAT)
+        response = completion(
+            client,
+            [{"role": "system", "content": instructions}, {"role": "user", "content": QUESTION}],
+            response_format=WEATHER_FORMAT,
+        )
         return ScenarioOutcome(json.loads(response.choices[0].message.content))
 
     bare, wrapped = await run_pair(scenario, lambda: sim_client(sim), sim)
@@ -124,10 +168,17 @@ async def test_structured_output_parses_to_the_bare_clients_object(sim):
 
 async def test_a_completion_on_the_local_server_sets_no_limit_and_still_answers(local):
     """LiteLLM sends no output limit unless asked: through kvwise that must not become a 400."""
+
     def scenario(client: Any, instructions: str) -> ScenarioOutcome:
-        response = completion(client, [{"role": "system", "content": instructions},
-                                       {"role": "user", "content": f"{LOCAL_DOCUMENT}\n\nWhat is prefill?"}],
-                              model=LOCAL_MODEL, temperature=0)
+        response = completion(
+            client,
+            [
+                {"role": "system", "content": instructions},
+                {"role": "user", "content": f"{LOCAL_DOCUMENT}\n\nWhat is prefill?"},
+            ],
+            model=LOCAL_MODEL,
+            temperature=0,
+        )
         return ScenarioOutcome(bool(response.choices[0].message.content), cached=(cached(response),))
 
     bare, wrapped = await run_pair(scenario, lambda: local.openai(sync=True), local)

@@ -7,12 +7,30 @@ from typing import Any
 
 import openai
 import pytest
-from agents import Agent, FunctionToolResult, ModelSettings, RunContextWrapper, Runner, ToolsToFinalOutputResult, function_tool
+from agents import (
+    Agent,
+    FunctionToolResult,
+    ModelSettings,
+    RunContextWrapper,
+    Runner,
+    ToolsToFinalOutputResult,
+    function_tool,
+)
 from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
 from agents.models.openai_responses import OpenAIResponsesModel
 
 from tests.frameworks.conformance import (
-    DOCUMENT, LOCAL_DOCUMENT, LOCAL_MODEL, QUESTION, RETRY_AT_ONCE, ScenarioOutcome, assert_a_new_id_reads_the_stable_prefix, assert_cache_holds, assert_conforms, attempts_pair, run_pair,
+    DOCUMENT,
+    LOCAL_DOCUMENT,
+    LOCAL_MODEL,
+    QUESTION,
+    RETRY_AT_ONCE,
+    ScenarioOutcome,
+    assert_a_new_id_reads_the_stable_prefix,
+    assert_cache_holds,
+    assert_conforms,
+    attempts_pair,
+    run_pair,
 )
 from tests.frameworks.scripted import FINAL_REPLY, STRUCTURED, TOOL_ROUNDS, Weather, weather
 
@@ -27,7 +45,9 @@ def get_weather(city: str) -> str:
 
 
 def agent(client: Any, instructions: str, api: str, model: str = SIM_MODEL, **options: Any) -> Agent[Any]:
-    return Agent(name="weather", instructions=instructions, model=MODELS[api](model=model, openai_client=client), **options)
+    return Agent(
+        name="weather", instructions=instructions, model=MODELS[api](model=model, openai_client=client), **options
+    )
 
 
 def cached(result: Any) -> tuple[int, ...]:
@@ -99,9 +119,12 @@ async def test_structured_output_parses_to_the_bare_clients_object(sim, api):
 
 def stop_after(calls: int) -> Any:
     """A `tool_use_behavior` that lets the loop make `calls` model calls, each a forced tool call."""
+
     async def behaviour(context: RunContextWrapper[Any], results: list[FunctionToolResult]) -> ToolsToFinalOutputResult:
         done = context.usage.requests >= calls
-        return ToolsToFinalOutputResult(is_final_output=done, final_output=str(context.usage.requests) if done else None)
+        return ToolsToFinalOutputResult(
+            is_final_output=done, final_output=str(context.usage.requests) if done else None
+        )
 
     return behaviour
 
@@ -109,10 +132,19 @@ def stop_after(calls: int) -> Any:
 async def test_a_tool_loop_on_the_local_server_reads_at_least_the_bare_clients_prefix_cache(local):
     """Three forced tool calls (the server constrains them, so the tiny model always calls), no
     output limit set: what a framework sends by default must not turn into a 400."""
+
     async def scenario(client: Any, instructions: str) -> ScenarioOutcome:
         settings = ModelSettings(tool_choice="get_weather", temperature=0)
-        run = agent(client, instructions, "chat", model=LOCAL_MODEL, tools=[get_weather], model_settings=settings,
-                    reset_tool_choice=False, tool_use_behavior=stop_after(TOOL_ROUNDS + 1))
+        run = agent(
+            client,
+            instructions,
+            "chat",
+            model=LOCAL_MODEL,
+            tools=[get_weather],
+            model_settings=settings,
+            reset_tool_choice=False,
+            tool_use_behavior=stop_after(TOOL_ROUNDS + 1),
+        )
         result = await Runner.run(run, f"{LOCAL_DOCUMENT}\n\n{QUESTION}")
         return ScenarioOutcome(result.final_output, cached=cached(result))
 
@@ -125,6 +157,7 @@ async def test_a_tool_loop_on_the_local_server_reads_at_least_the_bare_clients_p
 @pytest.mark.parametrize("client_retries", [0, 1, None], ids=["max_retries=0", "max_retries=1", "client-default"])
 async def test_a_429_is_tried_as_often_as_the_bare_client_tries_it(sim, api, client_retries):
     """`max_retries` on the client is the caller's word: kvwise makes no more attempts than the bare client."""
+
     async def scenario(client: Any, instructions: str) -> ScenarioOutcome:
         return ScenarioOutcome((await Runner.run(agent(client, instructions, api), QUESTION)).final_output)
 

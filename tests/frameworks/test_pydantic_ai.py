@@ -9,8 +9,6 @@ from typing import Any
 import anthropic
 import openai
 import pytest
-
-import sdk
 from pydantic_ai import Agent, ModelSettings, RunContext, ToolOutput
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelResponse
@@ -19,10 +17,21 @@ from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.anthropic import AnthropicProvider
 from pydantic_ai.providers.openai import OpenAIProvider
 
+import sdk
 from tests.frameworks.conformance import (
-    DOCUMENT, LOCAL_DOCUMENT, LOCAL_MODEL, QUESTION, RETRY_AT_ONCE, ScenarioOutcome, assert_a_new_id_reads_the_stable_prefix, assert_cache_holds,
-    assert_conforms, assert_one_span_per_call,
-    assert_same_bodies, attempts_pair, run_pair,
+    DOCUMENT,
+    LOCAL_DOCUMENT,
+    LOCAL_MODEL,
+    QUESTION,
+    RETRY_AT_ONCE,
+    ScenarioOutcome,
+    assert_a_new_id_reads_the_stable_prefix,
+    assert_cache_holds,
+    assert_conforms,
+    assert_one_span_per_call,
+    assert_same_bodies,
+    attempts_pair,
+    run_pair,
 )
 from tests.frameworks.scripted import FINAL_REPLY, STRUCTURED, TOOL_ROUNDS, Weather, weather
 
@@ -38,11 +47,16 @@ LOCAL_HALF_DOCUMENT = LOCAL_DOCUMENT[: len(LOCAL_DOCUMENT) // 2]
 def model(client: Any, provider: str, name: str | None = None) -> Any:
     if provider == "openai":
         return OpenAIChatModel(name or "gpt-sim-1", provider=OpenAIProvider(openai_client=client))
-    return AnthropicModel(name or "claude-sim-1", provider=AnthropicProvider(anthropic_client=client),
-                          settings=AnthropicModelSettings(anthropic_cache=True))
+    return AnthropicModel(
+        name or "claude-sim-1",
+        provider=AnthropicProvider(anthropic_client=client),
+        settings=AnthropicModelSettings(anthropic_cache=True),
+    )
 
 
-def weather_agent(client: Any, instructions: str, provider: str, name: str | None = None, **options: Any) -> Agent[Any, Any]:
+def weather_agent(
+    client: Any, instructions: str, provider: str, name: str | None = None, **options: Any
+) -> Agent[Any, Any]:
     agent: Agent[Any, Any] = Agent(model(client, provider, name), instructions=instructions, **options)
 
     @agent.tool_plain
@@ -54,7 +68,9 @@ def weather_agent(client: Any, instructions: str, provider: str, name: str | Non
 
 
 def cached(result: Any) -> tuple[int, ...]:
-    return tuple(message.usage.cache_read_tokens for message in result.all_messages() if isinstance(message, ModelResponse))
+    return tuple(
+        message.usage.cache_read_tokens for message in result.all_messages() if isinstance(message, ModelResponse)
+    )
 
 
 def sim_client(sim: Any, provider: str, max_retries: int | None = 0) -> Any:
@@ -97,7 +113,9 @@ async def test_a_tool_loop_reads_at_least_the_bare_clients_cache(sim, provider, 
         result = await weather_agent(client, instructions, provider).run(f"{DOCUMENT}\n\n{QUESTION}")
         return ScenarioOutcome(result.output, cached=cached(result))
 
-    bare, wrapped = await run_pair(scenario, lambda: sim_client(sim, provider), sim, earlier_conversation=earlier_conversation)
+    bare, wrapped = await run_pair(
+        scenario, lambda: sim_client(sim, provider), sim, earlier_conversation=earlier_conversation
+    )
     assert len(bare.requests) == TOOL_ROUNDS + 1 and bare.outcome.result == FINAL_REPLY
     assert_conforms(bare, wrapped)
     assert_cache_holds(bare, wrapped)
@@ -125,10 +143,12 @@ async def test_a_run_on_the_local_server_answers_as_the_bare_client_does(local, 
     """On the OpenAI path no output limit is set: a call the bare client gets answered must not
     turn into a 400 through kvwise. (On Anthropic pydantic-ai fills `max_tokens` itself, 16,384 here,
     which the bare client's call would not survive either: it is set to fit.)"""
+
     async def scenario(client: Any, instructions: str) -> ScenarioOutcome:
         settings: dict[str, Any] = {"temperature": 0} if provider == "openai" else {"temperature": 0, "max_tokens": 64}
-        agent: Agent[Any, str] = Agent(model(client, provider, LOCAL_MODEL), instructions=instructions,
-                                       model_settings=settings)  # type: ignore[arg-type]
+        agent: Agent[Any, str] = Agent(
+            model(client, provider, LOCAL_MODEL), instructions=instructions, model_settings=settings
+        )  # type: ignore[arg-type]
         result = await agent.run(f"{LOCAL_DOCUMENT}\n\nWhat is prefill?")
         return ScenarioOutcome(bool(result.output), cached=cached(result))
 
@@ -140,6 +160,7 @@ async def test_a_run_on_the_local_server_answers_as_the_bare_client_does(local, 
 @pytest.mark.parametrize("client_retries", [0, 1, None], ids=["max_retries=0", "max_retries=1", "client-default"])
 async def test_a_429_is_tried_as_often_as_the_bare_client_tries_it(sim, provider, client_retries):
     """`max_retries` on the client is the caller's word: kvwise makes no more attempts than the bare client."""
+
     async def scenario(client: Any, instructions: str) -> ScenarioOutcome:
         return ScenarioOutcome((await Agent(model(client, provider), instructions=instructions).run(QUESTION)).output)
 
@@ -151,8 +172,11 @@ async def test_a_429_is_tried_as_often_as_the_bare_client_tries_it(sim, provider
 
 async def test_max_retries_in_the_model_settings_is_tried_as_the_bare_client_tries_it(sim, provider):
     """pydantic-ai's `max_retries: 0` reaches the client through `with_options(max_retries=0)`."""
+
     async def scenario(client: Any, instructions: str) -> ScenarioOutcome:
-        agent: Agent[Any, str] = Agent(model(client, provider), instructions=instructions, model_settings={"max_retries": 0})
+        agent: Agent[Any, str] = Agent(
+            model(client, provider), instructions=instructions, model_settings={"max_retries": 0}
+        )
         return ScenarioOutcome((await agent.run(QUESTION)).output)
 
     arm = lambda: sim.fail(429, times=10, headers=RETRY_AT_ONCE)  # noqa: E731
@@ -164,8 +188,11 @@ async def test_max_retries_in_the_model_settings_is_tried_as_the_bare_client_tri
 async def test_a_stream_the_loop_guard_cuts_ends_as_a_length_stop_with_its_usage(sim, provider):
     """The guard cuts a looping reply short; pydantic-ai still sees the provider's own length stop
     (on Anthropic through the beta stream's event classes) and the output tokens it was sent."""
+
     async def scenario(client: Any, instructions: str) -> ScenarioOutcome:
-        agent: Agent[Any, str] = Agent(model(client, provider), instructions=instructions, model_settings={"max_tokens": LOOP_CAP})
+        agent: Agent[Any, str] = Agent(
+            model(client, provider), instructions=instructions, model_settings={"max_tokens": LOOP_CAP}
+        )
         async with agent.run_stream(QUESTION) as result:
             text = "".join([delta async for delta in result.stream_text(delta=True)])
         return ScenarioOutcome((text, result.response.finish_reason, result.usage.output_tokens))
@@ -198,11 +225,18 @@ class ForcedToolSteps(AbstractCapability[Any]):
 async def test_a_tool_loop_on_the_local_server_reads_at_least_the_bare_clients_prefix_cache(local, provider):
     """Three forced tool calls (the server constrains them, so the tiny model always calls), then the
     forced structured answer: four calls of pydantic-ai's own agent loop."""
+
     async def scenario(client: Any, instructions: str) -> ScenarioOutcome:
         settings: dict[str, Any] = {"temperature": 0, "max_tokens": LOCAL_TOOL_CALL_TOKENS}
-        agent = weather_agent(client, instructions, provider, LOCAL_MODEL, model_settings=settings,
-                              output_type=ToolOutput(weather, name="final_result"),
-                              capabilities=[ForcedToolSteps(TOOL_ROUNDS + 1)])
+        agent = weather_agent(
+            client,
+            instructions,
+            provider,
+            LOCAL_MODEL,
+            model_settings=settings,
+            output_type=ToolOutput(weather, name="final_result"),
+            capabilities=[ForcedToolSteps(TOOL_ROUNDS + 1)],
+        )
         result = await agent.run(f"{LOCAL_HALF_DOCUMENT}\n\n{QUESTION}")
         return ScenarioOutcome(isinstance(result.output, str), cached=cached(result))
 

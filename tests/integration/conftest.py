@@ -97,7 +97,10 @@ def traced(phoenix: Phoenix, local_url: str) -> Traced:
     provider = setup(phoenix.url, project=PROJECT, set_global=False)
     provider.add_span_processor(SimpleSpanProcessor(memory))
     raw = openai.OpenAI(base_url=f"{local_url}/v1", api_key="local", max_retries=0)
-    clients = {capture: sdk.wrap(raw, sdk.Policy(capture_content=capture), tracer_provider=provider) for capture in (False, True)}
+    clients = {
+        capture: sdk.wrap(raw, sdk.Policy(capture_content=capture), tracer_provider=provider)
+        for capture in (False, True)
+    }
     for name, kwargs in CALLS:
         answer = clients[name in CAPTURED].chat.completions.create(model=MODEL, temperature=0, **kwargs)
         if kwargs.get("stream"):

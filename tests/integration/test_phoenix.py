@@ -58,8 +58,14 @@ def test_token_counts_cache_reads_and_cost_are_stored_as_sent(traced: Traced) ->
     for name in USAGE_REPORTED:
         root = traced.roots[name]
         sent = _as_sent(root)
-        assert sent.keys() >= {sc.GEN_AI_USAGE_INPUT_TOKENS, sc.GEN_AI_USAGE_OUTPUT_TOKENS, sc.LLM_TOKEN_COUNT_PROMPT,
-                               sc.LLM_TOKEN_COUNT_PROMPT_DETAILS_CACHE_READ, sc.LLM_COST_TOTAL, sc.KVWISE_COST_USD}, name
+        assert sent.keys() >= {
+            sc.GEN_AI_USAGE_INPUT_TOKENS,
+            sc.GEN_AI_USAGE_OUTPUT_TOKENS,
+            sc.LLM_TOKEN_COUNT_PROMPT,
+            sc.LLM_TOKEN_COUNT_PROMPT_DETAILS_CACHE_READ,
+            sc.LLM_COST_TOTAL,
+            sc.KVWISE_COST_USD,
+        }, name
         assert _as_stored(traced, root) == sent, name
     cached = traced.stored[span_id(traced.roots["cached"])]["attributes"]
     assert cached[sc.LLM_TOKEN_COUNT_PROMPT_DETAILS_CACHE_READ] > 0
@@ -73,7 +79,9 @@ def test_phoenix_prices_each_call_at_kvwises_cost_and_its_phases_at_nothing(trac
         assert cost > 0, name
         assert traced.phoenix.span_cost(span_id(root)) == pytest.approx(cost, rel=1e-9), name
         children = traced.stored_children(root)
-        assert [traced.phoenix.span_cost(child["context"]["span_id"]) for child in children] == [None] * len(children), name
+        assert [traced.phoenix.span_cost(child["context"]["span_id"]) for child in children] == [None] * len(
+            children
+        ), name
 
 
 def test_the_loop_guard_trip_is_stored_as_sent(traced: Traced) -> None:
@@ -84,7 +92,11 @@ def test_the_loop_guard_trip_is_stored_as_sent(traced: Traced) -> None:
 
 
 def test_the_export_phoenix_example_lands_its_two_calls_in_its_project(phoenix: Phoenix, local_url: str) -> None:
-    command = [sys.executable, "-c", f"from examples import export_phoenix; export_phoenix.main({local_url!r}, {phoenix.url!r}, {MODEL!r})"]
+    command = [
+        sys.executable,
+        "-c",
+        f"from examples import export_phoenix; export_phoenix.main({local_url!r}, {phoenix.url!r}, {MODEL!r})",
+    ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=EXAMPLE_TIMEOUT_S)
     assert result.returncode == 0, result.stderr[-3000:]
     spans = phoenix.wait_for_spans(export_phoenix.PROJECT, SPANS_PER_STREAMED_CALL * 2)

@@ -30,7 +30,9 @@ NODE_ID_QUERY = "query ($spanId: String!) { getSpanByOtelId(spanId: $spanId) { i
 """Phoenix's own id of a span (what its page's `selectedSpanNodeId` names), by the span's OTel id."""
 
 
-def _page(traced: Traced, browser: str, root: ReadableSpan, tmp_path: Path, selected: ReadableSpan | None = None) -> str:
+def _page(
+    traced: Traced, browser: str, root: ReadableSpan, tmp_path: Path, selected: ReadableSpan | None = None
+) -> str:
     """The text of `root`'s trace page with `selected` (default: the root) open in the span details,
     without the project's span list behind the trace (it lists every call's output)."""
     url = traced.phoenix.trace_url(PROJECT, trace_id(root))
@@ -91,14 +93,15 @@ def test_with_capture_off_the_span_page_shows_neither_the_users_message_nor_the_
     assert answer.strip() not in dom
 
 
-def test_the_phase_spans_pages_show_their_token_counts(
-    traced: Traced, browser: str, tmp_path: Path
-) -> None:
+def test_the_phase_spans_pages_show_their_token_counts(traced: Traced, browser: str, tmp_path: Path) -> None:
     root = traced.roots["cached"]
     prefill, decode = _phase(traced, root, "prefill"), _phase(traced, root, "decode")
     facts = {name: dict(span.attributes or {}) for name, span in (("prefill", prefill), ("decode", decode))}
     assert facts["prefill"][sc.KVWISE_PREFILL_CACHED_TOKENS] > 0 and facts["decode"][sc.KVWISE_DECODE_TOKENS] > 0
-    shown_keys = ((prefill, (sc.KVWISE_PREFILL_TOKENS, sc.KVWISE_PREFILL_CACHED_TOKENS)), (decode, (sc.KVWISE_DECODE_TOKENS,)))
+    shown_keys = (
+        (prefill, (sc.KVWISE_PREFILL_TOKENS, sc.KVWISE_PREFILL_CACHED_TOKENS)),
+        (decode, (sc.KVWISE_DECODE_TOKENS,)),
+    )
     for span, keys in shown_keys:
         dom = _page(traced, browser, root, tmp_path, selected=span)
         for key in keys:

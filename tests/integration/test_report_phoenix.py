@@ -27,8 +27,18 @@ def test_the_calls_read_from_phoenix_are_the_calls_sent_with_the_same_numbers(tr
         assert (a.decode_s is None) == (b.decode_s is None)
         if a.decode_s is not None and b.decode_s is not None:
             assert b.decode_s == pytest.approx(a.decode_s, abs=1e-5)
-        exact = ("model", "conversation", "input_tokens", "output_tokens", "cache_read_tokens", "cost", "fingerprint",
-                 "break_cause", "guard", "guard_tokens_saved")
+        exact = (
+            "model",
+            "conversation",
+            "input_tokens",
+            "output_tokens",
+            "cache_read_tokens",
+            "cost",
+            "fingerprint",
+            "break_cause",
+            "guard",
+            "guard_tokens_saved",
+        )
         assert {key: getattr(b, key) for key in exact} == {key: getattr(a, key) for key in exact}
     assert any(call.cache_read_tokens > 0 for call in stored)  # the second call's hit survived the round trip
     assert any(call.guard for call in stored)  # so did the loop guard's cut
@@ -59,6 +69,10 @@ def test_the_cli_writes_the_page_from_phoenix(traced: Traced, tmp_path: Path) ->
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"{len(CALLS)} calls, $")
     assert (tmp_path / "report.html").read_text().startswith("<!doctype html>")
-    missing = subprocess.run([sys.executable, "-m", "sdk.report", "--phoenix", traced.phoenix.url, "--project", "nope"],
-                             capture_output=True, text=True, timeout=REPORT_TIMEOUT_S)
+    missing = subprocess.run(
+        [sys.executable, "-m", "sdk.report", "--phoenix", traced.phoenix.url, "--project", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=REPORT_TIMEOUT_S,
+    )
     assert missing.returncode == 2 and "no project 'nope'" in missing.stderr and "Traceback" not in missing.stderr

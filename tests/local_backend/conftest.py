@@ -67,8 +67,14 @@ def _build(directory: Path, kind: str) -> Path:
         initializer_range=0.25,
     )
     if kind == "llama":
-        rope = {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
-                "high_freq_factor": 4.0, "original_max_position_embeddings": 64, "rope_theta": 10000.0}
+        rope = {
+            "rope_type": "llama3",
+            "factor": 4.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+            "rope_theta": 10000.0,
+        }
         config = transformers.LlamaConfig(**common, rope_parameters=rope)
         model_cls = transformers.LlamaForCausalLM
     elif kind == "mistral":

@@ -21,7 +21,9 @@ class Served:
 
 
 @contextmanager
-def served_engine(checkpoint: Path | str, app_options: dict[str, Any] | None = None, **engine_options: Any) -> Iterator[Served]:
+def served_engine(
+    checkpoint: Path | str, app_options: dict[str, Any] | None = None, **engine_options: Any
+) -> Iterator[Served]:
     """Serve `checkpoint` (a folder, or "default": the bundled model) as model "tiny" until the block exits,
     then close the engine."""
     engine = Engine.from_pretrained(checkpoint, device="cpu", **engine_options)
@@ -41,11 +43,15 @@ class ServedEngines:
         self._stack = ExitStack()
         self._served: dict[str, Served] = {}
 
-    def __call__(self, checkpoint: Path | str, app_options: dict[str, Any] | None = None, **engine_options: Any) -> Served:
+    def __call__(
+        self, checkpoint: Path | str, app_options: dict[str, Any] | None = None, **engine_options: Any
+    ) -> Served:
         key = repr((str(checkpoint), sorted((app_options or {}).items()), sorted(engine_options.items())))
         served = self._served.get(key)
         if served is None:
-            served = self._served[key] = self._stack.enter_context(served_engine(checkpoint, app_options, **engine_options))
+            served = self._served[key] = self._stack.enter_context(
+                served_engine(checkpoint, app_options, **engine_options)
+            )
         wait_idle(served.engine)
         served.engine.reset_prefix_cache()
         return served

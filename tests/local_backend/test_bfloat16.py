@@ -26,9 +26,16 @@ GREEDY = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)
 
 @pytest.mark.parametrize(
     ("avx512_bf16", "amx", "expected"),
-    [(True, True, torch.bfloat16), (True, False, torch.bfloat16), (False, True, torch.bfloat16), (False, False, torch.float32)],
+    [
+        (True, True, torch.bfloat16),
+        (True, False, torch.bfloat16),
+        (False, True, torch.bfloat16),
+        (False, False, torch.float32),
+    ],
 )
-def test_auto_is_bfloat16_where_the_cpu_multiplies_it_natively_and_float32_elsewhere(monkeypatch, avx512_bf16, amx, expected):
+def test_auto_is_bfloat16_where_the_cpu_multiplies_it_natively_and_float32_elsewhere(
+    monkeypatch, avx512_bf16, amx, expected
+):
     monkeypatch.setattr(dtype_choice.platform, "machine", lambda: "x86_64")
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
@@ -68,7 +75,9 @@ def test_metrics_name_the_model_dtype_and_why(llama_dir):
     [info] = [family for family in text_string_to_metric_families(text) if family.name == "kvwise_model_dtype_info"]
     [sample] = info.samples
     assert sample.value == 1 and sample.labels == {"dtype": "float32", "reason": expected.dtype_reason}
-    assert expected.dtype_reason == ("asked for" if dtype_choice.cpu_bf16_features() else "auto: " + expected.dtype_reason[6:])
+    assert expected.dtype_reason == (
+        "asked for" if dtype_choice.cpu_bf16_features() else "auto: " + expected.dtype_reason[6:]
+    )
 
 
 def _hf_bfloat16(checkpoint, prompt: list[int], steps: int) -> tuple[list[int], list[list[int]]]:
@@ -95,8 +104,9 @@ def _top_k(engine, prompt: list[int], tokens: list[int], at: int) -> list[int]:
 
 @pytest.mark.parametrize("prefill", ["kernel", "sdpa"])
 @pytest.mark.parametrize("kind", ["llama", "mistral", "qwen2", "qwen3"])
-def test_bfloat16_greedy_tokens_agree_with_transformers_bfloat16_until_a_near_tie(make_engine, checkpoints, kind, prefill,
-                                                                                   monkeypatch):
+def test_bfloat16_greedy_tokens_agree_with_transformers_bfloat16_until_a_near_tie(
+    make_engine, checkpoints, kind, prefill, monkeypatch
+):
     """Prompts prefill whole, in SDPA, or in chunks of 16 that attend over their cached start in
     `kvwise::prefill_attention` ("kernel", where this CPU has bfloat16 brgemm: `packs_bf16`; SDPA elsewhere)."""
     monkeypatch.setattr(ops, "BF16_PREFILL_KERNEL_MIN_QUERIES", 1)

@@ -54,7 +54,9 @@ def _complete(url: str, prompt: list[int], **body: object) -> httpx2.Response:
 
 
 @pytest.fixture
-def refusal(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Callable[[list[str]], tuple[int, str]]:
+def refusal(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Callable[[list[str]], tuple[int, str]]:
     """`refusal(argv)`: (exit status, stderr) of `main(argv)`, whether argparse or the engine refused;
     an option that is not refused fails the test where the server would start listening."""
 
@@ -106,7 +108,9 @@ def test_block_size_and_max_num_seqs_show_in_engine_stats(llama_dir):
     assert usage["prompt_tokens_details"]["cached_tokens"] == 16  # two blocks of 8, not one of 16
 
 
-@pytest.mark.parametrize(("options", "first_chunk"), [((), 40), (("--max-num-seqs", "2", "--max-num-batched-tokens", "8"), 8)])
+@pytest.mark.parametrize(
+    ("options", "first_chunk"), [((), 40), (("--max-num-seqs", "2", "--max-num-batched-tokens", "8"), 8)]
+)
 def test_max_num_batched_tokens_is_the_prefill_chunk_of_a_step(llama_dir, options, first_chunk):
     with load_engine(engine_config(parse_args(_args(llama_dir, *options)))) as engine:
         seq = Sequence("chunked", list(range(10, 50)), SamplingParams(max_tokens=1))
@@ -143,7 +147,9 @@ def checkpoint_with_defaults(llama_dir, tmp_path) -> Path:
     """The tiny Llama with a generation_config.json that sets temperature 0 and max_new_tokens 5."""
     copy = tmp_path / "llama"
     shutil.copytree(llama_dir, copy)
-    (copy / "generation_config.json").write_text(json.dumps({"eos_token_id": 1, "temperature": 0.0, "max_new_tokens": 5}))
+    (copy / "generation_config.json").write_text(
+        json.dumps({"eos_token_id": 1, "temperature": 0.0, "max_new_tokens": 5})
+    )
     return copy
 
 
@@ -287,4 +293,7 @@ def test_cli_starts_with_vllms_options_and_reports_them(llama_dir, tmp_path):
 def test_an_inline_chat_template_keeps_its_non_ascii_text_and_reads_its_escapes():
     """`ça` once became `Ã§a`: the escapes were read by decoding the template's UTF-8 bytes as Latin-1."""
     inline = "Réponds en français, ça va ? 日本語 😀 {{ messages }}\\n\\t"
-    assert EngineConfig(chat_template=inline).read_chat_template() == "Réponds en français, ça va ? 日本語 😀 {{ messages }}\n\t"
+    assert (
+        EngineConfig(chat_template=inline).read_chat_template()
+        == "Réponds en français, ça va ? 日本語 😀 {{ messages }}\n\t"
+    )

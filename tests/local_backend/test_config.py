@@ -35,7 +35,9 @@ def test_family_variants_map_to_layer_options(model_type, extra, expect):
 
 def test_rope_theta_is_read_from_old_and_new_spellings():
     old = ModelConfig.from_dict({**BASE, "model_type": "llama", "rope_theta": 500000.0})
-    new = ModelConfig.from_dict({**BASE, "model_type": "llama", "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"}})
+    new = ModelConfig.from_dict(
+        {**BASE, "model_type": "llama", "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"}}
+    )
     assert old.rope.theta == new.rope.theta == 500000.0
 
 

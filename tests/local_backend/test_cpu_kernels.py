@@ -65,7 +65,10 @@ def test_the_kernel_equals_sdpa_over_scattered_blocks(heads, kv_heads, dim, leng
     meta = AttentionMetadata(torch.zeros(0, dtype=torch.long), (), (), paged)
     empty = torch.zeros(0, kv_heads, dim)
     expected = _sdpa_reference(q, kv_cache, tables, lengths)
-    for form in (ops.NativeOps(dim, cpu_kernels.load().choices), ops.TORCH):  # the kernel, and the torch form beside it, read the same layout
+    for form in (
+        ops.NativeOps(dim, cpu_kernels.load().choices),
+        ops.TORCH,
+    ):  # the kernel, and the torch form beside it, read the same layout
         got = paged_attention(q, empty, empty, kv_cache, meta, form)
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
@@ -79,7 +82,9 @@ def test_the_kernel_reads_a_bfloat16_cache_as_sdpa_over_its_values_in_float32(he
     kv_cache = torch.randn(80 * BLOCK, 2, kv_heads, dim, generator=gen).bfloat16()
     tables = torch.randperm(80, generator=gen)[: len(lengths) * 13].view(len(lengths), 13)
     q = torch.randn(len(lengths), heads, dim, generator=gen).bfloat16()
-    meta = AttentionMetadata(torch.zeros(0, dtype=torch.long), (), (), PagedDecodes(tables, torch.tensor(lengths), BLOCK))
+    meta = AttentionMetadata(
+        torch.zeros(0, dtype=torch.long), (), (), PagedDecodes(tables, torch.tensor(lengths), BLOCK)
+    )
     got = paged_attention(q, q.new_zeros(0, kv_heads, dim), q.new_zeros(0, kv_heads, dim), kv_cache, meta,
                           ops.NativeOps(dim, cpu_kernels.load().choices))  # fmt: skip
     assert got.dtype == torch.bfloat16
@@ -122,25 +127,48 @@ def test_the_kv_write_stores_the_steps_keys_and_values_as_index_copy_does(tokens
 @pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(8, 4, 64), (4, 4, 16), (8, 1, 32), (6, 2, 8), (4, 2, 40)])
 @pytest.mark.parametrize(
     ("tokens", "cached"),
-    [(1, 0), (5, 0), (127, 0), (128, 0), (129, 0), (300, 0), (1, 50), (32, 200), (129, 7), (700, 0), (130, 900), (1, 1100)],
+    [
+        (1, 0),
+        (5, 0),
+        (127, 0),
+        (128, 0),
+        (129, 0),
+        (300, 0),
+        (1, 50),
+        (32, 200),
+        (129, 7),
+        (700, 0),
+        (130, 900),
+        (1, 1100),
+    ],
 )  # past 512 keys a query block spans several tiles of keys (the online softmax)
-def test_the_prefill_kernel_equals_sdpa_with_the_causal_mask_after_a_cached_prefix(heads, kv_heads, dim, tokens, cached):
+def test_the_prefill_kernel_equals_sdpa_with_the_causal_mask_after_a_cached_prefix(
+    heads, kv_heads, dim, tokens, cached
+):
     assert cpu_kernels.load()
     gen = torch.Generator().manual_seed(tokens * 1000 + cached + heads + dim)
     context = cached + tokens
     qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim, generator=gen)
-    q = qkv[:, : heads * dim].view(tokens, heads, dim)  # strided rows: a view into the step's qkv, as the engine passes it
+    q = qkv[:, : heads * dim].view(
+        tokens, heads, dim
+    )  # strided rows: a view into the step's qkv, as the engine passes it
     k, v = torch.randn(2, context, kv_heads, dim, generator=gen)
     sees = torch.ones(tokens, context, dtype=torch.bool).tril_(cached)  # query j: keys 0 .. cached + j
-    expected = F.scaled_dot_product_attention(
-        q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None], attn_mask=sees, enable_gqa=True
-    )[0].transpose(0, 1).reshape(tokens, heads * dim)
+    expected = (
+        F.scaled_dot_product_attention(
+            q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None], attn_mask=sees, enable_gqa=True
+        )[0]
+        .transpose(0, 1)
+        .reshape(tokens, heads * dim)
+    )
     got = torch.ops.kvwise.prefill_attention(q, k, v, dim**-0.5)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(8, 4, 64), (4, 4, 16), (6, 2, 48), (4, 2, 40), (2, 1, 128)])
-@pytest.mark.parametrize(("tokens", "cached"), [(1, 0), (65, 0), (129, 0), (700, 0), (32, 200), (130, 900), (257, 1100)])
+@pytest.mark.parametrize(
+    ("tokens", "cached"), [(1, 0), (65, 0), (129, 0), (700, 0), (32, 200), (130, 900), (257, 1100)]
+)
 def test_the_bfloat16_prefill_kernel_equals_float32_sdpa_within_bfloat16_rounding(heads, kv_heads, dim, tokens, cached):
     """Where oneDNN multiplies bfloat16 by brgemm (`packs_bf16`: AMX or AVX512-BF16) the kernel attends bfloat16
     inputs, keys padded to whole packed chunks, for a head_dim oneDNN packs (16, 32, 48, 64 or a multiple of 64);
@@ -189,7 +217,9 @@ def _run_on(engine, form):
     engine.reset_prefix_cache()
 
 
-def test_engine_prefills_use_the_kernel_up_to_its_context_limit_and_give_the_sdpa_paths_tokens(make_engine, monkeypatch):
+def test_engine_prefills_use_the_kernel_up_to_its_context_limit_and_give_the_sdpa_paths_tokens(
+    make_engine, monkeypatch
+):
     engine = make_engine(max_num_batched_tokens=64)  # longer prompts prefill in chunks over their cached start
     contexts = []
     kernel = torch.ops.kvwise.prefill_attention
@@ -259,7 +289,9 @@ def test_the_loaded_library_is_the_variant_asked_for_with_its_vector_width_and_i
     assert kernels is not None and cpu_kernels.loaded() is kernels
     assert kernels.capability == cpu_kernels.requested_capability()
     assert kernels.lanes == LANES[kernels.capability] == torch.ops.kvwise.vector_lanes()
-    assert kernels.path == cpu_kernels.library_path(kernels.capability) and kernels.capability.lower() in kernels.path.name
+    assert (
+        kernels.path == cpu_kernels.library_path(kernels.capability) and kernels.capability.lower() in kernels.path.name
+    )
     beside = kernel_choices.choices_path(kernels.path)
     if kernels.choices.source == "default":  # too busy to measure at load: nothing cached, measured at a quieter one
         assert (kernels.choices.matvec_max_rows, kernels.choices.prefill_kernel_max_context) == (16, 1024)
@@ -281,7 +313,9 @@ def test_the_capability_follows_torch_then_the_override_clamped_to_this_cpu(monk
     monkeypatch.setenv(cpu_kernels.CAPABILITY_ENV, "default")
     assert cpu_kernels.requested_capability() == "DEFAULT"
     monkeypatch.setenv(cpu_kernels.CAPABILITY_ENV, "AVX1024")
-    with pytest.raises(ValueError, match=f"{cpu_kernels.CAPABILITY_ENV}='AVX1024': expected one of DEFAULT, AVX2, AVX512"):
+    with pytest.raises(
+        ValueError, match=f"{cpu_kernels.CAPABILITY_ENV}='AVX1024': expected one of DEFAULT, AVX2, AVX512"
+    ):
         cpu_kernels.requested_capability()
     monkeypatch.setenv(cpu_kernels.CAPABILITY_ENV, "AVX512")
     ceiling = cpu_kernels.executable_capability()
@@ -293,7 +327,9 @@ def test_the_capability_follows_torch_then_the_override_clamped_to_this_cpu(monk
 
 
 @pytest.mark.parametrize("capability", cpu_kernels.CAPABILITIES)
-def test_every_variant_the_compiler_targets_builds_and_each_this_cpu_runs_passes_the_kernel_and_parity_tests(capability):
+def test_every_variant_the_compiler_targets_builds_and_each_this_cpu_runs_passes_the_kernel_and_parity_tests(
+    capability,
+):
     if os.environ.get(cpu_kernels.CAPABILITY_ENV):
         pytest.skip("this process is itself one variant's run")
     if capability not in cpu_kernels.buildable_capabilities():
@@ -351,7 +387,9 @@ def test_choices_are_measured_once_cached_beside_the_library_and_read_back(tmp_p
     ("matvec_max_rows", "onednn_min_rows", "prefill_kernel_max_context"),
     [(0, 1, 0), (0, 10**6, 10**6), (10**6, 1, 10**6), (1, 2, 16)],  # every path of each choice, alone and mixed
 )
-def test_forcing_any_choice_gives_the_same_tokens(make_engine, matvec_max_rows, onednn_min_rows, prefill_kernel_max_context):
+def test_forcing_any_choice_gives_the_same_tokens(
+    make_engine, matvec_max_rows, onednn_min_rows, prefill_kernel_max_context
+):
     engine = make_engine(max_num_batched_tokens=64)
     prompts = [[5 + i % 90 for i in range(n)] for n in (3, 40, 150, 17)]
     params = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)

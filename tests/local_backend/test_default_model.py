@@ -73,7 +73,9 @@ def test_default_model_answers_behind_a_long_system_prompt_led_by_a_request_id(e
     system = "Request ID: 5b9f6a0e-2c1d-4e8f-9a7b-3c2d1e0f4a5b\nTimestamp: 2025-06-01T12:00:00+00:00\n" + (
         f"{corpus.LONG_SYSTEM_OPENERS[0]} {facts} " * 3
     )
-    prompt = engine.chat_prompt([{"role": "system", "content": system}, {"role": "user", "content": "What is prefill?"}])
+    prompt = engine.chat_prompt(
+        [{"role": "system", "content": system}, {"role": "user", "content": "What is prefill?"}]
+    )
     [out] = engine.generate([prompt], GREEDY)
     assert len(prompt) > 300
     assert out.text.startswith("Prefill is one forward pass"), out.text
@@ -147,7 +149,12 @@ def test_default_model_calls_the_weather_tool_and_answers_from_its_result_over_o
     messages: list[dict[str, Any]] = [{"role": "user", "content": question}]
     with openai.OpenAI(base_url=f"{server_url}/v1", api_key="x", max_retries=0) as client:
         first = client.chat.completions.create(
-            model="tiny", messages=messages, tools=TOOLS, tool_choice="auto", temperature=0, max_tokens=64  # type: ignore[arg-type]
+            model="tiny",
+            messages=messages,
+            tools=TOOLS,
+            tool_choice="auto",
+            temperature=0,
+            max_tokens=64,  # type: ignore[arg-type]
         )
         [choice] = first.choices
         assert choice.finish_reason == "tool_calls", choice.message
@@ -158,7 +165,12 @@ def test_default_model_calls_the_weather_tool_and_answers_from_its_result_over_o
         messages += [choice.message.model_dump(exclude_none=True),
                      {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"conditions": conditions})}]  # fmt: skip
         second = client.chat.completions.create(
-            model="tiny", messages=messages, tools=TOOLS, tool_choice="auto", temperature=0, max_tokens=48  # type: ignore[arg-type]
+            model="tiny",
+            messages=messages,
+            tools=TOOLS,
+            tool_choice="auto",
+            temperature=0,
+            max_tokens=48,  # type: ignore[arg-type]
         )
     [choice] = second.choices
     assert choice.finish_reason == "stop" and not choice.message.tool_calls, choice.message
@@ -207,8 +219,12 @@ def test_default_model_asked_about_the_weather_with_no_tool_offered_calls_none(e
 def test_default_model_answers_an_ordinary_question_with_tools_offered_without_calling_one(server_url: str) -> None:
     with openai.OpenAI(base_url=f"{server_url}/v1", api_key="x", max_retries=0) as client:
         answer = client.chat.completions.create(
-            model="tiny", messages=[{"role": "user", "content": "What is prefill?"}], temperature=0, max_tokens=64,
-            tools=TOOLS, tool_choice="auto",  # type: ignore[arg-type]
+            model="tiny",
+            messages=[{"role": "user", "content": "What is prefill?"}],
+            temperature=0,
+            max_tokens=64,
+            tools=TOOLS,
+            tool_choice="auto",  # type: ignore[arg-type]
         )
     [choice] = answer.choices
     assert choice.finish_reason == "stop" and not choice.message.tool_calls

@@ -86,7 +86,9 @@ def test_seeded_sampling_repeats_whatever_shares_the_batch(make_engine):
     prompt, *others = _prompts(engine, [12, 20, 7], seed=4)
     seeded = SamplingParams(max_tokens=16, temperature=1.0, top_p=0.9, seed=1234, ignore_eos=True)
     [alone] = engine.generate([prompt], seeded)
-    batch = engine.generate([prompt, *others], [seeded, SamplingParams(max_tokens=16), SamplingParams(max_tokens=9, seed=9)])
+    batch = engine.generate(
+        [prompt, *others], [seeded, SamplingParams(max_tokens=16), SamplingParams(max_tokens=9, seed=9)]
+    )
     assert batch[0].token_ids == alone.token_ids
     [other_seed] = engine.generate([prompt], SamplingParams(max_tokens=16, seed=4321, ignore_eos=True))
     assert other_seed.token_ids != alone.token_ids
@@ -133,7 +135,10 @@ def test_bad_input_raises_value_error_and_the_engine_keeps_serving(make_engine, 
     assert engine.stats().num_waiting == engine.stats().num_running == 0
 
 
-@pytest.mark.parametrize(("field", "value"), [("max_tokens", 0), ("temperature", -0.5), ("top_p", 0.0), ("seed", 2**64), ("seed", -(2**63) - 1)])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("max_tokens", 0), ("temperature", -0.5), ("top_p", 0.0), ("seed", 2**64), ("seed", -(2**63) - 1)],
+)
 def test_bad_sampling_params_raise_value_error_naming_the_field(field, value):
     with pytest.raises(ValueError, match=f"{field}={value}"):
         SamplingParams(**{field: value})
@@ -282,7 +287,6 @@ def test_the_pool_holds_no_more_blocks_than_a_full_batch_can_use(make_engine):
     assert len(engine.block_manager.blocks) == stats.num_blocks
     outputs = engine.generate([[5] * 90, [6] * 90], SamplingParams(max_tokens=10, temperature=0, ignore_eos=True))
     assert [len(o.token_ids) for o in outputs] == [10, 10] and engine.stats().num_preemptions == 0
-
 
 
 def test_the_model_loads_on_a_thread_that_ends_and_its_errors_surface_as_themselves(

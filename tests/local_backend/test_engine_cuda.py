@@ -59,6 +59,7 @@ async def test_bfloat16_streams_on_cuda_sample_every_path_and_close_ends_them(ch
             return [delta async for delta in stream]
 
     tasks = [asyncio.ensure_future(run(p)) for p in ("Hello world", "The quick brown fox", "A KV cache")]
+
     async def generated(count: int) -> None:
         while engine.stats().generation_tokens < count:
             await asyncio.sleep(0.01)

@@ -133,7 +133,9 @@ def test_a_stop_token_ends_the_output_without_its_text(make_engine):
     at = next(i for i, t in enumerate(free.token_ids) if i >= 3 and engine.tokenizer.decode([t]).strip()
               and t not in free.token_ids[:i])  # fmt: skip
     stop_id = free.token_ids[at]
-    [stopped] = engine.generate(["The quick brown fox"], SamplingParams(max_tokens=30, temperature=0, stop_token_ids=(stop_id,)))
+    [stopped] = engine.generate(
+        ["The quick brown fox"], SamplingParams(max_tokens=30, temperature=0, stop_token_ids=(stop_id,))
+    )
     assert stopped.finish_reason == "stop"
     assert stopped.token_ids == free.token_ids[: at + 1]  # the token is in token_ids (as vLLM)
     assert stopped.text == engine.tokenizer.decode(free.token_ids[:at])  # its text is not

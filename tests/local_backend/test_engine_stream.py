@@ -74,7 +74,9 @@ async def test_two_hundred_requests_with_aborts_leave_no_block_leaked(make_engin
     prefixes = [[rng.randrange(4, 300) for _ in range(rng.randrange(16, 60))] for _ in range(5)]
 
     async def one(i: int):
-        prompt = rng.choice(prefixes)[: rng.randrange(8, 60)] + [rng.randrange(4, 300) for _ in range(rng.randrange(1, 20))]
+        prompt = rng.choice(prefixes)[: rng.randrange(8, 60)] + [
+            rng.randrange(4, 300) for _ in range(rng.randrange(1, 20))
+        ]
         params = SamplingParams(max_tokens=rng.randrange(1, 24), seed=i, ignore_eos=i % 2 == 0)
         return await _collect(engine, prompt, params, keep=rng.randrange(1, 6) if i % 5 == 0 else None)
 

@@ -43,7 +43,11 @@ TEXTS = ["hello world", "  leading spaces", "Paris: 21°C, sunny!", "digits 1234
 
 def _permute(weights: np.ndarray, heads: int) -> np.ndarray:
     """llama.cpp convert_hf_to_gguf.py's `LlamaModel.permute`, as it writes q_proj and k_proj."""
-    return weights.reshape(heads, 2, weights.shape[0] // heads // 2, *weights.shape[1:]).swapaxes(1, 2).reshape(weights.shape)
+    return (
+        weights.reshape(heads, 2, weights.shape[0] // heads // 2, *weights.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(weights.shape)
+    )
 
 
 def write_gguf(path: Path, types: dict[str, Q] | None = None, architecture: str = "llama",
@@ -174,7 +178,9 @@ def test_quantized_tensors_load_within_their_type_s_rounding_and_unpermuted(tmp_
         # bundled weights are bfloat16, which both float types hold as they are)
     engine = _engine(path)
     try:
-        [out] = engine.generate([engine.tokenizer.chat_prompt(MESSAGES[0])], SamplingParams(max_tokens=8, temperature=0))
+        [out] = engine.generate(
+            [engine.tokenizer.chat_prompt(MESSAGES[0])], SamplingParams(max_tokens=8, temperature=0)
+        )
         assert out.token_ids
     finally:
         engine.close()
@@ -194,7 +200,9 @@ def test_what_the_engine_cannot_run_is_refused_by_name(tmp_path: Path, build: An
         _engine(build(tmp_path))
 
 
-def test_a_packaged_model_without_its_package_names_the_command_that_installs_it(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_packaged_model_without_its_package_names_the_command_that_installs_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr("local_backend.model_names.importlib.util.find_spec", lambda name, *args: None)
     with pytest.raises(FileNotFoundError) as raised:
         open_checkpoint("smollm2-135m-instruct")

@@ -27,6 +27,7 @@ SPEC = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, 
 GREEDY = SamplingParams(max_tokens=40, temperature=0, ignore_eos=True)
 PROMPTS = [[5, 6, 7, 8, 5, 6, 7, 8, 5, 6], [9, 10, 11, 12, 13, 9, 10, 11, 12, 13, 9, 10], list(range(20, 70))]
 
+
 def _native() -> ops.NativeOps:
     kernels = cpu_kernels.load()
     if kernels is None:
@@ -89,8 +90,12 @@ def test_the_native_int8_kernels_match_the_torch_int8_forms(heads, kv_heads, dim
     keys, values = native.read_kv(written, context, torch.float32).unbind(1)
     chunk = torch.randn(min(len(context), 9), heads, dim)
     mask = _shifted(len(chunk), len(context))
-    torch.testing.assert_close(native.prefill_attention(chunk, keys, values, mask, scale),
-                               torch_form.prefill_attention(chunk, keys, values, mask, scale), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        native.prefill_attention(chunk, keys, values, mask, scale),
+        torch_form.prefill_attention(chunk, keys, values, mask, scale),
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
 
 def _shifted(n: int, context: int) -> torch.Tensor:
@@ -169,8 +174,9 @@ def test_int8_with_prefix_caching_gives_the_tokens_of_a_cold_run(make_engine):
 @pytest.mark.parametrize("kind", ["llama", "qwen3"])
 def test_int8_with_speculation_gives_the_tokens_of_int8_without(make_engine, kind):
     plain = make_engine(kind, kv_cache_dtype="int8")
-    fast = make_engine(kind, kv_cache_dtype="int8", speculative_config=SPEC, max_num_seqs=6, max_num_batched_tokens=24,
-                block_size=4)
+    fast = make_engine(
+        kind, kv_cache_dtype="int8", speculative_config=SPEC, max_num_seqs=6, max_num_batched_tokens=24, block_size=4
+    )
     want, got = plain.generate(PROMPTS, GREEDY), fast.generate(PROMPTS, GREEDY)
     assert [list(o.token_ids) for o in got] == [list(o.token_ids) for o in want]
     assert sum(out.draft_tokens for out in got) > 0

@@ -45,7 +45,9 @@ def test_mixed_context_lengths_decode_in_several_groups_and_match_transformers(m
 
 
 @pytest.mark.parametrize("native", [True, False])
-def test_the_last_layer_computes_only_the_rows_that_sample_and_the_tokens_stay_those_of_every_row(make_engine, monkeypatch, native):
+def test_the_last_layer_computes_only_the_rows_that_sample_and_the_tokens_stay_those_of_every_row(
+    make_engine, monkeypatch, native
+):
     engine = make_engine(max_num_batched_tokens=64)  # a 150-token prompt prefills in chunks of 64, 64 and 22
     if not native:
         engine.runner.paged_decodes = False
@@ -57,10 +59,14 @@ def test_the_last_layer_computes_only_the_rows_that_sample_and_the_tokens_stay_t
     rows_seen: dict[int, list[int]] = {0: [], len(layers) - 1: []}
     for index in rows_seen:
         forward = layers[index].mlp.forward
-        monkeypatch.setattr(layers[index].mlp, "forward", lambda x, i=index, f=forward: rows_seen[i].append(len(x)) or f(x))
+        monkeypatch.setattr(
+            layers[index].mlp, "forward", lambda x, i=index, f=forward: rows_seen[i].append(len(x)) or f(x)
+        )
     logits_seen: list[torch.Tensor] = []
     project = engine.runner.model.logits
-    monkeypatch.setattr(engine.runner.model, "logits", lambda hidden: logits_seen.append(project(hidden)) or logits_seen[-1])
+    monkeypatch.setattr(
+        engine.runner.model, "logits", lambda hidden: logits_seen.append(project(hidden)) or logits_seen[-1]
+    )
     greedy = SamplingParams(max_tokens=3, temperature=0, ignore_eos=True)
     prompt = [5 + i % 90 for i in range(150)]
     [pruned] = engine.generate([prompt], greedy)

@@ -49,9 +49,13 @@ def test_native_rms_norm_equals_torchs(shape, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(1, 512), (37, 64), (2, 7)])
-def test_native_add_rms_norm_leaves_the_sum_in_the_residual_and_its_norm_in_x_as_the_torch_form_returns_them(shape, dtype):
+def test_native_add_rms_norm_leaves_the_sum_in_the_residual_and_its_norm_in_x_as_the_torch_form_returns_them(
+    shape, dtype
+):
     gen = torch.Generator().manual_seed(sum(shape) + 1)
-    (x, residual, weight), floats = _as(dtype, *torch.randn(2, *shape, generator=gen) * 3, torch.randn(shape[-1], generator=gen))
+    (x, residual, weight), floats = _as(
+        dtype, *torch.randn(2, *shape, generator=gen) * 3, torch.randn(shape[-1], generator=gen)
+    )
     expected_norm, expected_sum = ops.TORCH.add_rms_norm(*floats, 1e-6)
     assert torch.equal(expected_sum, floats[0] + floats[1])  # the torch form leaves its inputs as they were
     got_norm, got_sum = NativeOps(64, cpu_kernels.load().choices).add_rms_norm(x, residual, weight, 1e-6)
@@ -69,7 +73,9 @@ def test_native_rope_rotates_strided_q_and_k_in_place_as_apply_rope_does(heads, 
     qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim, generator=gen).to(dtype)
     q, k, _ = qkv.split([heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
     q, k = q.view(tokens, heads, dim), k.view(tokens, kv_heads, dim)  # views into one buffer, as the layer has them
-    (cos, sin), (cosf, sinf) = _as(dtype, torch.randn(tokens, 1, dim, generator=gen), torch.randn(tokens, 1, dim, generator=gen))
+    (cos, sin), (cosf, sinf) = _as(
+        dtype, torch.randn(tokens, 1, dim, generator=gen), torch.randn(tokens, 1, dim, generator=gen)
+    )
     expected_q, expected_k = apply_rope(q.float(), cosf, sinf), apply_rope(k.float(), cosf, sinf)
     untouched = qkv[:, (heads + kv_heads) * dim :].clone()
     torch.ops.kvwise.rotary_embedding_(q, k, cos, sin)
@@ -88,7 +94,14 @@ def test_native_silu_and_mul_equals_silu_of_gate_times_up(tokens, size, dtype):
 
 @pytest.mark.parametrize(
     ("rows", "inputs", "outputs"),
-    [(1, 512, 1024), (1, 1376, 512), (3, 13, 37), (16, 70, 9), (2, 3, 1), (5, 200, 24)],  # row counts, tails, short bands
+    [
+        (1, 512, 1024),
+        (1, 1376, 512),
+        (3, 13, 37),
+        (16, 70, 9),
+        (2, 3, 1),
+        (5, 200, 24),
+    ],  # row counts, tails, short bands
 )
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from local_backend import cpu_kernels, ops
-from local_backend.penalties import PenaltyState, apply_penalties, dry_penalties
 from local_backend.ops import chunk_sums, draw, heavier_mass
+from local_backend.penalties import PenaltyState, apply_penalties, dry_penalties
 from local_backend.sampler import Sampler, keep_thresholds
 from local_backend.sampling_params import SamplingParams
 from local_backend.sequence import Sequence
@@ -152,7 +152,10 @@ def test_native_tempered_weights_equal_the_torch_passes_with_their_chunk_sums(vo
     assert cpu_kernels.load()
     logits = torch.randn(5, vocab, generator=torch.Generator().manual_seed(vocab)) * 4
     params = [SamplingParams(temperature=t) for t in (0.3, 0.7, 1.0, 1.9, 0.0)]
-    torch_pass, native = Sampler(vocab, lambda _: NO_BREAKERS, ops.TORCH), Sampler(vocab, lambda _: NO_BREAKERS, cpu_ops())
+    torch_pass, native = (
+        Sampler(vocab, lambda _: NO_BREAKERS, ops.TORCH),
+        Sampler(vocab, lambda _: NO_BREAKERS, cpu_ops()),
+    )
     w, sums = torch_pass.weights(logits.clone(), params)
     w_native, sums_native = native.weights(logits.clone(), params)
     torch.testing.assert_close(w_native, w, rtol=2e-6, atol=0)

@@ -41,7 +41,11 @@ def test_the_probes_text_plain_post_from_a_foreign_page_and_host_is_refused(serv
     response = _post(served.url, {"content-type": "text/plain", "origin": EVIL, "host": "evil.example"}, path)
     assert response.status_code == 403
     body = response.json()
-    assert (body["error"]["type"] == "permission_error") if path == "/v1/messages" else body["error"]["code"] == "forbidden"
+    assert (
+        (body["error"]["type"] == "permission_error")
+        if path == "/v1/messages"
+        else body["error"]["code"] == "forbidden"
+    )
 
 
 def test_a_foreign_origin_is_refused_even_with_json(served):
@@ -60,7 +64,9 @@ def test_the_loopback_names_are_served_on_any_port(served, host):
     assert _post(served.url, {**JSON, "host": f"{host}:{_port(served.url)}"}).status_code == 200
 
 
-@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data", None])
+@pytest.mark.parametrize(
+    "content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data", None]
+)
 def test_a_body_that_is_not_sent_as_json_is_a_415(served, content_type):
     response = _post(served.url, {"content-type": content_type} if content_type else {})
     assert response.status_code == 415 and response.json()["error"]["type"] == "invalid_request_error"

@@ -77,7 +77,6 @@ def test_a_call_under_auto_names_an_offered_tool_with_valid_arguments(base_url, 
     assert validated > 0  # the model did call: the weather questions lead it to
 
 
-
 def test_a_streamed_answer_under_auto_makes_the_same_offered_calls_as_the_whole_one(base_url):
     called = 0
     with openai.OpenAI(base_url=f"{base_url}/v1", api_key="x", max_retries=0) as client:
@@ -91,10 +90,13 @@ def test_a_streamed_answer_under_auto_makes_the_same_offered_calls_as_the_whole_
                     streamed.setdefault(call.index, ["", ""])
                     streamed[call.index][0] += call.function.name or ""
                     streamed[call.index][1] += call.function.arguments or ""
-            assert [tuple(streamed[i]) for i in sorted(streamed)] == [(c.function.name, c.function.arguments) for c in whole]
+            assert [tuple(streamed[i]) for i in sorted(streamed)] == [
+                (c.function.name, c.function.arguments) for c in whole
+            ]
             assert all(name == "python" for name, _ in streamed.values())
             called += len(whole)
     assert called > 0
+
 
 TEMPLATE = (
     "{{ bos_token }}{% if persona is defined %}<|im_start|>persona {{ persona + '.' }}<|im_end|>\n{% endif %}"
@@ -119,7 +121,9 @@ def rendered(llama_dir: Path):
     template = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(TEMPLATE)
     tokenizer = Tokenizer.from_file(str(llama_dir / "tokenizer.json"))
 
-    def render(messages: list[dict], add_generation_prompt: bool = True, continued: bool = False, **kwargs: Any) -> list[int]:
+    def render(
+        messages: list[dict], add_generation_prompt: bool = True, continued: bool = False, **kwargs: Any
+    ) -> list[int]:
         text = template.render(messages=messages, add_generation_prompt=add_generation_prompt, bos_token="<s>",
                                eos_token="</s>", **kwargs)  # fmt: skip
         if continued:
@@ -167,7 +171,10 @@ def test_a_message_name_reaches_the_template_as_part_of_the_message(template_url
 
 
 def test_a_message_name_is_accepted_with_tools_offered_to_the_bundled_model(base_url):
-    named = [{"role": "system", "content": "Be brief.", "name": "ops"}, {"role": "user", "content": "Hello!", "name": "ann"}]
+    named = [
+        {"role": "system", "content": "Be brief.", "name": "ops"},
+        {"role": "user", "content": "Hello!", "name": "ann"},
+    ]
     answer = _chat(base_url, messages=named, tools=_tools({"python": PYTHON}))
     assert answer["choices"][0]["finish_reason"] in ("stop", "length", "tool_calls")
 
@@ -192,15 +199,17 @@ def test_continue_final_message_with_add_generation_prompt_is_refused_as_vllm_re
     assert message == "Cannot set both `continue_final_message` and `add_generation_prompt` to True."
     empty = [*HISTORY[:2], {"role": "assistant", "content": ""}]
     assert _refused(template_url, "/v1/chat/completions", messages=empty, continue_final_message=True)[0] == (
-        "continue_final_message")
+        "continue_final_message"
+    )
 
 
 def test_chat_template_kwargs_reach_the_template(template_url, rendered):
     ids = rendered(HISTORY[:2], persona="pirate")
     assert ids != rendered(HISTORY[:2])
     _prompt_is(template_url, ids, messages=HISTORY[:2], chat_template_kwargs={"persona": "pirate"})
-    param, _ = _refused(template_url, "/v1/chat/completions", messages=HISTORY[:2],
-                        chat_template_kwargs={"persona": {"a": 1}})  # the template's `+` cannot add a dict to text
+    param, _ = _refused(
+        template_url, "/v1/chat/completions", messages=HISTORY[:2], chat_template_kwargs={"persona": {"a": 1}}
+    )  # the template's `+` cannot add a dict to text
     assert param == "messages"
 
 
@@ -239,7 +248,9 @@ def test_llama_cpp_json_schema_holds_the_answer_to_the_schema(base_url, path):
 def test_llama_cpp_grammar_holds_the_answer_to_the_gbnf(base_url, path):
     for seed in range(3):
         body = {**ENDPOINT_BODIES[path], "model": "tiny", "max_tokens": 40, "seed": seed, "temperature": 1.0}
-        assert re.fullmatch(r"(yes|no)\. ?[a-z]{0,3}", _text(path, _post(base_url, path, {**body, "grammar": YES_NO}).json()))
+        assert re.fullmatch(
+            r"(yes|no)\. ?[a-z]{0,3}", _text(path, _post(base_url, path, {**body, "grammar": YES_NO}).json())
+        )
 
 
 @pytest.mark.parametrize(

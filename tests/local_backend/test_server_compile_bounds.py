@@ -16,7 +16,15 @@ import pytest
 
 from local_backend.server._constants import MAX_GRAMMAR_NESTING, MAX_GRAMMAR_RULES, MAX_SCHEMA_DEPTH, MAX_SCHEMA_NODES
 from tests.local_backend.serving import Served, ServedEngines
-from tests.local_backend.test_server_hostile import CHAT, CLIENT_TIMEOUT_SECONDS, MAX_MODEL_LEN, ROUTES, SCHEMA_FIELDS, _post, _refused
+from tests.local_backend.test_server_hostile import (
+    CHAT,
+    CLIENT_TIMEOUT_SECONDS,
+    MAX_MODEL_LEN,
+    ROUTES,
+    SCHEMA_FIELDS,
+    _post,
+    _refused,
+)
 
 COMPLETIONS = "/v1/completions"
 TOOL_SCHEMA = {CHAT: lambda s: [{"type": "function", "function": {"name": "f", "parameters": s}}],
@@ -44,6 +52,7 @@ def _same_server_answers(http: httpx2.Client) -> None:
 
 def ref_chain(links: int, objects: bool = False) -> dict[str, Any]:
     """A schema whose root refers to d0, d0 to d1, ... d<links> a string (each link an object when `objects`)."""
+
     def link(i: int) -> dict[str, Any]:
         ref = {"$ref": f"#/$defs/d{i + 1}"}
         return {"type": "object", "properties": {"a": ref}, "required": ["a"]} if objects else ref

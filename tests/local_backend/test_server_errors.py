@@ -80,8 +80,14 @@ BAD_REQUESTS = {
     "huge max_tokens": ({"messages": OK["messages"], "max_tokens": 10**9}, "max_tokens"),
     "empty messages": ({"messages": [], "max_tokens": 2}, "messages"),
     "unknown role": ({"messages": [{"role": "wizard", "content": "hi"}], "max_tokens": 2}, "messages[0].role"),
-    "prompt over the context": ({"messages": [{"role": "user", "content": "word " * 1000}], "max_tokens": 2}, "messages"),
-    "non-text content": ({"messages": [{"role": "user", "content": [{"type": "image"}]}], "max_tokens": 2}, "messages[0].content"),
+    "prompt over the context": (
+        {"messages": [{"role": "user", "content": "word " * 1000}], "max_tokens": 2},
+        "messages",
+    ),
+    "non-text content": (
+        {"messages": [{"role": "user", "content": [{"type": "image"}]}], "max_tokens": 2},
+        "messages[0].content",
+    ),
 }
 
 
@@ -101,8 +107,13 @@ def test_prompt_over_the_context_says_so_in_openai_code(served):
     assert body["error"]["code"] == "context_length_exceeded"
 
 
-@pytest.mark.parametrize(("path", "flavor"), [("/v1/chat/completions", "openai"), ("/v1/completions", "openai"), ("/v1/messages", "anthropic")])
-@pytest.mark.parametrize("payload", [b"{not json", b"[1, 2]", b"\xff\xfe"], ids=["malformed", "not an object", "not utf-8"])
+@pytest.mark.parametrize(
+    ("path", "flavor"),
+    [("/v1/chat/completions", "openai"), ("/v1/completions", "openai"), ("/v1/messages", "anthropic")],
+)
+@pytest.mark.parametrize(
+    "payload", [b"{not json", b"[1, 2]", b"\xff\xfe"], ids=["malformed", "not an object", "not utf-8"]
+)
 def test_invalid_json_gets_400(served, path, flavor, payload):
     with httpx2.Client() as http:
         response = http.post(f"{served.url}{path}", content=payload, headers={"content-type": "application/json"})
@@ -129,7 +140,9 @@ def test_unknown_path_gets_404_in_the_api_shape(served, path, flavor):
     with httpx2.Client() as http:
         response = http.get(f"{served.url}{path}")
     assert response.status_code == 404
-    assert _error_type(flavor, response.json()) == ("invalid_request_error" if flavor == "openai" else "not_found_error")
+    assert _error_type(flavor, response.json()) == (
+        "invalid_request_error" if flavor == "openai" else "not_found_error"
+    )
 
 
 @pytest.mark.parametrize("flavor", ["openai", "anthropic"])
@@ -220,7 +233,9 @@ def test_client_hanging_up_before_a_whole_answer_aborts_it(served):
     assert 0 < served.engine.stats().generation_tokens - before < 480
 
 
-@pytest.mark.parametrize(("args", "warned"), [(["--host", "0.0.0.0"], True), (["--host", "0.0.0.0", "--api-key", "k"], False), ([], False)])
+@pytest.mark.parametrize(
+    ("args", "warned"), [(["--host", "0.0.0.0"], True), (["--host", "0.0.0.0", "--api-key", "k"], False), ([], False)]
+)
 def test_cli_warns_when_bound_beyond_loopback_without_a_key_and_refuses_a_missing_model(caplog, capsys, args, warned):
     assert main(["serve", "--model", "/no/such/checkpoint", *args]) == 2  # fails before binding anything
     assert ("without --api-key" in caplog.text) is warned

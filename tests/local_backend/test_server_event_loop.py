@@ -60,7 +60,9 @@ def test_a_count_of_128_tools_of_30_kb_is_refused_by_its_size(http):
 @pytest.mark.parametrize("path", [CHAT, "/v1/messages", COUNT, "/v1/responses"])
 @pytest.mark.parametrize(("messages", "refusal"), [(100_000, f"at most {MAX_JSON_CONTAINERS} are allowed"),
                                                    (MAX_MESSAGES + 1, f"at most {MAX_MESSAGES} are allowed")])  # fmt: skip
-def test_a_hundred_thousand_empty_messages_are_refused_by_their_count_before_they_are_parsed(http, path, messages, refusal):
+def test_a_hundred_thousand_empty_messages_are_refused_by_their_count_before_they_are_parsed(
+    http, path, messages, refusal
+):
     listed = [{"role": "user", "content": ""}] * messages
     body = {**ROUTES.get(path, _count("")), ("input" if path == "/v1/responses" else "messages"): listed}
     assert refusal in _refused(_post(http, path, body), path)
@@ -94,4 +96,8 @@ def test_a_count_flood_from_three_clients_leaves_health_and_chat_answering(serve
         stop.set()
         for client in clients:
             client.join()
-    assert counted and set(counted) <= {200, 400, 429}  # answered, too large to count, or refused while the queue is full
+    assert counted and set(counted) <= {
+        200,
+        400,
+        429,
+    }  # answered, too large to count, or refused while the queue is full

@@ -155,7 +155,9 @@ def test_non_finite_and_out_of_range_numbers_are_400s_naming_the_field(http, pat
 
 
 def test_ten_thousand_tools_are_refused_by_their_count(http):
-    tools = [{"type": "function", "function": {"name": f"f{i}", "parameters": {"type": "object"}}} for i in range(10_000)]
+    tools = [
+        {"type": "function", "function": {"name": f"f{i}", "parameters": {"type": "object"}}} for i in range(10_000)
+    ]
     message = _refused(_post(http, CHAT, {**ROUTES[CHAT], "tools": tools}), CHAT)
     assert f"at most {MAX_TOOLS}" in message and message.startswith("tools")
     _still_serving(http)

@@ -22,7 +22,9 @@ TOLERANCE = 1e-3
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[Engine]:
-    with Engine.from_pretrained("default", device="cpu", dtype="float32", max_model_len=256, kv_cache_memory=2**22) as engine:
+    with Engine.from_pretrained(
+        "default", device="cpu", dtype="float32", max_model_len=256, kv_cache_memory=2**22
+    ) as engine:
         yield engine
 
 

@@ -121,9 +121,13 @@ async def test_eight_concurrent_streams_return_what_each_returns_alone(base_url)
         async def run(prompt: str, stream: bool) -> str:
             messages = [{"role": "user", "content": prompt}]
             if not stream:
-                response = await client.chat.completions.create(model="tiny", messages=messages, max_tokens=16, **GREEDY)
+                response = await client.chat.completions.create(
+                    model="tiny", messages=messages, max_tokens=16, **GREEDY
+                )
                 return response.choices[0].message.content
-            chunks = await client.chat.completions.create(model="tiny", messages=messages, max_tokens=16, stream=True, **GREEDY)
+            chunks = await client.chat.completions.create(
+                model="tiny", messages=messages, max_tokens=16, stream=True, **GREEDY
+            )
             return "".join([c.choices[0].delta.content or "" async for c in chunks if c.choices])
 
         alone = [await run(p, stream=False) for p in prompts]

@@ -75,7 +75,9 @@ ref_chains = st.integers(50, 3000).map(_ref_chain).flatmap(lambda s: st.sampled_
     {"tools": [{"type": "function", "function": {"name": "f", "parameters": s}}]},
 ]))  # fmt: skip
 odd_values = st.sampled_from([{}, [], [None], 7, None, True, "x", {"type": [1]}, [1]])
-wrong_roles = odd_values.map(lambda role: {"messages": [{"role": role, "content": "hi"}], "input": [{"role": role, "content": "hi"}]})
+wrong_roles = odd_values.map(
+    lambda role: {"messages": [{"role": role, "content": "hi"}], "input": [{"role": role, "content": "hi"}]}
+)
 odd_tools = st.one_of(
     odd_values.map(lambda choice: {"tool_choice": choice}),
     st.sampled_from([{"type": "function", "function": "f"}, {"type": "tool"}, {"type": "function", "name": 3}]).map(
@@ -83,7 +85,9 @@ odd_tools = st.one_of(
     odd_values.map(lambda calls: {"messages": [{"role": "assistant", "content": "", "tool_calls": calls},
                                                {"role": "user", "content": "hi"}]}),
 )  # fmt: skip
-odd_bias = st.sampled_from(["²", "٣", "9" * 5000, "-1", "1e3", "", " 7", "0x1"]).map(lambda key: {"logit_bias": {key: 1}})
+odd_bias = st.sampled_from(["²", "٣", "9" * 5000, "-1", "1e3", "", " 7", "0x1"]).map(
+    lambda key: {"logit_bias": {key: 1}}
+)
 ENCODINGS = ["utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "latin-1"]
 
 
@@ -95,9 +99,14 @@ def hostile(draw: st.DrawFn, body: Any) -> bytes:
     if kind in ("surrogate", "deep"):
         places = list(_places(body)) if isinstance(body, (dict, list)) else []
         path = draw(st.sampled_from(places)) if places and draw(st.booleans()) else ("messages",)
-        body = _replaced(body if isinstance(body, dict) else {}, path, draw(surrogate_text) if kind == "surrogate" else DEEP)
+        body = _replaced(
+            body if isinstance(body, dict) else {}, path, draw(surrogate_text) if kind == "surrogate" else DEEP
+        )
     elif kind == "fields":
-        body = {**(body if isinstance(body, dict) else {}), **draw(st.one_of(ref_chains, wrong_roles, odd_tools, odd_bias))}
+        body = {
+            **(body if isinstance(body, dict) else {}),
+            **draw(st.one_of(ref_chains, wrong_roles, odd_tools, odd_bias)),
+        }
     payload = json.dumps(body, ensure_ascii=kind != "encoding")
     if kind == "deep":
         depth = draw(st.integers(100, 3000))
@@ -110,7 +119,9 @@ def hostile(draw: st.DrawFn, body: Any) -> bytes:
 @FUZZ
 @given(data=st.data())
 @pytest.mark.parametrize("route", ROUTES)
-def test_every_route_of_the_openapi_document_answers_generated_and_hostile_bodies_below_500(fuzz_http, operations, route, data):
+def test_every_route_of_the_openapi_document_answers_generated_and_hostile_bodies_below_500(
+    fuzz_http, operations, route, data
+):
     operation = operations[route]
     case = data.draw(operation.as_strategy())
     headers = {"content-type": "application/json"}

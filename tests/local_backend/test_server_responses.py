@@ -11,7 +11,6 @@ import pytest
 
 from tests.local_backend.serving import ServedEngines
 
-
 QUESTION = "What is the capital of France?"
 INSTRUCTIONS = "You answer briefly."
 GREEDY = {"model": "tiny", "temperature": 0}
@@ -85,9 +84,11 @@ def test_the_clients_stream_helper_builds_the_final_response(client):
     with client.responses.stream(input=QUESTION, instructions=INSTRUCTIONS, **GREEDY) as stream:
         deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
         final = stream.get_final_response()
-    assert final.output_text == "".join(deltas) == client.responses.create(
-        input=QUESTION, instructions=INSTRUCTIONS, **GREEDY
-    ).output_text
+    assert (
+        final.output_text
+        == "".join(deltas)
+        == client.responses.create(input=QUESTION, instructions=INSTRUCTIONS, **GREEDY).output_text
+    )
 
 
 @pytest.mark.parametrize(

@@ -22,9 +22,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import sdk
 from local_backend.__main__ import _api_keys
 from local_backend.server import create_app
-from tests.local_backend.serving import Served, ServedEngines
 from local_backend.server._constants import API_KEY_ENV
 from local_backend.server.auth import tenant_id
+from tests.local_backend.serving import Served, ServedEngines
 
 KEY_A = "sk-tenant-a-7f3e9c21d4b8"
 KEY_B = "sk-tenant-b-0a6d5e4f3c2b"
@@ -38,7 +38,9 @@ OURS = ("local_backend", "sdk", "uvicorn", "starlette")
 
 @pytest.fixture(scope="module")
 def served(serve: ServedEngines, llama_dir: Path) -> Served:
-    return serve(llama_dir, {"api_key": [KEY_A, KEY_B], "metrics_key": METRICS_KEY}, max_model_len=512, kv_cache_memory=2**21)
+    return serve(
+        llama_dir, {"api_key": [KEY_A, KEY_B], "metrics_key": METRICS_KEY}, max_model_len=512, kv_cache_memory=2**21
+    )
 
 
 def _openai_cached(url: str, key: str, content: str) -> int:
@@ -70,7 +72,9 @@ def test_anthropic_stream_reports_the_exact_cache_split_from_message_start(serve
     prompt = "stream split: " + LONG_PROMPT
     with anthropic.Anthropic(base_url=served.url, api_key=KEY_A, max_retries=0) as client:
         for _ in range(2):
-            with client.messages.stream(model="tiny", messages=[{"role": "user", "content": prompt}], max_tokens=2) as s:
+            with client.messages.stream(
+                model="tiny", messages=[{"role": "user", "content": prompt}], max_tokens=2
+            ) as s:
                 events = list(s)
     start = next(e for e in events if e.type == "message_start").message.usage
     final = s.get_final_message().usage
@@ -174,7 +178,10 @@ def test_no_key_header_or_prompt_reaches_logs_metrics_or_sdk_spans(served, caplo
             client.messages.create(model="tiny", messages=messages, max_tokens=4)
         with httpx2.Client(base_url=served.url) as http:
             bad = {"model": "tiny", "messages": messages, "max_tokens": -1}
-            assert http.post("/v1/chat/completions", json=bad, headers={"authorization": f"Bearer {KEY_A}"}).status_code == 400
+            assert (
+                http.post("/v1/chat/completions", json=bad, headers={"authorization": f"Bearer {KEY_A}"}).status_code
+                == 400
+            )
             assert http.post("/v1/messages", json=bad, headers={"x-api-key": "sk-wrong-" + KEY_B}).status_code == 401
             exposition = http.get("/metrics", headers={"x-api-key": METRICS_KEY}).text
             assert "kvwise_prompt_tokens_total" in exposition

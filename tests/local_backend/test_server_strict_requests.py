@@ -490,7 +490,9 @@ HONOURED_CHECKS: dict[str, Callable[[Ask], None]] = {
     "repetition_penalty": _check_penalty("repetition_penalty", 2.0),
     "ignore_eos": _check_ignore_eos,
     "messages": _check_prompt_changes("messages", [{"role": "user", "content": "Hello"}]),
-    "prompt": _check_prompt_changes("prompt", "A KV cache stores keys and values for every layer and token of the prompt"),
+    "prompt": _check_prompt_changes(
+        "prompt", "A KV cache stores keys and values for every layer and token of the prompt"
+    ),
     "system": _check_system,
     "n": _check_n,
     "echo": _check_echo,
@@ -518,7 +520,9 @@ HONOURED_CHECKS: dict[str, Callable[[Ask], None]] = {
     "chat.parallel_tool_calls": _check_parallel_tool_calls,
     "chat.response_format": _check_response_format,
     "instructions": _check_instructions,
-    "input": _check_prompt_changes("input", "A KV cache stores keys and values for every layer and token of the prompt"),
+    "input": _check_prompt_changes(
+        "input", "A KV cache stores keys and values for every layer and token of the prompt"
+    ),
     "max_output_tokens": _check_max_tokens("max_output_tokens"),
 }
 
@@ -574,8 +578,10 @@ def _chat_message(role: str, **extra: Any) -> list[dict[str, Any]]:
     history: list[dict[str, Any]] = [{"role": "user", "content": QUESTION}]
     if role == "tool":
         call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
-        history += [{"role": "assistant", "content": None, "tool_calls": [call]},
-                    {"role": "tool", "tool_call_id": "c1", "content": "Paris", **extra}]
+        history += [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": "Paris", **extra},
+        ]
     elif role == "user":
         history[0].update(extra)
     else:
@@ -595,8 +601,9 @@ def test_the_keys_checked_inside_messages_are_those_the_installed_clients_name()
 def test_an_anthropic_system_message_among_the_turns_reaches_the_prompt(base_url):
     ask = _asker(base_url, ENDPOINTS["messages"])
     turns = [{"role": "user", "content": QUESTION}, {"role": "assistant", "content": "Paris."}]
-    with_system = ask(messages=[*turns, {"role": "system", "content": "Answer in French."},
-                                {"role": "user", "content": "And Spain?"}])
+    with_system = ask(
+        messages=[*turns, {"role": "system", "content": "Answer in French."}, {"role": "user", "content": "And Spain?"}]
+    )
     without = ask(messages=[*turns, {"role": "user", "content": "And Spain?"}])
     assert with_system.prompt_tokens > without.prompt_tokens
 
@@ -618,7 +625,9 @@ def test_an_unknown_key_on_an_anthropic_message_is_refused_naming_it(base_url):
 
 def test_a_chat_answer_passed_back_as_it_came_is_accepted_in_the_next_request(base_url):
     with openai.OpenAI(base_url=f"{base_url}/v1", api_key="x", max_retries=0) as client:
-        first = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": QUESTION}], max_tokens=8)
+        first = client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": QUESTION}], max_tokens=8
+        )
         message = first.choices[0].message  # the client's own object, as apps append it to the history
         as_hosted = {**message.model_dump(), "annotations": []}  # a hosted answer's dump has empty extras too
         for passed in (message, as_hosted):

@@ -12,7 +12,6 @@ import pytest
 
 from tests.local_backend.serving import ServedEngines
 
-
 REQUESTS = 50
 SCHEMA = {
     "type": "object",

@@ -74,8 +74,11 @@ def _create(client: anthropic.Anthropic, stream: bool, **kwargs):
 @pytest.mark.parametrize("mode", ["sync", "async"])
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 def test_a_tool_loop_uses_the_tool_gets_the_result_and_answers(client, base_url, stream, mode):
-    create = (lambda s, **kw: _create(client, s, **kw)) if mode == "sync" else (
-        lambda s, **kw: _create_async(base_url, s, **kw))
+    create = (
+        (lambda s, **kw: _create(client, s, **kw))
+        if mode == "sync"
+        else (lambda s, **kw: _create_async(base_url, s, **kw))
+    )
     message, partial = create(stream, messages=QUESTION, tool_choice={"type": "any"}, extra_body={"seed": 1})
     [use] = [b for b in message.content if b.type == "tool_use"]
     assert message.stop_reason == "tool_use" and use.id.startswith("toolu_")
@@ -131,8 +134,11 @@ def test_a_tool_result_marked_is_error_reaches_the_model_as_an_error(client):
     use = {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}
 
     def counted(result: dict) -> int:
-        history = [*QUESTION, {"role": "assistant", "content": [use]},
-                   {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", **result}]}]
+        history = [
+            *QUESTION,
+            {"role": "assistant", "content": [use]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", **result}]},
+        ]
         return client.messages.count_tokens(model="tiny", messages=history, tools=TOOLS).input_tokens
 
     failed = counted({"content": "city not found", "is_error": True})
@@ -148,8 +154,17 @@ ANSWER_WITH_TEXT_AFTER_CALL = (
 
 
 def _completion(text: str) -> Completion:
-    return Completion(request_id="r", prompt_token_ids=(1, 2), token_ids=(3,) * 40, text=text, finish_reason="stop",
-                      cached_tokens=0, cache_written_tokens=0, stop_string=None, timings=Timings(0.0, 0.0, 0.0))
+    return Completion(
+        request_id="r",
+        prompt_token_ids=(1, 2),
+        token_ids=(3,) * 40,
+        text=text,
+        finish_reason="stop",
+        cached_tokens=0,
+        cache_written_tokens=0,
+        stop_string=None,
+        timings=Timings(0.0, 0.0, 0.0),
+    )
 
 
 def _streamed_message(text: str, pieces: int) -> anthropic.types.Message:
@@ -170,10 +185,16 @@ def _streamed_message(text: str, pieces: int) -> anthropic.types.Message:
 
 def test_text_after_a_tool_call_is_kept_in_order_whole_and_streamed():
     whole = anthropic.types.Message.model_validate(
-        AnthropicFormat("tiny", parse_tools=True).whole([_completion(ANSWER_WITH_TEXT_AFTER_CALL)]))
+        AnthropicFormat("tiny", parse_tools=True).whole([_completion(ANSWER_WITH_TEXT_AFTER_CALL)])
+    )
     shape = [(b.type, b.text if b.type == "text" else (b.name, b.input)) for b in whole.content]
-    assert shape == [("text", "Let me check."), ("tool_use", ("get_weather", {"city": "Paris"})),
-                     ("text", "I asked for Paris."), ("tool_use", ("get_time", {"zone": "CET"})), ("text", "Done.")]
+    assert shape == [
+        ("text", "Let me check."),
+        ("tool_use", ("get_weather", {"city": "Paris"})),
+        ("text", "I asked for Paris."),
+        ("tool_use", ("get_time", {"zone": "CET"})),
+        ("text", "Done."),
+    ]
     assert whole.stop_reason == "tool_use"
     for pieces in (1, 3, 7, len(ANSWER_WITH_TEXT_AFTER_CALL)):
         streamed = _streamed_message(ANSWER_WITH_TEXT_AFTER_CALL, pieces)

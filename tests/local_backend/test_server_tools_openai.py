@@ -13,13 +13,15 @@ import pytest
 
 from tests.local_backend.serving import ServedEngines
 
-
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24},
            "days": {"type": "integer", "minimum": 1, "maximum": 7}}, "required": ["city", "days"],
            "additionalProperties": False}  # fmt: skip
 TIME = {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET", "PST"]}}, "required": ["zone"]}
 TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "description": "Weather of a city", "parameters": WEATHER}},
+    {
+        "type": "function",
+        "function": {"name": "get_weather", "description": "Weather of a city", "parameters": WEATHER},
+    },
     {"type": "function", "function": {"name": "get_time", "description": "Time in a zone", "parameters": TIME}},
 ]
 SCHEMAS = {"get_weather": WEATHER, "get_time": TIME}

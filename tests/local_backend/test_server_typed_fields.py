@@ -26,7 +26,11 @@ MESSAGES = "/v1/messages"
 RESPONSES = "/v1/responses"
 BODIES = {**ROUTES, COUNT: {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}}
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
-TOOLS = {CHAT: [TOOL], RESPONSES: [{"type": "function", "name": "f"}], MESSAGES: [{"name": "f", "input_schema": {"type": "object"}}]}
+TOOLS = {
+    CHAT: [TOOL],
+    RESPONSES: [{"type": "function", "name": "f"}],
+    MESSAGES: [{"name": "f", "input_schema": {"type": "object"}}],
+}
 
 
 @pytest.fixture(scope="module")

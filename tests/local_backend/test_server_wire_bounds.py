@@ -85,7 +85,7 @@ def test_a_body_not_in_by_the_body_deadline_is_a_408_and_closed(url, trickle):
 
 def test_a_chunked_body_that_never_ends_is_a_408_and_closed(url):
     with _connect(url) as sock:
-        sock.sendall(_head("/v1/messages", b"Transfer-Encoding: chunked\r\n\r\n") + b"2\r\n{\"\r\n")
+        sock.sendall(_head("/v1/messages", b"Transfer-Encoding: chunked\r\n\r\n") + b'2\r\n{"\r\n')
         answer = _answer_then_close(sock, b"1\r\n \r\n")
     assert _status_and_error(answer)[0] == 408
     assert json.loads(answer.partition(b"\r\n\r\n")[2])["type"] == "error"  # Anthropic's form on its route

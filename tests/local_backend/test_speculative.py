@@ -280,16 +280,23 @@ def test_a_batch_mixing_speculating_decodes_plain_decodes_and_prefill_chunks_giv
     def recording(batch):  # what each step held: speculating decodes, plain decodes, prefill chunks
         drafts = [bool(d) for d in batch.draft_token_ids]
         plain_decodes = [n == 1 for n in batch.num_new_tokens]
-        kinds.append((any(drafts), any(plain_decodes), any(not d and n > 1 for d, n in zip(drafts, batch.num_new_tokens))))
+        kinds.append(
+            (any(drafts), any(plain_decodes), any(not d and n > 1 for d, n in zip(drafts, batch.num_new_tokens)))
+        )
         return run(batch)
 
     monkeypatch.setattr(fast.runner, "run", recording)
     cycle = _cycle_prompt(plain, 30)
     recorder = SamplingParams(max_tokens=30, temperature=0, ignore_eos=True, logits_processor=lambda ids, row: row)
     prompts = [cycle, cycle[:13], [7] * 40 + cycle[:9], cycle[3:], list(range(4, 60)), cycle]
-    params = [GREEDY, SamplingParams(max_tokens=7, temperature=0, ignore_eos=True), GREEDY, recorder,
-              SamplingParams(max_tokens=23, temperature=0, ignore_eos=True),
-              SamplingParams(max_tokens=40, temperature=0, ignore_eos=True, frequency_penalty=0.3, dry_multiplier=0.8)]
+    params = [
+        GREEDY,
+        SamplingParams(max_tokens=7, temperature=0, ignore_eos=True),
+        GREEDY,
+        recorder,
+        SamplingParams(max_tokens=23, temperature=0, ignore_eos=True),
+        SamplingParams(max_tokens=40, temperature=0, ignore_eos=True, frequency_penalty=0.3, dry_multiplier=0.8),
+    ]
     got = _same(plain, fast, prompts, params)
     assert [len(out.token_ids) for out in got] == [40, 7, 40, 30, 23, 40]
     assert got[0].accepted_draft_tokens > 0 and got[3].draft_tokens == 0  # a logits processor never speculates

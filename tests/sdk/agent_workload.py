@@ -150,7 +150,7 @@ def _tool_step(family: str, task: int, step: int, rng: random.Random) -> list[di
 def workload(tasks_per_family: int = 8, seed: int = 0) -> list[WorkloadCall]:
     """The calls of the workload, in the order an app would send them (families interleaved)."""
     rng = random.Random(seed)
-    now = datetime.datetime(2026, 12, 1, 9, 0, tzinfo=datetime.timezone.utc)
+    now = datetime.datetime(2026, 12, 1, 9, 0, tzinfo=datetime.UTC)
     loops: list[tuple[str, str, list[list[dict[str, Any]]]]] = []
     for task in range(tasks_per_family):
         for family in TOOLS:

@@ -34,8 +34,12 @@ def _answer(client: Any, system: str, question: str) -> dict[str, Any]:
     )
     usage = adapter_for(Api.CHAT).usage(response)
     assert usage is not None
-    return {"input": usage.input_tokens, "read": usage.cache_read_tokens, "write": usage.cache_write_tokens,
-            "output": usage.output_tokens}
+    return {
+        "input": usage.input_tokens,
+        "read": usage.cache_read_tokens,
+        "write": usage.cache_write_tokens,
+        "output": usage.output_tokens,
+    }
 
 
 def main(arguments: dict[str, Any]) -> None:

@@ -81,29 +81,46 @@ LEGITIMATE: dict[str, Answer] = {
         "replicas:\n" + "  - name: worker\n    image: registry.example.com/worker:2.4.1\n    cpu: 500m\n" * 8
     ),
     "xml elements": Answer(_lines('  <item status="pending" owner="unassigned"/>', 15, "<queue>\n", "</queue>\n")),
-    "csv rows without spaces": Answer(_lines("N/A,N/A,unknown,0,not started", 25, "region,country,segment,orders,status\n")),
-    "csv rows starting with a date": Answer(_lines("2024-01-01, pending, Lisbon office, 0.00 EUR", 20, "date, status, site, amount\n")),
+    "csv rows without spaces": Answer(
+        _lines("N/A,N/A,unknown,0,not started", 25, "region,country,segment,orders,status\n")
+    ),
+    "csv rows starting with a date": Answer(
+        _lines("2024-01-01, pending, Lisbon office, 0.00 EUR", 20, "date, status, site, amount\n")
+    ),
     # Tables
     "markdown table of identical rows": Answer(
-        _lines("| pending | not started | unassigned | waiting for the customer |", 10,
-               "| status | phase | owner | note |\n|---|---|---|---|\n")
+        _lines(
+            "| pending | not started | unassigned | waiting for the customer |",
+            10,
+            "| status | phase | owner | note |\n|---|---|---|---|\n",
+        )
     ),
-    "markdown table of check marks": Answer(_lines("| ✓ | ✓ | ✓ | ✓ |", 12, "| lint | types | unit | e2e |\n|---|---|---|---|\n")),
+    "markdown table of check marks": Answer(
+        _lines("| ✓ | ✓ | ✓ | ✓ |", 12, "| lint | types | unit | e2e |\n|---|---|---|---|\n")
+    ),
     "opening hours table": Answer(
-        _lines("| Closed for the holidays | Closed for the holidays | Closed for the holidays |", 6,
-               "| Monday | Tuesday | Wednesday |\n|---|---|---|\n")
+        _lines(
+            "| Closed for the holidays | Closed for the holidays | Closed for the holidays |",
+            6,
+            "| Monday | Tuesday | Wednesday |\n|---|---|---|\n",
+        )
     ),
     "ascii table": Answer(
         "+----------+-----------+---------+\n| region   | status    | orders  |\n+----------+-----------+---------+\n"
-        + "| Europe   | suspended | none    |\n" * 9 + "+----------+-----------+---------+\n"
+        + "| Europe   | suspended | none    |\n" * 9
+        + "+----------+-----------+---------+\n"
     ),
-    "html table cells": Answer(_lines("  <tr><td>Pending review</td><td>Unassigned</td></tr>", 10, "<table>\n", "</table>\n")),
+    "html table cells": Answer(
+        _lines("  <tr><td>Pending review</td><td>Unassigned</td></tr>", 10, "<table>\n", "</table>\n")
+    ),
     # Logs
     "log lines with timestamps": Answer(
         "The pool ran dry at noon; the log shows:\n\n"
         + _lines("2024-05-01 12:00:00 WARN pool exhausted, retrying connection to db-primary in 5 seconds", 15)
     ),
-    "bracketed error lines": Answer(_lines("[ERROR] connection refused while contacting payments upstream", 12, "```\n", "```\n")),
+    "bracketed error lines": Answer(
+        _lines("[ERROR] connection refused while contacting payments upstream", 12, "```\n", "```\n")
+    ),
     "level-prefixed warnings": Answer(_lines("WARNING: disk usage above ninety percent on the database volume", 10)),
     "logfmt lines": Answer(_lines('level=warn msg="retrying request" component=scheduler attempt=3', 10)),
     "recursion traceback": Answer(
@@ -114,10 +131,16 @@ LEGITIMATE: dict[str, Answer] = {
     "test runner output": Answer(_lines("tests/test_health.py::test_ping PASSED", 20)),
     # Code
     "keras layers": Answer(
-        "model = Sequential()\n" + "model.add(Dense(64, activation='relu'))\n" * 5 + "model.add(Dense(10, activation='softmax'))\n"
+        "model = Sequential()\n"
+        + "model.add(Dense(64, activation='relu'))\n" * 5
+        + "model.add(Dense(10, activation='softmax'))\n"
     ),
-    "c printf loop unrolled": Answer('int main(void) {\n' + '    printf("Hello, world!\\n");\n' * 6 + "    return 0;\n}\n"),
-    "sql inserts": Answer(_lines("INSERT INTO events (kind, status, source) VALUES ('heartbeat', 'ok', 'billing');", 12)),
+    "c printf loop unrolled": Answer(
+        "int main(void) {\n" + '    printf("Hello, world!\\n");\n' * 6 + "    return 0;\n}\n"
+    ),
+    "sql inserts": Answer(
+        _lines("INSERT INTO events (kind, status, source) VALUES ('heartbeat', 'ok', 'billing');", 12)
+    ),
     "assembly padding": Answer(_lines("    nop", 40, "pad:\n", "    ret\n")),
     "go error checks": Answer(
         "func run() error {\n" + "\tif err := step(); err != nil {\n\t\treturn err\n\t}\n" * 5 + "\treturn nil\n}\n"
@@ -128,14 +151,18 @@ LEGITIMATE: dict[str, Answer] = {
     "css rules": Answer(_lines(".card .title { font-weight: 600; color: #333; margin: 0 0 8px; }", 8)),
     "shell retries": Answer(_lines("curl --retry 3 --fail https://status.example.com/healthz", 6, "```sh\n", "```\n")),
     # Lists
-    "checklist of identical items": Answer(_lines("- [ ] Review the pull request description", 8, "Release checklist:\n")),
+    "checklist of identical items": Answer(
+        _lines("- [ ] Review the pull request description", 8, "Release checklist:\n")
+    ),
     "bullets of not applicable": Answer(_lines("- Not applicable to this region", 8, "Exemptions by country:\n")),
     "bullets of pending review": Answer(_lines("* Pending review by the compliance team", 7)),
     "numbered list with the same text": Answer(
         "".join(f"{i}. Submit the expense report through the finance portal\n" for i in range(1, 13))
     ),
     "key value lines": Answer(_lines("status: waiting for approval from the finance team", 8)),
-    "song with a refrain": Answer("Row, row, row your boat,\ngently down the stream.\n" + "Merrily, " * 4 + "\nlife is but a dream.\n"),
+    "song with a refrain": Answer(
+        "Row, row, row your boat,\ngently down the stream.\n" + "Merrily, " * 4 + "\nlife is but a dream.\n"
+    ),
 }
 
 
@@ -154,7 +181,9 @@ RUNAWAY_PROSE: dict[str, Runaway] = {
     "short apology": Runaway(PROSE_HEAD, "I am sorry about it."),
     "let me check": Runaway(PROSE_HEAD, "Let me check that again for you. "),
     "the answer is": Runaway(PROSE_HEAD, "The answer is 42, as computed in the previous step above. "),
-    "corrected version": Runaway(PROSE_HEAD, "I apologise for the confusion; here is the corrected version of the function below:\n"),
+    "corrected version": Runaway(
+        PROSE_HEAD, "I apologise for the confusion; here is the corrected version of the function below:\n"
+    ),
     "line loop": Runaway(PROSE_HEAD + "\n", "I will keep repeating this sentence.\n"),
     "line loop without a period": Runaway(PROSE_HEAD + "\n", "Here is the final answer to your question\n"),
     "blank-line separated loop": Runaway(PROSE_HEAD + "\n\n", "Let me know if you have any other questions.\n\n"),
@@ -171,8 +200,12 @@ RUNAWAY_PROSE: dict[str, Runaway] = {
     "german loop": Runaway("Hier ist die Antwort. ", "Entschuldigung, ich versuche es gleich noch einmal. "),
     "russian loop": Runaway("Вот ответ. ", "Извините, я попробую ещё раз прямо сейчас. "),
     "japanese loop": Runaway("答えは次のとおりです。", "申し訳ありませんが、もう一度説明させてください。確認します。"),
-    "loop inside a json string": Runaway(JSON_HEAD, "I am not sure about this part of the answer. ", structured_output=True),
-    "json string loop with commas": Runaway(JSON_HEAD, "Well, as I said, the prefix must be identical. ", structured_output=True),
+    "loop inside a json string": Runaway(
+        JSON_HEAD, "I am not sure about this part of the answer. ", structured_output=True
+    ),
+    "json string loop with commas": Runaway(
+        JSON_HEAD, "Well, as I said, the prefix must be identical. ", structured_output=True
+    ),
     "reasoning loop": Runaway("Let me think. ", "Wait, that is not right. Let me recompute the total. "),
     "loop right at the start": Runaway("", "Sure! Here is what you asked for, once more. "),
 }
@@ -195,6 +228,8 @@ RUNAWAY_SPECIAL_TOKENS: dict[str, Runaway] = {
 }
 
 STRUCTURED_RUNAWAY: dict[str, Runaway] = {
-    "a json record forever": Runaway('{"records": [\n', json.dumps(RECORD) + ",\n", repeats=400, structured_output=True),
+    "a json record forever": Runaway(
+        '{"records": [\n', json.dumps(RECORD) + ",\n", repeats=400, structured_output=True
+    ),
     "a table row forever": Runaway("| a | b |\n|---|---|\n", "| pending | not started |\n", repeats=400),
 }

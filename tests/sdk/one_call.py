@@ -20,7 +20,9 @@ def main(spec: dict[str, object]) -> dict[str, int]:
 
         client = anthropic.Anthropic(base_url=str(spec["base_url"]), api_key="test-key", max_retries=0)
         client = sdk.wrap(client) if spec["wrap"] else client
-        message = client.messages.create(model=model, max_tokens=16, system=system, messages=[{"role": "user", "content": user}])
+        message = client.messages.create(
+            model=model, max_tokens=16, system=system, messages=[{"role": "user", "content": user}]
+        )
         usage = message.usage
         read, written = usage.cache_read_input_tokens or 0, usage.cache_creation_input_tokens or 0
         return {"cached": read, "input": usage.input_tokens + read + written}

@@ -100,8 +100,9 @@ def shared_prefix(tokens: int) -> str:
     return " ".join(f"rule{i % 997}" for i in range(tokens))
 
 
-async def fan_out(client: Any, api: str, system: str, n: int, *, mode: str,
-                  started: Callable[[], None] = lambda: None) -> list[TurnAnswer | BaseException]:
+async def fan_out(
+    client: Any, api: str, system: str, n: int, *, mode: str, started: Callable[[], None] = lambda: None
+) -> list[TurnAnswer | BaseException]:
     """`n` concurrent calls sharing `system`, each its own question (threads for a sync client, one
     event loop's tasks for an async one, `mode` "async"); `started` runs once all were launched. Failures are returned."""
     turn = Turn("fan-out", 0, False)

@@ -54,7 +54,9 @@ class SystemPrompt:
     template: str
     kept: str
     note: tuple[str, ...]
-    by_memory: bool = False  # its values move only once calls show they change (`sdk.prompt.first_sight`), not on first sight
+    by_memory: bool = (
+        False  # its values move only once calls show they change (`sdk.prompt.first_sight`), not on first sight
+    )
 
     def prompt(self, values: dict[str, str]) -> str:
         return self.template.format(**values)

@@ -13,8 +13,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import sdk
 from sdk._constants import ADAPTIVE_CAP_MIN_CALLS, ADAPTIVE_CAP_WINDOW
-from sdk.decode.adaptive_caps import AdaptiveCaps
 from sdk.call import Usage
+from sdk.decode.adaptive_caps import AdaptiveCaps
 from sdk.telemetry import semconv as sc
 from tests.sdk.helpers import collect, resolve
 from tests.sdk.savings_workloads import FAMILIES, TurnAnswer, output_workload, replay
@@ -93,7 +93,9 @@ def test_reasoning_calls_without_a_budget_stay_uncapped_when_the_family_has_lear
 
     asyncio.run(body())
     assert simulator.requests[-2].body["max_completion_tokens"] == 256  # the floor: p99 10 x 1.5 is below it
-    assert "max_completion_tokens" not in simulator.requests[-1].body and "max_tokens" not in simulator.requests[-1].body
+    assert (
+        "max_completion_tokens" not in simulator.requests[-1].body and "max_tokens" not in simulator.requests[-1].body
+    )
 
 
 def test_answers_cut_at_their_limit_are_not_learnt_so_the_cap_never_ratchets_up() -> None:
@@ -127,7 +129,11 @@ def test_families_are_kept_in_bounded_memory_least_recently_used_first() -> None
 def test_streamed_answers_teach_the_family_as_whole_ones_do(simulator: Any, anthropic_client: Any) -> None:
     client = sdk.wrap(anthropic_client, sdk.Policy(adaptive_caps=True, adaptive_cap_floor=8))
     simulator.reply = " word" * 20
-    call = {"model": "claude-sim-1", "system": FAMILIES["summarise"][0], "messages": [{"role": "user", "content": "Hi"}]}
+    call = {
+        "model": "claude-sim-1",
+        "system": FAMILIES["summarise"][0],
+        "messages": [{"role": "user", "content": "Hi"}],
+    }
 
     async def body() -> None:
         for _ in range(ADAPTIVE_CAP_MIN_CALLS):

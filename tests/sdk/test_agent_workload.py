@@ -12,7 +12,9 @@ from tests.sdk.helpers import resolve
 MODEL = "gpt-sim-1"
 
 
-async def _hit_ratio(simulator: Any, client: Any, calls: list[WorkloadCall], messages: Callable[[WorkloadCall], list[dict[str, Any]]]) -> float:
+async def _hit_ratio(
+    simulator: Any, client: Any, calls: list[WorkloadCall], messages: Callable[[WorkloadCall], list[dict[str, Any]]]
+) -> float:
     """Send every call from a cold cache; cache-read tokens over all input tokens."""
     simulator.reset()
     cached = total = 0
@@ -23,7 +25,9 @@ async def _hit_ratio(simulator: Any, client: Any, calls: list[WorkloadCall], mes
     return cached / total
 
 
-async def test_an_agent_workload_reaches_95_percent_of_the_ideal_hit_ratio_with_stable_bytes_in_place(simulator, openai_client):
+async def test_an_agent_workload_reaches_95_percent_of_the_ideal_hit_ratio_with_stable_bytes_in_place(
+    simulator, openai_client
+):
     calls = workload()
     ideal = await _hit_ratio(simulator, openai_client, calls, lambda call: call.ideal)
     bare = await _hit_ratio(simulator, openai_client, calls, lambda call: call.caller)

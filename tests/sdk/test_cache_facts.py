@@ -19,12 +19,22 @@ QUESTION = [{"role": "system", "content": LONG_SYSTEM}, {"role": "user", "conten
 @pytest.mark.parametrize(
     ("model", "tokens"),
     [
-        ("claude-opus-5-5", 512), ("claude-sonnet-5-5", 512), ("claude-haiku-5-5", 512), ("claude-opus-5", 512),
-        ("claude-fable-5-1", 512), ("claude-mythos-5-2", 512),
-        ("claude-opus-4-7", 2048), ("claude-opus-4-7-20260416", 2048),
-        ("claude-opus-4-6", 4096), ("claude-opus-4-5", 4096), ("claude-haiku-4-5-20251001", 4096),
-        ("claude-sonnet-5", 1024), ("claude-opus-4-8", 1024), ("claude-sonnet-4-5", 1024),
-        ("claude-sonnet-4-6", 2048), ("claude-3-haiku-20240307", 2048),
+        ("claude-opus-5-5", 512),
+        ("claude-sonnet-5-5", 512),
+        ("claude-haiku-5-5", 512),
+        ("claude-opus-5", 512),
+        ("claude-fable-5-1", 512),
+        ("claude-mythos-5-2", 512),
+        ("claude-opus-4-7", 2048),
+        ("claude-opus-4-7-20260416", 2048),
+        ("claude-opus-4-6", 4096),
+        ("claude-opus-4-5", 4096),
+        ("claude-haiku-4-5-20251001", 4096),
+        ("claude-sonnet-5", 1024),
+        ("claude-opus-4-8", 1024),
+        ("claude-sonnet-4-5", 1024),
+        ("claude-sonnet-4-6", 2048),
+        ("claude-3-haiku-20240307", 2048),
     ],
 )
 def test_the_minimum_cacheable_length_follows_anthropics_current_table(model: str, tokens: int) -> None:
@@ -36,7 +46,9 @@ def test_a_2048_token_minimum_skips_a_breakpoint_a_1024_token_model_would_get() 
     system = "word " * 1200  # about 1500 tokens at 4 characters a token
     placed = {}
     for model in ("claude-sonnet-4-5", "claude-opus-4-7"):
-        call = adapter.to_call({"model": model, "max_tokens": 9, "system": system, "messages": QUESTION[1:]}, Provider.ANTHROPIC)
+        call = adapter.to_call(
+            {"model": model, "max_tokens": 9, "system": system, "messages": QUESTION[1:]}, Provider.ANTHROPIC
+        )
         place_cache_hints(call, sdk.Policy(), adapter)
         placed[model] = "cache_breakpoint:system" in call.decided.changes
     assert placed == {"claude-sonnet-4-5": True, "claude-opus-4-7": False}

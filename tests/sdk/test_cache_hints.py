@@ -24,12 +24,16 @@ HISTORY = [
 ]
 
 
-async def test_anthropic_breakpoints_mark_tools_system_history_and_the_last_turn_and_the_cache_is_read_back(simulator, anthropic_client):
+async def test_anthropic_breakpoints_mark_tools_system_history_and_the_last_turn_and_the_cache_is_read_back(
+    simulator, anthropic_client
+):
     wrapped = sdk.wrap(anthropic_client)
     usages = []
     for _ in range(2):
         message = await resolve(
-            wrapped.messages.create(model="claude-sonnet-5", system=LONG_SYSTEM, tools=TOOLS, messages=HISTORY, max_tokens=32)
+            wrapped.messages.create(
+                model="claude-sonnet-5", system=LONG_SYSTEM, tools=TOOLS, messages=HISTORY, max_tokens=32
+            )
         )
         usages.append(message.usage)
     body = simulator.requests[-1].body
@@ -52,7 +56,9 @@ async def test_a_callers_four_breakpoints_are_left_alone_and_no_fifth_is_added(s
         {"role": "user", "content": "Next?"},
     ]
     wrapped = sdk.wrap(anthropic_client)
-    await resolve(wrapped.messages.create(model="claude-sonnet-5", system=system, tools=tools, messages=history, max_tokens=32))
+    await resolve(
+        wrapped.messages.create(model="claude-sonnet-5", system=system, tools=tools, messages=history, max_tokens=32)
+    )
     body = simulator.requests[-1].body
     assert count_breakpoints(body, "cache_control") == 4
     assert body["system"] == system and body["messages"][:2] == history[:2]
@@ -60,12 +66,18 @@ async def test_a_callers_four_breakpoints_are_left_alone_and_no_fifth_is_added(s
 
 async def test_no_breakpoint_is_placed_below_the_models_minimum_length(simulator, anthropic_client):
     wrapped = sdk.wrap(anthropic_client)
-    await resolve(wrapped.messages.create(model="claude-haiku-4-5", system="Be brief.", messages=[{"role": "user", "content": "hi"}]))
+    await resolve(
+        wrapped.messages.create(
+            model="claude-haiku-4-5", system="Be brief.", messages=[{"role": "user", "content": "hi"}]
+        )
+    )
     assert count_breakpoints(simulator.requests[-1].body, "cache_control") == 0
 
 
 async def test_other_openai_compatible_servers_get_no_cache_key(simulator, openai_client):
-    await resolve(sdk.wrap(openai_client).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}]))
+    await resolve(
+        sdk.wrap(openai_client).chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+    )
     assert "prompt_cache_key" not in simulator.requests[-1].body
 
 
@@ -76,17 +88,27 @@ def test_an_unknown_provider_is_refused(openai_client):
 
 async def test_cache_ttl_from_the_policy_is_on_every_placed_breakpoint(simulator, anthropic_client):
     wrapped = sdk.wrap(anthropic_client, sdk.Policy(cache_ttl="1h"))
-    await resolve(wrapped.messages.create(model="claude-sonnet-5", system=LONG_SYSTEM, messages=[{"role": "user", "content": "hi"}]))
+    await resolve(
+        wrapped.messages.create(
+            model="claude-sonnet-5", system=LONG_SYSTEM, messages=[{"role": "user", "content": "hi"}]
+        )
+    )
     assert simulator.requests[-1].body["system"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
 
 
 async def test_openai_prompt_cache_key_comes_from_the_stable_prefix_unless_the_caller_set_one(simulator, openai_client):
     wrapped = sdk.wrap(openai_client, provider="openai")
     for question in ("one", "two"):
-        await resolve(wrapped.chat.completions.create(model="m", messages=[{"role": "system", "content": LONG_SYSTEM}, {"role": "user", "content": question}]))
+        await resolve(
+            wrapped.chat.completions.create(
+                model="m", messages=[{"role": "system", "content": LONG_SYSTEM}, {"role": "user", "content": question}]
+            )
+        )
     keys = [request.body["prompt_cache_key"] for request in simulator.requests]
     assert keys[0] == keys[1] and keys[0].startswith("kvwise-")
-    await resolve(wrapped.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}], prompt_cache_key="mine"))
+    await resolve(
+        wrapped.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}], prompt_cache_key="mine")
+    )
     assert simulator.requests[-1].body["prompt_cache_key"] == "mine"
 
 
@@ -102,7 +124,13 @@ def test_openai_explicit_breakpoints_only_for_models_that_take_them():
 
 @pytest.mark.parametrize(
     ("model", "tokens"),
-    [("claude-sonnet-5", 1024), ("claude-haiku-4-5-20251001", 4096), ("claude-opus-4-5", 4096), ("claude-sonnet-4-6", 2048), ("claude-opus-5", 512)],
+    [
+        ("claude-sonnet-5", 1024),
+        ("claude-haiku-4-5-20251001", 4096),
+        ("claude-opus-4-5", 4096),
+        ("claude-sonnet-4-6", 2048),
+        ("claude-opus-5", 512),
+    ],
 )
 def test_minimum_cacheable_length_by_model_family(model, tokens):
     assert anthropic_min_tokens(model) == tokens
@@ -121,7 +149,7 @@ def test_unknown_content_shapes_pass_through_byte_for_byte():
     kwargs = {"model": "claude-sonnet-5", "messages": messages, "max_tokens": 10}
     call = adapter.to_call(json.loads(json.dumps(kwargs)), Provider.ANTHROPIC)
     from sdk.pipeline import Pipeline
-    
+
     Pipeline(sdk.Policy()).prepare(call)
     out = adapter.to_kwargs(call)
     assert json.dumps(out["messages"]) == json.dumps(messages)
@@ -180,10 +208,19 @@ def test_the_last_turn_mark_of_a_growing_anthropic_conversation_sits_on_its_last
         sent.append(adapter.to_kwargs(call)["messages"])
     first = sent[0][0]["content"]  # the loop's first call: the question, then the note, marked as the last block ...
     assert is_note(first[1]) and "cache_control" in first[1]
-    assert first[0] == {**question["content"][0], "cache_control": {"type": "ephemeral"}}  # ... and the question before it
-    unmarked = [{key: value for key, value in block.items() if key != "cache_control"} for block in sent[1][0]["content"]]
-    assert unmarked == [{key: value for key, value in block.items() if key != "cache_control"} for block in first]  # re-sent as it was
-    assert [block["type"] for block in sent[1][-1]["content"]] == ["tool_result"] and "cache_control" in sent[1][-1]["content"][0]
+    assert first[0] == {
+        **question["content"][0],
+        "cache_control": {"type": "ephemeral"},
+    }  # ... and the question before it
+    unmarked = [
+        {key: value for key, value in block.items() if key != "cache_control"} for block in sent[1][0]["content"]
+    ]
+    assert unmarked == [
+        {key: value for key, value in block.items() if key != "cache_control"} for block in first
+    ]  # re-sent as it was
+    assert [block["type"] for block in sent[1][-1]["content"]] == ["tool_result"] and "cache_control" in sent[1][-1][
+        "content"
+    ][0]
 
 
 def test_a_callers_mark_at_the_end_of_its_text_does_not_stand_in_for_the_last_turns_end_past_the_note():
@@ -191,7 +228,11 @@ def test_a_callers_mark_at_the_end_of_its_text_does_not_stand_in_for_the_last_tu
     from sdk.prompt.moving import is_note
 
     adapter = adapter_for(Api.MESSAGES)
-    marked = {"type": "text", "text": "First question " * 300, "cache_control": {"type": "ephemeral"}}  # pydantic-ai's anthropic_cache
+    marked = {
+        "type": "text",
+        "text": "First question " * 300,
+        "cache_control": {"type": "ephemeral"},
+    }  # pydantic-ai's anthropic_cache
     kwargs = {"model": "claude-sonnet-5", "max_tokens": 10, "tools": TOOLS, "system": f"Request ID: 7f3c9a2e41\n{LONG_SYSTEM}",
               "messages": [{"role": "user", "content": [marked]}]}  # fmt: skip
     call = adapter.to_call(json.loads(json.dumps(kwargs)), Provider.ANTHROPIC)
@@ -214,7 +255,11 @@ def test_the_tail_note_is_never_marked_the_last_turns_mark_sits_on_the_block_bef
 
     def send(request_id: str, stamp: str, question: str, grown: bool) -> list:
         user = {"role": "user", "content": question * 300}
-        messages = [user, {"role": "assistant", "content": [tool_use]}, {"role": "user", "content": [tool_result]}] if grown else [user]
+        messages = (
+            [user, {"role": "assistant", "content": [tool_use]}, {"role": "user", "content": [tool_result]}]
+            if grown
+            else [user]
+        )
         kwargs = {"model": "claude-sonnet-5", "max_tokens": 10, "tools": TOOLS, "messages": messages,
                   "system": f"Request ID: {request_id}\nCurrent time: {stamp}\n{LONG_SYSTEM}"}  # fmt: skip
         call = adapter.to_call(json.loads(json.dumps(kwargs)), Provider.ANTHROPIC)
@@ -225,17 +270,31 @@ def test_the_tail_note_is_never_marked_the_last_turns_mark_sits_on_the_block_bef
 
     send("7f3c9a2e41", "2026-12-01T09:00:00+00:00", "First question ", grown=False)  # the family's first call
     results = send("7f3c9a2e41", "2026-12-01T09:00:05+00:00", "First question ", grown=True)[-1]["content"]
-    assert is_note(results[-1]) and "Current time" in results[-1]["text"] and "cache_control" not in results[-1]  # the tail
-    assert results[0]["type"] == "tool_result" and "cache_control" in results[0]  # the block before it: re-sent as it is
+    assert (
+        is_note(results[-1]) and "Current time" in results[-1]["text"] and "cache_control" not in results[-1]
+    )  # the tail
+    assert (
+        results[0]["type"] == "tool_result" and "cache_control" in results[0]
+    )  # the block before it: re-sent as it is
     first = send("0b1d2e3f4a", "2026-12-01T09:01:00+00:00", "Second question ", grown=False)[0]["content"]
-    assert [is_note(block) for block in first] == [False, True, True]  # the text, the conversation's note, the tail note
+    assert [is_note(block) for block in first] == [
+        False,
+        True,
+        True,
+    ]  # the text, the conversation's note, the tail note
     assert "Request ID" in first[1]["text"] and "cache_control" in first[1]  # the first turn's note stays markable
     assert "Current time" in first[2]["text"] and "cache_control" not in first[2]
 
 
-async def test_a_one_hour_ttl_reaches_openai_as_prompt_cache_retention_named_or_in_extra_body_as_the_client_takes_it(simulator, openai_client):
+async def test_a_one_hour_ttl_reaches_openai_as_prompt_cache_retention_named_or_in_extra_body_as_the_client_takes_it(
+    simulator, openai_client
+):
     wrapped = sdk.wrap(openai_client, provider="openai", policy=sdk.Policy(cache_ttl="1h"))
-    await resolve(wrapped.chat.completions.create(model="m", messages=[{"role": "system", "content": LONG_SYSTEM}, {"role": "user", "content": "x"}]))
+    await resolve(
+        wrapped.chat.completions.create(
+            model="m", messages=[{"role": "system", "content": LONG_SYSTEM}, {"role": "user", "content": "x"}]
+        )
+    )
     body = simulator.requests[-1].body
     assert body["prompt_cache_retention"] == "24h" and body["prompt_cache_key"].startswith("kvwise-")
 
@@ -251,20 +310,49 @@ _KEY = "prompt_cache_key"
         (frozenset({"model", "messages", "extra_body"}), None, "extra_body", f"{_KEY}:extra_body"),
         (frozenset({"model", "messages", "extra_body"}), {"a": 1}, "extra_body", f"{_KEY}:extra_body"),
         (frozenset({"model", "messages", "extra_body"}), {_KEY: "mine"}, "the caller's", None),
-        (frozenset({"model", "messages"}), None, "nowhere", f"{_KEY}:left_out:the client's method takes neither it nor extra_body"),
+        (
+            frozenset({"model", "messages"}),
+            None,
+            "nowhere",
+            f"{_KEY}:left_out:the client's method takes neither it nor extra_body",
+        ),
     ],
-    ids=["any", "named", "older_client_extra_body", "merged_with_the_callers", "the_callers_own_in_extra_body", "left_out"],
+    ids=[
+        "any",
+        "named",
+        "older_client_extra_body",
+        "merged_with_the_callers",
+        "the_callers_own_in_extra_body",
+        "left_out",
+    ],
 )
-def test_a_hint_the_clients_method_does_not_take_goes_in_extra_body_else_is_left_out_and_the_span_says_so(takes, extra_body, where, change):
+def test_a_hint_the_clients_method_does_not_take_goes_in_extra_body_else_is_left_out_and_the_span_says_so(
+    takes, extra_body, where, change
+):
     adapter = adapter_for(Api.CHAT)
-    kwargs = {"model": "m", "messages": [{"role": "user", "content": "x"}], **({"extra_body": dict(extra_body)} if extra_body else {})}
+    kwargs = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "x"}],
+        **({"extra_body": dict(extra_body)} if extra_body else {}),
+    }
     call = adapter.to_call(kwargs, Provider.OPENAI)
     call.takes = takes
     place_cache_hints(call, sdk.Policy(), adapter)
     out = adapter.to_kwargs(call)
     named, extra = out.get(_KEY), out.get("extra_body") or {}
-    assert {key: value for key, value in extra.items() if key != _KEY} == {key: value for key, value in (extra_body or {}).items() if key != _KEY}
-    found = {"named": named, "extra_body": extra.get(_KEY), "the caller's": extra.get(_KEY), "nowhere": named or extra.get(_KEY)}[where]
-    assert found == "mine" if where == "the caller's" else (found is None if where == "nowhere" else found.startswith("kvwise-"))
+    assert {key: value for key, value in extra.items() if key != _KEY} == {
+        key: value for key, value in (extra_body or {}).items() if key != _KEY
+    }
+    found = {
+        "named": named,
+        "extra_body": extra.get(_KEY),
+        "the caller's": extra.get(_KEY),
+        "nowhere": named or extra.get(_KEY),
+    }[where]
+    assert (
+        found == "mine"
+        if where == "the caller's"
+        else (found is None if where == "nowhere" else found.startswith("kvwise-"))
+    )
     assert (_KEY in out) is (where == "named")
     assert [c for c in call.decided.changes if c.startswith(_KEY)] == ([change] if change else [])

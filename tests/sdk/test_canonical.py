@@ -37,7 +37,9 @@ def test_volatile_lines_move_from_the_system_prompt_to_a_note_that_ends_the_firs
     out, changes = _canonical(kwargs)
     assert UUID not in out["messages"][0]["content"]
     assert out["messages"][0]["content"].strip() == "You are a careful assistant."
-    assert out["messages"][1:] == [{"role": "user", "content": f"Hello\n\n{NOTE_OPEN}\nRequest ID: {UUID}\n{NOTE_CLOSE}"}]
+    assert out["messages"][1:] == [
+        {"role": "user", "content": f"Hello\n\n{NOTE_OPEN}\nRequest ID: {UUID}\n{NOTE_CLOSE}"}
+    ]
     assert any(change.startswith("volatile_moved") for change in changes)
 
 
@@ -67,11 +69,22 @@ def test_warn_mode_records_volatile_bytes_but_moves_nothing():
 
 
 def test_turns_are_never_reordered_and_the_schema_key_order_is_kept():
-    schema = {"type": "object", "properties": {"zeta": {"type": "string"}, "alpha": {"type": "string"}}, "required": ["zeta", "alpha"]}
+    schema = {
+        "type": "object",
+        "properties": {"zeta": {"type": "string"}, "alpha": {"type": "string"}},
+        "required": ["zeta", "alpha"],
+    }
     kwargs = {
         "model": "m",
-        "tools": [{"type": "function", "function": {"parameters": schema, "name": "b"}}, {"type": "function", "function": {"name": "a"}}],
-        "messages": [{"role": "user", "content": "1"}, {"role": "assistant", "content": "2"}, {"role": "user", "content": "3"}],
+        "tools": [
+            {"type": "function", "function": {"parameters": schema, "name": "b"}},
+            {"type": "function", "function": {"name": "a"}},
+        ],
+        "messages": [
+            {"role": "user", "content": "1"},
+            {"role": "assistant", "content": "2"},
+            {"role": "user", "content": "3"},
+        ],
     }
     out, _ = _canonical(kwargs)
     assert [m["content"] for m in out["messages"]] == ["1", "2", "3"]
@@ -125,7 +138,9 @@ def test_canonicalisation_preserves_every_character(kwargs):
 
 @settings(max_examples=150, deadline=None)
 @given(chat_calls())
-def test_canonicalisation_keeps_every_turn_as_written_in_order_and_a_note_only_at_the_end_of_the_first_user_turn(kwargs):
+def test_canonicalisation_keeps_every_turn_as_written_in_order_and_a_note_only_at_the_end_of_the_first_user_turn(
+    kwargs,
+):
     out, changes = _canonical(kwargs)
     turns_in = [m for m in kwargs["messages"] if m["role"] != "system"]
     turns_out = [m for m in out["messages"] if m["role"] != "system"]
@@ -136,7 +151,11 @@ def test_canonicalisation_keeps_every_turn_as_written_in_order_and_a_note_only_a
         assert first_out == first_in
     else:
         caller, _, note = first_out.rpartition(NOTE_OPEN)
-        assert caller == (f"{first_in}\n\n" if first_in else "") and note.endswith(NOTE_CLOSE) and NOTE_CLOSE not in note[:-len(NOTE_CLOSE)]
+        assert (
+            caller == (f"{first_in}\n\n" if first_in else "")
+            and note.endswith(NOTE_CLOSE)
+            and NOTE_CLOSE not in note[: -len(NOTE_CLOSE)]
+        )
 
 
 # Fuzzing: any API's messages, any text and content blocks; garbage is refused with a TypeError naming the
@@ -237,12 +256,20 @@ def test_a_breakpoint_on_the_last_tool_moves_to_the_tool_that_is_last_after_sort
 
 def test_a_breakpoint_on_a_tool_that_stays_last_or_on_an_inner_tool_stays_where_the_caller_put_it():
     tools = [{"name": "b", "cache_control": {"type": "ephemeral"}}, {"name": "c"}, {"name": "a"}]
-    out, changes = _canonical({"model": "m", "tools": tools, "messages": [{"role": "user", "content": "q"}]}, Api.MESSAGES)
-    assert [(tool["name"], "cache_control" in tool) for tool in out["tools"]] == [("a", False), ("b", True), ("c", False)]
+    out, changes = _canonical(
+        {"model": "m", "tools": tools, "messages": [{"role": "user", "content": "q"}]}, Api.MESSAGES
+    )
+    assert [(tool["name"], "cache_control" in tool) for tool in out["tools"]] == [
+        ("a", False),
+        ("b", True),
+        ("c", False),
+    ]
     assert "tools_breakpoint_moved" not in changes
 
 
-@pytest.mark.parametrize(("api", "part_type"), [(Api.CHAT, "text"), (Api.RESPONSES, "input_text"), (Api.MESSAGES, "text")])
+@pytest.mark.parametrize(
+    ("api", "part_type"), [(Api.CHAT, "text"), (Api.RESPONSES, "input_text"), (Api.MESSAGES, "text")]
+)
 def test_a_first_turn_sent_as_a_string_or_as_one_text_part_reads_the_same_with_the_note(api, part_type):
     messages_key, system_key = API_KEYS[api][:2]
     system = f"Request ID: {UUID}\nBe brief."
@@ -250,7 +277,9 @@ def test_a_first_turn_sent_as_a_string_or_as_one_text_part_reads_the_same_with_t
     def sent(content: object) -> object:
         turns = [{"role": "user", "content": content}]
         if api is Api.CHAT:
-            return _canonical_any({"model": "m", "messages": [{"role": "system", "content": system}, *turns]}, api)["messages"][1]["content"]
+            return _canonical_any({"model": "m", "messages": [{"role": "system", "content": system}, *turns]}, api)[
+                "messages"
+            ][1]["content"]
         return _canonical_any({"model": "m", system_key: system, messages_key: turns}, api)[messages_key][0]["content"]
 
     as_string, as_part = sent("Plan my week."), sent([{"type": part_type, "text": "Plan my week."}])

@@ -29,12 +29,18 @@ def fresh_release_check():
 @pytest.mark.parametrize("version", ["0.28.1", "1.39.0", "4.0.0"])
 def test_wrap_refuses_a_client_release_outside_the_range_naming_the_range(monkeypatch, version):
     monkeypatch.setattr(openai, "__version__", version)
-    with pytest.raises(compat.UnsupportedClient, match=rf"supports openai 1\.40 to 3\.x .*the installed openai is {version}: install openai>=1\.40,<4"):
+    with pytest.raises(
+        compat.UnsupportedClient,
+        match=rf"supports openai 1\.40 to 3\.x .*the installed openai is {version}: install openai>=1\.40,<4",
+    ):
         sdk.wrap(openai.OpenAI(api_key="k"))
 
 
 @pytest.mark.usefixtures("fresh_release_check")
-@pytest.mark.parametrize(("package", "version"), [("openai", "1.40.0"), ("openai", "2.54.0"), ("anthropic", "0.40.0"), ("anthropic", "1.17.0")])
+@pytest.mark.parametrize(
+    ("package", "version"),
+    [("openai", "1.40.0"), ("openai", "2.54.0"), ("anthropic", "0.40.0"), ("anthropic", "1.17.0")],
+)
 def test_wrap_takes_every_release_in_the_range_that_has_the_parts_it_relies_on(monkeypatch, package, version):
     module = {"openai": openai, "anthropic": anthropic}[package]
     monkeypatch.setattr(module, "__version__", version)
@@ -43,11 +49,17 @@ def test_wrap_takes_every_release_in_the_range_that_has_the_parts_it_relies_on(m
 
 
 @pytest.mark.usefixtures("fresh_release_check")
-async def test_a_release_whose_request_options_have_no_raw_content_field_is_wrapped_and_its_lower_level_posts_are_routed(monkeypatch, simulator, openai_client):
-    fields = {name: field for name, field in openai_models.FinalRequestOptions.model_fields.items() if name != "content"}
+async def test_a_release_whose_request_options_have_no_raw_content_field_is_wrapped_and_its_lower_level_posts_are_routed(
+    monkeypatch, simulator, openai_client
+):
+    fields = {
+        name: field for name, field in openai_models.FinalRequestOptions.model_fields.items() if name != "content"
+    }
     monkeypatch.setattr(openai_models.FinalRequestOptions, "model_fields", fields)
     wrapped = sdk.wrap(openai_client)
-    options = openai_models.FinalRequestOptions.construct(method="post", url="/chat/completions", json_data={"model": "m", "messages": USER})
+    options = openai_models.FinalRequestOptions.construct(
+        method="post", url="/chat/completions", json_data={"model": "m", "messages": USER}
+    )
     answer = await resolve(wrapped.request(openai.types.chat.ChatCompletion, options))
     assert answer.choices[0].message.content == simulator.reply
     assert simulator.requests[-1].body["max_completion_tokens"] == sdk.Policy().max_output_tokens
@@ -71,7 +83,10 @@ def test_wrap_refuses_a_release_whose_request_options_lack_what_the_lower_level_
 
 def test_wrapping_an_anthropic_client_never_imports_openai():
     code = "import sys, anthropic, sdk; sdk.wrap(anthropic.Anthropic(api_key='k')); print('openai' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+        == "False"
+    )
 
 
 def test_the_release_error_is_a_type_error_as_for_any_unsupported_client():
@@ -88,7 +103,9 @@ async def test_each_sdk_retry_carries_its_attempt_number_in_x_stainless_retry_co
 async def test_x_should_retry_false_stops_the_retry_of_a_500(simulator, anthropic_client):
     simulator.fail(500, headers={"x-should-retry": "false"})
     with pytest.raises(anthropic.InternalServerError):
-        await resolve(sdk.wrap(anthropic_client).messages.create(model="claude-sonnet-4-6", max_tokens=8, messages=USER))
+        await resolve(
+            sdk.wrap(anthropic_client).messages.create(model="claude-sonnet-4-6", max_tokens=8, messages=USER)
+        )
     assert len(simulator.requests) == 1
 
 

@@ -60,7 +60,9 @@ def _wrap(client: Any, otel: Otel) -> Any:
 async def _ask(wrapped: Any, turns: list[Any]) -> Any:
     if not hasattr(wrapped, "chat"):  # an Anthropic client
         return await resolve(wrapped.messages.create(model=CLAUDE, max_tokens=32, system=LONG_SYSTEM, messages=turns))
-    return await resolve(wrapped.chat.completions.create(model=GPT, messages=[{"role": "system", "content": LONG_SYSTEM}, *turns]))
+    return await resolve(
+        wrapped.chat.completions.create(model=GPT, messages=[{"role": "system", "content": LONG_SYSTEM}, *turns])
+    )
 
 
 @pytest.fixture
@@ -92,7 +94,9 @@ async def test_a_healthy_run_records_no_missed_tokens(simulator, openai_client, 
 
 
 @pytest.mark.parametrize("package", ["openai", "anthropic"])
-async def test_an_eviction_is_named_evicted_with_the_tokens_expected_and_missed(simulator, openai_client, anthropic_client, otel, package):
+async def test_an_eviction_is_named_evicted_with_the_tokens_expected_and_missed(
+    simulator, openai_client, anthropic_client, otel, package
+):
     wrapped = _wrap(openai_client if package == "openai" else anthropic_client, otel)
     await _ask(wrapped, TURNS[:1])
     simulator.reset()  # the provider drops every cached prefix
@@ -103,7 +107,11 @@ async def test_an_eviction_is_named_evicted_with_the_tokens_expected_and_missed(
     [row] = _report(otel).misses  # in the report, in tokens and dollars, as the provider's
     assert (row.cause, row.by_provider, row.calls, row.tokens) == ("evicted", True, 1, missed) and row.usd > 0
     assert f"{missed} cached tokens the provider missed" in summary(_report(otel))
-    read = answer.usage.cache_read_input_tokens if package == "anthropic" else answer.usage.prompt_tokens_details.cached_tokens
+    read = (
+        answer.usage.cache_read_input_tokens
+        if package == "anthropic"
+        else answer.usage.prompt_tokens_details.cached_tokens
+    )
     assert not read
 
 
@@ -129,8 +137,12 @@ def stripping_proxy(simulator: Any) -> Iterator[str]:
     class Proxy(BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802 (http.server's name)
             body = json.dumps(strip(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))).encode()
-            headers = {k: v for k, v in self.headers.items() if k.lower() not in ("content-length", "host", "accept-encoding")}
-            upstream = urllib.request.Request(simulator.anthropic_base_url.rstrip("/") + self.path, body, headers, method="POST")
+            headers = {
+                k: v for k, v in self.headers.items() if k.lower() not in ("content-length", "host", "accept-encoding")
+            }
+            upstream = urllib.request.Request(
+                simulator.anthropic_base_url.rstrip("/") + self.path, body, headers, method="POST"
+            )
             with urllib.request.urlopen(upstream) as answer:
                 data = answer.read()
                 self.send_response(answer.status)
@@ -152,7 +164,9 @@ def stripping_proxy(simulator: Any) -> Iterator[str]:
     server.server_close()
 
 
-async def test_a_proxy_that_strips_cache_control_is_named_breakpoint_ignored(simulator, anthropic_client, otel, stripping_proxy):
+async def test_a_proxy_that_strips_cache_control_is_named_breakpoint_ignored(
+    simulator, anthropic_client, otel, stripping_proxy
+):
     wrapped = _wrap(anthropic_client.with_options(base_url=stripping_proxy), otel)
     await _ask(wrapped, TURNS[:1])
     await _ask(wrapped, TURNS[:1])
@@ -176,7 +190,9 @@ def test_a_prompt_too_short_ever_to_be_cached_is_not_remembered_and_a_long_one_i
 
     adapter, sent = adapter_for(Api.CHAT), SentPrefixes()
     short = adapter.to_call({"model": GPT, "messages": [{"role": "user", "content": "hi"}]}, Provider.OPENAI)
-    long = adapter.to_call({"model": GPT, "messages": [{"role": "system", "content": LONG_SYSTEM}, *TURNS[:1]]}, Provider.OPENAI)
+    long = adapter.to_call(
+        {"model": GPT, "messages": [{"role": "system", "content": LONG_SYSTEM}, *TURNS[:1]]}, Provider.OPENAI
+    )
     assert sent.expect(short, None) == (None, None)
     expectation, learner = sent.expect(long, None)
     assert expectation is None and learner is not None  # the first of its prefix: nothing to expect, remembered

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
 import json
 import subprocess
 import sys
@@ -16,8 +15,8 @@ import pytest
 import sdk
 from sdk.adapters import adapter_for
 from sdk.call import Api, Call, Provider
-from sdk.prompt.canonical import NOTE_CLOSE, NOTE_OPEN
 from sdk.pipeline import Pipeline
+from sdk.prompt.canonical import NOTE_CLOSE, NOTE_OPEN
 from sdk.prompt.families import FamilyMemory, family_key
 from tests.sdk.helpers import LONG_SYSTEM, resolve
 
@@ -34,7 +33,10 @@ KEY = family_key(["Request ID: <Request ID>\nFile tickets in project <uuid>."])
         ([("a", "p"), ("b", "p")], [(False, False), (True, False)]),
         ([("a", "p"), ("b", "p"), ("c", "p")], [(False, False), (True, False), (True, False)]),
         ([("a", "p"), ("a", "p"), ("a", "q")], [(False, False), (False, False), (False, True)]),
-        ([("a", "p"), ("a", "q"), ("a", "p"), ("a", "p")], [(False, False), (False, True), (False, True), (False, True)]),
+        (
+            [("a", "p"), ("a", "q"), ("a", "p"), ("a", "p")],
+            [(False, False), (False, True), (False, True), (False, True)],
+        ),
         ([("a", "p"), ("a", "p", "x")], [(False, False), (False, False, False)]),  # another shape starts over
     ],
 )
@@ -80,7 +82,9 @@ def test_a_memory_of_no_size_is_refused_naming_the_size():
         FamilyMemory(size=0)
 
 
-def _chat(pipeline: Pipeline, system: str, *, tools: list | None = None, turns: list | None = None, api: Api = Api.CHAT) -> Call:
+def _chat(
+    pipeline: Pipeline, system: str, *, tools: list | None = None, turns: list | None = None, api: Api = Api.CHAT
+) -> Call:
     kwargs: dict[str, Any] = {"model": "m", "tools": tools or []}
     user = turns or [{"role": "user", "content": "Hello"}]
     if api is Api.RESPONSES:
@@ -117,16 +121,22 @@ def test_a_request_id_moves_on_first_sight_in_every_fresh_client_and_the_rest_of
         assert "Request ID" not in _system_text(call) and PROJECT not in _system_text(call)  # both by shape
         assert _volatile(call) == ["volatile_moved:labelled_value", "volatile_moved:uuid"]
         note = "\n".join([NOTE_OPEN, system.splitlines()[0], f"File tickets in project {PROJECT}.", NOTE_CLOSE])
-        assert call.messages == [{"role": "user", "content": f"Hello\n\n{note}"}]  # the caller's text, the note after it
+        assert call.messages == [
+            {"role": "user", "content": f"Hello\n\n{note}"}
+        ]  # the caller's text, the note after it
     assert len({_system_text(call) for call in calls}) == 1  # the same bytes in every process: cacheable
-    assert calls[0].system == [{"role": "system", "content": "You are the support assistant."}]  # values go with their sentences
+    assert calls[0].system == [
+        {"role": "system", "content": "You are the support assistant."}
+    ]  # values go with their sentences
 
 
 def test_a_candidate_only_calls_can_tell_stays_while_the_same_then_moves_for_good_never_flipping():
     pipeline = Pipeline(sdk.Policy())
     builds = [BUILD, BUILD, BUILD, OTHER_BUILD, OTHER_BUILD, BUILD]
     calls = [_chat(pipeline, _build(build)) for build in builds]
-    assert {_system_text(call) for call in calls[:3]} == {json.dumps([{"role": "system", "content": _build()}])}  # as sent
+    assert {_system_text(call) for call in calls[:3]} == {
+        json.dumps([{"role": "system", "content": _build()}])
+    }  # as sent
     assert all(call.messages == [{"role": "user", "content": "Hello"}] for call in calls[:3])  # no note
     kept = "You are the release assistant."
     assert {_system_text(call) for call in calls[3:]} == {json.dumps([{"role": "system", "content": kept}])}
@@ -139,14 +149,21 @@ def test_families_are_told_apart_by_their_stable_text_and_remembered_per_wrapped
     pipeline = Pipeline(sdk.Policy())
     _chat(pipeline, _build())
     assert OTHER_BUILD not in _system_text(_chat(pipeline, _build(OTHER_BUILD)))  # the family saw it change
-    assert OTHER_BUILD in _system_text(_chat(pipeline, _build(OTHER_BUILD).replace("release", "billing")))  # a new family
+    assert OTHER_BUILD in _system_text(
+        _chat(pipeline, _build(OTHER_BUILD).replace("release", "billing"))
+    )  # a new family
     assert OTHER_BUILD in _system_text(_chat(Pipeline(sdk.Policy()), _build(OTHER_BUILD)))  # another client
 
 
 def test_tool_definitions_are_never_rewritten_and_an_example_that_changes_is_reported():
     def tools(example: str) -> list:
-        schema = {"type": "object", "properties": {"start": {"type": "string", "description": f"ISO 8601 start, e.g. {example}"}}}
-        return [{"type": "function", "function": {"name": "book", "description": "Book a meeting.", "parameters": schema}}]
+        schema = {
+            "type": "object",
+            "properties": {"start": {"type": "string", "description": f"ISO 8601 start, e.g. {example}"}},
+        }
+        return [
+            {"type": "function", "function": {"name": "book", "description": "Book a meeting.", "parameters": schema}}
+        ]
 
     pipeline = Pipeline(sdk.Policy())
     for example in (EXAMPLE, EXAMPLE, EXAMPLE):
@@ -177,11 +194,17 @@ RESPONSES_LOOP = [
 ]
 
 
-@pytest.mark.parametrize(("api", "loop"), [(Api.CHAT, CHAT_LOOP), (Api.RESPONSES, RESPONSES_LOOP)], ids=["chat", "responses"])
+@pytest.mark.parametrize(
+    ("api", "loop"), [(Api.CHAT, CHAT_LOOP), (Api.RESPONSES, RESPONSES_LOOP)], ids=["chat", "responses"]
+)
 def test_in_a_tool_loop_the_note_ends_the_first_user_turn_so_each_call_begins_with_the_whole_previous_one(api, loop):
     pipeline = Pipeline(sdk.Policy())
-    system = f"Request ID: {uuid.uuid4()}\nYou are the support assistant."  # moved on sight, constant over the run's calls
-    first, second = (_chat(pipeline, system, turns=[dict(turn) for turn in turns], api=api) for turns in (loop[:1], loop))
+    system = (
+        f"Request ID: {uuid.uuid4()}\nYou are the support assistant."  # moved on sight, constant over the run's calls
+    )
+    first, second = (
+        _chat(pipeline, system, turns=[dict(turn) for turn in turns], api=api) for turns in (loop[:1], loop)
+    )
     note = f"{NOTE_OPEN}\n{system.splitlines()[0]}\n{NOTE_CLOSE}"
     assert first.messages == [{"role": "user", "content": f"{loop[0]['content']}\n\n{note}"}]  # no turn added
     assert second.messages == first.messages + loop[1:]  # the loop's turns as the caller wrote them
@@ -195,7 +218,11 @@ async def test_through_a_wrapped_client_a_stable_build_hash_reaches_the_server_i
     systems = []
     for _ in range(3):
         system = f"Request ID: {uuid.uuid4()}\n{_build()}\n{LONG_SYSTEM}"
-        await resolve(wrapped.chat.completions.create(model="gpt-5.4", messages=[{"role": "system", "content": system}, {"role": "user", "content": "Hi"}]))
+        await resolve(
+            wrapped.chat.completions.create(
+                model="gpt-5.4", messages=[{"role": "system", "content": system}, {"role": "user", "content": "Hi"}]
+            )
+        )
         systems.append(system)
     sent = [request.body["messages"][0]["content"] for request in simulator.requests]
     assert sent == [f"{_build()}\n{LONG_SYSTEM}"] * 3
@@ -215,7 +242,9 @@ def _call(pipeline: Pipeline, api: Api, system: str, turns: list[Any]) -> Call:
     """A call of `api` through the pipeline: `system` as its system prompt or instructions, then `turns`."""
     if api is not Api.MESSAGES:
         return _chat(pipeline, system, turns=turns, api=api)
-    call = adapter_for(api).to_call({"model": "claude-sonnet-5", "max_tokens": 10, "system": system, "messages": turns}, Provider.ANTHROPIC)
+    call = adapter_for(api).to_call(
+        {"model": "claude-sonnet-5", "max_tokens": 10, "system": system, "messages": turns}, Provider.ANTHROPIC
+    )
     pipeline.prepare(call)
     return call
 
@@ -225,7 +254,9 @@ def _note(*lines: str) -> str:
 
 
 @pytest.mark.parametrize("api", list(LOOPS), ids=["chat", "responses", "anthropic"])
-def test_a_value_constant_within_conversations_goes_to_the_first_turns_note_one_changing_within_one_to_the_tail_note_for_good(api):
+def test_a_value_constant_within_conversations_goes_to_the_first_turns_note_one_changing_within_one_to_the_tail_note_for_good(
+    api,
+):
     pipeline = Pipeline(sdk.Policy())
     loop = LOOPS[api]
     run_id, next_id = uuid.uuid4(), uuid.uuid4()
@@ -235,16 +266,22 @@ def test_a_value_constant_within_conversations_goes_to_the_first_turns_note_one_
         return f"Request ID: {request_id}\nCurrent time: {stamp}\nYou are the booking assistant."
 
     other_request = {"role": "user", "content": "Book a meeting with Bo."}
-    opening = _call(pipeline, api, system(run_id, stamps[0]), [dict(other_request)])  # by shape: both to the first turn's note
+    opening = _call(
+        pipeline, api, system(run_id, stamps[0]), [dict(other_request)]
+    )  # by shape: both to the first turn's note
     both = _note(f"Request ID: {run_id}", f"Current time: {stamps[0]}")
     assert json.dumps(opening.system).count("booking assistant") == 1 and "Request ID" not in json.dumps(opening.system)
     content = opening.messages[0]["content"]
     assert both in (content if isinstance(content, str) else [block["text"] for block in content])
-    grown = _call(pipeline, api, system(run_id, stamps[1]), [dict(other_request), *loop[1:]])  # the time changed within the run
+    grown = _call(
+        pipeline, api, system(run_id, stamps[1]), [dict(other_request), *loop[1:]]
+    )  # the time changed within the run
     assert "Current time" not in json.dumps(grown.system) and "Request ID" not in json.dumps(grown.system)
     # A new run: its id to the first turn's note; the time to the tail note, for good: the run's two calls carry
     # the same time, and it stays at the tail.
-    first, second = (_call(pipeline, api, system(next_id, stamps[2]), [dict(turn) for turn in turns]) for turns in (loop[:1], loop))
+    first, second = (
+        _call(pipeline, api, system(next_id, stamps[2]), [dict(turn) for turn in turns]) for turns in (loop[:1], loop)
+    )
     conversation, tail = _note(f"Request ID: {next_id}"), _note(f"Current time: {stamps[2]}")
     assert "Request ID" not in json.dumps(second.system) and "Current time" not in json.dumps(second.system)
     if api is Api.MESSAGES:  # blocks of their own: the conversation's note, then the tail note
@@ -287,7 +324,9 @@ def test_an_unrecognised_changing_line_beside_a_recognised_one_moves_whole_from_
     stable = "\n".join(["You are a coding agent.", RULES, "Never push to main."])
     assert systems[1:] == [stable] * 3  # learnt on the second call, moved for good: the same bytes from then on
     for n, call in enumerate(calls[1:], 1):  # the caller's lines, whole and verbatim, in the note
-        note = "\n".join([NOTE_OPEN, f"Request ID: {_agent_id(calls[n])}", *(line.format(n=n) for line in changing), NOTE_CLOSE])
+        note = "\n".join(
+            [NOTE_OPEN, f"Request ID: {_agent_id(calls[n])}", *(line.format(n=n) for line in changing), NOTE_CLOSE]
+        )
         assert call.messages == [{"role": "user", "content": f"Hello\n\n{note}"}]
         assert "volatile_moved:line" in _volatile(call)
 
@@ -300,7 +339,9 @@ def _agent_id(call: Call) -> str:
 def test_a_git_status_block_whose_length_changes_moves_its_changed_lines_whole_and_the_rest_stays():
     pipeline = Pipeline(sdk.Policy())
     statuses = [["M src/app.py"], ["M src/app.py", "?? notes.txt"], ["M src/db.py", "A src/cache.py", "D old.py"]]
-    calls = [_chat(pipeline, _agent(str(uuid.uuid4()), ["<git-status>", *status, "</git-status>"])) for status in statuses]
+    calls = [
+        _chat(pipeline, _agent(str(uuid.uuid4()), ["<git-status>", *status, "</git-status>"])) for status in statuses
+    ]
     assert "M src/app.py" in calls[0].system[0]["content"]  # the first call: as written
     assert "?? notes.txt" not in calls[1].system[0]["content"]  # the inserted line moved
     third = calls[2].system[0]["content"]
@@ -309,7 +350,9 @@ def test_a_git_status_block_whose_length_changes_moves_its_changed_lines_whole_a
 
 
 def test_two_prompts_that_share_a_first_line_teach_each_other_nothing():
-    pipeline = Pipeline(sdk.Policy())  # (two that share their first and last lines are one family, a middle line changing)
+    pipeline = Pipeline(
+        sdk.Policy()
+    )  # (two that share their first and last lines are one family, a middle line changing)
     billing = "You are a helpful assistant.\nRequest ID: {}\nAnswer questions about billing.\nNever share card numbers."
     summary = "You are a helpful assistant.\nRequest ID: {}\nSummarise the document.\nKeep it under 100 words."
     for template in (billing, summary, billing, summary, billing):  # interleaved, as one app's two agents send them
@@ -335,7 +378,9 @@ def test_a_line_learnt_in_one_run_moves_from_the_next_run_of_another_process_thr
     for line in lines:  # one call per process, as a CLI agent started once per task; the cache directory is shared
         spec = {"package": "openai", "base_url": simulator.openai_base_url, "model": "gpt-5.4", "wrap": True,
                 "system": _agent(str(uuid.uuid4()), [line]), "user": "Hello"}  # fmt: skip
-        out = subprocess.run([sys.executable, "-m", "tests.sdk.one_call", json.dumps(spec)], cwd=root, capture_output=True, text=True)
+        out = subprocess.run(
+            [sys.executable, "-m", "tests.sdk.one_call", json.dumps(spec)], cwd=root, capture_output=True, text=True
+        )
         assert out.returncode == 0, out.stderr[-2000:]
     first, *later = [request.body["messages"] for request in simulator.requests]
     assert lines[0] in first[0]["content"]  # the first run: nothing known yet

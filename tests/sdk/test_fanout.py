@@ -75,12 +75,16 @@ def test_followers_read_the_cache_their_leader_wrote_instead_of_writing_it_again
     assert gate.waiting() == 0
     spans = [dict(span.attributes or {}) for span in exporter.get_finished_spans()]
     followers = [s for s in spans if sc.KVWISE_FANOUT_WAITED_MS in s]
-    [leader] = [span for span in exporter.get_finished_spans() if sc.KVWISE_FANOUT_WAITED_MS not in (span.attributes or {})]
+    [leader] = [
+        span for span in exporter.get_finished_spans() if sc.KVWISE_FANOUT_WAITED_MS not in (span.attributes or {})
+    ]
     assert len(followers) == n - 1
     assert {s[sc.KVWISE_FANOUT_LEADER_SPAN_ID] for s in followers} == {f"{leader.context.span_id:016x}"}
     waits = sorted(s[sc.KVWISE_FANOUT_WAITED_MS] for s in followers)
-    print(f"\n{api} {mode} {n}-way: cache reads {_reads(warm)} of ideal {ideal} warm, {_reads(cold)} cold; "
-          f"followers waited {waits[0]:.1f}-{waits[-1]:.1f} ms (the leader held in prefill by the test)")
+    print(
+        f"\n{api} {mode} {n}-way: cache reads {_reads(warm)} of ideal {ideal} warm, {_reads(cold)} cold; "
+        f"followers waited {waits[0]:.1f}-{waits[-1]:.1f} ms (the leader held in prefill by the test)"
+    )
 
 
 @pytest.mark.parametrize("api", ["openai", "anthropic"])
@@ -147,7 +151,9 @@ def test_calls_of_other_api_keys_never_wait_for_each_other(simulator: Any, opena
     assert client._shared.pipeline.fanout.waiting() == 0
 
 
-def test_a_streamed_leader_releases_its_followers_at_its_first_chunk(simulator: Any, openai_client: Any, mode: str) -> None:
+def test_a_streamed_leader_releases_its_followers_at_its_first_chunk(
+    simulator: Any, openai_client: Any, mode: str
+) -> None:
     n = 4
     client = _client(openai_client, fanout="warm", fanout_wait_seconds=600.0)
     gate, release = client._shared.pipeline.fanout, threading.Event()
@@ -188,7 +194,13 @@ def test_a_streamed_leader_releases_its_followers_at_its_first_chunk(simulator: 
     ids=["openai-too-short", "anthropic-too-short", "anthropic-no-breakpoint"],
 )
 def test_calls_whose_prefix_cannot_be_cached_never_wait(
-    simulator: Any, openai_client: Any, anthropic_client: Any, mode: str, api: str, prefix_tokens: int, cache_hints: bool
+    simulator: Any,
+    openai_client: Any,
+    anthropic_client: Any,
+    mode: str,
+    api: str,
+    prefix_tokens: int,
+    cache_hints: bool,
 ) -> None:
     bare, n = (openai_client if api == "openai" else anthropic_client), 4
     client = _client(bare, fanout="warm", fanout_wait_seconds=600.0, cache_hints=cache_hints)

@@ -63,7 +63,17 @@ class Got(enum.Enum):
     NOTHING = "no text"
 
 
-ALL_FORMS = ("chat", "responses", "messages", "messages.stream", "chat.stream", "chat.parse", "messages.parse", "chat.raw", "messages.raw")
+ALL_FORMS = (
+    "chat",
+    "responses",
+    "messages",
+    "messages.stream",
+    "chat.stream",
+    "chat.parse",
+    "messages.parse",
+    "chat.raw",
+    "messages.raw",
+)
 CORE_FORMS = ALL_FORMS[:4]
 
 
@@ -121,23 +131,61 @@ def nothing(sim: ProviderSimulator) -> None:
 STREAMS, WHOLE = (True,), (False,)
 TRUNCATED = same("StreamTruncated")  # as the client's APIConnectionError, or APITimeoutError for a timeout
 NOT_JSON = same("JSONDecodeError")
-OVER_TWO_MINUTES = {"retry-after": "600"}  # openai's own retries refuse a Retry-After over 2 minutes; anthropic's wait it out
+OVER_TWO_MINUTES = {
+    "retry-after": "600"
+}  # openai's own retries refuse a Retry-After over 2 minutes; anthropic's wait it out
 CASES = [
     FaultCase("429, retry-after: 1 (seconds)", fail(429, {"retry-after": "1"}), 2, waits=(1.0, 1.0)),
     FaultCase("429, retry-after: HTTP date", retry_after_date, 2, waits=(DATE_AHEAD - 10, DATE_AHEAD)),
     FaultCase("429, retry-after-ms: 5", fail(429, QUICK), 2, waits=(0.005, 0.005)),
-    FaultCase("429, retry-after over two minutes (openai: not retried)", fail(429, OVER_TWO_MINUTES), 1, same("RateLimitError"),
-         Got.NOTHING, forms=("chat", "responses")),
-    FaultCase("429, retry-after over two minutes (anthropic: retried)", fail(429, OVER_TWO_MINUTES), 2, waits=(600.0, 600.0),
-         forms=("messages", "messages.stream")),
-    FaultCase("429 without retry-after, every attempt", fail(429, times=EVERY_ATTEMPT), EVERY_ATTEMPT, same("RateLimitError"), Got.NOTHING, waits=BACKOFF),
-    FaultCase("500, every attempt", fail(500, times=EVERY_ATTEMPT), EVERY_ATTEMPT, same("InternalServerError"), Got.NOTHING, waits=BACKOFF),
+    FaultCase(
+        "429, retry-after over two minutes (openai: not retried)",
+        fail(429, OVER_TWO_MINUTES),
+        1,
+        same("RateLimitError"),
+        Got.NOTHING,
+        forms=("chat", "responses"),
+    ),
+    FaultCase(
+        "429, retry-after over two minutes (anthropic: retried)",
+        fail(429, OVER_TWO_MINUTES),
+        2,
+        waits=(600.0, 600.0),
+        forms=("messages", "messages.stream"),
+    ),
+    FaultCase(
+        "429 without retry-after, every attempt",
+        fail(429, times=EVERY_ATTEMPT),
+        EVERY_ATTEMPT,
+        same("RateLimitError"),
+        Got.NOTHING,
+        waits=BACKOFF,
+    ),
+    FaultCase(
+        "500, every attempt",
+        fail(500, times=EVERY_ATTEMPT),
+        EVERY_ATTEMPT,
+        same("InternalServerError"),
+        Got.NOTHING,
+        waits=BACKOFF,
+    ),
     FaultCase("502 once", fail(502, QUICK), 2),
     FaultCase("503 once", fail(503, QUICK), 2),
-    FaultCase("500 with x-should-retry: false", fail(500, {"x-should-retry": "false"}), 1, same("InternalServerError"), Got.NOTHING),
+    FaultCase(
+        "500 with x-should-retry: false",
+        fail(500, {"x-should-retry": "false"}),
+        1,
+        same("InternalServerError"),
+        Got.NOTHING,
+    ),
     FaultCase("400 with x-should-retry: true", fail(400, {"x-should-retry": "true", **QUICK}), 2),
-    FaultCase("529, every attempt", fail(529, QUICK, times=EVERY_ATTEMPT), EVERY_ATTEMPT,
-         {"chat": "InternalServerError", "messages": "OverloadedError"}, Got.NOTHING),
+    FaultCase(
+        "529, every attempt",
+        fail(529, QUICK, times=EVERY_ATTEMPT),
+        EVERY_ATTEMPT,
+        {"chat": "InternalServerError", "messages": "OverloadedError"},
+        Got.NOTHING,
+    ),
     FaultCase("connection refused", nothing, 0, same("APIConnectionError"), Got.NOTHING, waits=BACKOFF, refused=True),
     FaultCase("reset before the first byte", lambda sim: sim.fail(reset=True), 2),
     FaultCase("reset mid-stream", cut("reset"), 1, TRUNCATED, Got.PARTIAL, STREAMS),
@@ -146,21 +194,76 @@ CASES = [
     FaultCase("reset mid-body", cut("reset"), 2, streams=WHOLE),
     FaultCase("drop mid-body", cut("drop"), 2, streams=WHOLE),
     FaultCase("read timeout before the answer", lambda sim: sim.stall(STALL), 2, streams=WHOLE, timeout=READ_TIMEOUT),
-    FaultCase("read timeout between chunks", lambda sim: sim.stall(STALL, at_token=CUT_AT), 1, TRUNCATED, Got.PARTIAL,
-         STREAMS, timeout=READ_TIMEOUT),
-    FaultCase("bad JSON in a data: line mid-stream", inject("bad_json"), 1, NOT_JSON, Got.PARTIAL, STREAMS, forms=ALL_FORMS),
+    FaultCase(
+        "read timeout between chunks",
+        lambda sim: sim.stall(STALL, at_token=CUT_AT),
+        1,
+        TRUNCATED,
+        Got.PARTIAL,
+        STREAMS,
+        timeout=READ_TIMEOUT,
+    ),
+    FaultCase(
+        "bad JSON in a data: line mid-stream", inject("bad_json"), 1, NOT_JSON, Got.PARTIAL, STREAMS, forms=ALL_FORMS
+    ),
     FaultCase("unknown event type", inject("unknown"), 1, streams=STREAMS),
-    FaultCase("error event mid-stream", inject("error"), 1, {"chat": "APIError", "messages": "APIStatusError"}, Got.PARTIAL, STREAMS),
+    FaultCase(
+        "error event mid-stream",
+        inject("error"),
+        1,
+        {"chat": "APIError", "messages": "APIStatusError"},
+        Got.PARTIAL,
+        STREAMS,
+    ),
     # A 200 that breaks before its first content: accepted by the provider, so sent once (issue 41).
-    FaultCase("200, role chunk, then the connection closes", cut("drop", at=0), 1, TRUNCATED, Got.NOTHING, STREAMS, forms=ALL_FORMS),
+    FaultCase(
+        "200, role chunk, then the connection closes",
+        cut("drop", at=0),
+        1,
+        TRUNCATED,
+        Got.NOTHING,
+        STREAMS,
+        forms=ALL_FORMS,
+    ),
     FaultCase("200, role chunk, then a reset", cut("reset", at=0), 1, TRUNCATED, Got.NOTHING, STREAMS),
     FaultCase("200, role chunk, then the body ends", cut("end", at=0), 1, None, Got.NOTHING, STREAMS, forms=ALL_FORMS),
-    FaultCase("200, an invalid first event", inject("bad_json", at_token=0), 1, NOT_JSON, Got.NOTHING, STREAMS, forms=ALL_FORMS),
-    FaultCase("200, an HTML page instead of the stream", lambda sim: sim.serve_html(times=EVERY_ATTEMPT), 1, None, Got.NOTHING,
-         STREAMS, forms=ALL_FORMS),
-    FaultCase("200, then the server hangs after the headers", lambda sim: sim.stall(STALL, times=EVERY_ATTEMPT), 1, TRUNCATED,
-         Got.NOTHING, STREAMS, timeout=READ_TIMEOUT, forms=(*CORE_FORMS, "chat.raw")),
-    FaultCase("200, a body that is not JSON", cut("end", times=EVERY_ATTEMPT), 1, NOT_JSON, Got.NOTHING, WHOLE, forms=ALL_FORMS),
+    FaultCase(
+        "200, an invalid first event",
+        inject("bad_json", at_token=0),
+        1,
+        NOT_JSON,
+        Got.NOTHING,
+        STREAMS,
+        forms=ALL_FORMS,
+    ),
+    FaultCase(
+        "200, an HTML page instead of the stream",
+        lambda sim: sim.serve_html(times=EVERY_ATTEMPT),
+        1,
+        None,
+        Got.NOTHING,
+        STREAMS,
+        forms=ALL_FORMS,
+    ),
+    FaultCase(
+        "200, then the server hangs after the headers",
+        lambda sim: sim.stall(STALL, times=EVERY_ATTEMPT),
+        1,
+        TRUNCATED,
+        Got.NOTHING,
+        STREAMS,
+        timeout=READ_TIMEOUT,
+        forms=(*CORE_FORMS, "chat.raw"),
+    ),
+    FaultCase(
+        "200, a body that is not JSON",
+        cut("end", times=EVERY_ATTEMPT),
+        1,
+        NOT_JSON,
+        Got.NOTHING,
+        WHOLE,
+        forms=ALL_FORMS,
+    ),
 ]
 """The faults of issue 41's "Why" are the `200, ...` cases and the bad JSON mid-stream; a hanging
 server's time to raise is checked against the client's own timeout in `test_a_hanging_stream_raises_
@@ -268,7 +371,9 @@ APIS = {
         lambda response: response.choices[0].message.content,
         managed_events_of,
         lambda event: event.delta if event.type == "content.delta" else "",
-        lambda event: event.type == "chunk" and bool(event.chunk.choices) and event.chunk.choices[0].finish_reason is not None,
+        lambda event: (
+            event.type == "chunk" and bool(event.chunk.choices) and event.chunk.choices[0].finish_reason is not None
+        ),
         "chat",
         streams=(True,),
     ),
@@ -300,7 +405,9 @@ APIS = {
         "openai chat with_raw_response",
         "openai_client",
         openai,
-        lambda client, stream: client.chat.completions.with_raw_response.create(model="m", messages=USER, stream=stream),
+        lambda client, stream: client.chat.completions.with_raw_response.create(
+            model="m", messages=USER, stream=stream
+        ),
         lambda response: response.choices[0].message.content,
         events_of,
         lambda event: (event.choices[0].delta.content or "") if event.choices else "",
@@ -312,7 +419,9 @@ APIS = {
         "anthropic messages with_raw_response",
         "anthropic_client",
         anthropic,
-        lambda client, stream: client.messages.with_raw_response.create(model=CLAUDE, max_tokens=64, messages=USER, stream=stream),
+        lambda client, stream: client.messages.with_raw_response.create(
+            model=CLAUDE, max_tokens=64, messages=USER, stream=stream
+        ),
         lambda response: response.content[0].text,
         events_of,
         _messages_event_text,
@@ -367,12 +476,23 @@ def render(rows: Matrix) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     order = {case.name: index for index, case in enumerate(CASES)}
-    for (case, api, streamed), runs in sorted(rows.items(), key=lambda item: (order[item[0][0]], item[0][1], item[0][2])):
+    for (case, api, streamed), runs in sorted(
+        rows.items(), key=lambda item: (order[item[0][0]], item[0][1], item[0][2])
+    ):
         waits = sorted({f"{wait:.3g}" for _, run_waits in runs for wait in run_waits}, key=float)
         shown = "-" if not waits else waits[0] if len(waits) == 1 else f"{waits[0]}–{waits[-1]}"
         for seen in dict.fromkeys(observed for observed, _ in runs):
-            cells = [case, APIS[api].title, "yes" if streamed else "no", str(seen.attempts), seen.exception,
-                     seen.got.value, seen.error_type, str(seen.span_attempts), shown]
+            cells = [
+                case,
+                APIS[api].title,
+                "yes" if streamed else "no",
+                str(seen.attempts),
+                seen.exception,
+                seen.got.value,
+                seen.error_type,
+                str(seen.span_attempts),
+                shown,
+            ]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -428,8 +548,15 @@ RUNS = [
     ids=[f"{case.name}-{api_name}-{'streamed' if stream else 'whole'}" for case, stream, api_name in RUNS],
 )
 async def test_each_wire_fault_ends_in_the_full_reply_or_the_clients_own_error(
-    case: FaultCase, stream: bool, api_name: str, mode: str, simulator: ProviderSimulator, request: pytest.FixtureRequest,
-    waits: list[float], refused_url: str, matrix: Matrix,
+    case: FaultCase,
+    stream: bool,
+    api_name: str,
+    mode: str,
+    simulator: ProviderSimulator,
+    request: pytest.FixtureRequest,
+    waits: list[float],
+    refused_url: str,
+    matrix: Matrix,
 ) -> None:
     api = APIS[api_name]
     options: dict[str, Any] = {"timeout": case.timeout}
@@ -495,7 +622,10 @@ async def test_each_wire_fault_ends_in_the_full_reply_or_the_clients_own_error(
 
 @pytest.mark.parametrize("api_name", ["chat", "messages"])
 async def test_a_stream_that_hangs_after_its_headers_raises_the_clients_timeout_after_one_timeout(
-    api_name: str, mode: str, simulator: ProviderSimulator, request: pytest.FixtureRequest,
+    api_name: str,
+    mode: str,
+    simulator: ProviderSimulator,
+    request: pytest.FixtureRequest,
 ) -> None:
     """The client's own read timeout, once: not kvwise's attempts' worth of them (3 x 5 s on main)."""
     api = APIS[api_name]
@@ -513,7 +643,10 @@ async def test_a_stream_that_hangs_after_its_headers_raises_the_clients_timeout_
 
 @pytest.mark.parametrize("api_name", ["chat", "messages"])
 async def test_a_200_html_page_comes_back_as_the_bare_client_gives_it(
-    api_name: str, mode: str, simulator: ProviderSimulator, request: pytest.FixtureRequest,
+    api_name: str,
+    mode: str,
+    simulator: ProviderSimulator,
+    request: pytest.FixtureRequest,
 ) -> None:
     """A non-streamed 200 whose body is HTML: both clients hand the page over as text; so does kvwise, sent once."""
     api = APIS[api_name]

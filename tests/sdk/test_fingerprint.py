@@ -10,7 +10,10 @@ from sdk.call import Api, Provider
 from sdk.pipeline import Pipeline
 
 TOOLS = [
-    {"type": "function", "function": {"name": "a", "parameters": {"type": "object", "properties": {"x": {"type": "string"}}}}},
+    {
+        "type": "function",
+        "function": {"name": "a", "parameters": {"type": "object", "properties": {"x": {"type": "string"}}}},
+    },
     {"type": "function", "function": {"name": "b", "parameters": {"type": "object"}}},
 ]
 
@@ -31,7 +34,11 @@ def test_a_new_turn_extends_the_prefix_without_a_break():
     pipeline = Pipeline(sdk.Policy())
     first = _run(pipeline, _messages("Be brief.", "q1"))
     second = _run(pipeline, _messages("Be brief.", "q1", "a1", "q2"))
-    assert first.decided.fingerprint and second.decided.fingerprint and first.decided.fingerprint != second.decided.fingerprint
+    assert (
+        first.decided.fingerprint
+        and second.decided.fingerprint
+        and first.decided.fingerprint != second.decided.fingerprint
+    )
     assert second.decided.break_at is None and second.decided.break_cause is None
 
 
@@ -39,8 +46,20 @@ def test_a_new_turn_extends_the_prefix_without_a_break():
     ("policy", "before", "after", "at", "cause"),
     [
         (sdk.Policy(), _messages("Be brief.", "q"), _messages("Be terse.", "q"), "system[0]", "system_changed"),
-        (sdk.Policy(volatile="warn"), _messages("Now 2026-11-29T08:55:21Z", "q"), _messages("Now 2026-11-29T09:01:02Z", "q"), "system[0]", "volatile_content"),
-        (sdk.Policy(), _messages("S", "q1", "a1", "q2"), _messages("S", "q1 edited", "a1", "q2"), "messages[0]", "history_rewritten"),
+        (
+            sdk.Policy(volatile="warn"),
+            _messages("Now 2026-11-29T08:55:21Z", "q"),
+            _messages("Now 2026-11-29T09:01:02Z", "q"),
+            "system[0]",
+            "volatile_content",
+        ),
+        (
+            sdk.Policy(),
+            _messages("S", "q1", "a1", "q2"),
+            _messages("S", "q1 edited", "a1", "q2"),
+            "messages[0]",
+            "history_rewritten",
+        ),
     ],
 )
 def test_the_first_changed_segment_and_its_cause_are_named(policy, before, after, at, cause):

@@ -39,5 +39,7 @@ def _loaded_after_first_call(base_url: str, call: str) -> list[str]:
 
 
 @pytest.mark.parametrize("api", sorted(CALLS))
-def test_the_first_wrapped_call_of_a_process_loads_neither_the_beta_types_nor_anthropic_nor_the_stream_guard(simulator, api):
+def test_the_first_wrapped_call_of_a_process_loads_neither_the_beta_types_nor_anthropic_nor_the_stream_guard(
+    simulator, api
+):
     assert _loaded_after_first_call(simulator.openai_base_url, CALLS[api]) == []

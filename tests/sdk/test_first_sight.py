@@ -25,8 +25,8 @@ import pytest
 import sdk
 from sdk.adapters import adapter_for
 from sdk.call import Api, Provider
-from sdk.prompt.canonical import NOTE_CLOSE, NOTE_OPEN
 from sdk.pipeline import Pipeline
+from sdk.prompt.canonical import NOTE_CLOSE, NOTE_OPEN
 
 
 def _moment() -> datetime.datetime:

@@ -15,14 +15,22 @@ def test_lint_finds_volatile_bytes_unsorted_tools_short_prefix_and_missing_cap()
     kwargs = {
         "model": "m",
         "messages": [{"role": "system", "content": f"Request ID: {UUID}"}, {"role": "user", "content": "hi"}],
-        "tools": [{"type": "function", "function": {"name": "zeta"}}, {"type": "function", "function": {"name": "alpha"}}],
+        "tools": [
+            {"type": "function", "function": {"name": "zeta"}},
+            {"type": "function", "function": {"name": "alpha"}},
+        ],
     }
     codes = {finding.code for finding in sdk.lint(kwargs, provider="openai")}
     assert codes == {"volatile_in_prefix", "unstable_tool_order", "prefix_below_minimum", "missing_max_tokens"}
 
 
 def test_lint_is_quiet_on_a_cache_friendly_call():
-    kwargs = {"model": "claude-sonnet-4-6", "system": LONG_SYSTEM, "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}
+    kwargs = {
+        "model": "claude-sonnet-4-6",
+        "system": LONG_SYSTEM,
+        "max_tokens": 100,
+        "messages": [{"role": "user", "content": "hi"}],
+    }
     assert sdk.lint(kwargs, provider="anthropic") == []
 
 

@@ -56,7 +56,7 @@ Checklist before the release:
 - [ ] the release notes are reviewed by a second person
 """
 
-PYTHON_CODE = '''\
+PYTHON_CODE = """\
 class Settings:
     def __init__(self, host, port, user, password, database, timeout, retries, pool_size):
         self.host = host
@@ -82,7 +82,7 @@ DEFAULTS = {
 }
 ZEROS = [0, 0, 0, 0, 0, 0, 0, 0]
 # ================================================================================
-'''
+"""
 
 JS_CODE = """\
 export function summarise(rows) {
@@ -202,7 +202,11 @@ def burst_chunks(text: str, seed: int) -> list[str]:
     return chunks
 
 
-CHUNKINGS: dict[str, Callable[[str, int], list[str]]] = {"random": random_chunks, "tokens": token_chunks, "bursts": burst_chunks}
+CHUNKINGS: dict[str, Callable[[str, int], list[str]]] = {
+    "random": random_chunks,
+    "tokens": token_chunks,
+    "bursts": burst_chunks,
+}
 
 
 def feed_chunks(detector: LoopDetector, chunks: list[str]) -> tuple[int, Loop, str] | None:
@@ -257,7 +261,9 @@ def test_legitimate_repetitive_answers_are_never_cut(name: str, chunking: str, s
 @pytest.mark.parametrize("name", RUNAWAY_PROSE)
 def test_runaway_prose_is_cut_within_3_periods_of_the_loop_starting(name: str, chunking: str, seed: int) -> None:
     runaway = RUNAWAY_PROSE[name]
-    tripped = feed_chunks(LoopDetector(structured_output=runaway.structured_output), CHUNKINGS[chunking](runaway.text, seed))
+    tripped = feed_chunks(
+        LoopDetector(structured_output=runaway.structured_output), CHUNKINGS[chunking](runaway.text, seed)
+    )
     assert tripped is not None
     fed, loop, chunk = tripped
     period = len(runaway.unit)
@@ -280,7 +286,9 @@ def test_units_with_few_letters_are_cut_only_after_a_long_span(name: str, seed: 
 
 @pytest.mark.parametrize("chunking", CHUNKINGS)
 @pytest.mark.parametrize("name", RUNAWAY_SPECIAL_TOKENS)
-def test_a_leaked_special_token_repeating_is_cut_like_prose_not_followed_like_a_record(name: str, chunking: str) -> None:
+def test_a_leaked_special_token_repeating_is_cut_like_prose_not_followed_like_a_record(
+    name: str, chunking: str
+) -> None:
     runaway = RUNAWAY_SPECIAL_TOKENS[name]
     tripped = feed_chunks(LoopDetector(), CHUNKINGS[chunking](runaway.text, 0))
     assert tripped is not None
@@ -293,7 +301,9 @@ def test_a_leaked_special_token_repeating_is_cut_like_prose_not_followed_like_a_
 @pytest.mark.parametrize("name", STRUCTURED_RUNAWAY)
 def test_a_record_repeated_without_end_is_cut_after_64_copies_and_4096_characters(name: str, chunking: str) -> None:
     runaway = STRUCTURED_RUNAWAY[name]
-    tripped = feed_chunks(LoopDetector(structured_output=runaway.structured_output), CHUNKINGS[chunking](runaway.text, 0))
+    tripped = feed_chunks(
+        LoopDetector(structured_output=runaway.structured_output), CHUNKINGS[chunking](runaway.text, 0)
+    )
     assert tripped is not None
     fed, loop, chunk = tripped
     required = max(64 * len(runaway.unit), 4096)
@@ -377,7 +387,9 @@ def test_the_detector_made_for_a_json_call_lets_a_long_json_array_through(api: A
     array = "[" + "0, " * 400 + "0]"
     call = adapter_for(api).to_call(dict(kwargs), Provider.OPENAI)
     assert feed_in_chunks(LoopDetector.for_call(call), array, seed=1) is None
-    plain = adapter_for(api).to_call({k: v for k, v in kwargs.items() if k not in ("response_format", "text", "output_config")}, Provider.OPENAI)
+    plain = adapter_for(api).to_call(
+        {k: v for k, v in kwargs.items() if k not in ("response_format", "text", "output_config")}, Provider.OPENAI
+    )
     assert feed_in_chunks(LoopDetector.for_call(plain), array, seed=1) is not None
 
 

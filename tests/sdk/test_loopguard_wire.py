@@ -22,11 +22,15 @@ async def _stream_json_answer(simulator: Any, client: Any, reply: str) -> list[A
     """The events of a streamed json_object Chat call through a wrapped client, the server saying `reply`."""
     simulator.reply = reply
     wrapped = sdk.wrap(client)
-    stream = await resolve(wrapped.chat.completions.create(model="m", messages=USER, stream=True, response_format=JSON_OBJECT))
+    stream = await resolve(
+        wrapped.chat.completions.create(model="m", messages=USER, stream=True, response_format=JSON_OBJECT)
+    )
     return await collect(stream)
 
 
-async def test_twelve_identical_json_records_under_json_object_arrive_whole_with_finish_reason_stop(simulator, openai_client):
+async def test_twelve_identical_json_records_under_json_object_arrive_whole_with_finish_reason_stop(
+    simulator, openai_client
+):
     events = await _stream_json_answer(simulator, openai_client, TWELVE_RECORDS_JSON_OBJECT)
     text = _chat_text(events)
     assert text == TWELVE_RECORDS_JSON_OBJECT
@@ -51,7 +55,9 @@ async def test_a_responses_json_answer_of_repeated_records_completes(simulator, 
     simulator.reply = TWELVE_RECORDS_JSON_OBJECT
     wrapped = sdk.wrap(openai_client)
     text_format = {"format": {"type": "json_object"}}
-    events = await collect(await resolve(wrapped.responses.create(model="gpt-5.4", input="go", stream=True, text=text_format)))
+    events = await collect(
+        await resolve(wrapped.responses.create(model="gpt-5.4", input="go", stream=True, text=text_format))
+    )
     assert events[-1].type == "response.completed"
     assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == TWELVE_RECORDS_JSON_OBJECT
 

@@ -8,11 +8,11 @@ import inspect
 import pkgutil
 
 import sdk
-from sdk.decode.adaptive_caps import AdaptiveCaps
-from sdk.call import Usage
-from sdk.prompt.families import FamilyMemory
 from sdk.cache.fanout import FanOut
+from sdk.call import Usage
+from sdk.decode.adaptive_caps import AdaptiveCaps
 from sdk.memory.store import LocalStore
+from sdk.prompt.families import FamilyMemory
 
 
 def private_overrides(classes: list[type]) -> list[tuple[str, str, str]]:
@@ -47,7 +47,9 @@ def test_a_subclass_that_overrides_a_private_method_is_found():
 
         def public(self) -> None: ...
 
-    assert private_overrides([Tracker, SharedTracker]) == [(SharedTracker.__qualname__, Tracker.__qualname__, "_exchange")]
+    assert private_overrides([Tracker, SharedTracker]) == [
+        (SharedTracker.__qualname__, Tracker.__qualname__, "_exchange")
+    ]
 
 
 def test_no_sdk_class_overrides_a_private_method_of_its_base():

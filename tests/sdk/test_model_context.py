@@ -53,13 +53,25 @@ async def test_the_local_servers_refusal_teaches_its_context_and_the_next_call_f
     first send, and no request but the caller's reaches the server."""
     sent: list[tuple[str, str]] = []
     if mode == "sync":
-        client: Any = openai.OpenAI(base_url=f"{local_server.url}/v1", api_key="local", max_retries=0,
-                                    http_client=openai.DefaultHttpxClient(event_hooks={"request": [lambda r: sent.append((r.method, r.url.path))]}))
+        client: Any = openai.OpenAI(
+            base_url=f"{local_server.url}/v1",
+            api_key="local",
+            max_retries=0,
+            http_client=openai.DefaultHttpxClient(
+                event_hooks={"request": [lambda r: sent.append((r.method, r.url.path))]}
+            ),
+        )
     else:
+
         async def note(request: Any) -> None:
             sent.append((request.method, request.url.path))
-        client = openai.AsyncOpenAI(base_url=f"{local_server.url}/v1", api_key="local", max_retries=0,
-                                    http_client=openai.DefaultAsyncHttpxClient(event_hooks={"request": [note]}))
+
+        client = openai.AsyncOpenAI(
+            base_url=f"{local_server.url}/v1",
+            api_key="local",
+            max_retries=0,
+            http_client=openai.DefaultAsyncHttpxClient(event_hooks={"request": [note]}),
+        )
     context = local_server.engine.max_model_len
     assert context < sdk.Policy().max_output_tokens  # the default cap cannot fit
     wrapped = sdk.wrap(client, tracer_provider=otel.tracer_provider)
@@ -169,7 +181,9 @@ def test_policy_model_contexts_takes_only_positive_token_counts_by_model_id(cont
         sdk.Policy(model_contexts=contexts)
 
 
-async def test_a_learnt_context_is_kept_in_the_state_store_for_the_next_wrapped_client(simulator, openai_client, tmp_path):
+async def test_a_learnt_context_is_kept_in_the_state_store_for_the_next_wrapped_client(
+    simulator, openai_client, tmp_path
+):
     """Another process, or the next run of a short-lived one, fits its first call: no refusal again."""
     simulator.context_tokens = 1024
     state = f"sqlite:///{tmp_path / 'state.sqlite3'}"

@@ -42,16 +42,25 @@ def _policy(sentences: int) -> str:
 
 
 def _system(policy: str) -> str:
-    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     return f"Request ID: {uuid.uuid4()}\nCurrent time: {now}\n{policy}"
 
 
 def _one_call(package: str, base_url: str, model: str, system: str, *, wrap: bool) -> dict[str, int]:
     """A wrapped call in a process of its own; a bare one here (a bare client keeps nothing between calls)."""
-    spec = {"package": package, "base_url": base_url, "model": model, "system": system, "user": "Where is my refund?", "wrap": wrap}
+    spec = {
+        "package": package,
+        "base_url": base_url,
+        "model": model,
+        "system": system,
+        "user": "Where is my refund?",
+        "wrap": wrap,
+    }
     if not wrap:
         return one_call.main(spec)
-    out = subprocess.run([sys.executable, "-m", "tests.sdk.one_call", json.dumps(spec)], cwd=ROOT, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.sdk.one_call", json.dumps(spec)], cwd=ROOT, capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.splitlines()[-1])
 
@@ -61,7 +70,10 @@ def _reads(package: str, base_url: str, model: str, policy: str) -> tuple[list[i
     (the policy's call, as the server counts it: a bare call with the policy alone, less its user turn)."""
     bare = [_one_call(package, base_url, model, _system(policy), wrap=False)["cached"] for _ in range(PROCESSES)]
     wrapped = [_one_call(package, base_url, model, _system(policy), wrap=True)["cached"] for _ in range(PROCESSES)]
-    stable = _one_call(package, base_url, model, policy, wrap=False)["input"] - _one_call(package, base_url, model, "", wrap=False)["input"]
+    stable = (
+        _one_call(package, base_url, model, policy, wrap=False)["input"]
+        - _one_call(package, base_url, model, "", wrap=False)["input"]
+    )
     return bare, wrapped, stable
 
 

@@ -16,8 +16,8 @@ import pytest
 import sdk
 from sdk.adapters import adapter_for
 from sdk.call import Api, Provider
-from sdk.prompt.canonical import NOTE_CLOSE, NOTE_OPEN
 from sdk.pipeline import Pipeline
+from sdk.prompt.canonical import NOTE_CLOSE, NOTE_OPEN
 from sdk.prompt.volatile import cut_volatile, note_lines
 from tests.sdk.helpers import resolve
 from tests.sdk.system_prompts import CORPUS, OTHER_VALUES, VALUES, SystemPrompt
@@ -28,7 +28,11 @@ IDS = [entry.name for entry in CORPUS]
 def test_the_corpus_holds_thirty_prompts_with_values_in_mid_line_end_of_line_and_own_line_positions():
     assert len(CORPUS) >= 30
     lines = [line for entry in CORPUS for line in entry.template.splitlines() if "{" in line]
-    own = [line for line in lines if line.lstrip("-*> ").startswith(("Request", "Timestamp", "Nonce", "Run", "Event", "Correlation"))]
+    own = [
+        line
+        for line in lines
+        if line.lstrip("-*> ").startswith(("Request", "Timestamp", "Nonce", "Run", "Event", "Correlation"))
+    ]
     mid = [line for line in lines if not line.rstrip(".").endswith("}") and line not in own]
     end = [line for line in lines if line.rstrip(".").endswith("}") and line not in own]
     assert min(len(own), len(mid), len(end)) >= 5, (len(own), len(mid), len(end))
@@ -61,7 +65,9 @@ def _sent(pipeline: Pipeline, system: str) -> tuple[str, list[Any]]:
 
 
 @pytest.mark.parametrize("entry", CORPUS, ids=IDS)
-def test_through_the_chain_the_values_move_on_first_sight_or_once_they_change_and_the_rest_of_each_prompt_stays(entry: SystemPrompt):
+def test_through_the_chain_the_values_move_on_first_sight_or_once_they_change_and_the_rest_of_each_prompt_stays(
+    entry: SystemPrompt,
+):
     pipeline = Pipeline(sdk.Policy())
     if entry.by_memory:  # only calls can tell: the first goes as written, the values move once they changed
         assert _sent(pipeline, entry.prompt(VALUES)) == (entry.prompt(VALUES), [{"role": "user", "content": "Hello"}])
@@ -72,7 +78,9 @@ def test_through_the_chain_the_values_move_on_first_sight_or_once_they_change_an
         assert turns == [{"role": "user", "content": f"Hello{note}"}]  # the note ends the caller's turn, none is added
 
 
-async def test_the_issues_support_bot_keeps_its_rules_in_the_system_prompt_through_a_real_client(simulator, anthropic_client):
+async def test_the_issues_support_bot_keeps_its_rules_in_the_system_prompt_through_a_real_client(
+    simulator, anthropic_client
+):
     [entry] = [entry for entry in CORPUS if entry.name.startswith("the issue's")]
     wrapped = sdk.wrap(anthropic_client)
     for values in (VALUES, OTHER_VALUES):

@@ -33,15 +33,20 @@ CALLS = 4
 OPENAI_STEP = 128  # the simulator's OpenAI cache counts hits in 128-token steps
 WEATHER_ARGS = '{"city": "Paris"}'
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
-CHAT_TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city.", "parameters": SCHEMA}}]
-RESPONSES_TOOLS = [{"type": "function", "name": "get_weather", "description": "Weather of a city.", "parameters": SCHEMA}]
+CHAT_TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "Weather of a city.", "parameters": SCHEMA}}
+]
+RESPONSES_TOOLS = [
+    {"type": "function", "name": "get_weather", "description": "Weather of a city.", "parameters": SCHEMA}
+]
 CLAUDE_TOOLS = [{"name": "get_weather", "description": "Weather of a city.", "input_schema": SCHEMA}]
 INSTRUCTIONS = (
     "You are the travel desk's weather agent. Call get_weather for every city the user names, one call "
     "at a time, then answer in two sentences with the conditions and what to pack. Never guess."
 )
 USER = "Plan my week. " + " ".join(
-    f"Day {day % 7 + 1}, stop {day}: the traveller visits a city, checks the forecast, and packs for it." for day in range(100)
+    f"Day {day % 7 + 1}, stop {day}: the traveller visits a city, checks the forecast, and packs for it."
+    for day in range(100)
 )  # about 1,900 tokens as the simulator counts them
 
 Usage = tuple[int, int]  # (cached input tokens, all input tokens) of one call
@@ -55,7 +60,9 @@ def _instructions(request_id: str) -> str:
 def _script(simulator: Any, step: int) -> None:
     """Every call but the last asks for the tool."""
     last = step == CALLS - 1
-    simulator.tool_call, simulator.reply = (None, "Rain all week: pack a coat.") if last else ("get_weather", WEATHER_ARGS)
+    simulator.tool_call, simulator.reply = (
+        (None, "Rain all week: pack a coat.") if last else ("get_weather", WEATHER_ARGS)
+    )
 
 
 async def _chat_run(client: Any, simulator: Any, request_id: str) -> list[Usage]:
@@ -67,7 +74,11 @@ async def _chat_run(client: Any, simulator: Any, request_id: str) -> list[Usage]
         cached.append((response.usage.prompt_tokens_details.cached_tokens or 0, response.usage.prompt_tokens))
         message = response.choices[0].message
         for call in message.tool_calls or ():
-            messages = [*messages, message.model_dump(exclude_none=True), {"role": "tool", "tool_call_id": call.id, "content": f"sunny, day {step}"}]
+            messages = [
+                *messages,
+                message.model_dump(exclude_none=True),
+                {"role": "tool", "tool_call_id": call.id, "content": f"sunny, day {step}"},
+            ]
     return cached
 
 
@@ -76,7 +87,11 @@ async def _responses_run(client: Any, simulator: Any, request_id: str) -> list[U
     cached: list[Usage] = []
     for step in range(CALLS):
         _script(simulator, step)
-        response = await resolve(client.responses.create(model=GPT, instructions=_instructions(request_id), input=items, tools=RESPONSES_TOOLS))
+        response = await resolve(
+            client.responses.create(
+                model=GPT, instructions=_instructions(request_id), input=items, tools=RESPONSES_TOOLS
+            )
+        )
         cached.append((response.usage.input_tokens_details.cached_tokens or 0, response.usage.input_tokens))
         for item in response.output:
             if item.type == "function_call":
@@ -169,7 +184,11 @@ async def test_a_tool_loop_through_a_wrapped_client_reads_at_least_the_bare_clie
             floor = sent[index - 1][1] if api == "anthropic" else sent[index - 1][1] // OPENAI_STEP * OPENAI_STEP
             assert sent[index][0] >= floor, (index, wrapped, floor)
     for run_index in range(3):  # every run, calls 2..n: at least the bare client's cached tokens
-        assert all(ours >= theirs for ours, theirs in zip(wrapped[run_index][1:], bare[run_index][1:])), (run_index, wrapped, bare)
+        assert all(ours >= theirs for ours, theirs in zip(wrapped[run_index][1:], bare[run_index][1:])), (
+            run_index,
+            wrapped,
+            bare,
+        )
     # From the second run on, a run's first call reads the instructions and the user message before the note,
     # where the bare client reads nothing.
     assert bare[1][0] == bare[2][0] == 0 < min(wrapped[1][0], wrapped[2][0]), (wrapped, bare)

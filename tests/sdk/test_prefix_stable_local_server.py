@@ -27,7 +27,8 @@ from tests.sdk.test_prefix_stable import CHAT_TOOLS, INSTRUCTIONS
 
 CALLS = 3
 USER = "Plan my week. " + " ".join(
-    f"Day {day % 7 + 1}, stop {day}: the traveller visits a city, checks the forecast, and packs for it." for day in range(20)
+    f"Day {day % 7 + 1}, stop {day}: the traveller visits a city, checks the forecast, and packs for it."
+    for day in range(20)
 )
 
 
@@ -39,18 +40,29 @@ def base_url() -> Iterator[str]:
 
 def _run(client: Any, request_id: str) -> list[int]:
     """One agent run: the cached tokens of each of its calls."""
-    messages: list[Any] = [{"role": "system", "content": f"Request ID: {request_id}\n{INSTRUCTIONS}"}, {"role": "user", "content": USER}]
+    messages: list[Any] = [
+        {"role": "system", "content": f"Request ID: {request_id}\n{INSTRUCTIONS}"},
+        {"role": "user", "content": USER},
+    ]
     cached = []
     for step in range(CALLS):
-        response = client.chat.completions.create(model="tiny", messages=messages, tools=CHAT_TOOLS, tool_choice="required", max_tokens=24)
+        response = client.chat.completions.create(
+            model="tiny", messages=messages, tools=CHAT_TOOLS, tool_choice="required", max_tokens=24
+        )
         cached.append(response.usage.prompt_tokens_details.cached_tokens or 0)
         message = response.choices[0].message
         for call in message.tool_calls or ():
-            messages = [*messages, message.model_dump(exclude_none=True), {"role": "tool", "tool_call_id": call.id, "content": f"sunny, day {step}"}]
+            messages = [
+                *messages,
+                message.model_dump(exclude_none=True),
+                {"role": "tool", "tool_call_id": call.id, "content": f"sunny, day {step}"},
+            ]
     return cached
 
 
-def test_a_chat_tool_loop_through_a_wrapped_client_reads_at_least_the_bare_clients_cached_tokens_on_the_local_server(base_url):
+def test_a_chat_tool_loop_through_a_wrapped_client_reads_at_least_the_bare_clients_cached_tokens_on_the_local_server(
+    base_url,
+):
     with openai.OpenAI(base_url=base_url, api_key="x", max_retries=0) as client:
         bare = [_run(client, str(uuid.uuid4())) for _ in range(3)]  # ids of their own: no run reads another's
         wrapped_client = sdk.wrap(client)

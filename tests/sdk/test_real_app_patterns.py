@@ -25,10 +25,24 @@ from tests.sdk.test_telemetry_spans import Otel, otel  # noqa: F401
 GPT = "gpt-4.1"
 CLAUDE = "claude-sonnet-4-6"
 WEATHER_ARGS = '{"city": "Paris"}'
-FRESH = frozenset({"id", "created", "created_at", "completed_at", "system_fingerprint", "call_id", "tool_call_id", "tool_use_id", "item_id"})
+FRESH = frozenset(
+    {
+        "id",
+        "created",
+        "created_at",
+        "completed_at",
+        "system_fingerprint",
+        "call_id",
+        "tool_call_id",
+        "tool_use_id",
+        "item_id",
+    }
+)
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(range(64))).decode()
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
-CHAT_TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city.", "parameters": SCHEMA}}]
+CHAT_TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "Weather of a city.", "parameters": SCHEMA}}
+]
 CLAUDE_TOOLS = [{"name": "get_weather", "description": "Weather of a city.", "input_schema": SCHEMA}]
 
 Pattern = Callable[[Any, Any], Awaitable[list[Any]]]
@@ -53,7 +67,11 @@ def _fresh_free(value: Any) -> Any:
 def _differences(bare: Any, ours: Any, path: str = "") -> list[str]:
     """Where two plain-data values differ, as dotted paths."""
     if isinstance(bare, dict) and isinstance(ours, dict):
-        return [d for key in sorted(bare.keys() | ours.keys()) for d in _differences(bare.get(key), ours.get(key), f"{path}.{key}")]
+        return [
+            d
+            for key in sorted(bare.keys() | ours.keys())
+            for d in _differences(bare.get(key), ours.get(key), f"{path}.{key}")
+        ]
     if isinstance(bare, list) and isinstance(ours, list) and len(bare) == len(ours):
         return [d for index, pair in enumerate(zip(bare, ours)) for d in _differences(*pair, f"{path}[{index}]")]
     return [] if bare == ours else [path or "."]
@@ -65,7 +83,9 @@ def _echoed_field(path: str) -> str:
     return path.rsplit(".", 1)[-1].split("[", 1)[0]
 
 
-async def _run_both(simulator: Any, client: Any, otel: Otel, pattern: Pattern, policy: sdk.Policy | None = None) -> None:
+async def _run_both(
+    simulator: Any, client: Any, otel: Otel, pattern: Pattern, policy: sdk.Policy | None = None
+) -> None:
     """Run `pattern` bare then wrapped; compare what the server received and what the caller got."""
     bare = await pattern(client, simulator)
     sent = len(simulator.requests)
@@ -102,7 +122,9 @@ def _chat_message_of(chunks: list[Any]) -> dict[str, Any]:
         for choice in chunk.choices:
             content += choice.delta.content or ""
             for call in choice.delta.tool_calls or ():
-                slot = calls.setdefault(call.index, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}})
+                slot = calls.setdefault(
+                    call.index, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+                )
                 slot["id"] += call.id or ""
                 slot["function"]["name"] += (call.function.name or "") if call.function else ""
                 slot["function"]["arguments"] += (call.function.arguments or "") if call.function else ""
@@ -114,16 +136,23 @@ def _chat_message_of(chunks: list[Any]) -> dict[str, Any]:
 
 def _chat_tool_loop(stream: bool) -> Pattern:
     async def pattern(client: Any, simulator: Any) -> list[Any]:
-        messages: list[Any] = [{"role": "system", "content": "You use tools."}, {"role": "user", "content": "Weather in Paris?"}]
+        messages: list[Any] = [
+            {"role": "system", "content": "You use tools."},
+            {"role": "user", "content": "Weather in Paris?"},
+        ]
         simulator.tool_call, simulator.reply = "get_weather", WEATHER_ARGS
-        first = await resolve(client.chat.completions.create(model=GPT, messages=messages, tools=CHAT_TOOLS, stream=stream))
+        first = await resolve(
+            client.chat.completions.create(model=GPT, messages=messages, tools=CHAT_TOOLS, stream=stream)
+        )
         got = await collect(first) if stream else [first]
         assistant = _chat_message_of(got) if stream else first.choices[0].message.model_dump(exclude_unset=True)
         call = assistant["tool_calls"][0]
         assert json.loads(call["function"]["arguments"]) == {"city": "Paris"}
         messages += [assistant, {"role": "tool", "tool_call_id": call["id"], "content": '{"sky": "sunny"}'}]
         simulator.tool_call, simulator.reply = None, "It is sunny in Paris."
-        second = await resolve(client.chat.completions.create(model=GPT, messages=messages, tools=CHAT_TOOLS, stream=stream))
+        second = await resolve(
+            client.chat.completions.create(model=GPT, messages=messages, tools=CHAT_TOOLS, stream=stream)
+        )
         return got + (await collect(second) if stream else [second])
 
     return pattern
@@ -136,9 +165,16 @@ async def test_an_openai_tool_loop_gets_the_bare_clients_answers_and_requests(si
 
 async def _parse_both_apis(client: Any, simulator: Any) -> list[Any]:
     simulator.reply = '{"city": "Paris", "temperature_c": 21}'
-    chat = await resolve(client.chat.completions.parse(
-        model=GPT, messages=[{"role": "user", "content": "Weather in Paris as JSON."}], response_format=WeatherReading))
-    responses = await resolve(client.responses.parse(model=GPT, input="Weather in Paris as JSON.", text_format=WeatherReading))
+    chat = await resolve(
+        client.chat.completions.parse(
+            model=GPT,
+            messages=[{"role": "user", "content": "Weather in Paris as JSON."}],
+            response_format=WeatherReading,
+        )
+    )
+    responses = await resolve(
+        client.responses.parse(model=GPT, input="Weather in Paris as JSON.", text_format=WeatherReading)
+    )
     assert chat.choices[0].message.parsed == responses.output_parsed == WeatherReading(city="Paris", temperature_c=21)
     return [chat, chat.choices[0].message.parsed, responses, responses.output_parsed]
 
@@ -150,9 +186,21 @@ async def test_structured_outputs_parse_into_the_callers_model_on_chat_and_respo
 async def _claude_thinking_tool_loop(client: Any, simulator: Any) -> list[Any]:
     thinking = {"type": "enabled", "budget_tokens": 2048}
     messages: list[Any] = [{"role": "user", "content": "Weather in Paris?"}]
-    simulator.thinking, simulator.tool_call, simulator.reply = "The user wants the weather.", "get_weather", WEATHER_ARGS
-    first = await resolve(client.messages.create(
-        model=CLAUDE, max_tokens=4096, thinking=thinking, tools=CLAUDE_TOOLS, system="You use tools.", messages=messages))
+    simulator.thinking, simulator.tool_call, simulator.reply = (
+        "The user wants the weather.",
+        "get_weather",
+        WEATHER_ARGS,
+    )
+    first = await resolve(
+        client.messages.create(
+            model=CLAUDE,
+            max_tokens=4096,
+            thinking=thinking,
+            tools=CLAUDE_TOOLS,
+            system="You use tools.",
+            messages=messages,
+        )
+    )
     assert [block.type for block in first.content] == ["thinking", "tool_use"]
     use = first.content[-1]
     messages += [  # the thinking blocks go back unmodified, as the API requires, as the client's own objects
@@ -160,19 +208,34 @@ async def _claude_thinking_tool_loop(client: Any, simulator: Any) -> list[Any]:
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": '{"sky": "sunny"}'}]},
     ]
     simulator.tool_call, simulator.reply = None, "It is sunny in Paris."
-    second = await resolve(client.messages.create(
-        model=CLAUDE, max_tokens=4096, thinking=thinking, tools=CLAUDE_TOOLS, system="You use tools.", messages=messages))
+    second = await resolve(
+        client.messages.create(
+            model=CLAUDE,
+            max_tokens=4096,
+            thinking=thinking,
+            tools=CLAUDE_TOOLS,
+            system="You use tools.",
+            messages=messages,
+        )
+    )
     return [first, second]
 
 
 async def test_an_anthropic_extended_thinking_tool_loop_passes_the_thinking_back(simulator, anthropic_client, otel):
     await _run_both(simulator, anthropic_client, otel, _claude_thinking_tool_loop)
     sent_back = simulator.requests[-1].body["messages"][1]["content"][0]
-    assert sent_back == {"type": "thinking", "thinking": "The user wants the weather.", "signature": sent_back["signature"]}
+    assert sent_back == {
+        "type": "thinking",
+        "thinking": "The user wants the weather.",
+        "signature": sent_back["signature"],
+    }
 
 
 async def _chat_image(client: Any, simulator: Any) -> list[Any]:
-    content = [{"type": "text", "text": "What is in this image?"}, {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}}]
+    content = [
+        {"type": "text", "text": "What is in this image?"},
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}},
+    ]
     return [await resolve(client.chat.completions.create(model=GPT, messages=[{"role": "user", "content": content}]))]
 
 
@@ -181,7 +244,11 @@ async def _claude_image(client: Any, simulator: Any) -> list[Any]:
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}},
         {"type": "text", "text": "What is in this image?"},
     ]
-    return [await resolve(client.messages.create(model=CLAUDE, max_tokens=256, messages=[{"role": "user", "content": content}]))]
+    return [
+        await resolve(
+            client.messages.create(model=CLAUDE, max_tokens=256, messages=[{"role": "user", "content": content}])
+        )
+    ]
 
 
 async def test_a_base64_image_in_a_user_turn_reaches_openai_as_sent(simulator, openai_client, otel):
@@ -195,12 +262,24 @@ async def test_a_base64_image_in_a_user_turn_reaches_anthropic_as_sent(simulator
 
 
 async def _extras(client: Any, simulator: Any) -> list[Any]:
-    answer = await resolve(client.chat.completions.create(
-        model=GPT, messages=[{"role": "user", "content": "hi"}], max_tokens=50,
-        extra_headers={"X-App": "demo"}, extra_body={"metadata": {"app": "demo"}}))
-    stream = await resolve(client.chat.completions.create(
-        model=GPT, messages=[{"role": "user", "content": "hi"}], stream=True,
-        extra_headers={"X-App": "demo"}, extra_body={"metadata": {"app": "demo"}}))
+    answer = await resolve(
+        client.chat.completions.create(
+            model=GPT,
+            messages=[{"role": "user", "content": "hi"}],
+            max_tokens=50,
+            extra_headers={"X-App": "demo"},
+            extra_body={"metadata": {"app": "demo"}},
+        )
+    )
+    stream = await resolve(
+        client.chat.completions.create(
+            model=GPT,
+            messages=[{"role": "user", "content": "hi"}],
+            stream=True,
+            extra_headers={"X-App": "demo"},
+            extra_body={"metadata": {"app": "demo"}},
+        )
+    )
     return [answer, *await collect(stream)]
 
 
@@ -212,7 +291,9 @@ async def test_extra_body_and_extra_headers_reach_the_server_as_with_the_bare_cl
 
 async def _chat_stream_helper(client: Any, simulator: Any) -> list[Any]:
     simulator.reply = '{"city": "Paris", "temperature_c": 21}'
-    manager = client.chat.completions.stream(model=GPT, messages=[{"role": "user", "content": "Weather?"}], response_format=WeatherReading)
+    manager = client.chat.completions.stream(
+        model=GPT, messages=[{"role": "user", "content": "Weather?"}], response_format=WeatherReading
+    )
     events, final = await in_stream(manager, _events_and(lambda stream: stream.get_final_completion()))
     assert final.choices[0].message.parsed == WeatherReading(city="Paris", temperature_c=21)
     return [*events, final]
@@ -225,15 +306,22 @@ async def test_the_chat_stream_helper_gives_the_bare_events_and_final_completion
 async def _messages_stream_helper(client: Any, simulator: Any) -> list[Any]:
     simulator.thinking, simulator.reply = "Short thought.", "Prefill reads the whole prompt once."
     manager = client.messages.stream(
-        model=CLAUDE, max_tokens=4096, thinking={"type": "enabled", "budget_tokens": 1024},
-        messages=[{"role": "user", "content": "What is prefill?"}])
-    pieces, final = await in_stream(manager, lambda stream: _events_and(lambda s: s.get_final_message())(stream, stream.text_stream))
+        model=CLAUDE,
+        max_tokens=4096,
+        thinking={"type": "enabled", "budget_tokens": 1024},
+        messages=[{"role": "user", "content": "What is prefill?"}],
+    )
+    pieces, final = await in_stream(
+        manager, lambda stream: _events_and(lambda s: s.get_final_message())(stream, stream.text_stream)
+    )
     text = "".join(pieces)
     assert text == "Prefill reads the whole prompt once." == final.content[-1].text
     return [text, final]
 
 
-async def test_the_messages_stream_helper_gives_the_bare_text_stream_and_final_message(simulator, anthropic_client, otel):
+async def test_the_messages_stream_helper_gives_the_bare_text_stream_and_final_message(
+    simulator, anthropic_client, otel
+):
     await _run_both(simulator, anthropic_client, otel, _messages_stream_helper)
 
 
@@ -252,14 +340,25 @@ async def test_a_tool_loop_appending_the_clients_message_object_works_as_bare(si
 
 
 async def _responses_tool_loop(client: Any, simulator: Any) -> list[Any]:
-    tools = [{"type": "function", "name": "get_weather", "description": "Weather of a city.", "parameters": SCHEMA, "strict": False}]
+    tools = [
+        {
+            "type": "function",
+            "name": "get_weather",
+            "description": "Weather of a city.",
+            "parameters": SCHEMA,
+            "strict": False,
+        }
+    ]
     items: list[Any] = [{"role": "user", "content": "Weather in Paris?"}]
     simulator.tool_call, simulator.reply = "get_weather", WEATHER_ARGS
     first = await resolve(client.responses.create(model=GPT, instructions="You use tools.", input=items, tools=tools))
     call = next(item for item in first.output if item.type == "function_call")
     items += [*first.output, {"type": "function_call_output", "call_id": call.call_id, "output": '{"sky": "sunny"}'}]
     simulator.tool_call, simulator.reply = None, "It is sunny in Paris."
-    return [first, await resolve(client.responses.create(model=GPT, instructions="You use tools.", input=items, tools=tools))]
+    return [
+        first,
+        await resolve(client.responses.create(model=GPT, instructions="You use tools.", input=items, tools=tools)),
+    ]
 
 
 async def test_a_responses_tool_loop_passing_the_output_items_back_works_as_bare(simulator, openai_client, otel):
@@ -269,10 +368,16 @@ async def test_a_responses_tool_loop_passing_the_output_items_back_works_as_bare
 async def _claude_streamed_thinking_tool_loop(client: Any, simulator: Any) -> list[Any]:
     thinking = {"type": "enabled", "budget_tokens": 2048}
     messages: list[Any] = [{"role": "user", "content": "Weather in Paris?"}]
-    simulator.thinking, simulator.tool_call, simulator.reply = "The user wants the weather.", "get_weather", WEATHER_ARGS
+    simulator.thinking, simulator.tool_call, simulator.reply = (
+        "The user wants the weather.",
+        "get_weather",
+        WEATHER_ARGS,
+    )
     finals = []
     for _ in range(2):
-        manager = client.messages.stream(model=CLAUDE, max_tokens=4096, thinking=thinking, tools=CLAUDE_TOOLS, messages=messages)
+        manager = client.messages.stream(
+            model=CLAUDE, max_tokens=4096, thinking=thinking, tools=CLAUDE_TOOLS, messages=messages
+        )
         final = await in_stream(manager, lambda stream: stream.get_final_message())
         finals.append(final)
         if final.stop_reason == "tool_use":
@@ -286,7 +391,9 @@ async def _claude_streamed_thinking_tool_loop(client: Any, simulator: Any) -> li
     return finals
 
 
-async def test_a_streamed_thinking_tool_loop_passing_the_final_messages_content_back_works_as_bare(simulator, anthropic_client, otel):
+async def test_a_streamed_thinking_tool_loop_passing_the_final_messages_content_back_works_as_bare(
+    simulator, anthropic_client, otel
+):
     await _run_both(simulator, anthropic_client, otel, _claude_streamed_thinking_tool_loop)
 
 
@@ -297,7 +404,9 @@ class GetWeather(pydantic.BaseModel):
 async def _stream_helpers_with_pydantic_tools(client: Any, simulator: Any) -> list[Any]:
     simulator.tool_call, simulator.reply = "GetWeather", WEATHER_ARGS
     tool = openai.pydantic_function_tool(GetWeather)
-    chat = client.chat.completions.stream(model=GPT, messages=[{"role": "user", "content": "Weather in Paris?"}], tools=[tool])
+    chat = client.chat.completions.stream(
+        model=GPT, messages=[{"role": "user", "content": "Weather in Paris?"}], tools=[tool]
+    )
     simulator_reply = '{"city": "Paris", "temperature_c": 21}'
     responses = client.responses.stream(model=GPT, input="Weather in Paris as JSON.", text_format=WeatherReading)
     chat_events, completion = await in_stream(chat, _events_and(lambda stream: stream.get_final_completion()))
@@ -309,31 +418,54 @@ async def _stream_helpers_with_pydantic_tools(client: Any, simulator: Any) -> li
     return out
 
 
-async def test_the_stream_helpers_with_pydantic_tools_and_text_format_give_the_bare_events_and_finals(simulator, openai_client, otel):
+async def test_the_stream_helpers_with_pydantic_tools_and_text_format_give_the_bare_events_and_finals(
+    simulator, openai_client, otel
+):
     await _run_both(simulator, openai_client, otel, _stream_helpers_with_pydantic_tools)
 
 
 async def _chat_stream_of_two_choices_read_with_its_response(client: Any, simulator: Any) -> list[Any]:
-    stream = await resolve(client.chat.completions.create(
-        model=GPT, messages=[{"role": "user", "content": "hi"}], n=2, stream=True, stop=["\n\n"], temperature=0.2))
+    stream = await resolve(
+        client.chat.completions.create(
+            model=GPT, messages=[{"role": "user", "content": "hi"}], n=2, stream=True, stop=["\n\n"], temperature=0.2
+        )
+    )
     status, request_id = stream.response.status_code, stream.response.headers.get("x-request-id")
     chunks = await collect(stream)
     assert status == 200 and request_id
     return chunks
 
 
-async def test_a_stream_of_two_choices_with_stops_gives_the_bare_chunks_and_its_http_response(simulator, openai_client, otel):
+async def test_a_stream_of_two_choices_with_stops_gives_the_bare_chunks_and_its_http_response(
+    simulator, openai_client, otel
+):
     await _run_both(simulator, openai_client, otel, _chat_stream_of_two_choices_read_with_its_response)
 
 
 async def _chat_app_options(client: Any, simulator: Any) -> list[Any]:
-    functions = [{"name": name, "description": "Look up.", "parameters": SCHEMA} for name in ("zeta_lookup", "alpha_lookup")]
-    legacy = await resolve(client.chat.completions.create(
-        model=GPT, messages=[{"role": "user", "content": "hi"}], functions=functions, function_call="auto"))
-    options = await resolve(client.chat.completions.create(
-        model=GPT, messages=[{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "hi"}],
-        tools=CHAT_TOOLS, tool_choice={"type": "function", "function": {"name": "get_weather"}}, parallel_tool_calls=False,
-        seed=7, user="u-1", logit_bias={"50256": -100}, metadata={"app": "demo"}, store=False, temperature=0))
+    functions = [
+        {"name": name, "description": "Look up.", "parameters": SCHEMA} for name in ("zeta_lookup", "alpha_lookup")
+    ]
+    legacy = await resolve(
+        client.chat.completions.create(
+            model=GPT, messages=[{"role": "user", "content": "hi"}], functions=functions, function_call="auto"
+        )
+    )
+    options = await resolve(
+        client.chat.completions.create(
+            model=GPT,
+            messages=[{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "hi"}],
+            tools=CHAT_TOOLS,
+            tool_choice={"type": "function", "function": {"name": "get_weather"}},
+            parallel_tool_calls=False,
+            seed=7,
+            user="u-1",
+            logit_bias={"50256": -100},
+            metadata={"app": "demo"},
+            store=False,
+            temperature=0,
+        )
+    )
     return [legacy, options]
 
 
@@ -344,21 +476,40 @@ async def test_a_chat_app_s_other_options_are_sent_as_the_bare_client_sends_them
 
 async def _claude_app_options(client: Any, simulator: Any) -> list[Any]:
     system = [{"type": "text", "text": "You use tools.", "cache_control": {"type": "ephemeral"}}]
-    return [await resolve(client.messages.create(
-        model=CLAUDE, max_tokens=300, system=system, tools=CLAUDE_TOOLS, tool_choice={"type": "tool", "name": "get_weather"},
-        stop_sequences=["###"], metadata={"user_id": "u-1"}, messages=[{"role": "user", "content": "Paris?"}],
-        extra_headers={"anthropic-beta": "token-efficient-tools-2025-02-19"}))]
+    return [
+        await resolve(
+            client.messages.create(
+                model=CLAUDE,
+                max_tokens=300,
+                system=system,
+                tools=CLAUDE_TOOLS,
+                tool_choice={"type": "tool", "name": "get_weather"},
+                stop_sequences=["###"],
+                metadata={"user_id": "u-1"},
+                messages=[{"role": "user", "content": "Paris?"}],
+                extra_headers={"anthropic-beta": "token-efficient-tools-2025-02-19"},
+            )
+        )
+    ]
 
 
-async def test_an_anthropic_app_s_other_options_are_sent_as_the_bare_client_sends_them(simulator, anthropic_client, otel):
+async def test_an_anthropic_app_s_other_options_are_sent_as_the_bare_client_sends_them(
+    simulator, anthropic_client, otel
+):
     await _run_both(simulator, anthropic_client, otel, _claude_app_options)
     assert simulator.requests[-1].headers["anthropic-beta"] == "token-efficient-tools-2025-02-19"
 
 
 async def _claude_parse(client: Any, simulator: Any) -> list[Any]:
     simulator.reply = '{"city": "Paris", "temperature_c": 21}'
-    parsed = await resolve(client.messages.parse(
-        model=CLAUDE, max_tokens=200, messages=[{"role": "user", "content": "Weather in Paris as JSON."}], output_format=WeatherReading))
+    parsed = await resolve(
+        client.messages.parse(
+            model=CLAUDE,
+            max_tokens=200,
+            messages=[{"role": "user", "content": "Weather in Paris as JSON."}],
+            output_format=WeatherReading,
+        )
+    )
     assert parsed.parsed_output == WeatherReading(city="Paris", temperature_c=21)
     return [parsed, parsed.parsed_output]
 
@@ -368,8 +519,14 @@ async def test_anthropic_structured_outputs_parse_into_the_callers_model(simulat
 
 
 async def _usage_asked_in_extra_body(client: Any, simulator: Any) -> list[Any]:
-    stream = await resolve(client.chat.completions.create(
-        model=GPT, messages=[{"role": "user", "content": "hi"}], stream=True, extra_body={"stream_options": {"include_usage": True}}))
+    stream = await resolve(
+        client.chat.completions.create(
+            model=GPT,
+            messages=[{"role": "user", "content": "hi"}],
+            stream=True,
+            extra_body={"stream_options": {"include_usage": True}},
+        )
+    )
     chunks = await collect(stream)
     assert chunks[-1].usage is not None and chunks[-1].usage.prompt_tokens > 0  # the usage chunk the caller asked for
     return chunks

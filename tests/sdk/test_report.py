@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-from html import escape
 import io
 import json
 import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -61,29 +61,46 @@ class Workload:
     claude_usage: list[Any]
 
 
-def _run_workload(simulator: ProviderSimulator, tracer_provider: TracerProvider, meter_provider: MeterProvider,
-                  exporter: InMemorySpanExporter) -> Workload:
+def _run_workload(
+    simulator: ProviderSimulator,
+    tracer_provider: TracerProvider,
+    meter_provider: MeterProvider,
+    exporter: InMemorySpanExporter,
+) -> Workload:
     """Streamed GPT calls whose system prompt changes twice (hits between), Claude calls that read their
     cache, and a Claude stream that loops until the loop guard cuts it."""
     simulator.prefill_delay_per_token = PREFILL_S_PER_TOKEN
-    gpt = sdk.wrap(openai.OpenAI(base_url=simulator.openai_base_url, api_key="k", max_retries=0),
-                   tracer_provider=tracer_provider, meter_provider=meter_provider)
-    claude = sdk.wrap(anthropic.Anthropic(base_url=simulator.anthropic_base_url, api_key="k", max_retries=0),
-                      tracer_provider=tracer_provider, meter_provider=meter_provider)
+    gpt = sdk.wrap(
+        openai.OpenAI(base_url=simulator.openai_base_url, api_key="k", max_retries=0),
+        tracer_provider=tracer_provider,
+        meter_provider=meter_provider,
+    )
+    claude = sdk.wrap(
+        anthropic.Anthropic(base_url=simulator.anthropic_base_url, api_key="k", max_retries=0),
+        tracer_provider=tracer_provider,
+        meter_provider=meter_provider,
+    )
     gpt_usage = []
     for system in (LONG_SYSTEM, LONG_SYSTEM, OTHER_SYSTEM, OTHER_SYSTEM, SHORT_SYSTEM, SHORT_SYSTEM):
-        chunks = list(gpt.chat.completions.create(
-            model=GPT, stream=True, stream_options={"include_usage": True},
-            messages=[{"role": "system", "content": system}, {"role": "user", "content": "What is prefill?"}]))
+        chunks = list(
+            gpt.chat.completions.create(
+                model=GPT,
+                stream=True,
+                stream_options={"include_usage": True},
+                messages=[{"role": "system", "content": system}, {"role": "user", "content": "What is prefill?"}],
+            )
+        )
         gpt_usage.append(chunks[-1].usage)
     claude_usage = []
     for _ in range(2):
-        answer = claude.messages.create(model=CLAUDE, max_tokens=64, system=LONG_SYSTEM,
-                                        messages=[{"role": "user", "content": "And decode?"}])
+        answer = claude.messages.create(
+            model=CLAUDE, max_tokens=64, system=LONG_SYSTEM, messages=[{"role": "user", "content": "And decode?"}]
+        )
         claude_usage.append(answer.usage)
     simulator.loop("I keep saying this. ")
-    with claude.messages.stream(model=CLAUDE, max_tokens=2000, system=LONG_SYSTEM,
-                                messages=[{"role": "user", "content": "Talk."}]) as stream:
+    with claude.messages.stream(
+        model=CLAUDE, max_tokens=2000, system=LONG_SYSTEM, messages=[{"role": "user", "content": "Talk."}]
+    ) as stream:
         list(stream.text_stream)
     simulator.loop(None)
     return Workload(exporter.get_finished_spans(), gpt_usage, claude_usage)
@@ -135,11 +152,17 @@ def test_the_table_has_each_conversations_hit_ratio_from_the_answers_usage_and_i
     assert gpt.hit_ratio == pytest.approx(read / sum(usage.prompt_tokens for usage in workload.gpt_usage))
     assert 0 < gpt.hit_ratio < 1
     assert (gpt.calls, gpt.breaks, gpt.top_cause, gpt.top_cause_count, gpt.top_break_at) == (
-        6, 2, "system_changed", 2, "system[0]")
+        6,
+        2,
+        "system_changed",
+        2,
+        "system[0]",
+    )
     assert [point.cause is not None for point in built.hits[GPT]] == [False, False, True, False, True, False]
     assert families[CLAUDE].calls == 3
     assert [family.spend_usd for family in built.conversations] == sorted(
-        (family.spend_usd for family in built.conversations), reverse=True)
+        (family.spend_usd for family in built.conversations), reverse=True
+    )
 
 
 def test_the_cost_split_per_model_adds_up_to_the_spans_cost_and_names_the_savings_and_decode_share(
@@ -167,10 +190,14 @@ def test_the_loop_guard_cut_is_counted_with_the_tokens_it_saved_and_named_in_the
     assert (decode[CLAUDE].guard_cuts, decode[CLAUDE].guard_tokens_saved) == (1, cut[sc.KVWISE_GUARD_TOKENS_SAVED])
     assert cut[sc.KVWISE_GUARD_TOKENS_SAVED] > 0 and decode[GPT].guard_cuts == 0
     assert decode[GPT].tokens_per_s is not None and decode[GPT].tokens_per_s > 0
-    assert f"{CLAUDE}: the loop guard cut 1 runaway answer(s), saving {cut[sc.KVWISE_GUARD_TOKENS_SAVED]} output tokens." \
+    assert (
+        f"{CLAUDE}: the loop guard cut 1 runaway answer(s), saving {cut[sc.KVWISE_GUARD_TOKENS_SAVED]} output tokens."
         in built.findings
-    assert f"conversation {GPT} broke its cache 2 times on `system_changed` in system[0]: " \
-           "the system prompt changed; keep it fixed and put per-call text in the last user turn." in built.findings
+    )
+    assert (
+        f"conversation {GPT} broke its cache 2 times on `system_changed` in system[0]: "
+        "the system prompt changed; keep it fixed and put per-call text in the last user turn." in built.findings
+    )
 
 
 def test_every_figure_is_a_png_matplotlib_reads_back_with_its_title_and_the_page_embeds_them(
@@ -233,9 +260,16 @@ def test_a_trace_file_that_is_missing_or_not_json_is_a_clear_error_not_a_traceba
     broken = tmp_path / "broken.jsonl"
     broken.write_text("{not json\n", encoding="utf-8")
     for path in (tmp_path / "missing.jsonl", broken):
-        result = subprocess.run([sys.executable, "-m", "sdk.report", str(path), "--out", str(tmp_path / "out")],
-                                capture_output=True, text=True, cwd=Path(__file__).parents[2], check=False)
-        assert result.returncode == 2 and result.stderr.startswith("kvwise report: ") and "Traceback" not in result.stderr
+        result = subprocess.run(
+            [sys.executable, "-m", "sdk.report", str(path), "--out", str(tmp_path / "out")],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).parents[2],
+            check=False,
+        )
+        assert (
+            result.returncode == 2 and result.stderr.startswith("kvwise report: ") and "Traceback" not in result.stderr
+        )
 
 
 def test_headless_chromium_renders_the_page_with_its_figures_table_and_findings(
@@ -249,8 +283,13 @@ def test_headless_chromium_renders_the_page_with_its_figures_table_and_findings(
     assert all(escape(finding) in dom for finding in built.findings)
     ARTIFACTS.mkdir(exist_ok=True)
     SCREENSHOT.unlink(missing_ok=True)
-    render(browser, page.as_uri(), tmp_path / "screenshot-profile", f"--screenshot={SCREENSHOT}",
-           window_size=SCREENSHOT_SIZE)
+    render(
+        browser,
+        page.as_uri(),
+        tmp_path / "screenshot-profile",
+        f"--screenshot={SCREENSHOT}",
+        window_size=SCREENSHOT_SIZE,
+    )
     assert SCREENSHOT.read_bytes()[:8] == PNG_MAGIC
     with Image.open(SCREENSHOT) as shot:
         assert shot.size == tuple(int(side) for side in SCREENSHOT_SIZE.split(","))
@@ -266,7 +305,9 @@ def test_every_element_of_the_page_fits_the_page_width_and_the_cost_figure_is_dr
 ) -> None:
     records = report.calls(report.from_readable(workload.spans))
     if family is not None:  # the GPT calls named as one conversation with a long id, in the findings and the table
-        records = [dataclasses.replace(record, conversation=family) if record.model == GPT else record for record in records]
+        records = [
+            dataclasses.replace(record, conversation=family) if record.model == GPT else record for record in records
+        ]
     page = report.write_page(report.build(records), tmp_path / "report")
     measured = layout(browser, page, tmp_path / "layout-profile", window_size)
     assert measured.width > 0 and measured.page <= measured.width, measured
@@ -289,7 +330,9 @@ def test_the_cost_picture_writes_each_models_output_to_input_spend_ratio(workloa
     figure = Figure()
     _cost_split(figure, built)
     written = [text.get_text() for axes in figure.axes for text in axes.texts]
-    assert [axes.get_title() for axes in figure.axes] == [f"{spend.model} ({spend.calls} calls)" for spend in built.costs]
+    assert [axes.get_title() for axes in figure.axes] == [
+        f"{spend.model} ({spend.calls} calls)" for spend in built.costs
+    ]
     for spend in built.costs:
         assert any(f"output = {spend.output_to_input:.2g}x input spend" in text for text in written), written
     assert [len(axes.patches) for axes in figure.axes] == [4] * len(built.costs)  # four kinds of spend, side by side
@@ -306,8 +349,10 @@ def test_the_hit_ratio_figure_draws_a_point_per_call_and_no_lines(workload: Work
     [axes] = figure.axes
     assert axes.get_lines() == []
     by_label = {collection.get_label(): len(collection.get_offsets()) for collection in axes.collections}
-    assert by_label == {**{family: len(points) for family, points in built.hits.items()},
-                        "cache break": sum(point.cause is not None for points in built.hits.values() for point in points)}
+    assert by_label == {
+        **{family: len(points) for family, points in built.hits.items()},
+        "cache break": sum(point.cause is not None for points in built.hits.values() for point in points),
+    }
 
 
 def test_python_m_sdk_report_without_matplotlib_prints_the_summary_and_says_what_to_install(
@@ -315,11 +360,14 @@ def test_python_m_sdk_report_without_matplotlib_prints_the_summary_and_says_what
 ) -> None:
     traces = tmp_path / "traces.jsonl"
     traces.write_text(_otlp_json_lines(workload.spans), encoding="utf-8")
-    code = ("import runpy, sys; sys.modules['matplotlib'] = None; import sdk\n"
-            f"sys.argv = ['sdk.report', {str(traces)!r}, '--out', {str(tmp_path / 'out')!r}]\n"
-            "runpy.run_module('sdk.report', run_name='__main__')")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[2],
-                            check=False)
+    code = (
+        "import runpy, sys; sys.modules['matplotlib'] = None; import sdk\n"
+        f"sys.argv = ['sdk.report', {str(traces)!r}, '--out', {str(tmp_path / 'out')!r}]\n"
+        "runpy.run_module('sdk.report', run_name='__main__')"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parents[2], check=False
+    )
     assert (result.returncode, result.stderr.strip()) == (1, NEEDS_MATPLOTLIB)
     assert result.stdout == report.summary(report.build(report.calls(report.from_readable(workload.spans)))) + "\n"
     assert not (tmp_path / "out" / "report.html").exists()

@@ -23,9 +23,13 @@ REPEAT = [{"role": "user", "content": "Repeat the word cache."}]  # the bundled 
 def _streamed_calls(url: str, exporter: InMemorySpanExporter, calls: int) -> None:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    client = sdk.wrap(openai.OpenAI(base_url=f"{url}/v1", api_key="k"), sdk.Policy(loop_guard=False), tracer_provider=provider)
+    client = sdk.wrap(
+        openai.OpenAI(base_url=f"{url}/v1", api_key="k"), sdk.Policy(loop_guard=False), tracer_provider=provider
+    )
     for _ in range(calls):
-        stream = client.chat.completions.create(model="tiny", messages=REPEAT, max_tokens=48, stream=True, temperature=0)
+        stream = client.chat.completions.create(
+            model="tiny", messages=REPEAT, max_tokens=48, stream=True, temperature=0
+        )
         assert "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
 
 

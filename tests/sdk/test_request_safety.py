@@ -63,7 +63,12 @@ def _unmarked(value: Any) -> Any:
     a mark on a string prompt turns it into one marked part)."""
     if isinstance(value, list):
         items = [_unmarked(item) for item in value]
-        if len(items) == 1 and isinstance(items[0], dict) and items[0].keys() == {"type", "text"} and items[0]["type"] in TEXT_TYPES:
+        if (
+            len(items) == 1
+            and isinstance(items[0], dict)
+            and items[0].keys() == {"type", "text"}
+            and items[0]["type"] in TEXT_TYPES
+        ):
             return items[0]["text"]
         return items
     if isinstance(value, dict):
@@ -132,28 +137,91 @@ def _thinking_history(last_parts: list[dict[str, Any]]) -> Callable[[], dict[str
 CASES = [
     RequestCase("anthropic_thinking_budget_above_the_cap", Api.MESSAGES, _thinking_call),
     RequestCase("anthropic_top_level_cache_control_with_three_marks", Api.MESSAGES, _top_level_cache_control),
-    RequestCase("redacted_thinking_last_in_the_history_turn", Api.MESSAGES, _thinking_history([THINKING, {"type": "text", "text": "Done."}, REDACTED])),
+    RequestCase(
+        "redacted_thinking_last_in_the_history_turn",
+        Api.MESSAGES,
+        _thinking_history([THINKING, {"type": "text", "text": "Done."}, REDACTED]),
+    ),
     RequestCase("history_turn_of_thinking_only", Api.MESSAGES, _thinking_history([REDACTED])),
-    RequestCase("anthropic_max_tokens_zero_prewarms_the_cache", Api.MESSAGES, lambda: {"model": "claude-sonnet-5", "max_tokens": 0, "messages": USER}),
-    RequestCase("anthropic_empty_tools_and_system", Api.MESSAGES, lambda: {"model": "c", "max_tokens": 9, "tools": [], "system": "", "messages": USER}),
-    RequestCase("anthropic_messages_and_system_as_generators", Api.MESSAGES, lambda: {
-        "model": "c", "max_tokens": 9, "system": (b for b in [{"type": "text", "text": "Be brief."}]), "messages": (m for m in USER)}),
-    RequestCase("anthropic_extra_body_max_tokens", Api.MESSAGES, lambda: {"model": "c", "messages": USER, "max_tokens": 50, "extra_body": {"max_tokens": 9000}}),
+    RequestCase(
+        "anthropic_max_tokens_zero_prewarms_the_cache",
+        Api.MESSAGES,
+        lambda: {"model": "claude-sonnet-5", "max_tokens": 0, "messages": USER},
+    ),
+    RequestCase(
+        "anthropic_empty_tools_and_system",
+        Api.MESSAGES,
+        lambda: {"model": "c", "max_tokens": 9, "tools": [], "system": "", "messages": USER},
+    ),
+    RequestCase(
+        "anthropic_messages_and_system_as_generators",
+        Api.MESSAGES,
+        lambda: {
+            "model": "c",
+            "max_tokens": 9,
+            "system": (b for b in [{"type": "text", "text": "Be brief."}]),
+            "messages": (m for m in USER),
+        },
+    ),
+    RequestCase(
+        "anthropic_extra_body_max_tokens",
+        Api.MESSAGES,
+        lambda: {"model": "c", "messages": USER, "max_tokens": 50, "extra_body": {"max_tokens": 9000}},
+    ),
     RequestCase("chat_empty_tools", Api.CHAT, lambda: {"model": "m", "tools": [], "messages": USER}),
-    RequestCase("chat_messages_as_a_generator", Api.CHAT, lambda: {"model": "m", "messages": (m for m in USER), "max_tokens": 9}),
+    RequestCase(
+        "chat_messages_as_a_generator", Api.CHAT, lambda: {"model": "m", "messages": (m for m in USER), "max_tokens": 9}
+    ),
     RequestCase("chat_messages_as_a_tuple", Api.CHAT, lambda: {"model": "m", "messages": tuple(USER), "max_tokens": 9}),
-    RequestCase("chat_extra_body_max_tokens", Api.CHAT, lambda: {"model": "m", "messages": USER, "extra_body": {"max_tokens": 9000}}),
-    RequestCase("chat_extra_body_stops", Api.CHAT, lambda: {"model": "m", "messages": USER, "max_tokens": 9, "extra_body": {"stop": ["a", "b", "c"]}},
-         sdk.Policy(stop=("END", "STOP"))),
+    RequestCase(
+        "chat_extra_body_max_tokens",
+        Api.CHAT,
+        lambda: {"model": "m", "messages": USER, "extra_body": {"max_tokens": 9000}},
+    ),
+    RequestCase(
+        "chat_extra_body_stops",
+        Api.CHAT,
+        lambda: {"model": "m", "messages": USER, "max_tokens": 9, "extra_body": {"stop": ["a", "b", "c"]}},
+        sdk.Policy(stop=("END", "STOP")),
+    ),
     RequestCase("chat_reasoning_model_without_a_cap", Api.CHAT, lambda: {"model": "o3", "messages": USER}),
-    RequestCase("responses_without_input", Api.RESPONSES, lambda: {"model": "m", "previous_response_id": "resp_1", "max_output_tokens": 9}),
-    RequestCase("responses_empty_instructions_and_tools", Api.RESPONSES, lambda: {"model": "m", "instructions": "", "tools": [], "input": "hi", "max_output_tokens": 9}),
-    RequestCase("responses_extra_body_max_output_tokens", Api.RESPONSES, lambda: {"model": "m", "input": "hi", "extra_body": {"max_output_tokens": 9000}}),
+    RequestCase(
+        "responses_without_input",
+        Api.RESPONSES,
+        lambda: {"model": "m", "previous_response_id": "resp_1", "max_output_tokens": 9},
+    ),
+    RequestCase(
+        "responses_empty_instructions_and_tools",
+        Api.RESPONSES,
+        lambda: {"model": "m", "instructions": "", "tools": [], "input": "hi", "max_output_tokens": 9},
+    ),
+    RequestCase(
+        "responses_extra_body_max_output_tokens",
+        Api.RESPONSES,
+        lambda: {"model": "m", "input": "hi", "extra_body": {"max_output_tokens": 9000}},
+    ),
     RequestCase("anthropic_thinking_budget_streamed", Api.MESSAGES, lambda: {**_thinking_call(), "stream": True}),
-    RequestCase("responses_without_input_streamed", Api.RESPONSES, lambda: {"model": "m", "previous_response_id": "resp_1", "stream": True}),
-    RequestCase("chat_streamed_without_stream_options", Api.CHAT, lambda: {"model": "m", "messages": USER, "max_tokens": 9, "stream": True}),
-    RequestCase("chat_streamed_with_the_callers_stream_options", Api.CHAT, lambda: {
-        "model": "m", "messages": USER, "max_tokens": 9, "stream": True, "stream_options": {"include_obfuscation": False}}),
+    RequestCase(
+        "responses_without_input_streamed",
+        Api.RESPONSES,
+        lambda: {"model": "m", "previous_response_id": "resp_1", "stream": True},
+    ),
+    RequestCase(
+        "chat_streamed_without_stream_options",
+        Api.CHAT,
+        lambda: {"model": "m", "messages": USER, "max_tokens": 9, "stream": True},
+    ),
+    RequestCase(
+        "chat_streamed_with_the_callers_stream_options",
+        Api.CHAT,
+        lambda: {
+            "model": "m",
+            "messages": USER,
+            "max_tokens": 9,
+            "stream": True,
+            "stream_options": {"include_obfuscation": False},
+        },
+    ),
 ]
 
 
@@ -246,7 +314,9 @@ def test_anthropic_adaptive_thinking_without_max_tokens_is_filled_with_room_to_t
     call = _chained(Api.MESSAGES, {"model": "claude-opus-4-6", "thinking": {"type": "adaptive"}, "messages": USER})
     assert call.cap is not None and call.cap.tokens > 4096 and call.cap.param == "max_tokens"
     assert call.params["max_tokens"] == call.cap.tokens
-    kept = _chained(Api.MESSAGES, {"model": "c", "thinking": {"type": "adaptive"}, "max_tokens": 32000, "messages": USER})
+    kept = _chained(
+        Api.MESSAGES, {"model": "c", "thinking": {"type": "adaptive"}, "max_tokens": 32000, "messages": USER}
+    )
     assert kept.params["max_tokens"] == 32000 and "max_tokens_kept:max_tokens:reasoning" in kept.decided.changes
 
 
@@ -298,7 +368,11 @@ async def test_a_breakpoint_on_the_callers_last_tool_still_marks_the_end_of_the_
     [
         (Api.CHAT, {"model": "m", "messages": USER, "extra_body": {"max_tokens": 9000}}, "max_tokens"),
         (Api.RESPONSES, {"model": "m", "input": "hi", "extra_body": {"max_output_tokens": 9000}}, "max_output_tokens"),
-        (Api.MESSAGES, {"model": "c", "max_tokens": 50, "messages": USER, "extra_body": {"max_tokens": 9000}}, "max_tokens"),
+        (
+            Api.MESSAGES,
+            {"model": "c", "max_tokens": 50, "messages": USER, "extra_body": {"max_tokens": 9000}},
+            "max_tokens",
+        ),
         (Api.MESSAGES, {"model": "c", "messages": USER, "extra_body": {"max_tokens": 9000}}, "max_tokens"),
     ],
     ids=["chat", "responses", "messages_named_and_extra", "messages_extra_only"],
@@ -307,15 +381,21 @@ async def test_a_limit_in_extra_body_is_capped_there_and_the_span_reports_only_w
     simulator, openai_client, anthropic_client, otel, api, arguments, name
 ):
     client = anthropic_client if api is Api.MESSAGES else openai_client
-    wrapped = sdk.wrap(client, sdk.Policy(max_output_tokens=100), tracer_provider=otel.tracer_provider,
-                       meter_provider=otel.meter_provider)
+    wrapped = sdk.wrap(
+        client,
+        sdk.Policy(max_output_tokens=100),
+        tracer_provider=otel.tracer_provider,
+        meter_provider=otel.meter_provider,
+    )
     await resolve(_send(wrapped, api, copy.deepcopy(arguments)))
     body = simulator.requests[-1].body
     assert body[name] == 100
     assert arguments["extra_body"][name] == 9000, "the caller's own dict is left alone"
     [span] = otel.spans()
     assert (span.attributes or {})[sc.GEN_AI_REQUEST_MAX_TOKENS] == 100
-    assert _chained(api, arguments, sdk.Policy(max_output_tokens=100)).cap == OutputCap(100, name, in_extra_body=True, clamped_from=9000)
+    assert _chained(api, arguments, sdk.Policy(max_output_tokens=100)).cap == OutputCap(
+        100, name, in_extra_body=True, clamped_from=9000
+    )
 
 
 async def test_stops_in_extra_body_are_merged_there_within_the_limit_of_four(simulator, openai_client):
@@ -331,9 +411,17 @@ async def test_stops_in_extra_body_are_merged_there_within_the_limit_of_four(sim
     ("api", "arguments", "sent"),
     [
         (Api.CHAT, {"model": "m", "tools": [], "messages": USER}, {"tools": []}),
-        (Api.MESSAGES, {"model": "c", "max_tokens": 9, "tools": [], "system": "", "messages": USER}, {"tools": [], "system": ""}),
+        (
+            Api.MESSAGES,
+            {"model": "c", "max_tokens": 9, "tools": [], "system": "", "messages": USER},
+            {"tools": [], "system": ""},
+        ),
         (Api.MESSAGES, {"model": "c", "max_tokens": 9, "system": [], "messages": USER}, {"system": []}),
-        (Api.RESPONSES, {"model": "m", "tools": [], "instructions": "", "input": []}, {"tools": [], "instructions": "", "input": []}),
+        (
+            Api.RESPONSES,
+            {"model": "m", "tools": [], "instructions": "", "input": []},
+            {"tools": [], "instructions": "", "input": []},
+        ),
     ],
     ids=["chat_tools", "messages_tools_and_system", "messages_system_blocks", "responses"],
 )
@@ -350,7 +438,9 @@ async def test_a_responses_call_without_input_sends_none(simulator, openai_clien
 
 
 @pytest.mark.parametrize("api", [Api.CHAT, Api.MESSAGES], ids=["chat", "messages"])
-async def test_messages_may_be_any_iterable_the_client_takes_and_are_read_once(simulator, openai_client, anthropic_client, api):
+async def test_messages_may_be_any_iterable_the_client_takes_and_are_read_once(
+    simulator, openai_client, anthropic_client, api
+):
     reads = []
 
     def turns():
@@ -366,25 +456,40 @@ async def test_messages_may_be_any_iterable_the_client_takes_and_are_read_once(s
 @pytest.mark.parametrize(
     ("policy_ttl", "caller_mark", "marked"),
     [
-        (None, {"type": "ephemeral", "ttl": "1h"}, ["history", "last_turn"]),  # a 5m mark before the caller's 1h one is refused
+        (
+            None,
+            {"type": "ephemeral", "ttl": "1h"},
+            ["history", "last_turn"],
+        ),  # a 5m mark before the caller's 1h one is refused
         ("1h", {"type": "ephemeral"}, ["tools", "system"]),  # a 1h mark after the caller's 5m one is too
         ("1h", {"type": "ephemeral", "ttl": "1h"}, ["system", "history", "last_turn"]),  # 3 free: the longest prefixes
     ],
     ids=["5m_before_callers_1h", "1h_around_callers_5m", "1h_with_callers_1h"],
 )
-async def test_placed_breakpoints_keep_the_ttl_order_the_api_requires(simulator, anthropic_client, policy_ttl, caller_mark, marked):
+async def test_placed_breakpoints_keep_the_ttl_order_the_api_requires(
+    simulator, anthropic_client, policy_ttl, caller_mark, marked
+):
     arguments = {
-        "model": "claude-sonnet-5", "max_tokens": 9, "tools": TOOLS, "system": LONG_SYSTEM,
-        "messages": [{"role": "user", "content": [{"type": "text", "text": LONG_TURN, "cache_control": caller_mark}]},
-                     {"role": "assistant", "content": "An answer " * 300}, {"role": "user", "content": "Next?"}],
+        "model": "claude-sonnet-5",
+        "max_tokens": 9,
+        "tools": TOOLS,
+        "system": LONG_SYSTEM,
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": LONG_TURN, "cache_control": caller_mark}]},
+            {"role": "assistant", "content": "An answer " * 300},
+            {"role": "user", "content": "Next?"},
+        ],
     }
     await resolve(anthropic_client.messages.create(**copy.deepcopy(arguments)))
     wrapped = sdk.wrap(anthropic_client, sdk.Policy(cache_ttl=policy_ttl))
     await resolve(wrapped.messages.create(**copy.deepcopy(arguments)))
     body = simulator.requests[-1].body
-    placed = {"tools": "cache_control" in body["tools"][-1], "system": isinstance(body["system"], list),
-              "history": isinstance(body["messages"][1]["content"], list),
-              "last_turn": isinstance(body["messages"][2]["content"], list)}  # tools offered: the conversation grows
+    placed = {
+        "tools": "cache_control" in body["tools"][-1],
+        "system": isinstance(body["system"], list),
+        "history": isinstance(body["messages"][1]["content"], list),
+        "last_turn": isinstance(body["messages"][2]["content"], list),
+    }  # tools offered: the conversation grows
     assert [where for where, mark in placed.items() if mark] == marked
 
 
@@ -445,14 +550,23 @@ _MESSAGES_SHAPES: dict[str, Any] = {
     "model": st.sampled_from(["claude-sonnet-5", "claude-mythos-5", "claude-haiku-4-5"]),
     "max_tokens": st.sampled_from([0, 50, 9000, 20000]),
     "thinking": st.sampled_from([None, {"type": "enabled", "budget_tokens": 2048}, {"type": "adaptive"}]),
-    "system": st.sampled_from([None, "", LONG_SYSTEM, [{"type": "text", "text": LONG_SYSTEM, "cache_control": {"type": "ephemeral", "ttl": "1h"}}]]),
+    "system": st.sampled_from(
+        [
+            None,
+            "",
+            LONG_SYSTEM,
+            [{"type": "text", "text": LONG_SYSTEM, "cache_control": {"type": "ephemeral", "ttl": "1h"}}],
+        ]
+    ),
     "tools": st.sampled_from([None, [], TOOLS, [TOOLS[0], {**TOOLS[1], "cache_control": MARK}]]),
     "cache_control": st.sampled_from([None, MARK, {"type": "ephemeral", "ttl": "1h"}]),
-    "messages": st.sampled_from([
-        USER,
-        _thinking_history([THINKING, {"type": "text", "text": "Done."}, REDACTED])()["messages"],
-        _top_level_cache_control()["messages"],
-    ]),
+    "messages": st.sampled_from(
+        [
+            USER,
+            _thinking_history([THINKING, {"type": "text", "text": "Done."}, REDACTED])()["messages"],
+            _top_level_cache_control()["messages"],
+        ]
+    ),
     "extra_body": st.sampled_from([None, {"max_tokens": 9000}, {"stop_sequences": ["x"]}]),
 }
 _CHAT_SHAPES: dict[str, Any] = {
@@ -466,7 +580,9 @@ _CHAT_SHAPES: dict[str, Any] = {
 
 _RESPONSES_SHAPES: dict[str, Any] = {
     "model": st.sampled_from(["m", "gpt-5.4", "gpt-5.6"]),
-    "input": st.sampled_from([None, "hi", [], [{"role": "developer", "content": LONG_SYSTEM}, {"role": "user", "content": "hi"}]]),
+    "input": st.sampled_from(
+        [None, "hi", [], [{"role": "developer", "content": LONG_SYSTEM}, {"role": "user", "content": "hi"}]]
+    ),
     "previous_response_id": st.sampled_from([None, "resp_1"]),
     "instructions": st.sampled_from([None, "", "Be brief."]),
     "tools": st.sampled_from([None, [], [{"type": "function", "name": n, "parameters": {}} for n in ("b", "a")]]),
@@ -488,7 +604,9 @@ def _calls(draw: Any, shapes: dict[str, Any]) -> dict[str, Any]:
 )
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
-def test_any_mix_the_bare_client_gets_answered_is_answered_wrapped_with_every_difference_recorded(simulator, otel, api, shapes, data):
+def test_any_mix_the_bare_client_gets_answered_is_answered_wrapped_with_every_difference_recorded(
+    simulator, otel, api, shapes, data
+):
     arguments = data.draw(_calls(shapes))
     simulator.reset()
     otel.spans_exporter.clear()
@@ -503,8 +621,13 @@ def test_any_mix_the_bare_client_gets_answered_is_answered_wrapped_with_every_di
         return  # nothing to keep valid
     event("the bare request is answered")
     provider = None if api is Api.MESSAGES else "openai"  # OpenAI's cache keys and explicit marks too
-    wrapped = sdk.wrap(client, sdk.Policy(stop=("END",)), tracer_provider=otel.tracer_provider,
-                       meter_provider=otel.meter_provider, provider=provider)
+    wrapped = sdk.wrap(
+        client,
+        sdk.Policy(stop=("END",)),
+        tracer_provider=otel.tracer_provider,
+        meter_provider=otel.meter_provider,
+        provider=provider,
+    )
     _send(wrapped, api, copy.deepcopy(arguments))
     sent_bare, sent_ours = simulator.requests[0].body, simulator.requests[1].body
     changes = _changes(otel)

@@ -39,12 +39,16 @@ async def test_openai_agents_runner_retries_make_as_many_attempts_wrapped_as_bar
     from agents.retry import ModelRetrySettings, retry_policies
 
     retry = ModelRetrySettings(
-        max_retries=4, backoff={"initial_delay": 0.001, "max_delay": 0.001, "jitter": False}, policy=retry_policies.http_status([429])
+        max_retries=4,
+        backoff={"initial_delay": 0.001, "max_delay": 0.001, "jitter": False},
+        policy=retry_policies.http_status([429]),
     )
 
     async def run(client: Any) -> Any:
         model = OpenAIChatCompletionsModel(model="gpt-sim-1", openai_client=client)
-        agent = agents.Agent(name="a", instructions="Be brief.", model=model, model_settings=agents.ModelSettings(retry=retry))
+        agent = agents.Agent(
+            name="a", instructions="Be brief.", model=model, model_settings=agents.ModelSettings(retry=retry)
+        )
         return await agents.Runner.run(agent, USER)
 
     bare = await _attempts(simulator, run, wrap=False)

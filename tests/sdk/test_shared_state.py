@@ -29,7 +29,9 @@ from tests.sdk.helpers import until
 from tests.sdk.savings_workloads import fan_out, shared_prefix
 
 POLICY_CAP = 1000
-STALL_SECONDS = 0.5  # each store command's bound where a test stalls the store: long for a loaded machine, short for a stalled call
+STALL_SECONDS = (
+    0.5  # each store command's bound where a test stalls the store: long for a loaded machine, short for a stalled call
+)
 FAMILY = "Request ID: {}\nYou are the support bot of Example Corp. Answer in one short paragraph."
 LEARNT_FAMILY = "Build: {}\nYou are the support bot of Example Corp. Answer in one short paragraph."
 """A family whose volatile value (a hex run, as a build hash is written) waits for the memory to move:
@@ -48,7 +50,9 @@ def store(redis_server: RedisServer) -> Iterator[RedisServer]:
     yield redis_server
 
 
-def test_a_fleet_of_four_workers_writes_a_shared_prefix_once_and_reads_it_31_times(simulator: Any, store: RedisServer) -> None:
+def test_a_fleet_of_four_workers_writes_a_shared_prefix_once_and_reads_it_31_times(
+    simulator: Any, store: RedisServer
+) -> None:
     alone = fleet.fan_out(simulator, None)
     simulator.reset()
     shared = fleet.fan_out(simulator, store)
@@ -58,12 +62,16 @@ def test_a_fleet_of_four_workers_writes_a_shared_prefix_once_and_reads_it_31_tim
     assert sum(1 for answer in alone if answer["write"]) == WORKERS  # each worker's leader wrote it again
     assert sum(1 for answer in shared if answer["write"]) == 1
     assert sum(answer["read"] for answer in shared) >= 0.9 * ideal
-    print(f"\nfleet fan-out: {sum(1 for a in shared if a['write'])} write(s), {sum(1 for a in shared if a['read'])} reads "
-          f"shared; {sum(1 for a in alone if a['write'])} writes with in-process state")
+    print(
+        f"\nfleet fan-out: {sum(1 for a in shared if a['write'])} write(s), {sum(1 for a in shared if a['read'])} reads "
+        f"shared; {sum(1 for a in alone if a['write'])} writes with in-process state"
+    )
 
 
 def _family_calls(simulator: Any, worker: int, state: str | None, systems: list[str]) -> dict[str, Any]:
-    [result] = fleet.results([fleet.start_worker(simulator, worker, task="calls", system=systems, n=len(systems), state=state)])
+    [result] = fleet.results(
+        [fleet.start_worker(simulator, worker, task="calls", system=systems, n=len(systems), state=state)]
+    )
     return result
 
 
@@ -74,7 +82,11 @@ def _state(store: RedisServer, where: str) -> tuple[str | None, bool]:
 
 
 def _sent_systems(simulator: Any) -> list[str]:
-    return [request.body["messages"][0]["content"] for request in simulator.requests if request.path.endswith("/chat/completions")]
+    return [
+        request.body["messages"][0]["content"]
+        for request in simulator.requests
+        if request.path.endswith("/chat/completions")
+    ]
 
 
 @pytest.mark.parametrize("where", ["redis", "file", "memory"])
@@ -112,7 +124,9 @@ def test_a_cache_break_is_explained_against_the_call_another_worker_sent_before(
 
 
 @pytest.mark.parametrize("where", ["redis", "file", "memory"])
-def test_an_adaptive_cap_appears_once_the_fleet_has_enough_answers(simulator: Any, store: RedisServer, where: str) -> None:
+def test_an_adaptive_cap_appears_once_the_fleet_has_enough_answers(
+    simulator: Any, store: RedisServer, where: str
+) -> None:
     simulator.reply = " word" * 20
     system = "You label support tickets with one word. " * 40
     state, shared = _state(store, where)
@@ -186,7 +200,9 @@ def test_with_redis_stopped_mid_run_every_call_answers_says_degraded_and_the_sto
         assert len(degraded) == 4
         assert all(span.get(sc.KVWISE_STATE_DEGRADED) is True for span in degraded)
         assert all(span[sc.KVWISE_STATE_DEGRADED_REASON].startswith("ConnectionError") for span in degraded)
-        assert [r.getMessage() for r in caplog.records].count(next(r.getMessage() for r in caplog.records)) == 1  # once per outage
+        assert [r.getMessage() for r in caplog.records].count(
+            next(r.getMessage() for r in caplog.records)
+        ) == 1  # once per outage
         assert not exporter.get_finished_spans()[0].attributes.get(sc.KVWISE_STATE_DEGRADED)
         server.start()
         time.sleep(STATE_RETRY_SECONDS * 1.2)  # the outage's pause runs out (a wait, not a timed assertion)
@@ -306,4 +322,6 @@ def test_a_malformed_value_is_dropped_and_the_call_that_read_it_degrades_naming_
     assert corrupt[sc.KVWISE_STATE_DEGRADED] is True
     assert corrupt[sc.KVWISE_STATE_DEGRADED_REASON].startswith(f"malformed {kind} value: {malformation}")
     assert sc.KVWISE_STATE_DEGRADED not in first and sc.KVWISE_STATE_DEGRADED not in after  # dropped: read once
-    assert all(redis.exists(key) == 0 or len(redis.dump(key) or b"") < STATE_MAX_VALUE_BYTES for key in keys)  # not kept
+    assert all(
+        redis.exists(key) == 0 or len(redis.dump(key) or b"") < STATE_MAX_VALUE_BYTES for key in keys
+    )  # not kept

@@ -122,7 +122,9 @@ def _wrapped(simulator: Any, exporter: InMemorySpanExporter, state: str | None =
 
 def _ask(client: Any, system: str) -> Any:
     return client.chat.completions.create(
-        model="gpt-5.4", max_tokens=16, messages=[{"role": "system", "content": system}, {"role": "user", "content": "Hi"}]
+        model="gpt-5.4",
+        max_tokens=16,
+        messages=[{"role": "system", "content": system}, {"role": "user", "content": "Hi"}],
     )
 
 
@@ -141,7 +143,9 @@ def test_the_default_store_is_the_file_and_memory_turns_it_off(
 
 
 @pytest.mark.parametrize("state", [None, "memory"])
-def test_a_second_process_learns_what_the_first_learnt_through_the_default_store(state: str | None, simulator: Any) -> None:
+def test_a_second_process_learns_what_the_first_learnt_through_the_default_store(
+    state: str | None, simulator: Any
+) -> None:
     """Run 1 sends the build, run 2 another: the family's candidate differed between two calls, so
     with the file run 2 moves it; in memory run 2 is a first call again and keeps it in place."""
     assert _spans(_run(simulator.openai_base_url, [_build(BUILD)], state)) == [
@@ -230,7 +234,9 @@ def test_a_record_unused_for_the_expiry_is_dropped_when_the_file_is_opened(tmp_p
 
 
 @pytest.mark.parametrize("where", ["file", "process"])
-def test_a_value_is_kept_under_its_kind_and_key_replaced_atomically_and_dropped_by_none(where: str, tmp_path: Path) -> None:
+def test_a_value_is_kept_under_its_kind_and_key_replaced_atomically_and_dropped_by_none(
+    where: str, tmp_path: Path
+) -> None:
     def store() -> Store:
         return SqliteStore(tmp_path / "state.sqlite3", "tenant") if where == "file" else shared
 
@@ -426,7 +432,11 @@ def _newer(path: Path) -> Iterator[None]:
     ],
 )
 def test_a_file_that_cannot_be_used_degrades_every_call_says_why_once_in_the_log_and_the_calls_still_learn(
-    make: Callable[[Path], Iterator[None]], reason: str, simulator: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    make: Callable[[Path], Iterator[None]],
+    reason: str,
+    simulator: Any,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     path = tmp_path / "kvwise" / "state.sqlite3"
     with contextmanager(make)(path), caplog.at_level(logging.WARNING, logger="sdk.memory"):

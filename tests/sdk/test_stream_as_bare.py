@@ -17,7 +17,6 @@ from typing import Any
 import anthropic
 import openai
 import pytest
-
 from opentelemetry.trace import StatusCode
 
 import sdk
@@ -42,18 +41,41 @@ def sse(data: Any, event: str | None = None) -> bytes:
 
 
 def _chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
-    return sse({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]})
+    return sse(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+        }
+    )
 
 
 def _message_event(kind: str, **fields: Any) -> bytes:
     return sse({"type": kind, **fields}, event=kind)
 
 
-_RESPONSE = {"id": "resp_1", "object": "response", "created_at": 1, "model": "gpt-5.4", "output": [],
-             "parallel_tool_calls": True, "tool_choice": "auto", "tools": []}
-_MESSAGE = {"id": "msg_1", "type": "message", "role": "assistant", "model": CLAUDE, "content": [],
-            "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 5, "output_tokens": 1}}
+_RESPONSE = {
+    "id": "resp_1",
+    "object": "response",
+    "created_at": 1,
+    "model": "gpt-5.4",
+    "output": [],
+    "parallel_tool_calls": True,
+    "tool_choice": "auto",
+    "tools": [],
+}
+_MESSAGE = {
+    "id": "msg_1",
+    "type": "message",
+    "role": "assistant",
+    "model": CLAUDE,
+    "content": [],
+    "stop_reason": None,
+    "stop_sequence": None,
+    "usage": {"input_tokens": 5, "output_tokens": 1},
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,30 +101,64 @@ def _anthropic(mode: str, url: str) -> Any:
 CHAT_HEAD = _chunk({"role": "assistant"})
 SCRIPTS = {
     "chat role chunk": Script(
-        _openai, lambda c: c.chat.completions.create(model="m", messages=USER, stream=True), CHAT_HEAD,
+        _openai,
+        lambda c: c.chat.completions.create(model="m", messages=USER, stream=True),
+        CHAT_HEAD,
         _chunk({"content": "Hi"}) + _chunk({}, "stop") + sse("[DONE]"),
-        lambda e: e.choices[0].delta.role == "assistant"),
+        lambda e: e.choices[0].delta.role == "assistant",
+    ),
     "messages message_start": Script(
-        _anthropic, lambda c: c.messages.create(model=CLAUDE, max_tokens=64, messages=USER, stream=True),
+        _anthropic,
+        lambda c: c.messages.create(model=CLAUDE, max_tokens=64, messages=USER, stream=True),
         _message_event("message_start", message=_MESSAGE),
         _message_event("content_block_start", index=0, content_block={"type": "text", "text": ""})
         + _message_event("content_block_delta", index=0, delta={"type": "text_delta", "text": "Hi"})
         + _message_event("content_block_stop", index=0)
-        + _message_event("message_delta", delta={"stop_reason": "end_turn", "stop_sequence": None},
-                         usage={"output_tokens": 2})
+        + _message_event(
+            "message_delta", delta={"stop_reason": "end_turn", "stop_sequence": None}, usage={"output_tokens": 2}
+        )
         + _message_event("message_stop"),
-        lambda e: e.type == "message_start"),
+        lambda e: e.type == "message_start",
+    ),
     "responses response.created": Script(
-        _openai, lambda c: c.responses.create(model="gpt-5.4", input="Say hi.", stream=True),
-        sse({"type": "response.created", "sequence_number": 0, "response": {**_RESPONSE, "status": "in_progress"}},
-            event="response.created"),
-        sse({"type": "response.output_text.delta", "sequence_number": 1, "item_id": "msg_1", "output_index": 0,
-             "content_index": 0, "delta": "Hi", "logprobs": []}, event="response.output_text.delta")
-        + sse({"type": "response.completed", "sequence_number": 2, "response": {
-            **_RESPONSE, "status": "completed", "usage": {
-                "input_tokens": 5, "output_tokens": 1, "total_tokens": 6, "input_tokens_details": {"cached_tokens": 0},
-                "output_tokens_details": {"reasoning_tokens": 0}}}}, event="response.completed"),
-        lambda e: e.type == "response.created"),
+        _openai,
+        lambda c: c.responses.create(model="gpt-5.4", input="Say hi.", stream=True),
+        sse(
+            {"type": "response.created", "sequence_number": 0, "response": {**_RESPONSE, "status": "in_progress"}},
+            event="response.created",
+        ),
+        sse(
+            {
+                "type": "response.output_text.delta",
+                "sequence_number": 1,
+                "item_id": "msg_1",
+                "output_index": 0,
+                "content_index": 0,
+                "delta": "Hi",
+                "logprobs": [],
+            },
+            event="response.output_text.delta",
+        )
+        + sse(
+            {
+                "type": "response.completed",
+                "sequence_number": 2,
+                "response": {
+                    **_RESPONSE,
+                    "status": "completed",
+                    "usage": {
+                        "input_tokens": 5,
+                        "output_tokens": 1,
+                        "total_tokens": 6,
+                        "input_tokens_details": {"cached_tokens": 0},
+                        "output_tokens_details": {"reasoning_tokens": 0},
+                    },
+                },
+            },
+            event="response.completed",
+        ),
+        lambda e: e.type == "response.created",
+    ),
 }
 
 
@@ -277,8 +333,10 @@ def test_an_answer_whose_stream_ended_unmarked_is_not_learnt_from() -> None:
 
 BREAKS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "chat": ("openai_client", lambda c: c.chat.completions.create(model="m", messages=USER, stream=True)),
-    "messages": ("anthropic_client", lambda c: c.messages.create(model=CLAUDE, max_tokens=500, messages=USER,
-                                                                 stream=True)),
+    "messages": (
+        "anthropic_client",
+        lambda c: c.messages.create(model=CLAUDE, max_tokens=500, messages=USER, stream=True),
+    ),
     "responses": ("openai_client", lambda c: c.responses.create(model="gpt-5.4", input="go", stream=True)),
 }
 
@@ -314,7 +372,12 @@ async def test_a_stream_that_times_out_raises_the_bare_clients_timeout_chained_t
         errors.append((await _events_and_error(await resolve(create(candidate))))[1])
     bare, wrapped = errors
     # the client's timeout chained to the transport's (openai 2.x on, anthropic 1.x on), or the transport's own
-    timeouts = (openai.APITimeoutError, anthropic.APITimeoutError, http_library(openai).TimeoutException, http_library(anthropic).TimeoutException)
+    timeouts = (
+        openai.APITimeoutError,
+        anthropic.APITimeoutError,
+        http_library(openai).TimeoutException,
+        http_library(anthropic).TimeoutException,
+    )
     assert isinstance(bare, timeouts)
     assert bare.__cause__ is not None
     assert isinstance(wrapped, type(bare)) and isinstance(wrapped, sdk.StreamTruncated)

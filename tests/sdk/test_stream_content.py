@@ -59,26 +59,62 @@ class Shape:
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
 SHAPES = {
     "chat tool-call arguments": Shape(
-        "openai_client", lambda c: c.chat.completions.create(model="m", messages=USER, tools=TOOLS, stream=True),
-        "get_weather", "", _chat_tool_arguments, ARGUMENTS),
+        "openai_client",
+        lambda c: c.chat.completions.create(model="m", messages=USER, tools=TOOLS, stream=True),
+        "get_weather",
+        "",
+        _chat_tool_arguments,
+        ARGUMENTS,
+    ),
     "chat reasoning_content": Shape(
-        "openai_client", lambda c: c.chat.completions.create(model="m", messages=USER, stream=True),
-        None, THOUGHT, _chat_reasoning, THOUGHT),
+        "openai_client",
+        lambda c: c.chat.completions.create(model="m", messages=USER, stream=True),
+        None,
+        THOUGHT,
+        _chat_reasoning,
+        THOUGHT,
+    ),
     "messages tool_use input": Shape(
         "anthropic_client",
-        lambda c: c.messages.create(model=CLAUDE, max_tokens=500, messages=USER, stream=True,
-                                    tools=[{"name": "get_weather", "input_schema": {"type": "object"}}]),
-        "get_weather", "", _messages_delta("input_json_delta", "partial_json"), ARGUMENTS),
+        lambda c: c.messages.create(
+            model=CLAUDE,
+            max_tokens=500,
+            messages=USER,
+            stream=True,
+            tools=[{"name": "get_weather", "input_schema": {"type": "object"}}],
+        ),
+        "get_weather",
+        "",
+        _messages_delta("input_json_delta", "partial_json"),
+        ARGUMENTS,
+    ),
     "messages thinking": Shape(
         "anthropic_client",
-        lambda c: c.messages.create(model=CLAUDE, max_tokens=4000, messages=USER, stream=True,
-                                    thinking={"type": "enabled", "budget_tokens": 2000}),
-        None, THOUGHT, _messages_delta("thinking_delta", "thinking"), THOUGHT),
+        lambda c: c.messages.create(
+            model=CLAUDE,
+            max_tokens=4000,
+            messages=USER,
+            stream=True,
+            thinking={"type": "enabled", "budget_tokens": 2000},
+        ),
+        None,
+        THOUGHT,
+        _messages_delta("thinking_delta", "thinking"),
+        THOUGHT,
+    ),
     "responses function-call arguments": Shape(
         "openai_client",
-        lambda c: c.responses.create(model="gpt-5.4", input="go", stream=True,
-                                     tools=[{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]),
-        "get_weather", "", _responses_arguments, ARGUMENTS),
+        lambda c: c.responses.create(
+            model="gpt-5.4",
+            input="go",
+            stream=True,
+            tools=[{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}],
+        ),
+        "get_weather",
+        "",
+        _responses_arguments,
+        ARGUMENTS,
+    ),
 }
 
 
@@ -105,7 +141,9 @@ async def test_a_body_that_ends_cleanly_after_non_text_content_gives_the_bare_cl
 ) -> None:
     shape = SHAPES[name]
     _script(simulator, shape)
-    bare, wrapped = await _bare_then_wrapped(simulator, request.getfixturevalue(shape.client_fixture), shape.create, CUT_AT)
+    bare, wrapped = await _bare_then_wrapped(
+        simulator, request.getfixturevalue(shape.client_fixture), shape.create, CUT_AT
+    )
     seen = "".join(map(shape.content, wrapped))
     assert seen == "".join(map(shape.content, bare))
     assert seen and shape.whole.startswith(seen) and seen != shape.whole
@@ -141,14 +179,20 @@ async def test_an_unbroken_stream_of_non_text_content_reaches_the_caller_whole(
 
 HEADERS: dict[str, tuple[str, Callable[[Any], Any], Callable[[Any], bool]]] = {
     "chat role chunk": (
-        "openai_client", lambda c: c.chat.completions.create(model="m", messages=USER, stream=True),
-        lambda e: bool(e.choices) and e.choices[0].delta.role == "assistant"),
+        "openai_client",
+        lambda c: c.chat.completions.create(model="m", messages=USER, stream=True),
+        lambda e: bool(e.choices) and e.choices[0].delta.role == "assistant",
+    ),
     "messages message_start": (
-        "anthropic_client", lambda c: c.messages.create(model=CLAUDE, max_tokens=500, messages=USER, stream=True),
-        lambda e: e.type == "message_start"),
+        "anthropic_client",
+        lambda c: c.messages.create(model=CLAUDE, max_tokens=500, messages=USER, stream=True),
+        lambda e: e.type == "message_start",
+    ),
     "responses response.created": (
-        "openai_client", lambda c: c.responses.create(model="gpt-5.4", input="go", stream=True),
-        lambda e: e.type == "response.created"),
+        "openai_client",
+        lambda c: c.responses.create(model="gpt-5.4", input="go", stream=True),
+        lambda e: e.type == "response.created",
+    ),
 }
 
 
@@ -174,7 +218,9 @@ async def test_a_body_that_ends_cleanly_before_any_content_gives_the_bare_client
 ) -> None:
     fixture, create, is_header = HEADERS[name]
     bare, wrapped = await _bare_then_wrapped(simulator, request.getfixturevalue(fixture), create, 0)
-    assert [type(event) for event in wrapped] == [type(event) for event in bare]  # the simulator's ids differ per answer
+    assert [type(event) for event in wrapped] == [
+        type(event) for event in bare
+    ]  # the simulator's ids differ per answer
     assert sum(map(is_header, wrapped)) == sum(map(is_header, bare)) == 1
 
 

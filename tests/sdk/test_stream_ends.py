@@ -27,8 +27,12 @@ USAGE = {"include_usage": True}
 
 
 def _wrap(client: Any, otel: Otel) -> Any:
-    return sdk.wrap(client, sdk.Policy(max_output_tokens=CAP), tracer_provider=otel.tracer_provider,
-                    meter_provider=otel.meter_provider)
+    return sdk.wrap(
+        client,
+        sdk.Policy(max_output_tokens=CAP),
+        tracer_provider=otel.tracer_provider,
+        meter_provider=otel.meter_provider,
+    )
 
 
 def _root(otel: Otel) -> Any:
@@ -37,10 +41,20 @@ def _root(otel: Otel) -> Any:
 
 
 BETA_STREAMS: dict[str, tuple[str, str, int, Callable[[Any], Any]]] = {  # fixture, classes' package, closing events
-    "beta messages": ("anthropic_client", "anthropic.types.beta", 3, lambda c: c.beta.messages.create(
-        model=CLAUDE, max_tokens=CAP, messages=USER, stream=True)),
-    "beta responses": ("openai_client", "openai.types.beta", 1, lambda c: c.beta.responses.create(
-        model="gpt-5.4", input="Tell me about the KV cache.", max_output_tokens=CAP, stream=True)),
+    "beta messages": (
+        "anthropic_client",
+        "anthropic.types.beta",
+        3,
+        lambda c: c.beta.messages.create(model=CLAUDE, max_tokens=CAP, messages=USER, stream=True),
+    ),
+    "beta responses": (
+        "openai_client",
+        "openai.types.beta",
+        1,
+        lambda c: c.beta.responses.create(
+            model="gpt-5.4", input="Tell me about the KV cache.", max_output_tokens=CAP, stream=True
+        ),
+    ),
 }
 
 
@@ -66,8 +80,11 @@ async def test_a_beta_messages_stream_cut_by_the_loop_guard_reports_its_stop_rea
     from anthropic.types.beta import BetaRawMessageDeltaEvent
 
     simulator.loop(LOOP_UNIT)
-    events = await collect(await resolve(_wrap(anthropic_client, otel).beta.messages.create(
-        model=CLAUDE, max_tokens=CAP, messages=USER, stream=True)))
+    events = await collect(
+        await resolve(
+            _wrap(anthropic_client, otel).beta.messages.create(model=CLAUDE, max_tokens=CAP, messages=USER, stream=True)
+        )
+    )
     [delta] = [event for event in events if isinstance(event, BetaRawMessageDeltaEvent)]  # what frameworks match on
     deltas = sum(event.type == "content_block_delta" for event in events)
     assert delta.delta.stop_reason == "max_tokens"
@@ -96,19 +113,41 @@ def _response_usage(events: list[Any]) -> tuple[int, int] | None:
 
 
 USAGE_STREAMS = {
-    "chat, usage asked for": UsageStream("openai_client", lambda c: c.chat.completions.create(
-        model="gpt-4o-mini", messages=USER, stream=True, stream_options=USAGE), _chunk_usage),
-    "chat, usage asked for in extra_body": UsageStream("openai_client", lambda c: c.chat.completions.create(
-        model="gpt-4o-mini", messages=USER, stream=True, extra_body={"stream_options": USAGE}), _chunk_usage),
-    "chat, usage on every chunk": UsageStream("openai_client", lambda c: c.chat.completions.create(
-        model="gpt-4o-mini", messages=USER, stream=True, stream_options={**USAGE, "continuous_usage_stats": True}),
-        _chunk_usage),
-    "legacy completions, usage asked for": UsageStream("openai_client", lambda c: c.completions.create(
-        model="gpt-3.5-turbo-instruct", prompt="Tell me about the KV cache.", max_tokens=CAP, stream=True,
-        stream_options=USAGE),
-        _chunk_usage),
-    "responses": UsageStream("openai_client", lambda c: c.responses.create(
-        model="gpt-5.4", input="Tell me about the KV cache.", stream=True), _response_usage),
+    "chat, usage asked for": UsageStream(
+        "openai_client",
+        lambda c: c.chat.completions.create(model="gpt-4o-mini", messages=USER, stream=True, stream_options=USAGE),
+        _chunk_usage,
+    ),
+    "chat, usage asked for in extra_body": UsageStream(
+        "openai_client",
+        lambda c: c.chat.completions.create(
+            model="gpt-4o-mini", messages=USER, stream=True, extra_body={"stream_options": USAGE}
+        ),
+        _chunk_usage,
+    ),
+    "chat, usage on every chunk": UsageStream(
+        "openai_client",
+        lambda c: c.chat.completions.create(
+            model="gpt-4o-mini", messages=USER, stream=True, stream_options={**USAGE, "continuous_usage_stats": True}
+        ),
+        _chunk_usage,
+    ),
+    "legacy completions, usage asked for": UsageStream(
+        "openai_client",
+        lambda c: c.completions.create(
+            model="gpt-3.5-turbo-instruct",
+            prompt="Tell me about the KV cache.",
+            max_tokens=CAP,
+            stream=True,
+            stream_options=USAGE,
+        ),
+        _chunk_usage,
+    ),
+    "responses": UsageStream(
+        "openai_client",
+        lambda c: c.responses.create(model="gpt-5.4", input="Tell me about the KV cache.", stream=True),
+        _response_usage,
+    ),
 }
 
 
@@ -138,8 +177,11 @@ async def test_a_cut_chat_stream_gives_no_usage_chunk_to_a_caller_who_did_not_as
     simulator: Any, openai_client: Any, otel: Otel
 ) -> None:
     simulator.loop(LOOP_UNIT)
-    chunks = await collect(await resolve(_wrap(openai_client, otel).chat.completions.create(
-        model="gpt-4o-mini", messages=USER, stream=True)))
+    chunks = await collect(
+        await resolve(
+            _wrap(openai_client, otel).chat.completions.create(model="gpt-4o-mini", messages=USER, stream=True)
+        )
+    )
     assert chunks[-1].choices[0].finish_reason == "length"
     assert all(chunk.choices and chunk.usage is None for chunk in chunks)
     assert _root(otel).attributes[sc.GEN_AI_USAGE_OUTPUT_TOKENS] > 1  # kvwise still records it
@@ -177,7 +219,10 @@ STOPS: dict[str, Callable[[Any], Any]] = {"close": _close, "break": _break, "wit
 OPEN: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "chat": ("openai_client", lambda c: c.chat.completions.create(model="gpt-4o-mini", messages=USER, stream=True)),
     "responses": ("openai_client", lambda c: c.responses.create(model="gpt-5.4", input="Go on.", stream=True)),
-    "messages": ("anthropic_client", lambda c: c.messages.create(model=CLAUDE, max_tokens=CAP, messages=USER, stream=True)),
+    "messages": (
+        "anthropic_client",
+        lambda c: c.messages.create(model=CLAUDE, max_tokens=CAP, messages=USER, stream=True),
+    ),
 }
 
 
@@ -207,7 +252,9 @@ async def test_a_stream_whose_connection_drops_stays_an_error_and_is_not_abandon
     simulator: Any, openai_client: Any, otel: Otel
 ) -> None:
     simulator.cut_stream_after(3, mode="drop")
-    stream = await resolve(_wrap(openai_client, otel).chat.completions.create(model="gpt-4o-mini", messages=USER, stream=True))
+    stream = await resolve(
+        _wrap(openai_client, otel).chat.completions.create(model="gpt-4o-mini", messages=USER, stream=True)
+    )
     with pytest.raises(sdk.StreamTruncated):
         await collect(stream)
     root = _root(otel)

@@ -89,7 +89,9 @@ async def test_loop_guard_off_lets_the_server_run_to_the_cap(simulator, openai_c
     assert simulator.streams[-1].tokens_sent == 120
 
 
-async def test_a_stream_whose_connection_drops_mid_way_raises_stream_truncated_not_a_silent_end(simulator, openai_client):
+async def test_a_stream_whose_connection_drops_mid_way_raises_stream_truncated_not_a_silent_end(
+    simulator, openai_client
+):
     simulator.reply = "word " * 50
     simulator.cut_stream_after(5, mode="drop")
     wrapped = sdk.wrap(openai_client)
@@ -99,7 +101,9 @@ async def test_a_stream_whose_connection_drops_mid_way_raises_stream_truncated_n
     assert isinstance(info.value, connection_errors(openai))
 
 
-async def test_an_anthropic_stream_whose_connection_drops_mid_way_raises_the_clients_connection_error(simulator, anthropic_client):
+async def test_an_anthropic_stream_whose_connection_drops_mid_way_raises_the_clients_connection_error(
+    simulator, anthropic_client
+):
     simulator.reply = "word " * 50
     simulator.cut_stream_after(5, mode="drop")
     wrapped = sdk.wrap(anthropic_client)
@@ -109,7 +113,9 @@ async def test_an_anthropic_stream_whose_connection_drops_mid_way_raises_the_cli
 
 
 @pytest.mark.parametrize("cut_mode", ["drop", "reset"])
-async def test_a_connection_lost_mid_stream_raises_stream_truncated_for_both_clients(simulator, openai_client, anthropic_client, cut_mode):
+async def test_a_connection_lost_mid_stream_raises_stream_truncated_for_both_clients(
+    simulator, openai_client, anthropic_client, cut_mode
+):
     simulator.reply = "word " * 50
     for client, create in (
         (openai_client, lambda c: c.chat.completions.create(model="m", messages=USER, stream=True)),
@@ -121,7 +127,9 @@ async def test_a_connection_lost_mid_stream_raises_stream_truncated_for_both_cli
             await collect(stream)
 
 
-async def test_a_stream_that_breaks_before_its_first_content_chunk_is_not_sent_again(simulator, openai_client, anthropic_client):
+async def test_a_stream_that_breaks_before_its_first_content_chunk_is_not_sent_again(
+    simulator, openai_client, anthropic_client
+):
     simulator.cut_stream_after(0, mode="drop")
     wrapped = sdk.wrap(openai_client)
     with pytest.raises(connection_errors(openai)):
@@ -150,8 +158,11 @@ async def test_the_tokens_a_loop_cut_saves_are_counted_against_the_cap_the_guard
     provider.add_span_processor(SimpleSpanProcessor(spans))
     wrapped = sdk.wrap(openai_client, sdk.Policy(max_output_tokens=CAP), tracer_provider=provider)
     # both limits given: the request's limit is the smaller one, which the guards record as `call.cap`
-    stream = await resolve(wrapped.chat.completions.create(
-        model="m", messages=USER, stream=True, max_tokens=1500, max_completion_tokens=1000))
+    stream = await resolve(
+        wrapped.chat.completions.create(
+            model="m", messages=USER, stream=True, max_tokens=1500, max_completion_tokens=1000
+        )
+    )
     await collect(stream)
     (span,) = [span for span in spans.get_finished_spans() if span.kind is SpanKind.CLIENT]
     attributes = span.attributes or {}

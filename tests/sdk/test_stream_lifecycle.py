@@ -32,7 +32,10 @@ READER_WAIT_S = 10.0  # a bound, never reached unless the reader hangs
 CREATE: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "chat": ("openai_client", lambda c: c.chat.completions.create(model="m", messages=USER, stream=True)),
     "responses": ("openai_client", lambda c: c.responses.create(model="gpt-5.4", input="go", stream=True)),
-    "messages": ("anthropic_client", lambda c: c.messages.create(model=CLAUDE, max_tokens=500, messages=USER, stream=True)),
+    "messages": (
+        "anthropic_client",
+        lambda c: c.messages.create(model=CLAUDE, max_tokens=500, messages=USER, stream=True),
+    ),
 }
 CLIENT_TYPES = {"chat": openai, "responses": openai, "messages": anthropic}
 
@@ -68,7 +71,9 @@ async def _settle() -> None:
 
 async def _open(request: pytest.FixtureRequest, api: str, otel: Otel) -> Any:
     fixture, create = CREATE[api]
-    client = sdk.wrap(request.getfixturevalue(fixture), sdk.Policy(loop_guard=False), tracer_provider=otel.tracer_provider)
+    client = sdk.wrap(
+        request.getfixturevalue(fixture), sdk.Policy(loop_guard=False), tracer_provider=otel.tracer_provider
+    )
     return await resolve(create(client))
 
 
@@ -123,7 +128,12 @@ ENDINGS: dict[str, Callable[[Any], Any] | None] = {
 @pytest.mark.parametrize("api", sorted(CREATE))
 @pytest.mark.parametrize("ending", list(ENDINGS))
 async def test_the_call_span_ends_exactly_once_and_the_response_is_closed_however_the_stream_ends(
-    simulator: Any, request: pytest.FixtureRequest, mode: str, api: str, ending: str, otel: Otel,
+    simulator: Any,
+    request: pytest.FixtureRequest,
+    mode: str,
+    api: str,
+    ending: str,
+    otel: Otel,
     no_cycle_collector: None,
 ) -> None:
     simulator.reply, simulator.token_delay = LONG_REPLY, TOKEN_DELAY
@@ -138,7 +148,9 @@ async def test_the_call_span_ends_exactly_once_and_the_response_is_closed_howeve
     [root] = _roots(otel)
     assert http_response.is_closed
     attributes = root.attributes or {}
-    assert sc.ERROR_TYPE not in attributes and root.status.status_code is not StatusCode.ERROR  # the caller's end is no error
+    assert (
+        sc.ERROR_TYPE not in attributes and root.status.status_code is not StatusCode.ERROR
+    )  # the caller's end is no error
     if ending == "read to the end":
         assert sc.KVWISE_STREAM_ABANDONED not in attributes
     else:
@@ -201,7 +213,9 @@ async def test_the_clients_stream_helpers_work_on_a_wrapped_stream_and_end_its_s
     assert (root.attributes or {}).get(sc.KVWISE_STREAM_ABANDONED, False) is not read_all
 
 
-async def test_a_streamed_raw_response_parses_to_the_guarded_stream(simulator: Any, openai_client: Any, otel: Otel) -> None:
+async def test_a_streamed_raw_response_parses_to_the_guarded_stream(
+    simulator: Any, openai_client: Any, otel: Otel
+) -> None:
     wrapped = sdk.wrap(openai_client, tracer_provider=otel.tracer_provider)
     raw = await resolve(wrapped.chat.completions.with_raw_response.create(model="m", messages=USER, stream=True))
     stream = await _maybe(raw.parse())
@@ -215,8 +229,11 @@ async def test_a_streamed_raw_response_parses_to_the_guarded_stream(simulator: A
 @pytest.mark.skipif(not anthropic_traces_itself(), reason="the installed anthropic traces nothing of its own")
 async def test_a_stream_sent_again_is_sent_under_the_call_span(simulator: Any, mode: str, otel: Otel) -> None:
     cls = anthropic.Anthropic if mode == "sync" else anthropic.AsyncAnthropic
-    client = cls(base_url=simulator.anthropic_base_url, api_key="test-key",  # retries as the Policy says: one re-send
-                 open_telemetry={"tracer_provider": otel.tracer_provider})
+    client = cls(
+        base_url=simulator.anthropic_base_url,
+        api_key="test-key",  # retries as the Policy says: one re-send
+        open_telemetry={"tracer_provider": otel.tracer_provider},
+    )
     simulator.fail(503, headers={"retry-after-ms": "5"})
     wrapped = sdk.wrap(client, tracer_provider=otel.tracer_provider)
     stream = await resolve(wrapped.messages.create(model=CLAUDE, max_tokens=64, messages=USER, stream=True))
@@ -240,7 +257,9 @@ def test_a_stream_closed_from_another_thread_stops_its_reader_as_the_bare_client
         stream = source.chat.completions.create(model="m", messages=USER, stream=True)
         reading, errors = threading.Event(), []
 
-        def read(stream: Any = stream, reading: threading.Event = reading, errors: list[BaseException] = errors) -> None:
+        def read(
+            stream: Any = stream, reading: threading.Event = reading, errors: list[BaseException] = errors
+        ) -> None:
             try:
                 for _ in stream:
                     reading.set()

@@ -29,7 +29,9 @@ def _roots(otel: Otel) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("api", ["chat", "completions"])
-async def test_a_refused_usage_request_is_sent_again_as_the_caller_wrote_it_and_remembered(simulator, openai_client, otel, api):
+async def test_a_refused_usage_request_is_sent_again_as_the_caller_wrote_it_and_remembered(
+    simulator, openai_client, otel, api
+):
     simulator.refuse_stream_options = True
     bare = await collect(await resolve(_create(openai_client, api)))
     wrapped = sdk.wrap(openai_client, tracer_provider=otel.tracer_provider)
@@ -52,7 +54,9 @@ async def test_a_refused_usage_request_is_sent_again_as_the_caller_wrote_it_and_
     assert "stream_usage_refused" in _roots(otel)[-1][sc.KVWISE_CANONICAL_CHANGES]
 
 
-async def test_a_server_that_takes_stream_options_is_asked_for_usage_by_another_wrapped_client(simulator, openai_client):
+async def test_a_server_that_takes_stream_options_is_asked_for_usage_by_another_wrapped_client(
+    simulator, openai_client
+):
     simulator.refuse_stream_options = True
     await collect(await resolve(_create(sdk.wrap(openai_client), "chat")))
     simulator.refuse_stream_options = False
@@ -60,7 +64,9 @@ async def test_a_server_that_takes_stream_options_is_asked_for_usage_by_another_
     assert simulator.requests[-1].body["stream_options"] == {"include_usage": True}
 
 
-async def test_the_callers_own_stream_options_refused_fail_as_with_the_bare_client_and_are_not_sent_again(simulator, openai_client):
+async def test_the_callers_own_stream_options_refused_fail_as_with_the_bare_client_and_are_not_sent_again(
+    simulator, openai_client
+):
     simulator.refuse_stream_options = True
     options = {"include_obfuscation": False}
     with pytest.raises(openai.BadRequestError) as bare:
@@ -84,9 +90,13 @@ async def test_a_400_that_does_not_name_stream_options_is_not_sent_again(simulat
 async def test_the_stream_helper_and_the_raw_forms_on_a_refusing_server_get_their_answer(simulator, openai_client):
     simulator.refuse_stream_options = True
     wrapped = sdk.wrap(openai_client)
-    final = await in_stream(wrapped.chat.completions.stream(model="m", messages=USER), lambda stream: stream.get_final_completion())
+    final = await in_stream(
+        wrapped.chat.completions.stream(model="m", messages=USER), lambda stream: stream.get_final_completion()
+    )
     assert final.choices[0].message.content
-    raw = await resolve(sdk.wrap(openai_client).chat.completions.with_raw_response.create(model="m", messages=USER, stream=True))
+    raw = await resolve(
+        sdk.wrap(openai_client).chat.completions.with_raw_response.create(model="m", messages=USER, stream=True)
+    )
     chunks = await collect(await resolve(raw.parse()))
     assert chunks[-1].choices[0].finish_reason == "stop"
     assert [("stream_options" in request.body) for request in simulator.requests] == [True, False, True, False]

@@ -42,8 +42,11 @@ def _wrap(client: Any, otel: Otel, policy: sdk.Policy | None = None) -> Any:
 
 async def _server_usage(openai_client: Any) -> Any:
     """The usage the server reports for `MESSAGES`, asked for by a bare client."""
-    chunks = await collect(await resolve(openai_client.chat.completions.create(
-        model=MODEL, messages=MESSAGES, stream=True, stream_options=USAGE)))
+    chunks = await collect(
+        await resolve(
+            openai_client.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True, stream_options=USAGE)
+        )
+    )
     return chunks[-1].usage
 
 
@@ -76,18 +79,25 @@ def _seen(chunks: list[Any]) -> list[tuple[type, Any, Any]]:
     return [(type(c), _without_ids(c.model_dump()), _without_ids(c.model_dump(exclude_unset=True))) for c in chunks]
 
 
-@pytest.mark.parametrize(("tool", "reply"), [(None, "Prefill reads the prompt; decode writes the answer."),
-                                             ("get_weather", '{"city": "Paris"}')], ids=["text", "tool call"])
+@pytest.mark.parametrize(
+    ("tool", "reply"),
+    [(None, "Prefill reads the prompt; decode writes the answer."), ("get_weather", '{"city": "Paris"}')],
+    ids=["text", "tool call"],
+)
 @pytest.mark.parametrize("stream_options", [None, {"include_obfuscation": False}], ids=["no options", "other options"])
 async def test_the_caller_gets_exactly_the_chunks_the_bare_client_gets(
     simulator: Any, openai_client: Any, otel: Otel, tool: str | None, reply: str, stream_options: dict[str, Any] | None
 ) -> None:
     simulator.tool_call, simulator.reply = tool, reply
     options = {} if stream_options is None else {"stream_options": stream_options}
-    bare = await collect(await resolve(openai_client.chat.completions.create(
-        model=MODEL, messages=MESSAGES, stream=True, **options)))
-    wrapped = await collect(await resolve(_wrap(openai_client, otel).chat.completions.create(
-        model=MODEL, messages=MESSAGES, stream=True, **options)))
+    bare = await collect(
+        await resolve(openai_client.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True, **options))
+    )
+    wrapped = await collect(
+        await resolve(
+            _wrap(openai_client, otel).chat.completions.create(model=MODEL, messages=MESSAGES, stream=True, **options)
+        )
+    )
     assert simulator.requests[-1].body["stream_options"] == {**(stream_options or {}), **USAGE}
     assert len(wrapped) == len(bare)
     assert _seen(wrapped) == _seen(bare)
@@ -95,9 +105,16 @@ async def test_the_caller_gets_exactly_the_chunks_the_bare_client_gets(
     assert _root(otel)[sc.GEN_AI_USAGE_INPUT_TOKENS] > 0
 
 
-async def test_a_caller_who_asked_for_usage_gets_the_usage_chunk_as_sent(simulator: Any, openai_client: Any, otel: Otel) -> None:
-    chunks = await collect(await resolve(_wrap(openai_client, otel).chat.completions.create(
-        model=MODEL, messages=MESSAGES, stream=True, stream_options=USAGE)))
+async def test_a_caller_who_asked_for_usage_gets_the_usage_chunk_as_sent(
+    simulator: Any, openai_client: Any, otel: Otel
+) -> None:
+    chunks = await collect(
+        await resolve(
+            _wrap(openai_client, otel).chat.completions.create(
+                model=MODEL, messages=MESSAGES, stream=True, stream_options=USAGE
+            )
+        )
+    )
     assert chunks[-1].choices == [] and chunks[-1].usage is not None
     assert all("usage" in chunk.model_fields_set for chunk in chunks)
     assert _root(otel)[sc.GEN_AI_USAGE_INPUT_TOKENS] == chunks[-1].usage.prompt_tokens
@@ -115,21 +132,52 @@ class Cut:
 
 
 CUTS = {
-    "chat, loop guard": Cut("openai_client", lambda c: c.chat.completions.create(
-        model=MODEL, messages=MESSAGES, stream=True), "loop", exact=False),
-    "chat, closed by the caller": Cut("openai_client", lambda c: c.chat.completions.create(
-        model=MODEL, messages=MESSAGES, stream=True), "close", exact=False),
-    "chat, usage on every chunk, closed by the caller": Cut("openai_client", lambda c: c.chat.completions.create(
-        model=MODEL, messages=MESSAGES, stream=True, stream_options={**USAGE, "continuous_usage_stats": True}),
-        "close", exact=True),
-    "responses, loop guard": Cut("openai_client", lambda c: c.responses.create(
-        model=MODEL, input=MESSAGES, stream=True), "loop", exact=False),
-    "responses, client-side stop": Cut("openai_client", lambda c: c.responses.create(
-        model=MODEL, input=MESSAGES, stream=True), "stop", exact=False, policy=sdk.Policy(stop=("decode",))),
-    "messages, loop guard": Cut("anthropic_client", lambda c: c.messages.create(
-        model=CLAUDE, max_tokens=CAP, system=LONG_SYSTEM, messages=MESSAGES[1:], stream=True), "loop", exact=True),
-    "messages, closed by the caller": Cut("anthropic_client", lambda c: c.messages.create(
-        model=CLAUDE, max_tokens=CAP, system=LONG_SYSTEM, messages=MESSAGES[1:], stream=True), "close", exact=True),
+    "chat, loop guard": Cut(
+        "openai_client",
+        lambda c: c.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True),
+        "loop",
+        exact=False,
+    ),
+    "chat, closed by the caller": Cut(
+        "openai_client",
+        lambda c: c.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True),
+        "close",
+        exact=False,
+    ),
+    "chat, usage on every chunk, closed by the caller": Cut(
+        "openai_client",
+        lambda c: c.chat.completions.create(
+            model=MODEL, messages=MESSAGES, stream=True, stream_options={**USAGE, "continuous_usage_stats": True}
+        ),
+        "close",
+        exact=True,
+    ),
+    "responses, loop guard": Cut(
+        "openai_client", lambda c: c.responses.create(model=MODEL, input=MESSAGES, stream=True), "loop", exact=False
+    ),
+    "responses, client-side stop": Cut(
+        "openai_client",
+        lambda c: c.responses.create(model=MODEL, input=MESSAGES, stream=True),
+        "stop",
+        exact=False,
+        policy=sdk.Policy(stop=("decode",)),
+    ),
+    "messages, loop guard": Cut(
+        "anthropic_client",
+        lambda c: c.messages.create(
+            model=CLAUDE, max_tokens=CAP, system=LONG_SYSTEM, messages=MESSAGES[1:], stream=True
+        ),
+        "loop",
+        exact=True,
+    ),
+    "messages, closed by the caller": Cut(
+        "anthropic_client",
+        lambda c: c.messages.create(
+            model=CLAUDE, max_tokens=CAP, system=LONG_SYSTEM, messages=MESSAGES[1:], stream=True
+        ),
+        "close",
+        exact=True,
+    ),
 }
 
 
@@ -197,7 +245,9 @@ def _content_events(events: list[Any]) -> int:
 async def test_a_caller_who_stops_reading_at_the_finish_chunk_still_leaves_the_exact_usage_recorded(
     simulator: Any, openai_client: Any, otel: Otel
 ) -> None:
-    stream = await resolve(_wrap(openai_client, otel).chat.completions.create(model=MODEL, messages=MESSAGES, stream=True))
+    stream = await resolve(
+        _wrap(openai_client, otel).chat.completions.create(model=MODEL, messages=MESSAGES, stream=True)
+    )
     async for chunk in events_of(stream):
         if chunk.choices and chunk.choices[0].finish_reason is not None:
             break

@@ -31,8 +31,19 @@ from sdk.telemetry import semconv as sc
 from tests.sdk.helpers import DECODE_SECONDS_PER_TOKEN, collect, require, resolve
 
 CAP = 77
-FORMS = ("plain", "with_raw_response", "with_streaming_response", "client.with_raw_response", "client.with_streaming_response")
-_CAP_PARAM = {Api.CHAT: "max_completion_tokens", Api.RESPONSES: "max_output_tokens", Api.MESSAGES: "max_tokens", Api.COMPLETIONS: "max_tokens"}
+FORMS = (
+    "plain",
+    "with_raw_response",
+    "with_streaming_response",
+    "client.with_raw_response",
+    "client.with_streaming_response",
+)
+_CAP_PARAM = {
+    Api.CHAT: "max_completion_tokens",
+    Api.RESPONSES: "max_output_tokens",
+    Api.MESSAGES: "max_tokens",
+    Api.COMPLETIONS: "max_tokens",
+}
 
 
 class StructuredAnswer(pydantic.BaseModel):
@@ -111,9 +122,15 @@ CASES = list(_cases())
 def _tools(api: Api) -> list[dict[str, Any]]:
     schema = {"type": "object", "properties": {"q": {"type": "string"}}}
     if api is Api.CHAT:
-        return [{"type": "function", "function": {"name": n, "description": n, "parameters": schema, "strict": True}} for n in ("zeta", "alpha")]
+        return [
+            {"type": "function", "function": {"name": n, "description": n, "parameters": schema, "strict": True}}
+            for n in ("zeta", "alpha")
+        ]
     if api is Api.RESPONSES:
-        return [{"type": "function", "name": n, "description": n, "parameters": schema, "strict": False} for n in ("zeta", "alpha")]
+        return [
+            {"type": "function", "name": n, "description": n, "parameters": schema, "strict": False}
+            for n in ("zeta", "alpha")
+        ]
     return [{"name": n, "description": n, "input_schema": schema} for n in ("zeta", "alpha")]
 
 
@@ -128,9 +145,16 @@ def request_kwargs(case: PathCase) -> dict[str, Any]:
     elif case.api is Api.RESPONSES:
         kwargs = {"model": "gpt-4.1", "instructions": system, "input": "hi", "tools": _tools(case.api)}
     else:
-        kwargs = {"model": "claude-sonnet-4-6", "system": system, "messages": [{"role": "user", "content": "hi"}], "tools": _tools(case.api)}
+        kwargs = {
+            "model": "claude-sonnet-4-6",
+            "system": system,
+            "messages": [{"role": "user", "content": "hi"}],
+            "tools": _tools(case.api),
+        }
     if case.method == "parse":
-        kwargs[{Api.CHAT: "response_format", Api.RESPONSES: "text_format", Api.MESSAGES: "output_format"}[case.api]] = StructuredAnswer
+        kwargs[{Api.CHAT: "response_format", Api.RESPONSES: "text_format", Api.MESSAGES: "output_format"}[case.api]] = (
+            StructuredAnswer
+        )
     if case.stream and case.method == "create":
         kwargs["stream"] = True
     if case.kind is Kind.BATCH:
@@ -232,7 +256,9 @@ async def test_beta_responses_are_read_as_responses_usage_finish_and_output_text
     simulator.reply = "Beta answers are read too."
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(spans))
-    client = _client(PathCase("openai", ("beta", "responses"), "create", Api.RESPONSES, Kind.CALL, "plain", stream), simulator, mode)
+    client = _client(
+        PathCase("openai", ("beta", "responses"), "create", Api.RESPONSES, Kind.CALL, "plain", stream), simulator, mode
+    )
     require(client, "beta.responses")
     wrapped = sdk.wrap(client, sdk.Policy(capture_content=True), tracer_provider=provider)
 
@@ -250,7 +276,9 @@ async def test_beta_responses_are_read_as_responses_usage_finish_and_output_text
 
 async def test_a_cut_beta_responses_stream_ends_with_the_beta_incomplete_event(simulator, openai_client):
     simulator.loop(LOOP_UNIT)
-    simulator.token_delay = DECODE_SECONDS_PER_TOKEN  # still sending at the cut (without it, a busy client read all first)
+    simulator.token_delay = (
+        DECODE_SECONDS_PER_TOKEN  # still sending at the cut (without it, a busy client read all first)
+    )
     require(openai_client, "beta.responses")
     wrapped = sdk.wrap(openai_client, sdk.Policy(max_output_tokens=2000))
     events = await collect(await resolve(wrapped.beta.responses.create(model="gpt-4.1", input="go", stream=True)))

@@ -35,7 +35,10 @@ litellm = pytest.importorskip("litellm")
 CAP = 77  # the cap of `test_surface_paths`' cases, whose requests these re-send
 MODEL = "gpt-4.1"
 _SCHEMA = {"type": "object", "properties": {"q": {"type": "string"}}}
-TOOLS = [{"type": "function", "function": {"name": name, "description": name, "parameters": _SCHEMA}} for name in ("zeta", "alpha")]
+TOOLS = [
+    {"type": "function", "function": {"name": name, "description": name, "parameters": _SCHEMA}}
+    for name in ("zeta", "alpha")
+]
 MESSAGES = [{"role": "system", "content": "You answer briefly."}, {"role": "user", "content": "What is prefill?"}]
 
 
@@ -59,10 +62,14 @@ def _tool_names(body: dict[str, Any]) -> list[str]:
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
-async def test_litellm_with_a_wrapped_client_sends_the_rewritten_request_under_one_kvwise_span(simulator, openai_client, mode, spans, stream):
+async def test_litellm_with_a_wrapped_client_sends_the_rewritten_request_under_one_kvwise_span(
+    simulator, openai_client, mode, spans, stream
+):
     wrapped = _wrapped(openai_client, spans)
     complete = litellm.completion if mode == "sync" else litellm.acompletion
-    params = dict(model=f"openai/{MODEL}", messages=MESSAGES, tools=TOOLS, api_base=simulator.openai_base_url, api_key="test-key")
+    params = dict(
+        model=f"openai/{MODEL}", messages=MESSAGES, tools=TOOLS, api_base=simulator.openai_base_url, api_key="test-key"
+    )
 
     response = await resolve(complete(client=wrapped, stream=stream, **params))
     events = await collect(response) if stream else [response]
@@ -87,14 +94,18 @@ def _send(client: Any, via: str, path: str, body: dict[str, Any], cast_to: Any, 
     """`client.post(...)`, or the `client.request(...)` that `post` itself makes of it."""
     stream_cls = (openai.Stream if isinstance(client, openai.OpenAI) else openai.AsyncStream)[ChatCompletionChunk]
     if via == "post":
-        return client.post(path, body=body, cast_to=cast_to, options={"headers": {"x-app": "1"}}, stream=stream, stream_cls=stream_cls)
+        return client.post(
+            path, body=body, cast_to=cast_to, options={"headers": {"x-app": "1"}}, stream=stream, stream_cls=stream_cls
+        )
     options = FinalRequestOptions.construct(method="post", url=path, json_data=body, headers={"x-app": "1"})
     return client.request(cast_to, options, stream=stream, stream_cls=stream_cls)
 
 
 @pytest.mark.parametrize("via", ["post", "request"])
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
-async def test_a_raw_send_to_a_model_path_goes_through_kvwise_and_answers_as_the_bare_client_does(simulator, openai_client, mode, spans, via, stream):
+async def test_a_raw_send_to_a_model_path_goes_through_kvwise_and_answers_as_the_bare_client_does(
+    simulator, openai_client, mode, spans, via, stream
+):
     body = {"model": MODEL, "messages": MESSAGES, "tools": TOOLS, **({"stream": True} if stream else {})}
     bare = await resolve(_send(openai_client, via, "/chat/completions", dict(body), ChatCompletion, stream))
     bare_events = await collect(bare) if stream else [bare]
@@ -136,7 +147,9 @@ def _fresh(case: PathCase, simulator: Any, mode: str) -> Any:
     sync = mode == "sync"
     if case.package == "openai":
         return (openai.OpenAI if sync else openai.AsyncOpenAI)(base_url=simulator.openai_base_url, api_key="k")
-    return (anthropic.Anthropic if sync else anthropic.AsyncAnthropic)(base_url=simulator.anthropic_base_url, api_key="k")
+    return (anthropic.Anthropic if sync else anthropic.AsyncAnthropic)(
+        base_url=simulator.anthropic_base_url, api_key="k"
+    )
 
 
 def _recording_post(client: Any, sent: list[tuple[tuple[Any, ...], dict[str, Any], list[Any]]]) -> None:
@@ -161,12 +174,16 @@ def _recording_post(client: Any, sent: list[tuple[tuple[Any, ...], dict[str, Any
 
 
 @pytest.mark.parametrize("case", ROUTE_CASES, ids=str)
-async def test_what_each_intercepted_method_posts_goes_through_kvwise_when_a_framework_posts_it_itself(case, simulator, mode, spans):
+async def test_what_each_intercepted_method_posts_goes_through_kvwise_when_a_framework_posts_it_itself(
+    case, simulator, mode, spans
+):
     bare = _fresh(case, simulator, mode)
     sent: list[tuple[tuple[Any, ...], dict[str, Any], list[Any]]] = []
     _recording_post(bare, sent)
     kwargs = request_kwargs(case)
-    if case.api is Api.MESSAGES and case.kind is not Kind.COUNT:  # the bare client needs a limit; kvwise clamps it to the cap
+    if (
+        case.api is Api.MESSAGES and case.kind is not Kind.COUNT
+    ):  # the bare client needs a limit; kvwise clamps it to the cap
         for params in [request["params"] for request in kwargs["requests"]] if case.kind is Kind.BATCH else [kwargs]:
             params["max_tokens"] = 1000
     await run_case(case, target_method(bare, case), kwargs)

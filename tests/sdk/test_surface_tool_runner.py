@@ -116,7 +116,9 @@ async def test_the_tool_runners_turns_go_through_kvwise_and_its_loop_is_the_bare
 
 
 IN_THIS_THREAD = (  # the runner's own thread switch, where the installed release has one (anthropic 2.x)
-    {"thread": False} if "thread" in inspect.signature(anthropic.resources.beta.messages.Messages.tool_runner).parameters else {}
+    {"thread": False}
+    if "thread" in inspect.signature(anthropic.resources.beta.messages.Messages.tool_runner).parameters
+    else {}
 )
 
 
@@ -144,7 +146,10 @@ async def test_a_tools_list_the_caller_edits_in_place_reaches_each_turn_sorted_a
     ):
         weather_tool = _tools(mode)[0]
         # the definitions as the API takes them (anthropic before 2.x sends a params list as it is given)
-        tools: list[Any] = [weather_tool.to_dict(), {"type": "custom", "name": "zeta", "input_schema": {"type": "object"}}]
+        tools: list[Any] = [
+            weather_tool.to_dict(),
+            {"type": "custom", "name": "zeta", "input_schema": {"type": "object"}},
+        ]
         runner = make(cls(base_url=canned.url, api_key="k", max_retries=0)).beta.messages.tool_runner(
             model=MODEL, max_tokens=1000, messages=USER, tools=[weather_tool], max_iterations=3, **IN_THIS_THREAD
         )

@@ -29,8 +29,12 @@ _SKIP = frozenset({"with_raw_response", "with_streaming_response"})
 CLIENTS = {
     "OpenAI": lambda: openai.OpenAI(api_key="k", base_url="http://127.0.0.1:9/v1"),
     "AsyncOpenAI": lambda: openai.AsyncOpenAI(api_key="k", base_url="http://127.0.0.1:9/v1"),
-    "AzureOpenAI": lambda: openai.AzureOpenAI(api_key="k", api_version="2024-10-21", azure_endpoint="https://x.openai.azure.com"),
-    "AsyncAzureOpenAI": lambda: openai.AsyncAzureOpenAI(api_key="k", api_version="2024-10-21", azure_endpoint="https://x.openai.azure.com"),
+    "AzureOpenAI": lambda: openai.AzureOpenAI(
+        api_key="k", api_version="2024-10-21", azure_endpoint="https://x.openai.azure.com"
+    ),
+    "AsyncAzureOpenAI": lambda: openai.AsyncAzureOpenAI(
+        api_key="k", api_version="2024-10-21", azure_endpoint="https://x.openai.azure.com"
+    ),
     "Anthropic": lambda: anthropic.Anthropic(api_key="k"),
     "AsyncAnthropic": lambda: anthropic.AsyncAnthropic(api_key="k"),
     "AnthropicBedrock": lambda: anthropic.AnthropicBedrock(aws_region="us-east-1", api_key="k"),
@@ -92,7 +96,11 @@ def unclassified(client: Any) -> list[str]:
             handled |= set(surface.on_wrapped_client(package, child_path))
             for method in _model_methods(child):
                 full = (*child_path, method)
-                if method not in handled and full not in surface.REBOUND[package] and not _passes_through(package, full):
+                if (
+                    method not in handled
+                    and full not in surface.REBOUND[package]
+                    and not _passes_through(package, full)
+                ):
                     missing.append(".".join(full))
             walk(child, child_path)
 

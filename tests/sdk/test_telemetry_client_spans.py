@@ -31,7 +31,8 @@ from tests.sdk.helpers import anthropic_traces_itself, collect, resolve
 from tests.sdk.test_telemetry_spans import Otel, otel  # noqa: F401
 
 pytestmark = pytest.mark.skipif(  # this module's subject
-    not anthropic_traces_itself(), reason="the installed anthropic traces nothing of its own (open_telemetry=, from 2.x)"
+    not anthropic_traces_itself(),
+    reason="the installed anthropic traces nothing of its own (open_telemetry=, from 2.x)",
 )
 
 CLAUDE = "claude-sonnet-4-6"
@@ -267,7 +268,9 @@ async def test_a_client_whose_own_tracing_is_off_is_traced_by_kvwise_no_more_tha
         with monkeypatch.context() as patched:
             for name in TRACING_API:
                 original = getattr(trace, name)
-                patched.setattr(trace, name, lambda *a, _f=original, _n=name, _s=seen, **k: _s.append(_n) or _f(*a, **k))
+                patched.setattr(
+                    trace, name, lambda *a, _f=original, _n=name, _s=seen, **k: _s.append(_n) or _f(*a, **k)
+                )
             client = _client(simulator, mode, "anthropic", **options)
             client = client if bare else sdk.wrap(client)
             for name in ("messages", "messages, streamed", "messages.stream helper"):

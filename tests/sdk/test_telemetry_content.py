@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from sdk.call import Api, Provider, Usage
+from sdk.lifecycle import CallEnd, Ending
 from sdk.policy import Policy
 from sdk.telemetry import content
 from sdk.telemetry import semconv as sc
 from sdk.telemetry.semconv import ContentCapture
-from sdk.lifecycle import CallEnd, Ending
 from tests.sdk.test_telemetry_spans import SERVER, Otel, make_call, otel  # noqa: F401
 
 SECRET_PROMPT, SECRET_SYSTEM, SECRET_ANSWER = "zebra-prompt-text", "okapi-system-text", "narwhal-answer-text"
@@ -54,14 +54,22 @@ def test_the_policy_overrides_the_environment(policy: bool | None, env: str | No
 
 
 def test_chat_messages_with_tool_calls_map_to_semconv_parts() -> None:
-    call = make_call(messages=[
-        {"role": "system", "content": "Be brief."},
-        {"role": "user", "content": [{"type": "text", "text": "Weather?"}, {"type": "image_url", "image_url": {"url": "x"}}]},
-        {"role": "assistant", "content": None,
-         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}]},
-        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
-        {"role": "user", "content": "Thanks"},
-    ])
+    call = make_call(
+        messages=[
+            {"role": "system", "content": "Be brief."},
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "Weather?"}, {"type": "image_url", "image_url": {"url": "x"}}],
+            },
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+            {"role": "user", "content": "Thanks"},
+        ]
+    )
     assert content.system_instructions(call) == [{"type": "text", "content": "Be brief."}]
     assert content.input_messages(call) == [
         {"role": "user", "parts": [{"type": "text", "content": "Weather?"}, {"type": "image_url"}]},
@@ -72,37 +80,68 @@ def test_chat_messages_with_tool_calls_map_to_semconv_parts() -> None:
 
 
 def test_anthropic_blocks_map_to_semconv_parts() -> None:
-    call = make_call(Api.MESSAGES, Provider.ANTHROPIC, max_tokens=5, system="Be brief.", messages=[
-        {"role": "user", "content": "Weather?"},
-        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "weather", "input": {"city": "Oslo"}}]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "sunny"}]}]},
-    ])
+    call = make_call(
+        Api.MESSAGES,
+        Provider.ANTHROPIC,
+        max_tokens=5,
+        system="Be brief.",
+        messages=[
+            {"role": "user", "content": "Weather?"},
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "t1", "name": "weather", "input": {"city": "Oslo"}}],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "sunny"}]}
+                ],
+            },
+        ],
+    )
     assert content.system_instructions(call) == [{"type": "text", "content": "Be brief."}]
     assert content.input_messages(call)[1:] == [
-        {"role": "assistant", "parts": [{"type": "tool_call", "id": "t1", "name": "weather", "arguments": {"city": "Oslo"}}]},
+        {
+            "role": "assistant",
+            "parts": [{"type": "tool_call", "id": "t1", "name": "weather", "arguments": {"city": "Oslo"}}],
+        },
         {"role": "user", "parts": [{"type": "tool_call_response", "id": "t1", "response": "sunny"}]},
     ]
 
 
 def test_responses_items_and_instructions_map_to_semconv_parts() -> None:
-    call = make_call(Api.RESPONSES, instructions="Be brief.", input=[
-        {"role": "user", "content": [{"type": "input_text", "text": "Weather?"}]},
-        {"type": "function_call", "call_id": "f1", "name": "weather", "arguments": "{}"},
-        {"type": "function_call_output", "call_id": "f1", "output": "sunny"},
-    ])
+    call = make_call(
+        Api.RESPONSES,
+        instructions="Be brief.",
+        input=[
+            {"role": "user", "content": [{"type": "input_text", "text": "Weather?"}]},
+            {"type": "function_call", "call_id": "f1", "name": "weather", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "f1", "output": "sunny"},
+        ],
+    )
     assert content.system_instructions(call) == [{"type": "text", "content": "Be brief."}]
     assert [m["role"] for m in content.input_messages(call)] == ["user", "assistant", "tool"]
-    assert content.output_messages("Sunny.") == [{"role": "assistant", "parts": [{"type": "text", "content": "Sunny."}]}]
+    assert content.output_messages("Sunny.") == [
+        {"role": "assistant", "parts": [{"type": "text", "content": "Sunny."}]}
+    ]
 
 
 def _run_secret_call(otel: Otel, policy: Policy) -> None:
-    call = make_call(messages=[{"role": "system", "content": SECRET_SYSTEM}, {"role": "user", "content": SECRET_PROMPT}],
-                     stream=True)
+    call = make_call(
+        messages=[{"role": "system", "content": SECRET_SYSTEM}, {"role": "user", "content": SECRET_PROMPT}], stream=True
+    )
     record = otel.telemetry(policy).start(call, SERVER)
     record.attempt(1)
     record.first_chunk()
     record.chunk()
-    record.end(CallEnd(Ending.ANSWERED, usage=Usage(input_tokens=10, output_tokens=2), output_text=SECRET_ANSWER, finish_reasons=("stop",)))
+    record.end(
+        CallEnd(
+            Ending.ANSWERED,
+            usage=Usage(input_tokens=10, output_tokens=2),
+            output_text=SECRET_ANSWER,
+            finish_reasons=("stop",),
+        )
+    )
 
 
 def _everything_exported(otel: Otel) -> str:
@@ -141,10 +180,16 @@ def test_captured_content_goes_where_the_variable_says(otel: Otel, monkeypatch: 
         assert event.event_name == sc.GEN_AI_INFERENCE_DETAILS_EVENT
         assert event.span_id == root.context.span_id
         assert {key: _plain(event.attributes[key]) for key in captured} == captured  # structured, not JSON strings
-        assert dict(event.attributes).items() >= {  # the span's attributes ride along
-            sc.GEN_AI_OPERATION_NAME: "chat", sc.GEN_AI_REQUEST_MODEL: "gpt-4o-mini", sc.GEN_AI_REQUEST_STREAM: True,
-            sc.GEN_AI_USAGE_INPUT_TOKENS: 10, sc.GEN_AI_USAGE_OUTPUT_TOKENS: 2,
-        }.items()
+        assert (
+            dict(event.attributes).items()
+            >= {  # the span's attributes ride along
+                sc.GEN_AI_OPERATION_NAME: "chat",
+                sc.GEN_AI_REQUEST_MODEL: "gpt-4o-mini",
+                sc.GEN_AI_REQUEST_STREAM: True,
+                sc.GEN_AI_USAGE_INPUT_TOKENS: 10,
+                sc.GEN_AI_USAGE_OUTPUT_TOKENS: 2,
+            }.items()
+        )
         assert tuple(event.attributes[sc.GEN_AI_RESPONSE_FINISH_REASONS]) == ("stop",)
     else:
         assert events == []

@@ -12,8 +12,8 @@ import pytest
 
 import sdk
 from sdk.call import Usage
-from sdk.telemetry import semconv as sc
 from sdk.lifecycle import CallEnd, Ending
+from sdk.telemetry import semconv as sc
 from tests.sdk.helpers import LONG_SYSTEM, collect, resolve
 from tests.sdk.test_telemetry_spans import SERVER, Otel, make_call, otel  # noqa: F401
 
@@ -34,7 +34,9 @@ async def test_a_stream_broken_after_its_first_content_reports_the_error_finish_
     simulator: Any, openai_client: Any, otel: Otel
 ) -> None:
     simulator.cut_stream_after(3, mode="drop")
-    stream = await resolve(_wrap(openai_client, otel).chat.completions.create(model=MODEL, messages=QUESTION, stream=True))
+    stream = await resolve(
+        _wrap(openai_client, otel).chat.completions.create(model=MODEL, messages=QUESTION, stream=True)
+    )
     with pytest.raises(sdk.StreamTruncated):
         await collect(stream)
     attributes = _root(otel)
@@ -43,10 +45,14 @@ async def test_a_stream_broken_after_its_first_content_reports_the_error_finish_
     assert attributes[sc.LLM_FINISH_REASON] == "error"
 
 
-async def test_an_abandoned_stream_reports_no_error_and_no_finish_reason(simulator: Any, anthropic_client: Any, otel: Otel) -> None:
+async def test_an_abandoned_stream_reports_no_error_and_no_finish_reason(
+    simulator: Any, anthropic_client: Any, otel: Otel
+) -> None:
     simulator.reply = "one two three four five six seven eight nine ten"
     wrapped = _wrap(anthropic_client, otel)
-    stream = await resolve(wrapped.messages.create(model="claude-haiku-4-5", max_tokens=64, messages=QUESTION, stream=True))
+    stream = await resolve(
+        wrapped.messages.create(model="claude-haiku-4-5", max_tokens=64, messages=QUESTION, stream=True)
+    )
     if hasattr(stream, "__aiter__"):
         iterator = stream.__aiter__()
         for _ in range(5):
@@ -78,8 +84,12 @@ async def test_a_complete_call_keeps_its_own_finish_reason_and_a_failed_request_
 
 def test_token_usage_is_recorded_for_successful_operations_only(otel: Otel) -> None:
     telemetry = otel.telemetry()
-    telemetry.start(make_call(), SERVER).end(CallEnd(Ending.ANSWERED, usage=Usage(input_tokens=100, output_tokens=10), finish_reasons=("stop",)))
-    telemetry.start(make_call(stream=True), SERVER).end(CallEnd(Ending.FAILED, usage=Usage(input_tokens=40, output_tokens=3), error="stream_truncated"))
+    telemetry.start(make_call(), SERVER).end(
+        CallEnd(Ending.ANSWERED, usage=Usage(input_tokens=100, output_tokens=10), finish_reasons=("stop",))
+    )
+    telemetry.start(make_call(stream=True), SERVER).end(
+        CallEnd(Ending.FAILED, usage=Usage(input_tokens=40, output_tokens=3), error="stream_truncated")
+    )
     points = list(otel.metrics()[sc.GEN_AI_CLIENT_TOKEN_USAGE].data.data_points)
     assert {point.attributes[sc.GEN_AI_TOKEN_TYPE]: point.sum for point in points} == {"input": 100, "output": 10}
     durations = list(otel.metrics()[sc.GEN_AI_CLIENT_OPERATION_DURATION].data.data_points)
@@ -113,10 +123,7 @@ async def test_concurrent_asyncio_tasks_each_keep_their_own_conversation_id(simu
         tasks = [asyncio.create_task(turn(f"c{i}", f"question {i}")) for i in range(4)]
         tasks.append(asyncio.create_task(wrapped.chat.completions.create(model=MODEL, messages=QUESTION)))
         await asyncio.gather(*tasks)
-    ids = {
-        span.attributes[sc.GEN_AI_CONVERSATION_ID]
-        for span in otel.spans()
-    }
+    ids = {span.attributes[sc.GEN_AI_CONVERSATION_ID] for span in otel.spans()}
     assert ids == {"c0", "c1", "c2", "c3", "outer"}
 
 
@@ -128,8 +135,9 @@ def test_a_conversation_id_must_be_a_non_empty_string() -> None:
 
 
 async def test_openai_service_tier_and_system_fingerprint_are_recorded(openai_client: Any, otel: Otel) -> None:
-    answer = await resolve(_wrap(openai_client, otel).chat.completions.create(
-        model=MODEL, messages=QUESTION, service_tier="flex"))
+    answer = await resolve(
+        _wrap(openai_client, otel).chat.completions.create(model=MODEL, messages=QUESTION, service_tier="flex")
+    )
     attributes = _root(otel)
     assert attributes[sc.OPENAI_REQUEST_SERVICE_TIER] == "flex"
     assert answer.service_tier and attributes[sc.OPENAI_RESPONSE_SERVICE_TIER] == answer.service_tier
@@ -142,10 +150,15 @@ async def test_openinference_cost_split_adds_up_to_the_prompt_cost(openai_client
     for _ in range(2):  # the second call reads what the first wrote
         await resolve(wrapped.chat.completions.create(model="gpt-5.6", messages=messages))
     second = dict(otel.spans()[-1].attributes or {})
-    parts = (sc.LLM_COST_PROMPT_DETAILS_INPUT, sc.LLM_COST_PROMPT_DETAILS_CACHE_READ, sc.LLM_COST_PROMPT_DETAILS_CACHE_WRITE)
+    parts = (
+        sc.LLM_COST_PROMPT_DETAILS_INPUT,
+        sc.LLM_COST_PROMPT_DETAILS_CACHE_READ,
+        sc.LLM_COST_PROMPT_DETAILS_CACHE_WRITE,
+    )
     assert second[sc.KVWISE_COST_CACHED_INPUT_USD] > 0
     assert second[sc.LLM_COST_PROMPT_DETAILS_CACHE_READ] == pytest.approx(second[sc.KVWISE_COST_CACHED_INPUT_USD])
     assert sum(second[name] for name in parts) == pytest.approx(second[sc.LLM_COST_PROMPT])
     assert second[sc.LLM_COST_PROMPT_DETAILS_CACHE_INPUT] == pytest.approx(
-        second[sc.LLM_COST_PROMPT_DETAILS_CACHE_READ] + second[sc.LLM_COST_PROMPT_DETAILS_CACHE_WRITE])
+        second[sc.LLM_COST_PROMPT_DETAILS_CACHE_READ] + second[sc.LLM_COST_PROMPT_DETAILS_CACHE_WRITE]
+    )
     assert second[sc.LLM_FINISH_REASON] == "stop"

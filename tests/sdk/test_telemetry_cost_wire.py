@@ -35,8 +35,11 @@ async def test_a_one_hour_ttl_anthropic_call_is_priced_with_the_one_hour_write_r
     anthropic_client: Any, otel: Otel
 ) -> None:
     wrapped = _wrap(anthropic_client, otel, sdk.Policy(cache_ttl="1h"))
-    answer = await resolve(wrapped.messages.create(
-        model=CLAUDE, max_tokens=64, system=LONG_SYSTEM, messages=[{"role": "user", "content": "What is prefill?"}]))
+    answer = await resolve(
+        wrapped.messages.create(
+            model=CLAUDE, max_tokens=64, system=LONG_SYSTEM, messages=[{"role": "user", "content": "What is prefill?"}]
+        )
+    )
     usage = answer.usage
     written_1h = usage.cache_creation.ephemeral_1h_input_tokens
     assert written_1h == usage.cache_creation_input_tokens > 0  # every write had the 1h TTL
@@ -72,12 +75,20 @@ async def test_a_streamed_one_hour_ttl_call_keeps_the_one_hour_rate_from_message
     anthropic_client: Any, otel: Otel
 ) -> None:
     wrapped = _wrap(anthropic_client, otel, sdk.Policy(cache_ttl="1h"))
-    stream = await resolve(wrapped.messages.create(
-        model=CLAUDE, max_tokens=64, system=LONG_SYSTEM, messages=[{"role": "user", "content": "What is prefill?"}],
-        stream=True))
+    stream = await resolve(
+        wrapped.messages.create(
+            model=CLAUDE,
+            max_tokens=64,
+            system=LONG_SYSTEM,
+            messages=[{"role": "user", "content": "What is prefill?"}],
+            stream=True,
+        )
+    )
     events = await collect(stream)
     start_usage = events[0].message.usage
     written_1h = start_usage.cache_creation.ephemeral_1h_input_tokens
     assert written_1h == start_usage.cache_creation_input_tokens > 0
     [root] = [span for span in otel.spans() if span.parent is None]
-    assert (root.attributes or {})[sc.KVWISE_COST_CACHE_WRITE_USD] == pytest.approx(written_1h * SONNET_4_6["write_1h"] / 1e6)
+    assert (root.attributes or {})[sc.KVWISE_COST_CACHE_WRITE_USD] == pytest.approx(
+        written_1h * SONNET_4_6["write_1h"] / 1e6
+    )

@@ -43,8 +43,12 @@ def _seconds(span: ReadableSpan) -> float:
 def traced_anthropic_client(simulator: Any, mode: str, otel: Otel) -> Any:
     """An Anthropic client whose own tracing (on by default in 2.x) goes to the test's provider."""
     cls = anthropic.Anthropic if mode == "sync" else anthropic.AsyncAnthropic
-    return cls(base_url=simulator.anthropic_base_url, api_key="test-key", max_retries=0,
-               open_telemetry={"tracer_provider": otel.tracer_provider})
+    return cls(
+        base_url=simulator.anthropic_base_url,
+        api_key="test-key",
+        max_retries=0,
+        open_telemetry={"tracer_provider": otel.tracer_provider},
+    )
 
 
 async def test_a_slow_first_token_shows_as_prefill_and_a_repeated_long_prompt_as_cache_reads(
@@ -54,8 +58,13 @@ async def test_a_slow_first_token_shows_as_prefill_and_a_repeated_long_prompt_as
     wrapped = _wrap(openai_client, otel)
     messages = [{"role": "system", "content": LONG_SYSTEM}, {"role": "user", "content": "What is prefill?"}]
     for _ in range(2):
-        await collect(await resolve(wrapped.chat.completions.create(
-            model=MODEL, messages=messages, stream=True, stream_options=USAGE_IN_STREAM)))
+        await collect(
+            await resolve(
+                wrapped.chat.completions.create(
+                    model=MODEL, messages=messages, stream=True, stream_options=USAGE_IN_STREAM
+                )
+            )
+        )
     roots = _roots(otel)
     assert [root.name for root in roots] == [f"chat {MODEL}"] * 2
     for root in roots:
@@ -74,8 +83,10 @@ async def test_anthropic_cache_reads_and_writes_are_recorded_under_one_root_span
     wrapped = _wrap(traced_anthropic_client, otel)
     turns: list[dict[str, Any]] = [{"role": "user", "content": "What is prefill?"}]
     first = await resolve(wrapped.messages.create(model=CLAUDE, max_tokens=64, system=LONG_SYSTEM, messages=turns))
-    turns += [{"role": "assistant", "content": f"{first.content[0].text} {LONG_SYSTEM}"},
-              {"role": "user", "content": "And decode?"}]
+    turns += [
+        {"role": "assistant", "content": f"{first.content[0].text} {LONG_SYSTEM}"},
+        {"role": "user", "content": "And decode?"},
+    ]
     second = await resolve(wrapped.messages.create(model=CLAUDE, max_tokens=64, system=LONG_SYSTEM, messages=turns))
     roots = _roots(otel)
     assert [root.name for root in roots] == [f"chat {CLAUDE}"] * 2
@@ -94,8 +105,13 @@ async def test_an_anthropic_stream_has_its_phases_and_the_clients_own_span_under
     traced_anthropic_client: Any, otel: Otel
 ) -> None:
     wrapped = _wrap(traced_anthropic_client, otel)
-    await collect(await resolve(wrapped.messages.create(
-        model=CLAUDE, max_tokens=64, messages=[{"role": "user", "content": "Hi"}], stream=True)))
+    await collect(
+        await resolve(
+            wrapped.messages.create(
+                model=CLAUDE, max_tokens=64, messages=[{"role": "user", "content": "Hi"}], stream=True
+            )
+        )
+    )
     [root] = _roots(otel)
     assert set(_children(otel, root)) == {"prefill", "decode", "anthropic.messages.create"}
     assert len(otel.spans()) == 4
@@ -107,8 +123,11 @@ async def test_metrics_are_recorded_after_streamed_and_non_streamed_calls(
     wrapped = _wrap(openai_client, otel)
     messages = [{"role": "user", "content": "Hi"}]
     await resolve(wrapped.chat.completions.create(model=MODEL, messages=messages))
-    await collect(await resolve(wrapped.chat.completions.create(
-        model=MODEL, messages=messages, stream=True, stream_options=USAGE_IN_STREAM)))
+    await collect(
+        await resolve(
+            wrapped.chat.completions.create(model=MODEL, messages=messages, stream=True, stream_options=USAGE_IN_STREAM)
+        )
+    )
     metrics = otel.metrics()
     assert {name: metrics[name].unit for name in metrics} == {
         sc.GEN_AI_CLIENT_TOKEN_USAGE: "{token}",
@@ -127,8 +146,11 @@ async def test_metrics_are_recorded_after_streamed_and_non_streamed_calls(
 async def _secret_stream(client: Any, otel: Otel, policy: sdk.Policy | None = None) -> None:
     wrapped = _wrap(client, otel, policy)
     messages = [{"role": "system", "content": SECRET_SYSTEM}, {"role": "user", "content": SECRET_PROMPT}]
-    await collect(await resolve(wrapped.chat.completions.create(
-        model=MODEL, messages=messages, stream=True, stream_options=USAGE_IN_STREAM)))
+    await collect(
+        await resolve(
+            wrapped.chat.completions.create(model=MODEL, messages=messages, stream=True, stream_options=USAGE_IN_STREAM)
+        )
+    )
 
 
 async def test_no_content_reaches_spans_events_or_metrics_by_default(
@@ -154,7 +176,8 @@ async def test_with_capture_on_the_messages_appear_in_the_semconv_attributes(
     attributes = _roots(otel)[0].attributes or {}
     assert json.loads(attributes[sc.GEN_AI_SYSTEM_INSTRUCTIONS]) == [{"type": "text", "content": SECRET_SYSTEM}]
     assert json.loads(attributes[sc.GEN_AI_INPUT_MESSAGES])[-1] == {
-        "role": "user", "parts": [{"type": "text", "content": SECRET_PROMPT}]
+        "role": "user",
+        "parts": [{"type": "text", "content": SECRET_PROMPT}],
     }
     [answer] = json.loads(attributes[sc.GEN_AI_OUTPUT_MESSAGES])
     assert answer["role"] == "assistant" and SECRET_ANSWER in answer["parts"][0]["content"]
@@ -164,8 +187,11 @@ async def test_a_loop_guard_trip_is_visible_on_the_span(simulator: Any, openai_c
     simulator.loop("I will keep repeating this sentence. ")
     simulator.token_delay = 0.002
     wrapped = _wrap(openai_client, otel, sdk.Policy(max_output_tokens=2000))
-    await collect(await resolve(wrapped.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "Talk."}], stream=True)))
+    await collect(
+        await resolve(
+            wrapped.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Talk."}], stream=True)
+        )
+    )
     attributes = _roots(otel)[0].attributes or {}
     assert attributes[sc.KVWISE_GUARD_TRIPPED] == "loop"
     assert 0 < attributes[sc.KVWISE_GUARD_TOKENS_SAVED] < 2000
@@ -176,7 +202,11 @@ async def test_a_retried_call_is_one_span_with_two_attempts(simulator: Any, open
     """The client's own retry, counted from what its answer says: a stream's request (a parsed answer keeps no trace)."""
     simulator.fail(status=429, times=1, headers={"retry-after-ms": "5"})
     wrapped = _wrap(openai_client, otel)
-    await collect(await resolve(wrapped.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi"}], stream=True)))
+    await collect(
+        await resolve(
+            wrapped.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi"}], stream=True)
+        )
+    )
     [root] = _roots(otel)
     assert (root.attributes or {})[sc.KVWISE_ATTEMPTS] == 2 and sc.ERROR_TYPE not in (root.attributes or {})
 

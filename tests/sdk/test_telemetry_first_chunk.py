@@ -8,8 +8,8 @@ from time import time_ns
 from typing import Any
 
 import sdk
-from sdk.telemetry import semconv as sc
 from sdk.lifecycle import CallEnd, Ending
+from sdk.telemetry import semconv as sc
 from tests.sdk.helpers import collect, resolve
 from tests.sdk.test_telemetry_spans import SERVER, Otel, make_call, otel  # noqa: F401
 
@@ -51,7 +51,9 @@ async def test_a_retried_stream_measures_from_the_attempt_that_answered(
     simulator: Any, openai_client: Any, otel: Otel
 ) -> None:
     simulator.fail(503, headers={"retry-after-ms": RETRY_AFTER_MS})
-    stream = await resolve(_wrap(openai_client, otel).chat.completions.create(model="gpt-4o-mini", messages=QUESTION, stream=True))
+    stream = await resolve(
+        _wrap(openai_client, otel).chat.completions.create(model="gpt-4o-mini", messages=QUESTION, stream=True)
+    )
     await collect(stream)
     root, phases = _call_and_phases(otel)
     ttft_ns = root.attributes[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] * 1e9
@@ -67,10 +69,18 @@ async def test_a_stream_of_tool_call_deltas_only_gets_a_time_to_first_chunk_and_
 ) -> None:
     simulator.tool_call = "get_weather"
     simulator.reply = '{"city": "Paris", "unit": "celsius"}'
-    await collect(await resolve(_wrap(openai_client, otel).chat.completions.create(
-        model="gpt-4o-mini", messages=QUESTION, stream=True)))
-    await collect(await resolve(_wrap(anthropic_client, otel).messages.create(
-        model="claude-haiku-4-5", max_tokens=64, messages=QUESTION, stream=True)))
+    await collect(
+        await resolve(
+            _wrap(openai_client, otel).chat.completions.create(model="gpt-4o-mini", messages=QUESTION, stream=True)
+        )
+    )
+    await collect(
+        await resolve(
+            _wrap(anthropic_client, otel).messages.create(
+                model="claude-haiku-4-5", max_tokens=64, messages=QUESTION, stream=True
+            )
+        )
+    )
     roots = [span for span in otel.spans() if span.parent is None]
     assert len(roots) == 2
     for root in roots:
@@ -86,8 +96,13 @@ async def test_the_first_chunk_is_the_first_one_received_even_a_header_before_an
     simulator: Any, anthropic_client: Any, otel: Otel
 ) -> None:
     simulator.first_content_delay = CONTENT_GAP_S  # message_start, then a pause, then the first text delta
-    await collect(await resolve(_wrap(anthropic_client, otel).messages.create(
-        model="claude-haiku-4-5", max_tokens=64, messages=QUESTION, stream=True)))
+    await collect(
+        await resolve(
+            _wrap(anthropic_client, otel).messages.create(
+                model="claude-haiku-4-5", max_tokens=64, messages=QUESTION, stream=True
+            )
+        )
+    )
     root, phases = _call_and_phases(otel)
     prefill_ns = phases["prefill"].end_time - phases["prefill"].start_time  # to the first content chunk
     assert prefill_ns >= CONTENT_GAP_S * 1e9

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from sdk.call import Api, Provider, Usage
-from sdk.telemetry import semconv as sc
 from sdk.lifecycle import CallEnd, Ending
+from sdk.telemetry import semconv as sc
 from tests.sdk.test_telemetry_spans import SERVER, Otel, make_call, otel, stream_through  # noqa: F401
 
 
@@ -36,8 +36,14 @@ def test_histograms_have_semconv_names_units_and_bucket_boundaries(otel: Otel) -
 
 
 def test_token_usage_is_recorded_per_token_type_with_the_call_identity(otel: Otel) -> None:
-    record = otel.telemetry().start(make_call(Api.MESSAGES, Provider.ANTHROPIC, model="claude-haiku-4-5", max_tokens=9), SERVER)
-    record.end(CallEnd(Ending.ANSWERED, usage=Usage(input_tokens=1200, output_tokens=9), response_model="claude-haiku-4-5-20251001"))
+    record = otel.telemetry().start(
+        make_call(Api.MESSAGES, Provider.ANTHROPIC, model="claude-haiku-4-5", max_tokens=9), SERVER
+    )
+    record.end(
+        CallEnd(
+            Ending.ANSWERED, usage=Usage(input_tokens=1200, output_tokens=9), response_model="claude-haiku-4-5-20251001"
+        )
+    )
     by_type = {p.attributes[sc.GEN_AI_TOKEN_TYPE]: p for p in _points(otel, sc.GEN_AI_CLIENT_TOKEN_USAGE)}
     assert by_type["input"].sum == 1200 and by_type["output"].sum == 9
     assert dict(by_type["input"].attributes) == {
@@ -60,7 +66,9 @@ def test_time_per_output_chunk_is_one_mean_per_streamed_call(otel: Otel) -> None
 
 
 def test_a_non_streamed_call_records_no_chunk_metrics(otel: Otel) -> None:
-    otel.telemetry().start(make_call(), SERVER).end(CallEnd(Ending.ANSWERED, usage=Usage(input_tokens=1, output_tokens=1)))
+    otel.telemetry().start(make_call(), SERVER).end(
+        CallEnd(Ending.ANSWERED, usage=Usage(input_tokens=1, output_tokens=1))
+    )
     metrics = otel.metrics()
     assert sc.GEN_AI_CLIENT_OPERATION_TIME_TO_FIRST_CHUNK not in metrics
     assert sc.GEN_AI_CLIENT_OPERATION_TIME_PER_OUTPUT_CHUNK not in metrics
@@ -76,7 +84,9 @@ def test_a_failed_call_records_its_duration_with_the_error_type(otel: Otel) -> N
 def test_cache_reads_and_cost_are_counted_across_calls(otel: Otel) -> None:
     telemetry = otel.telemetry()
     for _ in range(3):
-        telemetry.start(make_call(model="gpt-4o"), SERVER).end(CallEnd(Ending.ANSWERED, usage=Usage(input_tokens=2048, output_tokens=100, cache_read_tokens=1024)))
+        telemetry.start(make_call(model="gpt-4o"), SERVER).end(
+            CallEnd(Ending.ANSWERED, usage=Usage(input_tokens=2048, output_tokens=100, cache_read_tokens=1024))
+        )
     [reads] = _points(otel, sc.KVWISE_CACHE_READ_TOKENS)
     [cost] = _points(otel, sc.KVWISE_COST_USD)
     assert reads.value == 3 * 1024

@@ -10,10 +10,10 @@ import pytest
 import sdk
 from sdk._constants import INVOCATION_JSON_CACHE_SIZE
 from sdk.call import Api, Provider, Usage
+from sdk.lifecycle import CallEnd, Ending
 from sdk.policy import Policy
 from sdk.telemetry import semconv as sc
 from sdk.telemetry.openinference import _scalars_json, invocation_attributes
-from sdk.lifecycle import CallEnd, Ending
 from tests.sdk.helpers import collect, resolve
 from tests.sdk.test_telemetry_spans import SERVER, Otel, make_call, otel, stream_through  # noqa: F401
 
@@ -25,17 +25,20 @@ def test_a_priced_call_span_carries_openinference_kind_model_tokens_cache_and_co
     record = otel.telemetry(Policy(prices=PRICES)).start(make_call(model="my-model"), SERVER)
     record.end(CallEnd(Ending.ANSWERED, usage=USAGE, response_model="my-model-2026-01-01"))
     attributes = dict(otel.spans()[-1].attributes or {})
-    assert attributes.items() >= {
-        sc.OPENINFERENCE_SPAN_KIND: "LLM",
-        sc.LLM_MODEL_NAME: "my-model-2026-01-01",
-        sc.LLM_PROVIDER: "openai",
-        sc.LLM_SYSTEM: "openai",
-        sc.LLM_TOKEN_COUNT_PROMPT: 10_000,
-        sc.LLM_TOKEN_COUNT_COMPLETION: 1_000,
-        sc.LLM_TOKEN_COUNT_TOTAL: 11_000,
-        sc.LLM_TOKEN_COUNT_PROMPT_DETAILS_CACHE_READ: 6_000,
-        sc.LLM_TOKEN_COUNT_PROMPT_DETAILS_CACHE_WRITE: 3_000,
-    }.items()
+    assert (
+        attributes.items()
+        >= {
+            sc.OPENINFERENCE_SPAN_KIND: "LLM",
+            sc.LLM_MODEL_NAME: "my-model-2026-01-01",
+            sc.LLM_PROVIDER: "openai",
+            sc.LLM_SYSTEM: "openai",
+            sc.LLM_TOKEN_COUNT_PROMPT: 10_000,
+            sc.LLM_TOKEN_COUNT_COMPLETION: 1_000,
+            sc.LLM_TOKEN_COUNT_TOTAL: 11_000,
+            sc.LLM_TOKEN_COUNT_PROMPT_DETAILS_CACHE_READ: 6_000,
+            sc.LLM_TOKEN_COUNT_PROMPT_DETAILS_CACHE_WRITE: 3_000,
+        }.items()
+    )
     assert attributes[sc.LLM_TOKEN_COUNT_PROMPT] == attributes[sc.GEN_AI_USAGE_INPUT_TOKENS]
     assert attributes[sc.LLM_COST_PROMPT] == pytest.approx((1_000 * 2.0 + 6_000 * 0.5 + 3_000 * 2.5) / 1e6)
     assert attributes[sc.LLM_COST_COMPLETION] == pytest.approx(1_000 * 8.0 / 1e6)
@@ -57,7 +60,9 @@ def test_reasoning_tokens_are_reported_when_there_were_some(otel: Otel) -> None:
 
 
 def test_an_unpriced_model_has_token_counts_but_no_cost(otel: Otel) -> None:
-    otel.telemetry().start(make_call(model="unknown-model"), SERVER).end(CallEnd(Ending.ANSWERED, usage=Usage(input_tokens=20, output_tokens=5)))
+    otel.telemetry().start(make_call(model="unknown-model"), SERVER).end(
+        CallEnd(Ending.ANSWERED, usage=Usage(input_tokens=20, output_tokens=5))
+    )
     attributes = dict(otel.spans()[-1].attributes or {})
     assert attributes[sc.LLM_TOKEN_COUNT_TOTAL] == 25
     assert not any(key.startswith("llm.cost.") for key in attributes)
@@ -106,11 +111,15 @@ def test_the_phase_spans_carry_what_they_measured_as_attributes_and_as_the_outpu
         assert span.end_time is not None and span.start_time is not None
         assert (span.attributes or {})[ms_key] == pytest.approx((span.end_time - span.start_time) / 1e6, abs=1e-3)
     if decode[sc.KVWISE_DECODE_MS] > 0:
-        assert decode[sc.KVWISE_DECODE_TOKENS_PER_S] == pytest.approx(30 / (decode[sc.KVWISE_DECODE_MS] / 1e3), rel=1e-2)
+        assert decode[sc.KVWISE_DECODE_TOKENS_PER_S] == pytest.approx(
+            30 / (decode[sc.KVWISE_DECODE_MS] / 1e3), rel=1e-2
+        )
     for attributes in (prefill, decode):
         assert attributes[sc.OUTPUT_MIME_TYPE] == "application/json"
         shown = json.loads(str(attributes[sc.OUTPUT_VALUE]))
-        assert shown == {key: value for key, value in attributes.items() if key.startswith(("kvwise.prefill.", "kvwise.decode."))}
+        assert shown == {
+            key: value for key, value in attributes.items() if key.startswith(("kvwise.prefill.", "kvwise.decode."))
+        }
 
 
 def test_a_stream_without_usage_still_times_its_phases_but_counts_no_tokens(otel: Otel) -> None:
@@ -143,11 +152,25 @@ def _span_attributes(otel: Otel) -> dict[str, Any]:
 
 
 def _chat_call_ended(otel: Otel, capture: bool) -> dict[str, Any]:
-    call = make_call(messages=CHAT_TURNS, tools=[WEATHER_TOOL], temperature=0.2, max_tokens=64,
-                     extra_headers={"Authorization": SECRET_HEADER}, extra_body={"top_k": 5},
-                     prediction={"type": "content", "content": "Oslo is sunny."})
+    call = make_call(
+        messages=CHAT_TURNS,
+        tools=[WEATHER_TOOL],
+        temperature=0.2,
+        max_tokens=64,
+        extra_headers={"Authorization": SECRET_HEADER},
+        extra_body={"top_k": 5},
+        prediction={"type": "content", "content": "Oslo is sunny."},
+    )
     record = otel.telemetry(Policy(capture_content=capture)).start(call, SERVER)
-    record.end(CallEnd(Ending.ANSWERED, usage=Usage(input_tokens=40, output_tokens=8), finish_reasons=("tool_calls",), output_text="Checking." if record.captures_content else None, output_tool_calls=[ANSWER_CALL] if record.captures_content else None))
+    record.end(
+        CallEnd(
+            Ending.ANSWERED,
+            usage=Usage(input_tokens=40, output_tokens=8),
+            finish_reasons=("tool_calls",),
+            output_text="Checking." if record.captures_content else None,
+            output_tool_calls=[ANSWER_CALL] if record.captures_content else None,
+        )
+    )
     return _span_attributes(otel)
 
 
@@ -156,7 +179,11 @@ def test_capture_on_writes_a_chat_calls_messages_tools_and_values_as_phoenix_ins
 ) -> None:
     monkeypatch.delenv(sc.CAPTURE_MESSAGE_CONTENT_ENV, raising=False)
     attributes = _chat_call_ended(otel, capture=True)
-    messages = {key: value for key, value in attributes.items() if key.startswith(("llm.input_messages.", "llm.output_messages."))}
+    messages = {
+        key: value
+        for key, value in attributes.items()
+        if key.startswith(("llm.input_messages.", "llm.output_messages."))
+    }
     assert messages == {
         "llm.input_messages.0.message.role": "system",
         "llm.input_messages.0.message.content": "Be brief.",
@@ -186,7 +213,8 @@ def test_capture_on_writes_a_chat_calls_messages_tools_and_values_as_phoenix_ins
     assert attributes[sc.INPUT_MIME_TYPE] == attributes[sc.OUTPUT_MIME_TYPE] == "application/json"
     assert sent["messages"] == CHAT_TURNS and sent["tools"] == [WEATHER_TOOL] and sent["top_k"] == 5
     assert json.loads(attributes[sc.OUTPUT_VALUE]) == [
-        {"role": "assistant", "parts": [{"type": "text", "content": "Checking."}, ANSWER_CALL]}]
+        {"role": "assistant", "parts": [{"type": "text", "content": "Checking."}, ANSWER_CALL]}
+    ]
     assert json.loads(attributes[sc.GEN_AI_OUTPUT_MESSAGES]) == json.loads(attributes[sc.OUTPUT_VALUE])
     assert SECRET_HEADER not in json.dumps(attributes)
 
@@ -196,12 +224,18 @@ def test_capture_off_writes_no_text_but_the_invocation_parameters_and_kvwise_fac
 ) -> None:
     monkeypatch.delenv(sc.CAPTURE_MESSAGE_CONTENT_ENV, raising=False)
     attributes = _chat_call_ended(otel, capture=False)
-    assert not any(key.startswith(("llm.input_messages", "llm.output_messages", "llm.tools", "input.", "output."))
-                   for key in attributes)
+    assert not any(
+        key.startswith(("llm.input_messages", "llm.output_messages", "llm.tools", "input.", "output."))
+        for key in attributes
+    )
     exported = json.dumps(attributes)
     assert all(text not in exported for text in ("Be brief.", "Oslo", "sunny", "tomorrow", "weather", SECRET_HEADER))
     assert json.loads(attributes[sc.LLM_INVOCATION_PARAMETERS]) == {
-        "model": "gpt-4o-mini", "temperature": 0.2, "max_tokens": 64, "top_k": 5}
+        "model": "gpt-4o-mini",
+        "temperature": 0.2,
+        "max_tokens": 64,
+        "top_k": 5,
+    }
     assert attributes[sc.KVWISE_ATTEMPTS] == 1 and attributes[sc.LLM_TOKEN_COUNT_TOTAL] == 48
 
 
@@ -226,13 +260,26 @@ def test_capture_on_writes_an_anthropic_calls_system_tool_use_and_tool_results_a
     roles = [attributes.get(f"llm.input_messages.{i}.message.role") for i in range(6)]
     assert roles == ["system", "user", "assistant", "tool", "tool", None]
     assert attributes["llm.input_messages.0.message.content"] == "Be brief."
-    calls = {key.split("tool_calls.")[1]: value for key, value in attributes.items() if "input_messages.2.message.tool_calls" in key}
-    assert calls == {
-        "0.tool_call.id": "t1", "0.tool_call.function.name": "weather", "0.tool_call.function.arguments": '{"city":"Oslo"}',
-        "1.tool_call.id": "t2", "1.tool_call.function.name": "weather", "1.tool_call.function.arguments": '{"city":"Bergen"}',
+    calls = {
+        key.split("tool_calls.")[1]: value
+        for key, value in attributes.items()
+        if "input_messages.2.message.tool_calls" in key
     }
-    results = [(attributes[f"llm.input_messages.{i}.message.tool_call_id"], attributes[f"llm.input_messages.{i}.message.content"])
-               for i in (3, 4)]
+    assert calls == {
+        "0.tool_call.id": "t1",
+        "0.tool_call.function.name": "weather",
+        "0.tool_call.function.arguments": '{"city":"Oslo"}',
+        "1.tool_call.id": "t2",
+        "1.tool_call.function.name": "weather",
+        "1.tool_call.function.arguments": '{"city":"Bergen"}',
+    }
+    results = [
+        (
+            attributes[f"llm.input_messages.{i}.message.tool_call_id"],
+            attributes[f"llm.input_messages.{i}.message.content"],
+        )
+        for i in (3, 4)
+    ]
     assert results == [("t1", "sunny"), ("t2", "rain")]
     assert attributes["llm.output_messages.0.message.content"] == "Sunny, then rain."
     assert json.loads(attributes["llm.tools.0.tool.json_schema"]) == tool
@@ -241,14 +288,23 @@ def test_capture_on_writes_an_anthropic_calls_system_tool_use_and_tool_results_a
 
 
 def _wrap(client: Any, otel: Otel) -> Any:
-    return sdk.wrap(client, sdk.Policy(capture_content=True), tracer_provider=otel.tracer_provider,
-                    meter_provider=otel.meter_provider)
+    return sdk.wrap(
+        client,
+        sdk.Policy(capture_content=True),
+        tracer_provider=otel.tracer_provider,
+        meter_provider=otel.meter_provider,
+    )
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 @pytest.mark.parametrize("api", [Api.CHAT, Api.RESPONSES, Api.MESSAGES])
 async def test_a_real_clients_tool_call_answer_is_an_output_message_with_its_tool_call(
-    simulator: Any, openai_client: Any, anthropic_client: Any, otel: Otel, monkeypatch: pytest.MonkeyPatch, api: Api,
+    simulator: Any,
+    openai_client: Any,
+    anthropic_client: Any,
+    otel: Otel,
+    monkeypatch: pytest.MonkeyPatch,
+    api: Api,
     stream: bool,
 ) -> None:
     """Whole or streamed (its tool call assembled from the deltas), the answer's call is on the span."""
@@ -259,16 +315,25 @@ async def test_a_real_clients_tool_call_answer_is_an_output_message_with_its_too
     schema = {"type": "object", "properties": {"city": {"type": "string"}}}
     if api is Api.CHAT:
         tool = {"type": "function", "function": {"name": "get_weather", "parameters": schema}}
-        answer = await resolve(_wrap(openai_client, otel).chat.completions.create(
-            model="gpt-4o-mini", messages=question, tools=[tool], stream=stream))
+        answer = await resolve(
+            _wrap(openai_client, otel).chat.completions.create(
+                model="gpt-4o-mini", messages=question, tools=[tool], stream=stream
+            )
+        )
     elif api is Api.RESPONSES:
         tool = {"type": "function", "name": "get_weather", "parameters": schema}
-        answer = await resolve(_wrap(openai_client, otel).responses.create(
-            model="gpt-4o-mini", input=question, tools=[tool], stream=stream))
+        answer = await resolve(
+            _wrap(openai_client, otel).responses.create(
+                model="gpt-4o-mini", input=question, tools=[tool], stream=stream
+            )
+        )
     else:
         tool = {"name": "get_weather", "input_schema": schema}
-        answer = await resolve(_wrap(anthropic_client, otel).messages.create(
-            model="claude-haiku-4-5", max_tokens=64, messages=question, tools=[tool], stream=stream))
+        answer = await resolve(
+            _wrap(anthropic_client, otel).messages.create(
+                model="claude-haiku-4-5", max_tokens=64, messages=question, tools=[tool], stream=stream
+            )
+        )
     if stream:
         await collect(answer)
     attributes = _span_attributes(otel)
@@ -284,7 +349,9 @@ async def test_a_real_clients_tool_call_answer_is_an_output_message_with_its_too
 
 
 @pytest.mark.parametrize(
-    ("first", "second"), [(1, True), (0, False), (0.0, -0.0), (1, 1.0)], ids=["int-bool", "zero-false", "float-signed-zero", "int-float"]
+    ("first", "second"),
+    [(1, True), (0, False), (0.0, -0.0), (1, 1.0)],
+    ids=["int-bool", "zero-false", "float-signed-zero", "int-float"],
 )
 def test_invocation_parameters_of_values_that_compare_equal_are_each_written_as_given(first: Any, second: Any) -> None:
     for value in (first, second, first):  # the remembered JSON of one never stands in for the other

@@ -31,7 +31,9 @@ from sdk.telemetry.pricing import Price, PriceTable, cost_of
         ("", None),
     ],
 )
-def test_a_model_is_priced_by_its_exact_name_or_the_longest_base_name_it_extends(model: str, expected: str | None) -> None:
+def test_a_model_is_priced_by_its_exact_name_or_the_longest_base_name_it_extends(
+    model: str, expected: str | None
+) -> None:
     table = PriceTable.load()
     assert table.lookup(model) == (table.prices[expected] if expected else None)
 
@@ -68,7 +70,9 @@ def test_an_invalid_price_override_is_refused_with_the_field_and_value(rates: di
 
 def test_cost_prices_uncached_cached_written_and_output_tokens_at_their_own_rates() -> None:
     price = Price(input=2.0, output=8.0, cached_input=0.5, cache_write=2.5)
-    cost = cost_of(Usage(input_tokens=10_000, output_tokens=1_000, cache_read_tokens=6_000, cache_write_tokens=3_000), price)
+    cost = cost_of(
+        Usage(input_tokens=10_000, output_tokens=1_000, cache_read_tokens=6_000, cache_write_tokens=3_000), price
+    )
     assert cost.input_usd == pytest.approx(1_000 * 2.0 / 1e6)
     assert cost.cached_input_usd == pytest.approx(6_000 * 0.5 / 1e6)
     assert cost.cache_write_usd == pytest.approx(3_000 * 2.5 / 1e6)
@@ -97,4 +101,6 @@ def test_the_builtin_table_prices_anthropic_one_hour_writes_at_twice_input_and_g
 def test_an_override_without_a_one_hour_rate_prices_one_hour_writes_at_its_cache_write_rate() -> None:
     table = PriceTable.load({"m": {"input": 1.0, "output": 2.0, "cache_write": 1.5}})
     assert table.lookup("m") == Price(input=1.0, output=2.0, cached_input=1.0, cache_write=1.5, cache_write_1h=1.5)
-    assert PriceTable.load({"m": {"input": 1.0, "output": 2.0, "cache_write_1h": 2.0}}).prices["m"].cache_write_1h == 2.0
+    assert (
+        PriceTable.load({"m": {"input": 1.0, "output": 2.0, "cache_write_1h": 2.0}}).prices["m"].cache_write_1h == 2.0
+    )

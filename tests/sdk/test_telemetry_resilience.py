@@ -9,10 +9,10 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
 from sdk.call import Usage
+from sdk.lifecycle import CallEnd, Ending
 from sdk.policy import Policy
 from sdk.telemetry import Telemetry
 from sdk.telemetry import semconv as sc
-from sdk.lifecycle import CallEnd, Ending
 from tests.sdk.test_telemetry_spans import SERVER, Otel, make_call, otel, stream_through  # noqa: F401
 
 
@@ -78,8 +78,16 @@ def test_broken_telemetry_backends_never_raise_into_the_call(providers: Any) -> 
         record = telemetry.start(make_call(stream=stream), SERVER)
         with record.activate():
             stream_through(record, chunks=3)
-        record.end(CallEnd(Ending.CUT, usage=Usage(input_tokens=10, output_tokens=3), output_text="ok", finish_reasons=("stop",),
-                           guard="loop", tokens_saved=5))
+        record.end(
+            CallEnd(
+                Ending.CUT,
+                usage=Usage(input_tokens=10, output_tokens=3),
+                output_text="ok",
+                finish_reasons=("stop",),
+                guard="loop",
+                tokens_saved=5,
+            )
+        )
 
 
 def test_metrics_are_still_recorded_when_a_span_processor_raises(otel: Otel) -> None:
@@ -90,5 +98,6 @@ def test_metrics_are_still_recorded_when_a_span_processor_raises(otel: Otel) -> 
     metrics = otel.metrics()
     assert metrics[sc.GEN_AI_CLIENT_OPERATION_DURATION].data.data_points[0].count == 1
     assert {p.attributes[sc.GEN_AI_TOKEN_TYPE] for p in metrics[sc.GEN_AI_CLIENT_TOKEN_USAGE].data.data_points} == {
-        "input", "output"
+        "input",
+        "output",
     }

@@ -70,7 +70,9 @@ def closed_port() -> Iterator[int]:
         yield sock.getsockname()[1]
 
 
-def test_setup_sends_spans_with_the_service_and_the_phoenix_project_to_the_otlp_traces_path(collector: _Collector) -> None:
+def test_setup_sends_spans_with_the_service_and_the_phoenix_project_to_the_otlp_traces_path(
+    collector: _Collector,
+) -> None:
     provider = setup(collector.url, service_name="my-service", project="my-project", set_global=False)
     provider.get_tracer("test").start_span("chat m").end()
     provider.shutdown()
@@ -158,7 +160,9 @@ EXITING_APP = textwrap.dedent(
     """
 )
 SLOW_EXPORT_TIMEOUT_S = "30"  # the exporter's own timeout: OpenTelemetry's shutdown alone would wait it out
-EXIT_WELL_WITHIN_S = 22.0  # EXPORT_SHUTDOWN_SECONDS (5 s) plus a loaded start-up, loosely; waiting the export out takes 30 s
+EXIT_WELL_WITHIN_S = (
+    22.0  # EXPORT_SHUTDOWN_SECONDS (5 s) plus a loaded start-up, loosely; waiting the export out takes 30 s
+)
 
 
 @pytest.fixture

@@ -25,10 +25,10 @@ from sdk.adapters import adapter_for
 from sdk.adapters.anthropic_messages import messages_usage
 from sdk.call import Api, Call, Provider, Usage
 from sdk.errors import StreamTruncated
+from sdk.lifecycle import CallEnd, Ending
 from sdk.policy import Policy
 from sdk.telemetry import CallRecord, Telemetry
 from sdk.telemetry import semconv as sc
-from sdk.lifecycle import CallEnd, Ending
 
 SERVER = ("127.0.0.1", 8000)
 
@@ -102,25 +102,36 @@ def stream_through(record: CallRecord, chunks: int) -> None:
 def test_a_non_streamed_call_is_one_client_span_named_after_operation_and_model(otel: Otel) -> None:
     record = otel.telemetry().start(make_call(max_tokens=64, temperature=0.2, seed=7), SERVER)
     record.attempt(1)
-    record.end(CallEnd(Ending.ANSWERED, usage=Usage(input_tokens=30, output_tokens=5), response_id="r1", response_model="gpt-4o-mini-2024-07-18", finish_reasons=("stop",)))
+    record.end(
+        CallEnd(
+            Ending.ANSWERED,
+            usage=Usage(input_tokens=30, output_tokens=5),
+            response_id="r1",
+            response_model="gpt-4o-mini-2024-07-18",
+            finish_reasons=("stop",),
+        )
+    )
     [span] = otel.spans()
     assert span.name == "chat gpt-4o-mini" and span.kind is SpanKind.CLIENT and span.parent is None
-    assert dict(span.attributes or {}).items() >= {
-        sc.GEN_AI_OPERATION_NAME: "chat",
-        sc.GEN_AI_PROVIDER_NAME: "openai",
-        sc.GEN_AI_REQUEST_MODEL: "gpt-4o-mini",
-        sc.GEN_AI_REQUEST_MAX_TOKENS: 64,
-        sc.GEN_AI_REQUEST_TEMPERATURE: 0.2,
-        sc.GEN_AI_REQUEST_SEED: 7,
-        sc.GEN_AI_RESPONSE_ID: "r1",
-        sc.GEN_AI_RESPONSE_MODEL: "gpt-4o-mini-2024-07-18",
-        sc.GEN_AI_RESPONSE_FINISH_REASONS: ("stop",),
-        sc.GEN_AI_USAGE_INPUT_TOKENS: 30,
-        sc.GEN_AI_USAGE_OUTPUT_TOKENS: 5,
-        sc.SERVER_ADDRESS: "127.0.0.1",
-        sc.SERVER_PORT: 8000,
-        sc.KVWISE_ATTEMPTS: 1,
-    }.items()
+    assert (
+        dict(span.attributes or {}).items()
+        >= {
+            sc.GEN_AI_OPERATION_NAME: "chat",
+            sc.GEN_AI_PROVIDER_NAME: "openai",
+            sc.GEN_AI_REQUEST_MODEL: "gpt-4o-mini",
+            sc.GEN_AI_REQUEST_MAX_TOKENS: 64,
+            sc.GEN_AI_REQUEST_TEMPERATURE: 0.2,
+            sc.GEN_AI_REQUEST_SEED: 7,
+            sc.GEN_AI_RESPONSE_ID: "r1",
+            sc.GEN_AI_RESPONSE_MODEL: "gpt-4o-mini-2024-07-18",
+            sc.GEN_AI_RESPONSE_FINISH_REASONS: ("stop",),
+            sc.GEN_AI_USAGE_INPUT_TOKENS: 30,
+            sc.GEN_AI_USAGE_OUTPUT_TOKENS: 5,
+            sc.SERVER_ADDRESS: "127.0.0.1",
+            sc.SERVER_PORT: 8000,
+            sc.KVWISE_ATTEMPTS: 1,
+        }.items()
+    )
     assert sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK not in (span.attributes or {})
     assert sc.GEN_AI_REQUEST_STREAM not in (span.attributes or {})  # set if and only if streaming
 
@@ -132,9 +143,18 @@ def test_a_streamed_call_has_prefill_then_decode_children_split_at_the_first_chu
     root, prefill, decode = otel.span("chat gpt-4o-mini"), otel.span("prefill"), otel.span("decode")
     assert prefill.parent is not None and prefill.parent.span_id == root.context.span_id
     assert decode.parent is not None and decode.parent.span_id == root.context.span_id
-    assert root.start_time <= prefill.start_time <= prefill.end_time == decode.start_time <= decode.end_time <= root.end_time
+    assert (
+        root.start_time
+        <= prefill.start_time
+        <= prefill.end_time
+        == decode.start_time
+        <= decode.end_time
+        <= root.end_time
+    )
     attributes = root.attributes or {}
-    assert attributes[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] == (prefill.end_time - prefill.start_time) / 1e9  # from the send
+    assert (
+        attributes[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] == (prefill.end_time - prefill.start_time) / 1e9
+    )  # from the send
     assert attributes[sc.KVWISE_STREAM_CHUNKS] == 3 and (decode.attributes or {})[sc.KVWISE_STREAM_CHUNKS] == 3
 
 
@@ -215,14 +235,37 @@ def test_the_active_block_lets_the_callers_exception_through_and_restores_the_co
 @pytest.mark.parametrize(
     ("api", "kwargs", "expected"),
     [
-        (Api.CHAT, {"max_completion_tokens": 9, "top_p": 0.9, "stop": "END", "frequency_penalty": 0.5,
-                    "presence_penalty": 0.1}, {sc.GEN_AI_REQUEST_MAX_TOKENS: 9, sc.GEN_AI_REQUEST_TOP_P: 0.9,
-                    sc.GEN_AI_REQUEST_STOP_SEQUENCES: ("END",), sc.GEN_AI_REQUEST_FREQUENCY_PENALTY: 0.5,
-                    sc.GEN_AI_REQUEST_PRESENCE_PENALTY: 0.1}),
-        (Api.MESSAGES, {"max_tokens": 50, "top_k": 40, "stop_sequences": ["a", "b"]},
-         {sc.GEN_AI_REQUEST_MAX_TOKENS: 50, sc.GEN_AI_REQUEST_TOP_K: 40, sc.GEN_AI_REQUEST_STOP_SEQUENCES: ("a", "b")}),
-        (Api.RESPONSES, {"max_output_tokens": 70, "temperature": 0.0, "stream": True},
-         {sc.GEN_AI_REQUEST_MAX_TOKENS: 70, sc.GEN_AI_REQUEST_TEMPERATURE: 0.0, sc.GEN_AI_REQUEST_STREAM: True}),
+        (
+            Api.CHAT,
+            {
+                "max_completion_tokens": 9,
+                "top_p": 0.9,
+                "stop": "END",
+                "frequency_penalty": 0.5,
+                "presence_penalty": 0.1,
+            },
+            {
+                sc.GEN_AI_REQUEST_MAX_TOKENS: 9,
+                sc.GEN_AI_REQUEST_TOP_P: 0.9,
+                sc.GEN_AI_REQUEST_STOP_SEQUENCES: ("END",),
+                sc.GEN_AI_REQUEST_FREQUENCY_PENALTY: 0.5,
+                sc.GEN_AI_REQUEST_PRESENCE_PENALTY: 0.1,
+            },
+        ),
+        (
+            Api.MESSAGES,
+            {"max_tokens": 50, "top_k": 40, "stop_sequences": ["a", "b"]},
+            {
+                sc.GEN_AI_REQUEST_MAX_TOKENS: 50,
+                sc.GEN_AI_REQUEST_TOP_K: 40,
+                sc.GEN_AI_REQUEST_STOP_SEQUENCES: ("a", "b"),
+            },
+        ),
+        (
+            Api.RESPONSES,
+            {"max_output_tokens": 70, "temperature": 0.0, "stream": True},
+            {sc.GEN_AI_REQUEST_MAX_TOKENS: 70, sc.GEN_AI_REQUEST_TEMPERATURE: 0.0, sc.GEN_AI_REQUEST_STREAM: True},
+        ),
         (Api.CHAT, {"temperature": None}, {sc.GEN_AI_REQUEST_STREAM: None}),
     ],
 )
@@ -232,7 +275,9 @@ def test_request_parameters_of_each_api_are_reported_under_semconv_names(
     otel.telemetry().start(make_call(api, **kwargs), SERVER).end(CallEnd(Ending.ANSWERED))
     attributes = dict(otel.spans()[-1].attributes or {})
     assert {key: attributes.get(key) for key in expected} == expected
-    assert (sc.GEN_AI_REQUEST_TEMPERATURE in attributes) == ("temperature" in kwargs and kwargs["temperature"] is not None)
+    assert (sc.GEN_AI_REQUEST_TEMPERATURE in attributes) == (
+        "temperature" in kwargs and kwargs["temperature"] is not None
+    )
 
 
 @pytest.mark.parametrize(
@@ -265,22 +310,42 @@ def test_calls_of_one_client_keep_their_own_request_attributes_across_shapes(ote
     telemetry.start(first, SERVER).end(CallEnd(Ending.ANSWERED))
     telemetry.start(make_call(), SERVER).end(CallEnd(Ending.ANSWERED))  # same model, server and stream flag
     telemetry.start(make_call(model="gpt-4o", stream=True), ("api.openai.com", 443)).end(CallEnd(Ending.ANSWERED))
-    telemetry.start(make_call(provider=Provider.OPENAI_COMPATIBLE), ("api.deepseek.com", 443)).end(CallEnd(Ending.ANSWERED))
+    telemetry.start(make_call(provider=Provider.OPENAI_COMPATIBLE), ("api.deepseek.com", 443)).end(
+        CallEnd(Ending.ANSWERED)
+    )
     calls = [span for span in otel.spans() if span.kind is SpanKind.CLIENT]  # the stream also has its prefill span
     one, two, three, four = (dict(span.attributes or {}) for span in calls)
-    assert (one[sc.GEN_AI_REQUEST_TEMPERATURE], one[sc.GEN_AI_REQUEST_MAX_TOKENS], one[sc.KVWISE_PREFIX_FINGERPRINT]) == (
-        0.5, 64, "first",
+    assert (
+        one[sc.GEN_AI_REQUEST_TEMPERATURE],
+        one[sc.GEN_AI_REQUEST_MAX_TOKENS],
+        one[sc.KVWISE_PREFIX_FINGERPRINT],
+    ) == (
+        0.5,
+        64,
+        "first",
     )
     assert not {sc.GEN_AI_REQUEST_TEMPERATURE, sc.GEN_AI_REQUEST_MAX_TOKENS, sc.KVWISE_PREFIX_FINGERPRINT} & set(two)
-    assert (two[sc.GEN_AI_REQUEST_MODEL], two[sc.SERVER_ADDRESS], two.get(sc.GEN_AI_REQUEST_STREAM)) == ("gpt-4o-mini", "127.0.0.1", None)
-    assert (three[sc.GEN_AI_REQUEST_MODEL], three[sc.SERVER_ADDRESS], three[sc.GEN_AI_REQUEST_STREAM]) == ("gpt-4o", "api.openai.com", True)
+    assert (two[sc.GEN_AI_REQUEST_MODEL], two[sc.SERVER_ADDRESS], two.get(sc.GEN_AI_REQUEST_STREAM)) == (
+        "gpt-4o-mini",
+        "127.0.0.1",
+        None,
+    )
+    assert (three[sc.GEN_AI_REQUEST_MODEL], three[sc.SERVER_ADDRESS], three[sc.GEN_AI_REQUEST_STREAM]) == (
+        "gpt-4o",
+        "api.openai.com",
+        True,
+    )
     assert [span.name for span in calls] == ["chat gpt-4o-mini", "chat gpt-4o-mini", "chat gpt-4o", "chat gpt-4o-mini"]
     assert (two[sc.GEN_AI_PROVIDER_NAME], four[sc.GEN_AI_PROVIDER_NAME]) == ("openai", "deepseek")
 
 
 def test_prefix_facts_and_canonical_changes_of_the_call_are_on_the_span(otel: Otel) -> None:
     call = make_call()
-    call.decided.fingerprint, call.decided.break_at, call.decided.break_cause = "abc123", "system[0]", "volatile_content"
+    call.decided.fingerprint, call.decided.break_at, call.decided.break_cause = (
+        "abc123",
+        "system[0]",
+        "volatile_content",
+    )
     call.decided.changes.extend(["moved 1 volatile value to the context note", "sorted 2 tools"])
     otel.telemetry().start(call, SERVER).end(CallEnd(Ending.ANSWERED))
     attributes = otel.spans()[-1].attributes or {}
@@ -291,10 +356,15 @@ def test_prefix_facts_and_canonical_changes_of_the_call_are_on_the_span(otel: Ot
 
 
 def test_anthropic_cache_reads_and_writes_are_reported_and_counted_in_the_input(otel: Otel) -> None:
-    native = type("U", (), {"input_tokens": 20, "output_tokens": 8, "cache_read_input_tokens": 1500,
-                            "cache_creation_input_tokens": 300})()
+    native = type(
+        "U",
+        (),
+        {"input_tokens": 20, "output_tokens": 8, "cache_read_input_tokens": 1500, "cache_creation_input_tokens": 300},
+    )()
     usage = messages_usage(native)
-    record = otel.telemetry().start(make_call(Api.MESSAGES, Provider.ANTHROPIC, model="claude-sonnet-4-6", max_tokens=64), SERVER)
+    record = otel.telemetry().start(
+        make_call(Api.MESSAGES, Provider.ANTHROPIC, model="claude-sonnet-4-6", max_tokens=64), SERVER
+    )
     record.end(CallEnd(Ending.ANSWERED, usage=usage, response_model="claude-sonnet-4-6"))
     attributes = otel.spans()[-1].attributes or {}
     assert attributes[sc.GEN_AI_USAGE_INPUT_TOKENS] == 20 + 1500 + 300
@@ -305,8 +375,14 @@ def test_anthropic_cache_reads_and_writes_are_reported_and_counted_in_the_input(
 
 def test_cost_is_split_by_token_kind_with_what_the_cache_saved(otel: Otel) -> None:
     record = otel.telemetry().start(make_call(model="claude-sonnet-4-6"), SERVER)
-    record.end(CallEnd(Ending.ANSWERED, usage=Usage(input_tokens=2_000_000, output_tokens=1_000_000, cache_read_tokens=1_000_000,
-                           cache_write_tokens=500_000)))
+    record.end(
+        CallEnd(
+            Ending.ANSWERED,
+            usage=Usage(
+                input_tokens=2_000_000, output_tokens=1_000_000, cache_read_tokens=1_000_000, cache_write_tokens=500_000
+            ),
+        )
+    )
     attributes = otel.spans()[-1].attributes or {}
     assert attributes[sc.KVWISE_COST_INPUT_USD] == pytest.approx(0.5 * 3.0)
     assert attributes[sc.KVWISE_COST_CACHED_INPUT_USD] == pytest.approx(0.3)
@@ -317,7 +393,9 @@ def test_cost_is_split_by_token_kind_with_what_the_cache_saved(otel: Otel) -> No
 
 
 def test_a_model_without_a_price_gets_no_cost_attributes(otel: Otel) -> None:
-    otel.telemetry().start(make_call(model="my-local-model"), SERVER).end(CallEnd(Ending.ANSWERED, usage=Usage(input_tokens=5, output_tokens=5)))
+    otel.telemetry().start(make_call(model="my-local-model"), SERVER).end(
+        CallEnd(Ending.ANSWERED, usage=Usage(input_tokens=5, output_tokens=5))
+    )
     assert not any(key.startswith("kvwise.cost") for key in otel.spans()[-1].attributes or {})
 
 

@@ -12,30 +12,42 @@ from anthropic.types import Message
 from openai.types.chat import ChatCompletion
 
 import sdk
-from sdk.telemetry import semconv as sc
 from sdk.adapters.responses import response_facts
+from sdk.telemetry import semconv as sc
 from tests.sdk.helpers import LONG_SYSTEM, collect, resolve
 from tests.sdk.test_telemetry_spans import Otel, otel  # noqa: F401
 
 QUESTION = [{"role": "user", "content": "What is prefill?"}]
 
 
-async def test_a_streamed_anthropic_answer_carries_the_servers_cache_miss_reason(anthropic_client: Any, otel: Otel) -> None:
+async def test_a_streamed_anthropic_answer_carries_the_servers_cache_miss_reason(
+    anthropic_client: Any, otel: Otel
+) -> None:
     wrapped = sdk.wrap(anthropic_client, tracer_provider=otel.tracer_provider, provider="anthropic")
     for system in (LONG_SYSTEM, LONG_SYSTEM + " Be terse."):
-        await collect(await resolve(wrapped.messages.create(
-            model="claude-sonnet-4-6", max_tokens=64, system=system, messages=QUESTION, stream=True)))
+        await collect(
+            await resolve(
+                wrapped.messages.create(
+                    model="claude-sonnet-4-6", max_tokens=64, system=system, messages=QUESTION, stream=True
+                )
+            )
+        )
     first, second = (dict(span.attributes or {}) for span in otel.spans() if span.parent is None)
     assert sc.KVWISE_PREFIX_BREAK_CAUSE_SERVER not in first
-    assert (second[sc.KVWISE_PREFIX_BREAK_CAUSE], second[sc.KVWISE_PREFIX_BREAK_CAUSE_SERVER]) == ("system_changed",) * 2
+    assert (second[sc.KVWISE_PREFIX_BREAK_CAUSE], second[sc.KVWISE_PREFIX_BREAK_CAUSE_SERVER]) == (
+        "system_changed",
+    ) * 2
 
 
 async def test_a_streamed_openai_answer_carries_its_service_tier_and_system_fingerprint(
     openai_client: Any, otel: Otel
 ) -> None:
     wrapped = sdk.wrap(openai_client, tracer_provider=otel.tracer_provider)
-    chunks = await collect(await resolve(wrapped.chat.completions.create(
-        model="gpt-4o-mini", messages=QUESTION, stream=True, service_tier="auto")))
+    chunks = await collect(
+        await resolve(
+            wrapped.chat.completions.create(model="gpt-4o-mini", messages=QUESTION, stream=True, service_tier="auto")
+        )
+    )
     [root] = [span for span in otel.spans() if span.parent is None]
     attributes = dict(root.attributes or {})
     assert attributes[sc.OPENAI_REQUEST_SERVICE_TIER] == "auto"
@@ -52,10 +64,18 @@ class _WithStopReason(ChatCompletion):
 
 
 def _answer(cls: type[ChatCompletion] = ChatCompletion, **extra: Any) -> ChatCompletion:
-    return cls.model_validate({
-        "id": "c", "object": "chat.completion", "created": 1, "model": "m", "choices": [],
-        "service_tier": "default", "system_fingerprint": "fp", **extra,
-    })
+    return cls.model_validate(
+        {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "m",
+            "choices": [],
+            "service_tier": "default",
+            "system_fingerprint": "fp",
+            **extra,
+        }
+    )
 
 
 def _facts_by_getattr(response: Any) -> dict[str, str]:
@@ -79,14 +99,31 @@ def _facts_by_getattr(response: Any) -> dict[str, str]:
         _answer(stop_reason=None),  # an extra field, even None, says the tier is in the usage
         _answer(_WithStopReason),  # so does a name the class defines
         _answer(diagnostics={"cache_miss_reason": {"type": "x"}}),  # an extra field that is no model
-        SimpleNamespace(service_tier="flex", diagnostics=SimpleNamespace(cache_miss_reason=SimpleNamespace(type="ttl"))),
-        Message.model_validate({
-            "id": "m", "type": "message", "role": "assistant", "model": "claude", "content": [], "stop_reason": None,
-            "stop_sequence": None, "usage": {"input_tokens": 1, "output_tokens": 1},
-            "diagnostics": {"cache_miss_reason": {"type": "tools_changed", "cache_missed_input_tokens": 10}},
-        }),
+        SimpleNamespace(
+            service_tier="flex", diagnostics=SimpleNamespace(cache_miss_reason=SimpleNamespace(type="ttl"))
+        ),
+        Message.model_validate(
+            {
+                "id": "m",
+                "type": "message",
+                "role": "assistant",
+                "model": "claude",
+                "content": [],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": {"input_tokens": 1, "output_tokens": 1},
+                "diagnostics": {"cache_miss_reason": {"type": "tools_changed", "cache_missed_input_tokens": 10}},
+            }
+        ),
     ],
-    ids=["fields", "extra-stop-reason", "class-stop-reason", "extra-diagnostics", "plain-object", "anthropic-diagnostics"],
+    ids=[
+        "fields",
+        "extra-stop-reason",
+        "class-stop-reason",
+        "extra-diagnostics",
+        "plain-object",
+        "anthropic-diagnostics",
+    ],
 )
 def test_response_facts_read_a_pydantic_answer_as_getattr_would(response: Any) -> None:
     for _ in range(2):  # the second read goes through the remembered class lookups

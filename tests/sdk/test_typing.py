@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / ".pytest_cache" / "mypy"  # ignored by git, kept between runs (a cold run takes a minute)
-APP = '''\
+APP = """\
 import anthropic
 import openai
 import sdk
@@ -20,12 +20,17 @@ client.chat.completions.create(modle="x", messages=[])
 completion = client.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}])
 reveal_type(completion)
 reveal_type(sdk.wrap(anthropic.AsyncAnthropic()))
-'''
+"""
 
 
 def _mypy(app: Path) -> list[str]:
     """mypy's report on `app` alone (run from the repository root, so `sdk` is this checkout)."""
-    result = subprocess.run([sys.executable, "-m", "mypy", "--no-error-summary", "--cache-dir", str(CACHE), str(app)], cwd=ROOT, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--no-error-summary", "--cache-dir", str(CACHE), str(app)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     # By file name, not path: with a warm cache mypy may report a module under the path it had last time.
     return [line.split(f"{app.name}:", 1)[1] for line in result.stdout.splitlines() if f"{app.name}:" in line]
 

@@ -21,7 +21,7 @@ from tests.sdk.helpers import LONG_SYSTEM, collect, resolve
 
 def _volatile_system() -> tuple[str, str]:
     request_id = str(uuid.uuid4())
-    stamp = datetime.datetime.now(datetime.timezone.utc).isoformat()
+    stamp = datetime.datetime.now(datetime.UTC).isoformat()
     return request_id, f"Request ID: {request_id}\nCurrent time: {stamp}\n{LONG_SYSTEM}"
 
 
@@ -65,7 +65,18 @@ async def test_shuffled_tool_lists_reach_the_server_as_identical_bytes(simulator
     import random
 
     tools = [
-        {"type": "function", "function": {"name": name, "description": f"Tool {name}.", "parameters": {"type": "object", "properties": {"x": {"type": "string"}, "a": {"type": "integer"}}, "required": ["x", "a"]}}}
+        {
+            "type": "function",
+            "function": {
+                "name": name,
+                "description": f"Tool {name}.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"x": {"type": "string"}, "a": {"type": "integer"}},
+                    "required": ["x", "a"],
+                },
+            },
+        }
         for name in ("search", "fetch", "add", "zip", "lookup")
     ]
     wrapped = sdk.wrap(openai_client)
@@ -73,10 +84,18 @@ async def test_shuffled_tool_lists_reach_the_server_as_identical_bytes(simulator
     for _ in range(5):
         shuffled = [dict(reversed(list(tool.items()))) if rng.random() < 0.5 else tool for tool in tools]
         rng.shuffle(shuffled)
-        await resolve(wrapped.chat.completions.create(model="m", messages=[{"role": "user", "content": "go"}], tools=shuffled))
+        await resolve(
+            wrapped.chat.completions.create(model="m", messages=[{"role": "user", "content": "go"}], tools=shuffled)
+        )
     sent = [json.dumps(request.body["tools"]) for request in simulator.requests]
     assert len(set(sent)) == 1
-    assert [tool["function"]["name"] for tool in simulator.requests[0].body["tools"]] == ["add", "fetch", "lookup", "search", "zip"]
+    assert [tool["function"]["name"] for tool in simulator.requests[0].body["tools"]] == [
+        "add",
+        "fetch",
+        "lookup",
+        "search",
+        "zip",
+    ]
 
 
 async def test_other_attributes_pass_through_to_the_wrapped_client(openai_client):
@@ -95,13 +114,17 @@ async def test_with_options_returns_a_wrapped_client(simulator, openai_client):
 
 async def test_streams_are_the_clients_own_types(simulator, openai_client, anthropic_client, mode):
     chat = await resolve(
-        sdk.wrap(openai_client).chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True)
+        sdk.wrap(openai_client).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
     )
     assert isinstance(chat, openai.Stream if mode == "sync" else openai.AsyncStream)
     events = await collect(chat)
     assert events[-1].choices[0].finish_reason == "stop"
     message = await resolve(
-        sdk.wrap(anthropic_client).messages.create(model="claude-sonnet-4-6", messages=[{"role": "user", "content": "hi"}], stream=True)
+        sdk.wrap(anthropic_client).messages.create(
+            model="claude-sonnet-4-6", messages=[{"role": "user", "content": "hi"}], stream=True
+        )
     )
     assert isinstance(message, anthropic.Stream if mode == "sync" else anthropic.AsyncStream)
     kinds = [event.type for event in await collect(message)]
@@ -121,7 +144,9 @@ async def test_responses_api_is_intercepted_streamed_and_not(simulator, openai_c
 
 def test_messages_stream_helper_keeps_working_through_the_proxy(simulator):
     client = sdk.wrap(anthropic.Anthropic(base_url=simulator.anthropic_base_url, api_key="k", max_retries=0))
-    with client.messages.stream(model="claude-sonnet-4-6", max_tokens=64, messages=[{"role": "user", "content": "hi"}]) as stream:
+    with client.messages.stream(
+        model="claude-sonnet-4-6", max_tokens=64, messages=[{"role": "user", "content": "hi"}]
+    ) as stream:
         text = "".join(stream.text_stream)
         final = stream.get_final_message()
     assert text == simulator.reply
@@ -130,7 +155,9 @@ def test_messages_stream_helper_keeps_working_through_the_proxy(simulator):
 
 async def test_async_messages_stream_helper_keeps_working_through_the_proxy(simulator):
     client = sdk.wrap(anthropic.AsyncAnthropic(base_url=simulator.anthropic_base_url, api_key="k", max_retries=0))
-    async with client.messages.stream(model="claude-sonnet-4-6", max_tokens=64, messages=[{"role": "user", "content": "hi"}]) as stream:
+    async with client.messages.stream(
+        model="claude-sonnet-4-6", max_tokens=64, messages=[{"role": "user", "content": "hi"}]
+    ) as stream:
         text = "".join([chunk async for chunk in stream.text_stream])
         final = await stream.get_final_message()
     assert text == simulator.reply
@@ -174,8 +201,16 @@ except (openai.APIConnectionError, http.RemoteProtocolError) as error:  # as the
 def test_public_surface_is_exactly_the_documented_names():
     assert sdk.__all__ == sorted(sdk.__all__)
     assert set(sdk.__all__) == {
-        "Finding", "KvwiseError", "Middleware", "Policy", "Prompt", "StreamTruncated", "UnsupportedClient", "conversation",
-        "lint", "wrap",
+        "Finding",
+        "KvwiseError",
+        "Middleware",
+        "Policy",
+        "Prompt",
+        "StreamTruncated",
+        "UnsupportedClient",
+        "conversation",
+        "lint",
+        "wrap",
     }
 
 
@@ -190,14 +225,21 @@ def test_every_exception_the_sdk_defines_is_exported_where_its_users_import_from
         module = importlib.import_module(info.name)
         public = sdk.report if info.name.startswith("sdk.report") else sdk
         for name, value in vars(module).items():
-            if (isinstance(value, type) and issubclass(value, BaseException) and value.__module__ == info.name
-                    and not name.startswith("_") and getattr(public, name, None) is not value):
+            if (
+                isinstance(value, type)
+                and issubclass(value, BaseException)
+                and value.__module__ == info.name
+                and not name.startswith("_")
+                and getattr(public, name, None) is not value
+            ):
                 missing.append(f"{info.name}.{name}")
     assert missing == []
 
 
 def test_the_wrapped_client_is_a_context_manager_like_the_client(simulator):
-    with sdk.wrap(openai.OpenAI(base_url=simulator.openai_base_url, api_key="k"), sdk.Policy(max_output_tokens=9)) as client:
+    with sdk.wrap(
+        openai.OpenAI(base_url=simulator.openai_base_url, api_key="k"), sdk.Policy(max_output_tokens=9)
+    ) as client:
         client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
     assert simulator.requests[-1].body["max_completion_tokens"] == 9  # the proxy, not the bare client, was entered
     assert client.is_closed()
@@ -205,7 +247,9 @@ def test_the_wrapped_client_is_a_context_manager_like_the_client(simulator):
 
 async def test_the_wrapped_async_client_is_an_async_context_manager(simulator):
     async with sdk.wrap(anthropic.AsyncAnthropic(base_url=simulator.anthropic_base_url, api_key="k")) as client:
-        await client.messages.create(model="claude-sonnet-4-6", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+        await client.messages.create(
+            model="claude-sonnet-4-6", max_tokens=8, messages=[{"role": "user", "content": "hi"}]
+        )
     assert client.is_closed()
 
 
@@ -239,7 +283,9 @@ _TOOLS = [{"name": n, "description": n, "input_schema": {"type": "object"}} for 
 def _platform_client(name: str, mode: str, simulator: Any) -> Any:
     prefix = "" if mode == "sync" else "Async"
     if name == "Bedrock":
-        return getattr(anthropic, f"{prefix}AnthropicBedrock")(base_url=simulator.anthropic_base_url, aws_region="us-east-1", api_key="k")
+        return getattr(anthropic, f"{prefix}AnthropicBedrock")(
+            base_url=simulator.anthropic_base_url, aws_region="us-east-1", api_key="k"
+        )
     if name == "Vertex":
         cls = getattr(anthropic, f"{prefix}AnthropicVertex")
         return cls(base_url=simulator.anthropic_base_url, region="us-east5", project_id="p", access_token="t")
@@ -253,8 +299,13 @@ def _platform_client(name: str, mode: str, simulator: Any) -> Any:
 async def test_the_cloud_platform_clients_are_wrapped_and_intercepted(simulator, mode, platform):
     wrapped = sdk.wrap(_platform_client(platform, mode, simulator), sdk.Policy(max_output_tokens=21))
     if platform == "Azure":
-        tools = [{"type": "function", "function": {"name": tool["name"], "parameters": tool["input_schema"]}} for tool in _TOOLS]
-        response = await resolve(wrapped.chat.completions.create(model="gpt-4.1", messages=[{"role": "user", "content": "hi"}], tools=tools))
+        tools = [
+            {"type": "function", "function": {"name": tool["name"], "parameters": tool["input_schema"]}}
+            for tool in _TOOLS
+        ]
+        response = await resolve(
+            wrapped.chat.completions.create(model="gpt-4.1", messages=[{"role": "user", "content": "hi"}], tools=tools)
+        )
         assert response.choices[0].message.content == simulator.reply
         assert [tool["function"]["name"] for tool in simulator.requests[-1].body["tools"]] == ["alpha", "zeta"]
         assert simulator.requests[-1].body["max_completion_tokens"] == 21
@@ -271,25 +322,37 @@ async def test_the_cloud_platform_clients_are_wrapped_and_intercepted(simulator,
 
 async def test_a_vertex_stream_and_token_count_go_through_kvwise(simulator, mode):
     wrapped = sdk.wrap(_platform_client("Vertex", mode, simulator), sdk.Policy(max_output_tokens=21))
-    stream = await resolve(wrapped.messages.create(model="claude-sonnet-4-6", messages=[{"role": "user", "content": "hi"}], stream=True))
+    stream = await resolve(
+        wrapped.messages.create(model="claude-sonnet-4-6", messages=[{"role": "user", "content": "hi"}], stream=True)
+    )
     kinds = [event.type for event in await collect(stream)]
     assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
     assert simulator.requests[-1].path.endswith(":streamRawPredict")
     assert simulator.requests[-1].body["max_tokens"] == 21
-    count = await resolve(wrapped.messages.count_tokens(model="claude-sonnet-4-6", messages=[{"role": "user", "content": "hi"}], tools=_TOOLS))
+    count = await resolve(
+        wrapped.messages.count_tokens(
+            model="claude-sonnet-4-6", messages=[{"role": "user", "content": "hi"}], tools=_TOOLS
+        )
+    )
     assert count.input_tokens > 0
     assert [tool["name"] for tool in simulator.requests[-1].body["tools"]] == ["alpha", "zeta"]
     assert "max_tokens" not in simulator.requests[-1].body
 
 
-async def test_the_raw_response_of_a_stream_parses_to_the_kvwise_guarded_stream(simulator, openai_client, anthropic_client):
+async def test_the_raw_response_of_a_stream_parses_to_the_kvwise_guarded_stream(
+    simulator, openai_client, anthropic_client
+):
     simulator.loop("I keep saying the same thing over and over. ")
     chat = sdk.wrap(openai_client).chat.completions.with_raw_response
     raw = await resolve(chat.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True))
     events = await collect(raw.parse())
     assert events[-1].choices[0].finish_reason == "length"  # the loop guard cut it, not the server's cap
     messages = sdk.wrap(anthropic_client).messages.with_raw_response
-    raw = await resolve(messages.create(model="claude-sonnet-4-6", max_tokens=4000, messages=[{"role": "user", "content": "hi"}], stream=True))
+    raw = await resolve(
+        messages.create(
+            model="claude-sonnet-4-6", max_tokens=4000, messages=[{"role": "user", "content": "hi"}], stream=True
+        )
+    )
     events = await collect(await resolve(raw.parse()))
     assert [event.delta.stop_reason for event in events if event.type == "message_delta"] == ["max_tokens"]
     assert all(stream.client_closed for stream in simulator.streams)

@@ -74,7 +74,9 @@ def _check_thinking(thinking: object, max_tokens: int) -> None:
         return
     budget = thinking.get("budget_tokens")
     if not isinstance(budget, int) or budget < MIN_THINKING_BUDGET:
-        raise SimulatedError(400, f"thinking.enabled.budget_tokens: Input should be greater than or equal to {MIN_THINKING_BUDGET}")
+        raise SimulatedError(
+            400, f"thinking.enabled.budget_tokens: Input should be greater than or equal to {MIN_THINKING_BUDGET}"
+        )
     if max_tokens <= budget:
         raise SimulatedError(400, "`max_tokens` must be greater than `thinking.budget_tokens`.")
 

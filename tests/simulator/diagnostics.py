@@ -62,7 +62,13 @@ def _unmarked(value: Any) -> Any:
     if isinstance(value, dict):
         out = {key: _unmarked(item) for key, item in value.items() if key not in CACHE_MARKER_KEYS}
         content = out.get("content")
-        if isinstance(content, list) and len(content) == 1 and isinstance(content[0], dict) and content[0].keys() == {"type", "text"} and content[0]["type"] == "text":
+        if (
+            isinstance(content, list)
+            and len(content) == 1
+            and isinstance(content[0], dict)
+            and content[0].keys() == {"type", "text"}
+            and content[0]["type"] == "text"
+        ):
             out["content"] = content[0]["text"]
         return out
     if isinstance(value, list):

@@ -19,7 +19,9 @@ from .errors import SimulatedError
 from .openai_responses import ResponsesApi
 from .wire import new_id
 
-_OUTPUT_PARAMS = frozenset({"max_tokens", "stop_sequences", "stream", "temperature", "top_p", "top_k", "metadata", "service_tier"})
+_OUTPUT_PARAMS = frozenset(
+    {"max_tokens", "stop_sequences", "stream", "temperature", "top_p", "top_k", "metadata", "service_tier"}
+)
 _TIMESTAMP = "2026-01-01T00:00:00Z"
 
 

@@ -28,10 +28,18 @@ class CompletionsApi:
         model = required(body, "model", str)
         prompt = body.get("prompt")
         if not isinstance(prompt, str):
-            raise SimulatedError(400, f"prompt: the simulator serves one string prompt, got {type(prompt).__name__}", param="prompt")
+            raise SimulatedError(
+                400, f"prompt: the simulator serves one string prompt, got {type(prompt).__name__}", param="prompt"
+            )
         cap = token_cap(body, "max_tokens") or LEGACY_DEFAULT_MAX_TOKENS
         stops = stop_list(body, "stop", CHAT_MAX_STOP_SEQUENCES)
-        return Job(model, RenderedPrompt.from_blocks([RenderedBlock(prompt)]), DecodeParams(cap, stops), bool(body.get("stream")), body)
+        return Job(
+            model,
+            RenderedPrompt.from_blocks([RenderedBlock(prompt)]),
+            DecodeParams(cap, stops),
+            bool(body.get("stream")),
+            body,
+        )
 
     def encoder(self, outcome: ServedJob) -> CompletionsEncoder:
         return CompletionsEncoder(outcome)

@@ -14,7 +14,9 @@ import re
 from urllib.parse import unquote
 
 _BEDROCK = re.compile(r"^/model/(?P<model>[^/]+)/invoke$")
-_VERTEX = re.compile(r"^/projects/[^/]+/locations/[^/]+/publishers/anthropic/models/(?P<model>[^/:]+):(?:stream)?rawPredict$", re.I)
+_VERTEX = re.compile(
+    r"^/projects/[^/]+/locations/[^/]+/publishers/anthropic/models/(?P<model>[^/:]+):(?:stream)?rawPredict$", re.I
+)
 MESSAGES = "/v1/messages"
 COUNT_TOKENS = "/v1/messages/count_tokens"
 _AZURE = re.compile(r"^(?P<base>.*)/deployments/[^/]+(?P<rest>/.+)$")

@@ -65,8 +65,14 @@ def injection(fault: EventFault, encoder: Encoder, flavour: Flavour) -> Injectio
     return Injection(fault.at_token, events, ends=fault.kind is EventKind.ERROR)
 
 
-def send_whole(exchange: Exchange, encoder: Encoder, headers: Mapping[str, str], timing: Timing,
-               cut: CutFault | None, prefilled: Callable[[], None] = lambda: None) -> None:
+def send_whole(
+    exchange: Exchange,
+    encoder: Encoder,
+    headers: Mapping[str, str],
+    timing: Timing,
+    cut: CutFault | None,
+    prefilled: Callable[[], None] = lambda: None,
+) -> None:
     """The JSON answer; under a cut, only its first half (framing per `cut.mode`). `prefilled` is
     called once the prefill is over (the first-token delay), before anything of the body."""
     if exchange.hung_up(timing.before(0)):
@@ -82,9 +88,16 @@ def send_whole(exchange: Exchange, encoder: Encoder, headers: Mapping[str, str],
         exchange.drop(reset=cut.mode is CutMode.RESET)
 
 
-def send_stream(exchange: Exchange, encoder: Encoder, tokens: tuple[str, ...], headers: Mapping[str, str],
-                timing: Timing, cut: CutFault | None, inject: Injection | None = None,
-                prefilled: Callable[[], None] = lambda: None) -> StreamRecord:
+def send_stream(
+    exchange: Exchange,
+    encoder: Encoder,
+    tokens: tuple[str, ...],
+    headers: Mapping[str, str],
+    timing: Timing,
+    cut: CutFault | None,
+    inject: Injection | None = None,
+    prefilled: Callable[[], None] = lambda: None,
+) -> StreamRecord:
     """The SSE answer, `tokens` one by one; returns what was sent and whether the client hung up first.
     `prefilled` is called once the prefill is over (the first-token delay), before the first event."""
     progress = _Progress(exchange)
@@ -145,8 +158,7 @@ class _Progress:
         self.client_closed = True
         return False
 
-    def write_tokens(self, encoder: Encoder, tokens: tuple[str, ...], timing: Timing,
-                     inject: Injection | None) -> bool:
+    def write_tokens(self, encoder: Encoder, tokens: tuple[str, ...], timing: Timing, inject: Injection | None) -> bool:
         """One batch of events per token, paced by `timing`, with `inject` in its place; True when
         all were sent."""
         for index, token in enumerate(tokens):

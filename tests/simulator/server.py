@@ -193,8 +193,10 @@ class LoopbackServer:
     def __init__(self, app: Callable[[Exchange], None]) -> None:
         self._server = _SimulatorServer(app)
         self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": SERVER_POLL_SECONDS},
-            name="provider-simulator", daemon=True,
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": SERVER_POLL_SECONDS},
+            name="provider-simulator",
+            daemon=True,
         )
 
     @property

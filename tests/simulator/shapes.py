@@ -105,7 +105,12 @@ class ShapedMessagesEncoder(MessagesEncoder):
     def _answer_block(self, done: bool) -> dict[str, Any]:
         text = self._outcome.decoded.text
         if self._tool is not None:
-            return {"type": "tool_use", "id": self._tool_id, "name": self._tool, "input": json.loads(text) if done else {}}
+            return {
+                "type": "tool_use",
+                "id": self._tool_id,
+                "name": self._tool,
+                "input": json.loads(text) if done else {},
+            }
         return {"type": "text", "text": text if done else ""}
 
     def _thinking_block(self, done: bool) -> dict[str, Any]:
@@ -117,7 +122,9 @@ class ShapedMessagesEncoder(MessagesEncoder):
         return body
 
     def _start(self, index: int, block: dict[str, Any]) -> SseEvent:
-        return SseEvent.of({"type": "content_block_start", "index": index, "content_block": block}, "content_block_start")
+        return SseEvent.of(
+            {"type": "content_block_start", "index": index, "content_block": block}, "content_block_start"
+        )
 
     def _delta(self, delta: dict[str, Any]) -> SseEvent:
         return SseEvent.of({"type": "content_block_delta", "index": self._block, "delta": delta}, "content_block_delta")
@@ -164,14 +171,21 @@ class ToolCallResponsesEncoder(ResponsesEncoder):
         ]
 
     def token(self, text: str) -> list[SseEvent]:
-        return [self._event("response.function_call_arguments.delta", item_id=self._item_id, output_index=0, delta=text)]
+        return [
+            self._event("response.function_call_arguments.delta", item_id=self._item_id, output_index=0, delta=text)
+        ]
 
     def closing(self) -> list[SseEvent]:
         final = "response.incomplete" if self._incomplete else "response.completed"
         arguments = self._outcome.decoded.text
         return [
-            self._event("response.function_call_arguments.done", item_id=self._item_id, output_index=0,
-                        arguments=arguments, name=self._tool),  # fmt: skip
+            self._event(
+                "response.function_call_arguments.done",
+                item_id=self._item_id,
+                output_index=0,
+                arguments=arguments,
+                name=self._tool,
+            ),  # fmt: skip
             self._event("response.output_item.done", output_index=0, item=self._item(done=True)),
             self._event(final, response=self._response(done=True)),
         ]

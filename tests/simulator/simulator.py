@@ -70,7 +70,9 @@ from .shapes import shaped_encoder, stream_tokens
 from .wire import GenerationEndpoint, Job, ServedJob, now
 
 MODELS_PATH = "/v1/models"
-HTML_PAGE = b"<!DOCTYPE html>\n<html><head><title>Sign in</title></head><body><p>Sign in to continue.</p></body></html>\n"
+HTML_PAGE = (
+    b"<!DOCTYPE html>\n<html><head><title>Sign in</title></head><body><p>Sign in to continue.</p></body></html>\n"
+)
 """What `serve_html` answers with."""
 
 
@@ -100,8 +102,12 @@ class ProviderSimulator:
         self.reasoning_tokens: int = 0
         self.tool_call: str | None = None
         self.thinking: str = ""
-        self.refuse_stream_options: bool = False  # a 400 naming `stream_options`, as some OpenAI-compatible servers give
-        self.context_tokens: int | None = None  # a vLLM-like context: listed in /v1/models, a 400 when prompt + limit exceed it
+        self.refuse_stream_options: bool = (
+            False  # a 400 naming `stream_options`, as some OpenAI-compatible servers give
+        )
+        self.context_tokens: int | None = (
+            None  # a vLLM-like context: listed in /v1/models, a 400 when prompt + limit exceed it
+        )
         self.model_list: Literal["with_context", "without_context", "missing"] = "with_context"  # llama.cpp lists no
         # context; some servers have no GET /v1/models at all (a 404)
         self.model_list_reads: int = 0  # GET /v1/models answered (kept out of `requests`, never faulted)
@@ -126,8 +132,9 @@ class ProviderSimulator:
         self._server.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self._server.stop()
 
     @property
@@ -146,17 +153,26 @@ class ProviderSimulator:
             raise ValueError(f"loop unit must contain more than whitespace, got {unit!r} (None stops looping)")
         self._loop_unit = unit
 
-    def fail(self, status: int = 429, *, times: int = 1, headers: Mapping[str, str] | None = None,
-             message: str = "", error_type: str | None = None, reset: bool = False) -> None:
+    def fail(
+        self,
+        status: int = 429,
+        *,
+        times: int = 1,
+        headers: Mapping[str, str] | None = None,
+        message: str = "",
+        error_type: str | None = None,
+        reset: bool = False,
+    ) -> None:
         """The next `times` requests fail: with `status` and the API's own error body (plus `headers`,
         e.g. `retry-after`), or, with `reset=True`, by a TCP reset before any answer."""
-        fault: Fault = ResetFault() if reset else ErrorFault(
-            SimulatedError(status, message, error_type=error_type, headers=dict(headers or {}))
+        fault: Fault = (
+            ResetFault()
+            if reset
+            else ErrorFault(SimulatedError(status, message, error_type=error_type, headers=dict(headers or {})))
         )
         self._faults.add(fault, times)
 
-    def cut_stream_after(self, n_tokens: int, *, mode: Literal["end", "drop", "reset"] = "end",
-                         times: int = 1) -> None:
+    def cut_stream_after(self, n_tokens: int, *, mode: Literal["end", "drop", "reset"] = "end", times: int = 1) -> None:
         """The next `times` answers stop after `n_tokens` content tokens, without the final events.
 
         `mode` (see `faults.CutMode`): "end" ends the HTTP body properly (both clients then end the
@@ -170,8 +186,7 @@ class ProviderSimulator:
         the first event or the JSON body): a client read timeout shorter than that trips once."""
         self._faults.add(StallFault(seconds, at_token), times)
 
-    def inject_event(self, kind: Literal["bad_json", "unknown", "error"], *, at_token: int = 0,
-                     times: int = 1) -> None:
+    def inject_event(self, kind: Literal["bad_json", "unknown", "error"], *, at_token: int = 0, times: int = 1) -> None:
         """The next `times` streams carry a `kind` event just before content token `at_token`.
 
         `kind` (see `faults.EventKind`): "bad_json" a `data:` line with half its JSON, "unknown" an
@@ -185,8 +200,14 @@ class ProviderSimulator:
         or not: what a proxy or captive portal in the way answers."""
         self._faults.add(HtmlFault(), times)
 
-    def hold(self, release: threading.Event, *, status: int | None = None, times: int = 1,
-             timeout: float = HOLD_TIMEOUT_SECONDS) -> None:
+    def hold(
+        self,
+        release: threading.Event,
+        *,
+        status: int | None = None,
+        times: int = 1,
+        timeout: float = HOLD_TIMEOUT_SECONDS,
+    ) -> None:
         """The next `times` answers stay in prefill (nothing sent, nothing cached) until `release` is
         set, then are served, or fail with `status`: a leader whose first chunk a test lets out."""
         self._faults.add(HoldFault(release, timeout, status), times)
@@ -258,14 +279,18 @@ class ProviderSimulator:
                 flavour = _flavour_of(exchange)
                 name, request_id = request_id_header(flavour)
                 if self.model_list == "missing":
-                    exchange.send_json(404, SimulatedError(404, "Not Found").body(flavour, request_id), {name: request_id})
+                    exchange.send_json(
+                        404, SimulatedError(404, "Not Found").body(flavour, request_id), {name: request_id}
+                    )
                     return
                 context = self.context_tokens if self.model_list == "with_context" else None
                 exchange.send_json(200, _models_list(flavour, context), {name: request_id})
                 return
-            self._requests.append(RecordedRequest(
-                exchange.method, exchange.path, exchange.headers, _parse_json(exchange.raw), exchange.raw
-            ))
+            self._requests.append(
+                RecordedRequest(
+                    exchange.method, exchange.path, exchange.headers, _parse_json(exchange.raw), exchange.raw
+                )
+            )
             exchange.path, exchange.raw = platforms.route(exchange.path, exchange.raw)
             api = self._apis.get(exchange.path)
             flavour = api.flavour if api else _flavour_of(exchange)
@@ -305,8 +330,12 @@ class ProviderSimulator:
         outcome = ServedJob(job, self._lookup(flavour, job), decoded)
         cut = fault if isinstance(fault, CutFault) else None
         prefill_s = self.prefill_delay_per_token * (outcome.prompt_tokens - outcome.cache.read)
-        timing = Timing(self.first_token_delay + prefill_s, self.token_delay, fault if isinstance(fault, StallFault) else None,
-                        self.first_content_delay)
+        timing = Timing(
+            self.first_token_delay + prefill_s,
+            self.token_delay,
+            fault if isinstance(fault, StallFault) else None,
+            self.first_content_delay,
+        )
         headers = dict([request_id_header(flavour)])
         if isinstance(fault, HoldFault):
             with self._activity:
@@ -327,7 +356,9 @@ class ProviderSimulator:
                 inject = injection(fault, encoder, flavour) if isinstance(fault, EventFault) else None
                 tokens = stream_tokens(encoder, self.thinking, decoded.tokens)
                 self._streams.append(
-                    send_stream(exchange, encoder, tokens, headers, timing, cut, inject, lambda: cache.commit(outcome.cache))
+                    send_stream(
+                        exchange, encoder, tokens, headers, timing, cut, inject, lambda: cache.commit(outcome.cache)
+                    )
                 )
             else:
                 send_whole(exchange, encoder, headers, timing, cut, lambda: cache.commit(outcome.cache))
@@ -355,15 +386,20 @@ def _flavour_of(exchange: Exchange) -> Flavour:
 def _check_context(prompt_tokens: int, max_tokens: int, context: int) -> None:
     """vLLM's refusal of a request whose prompt and output limit together exceed the context."""
     if prompt_tokens + max_tokens > context:
-        raise SimulatedError(400, f"This model's maximum context length is {context} tokens. However, you requested "
-                            f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in the "
-                            "completion). Please reduce the length of the messages or completion.")
+        raise SimulatedError(
+            400,
+            f"This model's maximum context length is {context} tokens. However, you requested "
+            f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in the "
+            "completion). Please reduce the length of the messages or completion.",
+        )
 
 
 def _models_list(flavour: Flavour, context: int | None) -> dict[str, Any]:
     if flavour is Flavour.ANTHROPIC:
-        data = [{"type": "model", "id": model, "display_name": model, "created_at": "2025-01-01T00:00:00Z"}
-                for model in DEFAULT_MODELS]
+        data = [
+            {"type": "model", "id": model, "display_name": model, "created_at": "2025-01-01T00:00:00Z"}
+            for model in DEFAULT_MODELS
+        ]
         return {"data": data, "has_more": False, "first_id": data[0]["id"], "last_id": data[-1]["id"]}
     listed: list[dict[str, Any]] = [
         {"id": model, "object": "model", "created": now(), "owned_by": "simulator"} for model in DEFAULT_MODELS

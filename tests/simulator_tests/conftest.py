@@ -9,10 +9,9 @@ import anthropic
 import openai
 import pytest
 
+from tests.sdk.helpers import resolve
 from tests.simulator import ProviderSimulator
 from tests.simulator.fixtures import simulator  # noqa: F401  (re-exported fixture)
-
-from tests.sdk.helpers import resolve
 from tests.simulator_tests import REPLY
 
 KEY = "sk-simulator"

@@ -10,9 +10,8 @@ import anthropic
 import openai
 import pytest
 
-from tests.simulator import ProviderSimulator
-
 from tests.sdk.helpers import collect, connection_errors, http_library, in_stream, resolve
+from tests.simulator import ProviderSimulator
 from tests.simulator_tests import REPLY, REPLY_TOKENS
 
 MODES = pytest.mark.parametrize("mode", ["sync", "async"])
@@ -23,8 +22,13 @@ LONG = "The stable system prompt says the same words on every call. " * 120  # ~
 @MODES
 async def test_chat_completions_json_and_stream_parse_with_text_and_usage(sim: ProviderSimulator, oai: Any) -> None:
     whole = await resolve(oai.chat.completions.create(model="gpt-sim-1", messages=USER))
-    chunks = await collect(await resolve(oai.chat.completions.create(
-        model="gpt-sim-1", messages=USER, stream=True, stream_options={"include_usage": True})))
+    chunks = await collect(
+        await resolve(
+            oai.chat.completions.create(
+                model="gpt-sim-1", messages=USER, stream=True, stream_options={"include_usage": True}
+            )
+        )
+    )
 
     assert whole.choices[0].message.content == REPLY
     assert whole.choices[0].finish_reason == "stop"
@@ -40,14 +44,24 @@ async def test_chat_completions_json_and_stream_parse_with_text_and_usage(sim: P
 async def test_responses_json_stream_and_helper_parse_with_text_and_usage(sim: ProviderSimulator, oai: Any) -> None:
     whole = await resolve(oai.responses.create(model="gpt-sim-1", input="Hi", instructions="Be brief."))
     events = await collect(await resolve(oai.responses.create(model="gpt-sim-1", input="Hi", stream=True)))
-    final = await in_stream(oai.responses.stream(model="gpt-sim-1", input="Hi"), lambda stream: stream.get_final_response())
+    final = await in_stream(
+        oai.responses.stream(model="gpt-sim-1", input="Hi"), lambda stream: stream.get_final_response()
+    )
 
     assert whole.output_text == REPLY and whole.status == "completed"
     assert whole.usage.output_tokens == REPLY_TOKENS and whole.usage.input_tokens_details.cached_tokens == 0
     assert [e.type for e in events[:4]] == [
-        "response.created", "response.in_progress", "response.output_item.added", "response.content_part.added"]
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+    ]
     assert [e.type for e in events[-4:]] == [
-        "response.output_text.done", "response.content_part.done", "response.output_item.done", "response.completed"]
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
     assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == REPLY
     assert [e.sequence_number for e in events] == list(range(len(events)))
     assert final.output_text == REPLY and final.usage.output_tokens == REPLY_TOKENS
@@ -56,15 +70,24 @@ async def test_responses_json_stream_and_helper_parse_with_text_and_usage(sim: P
 @MODES
 async def test_anthropic_messages_json_stream_and_helper_parse_with_text_and_usage(claude: Any) -> None:
     whole = await resolve(claude.messages.create(model="claude-sim-1", max_tokens=100, messages=USER))
-    events = await collect(await resolve(claude.messages.create(
-        model="claude-sim-1", max_tokens=100, messages=USER, stream=True)))
-    final = await in_stream(claude.messages.stream(model="claude-sim-1", max_tokens=100, messages=USER),
-                            lambda stream: stream.get_final_message())
+    events = await collect(
+        await resolve(claude.messages.create(model="claude-sim-1", max_tokens=100, messages=USER, stream=True))
+    )
+    final = await in_stream(
+        claude.messages.stream(model="claude-sim-1", max_tokens=100, messages=USER),
+        lambda stream: stream.get_final_message(),
+    )
 
     assert whole.content[0].text == REPLY and whole.stop_reason == "end_turn"
     assert (whole.usage.output_tokens, whole.usage.cache_read_input_tokens) == (REPLY_TOKENS, 0)
-    assert [e.type for e in events] == ["message_start", "content_block_start", *["content_block_delta"] * REPLY_TOKENS,
-                                        "content_block_stop", "message_delta", "message_stop"]
+    assert [e.type for e in events] == [
+        "message_start",
+        "content_block_start",
+        *["content_block_delta"] * REPLY_TOKENS,
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
     assert final.content[0].text == REPLY and final.stop_reason == "end_turn"
     assert final.usage.output_tokens == REPLY_TOKENS and final.usage.input_tokens == whole.usage.input_tokens
 
@@ -170,9 +193,7 @@ async def test_scripted_429_is_a_rate_limit_error_with_retry_after(
     assert ok.stop_reason == "max_tokens" and len(sim.requests) == 3
 
 
-async def test_reset_before_answer_is_a_connection_error(
-    sim: ProviderSimulator, oai: Any, claude: Any
-) -> None:
+async def test_reset_before_answer_is_a_connection_error(sim: ProviderSimulator, oai: Any, claude: Any) -> None:
     sim.fail(reset=True, times=2)
     with pytest.raises(openai.APIConnectionError):
         oai.chat.completions.create(model="m", messages=USER)
@@ -186,11 +207,11 @@ async def test_loop_stream_stops_decoding_when_the_client_hangs_up(
 ) -> None:
     sim.loop("I keep saying this. ")
     sim.token_delay = 0.005  # 4000 tokens would take 20 s: a late hang-up could not go unnoticed
-    stream = await resolve(oai.chat.completions.create(
-        model="m", messages=USER, max_tokens=4000, stream=True))
+    stream = await resolve(oai.chat.completions.create(model="m", messages=USER, max_tokens=4000, stream=True))
     chunks = await collect(stream, stop_after=20)
-    events = await collect(await resolve(claude.messages.create(
-        model="c", max_tokens=4000, messages=USER, stream=True)), stop_after=20)
+    events = await collect(
+        await resolve(claude.messages.create(model="c", max_tokens=4000, messages=USER, stream=True)), stop_after=20
+    )
 
     assert "I keep saying this. I keep" in "".join(c.choices[0].delta.content or "" for c in chunks)
     assert len(events) == 20
@@ -241,7 +262,11 @@ async def test_requests_are_recorded_and_other_paths_answer_like_the_apis(
 
     first = sim.requests[0]
     assert (first.method, first.path, first.body["messages"], first.headers["x-trace"]) == (
-        "POST", "/v1/chat/completions", USER, "t1")
+        "POST",
+        "/v1/chat/completions",
+        USER,
+        "t1",
+    )
     assert b'"messages"' in first.raw
     assert [m.id for m in models.data] == [m.id for m in claude_models.data] == ["gpt-sim-1", "claude-sim-1"]
     sim.reset()
@@ -252,7 +277,9 @@ async def test_a_stall_trips_the_client_read_timeout_once(sim: ProviderSimulator
     http = http_library(openai)
     timeout = http.Timeout(10.0, read=2.0)  # room for a loaded machine on every read but the stalled one
     sim.stall(10.0, at_token=2)
-    with pytest.raises((openai.APITimeoutError, http.TimeoutException)):  # the transport's, where a release lets it escape
+    with pytest.raises(
+        (openai.APITimeoutError, http.TimeoutException)
+    ):  # the transport's, where a release lets it escape
         list(oai.with_options(timeout=timeout).chat.completions.create(model="m", messages=USER, stream=True))
     again = oai.with_options(timeout=timeout).chat.completions.create(model="m", messages=USER)
 

@@ -75,15 +75,19 @@ def test_openai_cache_reads_the_common_prefix_in_128_steps_from_1024(common: int
 def test_cache_markers_do_not_change_the_rendered_prompt() -> None:
     api = ChatCompletionsApi()
     plain = {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "Hi there"}]}]}
-    marked = {"model": "m", "messages": [{"role": "user", "content": [
-        {"type": "text", "text": "Hi there", "prompt_cache_breakpoint": {}}]}]}
+    marked = {
+        "model": "m",
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "Hi there", "prompt_cache_breakpoint": {}}]}
+        ],
+    }
     assert api.parse(plain).prompt.tokens == api.parse(marked).prompt.tokens
 
 
 def _blocks(n_blocks: int, marked: set[int], tokens_per_block: int = 100) -> RenderedPrompt:
-    return RenderedPrompt.from_blocks([
-        RenderedBlock(f" block{i}" * tokens_per_block, "5m" if i in marked else None) for i in range(n_blocks)
-    ])
+    return RenderedPrompt.from_blocks(
+        [RenderedBlock(f" block{i}" * tokens_per_block, "5m" if i in marked else None) for i in range(n_blocks)]
+    )
 
 
 def test_anthropic_cache_looks_back_at_most_20_blocks_before_a_breakpoint() -> None:
@@ -99,7 +103,9 @@ def test_anthropic_cache_looks_back_at_most_20_blocks_before_a_breakpoint() -> N
 def test_anthropic_cache_writes_nothing_below_the_minimum_and_splits_ttls() -> None:
     cache = BreakpointCache()
     short = cache.lookup("m", _blocks(5, {2}), min_tokens=1024)
-    prompt = RenderedPrompt.from_blocks([RenderedBlock(" a" * 1100, "1h"), RenderedBlock(" b" * 200, "5m"), RenderedBlock(" c" * 10)])
+    prompt = RenderedPrompt.from_blocks(
+        [RenderedBlock(" a" * 1100, "1h"), RenderedBlock(" b" * 200, "5m"), RenderedBlock(" c" * 10)]
+    )
     split = cache.lookup("m", prompt, min_tokens=1024)
 
     assert (short.read, short.written, short.uncached_tail) == (0, 0, 500)
