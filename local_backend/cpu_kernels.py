@@ -55,9 +55,17 @@ CAPABILITY_ENV: Final = "KVWISE_CPU_CAPABILITY"
 CAPABILITY_FLAGS: Final = {
     "DEFAULT": ("-DCPU_CAPABILITY=DEFAULT", "-DCPU_CAPABILITY_DEFAULT"),
     "AVX2": ("-mavx2", "-mfma", "-mf16c", "-DCPU_CAPABILITY=AVX2", "-DCPU_CAPABILITY_AVX2"),
-    "AVX512": ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma", "-mf16c", "-DCPU_CAPABILITY=AVX512",
-               "-DCPU_CAPABILITY_AVX512"),
-}  # fmt: skip
+    "AVX512": (
+        "-mavx512f",
+        "-mavx512bw",
+        "-mavx512vl",
+        "-mavx512dq",
+        "-mfma",
+        "-mf16c",
+        "-DCPU_CAPABILITY=AVX512",
+        "-DCPU_CAPABILITY_AVX512",
+    ),
+}
 """The compiler flags of each capability, ascending: ATen's own per-capability flags for its vector types, and F16C
 (every AVX2 and AVX-512 CPU has it) for the one-instruction fp16 scales of quantized blocks."""
 

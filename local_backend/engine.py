@@ -70,9 +70,12 @@ def _kv_cache_memory(config: EngineConfig, device: torch.device) -> int:
     free, total = torch.cuda.mem_get_info(device)
     budget = int(total * config.gpu_memory_utilization) - (total - free)
     if budget <= 0:
-        raise ConfigError("gpu_memory_utilization", f"gpu_memory_utilization={config.gpu_memory_utilization} "
-                          f"leaves no room for the KV cache: {(total - free) / 2**30:.1f} of {total / 2**30:.1f} GiB "
-                          "are in use with the weights loaded")  # fmt: skip
+        raise ConfigError(
+            "gpu_memory_utilization",
+            f"gpu_memory_utilization={config.gpu_memory_utilization} "
+            f"leaves no room for the KV cache: {(total - free) / 2**30:.1f} of {total / 2**30:.1f} GiB "
+            "are in use with the weights loaded",
+        )
     return budget
 
 
@@ -141,11 +144,17 @@ class Engine:
             )
         dev, dtype = resolve_device(config.device, config.dtype)
         if config.gpu_memory_utilization is not None and dev.type != "cuda":
-            raise ConfigError("gpu_memory_utilization", f"gpu_memory_utilization={config.gpu_memory_utilization} "
-                              f"applies to CUDA only, and the engine runs on {dev}: use kv_cache_memory")  # fmt: skip
+            raise ConfigError(
+                "gpu_memory_utilization",
+                f"gpu_memory_utilization={config.gpu_memory_utilization} "
+                f"applies to CUDA only, and the engine runs on {dev}: use kv_cache_memory",
+            )
         if not kv_quant.supports(config.kv_cache_dtype, dev):
-            raise ConfigError("kv_cache_dtype", f"kv_cache_dtype={config.kv_cache_dtype!r}: this torch cannot store "
-                              f"float8 on {dev}; use 'int8' or 'auto'")  # fmt: skip
+            raise ConfigError(
+                "kv_cache_dtype",
+                f"kv_cache_dtype={config.kv_cache_dtype!r}: this torch cannot store "
+                f"float8 on {dev}; use 'int8' or 'auto'",
+            )
         sampling_defaults = config.generation_defaults(checkpoint.generation_folder)
         try:
             tokenizer = checkpoint.read_tokenizer(config.read_chat_template())
@@ -170,14 +179,19 @@ class Engine:
             )
         )
         if config.max_model_len is not None and core.max_model_len < config.max_model_len:
-            logger.warning("max_model_len=%d cut to %d: the KV cache holds no more", config.max_model_len,
-                           core.max_model_len)  # fmt: skip
+            logger.warning(
+                "max_model_len=%d cut to %d: the KV cache holds no more", config.max_model_len, core.max_model_len
+            )
         bm = core.block_manager
         effective = dataclasses.replace(
-            config, device=str(dev), dtype=str(dtype).removeprefix("torch."), max_model_len=core.max_model_len,
-            kv_cache_memory=None if config.gpu_memory_utilization is not None else
-            bm.num_blocks * bm.block_size * core.kv_bytes_per_token,
-        )  # fmt: skip
+            config,
+            device=str(dev),
+            dtype=str(dtype).removeprefix("torch."),
+            max_model_len=core.max_model_len,
+            kv_cache_memory=None
+            if config.gpu_memory_utilization is not None
+            else bm.num_blocks * bm.block_size * core.kv_bytes_per_token,
+        )
         return cls(core, tokenizer, effective, sampling_defaults)
 
     def default_params(self) -> SamplingParams:

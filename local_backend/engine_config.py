@@ -129,27 +129,45 @@ class EngineConfig:
         object.__setattr__(self, "dtype", DTYPE_ALIASES.get(self.dtype, self.dtype))
         checks = [
             ("model", bool(self.model), "must name a checkpoint directory or 'default'"),
-            ("device", self.device == "auto" or self.device.split(":")[0] in ("cpu", "cuda"),
-             "must be 'auto', 'cpu' or 'cuda[:N]'"),
+            (
+                "device",
+                self.device == "auto" or self.device.split(":")[0] in ("cpu", "cuda"),
+                "must be 'auto', 'cpu' or 'cuda[:N]'",
+            ),
             ("dtype", self.dtype in DTYPES, f"must be one of {', '.join(DTYPES)}"),
             ("kv_cache_memory", self.kv_cache_memory is None or self.kv_cache_memory >= 1, "must be >= 1 byte"),
             ("block_size", self.block_size >= 1, "must be >= 1"),
             ("max_num_seqs", self.max_num_seqs >= 1, "must be >= 1"),
             ("max_model_len", self.max_model_len is None or self.max_model_len >= 1, "must be >= 1"),
-            ("max_num_batched_tokens", self.max_num_batched_tokens >= self.max_num_seqs,
-             f"must be >= max_num_seqs ({self.max_num_seqs}), or a full batch could not decode in one step"),
-            ("gpu_memory_utilization",
-             self.gpu_memory_utilization is None or 0 < self.gpu_memory_utilization <= 1, "must be in (0, 1]"),
-            ("gpu_memory_utilization", self.gpu_memory_utilization is None or self.device != "cpu",
-             "applies to CUDA only: on CPU bound the KV cache with kv_cache_memory"),
-            ("gpu_memory_utilization", self.gpu_memory_utilization is None or self.kv_cache_memory is None,
-             "and kv_cache_memory both size the KV cache: give one"),
+            (
+                "max_num_batched_tokens",
+                self.max_num_batched_tokens >= self.max_num_seqs,
+                f"must be >= max_num_seqs ({self.max_num_seqs}), or a full batch could not decode in one step",
+            ),
+            (
+                "gpu_memory_utilization",
+                self.gpu_memory_utilization is None or 0 < self.gpu_memory_utilization <= 1,
+                "must be in (0, 1]",
+            ),
+            (
+                "gpu_memory_utilization",
+                self.gpu_memory_utilization is None or self.device != "cpu",
+                "applies to CUDA only: on CPU bound the KV cache with kv_cache_memory",
+            ),
+            (
+                "gpu_memory_utilization",
+                self.gpu_memory_utilization is None or self.kv_cache_memory is None,
+                "and kv_cache_memory both size the KV cache: give one",
+            ),
             ("kv_cache_dtype", self.kv_cache_dtype in KV_CACHE_DTYPES, f"must be one of {', '.join(KV_CACHE_DTYPES)}"),
             ("quantization", self.quantization in QUANTIZATIONS, f"must be one of {', '.join(QUANTIZATIONS)}"),
             ("chat_template", self.chat_template is None or bool(self.chat_template), "must not be empty"),
-            ("generation_config", bool(self.generation_config),
-             f"must be '{GENERATION_CONFIG_AUTO}', '{GENERATION_CONFIG_VLLM}' or a folder"),
-        ]  # fmt: skip
+            (
+                "generation_config",
+                bool(self.generation_config),
+                f"must be '{GENERATION_CONFIG_AUTO}', '{GENERATION_CONFIG_VLLM}' or a folder",
+            ),
+        ]
         for name, ok, rule in checks:
             if not ok:
                 raise ConfigError(name, f"{name}={getattr(self, name)!r} {rule}")
@@ -164,8 +182,11 @@ class EngineConfig:
         try:
             return Path(template).read_text()
         except OSError as exc:
-            raise ConfigError("chat_template", f"chat_template={template!r} looks like a file path but cannot be "
-                              f"read ({exc.strerror}); pass a readable file or the template itself") from None  # fmt: skip
+            raise ConfigError(
+                "chat_template",
+                f"chat_template={template!r} looks like a file path but cannot be "
+                f"read ({exc.strerror}); pass a readable file or the template itself",
+            ) from None
 
     def generation_defaults(self, checkpoint: Path | None) -> dict[str, Any]:
         """The sampling defaults `generation_config` gives for `checkpoint` (`SamplingParams` field names);
@@ -176,8 +197,11 @@ class EngineConfig:
         if folder is None:
             return {}
         if not folder.is_dir():
-            raise ConfigError("generation_config", f"generation_config={self.generation_config!r} is not a folder "
-                              f"(nor '{GENERATION_CONFIG_AUTO}' or '{GENERATION_CONFIG_VLLM}')")  # fmt: skip
+            raise ConfigError(
+                "generation_config",
+                f"generation_config={self.generation_config!r} is not a folder "
+                f"(nor '{GENERATION_CONFIG_AUTO}' or '{GENERATION_CONFIG_VLLM}')",
+            )
         path = folder / GENERATION_CONFIG_FILE
         if not path.is_file():
             return {}

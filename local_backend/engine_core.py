@@ -89,8 +89,14 @@ class EngineCore:
         sampler = Sampler(cfg.vocab_size, tokenizer.ids_containing, ops.select(device, torch.float32, cfg.head_dim))
         self.runner = ModelRunner(model, cfg, sampler, num_blocks, block_size, self.max_model_len, kv_dtype)
         per_token = kv_quant.describe_bytes_per_token(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, kv_dtype)
-        logger.info("KV cache %s: %s; %d blocks of %d: %d tokens", kv_cache_dtype, per_token, num_blocks, block_size,
-                    num_blocks * block_size)  # fmt: skip
+        logger.info(
+            "KV cache %s: %s; %d blocks of %d: %d tokens",
+            kv_cache_dtype,
+            per_token,
+            num_blocks,
+            block_size,
+            num_blocks * block_size,
+        )
         self.eos = frozenset(cfg.eos_token_ids) | (
             {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
         )

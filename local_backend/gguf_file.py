@@ -34,10 +34,18 @@ ALIGNMENT_KEY = "general.alignment"
 DEFAULT_ALIGNMENT = 32
 
 _SCALARS = {
-    GGUFValueType.UINT8: "B", GGUFValueType.INT8: "b", GGUFValueType.UINT16: "H", GGUFValueType.INT16: "h",
-    GGUFValueType.UINT32: "I", GGUFValueType.INT32: "i", GGUFValueType.FLOAT32: "f", GGUFValueType.BOOL: "?",
-    GGUFValueType.UINT64: "Q", GGUFValueType.INT64: "q", GGUFValueType.FLOAT64: "d",
-}  # fmt: skip
+    GGUFValueType.UINT8: "B",
+    GGUFValueType.INT8: "b",
+    GGUFValueType.UINT16: "H",
+    GGUFValueType.INT16: "h",
+    GGUFValueType.UINT32: "I",
+    GGUFValueType.INT32: "i",
+    GGUFValueType.FLOAT32: "f",
+    GGUFValueType.BOOL: "?",
+    GGUFValueType.UINT64: "Q",
+    GGUFValueType.INT64: "q",
+    GGUFValueType.FLOAT64: "d",
+}
 """Each scalar value type's `struct` (and numpy) code; every value is little-endian."""
 
 _FIXED_HEADER = struct.Struct("<4sIQQ")
@@ -109,13 +117,16 @@ def read_gguf(path: Path) -> GGUFFile:
     ordered = sorted(tensors, key=lambda tensor: tensor.start)
     for before, after in zip(ordered, ordered[1:]):
         if after.start < before.start + before.nbytes:
-            raise reader.fail(f"tensors {before.name!r} (bytes {before.start:,} to {before.start + before.nbytes:,}) "
-                              f"and {after.name!r} (from byte {after.start:,}) overlap")  # fmt: skip
+            raise reader.fail(
+                f"tensors {before.name!r} (bytes {before.start:,} to {before.start + before.nbytes:,}) "
+                f"and {after.name!r} (from byte {after.start:,}) overlap"
+            )
     return GGUFFile(path, metadata, tensors, data)
 
 
-def _tensor(reader: _HeaderReader, data_start: int, alignment: int, name: str, dims: tuple[int, ...], kind: int,
-            offset: int) -> TensorInfo:  # fmt: skip
+def _tensor(
+    reader: _HeaderReader, data_start: int, alignment: int, name: str, dims: tuple[int, ...], kind: int, offset: int
+) -> TensorInfo:
     """One tensor's entry, checked: its type, its rows, its data's place in the file."""
     try:
         qtype = GGMLQuantizationType(kind)
@@ -125,16 +136,18 @@ def _tensor(reader: _HeaderReader, data_start: int, alignment: int, name: str, d
         raise reader.fail(f"tensor {name!r} has dims {list(dims)}: every dimension must be at least 1")
     block, block_bytes = GGML_QUANT_SIZES[qtype]
     if dims[0] % block:
-        raise reader.fail(f"tensor {name!r}: its rows of {dims[0]} values are not whole {qtype.name} blocks "
-                          f"of {block}")  # fmt: skip
+        raise reader.fail(f"tensor {name!r}: its rows of {dims[0]} values are not whole {qtype.name} blocks of {block}")
     nbytes = math.prod(dims) // block * block_bytes
     start = data_start + offset
     if start + nbytes > reader.size:
-        raise reader.fail(f"tensor {name!r}: its {nbytes:,} bytes at data offset {offset:,} end past the end of "
-                          f"the file ({max(reader.size - data_start, 0):,} bytes of tensor data)")  # fmt: skip
+        raise reader.fail(
+            f"tensor {name!r}: its {nbytes:,} bytes at data offset {offset:,} end past the end of "
+            f"the file ({max(reader.size - data_start, 0):,} bytes of tensor data)"
+        )
     if offset % alignment:
-        raise reader.fail(f"tensor {name!r}: its data offset {offset:,} is not a multiple of "
-                          f"{ALIGNMENT_KEY}={alignment}")  # fmt: skip
+        raise reader.fail(
+            f"tensor {name!r}: its data offset {offset:,} is not a multiple of {ALIGNMENT_KEY}={alignment}"
+        )
     return TensorInfo(name, dims, qtype, start, nbytes)
 
 
@@ -160,8 +173,10 @@ class _HeaderReader:
         if version not in SUPPORTED_VERSIONS:
             raise self.fail(f"GGUF version {version} is not supported; supported: {SUPPORTED_VERSIONS}")
         if kv_count > C.GGUF_MAX_METADATA_ENTRIES:
-            raise self.fail(f"the header claims {kv_count:,} metadata entries, more than the limit of "
-                            f"{C.GGUF_MAX_METADATA_ENTRIES:,}")  # fmt: skip
+            raise self.fail(
+                f"the header claims {kv_count:,} metadata entries, more than the limit of "
+                f"{C.GGUF_MAX_METADATA_ENTRIES:,}"
+            )
         if tensor_count > C.GGUF_MAX_TENSORS:
             raise self.fail(
                 f"the header claims {tensor_count:,} tensors, more than the limit of {C.GGUF_MAX_TENSORS:,}"
@@ -190,8 +205,9 @@ class _HeaderReader:
         if end > self.size:
             raise self.fail(f"the file ends inside {what} (byte {self.size:,}; {end:,} needed)")
         if end > C.GGUF_MAX_HEADER_BYTES:
-            raise self.fail(f"the metadata and tensor index pass the limit of {C.GGUF_MAX_HEADER_BYTES:,} bytes "
-                            f"at {what}")  # fmt: skip
+            raise self.fail(
+                f"the metadata and tensor index pass the limit of {C.GGUF_MAX_HEADER_BYTES:,} bytes at {what}"
+            )
         self.pos = end
         return start
 
@@ -238,8 +254,9 @@ class _HeaderReader:
         item = self._type(self.scalar("I", what), what)
         count = self.scalar("Q", what)
         if count > C.GGUF_MAX_ARRAY_LENGTH:
-            raise self.fail(f"{what} is an array of {count:,} entries, more than the limit of "
-                            f"{C.GGUF_MAX_ARRAY_LENGTH:,}")  # fmt: skip
+            raise self.fail(
+                f"{what} is an array of {count:,} entries, more than the limit of {C.GGUF_MAX_ARRAY_LENGTH:,}"
+            )
         if item == GGUFValueType.ARRAY:
             raise self.fail(f"{what} is an array of arrays, which llama.cpp does not read either")
         if item == GGUFValueType.STRING:

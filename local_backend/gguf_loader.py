@@ -40,8 +40,9 @@ logger = logging.getLogger(__name__)
 SUPPORTED_ARCHITECTURES = ("llama",)
 """`general.architecture` values read: Llama 1-3, Mistral, SmolLM and TinyLlama files all say `llama`."""
 
-SUPPORTED_TENSOR_TYPES = frozenset({Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1,
-                                    Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K})  # fmt: skip
+SUPPORTED_TENSOR_TYPES = frozenset(
+    {Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K}
+)
 """The float, legacy and K-quant types of llama.cpp's usual presets, which `gguf` dequantizes."""
 
 KEPT_TENSOR_TYPES = frozenset(Q(kind) for kind in QuantType)
@@ -79,8 +80,9 @@ def open_gguf(path: Path) -> Checkpoint:
     for tensor in file.tensors:
         if tensor.kind not in SUPPORTED_TENSOR_TYPES:
             supported = sorted(t.name for t in SUPPORTED_TENSOR_TYPES)
-            raise file.fail(f"tensor {tensor.name!r} is of type {tensor.kind.name}, which is not supported; "
-                            f"supported: {supported}")  # fmt: skip
+            raise file.fail(
+                f"tensor {tensor.name!r} is of type {tensor.kind.name}, which is not supported; supported: {supported}"
+            )
         if tensor.name == "rope_freqs.weight":
             raise file.fail("tensor 'rope_freqs.weight' (Llama 3.1's rescaled rotary frequencies) is not supported")
     hf_names = {_hf_name(tensor.name, file): tensor for tensor in file.tensors}
@@ -94,8 +96,13 @@ def open_gguf(path: Path) -> Checkpoint:
         check_vocabulary(metadata, None if embedding is None else embedding.shape[0])
     except ValueError as exc:
         raise file.fail(str(exc)) from None
-    check_tensors(config, {hf: tensor.shape for hf, tensor in hf_names.items()}, path.name,
-                  f"{architecture}.block_count", _gguf_name)  # fmt: skip
+    check_tensors(
+        config,
+        {hf: tensor.shape for hf, tensor in hf_names.items()},
+        path.name,
+        f"{architecture}.block_count",
+        _gguf_name,
+    )
     template = metadata.get(TEMPLATE_KEY)
     if template is not None and not isinstance(template, str):
         raise file.fail(f"{TEMPLATE_KEY} is not a string")
@@ -105,14 +112,17 @@ def open_gguf(path: Path) -> Checkpoint:
             tokenizer = build_tokenizer(metadata)
         except Exception as exc:  # the tokenizers library raises its own errors as bare `Exception`s
             raise file.fail(f"the tokenizer does not build from tokenizer.ggml.*: {exc}") from None
-        return TextTokenizer(tokenizer, _tokenizer_config(metadata),
-                             chat_template or template)  # fmt: skip
+        return TextTokenizer(tokenizer, _tokenizer_config(metadata), chat_template or template)
 
     def tensors() -> Tensors:
         dequantized = sorted({t.kind.name for t in file.tensors if t.kind not in KEPT_TENSOR_TYPES | _FLOAT_TYPES})
         if dequantized:
-            logger.info("%s: tensors of types %s are dequantized to float at load; the kernels multiply %s blocks",
-                        path.name, ", ".join(dequantized), ", ".join(sorted(t.name for t in KEPT_TENSOR_TYPES)))  # fmt: skip
+            logger.info(
+                "%s: tensors of types %s are dequantized to float at load; the kernels multiply %s blocks",
+                path.name,
+                ", ".join(dequantized),
+                ", ".join(sorted(t.name for t in KEPT_TENSOR_TYPES)),
+            )
         for name, tensor in hf_names.items():
             heads = {"q_proj.weight": config.num_heads, "k_proj.weight": config.num_kv_heads}.get(
                 name.rpartition("self_attn.")[2]
@@ -131,9 +141,17 @@ def open_gguf(path: Path) -> Checkpoint:
     return Checkpoint(config, None, read_tokenizer, tensors)
 
 
-_COUNTS = ("block_count", "embedding_length", "feed_forward_length", "attention.head_count",
-           "attention.head_count_kv", "attention.key_length", "rope.dimension_count", "context_length",
-           "vocab_size")  # fmt: skip
+_COUNTS = (
+    "block_count",
+    "embedding_length",
+    "feed_forward_length",
+    "attention.head_count",
+    "attention.head_count_kv",
+    "attention.key_length",
+    "rope.dimension_count",
+    "context_length",
+    "vocab_size",
+)
 """`{arch}.*` keys that hold a positive integer where present."""
 _REALS = ("attention.layer_norm_rms_epsilon", "rope.freq_base", "rope.scaling.factor")
 """`{arch}.*` keys that hold a finite positive number where present."""
@@ -160,8 +178,10 @@ def _hf_config(file: GGUFFile, tied: bool) -> dict[str, Any]:
     heads = key("attention.head_count")
     hidden = key("embedding_length")
     if heads % key("attention.head_count_kv", heads):
-        raise file.fail(f"{arch}.attention.head_count={heads} is not a multiple of "
-                        f"{arch}.attention.head_count_kv={key('attention.head_count_kv')}")  # fmt: skip
+        raise file.fail(
+            f"{arch}.attention.head_count={heads} is not a multiple of "
+            f"{arch}.attention.head_count_kv={key('attention.head_count_kv')}"
+        )
     tokens = metadata.get("tokenizer.ggml.tokens")
     scaling = key("rope.scaling.type", "none")
     eos = [metadata[k] for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id") if k in metadata]
@@ -191,8 +211,11 @@ def _tokenizer_config(metadata: Mapping[str, Any]) -> dict[str, Any]:
     tokens = metadata["tokenizer.ggml.tokens"]
     bos, eos = metadata.get("tokenizer.ggml.bos_token_id"), metadata.get("tokenizer.ggml.eos_token_id")
     add_bos = metadata.get("tokenizer.ggml.add_bos_token", metadata.get("tokenizer.ggml.model") == "llama")
-    return {"bos_token": None if bos is None else tokens[bos], "eos_token": None if eos is None else tokens[eos],
-            "add_bos_token": add_bos}  # fmt: skip
+    return {
+        "bos_token": None if bos is None else tokens[bos],
+        "eos_token": None if eos is None else tokens[eos],
+        "add_bos_token": add_bos,
+    }
 
 
 def _hf_name(name: str, file: GGUFFile) -> str:

@@ -33,8 +33,10 @@ USER_DEFINED_TOKEN_TYPE = 4
 TOKEN_TYPES = range(7)
 """llama.cpp's token types: undefined, normal, unknown, control, user-defined, unused, byte."""
 
-SPECIAL_ID_KEYS = tuple(f"tokenizer.ggml.{name}_token_id" for name in
-                        ("bos", "eos", "eot", "eom", "unknown", "seperator", "padding", "mask"))  # fmt: skip
+SPECIAL_ID_KEYS = tuple(
+    f"tokenizer.ggml.{name}_token_id"
+    for name in ("bos", "eos", "eot", "eom", "unknown", "seperator", "padding", "mask")
+)
 """The keys that name a token by its id (llama.cpp spells `seperator` so)."""
 
 SPIECE_UNDERLINE = "\u2581"
@@ -86,8 +88,10 @@ def check_vocabulary(metadata: Mapping[str, Any], rows: int | None) -> None:
         raise ValueError(f"tokenizer.ggml.tokens holds {len(tokens):,} tokens, but token_embd.weight has {rows:,} rows")
     for index, token in enumerate(tokens):
         if len(token) * 4 > C.MAX_TOKEN_BYTES and len(token.encode()) > C.MAX_TOKEN_BYTES:
-            raise ValueError(f"tokenizer.ggml.tokens[{index}] is a token of {len(token.encode()):,} bytes, more than "
-                             f"the limit of {C.MAX_TOKEN_BYTES:,}")  # fmt: skip
+            raise ValueError(
+                f"tokenizer.ggml.tokens[{index}] is a token of {len(token.encode()):,} bytes, more than "
+                f"the limit of {C.MAX_TOKEN_BYTES:,}"
+            )
     if kind == "gpt2" and str(metadata.get("tokenizer.ggml.pre", "default")) not in BYTE_LEVEL_SPLITS:
         pre = metadata.get("tokenizer.ggml.pre")
         raise ValueError(f"tokenizer.ggml.pre={pre!r} is not supported; supported: {sorted(BYTE_LEVEL_SPLITS)}")
@@ -106,8 +110,10 @@ def check_vocabulary(metadata: Mapping[str, Any], rows: int | None) -> None:
     for index, merge in enumerate(merges or ()):
         left, space, right = merge.partition(" ")
         if not space or left not in vocab or right not in vocab or left + right not in vocab:
-            raise ValueError(f"tokenizer.ggml.merges[{index}]={merge[:80]!r} is not a merge of two tokens of the "
-                             "vocabulary into a third")  # fmt: skip
+            raise ValueError(
+                f"tokenizer.ggml.merges[{index}]={merge[:80]!r} is not a merge of two tokens of the "
+                "vocabulary into a third"
+            )
     if kind == "gpt2" and merges is None:
         raise ValueError("tokenizer.ggml.merges is missing (a gpt2 vocabulary merges by them)")
     if kind == "llama" and merges is None:
@@ -115,8 +121,10 @@ def check_vocabulary(metadata: Mapping[str, Any], rows: int | None) -> None:
             raise ValueError("tokenizer.ggml.scores is missing (a llama vocabulary without merges merges by them)")
         work = sum(len(token) ** 2 for token in tokens)
         if work > C.MAX_SCORE_MERGE_WORK:
-            raise ValueError(f"tokenizer.ggml.tokens: deriving merges from scores would slice {work:,} "
-                             f"characters, more than the limit of {C.MAX_SCORE_MERGE_WORK:,}")  # fmt: skip
+            raise ValueError(
+                f"tokenizer.ggml.tokens: deriving merges from scores would slice {work:,} "
+                f"characters, more than the limit of {C.MAX_SCORE_MERGE_WORK:,}"
+            )
 
 
 def _strings(metadata: Mapping[str, Any], key: str) -> list[str] | None:
@@ -148,8 +156,10 @@ def _check_added(tokens: Sequence[str], types: np.ndarray) -> None:
     first: dict[str, int] = {}
     for index, token in enumerate(tokens):
         if token in first and (index in added or first[token] in added):
-            raise ValueError(f"tokenizer.ggml.tokens: the control or user-defined token {token[:80]!r} is both id "
-                             f"{first[token]} and id {index}")  # fmt: skip
+            raise ValueError(
+                f"tokenizer.ggml.tokens: the control or user-defined token {token[:80]!r} is both id "
+                f"{first[token]} and id {index}"
+            )
         if token in texts:
             first.setdefault(token, index)
 
@@ -160,10 +170,20 @@ def build_tokenizer(metadata: Mapping[str, Any]) -> Tokenizer:
     tokens: Sequence[str] = metadata["tokenizer.ggml.tokens"]
     tokenizer = _BUILDERS[metadata["tokenizer.ggml.model"]](metadata, tokens)
     types: Sequence[int] = metadata.get("tokenizer.ggml.token_type", ())
-    tokenizer.add_special_tokens([AddedToken(token, normalized=False, special=True)
-                                  for token, kind in zip(tokens, types) if kind == CONTROL_TOKEN_TYPE])  # fmt: skip
-    tokenizer.add_tokens([AddedToken(token, normalized=False, special=False)
-                          for token, kind in zip(tokens, types) if kind == USER_DEFINED_TOKEN_TYPE])  # fmt: skip
+    tokenizer.add_special_tokens(
+        [
+            AddedToken(token, normalized=False, special=True)
+            for token, kind in zip(tokens, types)
+            if kind == CONTROL_TOKEN_TYPE
+        ]
+    )
+    tokenizer.add_tokens(
+        [
+            AddedToken(token, normalized=False, special=False)
+            for token, kind in zip(tokens, types)
+            if kind == USER_DEFINED_TOKEN_TYPE
+        ]
+    )
     return tokenizer
 
 
@@ -192,11 +212,19 @@ def _sentencepiece(metadata: Mapping[str, Any], tokens: Sequence[str]) -> Tokeni
     else:
         merges = _merges_from_scores(vocab, dict(zip(tokens, metadata["tokenizer.ggml.scores"])))
     unk = metadata.get("tokenizer.ggml.unknown_token_id")
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token=None if unk is None else tokens[unk],
-                                     fuse_unk=True, byte_fallback=True))  # fmt: skip
+    tokenizer = Tokenizer(
+        models.BPE(
+            vocab=vocab,
+            merges=merges,
+            unk_token=None if unk is None else tokens[unk],
+            fuse_unk=True,
+            byte_fallback=True,
+        )
+    )
     prefix = bool(metadata.get("tokenizer.ggml.add_space_prefix", True))
-    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement=SPIECE_UNDERLINE, split=False,
-                                                       prepend_scheme="first" if prefix else "never")  # fmt: skip
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(
+        replacement=SPIECE_UNDERLINE, split=False, prepend_scheme="first" if prefix else "never"
+    )
     steps = [decoders.Replace(SPIECE_UNDERLINE, " "), decoders.ByteFallback(), decoders.Fuse()]
     tokenizer.decoder = decoders.Sequence(steps + ([decoders.Strip(content=" ", left=1, right=0)] if prefix else []))
     return tokenizer

@@ -47,8 +47,13 @@ from local_backend._constants import (
 
 logger = logging.getLogger(__name__)
 
-_THRESHOLDS = ("matvec_max_rows", "onednn_min_rows", "prefill_kernel_max_context", "bf16_matvec_max_rows",
-               "bf16_onednn_min_rows")  # fmt: skip
+_THRESHOLDS = (
+    "matvec_max_rows",
+    "onednn_min_rows",
+    "prefill_kernel_max_context",
+    "bf16_matvec_max_rows",
+    "bf16_onednn_min_rows",
+)
 """`KernelChoices`' measured fields, as the cache file names them."""
 
 
@@ -80,9 +85,11 @@ class KernelChoices:
                 raise ValueError(f"KernelChoices.{name} must be an int >= 0, got {value!r}")
 
     def describe(self) -> str:
-        return (f"matvec up to {self.matvec_max_rows} rows, oneDNN from {self.onednn_min_rows} rows, prefill kernel "
-                f"up to {self.prefill_kernel_max_context} keys; bfloat16: matvec up to {self.bf16_matvec_max_rows} "
-                f"rows, oneDNN from {self.bf16_onednn_min_rows} rows ({self.source})")  # fmt: skip
+        return (
+            f"matvec up to {self.matvec_max_rows} rows, oneDNN from {self.onednn_min_rows} rows, prefill kernel "
+            f"up to {self.prefill_kernel_max_context} keys; bfloat16: matvec up to {self.bf16_matvec_max_rows} "
+            f"rows, oneDNN from {self.bf16_onednn_min_rows} rows ({self.source})"
+        )
 
     def rows(self, dtype: torch.dtype) -> tuple[int, int]:
         """(matvec_max_rows, onednn_min_rows) of a projection in `dtype`."""
@@ -169,8 +176,9 @@ def calibrate(capability: str) -> tuple[KernelChoices, dict[str, dict[str, list[
     kernel_vs_sdpa = [_best_ms(_prefill_forms(context, gen)) for context in contexts]
     timings["prefill_kernel_vs_sdpa"] = {str(context): ms for context, ms in zip(contexts, kernel_vs_sdpa)}
     prefill_max = _least_total(contexts, [ms[0] for ms in kernel_vs_sdpa], [ms[1] for ms in kernel_vs_sdpa])
-    choices = KernelChoices(capability, matvec_max_rows, onednn_min_rows, prefill_max, bf16_matvec_max_rows,
-                            bf16_onednn_min_rows)  # fmt: skip
+    choices = KernelChoices(
+        capability, matvec_max_rows, onednn_min_rows, prefill_max, bf16_matvec_max_rows, bf16_onednn_min_rows
+    )
     return choices, timings
 
 
@@ -180,8 +188,10 @@ def _projection_choices(
     """(matvec_max_rows, onednn_min_rows) for projections in `dtype`, their timings added to `timings` under
     `prefix`: the plain matmul against oneDNN's prepacked weight (where a load packs one), then the matvec
     against the torch form that choice makes."""
-    weights = [torch.randn(CALIBRATION_HIDDEN, CALIBRATION_PROJECTION, generator=gen).to(dtype)
-               for _ in range(CALIBRATION_MATRICES)]  # fmt: skip
+    weights = [
+        torch.randn(CALIBRATION_HIDDEN, CALIBRATION_PROJECTION, generator=gen).to(dtype)
+        for _ in range(CALIBRATION_MATRICES)
+    ]
     packs = onednn_prepacks(dtype)
     packed = [torch.ops.mkldnn._reorder_linear_weight(w.t().contiguous(), None) for w in weights] if packs else []
 

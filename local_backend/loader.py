@@ -62,8 +62,9 @@ def open_directory(directory: Path) -> Checkpoint:
     config = ModelConfig.from_file(directory / "config.json")
     check_tensors(config, _safetensors_shapes(directory), directory.name, "num_hidden_layers")
     _check_vocabulary(directory / "tokenizer.json", config)
-    return Checkpoint(config, directory, lambda template: TextTokenizer.from_dir(directory, template),
-                      lambda: _safetensors(directory))  # fmt: skip
+    return Checkpoint(
+        config, directory, lambda template: TextTokenizer.from_dir(directory, template), lambda: _safetensors(directory)
+    )
 
 
 def _safetensors(directory: Path) -> Tensors:
@@ -98,11 +99,15 @@ def _check_vocabulary(path: Path, cfg: ModelConfig) -> None:
         raise ModelFileError(f"{path.name}: does not load: {exc}") from None
     for token, index in tokenizer.get_vocab(with_added_tokens=True).items():
         if index >= cfg.vocab_size:
-            raise ModelFileError(f"{path.name}: token {token[:80]!r} has id {index}, past the vocab_size="
-                                 f"{cfg.vocab_size} rows of the embedding")  # fmt: skip
+            raise ModelFileError(
+                f"{path.name}: token {token[:80]!r} has id {index}, past the vocab_size="
+                f"{cfg.vocab_size} rows of the embedding"
+            )
         if len(token) * 4 > C.MAX_TOKEN_BYTES and len(token.encode()) > C.MAX_TOKEN_BYTES:
-            raise ModelFileError(f"{path.name}: token {index} is {len(token.encode()):,} bytes, more than the "
-                                 f"limit of {C.MAX_TOKEN_BYTES:,}")  # fmt: skip
+            raise ModelFileError(
+                f"{path.name}: token {index} is {len(token.encode()):,} bytes, more than the "
+                f"limit of {C.MAX_TOKEN_BYTES:,}"
+            )
     for index, added in tokenizer.get_added_tokens_decoder().items():
         if not added.content:
             raise ModelFileError(f"{path.name}: added token {index} is empty")
@@ -144,8 +149,13 @@ def load_model(
     chosen = ops.select(device, dtype, cfg.head_dim)
     keeps = quantization != QUANTIZATION_NONE and isinstance(chosen, ops.NativeOps)
     if quantization != QUANTIZATION_NONE and not keeps:
-        logger.info("quantization=%s: every weight is dequantized to %s at load; only the native CPU kernels multiply "
-                    "by quantized blocks, and this engine runs on %s", quantization, dtype, device)  # fmt: skip
+        logger.info(
+            "quantization=%s: every weight is dequantized to %s at load; only the native CPU kernels multiply "
+            "by quantized blocks, and this engine runs on %s",
+            quantization,
+            dtype,
+            device,
+        )
     with torch.device("meta"):
         model = CausalLM(cfg, dtype, chosen)
     model.to_empty(device=device)  # allocated, not written: the pages of a weight kept quantized never become resident
@@ -175,8 +185,12 @@ def load_model(
         if whole and len({blocks.kind for *_, blocks in parts}) == 1:
             quantizable[module].keep_quantized(QuantizedWeight.stack([blocks for *_, blocks in parts]))
             continue
-        logger.info("%s: its parts are not all of one block type, so it is dequantized to %s (one matrix multiplies "
-                    "in one type)", module, dtype)  # fmt: skip
+        logger.info(
+            "%s: its parts are not all of one block type, so it is dequantized to %s (one matrix multiplies "
+            "in one type)",
+            module,
+            dtype,
+        )
         for target, offset, size, blocks in parts:
             _copy(params, target, target, offset, size, blocks, cfg)
     if cfg.tie_word_embeddings:

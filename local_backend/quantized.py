@@ -54,8 +54,14 @@ class QuantType(enum.IntEnum):
     @property
     def block_bytes(self) -> int:
         """Bytes of one block (`ggml-common.h`'s `sizeof(block_…)`)."""
-        return {QuantType.Q4_0: 18, QuantType.Q4_1: 20, QuantType.Q8_0: 34,
-                QuantType.Q4_K: 144, QuantType.Q5_K: 176, QuantType.Q6_K: 210}[self]  # fmt: skip
+        return {
+            QuantType.Q4_0: 18,
+            QuantType.Q4_1: 20,
+            QuantType.Q8_0: 34,
+            QuantType.Q4_K: 144,
+            QuantType.Q5_K: 176,
+            QuantType.Q6_K: 210,
+        }[self]
 
     @property
     def block_weights(self) -> int:
@@ -76,9 +82,11 @@ class QuantizedWeight:
 
     def __post_init__(self) -> None:
         if self.blocks.dtype != torch.uint8 or self.blocks.dim() != 2 or self.blocks.shape[1] % self.kind.block_bytes:
-            raise ValueError(f"QuantizedWeight.blocks must be uint8 [out, whole {self.kind.block_bytes}-byte "
-                             f"{self.kind.name} blocks], got {self.blocks.dtype} "
-                             f"{list(self.blocks.shape)}")  # fmt: skip
+            raise ValueError(
+                f"QuantizedWeight.blocks must be uint8 [out, whole {self.kind.block_bytes}-byte "
+                f"{self.kind.name} blocks], got {self.blocks.dtype} "
+                f"{list(self.blocks.shape)}"
+            )
 
     @property
     def out_features(self) -> int:

@@ -81,9 +81,12 @@ class SamplingParams:
             ("dry_allowed_length", self.dry_allowed_length >= 1, "must be >= 1"),
             ("dry_penalty_last_n", last_n is None or last_n >= 0, "must be >= 0 or None"),
             ("stop", all(isinstance(s, str) and s for s in self.stop), "must be non-empty strings"),
-            ("stop_token_ids", all(isinstance(i, int) and i >= 0 for i in self.stop_token_ids),
-             "must be token ids >= 0"),
-        ]  # fmt: skip
+            (
+                "stop_token_ids",
+                all(isinstance(i, int) and i >= 0 for i in self.stop_token_ids),
+                "must be token ids >= 0",
+            ),
+        ]
         for name, ok, rule in checks:
             if not ok:
                 raise ValueError(f"SamplingParams.{name}={getattr(self, name)!r} {rule}")

@@ -30,11 +30,27 @@ class Sequence:
     """
 
     __slots__ = (
-        "request_id", "params", "cache_salt", "token_ids", "num_prompt_tokens", "num_computed_tokens",
-        "num_cached_tokens", "num_cache_written_tokens", "num_offered_blocks", "block_table",
-        "block_hashes", "status", "num_preemptions", "num_draft_tokens", "num_accepted_tokens",
-        "arrival_time", "scheduled_time", "first_token_time", "finished_time", "__weakref__",
-    )  # fmt: skip
+        "request_id",
+        "params",
+        "cache_salt",
+        "token_ids",
+        "num_prompt_tokens",
+        "num_computed_tokens",
+        "num_cached_tokens",
+        "num_cache_written_tokens",
+        "num_offered_blocks",
+        "block_table",
+        "block_hashes",
+        "status",
+        "num_preemptions",
+        "num_draft_tokens",
+        "num_accepted_tokens",
+        "arrival_time",
+        "scheduled_time",
+        "first_token_time",
+        "finished_time",
+        "__weakref__",
+    )
 
     def __init__(
         self,

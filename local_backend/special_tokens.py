@@ -56,8 +56,10 @@ class SpecialTokens:
         free = (c for start, end in PRIVATE_USE_RANGES for c in map(chr, range(start, end)) if c not in used)
         sentinels = dict(zip(spelled, free))
         if len(sentinels) < len(spelled):
-            raise ValueError("the request's text uses every private-use character: nothing is left to mark the "
-                             "special tokens it spells as text")  # fmt: skip
+            raise ValueError(
+                "the request's text uses every private-use character: nothing is left to mark the "
+                "special tokens it spells as text"
+            )
         return _map_strings(values, lambda text: pattern.sub(lambda m: sentinels[m.group()], text)), {
             sentinel: text for text, sentinel in sentinels.items()
         }
@@ -73,8 +75,9 @@ class SpecialTokens:
         for match in [*self._pattern.finditer(text), None]:
             end = len(text) if match is None else match.start()
             if end > at:  # a tokenizer prepending `▁` only at the text's start ("first") must not at a piece's
-                piece = (self._first if at == 0 else self._rest).encode(text[at:end].translate(table),
-                                                                       add_special_tokens=False)  # fmt: skip
+                piece = (self._first if at == 0 else self._rest).encode(
+                    text[at:end].translate(table), add_special_tokens=False
+                )
                 ids += piece.ids
             if match is not None:
                 ids.append(self._ids[match.group()])

@@ -46,9 +46,12 @@ class SpeculativeConfig:
             ("method", self.method == NGRAM, f"is not supported: this engine speculates with '{NGRAM}' only"),
             ("num_speculative_tokens", self.num_speculative_tokens >= 1, "must be >= 1"),
             ("prompt_lookup_min", self.prompt_lookup_min >= 1, "must be >= 1"),
-            ("prompt_lookup_max", self.prompt_lookup_max >= self.prompt_lookup_min,
-             f"must be >= prompt_lookup_min ({self.prompt_lookup_min})"),
-        ]  # fmt: skip
+            (
+                "prompt_lookup_max",
+                self.prompt_lookup_max >= self.prompt_lookup_min,
+                f"must be >= prompt_lookup_min ({self.prompt_lookup_min})",
+            ),
+        ]
         for name, ok, rule in checks:
             if not ok:
                 raise ValueError(f"{name}={getattr(self, name)!r} {rule}")

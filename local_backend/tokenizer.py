@@ -18,8 +18,16 @@ PROBE_MESSAGES: Final = ({"role": "user", "content": "Hi"},)
 it is refused there, not on every request."""
 
 PROBE_TOOL_NAME: Final = "kvwise_probe_tool"
-PROBE_TOOLS: Final = ({"type": "function", "function": {"name": PROBE_TOOL_NAME, "description": "Probe.",
-                                                         "parameters": {"type": "object", "properties": {}}}},)  # fmt: skip
+PROBE_TOOLS: Final = (
+    {
+        "type": "function",
+        "function": {
+            "name": PROBE_TOOL_NAME,
+            "description": "Probe.",
+            "parameters": {"type": "object", "properties": {}},
+        },
+    },
+)
 """A tool offered to the probe render: a template that shows its name renders tools itself."""
 
 
@@ -148,8 +156,12 @@ class TextTokenizer:
         """The template's text (`chat_template.render`: bounded; a failure is a `ValueError`)."""
         assert self._template is not None
         variables = {**values["kwargs"]} if "kwargs" in values else {}
-        variables.update(messages=values["messages"], add_generation_prompt=add_generation_prompt,
-                         bos_token=self.bos_token or "", eos_token=self.eos_token or "")  # fmt: skip
+        variables.update(
+            messages=values["messages"],
+            add_generation_prompt=add_generation_prompt,
+            bos_token=self.bos_token or "",
+            eos_token=self.eos_token or "",
+        )
         if with_tools:
             variables["tools"] = values["tools"]
         return render(self._template, variables)
@@ -183,8 +195,12 @@ def _keeps_length(step: Mapping[str, Any]) -> bool:
         return True
     pattern = step.get("pattern", {}).get("String")
     content = step.get("content")
-    return (step.get("type") == "Replace" and isinstance(pattern, str) and isinstance(content, str)
-            and len(content.encode()) >= len(pattern.encode()))  # fmt: skip
+    return (
+        step.get("type") == "Replace"
+        and isinstance(pattern, str)
+        and isinstance(content, str)
+        and len(content.encode()) >= len(pattern.encode())
+    )
 
 
 def _token_text(value: str | Mapping[str, Any] | None) -> str | None:

@@ -14,9 +14,15 @@ import pytest
 
 BROWSER = "chromium"
 FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-)  # fmt: skip
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+)
 """Headless on a closed network: no background connections, no sandbox (root in CI), no GPU."""
 RENDER_BUDGET_MS = 20_000
 """Virtual time the page gets to run its scripts and queries before the DOM or screenshot is taken."""
@@ -35,8 +41,15 @@ def browser() -> str:
 
 def render(browser: str, url: str, profile: Path, *output: str, window_size: str = WINDOW_SIZE) -> str:
     """Run headless Chromium on `url` with a fresh profile; return its stdout (the DOM with --dump-dom)."""
-    command = [browser, *FLAGS, f"--user-data-dir={profile}", f"--virtual-time-budget={RENDER_BUDGET_MS}",
-               f"--window-size={window_size}", *output, url]  # fmt: skip
+    command = [
+        browser,
+        *FLAGS,
+        f"--user-data-dir={profile}",
+        f"--virtual-time-budget={RENDER_BUDGET_MS}",
+        f"--window-size={window_size}",
+        *output,
+        url,
+    ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=BROWSER_TIMEOUT_S)
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout

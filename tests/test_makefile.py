@@ -16,8 +16,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 NON_ROOT_UID = 1000
 MAKE_TIMEOUT_S = 60
-CPU_FEATURE_OPTIONS = {"avx2": "-DGGML_AVX2=ON", "fma": "-DGGML_FMA=ON", "avx512f": "-DGGML_AVX512=ON",
-                       "avx512_vnni": "-DGGML_AVX512_VNNI=ON", "avx512_bf16": "-DGGML_AVX512_BF16=ON"}  # fmt: skip
+CPU_FEATURE_OPTIONS = {
+    "avx2": "-DGGML_AVX2=ON",
+    "fma": "-DGGML_FMA=ON",
+    "avx512f": "-DGGML_AVX512=ON",
+    "avx512_vnni": "-DGGML_AVX512_VNNI=ON",
+    "avx512_bf16": "-DGGML_AVX512_BF16=ON",
+}
 """/proc/cpuinfo's flag -> the llama.cpp option `make llama-server` names for it where the CPU has it."""
 
 
@@ -29,8 +34,13 @@ def test_make_test_without_chromium_as_a_non_root_user_stops_with_one_line_namin
     fake_id = tmp_path / "id"
     fake_id.write_text(f"#!/bin/sh\necho {NON_ROOT_UID}\n")
     fake_id.chmod(0o755)
-    result = subprocess.run([make, "--no-print-directory", "-C", str(ROOT), "browser"], env={"PATH": str(tmp_path)},
-                            capture_output=True, text=True, timeout=MAKE_TIMEOUT_S)  # fmt: skip
+    result = subprocess.run(
+        [make, "--no-print-directory", "-C", str(ROOT), "browser"],
+        env={"PATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=MAKE_TIMEOUT_S,
+    )
     assert result.returncode != 0
     assert result.stdout == ""
     [line, *make_says] = result.stderr.splitlines()

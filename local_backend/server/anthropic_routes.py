@@ -115,19 +115,30 @@ class AnthropicFormat:
                     chunks.append(sse({"type": "content_block_stop", "index": self._block}, "content_block_stop"))
                 self._block, self._text_open = self._block + 1, False
                 block = {"type": "tool_use", "id": event.call_id, "name": event.name, "input": {}}
-                chunks.append(sse({"type": "content_block_start", "index": self._block, "content_block": block},
-                                  "content_block_start"))  # fmt: skip
+                chunks.append(
+                    sse(
+                        {"type": "content_block_start", "index": self._block, "content_block": block},
+                        "content_block_start",
+                    )
+                )
             elif isinstance(event, ArgumentsPiece):
                 piece = {"type": "input_json_delta", "partial_json": event.text}
-                chunks.append(sse({"type": "content_block_delta", "index": self._block, "delta": piece},
-                                  "content_block_delta"))  # fmt: skip
+                chunks.append(
+                    sse({"type": "content_block_delta", "index": self._block, "delta": piece}, "content_block_delta")
+                )
             else:
                 chunks.append(sse({"type": "content_block_stop", "index": self._block}, "content_block_stop"))
         return chunks
 
     def _message(self, content: list[dict[str, Any]], usage: dict[str, Any]) -> dict[str, Any]:
-        return {"id": self._id, "type": "message", "role": "assistant", "model": self._model,
-                "content": content, "usage": usage}  # fmt: skip
+        return {
+            "id": self._id,
+            "type": "message",
+            "role": "assistant",
+            "model": self._model,
+            "content": content,
+            "usage": usage,
+        }
 
 
 def _text_delta(text: str, index: int = 0) -> list[bytes]:

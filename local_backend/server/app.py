@@ -90,8 +90,9 @@ def create_app(
     hosts = allowed_hosts if allowed_hosts is not None else None if keys else sorted(LOOPBACK_HOSTS)
     middleware.insert(0, Middleware(BrowserGuard, allowed_hosts=hosts, allowed_origins=allowed_origins))
     if allowed_origins:  # outermost: a preflight carries no key, and even a 401 needs CORS headers
-        middleware.insert(0, Middleware(CORSMiddleware, allow_origins=list(allowed_origins),
-                                        allow_methods=["*"], allow_headers=["*"]))  # fmt: skip
+        middleware.insert(
+            0, Middleware(CORSMiddleware, allow_origins=list(allowed_origins), allow_methods=["*"], allow_headers=["*"])
+        )
     app = _App(
         routes=[*_OWN_ROUTES, *_API_ROUTES],
         middleware=middleware,
@@ -158,8 +159,14 @@ async def _client_gone(request: Request, exc: Exception) -> Response:
 async def _internal_error(request: Request, exc: Exception) -> Response:
     """A 500, logged as the exception's type and innermost frames, never its message (it may quote the request)."""
     frames = traceback.format_list(traceback.extract_tb(exc.__traceback__, limit=-MAX_LOGGED_FRAMES))
-    logger.error("%s %s failed: %s (innermost %d frames)\n%s", request.method, request.url.path, type(exc).__name__,
-                 MAX_LOGGED_FRAMES, "".join(frames))  # fmt: skip
+    logger.error(
+        "%s %s failed: %s (innermost %d frames)\n%s",
+        request.method,
+        request.url.path,
+        type(exc).__name__,
+        MAX_LOGGED_FRAMES,
+        "".join(frames),
+    )
     flavor = Flavor.of_path(request.url.path)
     error = ApiError("internal server error; see the server log", ErrorKind.INTERNAL)
     return JSONResponse(error_body(error, flavor), status_code=status_of(error, flavor))

@@ -83,8 +83,13 @@ class ApiKeyMiddleware:
             if allowed:
                 await self._app(scope, receive, send)
                 return
-            refusal = (ApiError("/metrics counts every tenant's work: it needs the metrics key (--metrics-key)",
-                                ErrorKind.FORBIDDEN) if found is not None else _missing_key())  # fmt: skip
+            refusal = (
+                ApiError(
+                    "/metrics counts every tenant's work: it needs the metrics key (--metrics-key)", ErrorKind.FORBIDDEN
+                )
+                if found is not None
+                else _missing_key()
+            )
             await error_response(refusal, Flavor.OPENAI)(scope, receive, send)
             return
         if not self._guards_api:

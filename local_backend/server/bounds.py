@@ -82,8 +82,10 @@ def decode_json(raw: bytes) -> dict[str, Any]:
     try:
         text = raw.decode("utf-8", "surrogatepass")
     except UnicodeDecodeError as exc:
-        raise ApiError(f"request body is not UTF-8 (byte {exc.start} of {len(raw)}): send JSON encoded as UTF-8, "
-                       "as RFC 8259 requires") from None  # fmt: skip
+        raise ApiError(
+            f"request body is not UTF-8 (byte {exc.start} of {len(raw)}): send JSON encoded as UTF-8, "
+            "as RFC 8259 requires"
+        ) from None
     check_nesting(raw)
     try:
         body = json.loads(text)
@@ -129,8 +131,11 @@ def check_text(raw: bytes, body: Any) -> None:
         bad = lone_surrogate(text)
         if bad is not None:
             field = path.lstrip(".") or "body"  # may quote a key's surrogate: `error_body` escapes it
-            raise ApiError(f"{field} holds a lone surrogate (U+{ord(text[bad]):04X} at index {bad}): text must be "
-                           "Unicode scalar values", param=field.split("[")[0].split(".")[0])  # fmt: skip
+            raise ApiError(
+                f"{field} holds a lone surrogate (U+{ord(text[bad]):04X} at index {bad}): text must be "
+                "Unicode scalar values",
+                param=field.split("[")[0].split(".")[0],
+            )
 
 
 def lone_surrogate(text: str) -> int | None:
@@ -164,8 +169,10 @@ def check_counted_size(texts: Iterable[str], param: str) -> None:
     for text in texts:
         size += len(text.encode(errors="surrogatepass"))
         if size > MAX_COUNTED_BYTES:
-            raise ApiError(f"the prompt's text is over {MAX_COUNTED_BYTES} bytes, more than this server counts: "
-                           "count it in parts", param=param)  # fmt: skip
+            raise ApiError(
+                f"the prompt's text is over {MAX_COUNTED_BYTES} bytes, more than this server counts: count it in parts",
+                param=param,
+            )
 
 
 def check_prompt_size(texts: Iterable[str], max_bytes_per_token: int | None, max_model_len: int, param: str) -> None:

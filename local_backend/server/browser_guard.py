@@ -54,18 +54,26 @@ class BrowserGuard:
         headers = {name: value for name, value in scope["headers"] if name in (b"origin", b"host", b"content-type")}
         origin = headers.get(b"origin")
         if origin is not None and self._origins is not None and origin.decode("latin-1").lower() not in self._origins:
-            return ApiError(f"requests from the web page at {origin.decode('latin-1')[:100]!r} are not allowed: "
-                            "start the server with --allowed-origins ORIGIN to let that page call it",
-                            ErrorKind.FORBIDDEN)  # fmt: skip
+            return ApiError(
+                f"requests from the web page at {origin.decode('latin-1')[:100]!r} are not allowed: "
+                "start the server with --allowed-origins ORIGIN to let that page call it",
+                ErrorKind.FORBIDDEN,
+            )
         host = headers.get(b"host")
         if host is not None and self._hosts is not None and _hostname(host.decode("latin-1")) not in self._hosts:
-            return ApiError(f"this server does not answer for the host {host.decode('latin-1')[:100]!r}: start it "
-                            "with --allowed-hosts NAME (or --api-key) to serve other names", ErrorKind.FORBIDDEN)  # fmt: skip
+            return ApiError(
+                f"this server does not answer for the host {host.decode('latin-1')[:100]!r}: start it "
+                "with --allowed-hosts NAME (or --api-key) to serve other names",
+                ErrorKind.FORBIDDEN,
+            )
         if scope["method"] in BODY_METHODS:
             media_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
             if media_type != JSON_MEDIA_TYPE:
-                return ApiError(f"the body must be sent as Content-Type: application/json, not "
-                                f"{media_type.decode('latin-1')[:100]!r}", ErrorKind.UNSUPPORTED_MEDIA_TYPE)  # fmt: skip
+                return ApiError(
+                    f"the body must be sent as Content-Type: application/json, not "
+                    f"{media_type.decode('latin-1')[:100]!r}",
+                    ErrorKind.UNSUPPORTED_MEDIA_TYPE,
+                )
         return None
 
 

@@ -55,18 +55,22 @@ def check_schemas(schemas: Iterable[tuple[Any, str]]) -> None:
             node, depth, followed = stack.pop()
             nodes += 1
             if depth > MAX_SCHEMA_DEPTH:
-                raise ApiError(f"{param} nests deeper than {MAX_SCHEMA_DEPTH} levels (each $ref followed in place)",
-                               param=param)  # fmt: skip
+                raise ApiError(
+                    f"{param} nests deeper than {MAX_SCHEMA_DEPTH} levels (each $ref followed in place)", param=param
+                )
             if nodes > MAX_SCHEMA_NODES:
-                raise ApiError(f"{param} holds more than {MAX_SCHEMA_NODES} values once its $refs are followed",
-                               param=param)  # fmt: skip
+                raise ApiError(
+                    f"{param} holds more than {MAX_SCHEMA_NODES} values once its $refs are followed", param=param
+                )
             if isinstance(node, dict):
                 listed = node.get("properties")
                 if isinstance(listed, dict) and not followed:
                     properties += len(listed)
                     if properties > MAX_SCHEMA_PROPERTIES:
-                        raise ApiError(f"{param}: the request's schemas list more than {MAX_SCHEMA_PROPERTIES} "
-                                       "properties", param=param)  # fmt: skip
+                        raise ApiError(
+                            f"{param}: the request's schemas list more than {MAX_SCHEMA_PROPERTIES} properties",
+                            param=param,
+                        )
                 stack.extend((item, depth + 1, followed) for item in node.values())
                 ref = node.get("$ref")
                 if isinstance(ref, str) and ref not in followed:
@@ -109,5 +113,6 @@ def check_grammar(text: str, param: str) -> None:
         elif char == ")":
             depth -= 1
     if deepest > MAX_GRAMMAR_NESTING:
-        raise ApiError(f"{param} nests parentheses {deepest} deep; at most {MAX_GRAMMAR_NESTING} are allowed",
-                       param=param)  # fmt: skip
+        raise ApiError(
+            f"{param} nests parentheses {deepest} deep; at most {MAX_GRAMMAR_NESTING} are allowed", param=param
+        )

@@ -128,8 +128,10 @@ class Grammars:
         """
         more = ' ("\\n" call)*' if parallel else ""
         if schema is None:
-            lark = (f"start: TEXT | head call_body{more}\nTEXT: /(.|\\n)*/\n"
-                    f"head[lazy]: TEXT {json.dumps(TOOL_CALL_START)}\n")  # fmt: skip
+            lark = (
+                f"start: TEXT | head call_body{more}\nTEXT: /(.|\\n)*/\n"
+                f"head[lazy]: TEXT {json.dumps(TOOL_CALL_START)}\n"
+            )
         else:
             check_schemas([(schema, param)])
             answer = json.dumps({**closed(schema), "x-guidance": JSON_OPTIONS})
@@ -147,16 +149,19 @@ class Grammars:
         try:
             matcher = await asyncio.wait_for(build, GRAMMAR_COMPILE_SECONDS)
         except TimeoutError:
-            raise ApiError(f"{param}: the grammar did not compile within {GRAMMAR_COMPILE_SECONDS} s; "
-                           "simplify the schema", param=param) from None  # fmt: skip
+            raise ApiError(
+                f"{param}: the grammar did not compile within {GRAMMAR_COMPILE_SECONDS} s; simplify the schema",
+                param=param,
+            ) from None
         if matcher.is_error():
             raise ApiError(f"{param}: the grammar does not compile: {matcher.get_error()}"[:300], param=param)
         return Grammar(matcher, self._vocab_size)
 
     def _llt(self) -> llguidance.LLTokenizer:
         if self._lltokenizer is None:
-            self._lltokenizer = llguidance.LLTokenizer(self._tokenizer.to_json(), n_vocab=self._vocab_size,
-                                                       eos_token=self._eos)  # fmt: skip
+            self._lltokenizer = llguidance.LLTokenizer(
+                self._tokenizer.to_json(), n_vocab=self._vocab_size, eos_token=self._eos
+            )
         return self._lltokenizer
 
 
@@ -172,8 +177,9 @@ def _call_rules(tools: Sequence[Tool], param: str) -> str:
     opening = json.dumps('\n{"name": ')
     closing = json.dumps(f"}}\n{TOOL_CALL_END}")
     choice = " | ".join(f"call{i}" for i in range(len(tools)))
-    return (f"call: {json.dumps(TOOL_CALL_START)} call_body\ncall_body: {opening} ({choice}) {closing}\n"
-            + "\n".join(rules))  # fmt: skip
+    return f"call: {json.dumps(TOOL_CALL_START)} call_body\ncall_body: {opening} ({choice}) {closing}\n" + "\n".join(
+        rules
+    )
 
 
 def closed(schema: Any) -> Any:

@@ -202,7 +202,7 @@ COUNT_TOKENS: Final[Table] = {
         "tools",
         "tool_choice",
     )
-} | {"output_config": INERT}  # fmt: skip  (a format constrains the answer, never the prompt counted)
+} | {"output_config": INERT}  # a format constrains the answer, never the prompt counted
 """The fields of a message that shape its prompt, with the same rules as `MESSAGES`."""
 
 
@@ -222,8 +222,14 @@ def _is_one_of(value: Any, values: tuple[Any, ...]) -> bool:
     return any(type(value) is type(v) and value == v for v in values)
 
 
-_TYPE_NAMES: Final = {float: "a number", int: "an integer", bool: "a boolean", str: "a string", list: "an array",
-                      dict: "an object"}  # fmt: skip
+_TYPE_NAMES: Final = {
+    float: "a number",
+    int: "an integer",
+    bool: "a boolean",
+    str: "a string",
+    list: "an array",
+    dict: "an object",
+}
 
 
 def optional(

@@ -124,8 +124,9 @@ class Backend:
         except ValueError as exc:
             raise ApiError(str(exc)) from None
         self.admission.enter()
-        generation = Generation(deltas, lambda: self.engine.abort(request_id), self.admission, len(token_ids),
-                                self.on_finish)  # fmt: skip
+        generation = Generation(
+            deltas, lambda: self.engine.abort(request_id), self.admission, len(token_ids), self.on_finish
+        )
         request.scope[GENERATIONS_SCOPE_KEY].append(generation)
         return generation
 

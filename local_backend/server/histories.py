@@ -48,8 +48,10 @@ ERROR_RESULT_PREFIX = "Error: "
 def _only_known_keys(message: Mapping[str, Any], known: frozenset[str], where: str) -> None:
     for key, value in message.items():
         if key not in known and value not in (None, "", [], {}):
-            raise ApiError(f"{where}.{key} is not supported by this backend (it serves text to a local model); "
-                           "remove it", param=f"{where}.{key}")  # fmt: skip
+            raise ApiError(
+                f"{where}.{key} is not supported by this backend (it serves text to a local model); remove it",
+                param=f"{where}.{key}",
+            )
 
 
 def openai_messages(messages: Any, names: bool = True) -> list[dict[str, Any]]:
@@ -61,12 +63,16 @@ def openai_messages(messages: Any, names: bool = True) -> list[dict[str, Any]]:
         where = f"messages[{i}]"
         role = m.get("role") if isinstance(m, dict) else None
         if not isinstance(role, str) or role not in OPENAI_CHAT_ROLES | {"tool"}:
-            raise ApiError(f"{where}.role {short(role)} is not one of {sorted(OPENAI_CHAT_ROLES | {'tool'})}",
-                           param=f"{where}.role")  # fmt: skip
+            raise ApiError(
+                f"{where}.role {short(role)} is not one of {sorted(OPENAI_CHAT_ROLES | {'tool'})}",
+                param=f"{where}.role",
+            )
         _only_known_keys(m, OPENAI_MESSAGE_KEYS[role] - ({"name"} if not names else set()), where)
         content = m.get("content")
-        message: dict[str, Any] = {"role": "system" if role == "developer" else role,
-                                   "content": "" if content is None else text_of(content, f"{where}.content")}  # fmt: skip
+        message: dict[str, Any] = {
+            "role": "system" if role == "developer" else role,
+            "content": "" if content is None else text_of(content, f"{where}.content"),
+        }
         if m.get("name") not in (None, "") and role != "tool":
             message["name"] = _name(m["name"], f"{where}.name")
         if role == "tool":
@@ -74,8 +80,9 @@ def openai_messages(messages: Any, names: bool = True) -> list[dict[str, Any]]:
         if role == "assistant" and m.get("tool_calls"):
             calls = m["tool_calls"]
             if not isinstance(calls, list):
-                raise ApiError(f"{where}.tool_calls must be an array of calls, got {short(calls)}",
-                               param=f"{where}.tool_calls")  # fmt: skip
+                raise ApiError(
+                    f"{where}.tool_calls must be an array of calls, got {short(calls)}", param=f"{where}.tool_calls"
+                )
             message["tool_calls"] = [_openai_call(c, f"{where}.tool_calls[{j}]") for j, c in enumerate(calls)]
         out.append(message)
     return out
@@ -126,8 +133,13 @@ def anthropic_messages(messages: Any, system: Any) -> list[dict[str, Any]]:
         for j, block in enumerate(content):
             kind = block.get("type") if isinstance(block, dict) else None
             if kind == "tool_use" and role == "assistant":
-                calls.append(_call(str(block.get("id", "")), str(block.get("name")),
-                                   json.dumps(block.get("input", {}), ensure_ascii=False)))  # fmt: skip
+                calls.append(
+                    _call(
+                        str(block.get("id", "")),
+                        str(block.get("name")),
+                        json.dumps(block.get("input", {}), ensure_ascii=False),
+                    )
+                )
             elif kind == "tool_result" and role == "user":
                 result = block.get("content")
                 text = "" if result is None else text_of(result, f"{where}.content[{j}].content")
@@ -154,8 +166,10 @@ def responses_messages(items: Any, instructions: str | None) -> list[dict[str, A
     for item in _responses_items(items):
         content = item.get("content")
         if item.get("role") != "tool" and isinstance(content, list):
-            content = [{**part, "type": "text"} if isinstance(part, dict) and part.get("type") in _TEXT_PARTS else part
-                       for part in content]  # fmt: skip
+            content = [
+                {**part, "type": "text"} if isinstance(part, dict) and part.get("type") in _TEXT_PARTS else part
+                for part in content
+            ]
         messages.append({k: v for k, v in {**item, "content": content}.items() if k not in _ITEM_ONLY_KEYS})
     if instructions:
         messages.insert(0, {"role": "system", "content": instructions})

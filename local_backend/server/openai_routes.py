@@ -138,8 +138,12 @@ class OpenAIFormat:
                 pieces.append({"content": event.text})
             elif isinstance(event, (ToolCallStart, ArgumentsPiece)) and (self._parallel or event.index == 0):
                 if isinstance(event, ToolCallStart):
-                    call = {"index": event.index, "id": event.call_id, "type": "function",
-                            "function": {"name": event.name, "arguments": ""}}  # fmt: skip
+                    call = {
+                        "index": event.index,
+                        "id": event.call_id,
+                        "type": "function",
+                        "function": {"name": event.name, "arguments": ""},
+                    }
                 else:
                     call = {"index": event.index, "function": {"arguments": event.text}}
                 pieces.append({"tool_calls": [call]})
@@ -148,8 +152,12 @@ class OpenAIFormat:
     def closing(self, completions: Sequence[Completion]) -> list[bytes]:
         if not self._include_usage:
             return [SSE_DONE]
-        last = {**self._envelope(chunk=True), "choices": [], "usage": self._usage(completions),
-                "timings": timings(completions[0])}  # fmt: skip
+        last = {
+            **self._envelope(chunk=True),
+            "choices": [],
+            "usage": self._usage(completions),
+            "timings": timings(completions[0]),
+        }
         return [sse(last), SSE_DONE]
 
     def failure(self, body: dict[str, Any]) -> list[bytes]:
@@ -206,8 +214,17 @@ async def chat_completions(request: Request) -> Response:
     backend = Backend.of(request)
     body = await read_json(request, backend.offload)
     chat, model, ids = await backend.offload.run(_chat_prompt, backend, body)
-    return await _generate(request, backend, model, chat.options, ids, chat=True, constraint=chat.constraint,
-                           parse_tools=chat.tool_choice.mode != "none", parallel_tool_calls=chat.parallel_tool_calls)  # fmt: skip
+    return await _generate(
+        request,
+        backend,
+        model,
+        chat.options,
+        ids,
+        chat=True,
+        constraint=chat.constraint,
+        parse_tools=chat.tool_choice.mode != "none",
+        parallel_tool_calls=chat.parallel_tool_calls,
+    )
 
 
 def _chat_prompt(backend: Backend, body: dict[str, Any]) -> tuple[ChatRequest, str, list[int]]:
@@ -215,8 +232,9 @@ def _chat_prompt(backend: Backend, body: dict[str, Any]) -> tuple[ChatRequest, s
     engine = backend.engine
     chat = parse_chat(body, engine.config.vocab_size)
     model = backend.check_model(chat.options.model)
-    ids = prompt_ids(engine.tokenizer, chat.messages, chat.tool_choice.shown(chat.tools), engine.max_model_len,
-                     chat.template)  # fmt: skip
+    ids = prompt_ids(
+        engine.tokenizer, chat.messages, chat.tool_choice.shown(chat.tools), engine.max_model_len, chat.template
+    )
     return chat, model, ids
 
 
@@ -224,8 +242,16 @@ async def completions(request: Request) -> Response:
     backend = Backend.of(request)
     body = await read_json(request, backend.offload)
     completion, model, ids = await backend.offload.run(_completion_prompt, backend, body)
-    return await _generate(request, backend, model, completion.options, ids, chat=False, echo=completion.echo,
-                           constraint=completion.constraint)  # fmt: skip
+    return await _generate(
+        request,
+        backend,
+        model,
+        completion.options,
+        ids,
+        chat=False,
+        echo=completion.echo,
+        constraint=completion.constraint,
+    )
 
 
 def _completion_prompt(backend: Backend, body: dict[str, Any]) -> tuple[CompletionRequest, str, list[int]]:
@@ -241,8 +267,16 @@ def _completion_prompt(backend: Backend, body: dict[str, Any]) -> tuple[Completi
 
 async def models(request: Request) -> Response:
     backend = Backend.of(request)
-    listed = [{"id": name, "object": "model", "created": 0, "owned_by": MODEL_OWNER,
-               "max_model_len": backend.engine.max_model_len} for name in backend.model_names]  # fmt: skip
+    listed = [
+        {
+            "id": name,
+            "object": "model",
+            "created": 0,
+            "owned_by": MODEL_OWNER,
+            "max_model_len": backend.engine.max_model_len,
+        }
+        for name in backend.model_names
+    ]
     return JSONResponse({"object": "list", "data": listed})
 
 

@@ -21,17 +21,26 @@ from local_backend.server.fields import SAMPLING_KNOBS
 
 _JSON_TYPES: Final = {float: "number", int: "integer", bool: "boolean", str: "string"}
 _STRINGS: Final = {"type": "array", "items": {"type": "string"}}
-_TEXT_PART: Final = {"type": "object", "properties": {"type": {"const": "text"}, "text": {"type": "string"}},
-                     "required": ["type", "text"]}  # fmt: skip
+_TEXT_PART: Final = {
+    "type": "object",
+    "properties": {"type": {"const": "text"}, "text": {"type": "string"}},
+    "required": ["type", "text"],
+}
 _TEXT: Final = {"anyOf": [{"type": "string"}, {"type": "array", "items": _TEXT_PART}]}
 _OBJECT: Final = {"type": "object"}
 
 FIELD_SCHEMAS: Final[Mapping[str, Any]] = {
     **{name: {"type": _JSON_TYPES[kind]} for name, kind in SAMPLING_KNOBS.items()},
     "model": {"type": "string"},
-    "messages": {"type": "array", "minItems": 1, "items": {
-        "type": "object", "required": ["role", "content"],
-        "properties": {"role": {"enum": ["system", "developer", "user", "assistant", "tool"]}, "content": _TEXT}}},
+    "messages": {
+        "type": "array",
+        "minItems": 1,
+        "items": {
+            "type": "object",
+            "required": ["role", "content"],
+            "properties": {"role": {"enum": ["system", "developer", "user", "assistant", "tool"]}, "content": _TEXT},
+        },
+    },
     "system": _TEXT,
     "instructions": {"type": "string"},
     "prompt": {"anyOf": [{"type": "string", "minLength": 1}, {"type": "array", "items": {"type": "integer"}}]},
@@ -60,7 +69,7 @@ FIELD_SCHEMAS: Final[Mapping[str, Any]] = {
     "add_generation_prompt": {"type": "boolean"},
     "continue_final_message": {"type": "boolean"},
     "chat_template_kwargs": _OBJECT,
-}  # fmt: skip
+}
 """The JSON schema of each request field by name (the same name means the same thing on every endpoint)."""
 
 BODIES: Final[Mapping[str, tuple[fields.Table, tuple[str, ...]]]] = {
@@ -72,12 +81,29 @@ BODIES: Final[Mapping[str, tuple[fields.Table, tuple[str, ...]]]] = {
 }
 """Each POST route's field table and the fields it requires."""
 
-_OPENAI_ERROR: Final = {"type": "object", "required": ["error"], "properties": {"error": {
-    "type": "object", "required": ["message", "type"],
-    "properties": {"message": {"type": "string"}, "type": {"type": "string"}, "param": {}, "code": {}}}}}  # fmt: skip
-_ANTHROPIC_ERROR: Final = {"type": "object", "required": ["type", "error"], "properties": {
-    "type": {"const": "error"}, "error": {"type": "object", "required": ["type", "message"],
-                                          "properties": {"type": {"type": "string"}, "message": {"type": "string"}}}}}  # fmt: skip
+_OPENAI_ERROR: Final = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["message", "type"],
+            "properties": {"message": {"type": "string"}, "type": {"type": "string"}, "param": {}, "code": {}},
+        }
+    },
+}
+_ANTHROPIC_ERROR: Final = {
+    "type": "object",
+    "required": ["type", "error"],
+    "properties": {
+        "type": {"const": "error"},
+        "error": {
+            "type": "object",
+            "required": ["type", "message"],
+            "properties": {"type": {"type": "string"}, "message": {"type": "string"}},
+        },
+    },
+}
 
 
 def document(routes: Sequence[BaseRoute], title: str) -> dict[str, Any]:
@@ -100,12 +126,16 @@ def _operation(path: str, method: str) -> dict[str, Any]:
     operation: dict[str, Any] = {
         "operationId": f"{method.lower()}{path.replace('/', '_')}",
         "responses": {
-            "200": {"description": "the answer (`text/event-stream` when `stream` is true)",
-                    "content": {"application/json": {"schema": _OBJECT}}},
-            "4XX": {"description": "refused, with the API's own error body",
-                    "content": {"application/json": {"schema": error}}},
+            "200": {
+                "description": "the answer (`text/event-stream` when `stream` is true)",
+                "content": {"application/json": {"schema": _OBJECT}},
+            },
+            "4XX": {
+                "description": "refused, with the API's own error body",
+                "content": {"application/json": {"schema": error}},
+            },
         },
-    }  # fmt: skip
+    }
     if path in BODIES:
         table, required = BODIES[path]
         properties = {name: FIELD_SCHEMAS.get(name, {}) for name in table}

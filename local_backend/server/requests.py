@@ -30,8 +30,9 @@ from local_backend.server.sampling import Sampling
 from local_backend.server.tool_requests import ToolChoice, anthropic_tools, openai_tools, responses_tools
 from local_backend.server.tools import TemplateOptions, Tool
 
-TEMPLATE_VARIABLES: Final = frozenset({"messages", "tools", "add_generation_prompt", "bos_token", "eos_token",
-                                       "raise_exception", "strftime_now"})  # fmt: skip
+TEMPLATE_VARIABLES: Final = frozenset(
+    {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token", "raise_exception", "strftime_now"}
+)
 """What the server itself hands the chat template (see `TextTokenizer`): `chat_template_kwargs` may not replace it."""
 OPENAI_MAX_TEMPERATURE: Final = 2.0
 ANTHROPIC_MAX_TEMPERATURE: Final = 1.0
@@ -141,8 +142,9 @@ def parse_completion(body: Body, vocab_size: int) -> CompletionRequest:
     options = _openai_options(body, "max_tokens", vocab_size, chat=False)
     echo = optional(body, "echo", bool, False)
     if echo and options.top_logprobs is not None:
-        raise ApiError("logprobs with echo needs the prompt's logprobs, which this backend does not compute",
-                       param="logprobs")  # fmt: skip
+        raise ApiError(
+            "logprobs with echo needs the prompt's logprobs, which this backend does not compute", param="logprobs"
+        )
     constraint = _grammar(body, tools_shown=False) or Constraint.json(*_json_schema(body))
     return CompletionRequest(options, prompt if isinstance(prompt, str) else tuple(prompt), echo, constraint)
 
@@ -153,8 +155,13 @@ def parse_responses(body: Body) -> ResponsesRequest:
     optional(body, "metadata", dict)
     tools, choice = responses_tools(body)
     messages = tuple(responses_messages(body.get("input"), optional(body, "instructions", str)))
-    sampling = Sampling.parse(body, max_tokens=optional(body, "max_output_tokens", int),
-                              max_tokens_param="max_output_tokens", stop=(), max_temperature=OPENAI_MAX_TEMPERATURE)  # fmt: skip
+    sampling = Sampling.parse(
+        body,
+        max_tokens=optional(body, "max_output_tokens", int),
+        max_tokens_param="max_output_tokens",
+        stop=(),
+        max_temperature=OPENAI_MAX_TEMPERATURE,
+    )
     constraint = _constraint(tools, choice, lambda: (_text_schema(body.get("text")), "text.format"))
     return ResponsesRequest(model, messages, tuple(tools), choice, sampling, constraint, _stream(body), body)
 
@@ -167,8 +174,13 @@ def parse_count_tokens(body: Body) -> AnthropicPrompt:
 def parse_message(body: Body) -> MessageRequest:
     fields.check(body, fields.MESSAGES, "POST /v1/messages")
     prompt = _anthropic_prompt(body)
-    sampling = Sampling.parse(body, max_tokens=required(body, "max_tokens", int), max_tokens_param="max_tokens",
-                              stop=stop_strings(body, "stop_sequences"), max_temperature=ANTHROPIC_MAX_TEMPERATURE)  # fmt: skip
+    sampling = Sampling.parse(
+        body,
+        max_tokens=required(body, "max_tokens", int),
+        max_tokens_param="max_tokens",
+        stop=stop_strings(body, "stop_sequences"),
+        max_temperature=ANTHROPIC_MAX_TEMPERATURE,
+    )
     constraint = _constraint(prompt.tools, prompt.tool_choice, lambda: (_output_schema(body), "output_config.format"))
     return MessageRequest(prompt, sampling, constraint, _stream(body))
 
@@ -180,13 +192,17 @@ def _template_options(body: Body) -> TemplateOptions:
     continued = optional(body, "continue_final_message", bool, False)
     opening = optional(body, "add_generation_prompt", bool, not continued)
     if continued and opening:
-        raise ApiError("Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
-                       param="continue_final_message")  # fmt: skip
+        raise ApiError(
+            "Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
+            param="continue_final_message",
+        )
     kwargs = optional(body, "chat_template_kwargs", dict, {})
     taken = sorted(set(kwargs) & TEMPLATE_VARIABLES)
     if taken:
-        raise ApiError(f"chat_template_kwargs must not set {taken[0]!r}: the server renders it from the request",
-                       param="chat_template_kwargs")  # fmt: skip
+        raise ApiError(
+            f"chat_template_kwargs must not set {taken[0]!r}: the server renders it from the request",
+            param="chat_template_kwargs",
+        )
     return TemplateOptions(opening, continued, kwargs)
 
 
@@ -194,8 +210,13 @@ def _openai_options(body: Body, max_tokens_param: str, vocab_size: int, *, chat:
     n = optional(body, "n", int, 1)
     if not 1 <= n <= MAX_CHOICES:
         raise ApiError(f"n={n} must be between 1 and {MAX_CHOICES}", param="n")
-    sampling = Sampling.parse(body, max_tokens=optional(body, max_tokens_param, int), max_tokens_param=max_tokens_param,
-                              stop=stop_strings(body, "stop"), max_temperature=OPENAI_MAX_TEMPERATURE)  # fmt: skip
+    sampling = Sampling.parse(
+        body,
+        max_tokens=optional(body, max_tokens_param, int),
+        max_tokens_param=max_tokens_param,
+        stop=stop_strings(body, "stop"),
+        max_temperature=OPENAI_MAX_TEMPERATURE,
+    )
     include_usage = _include_usage(optional(body, "stream_options", dict, {}))
     top = _top_logprobs(body, chat)
     bias = LogitBias.parse(body.get("logit_bias"), vocab_size)
@@ -207,11 +228,15 @@ def _include_usage(options: dict[str, Any]) -> bool:
     false: this server pads no chunk)."""
     unknown = sorted(set(options) - STREAM_OPTIONS)
     if unknown:
-        raise ApiError(f"stream_options: the key {fields.short(unknown[0])} is not supported (known: "
-                       f"{sorted(STREAM_OPTIONS)})", param="stream_options")  # fmt: skip
+        raise ApiError(
+            f"stream_options: the key {fields.short(unknown[0])} is not supported (known: {sorted(STREAM_OPTIONS)})",
+            param="stream_options",
+        )
     if options.get("include_obfuscation") not in (None, False):
-        raise ApiError("stream_options.include_obfuscation is not supported by the kvwise local backend "
-                       "(accepted: false)", param="stream_options")  # fmt: skip
+        raise ApiError(
+            "stream_options.include_obfuscation is not supported by the kvwise local backend (accepted: false)",
+            param="stream_options",
+        )
     usage = fields.optional(options, "include_usage", bool, False)
     return bool(usage)
 
@@ -241,8 +266,13 @@ def _constraint(
         return Constraint("tool_choice", tools=choice.forced_tools(tools))
     answer, param = schema()
     if choice.mode == "auto":
-        return Constraint(param if answer is not None else "tools", tools=tuple(tools), schema=answer,
-                          calls_optional=True, parallel=parallel)  # fmt: skip
+        return Constraint(
+            param if answer is not None else "tools",
+            tools=tuple(tools),
+            schema=answer,
+            calls_optional=True,
+            parallel=parallel,
+        )
     return Constraint.json(answer, param)
 
 
@@ -333,8 +363,9 @@ def _output_schema(body: Body) -> dict[str, Any] | None:
     config = optional(body, "output_config", dict, {})
     unknown = set(config) - {"format"}
     if unknown:
-        raise ApiError(f"output_config.{sorted(unknown)[0]} is not supported by the kvwise local backend",
-                       param="output_config")  # fmt: skip
+        raise ApiError(
+            f"output_config.{sorted(unknown)[0]} is not supported by the kvwise local backend", param="output_config"
+        )
     form = config.get("format")
     if form is None:
         return None

@@ -102,12 +102,25 @@ class ResponsesFormat:
                 item = self._call_item(event.index, "", "in_progress")
                 chunks.append(self._event("response.output_item.added", **at, item=item))
             elif isinstance(event, ArgumentsPiece):
-                chunks.append(self._event("response.function_call_arguments.delta", **at,
-                                          item_id=self._call_items[event.index], delta=event.text))  # fmt: skip
+                chunks.append(
+                    self._event(
+                        "response.function_call_arguments.delta",
+                        **at,
+                        item_id=self._call_items[event.index],
+                        delta=event.text,
+                    )
+                )
             else:
                 call = self._parser.calls[event.index]
-                chunks.append(self._event("response.function_call_arguments.done", **at, name=call.name,
-                                          item_id=self._call_items[event.index], arguments=call.arguments))  # fmt: skip
+                chunks.append(
+                    self._event(
+                        "response.function_call_arguments.done",
+                        **at,
+                        name=call.name,
+                        item_id=self._call_items[event.index],
+                        arguments=call.arguments,
+                    )
+                )
                 item = self._call_item(event.index, call.arguments, "completed")
                 chunks.append(self._event("response.output_item.done", **at, item=item))
         return chunks
@@ -115,8 +128,14 @@ class ResponsesFormat:
     def _call_item(self, index: int, arguments: str, status: str) -> dict[str, Any]:
         assert self._parser is not None
         call = self._parser.calls[index]
-        return {"type": "function_call", "id": self._call_items[index], "call_id": call.id, "name": call.name,
-                "arguments": arguments, "status": status}  # fmt: skip
+        return {
+            "type": "function_call",
+            "id": self._call_items[index],
+            "call_id": call.id,
+            "name": call.name,
+            "arguments": arguments,
+            "status": status,
+        }
 
     def _content(self, completion: Completion) -> str:
         """The message's text: the whole answer, or with tools what lies outside the calls."""
@@ -142,8 +161,13 @@ class ResponsesFormat:
 
     def _item(self, completion: Completion | None) -> dict[str, Any]:
         content = [] if completion is None else [_part(self._content(completion))]
-        return {"id": self._item_id, "type": "message", "role": "assistant", "status": _status(completion),
-                "content": content}  # fmt: skip
+        return {
+            "id": self._item_id,
+            "type": "message",
+            "role": "assistant",
+            "status": _status(completion),
+            "content": content,
+        }
 
     def _response(self, completion: Completion | None) -> dict[str, Any]:
         body = self._body

@@ -61,16 +61,19 @@ class Sampling:
         max_temperature: float,
     ) -> Sampling:
         """The knobs of `body` checked, with the cap and stops its endpoint read under its own names."""
-        knobs = {name: optional(body, name, kind, largest=SEED_RANGE[1] if name == "seed" else MAX_JSON_INTEGER)
-                 for name, kind in SAMPLING_KNOBS.items()}  # fmt: skip
+        knobs = {
+            name: optional(body, name, kind, largest=SEED_RANGE[1] if name == "seed" else MAX_JSON_INTEGER)
+            for name, kind in SAMPLING_KNOBS.items()
+        }
         temperature = knobs["temperature"]
         if temperature is not None and not 0 <= temperature <= max_temperature:
             raise ApiError(f"temperature={temperature} must be between 0 and {max_temperature}", param="temperature")
         low, high = REPETITION_PENALTY_RANGE
         penalty = knobs["repetition_penalty"]
         if penalty is not None and not low < penalty <= high:
-            raise ApiError(f"repetition_penalty={penalty} must be in ({low}, {high}] (vLLM's range)",
-                           param="repetition_penalty")  # fmt: skip
+            raise ApiError(
+                f"repetition_penalty={penalty} must be in ({low}, {high}] (vLLM's range)", param="repetition_penalty"
+            )
         return cls(max_tokens, max_tokens_param, stop, **knobs)
 
     def params(
@@ -116,15 +119,16 @@ def per_choice(
     logits processors run in order: its logprobs recorder (one per choice, to see the unmasked
     logits), the bias, its own copy of the grammar's matcher."""
     if params.seed is not None and n > 1 and params.seed + n - 1 > SEED_RANGE[1]:
-        raise ApiError(f"seed={params.seed} leaves no room for n={n} seeds (seed + n - 1 <= {SEED_RANGE[1]})",
-                       param="seed")  # fmt: skip
+        raise ApiError(
+            f"seed={params.seed} leaves no room for n={n} seeds (seed + n - 1 <= {SEED_RANGE[1]})", param="seed"
+        )
     return [
         dataclasses.replace(
             params,
             seed=params.seed + i if params.seed is not None and n > 1 else params.seed,
             logits_processor=chained(
                 recorders[i] if recorders else None, bias, grammar.processor() if grammar is not None else None
-            ),  # fmt: skip
+            ),
         )
         for i in range(n)
     ]

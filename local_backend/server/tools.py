@@ -78,15 +78,17 @@ def prompt_ids(
     else:
         check_counted_size(_texts(messages, tools, folded=True), "messages")
     if template.continue_final_message and not (messages[-1]["content"] or "").strip():
-        raise ApiError("continue_final_message needs a final message with text to continue",
-                       param="continue_final_message")  # fmt: skip
+        raise ApiError(
+            "continue_final_message needs a final message with text to continue", param="continue_final_message"
+        )
     if tokenizer.renders_tools:
         turns, listed = _for_template(messages), [t.as_openai() for t in tools] or None
     else:
         turns, listed = fold(messages, tools), None
     try:
-        return tokenizer.chat_prompt(turns, template.add_generation_prompt, listed, template.continue_final_message,
-                                     template.kwargs)  # fmt: skip
+        return tokenizer.chat_prompt(
+            turns, template.add_generation_prompt, listed, template.continue_final_message, template.kwargs
+        )
     except ValueError as exc:  # the template refused the turns
         raise ApiError(str(exc), param="messages") from None
 
@@ -108,8 +110,9 @@ def _for_template(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     for message in messages:
         calls = message.get("tool_calls")
         if calls:
-            calls = [{**c, "function": {**c["function"], "arguments": _as_object(c["function"]["arguments"])}}
-                     for c in calls]  # fmt: skip
+            calls = [
+                {**c, "function": {**c["function"], "arguments": _as_object(c["function"]["arguments"])}} for c in calls
+            ]
             message = {**message, "tool_calls": calls}
         out.append(message)
     return out

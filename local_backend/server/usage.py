@@ -73,8 +73,11 @@ def _drafts(completion: Completion) -> dict[str, float]:
     if not completion.draft_tokens:
         return {}
     accepted = completion.accepted_draft_tokens
-    return {"draft_n": completion.draft_tokens, "draft_n_accepted": accepted,
-            "draft_acceptance_rate": accepted / completion.draft_tokens}  # fmt: skip
+    return {
+        "draft_n": completion.draft_tokens,
+        "draft_n_accepted": accepted,
+        "draft_acceptance_rate": accepted / completion.draft_tokens,
+    }
 
 
 def _rate(tokens: int, ms: float) -> float:

@@ -47,10 +47,16 @@ def build_checkpoint(directory: Path) -> Path:
     from tokenizers import Tokenizer, models, pre_tokenizers
 
     config = transformers.LlamaConfig(
-        vocab_size=VOCAB, hidden_size=512, intermediate_size=1376, num_hidden_layers=8,
-        num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=4096,
-        bos_token_id=1, eos_token_id=2,
-    )  # fmt: skip
+        vocab_size=VOCAB,
+        hidden_size=512,
+        intermediate_size=1376,
+        num_hidden_layers=8,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        max_position_embeddings=4096,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
     torch.manual_seed(0)
     transformers.LlamaForCausalLM(config).save_pretrained(directory)
     tokenizer = Tokenizer(models.WordLevel({f"w{i}": i for i in range(VOCAB)}, unk_token="w0"))
@@ -87,8 +93,9 @@ def transformers_measures(directory: Path, device: str, dtype: torch.dtype) -> M
 
         def run() -> None:
             with torch.inference_mode():
-                model.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                               do_sample=False, pad_token_id=0)  # fmt: skip
+                model.generate(
+                    ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0
+                )
             sync()
 
         return run
@@ -224,24 +231,66 @@ def report_mask(mask: dict[str, float]) -> None:
 
 def report(hf: dict[str, float], ours: dict[str, float], label: str) -> None:
     """Print the comparison table with ratios and the issue's targets."""
-    rows = [(f"TTFT {n} tokens (ms)", hf[f"ttft_{n}"] * 1e3, ours[f"ttft_{n}"] * 1e3, hf[f"ttft_{n}"] / ours[f"ttft_{n}"], "")
-            for n in PROMPT_LENGTHS]  # fmt: skip
+    rows = [
+        (
+            f"TTFT {n} tokens (ms)",
+            hf[f"ttft_{n}"] * 1e3,
+            ours[f"ttft_{n}"] * 1e3,
+            hf[f"ttft_{n}"] / ours[f"ttft_{n}"],
+            "",
+        )
+        for n in PROMPT_LENGTHS
+    ]
     cached = ours["ttft_cold_suffix"] / ours["ttft_cached_suffix"]
-    rows.append((f"TTFT 2048+{SUFFIX} cold (ms)", hf["ttft_cold_suffix"] * 1e3, ours["ttft_cold_suffix"] * 1e3,
-                 hf["ttft_cold_suffix"] / ours["ttft_cold_suffix"], ""))  # fmt: skip
+    rows.append(
+        (
+            f"TTFT 2048+{SUFFIX} cold (ms)",
+            hf["ttft_cold_suffix"] * 1e3,
+            ours["ttft_cold_suffix"] * 1e3,
+            hf["ttft_cold_suffix"] / ours["ttft_cold_suffix"],
+            "",
+        )
+    )
     slower = ours["suffix_over_prefix"]
-    rows.append((f"TTFT 2048+{SUFFIX} ÷ 2048, cold", float("nan"), slower, slower,
-                 f"<= {TARGETS['suffix_over_prefix']:g}: {'PASS' if slower <= TARGETS['suffix_over_prefix'] else 'FAIL'}"))  # fmt: skip
-    rows.append((f"TTFT 2048+{SUFFIX} cached (ms)", float("nan"), ours["ttft_cached_suffix"] * 1e3, cached,
-                 f"cold/cached >= {TARGETS['cached_prefix']:g}x: {'PASS' if cached >= TARGETS['cached_prefix'] else 'FAIL'}"))  # fmt: skip
+    rows.append(
+        (
+            f"TTFT 2048+{SUFFIX} ÷ 2048, cold",
+            float("nan"),
+            slower,
+            slower,
+            f"<= {TARGETS['suffix_over_prefix']:g}: {'PASS' if slower <= TARGETS['suffix_over_prefix'] else 'FAIL'}",
+        )
+    )
+    rows.append(
+        (
+            f"TTFT 2048+{SUFFIX} cached (ms)",
+            float("nan"),
+            ours["ttft_cached_suffix"] * 1e3,
+            cached,
+            f"cold/cached >= {TARGETS['cached_prefix']:g}x: {'PASS' if cached >= TARGETS['cached_prefix'] else 'FAIL'}",
+        )
+    )
     decode = ours["decode_b1"] / hf["decode_b1"]
-    rows.append(("decode batch 1 (tok/s)", hf["decode_b1"], ours["decode_b1"], decode,
-                 f">= {TARGETS['decode_b1']:g}x: {'PASS' if decode >= TARGETS['decode_b1'] else 'FAIL'}"))  # fmt: skip
+    rows.append(
+        (
+            "decode batch 1 (tok/s)",
+            hf["decode_b1"],
+            ours["decode_b1"],
+            decode,
+            f">= {TARGETS['decode_b1']:g}x: {'PASS' if decode >= TARGETS['decode_b1'] else 'FAIL'}",
+        )
+    )
     vs_b1 = ours["concurrent"] / hf["decode_b1"]
-    rows.append((f"{CONCURRENT} x {CONCURRENT_PROMPT}+{CONCURRENT_OUTPUT} (tok/s)", hf["concurrent"], ours["concurrent"],
-                 ours["concurrent"] / hf["concurrent"],
-                 f"vs HF batch-1 {vs_b1:.1f}x >= {TARGETS['concurrent_vs_hf_b1']:g}x: "
-                 f"{'PASS' if vs_b1 >= TARGETS['concurrent_vs_hf_b1'] else 'FAIL'}"))  # fmt: skip
+    rows.append(
+        (
+            f"{CONCURRENT} x {CONCURRENT_PROMPT}+{CONCURRENT_OUTPUT} (tok/s)",
+            hf["concurrent"],
+            ours["concurrent"],
+            ours["concurrent"] / hf["concurrent"],
+            f"vs HF batch-1 {vs_b1:.1f}x >= {TARGETS['concurrent_vs_hf_b1']:g}x: "
+            f"{'PASS' if vs_b1 >= TARGETS['concurrent_vs_hf_b1'] else 'FAIL'}",
+        )
+    )
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"\nkvwise engine vs transformers generate() — {label}; load average at the end {load}")
     print("(ratio: how many times the engine is faster; compare runs on an otherwise idle machine)")

@@ -88,9 +88,17 @@ class LoopWatch:
 
 
 def _bodies() -> dict[str, bytes]:
-    tools = [{"type": "function", "function": {"name": f"tool_{i}", "description": f"Tool number {i}.",
-                                               "parameters": {"type": "object", "properties": {"x": {"type": "string"}}}}}
-             for i in range(10_000)]  # fmt: skip
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": f"tool_{i}",
+                "description": f"Tool number {i}.",
+                "parameters": {"type": "object", "properties": {"x": {"type": "string"}}},
+            },
+        }
+        for i in range(10_000)
+    ]
     schema = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(10_000)}}
     response_format = {"type": "json_schema", "json_schema": {"name": "wide", "schema": schema}}
     text = {**CHAT, "messages": [{"role": "user", "content": "word " * 800_000}]}
@@ -194,8 +202,10 @@ def model_file_refusals() -> None:
     seconds, its peak RSS; against the tests' bounds (`REFUSAL_SECONDS`, `REFUSAL_PEAK_RSS`)."""
     mib = 2**20
     code, _, floor_wall, floor, _ = _refusal([])
-    print(f"crafted model files, refused by `serve` in a process each: ms in main to the exit, process s, peak RSS "
-          f"MiB (bounds: {REFUSAL_SECONDS} s, {REFUSAL_PEAK_RSS // mib} MiB)")  # fmt: skip
+    print(
+        f"crafted model files, refused by `serve` in a process each: ms in main to the exit, process s, peak RSS "
+        f"MiB (bounds: {REFUSAL_SECONDS} s, {REFUSAL_PEAK_RSS // mib} MiB)"
+    )
     print(f"{'(imports only, no file)':<52} {'':>11} {floor_wall:>6.2f} s {floor / mib:>6.0f} MiB  exit {code}")
     worst_ms, worst_wall, worst_peak, missed = 0.0, 0.0, 0, []
     with tempfile.TemporaryDirectory() as folder:
@@ -206,12 +216,17 @@ def model_file_refusals() -> None:
             refused = status == 2 and says in line
             missed += [] if refused else [name]
             worst_ms, worst_wall, worst_peak = max(worst_ms, milliseconds), max(worst_wall, wall), max(worst_peak, peak)
-            print(f"{name:<52} {milliseconds:>8.1f} ms {wall:>6.2f} s {peak / mib:>6.0f} MiB  exit {status}"
-                  f"{'' if refused else '  NOT refused as the test expects'}", flush=True)  # fmt: skip
+            print(
+                f"{name:<52} {milliseconds:>8.1f} ms {wall:>6.2f} s {peak / mib:>6.0f} MiB  exit {status}"
+                f"{'' if refused else '  NOT refused as the test expects'}",
+                flush=True,
+            )
     within = worst_wall < REFUSAL_SECONDS and worst_peak < REFUSAL_PEAK_RSS and not missed
-    print(f"{len(CASES)} files: slowest {worst_ms:.1f} ms in main, {worst_wall:.2f} s a process; highest peak "
-          f"{worst_peak / mib:.0f} MiB ({(worst_peak - floor) / mib:+.0f} over the floor); "
-          f"{'all refused within the bounds' if within else 'NOT within the bounds: ' + ', '.join(missed)}")  # fmt: skip
+    print(
+        f"{len(CASES)} files: slowest {worst_ms:.1f} ms in main, {worst_wall:.2f} s a process; highest peak "
+        f"{worst_peak / mib:.0f} MiB ({(worst_peak - floor) / mib:+.0f} over the floor); "
+        f"{'all refused within the bounds' if within else 'NOT within the bounds: ' + ', '.join(missed)}"
+    )
 
 
 def main() -> None:

@@ -53,9 +53,17 @@ def decode_rates(engines: dict[str, Engine], prompt: int) -> dict[str, float]:
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         directory = build_checkpoint(Path(tmp) / "random")
-        engines = {dtype: Engine.from_pretrained(directory, device="cpu", kv_cache_dtype=dtype, max_model_len=CONTEXT,
-                                                 kv_cache_memory=POOL_BYTES, max_num_seqs=256)
-                   for dtype in KV_DTYPES}  # fmt: skip
+        engines = {
+            dtype: Engine.from_pretrained(
+                directory,
+                device="cpu",
+                kv_cache_dtype=dtype,
+                max_model_len=CONTEXT,
+                kv_cache_memory=POOL_BYTES,
+                max_num_seqs=256,
+            )
+            for dtype in KV_DTYPES
+        }
         try:
             rates = {prompt: decode_rates(engines, prompt) for prompt in PROMPTS}
             pools = {name: engine.block_manager for name, engine in engines.items()}
@@ -78,8 +86,10 @@ def main() -> None:
     for prompt in PROMPTS:
         ratio = rates[prompt]["int8"] / rates[prompt]["auto"]
         verdict = "PASS" if ratio >= DECODE_TARGET else "FAIL"
-        print(f"int8 / float32: {STREAMS}-stream decode after {prompt}-token prompts {ratio:.2f}x "
-              f"(target >= {DECODE_TARGET}x: {verdict})")  # fmt: skip
+        print(
+            f"int8 / float32: {STREAMS}-stream decode after {prompt}-token prompts {ratio:.2f}x "
+            f"(target >= {DECODE_TARGET}x: {verdict})"
+        )
 
 
 if __name__ == "__main__":

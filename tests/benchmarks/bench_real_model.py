@@ -77,8 +77,10 @@ PARITY_TARGET = 3
 IDLE_SECONDS = 1.5  # a server's workers spin a moment after a request: the next one's is timed after it
 START_TIMEOUT_SECONDS = 900.0
 REQUEST_TIMEOUT_SECONDS = 900.0
-WORDS = ("river stone light garden window paper market winter orange music table letter forest silver "
-         "morning cloud bridge story harbor valley").split()  # fmt: skip
+WORDS = (
+    "river stone light garden window paper market winter orange music table letter forest silver "
+    "morning cloud bridge story harbor valley"
+).split()
 
 
 def text_prompts(tokenizer: TextTokenizer, count: int, length: int, seed: int) -> list[str]:
@@ -100,8 +102,9 @@ class Served(NamedTuple):
 def serving(command: list[str], port: int, health: str, env: dict[str, str] | None = None) -> Iterator[Served]:
     """A server process on loopback `port`, answering `health`, stopped on exit."""
     url = f"http://127.0.0.1:{port}"
-    process = subprocess.Popen(command, env={**users_environment(), **(env or {})}, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)  # fmt: skip
+    process = subprocess.Popen(
+        command, env={**users_environment(), **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         wait_healthy(f"{url}{health}", process, lambda: "its output is discarded", timeout=START_TIMEOUT_SECONDS)
         yield Served(url, process.pid)
@@ -143,9 +146,16 @@ def resident_bytes(pid: int) -> int:
 @contextmanager
 def busy_cores() -> Iterator[int]:
     """One CPU-bound process pinned to each core this process may use, at `BUSY_NICENESS`, until exit."""
-    hogs = [subprocess.Popen([sys.executable, "-c", f"import os\nos.sched_setaffinity(0, [{core}])\n"
-                              f"os.nice({BUSY_NICENESS})\nwhile True:\n    pass"])
-            for core in sorted(os.sched_getaffinity(0))]  # fmt: skip
+    hogs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                f"import os\nos.sched_setaffinity(0, [{core}])\nos.nice({BUSY_NICENESS})\nwhile True:\n    pass",
+            ]
+        )
+        for core in sorted(os.sched_getaffinity(0))
+    ]
     try:
         yield len(hogs)
     finally:
@@ -184,26 +194,57 @@ def dequantized_checkpoint(file: Path, directory: Path) -> Path:
     """The GGUF file's float32 weights, config and tokenizer as a Hugging Face directory (for vLLM)."""
     checkpoint = open_checkpoint(str(file))
     cfg = checkpoint.config
-    tensors = {name: tensor.dequantize() if isinstance(tensor, QuantizedWeight) else tensor.contiguous()
-               for name, tensor in checkpoint.tensors()}  # fmt: skip
+    tensors = {
+        name: tensor.dequantize() if isinstance(tensor, QuantizedWeight) else tensor.contiguous()
+        for name, tensor in checkpoint.tensors()
+    }
     safetensors.torch.save_file(tensors, directory / "model.safetensors", metadata={"format": "pt"})
     tokenizer = checkpoint.read_tokenizer(None)
     (directory / "tokenizer.json").write_text(tokenizer.to_json())
-    (directory / "tokenizer_config.json").write_text(json.dumps({
-        "bos_token": tokenizer.bos_token, "eos_token": tokenizer.eos_token, "tokenizer_class": "PreTrainedTokenizerFast"}))  # fmt: skip
-    (directory / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": cfg.vocab_size,
-        "hidden_size": cfg.hidden_size, "intermediate_size": cfg.intermediate_size, "num_hidden_layers": cfg.num_layers,
-        "num_attention_heads": cfg.num_heads, "num_key_value_heads": cfg.num_kv_heads, "head_dim": cfg.head_dim,
-        "rms_norm_eps": cfg.rms_norm_eps, "rope_theta": cfg.rope.theta, "max_position_embeddings": cfg.max_position_embeddings,
-        "tie_word_embeddings": cfg.tie_word_embeddings, "hidden_act": "silu", "torch_dtype": "float32",
-        "bos_token_id": tokenizer.bos_token_id, "eos_token_id": list(cfg.eos_token_ids)}))  # fmt: skip
+    (directory / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "bos_token": tokenizer.bos_token,
+                "eos_token": tokenizer.eos_token,
+                "tokenizer_class": "PreTrainedTokenizerFast",
+            }
+        )
+    )
+    (directory / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "vocab_size": cfg.vocab_size,
+                "hidden_size": cfg.hidden_size,
+                "intermediate_size": cfg.intermediate_size,
+                "num_hidden_layers": cfg.num_layers,
+                "num_attention_heads": cfg.num_heads,
+                "num_key_value_heads": cfg.num_kv_heads,
+                "head_dim": cfg.head_dim,
+                "rms_norm_eps": cfg.rms_norm_eps,
+                "rope_theta": cfg.rope.theta,
+                "max_position_embeddings": cfg.max_position_embeddings,
+                "tie_word_embeddings": cfg.tie_word_embeddings,
+                "hidden_act": "silu",
+                "torch_dtype": "float32",
+                "bos_token_id": tokenizer.bos_token_id,
+                "eos_token_id": list(cfg.eos_token_ids),
+            }
+        )
+    )
     return directory
 
 
 def _body(prompt: str, max_tokens: int, stream: bool, eos: int) -> dict[str, object]:
-    return {"model": SERVED, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": stream,
-            "logit_bias": {str(eos): -100}}  # fmt: skip
+    return {
+        "model": SERVED,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": stream,
+        "logit_bias": {str(eos): -100},
+    }
 
 
 async def _streamed(http: httpx2.AsyncClient, prompt: str, max_tokens: int, eos: int) -> tuple[float, float, int]:
@@ -247,8 +288,13 @@ async def measure(url: str, tokenizer: TextTokenizer, seed: int, eos: int) -> di
 async def greedy_text(url: str, prompt: list[int], eos: int) -> str:
     """The greedy continuation of `prompt` (token ids, so no server adds or drops a BOS) as one text."""
     async with httpx2.AsyncClient(base_url=url, timeout=REQUEST_TIMEOUT_SECONDS) as http:
-        body = {"model": SERVED, "prompt": prompt, "max_tokens": PARITY_TOKENS, "temperature": 0,
-                "logit_bias": {str(eos): -100}}  # fmt: skip
+        body = {
+            "model": SERVED,
+            "prompt": prompt,
+            "max_tokens": PARITY_TOKENS,
+            "temperature": 0,
+            "logit_bias": {str(eos): -100},
+        }
         response = await http.post("/v1/completions", json=body)
         response.raise_for_status()
         return response.json()["choices"][0]["text"]
@@ -258,8 +304,10 @@ def greedy_parity(servers: dict[str, Served], tokenizer: TextTokenizer, eos: int
     """How many of `PARITY_PROMPTS` greedy answers kvwise gives token for token as llama-server does cold, where
     the others part (a different sum order may flip a near tie), and how many llama-server gives itself when the
     prompt is asked again from its cache."""
-    prompts = [tokenizer.encode(text, add_special_tokens=False)
-               for text in text_prompts(tokenizer, PARITY_PROMPTS, PARITY_TOKENS, seed=777)]  # fmt: skip
+    prompts = [
+        tokenizer.encode(text, add_special_tokens=False)
+        for text in text_prompts(tokenizer, PARITY_PROMPTS, PARITY_TOKENS, seed=777)
+    ]
 
     def answer(name: str, prompt: list[int]) -> list[int]:
         text = asyncio.run(greedy_text(servers[name].url, prompt, eos))
@@ -321,9 +369,27 @@ def run(servers: dict[str, Served], tokenizer: TextTokenizer, eos: int, phase: i
 def llama_server_command(file: Path, port: int) -> list[str]:
     """llama-server as its users serve many clients: a slot per stream over one shared (unified) KV cache as
     long as the others' context, continuous batching (its default, named), every core."""
-    return [str(LLAMA_SERVER), "--model", str(file), "--alias", SERVED, "--host", "127.0.0.1", "--port", str(port),
-            "--ctx-size", str(MAX_MODEL_LEN), "--kv-unified", "--parallel", str(CONCURRENT), "--cont-batching",
-            "--threads", str(THREADS), "--threads-batch", str(THREADS)]  # fmt: skip
+    return [
+        str(LLAMA_SERVER),
+        "--model",
+        str(file),
+        "--alias",
+        SERVED,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--ctx-size",
+        str(MAX_MODEL_LEN),
+        "--kv-unified",
+        "--parallel",
+        str(CONCURRENT),
+        "--cont-batching",
+        "--threads",
+        str(THREADS),
+        "--threads-batch",
+        str(THREADS),
+    ]
 
 
 def kvwise_serving(url: str) -> str:
@@ -341,10 +407,30 @@ def bench_file(label: str, file: Path, scratch: Path, tokenizer: TextTokenizer, 
         servers: dict[str, Served] = {}
         missing = []
         port = free_port()
-        servers["kvwise"] = stack.enter_context(serving(
-            [str(ROOT / ".venv" / "bin" / "python"), "-m", "local_backend", "serve", "--model", str(file),
-             "--port", str(port), "--device", "cpu", "--quantization", "auto", "--max-model-len", str(MAX_MODEL_LEN),
-             "--served-model-name", SERVED], port, "/health"))  # fmt: skip
+        servers["kvwise"] = stack.enter_context(
+            serving(
+                [
+                    str(ROOT / ".venv" / "bin" / "python"),
+                    "-m",
+                    "local_backend",
+                    "serve",
+                    "--model",
+                    str(file),
+                    "--port",
+                    str(port),
+                    "--device",
+                    "cpu",
+                    "--quantization",
+                    "auto",
+                    "--max-model-len",
+                    str(MAX_MODEL_LEN),
+                    "--served-model-name",
+                    SERVED,
+                ],
+                port,
+                "/health",
+            )
+        )
         served_as = kvwise_serving(servers["kvwise"].url)
         if LLAMA_SERVER.exists():
             port = free_port()
@@ -355,10 +441,29 @@ def bench_file(label: str, file: Path, scratch: Path, tokenizer: TextTokenizer, 
             scratch.mkdir()
             checkpoint = dequantized_checkpoint(file, scratch)
             port = free_port()
-            servers["vLLM"] = stack.enter_context(serving(
-                [str(VLLM_PYTHON), str(LAUNCHER), "serve", str(checkpoint), "--host", "127.0.0.1", "--port", str(port),
-                 "--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN), "--served-model-name", SERVED],
-                port, "/health", VLLM_ENV))  # fmt: skip
+            servers["vLLM"] = stack.enter_context(
+                serving(
+                    [
+                        str(VLLM_PYTHON),
+                        str(LAUNCHER),
+                        "serve",
+                        str(checkpoint),
+                        "--host",
+                        "127.0.0.1",
+                        "--port",
+                        str(port),
+                        "--dtype",
+                        "float32",
+                        "--max-model-len",
+                        str(MAX_MODEL_LEN),
+                        "--served-model-name",
+                        SERVED,
+                    ],
+                    port,
+                    "/health",
+                    VLLM_ENV,
+                )
+            )
         else:
             missing.append("vLLM (.venv-vllm: make vllm-venv)")
         parity = greedy_parity(servers, tokenizer, eos) if "llama-server" in servers else None
@@ -415,13 +520,25 @@ def table(samples: Samples, against: dict[str, dict[str, float]] | None = None) 
         print(cells)
 
 
-def report(label: str, served_as: str, quiet: Samples, busy: Samples, hogs: int, memory: dict[str, int],
-           missing: list[str], parity: str | None) -> None:  # fmt: skip
+def report(
+    label: str,
+    served_as: str,
+    quiet: Samples,
+    busy: Samples,
+    hogs: int,
+    memory: dict[str, int],
+    missing: list[str],
+    parity: str | None,
+) -> None:
     others = [name for name in quiet if name != "kvwise"]
-    print(f"\nSmolLM2-135M-Instruct ({label}): kvwise ({served_as}) against {', '.join(others) or 'nothing'}; "
-          f"medians of {ROUNDS} rounds, cold TTFT of {TTFT_SAMPLES} samples")  # fmt: skip
-    print(f"llama-server serves the file's blocks ({CONCURRENT} slots, one shared KV cache, continuous batching), "
-          f"vLLM the dequantized float32 weights; {THREADS} threads each")  # fmt: skip
+    print(
+        f"\nSmolLM2-135M-Instruct ({label}): kvwise ({served_as}) against {', '.join(others) or 'nothing'}; "
+        f"medians of {ROUNDS} rounds, cold TTFT of {TTFT_SAMPLES} samples"
+    )
+    print(
+        f"llama-server serves the file's blocks ({CONCURRENT} slots, one shared KV cache, continuous batching), "
+        f"vLLM the dequantized float32 weights; {THREADS} threads each"
+    )
     if missing:
         print(f"left out, not built: {'; '.join(missing)}")
     print(f"machine: {machine_line()}")
@@ -430,18 +547,24 @@ def report(label: str, served_as: str, quiet: Samples, busy: Samples, hogs: int,
     print("quiet CPU:")
     table(quiet)
     mine = memory["kvwise"]
-    print(f"{'resident memory, PSS (MiB)':<36}{mine / 2**20:>10.1f}"
-          + "".join(f"{memory[name] / 2**20:>14.1f}{memory[name] / mine:>19.2f}x" for name in others))  # fmt: skip
-    print(f"busy CPU: one CPU-bound process pinned to each of the {hogs} cores at nice {BUSY_NICENESS}, fresh prompts; "
-          f"'of quiet': the busy ratio over the quiet one")  # fmt: skip
+    print(
+        f"{'resident memory, PSS (MiB)':<36}{mine / 2**20:>10.1f}"
+        + "".join(f"{memory[name] / 2**20:>14.1f}{memory[name] / mine:>19.2f}x" for name in others)
+    )
+    print(
+        f"busy CPU: one CPU-bound process pinned to each of the {hogs} cores at nice {BUSY_NICENESS}, fresh prompts; "
+        f"'of quiet': the busy ratio over the quiet one"
+    )
     quiet_ratios = {name: ratios(quiet, name) for name in others}
     table(busy, quiet_ratios)
     for name in others:
         busy_ratios = ratios(busy, name)
         worst = min(ROWS, key=lambda row: busy_ratios[row[0]] / quiet_ratios[name][row[0]])
         kept = busy_ratios[worst[0]] / quiet_ratios[name][worst[0]]
-        print(f"kvwise/{name} busy over quiet, worst measure: {kept:.2f}x ({worst[1]}) "
-              f"(target >= {CONTENTION_TARGET:g}x: {'PASS' if kept >= CONTENTION_TARGET else 'FAIL'})")  # fmt: skip
+        print(
+            f"kvwise/{name} busy over quiet, worst measure: {kept:.2f}x ({worst[1]}) "
+            f"(target >= {CONTENTION_TARGET:g}x: {'PASS' if kept >= CONTENTION_TARGET else 'FAIL'})"
+        )
 
 
 if __name__ == "__main__":

@@ -50,13 +50,19 @@ def _call_spans(index: int, rng: random.Random, start_ns: int) -> list[dict[str,
     ttft = 0.05 + (prompt - cached) * 2e-4 * rng.uniform(0.8, 1.2)
     decode = output / rng.uniform(40, 120)
     attributes = {
-        sc.GEN_AI_REQUEST_MODEL: model, sc.GEN_AI_CONVERSATION_ID: family,
-        sc.GEN_AI_USAGE_INPUT_TOKENS: prompt, sc.GEN_AI_USAGE_OUTPUT_TOKENS: output,
-        sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: cached, sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK: ttft,
-        sc.KVWISE_COST_INPUT_USD: (prompt - cached) * 1e-6, sc.KVWISE_COST_CACHED_INPUT_USD: cached * 1e-7,
-        sc.KVWISE_COST_OUTPUT_USD: output * 8e-6, sc.KVWISE_COST_SAVED_USD: cached * 9e-7,
-        sc.KVWISE_PREFIX_FINGERPRINT: f"{rng.getrandbits(64):016x}", sc.KVWISE_ATTEMPTS: 1,
-    }  # fmt: skip
+        sc.GEN_AI_REQUEST_MODEL: model,
+        sc.GEN_AI_CONVERSATION_ID: family,
+        sc.GEN_AI_USAGE_INPUT_TOKENS: prompt,
+        sc.GEN_AI_USAGE_OUTPUT_TOKENS: output,
+        sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: cached,
+        sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK: ttft,
+        sc.KVWISE_COST_INPUT_USD: (prompt - cached) * 1e-6,
+        sc.KVWISE_COST_CACHED_INPUT_USD: cached * 1e-7,
+        sc.KVWISE_COST_OUTPUT_USD: output * 8e-6,
+        sc.KVWISE_COST_SAVED_USD: cached * 9e-7,
+        sc.KVWISE_PREFIX_FINGERPRINT: f"{rng.getrandbits(64):016x}",
+        sc.KVWISE_ATTEMPTS: 1,
+    }
     if not cached:
         attributes[sc.KVWISE_PREFIX_BREAK_CAUSE] = rng.choice(CAUSES)
         attributes[sc.KVWISE_PREFIX_BREAK_AT] = "system[0]"
@@ -67,14 +73,30 @@ def _call_spans(index: int, rng: random.Random, start_ns: int) -> list[dict[str,
     end_ns = start_ns + int((ttft + decode) * 1e9)
     first_ns = start_ns + int(ttft * 1e9)
     return [
-        {"spanId": call_id, "name": f"chat {model}", "startTimeUnixNano": str(start_ns), "endTimeUnixNano": str(end_ns),
-         "attributes": [_attribute(key, value) for key, value in attributes.items()]},
-        {"spanId": f"{index * SPANS_PER_CALL + 1:016x}", "parentSpanId": call_id, "name": "prefill",
-         "startTimeUnixNano": str(start_ns), "endTimeUnixNano": str(first_ns), "attributes": []},
-        {"spanId": f"{index * SPANS_PER_CALL + 2:016x}", "parentSpanId": call_id, "name": "decode",
-         "startTimeUnixNano": str(first_ns), "endTimeUnixNano": str(end_ns),
-         "attributes": [_attribute(sc.GEN_AI_USAGE_OUTPUT_TOKENS, output)]},
-    ]  # fmt: skip
+        {
+            "spanId": call_id,
+            "name": f"chat {model}",
+            "startTimeUnixNano": str(start_ns),
+            "endTimeUnixNano": str(end_ns),
+            "attributes": [_attribute(key, value) for key, value in attributes.items()],
+        },
+        {
+            "spanId": f"{index * SPANS_PER_CALL + 1:016x}",
+            "parentSpanId": call_id,
+            "name": "prefill",
+            "startTimeUnixNano": str(start_ns),
+            "endTimeUnixNano": str(first_ns),
+            "attributes": [],
+        },
+        {
+            "spanId": f"{index * SPANS_PER_CALL + 2:016x}",
+            "parentSpanId": call_id,
+            "name": "decode",
+            "startTimeUnixNano": str(first_ns),
+            "endTimeUnixNano": str(end_ns),
+            "attributes": [_attribute(sc.GEN_AI_USAGE_OUTPUT_TOKENS, output)],
+        },
+    ]
 
 
 def write_traces(path: Path, spans: int, seed: int = 0) -> int:

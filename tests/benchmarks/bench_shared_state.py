@@ -86,8 +86,18 @@ def _overhead(sim: ProviderSimulator, server: RedisServer, folder: str) -> str:
 def _dollars(answers: list[dict[str, Any]]) -> tuple[int, int, float]:
     price = PriceTable.load().lookup(PRICED_AS)
     assert price is not None
-    dollars = sum(cost_of(Usage(input_tokens=a["input"], output_tokens=a["output"], cache_read_tokens=a["read"],
-                                cache_write_tokens=a["write"]), price).total_usd for a in answers)  # fmt: skip
+    dollars = sum(
+        cost_of(
+            Usage(
+                input_tokens=a["input"],
+                output_tokens=a["output"],
+                cache_read_tokens=a["read"],
+                cache_write_tokens=a["write"],
+            ),
+            price,
+        ).total_usd
+        for a in answers
+    )
     return sum(1 for a in answers if a["write"]), sum(1 for a in answers if a["read"]), dollars
 
 
@@ -98,12 +108,17 @@ def _fleet(sim: ProviderSimulator, server: RedisServer) -> str:
     server.client().flushall()
     shared = _dollars(fleet.fan_out(sim, server))
     calls = fleet.WORKERS * fleet.PER_WORKER
-    lines = [f"fleet fan-out: {fleet.WORKERS} workers x {fleet.PER_WORKER} calls, {fleet.PREFIX_TOKENS}-token prefix, "
-             f"priced as {PRICED_AS}", f"{'state':<22} {'writes':>7} {'reads':>7} {'dollars':>10}"]  # fmt: skip
+    lines = [
+        f"fleet fan-out: {fleet.WORKERS} workers x {fleet.PER_WORKER} calls, {fleet.PREFIX_TOKENS}-token prefix, "
+        f"priced as {PRICED_AS}",
+        f"{'state':<22} {'writes':>7} {'reads':>7} {'dollars':>10}",
+    ]
     for name, (writes, reads, dollars) in (("in-process", alone), ("Redis", shared)):
         lines.append(f"{name:<22} {writes:>7} {reads:>7} {dollars:>10.4f}")
-    lines.append(f"Redis saves ${alone[2] - shared[2]:.4f} of ${alone[2]:.4f} ({1 - shared[2] / alone[2]:.0%}) on {calls} calls; "
-                 f"ideal: 1 write, {calls - 1} reads")  # fmt: skip
+    lines.append(
+        f"Redis saves ${alone[2] - shared[2]:.4f} of ${alone[2]:.4f} ({1 - shared[2] / alone[2]:.0%}) on {calls} calls; "
+        f"ideal: 1 write, {calls - 1} reads"
+    )
     return "\n".join(lines)
 
 

@@ -40,10 +40,18 @@ COPY_TOKENS = 256
 PASSAGE_TOKENS = 500
 PROSE_TOKENS = 128
 TARGETS = {"copy": 1.5, "prose": 0.95}
-QUESTIONS = ("What is prefill?", "What is decode?", "Why does TTFT spike?", "How big is the KV cache?",
-             "What is prefix caching?", "Why are output tokens expensive?")  # fmt: skip
-SUBJECT = ("Prefill is one forward pass over the whole prompt; it stores keys and values for every prompt token and "
-           "sets the time to first token. Decode then emits one token at a time, each step reading the KV cache. ")  # fmt: skip
+QUESTIONS = (
+    "What is prefill?",
+    "What is decode?",
+    "Why does TTFT spike?",
+    "How big is the KV cache?",
+    "What is prefix caching?",
+    "Why are output tokens expensive?",
+)
+SUBJECT = (
+    "Prefill is one forward pass over the whole prompt; it stores keys and values for every prompt token and "
+    "sets the time to first token. Decode then emits one token at a time, each step reading the KV cache. "
+)
 
 Workload = Callable[[Engine], list[Completion]]
 """A workload run once on an engine: its completions."""
@@ -63,16 +71,19 @@ def copying_checkpoint(source: Path, target: Path) -> Path:
     shutil.copytree(source, target)
     for path in target.glob("*.safetensors"):
         weights = safetensors.torch.load_file(path)
-        zeroed = {name: torch.zeros_like(w) if name.endswith(("o_proj.weight", "down_proj.weight")) else w
-                  for name, w in weights.items()}  # fmt: skip
+        zeroed = {
+            name: torch.zeros_like(w) if name.endswith(("o_proj.weight", "down_proj.weight")) else w
+            for name, w in weights.items()
+        }
         safetensors.torch.save_file(zeroed, path, metadata={"format": "pt"})
     return target
 
 
 def bundled_workloads(engine: Engine) -> dict[str, Workload]:
     passage = SUBJECT * -(-PASSAGE_TOKENS // len(engine.tokenizer.encode(SUBJECT)))
-    repeat = engine.chat_prompt([{"role": "system", "content": passage},
-                                 {"role": "user", "content": "Repeat the word cache."}])  # fmt: skip
+    repeat = engine.chat_prompt(
+        [{"role": "system", "content": passage}, {"role": "user", "content": "Repeat the word cache."}]
+    )
     questions = [engine.chat_prompt([{"role": "user", "content": q}]) for q in QUESTIONS]
     return {
         "copy": lambda e: e.generate([repeat], greedy(COPY_TOKENS)),

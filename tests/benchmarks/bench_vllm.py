@@ -121,18 +121,49 @@ def served_config(model: Path, dtype: str = "float32") -> EngineConfig:
 
 
 def vllm_command(config: EngineConfig, name: str, port: int) -> list[str]:
-    return [str(VLLM_PYTHON), str(LAUNCHER), "serve", config.model, "--host", "127.0.0.1", "--port", str(port),
-            *config.serve_arguments(), "--served-model-name", name, "--enable-prompt-tokens-details"]  # fmt: skip
+    return [
+        str(VLLM_PYTHON),
+        str(LAUNCHER),
+        "serve",
+        config.model,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *config.serve_arguments(),
+        "--served-model-name",
+        name,
+        "--enable-prompt-tokens-details",
+    ]
 
 
 def kvwise_command(config: EngineConfig, name: str, port: int) -> list[str]:
-    return [sys.executable, "-m", "local_backend", "serve", "--model", config.model, "--port", str(port),
-            "--device", "cpu", *config.serve_arguments(), "--served-model-name", name]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "local_backend",
+        "serve",
+        "--model",
+        config.model,
+        "--port",
+        str(port),
+        "--device",
+        "cpu",
+        *config.serve_arguments(),
+        "--served-model-name",
+        name,
+    ]
 
 
 def _body(prompt: list[int], max_tokens: int, stream: bool) -> dict[str, object]:
-    return {"model": SERVED, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
-            "ignore_eos": True, "stream": stream}  # fmt: skip
+    return {
+        "model": SERVED,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": stream,
+    }
 
 
 async def _streamed(http: httpx2.AsyncClient, prompt: list[int], max_tokens: int) -> tuple[float, float, int]:
@@ -216,8 +247,10 @@ def _samples(rounds: list[dict[str, float]], ttfts: dict[str, list[float]]) -> d
 def report(dtype: str, vllm: dict[str, list[float]], ours: dict[str, list[float]]) -> None:
     """The table of medians and ratios, under the machine it ran on (CPU model, torch's vector
     capability, cores, load, native bfloat16: the ranking moves with the CPU)."""
-    print(f"\nkvwise server vs vLLM CPU over HTTP, both --dtype {dtype}, medians: cold TTFT of {TTFT_SAMPLES} "
-          f"interleaved samples, the rest of {ROUNDS} interleaved rounds")  # fmt: skip
+    print(
+        f"\nkvwise server vs vLLM CPU over HTTP, both --dtype {dtype}, medians: cold TTFT of {TTFT_SAMPLES} "
+        f"interleaved samples, the rest of {ROUNDS} interleaved rounds"
+    )
     features = cpu_bf16_features()
     print(
         f"machine: {machine_line()}; native bfloat16: {', '.join(features) if features else 'none (AVX512-BF16 and AMX absent)'}"
@@ -254,9 +287,11 @@ def hit_ratios(url: str) -> tuple[float, float]:
             stamp = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
             system = f"Request ID: {uuid.uuid4()}\nTimestamp: {stamp}\n{SYSTEM_PROMPT}"
             answer = client.chat.completions.create(
-                model=DEMO_MODEL, max_tokens=16, temperature=0,
+                model=DEMO_MODEL,
+                max_tokens=16,
+                temperature=0,
                 messages=[{"role": "system", "content": system}, {"role": "user", "content": question}],
-            )  # fmt: skip
+            )
             usage = answer.usage
             assert usage is not None, "vLLM answered without usage"
             details = usage.prompt_tokens_details
@@ -305,23 +340,35 @@ def quantized_kv(config: EngineConfig) -> None:
         vllm_port, ours_port = free_port(), free_port()
         ours_config = dataclasses.replace(config, kv_cache_dtype="int8") if quantized else config
         vllm_extra = ["--kv-cache-dtype", VLLM_KV_DTYPE] if quantized else []
-        with server([*vllm_command(config, SERVED, vllm_port), *vllm_extra], vllm_port, VLLM_ENV) as vllm_url, \
-                server(kvwise_command(ours_config, SERVED, ours_port), ours_port) as ours_url:  # fmt: skip
+        with (
+            server([*vllm_command(config, SERVED, vllm_port), *vllm_extra], vllm_port, VLLM_ENV) as vllm_url,
+            server(kvwise_command(ours_config, SERVED, ours_port), ours_port) as ours_url,
+        ):
             speeds: dict[str, list[float]] = {"vllm": [], "kvwise": []}
             for seed in range(ROUNDS):
                 speeds["vllm"].append(asyncio.run(_concurrent_streamed(vllm_url, seed)))
                 time.sleep(VLLM_IDLE_SECONDS)
                 speeds["kvwise"].append(asyncio.run(_concurrent_streamed(ours_url, seed)))
-            rows[label] = {"vllm": statistics.median(speeds["vllm"]), "kvwise": statistics.median(speeds["kvwise"]),
-                           "vllm_tokens": kv_tokens_per_budget(vllm_url), "kvwise_tokens": kv_tokens_per_budget(ours_url)}  # fmt: skip
+            rows[label] = {
+                "vllm": statistics.median(speeds["vllm"]),
+                "kvwise": statistics.median(speeds["kvwise"]),
+                "vllm_tokens": kv_tokens_per_budget(vllm_url),
+                "kvwise_tokens": kv_tokens_per_budget(ours_url),
+            }
     base, eight = rows["float32"], rows["8-bit"]
-    print(f"\n8-bit KV caches (vLLM {VLLM_KV_DTYPE}, kvwise int8) against each server's own float32 KV, "
-          f"medians of {ROUNDS} interleaved rounds")  # fmt: skip
+    print(
+        f"\n8-bit KV caches (vLLM {VLLM_KV_DTYPE}, kvwise int8) against each server's own float32 KV, "
+        f"medians of {ROUNDS} interleaved rounds"
+    )
     print(f"{'measure':<44}{'vLLM':>16}{'kvwise':>16}")
-    print(f"{f'{CONCURRENT} x {CONCURRENT_PROMPT}+{CONCURRENT_OUTPUT} streamed, 8-bit (tok/s)':<44}"
-          f"{eight['vllm']:>16.1f}{eight['kvwise']:>16.1f}")  # fmt: skip
-    print(f"{'  ÷ its float32 KV (target >= 0.9x)':<44}"
-          f"{_ratio(eight['vllm'], base['vllm']):>16}{_ratio(eight['kvwise'], base['kvwise']):>16}")  # fmt: skip
+    print(
+        f"{f'{CONCURRENT} x {CONCURRENT_PROMPT}+{CONCURRENT_OUTPUT} streamed, 8-bit (tok/s)':<44}"
+        f"{eight['vllm']:>16.1f}{eight['kvwise']:>16.1f}"
+    )
+    print(
+        f"{'  ÷ its float32 KV (target >= 0.9x)':<44}"
+        f"{_ratio(eight['vllm'], base['vllm']):>16}{_ratio(eight['kvwise'], base['kvwise']):>16}"
+    )
     print(
         f"{f'KV tokens per {KV_BUDGET_BYTES >> 20} MiB, float32 -> 8-bit':<44}"
         f"{_capacity(base['vllm_tokens'], eight['vllm_tokens']):>16}{_capacity(base['kvwise_tokens'], eight['kvwise_tokens']):>16}"
@@ -349,8 +396,10 @@ def compare(checkpoint: Path, dtype: str) -> dict[str, list[float]]:
     """Both servers in `dtype`, interleaved: the table printed; kvwise's samples returned."""
     vllm_port, ours_port = free_port(), free_port()
     config = served_config(checkpoint, dtype)
-    with server(vllm_command(config, SERVED, vllm_port), vllm_port, VLLM_ENV) as vllm_url, \
-            server(kvwise_command(config, SERVED, ours_port), ours_port) as ours_url:  # fmt: skip
+    with (
+        server(vllm_command(config, SERVED, vllm_port), vllm_port, VLLM_ENV) as vllm_url,
+        server(kvwise_command(config, SERVED, ours_port), ours_port) as ours_url,
+    ):
         vllm_rounds, our_rounds = [], []
         for seed in range(ROUNDS):
             vllm_rounds.append(asyncio.run(measure(vllm_url, seed)))
@@ -370,15 +419,19 @@ def main() -> None:
         checkpoint = build_checkpoint(Path(tmp))
         ours = {dtype: compare(checkpoint, dtype) for dtype in DTYPES}
         ratio = statistics.median(ours["bfloat16"]["decode_b1"]) / statistics.median(ours["float32"]["decode_b1"])
-        print(f"\nkvwise decode batch 1, bfloat16 / float32 in this run: {ratio:.2f}x  target >= {BF16_DECODE_TARGET}x  "
-              f"{'met' if ratio >= BF16_DECODE_TARGET else 'NOT met'}")  # fmt: skip
+        print(
+            f"\nkvwise decode batch 1, bfloat16 / float32 in this run: {ratio:.2f}x  target >= {BF16_DECODE_TARGET}x  "
+            f"{'met' if ratio >= BF16_DECODE_TARGET else 'NOT met'}"
+        )
         quantized_kv(served_config(checkpoint))
     bundled = ROOT / "local_backend" / "models" / "default"
     port = free_port()
     with server(vllm_command(served_config(bundled), DEMO_MODEL, port), port, VLLM_ENV) as url:
         plain, wrapped = hit_ratios(url)
-    print(f"\nvLLM prefix-cache hits on the demo's volatile-header workload: {plain:.0%} of prompt tokens "
-          f"unwrapped, {wrapped:.0%} through sdk.wrap")  # fmt: skip
+    print(
+        f"\nvLLM prefix-cache hits on the demo's volatile-header workload: {plain:.0%} of prompt tokens "
+        f"unwrapped, {wrapped:.0%} through sdk.wrap"
+    )
 
 
 if __name__ == "__main__":

@@ -70,10 +70,21 @@ def suite(package: str) -> Path:
         archive = sdists / f"{package}-{version}.tar.gz"
         if not archive.exists():
             subprocess.run(
-                [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
-                 f"{package}=={version}", "--dest", str(sdists)],
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--quiet",
+                    "--no-deps",
+                    "--no-binary",
+                    ":all:",
+                    f"{package}=={version}",
+                    "--dest",
+                    str(sdists),
+                ],
                 check=True,
-            )  # fmt: skip
+            )
         with tarfile.open(archive) as tar:
             tar.extractall(CACHE, filter="data")
     return folder
@@ -81,8 +92,16 @@ def suite(package: str) -> Path:
 
 def pytest(folder: Path, args: list[str], *, bare: bool, results: Path | None = None) -> int:
     """pytest in a suite's `folder` with the plugin loaded; its exit status."""
-    command = [sys.executable, "-m", "pytest", "-p", kvwise_wrap_plugin.__name__.rpartition(".")[2],
-               "-p", "no:cacheprovider", *(f"--ignore={path}" for path in LEFT_OUT)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        kvwise_wrap_plugin.__name__.rpartition(".")[2],
+        "-p",
+        "no:cacheprovider",
+        *(f"--ignore={path}" for path in LEFT_OUT),
+    ]
     if bare:
         command.append("--kvwise-bare")
     if results is not None:
@@ -90,8 +109,11 @@ def pytest(folder: Path, args: list[str], *, bare: bool, results: Path | None = 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))}
     started, cpu = time.monotonic(), _children_cpu()
     returncode = subprocess.run([*command, *args], cwd=folder, env=env).returncode
-    print(f"{folder.name} {'bare' if bare else 'wrapped'}: {time.monotonic() - started:.0f} s, "
-          f"{_children_cpu() - cpu:.0f} CPU s", flush=True)  # fmt: skip
+    print(
+        f"{folder.name} {'bare' if bare else 'wrapped'}: {time.monotonic() - started:.0f} s, "
+        f"{_children_cpu() - cpu:.0f} CPU s",
+        flush=True,
+    )
     return returncode
 
 

@@ -35,14 +35,30 @@ LOOP_MAX_TOKENS = 480
 
 ASK = {"stream": True, "stream_options": {"include_usage": True}, "max_tokens": 24}
 CALLS: tuple[tuple[str, dict[str, Any]], ...] = (
-    ("streamed", {**ASK, "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What is prefill?"}]}),
-    ("cached", {**ASK, "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What is prefill?"}]}),
+    (
+        "streamed",
+        {**ASK, "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What is prefill?"}]},
+    ),
+    (
+        "cached",
+        {**ASK, "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What is prefill?"}]},
+    ),
     ("non-streamed", {"max_tokens": 16, "messages": [{"role": "user", "content": "What is decode?"}]}),
     # A strongly negative frequency penalty makes the tiny model repeat one token: the loop guard cuts it.
-    ("looping", {**ASK, "max_tokens": LOOP_MAX_TOKENS, "frequency_penalty": -2.0,
-                 "messages": [{"role": "user", "content": "Say it again."}]}),
-    ("captured", {**ASK, "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What is prefill?"}]}),
-)  # fmt: skip
+    (
+        "looping",
+        {
+            **ASK,
+            "max_tokens": LOOP_MAX_TOKENS,
+            "frequency_penalty": -2.0,
+            "messages": [{"role": "user", "content": "Say it again."}],
+        },
+    ),
+    (
+        "captured",
+        {**ASK, "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "What is prefill?"}]},
+    ),
+)
 """The calls made, by name, in order: the second repeats the first's prefix, so it reads the cache;
 the last repeats the second's request through a client that captures content."""
 CAPTURED = frozenset({"captured"})

@@ -25,8 +25,11 @@ AS_SENT_PREFIXES = ("gen_ai.usage.", "llm.token_count.", "llm.cost.", "kvwise.co
 
 def _as_sent(span: ReadableSpan) -> dict[str, Any]:
     attributes = dict(span.attributes or {})
-    return {key: list(value) if isinstance(value, tuple) else value
-            for key, value in attributes.items() if key.startswith(AS_SENT_PREFIXES)}  # fmt: skip
+    return {
+        key: list(value) if isinstance(value, tuple) else value
+        for key, value in attributes.items()
+        if key.startswith(AS_SENT_PREFIXES)
+    }
 
 
 def _as_stored(traced: Traced, span: ReadableSpan) -> dict[str, Any]:

@@ -50,8 +50,11 @@ def _answer(root: ReadableSpan) -> str:
 
 
 def _phase(traced: Traced, root: ReadableSpan, name: str) -> ReadableSpan:
-    [phase] = [span for span in traced.sent.values()
-               if span.name == name and span.parent is not None and span.parent.span_id == root.context.span_id]  # fmt: skip
+    [phase] = [
+        span
+        for span in traced.sent.values()
+        if span.name == name and span.parent is not None and span.parent.span_id == root.context.span_id
+    ]
     return phase
 
 

@@ -63,9 +63,21 @@ def test_an_unknown_project_or_an_unreachable_phoenix_is_a_clear_error(traced: T
 
 def test_the_cli_writes_the_page_from_phoenix(traced: Traced, tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "sdk.report", "--phoenix", traced.phoenix.url, "--project", PROJECT, "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=REPORT_TIMEOUT_S,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "sdk.report",
+            "--phoenix",
+            traced.phoenix.url,
+            "--project",
+            PROJECT,
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=REPORT_TIMEOUT_S,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"{len(CALLS)} calls, $")
     assert (tmp_path / "report.html").read_text().startswith("<!doctype html>")

@@ -85,8 +85,16 @@ def _hf_bfloat16(checkpoint, prompt: list[int], steps: int) -> tuple[list[int], 
     import transformers
 
     model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.bfloat16).eval()
-    out = model.generate(torch.tensor([prompt]), max_new_tokens=steps, min_new_tokens=steps, do_sample=False,
-                         eos_token_id=None, pad_token_id=0, output_scores=True, return_dict_in_generate=True)  # fmt: skip
+    out = model.generate(
+        torch.tensor([prompt]),
+        max_new_tokens=steps,
+        min_new_tokens=steps,
+        do_sample=False,
+        eos_token_id=None,
+        pad_token_id=0,
+        output_scores=True,
+        return_dict_in_generate=True,
+    )
     return out.sequences[0, len(prompt) :].tolist(), [s[0].topk(TOP_K).indices.tolist() for s in out.scores]
 
 
@@ -139,8 +147,15 @@ def _agree_until_near_tie(engines: tuple, prompt: list[int], outputs: tuple[list
 def test_int8_kv_and_ngram_speculation_keep_working_with_bfloat16_weights(make_engine):
     plain = make_engine(dtype="bfloat16")
     quantized = make_engine(dtype="bfloat16", kv_cache_dtype="int8")
-    speculating = make_engine(dtype="bfloat16", speculative_config={"method": "ngram", "num_speculative_tokens": 4,
-                                                                    "prompt_lookup_max": 3, "prompt_lookup_min": 1})  # fmt: skip
+    speculating = make_engine(
+        dtype="bfloat16",
+        speculative_config={
+            "method": "ngram",
+            "num_speculative_tokens": 4,
+            "prompt_lookup_max": 3,
+            "prompt_lookup_min": 1,
+        },
+    )
     assert quantized.runner.kv_cache.dtype == torch.int8 and isinstance(quantized.runner.model.ops, ops.NativeOps)
     assert quantized.kv_bytes_per_token < plain.kv_bytes_per_token
     [seed] = plain.generate([[5, 9, 17, 33]], GREEDY)

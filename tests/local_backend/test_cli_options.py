@@ -207,16 +207,37 @@ def test_a_value_that_cannot_work_is_refused_naming_its_option(llama_dir, refusa
 
 
 def test_gpu_memory_utilization_and_kv_cache_memory_are_refused_together_naming_the_option(llama_dir, refusal):
-    status, err = refusal(["serve", "--model", str(llama_dir), "--device", "cuda", "--kv-cache-memory", "4096",
-                           "--gpu-memory-utilization", "0.9"])  # fmt: skip
+    status, err = refusal(
+        [
+            "serve",
+            "--model",
+            str(llama_dir),
+            "--device",
+            "cuda",
+            "--kv-cache-memory",
+            "4096",
+            "--gpu-memory-utilization",
+            "0.9",
+        ]
+    )
     assert status == 2 and "--gpu-memory-utilization" in err and "give one" in err
 
 
 def test_every_engine_config_field_round_trips_through_the_command_line(llama_dir, tmp_path):
-    config = EngineConfig(model=str(llama_dir), device="cpu", dtype="bfloat16", kv_cache_memory=2**21, block_size=8,
-                          max_num_seqs=4, max_model_len=128, max_num_batched_tokens=64, enable_prefix_caching=False,
-                          chat_template="{{ messages }}", generation_config=str(tmp_path),
-                          quantization="q8_0")  # fmt: skip
+    config = EngineConfig(
+        model=str(llama_dir),
+        device="cpu",
+        dtype="bfloat16",
+        kv_cache_memory=2**21,
+        block_size=8,
+        max_num_seqs=4,
+        max_model_len=128,
+        max_num_batched_tokens=64,
+        enable_prefix_caching=False,
+        chat_template="{{ messages }}",
+        generation_config=str(tmp_path),
+        quantization="q8_0",
+    )
     arguments = config.serve_arguments()
     assert "--no-enable-prefix-caching" in arguments and "--model" not in arguments
     assert engine_config(parse_args(["serve", "--model", config.model, *arguments])) == config
@@ -232,11 +253,21 @@ def test_engine_config_refuses_a_bad_field_naming_it():
 
 
 def test_from_pretrained_builds_the_same_config_from_keywords(llama_dir):
-    with Engine.from_pretrained(llama_dir, device="cpu", dtype=torch.float32, max_model_len=64, kv_cache_memory=2**20,
-                                enable_prefix_caching=False) as engine:  # fmt: skip
+    with Engine.from_pretrained(
+        llama_dir,
+        device="cpu",
+        dtype=torch.float32,
+        max_model_len=64,
+        kv_cache_memory=2**20,
+        enable_prefix_caching=False,
+    ) as engine:
         effective = engine.engine_config
     assert (effective.device, effective.dtype, effective.max_model_len, effective.enable_prefix_caching) == (
-        "cpu", "float32", 64, False)  # fmt: skip
+        "cpu",
+        "float32",
+        64,
+        False,
+    )
 
 
 def test_startup_logs_the_config_in_effect_once(llama_dir, caplog):
@@ -270,8 +301,23 @@ def test_quantization_shows_in_the_startup_line_and_on_metrics_with_the_block_ty
 
 
 def test_cli_starts_with_vllms_options_and_reports_them(llama_dir, tmp_path):
-    command = [sys.executable, "-m", "local_backend", *_args(llama_dir, "--port", "0", "--max-model-len", "96",
-               "--no-enable-prefix-caching", "--block-size", "8", "--served-model-name", "tiny")]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "local_backend",
+        *_args(
+            llama_dir,
+            "--port",
+            "0",
+            "--max-model-len",
+            "96",
+            "--no-enable-prefix-caching",
+            "--block-size",
+            "8",
+            "--served-model-name",
+            "tiny",
+        ),
+    ]
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
         try:
             line = process.stdout.readline()

@@ -11,9 +11,14 @@ from local_backend.config import ModelConfig
 from local_backend.model import rope_tables
 
 BASE = dict(
-    vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-)  # fmt: skip
+    vocab_size=100,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+)
 
 
 @pytest.mark.parametrize(
@@ -42,8 +47,13 @@ def test_rope_theta_is_read_from_old_and_new_spellings():
 
 
 def test_llama31_rope_scaling_matches_transformers():
-    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-               "high_freq_factor": 4.0, "original_max_position_embeddings": 32}  # fmt: skip
+    scaling = {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 32,
+    }
     cfg = ModelConfig.from_dict({**BASE, "model_type": "llama", "rope_scaling": scaling, "rope_theta": 10000.0})
     hf = LlamaConfig(**BASE, rope_parameters={**scaling, "rope_theta": 10000.0})
     inv_freq, _ = ROPE_INIT_FUNCTIONS["llama3"](hf, torch.device("cpu"))

@@ -85,8 +85,14 @@ def test_the_kernel_reads_a_bfloat16_cache_as_sdpa_over_its_values_in_float32(he
     meta = AttentionMetadata(
         torch.zeros(0, dtype=torch.long), (), (), PagedDecodes(tables, torch.tensor(lengths), BLOCK)
     )
-    got = paged_attention(q, q.new_zeros(0, kv_heads, dim), q.new_zeros(0, kv_heads, dim), kv_cache, meta,
-                          ops.NativeOps(dim, cpu_kernels.load().choices))  # fmt: skip
+    got = paged_attention(
+        q,
+        q.new_zeros(0, kv_heads, dim),
+        q.new_zeros(0, kv_heads, dim),
+        kv_cache,
+        meta,
+        ops.NativeOps(dim, cpu_kernels.load().choices),
+    )
     assert got.dtype == torch.bfloat16
     expected = _sdpa_reference(q.float(), kv_cache.float(), tables, lengths)
     torch.testing.assert_close(got.float(), expected, rtol=1.6e-2, atol=1e-2)
@@ -184,10 +190,17 @@ def test_the_bfloat16_prefill_kernel_equals_float32_sdpa_within_bfloat16_roundin
             torch.ops.kvwise.prefill_attention(q, k, v, dim**-0.5)
         return
     sees = torch.ones(tokens, context, dtype=torch.bool).tril_(cached)
-    expected = F.scaled_dot_product_attention(
-        q.float().transpose(0, 1)[None], k.float().transpose(0, 1)[None], v.float().transpose(0, 1)[None],
-        attn_mask=sees, enable_gqa=True,
-    )[0].transpose(0, 1).reshape(tokens, heads * dim)  # fmt: skip
+    expected = (
+        F.scaled_dot_product_attention(
+            q.float().transpose(0, 1)[None],
+            k.float().transpose(0, 1)[None],
+            v.float().transpose(0, 1)[None],
+            attn_mask=sees,
+            enable_gqa=True,
+        )[0]
+        .transpose(0, 1)
+        .reshape(tokens, heads * dim)
+    )
     got = torch.ops.kvwise.prefill_attention(q, k, v, dim**-0.5)
     assert got.dtype == torch.bfloat16
     torch.testing.assert_close(got.float(), expected, rtol=1.6e-2, atol=2e-2)  # bfloat16's own tolerances, the
@@ -302,8 +315,10 @@ def test_the_loaded_library_is_the_variant_asked_for_with_its_vector_width_and_i
     assert saved["prefill_kernel_max_context"] == kernels.choices.prefill_kernel_max_context
     assert saved["bf16_matvec_max_rows"] == kernels.choices.bf16_matvec_max_rows
     bf16_onednn = {"bf16_plain_vs_onednn"} if kernel_choices.onednn_prepacks(torch.bfloat16) else set()
-    assert set(saved["timings_ms"]) == {"plain_vs_onednn", "matvec_vs_torch", "bf16_matvec_vs_torch",
-                                        "prefill_kernel_vs_sdpa"} | bf16_onednn  # fmt: skip
+    assert (
+        set(saved["timings_ms"])
+        == {"plain_vs_onednn", "matvec_vs_torch", "bf16_matvec_vs_torch", "prefill_kernel_vs_sdpa"} | bf16_onednn
+    )
 
 
 def test_the_capability_follows_torch_then_the_override_clamped_to_this_cpu(monkeypatch, caplog):
@@ -354,8 +369,12 @@ def test_every_variant_the_compiler_targets_builds_and_each_this_cpu_runs_passes
 
 def test_choices_are_measured_once_cached_beside_the_library_and_read_back(tmp_path, monkeypatch, caplog):
     assert cpu_kernels.load()
-    for name, value in (("CALIBRATION_MATRICES", 2), ("CALIBRATION_PREFILL_CONTEXTS", (64, 128)),
-                        ("CALIBRATION_MATVEC_ROWS", (1, 2, 4)), ("CALIBRATION_REPEATS", 1)):  # fmt: skip
+    for name, value in (
+        ("CALIBRATION_MATRICES", 2),
+        ("CALIBRATION_PREFILL_CONTEXTS", (64, 128)),
+        ("CALIBRATION_MATVEC_ROWS", (1, 2, 4)),
+        ("CALIBRATION_REPEATS", 1),
+    ):
         monkeypatch.setattr(kernel_choices, name, value)  # a short measurement: the test checks its bookkeeping
     library = tmp_path / "kvwise_kernels-avx2-0123.so"
     monkeypatch.setattr(kernel_choices, "CALIBRATION_MAX_LOAD_PER_CORE", 0.0)  # no machine is that quiet

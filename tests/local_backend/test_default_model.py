@@ -162,8 +162,10 @@ def test_default_model_calls_the_weather_tool_and_answers_from_its_result_over_o
         assert call.function.name == "get_weather"
         jsonschema.validate(json.loads(call.function.arguments), tool_corpus.WEATHER_TOOL.parameters)
         assert json.loads(call.function.arguments) == {"city": city}
-        messages += [choice.message.model_dump(exclude_none=True),
-                     {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"conditions": conditions})}]  # fmt: skip
+        messages += [
+            choice.message.model_dump(exclude_none=True),
+            {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"conditions": conditions})},
+        ]
         second = client.chat.completions.create(
             model="tiny",
             messages=messages,
@@ -183,16 +185,33 @@ def test_default_model_calls_the_weather_tool_and_answers_from_its_result_over_a
     tools = [{"name": tool.name, "description": tool.description, "input_schema": tool.parameters}]
     messages: list[dict[str, Any]] = [{"role": "user", "content": question}]
     with anthropic.Anthropic(base_url=server_url, api_key="x", max_retries=0) as client:
-        first = client.messages.create(model="tiny", max_tokens=64, messages=messages, tools=tools,  # type: ignore[arg-type]
-                                       tool_choice={"type": "auto"}, extra_body={"temperature": 0})  # fmt: skip
+        first = client.messages.create(
+            model="tiny",
+            max_tokens=64,
+            messages=messages,
+            tools=tools,  # type: ignore[arg-type]
+            tool_choice={"type": "auto"},
+            extra_body={"temperature": 0},
+        )
         assert first.stop_reason == "tool_use", first.content
         [use] = [block for block in first.content if block.type == "tool_use"]
         assert use.name == tool.name and use.input == {"city": city}
-        messages += [{"role": "assistant", "content": [block.model_dump(exclude_none=True) for block in first.content]},
-                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
-                                                   "content": json.dumps({"conditions": conditions})}]}]  # fmt: skip
-        second = client.messages.create(model="tiny", max_tokens=48, messages=messages, tools=tools,  # type: ignore[arg-type]
-                                        extra_body={"temperature": 0})  # fmt: skip
+        messages += [
+            {"role": "assistant", "content": [block.model_dump(exclude_none=True) for block in first.content]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": use.id, "content": json.dumps({"conditions": conditions})}
+                ],
+            },
+        ]
+        second = client.messages.create(
+            model="tiny",
+            max_tokens=48,
+            messages=messages,
+            tools=tools,  # type: ignore[arg-type]
+            extra_body={"temperature": 0},
+        )
     assert second.stop_reason == "end_turn", second.content
     text = "".join(block.text for block in second.content if block.type == "text")
     assert conditions in text, text

@@ -203,9 +203,17 @@ def test_bfloat16_halves_the_kv_bytes_and_runs_every_sampler_path(make_engine):
     engine = make_engine("qwen2", dtype="bfloat16")
     assert engine.kv_bytes_per_token == make_engine("qwen2").kv_bytes_per_token // 2
     params = SamplingParams(
-        max_tokens=8, temperature=0.7, seed=1, top_k=20, top_p=0.9, min_p=0.05,
-        repetition_penalty=1.2, frequency_penalty=0.3, presence_penalty=0.3, dry_multiplier=0.5,
-    )  # fmt: skip
+        max_tokens=8,
+        temperature=0.7,
+        seed=1,
+        top_k=20,
+        top_p=0.9,
+        min_p=0.05,
+        repetition_penalty=1.2,
+        frequency_penalty=0.3,
+        presence_penalty=0.3,
+        dry_multiplier=0.5,
+    )
     [out] = engine.generate(["Hello world"], params)
     assert len(out.token_ids) == 8 or out.finish_reason == "stop"
 

@@ -40,9 +40,13 @@ def test_float32_greedy_batch_on_cuda_matches_transformers_on_cuda(checkpoints, 
         [again] = engine.generate([prompts[-1]], GREEDY)  # served from the prefix cache
     for prompt, out in zip(prompts, outputs):
         want = reference.generate(
-            torch.tensor([prompt], device=cuda), max_new_tokens=GREEDY.max_tokens,
-            min_new_tokens=GREEDY.max_tokens, do_sample=False, eos_token_id=None, pad_token_id=0,
-        )[0, len(prompt):].tolist()  # fmt: skip
+            torch.tensor([prompt], device=cuda),
+            max_new_tokens=GREEDY.max_tokens,
+            min_new_tokens=GREEDY.max_tokens,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=0,
+        )[0, len(prompt) :].tolist()
         assert list(out.token_ids) == want
     assert again.cached_tokens == 64 and again.token_ids == outputs[-1].token_ids
 
@@ -50,9 +54,19 @@ def test_float32_greedy_batch_on_cuda_matches_transformers_on_cuda(checkpoints, 
 async def test_bfloat16_streams_on_cuda_sample_every_path_and_close_ends_them(checkpoints, cuda):
     engine = Engine.from_pretrained(checkpoints["llama"], device="cuda", max_model_len=256)
     assert engine.runner.kv_cache.dtype == torch.bfloat16
-    sampled = SamplingParams(max_tokens=200, temperature=0.8, top_p=0.9, top_k=40, min_p=0.02, seed=3,
-                             repetition_penalty=1.1, frequency_penalty=0.2, presence_penalty=0.2,
-                             dry_multiplier=0.5, ignore_eos=True)  # fmt: skip
+    sampled = SamplingParams(
+        max_tokens=200,
+        temperature=0.8,
+        top_p=0.9,
+        top_k=40,
+        min_p=0.02,
+        seed=3,
+        repetition_penalty=1.1,
+        frequency_penalty=0.2,
+        presence_penalty=0.2,
+        dry_multiplier=0.5,
+        ignore_eos=True,
+    )
 
     async def run(prompt: str):
         async with aclosing(engine.stream(prompt, sampled)) as stream:

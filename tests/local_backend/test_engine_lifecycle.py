@@ -130,8 +130,11 @@ async def test_close_finishes_every_stream_in_flight_with_a_final_delta(make_eng
 def test_a_stop_token_ends_the_output_without_its_text(make_engine):
     engine = make_engine()
     [free] = engine.generate(["The quick brown fox"], SamplingParams(max_tokens=30, temperature=0, ignore_eos=True))
-    at = next(i for i, t in enumerate(free.token_ids) if i >= 3 and engine.tokenizer.decode([t]).strip()
-              and t not in free.token_ids[:i])  # fmt: skip
+    at = next(
+        i
+        for i, t in enumerate(free.token_ids)
+        if i >= 3 and engine.tokenizer.decode([t]).strip() and t not in free.token_ids[:i]
+    )
     stop_id = free.token_ids[at]
     [stopped] = engine.generate(
         ["The quick brown fox"], SamplingParams(max_tokens=30, temperature=0, stop_token_ids=(stop_id,))

@@ -5,7 +5,14 @@ import local_backend
 
 def test_all_is_the_documented_surface_and_sorted():
     assert local_backend.__all__ == [
-        "Completion", "Engine", "EngineConfig", "EngineStats", "FinishReason", "SamplingParams", "StepOutput", "StreamDelta",
+        "Completion",
+        "Engine",
+        "EngineConfig",
+        "EngineStats",
+        "FinishReason",
+        "SamplingParams",
+        "StepOutput",
+        "StreamDelta",
         "Timings",
-    ]  # fmt: skip
+    ]
     assert all(hasattr(local_backend, name) for name in local_backend.__all__)

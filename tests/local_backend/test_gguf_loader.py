@@ -29,10 +29,16 @@ from local_backend.sampling_params import SamplingParams
 DEFAULT = resolve_model("default")
 EOS, EOT = 2, 1  # the bundled config's eos_token_id [2, 1]: llama.cpp's eos and eot
 _HF_TO_GGUF = {
-    "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm", "self_attn.q_proj": "attn_q",
-    "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
-    "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
-}  # fmt: skip
+    "input_layernorm": "attn_norm",
+    "post_attention_layernorm": "ffn_norm",
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+}
 MESSAGES = [
     [{"role": "user", "content": "What is the weather in Paris?"}],
     [{"role": "system", "content": "You answer briefly."}, {"role": "user", "content": "Is it raining in Oslo?"}],
@@ -50,8 +56,13 @@ def _permute(weights: np.ndarray, heads: int) -> np.ndarray:
     )
 
 
-def write_gguf(path: Path, types: dict[str, Q] | None = None, architecture: str = "llama",
-               raw: dict[str, tuple[np.ndarray, Q]] | None = None, pre: str = "default") -> Path:  # fmt: skip
+def write_gguf(
+    path: Path,
+    types: dict[str, Q] | None = None,
+    architecture: str = "llama",
+    raw: dict[str, tuple[np.ndarray, Q]] | None = None,
+    pre: str = "default",
+) -> Path:
     """The bundled checkpoint as a GGUF file; `types` picks a tensor type per llama.cpp name (F32 else)."""
     config = json.loads((DEFAULT / "config.json").read_text())
     tokenizer = json.loads((DEFAULT / "tokenizer.json").read_text())
@@ -186,15 +197,25 @@ def test_quantized_tensors_load_within_their_type_s_rounding_and_unpermuted(tmp_
         engine.close()
 
 
-@pytest.mark.parametrize(("build", "named"), [
-    (lambda tmp: write_gguf(tmp / "a.gguf", architecture="falcon"), "general.architecture='falcon' is not supported"),
-    (lambda tmp: write_gguf(tmp / "b.gguf", raw={"blk.0.extra.weight": (np.zeros((4, 18), np.uint8), Q.IQ4_NL)}),
-     "tensor 'blk.0.extra.weight' is of type IQ4_NL, which is not supported"),
-    (lambda tmp: write_gguf(tmp / "c.gguf", raw={"blk.0.ffn_extra.weight": (np.zeros(4, np.float32), Q.F32)}),
-     "unexpected tensor 'blk.0.ffn_extra.weight'"),
-    (lambda tmp: write_gguf(tmp / "d.gguf", pre="tekken"), "tokenizer.ggml.pre='tekken' is not supported"),
-    (lambda tmp: tmp / "absent.gguf", "absent.gguf does not exist"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("build", "named"),
+    [
+        (
+            lambda tmp: write_gguf(tmp / "a.gguf", architecture="falcon"),
+            "general.architecture='falcon' is not supported",
+        ),
+        (
+            lambda tmp: write_gguf(tmp / "b.gguf", raw={"blk.0.extra.weight": (np.zeros((4, 18), np.uint8), Q.IQ4_NL)}),
+            "tensor 'blk.0.extra.weight' is of type IQ4_NL, which is not supported",
+        ),
+        (
+            lambda tmp: write_gguf(tmp / "c.gguf", raw={"blk.0.ffn_extra.weight": (np.zeros(4, np.float32), Q.F32)}),
+            "unexpected tensor 'blk.0.ffn_extra.weight'",
+        ),
+        (lambda tmp: write_gguf(tmp / "d.gguf", pre="tekken"), "tokenizer.ggml.pre='tekken' is not supported"),
+        (lambda tmp: tmp / "absent.gguf", "absent.gguf does not exist"),
+    ],
+)
 def test_what_the_engine_cannot_run_is_refused_by_name(tmp_path: Path, build: Any, named: str) -> None:
     with pytest.raises((ValueError, FileNotFoundError), match=named.replace("(", r"\(").replace(")", r"\)")):
         _engine(build(tmp_path))

@@ -24,24 +24,45 @@ from local_backend.sampling_params import SamplingParams
 MODEL = "smollm2-135m-instruct"
 NEW_TOKENS = 64
 BLOCK = 16  # the engine's default block size: the unit the prefix cache shares
-SYSTEM = ("You are a travel assistant for a small agency that plans city trips in Europe. Answer briefly and "
-          "never invent prices. Trips last two to seven days and include the train, a hotel and a transport pass.")  # fmt: skip
+SYSTEM = (
+    "You are a travel assistant for a small agency that plans city trips in Europe. Answer briefly and "
+    "never invent prices. Trips last two to seven days and include the train, a hotel and a transport pass."
+)
 QUESTIONS = [
-    "What is the capital of France?", "Explain what a KV cache is in one sentence.", "Write a haiku about the sea.",
-    "How many legs does a spider have?", "Give me three tips for learning Python.", "What is 17 times 23?",
-    "Translate 'good morning' into Spanish.", "Why is the sky blue?", "Name a famous painting by Van Gogh.",
-    "What should I pack for a rainy weekend in Edinburgh?", "Summarise the plot of Romeo and Juliet.",
-    "What is the boiling point of water in Fahrenheit?", "Suggest a name for a grey cat.",
-    "Can I change my booking two days before departure?", "List the planets of the solar system.",
-    "What does HTTP stand for?", "Write a short apology for a late reply.", "Is a tomato a fruit?",
-    "How do I make a cup of tea?", "What is the tallest mountain in Europe?", "Tell me a fun fact about octopuses.",
-]  # fmt: skip
+    "What is the capital of France?",
+    "Explain what a KV cache is in one sentence.",
+    "Write a haiku about the sea.",
+    "How many legs does a spider have?",
+    "Give me three tips for learning Python.",
+    "What is 17 times 23?",
+    "Translate 'good morning' into Spanish.",
+    "Why is the sky blue?",
+    "Name a famous painting by Van Gogh.",
+    "What should I pack for a rainy weekend in Edinburgh?",
+    "Summarise the plot of Romeo and Juliet.",
+    "What is the boiling point of water in Fahrenheit?",
+    "Suggest a name for a grey cat.",
+    "Can I change my booking two days before departure?",
+    "List the planets of the solar system.",
+    "What does HTTP stand for?",
+    "Write a short apology for a late reply.",
+    "Is a tomato a fruit?",
+    "How do I make a cup of tea?",
+    "What is the tallest mountain in Europe?",
+    "Tell me a fun fact about octopuses.",
+]
 CONVERSATIONS: list[list[dict[str, Any]]] = [
-    [{"role": "user", "content": question}] if index % 3 else
-    [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
+    [{"role": "user", "content": question}]
+    if index % 3
+    else [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
     for index, question in enumerate(QUESTIONS)
-] + [[{"role": "user", "content": "Hi!"}, {"role": "assistant", "content": "Hello! How can I help?"},
-      {"role": "user", "content": "Recommend a book about the ocean."}]]  # fmt: skip
+] + [
+    [
+        {"role": "user", "content": "Hi!"},
+        {"role": "assistant", "content": "Hello! How can I help?"},
+        {"role": "user", "content": "Recommend a book about the ocean."},
+    ]
+]
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +75,11 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, A
     model = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
     saved = tmp_path_factory.mktemp("smollm2-safetensors")
     # save_pretrained refuses a model read from GGUF; its weights are plain float32 tensors, written as they are
-    weights = {name: tensor.contiguous() for name, tensor in model.state_dict().items()
-               if not (model.config.tie_word_embeddings and name == "lm_head.weight")}  # fmt: skip
+    weights = {
+        name: tensor.contiguous()
+        for name, tensor in model.state_dict().items()
+        if not (model.config.tie_word_embeddings and name == "lm_head.weight")
+    }
     assert {tensor.dtype for tensor in weights.values()} == {torch.float32}
     safetensors.torch.save_file(weights, saved / "model.safetensors", metadata={"format": "pt"})
     config = {key: value for key, value in model.config.to_dict().items() if key != "quantization_config"}
@@ -71,8 +95,14 @@ def expected(reference: tuple[Any, Any, Path]) -> list[list[int]]:
     for messages in CONVERSATIONS:
         ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
         with torch.no_grad():
-            out = model.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
-                                 do_sample=False, eos_token_id=None, pad_token_id=0)  # fmt: skip
+            out = model.generate(
+                torch.tensor([ids]),
+                max_new_tokens=NEW_TOKENS,
+                min_new_tokens=NEW_TOKENS,
+                do_sample=False,
+                eos_token_id=None,
+                pad_token_id=0,
+            )
         answers.append(out[0, len(ids) :].tolist())
     return answers
 
@@ -87,8 +117,9 @@ def test_the_chat_template_renders_as_transformers_renders_it(reference: tuple[A
     try:
         for messages in CONVERSATIONS:
             ours = engine.tokenizer.chat_prompt(messages)
-            assert ours == tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                                         return_dict=False), messages  # fmt: skip
+            assert ours == tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=True, return_dict=False
+            ), messages
             assert engine.tokenizer.decode(ours) == tokenizer.decode(ours, skip_special_tokens=True)
     finally:
         engine.close()

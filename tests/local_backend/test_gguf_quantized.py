@@ -22,8 +22,12 @@ from local_backend import Engine, SamplingParams
 
 MODEL = "smollm2-135m-instruct"
 NEW_TOKENS = 64
-PROMPTS = ["What is the capital of France?", "Write a haiku about the sea.", "Why is the sky blue?",
-           "Give me three tips for learning Python."]  # fmt: skip
+PROMPTS = [
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "Why is the sky blue?",
+    "Give me three tips for learning Python.",
+]
 LOGIT_TOLERANCE = 2e-3
 """Most |logit(auto) − logit(none)| at any step, relative to the step's largest |logit| (about 20 here)."""
 
@@ -45,9 +49,13 @@ def _answers(quantization: str) -> tuple[list[list[int]], list[list[torch.Tensor
         types = engine.stats().quantized_types
         recorders = [Recorder() for _ in PROMPTS]
         prompts = [engine.tokenizer.chat_prompt([{"role": "user", "content": text}]) for text in PROMPTS]
-        outputs = [engine.generate([prompt], SamplingParams(max_tokens=NEW_TOKENS, temperature=0, ignore_eos=True,
-                                                            logits_processor=recorder))[0]
-                   for prompt, recorder in zip(prompts, recorders)]  # fmt: skip
+        outputs = [
+            engine.generate(
+                [prompt],
+                SamplingParams(max_tokens=NEW_TOKENS, temperature=0, ignore_eos=True, logits_processor=recorder),
+            )[0]
+            for prompt, recorder in zip(prompts, recorders)
+        ]
     finally:
         engine.close()
     return [list(out.token_ids) for out in outputs], [recorder.steps for recorder in recorders], types
@@ -78,8 +86,14 @@ def test_a_prompt_longer_than_a_prefill_chunk_is_answered_from_the_blocks_as_fro
     prompt = " ".join(["river stone light garden window paper market winter"] * 40)
     answers = []
     for quantization in ("auto", "none"):
-        engine = Engine.from_pretrained(MODEL, device="cpu", dtype="float32", max_model_len=512,
-                                        max_num_batched_tokens=64, quantization=quantization)  # fmt: skip
+        engine = Engine.from_pretrained(
+            MODEL,
+            device="cpu",
+            dtype="float32",
+            max_model_len=512,
+            max_num_batched_tokens=64,
+            quantization=quantization,
+        )
         try:
             ids = engine.tokenizer.encode(prompt)
             assert len(ids) > 3 * 64

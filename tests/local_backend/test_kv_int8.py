@@ -60,9 +60,15 @@ def test_kv_bytes_per_token_count_the_codes_and_the_scales():
 # --- the native kernels against the torch forms ---------------------------------------------------
 
 
-@pytest.mark.parametrize(("heads", "kv_heads", "dim", "lengths"), [
-    (4, 2, 16, [1, 5, 17, 40]), (8, 8, 64, [33, 2]), (6, 2, 24, [16, 31, 3]), (4, 1, 8, [70]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("heads", "kv_heads", "dim", "lengths"),
+    [
+        (4, 2, 16, [1, 5, 17, 40]),
+        (8, 8, 64, [33, 2]),
+        (6, 2, 24, [16, 31, 3]),
+        (4, 1, 8, [70]),
+    ],
+)
 def test_the_native_int8_kernels_match_the_torch_int8_forms(heads, kv_heads, dim, lengths):
     native, torch_form = _native(), ops.TORCH
     torch.manual_seed(1)
@@ -130,12 +136,16 @@ def test_int8_kv_agrees_with_float32_kv_on_the_parity_models(make_engine, kind, 
     forced, int8_rows = _recorded(make_engine(kind, kv_cache_dtype="int8"), prompt, exact)
     assert forced == exact and len(int8_rows) == PARITY_TOKENS
     agreement = sum(int(row.argmax()) == token for row, token in zip(int8_rows, exact)) / PARITY_TOKENS
-    deltas = [(torch.log_softmax(a.double(), -1)[t] - torch.log_softmax(b.double(), -1)[t]).abs().item()
-              for a, b, t in zip(int8_rows, exact_rows, exact)]  # fmt: skip
+    deltas = [
+        (torch.log_softmax(a.double(), -1)[t] - torch.log_softmax(b.double(), -1)[t]).abs().item()
+        for a, b, t in zip(int8_rows, exact_rows, exact)
+    ]
     mean_delta = sum(deltas) / len(deltas)
     with capsys.disabled():
-        print(f"\n{kind}: int8 KV greedy agreement {agreement:.1%} of {PARITY_TOKENS}, "
-              f"mean |Δ logprob| {mean_delta:.4f} (max {max(deltas):.4f})")  # fmt: skip
+        print(
+            f"\n{kind}: int8 KV greedy agreement {agreement:.1%} of {PARITY_TOKENS}, "
+            f"mean |Δ logprob| {mean_delta:.4f} (max {max(deltas):.4f})"
+        )
     assert agreement >= MIN_AGREEMENT and mean_delta <= MAX_MEAN_LOGPROB_DELTA
 
 

@@ -48,14 +48,21 @@ the server's imports included (about 0.4 GiB of it)."""
 HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, FF, CONTEXT = 64, 2, 4, 2, 16, 128, 256
 CONTROL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 MERGES = ["Ġ t", "h e", "Ġt he"]
-TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-            "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")  # fmt: skip
+TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 LAYER_SHAPES = {
-    "attn_norm": (HIDDEN,), "ffn_norm": (HIDDEN,), "attn_q": (HEADS * HEAD_DIM, HIDDEN),
-    "attn_k": (KV_HEADS * HEAD_DIM, HIDDEN), "attn_v": (KV_HEADS * HEAD_DIM, HIDDEN),
-    "attn_output": (HIDDEN, HEADS * HEAD_DIM), "ffn_gate": (FF, HIDDEN), "ffn_up": (FF, HIDDEN),
+    "attn_norm": (HIDDEN,),
+    "ffn_norm": (HIDDEN,),
+    "attn_q": (HEADS * HEAD_DIM, HIDDEN),
+    "attn_k": (KV_HEADS * HEAD_DIM, HIDDEN),
+    "attn_v": (KV_HEADS * HEAD_DIM, HIDDEN),
+    "attn_output": (HIDDEN, HEADS * HEAD_DIM),
+    "ffn_gate": (FF, HIDDEN),
+    "ffn_up": (FF, HIDDEN),
     "ffn_down": (HIDDEN, FF),
-}  # fmt: skip
+}
 """numpy's order ([rows, row length]), as `GGUFWriter.add_tensor` takes arrays."""
 
 
@@ -74,18 +81,26 @@ VOCAB = len(TOKENS)
 def base_metadata() -> dict[str, tuple[Any, ...]]:
     """The tiny model's metadata beyond `general.architecture`: key → (value, GGUF type[, array item type])."""
     return {
-        "llama.block_count": (LAYERS, V.UINT32), "llama.context_length": (CONTEXT, V.UINT32),
-        "llama.embedding_length": (HIDDEN, V.UINT32), "llama.feed_forward_length": (FF, V.UINT32),
-        "llama.attention.head_count": (HEADS, V.UINT32), "llama.attention.head_count_kv": (KV_HEADS, V.UINT32),
-        "llama.rope.dimension_count": (HEAD_DIM, V.UINT32), "llama.rope.freq_base": (10000.0, V.FLOAT32),
-        "llama.attention.layer_norm_rms_epsilon": (1e-5, V.FLOAT32), "llama.vocab_size": (VOCAB, V.UINT32),
-        "general.name": ("tiny", V.STRING), "tokenizer.ggml.model": ("gpt2", V.STRING),
-        "tokenizer.ggml.pre": ("default", V.STRING), "tokenizer.ggml.tokens": (TOKENS, V.ARRAY),
-        "tokenizer.ggml.token_type": (TYPES, V.ARRAY, V.INT32), "tokenizer.ggml.merges": (MERGES, V.ARRAY),
+        "llama.block_count": (LAYERS, V.UINT32),
+        "llama.context_length": (CONTEXT, V.UINT32),
+        "llama.embedding_length": (HIDDEN, V.UINT32),
+        "llama.feed_forward_length": (FF, V.UINT32),
+        "llama.attention.head_count": (HEADS, V.UINT32),
+        "llama.attention.head_count_kv": (KV_HEADS, V.UINT32),
+        "llama.rope.dimension_count": (HEAD_DIM, V.UINT32),
+        "llama.rope.freq_base": (10000.0, V.FLOAT32),
+        "llama.attention.layer_norm_rms_epsilon": (1e-5, V.FLOAT32),
+        "llama.vocab_size": (VOCAB, V.UINT32),
+        "general.name": ("tiny", V.STRING),
+        "tokenizer.ggml.model": ("gpt2", V.STRING),
+        "tokenizer.ggml.pre": ("default", V.STRING),
+        "tokenizer.ggml.tokens": (TOKENS, V.ARRAY),
+        "tokenizer.ggml.token_type": (TYPES, V.ARRAY, V.INT32),
+        "tokenizer.ggml.merges": (MERGES, V.ARRAY),
         "tokenizer.ggml.bos_token_id": (TOKENS.index("<|im_start|>"), V.UINT32),
         "tokenizer.ggml.eos_token_id": (TOKENS.index("<|im_end|>"), V.UINT32),
         "tokenizer.chat_template": (TEMPLATE, V.STRING),
-    }  # fmt: skip
+    }
 
 
 def base_tensors() -> dict[str, np.ndarray]:
@@ -93,8 +108,10 @@ def base_tensors() -> dict[str, np.ndarray]:
     rng = np.random.default_rng(0)
     shapes = {"token_embd.weight": (VOCAB, HIDDEN), "output_norm.weight": (HIDDEN,)}
     shapes |= {f"blk.{layer}.{name}.weight": shape for layer in range(LAYERS) for name, shape in LAYER_SHAPES.items()}
-    return {name: (rng.standard_normal(shape) * 0.05 + (name.endswith("norm.weight"))).astype(np.float32)
-            for name, shape in shapes.items()}  # fmt: skip
+    return {
+        name: (rng.standard_normal(shape) * 0.05 + (name.endswith("norm.weight"))).astype(np.float32)
+        for name, shape in shapes.items()
+    }
 
 
 def write(path: Path, metadata: dict[str, Any] | None = None, tensors: dict[str, Any] | None = None) -> Path:
@@ -159,17 +176,23 @@ def set_offset(reader: gguf.GGUFReader, name: str, value: Callable[[int], int]) 
 
 def sentencepiece(tokens: list[str]) -> dict[str, Any]:
     """A SentencePiece vocabulary of `tokens` (scores, no merges) in place of the byte-level one."""
-    return {"tokenizer.ggml.model": ("llama", V.STRING), "tokenizer.ggml.tokens": (tokens, V.ARRAY),
-            "tokenizer.ggml.scores": ([0.0] * len(tokens), V.ARRAY, V.FLOAT32), "tokenizer.ggml.merges": None,
-            "tokenizer.ggml.token_type": ([1] * len(tokens), V.ARRAY, V.INT32)}  # fmt: skip
+    return {
+        "tokenizer.ggml.model": ("llama", V.STRING),
+        "tokenizer.ggml.tokens": (tokens, V.ARRAY),
+        "tokenizer.ggml.scores": ([0.0] * len(tokens), V.ARRAY, V.FLOAT32),
+        "tokenizer.ggml.merges": None,
+        "tokenizer.ggml.token_type": ([1] * len(tokens), V.ARRAY, V.INT32),
+    }
 
 
 def header_of_short_strings(path: Path) -> Path:
     """A header past `GGUF_MAX_HEADER_BYTES` made of the smallest strings: the most values a refused header makes
     the loader hold (four arrays of a million two-byte strings, written by hand: `GGUFWriter` packs each alone)."""
     strings = (struct.pack("<Q", 2) + b"ab") * GGUF_MAX_ARRAY_LENGTH
-    arrays = [struct.pack("<Q", len(key)) + key + struct.pack("<IIQ", V.ARRAY, V.STRING, GGUF_MAX_ARRAY_LENGTH)
-              + strings for key in (b"general.s0", b"general.s1", b"general.s2", b"general.s3")]  # fmt: skip
+    arrays = [
+        struct.pack("<Q", len(key)) + key + struct.pack("<IIQ", V.ARRAY, V.STRING, GGUF_MAX_ARRAY_LENGTH) + strings
+        for key in (b"general.s0", b"general.s1", b"general.s2", b"general.s3")
+    ]
     path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, len(arrays)) + b"".join(arrays))
     return path
 
@@ -183,167 +206,276 @@ CASES: dict[str, tuple[Callable[[Path], Path], str]] = {
     # the header and its counts
     "empty file": (lambda p: (p.write_bytes(b""), p)[1], "the file is 0 bytes, shorter than a GGUF header"),
     "header cut short": (lambda p: cut(p, lambda r: 20), "the file is 20 bytes, shorter than a GGUF header"),
-    "wrong magic": (lambda p: patched(p, lambda r: r.data.__setitem__(slice(0, 4), list(b"GGML"))),
-                    "not a GGUF file: it starts with b'GGML'"),
+    "wrong magic": (
+        lambda p: patched(p, lambda r: r.data.__setitem__(slice(0, 4), list(b"GGML"))),
+        "not a GGUF file: it starts with b'GGML'",
+    ),
     "version 1": (lambda p: patched(p, lambda r: set_part(r, "GGUF.version", 0, 1)), "GGUF version 1 is not supported"),
     "big-endian": (lambda p: patched(p, lambda r: set_part(r, "GGUF.version", 0, 3 << 24)), "a big-endian GGUF file"),
-    "3,000,000 metadata entries claimed": (lambda p: patched(p, lambda r: set_part(r, "GGUF.kv_count", 0, 3_000_000)),
-                                           "the header claims 3,000,000 metadata entries, more than the limit"),
-    "2**40 tensors claimed": (lambda p: patched(p, lambda r: set_part(r, "GGUF.tensor_count", 0, 2**40)),
-                              "the header claims 1,099,511,627,776 tensors, more than the limit"),
+    "3,000,000 metadata entries claimed": (
+        lambda p: patched(p, lambda r: set_part(r, "GGUF.kv_count", 0, 3_000_000)),
+        "the header claims 3,000,000 metadata entries, more than the limit",
+    ),
+    "2**40 tensors claimed": (
+        lambda p: patched(p, lambda r: set_part(r, "GGUF.tensor_count", 0, 2**40)),
+        "the header claims 1,099,511,627,776 tensors, more than the limit",
+    ),
     "metadata entries past the limit": (
         lambda p: write(p, {f"general.k{index}": (index, V.UINT32) for index in range(GGUF_MAX_METADATA_ENTRIES)}),
-        f"metadata entries, more than the limit of {GGUF_MAX_METADATA_ENTRIES:,}"),
+        f"metadata entries, more than the limit of {GGUF_MAX_METADATA_ENTRIES:,}",
+    ),
     # metadata values
     "a UINT8 array claiming 2**62 entries": (
-        lambda p: patched(p, lambda r: set_part(r, "general.junk", 4, 2**62),
-                          metadata={"general.junk": ([1, 2, 3], V.ARRAY, V.UINT8)}),
-        "metadata 'general.junk' is an array of 4,611,686,018,427,387,904 entries, more than the limit"),
+        lambda p: patched(
+            p, lambda r: set_part(r, "general.junk", 4, 2**62), metadata={"general.junk": ([1, 2, 3], V.ARRAY, V.UINT8)}
+        ),
+        "metadata 'general.junk' is an array of 4,611,686,018,427,387,904 entries, more than the limit",
+    ),
     "a string array claiming 10,000,000 entries": (
-        lambda p: patched(p, lambda r: set_part(r, "general.tags", 4, 10_000_000),
-                          metadata={"general.tags": (["a", "b", "c"], V.ARRAY)}),
-        "metadata 'general.tags' is an array of 10,000,000 entries, more than the limit"),
+        lambda p: patched(
+            p,
+            lambda r: set_part(r, "general.tags", 4, 10_000_000),
+            metadata={"general.tags": (["a", "b", "c"], V.ARRAY)},
+        ),
+        "metadata 'general.tags' is an array of 10,000,000 entries, more than the limit",
+    ),
     "an array past the length limit": (
         lambda p: write(p, {"general.junk": (bytes(GGUF_MAX_ARRAY_LENGTH + 1), V.ARRAY)}),
-        f"metadata 'general.junk' is an array of {GGUF_MAX_ARRAY_LENGTH + 1:,} entries"),
+        f"metadata 'general.junk' is an array of {GGUF_MAX_ARRAY_LENGTH + 1:,} entries",
+    ),
     "a header of short strings past the size limit": (
-        header_of_short_strings, f"the metadata and tensor index pass the limit of {GGUF_MAX_HEADER_BYTES:,} bytes "
-                                 "at metadata 'general.s3'["),
+        header_of_short_strings,
+        f"the metadata and tensor index pass the limit of {GGUF_MAX_HEADER_BYTES:,} bytes at metadata 'general.s3'[",
+    ),
     "a string past the size limit": (
         lambda p: write(p, {"general.description": ("x" * (GGUF_MAX_STRING_BYTES + 1), V.STRING)}),
-        f"metadata 'general.description' is a string of {GGUF_MAX_STRING_BYTES + 1:,} bytes, more than the limit"),
+        f"metadata 'general.description' is a string of {GGUF_MAX_STRING_BYTES + 1:,} bytes, more than the limit",
+    ),
     "a string that is not UTF-8": (
         lambda p: patched(p, lambda r: r.fields["general.name"].parts[-1].__setitem__(slice(0, 2), [0xFF, 0xFE])),
-        "metadata 'general.name' is not UTF-8 text"),
-    "an undefined value type": (lambda p: patched(p, lambda r: set_part(r, "general.name", 2, 99)),
-                                "metadata 'general.name' has value type 99, which GGUF does not define"),
-    "a key twice": (lambda p: patched(p, lambda r: r.fields["general.bbbb"].parts[1].__setitem__(slice(8, 12),
-                                                                                                 list(b"aaaa")),
-                                      metadata={"general.aaaa": (1, V.UINT32), "general.bbbb": (2, V.UINT32)}),
-                    "metadata key 'general.aaaa' appears twice"),
-    "an array of arrays": (lambda p: write(p, {"general.nested": ([[1, 2], [3, 4]], V.ARRAY)}),
-                           "metadata 'general.nested' is an array of arrays"),
-    "an alignment that is no power of two": (lambda p: write(p, {"general.alignment": (48, V.UINT32)}),
-                                             "general.alignment=48 is not a power of two"),
-    "an alignment that is a string": (lambda p: write(p, {"general.alignment": ("32", V.STRING)}),
-                                      "general.alignment='32' is not a power of two"),
+        "metadata 'general.name' is not UTF-8 text",
+    ),
+    "an undefined value type": (
+        lambda p: patched(p, lambda r: set_part(r, "general.name", 2, 99)),
+        "metadata 'general.name' has value type 99, which GGUF does not define",
+    ),
+    "a key twice": (
+        lambda p: patched(
+            p,
+            lambda r: r.fields["general.bbbb"].parts[1].__setitem__(slice(8, 12), list(b"aaaa")),
+            metadata={"general.aaaa": (1, V.UINT32), "general.bbbb": (2, V.UINT32)},
+        ),
+        "metadata key 'general.aaaa' appears twice",
+    ),
+    "an array of arrays": (
+        lambda p: write(p, {"general.nested": ([[1, 2], [3, 4]], V.ARRAY)}),
+        "metadata 'general.nested' is an array of arrays",
+    ),
+    "an alignment that is no power of two": (
+        lambda p: write(p, {"general.alignment": (48, V.UINT32)}),
+        "general.alignment=48 is not a power of two",
+    ),
+    "an alignment that is a string": (
+        lambda p: write(p, {"general.alignment": ("32", V.STRING)}),
+        "general.alignment='32' is not a power of two",
+    ),
     # the tensor index against the file
-    "a tensor offset of 2**64-1": (lambda p: patched(p, lambda r: set_offset(r, "token_embd.weight",
-                                                                             lambda o: 2**64 - 1)),
-                                   f"tensor 'token_embd.weight': its {VOCAB * HIDDEN * 4:,} bytes at data offset "
-                                   "18,446,744,073,709,551,615 end past the end of the file"),
+    "a tensor offset of 2**64-1": (
+        lambda p: patched(p, lambda r: set_offset(r, "token_embd.weight", lambda o: 2**64 - 1)),
+        f"tensor 'token_embd.weight': its {VOCAB * HIDDEN * 4:,} bytes at data offset "
+        "18,446,744,073,709,551,615 end past the end of the file",
+    ),
     "a misaligned offset overlapping another tensor": (
         lambda p: patched(p, lambda r: set_offset(r, _first_layer("attn_q"), lambda o: o + 4)),
-        "tensor 'blk.0.attn_q.weight': its data offset"),
+        "tensor 'blk.0.attn_q.weight': its data offset",
+    ),
     "every tensor aliasing offset 0": (
-        lambda p: patched(p, lambda r: [set_offset(r, t.name, lambda o: 0) for t in r.tensors]), "overlap"),
+        lambda p: patched(p, lambda r: [set_offset(r, t.name, lambda o: 0) for t in r.tensors]),
+        "overlap",
+    ),
     "a tensor past the end of the file": (
         lambda p: patched(p, lambda r: set_offset(r, r.tensors[-1].name, lambda o: o + 2**20)),
-        "tensor 'blk.1.ffn_down.weight': its 32,768 bytes at data offset"),
+        "tensor 'blk.1.ffn_down.weight': its 32,768 bytes at data offset",
+    ),
     "one value stored where 64 are declared": (
         lambda p: write(p, tensors={"output_norm.weight": (np.ones(1, E), (HIDDEN,), Q.F32)}),
-        "tensors 'output_norm.weight' (bytes"),
-    "an undefined ggml type": (lambda p: patched(p, lambda r: tensor_field(r, "output_norm.weight").parts[4]
-                                                 .__setitem__(0, 1000)),
-                               "tensor 'output_norm.weight' is of ggml type 1000, which ggml does not define"),
-    "a type the engine does not run": (lambda p: patched(p, lambda r: tensor_field(r, "output_norm.weight").parts[4]
-                                                         .__setitem__(0, int(Q.I32))),
-                                       "tensor 'output_norm.weight' is of type I32, which is not supported"),
-    "five dimensions": (lambda p: write(p, tensors={"output_norm.weight": np.ones((1, 1, 1, 1, HIDDEN), E)}),
-                        "tensor 'output_norm.weight' has 5 dimensions"),
-    "a dimension of 0": (lambda p: patched(p, lambda r: tensor_field(r, "output_norm.weight").parts[3]
-                                           .__setitem__(0, 0)),
-                         "tensor 'output_norm.weight' has dims [0]: every dimension must be at least 1"),
-    "a tensor twice": (lambda p: patched(p, lambda r: tensor_field(r, _first_layer("attn_v")).parts[1]
-                                         .__setitem__(slice(0, 19), list(b"blk.0.attn_k.weight"))),
-                       "tensor 'blk.0.attn_k.weight' appears twice in the tensor index"),
-    "a tensor name past ggml's limit": (lambda p: write(p, tensors={"x" * 70: np.ones(4, E)}),
-                                        "is a string of 70 bytes, more than the limit of 63"),
+        "tensors 'output_norm.weight' (bytes",
+    ),
+    "an undefined ggml type": (
+        lambda p: patched(p, lambda r: tensor_field(r, "output_norm.weight").parts[4].__setitem__(0, 1000)),
+        "tensor 'output_norm.weight' is of ggml type 1000, which ggml does not define",
+    ),
+    "a type the engine does not run": (
+        lambda p: patched(p, lambda r: tensor_field(r, "output_norm.weight").parts[4].__setitem__(0, int(Q.I32))),
+        "tensor 'output_norm.weight' is of type I32, which is not supported",
+    ),
+    "five dimensions": (
+        lambda p: write(p, tensors={"output_norm.weight": np.ones((1, 1, 1, 1, HIDDEN), E)}),
+        "tensor 'output_norm.weight' has 5 dimensions",
+    ),
+    "a dimension of 0": (
+        lambda p: patched(p, lambda r: tensor_field(r, "output_norm.weight").parts[3].__setitem__(0, 0)),
+        "tensor 'output_norm.weight' has dims [0]: every dimension must be at least 1",
+    ),
+    "a tensor twice": (
+        lambda p: patched(
+            p,
+            lambda r: (
+                tensor_field(r, _first_layer("attn_v")).parts[1].__setitem__(slice(0, 19), list(b"blk.0.attn_k.weight"))
+            ),
+        ),
+        "tensor 'blk.0.attn_k.weight' appears twice in the tensor index",
+    ),
+    "a tensor name past ggml's limit": (
+        lambda p: write(p, tensors={"x" * 70: np.ones(4, E)}),
+        "is a string of 70 bytes, more than the limit of 63",
+    ),
     "quantized rows that are not whole blocks": (
-        lambda p: patched(p, lambda r: tensor_field(r, _first_layer("ffn_down")).parts[3].__setitem__(0, 100),
-                          tensors={_first_layer("ffn_down"): (gguf.quants.quantize(base_tensors()[_first_layer(
-                              "ffn_down")], Q.Q8_0), None, Q.Q8_0)}),
-        "tensor 'blk.0.ffn_down.weight': its rows of 100 values are not whole Q8_0 blocks of 32"),
+        lambda p: patched(
+            p,
+            lambda r: tensor_field(r, _first_layer("ffn_down")).parts[3].__setitem__(0, 100),
+            tensors={
+                _first_layer("ffn_down"): (
+                    gguf.quants.quantize(base_tensors()[_first_layer("ffn_down")], Q.Q8_0),
+                    None,
+                    Q.Q8_0,
+                )
+            },
+        ),
+        "tensor 'blk.0.ffn_down.weight': its rows of 100 values are not whole Q8_0 blocks of 32",
+    ),
     # the config against the tensors
-    "llama.block_count = 1,000,000": (lambda p: write(p, {"llama.block_count": (1_000_000, V.UINT32)}),
-                                      "llama.block_count=1000000, but the file holds no tensor of layer 2"),
-    "one layer more than the file holds": (lambda p: write(p, {"llama.block_count": (LAYERS + 1, V.UINT32)}),
-                                           f"llama.block_count={LAYERS + 1}, but the file holds no tensor of layer 2"),
-    "one layer fewer than the file holds": (lambda p: write(p, {"llama.block_count": (LAYERS - 1, V.UINT32)}),
-                                            f"llama.block_count={LAYERS - 1}, but the file holds tensors of layer 1"),
+    "llama.block_count = 1,000,000": (
+        lambda p: write(p, {"llama.block_count": (1_000_000, V.UINT32)}),
+        "llama.block_count=1000000, but the file holds no tensor of layer 2",
+    ),
+    "one layer more than the file holds": (
+        lambda p: write(p, {"llama.block_count": (LAYERS + 1, V.UINT32)}),
+        f"llama.block_count={LAYERS + 1}, but the file holds no tensor of layer 2",
+    ),
+    "one layer fewer than the file holds": (
+        lambda p: write(p, {"llama.block_count": (LAYERS - 1, V.UINT32)}),
+        f"llama.block_count={LAYERS - 1}, but the file holds tensors of layer 1",
+    ),
     "one element where the config implies 64": (
         lambda p: write(p, tensors={"output_norm.weight": np.ones(1, E)}),
-        "tensor 'output_norm.weight' has shape [1], but the config implies [64]"),
+        "tensor 'output_norm.weight' has shape [1], but the config implies [64]",
+    ),
     "an embedding of another vocabulary size": (
         lambda p: write(p, {"llama.vocab_size": (VOCAB + 1, V.UINT32)}),
-        f"tensor 'token_embd.weight' has shape [{VOCAB}, 64], but the config implies [{VOCAB + 1}, 64]"),
+        f"tensor 'token_embd.weight' has shape [{VOCAB}, 64], but the config implies [{VOCAB + 1}, 64]",
+    ),
     "a projection transposed": (
         lambda p: write(p, tensors={_first_layer("attn_k"): np.zeros((HIDDEN, KV_HEADS * HEAD_DIM), E)}),
-        "tensor 'blk.0.attn_k.weight' has shape [64, 32], but the config implies [32, 64]"),
-    "a tensor missing": (lambda p: write(p, tensors={"blk.1.ffn_down.weight": None}),
-                         "tensor 'blk.1.ffn_down.weight' is missing"),
-    "no heads": (lambda p: write(p, {"llama.attention.head_count": (0, V.UINT32)}),
-                 "llama.attention.head_count=0 is not a positive integer"),
+        "tensor 'blk.0.attn_k.weight' has shape [64, 32], but the config implies [32, 64]",
+    ),
+    "a tensor missing": (
+        lambda p: write(p, tensors={"blk.1.ffn_down.weight": None}),
+        "tensor 'blk.1.ffn_down.weight' is missing",
+    ),
+    "no heads": (
+        lambda p: write(p, {"llama.attention.head_count": (0, V.UINT32)}),
+        "llama.attention.head_count=0 is not a positive integer",
+    ),
     "key/value heads that do not divide the heads": (
         lambda p: write(p, {"llama.attention.head_count_kv": (3, V.UINT32)}),
-        "llama.attention.head_count=4 is not a multiple of llama.attention.head_count_kv=3"),
-    "a layer count that is a string": (lambda p: write(p, {"llama.block_count": ("2", V.STRING)}),
-                                       "llama.block_count='2' is not a positive integer"),
+        "llama.attention.head_count=4 is not a multiple of llama.attention.head_count_kv=3",
+    ),
+    "a layer count that is a string": (
+        lambda p: write(p, {"llama.block_count": ("2", V.STRING)}),
+        "llama.block_count='2' is not a positive integer",
+    ),
     "a layer count missing": (lambda p: write(p, {"llama.block_count": None}), "llama.block_count is missing"),
-    "a context of 0": (lambda p: write(p, {"llama.context_length": (0, V.UINT32)}),
-                       "llama.context_length=0 is not a positive integer"),
-    "a norm epsilon that is NaN": (lambda p: write(p, {"llama.attention.layer_norm_rms_epsilon":
-                                                       (float("nan"), V.FLOAT32)}),
-                                   "llama.attention.layer_norm_rms_epsilon=nan is not a positive finite number"),
-    "an infinite rotary base": (lambda p: write(p, {"llama.rope.freq_base": (float("inf"), V.FLOAT32)}),
-                                "llama.rope.freq_base=inf is not a positive finite number"),
+    "a context of 0": (
+        lambda p: write(p, {"llama.context_length": (0, V.UINT32)}),
+        "llama.context_length=0 is not a positive integer",
+    ),
+    "a norm epsilon that is NaN": (
+        lambda p: write(p, {"llama.attention.layer_norm_rms_epsilon": (float("nan"), V.FLOAT32)}),
+        "llama.attention.layer_norm_rms_epsilon=nan is not a positive finite number",
+    ),
+    "an infinite rotary base": (
+        lambda p: write(p, {"llama.rope.freq_base": (float("inf"), V.FLOAT32)}),
+        "llama.rope.freq_base=inf is not a positive finite number",
+    ),
     # the vocabulary
-    "a 2 MB token": (lambda p: write(p, sentencepiece(["a" * 2_000_000] + TOKENS[1:])),
-                     "metadata 'tokenizer.ggml.tokens'[0] is a string of 2,000,000 bytes, more than the limit"),
-    "a token past the token limit": (lambda p: write(p, sentencepiece(["a" * 2000] + TOKENS[1:])),
-                                     "tokenizer.ggml.tokens[0] is a token of 2,000 bytes, more than the limit"),
+    "a 2 MB token": (
+        lambda p: write(p, sentencepiece(["a" * 2_000_000] + TOKENS[1:])),
+        "metadata 'tokenizer.ggml.tokens'[0] is a string of 2,000,000 bytes, more than the limit",
+    ),
+    "a token past the token limit": (
+        lambda p: write(p, sentencepiece(["a" * 2000] + TOKENS[1:])),
+        "tokenizer.ggml.tokens[0] is a token of 2,000 bytes, more than the limit",
+    ),
     "a SentencePiece chain too long to derive merges from": (
         lambda p: write(p, sentencepiece(["a" * (1024 - index) for index in range(VOCAB)])),
-        "tokenizer.ggml.tokens: deriving merges from scores would slice"),
+        "tokenizer.ggml.tokens: deriving merges from scores would slice",
+    ),
     "a control token twice": (
         lambda p: write(p, {"tokenizer.ggml.tokens": (TOKENS[:-1] + ["<|im_start|>"], V.ARRAY)}),
-        f"the control or user-defined token '<|im_start|>' is both id {VOCAB - 2} and id {VOCAB - 1}"),
-    "an empty control token": (lambda p: write(p, {"tokenizer.ggml.tokens": (TOKENS[:-1] + [""], V.ARRAY)}),
-                               f"tokenizer.ggml.tokens[{VOCAB - 1}] is an empty control or user-defined token"),
+        f"the control or user-defined token '<|im_start|>' is both id {VOCAB - 2} and id {VOCAB - 1}",
+    ),
+    "an empty control token": (
+        lambda p: write(p, {"tokenizer.ggml.tokens": (TOKENS[:-1] + [""], V.ARRAY)}),
+        f"tokenizer.ggml.tokens[{VOCAB - 1}] is an empty control or user-defined token",
+    ),
     "token types of another length": (
         lambda p: write(p, {"tokenizer.ggml.token_type": (TYPES[:-1], V.ARRAY, V.INT32)}),
-        f"tokenizer.ggml.token_type is not an array of {VOCAB} numbers, one per token"),
+        f"tokenizer.ggml.token_type is not an array of {VOCAB} numbers, one per token",
+    ),
     "an end-of-sequence id past the vocabulary": (
         lambda p: write(p, {"tokenizer.ggml.eos_token_id": (1_000_000, V.UINT32)}),
-        "tokenizer.ggml.eos_token_id=1000000 is not the id of one of the"),
+        "tokenizer.ggml.eos_token_id=1000000 is not the id of one of the",
+    ),
     "a merge of a token the vocabulary lacks": (
         lambda p: write(p, {"tokenizer.ggml.merges": (["Ġ t", "h QQ"], V.ARRAY)}),
-        "tokenizer.ggml.merges[1]='h QQ' is not a merge of two tokens of the vocabulary into a third"),
+        "tokenizer.ggml.merges[1]='h QQ' is not a merge of two tokens of the vocabulary into a third",
+    ),
     "a merge whose result the vocabulary lacks": (
         lambda p: write(p, {"tokenizer.ggml.merges": (["a b"], V.ARRAY)}),
-        "tokenizer.ggml.merges[0]='a b' is not a merge"),
+        "tokenizer.ggml.merges[0]='a b' is not a merge",
+    ),
     "tokens that are numbers": (
         lambda p: write(p, {"tokenizer.ggml.tokens": (list(range(VOCAB)), V.ARRAY, V.UINT32)}),
-        "tokenizer.ggml.tokens is not an array of strings"),
+        "tokenizer.ggml.tokens is not an array of strings",
+    ),
     "fewer tokens than embedding rows": (
-        lambda p: write(p, {"tokenizer.ggml.tokens": (TOKENS[:-1], V.ARRAY),
-                            "tokenizer.ggml.token_type": (TYPES[:-1], V.ARRAY, V.INT32)}),
-        f"tokenizer.ggml.tokens holds {VOCAB - 1} tokens, but token_embd.weight has {VOCAB} rows"),
-    "SentencePiece without scores": (lambda p: write(p, sentencepiece(TOKENS) | {"tokenizer.ggml.scores": None}),
-                                     "tokenizer.ggml.scores is missing"),
-    "a chat template that is a number": (lambda p: write(p, {"tokenizer.chat_template": (5, V.UINT32)}),
-                                         "tokenizer.chat_template is not a string"),
+        lambda p: write(
+            p,
+            {
+                "tokenizer.ggml.tokens": (TOKENS[:-1], V.ARRAY),
+                "tokenizer.ggml.token_type": (TYPES[:-1], V.ARRAY, V.INT32),
+            },
+        ),
+        f"tokenizer.ggml.tokens holds {VOCAB - 1} tokens, but token_embd.weight has {VOCAB} rows",
+    ),
+    "SentencePiece without scores": (
+        lambda p: write(p, sentencepiece(TOKENS) | {"tokenizer.ggml.scores": None}),
+        "tokenizer.ggml.scores is missing",
+    ),
+    "a chat template that is a number": (
+        lambda p: write(p, {"tokenizer.chat_template": (5, V.UINT32)}),
+        "tokenizer.chat_template is not a string",
+    ),
     # cut short in each section
-    "cut inside the metadata": (lambda p: cut(p, lambda r: r.fields["tokenizer.ggml.tokens"].offset + 100),
-                                "the file ends inside metadata 'tokenizer.ggml.tokens'"),
-    "cut inside the tensor index": (lambda p: cut(p, lambda r: r.tensors[3].field.offset + 40),
-                                    "the file ends inside the index entry of tensor"),
-    "cut inside the padding": (lambda p: cut(p, inside_padding),
-                               "the file ends inside the padding before the tensor data"),
+    "cut inside the metadata": (
+        lambda p: cut(p, lambda r: r.fields["tokenizer.ggml.tokens"].offset + 100),
+        "the file ends inside metadata 'tokenizer.ggml.tokens'",
+    ),
+    "cut inside the tensor index": (
+        lambda p: cut(p, lambda r: r.tensors[3].field.offset + 40),
+        "the file ends inside the index entry of tensor",
+    ),
+    "cut inside the padding": (
+        lambda p: cut(p, inside_padding),
+        "the file ends inside the padding before the tensor data",
+    ),
     "cut before the data": (lambda p: cut(p, lambda r: r.data_offset), "end past the end of the file (0 bytes"),
-    "cut inside the data": (lambda p: cut(p, lambda r: len(r.data) - 1),
-                            "tensor 'blk.1.ffn_down.weight': its 32,768 bytes at data offset"),
-}  # fmt: skip
+    "cut inside the data": (
+        lambda p: cut(p, lambda r: len(r.data) - 1),
+        "tensor 'blk.1.ffn_down.weight': its 32,768 bytes at data offset",
+    ),
+}
 """Each crafted file: how it is made, and what its `error:` line must say."""
 
 DRIVER = """
@@ -376,9 +508,14 @@ figure is the command's, not the test runner's."""
 
 def run_bounded(command: list[str], timeout: float) -> tuple[int, str, int]:
     """(exit status, output, peak resident bytes) of `command`, killed past `timeout` seconds."""
-    measured = subprocess.Popen([sys.executable, "-c", MEASURER, *command], stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, env=os.environ | {"PYTHONUNBUFFERED": "1"},
-                                start_new_session=True)  # fmt: skip
+    measured = subprocess.Popen(
+        [sys.executable, "-c", MEASURER, *command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=os.environ | {"PYTHONUNBUFFERED": "1"},
+        start_new_session=True,
+    )
     killer = threading.Timer(timeout, os.killpg, (measured.pid, signal.SIGKILL))
     killer.start()
     try:
@@ -403,8 +540,9 @@ def crafted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def refusals(crafted: dict[str, Path]) -> dict[str, tuple[str, float, int]]:
     """Each file's (output, seconds, peak RSS of the process that refused them all) from one run of `DRIVER`."""
-    code, output, peak = run_bounded([sys.executable, "-c", DRIVER, *map(str, crafted.values())],
-                                     REFUSAL_SECONDS * len(crafted))  # fmt: skip
+    code, output, peak = run_bounded(
+        [sys.executable, "-c", DRIVER, *map(str, crafted.values())], REFUSAL_SECONDS * len(crafted)
+    )
     assert code == 0 and peak > 0, output[-3000:]
     found: dict[str, tuple[str, float, int]] = {}
     path, body = "", []
@@ -426,8 +564,9 @@ def test_there_are_at_least_thirty_crafted_files() -> None:
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_a_crafted_file_is_refused_with_one_line_naming_the_defect(refusals: dict[str, tuple[str, float, int]],
-                                                                    name: str) -> None:  # fmt: skip
+def test_a_crafted_file_is_refused_with_one_line_naming_the_defect(
+    refusals: dict[str, tuple[str, float, int]], name: str
+) -> None:
     output, seconds, peak = refusals[name]
     assert output.startswith("exit 2\n"), output
     assert "Traceback" not in output and "numpy" not in output, output
@@ -437,8 +576,9 @@ def test_a_crafted_file_is_refused_with_one_line_naming_the_defect(refusals: dic
     assert seconds < REFUSAL_SECONDS and peak < REFUSAL_PEAK_RSS, (seconds, peak)
 
 
-@pytest.mark.parametrize("name", ["llama.block_count = 1,000,000", "a UINT8 array claiming 2**62 entries",
-                                  "a 2 MB token"])  # fmt: skip
+@pytest.mark.parametrize(
+    "name", ["llama.block_count = 1,000,000", "a UINT8 array claiming 2**62 entries", "a 2 MB token"]
+)
 def test_the_command_line_refuses_a_crafted_file_before_it_listens(crafted: dict[str, Path], name: str) -> None:
     code, output, peak = run_bounded(
         [sys.executable, "-m", "local_backend", "serve", "--model", str(crafted[name]), "--port", "0"], REFUSAL_SECONDS
@@ -451,8 +591,9 @@ def test_the_command_line_refuses_a_crafted_file_before_it_listens(crafted: dict
 
 
 def test_the_untouched_tiny_file_loads_and_answers(tmp_path: Path) -> None:
-    engine = Engine.from_pretrained(write(tmp_path / "tiny.gguf"), device="cpu", max_model_len=CONTEXT,
-                                    kv_cache_memory=2**20)  # fmt: skip
+    engine = Engine.from_pretrained(
+        write(tmp_path / "tiny.gguf"), device="cpu", max_model_len=CONTEXT, kv_cache_memory=2**20
+    )
     try:
         prompt = engine.tokenizer.chat_prompt([{"role": "user", "content": "the"}])
         [out] = engine.generate([prompt], SamplingParams(max_tokens=4, temperature=0, ignore_eos=True))
@@ -482,24 +623,39 @@ def _checkpoint_dir(tmp_path: Path, config: dict[str, Any], drop: str | None = N
         (tmp_path / name).write_bytes((default / name).read_bytes())
     (tmp_path / "config.json").write_text(json.dumps(config))
     shapes = expected_shapes(ModelConfig.from_dict(config | {"num_hidden_layers": 2}))
-    save_file({name: np.zeros(shape, np.float32) for name, shape in shapes.items() if name != drop},
-              str(tmp_path / "model.safetensors"))  # fmt: skip
+    save_file(
+        {name: np.zeros(shape, np.float32) for name, shape in shapes.items() if name != drop},
+        str(tmp_path / "model.safetensors"),
+    )
     return tmp_path
 
 
-HF_CONFIG = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 64, "intermediate_size": 128,
-             "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
-             "tie_word_embeddings": True}  # fmt: skip
+HF_CONFIG = {
+    "model_type": "llama",
+    "vocab_size": 32000,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "tie_word_embeddings": True,
+}
 
 
-@pytest.mark.parametrize(("config", "drop", "says"), [
-    (HF_CONFIG | {"num_hidden_layers": 1_000_000}, None,
-     "num_hidden_layers=1000000, but the file holds no tensor of layer 2"),
-    (HF_CONFIG | {"hidden_size": 128}, None, "], but the config implies ["),
-    (HF_CONFIG | {"num_attention_heads": "4"}, None, "num_attention_heads='4' is not a positive integer"),
-    ({k: v for k, v in HF_CONFIG.items() if k != "vocab_size"}, None, "vocab_size is missing"),
-    (HF_CONFIG, "model.layers.1.mlp.down_proj.weight", "tensor 'model.layers.1.mlp.down_proj.weight' is missing"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("config", "drop", "says"),
+    [
+        (
+            HF_CONFIG | {"num_hidden_layers": 1_000_000},
+            None,
+            "num_hidden_layers=1000000, but the file holds no tensor of layer 2",
+        ),
+        (HF_CONFIG | {"hidden_size": 128}, None, "], but the config implies ["),
+        (HF_CONFIG | {"num_attention_heads": "4"}, None, "num_attention_heads='4' is not a positive integer"),
+        ({k: v for k, v in HF_CONFIG.items() if k != "vocab_size"}, None, "vocab_size is missing"),
+        (HF_CONFIG, "model.layers.1.mlp.down_proj.weight", "tensor 'model.layers.1.mlp.down_proj.weight' is missing"),
+    ],
+)
 def test_a_checkpoint_directory_whose_config_and_tensors_disagree_is_refused_naming_them(
     tmp_path: Path, config: dict[str, Any], drop: str | None, says: str
 ) -> None:

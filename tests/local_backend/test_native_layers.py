@@ -107,8 +107,12 @@ def test_native_silu_and_mul_equals_silu_of_gate_times_up(tokens, size, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_native_matvec_equals_the_matmul_it_replaces(rows, inputs, outputs, bias, dtype):
     gen = torch.Generator().manual_seed(rows * inputs + outputs)
-    (x, weight_t, b), (xf, wf, bf) = _as(dtype, torch.randn(rows, inputs, generator=gen),
-                                         torch.randn(inputs, outputs, generator=gen), torch.randn(outputs, generator=gen))  # fmt: skip
+    (x, weight_t, b), (xf, wf, bf) = _as(
+        dtype,
+        torch.randn(rows, inputs, generator=gen),
+        torch.randn(inputs, outputs, generator=gen),
+        torch.randn(outputs, generator=gen),
+    )
     expected = torch.addmm(bf, xf, wf) if bias else xf @ wf
     got = torch.ops.kvwise.matvec(x, weight_t, b if bias else None)
     if dtype == torch.float32:

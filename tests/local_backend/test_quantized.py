@@ -49,13 +49,22 @@ X_BLOCK = 32
 """The integer decode kernels round x a block of 32 at a time: a legacy block, a K-quant's sub-block."""
 K_QUANTS = [QuantType.Q4_K, QuantType.Q5_K, QuantType.Q6_K]
 
-HALVES = {QuantType.Q8_0: {0: 0.02}, QuantType.Q4_0: {0: 0.02}, QuantType.Q4_1: {0: 0.02, 2: -0.1},
-          QuantType.Q4_K: {0: 0.002, 2: 0.002}, QuantType.Q5_K: {0: 0.002, 2: 0.002},
-          QuantType.Q6_K: {208: 0.002}}  # fmt: skip
+HALVES = {
+    QuantType.Q8_0: {0: 0.02},
+    QuantType.Q4_0: {0: 0.02},
+    QuantType.Q4_1: {0: 0.02, 2: -0.1},
+    QuantType.Q4_K: {0: 0.002, 2: 0.002},
+    QuantType.Q5_K: {0: 0.002, 2: 0.002},
+    QuantType.Q6_K: {208: 0.002},
+}
 """Each type's fp16 fields, by byte offset in its block, and their scale (negative: of either sign): d, Q4_1's m,
 the K-quants' dmin."""
-OFFSET_CODES = {QuantType.Q4_0: slice(2, 18), QuantType.Q4_1: slice(4, 20), QuantType.Q4_K: slice(16, 144),
-                QuantType.Q5_K: slice(16, 176)}  # fmt: skip
+OFFSET_CODES = {
+    QuantType.Q4_0: slice(2, 18),
+    QuantType.Q4_1: slice(4, 20),
+    QuantType.Q4_K: slice(16, 144),
+    QuantType.Q5_K: slice(16, 176),
+}
 """The code bytes of the types whose kernels add an offset m per 32 weights (a block's weight with code 0); the
 others' kernels take signed codes (Q8_0's, Q6_K's q − 32) and no offset."""
 
@@ -199,8 +208,9 @@ def test_the_kernels_refuse_what_is_not_whole_blocks_or_ids_past_the_rows() -> N
     with pytest.raises(RuntimeError, match="ggml type 10 is not one of"):  # Q2_K: dequantized at load
         torch.ops.kvwise.quant_mm(torch.zeros(9, 32), blocks, int(Q.Q2_K), None)
     with pytest.raises(RuntimeError, match="id 4 is not a row of 4"):
-        torch.ops.kvwise.quant_rows(torch.zeros(4, 34, dtype=torch.uint8), int(QuantType.Q8_0), torch.tensor([4]),
-                                    torch.float32)  # fmt: skip
+        torch.ops.kvwise.quant_rows(
+            torch.zeros(4, 34, dtype=torch.uint8), int(QuantType.Q8_0), torch.tensor([4]), torch.float32
+        )
     with pytest.raises(ValueError, match="whole 20-byte Q4_1 blocks"):
         QuantizedWeight(QuantType.Q4_1, blocks)
 
@@ -252,9 +262,15 @@ def test_the_kernels_multiply_the_real_file_s_tensors_as_their_dequantized_matri
     assert torch.equal(form.quantized_rows(weight, ids, torch.float32), dense[ids])
 
 
-K_TENSORS = {"blk.0.attn_q.weight": Q.Q4_K, "blk.0.attn_k.weight": Q.Q4_K, "blk.0.attn_v.weight": Q.Q4_K,
-             "blk.0.attn_output.weight": Q.Q5_K, "blk.1.ffn_gate.weight": Q.Q6_K, "blk.1.ffn_up.weight": Q.Q6_K,
-             "token_embd.weight": Q.Q6_K}  # fmt: skip
+K_TENSORS = {
+    "blk.0.attn_q.weight": Q.Q4_K,
+    "blk.0.attn_k.weight": Q.Q4_K,
+    "blk.0.attn_v.weight": Q.Q4_K,
+    "blk.0.attn_output.weight": Q.Q5_K,
+    "blk.1.ffn_gate.weight": Q.Q6_K,
+    "blk.1.ffn_up.weight": Q.Q6_K,
+    "token_embd.weight": Q.Q6_K,
+}
 """The bundled model's tensors written as K-quants (those 256 wide: ffn_down's 704 is no whole super-block); the
 embedding is the tied lm_head too."""
 
@@ -271,8 +287,13 @@ def test_a_gguf_file_s_k_quant_tensors_are_kept_as_their_blocks_and_served_from_
 ) -> None:
     native()
     quantize_as_gguf = gguf.quants.quantize
-    monkeypatch.setattr(gguf.quants, "quantize", lambda values, kind: row_blocks(QuantType(int(kind)), values)
-                        if kind in K_TENSORS.values() else quantize_as_gguf(values, kind))  # fmt: skip
+    monkeypatch.setattr(
+        gguf.quants,
+        "quantize",
+        lambda values, kind: (
+            row_blocks(QuantType(int(kind)), values) if kind in K_TENSORS.values() else quantize_as_gguf(values, kind)
+        ),
+    )
     path = write_gguf(tmp_path / "k_quants.gguf", types=K_TENSORS)
     monkeypatch.undo()
     assert {t.name: t.tensor_type for t in gguf.GGUFReader(path).tensors if t.name in K_TENSORS} == K_TENSORS
@@ -286,8 +307,9 @@ def test_a_gguf_file_s_k_quant_tensors_are_kept_as_their_blocks_and_served_from_
     answers: dict[str, list[int]] = {}
     kept_types = {QUANTIZATION_NONE: "", QUANTIZATION_AUTO: "Q4_K,Q5_K,Q6_K", QUANTIZATION_Q8_0: "Q8_0"}
     for quantization, kept in kept_types.items():
-        engine = Engine.from_pretrained(path, device="cpu", dtype="float32", max_model_len=256, kv_cache_memory=2**21,
-                                        quantization=quantization)  # fmt: skip
+        engine = Engine.from_pretrained(
+            path, device="cpu", dtype="float32", max_model_len=256, kv_cache_memory=2**21, quantization=quantization
+        )
         try:
             assert engine.stats().quantized_types == kept
             prompt = engine.tokenizer.chat_prompt(MESSAGES[0])

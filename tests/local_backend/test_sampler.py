@@ -286,11 +286,14 @@ def test_draws_follow_the_distribution():
     assert 0.7 < draws.count(1) / len(draws) < 0.8
 
 
-@pytest.mark.parametrize(("params", "kept"), [
-    (SamplingParams(top_p=0.6), {0: 0.5 / 0.8, 1: 0.3 / 0.8}),
-    (SamplingParams(min_p=0.5), {0: 0.5 / 0.8, 1: 0.3 / 0.8}),
-    (SamplingParams(top_k=3, top_p=0.9), {0: 0.5 / 0.95, 1: 0.3 / 0.95, 2: 0.15 / 0.95}),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("params", "kept"),
+    [
+        (SamplingParams(top_p=0.6), {0: 0.5 / 0.8, 1: 0.3 / 0.8}),
+        (SamplingParams(min_p=0.5), {0: 0.5 / 0.8, 1: 0.3 / 0.8}),
+        (SamplingParams(top_k=3, top_p=0.9), {0: 0.5 / 0.95, 1: 0.3 / 0.95, 2: 0.15 / 0.95}),
+    ],
+)
 def test_filtered_draws_follow_the_renormalised_distribution(params, kept):
     torch.manual_seed(0)
     logits = torch.tensor([PROBS + [0.0] * 46]).log()

@@ -58,14 +58,24 @@ def server_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFi
 
 
 def _body(n: int, stream: bool, max_tokens: int = STREAMED_TOKENS) -> bytes:
-    return json.dumps({"model": "tiny", "max_tokens": max_tokens, "ignore_eos": True, "n": n, "stream": stream,
-                       "messages": [{"role": "user", "content": "hi"}]}).encode()  # fmt: skip
+    return json.dumps(
+        {
+            "model": "tiny",
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "n": n,
+            "stream": stream,
+            "messages": [{"role": "user", "content": "hi"}],
+        }
+    ).encode()
 
 
 def _head(url: str, body: bytes) -> tuple[tuple[str, int], bytes]:
     host, port = url.removeprefix("http://").split(":")
-    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n").encode()  # fmt: skip
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
     return (host, int(port)), head
 
 
@@ -135,8 +145,9 @@ def test_hang_ups_at_every_stage_leave_no_slot_taken_and_log_no_error(served, se
             assert _settled(served) == (0, 0, 0, 0), round_
     assert _problems(server_log) == []
     with openai.OpenAI(base_url=served.url + "/v1", api_key="none") as client:  # a new stream is served whole
-        stream = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], n=16,
-                                                max_tokens=4, stream=True)  # fmt: skip
+        stream = client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "hi"}], n=16, max_tokens=4, stream=True
+        )
         finished = {choice.index for chunk in stream for choice in chunk.choices if choice.finish_reason}
     assert finished == set(range(16))
     assert _settled(served) == (0, 0, 0, 0)

@@ -13,8 +13,16 @@ import pytest
 from local_backend import Engine
 from local_backend.server import create_app, serve_in_thread
 
-TIMINGS_KEYS = {"prompt_n", "prompt_ms", "prompt_per_second", "predicted_n", "predicted_ms",
-                "predicted_per_second", "cache_n", "queue_ms"}  # fmt: skip
+TIMINGS_KEYS = {
+    "prompt_n",
+    "prompt_ms",
+    "prompt_per_second",
+    "predicted_n",
+    "predicted_ms",
+    "predicted_per_second",
+    "cache_n",
+    "queue_ms",
+}
 GREEDY = {"extra_body": {"temperature": 0, "ignore_eos": True}}  # anthropic 2.x has no temperature argument
 LONG_SYSTEM = " ".join(["A KV cache stores keys and values for every layer and token."] * 12)
 
@@ -53,8 +61,9 @@ def test_message_returns_text_stop_reason_usage_and_timings(client):
 
 def test_streamed_message_matches_the_whole_one(client):
     whole = _create(client, "The quick brown fox", max_tokens=12, **GREEDY)
-    with client.messages.stream(model="tiny", messages=[{"role": "user", "content": "The quick brown fox"}],
-                                max_tokens=12, **GREEDY) as stream:  # fmt: skip
+    with client.messages.stream(
+        model="tiny", messages=[{"role": "user", "content": "The quick brown fox"}], max_tokens=12, **GREEDY
+    ) as stream:
         text = "".join(stream.text_stream)
         final = stream.get_final_message()
     assert text == final.content[0].text == whole.content[0].text
@@ -63,8 +72,14 @@ def test_streamed_message_matches_the_whole_one(client):
 
 
 def test_stream_sends_the_full_event_sequence_with_timings_last(base_url):
-    body = {"model": "tiny", "max_tokens": 5, "stream": True, "temperature": 0, "ignore_eos": True,
-            "messages": [{"role": "user", "content": "Hello"}]}  # fmt: skip
+    body = {
+        "model": "tiny",
+        "max_tokens": 5,
+        "stream": True,
+        "temperature": 0,
+        "ignore_eos": True,
+        "messages": [{"role": "user", "content": "Hello"}],
+    }
     with httpx2.Client() as http, http.stream("POST", f"{base_url}/v1/messages", json=body) as response:
         lines = [line for line in response.iter_lines() if line]
     events = [line.removeprefix("event: ") for line in lines if line.startswith("event: ")]

@@ -90,15 +90,25 @@ def test_the_openai_and_anthropic_clients_are_served(served):
 
 
 def test_allowed_origins_and_hosts_let_those_pages_and_names_in(served):
-    app = create_app(served.engine, model_name="tiny", allowed_origins=["http://app.example"],
-                     allowed_hosts=["app.example", "127.0.0.1"])  # fmt: skip
+    app = create_app(
+        served.engine,
+        model_name="tiny",
+        allowed_origins=["http://app.example"],
+        allowed_hosts=["app.example", "127.0.0.1"],
+    )
     with serve_in_thread(app) as url:
         assert _post(url, {**JSON, "origin": "http://app.example", "host": "app.example"}).status_code == 200
         assert _post(url, {**JSON, "origin": EVIL}).status_code == 403
         assert _post(url, {**JSON, "host": "localhost"}).status_code == 403  # the list replaces the default
         with httpx2.Client(base_url=url) as http:
-            preflight = http.options(CHAT, headers={"origin": "http://app.example", "access-control-request-method": "POST",
-                                                    "access-control-request-headers": "content-type"})  # fmt: skip
+            preflight = http.options(
+                CHAT,
+                headers={
+                    "origin": "http://app.example",
+                    "access-control-request-method": "POST",
+                    "access-control-request-headers": "content-type",
+                },
+            )
         assert preflight.status_code == 200 and preflight.headers["access-control-allow-origin"] == "http://app.example"
 
 

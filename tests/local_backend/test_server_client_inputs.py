@@ -23,19 +23,31 @@ from tokenizers import Tokenizer
 from tests.local_backend.serving import ServedEngines
 
 PYTHON = {"type": "object", "properties": {"code": {"type": "string", "maxLength": 16}}, "required": ["code"]}
-STOCK = {"type": "object", "properties": {"ticker": {"enum": ["ACME", "INITECH"]},
-         "days": {"type": "integer", "minimum": 1, "maximum": 30}}, "required": ["ticker", "days"]}  # fmt: skip
-TRANSLATE = {"type": "object", "properties": {"text": {"type": "string", "maxLength": 24},
-             "to": {"enum": ["fr", "de"]}}, "required": ["text", "to"]}  # fmt: skip
+STOCK = {
+    "type": "object",
+    "properties": {"ticker": {"enum": ["ACME", "INITECH"]}, "days": {"type": "integer", "minimum": 1, "maximum": 30}},
+    "required": ["ticker", "days"],
+}
+TRANSLATE = {
+    "type": "object",
+    "properties": {"text": {"type": "string", "maxLength": 24}, "to": {"enum": ["fr", "de"]}},
+    "required": ["text", "to"],
+}
 TOOL_SETS = {
     "python only": {"python": PYTHON},
     "two unusual tools": {"stock_history": STOCK, "translate": TRANSLATE},
 }
 """Tools the bundled model never saw (it was trained on `get_weather` alone)."""
 QUESTIONS = [
-    "What is the weather in Paris?", "Weather in Tokyo today?", "Is it raining in Oslo?", "What is prefill?", "Hello!",
-    "Run print(1 + 1) for me.", "Translate 'good morning' to German.", "How did ACME's stock do this week?",
-]  # fmt: skip
+    "What is the weather in Paris?",
+    "Weather in Tokyo today?",
+    "Is it raining in Oslo?",
+    "What is prefill?",
+    "Hello!",
+    "Run print(1 + 1) for me.",
+    "Translate 'good morning' to German.",
+    "How did ACME's stock do this week?",
+]
 AUTO_REQUESTS = 200
 AUTO_MAX_TOKENS = 96
 
@@ -57,11 +69,22 @@ def test_a_call_under_auto_names_an_offered_tool_with_valid_arguments(base_url, 
 
     async def run() -> list[ChatCompletion]:
         async with openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="x", max_retries=0) as client:
-            return list(await asyncio.gather(*(
-                client.chat.completions.create(
-                    model="tiny", messages=[{"role": "user", "content": QUESTIONS[seed % len(QUESTIONS)]}],
-                    tools=_tools(schemas), seed=seed, temperature=1.0, max_tokens=AUTO_MAX_TOKENS, **extra)
-                for seed in range(AUTO_REQUESTS // 4))))  # fmt: skip
+            return list(
+                await asyncio.gather(
+                    *(
+                        client.chat.completions.create(
+                            model="tiny",
+                            messages=[{"role": "user", "content": QUESTIONS[seed % len(QUESTIONS)]}],
+                            tools=_tools(schemas),
+                            seed=seed,
+                            temperature=1.0,
+                            max_tokens=AUTO_MAX_TOKENS,
+                            **extra,
+                        )
+                        for seed in range(AUTO_REQUESTS // 4)
+                    )
+                )
+            )
 
     validated = 0
     for answer in asyncio.run(run()):
@@ -81,8 +104,14 @@ def test_a_streamed_answer_under_auto_makes_the_same_offered_calls_as_the_whole_
     called = 0
     with openai.OpenAI(base_url=f"{base_url}/v1", api_key="x", max_retries=0) as client:
         for seed in range(4):
-            request = {"model": "tiny", "messages": [{"role": "user", "content": QUESTIONS[seed]}], "seed": seed,
-                       "tools": _tools({"python": PYTHON}), "temperature": 1.0, "max_tokens": AUTO_MAX_TOKENS}  # fmt: skip
+            request = {
+                "model": "tiny",
+                "messages": [{"role": "user", "content": QUESTIONS[seed]}],
+                "seed": seed,
+                "tools": _tools({"python": PYTHON}),
+                "temperature": 1.0,
+                "max_tokens": AUTO_MAX_TOKENS,
+            }
             whole = client.chat.completions.create(**request).choices[0].message.tool_calls or []
             streamed: dict[int, list[str]] = {}
             for chunk in client.chat.completions.create(stream=True, **request):
@@ -104,8 +133,11 @@ TEMPLATE = (
     "{{ m['content'] }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 """A chat template that shows each message's `name` and a `persona` variable when it is given."""
-HISTORY = [{"role": "system", "content": "Be brief.", "name": "ops"}, {"role": "user", "content": "Hello world!", "name": "ann"},
-           {"role": "assistant", "content": "The quick brown", "name": "bot"}]  # fmt: skip
+HISTORY = [
+    {"role": "system", "content": "Be brief.", "name": "ops"},
+    {"role": "user", "content": "Hello world!", "name": "ann"},
+    {"role": "assistant", "content": "The quick brown", "name": "bot"},
+]
 GREEDY = {"model": "tiny", "max_tokens": 6, "temperature": 0, "ignore_eos": True}
 
 
@@ -124,8 +156,9 @@ def rendered(llama_dir: Path):
     def render(
         messages: list[dict], add_generation_prompt: bool = True, continued: bool = False, **kwargs: Any
     ) -> list[int]:
-        text = template.render(messages=messages, add_generation_prompt=add_generation_prompt, bos_token="<s>",
-                               eos_token="</s>", **kwargs)  # fmt: skip
+        text = template.render(
+            messages=messages, add_generation_prompt=add_generation_prompt, bos_token="<s>", eos_token="</s>", **kwargs
+        )
         if continued:
             final = messages[-1]["content"]
             text = text[: text.rindex(final) + len(final)]
@@ -180,8 +213,12 @@ def test_a_message_name_is_accepted_with_tools_offered_to_the_bundled_model(base
 
 
 def test_add_generation_prompt_false_leaves_the_assistant_opening_out(template_url, rendered):
-    _prompt_is(template_url, rendered(HISTORY[:2], add_generation_prompt=False), messages=HISTORY[:2],
-               add_generation_prompt=False)  # fmt: skip
+    _prompt_is(
+        template_url,
+        rendered(HISTORY[:2], add_generation_prompt=False),
+        messages=HISTORY[:2],
+        add_generation_prompt=False,
+    )
     assert len(rendered(HISTORY[:2], add_generation_prompt=False)) < len(rendered(HISTORY[:2]))
 
 
@@ -193,8 +230,9 @@ def test_continue_final_message_continues_the_last_assistant_message(template_ur
 
 
 def test_continue_final_message_with_add_generation_prompt_is_refused_as_vllm_refuses_it(template_url):
-    param, message = _refused(template_url, "/v1/chat/completions", messages=HISTORY, continue_final_message=True,
-                              add_generation_prompt=True)  # fmt: skip
+    param, message = _refused(
+        template_url, "/v1/chat/completions", messages=HISTORY, continue_final_message=True, add_generation_prompt=True
+    )
     assert param == "continue_final_message"
     assert message == "Cannot set both `continue_final_message` and `add_generation_prompt` to True."
     empty = [*HISTORY[:2], {"role": "assistant", "content": ""}]
@@ -213,15 +251,19 @@ def test_chat_template_kwargs_reach_the_template(template_url, rendered):
     assert param == "messages"
 
 
-@pytest.mark.parametrize("value", [["persona"], "persona=pirate", {"messages": []}, {"add_generation_prompt": False},
-                                   {"raise_exception": 1}])  # fmt: skip
+@pytest.mark.parametrize(
+    "value", [["persona"], "persona=pirate", {"messages": []}, {"add_generation_prompt": False}, {"raise_exception": 1}]
+)
 def test_chat_template_kwargs_not_an_object_of_free_names_is_refused_naming_it(template_url, value):
     param, _ = _refused(template_url, "/v1/chat/completions", messages=HISTORY[:2], chat_template_kwargs=value)
     assert param == "chat_template_kwargs"
 
 
-ANSWER = {"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}, "sure": {"type": "boolean"}},
-          "required": ["answer", "sure"]}  # fmt: skip
+ANSWER = {
+    "type": "object",
+    "properties": {"answer": {"enum": ["yes", "no"]}, "sure": {"type": "boolean"}},
+    "required": ["answer", "sure"],
+}
 YES_NO = 'root ::= ("yes" | "no") "." [ ]? [a-z]{0,3}'
 ENDPOINT_BODIES = {
     "/v1/chat/completions": {"messages": [{"role": "user", "content": "Is the sky blue? Answer in JSON."}]},
@@ -255,19 +297,26 @@ def test_llama_cpp_grammar_holds_the_answer_to_the_gbnf(base_url, path):
 
 @pytest.mark.parametrize(
     ("path", "extra", "param"),
-    [("/v1/chat/completions", {"json_schema": ANSWER, "response_format": {"type": "json_object"}}, "json_schema"),
-     ("/v1/chat/completions", {"grammar": YES_NO, "response_format": {"type": "json_object"}}, "grammar"),
-     ("/v1/chat/completions", {"grammar": YES_NO, "tools": _tools({"python": PYTHON})}, "grammar"),
-     *((path, extra, param) for path in ENDPOINT_BODIES for extra, param in [
-         ({"grammar": YES_NO, "json_schema": ANSWER}, "grammar"),
-         ({"grammar": "root ::= ("}, "grammar"),
-         ({"grammar": "root ::= answer"}, "grammar"),
-         ({"grammar": 'start: "a" | ('}, "grammar"),
-         ({"grammar": ""}, "grammar"),
-         ({"grammar": ["root ::= \"a\""]}, "grammar"),
-         ({"json_schema": "object"}, "json_schema"),
-         ({"json_schema": {"type": "object", "properties": {"x": {"type": "nonsense"}}}}, "json_schema")])],
-)  # fmt: skip
+    [
+        ("/v1/chat/completions", {"json_schema": ANSWER, "response_format": {"type": "json_object"}}, "json_schema"),
+        ("/v1/chat/completions", {"grammar": YES_NO, "response_format": {"type": "json_object"}}, "grammar"),
+        ("/v1/chat/completions", {"grammar": YES_NO, "tools": _tools({"python": PYTHON})}, "grammar"),
+        *(
+            (path, extra, param)
+            for path in ENDPOINT_BODIES
+            for extra, param in [
+                ({"grammar": YES_NO, "json_schema": ANSWER}, "grammar"),
+                ({"grammar": "root ::= ("}, "grammar"),
+                ({"grammar": "root ::= answer"}, "grammar"),
+                ({"grammar": 'start: "a" | ('}, "grammar"),
+                ({"grammar": ""}, "grammar"),
+                ({"grammar": ['root ::= "a"']}, "grammar"),
+                ({"json_schema": "object"}, "json_schema"),
+                ({"json_schema": {"type": "object", "properties": {"x": {"type": "nonsense"}}}}, "json_schema"),
+            ]
+        ),
+    ],
+)
 def test_a_grammar_or_schema_that_cannot_hold_the_answer_is_refused_naming_it(base_url, path, extra, param):
     assert _refused(base_url, path, **ENDPOINT_BODIES[path], **extra)[0] == param
 
@@ -276,8 +325,16 @@ def test_under_auto_with_a_json_schema_the_answer_is_that_json_or_an_offered_cal
     kinds = set()
     for seed in range(6):
         question = ["Is the sky blue? Answer in JSON.", "What colour is the sky?"][seed % 2]
-        answer = _chat(base_url, messages=[{"role": "user", "content": question}], seed=seed, temperature=1.0,
-                       ignore_eos=False, max_tokens=96, tools=_tools({"python": PYTHON}), json_schema=ANSWER)  # fmt: skip
+        answer = _chat(
+            base_url,
+            messages=[{"role": "user", "content": question}],
+            seed=seed,
+            temperature=1.0,
+            ignore_eos=False,
+            max_tokens=96,
+            tools=_tools({"python": PYTHON}),
+            json_schema=ANSWER,
+        )
         [choice] = answer["choices"]
         kinds.add(choice["finish_reason"])
         if choice["finish_reason"] == "tool_calls":

@@ -27,9 +27,11 @@ from tests.local_backend.test_server_hostile import (
 )
 
 COMPLETIONS = "/v1/completions"
-TOOL_SCHEMA = {CHAT: lambda s: [{"type": "function", "function": {"name": "f", "parameters": s}}],
-               "/v1/messages": lambda s: [{"name": "f", "input_schema": s}],
-               "/v1/responses": lambda s: [{"type": "function", "name": "f", "parameters": s}]}  # fmt: skip
+TOOL_SCHEMA = {
+    CHAT: lambda s: [{"type": "function", "function": {"name": "f", "parameters": s}}],
+    "/v1/messages": lambda s: [{"name": "f", "input_schema": s}],
+    "/v1/responses": lambda s: [{"type": "function", "name": "f", "parameters": s}],
+}
 
 
 @pytest.fixture(scope="module")
@@ -101,9 +103,15 @@ def test_definitions_that_expand_exponentially_are_a_400(http):
 def test_a_ref_chain_within_the_bound_and_a_recursive_schema_are_served(http, path):
     field, wrap = SCHEMA_FIELDS[path]
     chain = ref_chain((MAX_SCHEMA_DEPTH - 4) // 3, objects=True)  # a link is 3 levels (object, properties, $ref)
-    tree = {"$defs": {"node": {"type": "object", "properties": {"kids": {"type": "array", "maxItems": 1,
-                                                                         "items": {"$ref": "#/$defs/node"}}}}},
-            "$ref": "#/$defs/node"}  # fmt: skip
+    tree = {
+        "$defs": {
+            "node": {
+                "type": "object",
+                "properties": {"kids": {"type": "array", "maxItems": 1, "items": {"$ref": "#/$defs/node"}}},
+            }
+        },
+        "$ref": "#/$defs/node",
+    }
     for schema in (chain, tree):
         response = _post(http, path, {**ROUTES[path], field: wrap(schema)})
         assert response.status_code == 200, response.text
@@ -117,8 +125,11 @@ def test_a_grammar_of_chained_rules_past_the_bound_is_a_400_naming_it(http, path
     _same_server_answers(http)
 
 
-@pytest.mark.parametrize("grammar", ['root ::= ' + "(" * 1000 + '"a"' + ")" * 1000 + "\n",
-                                     'root ::= "' + "a" * 40_000 + '"\n'], ids=["nested", "large"])  # fmt: skip
+@pytest.mark.parametrize(
+    "grammar",
+    ["root ::= " + "(" * 1000 + '"a"' + ")" * 1000 + "\n", 'root ::= "' + "a" * 40_000 + '"\n'],
+    ids=["nested", "large"],
+)
 def test_a_grammar_nested_or_large_past_its_bounds_is_a_400(http, grammar):
     assert _refused(_post(http, CHAT, {**ROUTES[CHAT], "grammar": grammar}), CHAT).startswith("grammar")
     _same_server_answers(http)

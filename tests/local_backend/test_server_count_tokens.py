@@ -14,12 +14,19 @@ from tests.local_backend.serving import Served, ServedEngines
 
 PROMPTS: list[dict[str, Any]] = [
     {"messages": [{"role": "user", "content": "Hello"}]},
-    {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
-                  {"role": "user", "content": [{"type": "text", "text": "What is a block table?"}]}]},
+    {
+        "messages": [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello!"},
+            {"role": "user", "content": [{"type": "text", "text": "What is a block table?"}]},
+        ]
+    },
     {"system": "You answer briefly.", "messages": [{"role": "user", "content": "What is prefill?"}]},
-    {"system": [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
-     "messages": [{"role": "user", "content": "What is decode?"}]},
-]  # fmt: skip
+    {
+        "system": [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
+        "messages": [{"role": "user", "content": "What is decode?"}],
+    },
+]
 
 
 @pytest.fixture(scope="module")

@@ -58,8 +58,13 @@ def test_a_count_of_128_tools_of_30_kb_is_refused_by_its_size(http):
 
 
 @pytest.mark.parametrize("path", [CHAT, "/v1/messages", COUNT, "/v1/responses"])
-@pytest.mark.parametrize(("messages", "refusal"), [(100_000, f"at most {MAX_JSON_CONTAINERS} are allowed"),
-                                                   (MAX_MESSAGES + 1, f"at most {MAX_MESSAGES} are allowed")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("messages", "refusal"),
+    [
+        (100_000, f"at most {MAX_JSON_CONTAINERS} are allowed"),
+        (MAX_MESSAGES + 1, f"at most {MAX_MESSAGES} are allowed"),
+    ],
+)
 def test_a_hundred_thousand_empty_messages_are_refused_by_their_count_before_they_are_parsed(
     http, path, messages, refusal
 ):

@@ -16,8 +16,9 @@ import pytest
 from tests.local_backend.serving import IDLE_DEADLINE_SECONDS, Served, ServedEngines, wait_idle
 
 HANGUPS = "kvwise_client_hangups_total"
-BODY = json.dumps({"model": "tiny", "max_tokens": 200, "ignore_eos": True,
-                   "messages": [{"role": "user", "content": "hi"}]}).encode()  # fmt: skip
+BODY = json.dumps(
+    {"model": "tiny", "max_tokens": 200, "ignore_eos": True, "messages": [{"role": "user", "content": "hi"}]}
+).encode()
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +35,10 @@ def _hangups(url: str) -> float:
 def _hang_up_while_generating(served: Served) -> None:
     host, port = served.url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port))) as sock:
-        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: %d\r\n\r\n%s" % (len(BODY), BODY))  # fmt: skip
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
+        )
         deadline = time.monotonic() + IDLE_DEADLINE_SECONDS
         while served.engine.stats().num_running == 0 and time.monotonic() < deadline:
             time.sleep(0.001)

@@ -143,8 +143,16 @@ def test_a_lone_surrogate_is_a_400_naming_the_field(http, path):
 
 
 @pytest.mark.parametrize("path", [CHAT, "/v1/messages"])
-@pytest.mark.parametrize(("field", "value"), [("repetition_penalty", "Infinity"), ("repetition_penalty", "1e308"),
-                                              ("top_k", str(10**30)), ("temperature", "NaN"), ("top_p", "-Infinity")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("repetition_penalty", "Infinity"),
+        ("repetition_penalty", "1e308"),
+        ("top_k", str(10**30)),
+        ("temperature", "NaN"),
+        ("top_p", "-Infinity"),
+    ],
+)
 def test_non_finite_and_out_of_range_numbers_are_400s_naming_the_field(http, path, field, value):
     body = json.dumps(ROUTES[path])[:-1] + f', "{field}": {value}}}'
     response = _post(http, path, body)
@@ -201,8 +209,10 @@ def test_a_connection_whose_headers_trickle_is_closed_at_the_header_deadline(ser
     quick = BoundedHttp.with_limits(WireLimits(header_timeout=0.5))
     with serve_in_thread(create_app(served.engine, model_name="tiny"), http=quick) as url:
         address = url.removeprefix("http://").split(":")
-        with socket.create_connection((address[0], int(address[1]))) as slow, \
-                socket.create_connection((address[0], int(address[1]))) as idle:  # fmt: skip
+        with (
+            socket.create_connection((address[0], int(address[1]))) as slow,
+            socket.create_connection((address[0], int(address[1]))) as idle,
+        ):
             slow.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
             assert _closed_by_peer(slow, b"X-Slow: 1\r\n")
             assert _closed_by_peer(idle, b"")  # one that never sent a byte, too

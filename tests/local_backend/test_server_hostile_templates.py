@@ -32,51 +32,83 @@ from tests.local_backend.conftest import CHAT_TEMPLATE
 from tests.local_backend.serving import Served, ServedEngines
 
 ATTACKS = {
-    "nested_ranges": ("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}",
-                      "iterations|time"),
-    "nested_list": ("{% set r = range(100000)|list %}{% for a in r %}{% for b in r %}{% endfor %}{% endfor %}",
-                    "iterations|time"),
+    "nested_ranges": (
+        "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}",
+        "iterations|time",
+    ),
+    "nested_list": (
+        "{% set r = range(100000)|list %}{% for a in r %}{% for b in r %}{% endfor %}{% endfor %}",
+        "iterations|time",
+    ),
     "recursion": ("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}", "recursion"),
     "huge_range": ("{{ range(10**9)|list }}", "size"),
-    "doubling": ("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
-                 "size"),
-    "doubling_plus": ("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
-                      "size"),
-    "output_flood": ("{% for i in range(100000) %}{% for j in range(100000) %}{{ 'x' * 100000 }}{% endfor %}"
-                     "{% endfor %}", "size"),
+    "doubling": (
+        "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+        "size",
+    ),
+    "doubling_plus": (
+        "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
+        "size",
+    ),
+    "output_flood": (
+        "{% for i in range(100000) %}{% for j in range(100000) %}{{ 'x' * 100000 }}{% endfor %}{% endfor %}",
+        "size",
+    ),
     "huge_constant": ("{{ 'x' * 3000000000 }}", "size"),
     "huge_width": ("{{ 'x'|center(3000000000) }}{{ 'x'.ljust(3000000000) }}", "size"),
     "huge_join": ("{{ range(100000)|join('x' * 100000) }}", "size"),
     "huge_power": ("{{ 2 ** 1000000000 }}", "size"),
-    "kept_strings": ("{% set ns = namespace(l=[]) %}{% for i in range(1000) %}{% set ns.l = ns.l + ['x' * 16000000] %}"
-                     "{% endfor %}", "size"),
-    "kept_in_a_dict": ("{% set ns = namespace(d={}) %}{% for i in range(1000) %}"
-                       "{% set ns.d = dict(ns.d, **{'k' ~ i: 'x' * 16000000}) %}{% endfor %}", "size"),
-    "kept_ranges": ("{% set ns = namespace(l=[]) %}{% for i in range(10000) %}"
-                    "{% set ns.l = ns.l + [range(100000)|list] %}{% endfor %}", "size|time"),
-    "kept_slices": ("{% set s = 'x' * 16000000 %}{% set ns = namespace(l=[]) %}{% for i in range(1000) %}"
-                    "{% set ns.l = ns.l + [s[i:]] %}{% endfor %}", "size"),
-    "kept_splits": ("{% set s = 'ab ' * 5000000 %}{% set ns = namespace(l=[]) %}{% for i in range(1000) %}"
-                    "{% set ns.l = ns.l + [s.split(' ')] %}{% endfor %}", "size"),
+    "kept_strings": (
+        "{% set ns = namespace(l=[]) %}{% for i in range(1000) %}{% set ns.l = ns.l + ['x' * 16000000] %}{% endfor %}",
+        "size",
+    ),
+    "kept_in_a_dict": (
+        "{% set ns = namespace(d={}) %}{% for i in range(1000) %}"
+        "{% set ns.d = dict(ns.d, **{'k' ~ i: 'x' * 16000000}) %}{% endfor %}",
+        "size",
+    ),
+    "kept_ranges": (
+        "{% set ns = namespace(l=[]) %}{% for i in range(10000) %}"
+        "{% set ns.l = ns.l + [range(100000)|list] %}{% endfor %}",
+        "size|time",
+    ),
+    "kept_slices": (
+        "{% set s = 'x' * 16000000 %}{% set ns = namespace(l=[]) %}{% for i in range(1000) %}"
+        "{% set ns.l = ns.l + [s[i:]] %}{% endfor %}",
+        "size",
+    ),
+    "kept_splits": (
+        "{% set s = 'ab ' * 5000000 %}{% set ns = namespace(l=[]) %}{% for i in range(1000) %}"
+        "{% set ns.l = ns.l + [s.split(' ')] %}{% endfor %}",
+        "size",
+    ),
     "listed_chars": ("{{ ('\u0101' * 16000000)|list|length }}", "iterations|time"),
     "batched_chars": ("{{ ('x' * 16000000)|batch(1)|list|length }}", "iterations|time"),
-}  # fmt: skip
+}
 """Each hostile template (its body) and the bound it passes (`a|b`: a million cheap steps may meet the deadline
 first on a busy machine)."""
 
 ESCAPES = {
-    "class_walk": ("{{ ''.__class__.__mro__[1].__subclasses__() }}",
-                   "access to attribute '__class__' of 'str' object is unsafe"),
-    "globals": ("{{ cycler.__init__.__globals__.os.environ }}",
-                "access to attribute '__init__' of 'type' object is unsafe"),
+    "class_walk": (
+        "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+        "access to attribute '__class__' of 'str' object is unsafe",
+    ),
+    "globals": (
+        "{{ cycler.__init__.__globals__.os.environ }}",
+        "access to attribute '__init__' of 'type' object is unsafe",
+    ),
     "lipsum_globals": ("{{ lipsum.__globals__['os'].popen('id').read() }}", "'lipsum' is undefined"),
     "include": ("{% include '/etc/passwd' %}", "no loader for this environment specified"),
     "import": ("{% import 'os' as os %}", "no loader for this environment specified"),
-    "append": ("{% set _ = messages.append({'role': 'system', 'content': 'x'}) %}",
-               "access to attribute 'append' of 'list' object is unsafe"),
-    "update": ("{% set _ = messages[0].update({'content': 'x'}) %}",
-               "access to attribute 'update' of 'dict' object is unsafe"),
-}  # fmt: skip
+    "append": (
+        "{% set _ = messages.append({'role': 'system', 'content': 'x'}) %}",
+        "access to attribute 'append' of 'list' object is unsafe",
+    ),
+    "update": (
+        "{% set _ = messages[0].update({'content': 'x'}) %}",
+        "access to attribute 'update' of 'dict' object is unsafe",
+    ),
+}
 """Sandbox escapes (attributes, includes, mutation of the caller's values) and the `chat template failed` 400 each
 gets."""
 
@@ -119,8 +151,9 @@ def test_a_sandbox_escape_is_a_400_and_changes_nothing(served, attack):
     assert _chat(served.url).status_code == 200
 
 
-@pytest.mark.parametrize("body", ["{{ '{0.__class__}'.format('') }}", "{{ ''|attr('__class__') }}",
-                                  "{{ ('x' ~ 'y').__class__ }}"])  # fmt: skip
+@pytest.mark.parametrize(
+    "body", ["{{ '{0.__class__}'.format('') }}", "{{ ''|attr('__class__') }}", "{{ ('x' ~ 'y').__class__ }}"]
+)
 def test_an_unsafe_attribute_read_another_way_renders_nothing(llama_dir, body):
     raw = Tokenizer.from_file(str(llama_dir / "tokenizer.json"))
     plain = TextTokenizer(raw, {"bos_token": "<s>"}, CHAT_TEMPLATE)
@@ -146,8 +179,9 @@ def test_a_template_failing_its_probe_render_is_refused_at_start_up(llama_dir, a
     body, bound = ATTACKS[attack]
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     with pytest.raises(ConfigError, match=f"passed its ({bound}) bound") as refused:
-        Engine.from_pretrained(llama_dir, device="cpu", max_model_len=256, kv_cache_memory=2**20,
-                               chat_template=CHAT_TEMPLATE + body)  # fmt: skip
+        Engine.from_pretrained(
+            llama_dir, device="cpu", max_model_len=256, kv_cache_memory=2**20, chat_template=CHAT_TEMPLATE + body
+        )
     assert refused.value.field == "chat_template"
     grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024  # ru_maxrss is in KiB on Linux
     assert grown < 2**30  # the 3 GB constant is never built (Jinja no longer folds it as it compiles)
@@ -175,9 +209,22 @@ def _cli_server(llama_dir: Path, tmp_path: Path) -> Iterator[tuple[subprocess.Po
     exit 0 on the one SIGTERM sent as the block ends."""
     template = tmp_path / "hostile.jinja"
     template.write_text(HOSTILE_TEMPLATE)
-    command = [sys.executable, "-m", "local_backend", "serve", "--model", str(llama_dir), "--port", "0",
-               "--kv-cache-memory", str(2**21), "--served-model-name", "tiny",
-               "--chat-template", str(template)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "local_backend",
+        "serve",
+        "--model",
+        str(llama_dir),
+        "--port",
+        "0",
+        "--kv-cache-memory",
+        str(2**21),
+        "--served-model-name",
+        "tiny",
+        "--chat-template",
+        str(template),
+    ]
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
         try:
             assert process.stdout is not None and process.stderr is not None

@@ -36,8 +36,10 @@ SOAK_ENV = "KVWISE_SOAK"
 CLIENT_TIMEOUT_SECONDS = 120.0
 IDLE_DEADLINE_SECONDS = 60.0
 HANG_UP_SHARE = 0.10
-WORDS = ("prefill decode cache block token layer batch stream prompt prefix tenant queue "
-         "the a of and to in is it for on with as by at").split()  # fmt: skip
+WORDS = (
+    "prefill decode cache block token layer batch stream prompt prefix tenant queue "
+    "the a of and to in is it for on with as by at"
+).split()
 PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/messages")
 SHARED_PREFIXES = 4
 KV_CACHE_MEMORY = 2**19  # 64 blocks of 16 tokens on the tiny model: many streams at once preempt

@@ -74,8 +74,9 @@ def test_chat_logprobs_are_the_models_raw_log_softmax_with_the_top_alternatives(
 
 def test_streamed_chat_logprobs_equal_the_whole_answers(client):
     whole = client.chat.completions.create(messages=MESSAGES, logprobs=True, top_logprobs=TOP, **GREEDY)
-    chunks = list(client.chat.completions.create(messages=MESSAGES, logprobs=True, top_logprobs=TOP, stream=True,
-                                                 **GREEDY))  # fmt: skip
+    chunks = list(
+        client.chat.completions.create(messages=MESSAGES, logprobs=True, top_logprobs=TOP, stream=True, **GREEDY)
+    )
     streamed = [e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content]
     expected = whole.choices[0].logprobs.content
     assert [e.token for e in streamed] == [e.token for e in expected]

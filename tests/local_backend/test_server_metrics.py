@@ -15,8 +15,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.local_backend.serving import Served, served_engine, wait_idle
 
-HISTOGRAMS = ("time_to_first_token_seconds", "time_per_output_token_seconds", "request_queue_time_seconds",
-              "request_prefill_time_seconds", "request_decode_time_seconds", "e2e_request_latency_seconds")  # fmt: skip
+HISTOGRAMS = (
+    "time_to_first_token_seconds",
+    "time_per_output_token_seconds",
+    "request_queue_time_seconds",
+    "request_prefill_time_seconds",
+    "request_decode_time_seconds",
+    "e2e_request_latency_seconds",
+)
 MAX_TOKENS = 5
 MESSAGES = [{"role": "user", "content": "Hello world"}]
 
@@ -46,8 +52,9 @@ def _requests(url: str) -> int:
         client.chat.completions.create(model="tiny", messages=MESSAGES, **greedy)
         list(client.chat.completions.create(model="tiny", messages=MESSAGES, stream=True, **greedy))
     with anthropic.Anthropic(base_url=url, api_key="x", max_retries=0) as client:
-        client.messages.create(model="tiny", messages=MESSAGES, max_tokens=MAX_TOKENS,
-                               extra_body={"temperature": 0, "ignore_eos": True})  # fmt: skip
+        client.messages.create(
+            model="tiny", messages=MESSAGES, max_tokens=MAX_TOKENS, extra_body={"temperature": 0, "ignore_eos": True}
+        )
     return 3
 
 

@@ -17,8 +17,16 @@ import pytest
 from local_backend import Engine
 from local_backend.server import create_app, serve_in_thread
 
-TIMINGS_KEYS = {"prompt_n", "prompt_ms", "prompt_per_second", "predicted_n", "predicted_ms",
-                "predicted_per_second", "cache_n", "queue_ms"}  # fmt: skip
+TIMINGS_KEYS = {
+    "prompt_n",
+    "prompt_ms",
+    "prompt_per_second",
+    "predicted_n",
+    "predicted_ms",
+    "predicted_per_second",
+    "cache_n",
+    "queue_ms",
+}
 GREEDY = {"temperature": 0, "extra_body": {"ignore_eos": True}}
 CLI_KEY = "cli-secret-4f2a"
 LONG_SYSTEM = " ".join(["Prefill computes the prompt; decode emits one token at a time."] * 12)
@@ -63,8 +71,9 @@ def test_chat_completion_returns_text_usage_and_timings(client):
 
 def test_streamed_chat_matches_the_whole_answer_and_ends_with_usage_and_timings(client):
     whole = _chat(client, "The quick brown fox", max_tokens=12, **GREEDY)
-    stream = _chat(client, "The quick brown fox", max_tokens=12, stream=True,
-                   stream_options={"include_usage": True}, **GREEDY)  # fmt: skip
+    stream = _chat(
+        client, "The quick brown fox", max_tokens=12, stream=True, stream_options={"include_usage": True}, **GREEDY
+    )
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == whole.choices[0].message.content
@@ -103,8 +112,15 @@ def test_stop_sequence_ends_the_text_before_it(client):
 
 
 def test_seed_repeats_a_sampled_answer_and_penalties_are_accepted(client):
-    kwargs = dict(max_completion_tokens=10, temperature=0.9, top_p=0.95, seed=7, frequency_penalty=0.5,
-                  presence_penalty=0.3, extra_body={"top_k": 40, "repetition_penalty": 1.1})  # fmt: skip
+    kwargs = dict(
+        max_completion_tokens=10,
+        temperature=0.9,
+        top_p=0.95,
+        seed=7,
+        frequency_penalty=0.5,
+        presence_penalty=0.3,
+        extra_body={"top_k": 40, "repetition_penalty": 1.1},
+    )
     first = _chat(client, "Hello world", **kwargs).choices[0].message.content
     assert _chat(client, "Hello world", **kwargs).choices[0].message.content == first
 
@@ -136,8 +152,25 @@ async def test_eight_concurrent_streams_return_what_each_returns_alone(base_url)
 
 
 def test_cli_serves_a_checkpoint_prints_its_url_and_exits_zero_on_sigterm(llama_dir):
-    command = [sys.executable, "-m", "local_backend", "serve", "--model", str(llama_dir), "--port", "0",
-               "--kv-cache-memory", str(2**21), "--api-key", CLI_KEY, "--served-model-name", "tiny", "tiny-2", "--allowed-origins", "http://app.example"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "local_backend",
+        "serve",
+        "--model",
+        str(llama_dir),
+        "--port",
+        "0",
+        "--kv-cache-memory",
+        str(2**21),
+        "--api-key",
+        CLI_KEY,
+        "--served-model-name",
+        "tiny",
+        "tiny-2",
+        "--allowed-origins",
+        "http://app.example",
+    ]
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
         try:
             line = process.stdout.readline()
@@ -147,8 +180,10 @@ def test_cli_serves_a_checkpoint_prints_its_url_and_exits_zero_on_sigterm(llama_
             with openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=CLI_KEY, max_retries=0) as client:
                 assert _chat(client, "Hello", max_tokens=2).usage.completion_tokens == 2
                 assert [m.id for m in client.models.list()] == ["tiny", "tiny-2"]
-            preflight = httpx2.options(f"http://127.0.0.1:{port}/v1/models", headers={
-                "origin": "http://app.example", "access-control-request-method": "GET"})  # fmt: skip
+            preflight = httpx2.options(
+                f"http://127.0.0.1:{port}/v1/models",
+                headers={"origin": "http://app.example", "access-control-request-method": "GET"},
+            )
             assert preflight.headers["access-control-allow-origin"] == "http://app.example"
         finally:
             process.send_signal(signal.SIGTERM)

@@ -37,8 +37,14 @@ def operations(fuzz_http: httpx2.Client) -> dict[str, APIOperation]:
     return {f"{op.method.upper()} {op.path}": op for op in found}
 
 
-ROUTES = ["POST /v1/chat/completions", "POST /v1/completions", "POST /v1/responses", "POST /v1/messages",
-          "POST /v1/messages/count_tokens", "GET /v1/models"]  # fmt: skip
+ROUTES = [
+    "POST /v1/chat/completions",
+    "POST /v1/completions",
+    "POST /v1/responses",
+    "POST /v1/messages",
+    "POST /v1/messages/count_tokens",
+    "GET /v1/models",
+]
 
 surrogate_text = st.tuples(st.text(max_size=5), st.characters(categories=["Cs"]), st.text(max_size=5)).map("".join)
 
@@ -67,13 +73,21 @@ def _ref_chain(links: int) -> dict[str, Any]:
     return {"$defs": defs, "$ref": "#/$defs/d0"}
 
 
-ref_chains = st.integers(50, 3000).map(_ref_chain).flatmap(lambda s: st.sampled_from([
-    {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": s}}},
-    {"output_config": {"format": {"type": "json_schema", "schema": s}}},
-    {"text": {"format": {"type": "json_schema", "name": "x", "schema": s}}},
-    {"json_schema": s},
-    {"tools": [{"type": "function", "function": {"name": "f", "parameters": s}}]},
-]))  # fmt: skip
+ref_chains = (
+    st.integers(50, 3000)
+    .map(_ref_chain)
+    .flatmap(
+        lambda s: st.sampled_from(
+            [
+                {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": s}}},
+                {"output_config": {"format": {"type": "json_schema", "schema": s}}},
+                {"text": {"format": {"type": "json_schema", "name": "x", "schema": s}}},
+                {"json_schema": s},
+                {"tools": [{"type": "function", "function": {"name": "f", "parameters": s}}]},
+            ]
+        )
+    )
+)
 odd_values = st.sampled_from([{}, [], [None], 7, None, True, "x", {"type": [1]}, [1]])
 wrong_roles = odd_values.map(
     lambda role: {"messages": [{"role": role, "content": "hi"}], "input": [{"role": role, "content": "hi"}]}
@@ -81,10 +95,14 @@ wrong_roles = odd_values.map(
 odd_tools = st.one_of(
     odd_values.map(lambda choice: {"tool_choice": choice}),
     st.sampled_from([{"type": "function", "function": "f"}, {"type": "tool"}, {"type": "function", "name": 3}]).map(
-        lambda choice: {"tool_choice": choice, "tools": [{"type": "function", "function": {"name": "f"}}]}),
-    odd_values.map(lambda calls: {"messages": [{"role": "assistant", "content": "", "tool_calls": calls},
-                                               {"role": "user", "content": "hi"}]}),
-)  # fmt: skip
+        lambda choice: {"tool_choice": choice, "tools": [{"type": "function", "function": {"name": "f"}}]}
+    ),
+    odd_values.map(
+        lambda calls: {
+            "messages": [{"role": "assistant", "content": "", "tool_calls": calls}, {"role": "user", "content": "hi"}]
+        }
+    ),
+)
 odd_bias = st.sampled_from(["²", "٣", "9" * 5000, "-1", "1e3", "", " 7", "0x1"]).map(
     lambda key: {"logit_bias": {key: 1}}
 )

@@ -50,8 +50,15 @@ def test_item_inputs_carry_the_history_with_text_parts(client):
         {"role": "user", "content": QUESTION},
     ]
     response = client.responses.create(input=items, **GREEDY)
-    chat = _chat(client, [{"role": "system", "content": INSTRUCTIONS}, {"role": "user", "content": "Hi"},
-                          {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": QUESTION}])  # fmt: skip
+    chat = _chat(
+        client,
+        [
+            {"role": "system", "content": INSTRUCTIONS},
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello!"},
+            {"role": "user", "content": QUESTION},
+        ],
+    )
     assert response.output_text == chat.choices[0].message.content
     assert response.usage.input_tokens == chat.usage.prompt_tokens
 
@@ -93,9 +100,13 @@ def test_the_clients_stream_helper_builds_the_final_response(client):
 
 @pytest.mark.parametrize(
     ("request_", "param"),
-    [({"store": True}, "store"), ({"previous_response_id": "resp_1"}, "previous_response_id"),
-     ({"input": [{"type": "file_search_call", "id": "fs_1"}]}, "input[0]"), ({"model": "gpt-unknown"}, "model")],
-)  # fmt: skip
+    [
+        ({"store": True}, "store"),
+        ({"previous_response_id": "resp_1"}, "previous_response_id"),
+        ({"input": [{"type": "file_search_call", "id": "fs_1"}]}, "input[0]"),
+        ({"model": "gpt-unknown"}, "model"),
+    ],
+)
 def test_what_the_backend_cannot_do_is_refused_naming_the_field(client, request_, param):
     with pytest.raises(openai.APIStatusError) as caught:
         client.responses.create(**{"input": QUESTION, **GREEDY, **request_})
@@ -112,8 +123,14 @@ def test_a_function_tool_loop_calls_gets_the_output_and_answers(client, stream):
 
     import jsonschema
 
-    kwargs = dict(input=QUESTION, tools=[FUNCTION], tool_choice="required", max_output_tokens=80,
-                  model="tiny", extra_body={"seed": 2})  # fmt: skip
+    kwargs = dict(
+        input=QUESTION,
+        tools=[FUNCTION],
+        tool_choice="required",
+        max_output_tokens=80,
+        model="tiny",
+        extra_body={"seed": 2},
+    )
     if stream:
         events = list(client.responses.create(stream=True, **kwargs))
         response = events[-1].response
@@ -125,9 +142,11 @@ def test_a_function_tool_loop_calls_gets_the_output_and_answers(client, stream):
     [call] = [item for item in response.output if item.type == "function_call"]
     assert call.name == "get_weather" and call.call_id.startswith("call_") and call.status == "completed"
     jsonschema.validate(json.loads(call.arguments), WEATHER)
-    history = [{"role": "user", "content": QUESTION},
-               {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
-               {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}]  # fmt: skip
+    history = [
+        {"role": "user", "content": QUESTION},
+        {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
+        {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"},
+    ]
     answer = client.responses.create(input=history, tools=[FUNCTION], tool_choice="none", **GREEDY)
     assert answer.output_text and not [i for i in answer.output if i.type == "function_call"]
     shorter = client.responses.create(input=QUESTION, tools=[FUNCTION], tool_choice="none", **GREEDY)
@@ -141,8 +160,9 @@ def test_text_format_json_schema_gives_json_valid_against_it(client):
 
     text = {"format": {"type": "json_schema", "name": "w", "schema": WEATHER, "strict": True}}
     for seed in range(5):
-        response = client.responses.create(input=QUESTION, text=text, model="tiny", max_output_tokens=80,
-                                           extra_body={"seed": seed})  # fmt: skip
+        response = client.responses.create(
+            input=QUESTION, text=text, model="tiny", max_output_tokens=80, extra_body={"seed": seed}
+        )
         assert response.status == "completed"
         jsonschema.validate(json.loads(response.output_text), WEATHER)
 
@@ -151,10 +171,17 @@ def test_an_earlier_responses_output_passed_back_as_input_carries_the_history(cl
     first = client.responses.create(input=QUESTION, **GREEDY)
     passed_back = [item.model_dump(exclude_none=True) for item in first.output]  # with its id, status, annotations
     assert {"id", "status"} <= set(passed_back[0])
-    follow_up = client.responses.create(input=[{"role": "user", "content": QUESTION}, *passed_back,
-                                               {"role": "user", "content": "Again?"}], **GREEDY)  # fmt: skip
-    chat = _chat(client, [{"role": "user", "content": QUESTION}, {"role": "assistant", "content": first.output_text},
-                          {"role": "user", "content": "Again?"}])  # fmt: skip
+    follow_up = client.responses.create(
+        input=[{"role": "user", "content": QUESTION}, *passed_back, {"role": "user", "content": "Again?"}], **GREEDY
+    )
+    chat = _chat(
+        client,
+        [
+            {"role": "user", "content": QUESTION},
+            {"role": "assistant", "content": first.output_text},
+            {"role": "user", "content": "Again?"},
+        ],
+    )
     assert follow_up.usage.input_tokens == chat.usage.prompt_tokens
     with pytest.raises(openai.BadRequestError) as caught:
         client.responses.create(input=[{"role": "user", "content": QUESTION, "name": "ann"}], **GREEDY)

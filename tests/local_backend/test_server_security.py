@@ -188,11 +188,20 @@ def test_no_key_header_or_prompt_reaches_logs_metrics_or_sdk_spans(served, caplo
     ours = [r for r in caplog.records if r.name.split(".")[0] in OURS]
     assert any(r.name == "uvicorn.access" for r in ours)  # the capture saw the requests
     logs = "\n".join(f"{r.name} {r.getMessage()} {r.args!r}" for r in ours)
-    telemetry = json.dumps(
-        [{"name": s.name, "attributes": dict(s.attributes or {}), "events": [dict(e.attributes or {}) for e in s.events]}
-         for s in spans.get_finished_spans()],
-        default=str,
-    ) + metrics.get_metrics_data().to_json()  # fmt: skip
+    telemetry = (
+        json.dumps(
+            [
+                {
+                    "name": s.name,
+                    "attributes": dict(s.attributes or {}),
+                    "events": [dict(e.attributes or {}) for e in s.events],
+                }
+                for s in spans.get_finished_spans()
+            ],
+            default=str,
+        )
+        + metrics.get_metrics_data().to_json()
+    )
     assert spans.get_finished_spans()
     for where, text in (("logs", logs), ("metrics", exposition), ("spans", telemetry)):
         for secret in (KEY_A, KEY_B, "zebra-quokka", "Bearer", "authorization"):

@@ -46,11 +46,17 @@ def _chat(field: str, text: str) -> tuple[str, dict[str, Any]]:
         "content": [{"role": "user", "content": text}],
         "system": [{"role": "system", "content": text}, {"role": "user", "content": "hi"}],
         "name": [{"role": "user", "content": "hi", "name": text}],
-        "tool_arguments": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None, "tool_calls": [call]},
-                           {"role": "tool", "tool_call_id": "c1", "content": "ok"}],
-        "tool_result": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None, "tool_calls": [call]},
-                        {"role": "tool", "tool_call_id": "c1", "content": text}],
-    }  # fmt: skip
+        "tool_arguments": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+        ],
+        "tool_result": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": text},
+        ],
+    }
     body: dict[str, Any] = {"messages": messages.get(field, [{"role": "user", "content": "hi"}])}
     if field == "tool_description":
         body["tools"] = [{"type": "function", "function": {**TOOL, "description": text}}]
@@ -63,10 +69,12 @@ def _responses(field: str, text: str) -> tuple[str, dict[str, Any]]:
     items: dict[str, Any] = {
         "input": text,
         "instructions": "hi",
-        "function_call_output": [{"role": "user", "content": "hi"},
-                                 {"type": "function_call", "call_id": "c1", "name": "get", "arguments": "{}"},
-                                 {"type": "function_call_output", "call_id": "c1", "output": text}],
-    }  # fmt: skip
+        "function_call_output": [
+            {"role": "user", "content": "hi"},
+            {"type": "function_call", "call_id": "c1", "name": "get", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": text},
+        ],
+    }
     return "/v1/responses", {"input": items[field], **({"instructions": text} if field == "instructions" else {})}
 
 
@@ -85,11 +93,13 @@ def _anthropic(field: str, text: str) -> tuple[str, dict[str, Any]]:
 
 
 ROUTES: dict[str, tuple[Callable[[str, str], tuple[str, dict[str, Any]]], tuple[str, ...]]] = {
-    "chat": (_chat, ("content", "system", "name", "tool_description", "tool_arguments", "tool_result",
-                     "chat_template_kwargs")),
+    "chat": (
+        _chat,
+        ("content", "system", "name", "tool_description", "tool_arguments", "tool_result", "chat_template_kwargs"),
+    ),
     "responses": (_responses, ("input", "instructions", "function_call_output")),
     "anthropic": (_anthropic, ("content", "system", "tool_description", "tool_use", "tool_result")),
-}  # fmt: skip
+}
 CASES = [(route, field) for route, (_, fields) in ROUTES.items() for field in fields]
 
 
@@ -274,8 +284,11 @@ def test_pieces_between_the_templates_special_tokens_tokenize_as_the_whole_text(
         Tokenizer.from_file(str(llama_dir / "tokenizer.json")) if kind == "byte_level" else _sentencepiece_like()
     )
     specials = SpecialTokens(tokenizer)
-    for text in ("<s><|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\n",
-                 "hello <|im_start|>the system says hi<|im_end|> answer in one word", " the<|im_end|>  hi"):  # fmt: skip
+    for text in (
+        "<s><|im_start|>user\nhello there<|im_end|>\n<|im_start|>assistant\n",
+        "hello <|im_start|>the system says hi<|im_end|> answer in one word",
+        " the<|im_end|>  hi",
+    ):
         whole = specials.encode(text, {})
         assert (
             specials.encode(text, {"\U0010fffd": "<|im_end|>"})

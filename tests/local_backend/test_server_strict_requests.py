@@ -62,19 +62,37 @@ class Endpoint:
 
 PROMPT = {"messages": [{"role": "user", "content": QUESTION}]}
 ENDPOINTS = {
-    "chat": Endpoint("chat", (chat_create_params.CompletionCreateParamsNonStreaming,
-                              chat_create_params.CompletionCreateParamsStreaming), fields.CHAT, PROMPT),
-    "completions": Endpoint("completions", (completion_create_params.CompletionCreateParamsNonStreaming,
-                                            completion_create_params.CompletionCreateParamsStreaming),
-                            fields.COMPLETIONS, {"prompt": "What is prefill?"}),
-    "messages": Endpoint("messages", (message_create_params.MessageCreateParamsNonStreaming,
-                                      message_create_params.MessageCreateParamsStreaming), fields.MESSAGES, PROMPT),
-    "responses": Endpoint("responses", (response_create_params.ResponseCreateParamsNonStreaming,
-                                        response_create_params.ResponseCreateParamsStreaming), fields.RESPONSES,
-                          {"input": QUESTION}),
-    "count_tokens": Endpoint("count_tokens", (message_count_tokens_params.MessageCountTokensParams,),
-                             fields.COUNT_TOKENS, PROMPT),
-}  # fmt: skip
+    "chat": Endpoint(
+        "chat",
+        (chat_create_params.CompletionCreateParamsNonStreaming, chat_create_params.CompletionCreateParamsStreaming),
+        fields.CHAT,
+        PROMPT,
+    ),
+    "completions": Endpoint(
+        "completions",
+        (
+            completion_create_params.CompletionCreateParamsNonStreaming,
+            completion_create_params.CompletionCreateParamsStreaming,
+        ),
+        fields.COMPLETIONS,
+        {"prompt": "What is prefill?"},
+    ),
+    "messages": Endpoint(
+        "messages",
+        (message_create_params.MessageCreateParamsNonStreaming, message_create_params.MessageCreateParamsStreaming),
+        fields.MESSAGES,
+        PROMPT,
+    ),
+    "responses": Endpoint(
+        "responses",
+        (response_create_params.ResponseCreateParamsNonStreaming, response_create_params.ResponseCreateParamsStreaming),
+        fields.RESPONSES,
+        {"input": QUESTION},
+    ),
+    "count_tokens": Endpoint(
+        "count_tokens", (message_count_tokens_params.MessageCountTokensParams,), fields.COUNT_TOKENS, PROMPT
+    ),
+}
 BASE = {"model": "tiny", "max_tokens": 12, "temperature": 0, "ignore_eos": True}
 """Every generating request's fields besides its endpoint's own (a count has only `model`, a
 Responses request says `max_output_tokens`)."""
@@ -82,38 +100,71 @@ Responses request says `max_output_tokens`)."""
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
 ON_VALUES: dict[str, dict[str, Any]] = {
     "chat": {
-        "service_tier": "flex", "store": True, "modalities": ["text", "audio"],
-        "response_format": {"type": "json_object"}, "tools": [TOOL], "tool_choice": "auto",
-        "parallel_tool_calls": True, "functions": [TOOL["function"]], "function_call": "auto",
+        "service_tier": "flex",
+        "store": True,
+        "modalities": ["text", "audio"],
+        "response_format": {"type": "json_object"},
+        "tools": [TOOL],
+        "tool_choice": "auto",
+        "parallel_tool_calls": True,
+        "functions": [TOOL["function"]],
+        "function_call": "auto",
         "audio": {"voice": "alloy", "format": "wav"},
-        "prediction": {"type": "content", "content": "Hello"}, "reasoning_effort": "high", "verbosity": "low",
-        "web_search_options": {}, "moderation": {"model": "omni-moderation-latest"},
+        "prediction": {"type": "content", "content": "Hello"},
+        "reasoning_effort": "high",
+        "verbosity": "low",
+        "web_search_options": {},
+        "moderation": {"model": "omni-moderation-latest"},
     },
     "completions": {"best_of": 2, "suffix": " the end"},
     "messages": {
-        "speed": "fast", "inference_geo": "us", "diagnostics": {"previous_message_id": "msg_1"},
-        "container": "container_1", "output_config": {"effort": "low"},
+        "speed": "fast",
+        "inference_geo": "us",
+        "diagnostics": {"previous_message_id": "msg_1"},
+        "container": "container_1",
+        "output_config": {"effort": "low"},
         "thinking": {"type": "enabled", "budget_tokens": 1024},
-        "tools": [{"name": "f", "input_schema": {"type": "object"}}], "tool_choice": {"type": "auto"},
+        "tools": [{"name": "f", "input_schema": {"type": "object"}}],
+        "tool_choice": {"type": "auto"},
     },
-}  # fmt: skip
+}
 ON_VALUES["count_tokens"] = ON_VALUES["messages"]
 ON_VALUES["responses"] = {
-    "service_tier": "flex", "store": True, "background": True, "stream_options": {"include_obfuscation": True},
-    "truncation": "auto", "include": ["message.output_text.logprobs"], "text": {"format": {"type": "json_object"}},
-    "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}], "tool_choice": "auto",
-    "parallel_tool_calls": False, "max_tool_calls": 2, "top_logprobs": 2, "reasoning": {"effort": "low"},
-    "previous_response_id": "resp_1", "conversation": "conv_1", "prompt": {"id": "pmpt_1"},
-    "context_management": [{"type": "compaction"}], "background_options": {"completion_window": "2h"},
-    "moderation": {"model": "omni-moderation-latest"}, "image": {"context_compression": "enabled"},
+    "service_tier": "flex",
+    "store": True,
+    "background": True,
+    "stream_options": {"include_obfuscation": True},
+    "truncation": "auto",
+    "include": ["message.output_text.logprobs"],
+    "text": {"format": {"type": "json_object"}},
+    "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}],
+    "tool_choice": "auto",
+    "parallel_tool_calls": False,
+    "max_tool_calls": 2,
+    "top_logprobs": 2,
+    "reasoning": {"effort": "low"},
+    "previous_response_id": "resp_1",
+    "conversation": "conv_1",
+    "prompt": {"id": "pmpt_1"},
+    "context_management": [{"type": "compaction"}],
+    "background_options": {"completion_window": "2h"},
+    "moderation": {"model": "omni-moderation-latest"},
+    "image": {"context_compression": "enabled"},
     "access_programs": {"cyber": "standard"},
-}  # fmt: skip
+}
 INERT_VALUES: dict[str, Any] = {
     "output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}},
-    "user": "user-1", "metadata": {"user_id": "u1"}, "safety_identifier": "s1", "prompt_cache_key": "k1",
-    "prompt_cache_retention": "24h", "prompt_cache_options": {"ttl": "1h"}, "cache_control": {"type": "ephemeral"},
-    "user_profile_id": "profile-1", "workspace_id": "wrkspc_1", "service_tier": "standard_only",
-}  # fmt: skip
+    "user": "user-1",
+    "metadata": {"user_id": "u1"},
+    "safety_identifier": "s1",
+    "prompt_cache_key": "k1",
+    "prompt_cache_retention": "24h",
+    "prompt_cache_options": {"ttl": "1h"},
+    "cache_control": {"type": "ephemeral"},
+    "user_profile_id": "profile-1",
+    "workspace_id": "wrkspc_1",
+    "service_tier": "standard_only",
+}
 
 
 @pytest.fixture(scope="module")
@@ -149,9 +200,15 @@ def _openai_answer(response: Any, chat: bool) -> ParsedAnswer:
         texts = [c.message.content if chat else c.text for c in response.choices]
         usage = response.usage
         calls = [len(c.message.tool_calls or ()) for c in response.choices] if chat else []
-        return ParsedAnswer(texts, [c.finish_reason for c in response.choices], usage.prompt_tokens,
-                      usage.completion_tokens, response.model, logprobs=response.choices[0].logprobs,
-                      calls=calls)  # fmt: skip
+        return ParsedAnswer(
+            texts,
+            [c.finish_reason for c in response.choices],
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            response.model,
+            logprobs=response.choices[0].logprobs,
+            calls=calls,
+        )
     chunks = list(response)
     by_index: dict[int, list[str]] = {}
     finishes: dict[int, str] = {}
@@ -161,9 +218,15 @@ def _openai_answer(response: Any, chat: bool) -> ParsedAnswer:
             if c.finish_reason:
                 finishes[c.index] = c.finish_reason
     usage = chunks[-1].usage
-    return ParsedAnswer(["".join(by_index[i]) for i in sorted(by_index)], [finishes[i] for i in sorted(finishes)],
-                  usage.prompt_tokens if usage else 0, usage.completion_tokens if usage else 0,
-                  chunks[0].model, chunks=len(chunks), usage_chunk=usage is not None)  # fmt: skip
+    return ParsedAnswer(
+        ["".join(by_index[i]) for i in sorted(by_index)],
+        [finishes[i] for i in sorted(finishes)],
+        usage.prompt_tokens if usage else 0,
+        usage.completion_tokens if usage else 0,
+        chunks[0].model,
+        chunks=len(chunks),
+        usage_chunk=usage is not None,
+    )
 
 
 def _response_answer(response: Any) -> ParsedAnswer:
@@ -174,8 +237,16 @@ def _response_answer(response: Any) -> ParsedAnswer:
     finish = "length" if response.status == "incomplete" else "stop"
     usage = response.usage
     calls = [sum(item.type == "function_call" for item in response.output)]
-    return ParsedAnswer([response.output_text], [finish], usage.input_tokens, usage.output_tokens, response.model,
-                  chunks=chunks, metadata=response.metadata, calls=calls)  # fmt: skip
+    return ParsedAnswer(
+        [response.output_text],
+        [finish],
+        usage.input_tokens,
+        usage.output_tokens,
+        response.model,
+        chunks=chunks,
+        metadata=response.metadata,
+        calls=calls,
+    )
 
 
 def _message_answer(response: Any) -> ParsedAnswer:
@@ -194,8 +265,14 @@ def _message_answer(response: Any) -> ParsedAnswer:
     finish = "length" if response.stop_reason == "max_tokens" else "stop"
     calls = sum(b.type == "tool_use" for b in response.content)
     finish = "tool_calls" if response.stop_reason == "tool_use" else finish
-    return ParsedAnswer(["".join(b.text for b in response.content if b.type == "text")], [finish], prompt,
-                  usage.output_tokens, response.model, calls=[calls])  # fmt: skip
+    return ParsedAnswer(
+        ["".join(b.text for b in response.content if b.type == "text")],
+        [finish],
+        prompt,
+        usage.output_tokens,
+        response.model,
+        calls=[calls],
+    )
 
 
 Ask = Callable[..., ParsedAnswer]
@@ -536,8 +613,11 @@ def test_an_honoured_field_changes_the_answer_as_it_says(base_url, name, field_n
 @pytest.mark.parametrize("allowed", [True, False])
 def test_cors_answers_a_preflight_only_for_an_allowed_origin(base_url, allowed):
     origin = ORIGIN if allowed else "http://elsewhere.example"
-    headers = {"origin": origin, "access-control-request-method": "POST",
-               "access-control-request-headers": "authorization,content-type"}  # fmt: skip
+    headers = {
+        "origin": origin,
+        "access-control-request-method": "POST",
+        "access-control-request-headers": "authorization,content-type",
+    }
     with httpx2.Client(base_url=base_url) as http:
         preflight = http.options("/v1/chat/completions", headers=headers)
         models = http.get("/v1/models", headers={"origin": origin})
@@ -567,9 +647,11 @@ CHAT_MESSAGE_KEYS = sorted(
 )
 """Every key the installed openai client's Chat message types name that this backend does not honour."""
 ANTHROPIC_MESSAGE_KEYS = sorted(
-    key for t in _message_types(anthropic.types.MessageParam)
-    for key in typing.get_type_hints(t) if key not in histories.ANTHROPIC_MESSAGE_KEYS
-)  # fmt: skip
+    key
+    for t in _message_types(anthropic.types.MessageParam)
+    for key in typing.get_type_hints(t)
+    if key not in histories.ANTHROPIC_MESSAGE_KEYS
+)
 ANTHROPIC_MESSAGE_ROLES = sorted(_role_of(t) for t in _message_types(anthropic.types.MessageParam))
 
 
@@ -632,6 +714,8 @@ def test_a_chat_answer_passed_back_as_it_came_is_accepted_in_the_next_request(ba
         as_hosted = {**message.model_dump(), "annotations": []}  # a hosted answer's dump has empty extras too
         for passed in (message, as_hosted):
             answer = client.chat.completions.create(
-                model="tiny", max_tokens=8, messages=[{"role": "user", "content": QUESTION}, passed,
-                                                      {"role": "user", "content": "Again?"}])  # fmt: skip
+                model="tiny",
+                max_tokens=8,
+                messages=[{"role": "user", "content": QUESTION}, passed, {"role": "user", "content": "Again?"}],
+            )
             assert answer.choices[0].finish_reason in ("stop", "length")

@@ -39,8 +39,9 @@ def client(serve: ServedEngines) -> Iterator[openai.OpenAI]:
 def test_fifty_seeded_json_schema_answers_are_all_valid_against_the_schema(client):
     answers = set()
     for seed in range(REQUESTS):
-        response = client.chat.completions.create(model="tiny", messages=MESSAGES, response_format=FORMAT, seed=seed,
-                                                  temperature=1.0, max_tokens=160)  # fmt: skip
+        response = client.chat.completions.create(
+            model="tiny", messages=MESSAGES, response_format=FORMAT, seed=seed, temperature=1.0, max_tokens=160
+        )
         [choice] = response.choices
         assert choice.finish_reason == "stop", choice.message.content
         jsonschema.validate(json.loads(choice.message.content), SCHEMA)
@@ -51,8 +52,9 @@ def test_fifty_seeded_json_schema_answers_are_all_valid_against_the_schema(clien
 def test_a_streamed_json_schema_answer_is_the_whole_one(client):
     kwargs = dict(model="tiny", messages=MESSAGES, response_format=FORMAT, seed=7, max_tokens=160)
     whole = client.chat.completions.create(**kwargs).choices[0].message.content
-    streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(stream=True, **kwargs)
-                       if c.choices)  # fmt: skip
+    streamed = "".join(
+        c.choices[0].delta.content or "" for c in client.chat.completions.create(stream=True, **kwargs) if c.choices
+    )
     assert streamed == whole and json.loads(whole)["unit"] in ("C", "F")
 
 
@@ -65,8 +67,9 @@ def test_json_object_gives_a_json_object_where_plain_text_would_not_be_one(clien
     assert answer.finish_reason == "stop" and isinstance(json.loads(answer.message.content), dict)
 
 
-@pytest.mark.parametrize("response_format", [{"type": "json_schema", "json_schema": {"name": "x", "schema": "no"}},
-                                             {"type": "yaml"}])  # fmt: skip
+@pytest.mark.parametrize(
+    "response_format", [{"type": "json_schema", "json_schema": {"name": "x", "schema": "no"}}, {"type": "yaml"}]
+)
 def test_a_bad_response_format_is_refused_naming_it(client, response_format):
     with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(model="tiny", messages=MESSAGES, response_format=response_format)

@@ -13,17 +13,33 @@ from local_backend.tool_prompt import Tool, call_text
 
 CASES = [
     ("plain text", "Hello there", "Hello there", []),
-    ("text then a call",
-     'Sure.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "n": {"a": 1}}}\n</tool_call>\n',
-     "Sure.", [("get_weather", '{"city": "Paris", "n": {"a": 1}}')]),
-    ("two calls, a brace in a string",
-     '<tool_call>{"name": "a", "arguments": {}}</tool_call><tool_call>{"name": "b", "arguments": {"k": "}"}}</tool_call>',
-     "", [("a", "{}"), ("b", '{"k": "}"}')]),
-    ("arguments before the name", '<tool_call>\n{"arguments": {"x": 1}, "name": "f"}\n</tool_call>', "", [("f", '{"x": 1}')]),
-    ("not JSON stays text", "<tool_call>\nnot json\n</tool_call> after", "<tool_call>\nnot json\n</tool_call>after", []),
+    (
+        "text then a call",
+        'Sure.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "n": {"a": 1}}}\n</tool_call>\n',
+        "Sure.",
+        [("get_weather", '{"city": "Paris", "n": {"a": 1}}')],
+    ),
+    (
+        "two calls, a brace in a string",
+        '<tool_call>{"name": "a", "arguments": {}}</tool_call><tool_call>{"name": "b", "arguments": {"k": "}"}}</tool_call>',
+        "",
+        [("a", "{}"), ("b", '{"k": "}"}')],
+    ),
+    (
+        "arguments before the name",
+        '<tool_call>\n{"arguments": {"x": 1}, "name": "f"}\n</tool_call>',
+        "",
+        [("f", '{"x": 1}')],
+    ),
+    (
+        "not JSON stays text",
+        "<tool_call>\nnot json\n</tool_call> after",
+        "<tool_call>\nnot json\n</tool_call>after",
+        [],
+    ),
     ("a call cut by the token cap", 'text <tool_call>{"name": "a", "arguments": {"q": 1', "text", [("a", '{"q": 1')]),
     ("a lone less-than sign", "1 < 2 and <tool", "1 < 2 and <tool", []),
-]  # fmt: skip
+]
 
 
 def _run(text: str, sizes: random.Random | None) -> tuple[ToolCallParser, list]:
@@ -56,8 +72,11 @@ def test_a_template_without_tools_gets_them_folded_into_its_turns(llama_dir):
     assert not tokenizer.renders_tools
     tool = Tool("get_weather", "Weather of a city", {"type": "object", "properties": {"city": {"type": "string"}}})
     call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
-    messages = [{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": "", "tool_calls": [call]},
-                {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]  # fmt: skip
+    messages = [
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+    ]
     text = tokenizer.decode(prompt_ids(tokenizer, messages, [tool]))
     assert '"name": "get_weather"' in text and "<tools>" in text
     past_call = call_text("get_weather", '{"city": "Paris"}')
@@ -82,8 +101,11 @@ def test_a_template_that_renders_tools_gets_them_and_the_calls_arguments_as_obje
     assert tokenizer.renders_tools
     tool = Tool("f", None, {"type": "object"})
     call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}
-    messages = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "", "tool_calls": [call]},
-                {"role": "tool", "tool_call_id": "call_1", "content": "done"}]  # fmt: skip
+    messages = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "done"},
+    ]
     text = tokenizer.decode(prompt_ids(tokenizer, messages, [tool]))
     assert json.dumps(tool.as_openai()) in text
     assert '<tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>' in text  # an object, not a string

@@ -21,11 +21,21 @@ from local_backend.server.usage import RequestUsage
 from local_backend.tool_prompt import call_text
 from tests.local_backend.serving import ServedEngines
 
-WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24},
-           "days": {"type": "integer", "minimum": 1, "maximum": 7}}, "required": ["city", "days"]}  # fmt: skip
-TOOLS = [{"name": "get_weather", "description": "Weather of a city", "input_schema": WEATHER},
-         {"name": "get_time", "input_schema": {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}},
-                                               "required": ["zone"]}}]  # fmt: skip
+WEATHER = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "maxLength": 24},
+        "days": {"type": "integer", "minimum": 1, "maximum": 7},
+    },
+    "required": ["city", "days"],
+}
+TOOLS = [
+    {"name": "get_weather", "description": "Weather of a city", "input_schema": WEATHER},
+    {
+        "name": "get_time",
+        "input_schema": {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}}, "required": ["zone"]},
+    },
+]
 SCHEMAS = {t["name"]: t["input_schema"] for t in TOOLS}
 QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
 BASE = {"model": "tiny", "max_tokens": 80, "tools": TOOLS}
@@ -85,9 +95,14 @@ def test_a_tool_loop_uses_the_tool_gets_the_result_and_answers(client, base_url,
     jsonschema.validate(use.input, SCHEMAS[use.name])
     if stream:
         assert [json.loads(text) for text in partial.values()] == [use.input]
-    history = [*QUESTION, {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in message.content
-                                                            if b.type == "tool_use"]},
-               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "sunny"}]}]  # fmt: skip
+    history = [
+        *QUESTION,
+        {
+            "role": "assistant",
+            "content": [b.model_dump(exclude_none=True) for b in message.content if b.type == "tool_use"],
+        },
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "sunny"}]},
+    ]
     answer, _ = create(stream, messages=history, tool_choice={"type": "none"}, extra_body={"temperature": 0})
     assert answer.stop_reason in ("end_turn", "max_tokens") and answer.content[0].type == "text"
     assert answer.content[0].text and not [b for b in answer.content if b.type == "tool_use"]
@@ -110,8 +125,13 @@ def test_a_forced_tool_choice_always_yields_a_schema_valid_tool_use(client, tool
 
 def test_output_config_format_gives_json_valid_against_its_schema(client):
     for seed in range(10):
-        message = client.messages.create(model="tiny", max_tokens=80, messages=QUESTION, extra_body={"seed": seed},
-                                         output_config={"format": {"type": "json_schema", "schema": WEATHER}})  # fmt: skip
+        message = client.messages.create(
+            model="tiny",
+            max_tokens=80,
+            messages=QUESTION,
+            extra_body={"seed": seed},
+            output_config={"format": {"type": "json_schema", "schema": WEATHER}},
+        )
         assert message.stop_reason == "end_turn"
         jsonschema.validate(json.loads(message.content[0].text), WEATHER)
 
@@ -125,8 +145,9 @@ def test_the_clients_parse_with_an_output_format_type_gets_a_parsed_object(clien
         unit: typing.Literal["C", "F"]
         sunny: bool
 
-    message = client.messages.parse(model="tiny", max_tokens=80, messages=QUESTION, output_format=Forecast,
-                                    extra_body={"seed": 3})  # fmt: skip
+    message = client.messages.parse(
+        model="tiny", max_tokens=80, messages=QUESTION, output_format=Forecast, extra_body={"seed": 3}
+    )
     assert isinstance(message.parsed_output, Forecast)
 
 
@@ -147,9 +168,12 @@ def test_a_tool_result_marked_is_error_reaches_the_model_as_an_error(client):
 
 
 ANSWER_WITH_TEXT_AFTER_CALL = (
-    'Let me check.\n' + call_text("get_weather", {"city": "Paris"}) + '\nI asked for Paris.\n'
-    + call_text("get_time", {"zone": "CET"}) + "\nDone."
-)  # fmt: skip
+    "Let me check.\n"
+    + call_text("get_weather", {"city": "Paris"})
+    + "\nI asked for Paris.\n"
+    + call_text("get_time", {"zone": "CET"})
+    + "\nDone."
+)
 """An answer whose text goes on after each tool call (a model may explain what it called)."""
 
 

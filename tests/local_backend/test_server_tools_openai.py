@@ -13,9 +13,15 @@ import pytest
 
 from tests.local_backend.serving import ServedEngines
 
-WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 24},
-           "days": {"type": "integer", "minimum": 1, "maximum": 7}}, "required": ["city", "days"],
-           "additionalProperties": False}  # fmt: skip
+WEATHER = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "maxLength": 24},
+        "days": {"type": "integer", "minimum": 1, "maximum": 7},
+    },
+    "required": ["city", "days"],
+    "additionalProperties": False,
+}
 TIME = {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET", "PST"]}}, "required": ["zone"]}
 TOOLS = [
     {
@@ -78,8 +84,10 @@ def _ask(client: openai.OpenAI, stream: bool, **kwargs) -> tuple[str, list[dict]
 
 def _whole(response) -> tuple[str, list[dict], str]:
     [choice] = response.choices
-    calls = [{"id": c.id, "name": c.function.name, "arguments": c.function.arguments}
-             for c in choice.message.tool_calls or ()]  # fmt: skip
+    calls = [
+        {"id": c.id, "name": c.function.name, "arguments": c.function.arguments}
+        for c in choice.message.tool_calls or ()
+    ]
     return choice.message.content or "", calls, choice.finish_reason
 
 
@@ -90,10 +98,21 @@ def test_a_tool_loop_calls_gets_the_result_and_answers(client, base_url, stream,
     _, [call], finish = ask(stream, messages=QUESTION, tool_choice="required", seed=1)
     assert finish == "tool_calls" and call["id"].startswith("call_")
     jsonschema.validate(json.loads(call["arguments"]), SCHEMAS[call["name"]])
-    history = [*QUESTION,
-               {"role": "assistant", "content": None, "tool_calls": [{"id": call["id"], "type": "function",
-                "function": {"name": call["name"], "arguments": call["arguments"]}}]},
-               {"role": "tool", "tool_call_id": call["id"], "content": json.dumps({"forecast": "sunny"})}]  # fmt: skip
+    history = [
+        *QUESTION,
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": call["id"],
+                    "type": "function",
+                    "function": {"name": call["name"], "arguments": call["arguments"]},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": call["id"], "content": json.dumps({"forecast": "sunny"})},
+    ]
     content, calls, finish = ask(stream, messages=history, tool_choice="none", temperature=0)
     assert content and calls == [] and finish in ("stop", "length")
     longer = client.chat.completions.create(**{**BASE, "messages": history, "tool_choice": "none", "max_tokens": 1})
@@ -112,8 +131,9 @@ def test_streamed_and_whole_forced_calls_are_the_same_call(client, stream):
 def test_a_forced_tool_choice_always_yields_a_schema_valid_call(client, choice):
     tool_choice = choice if choice == "required" else {"type": "function", "function": {"name": choice}}
     for seed in range(12):
-        content, [call], finish = _ask(client, False, messages=QUESTION, tool_choice=tool_choice, seed=seed,
-                                       temperature=1.0)  # fmt: skip
+        content, [call], finish = _ask(
+            client, False, messages=QUESTION, tool_choice=tool_choice, seed=seed, temperature=1.0
+        )
         assert finish == "tool_calls" and content == ""
         assert choice == "required" or call["name"] == choice
         jsonschema.validate(json.loads(call["arguments"]), SCHEMAS[call["name"]])
@@ -121,10 +141,12 @@ def test_a_forced_tool_choice_always_yields_a_schema_valid_call(client, choice):
 
 @pytest.mark.parametrize(
     ("request_", "param"),
-    [({"tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
-     ({"tools": [{"type": "function", "function": {"description": "no name"}}]}, "tools[0].name"),
-     ({"tools": [], "tool_choice": "required"}, "tool_choice")],
-)  # fmt: skip
+    [
+        ({"tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
+        ({"tools": [{"type": "function", "function": {"description": "no name"}}]}, "tools[0].name"),
+        ({"tools": [], "tool_choice": "required"}, "tool_choice"),
+    ],
+)
 def test_bad_tools_are_refused_naming_the_field(client, request_, param):
     with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(**{**BASE, "messages": QUESTION, **request_})

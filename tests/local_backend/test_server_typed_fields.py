@@ -68,8 +68,11 @@ def test_a_role_that_is_not_a_string_is_a_400_naming_it(http, path, role):
 
 @pytest.mark.parametrize("calls", [5, {"a": 1}, "calls", True])
 def test_tool_calls_that_are_not_a_list_are_a_400_naming_them(http, calls):
-    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": calls},
-                {"role": "user", "content": "and?"}]  # fmt: skip
+    messages = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "", "tool_calls": calls},
+        {"role": "user", "content": "and?"},
+    ]
     message = _refused(_post(http, CHAT, {**BODIES[CHAT], "messages": messages}), CHAT)
     assert "tool_calls" in message
     _same_server_answers(http)
@@ -101,8 +104,9 @@ def test_a_lone_surrogate_in_a_key_is_a_400_whose_message_can_be_sent(http, path
 @pytest.mark.parametrize("path", list(BODIES))
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-32", "utf-32-be"])
 def test_a_body_in_another_encoding_than_utf8_is_a_400(http, path, encoding):
-    response = http.post(path, content=json.dumps(BODIES[path]).encode(encoding),
-                         headers={"content-type": "application/json"})  # fmt: skip
+    response = http.post(
+        path, content=json.dumps(BODIES[path]).encode(encoding), headers={"content-type": "application/json"}
+    )
     assert "UTF-8" in _refused(response, path) or "not valid JSON" in _refused(response, path)
     _same_server_answers(http)
 

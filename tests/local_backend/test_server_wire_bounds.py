@@ -147,8 +147,9 @@ def test_a_prompt_body_and_kept_alive_requests_are_served(url):
 
 
 def test_the_cli_options_set_the_wire_bounds_and_refuse_a_bound_that_is_not_positive():
-    args = parse_args(["serve", "--body-timeout", "60", "--header-timeout", "5", "--max-header-bytes", "8192",
-                       "--max-headers", "50"])  # fmt: skip
+    args = parse_args(
+        ["serve", "--body-timeout", "60", "--header-timeout", "5", "--max-header-bytes", "8192", "--max-headers", "50"]
+    )
     assert wire_limits(args) == WireLimits(header_timeout=5, body_timeout=60, max_header_bytes=8192, max_headers=50)
     assert wire_limits(parse_args(["serve"])).body_timeout == BODY_TIMEOUT_SECONDS
     with pytest.raises(ValueError, match="max_headers"):

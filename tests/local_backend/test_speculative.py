@@ -85,12 +85,17 @@ def _cycle_prompt(engine: Engine, length: int = 24) -> list[int]:
 # --- config and proposer -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("given", "expected"), [
-    ({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3}, SpeculativeConfig(4, 3, 3)),
-    ({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 2}, SpeculativeConfig(2, 2, 2)),
-    ('{"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4, "prompt_lookup_min": 1}',
-     SpeculativeConfig(5, 4, 1)),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3}, SpeculativeConfig(4, 3, 3)),
+        ({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 2}, SpeculativeConfig(2, 2, 2)),
+        (
+            '{"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4, "prompt_lookup_min": 1}',
+            SpeculativeConfig(5, 4, 1),
+        ),
+    ],
+)
 def test_speculative_config_reads_vllms_spelling(given, expected):
     config = EngineConfig(speculative_config=given)
     assert config.speculative_config == expected
@@ -98,16 +103,27 @@ def test_speculative_config_reads_vllms_spelling(given, expected):
     assert config.serve_arguments() == ["--speculative-config", expected.to_json()]
 
 
-@pytest.mark.parametrize(("given", "complaint"), [
-    ({"method": "eagle", "num_speculative_tokens": 4, "prompt_lookup_max": 3}, "method='eagle' is not supported"),
-    ({"method": "ngram", "prompt_lookup_max": 3}, "num_speculative_tokens must be given"),
-    ({"method": "ngram", "num_speculative_tokens": 4}, "prompt_lookup_max (or prompt_lookup_min) must be given"),
-    ({"method": "ngram", "num_speculative_tokens": 0, "prompt_lookup_max": 3}, "num_speculative_tokens=0 must be >= 1"),
-    ({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 2, "prompt_lookup_min": 3},
-     "prompt_lookup_max=2 must be >= prompt_lookup_min (3)"),
-    ({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 2, "model": "x"}, "does not take: model"),
-    ("[1, 2]", "must be a JSON object"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("given", "complaint"),
+    [
+        ({"method": "eagle", "num_speculative_tokens": 4, "prompt_lookup_max": 3}, "method='eagle' is not supported"),
+        ({"method": "ngram", "prompt_lookup_max": 3}, "num_speculative_tokens must be given"),
+        ({"method": "ngram", "num_speculative_tokens": 4}, "prompt_lookup_max (or prompt_lookup_min) must be given"),
+        (
+            {"method": "ngram", "num_speculative_tokens": 0, "prompt_lookup_max": 3},
+            "num_speculative_tokens=0 must be >= 1",
+        ),
+        (
+            {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 2, "prompt_lookup_min": 3},
+            "prompt_lookup_max=2 must be >= prompt_lookup_min (3)",
+        ),
+        (
+            {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 2, "model": "x"},
+            "does not take: model",
+        ),
+        ("[1, 2]", "must be a JSON object"),
+    ],
+)
 def test_a_speculative_config_that_cannot_work_is_refused_naming_the_option(given, complaint):
     with pytest.raises(ConfigError) as refused:
         EngineConfig(speculative_config=given)
@@ -127,15 +143,18 @@ def test_serve_reads_the_option_into_the_engine_config(llama_dir):
     assert engine_config(parse_args(["serve"])).speculative_config is None
 
 
-@pytest.mark.parametrize(("tokens", "lookup", "count", "expected"), [
-    ([1, 2, 3, 9, 1, 2, 3, 8, 5, 2, 3], (1, 3), 2, (8, 5)),  # the most recent earlier "2 3" is followed by 8
-    ([4, 2, 3, 7, 1, 2, 3, 8, 5, 1, 2, 3], (1, 3), 3, (8, 5, 1)),  # the longest n first: "1 2 3"
-    ([1, 2, 3, 4, 5, 6], (1, 2), 3, ()),  # no earlier occurrence
-    ([7, 7, 7, 7], (1, 2), 5, (7,) * 5),  # one token back: the copy overlaps what it produces
-    ([1, 2, 3, 1, 2, 3, 1], (2, 2), 5, (2, 3, 1, 2, 3)),  # "3 1" three back: period 3 goes on
-    ([1, 2, 9, 1, 2], (3, 3), 2, ()),  # shorter than prompt_lookup_min matches nothing
-    ([256, 1, 0, 0, 1], (1, 1), 2, (0, 0)),  # a byte match across token boundaries is not a match
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("tokens", "lookup", "count", "expected"),
+    [
+        ([1, 2, 3, 9, 1, 2, 3, 8, 5, 2, 3], (1, 3), 2, (8, 5)),  # the most recent earlier "2 3" is followed by 8
+        ([4, 2, 3, 7, 1, 2, 3, 8, 5, 1, 2, 3], (1, 3), 3, (8, 5, 1)),  # the longest n first: "1 2 3"
+        ([1, 2, 3, 4, 5, 6], (1, 2), 3, ()),  # no earlier occurrence
+        ([7, 7, 7, 7], (1, 2), 5, (7,) * 5),  # one token back: the copy overlaps what it produces
+        ([1, 2, 3, 1, 2, 3, 1], (2, 2), 5, (2, 3, 1, 2, 3)),  # "3 1" three back: period 3 goes on
+        ([1, 2, 9, 1, 2], (3, 3), 2, ()),  # shorter than prompt_lookup_min matches nothing
+        ([256, 1, 0, 0, 1], (1, 1), 2, (0, 0)),  # a byte match across token boundaries is not a match
+    ],
+)
 def test_the_proposer_continues_the_most_recent_earlier_occurrence_of_the_last_ngram(tokens, lookup, count, expected):
     assert continuation(tokens, *lookup, count) == expected
 
@@ -198,10 +217,13 @@ def _target(row: torch.Tensor, params: SamplingParams) -> dict[int, float]:
     return dict(zip(order.tolist(), (probs[order] / probs[order].sum()).tolist()))
 
 
-@pytest.mark.parametrize("params", [
-    SamplingParams(temperature=0.8),
-    SamplingParams(temperature=1.0, top_k=6, top_p=0.9),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(temperature=0.8),
+        SamplingParams(temperature=1.0, top_k=6, top_p=0.9),
+    ],
+)
 def test_verified_tokens_follow_the_distribution_plain_sampling_draws(params):
     torch.manual_seed(0)
     vocab, n = 50, 6000
@@ -225,8 +247,10 @@ def test_a_verification_row_is_penalised_for_the_drafts_before_it():
     logits = torch.zeros(2, vocab)
     logits[:, 3], logits[1, 5] = 4.0, 3.8  # row 1 prefers 3 by 0.2, unless 3 was drafted before it
     sampler = Sampler(vocab, lambda _: NO_BREAKERS, cpu_ops())
-    plain, penalised = (Sequence(n, [1, 2], SamplingParams(temperature=0, presence_penalty=p)) for n, p in
-                        (("plain", 0.0), ("penalised", 0.5)))  # fmt: skip
+    plain, penalised = (
+        Sequence(n, [1, 2], SamplingParams(temperature=0, presence_penalty=p))
+        for n, p in (("plain", 0.0), ("penalised", 0.5))
+    )
     assert sampler.verify(logits.clone(), [plain], [(3,)]) == [[3, 3]]
     assert sampler.verify(logits.clone(), [penalised], [(3,)]) == [[3, 5]]
     assert sampler.verify(logits.clone(), [penalised], [(4,)]) == [[3]]  # refused at once: the argmax replaces it
@@ -239,8 +263,12 @@ def _same(plain: Engine, fast: Engine, prompts: list, params: SamplingParams | l
     """Both engines' completions, asserted equal token for token (text and finish reason too)."""
     want, got = plain.generate(prompts, params), fast.generate(prompts, params)
     for a, b in zip(want, got):
-        assert (b.token_ids, b.text, b.finish_reason, b.stop_string) == (a.token_ids, a.text, a.finish_reason,
-                                                                         a.stop_string)  # fmt: skip
+        assert (b.token_ids, b.text, b.finish_reason, b.stop_string) == (
+            a.token_ids,
+            a.text,
+            a.finish_reason,
+            a.stop_string,
+        )
         assert a.draft_tokens == 0 and b.accepted_draft_tokens <= b.draft_tokens
     return got
 
@@ -262,8 +290,14 @@ def test_copying_models_accept_drafts_and_match_transformers(make, copying, mode
     reference = transformers.AutoModelForCausalLM.from_pretrained(copying[model]).eval()
     prompt = _cycle_prompt(engine)
     [out] = engine.generate([prompt], GREEDY)
-    want = reference.generate(torch.tensor([prompt]), max_new_tokens=GREEDY.max_tokens, do_sample=False,
-                              min_new_tokens=GREEDY.max_tokens, eos_token_id=None, pad_token_id=0)  # fmt: skip
+    want = reference.generate(
+        torch.tensor([prompt]),
+        max_new_tokens=GREEDY.max_tokens,
+        do_sample=False,
+        min_new_tokens=GREEDY.max_tokens,
+        eos_token_id=None,
+        pad_token_id=0,
+    )
     assert list(out.token_ids) == want[0, len(prompt) :].tolist()
     assert out.accepted_draft_tokens > 0
     if model == "steered":

@@ -35,9 +35,21 @@ STABLE = {"support": (PROJECT,), "scheduler": (WORKSPACE, EXAMPLE_START), "coder
 """The bytes of each family that look volatile but are the same on every call."""
 
 _TOPICS = (
-    "billing", "invoices", "refunds", "single sign-on", "API keys", "rate limits", "webhooks", "exports",
-    "data retention", "audit logs", "seat management", "the mobile app", "the status page", "outages",
-)  # fmt: skip
+    "billing",
+    "invoices",
+    "refunds",
+    "single sign-on",
+    "API keys",
+    "rate limits",
+    "webhooks",
+    "exports",
+    "data retention",
+    "audit logs",
+    "seat management",
+    "the mobile app",
+    "the status page",
+    "outages",
+)
 
 
 def _rules(family: str, count: int) -> str:
@@ -61,21 +73,35 @@ def _function(name: str, description: str, properties: dict[str, Any]) -> dict[s
 
 TOOLS = {
     "support": [
-        _function("create_ticket", "Open a ticket in the tracker for the user's issue.", {"title": {"type": "string"}, "body": {"type": "string"}}),
-        _function("search_articles", "Search the help centre and return the best articles.", {"query": {"type": "string"}}),
+        _function(
+            "create_ticket",
+            "Open a ticket in the tracker for the user's issue.",
+            {"title": {"type": "string"}, "body": {"type": "string"}},
+        ),
+        _function(
+            "search_articles", "Search the help centre and return the best articles.", {"query": {"type": "string"}}
+        ),
     ],
     "scheduler": [
-        _function("book_meeting", "Book a meeting on the shared calendar.", {
-            "start": {"type": "string", "description": f"ISO 8601 start, e.g. {EXAMPLE_START}"},
-            "minutes": {"type": "integer", "description": "Length in minutes, 15 to 240."},
-        }),
-        _function("find_slots", "List free slots of the given people.", {"people": {"type": "array", "items": {"type": "string"}}}),
+        _function(
+            "book_meeting",
+            "Book a meeting on the shared calendar.",
+            {
+                "start": {"type": "string", "description": f"ISO 8601 start, e.g. {EXAMPLE_START}"},
+                "minutes": {"type": "integer", "description": "Length in minutes, 15 to 240."},
+            },
+        ),
+        _function(
+            "find_slots",
+            "List free slots of the given people.",
+            {"people": {"type": "array", "items": {"type": "string"}}},
+        ),
     ],
     "coder": [
         _function("read_file", "Read a file of the repository.", {"path": {"type": "string"}}),
         _function("run_tests", "Run the test suite, or the tests matching a pattern.", {"pattern": {"type": "string"}}),
     ],
-}  # fmt: skip
+}
 
 
 def _system(family: str, changing: dict[str, str]) -> str:
@@ -139,12 +165,18 @@ def _tool_step(family: str, task: int, step: int, rng: random.Random) -> list[di
     name = TOOLS[family][step % 2]["function"]["name"]
     call_id = f"call_{family}_{task}_{step}"
     arguments = json.dumps({"query": f"{rng.choice(_TOPICS)} for account {rng.randint(1000, 9999)}"})
-    lines = [f"- {rng.choice(_TOPICS)}: {rng.randint(1, 500)} matching records, last updated {rng.randint(1, 28)} days ago"
-             for _ in range(rng.randint(20, 45))]  # fmt: skip
+    lines = [
+        f"- {rng.choice(_TOPICS)}: {rng.randint(1, 500)} matching records, last updated {rng.randint(1, 28)} days ago"
+        for _ in range(rng.randint(20, 45))
+    ]
     return [
-        {"role": "assistant", "content": None, "tool_calls": [{"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}],
+        },
         {"role": "tool", "tool_call_id": call_id, "content": "\n".join(lines)},
-    ]  # fmt: skip
+    ]
 
 
 def workload(tasks_per_family: int = 8, seed: int = 0) -> list[WorkloadCall]:
@@ -163,11 +195,17 @@ def workload(tasks_per_family: int = 8, seed: int = 0) -> list[WorkloadCall]:
             now += datetime.timedelta(seconds=rng.randint(1, 30))
             changing = _changing(family, rng, now)
             note = "\n".join([NOTE_OPEN, *_moved_words(changing), NOTE_CLOSE])
-            calls.append(WorkloadCall(
-                family,
-                caller=[{"role": "system", "content": _system(family, changing)}, *history],
-                ideal=[{"role": "system", "content": _stable_system(family)}, *history, {"role": "user", "content": note}],
-            ))  # fmt: skip
+            calls.append(
+                WorkloadCall(
+                    family,
+                    caller=[{"role": "system", "content": _system(family, changing)}, *history],
+                    ideal=[
+                        {"role": "system", "content": _stable_system(family)},
+                        *history,
+                        {"role": "user", "content": note},
+                    ],
+                )
+            )
             if step < len(steps):
                 history = [*history, *steps[step]]
     return calls

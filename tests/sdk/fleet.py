@@ -31,8 +31,13 @@ def start_worker(simulator: Any, worker: int, **arguments: Any) -> subprocess.Po
     arguments = {"base_url": simulator.openai_base_url, "worker": worker, **arguments}
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as file:
         json.dump(arguments, file)
-    return subprocess.Popen([sys.executable, "-m", "tests.sdk.fleet_worker", file.name], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.sdk.fleet_worker", file.name],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def results(workers: list[subprocess.Popen[str]]) -> list[dict[str, Any]]:
@@ -58,8 +63,13 @@ def fan_out(simulator: Any, state: RedisServer | None) -> list[dict[str, Any]]:
     the leader (with in-process state: each worker's) held in prefill until every follower waits."""
     release = threading.Event()
     simulator.hold(release, times=1 if state is not None else WORKERS)
-    arguments = {"task": "fanout", "system": shared_prefix(PREFIX_TOKENS), "n": PER_WORKER, "policy": {"fanout": "warm"},
-                 "state": state.url_bounded(PATIENT_SECONDS) if state is not None else "memory"}  # fmt: skip
+    arguments = {
+        "task": "fanout",
+        "system": shared_prefix(PREFIX_TOKENS),
+        "n": PER_WORKER,
+        "policy": {"fanout": "warm"},
+        "state": state.url_bounded(PATIENT_SECONDS) if state is not None else "memory",
+    }
     workers = [start_worker(simulator, worker, **arguments) for worker in range(WORKERS)]
     if state is not None:
         until(lambda: simulator.held == 1 and listeners(state) == WORKERS * PER_WORKER - 1)

@@ -46,8 +46,12 @@ def main(arguments: dict[str, Any]) -> None:
     exporter, provider = InMemorySpanExporter(), TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     policy = sdk.Policy(retries=0, **arguments.get("policy", {}))
-    client = sdk.wrap(openai.OpenAI(base_url=arguments["base_url"], api_key="fleet-key", max_retries=0), policy,
-                      tracer_provider=provider, state=arguments.get("state"))  # fmt: skip
+    client = sdk.wrap(
+        openai.OpenAI(base_url=arguments["base_url"], api_key="fleet-key", max_retries=0),
+        policy,
+        tracer_provider=provider,
+        state=arguments.get("state"),
+    )
     system, n = arguments["system"], arguments["n"]
     answers: list[dict[str, Any]] = []
     if arguments["task"] == "fanout":
@@ -68,10 +72,14 @@ def main(arguments: dict[str, Any]) -> None:
         for index in range(n):
             answers.append(_answer(client, systems[index], f"Ticket {arguments['worker']}.{index}: help."))
     spans = [
-        {key: value if isinstance(value, (str, int, float, bool)) else list(value)
-         for key, value in (span.attributes or {}).items() if key.startswith("kvwise.")}
-        for span in exporter.get_finished_spans() if span.kind.name == "CLIENT"
-    ]  # fmt: skip
+        {
+            key: value if isinstance(value, (str, int, float, bool)) else list(value)
+            for key, value in (span.attributes or {}).items()
+            if key.startswith("kvwise.")
+        }
+        for span in exporter.get_finished_spans()
+        if span.kind.name == "CLIENT"
+    ]
     print(json.dumps({"answers": answers, "spans": spans}), flush=True)
 
 

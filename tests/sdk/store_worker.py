@@ -35,9 +35,10 @@ def main(spec: dict[str, Any]) -> list[dict[str, Any]]:
     client = sdk.wrap(bare, sdk.Policy(retries=0), tracer_provider=provider, state=spec.get("state"))
     for system in spec["systems"]:
         client.chat.completions.create(
-            model="gpt-5.4", max_tokens=16,
+            model="gpt-5.4",
+            max_tokens=16,
             messages=[{"role": "system", "content": system}, {"role": "user", "content": "Which build is this?"}],
-        )  # fmt: skip
+        )
     spans = [dict(span.attributes or {}) for span in exporter.get_finished_spans()]
     return [{name: span.get(attribute) for name, attribute in FACTS.items()} for span in spans]
 

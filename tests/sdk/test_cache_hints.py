@@ -199,8 +199,13 @@ def test_the_last_turn_mark_of_a_growing_anthropic_conversation_sits_on_its_last
     loop = [question, {"role": "assistant", "content": [tool_use]}, {"role": "user", "content": [tool_result]}]
     sent = []
     for messages in (loop[:1], loop):
-        kwargs = {"model": "claude-sonnet-5", "max_tokens": 10, "tools": TOOLS, "system": f"Request ID: 7f3c9a2e41\n{LONG_SYSTEM}",
-                  "messages": messages}  # fmt: skip
+        kwargs = {
+            "model": "claude-sonnet-5",
+            "max_tokens": 10,
+            "tools": TOOLS,
+            "system": f"Request ID: 7f3c9a2e41\n{LONG_SYSTEM}",
+            "messages": messages,
+        }
         call = adapter.to_call(json.loads(json.dumps(kwargs)), Provider.ANTHROPIC)
         canonicalize(call, sdk.Policy(), adapter)  # no family memory: the request id moves
         place_cache_hints(call, sdk.Policy(), adapter)
@@ -233,8 +238,13 @@ def test_a_callers_mark_at_the_end_of_its_text_does_not_stand_in_for_the_last_tu
         "text": "First question " * 300,
         "cache_control": {"type": "ephemeral"},
     }  # pydantic-ai's anthropic_cache
-    kwargs = {"model": "claude-sonnet-5", "max_tokens": 10, "tools": TOOLS, "system": f"Request ID: 7f3c9a2e41\n{LONG_SYSTEM}",
-              "messages": [{"role": "user", "content": [marked]}]}  # fmt: skip
+    kwargs = {
+        "model": "claude-sonnet-5",
+        "max_tokens": 10,
+        "tools": TOOLS,
+        "system": f"Request ID: 7f3c9a2e41\n{LONG_SYSTEM}",
+        "messages": [{"role": "user", "content": [marked]}],
+    }
     call = adapter.to_call(json.loads(json.dumps(kwargs)), Provider.ANTHROPIC)
     canonicalize(call, sdk.Policy(), adapter)  # no family memory: the request id moves
     place_cache_hints(call, sdk.Policy(), adapter)
@@ -260,8 +270,13 @@ def test_the_tail_note_is_never_marked_the_last_turns_mark_sits_on_the_block_bef
             if grown
             else [user]
         )
-        kwargs = {"model": "claude-sonnet-5", "max_tokens": 10, "tools": TOOLS, "messages": messages,
-                  "system": f"Request ID: {request_id}\nCurrent time: {stamp}\n{LONG_SYSTEM}"}  # fmt: skip
+        kwargs = {
+            "model": "claude-sonnet-5",
+            "max_tokens": 10,
+            "tools": TOOLS,
+            "messages": messages,
+            "system": f"Request ID: {request_id}\nCurrent time: {stamp}\n{LONG_SYSTEM}",
+        }
         call = adapter.to_call(json.loads(json.dumps(kwargs)), Provider.ANTHROPIC)
         canonicalize(call, sdk.Policy(), adapter, families)
         place_cache_hints(call, sdk.Policy(), adapter)

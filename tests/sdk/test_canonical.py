@@ -167,8 +167,11 @@ json_values = st.recursive(
     max_leaves=10,
 )
 any_text = st.one_of(text_strategy, st.tuples(text_strategy, volatile_tokens, text_strategy).map(" ".join))
-API_KEYS = {Api.CHAT: ("messages", "system", "text"), Api.MESSAGES: ("messages", "system", "text"),
-            Api.RESPONSES: ("input", "instructions", "input_text")}  # fmt: skip
+API_KEYS = {
+    Api.CHAT: ("messages", "system", "text"),
+    Api.MESSAGES: ("messages", "system", "text"),
+    Api.RESPONSES: ("input", "instructions", "input_text"),
+}
 METHODS = {Api.CHAT: "chat.completions.create", Api.MESSAGES: "messages.create", Api.RESPONSES: "responses.create"}
 STRUCTURE_KEYS = frozenset({"type", "role", "cache_control", "id", "tool_use_id", "name"})
 

@@ -30,16 +30,27 @@ from tests.sdk.test_telemetry_spans import Otel, otel  # noqa: F401
 
 CLAUDE, GPT = "claude-sonnet-4-6", "gpt-5.4"
 PAST_5M_TTL_S = 301.0
-TURNS = [{"role": "user", "content": "What is prefill?"}, {"role": "assistant", "content": "The pass over the prompt."},
-         {"role": "user", "content": "And decode?"}]  # fmt: skip
+TURNS = [
+    {"role": "user", "content": "What is prefill?"},
+    {"role": "assistant", "content": "The pass over the prompt."},
+    {"role": "user", "content": "And decode?"},
+]
 
 
 def _misses(otel: Otel) -> list[tuple[Any, Any, Any]]:
     """Per call span: (expected, missed, cause), None where the call read what it should."""
     return [
-        tuple((span.attributes or {}).get(name) for name in (sc.KVWISE_CACHE_EXPECTED_READ_TOKENS, sc.KVWISE_CACHE_MISSED_TOKENS, sc.KVWISE_CACHE_MISS_CAUSE))
-        for span in otel.spans() if span.name.startswith("chat ")
-    ]  # fmt: skip
+        tuple(
+            (span.attributes or {}).get(name)
+            for name in (
+                sc.KVWISE_CACHE_EXPECTED_READ_TOKENS,
+                sc.KVWISE_CACHE_MISSED_TOKENS,
+                sc.KVWISE_CACHE_MISS_CAUSE,
+            )
+        )
+        for span in otel.spans()
+        if span.name.startswith("chat ")
+    ]
 
 
 def _missed_counter(otel: Otel) -> dict[str, int]:

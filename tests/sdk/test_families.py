@@ -184,9 +184,13 @@ def test_warn_mode_reports_what_would_move_and_moves_nothing():
 
 CHAT_LOOP = [
     {"role": "user", "content": "Book a meeting with Ana."},
-    {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "book", "arguments": "{}"}}]},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "book", "arguments": "{}"}}],
+    },
     {"role": "tool", "tool_call_id": "c1", "content": "booked"},
-]  # fmt: skip
+]
 RESPONSES_LOOP = [
     {"role": "user", "content": "Book a meeting with Ana."},
     {"type": "function_call", "call_id": "c1", "name": "book", "arguments": "{}"},
@@ -285,14 +289,25 @@ def test_a_value_constant_within_conversations_goes_to_the_first_turns_note_one_
     conversation, tail = _note(f"Request ID: {next_id}"), _note(f"Current time: {stamps[2]}")
     assert "Request ID" not in json.dumps(second.system) and "Current time" not in json.dumps(second.system)
     if api is Api.MESSAGES:  # blocks of their own: the conversation's note, then the tail note
-        assert first.messages == [{"role": "user", "content": [
-            {"type": "text", "text": loop[0]["content"]}, {"type": "text", "text": conversation}, {"type": "text", "text": tail}]}]  # fmt: skip
+        assert first.messages == [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": loop[0]["content"]},
+                    {"type": "text", "text": conversation},
+                    {"type": "text", "text": tail},
+                ],
+            }
+        ]
         assert second.messages[:2] == [{"role": "user", "content": first.messages[0]["content"][:2]}, loop[1]]
         assert second.messages[2] == {"role": "user", "content": [*loop[2]["content"], {"type": "text", "text": tail}]}
     else:  # after the text, each after a blank line; after the tool's output a user turn of its own
         assert first.messages == [{"role": "user", "content": f"{loop[0]['content']}\n\n{conversation}\n\n{tail}"}]
-        assert second.messages == [{"role": "user", "content": f"{loop[0]['content']}\n\n{conversation}"}, *loop[1:],
-                                   {"role": "user", "content": tail}]  # fmt: skip
+        assert second.messages == [
+            {"role": "user", "content": f"{loop[0]['content']}\n\n{conversation}"},
+            *loop[1:],
+            {"role": "user", "content": tail},
+        ]
 
 
 RULES = "\n".join(f"{n}. Rule {n}: keep the answer to what the user asked about topic {n}." for n in range(1, 9))
@@ -376,8 +391,14 @@ def test_a_line_learnt_in_one_run_moves_from_the_next_run_of_another_process_thr
     root = Path(__file__).resolve().parents[2]
     lines = [f"Working directory: /tmp/agent-177374053351{n}-k3f9q{n}" for n in range(3)]
     for line in lines:  # one call per process, as a CLI agent started once per task; the cache directory is shared
-        spec = {"package": "openai", "base_url": simulator.openai_base_url, "model": "gpt-5.4", "wrap": True,
-                "system": _agent(str(uuid.uuid4()), [line]), "user": "Hello"}  # fmt: skip
+        spec = {
+            "package": "openai",
+            "base_url": simulator.openai_base_url,
+            "model": "gpt-5.4",
+            "wrap": True,
+            "system": _agent(str(uuid.uuid4()), [line]),
+            "user": "Hello",
+        }
         out = subprocess.run(
             [sys.executable, "-m", "tests.sdk.one_call", json.dumps(spec)], cwd=root, capture_output=True, text=True
         )

@@ -52,8 +52,14 @@ def test_prompt_renders_tiers_in_canonical_order_for_anthropic_with_breakpoints(
     assert [tool["name"] for tool in kwargs["tools"]] == ["aa", "zz"]
     assert kwargs["system"][0]["text"] == LONG_SYSTEM and "cache_control" in kwargs["system"][-1]
     final = kwargs["messages"][-1]["content"]  # the user content, then the note ending it (tools offered: marked)
-    assert final == [{"type": "text", "text": "Summarise."},
-                     {"type": "text", "text": f"{NOTE_OPEN}\nRequest ID: {UUID}\n{NOTE_CLOSE}", "cache_control": {"type": "ephemeral"}}]  # fmt: skip
+    assert final == [
+        {"type": "text", "text": "Summarise."},
+        {
+            "type": "text",
+            "text": f"{NOTE_OPEN}\nRequest ID: {UUID}\n{NOTE_CLOSE}",
+            "cache_control": {"type": "ephemeral"},
+        },
+    ]
     assert kwargs["messages"][0]["content"] == "earlier"
 
 

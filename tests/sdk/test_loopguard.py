@@ -377,12 +377,25 @@ def test_structured_output_is_read_from_every_api_s_parameters(params: dict, exp
     assert wants_structured_output(params) is expected
 
 
-@pytest.mark.parametrize(("api", "kwargs"), [
-    (Api.CHAT, {"model": "m", "messages": [{"role": "user", "content": "q"}], "response_format": {"type": "json_object"}}),
-    (Api.RESPONSES, {"model": "m", "input": "q", "text": {"format": {"type": "json_object"}}}),
-    (Api.MESSAGES, {"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "q"}],
-                    "output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}}}),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("api", "kwargs"),
+    [
+        (
+            Api.CHAT,
+            {"model": "m", "messages": [{"role": "user", "content": "q"}], "response_format": {"type": "json_object"}},
+        ),
+        (Api.RESPONSES, {"model": "m", "input": "q", "text": {"format": {"type": "json_object"}}}),
+        (
+            Api.MESSAGES,
+            {
+                "model": "m",
+                "max_tokens": 64,
+                "messages": [{"role": "user", "content": "q"}],
+                "output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}},
+            },
+        ),
+    ],
+)
 def test_the_detector_made_for_a_json_call_lets_a_long_json_array_through(api: Api, kwargs: dict) -> None:
     array = "[" + "0, " * 400 + "0]"
     call = adapter_for(api).to_call(dict(kwargs), Provider.OPENAI)

@@ -84,11 +84,22 @@ async def test_the_issues_support_bot_keeps_its_rules_in_the_system_prompt_throu
     [entry] = [entry for entry in CORPUS if entry.name.startswith("the issue's")]
     wrapped = sdk.wrap(anthropic_client)
     for values in (VALUES, OTHER_VALUES):
-        await resolve(wrapped.messages.create(model="claude-sonnet-4-6", max_tokens=64, system=entry.prompt(values),
-                                              messages=[{"role": "user", "content": "Bonjour"}]))  # fmt: skip
+        await resolve(
+            wrapped.messages.create(
+                model="claude-sonnet-4-6",
+                max_tokens=64,
+                system=entry.prompt(values),
+                messages=[{"role": "user", "content": "Bonjour"}],
+            )
+        )
     body = simulator.requests[-1].body
     assert body["system"] == entry.kept  # "Always reply in French and never mention prices.": in place
-    assert body["messages"] == [{"role": "user", "content": [  # the note: a block of its own after the caller's text, no turn added
-        {"type": "text", "text": "Bonjour"},
-        {"type": "text", "text": f"{NOTE_OPEN}\nCurrent date: {OTHER_VALUES['date']}.\n{NOTE_CLOSE}"},
-    ]}]  # fmt: skip
+    assert body["messages"] == [
+        {
+            "role": "user",
+            "content": [  # the note: a block of its own after the caller's text, no turn added
+                {"type": "text", "text": "Bonjour"},
+                {"type": "text", "text": f"{NOTE_OPEN}\nCurrent date: {OTHER_VALUES['date']}.\n{NOTE_CLOSE}"},
+            ],
+        }
+    ]

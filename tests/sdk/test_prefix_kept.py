@@ -99,8 +99,9 @@ def test_lint_names_a_changing_line_the_family_has_shown(simulator, state):
     assert found.where == "system[0]" and "'Working directory: /home/eve/ops'" in found.message
     assert f"from byte {len(HEAD)}" in found.message and "sdk.wrap moves it" in found.message
     [alone] = [
-        f for f in sdk.lint(_kwargs(_system("/home/eve/ops"), user=False), "openai", client=bare, state=state)
+        f
+        for f in sdk.lint(_kwargs(_system("/home/eve/ops"), user=False), "openai", client=bare, state=state)
         if f.code is FindingCode.CHANGING_LINE
-    ]  # fmt: skip
+    ]
     assert "cannot move it" in alone.message  # no user turn to carry the note
     assert not [f for f in sdk.lint(call, "openai") if f.code is FindingCode.CHANGING_LINE]  # no client: no memory read

@@ -113,16 +113,22 @@ async def _anthropic_run(client: Any, simulator: Any, request_id: str) -> list[U
     cached: list[Usage] = []
     for step in range(CALLS):
         _script(simulator, step)
-        message = await resolve(client.messages.create(
-            model=CLAUDE, max_tokens=256, system=system, tools=CLAUDE_TOOLS, messages=_marked_last(messages)))  # fmt: skip
+        message = await resolve(
+            client.messages.create(
+                model=CLAUDE, max_tokens=256, system=system, tools=CLAUDE_TOOLS, messages=_marked_last(messages)
+            )
+        )
         usage = message.usage
         read = usage.cache_read_input_tokens or 0
         cached.append((read, usage.input_tokens + read + (usage.cache_creation_input_tokens or 0)))
         uses = [block for block in message.content if block.type == "tool_use"]
         if uses:
             results = [{"type": "tool_result", "tool_use_id": use.id, "content": f"sunny, day {step}"} for use in uses]
-            messages = [*messages, {"role": "assistant", "content": [block.model_dump(exclude_none=True) for block in message.content]},
-                        {"role": "user", "content": results}]  # fmt: skip
+            messages = [
+                *messages,
+                {"role": "assistant", "content": [block.model_dump(exclude_none=True) for block in message.content]},
+                {"role": "user", "content": results},
+            ]
     return cached
 
 

@@ -163,8 +163,13 @@ async def test_a_streamed_raw_response_dropped_unparsed_ends_the_clients_own_spa
     cls = anthropic.Anthropic if mode == "sync" else anthropic.AsyncAnthropic
     for make in (lambda client: client, sdk.wrap):
         otel.spans_exporter.clear()
-        client = make(cls(base_url=simulator.anthropic_base_url, api_key="test-key",
-                          open_telemetry={"tracer_provider": otel.tracer_provider}))  # fmt: skip
+        client = make(
+            cls(
+                base_url=simulator.anthropic_base_url,
+                api_key="test-key",
+                open_telemetry={"tracer_provider": otel.tracer_provider},
+            )
+        )
         raw = await resolve(_create(client, "anthropic", "with_raw_response", stream=True))
         assert otel.spans() == ()  # the body is not read: the call is not over
         del raw

@@ -82,8 +82,10 @@ def _figure(shares: dict[str, float]) -> str:
 
 def _report(name: str, bare: dict[str, float], wrapped: dict[str, float]) -> None:
     worst = sorted(wrapped, key=wrapped.__getitem__)[:5]
-    print(f"\n{name}: bare {_figure(bare)}, wrapped {_figure(wrapped)}; worst wrapped: "
-          + ", ".join(f"{key} {wrapped[key]:.1%}" for key in worst))  # fmt: skip
+    print(
+        f"\n{name}: bare {_figure(bare)}, wrapped {_figure(wrapped)}; worst wrapped: "
+        + ", ".join(f"{key} {wrapped[key]:.1%}" for key in worst)
+    )
 
 
 def test_same_user_next_day_keeps_the_prefix_on_first_sight(results):

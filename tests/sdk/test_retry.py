@@ -197,8 +197,14 @@ async def test_a_stream_that_anthropics_middleware_made_from_bytes_reads_as_it_d
         def answer(request: Any, body: bytes) -> Any:
             cls = anthropic.APIResponse if mode == "sync" else anthropic.AsyncAPIResponse
             raw = httpx2.Response(200, content=body, headers={"content-type": "text/event-stream"})
-            return cls(raw=raw, cast_to=request.cast_to, client=made, stream=True,
-                       stream_cls=request.stream_cls, options=request.options)  # fmt: skip
+            return cls(
+                raw=raw,
+                cast_to=request.cast_to,
+                client=made,
+                stream=True,
+                stream_cls=request.stream_cls,
+                options=request.options,
+            )
 
         if mode == "sync":
 

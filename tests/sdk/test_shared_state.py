@@ -130,8 +130,12 @@ def test_an_adaptive_cap_appears_once_the_fleet_has_enough_answers(
     simulator.reply = " word" * 20
     system = "You label support tickets with one word. " * 40
     state, shared = _state(store, where)
-    arguments = {"task": "calls", "system": system, "policy": {"adaptive_caps": True, "max_output_tokens": POLICY_CAP},
-                 "state": state}  # fmt: skip
+    arguments = {
+        "task": "calls",
+        "system": system,
+        "policy": {"adaptive_caps": True, "max_output_tokens": POLICY_CAP},
+        "state": state,
+    }
     per_worker = -(-ADAPTIVE_CAP_MIN_CALLS // WORKERS)  # no worker alone has enough
     fleet.results([fleet.start_worker(simulator, worker, n=per_worker, **arguments) for worker in range(WORKERS)])
     [late] = fleet.results([fleet.start_worker(simulator, WORKERS, n=1, **arguments)])
@@ -147,8 +151,13 @@ def test_an_adaptive_cap_appears_once_the_fleet_has_enough_answers(
 def test_no_prompt_text_key_or_answer_reaches_the_store(simulator: Any, store: RedisServer) -> None:
     simulator.reply = "Confidential answer about invoices."
     system = FAMILY.format(uuid.UUID(int=7))
-    arguments = {"task": "calls", "system": [system, FAMILY.format(uuid.UUID(int=8))], "n": 2, "state": store.url_bounded(PATIENT_SECONDS),
-                 "policy": {"adaptive_caps": True, "fanout": "warm"}}  # fmt: skip
+    arguments = {
+        "task": "calls",
+        "system": [system, FAMILY.format(uuid.UUID(int=8))],
+        "n": 2,
+        "state": store.url_bounded(PATIENT_SECONDS),
+        "policy": {"adaptive_caps": True, "fanout": "warm"},
+    }
     fleet.results([fleet.start_worker(simulator, 0, **arguments)])
     fleet.fan_out(simulator, store)
     client = store.client()
@@ -166,8 +175,18 @@ def test_no_prompt_text_key_or_answer_reaches_the_store(simulator: Any, store: R
     kinds = {key.split(b":")[2] for key in client.scan_iter("*")}
     assert {b"family", b"lengths", b"seen", b"latest"} <= kinds  # (cuts: only once a cap is adaptive)
     everything = b"\n".join(stored)
-    for secret in (b"Example Corp", b"support bot", b"Request ID", b"00000000-0000-0000-0000-000000000007", b"rule1",
-                   b"Ticket", b"Confidential", b"invoices", b"fleet-key", b"test-key"):  # fmt: skip
+    for secret in (
+        b"Example Corp",
+        b"support bot",
+        b"Request ID",
+        b"00000000-0000-0000-0000-000000000007",
+        b"rule1",
+        b"Ticket",
+        b"Confidential",
+        b"invoices",
+        b"fleet-key",
+        b"test-key",
+    ):
         assert secret not in everything, secret
 
 

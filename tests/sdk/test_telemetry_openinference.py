@@ -137,11 +137,16 @@ WEATHER_TOOL = {"type": "function", "function": {"name": "weather", "parameters"
 CHAT_TURNS = [
     {"role": "system", "content": "Be brief."},
     {"role": "user", "content": "Weather in Oslo?"},
-    {"role": "assistant", "content": None,
-     "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "weather", "arguments": '{"city":"Oslo"}'}}]},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": '{"city":"Oslo"}'}}
+        ],
+    },
     {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
     {"role": "user", "content": [{"type": "text", "text": "And "}, {"type": "text", "text": "tomorrow?"}]},
-]  # fmt: skip
+]
 ANSWER_CALL = {"type": "tool_call", "id": "c2", "name": "forecast", "arguments": '{"city":"Oslo","day":1}'}
 SECRET_HEADER = "Bearer header-secret-token"
 
@@ -244,16 +249,31 @@ def test_capture_on_writes_an_anthropic_calls_system_tool_use_and_tool_results_a
 ) -> None:
     monkeypatch.delenv(sc.CAPTURE_MESSAGE_CONTENT_ENV, raising=False)
     tool = {"name": "weather", "input_schema": {"type": "object", "properties": {}}}
-    call = make_call(Api.MESSAGES, Provider.ANTHROPIC, model="claude-haiku-4-5", max_tokens=64, system="Be brief.",
-                     tools=[tool], messages=[
-        {"role": "user", "content": "Weather in Oslo and Bergen?"},
-        {"role": "assistant", "content": [
-            {"type": "tool_use", "id": "t1", "name": "weather", "input": {"city": "Oslo"}},
-            {"type": "tool_use", "id": "t2", "name": "weather", "input": {"city": "Bergen"}}]},
-        {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "t1", "content": "sunny"},
-            {"type": "tool_result", "tool_use_id": "t2", "content": [{"type": "text", "text": "rain"}]}]},
-    ])  # fmt: skip
+    call = make_call(
+        Api.MESSAGES,
+        Provider.ANTHROPIC,
+        model="claude-haiku-4-5",
+        max_tokens=64,
+        system="Be brief.",
+        tools=[tool],
+        messages=[
+            {"role": "user", "content": "Weather in Oslo and Bergen?"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": "t1", "name": "weather", "input": {"city": "Oslo"}},
+                    {"type": "tool_use", "id": "t2", "name": "weather", "input": {"city": "Bergen"}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "t1", "content": "sunny"},
+                    {"type": "tool_result", "tool_use_id": "t2", "content": [{"type": "text", "text": "rain"}]},
+                ],
+            },
+        ],
+    )
     record = otel.telemetry(Policy(capture_content=True)).start(call, SERVER)
     record.end(CallEnd(Ending.ANSWERED, usage=Usage(input_tokens=40, output_tokens=3), output_text="Sunny, then rain."))
     attributes = _span_attributes(otel)

@@ -140,9 +140,11 @@ def test_calls_succeed_and_no_exception_reaches_the_app_with_telemetry_off_or_it
     endpoint = "off" if telemetry == "off" else f"http://127.0.0.1:{closed_port}"
     result = subprocess.run(
         [sys.executable, "-c", APP, simulator.openai_base_url, endpoint],
-        capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S,
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT_S,
         env={**os.environ, "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": EXPORT_TIMEOUT_S},
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [SIMULATOR_REPLY, SIMULATOR_REPLY]
     assert "Traceback" not in result.stderr
@@ -182,9 +184,11 @@ def test_a_process_exporting_to_a_dead_endpoint_exits_within_the_shutdown_bound_
     started = time.monotonic()
     result = subprocess.run(
         [sys.executable, "-c", EXITING_APP, f"http://127.0.0.1:{port}"],
-        capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S,
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT_S,
         env={**os.environ, "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": SLOW_EXPORT_TIMEOUT_S},
-    )  # fmt: skip
+    )
     elapsed = time.monotonic() - started
     assert result.returncode == 0, result.stderr
     assert "5 of 5 spans were not exported" in result.stderr

@@ -70,12 +70,21 @@ LABELLED = [
     # (line, label, the match: label and value only, the value)
     ("Request ID: 7f3c9a2e41", "Request ID", "Request ID: 7f3c9a2e41", "7f3c9a2e41"),
     ("request_id=req_8f2k1", "request_id", "request_id=req_8f2k1", "req_8f2k1"),
-    ("Trace-Id: 4bf92f3577b34da6a3ce929d0e0e4736", "Trace-Id", "Trace-Id: 4bf92f3577b34da6a3ce929d0e0e4736", "4bf92f3577b34da6a3ce929d0e0e4736"),
+    (
+        "Trace-Id: 4bf92f3577b34da6a3ce929d0e0e4736",
+        "Trace-Id",
+        "Trace-Id: 4bf92f3577b34da6a3ce929d0e0e4736",
+        "4bf92f3577b34da6a3ce929d0e0e4736",
+    ),
     ("X-Request-Id: 12ab", "X-Request-Id", "X-Request-Id: 12ab", "12ab"),
     ("Timestamp: 1732870521", "Timestamp", "Timestamp: 1732870521", "1732870521"),
     ("Current time: 08:55 UTC", "Current time", "Current time: 08:55 UTC", "08:55 UTC"),
-    ("Current date and time: Sunday 29 November, 08:55", "Current date and time",
-     "Current date and time: Sunday 29 November, 08:55", "Sunday 29 November, 08:55"),
+    (
+        "Current date and time: Sunday 29 November, 08:55",
+        "Current date and time",
+        "Current date and time: Sunday 29 November, 08:55",
+        "Sunday 29 November, 08:55",
+    ),
     ("Date: 2026-11-29", "Date", "Date: 2026-11-29", "2026-11-29"),
     ("Today's date: 29 November 2026", "Today's date", "Today's date: 29 November 2026", "29 November 2026"),
     ("Session: 48213", "Session", "Session: 48213", "48213"),
@@ -84,9 +93,13 @@ LABELLED = [
     ("- **Request ID:** 7f3c9a2e41", "Request ID", "**Request ID:** 7f3c9a2e41", "7f3c9a2e41"),
     ("    Correlation-ID: 42-17", "Correlation-ID", "Correlation-ID: 42-17", "42-17"),
     ("session_id=8812 user=alice path=/v1/chat", "session_id", "session_id=8812", "8812"),
-    ("Current time: Sun Nov 29 08:55:21 UTC 2026 (server clock)", "Current time",
-     "Current time: Sun Nov 29 08:55:21 UTC 2026", "Sun Nov 29 08:55:21 UTC 2026"),
-]  # fmt: skip
+    (
+        "Current time: Sun Nov 29 08:55:21 UTC 2026 (server clock)",
+        "Current time",
+        "Current time: Sun Nov 29 08:55:21 UTC 2026",
+        "Sun Nov 29 08:55:21 UTC 2026",
+    ),
+]
 
 
 @pytest.mark.parametrize(("line", "label", "text", "value"), LABELLED)
@@ -291,9 +304,38 @@ VOLATILE_SAMPLES = [
 ]
 
 words = st.sampled_from(
-    ["the", "cache", "prefix", "tokens", "a", "(", ")", "[", "]", ",", ".", ":", " ", "  ", "\n", "\t", "-",
-     "v1.2.3", "$19.99", "2019-05-01", "08:55", "id", "x=1", "Date", "Request ID:", "0x", "ff", "ABC", "42"]
-)  # fmt: skip
+    [
+        "the",
+        "cache",
+        "prefix",
+        "tokens",
+        "a",
+        "(",
+        ")",
+        "[",
+        "]",
+        ",",
+        ".",
+        ":",
+        " ",
+        "  ",
+        "\n",
+        "\t",
+        "-",
+        "v1.2.3",
+        "$19.99",
+        "2019-05-01",
+        "08:55",
+        "id",
+        "x=1",
+        "Date",
+        "Request ID:",
+        "0x",
+        "ff",
+        "ABC",
+        "42",
+    ]
+)
 pieces = st.one_of(words, words, words, st.sampled_from(VOLATILE_SAMPLES), st.text(max_size=12))
 texts = st.lists(pieces, max_size=40).map("".join)
 

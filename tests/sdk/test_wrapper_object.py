@@ -143,8 +143,11 @@ def _methods(client: Any) -> list[tuple[str, Any, Any]]:
             live, proxy = client, wrapped
             for part in (*path[:-1], *form, path[-1]) if form else path:
                 live, proxy = getattr(live, part, None), getattr(proxy, part, None)
-            found += [(".".join((*path, *form, spec.method)), getattr(live, spec.method), getattr(proxy, spec.method))
-                      for spec in specs if live is not None and hasattr(live, spec.method)]  # fmt: skip
+            found += [
+                (".".join((*path, *form, spec.method)), getattr(live, spec.method), getattr(proxy, spec.method))
+                for spec in specs
+                if live is not None and hasattr(live, spec.method)
+            ]
     found += [
         (name, getattr(client, name), getattr(wrapped, name))
         for name in sorted(TOP_NAMES - {"with_raw_response", "with_streaming_response"})

@@ -160,8 +160,14 @@ class ToolCallResponsesEncoder(ResponsesEncoder):
     def _item(self, done: bool) -> dict[str, Any]:
         status = "completed" if done else "in_progress"
         arguments = self._outcome.decoded.text if done else ""
-        return {"id": self._item_id, "type": "function_call", "call_id": self._call_id, "name": self._tool,
-                "arguments": arguments, "status": status}  # fmt: skip
+        return {
+            "id": self._item_id,
+            "type": "function_call",
+            "call_id": self._call_id,
+            "name": self._tool,
+            "arguments": arguments,
+            "status": status,
+        }
 
     def opening(self) -> list[SseEvent]:
         return [
@@ -185,7 +191,7 @@ class ToolCallResponsesEncoder(ResponsesEncoder):
                 output_index=0,
                 arguments=arguments,
                 name=self._tool,
-            ),  # fmt: skip
+            ),
             self._event("response.output_item.done", output_index=0, item=self._item(done=True)),
             self._event(final, response=self._response(done=True)),
         ]

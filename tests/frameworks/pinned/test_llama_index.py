@@ -42,16 +42,22 @@ async def test_the_sync_tool_calling_loop_reads_at_least_the_bare_clients_cache(
         start = len(sim.reads)
         llm = OpenAI(model=MODEL, api_key="test-key", api_base=sim.openai_base_url, max_retries=0, openai_client=client)
         tool = FunctionTool.from_defaults(get_weather)
-        history = [ChatMessage(role="system", content=instructions),
-                   ChatMessage(role="user", content=f"{DOCUMENT}\n\n{QUESTION}")]  # fmt: skip
+        history = [
+            ChatMessage(role="system", content=instructions),
+            ChatMessage(role="user", content=f"{DOCUMENT}\n\n{QUESTION}"),
+        ]
         for _ in range(LOOP_LIMIT):
             response = llm.chat_with_tools([tool], chat_history=history)
             calls = llm.get_tool_calls_from_response(response, error_on_no_tool_call=False)
             if not calls:
                 return ScenarioOutcome(response.message.content, cached=sim.reads_since(start))
             history.append(response.message)
-            history += [ChatMessage(role="tool", content=str(tool(**call.tool_kwargs)),
-                                    additional_kwargs={"tool_call_id": call.tool_id}) for call in calls]  # fmt: skip
+            history += [
+                ChatMessage(
+                    role="tool", content=str(tool(**call.tool_kwargs)), additional_kwargs={"tool_call_id": call.tool_id}
+                )
+                for call in calls
+            ]
         raise AssertionError(f"the loop did not end in {LOOP_LIMIT} calls")
 
     bare, wrapped = await run_pair(

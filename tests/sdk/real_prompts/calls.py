@@ -27,9 +27,10 @@ def main(spec: dict[str, Any]) -> list[dict[str, int]]:
     usage: list[dict[str, int]] = []
     for call in spec["calls"]:
         response = client.chat.completions.create(
-            model=call["model"], max_tokens=16,
+            model=call["model"],
+            max_tokens=16,
             messages=[{"role": "system", "content": call["system"]}, {"role": "user", "content": call["user"]}],
-        )  # fmt: skip
+        )
         assert response.usage is not None
         details = response.usage.prompt_tokens_details
         usage.append({"input": response.usage.prompt_tokens, "cached": (details.cached_tokens if details else 0) or 0})
