@@ -138,15 +138,18 @@ def stream_chat(client: Any, messages: list[dict[str, Any]], **params: Any) -> M
 def cache_section(raw: Any, wrapped: Any, out: Callable[[str], None]) -> list[tuple[Measured, Measured]]:
     """(a) The same questions with a request ID and timestamp at the front of the system prompt."""
     out(
-        "\n(a) Prefix cache on %s: a ~%d-token system prompt that starts with a request ID and a timestamp"
-        % (MODEL, len(SYSTEM_PROMPT) // 4)
+        f"\n(a) Prefix cache on {MODEL}: a ~{len(SYSTEM_PROMPT) // 4}-token system prompt that starts with"
+        " a request ID and a timestamp"
     )
     out(
         f"    {'call':<6}{'unwrapped TTFT ms':>19}{'cached':>8}   {'sdk.wrap TTFT ms':>17}{'cached':>8}   question -> answer"
     )
     rows = []
     for index, question in enumerate(QUESTIONS, start=1):
-        messages = lambda: [{"role": "system", "content": _volatile_system()}, {"role": "user", "content": question}]  # noqa: E731
+        messages = lambda question=question: [  # noqa: E731
+            {"role": "system", "content": _volatile_system()},
+            {"role": "user", "content": question},
+        ]
         plain = stream_chat(raw, messages(), max_tokens=48)
         guarded = stream_chat(wrapped, messages(), max_tokens=48)
         rows.append((plain, guarded))

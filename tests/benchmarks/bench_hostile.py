@@ -237,7 +237,7 @@ def main() -> None:
             print(f"hostile requests, ms to the 400, median (best) of {REQUESTS}")
             for name, body in _bodies().items():
                 path = ROUTE.get(name, "/v1/chat/completions")
-                median, best = refusal_ms(lambda: http.post(path, content=body, headers=JSON))
+                median, best = refusal_ms(lambda path=path, body=body: http.post(path, content=body, headers=JSON))
                 print(f"{name:<22} {len(body) / 1e6:>6.2f} MB {median:>9.1f} ({best:.1f})", flush=True)
                 if name in TARGETED:
                     print(f"  target median < {TARGET_MS:.0f} ms: {'met' if median < TARGET_MS else 'NOT met'}")

@@ -445,7 +445,7 @@ def _rounds(names: tuple[str, ...], common: list[str], rounds: int, processes: i
     workers = [(name, worker) for name, worker in workers if "error" not in results[name]]
     best: dict[int, dict[str, float]] = {}
     for _ in range(rounds):
-        for name, worker in workers:
+        for _name, worker in workers:
             assert worker.stdin is not None and worker.stdout is not None
             worker.stdin.write("round\n")
             worker.stdin.flush()

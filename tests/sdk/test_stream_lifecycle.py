@@ -263,8 +263,8 @@ def test_a_stream_closed_from_another_thread_stops_its_reader_as_the_bare_client
             try:
                 for _ in stream:
                     reading.set()
-            except Exception as error:  # what the reader sees is the subject of the test
-                errors.append(error)
+            except Exception as exc:  # what the reader sees is the subject of the test
+                errors.append(exc)
 
         reader = threading.Thread(target=read)
         reader.start()

@@ -156,8 +156,10 @@ async def test_a_tools_list_the_caller_edits_in_place_reaches_each_turn_sorted_a
         runner.set_messages_params(lambda params, _tools=tools: {**params, "tools": _tools})
         edits = iter(
             (
-                lambda: tools.append({"type": "custom", "name": "beta", "input_schema": {"type": "object"}}),
-                lambda: tools.remove(tools[1]),
+                lambda tools=tools: tools.append(
+                    {"type": "custom", "name": "beta", "input_schema": {"type": "object"}}
+                ),
+                lambda tools=tools: tools.remove(tools[1]),
                 lambda: None,
             )
         )

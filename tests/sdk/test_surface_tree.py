@@ -157,7 +157,7 @@ def test_every_entry_of_the_table_names_a_method_the_clients_have():
         client = CLIENTS[name]()
         package = _package(client)
 
-        def names(path: tuple[str, ...], methods: Iterable[str]) -> bool:
+        def names(path: tuple[str, ...], methods: Iterable[str], client: Any = client, package: str = package) -> bool:
             """Whether the resource at `path` has each method as a function (where the release has them)."""
             resource = client
             for part in path:
