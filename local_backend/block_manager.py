@@ -1,14 +1,14 @@
 """Bookkeeping of the KV block pool: allocation, reference counts, and the prefix cache.
 
-A full block whose KV is computed is named by a hash chain, h_i = H(h_{i-1}, tokens of block i),
-so equal names mean equal prefixes. The chain starts at h_{-1} = root(cache_salt): 0 without a
-salt, else a hash of it, so sequences with different salts (tenants) never share a block, and one
-can never get a cache hit, or a faster first token, from another's prompt (vLLM's `cache_salt`). A sequence admitted with a prompt whose leading blocks are
-already named reuses them (reference count + 1) instead of computing them. A block whose count
-drops to 0 keeps its name and KV as "cached" until the pool needs it: cached blocks are evicted
-least recently released first. With prefix caching off (`enable_prefix_caching=False`) no block
-is ever named: a released block is free at once, and every prompt is computed in full. No tensors
-here; the model runner owns the cache itself.
+A full block whose KV is computed is named by a hash chain, h_i = H(h_{i-1}, tokens of block i), so
+equal names mean equal prefixes. The chain starts at h_{-1} = root(cache_salt): 0 without a salt,
+else a hash of it, so sequences with different salts (tenants) never share a block, and one can
+never get a cache hit, or a faster first token, from another's prompt (vLLM's `cache_salt`). A
+sequence admitted with a prompt whose leading blocks are already named reuses them (reference count
++ 1) instead of computing them. A block whose count drops to 0 keeps its name and KV as "cached"
+until the pool needs it: cached blocks are evicted least recently released first. With prefix
+caching off (`enable_prefix_caching=False`) no block is ever named: a released block is free at
+once, and every prompt is computed in full. No tensors here; the model runner owns the cache itself.
 """
 
 from __future__ import annotations

@@ -57,7 +57,8 @@ def default_kv_cache_memory(device: torch.device) -> int:
 
 
 def open_directory(directory: Path) -> Checkpoint:
-    """A Hugging Face checkpoint directory: `config.json`, `*.safetensors`, `tokenizer.json`, `tokenizer_config.json`."""
+    """A Hugging Face checkpoint directory: `config.json`, `*.safetensors`, `tokenizer.json`,
+    `tokenizer_config.json`."""
     check_checkpoint(directory)
     config = ModelConfig.from_file(directory / "config.json")
     check_tensors(config, _safetensors_shapes(directory), directory.name, "num_hidden_layers")

@@ -58,10 +58,11 @@ class Linear(nn.Module):
     """y = x·Wᵀ + b with W stored transposed, `weight_t [in, out]`.
 
     Decode multiplies a few rows by each matrix, which streams the whole matrix from memory; on CPU
-    a row-major [in, out] matrix streams faster than [out, in], and large matmuls are no slower.
-    The native ops send decode rows to `kvwise::matvec`, which streams `weight_t` near the memory's
-    speed (`csrc/matvec.cpp`; a bfloat16 `weight_t` is half the bytes, widened as it is read). `pack` adds oneDNN's blocked copy of W, as vLLM's CPU build repacks
-    its weights at load: larger batches multiply by it (the price: the weights twice in memory). `keep_quantized`
+    a row-major [in, out] matrix streams faster than [out, in], and large matmuls are no slower. The
+    native ops send decode rows to `kvwise::matvec`, which streams `weight_t` near the memory's
+    speed (`csrc/matvec.cpp`; a bfloat16 `weight_t` is half the bytes, widened as it is read).
+    `pack` adds oneDNN's blocked copy of W, as vLLM's CPU build repacks its weights at load: larger
+    batches multiply by it (the price: the weights twice in memory). `keep_quantized`
     replaces W by a GGUF file's blocks (`quantized`), which the ops multiply by as they are.
     """
 
@@ -74,7 +75,8 @@ class Linear(nn.Module):
         self.quantized: QuantizedWeight | None = None
 
     def pack(self) -> None:
-        """Keep oneDNN's prepacked copy of W beside `weight_t` (CPU, after loading; `kernel_choices.onednn_prepacks`)."""
+        """Keep oneDNN's prepacked copy of W beside `weight_t` (CPU, after loading;
+        `kernel_choices.onednn_prepacks`)."""
         self.packed = torch.ops.mkldnn._reorder_linear_weight(self.weight_t.t().contiguous(), None)
 
     def keep_quantized(self, weight: QuantizedWeight) -> None:

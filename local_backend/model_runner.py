@@ -3,9 +3,11 @@
 A step's sequences are laid out as one flat batch of tokens: first every single-token query
 (decodes), shortest context first, so their attention is one call that reads the cache in place
 (`PagedDecodes`, where the model's ops do: `ops.TorchOps.paged_decodes`) or a few batched SDPA calls
-(`decode_groups`); then each prefill chunk. Logits are computed only for the rows that end a sequence's uncomputed tokens, i.e. the
-ones that sample, and the last layer computes only those rows (`attention.OutputRows`). A speculating sequence's last token and its drafts are a chunk over its cached
-context (the prefill path) with logits for every row, which `Sampler.verify` checks the drafts by.
+(`decode_groups`); then each prefill chunk. Logits are computed only for the rows that end a
+sequence's uncomputed tokens, i.e. the ones that sample, and the last layer computes only those rows
+(`attention.OutputRows`). A speculating sequence's last token and its drafts are a chunk over its
+cached context (the prefill path) with logits for every row, which `Sampler.verify` checks the
+drafts by.
 """
 
 from __future__ import annotations

@@ -2,11 +2,12 @@
 
 As vLLM's `CustomOp` picks `forward_native` or `forward_cpu` when a layer is built, `select` picks,
 once per engine, the set of ops its tensors run: `NativeOps` (the kernels `cpu_kernels` builds) on
-CPU in float32 or bfloat16 (`NATIVE_DTYPES`) when they build, else `TorchOps`. The model's layers, attention, the model runner and
-the sampler hold the set they were given and call `ops.<name>(...)`; none asks whether a kernel is
-there. A native op takes its torch form for inputs its kernel does not read, or reads slower (more
-rows or keys than its `KernelChoices` say, a non-contiguous input, a head size that is not a
-multiple of `cpu_kernels.HEAD_DIM_MULTIPLE`); both forms give the same tokens.
+CPU in float32 or bfloat16 (`NATIVE_DTYPES`) when they build, else `TorchOps`. The model's layers,
+attention, the model runner and the sampler hold the set they were given and call `ops.<name>(...)`;
+none asks whether a kernel is there. A native op takes its torch form for inputs its kernel does not
+read, or reads slower (more rows or keys than its `KernelChoices` say, a non-contiguous input, a
+head size that is not a multiple of `cpu_kernels.HEAD_DIM_MULTIPLE`); both forms give the same
+tokens.
 """
 
 from __future__ import annotations

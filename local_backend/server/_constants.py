@@ -80,13 +80,15 @@ OFFLOAD_MAX_WAITING: Final = 64
 
 MAX_MESSAGES: Final = 10_000
 """Most messages (or input items) one request may hold: 100,000 empty ones took seconds to walk and
-render before the context check refused them (docs/benchmarks.md, `by_hand`); no context this server serves holds 10,000 turns."""
+render before the context check refused them (docs/benchmarks.md, `by_hand`); no context this server
+serves holds 10,000 turns."""
 
 MAX_COUNTED_BYTES: Final = 256 * 1024
 """Most text bytes `count_tokens` counts (its prompt need not fit the context, so the context bound
 does not apply): a count of a few MB held the server for seconds. The bound is low because the
 tokenizer's `encode` holds the GIL while it runs (its rate: docs/benchmarks.md, `by_hand`), stalling
-the event loop even from a worker thread; 256 KiB is some 64k tokens, eight times the longest default context."""
+the event loop even from a worker thread; 256 KiB is some 64k tokens, eight times the longest
+default context."""
 
 MAX_STOP_SEQUENCES: Final = 16
 """Most stop strings one request may give (OpenAI allows 4; vLLM and llama.cpp allow more)."""
@@ -95,7 +97,8 @@ MAX_CHOICES: Final = 16
 """Largest `n` one request may ask for (each choice is an engine request and takes a slot)."""
 
 MAX_TOP_LOGPROBS: Final = 20
-"""Most alternatives per token `top_logprobs` (Chat) or `logprobs` (Completions) may ask for (OpenAI's and vLLM's cap)."""
+"""Most alternatives per token `top_logprobs` (Chat) or `logprobs` (Completions) may ask for (OpenAI's and vLLM's
+cap)."""
 
 MAX_JSON_DEPTH: Final = 160
 """Deepest nesting of arrays and objects a request body may have: past the 128 levels that
@@ -126,7 +129,8 @@ MAX_SCHEMA_NODES: Final = 20_000
 """Most values one JSON schema may hold with each `$ref` followed once per use (see `compile_bounds`)."""
 
 MAX_GRAMMAR_BYTES: Final = 32 * 1024
-"""Largest GBNF `grammar` text: llama.cpp's own grammars are a few KB; its converter slows with the square of the rules."""
+"""Largest GBNF `grammar` text: llama.cpp's own grammars are a few KB; its converter slows with the square of the
+rules."""
 
 MAX_GRAMMAR_RULES: Final = 500
 """Most rules one grammar may define: llguidance recursed past its stack on a chain of 5,000

@@ -5,12 +5,13 @@
 
 Every refusal is the API's own error body: requests under `/v1/messages` get Anthropic's, the rest
 OpenAI's (see `errors`). Unknown paths are 404 in that shape too, and an unexpected failure is a 500
-whose message names no request content; its log entry keeps the innermost `MAX_LOGGED_FRAMES`
-frames (a server whose stderr was an undrained pipe once blocked its event loop writing a deep
-recursion's whole traceback, and stopped answering everyone). Every request field is honoured or
-refused by name (see `fields`), on one path: `bounds.read_json`, then the endpoint's typed request
-(`requests`), then the engine's `SamplingParams` (`sampling`). The routes are module-level
-handlers that find the app's `Backend` (engine, model names, admission queue, grammars) in its state. `GET /openapi.json` describes the routes (see `openapi`).
+whose message names no request content; its log entry keeps the innermost `MAX_LOGGED_FRAMES` frames
+(a server whose stderr was an undrained pipe once blocked its event loop writing a deep recursion's
+whole traceback, and stopped answering everyone). Every request field is honoured or refused by name
+(see `fields`), on one path: `bounds.read_json`, then the endpoint's typed request (`requests`),
+then the engine's `SamplingParams` (`sampling`). The routes are module-level handlers that find the
+app's `Backend` (engine, model names, admission queue, grammars) in its state. `GET /openapi.json`
+describes the routes (see `openapi`).
 """
 
 from __future__ import annotations

@@ -116,7 +116,8 @@ def _call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
 
 
 def anthropic_messages(messages: Any, system: Any) -> list[dict[str, Any]]:
-    """`system`, then messages whose content is a string or text, `tool_use` (assistant) and `tool_result` (user) blocks."""
+    """`system`, then messages whose content is a string or text, `tool_use` (assistant) and `tool_result` (user)
+    blocks."""
     _check_count(messages, "messages")
     out: list[dict[str, Any]] = []
     for i, m in enumerate(messages):

@@ -12,10 +12,11 @@ vLLM's metric set as the model (`vllm:time_to_first_token_seconds` is
     end-to-end     = queue_s + prefill_s + decode_s
 
 `kvwise_model_dtype_info` (value 1) names the dtype the model computes in and why (`dtype_choice`:
-`--dtype auto` gives bfloat16 on a CPU with AVX512-BF16 or AMX); `kvwise_quantization_info` the `--quantization`
-asked for and the block types kept (`kept="Q4_1,Q8_0"`; empty: every weight in that dtype). `kvwise_kernel_info` (value 1) carries, as labels, the native CPU kernels this process loaded: their
-capability, floats per vector and the thresholds `kernel_choices` measured for them (absent when
-the engine runs on torch ops alone). No label or value ever holds prompt text or a key.
+`--dtype auto` gives bfloat16 on a CPU with AVX512-BF16 or AMX); `kvwise_quantization_info` the
+`--quantization` asked for and the block types kept (`kept="Q4_1,Q8_0"`; empty: every weight in that
+dtype). `kvwise_kernel_info` (value 1) carries, as labels, the native CPU kernels this process
+loaded: their capability, floats per vector and the thresholds `kernel_choices` measured for them
+(absent when the engine runs on torch ops alone). No label or value ever holds prompt text or a key.
 """
 
 from __future__ import annotations
