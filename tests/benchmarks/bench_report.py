@@ -148,7 +148,8 @@ def main() -> None:
         timed("page", lambda: (out / "report.html").write_text(render(built, figures), encoding="utf-8"))
     total = sum(seconds for _, seconds in stages)
     print(
-        f"\nkvwise report of {count} spans ({len(records)} calls, {len(built.conversations)} conversations in the table,"
+        f"\nkvwise report of {count} spans ({len(records)} calls,"
+        f" {len(built.conversations)} conversations in the table,"
         f" {size_mb:.0f} MB of OTLP/JSON)\n"
     )
     print(f"{'stage':<24} {'seconds':>8}")

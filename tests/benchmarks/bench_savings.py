@@ -118,7 +118,8 @@ async def _fanout(sim: ProviderSimulator, api: str, n: int) -> str:
     return (
         _row(f"fan-out {api} {n}-way", cold, warm, "cache_read_tokens")
         + f"\n{'':<28} wall {runs['cold'][1] * 1000:.0f} ms -> {runs['warm'][1] * 1000:.0f} ms"
-        f" (added latency {(runs['warm'][1] - runs['cold'][1]) * 1000:+.0f} ms; prefill {PREFILL_SECONDS * 1000:.0f} ms)"
+        f" (added latency {(runs['warm'][1] - runs['cold'][1]) * 1000:+.0f} ms;"
+        f" prefill {PREFILL_SECONDS * 1000:.0f} ms)"
     )
 
 

@@ -9,11 +9,12 @@ or Messages against the loopback provider simulator (`tests.simulator`), timed f
 client's import to the end of the call. The issue's target: wrapped within 1.2x of bare. Beside it,
 the first call alone (after the imports), where lazily imported modules land.
 
-The cyclic garbage collector's first full pass after the imports falls inside the first call or
-not by the phase of its counters: the allocations of `import sdk` bring it one young collection
-earlier, and on the first Responses and Messages calls (whose answers build pydantic schemas, many
-objects) it then runs there (tens of ms for openai's heap, more for anthropic's); with the collector off, those first calls cost the bare client's. The bare process
-pays the same pass a few allocations later, outside the window.
+The cyclic garbage collector's first full pass after the imports falls inside the first call or not
+by the phase of its counters: the allocations of `import sdk` bring it one young collection earlier,
+and on the first Responses and Messages calls (whose answers build pydantic schemas, many objects)
+it then runs there (tens of ms for openai's heap, more for anthropic's); with the collector off,
+those first calls cost the bare client's. The bare process pays the same pass a few allocations
+later, outside the window.
 
 Bare and wrapped processes alternate, the order flipping each round, so a change in the machine's
 load hits both; each figure is the median over the rounds. A first warm-up process per contender
@@ -63,7 +64,8 @@ CALLS = (
         "messages",
         "anthropic",
         "Anthropic",
-        'client.messages.create(model="claude-sim-1", max_tokens=64, messages=[{"role": "user", "content": "What is prefill?"}])',
+        'client.messages.create(model="claude-sim-1", max_tokens=64,'
+        ' messages=[{"role": "user", "content": "What is prefill?"}])',
     ),
 )
 
@@ -131,10 +133,13 @@ def main() -> None:
     print(f"\nfirst call in a fresh process, ms (median of {args.rounds} rounds); CPU: {cpu_model()}")
     print("from the client's import to the end of its first call, wall-clock and the process's CPU time;")
     print(
-        f"wrapped adds import sdk + sdk.wrap; target: wrapped <= {TARGET_RATIO}x bare; last columns: the call alone (wall)"
+        f"wrapped adds import sdk + sdk.wrap; target: wrapped <= {TARGET_RATIO}x bare;"
+        " last columns: the call alone (wall)"
     )
     print(
-        f"\n{'api':<12} {'bare':>6} {'wrapped':>8} {'x bare':>7}   {'bare cpu':>8} {'wrapped cpu':>11} {'x bare':>7}   {'call bare':>9} {'wrapped':>8}"
+        f"\n{'api':<12} {'bare':>6} {'wrapped':>8} {'x bare':>7}"
+        f"   {'bare cpu':>8} {'wrapped cpu':>11} {'x bare':>7}"
+        f"   {'call bare':>9} {'wrapped':>8}"
     )
     for api, bare, wrapped in rows:
         cells = []
@@ -142,7 +147,9 @@ def main() -> None:
             ratio = wrapped[index] / bare[index]
             cells.append(f"{ratio:7.2f} {'ok' if ratio <= TARGET_RATIO else 'OVER':<4}")
         print(
-            f"{api:<12} {bare[0]:6.0f} {wrapped[0]:8.0f} {cells[0]} {bare[1]:8.0f} {wrapped[1]:11.0f} {cells[1]} {bare[2]:9.0f} {wrapped[2]:8.0f}"
+            f"{api:<12} {bare[0]:6.0f} {wrapped[0]:8.0f} {cells[0]}"
+            f" {bare[1]:8.0f} {wrapped[1]:11.0f} {cells[1]}"
+            f" {bare[2]:9.0f} {wrapped[2]:8.0f}"
         )
 
 

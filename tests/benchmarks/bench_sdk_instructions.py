@@ -130,7 +130,8 @@ def main() -> None:
         "--streams",
         type=int,
         default=20,
-        help=f"counted {overhead.STREAM_CHUNKS}-chunk streams per contender (the young-generation collections a stream triggers fall unevenly: a few streams are noisy)",
+        help=f"counted {overhead.STREAM_CHUNKS}-chunk streams per contender (the young-generation collections"
+        " a stream triggers fall unevenly: a few streams are noisy)",
     )
     parser.add_argument("--baseline", help="a checkout of an earlier commit: its sdk is counted as kvwise-base")
     parser.add_argument("--cache-sim", action="store_true", help="count estimated cycles with simulated caches")

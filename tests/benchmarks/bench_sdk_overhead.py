@@ -26,13 +26,14 @@ fails to import or instrument is listed with its error instead of a figure. The 
 
 The mock answers with Content-Length and TCP_NODELAY (without them every call stalls on
 delayed ACKs). The contenders' rounds are interleaved (so a change in machine load hits all alike),
-each contender runs in `--processes` processes (one process's memory layout can cost it tens of
-µs per call for its whole life), and each figure is the median over those processes of each one's
-best round (mean µs per call); the non-streamed call and a 200-chunk stream are timed in the same
-run. Each figure comes twice: wall-clock, and the CPU time of the contender's process (all its
-threads, the span exporter's included), which the other load on a shared machine moves far less. Two rows have no I/O at all, with the same SDK setup: `recorder` times kvwise's `CallRecord`
-alone (start, activate, attempt, chunks, end with usage), and `floor-alone` the otel-floor's SDK
-calls alone (the client is not called): what emitting kvwise's data costs before any I/O.
+each contender runs in `--processes` processes (one process's memory layout can cost it tens of µs
+per call for its whole life), and each figure is the median over those processes of each one's best
+round (mean µs per call); the non-streamed call and a 200-chunk stream are timed in the same run.
+Each figure comes twice: wall-clock, and the CPU time of the contender's process (all its threads,
+the span exporter's included), which the other load on a shared machine moves far less. Two rows
+have no I/O at all, with the same SDK setup: `recorder` times kvwise's `CallRecord` alone (start,
+activate, attempt, chunks, end with usage), and `floor-alone` the otel-floor's SDK calls alone (the
+client is not called): what emitting kvwise's data costs before any I/O.
 """
 
 from __future__ import annotations
@@ -428,7 +429,8 @@ def _start(name: str, common: list[str]) -> tuple[subprocess.Popen[str] | None, 
 
 
 def _rounds(names: tuple[str, ...], common: list[str], rounds: int, processes: int) -> list[dict[str, Any]]:
-    """Run every contender in `processes` processes of its own, interleaving all their rounds so load changes hit all alike.
+    """Run every contender in `processes` processes of its own, interleaving all their rounds so load
+    changes hit all alike.
 
     A contender's figure is the median over its processes of each one's best round.
     """
@@ -507,7 +509,8 @@ def _report(results: list[dict[str, Any]]) -> None:
     if recorder and alone and "error" not in recorder and "error" not in alone:
         for key, label in (("whole_us", "call"), ("stream_us", "stream")):
             print(
-                f"Without I/O, per {label}: the SDK calls alone {alone[key]:.0f} µs, kvwise's recorder {recorder[key]:.0f} µs"
+                f"Without I/O, per {label}: the SDK calls alone {alone[key]:.0f} µs,"
+                f" kvwise's recorder {recorder[key]:.0f} µs"
             )
 
 

@@ -116,7 +116,8 @@ def _fleet(sim: ProviderSimulator, server: RedisServer) -> str:
     for name, (writes, reads, dollars) in (("in-process", alone), ("Redis", shared)):
         lines.append(f"{name:<22} {writes:>7} {reads:>7} {dollars:>10.4f}")
     lines.append(
-        f"Redis saves ${alone[2] - shared[2]:.4f} of ${alone[2]:.4f} ({1 - shared[2] / alone[2]:.0%}) on {calls} calls; "
+        f"Redis saves ${alone[2] - shared[2]:.4f} of ${alone[2]:.4f} ({1 - shared[2] / alone[2]:.0%})"
+        f" on {calls} calls; "
         f"ideal: 1 write, {calls - 1} reads"
     )
     return "\n".join(lines)

