@@ -1,4 +1,5 @@
-"""`python -m local_backend serve`'s vLLM options: each changes what the engine or server does, or is refused naming itself.
+"""`python -m local_backend serve`'s vLLM options: each changes what the engine or server does, or is
+refused naming itself.
 
 The command line is read and built in-process (`parse_args` → `engine_config` → `load_engine` →
 `build_app`, what `serve` runs) and served over loopback; one test starts the real CLI.

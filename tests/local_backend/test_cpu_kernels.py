@@ -357,7 +357,10 @@ def test_every_variant_the_compiler_targets_builds_and_each_this_cpu_runs_passes
     if not executable:
         pytest.skip(f"built; this CPU cannot execute {capability}")
     env = {**os.environ, cpu_kernels.CAPABILITY_ENV: capability, "OMP_WAIT_POLICY": "PASSIVE"}
-    startup = "import logging; logging.basicConfig(level=logging.INFO); from local_backend import cpu_kernels; cpu_kernels.load()"
+    startup = (
+        "import logging; logging.basicConfig(level=logging.INFO);"
+        " from local_backend import cpu_kernels; cpu_kernels.load()"
+    )
     done = subprocess.run([sys.executable, "-c", startup], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert f"native CPU kernels: {capability}, {LANES[capability]} floats per vector, {path.name}" in done.stderr

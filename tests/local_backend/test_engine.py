@@ -171,8 +171,9 @@ def _make_looping(engine: Engine) -> None:
     """Rewire the model so greedy decoding cycles t → t+1 → t+2 → t inside each group of three ids.
 
     With attention and MLP outputs zeroed every layer is the identity, so the logits are
-    lm_head · h_t where h_t is the normed embedding of the current token; lm_head row s (a column of `weight_t`) = h_{g(s)}
-    with g the inverse cycle makes |h_t|² (the largest dot product) land on the next id of the cycle.
+    lm_head · h_t where h_t is the normed embedding of the current token; lm_head row s (a column
+    of `weight_t`) = h_{g(s)} with g the inverse cycle makes |h_t|² (the largest dot product) land
+    on the next id of the cycle.
     """
     model = engine.runner.model
     with torch.no_grad():

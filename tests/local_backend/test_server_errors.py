@@ -224,7 +224,10 @@ def test_client_hanging_up_before_a_whole_answer_aborts_it(served):
     host, port = served.url.removeprefix("http://").split(":")
     before = served.engine.stats().generation_tokens
     with socket.create_connection((host, int(port))) as sock:
-        head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        head = (
+            f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
         sock.sendall(head.encode() + body)
         deadline = time.monotonic() + IDLE_DEADLINE_SECONDS
         while served.engine.stats().generation_tokens == before and time.monotonic() < deadline:

@@ -21,7 +21,8 @@ CASES = [
     ),
     (
         "two calls, a brace in a string",
-        '<tool_call>{"name": "a", "arguments": {}}</tool_call><tool_call>{"name": "b", "arguments": {"k": "}"}}</tool_call>',
+        '<tool_call>{"name": "a", "arguments": {}}</tool_call>'
+        '<tool_call>{"name": "b", "arguments": {"k": "}"}}</tool_call>',
         "",
         [("a", "{}"), ("b", '{"k": "}"}')],
     ),

@@ -186,7 +186,10 @@ def workload(tasks_per_family: int = 8, seed: int = 0) -> list[WorkloadCall]:
     loops: list[tuple[str, str, list[list[dict[str, Any]]]]] = []
     for task in range(tasks_per_family):
         for family in TOOLS:
-            request = f"Task {task}: please look into {rng.choice(_TOPICS)} for account {rng.randint(1000, 9999)} and report back."
+            request = (
+                f"Task {task}: please look into {rng.choice(_TOPICS)}"
+                f" for account {rng.randint(1000, 9999)} and report back."
+            )
             loops.append((family, request, [_tool_step(family, task, step, rng) for step in range(rng.randint(2, 4))]))
     calls: list[WorkloadCall] = []
     for family, request, steps in loops:

@@ -104,7 +104,8 @@ async def fan_out(
     client: Any, api: str, system: str, n: int, *, mode: str, started: Callable[[], None] = lambda: None
 ) -> list[TurnAnswer | BaseException]:
     """`n` concurrent calls sharing `system`, each its own question (threads for a sync client, one
-    event loop's tasks for an async one, `mode` "async"); `started` runs once all were launched. Failures are returned."""
+    event loop's tasks for an async one, `mode` "async"); `started` runs once all were launched.
+    Failures are returned."""
     turn = Turn("fan-out", 0, False)
     requests = [_request(api, system, f"Part {i}: what does rule {i} say?") for i in range(n)]
 

@@ -1,4 +1,5 @@
-"""Wrapped calls from a process of its own: `python -m tests.sdk.store_worker '<json>'` prints their spans' facts as JSON.
+"""Wrapped calls from a process of its own: `python -m tests.sdk.store_worker '<json>'` prints their
+spans' facts as JSON.
 
 The JSON names the base URL, the system prompts (one call each, through a real `openai` client) and
 the `state` to wrap with (absent: the default, the SQLite file under $XDG_CACHE_HOME). For each call

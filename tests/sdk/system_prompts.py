@@ -243,13 +243,15 @@ CORPUS = [
     ),
     SystemPrompt(
         "a date line above a price list",
-        "You are a shopping assistant.\nCurrent date: {date}\nPrices below hold until the month ends:\n- Basic: $9\n- Pro: $29",
+        "You are a shopping assistant.\nCurrent date: {date}\n"
+        "Prices below hold until the month ends:\n- Basic: $9\n- Pro: $29",
         "You are a shopping assistant.\nPrices below hold until the month ends:\n- Basic: $9\n- Pro: $29",
         ("Current date: {date}",),
     ),
     SystemPrompt(
         "a date and a time joined by 'at'",
-        "You are a meeting scheduler. Current date and time: {long_date} at {time}. Suggest slots within 5 working days.",
+        "You are a meeting scheduler. Current date and time: {long_date} at {time}."
+        " Suggest slots within 5 working days.",
         "You are a meeting scheduler. Suggest slots within 5 working days.",
         ("Current date and time: {long_date} at {time}.",),
     ),
@@ -273,7 +275,8 @@ CORPUS = [
     ),
     SystemPrompt(
         "a sentence date with a weekday, Anthropic's published form",
-        "The assistant is Claude, created by Anthropic.\n\nThe current date is {weekday}, {long_date}.\n\nClaude enjoys helping.",
+        "The assistant is Claude, created by Anthropic.\n\n"
+        "The current date is {weekday}, {long_date}.\n\nClaude enjoys helping.",
         "The assistant is Claude, created by Anthropic.\n\n\nClaude enjoys helping.",
         ("The current date is {weekday}, {long_date}.",),
     ),

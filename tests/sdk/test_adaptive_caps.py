@@ -1,4 +1,5 @@
-"""Adaptive output caps (`Policy.adaptive_caps`): learnt per workload (API, model, stable prefix), over loopback with the real clients."""
+"""Adaptive output caps (`Policy.adaptive_caps`): learnt per workload (API, model, stable prefix), over
+loopback with the real clients."""
 
 from __future__ import annotations
 

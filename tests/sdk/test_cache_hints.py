@@ -188,7 +188,7 @@ def test_openai_explicit_marks_go_on_text_parts_only():
     assert out["input"][1] == call_item
 
 
-def test_the_last_turn_mark_of_a_growing_anthropic_conversation_sits_on_its_last_block_the_note_that_ends_the_first_turn_or_not():
+def test_the_last_turn_mark_of_a_growing_anthropic_conversation_sits_on_its_last_block_the_note_that_ends_the_first_turn_or_not():  # noqa: E501 (the name states the claim it tests)
     from sdk.prompt.canonical import canonicalize
     from sdk.prompt.moving import is_note
 

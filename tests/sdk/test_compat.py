@@ -49,7 +49,7 @@ def test_wrap_takes_every_release_in_the_range_that_has_the_parts_it_relies_on(m
 
 
 @pytest.mark.usefixtures("fresh_release_check")
-async def test_a_release_whose_request_options_have_no_raw_content_field_is_wrapped_and_its_lower_level_posts_are_routed(
+async def test_a_release_whose_request_options_have_no_raw_content_field_is_wrapped_and_its_lower_level_posts_are_routed(  # noqa: E501 (the name states the claim it tests)
     monkeypatch, simulator, openai_client
 ):
     fields = {

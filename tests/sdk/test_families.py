@@ -215,7 +215,7 @@ def test_in_a_tool_loop_the_note_ends_the_first_user_turn_so_each_call_begins_wi
     assert second.system == first.system
 
 
-async def test_through_a_wrapped_client_a_stable_build_hash_reaches_the_server_in_place_and_the_request_id_moves_from_the_first_call(
+async def test_through_a_wrapped_client_a_stable_build_hash_reaches_the_server_in_place_and_the_request_id_moves_from_the_first_call(  # noqa: E501 (the name states the claim it tests)
     simulator, openai_client
 ):
     wrapped = sdk.wrap(openai_client)
@@ -258,7 +258,7 @@ def _note(*lines: str) -> str:
 
 
 @pytest.mark.parametrize("api", list(LOOPS), ids=["chat", "responses", "anthropic"])
-def test_a_value_constant_within_conversations_goes_to_the_first_turns_note_one_changing_within_one_to_the_tail_note_for_good(
+def test_a_value_constant_within_conversations_goes_to_the_first_turns_note_one_changing_within_one_to_the_tail_note_for_good(  # noqa: E501 (the name states the claim it tests)
     api,
 ):
     pipeline = Pipeline(sdk.Policy())

@@ -3,16 +3,16 @@ run beside the bare client on the same fault.
 
 Each fault case runs for Chat Completions, Responses and Messages, streamed and not (where the fault
 applies), and through anthropic's `messages.stream()` helper, sync and async; the faults of a 200
-that breaks (issue 41) also through openai's `chat.completions.stream()`, `parse` and both
-clients' `with_raw_response`. Each run checks: how many POSTs reached the simulator (never more than
-the bare client's: a request the provider accepted is never sent again), the exception the caller
-sees (the bare client's class or a subclass of it, `sdk.StreamTruncated` included; none where the
-bare client raises none), what the caller received (a completed answer is the whole reply; partial
-text comes with an error, or with an end the bare client accepts too, which the span marks
-`kvwise.stream.end_marker=false`), and what the call span recorded (`error.type`, `kvwise.attempts`). The retries are the client's own, so
-the waits between attempts are the client's: recorded from its own sleeps, not slept, and the
-wrapped run's are the bare run's. The matrix is printed when the module ends:
-`pytest -s tests/sdk/test_fault_matrix.py`.
+that breaks (issue 41) also through openai's `chat.completions.stream()`, `parse` and both clients'
+`with_raw_response`. Each run checks: how many POSTs reached the simulator (never more than the bare
+client's: a request the provider accepted is never sent again), the exception the caller sees (the
+bare client's class or a subclass of it, `sdk.StreamTruncated` included; none where the bare client
+raises none), what the caller received (a completed answer is the whole reply; partial text comes
+with an error, or with an end the bare client accepts too, which the span marks
+`kvwise.stream.end_marker=false`), and what the call span recorded (`error.type`,
+`kvwise.attempts`). The retries are the client's own, so the waits between attempts are the
+client's: recorded from its own sleeps, not slept, and the wrapped run's are the bare run's. The
+matrix is printed when the module ends: `pytest -s tests/sdk/test_fault_matrix.py`.
 """
 
 from __future__ import annotations
@@ -83,8 +83,9 @@ class FaultCase:
 
     `attempts`: requests the simulator saw; the span's `kvwise.attempts` too, unless `refused` (the
     simulator then sees none and the span counts every try). `raises`: the exception's class name
-    per API, None when the call raises nothing (it completes, unless `got` says otherwise). `waits`: bounds of every wait between attempts, checked
-    when given (a stream reopened before its first content chunk is sent again at once).
+    per API, None when the call raises nothing (it completes, unless `got` says otherwise). `waits`:
+    bounds of every wait between attempts, checked when given (a stream reopened before its first
+    content chunk is sent again at once).
     """
 
     name: str
@@ -472,7 +473,8 @@ def matrix() -> Iterator[Matrix]:
 def render(rows: Matrix) -> str:
     """A Markdown table: one line per case, API and streaming (sync and async merged where they agree)."""
     lines = [
-        "| fault | API | streamed | attempts | caller sees | caller got | span error.type | kvwise.attempts | waits (s) |",
+        "| fault | API | streamed | attempts | caller sees | caller got"
+        " | span error.type | kvwise.attempts | waits (s) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     order = {case.name: index for index, case in enumerate(CASES)}

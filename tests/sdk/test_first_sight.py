@@ -73,7 +73,8 @@ POSITIONS: dict[str, tuple[str, str]] = {
         "# Context\nThe warehouse is Postgres 16; schemas: sales, marketing; {v}",  # the heading of its section too
     ),
     "own line": (
-        "You are the on-call assistant for the payments platform.\nSummarise alerts, link runbooks, and propose one next step.\n"
+        "You are the on-call assistant for the payments platform.\n"
+        "Summarise alerts, link runbooks, and propose one next step.\n"
         "{v}\nIf an alert mentions card data, stop and page security.",
         "{v}",
     ),
@@ -82,7 +83,8 @@ CASES = [(pattern, position) for pattern in PATTERNS for position in POSITIONS]
 
 
 def _sent(system: str, pipeline: Pipeline | None = None) -> tuple[str, list[Any]]:
-    """The system prompt and turns a wrapped client's pipeline sends for `system` (a fresh pipeline: a process of its own)."""
+    """The system prompt and turns a wrapped client's pipeline sends for `system` (a fresh pipeline: a
+    process of its own)."""
     adapter = adapter_for(Api.CHAT)
     messages = [{"role": "system", "content": system}, {"role": "user", "content": "Hello"}]
     call = adapter.to_call({"model": "m", "messages": messages}, Provider.OPENAI)
@@ -142,9 +144,15 @@ LOOK_ALIKES: dict[str, str] = {
     "an error code": "Error code 0x80070005 means access denied; suggest running as administrator.",
     "an upload limit": "The largest upload is 1048576 bytes.",
     "an order number format": "Order numbers are 10 digits, like 1234567890; ask for one before looking anything up.",
-    "a commit hash in a code fence": "To roll back, run:\n```\ngit revert 9fceb02d0ae598e95dc970b74767f19372d61af8\n```\nThen redeploy.",
-    "a commit hash in inline code": "The last good build is `git checkout 4bf92f3577b34da6a3ce929d0e0e4736`; never go older.",
-    "a json example with a timestamp": 'Reply with JSON only, e.g. {"created_at": "2024-01-15T10:30:00Z", "status": "open"}.',
+    "a commit hash in a code fence": (
+        "To roll back, run:\n```\ngit revert 9fceb02d0ae598e95dc970b74767f19372d61af8\n```\nThen redeploy."
+    ),
+    "a commit hash in inline code": (
+        "The last good build is `git checkout 4bf92f3577b34da6a3ce929d0e0e4736`; never go older."
+    ),
+    "a json example with a timestamp": (
+        'Reply with JSON only, e.g. {"created_at": "2024-01-15T10:30:00Z", "status": "open"}.'
+    ),
     "a json schema with an example timestamp": (
         'Your answer must match this schema:\n{\n  "type": "object",\n  "properties": {\n'
         '    "due": {"type": "string", "format": "date-time", "example": "2024-01-15T10:30:00Z"},\n'
@@ -157,22 +165,27 @@ LOOK_ALIKES: dict[str, str] = {
     "a sample log line": "Sample log line: `2024-01-15T10:30:00Z INFO request_id=abc123 started`.",
     "a tool argument example": "The search tool takes a since argument such as 2024-01-15T00:00:00Z.",
     "few-shot ids in example tags": (
-        "You handle cancellations.\n<example>\nUser: Cancel subscription 9c1d7e2a-4b3f-4a6e-8d2c-1f0e9a8b7c6d, please.\n"
-        "Assistant: Done: 9c1d7e2a-4b3f-4a6e-8d2c-1f0e9a8b7c6d is cancelled as of 2024-02-01 10:00 UTC.\n</example>\nBe brief."
+        "You handle cancellations.\n<example>\n"
+        "User: Cancel subscription 9c1d7e2a-4b3f-4a6e-8d2c-1f0e9a8b7c6d, please.\n"
+        "Assistant: Done: 9c1d7e2a-4b3f-4a6e-8d2c-1f0e9a8b7c6d is cancelled as of 2024-02-01 10:00 UTC.\n"
+        "</example>\nBe brief."
     ),
     "few-shot under an examples heading": (
         "## Rules\nAlways confirm the order id.\n## Examples\nUser: Where is 550e8400-e29b-41d4-a716-446655440000?\n"
         "Assistant: It shipped on Mon, 15 Jan 2024 10:30:00 +0000.\n## Tone\nFriendly."
     ),
     "an example paragraph": (
-        "Example:\nInput: Session ID: sess_1234567890 started 2024-01-15 10:30\nOutput: one session, started in the morning.\n\n"
+        "Example:\nInput: Session ID: sess_1234567890 started 2024-01-15 10:30\n"
+        "Output: one session, started in the morning.\n\n"
         "Now summarise the user's sessions."
     ),
     "a markdown table of releases": "| Release | Date |\n|---|---|\n| 1.2.0 | 2024-01-15 |\n| 1.3.0 | 2024-03-02 |",
     "an example uuid introduced with ie.": (
         "Reference ids use the UUID format, ie. 550e8400-e29b-41d4-a716-446655440000, always lowercase."
     ),
-    "an example uuid introduced with i.e.": "Quote the trace id as printed (i.e. 4bf92f35-77b3-4da6-a3ce-929d0e0e4736).",
+    "an example uuid introduced with i.e.": (
+        "Quote the trace id as printed (i.e. 4bf92f35-77b3-4da6-a3ce-929d0e0e4736)."
+    ),
     "a knowledge cutoff": "Your knowledge cutoff is 2024-06; say so when asked about later events.",
     "a knowledge cutoff date": "Knowledge cutoff: 2024-06-01. Reliable knowledge cutoff: April 2024.",
     "a policy effective date": "This policy is effective January 1, 2025 for every customer in the EU.",

@@ -63,7 +63,8 @@ def test_a_fleet_of_four_workers_writes_a_shared_prefix_once_and_reads_it_31_tim
     assert sum(1 for answer in shared if answer["write"]) == 1
     assert sum(answer["read"] for answer in shared) >= 0.9 * ideal
     print(
-        f"\nfleet fan-out: {sum(1 for a in shared if a['write'])} write(s), {sum(1 for a in shared if a['read'])} reads "
+        f"\nfleet fan-out: {sum(1 for a in shared if a['write'])} write(s),"
+        f" {sum(1 for a in shared if a['read'])} reads "
         f"shared; {sum(1 for a in alone if a['write'])} writes with in-process state"
     )
 

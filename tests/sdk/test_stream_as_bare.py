@@ -1,8 +1,8 @@
-"""A wrapped stream ends and breaks as the bare client's (issue 51): every event reaches the caller as
-it arrives, headers included; an end the bare client accepts is an end, marked by the server or not
-(the span says which); a broken stream raises the bare client's error class, chained to the transport error the bare client
-chains. Real clients over loopback: a scripted SSE server where the order of events matters, the
-provider simulator for breaks."""
+"""A wrapped stream ends and breaks as the bare client's (issue 51): every event reaches the caller
+as it arrives, headers included; an end the bare client accepts is an end, marked by the server or
+not (the span says which); a broken stream raises the bare client's error class, chained to the
+transport error the bare client chains. Real clients over loopback: a scripted SSE server where the
+order of events matters, the provider simulator for breaks."""
 
 from __future__ import annotations
 

@@ -199,7 +199,8 @@ async def test_a_loop_guard_trip_is_visible_on_the_span(simulator: Any, openai_c
 
 
 async def test_a_retried_call_is_one_span_with_two_attempts(simulator: Any, openai_client: Any, otel: Otel) -> None:
-    """The client's own retry, counted from what its answer says: a stream's request (a parsed answer keeps no trace)."""
+    """The client's own retry, counted from what its answer says: a stream's request (a parsed answer
+    keeps no trace)."""
     simulator.fail(status=429, times=1, headers={"retry-after-ms": "5"})
     wrapped = _wrap(openai_client, otel)
     await collect(

@@ -106,7 +106,10 @@ def test_an_endpoint_is_a_base_url_or_the_full_traces_url(endpoint: str, expecte
 
 
 def test_importing_sdk_loads_neither_the_opentelemetry_sdk_nor_an_exporter() -> None:
-    probe = "import sys, sdk, sdk.telemetry; print(sorted(m for m in sys.modules if m.startswith(('opentelemetry.sdk', 'opentelemetry.exporter'))))"
+    probe = (
+        "import sys, sdk, sdk.telemetry;"
+        " print(sorted(m for m in sys.modules if m.startswith(('opentelemetry.sdk', 'opentelemetry.exporter'))))"
+    )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"

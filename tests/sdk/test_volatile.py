@@ -1,4 +1,5 @@
-"""Volatile content: which bytes count, how they are cut with the caller's words around them, and that cutting keeps everything else."""
+"""Volatile content: which bytes count, how they are cut with the caller's words around them, and that
+cutting keeps everything else."""
 
 from __future__ import annotations
 

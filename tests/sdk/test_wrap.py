@@ -175,7 +175,7 @@ def test_importing_sdk_does_not_import_torch():
     assert result.stdout.strip() == "False"
 
 
-def test_an_openai_app_never_imports_anthropic_and_its_cut_stream_raises_what_the_bare_client_raises_as_stream_truncated():
+def test_an_openai_app_never_imports_anthropic_and_its_cut_stream_raises_what_the_bare_client_raises_as_stream_truncated():  # noqa: E501 (the name states the claim it tests)
     """Importing anthropic costs an openai app seconds and ~130,000 objects: kvwise must not do it."""
     code = """
 import sys, openai, sdk
@@ -193,7 +193,7 @@ try:
     list(sdk.wrap(bare).chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True))
 except (openai.APIConnectionError, http.RemoteProtocolError) as error:  # as the installed bare client raises it
     print(isinstance(error, sdk.StreamTruncated), "anthropic" in sys.modules)
-"""
+"""  # noqa: E501 (the program the child process runs, kept as it reads)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.split() == ["True", "False"]
 

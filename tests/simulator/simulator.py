@@ -80,12 +80,15 @@ class ProviderSimulator:
     """A fake hosted-LLM server speaking the installed `openai` and `anthropic` clients' wire formats.
 
     Settings (plain attributes, read at each request): `reply`, `first_token_delay`, `token_delay`,
-    `first_content_delay` (between a stream's opening events and its first content token; seconds), `prefill_delay_per_token` (seconds per uncached prompt token, added to the first delay), `anthropic_min_cache_tokens`, `tool_call` and `thinking` (see `shapes`), `reasoning_tokens` (hidden reasoning every reply spends
-    first, out of the request's output cap, as reasoning models and extended thinking do: a reply
-    left no room comes back empty, with the length finish). Scripting: `loop`, `fail`, `cut_stream_after`, `stall`,
-    `inject_event`, `serve_html`, `hold`, `reset`, `advance_clock` (cache TTLs). Records: `requests`, `streams`.
-    `GET /v1/models` is metadata, no model call: it is answered before any scripted fault and counted
-    in `model_list_reads`, not recorded in `requests`; with `context_tokens` set its entries carry
+    `first_content_delay` (between a stream's opening events and its first content token; seconds),
+    `prefill_delay_per_token` (seconds per uncached prompt token, added to the first delay),
+    `anthropic_min_cache_tokens`, `tool_call` and `thinking` (see `shapes`), `reasoning_tokens`
+    (hidden reasoning every reply spends first, out of the request's output cap, as reasoning models
+    and extended thinking do: a reply left no room comes back empty, with the length finish).
+    Scripting: `loop`, `fail`, `cut_stream_after`, `stall`, `inject_event`, `serve_html`, `hold`,
+    `reset`, `advance_clock` (cache TTLs). Records: `requests`, `streams`. `GET /v1/models` is
+    metadata, no model call: it is answered before any scripted fault and counted in
+    `model_list_reads`, not recorded in `requests`; with `context_tokens` set its entries carry
     vLLM's `max_model_len` (unless `model_list` says the server lists no context, or has no such
     endpoint), and an OpenAI request whose prompt plus output limit exceed it gets vLLM's 400.
     Caches are written when an answer's prefill is over (before its first event or its JSON body),
