@@ -28,6 +28,7 @@ import weakref
 from array import array
 from collections.abc import Callable
 from collections.abc import Sequence as Seq
+from functools import partial
 
 import torch
 
@@ -242,7 +243,7 @@ class Sampler:
             chosen = sub.gather(1, tokens[index][:, None])
             top_p = torch.tensor([params[i].top_p for i in rest], device=w.device)
             min_p = torch.tensor([params[i].min_p for i in rest], device=w.device)
-            heavier = self.ops.heavier_mass(sub, chosen, lambda sub=sub: self._buffer("scratch", sub))
+            heavier = self.ops.heavier_mass(sub, chosen, partial(self._buffer, "scratch", sub))
             kept = (top_p >= 1) | (heavier < top_p * totals[index])
             if any(params[i].min_p > 0 for i in rest):
                 kept &= chosen[:, 0] >= torch.minimum(min_p, sub.amax(-1))
