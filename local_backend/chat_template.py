@@ -219,7 +219,7 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
         assert isinstance(bounded, nodes.Template)
         return bounded
 
-    def concat(self, pieces: Iterable[str]) -> str:  # type: ignore[override]  # a macro's or `{% set %}` block's text
+    def concat(self, pieces: Iterable[str]) -> str:  # a macro's or `{% set %}` block's text
         pieces = list(pieces)
         _fits(sum(map(len, pieces)), "a block")
         return _built("".join(pieces))

@@ -305,7 +305,7 @@ class Sampler:
             state.update(seq.token_ids)
             states.append(state.ahead(drafts) if drafts else state)
 
-        def joined(buffers: list[array], dtype: torch.dtype) -> torch.Tensor:
+        def joined(buffers: Seq[array[int] | array[float]], dtype: torch.dtype) -> torch.Tensor:
             return torch.frombuffer(bytearray().join(buffers), dtype=dtype).to(device)
 
         starts = [array("q", [row * vocab]) * len(state.ids) for row, state in zip(rows, states, strict=True)]

@@ -33,7 +33,7 @@ class Node:
         return node
 
     @property
-    def __init__(self) -> Any:  # type: ignore[override,misc]  # `inspect.signature(client.__init__)`: the client's
+    def __init__(self) -> Any:  # type: ignore[misc]  # `inspect.signature(client.__init__)`: the client's
         return self._target.__init__
 
     def __getattr__(self, name: str) -> Any:

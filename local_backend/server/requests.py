@@ -28,7 +28,8 @@ from local_backend.server.histories import anthropic_messages, openai_messages, 
 from local_backend.server.logit_bias import LogitBias
 from local_backend.server.sampling import Sampling
 from local_backend.server.tool_requests import ToolChoice, anthropic_tools, openai_tools, responses_tools
-from local_backend.server.tools import TemplateOptions, Tool
+from local_backend.server.tools import TemplateOptions
+from local_backend.tool_prompt import Tool
 
 TEMPLATE_VARIABLES: Final = frozenset(
     {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token", "raise_exception", "strftime_now"}

@@ -192,7 +192,7 @@ class MessagesAdapter(Adapter):
             state.output_units += 1
             delta = event.delta
             if delta.type == "text_delta":
-                return delta.text
+                return delta.text  # type: ignore[no-any-return]
             if delta.type == "input_json_delta" and state.tool_calls is not None and event.index in state.tool_calls:
                 state.tool_calls[event.index]["arguments"] += delta.partial_json
             return ""

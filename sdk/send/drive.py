@@ -62,7 +62,7 @@ def run(steps: Steps[T]) -> T:
     stepper = _Stepper(steps)
     while stepper.io is not None:
         stepper.resume(*_outcome(stepper.io))
-    return stepper.value
+    return stepper.value  # type: ignore[no-any-return]
 
 
 async def arun(steps: Steps[T]) -> T:
@@ -75,4 +75,4 @@ async def arun(steps: Steps[T]) -> T:
             stepper.resume(None, error)
         else:
             stepper.resume(value, None)
-    return stepper.value
+    return stepper.value  # type: ignore[no-any-return]

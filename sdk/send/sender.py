@@ -27,10 +27,11 @@ from sdk import compat
 from sdk.adapters import adapter_for
 from sdk.adapters._base import timings_of
 from sdk.adapters.responses import response_facts
-from sdk.cache.fanout import FanOut, Leader, LeaderRelease, Waited
+from sdk.cache.fanout import FanOut, LeaderRelease, Waited
 from sdk.call import Call
 from sdk.decode.limits import ContextLimit, fit_to_context
 from sdk.lifecycle import CallEnd, CallListener, Ending, Lifecycle
+from sdk.memory.records import Leader
 from sdk.policy import Policy
 from sdk.send import raw_answer
 from sdk.send.attempts import sending

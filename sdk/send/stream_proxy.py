@@ -177,7 +177,7 @@ def _aclose_hook(response: Any, closer: _AsyncCloser) -> Callable[[], Awaitable[
     return aclose
 
 
-class _Watched(wrapt.ObjectProxy):  # type: ignore[misc]
+class _Watched(wrapt.ObjectProxy):  # type: ignore[type-arg]  # wrapt before 2.0 has no ObjectProxy[...] at runtime
     """What the sync and the async proxies share: their closer, the response, and the drop."""
 
     _self_closer_type: type[_Closer] | type[_AsyncCloser]
