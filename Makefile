@@ -76,7 +76,7 @@ BROWSER := chromium
 # The shared-state tests (tests/sdk/test_shared_state.py) run Debian's Redis on a free loopback port.
 REDIS := redis-server
 
-.PHONY: venv compat-venvs framework-venvs phoenix-venv vllm-venv llama-server browser redis valgrind test test-compat test-frameworks test-fast test-conformance test-cuda soak demo phoenix phoenix-demo bench serve clean
+.PHONY: venv lint format typecheck compat-venvs framework-venvs phoenix-venv vllm-venv llama-server browser redis valgrind test test-compat test-frameworks test-fast test-conformance test-cuda soak demo phoenix phoenix-demo bench serve clean
 
 venv: $(STAMP)
 
@@ -137,10 +137,23 @@ redis:
 valgrind:
 	$(call apt_tool,valgrind,bench)
 
+# The gate on the whole tree: ruff's rules and format (`[tool.ruff]`), mypy as `[tool.mypy]` pins it.
+LINTED := sdk local_backend tests examples
+
+lint: $(STAMP)
+	$(PY) -m ruff check $(LINTED)
+	$(PY) -m ruff format --check $(LINTED)
+
+format: $(STAMP)
+	$(PY) -m ruff check --fix $(LINTED)
+	$(PY) -m ruff format $(LINTED)
+
+typecheck: $(STAMP)
+	$(PY) -m mypy
+
 test: browser redis $(STAMP) $(PHOENIX_STAMP)
-	$(PY) -m ruff check sdk
-	$(PY) -m ruff format --check sdk
-	$(PY) -m mypy sdk local_backend
+	$(MAKE) --no-print-directory lint
+	$(MAKE) --no-print-directory typecheck
 	$(PY) -m pytest -q
 	$(MAKE) --no-print-directory test-compat
 	$(MAKE) --no-print-directory test-frameworks
