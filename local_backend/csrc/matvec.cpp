@@ -22,6 +22,7 @@
 #include <type_traits>
 
 #include "lanes.h"
+#include "parallel.h"
 
 namespace {
 
@@ -118,7 +119,7 @@ void matvec_into(const at::Tensor& x, const at::Tensor& weight_t, const std::opt
     yp = y.data_ptr<float>();
   }
   const T* wp = weight_t.data_ptr<T>();
-  at::parallel_for(0, bands, 1, [&](int64_t begin, int64_t end) {
+  kvwise::parallel_for(0, bands, 1, [&](int64_t begin, int64_t end) {
     for (int64_t band = begin; band < end; ++band) {
       float* dst = band == 0 ? yp : pp + (band - 1) * rows * out;
       band_into(xp, wp, rows, in, out, band * per_band, std::min(in, (band + 1) * per_band), dst);

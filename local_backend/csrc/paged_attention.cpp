@@ -27,6 +27,7 @@
 
 #include "kv_int8.h"
 #include "lanes.h"
+#include "parallel.h"
 
 #if defined(CPU_CAPABILITY_AVX2) || defined(CPU_CAPABILITY_AVX512)
 #include <immintrin.h>
@@ -131,7 +132,7 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& kv_cach
   const int64_t slot_stride = 2 * kv_heads * row, value_offset = kv_heads * row;  // in stored elements
   const int64_t block_bytes = block_size * slot_stride * kv_cache.element_size();
 
-  at::parallel_for(0, batch * splits, 1, [&](int64_t begin, int64_t end) {
+  kvwise::parallel_for(0, batch * splits, 1, [&](int64_t begin, int64_t end) {
     const int64_t padded = (block_size + kLanes - 1) / kLanes * kLanes;  // a head's scores, whole vectors
     const Vec scale_v(static_cast<float>(scale));
     std::vector<float> scores(padded * heads_per_split);

@@ -50,6 +50,7 @@
 #include <optional>
 
 #include "lanes.h"
+#include "parallel.h"
 
 namespace {
 
@@ -415,7 +416,7 @@ inline void row_times_int(const uint8_t* row, int64_t blocks, const int16_t* qx,
 // first x row, y)` multiplies one row of W into `count` rows of x.
 template <typename Times, typename T>
 void each_output(int64_t rows, int64_t out, int64_t row_bytes, const uint8_t* w, const T* bias, T* y, Times&& times) {
-  at::parallel_for(0, out, MIN_OUTPUTS_PER_THREAD, [&](int64_t begin, int64_t end) {
+  kvwise::parallel_for(0, out, MIN_OUTPUTS_PER_THREAD, [&](int64_t begin, int64_t end) {
     for (int64_t o = begin; o < end; ++o) {
       const uint8_t* row = w + o * row_bytes;
       const float b = bias ? static_cast<float>(bias[o]) : 0.f;
