@@ -65,9 +65,12 @@ ONEDNN_MIN_ROWS: Final = 2
 MATVEC_MAX_ROWS: Final = 16
 """Rows up to which a CPU float32 projection streams its weights through `kvwise::matvec`."""
 
-QUANT_MATVEC_MAX_ROWS: Final = 8
+QUANT_MATVEC_MAX_ROWS: Final = 32
 """Rows of x up to which a quantized projection streams its blocks (`kvwise::quant_matvec`: each block widened once
-per group of four rows); more rows dequantize tiles of it and multiply them by oneDNN's GEMM (`kvwise::quant_mm`)."""
+per group of four rows); more rows dequantize tiles of it and multiply them by oneDNN's GEMM (`kvwise::quant_mm`).
+Measured on the 2-core AMD EPYC (AVX2), SmolLM2's shapes (576x1536 and 1536x576, Q4_1 and Q8_0): quant_mm took
+1.35-1.8x quant_matvec's time at 16 rows, 1.8-2.3x at 32 and 1.15-1.8x at 64, so a 16-stream decode step runs in
+one call (`decode_layers`) on the decode kernels' own threads (`csrc/parallel.h`)."""
 
 BF16_MATVEC_MAX_ROWS: Final = 2
 """Rows up to which a CPU bfloat16 projection streams its weights through `kvwise::matvec`: past a few rows
