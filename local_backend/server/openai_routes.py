@@ -300,6 +300,8 @@ async def _generate(
     params = options.sampling.params(len(ids), engine.max_model_len, engine.sampling_defaults)
     grammar = await backend.grammars.compile(constraint)
     choices = per_choice(params, options.n, recorders=recorders, bias=options.logit_bias, grammar=grammar)
+    # started first: the engine refuses token ids outside the vocabulary, which the echo could not decode
+    generations = backend.start_choices(request, ids, choices)
     fmt = OpenAIFormat(
         model,
         chat=chat,
@@ -311,7 +313,6 @@ async def _generate(
         parse_tools=parse_tools,
         parallel_tool_calls=parallel_tool_calls,
     )
-    generations = backend.start_choices(request, ids, choices)
     return await respond(request, generations, fmt, options.stream)
 
 

@@ -422,6 +422,9 @@ def _check_n(ask: Ask) -> None:
 def _check_echo(ask: Ask) -> None:
     plain, echoed = ask(), ask(echo=True)
     assert echoed.texts == [ENDPOINTS["completions"].base["prompt"] + plain.texts[0]]
+    # the echo decodes the prompt only once the engine took it: ids outside the vocabulary are refused, not a 500
+    for prompt in ([-1], [5, 10**12]):
+        _assert_refused_naming(ask, "prompt", prompt=prompt, echo=True)
 
 
 def _check_counted_model(ask: Ask) -> None:
