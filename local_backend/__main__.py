@@ -48,10 +48,10 @@ import uvicorn
 from starlette.applications import Starlette
 
 from local_backend._constants import DEFAULT_MODEL_NAME
-from local_backend.engine import Engine
-from local_backend.engine_config import DTYPES, ConfigError, EngineConfig
-from local_backend.kv_quant import KV_CACHE_DTYPES
-from local_backend.quantized import QUANTIZATIONS
+from local_backend.engine.engine import Engine
+from local_backend.engine.engine_config import DTYPES, ConfigError, EngineConfig
+from local_backend.kernels.kv_quant import KV_CACHE_DTYPES
+from local_backend.kernels.quantized import QUANTIZATIONS
 from local_backend.server import create_app
 from local_backend.server._constants import (
     API_KEY_ENV,

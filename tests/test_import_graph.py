@@ -72,7 +72,7 @@ def test_find_cycle_reports_a_circle_and_passes_a_dag():
 
 def test_the_graph_sees_relative_type_only_and_nested_imports():
     graph = import_graph("local_backend")
-    assert "local_backend.sequence" in graph["local_backend.scheduler"]
+    assert "local_backend.engine.sequence" in graph["local_backend.engine.scheduler"]
     assert "local_backend.server.app" in graph
     assert all(target.startswith("local_backend") for targets in graph.values() for target in targets)
 

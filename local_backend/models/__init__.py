@@ -1,1 +1,1 @@
-"""The bundled default checkpoint (`default/`) and the recipe that trains it (`train_default`)."""
+"""The bundled default checkpoint (`default/`), package data; `training/` at the repository root trains it."""

@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from local_backend.outputs import Completion, StreamDelta
+from local_backend.engine.outputs import Completion, StreamDelta
 from local_backend.server.bounds import read_json
 from local_backend.server.errors import Flavor
 from local_backend.server.generation import Backend

@@ -32,7 +32,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from local_backend._constants import DEFAULT_MODEL_NAME
-from local_backend.engine import Engine
+from local_backend.engine.engine import Engine
 from local_backend.server import anthropic_routes, openai_routes, openapi, responses_routes
 from local_backend.server._constants import (
     DEFAULT_MAX_QUEUE,

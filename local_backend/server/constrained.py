@@ -40,11 +40,11 @@ import llguidance
 import torch
 from llguidance.gbnf_to_lark import any_to_lark
 
+from local_backend.model.tokenizer import TextTokenizer
+from local_backend.model.tool_prompt import TOOL_CALL_END, TOOL_CALL_START, Tool
 from local_backend.server._constants import GRAMMAR_COMPILE_SECONDS, GRAMMAR_MAX_SIZE
 from local_backend.server.compile_bounds import check_grammar, check_schemas
 from local_backend.server.errors import ApiError
-from local_backend.tokenizer import TextTokenizer
-from local_backend.tool_prompt import TOOL_CALL_END, TOOL_CALL_START, Tool
 
 logger = logging.getLogger(__name__)
 

@@ -25,9 +25,9 @@ from typing import Any, Final
 from starlette.requests import Request
 from starlette.types import Scope
 
-from local_backend.engine import Engine
-from local_backend.outputs import Completion, StreamDelta
-from local_backend.sampling_params import SamplingParams
+from local_backend.engine.engine import Engine
+from local_backend.engine.outputs import Completion, StreamDelta
+from local_backend.sampling.sampling_params import SamplingParams
 from local_backend.server._constants import OFFLOAD_MAX_WAITING, OFFLOAD_WORKERS
 from local_backend.server.auth import tenant_of
 from local_backend.server.constrained import Grammars

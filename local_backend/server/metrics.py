@@ -28,8 +28,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from local_backend import cpu_kernels
-from local_backend.outputs import Completion, EngineStats
+from local_backend.engine.outputs import Completion, EngineStats
+from local_backend.kernels import cpu_kernels
 from local_backend.server.generation import Admission
 
 CONTENT_TYPE: Final = "text/plain; version=0.0.4; charset=utf-8"

@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from local_backend.outputs import Completion, StreamDelta
+from local_backend.engine.outputs import Completion, StreamDelta
 from local_backend.server.bounds import check_prompt_size, read_json
 from local_backend.server.constrained import Constraint
 from local_backend.server.errors import Flavor

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from local_backend.model.tool_prompt import Tool
 from local_backend.server import fields
 from local_backend.server._constants import MAX_CHOICES, MAX_TOP_LOGPROBS
 from local_backend.server.constrained import ANY_OBJECT, Constraint
@@ -29,7 +30,6 @@ from local_backend.server.logit_bias import LogitBias
 from local_backend.server.sampling import Sampling
 from local_backend.server.tool_requests import ToolChoice, anthropic_tools, openai_tools, responses_tools
 from local_backend.server.tools import TemplateOptions
-from local_backend.tool_prompt import Tool
 
 TEMPLATE_VARIABLES: Final = frozenset(
     {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token", "raise_exception", "strftime_now"}

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from local_backend._constants import SEED_RANGE
-from local_backend.sampling_params import LogitsProcessor, SamplingParams
+from local_backend.sampling.sampling_params import LogitsProcessor, SamplingParams
 from local_backend.server._constants import MAX_JSON_INTEGER, REPETITION_PENALTY_RANGE
 from local_backend.server.constrained import Grammar
 from local_backend.server.errors import ApiError

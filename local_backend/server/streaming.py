@@ -19,7 +19,7 @@ from typing import Any, Final, Protocol
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from local_backend.outputs import Completion, StreamDelta
+from local_backend.engine.outputs import Completion, StreamDelta
 from local_backend.server.errors import ApiError, Flavor, error_body
 from local_backend.server.generation import Backend, ClientGone, Generation, ensure_finished, run_to_completion
 from local_backend.server.usage import RequestUsage

@@ -16,11 +16,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from local_backend.model.tool_prompt import Tool
 from local_backend.server._constants import MAX_TOOLS
 from local_backend.server.compile_bounds import check_schemas
 from local_backend.server.errors import ApiError
 from local_backend.server.fields import short
-from local_backend.tool_prompt import Tool
 
 ChoiceMode = Literal["none", "auto", "required", "named"]
 _MODES: dict[str, ChoiceMode] = {"none": "none", "auto": "auto", "required": "required"}

@@ -9,7 +9,7 @@ The model is shown its tools and asked to answer a call as
 (the format of Hermes and Qwen 2.5+, which vLLM's `hermes` parser reads). A chat template that
 renders `tools` itself gets them, with the history's calls and results in OpenAI's message shape;
 one that does not (the bundled model's) gets them folded into the turns it knows by
-`local_backend.tool_prompt.fold`, the same function that writes the bundled model's training text.
+`local_backend.model.tool_prompt.fold`, the same function that writes the bundled model's training text.
 
 `ToolCallParser` reads the answer as it streams: text outside the blocks is content (a possible
 start of `<tool_call>` is held back), and inside one the name is known as soon as it is complete
@@ -26,10 +26,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from local_backend.model.tokenizer import TextTokenizer
+from local_backend.model.tool_prompt import TOOL_CALL_END, TOOL_CALL_START, Tool, fold
 from local_backend.server.bounds import check_counted_size, check_prompt_size
 from local_backend.server.errors import ApiError
-from local_backend.tokenizer import TextTokenizer
-from local_backend.tool_prompt import TOOL_CALL_END, TOOL_CALL_START, Tool, fold
 
 _HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*')
 

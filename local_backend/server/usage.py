@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from local_backend.outputs import Completion, StreamDelta
+from local_backend.engine.outputs import Completion, StreamDelta
 
 _MS_PER_S = 1000.0
 

@@ -38,10 +38,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from tokenizers import Tokenizer
 
 from local_backend import Engine
-from local_backend.chat_template import TemplateBoundError
+from local_backend.model.chat_template import TemplateBoundError
+from local_backend.model.tokenizer import TextTokenizer
 from local_backend.server import create_app, serve_in_thread
 from local_backend.server._constants import MAX_COUNTED_BYTES
-from local_backend.tokenizer import TextTokenizer
 from tests.local_backend.conftest import CHAT_TEMPLATE
 from tests.local_backend.test_model_file_input import (
     CASES,

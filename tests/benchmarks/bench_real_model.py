@@ -49,9 +49,9 @@ import safetensors.torch
 import torch
 
 from examples.local_server import free_port, wait_healthy
-from local_backend.model_names import open_checkpoint, resolve_model
-from local_backend.quantized import QuantizedWeight
-from local_backend.tokenizer import TextTokenizer
+from local_backend.kernels.quantized import QuantizedWeight
+from local_backend.model.model_names import open_checkpoint, resolve_model
+from local_backend.model.tokenizer import TextTokenizer
 
 from .bench_engine import CONCURRENT, CONCURRENT_OUTPUT, CONCURRENT_PROMPT, DECODE_TOKENS, PROMPT_LENGTHS, SUFFIX
 from .bench_vllm import LAUNCHER, VLLM_ENV, VLLM_PYTHON, users_environment

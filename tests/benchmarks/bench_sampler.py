@@ -15,9 +15,9 @@ import time
 
 import torch
 
-from local_backend.sampler import Sampler
-from local_backend.sampling_params import SamplingParams
-from local_backend.sequence import Sequence
+from local_backend.engine.sequence import Sequence
+from local_backend.sampling.sampler import Sampler
+from local_backend.sampling.sampling_params import SamplingParams
 
 BATCHES = (1, 16, 64)
 VOCABS = (32_000, 151_936)

@@ -51,8 +51,8 @@ import httpx2
 
 from examples.local_server import free_port, wait_healthy
 from local_backend._constants import DEFAULT_KV_CACHE_MEMORY_CPU
-from local_backend.dtype_choice import cpu_bf16_features
-from local_backend.engine_config import EngineConfig
+from local_backend.engine.engine_config import EngineConfig
+from local_backend.model.dtype_choice import cpu_bf16_features
 from tests.benchmarks import RUNNER_DEFAULTS_ENV
 
 from .bench_engine import (

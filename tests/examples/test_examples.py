@@ -18,7 +18,7 @@ from examples import (
     wrap_openai,
 )
 from examples.local_server import local_server
-from local_backend.models import tool_corpus
+from training import tool_corpus
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from local_backend import Engine
-from local_backend.engine import EngineStats
+from local_backend.engine.engine import EngineStats
 from local_backend.server import create_app, serve_in_thread
 
 

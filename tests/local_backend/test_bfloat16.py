@@ -15,8 +15,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from local_backend import SamplingParams, dtype_choice, ops
-from local_backend.dtype_choice import DtypeChoice
+from local_backend import SamplingParams
+from local_backend.kernels import ops
+from local_backend.model import dtype_choice
+from local_backend.model.dtype_choice import DtypeChoice
 
 TOP_K = 5
 """vLLM's `NUM_LOG_PROBS` in its bfloat16 model tests: a diverging token must be among the other run's top 5."""
@@ -52,7 +54,7 @@ def test_auto_is_bfloat16_where_the_cpu_multiplies_it_natively_and_float32_elsew
 def test_an_auto_engine_computes_in_the_dtype_this_cpu_gets_and_logs_and_reports_why(make_engine, caplog):
     features = dtype_choice.cpu_bf16_features()
     print(f"this CPU's native bfloat16: {', '.join(features) or 'none (the kernels run their portable conversions)'}")
-    with caplog.at_level("INFO", logger="local_backend.dtype_choice"):
+    with caplog.at_level("INFO", logger="local_backend.model.dtype_choice"):
         engine = make_engine(dtype="auto")
     expected = torch.bfloat16 if features else torch.float32
     assert next(engine.runner.model.parameters()).dtype == expected and engine.engine_config.dtype == str(expected)[6:]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from local_backend.block_manager import BlockManager, chain_hash
-from local_backend.sampling_params import SamplingParams
-from local_backend.sequence import Sequence
+from local_backend.engine.block_manager import BlockManager, chain_hash
+from local_backend.engine.sequence import Sequence
+from local_backend.sampling.sampling_params import SamplingParams
 
 
 def _seq(tokens: list[int], name: str = "r") -> Sequence:

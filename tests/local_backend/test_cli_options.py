@@ -25,8 +25,8 @@ import torch
 import local_backend.__main__ as cli
 from local_backend import Engine, EngineConfig, SamplingParams
 from local_backend.__main__ import build_app, engine_config, load_engine, main, parse_args
-from local_backend.engine_config import ConfigError
-from local_backend.sequence import Sequence
+from local_backend.engine.engine_config import ConfigError
+from local_backend.engine.sequence import Sequence
 from local_backend.server import serve_in_thread
 from tests.local_backend.serving import Served
 

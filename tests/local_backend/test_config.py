@@ -7,8 +7,8 @@ import torch
 from transformers import LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from local_backend.config import ModelConfig
-from local_backend.model import rope_tables
+from local_backend.model.config import ModelConfig
+from local_backend.model.llama import rope_tables
 
 BASE = dict(
     vocab_size=100,

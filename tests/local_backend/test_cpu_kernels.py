@@ -21,9 +21,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from local_backend import SamplingParams, cpu_kernels, kernel_choices, ops
-from local_backend.attention import AttentionMetadata, DecodeGroup, PagedDecodes, paged_attention
-from local_backend.kernel_choices import KernelChoices
+from local_backend import SamplingParams
+from local_backend.kernels import cpu_kernels, kernel_choices, ops
+from local_backend.kernels.kernel_choices import KernelChoices
+from local_backend.model.attention import AttentionMetadata, DecodeGroup, PagedDecodes, paged_attention
 
 BLOCK = 16
 LANES = {"DEFAULT": 8, "AVX2": 8, "AVX512": 16}
@@ -280,7 +281,8 @@ def test_engine_decodes_use_the_kernel_and_give_the_sdpa_paths_tokens(make_engin
 def test_without_a_compiler_the_engine_runs_on_torch_ops_alone(tmp_path: Path, checkpoints):
     script = (
         "import logging, sys; logging.basicConfig(level=logging.WARNING)\n"
-        "from local_backend import Engine, SamplingParams, cpu_kernels, ops\n"
+        "from local_backend import Engine, SamplingParams\n"
+        "from local_backend.kernels import cpu_kernels, ops\n"
         "engine = Engine.from_pretrained(sys.argv[1], device='cpu', max_model_len=64, kv_cache_memory=2**20)\n"
         "out = engine.generate([[5, 6, 7]], SamplingParams(max_tokens=4, temperature=0, ignore_eos=True))\n"
         "native = {m.ops for m in engine.runner.model.modules() if hasattr(m, 'ops')} != {ops.TORCH}\n"
@@ -359,7 +361,7 @@ def test_every_variant_the_compiler_targets_builds_and_each_this_cpu_runs_passes
     env = {**os.environ, cpu_kernels.CAPABILITY_ENV: capability, "OMP_WAIT_POLICY": "PASSIVE"}
     startup = (
         "import logging; logging.basicConfig(level=logging.INFO);"
-        " from local_backend import cpu_kernels; cpu_kernels.load()"
+        " from local_backend.kernels import cpu_kernels; cpu_kernels.load()"
     )
     done = subprocess.run([sys.executable, "-c", startup], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr

@@ -10,7 +10,8 @@ from collections.abc import Sequence
 import pytest
 import torch
 
-from local_backend import Engine, SamplingParams, cpu_kernels, ops
+from local_backend import Engine, SamplingParams
+from local_backend.kernels import cpu_kernels, ops
 
 NEW_TOKENS = 12
 

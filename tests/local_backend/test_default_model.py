@@ -15,11 +15,11 @@ import openai
 import pytest
 
 from local_backend import Engine, SamplingParams
-from local_backend.models import corpus, tool_corpus
+from local_backend.model.tokenizer import TextTokenizer
+from local_backend.model.tool_prompt import call_text, fold
 from local_backend.server.tools import prompt_ids
-from local_backend.tokenizer import TextTokenizer
-from local_backend.tool_prompt import call_text, fold
 from tests.local_backend.serving import served_engine
+from training import corpus, tool_corpus
 
 DEFAULT_DIR = Path(__file__).parents[2] / "local_backend" / "models" / "default"
 MAX_CHECKPOINT_BYTES = 8 * 1024**2

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from local_backend.detokenizer import Detokenizer
+from local_backend.engine.detokenizer import Detokenizer
 
 
 class CharTokenizer:
@@ -71,7 +71,7 @@ def _byte_level_tokenizer(pieces: list[bytes]):
     """A real byte-level BPE tokenizer whose tokens are exactly `pieces` (ids in that order)."""
     from tokenizers import Tokenizer, decoders, models
 
-    from local_backend.tokenizer import TextTokenizer
+    from local_backend.model.tokenizer import TextTokenizer
 
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
     extra = iter(range(256, 512))
@@ -83,9 +83,9 @@ def _byte_level_tokenizer(pieces: list[bytes]):
 
 
 def test_final_text_keeps_complete_characters_held_back_behind_an_incomplete_one():
-    from local_backend.request import Request
-    from local_backend.sampling_params import SamplingParams
-    from local_backend.sequence import Sequence
+    from local_backend.engine.request import Request
+    from local_backend.engine.sequence import Sequence
+    from local_backend.sampling.sampling_params import SamplingParams
 
     nichi, hon, go = "日".encode(), "本".encode(), "語".encode()
     # each token after "ok " ends inside a character: 日 and 本 complete only in a later token

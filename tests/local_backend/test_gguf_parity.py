@@ -18,8 +18,8 @@ import safetensors.torch
 import torch
 
 from local_backend import Engine
-from local_backend.model_names import resolve_model
-from local_backend.sampling_params import SamplingParams
+from local_backend.model.model_names import resolve_model
+from local_backend.sampling.sampling_params import SamplingParams
 
 MODEL = "smollm2-135m-instruct"
 NEW_TOKENS = 64

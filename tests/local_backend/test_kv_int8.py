@@ -13,9 +13,10 @@ import pytest
 import torch
 from prometheus_client.parser import text_string_to_metric_families
 
-from local_backend import Engine, SamplingParams, cpu_kernels, kv_quant, ops
+from local_backend import Engine, SamplingParams
 from local_backend.__main__ import engine_config, parse_args
-from local_backend.engine_config import ConfigError, EngineConfig
+from local_backend.engine.engine_config import ConfigError, EngineConfig
+from local_backend.kernels import cpu_kernels, kv_quant, ops
 from local_backend.server.generation import Admission
 from local_backend.server.metrics import ServerMetrics
 from tests.local_backend.test_cpu_kernels import _run_on
@@ -151,7 +152,7 @@ def test_int8_kv_agrees_with_float32_kv_on_the_parity_models(make_engine, kind, 
 
 def test_a_pool_of_the_same_bytes_holds_at_least_twice_the_tokens_and_the_log_and_metrics_say_so(make_engine, caplog):
     exact = make_engine()
-    with caplog.at_level(logging.INFO, logger="local_backend.engine_core"):
+    with caplog.at_level(logging.INFO, logger="local_backend.engine.engine_core"):
         int8 = make_engine(kv_cache_dtype="int8")
     tokens = int8.block_manager.num_blocks * int8.block_manager.block_size
     assert "KV cache int8: 2 x 2 layers x 2 kv heads x (16 x 1 B + 4 B scale) = 160 B per token; " in caplog.text

@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from local_backend import Engine, ops
+from local_backend import Engine
 from local_backend._constants import ONEDNN_MIN_ROWS
-from local_backend.model import Linear
+from local_backend.kernels import ops
+from local_backend.model.llama import Linear
 
 
 @pytest.mark.parametrize("bias", [False, True])

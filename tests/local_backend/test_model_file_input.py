@@ -1,4 +1,4 @@
-"""A model file is input (local_backend/gguf_file.py, gguf_loader.py, gguf_tokenizer.py, checkpoint.py, loader.py).
+"""A model file is input (local_backend/model/: gguf_file, gguf_loader, gguf_tokenizer, checkpoint, loader).
 
 Each crafted GGUF file below is a tiny Llama written with the `gguf` package's `GGUFWriter`, then
 given one defect: in the header and its counts, the metadata (sizes, types, values), the tensor
@@ -37,7 +37,7 @@ from local_backend._constants import (
     GGUF_MAX_METADATA_ENTRIES,
     GGUF_MAX_STRING_BYTES,
 )
-from local_backend.sampling_params import SamplingParams
+from local_backend.sampling.sampling_params import SamplingParams
 
 REFUSAL_SECONDS = 30
 """A refusal comes within this (the issue's bound); the whole group of files gets this much each."""
@@ -614,9 +614,9 @@ def test_the_real_smollm2_file_loads_and_answers() -> None:
 
 def _checkpoint_dir(tmp_path: Path, config: dict[str, Any], drop: str | None = None) -> Path:
     """A tiny Hugging Face directory: the bundled checkpoint's tokenizer files, `config` and random weights."""
-    from local_backend.checkpoint import expected_shapes
-    from local_backend.config import ModelConfig
-    from local_backend.model_names import resolve_model
+    from local_backend.model.checkpoint import expected_shapes
+    from local_backend.model.config import ModelConfig
+    from local_backend.model.model_names import resolve_model
 
     default = resolve_model("default")
     for name in ("tokenizer.json", "tokenizer_config.json"):

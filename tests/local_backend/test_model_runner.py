@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from local_backend import SamplingParams, ops
-from local_backend.attention import OutputRows, paged_attention
-from local_backend.model_runner import ModelRunner, decode_groups
+from local_backend import SamplingParams
+from local_backend.engine.model_runner import ModelRunner, decode_groups
+from local_backend.kernels import ops
+from local_backend.model.attention import OutputRows, paged_attention
 
 
 @pytest.mark.parametrize(
@@ -35,7 +36,7 @@ def test_mixed_context_lengths_decode_in_several_groups_and_match_transformers(m
         groups_per_layer.append(len(meta.decodes))
         return paged_attention(q, k, v, kv_cache, meta, ops, kept)
 
-    monkeypatch.setattr("local_backend.model.paged_attention", observed)
+    monkeypatch.setattr("local_backend.model.llama.paged_attention", observed)
     prompts = [[5 + i for i in range(n)] for n in (3, 4, 150)]
     greedy = SamplingParams(max_tokens=12, temperature=0, ignore_eos=True)
     outputs = engine.generate(prompts, greedy)

@@ -10,9 +10,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from local_backend import SamplingParams, cpu_kernels, ops
-from local_backend.model import Linear
-from local_backend.ops import NativeOps, apply_rope
+from local_backend import SamplingParams
+from local_backend.kernels import cpu_kernels, ops
+from local_backend.kernels.ops import NativeOps, apply_rope
+from local_backend.model.llama import Linear
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from local_backend.openmp_wait import SPIN_COUNT
+from local_backend.kernels.openmp_wait import SPIN_COUNT
 
 PRINT_SPIN = "import os; print(os.environ.get('GOMP_SPINCOUNT'))"
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from local_backend.quantized import QuantizedWeight, QuantType
+from local_backend.kernels.quantized import QuantizedWeight, QuantType
 from tests.local_backend.test_quantized import assert_decode, native, random_blocks
 
 THREAD_COUNTS = [1, 2, 3]

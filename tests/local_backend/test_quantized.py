@@ -1,4 +1,4 @@
-"""Quantized weights (local_backend/quantized.py, csrc/quant_linear.cpp): Q8_0, Q4_0, Q4_1, Q4_K, Q5_K and Q6_K
+"""Quantized weights (local_backend/kernels/quantized.py, csrc/quant_linear.cpp): Q8_0, Q4_0, Q4_1, Q4_K, Q5_K and Q6_K
 blocks multiplied as they are, against the `gguf` package's dequantization (shared with this code by nothing but the
 block layout).
 
@@ -26,11 +26,10 @@ from gguf import GGMLQuantizationType as Q
 from gguf.quants import dequantize, quantize
 from safetensors.torch import load_file
 
-from local_backend import Engine, SamplingParams, cpu_kernels, ops
+from local_backend import Engine, SamplingParams
 from local_backend._constants import QUANT_MATVEC_MAX_ROWS
-from local_backend.gguf_file import read_gguf
-from local_backend.model_names import open_checkpoint, resolve_model
-from local_backend.quantized import (
+from local_backend.kernels import cpu_kernels, ops
+from local_backend.kernels.quantized import (
     QUANTIZATION_AUTO,
     QUANTIZATION_NONE,
     QUANTIZATION_Q8_0,
@@ -39,6 +38,8 @@ from local_backend.quantized import (
     dequantize_rows,
     quantize_q8_0,
 )
+from local_backend.model.gguf_file import read_gguf
+from local_backend.model.model_names import open_checkpoint, resolve_model
 from tests.local_backend.test_gguf_loader import DEFAULT, MESSAGES, gguf_name, write_gguf
 
 ROWS = [1, 2, 3, 4, 5, 8, 9, 33]

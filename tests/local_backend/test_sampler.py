@@ -7,12 +7,12 @@ import math
 import pytest
 import torch
 
-from local_backend import cpu_kernels, ops
-from local_backend.ops import chunk_sums, draw, heavier_mass
-from local_backend.penalties import PenaltyState, apply_penalties, dry_penalties
-from local_backend.sampler import Sampler, keep_thresholds
-from local_backend.sampling_params import SamplingParams
-from local_backend.sequence import Sequence
+from local_backend.engine.sequence import Sequence
+from local_backend.kernels import cpu_kernels, ops
+from local_backend.kernels.ops import chunk_sums, draw, heavier_mass
+from local_backend.sampling.penalties import PenaltyState, apply_penalties, dry_penalties
+from local_backend.sampling.sampler import Sampler, keep_thresholds
+from local_backend.sampling.sampling_params import SamplingParams
 
 NO_BREAKERS: frozenset[int] = frozenset()
 

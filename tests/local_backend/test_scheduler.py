@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from local_backend.block_manager import BlockManager
-from local_backend.sampling_params import SamplingParams
-from local_backend.scheduler import ScheduleFailed, Scheduler
-from local_backend.sequence import Sequence, Status
+from local_backend.engine.block_manager import BlockManager
+from local_backend.engine.scheduler import ScheduleFailed, Scheduler
+from local_backend.engine.sequence import Sequence, Status
+from local_backend.sampling.sampling_params import SamplingParams
 
 
 def _scheduler(num_blocks: int = 16, block_size: int = 4, max_num_seqs: int = 8, budget: int = 64) -> Scheduler:

@@ -23,11 +23,11 @@ import pytest
 from tokenizers import Tokenizer
 
 from local_backend import Engine
-from local_backend.chat_template import TemplateBoundError
-from local_backend.engine_config import ConfigError
+from local_backend.engine.engine_config import ConfigError
+from local_backend.model.chat_template import TemplateBoundError
+from local_backend.model.tokenizer import TextTokenizer
+from local_backend.model.tool_prompt import Tool
 from local_backend.server.tools import prompt_ids
-from local_backend.tokenizer import TextTokenizer
-from local_backend.tool_prompt import Tool
 from tests.local_backend.conftest import CHAT_TEMPLATE
 from tests.local_backend.serving import Served, ServedEngines
 

@@ -40,7 +40,7 @@ def reference(engine: Engine):
     """log_softmax of transformers' logits for each output position of (prompt, output)."""
     import transformers
 
-    from local_backend.model_names import resolve_model
+    from local_backend.model.model_names import resolve_model
 
     model = transformers.AutoModelForCausalLM.from_pretrained(resolve_model("default"), dtype=torch.float32)
 

@@ -17,7 +17,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from local_backend import SamplingParams
-from local_backend.tokenizer import TextTokenizer
+from local_backend.model.tokenizer import TextTokenizer
 from tests.local_backend.conftest import SPECIALS
 from tests.local_backend.serving import Served, ServedEngines
 
@@ -278,7 +278,7 @@ CORPUS_LINES = ["hello there, how are you", "the system says hi", "answer in one
 @pytest.mark.parametrize("kind", ["byte_level", "sentencepiece_first"])
 def test_pieces_between_the_templates_special_tokens_tokenize_as_the_whole_text(llama_dir, kind):
     """The forged path tokenizes in pieces; text that spells nothing must come out as the whole-text path's."""
-    from local_backend.special_tokens import SpecialTokens
+    from local_backend.model.special_tokens import SpecialTokens
 
     tokenizer = (
         Tokenizer.from_file(str(llama_dir / "tokenizer.json")) if kind == "byte_level" else _sentencepiece_like()

@@ -7,9 +7,9 @@ import random
 
 import pytest
 
+from local_backend.model.tokenizer import TextTokenizer
+from local_backend.model.tool_prompt import Tool, call_text
 from local_backend.server.tools import ArgumentsPiece, TextPiece, ToolCallParser, ToolCallStart, prompt_ids
-from local_backend.tokenizer import TextTokenizer
-from local_backend.tool_prompt import Tool, call_text
 
 CASES = [
     ("plain text", "Hello there", "Hello there", []),

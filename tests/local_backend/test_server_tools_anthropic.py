@@ -14,11 +14,11 @@ import jsonschema
 import pytest
 from anthropic.lib.streaming._messages import accumulate_event
 
-from local_backend.outputs import Completion, StreamDelta, Timings
+from local_backend.engine.outputs import Completion, StreamDelta, Timings
+from local_backend.model.tool_prompt import call_text
 from local_backend.server import histories
 from local_backend.server.anthropic_routes import AnthropicFormat
 from local_backend.server.usage import RequestUsage
-from local_backend.tool_prompt import call_text
 from tests.local_backend.serving import ServedEngines
 
 WEATHER = {

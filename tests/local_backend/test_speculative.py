@@ -21,12 +21,13 @@ import safetensors.torch
 import torch
 from prometheus_client.parser import text_string_to_metric_families
 
-from local_backend import Engine, SamplingParams, ops
+from local_backend import Engine, SamplingParams
 from local_backend.__main__ import engine_config, main, parse_args
-from local_backend.engine_config import ConfigError, EngineConfig
-from local_backend.sampler import Sampler
-from local_backend.sequence import Sequence
-from local_backend.speculative import NgramProposer, SpeculativeConfig, continuation
+from local_backend.engine.engine_config import ConfigError, EngineConfig
+from local_backend.engine.sequence import Sequence
+from local_backend.engine.speculative import NgramProposer, SpeculativeConfig, continuation
+from local_backend.kernels import ops
+from local_backend.sampling.sampler import Sampler
 from tests.local_backend.test_sampler import NO_BREAKERS, cpu_ops
 
 SPEC = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 1}

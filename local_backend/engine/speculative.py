@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
-from local_backend.sequence import Sequence
+from local_backend.engine.sequence import Sequence
 
 NGRAM: Final = "ngram"
 """The one `method` this engine speculates with (vLLM's name)."""

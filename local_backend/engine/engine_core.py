@@ -23,19 +23,20 @@ from collections.abc import Iterable
 
 import torch
 
-from local_backend import dtype_choice, kv_quant, ops
-from local_backend.block_manager import BlockManager
-from local_backend.config import ModelConfig
-from local_backend.model import CausalLM
-from local_backend.model_runner import ModelRunner
-from local_backend.outputs import EngineStats, FinishReason, StepOutput
-from local_backend.quantized import QUANTIZATION_NONE
-from local_backend.request import Request
-from local_backend.sampler import Sampler
-from local_backend.scheduler import ScheduleFailed, Scheduler
-from local_backend.sequence import Sequence
-from local_backend.speculative import NgramProposer, SpeculativeConfig
-from local_backend.tokenizer import TextTokenizer
+from local_backend.engine.block_manager import BlockManager
+from local_backend.engine.model_runner import ModelRunner
+from local_backend.engine.outputs import EngineStats, FinishReason, StepOutput
+from local_backend.engine.request import Request
+from local_backend.engine.scheduler import ScheduleFailed, Scheduler
+from local_backend.engine.sequence import Sequence
+from local_backend.engine.speculative import NgramProposer, SpeculativeConfig
+from local_backend.kernels import kv_quant, ops
+from local_backend.kernels.quantized import QUANTIZATION_NONE
+from local_backend.model import dtype_choice
+from local_backend.model.config import ModelConfig
+from local_backend.model.llama import CausalLM
+from local_backend.model.tokenizer import TextTokenizer
+from local_backend.sampling.sampler import Sampler
 
 logger = logging.getLogger(__name__)
 

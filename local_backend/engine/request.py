@@ -6,11 +6,11 @@ import time
 from collections.abc import Callable
 from collections.abc import Sequence as Seq
 
-from local_backend.detokenizer import Detokenizer
-from local_backend.outputs import Completion, FinishReason, StreamDelta, Timings
-from local_backend.sampling_params import SamplingParams
-from local_backend.sequence import Sequence
-from local_backend.tokenizer import TextTokenizer
+from local_backend.engine.detokenizer import Detokenizer
+from local_backend.engine.outputs import Completion, FinishReason, StreamDelta, Timings
+from local_backend.engine.sequence import Sequence
+from local_backend.model.tokenizer import TextTokenizer
+from local_backend.sampling.sampling_params import SamplingParams
 
 Prompt = str | Seq[int]
 """A prompt is text (encoded with the checkpoint's BOS) or token ids taken as they are."""

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import torch
 
-from local_backend.config import ModelConfig
-from local_backend.quantized import QuantizedWeight
-from local_backend.tokenizer import TextTokenizer
+from local_backend.kernels.quantized import QuantizedWeight
+from local_backend.model.config import ModelConfig
+from local_backend.model.tokenizer import TextTokenizer
 
 
 class ModelFileError(ValueError):

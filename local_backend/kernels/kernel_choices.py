@@ -157,7 +157,7 @@ def _least_total(sizes: Sequence[int], below_ms: Sequence[float], above_ms: Sequ
 
 
 def onednn_prepacks(dtype: torch.dtype) -> bool:
-    """Whether a CPU projection in `dtype` keeps oneDNN's prepacked weight (`model.Linear.pack`): float32 where
+    """Whether a CPU projection in `dtype` keeps oneDNN's prepacked weight (`llama.Linear.pack`): float32 where
     torch has oneDNN, bfloat16 where oneDNN multiplies it natively (AVX512-BF16 or AMX; elsewhere it would
     widen every weight on each call)."""
     if not torch.backends.mkldnn.is_available():

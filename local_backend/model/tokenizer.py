@@ -10,8 +10,8 @@ from typing import Any, Final
 
 from tokenizers import Tokenizer
 
-from local_backend.chat_template import BoundedEnvironment, TemplateBoundError, render
-from local_backend.special_tokens import SpecialTokens
+from local_backend.model.chat_template import BoundedEnvironment, TemplateBoundError, render
+from local_backend.model.special_tokens import SpecialTokens
 
 PROBE_MESSAGES: Final = ({"role": "user", "content": "Hi"},)
 """The conversation every chat template renders once at start-up: a template that passes a bound on

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import time
 
-from local_backend.sampling_params import SamplingParams
+from local_backend.sampling.sampling_params import SamplingParams
 
 
 class Status(enum.Enum):

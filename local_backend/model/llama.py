@@ -17,10 +17,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from local_backend.attention import AttentionMetadata, OutputRows, paged_attention
-from local_backend.config import ModelConfig, RopeConfig
-from local_backend.ops import FLOAT_WEIGHT, LayerStack, TorchOps
-from local_backend.quantized import QuantizedWeight
+from local_backend.kernels.ops import FLOAT_WEIGHT, LayerStack, TorchOps
+from local_backend.kernels.quantized import QuantizedWeight
+from local_backend.model.attention import AttentionMetadata, OutputRows, paged_attention
+from local_backend.model.config import ModelConfig, RopeConfig
 
 
 def rope_tables(

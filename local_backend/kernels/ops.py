@@ -20,16 +20,16 @@ from typing import Final
 import torch
 import torch.nn.functional as F
 
-from local_backend import cpu_kernels, kv_quant
 from local_backend._constants import (
     BF16_PREFILL_KERNEL_MIN_QUERIES,
     ONEDNN_MIN_ROWS,
     QUANT_MATVEC_MAX_ROWS,
     SAMPLER_CHUNK,
 )
-from local_backend.kernel_choices import KernelChoices
-from local_backend.penalties import apply_penalties
-from local_backend.quantized import QuantizedWeight
+from local_backend.kernels import cpu_kernels, kv_quant
+from local_backend.kernels.kernel_choices import KernelChoices
+from local_backend.kernels.quantized import QuantizedWeight
+from local_backend.sampling.penalties import apply_penalties
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -90,7 +90,7 @@ FLOAT_WEIGHT: Final = -1
 class LayerStack:
     """Every decoder layer's weights in the flat lists `NativeOps.decode_layers` reads, layer after layer: two
     norms (input, post-attention) and four projections (qkv, o, gate_up, down) a layer, each projection a
-    weight (blocks, or a float `weight_t`), its kind and its bias. `model.CausalLM.layer_stack` builds it."""
+    weight (blocks, or a float `weight_t`), its kind and its bias. `llama.CausalLM.layer_stack` builds it."""
 
     norms: list[torch.Tensor]
     weights: list[torch.Tensor]
@@ -192,7 +192,7 @@ class TorchOps:
         paged: tuple[torch.Tensor, torch.Tensor, torch.Tensor, int],
     ) -> tuple[torch.Tensor, torch.Tensor] | None:
         """Every layer of a step of decodes alone in one call: (the last layer's MLP output, the residual stream
-        before it), as `model.DecoderLayer` gives them; `paged` is the step's (slot_mapping, block_tables,
+        before it), as `llama.DecoderLayer` gives them; `paged` is the step's (slot_mapping, block_tables,
         context_lens, block_size). None where no single kernel serves the step: the model runs its layers."""
         return None
 

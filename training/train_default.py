@@ -1,6 +1,6 @@
 """Train the bundled default model from nothing: corpus, tokenizer, a tiny Llama, a checkpoint.
 
-    python -m local_backend.models.train_default [--out DIR] [--steps N] [--tool-steps N] [--base DIR]
+    python -m training.train_default [--out DIR] [--steps N] [--tool-steps N] [--base DIR]
 
 The project ships a model it can rebuild offline, so the demo and the tests never download one.
 Steps: (1) `corpus.build_corpus` writes the text, (2) a byte-level BPE tokenizer is trained on it
@@ -32,8 +32,8 @@ import torch
 import transformers
 from tokenizers import Encoding, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-from local_backend.models import corpus, tool_corpus
-from local_backend.tool_prompt import TOOL_CALL_END, TOOL_CALL_START, fold
+from local_backend.model.tool_prompt import TOOL_CALL_END, TOOL_CALL_START, fold
+from training import corpus, tool_corpus
 
 SEED = 0
 VOCAB_SIZE = 3072
@@ -77,7 +77,7 @@ THREADS = 2
 IGNORE = -100
 """Label of a token the loss skips (transformers' convention)."""
 
-OUT_DIR = Path(__file__).parent / "default"
+OUT_DIR = Path(__file__).parents[1] / "local_backend" / "models" / "default"
 PROBES = (
     "What is prefill?",
     "What is decode?",

@@ -19,7 +19,7 @@ from collections import OrderedDict, deque
 from collections.abc import Sequence as Seq
 
 from local_backend._constants import HASH_DIGEST_BYTES, SALT_PERSON
-from local_backend.sequence import Sequence
+from local_backend.engine.sequence import Sequence
 
 
 def chain_hash(parent: int, tokens: Seq[int]) -> int:

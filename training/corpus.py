@@ -25,8 +25,8 @@ from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import Any
 
-from local_backend.models import tool_corpus
-from local_backend.tool_prompt import TOOL_RESPONSE_START, fold
+from local_backend.model.tool_prompt import TOOL_RESPONSE_START, fold
+from training import tool_corpus
 
 BOS, EOS, END = "<|bos|>", "<|eos|>", "<|end|>"
 ROLES = ("system", "user", "assistant")

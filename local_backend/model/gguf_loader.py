@@ -28,12 +28,12 @@ import torch
 from gguf import GGMLQuantizationType as Q
 from gguf.quants import dequantize
 
-from local_backend.checkpoint import LM_HEAD, Checkpoint, Tensors, check_tensors
-from local_backend.config import ModelConfig
-from local_backend.gguf_file import GGUFFile, read_gguf
-from local_backend.gguf_tokenizer import build_tokenizer, check_vocabulary
-from local_backend.quantized import QuantizedWeight, QuantType
-from local_backend.tokenizer import TextTokenizer
+from local_backend.kernels.quantized import QuantizedWeight, QuantType
+from local_backend.model.checkpoint import LM_HEAD, Checkpoint, Tensors, check_tensors
+from local_backend.model.config import ModelConfig
+from local_backend.model.gguf_file import GGUFFile, read_gguf
+from local_backend.model.gguf_tokenizer import build_tokenizer, check_vocabulary
+from local_backend.model.tokenizer import TextTokenizer
 
 logger = logging.getLogger(__name__)
 

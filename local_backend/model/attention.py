@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from local_backend.ops import TorchOps
+from local_backend.kernels.ops import TorchOps
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,12 +11,9 @@ from safetensors import SafetensorError, safe_open
 from tokenizers import Tokenizer
 
 from local_backend import _constants as C
-from local_backend import dtype_choice, ops
-from local_backend.checkpoint import Checkpoint, ModelFileError, Shape, Tensors, check_tensors
-from local_backend.config import ModelConfig
-from local_backend.kernel_choices import onednn_prepacks
-from local_backend.model import CausalLM, Embedding, Linear
-from local_backend.quantized import (
+from local_backend.kernels import ops
+from local_backend.kernels.kernel_choices import onednn_prepacks
+from local_backend.kernels.quantized import (
     BLOCK_WEIGHTS,
     QUANTIZATION_AUTO,
     QUANTIZATION_NONE,
@@ -24,7 +21,11 @@ from local_backend.quantized import (
     QuantType,
     quantize_q8_0,
 )
-from local_backend.tokenizer import TextTokenizer
+from local_backend.model import dtype_choice
+from local_backend.model.checkpoint import Checkpoint, ModelFileError, Shape, Tensors, check_tensors
+from local_backend.model.config import ModelConfig
+from local_backend.model.llama import CausalLM, Embedding, Linear
+from local_backend.model.tokenizer import TextTokenizer
 
 logger = logging.getLogger(__name__)
 

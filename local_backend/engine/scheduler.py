@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
 
-from local_backend.block_manager import BlockManager
-from local_backend.sequence import Sequence, Status
-from local_backend.speculative import NgramProposer
+from local_backend.engine.block_manager import BlockManager
+from local_backend.engine.sequence import Sequence, Status
+from local_backend.engine.speculative import NgramProposer
 
 NOTHING: Final[Mapping[Sequence, Seq[int]]] = MappingProxyType({})
 """`update`'s default: a step with no drafts needs no produced tokens."""

@@ -16,14 +16,14 @@ import itertools
 
 import torch
 
-from local_backend import kv_quant
 from local_backend._constants import DECODE_PADDING_SHARE
-from local_backend.attention import AttentionMetadata, DecodeGroup, OutputRows, PagedDecodes, PrefillSegment
-from local_backend.config import ModelConfig
-from local_backend.model import CausalLM, rope_tables
-from local_backend.sampler import Sampler
-from local_backend.scheduler import ScheduledBatch
-from local_backend.sequence import Sequence
+from local_backend.engine.scheduler import ScheduledBatch
+from local_backend.engine.sequence import Sequence
+from local_backend.kernels import kv_quant
+from local_backend.model.attention import AttentionMetadata, DecodeGroup, OutputRows, PagedDecodes, PrefillSegment
+from local_backend.model.config import ModelConfig
+from local_backend.model.llama import CausalLM, rope_tables
+from local_backend.sampling.sampler import Sampler
 
 
 class ModelRunner:

@@ -5,7 +5,7 @@ so the model itself must decide to write a `<tool_call>` block, copy the city in
 and, once the result comes back in a `<tool_response>` turn, answer in one sentence that uses it.
 A 3.4M-parameter model learns this only when the job is small and seen often: one tool (the
 demo's), a dozen cities, one answer shape. The messages are OpenAI-shaped; `corpus` renders them
-with `local_backend.tool_prompt.fold`, the very function the server folds a request's tools with.
+with `local_backend.model.tool_prompt.fold`, the very function the server folds a request's tools with.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from local_backend.tool_prompt import Tool
+from local_backend.model.tool_prompt import Tool
 
 CALL_ID = "call_0"
 """The calls' id (the prompt never shows it)."""

@@ -33,10 +33,10 @@ from functools import partial
 import torch
 
 from local_backend._constants import SAMPLER_FIRST_CUTOFF, SAMPLER_REJECTION_ROUNDS
-from local_backend.ops import TorchOps, chunk_sums
-from local_backend.penalties import PenaltyState, dry_penalties
-from local_backend.sampling_params import SamplingParams
-from local_backend.sequence import Sequence
+from local_backend.engine.sequence import Sequence
+from local_backend.kernels.ops import TorchOps, chunk_sums
+from local_backend.sampling.penalties import PenaltyState, dry_penalties
+from local_backend.sampling.sampling_params import SamplingParams
 
 LOG2E = 1.0 / math.log(2.0)
 

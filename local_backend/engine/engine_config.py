@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any, Final
 
 from local_backend import _constants as C
-from local_backend.kv_quant import KV_CACHE_DTYPES
-from local_backend.quantized import QUANTIZATION_AUTO, QUANTIZATIONS
-from local_backend.sampling_params import SamplingParams
-from local_backend.speculative import SpeculativeConfig
+from local_backend.engine.speculative import SpeculativeConfig
+from local_backend.kernels.kv_quant import KV_CACHE_DTYPES
+from local_backend.kernels.quantized import QUANTIZATION_AUTO, QUANTIZATIONS
+from local_backend.sampling.sampling_params import SamplingParams
 
 DTYPES: Final = ("auto", "float32", "float", "bfloat16", "float16", "half")
 """vLLM's `--dtype` names; `float` is float32 and `half` float16, as there."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from local_backend._constants import DETOKENIZE_CONTEXT_TOKENS
-from local_backend.tokenizer import TextTokenizer
+from local_backend.model.tokenizer import TextTokenizer
 
 
 class Detokenizer:

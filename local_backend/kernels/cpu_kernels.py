@@ -38,9 +38,9 @@ from typing import Final
 import torch
 from torch.utils import cpp_extension
 
-from local_backend import kernel_choices
 from local_backend._constants import KERNEL_BUILD_TIMEOUT_S, KERNEL_CACHE_DIR_ENV
-from local_backend.kernel_choices import KernelChoices
+from local_backend.kernels import kernel_choices
+from local_backend.kernels.kernel_choices import KernelChoices
 
 logger = logging.getLogger(__name__)
 

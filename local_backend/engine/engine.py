@@ -26,21 +26,21 @@ import torch
 from jinja2.exceptions import TemplateError
 
 from local_backend import _constants as C
-from local_backend import kv_quant
-from local_backend.block_manager import BlockManager
-from local_backend.chat_template import TemplateBoundError
-from local_backend.detokenizer import Detokenizer
-from local_backend.engine_config import ConfigError, EngineConfig
-from local_backend.engine_core import EngineCore, describe
-from local_backend.loader import default_kv_cache_memory, load_model, resolve_device
-from local_backend.model_names import open_checkpoint
-from local_backend.model_runner import ModelRunner
-from local_backend.outputs import Completion, EngineStats, StepOutput, StreamDelta
-from local_backend.request import Prompt, Request, Sink, prompt_token_ids
-from local_backend.sampling_params import SamplingParams
-from local_backend.scheduler import Scheduler
-from local_backend.sequence import Sequence as Seq
-from local_backend.tokenizer import TextTokenizer
+from local_backend.engine.block_manager import BlockManager
+from local_backend.engine.detokenizer import Detokenizer
+from local_backend.engine.engine_config import ConfigError, EngineConfig
+from local_backend.engine.engine_core import EngineCore, describe
+from local_backend.engine.model_runner import ModelRunner
+from local_backend.engine.outputs import Completion, EngineStats, StepOutput, StreamDelta
+from local_backend.engine.request import Prompt, Request, Sink, prompt_token_ids
+from local_backend.engine.scheduler import Scheduler
+from local_backend.engine.sequence import Sequence as Seq
+from local_backend.kernels import kv_quant
+from local_backend.model.chat_template import TemplateBoundError
+from local_backend.model.loader import default_kv_cache_memory, load_model, resolve_device
+from local_backend.model.model_names import open_checkpoint
+from local_backend.model.tokenizer import TextTokenizer
+from local_backend.sampling.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
 

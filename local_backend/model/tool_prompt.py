@@ -11,7 +11,7 @@ go into the system turn, each past call is its `<tool_call>` text in the assista
 result is a user turn `<tool_response>\\n...\\n</tool_response>` (consecutive results share one).
 
 This module has no dependencies beyond the standard library, so the server's prompt
-(`server.tools.prompt_ids`) and the bundled model's training text (`models.corpus`) are written by
+(`server.tools.prompt_ids`) and the bundled model's training text (`training.corpus`) are written by
 the same functions and cannot drift apart.
 """
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from local_backend import _constants as C
-from local_backend.checkpoint import Checkpoint
-from local_backend.loader import open_directory
+from local_backend.model.checkpoint import Checkpoint
+from local_backend.model.loader import open_directory
 
 GGUF_SUFFIX = ".gguf"
 
@@ -38,7 +38,7 @@ PACKAGED_MODELS = {
 def resolve_model(model: str) -> Path:
     """The file or directory `model` names: `"default"`, a `PACKAGED_MODELS` name, or a path."""
     if model == C.DEFAULT_MODEL_NAME:
-        return Path(__file__).parent / "models" / "default"
+        return Path(__file__).parents[1] / "models" / "default"
     packaged = PACKAGED_MODELS.get(model)
     return Path(model) if packaged is None else _packaged_file(model, packaged)
 
@@ -49,7 +49,7 @@ def open_checkpoint(model: str) -> Checkpoint:
     if path.suffix == GGUF_SUFFIX:
         if not path.is_file():
             raise FileNotFoundError(f"GGUF file {path} does not exist")
-        from local_backend.gguf_loader import open_gguf  # `gguf` and numpy are read for GGUF files only
+        from local_backend.model.gguf_loader import open_gguf  # `gguf` and numpy are read for GGUF files only
 
         return open_gguf(path)
     return open_directory(path)

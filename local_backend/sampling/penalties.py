@@ -15,7 +15,7 @@ from collections.abc import Sequence as Seq
 import torch
 
 from local_backend._constants import DRY_MAX_EXPONENT_LOG
-from local_backend.sampling_params import SamplingParams
+from local_backend.sampling.sampling_params import SamplingParams
 
 
 class PenaltyState:

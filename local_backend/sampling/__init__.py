@@ -1,0 +1,1 @@
+"""Sampling: per-request parameters, penalties and the sampler that turns logits into next tokens."""

@@ -1,0 +1,1 @@
+"""The bundled default model's training recipe: its corpus, tool dialogues and the trainer (`train_default`)."""
