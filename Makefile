@@ -47,12 +47,13 @@ COMPAT_OLDER := openai==2.54.0,anthropic==1.17.0 openai==1.109.1,anthropic==0.12
 comma := ,
 COMPAT_STAMPS := $(foreach pins,$(COMPAT_OLDER),$(VENV)-compat-$(subst ==,,$(subst $(comma),-,$(pins)))/.installed)
 COMPAT_TESTS := tests/simulator_tests $(addprefix tests/sdk/, \
-	test_fault_matrix.py test_stream_as_bare.py test_stream_content.py test_stream_ends.py test_stream_guard.py \
-	test_stream_lifecycle.py test_stream_usage.py test_stream_events.py test_stream_options_refused.py test_wrap.py \
-	test_wrapper_object.py test_compat.py test_surface_paths.py test_surface_tree.py test_surface_tool_runner.py \
-	test_raw_responses.py test_retry.py test_request_safety.py test_typed_inputs.py test_odd_answers.py \
-	test_cache_hints.py test_first_call.py test_telemetry_client_spans.py test_real_app_patterns.py test_trio.py \
-	test_surface_sends.py)
+	send/test_fault_matrix.py send/test_stream_as_bare.py send/test_stream_content.py send/test_stream_ends.py \
+	send/test_stream_guard.py send/test_stream_lifecycle.py send/test_stream_usage.py \
+	adapters/test_stream_events.py send/test_stream_options_refused.py test_wrap.py test_wrapper_object.py \
+	test_compat.py surface/test_surface_paths.py surface/test_surface_tree.py surface/test_surface_tool_runner.py \
+	send/test_raw_responses.py send/test_retry.py test_request_safety.py test_typed_inputs.py \
+	adapters/test_odd_answers.py cache/test_cache_hints.py test_first_call.py \
+	telemetry/test_telemetry_client_spans.py test_real_app_patterns.py test_trio.py surface/test_surface_sends.py)
 # The agent frameworks whose newest releases pin older clients (issue 53), at those releases when last checked,
 # with the newest openai 2.x and anthropic 0.x they all resolve: venvs built as the compat ones (tests/compat_venv.py),
 # each route handed a wrapped client as its docs say and run against the bare one (tests/frameworks/pinned).
@@ -73,7 +74,7 @@ framework_stamp = $(VENV)-frameworks-$(1)/.installed-$(subst ==,,$(subst $(space
 FRAMEWORK_STAMPS := $(foreach name,$(FRAMEWORK_VENVS),$(call framework_stamp,$(name)))
 # The Phoenix browser tests render the trace page in Debian's headless Chromium.
 BROWSER := chromium
-# The shared-state tests (tests/sdk/test_shared_state.py) run Debian's Redis on a free loopback port.
+# The shared-state tests (tests/sdk/memory/test_shared_state.py) run Debian's Redis on a free loopback port.
 REDIS := redis-server
 
 .PHONY: venv lint format typecheck compat-venvs framework-venvs phoenix-venv vllm-venv llama-server browser redis valgrind test test-compat test-frameworks test-fast test-conformance test-cuda soak demo phoenix phoenix-demo bench serve clean

@@ -24,7 +24,7 @@ there to intercept (`responses.input_tokens` before openai 2.x).
   `?beta=true`, Anthropic a request qualifier) with the same API and kind. Any other path, or a
   request whose answer the client does not parse into its own types, passes through.
 
-`tests/sdk/test_surface_tree.py` walks the installed clients' resource trees and fails on a method
+`tests/sdk/surface/test_surface_tree.py` walks the installed clients' resource trees and fails on a method
 that takes a `model` and is in none of these, so a client release that adds one is a red test.
 """
 

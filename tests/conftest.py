@@ -39,7 +39,7 @@ settings.load_profile("ci" if os.environ.get("CI") else "kvwise")
 
 _TESTS = Path(__file__).parent
 TIERS: dict[str, tuple[str, ...]] = {
-    "integration": ("integration", "frameworks", "examples", "test_makefile.py", "sdk/test_shared_state.py"),
+    "integration": ("integration", "frameworks", "examples", "test_makefile.py", "sdk/memory/test_shared_state.py"),
     "native": (
         "local_backend/test_cpu_kernels.py",
         "local_backend/test_native_layers.py",
@@ -51,16 +51,16 @@ TIERS: dict[str, tuple[str, ...]] = {
         "local_backend/test_server_client_inputs.py",
         "local_backend/test_server_fuzz.py",
         "local_backend/test_server_openapi_fuzz.py",
-        "sdk/test_stream_lifecycle.py",
-        "sdk/test_fault_matrix.py",
-        "sdk/test_surface_paths.py",
+        "sdk/send/test_stream_lifecycle.py",
+        "sdk/send/test_fault_matrix.py",
+        "sdk/surface/test_surface_paths.py",
         "sdk/test_typing.py",
         "sdk/test_request_safety.py",
         "test_tiers.py",
         "local_backend/test_gguf_parity.py",
         "local_backend/test_gguf_quantized.py",
-        "sdk/test_sqlite_store.py",
-        "sdk/test_real_prompts.py",
+        "sdk/memory/test_sqlite_store.py",
+        "sdk/prompt/test_real_prompts.py",
         "local_backend/test_server_admission.py",
     ),
 }

@@ -48,5 +48,5 @@ def test_each_test_carries_the_tiers_of_its_path_and_the_browser_tier_where_it_u
     assert wrong == []
     assert 0 < fast < len(rows)
     assert any(
-        uses_browser == "1" and nodeid.startswith("tests/sdk/test_report.py") for nodeid, _, uses_browser in rows
+        uses_browser == "1" and nodeid.startswith("tests/sdk/report/test_report.py") for nodeid, _, uses_browser in rows
     )

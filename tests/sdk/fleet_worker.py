@@ -1,4 +1,4 @@
-"""One worker of a fleet (tests/sdk/test_shared_state.py): a process of its own that wraps its own
+"""One worker of a fleet (tests/sdk/memory/test_shared_state.py): a process of its own that wraps its own
 openai client and makes the calls it is told, printing one JSON line per answer.
 
     python -m tests.sdk.fleet_worker ARGUMENTS.json   # {"task": "fanout", "base_url": ..., "state": ..., "n": 8, ...}

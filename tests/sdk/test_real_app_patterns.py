@@ -19,8 +19,8 @@ import pytest
 
 import sdk
 from tests.sdk.helpers import collect, in_stream, resolve
+from tests.sdk.telemetry.test_telemetry_spans import Otel, otel  # noqa: F401
 from tests.sdk.test_request_safety import _assert_every_difference_is_recorded
-from tests.sdk.test_telemetry_spans import Otel, otel  # noqa: F401
 
 GPT = "gpt-4.1"
 CLAUDE = "claude-sonnet-4-6"

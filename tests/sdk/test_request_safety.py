@@ -26,7 +26,7 @@ from sdk.call import Api, OutputCap, Provider
 from sdk.pipeline import Pipeline
 from sdk.telemetry import semconv as sc
 from tests.sdk.helpers import LONG_SYSTEM, collect, resolve
-from tests.sdk.test_telemetry_spans import Otel, otel  # noqa: F401
+from tests.sdk.telemetry.test_telemetry_spans import Otel, otel  # noqa: F401
 
 MARK = {"type": "ephemeral"}
 USER = [{"role": "user", "content": "hi"}]
