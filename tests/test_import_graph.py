@@ -80,3 +80,31 @@ def test_the_graph_sees_relative_type_only_and_nested_imports():
 @pytest.mark.parametrize("package", PACKAGES)
 def test_the_package_has_no_import_circle(package):
     assert find_cycle(import_graph(package)) is None
+
+
+LOCAL_BACKEND_LAYERS = ("kernels", "model", "sampling", "engine", "server")
+"""local_backend's folders, lowest first: each imports only those before it (and the root's `_constants`)."""
+
+
+def upward_imports(graph: dict[str, set[str]], layers: tuple[str, ...]) -> set[tuple[str, str]]:
+    """(importer, imported) pairs where a module of one layer imports a module of a later layer."""
+
+    def layer(module: str) -> int | None:
+        parts = module.split(".")
+        return layers.index(parts[1]) if len(parts) > 2 and parts[1] in layers else None
+
+    return {
+        (source, target)
+        for source, targets in graph.items()
+        for target in targets
+        if (low := layer(source)) is not None and (high := layer(target)) is not None and high > low
+    }
+
+
+def test_upward_imports_finds_a_lower_layer_importing_a_higher_one():
+    graph = {"p.low.a": {"p.high.b", "p.low.c"}, "p.high.b": {"p.low.a"}, "p.low.c": set()}
+    assert upward_imports(graph, ("low", "high")) == {("p.low.a", "p.high.b")}
+
+
+def test_local_backend_folders_are_layers():
+    assert upward_imports(import_graph("local_backend"), LOCAL_BACKEND_LAYERS) == set()

@@ -29,7 +29,6 @@ from local_backend._constants import (
 from local_backend.kernels import cpu_kernels, kv_quant
 from local_backend.kernels.kernel_choices import KernelChoices
 from local_backend.kernels.quantized import QuantizedWeight
-from local_backend.sampling.penalties import apply_penalties
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -80,6 +79,16 @@ def draw(w: torch.Tensor, uniforms: torch.Tensor, sums: torch.Tensor | None = No
     last = (inside < inside[:, -1:]).sum(-1, keepdim=True)  # the chunk's last token of weight > 0
     pick = torch.minimum(torch.searchsorted(inside, offset, right=True), last)
     return (chunk * size + pick).squeeze(1)
+
+
+def apply_penalties(values: torch.Tensor, offsets: torch.Tensor, repetition: torch.Tensor) -> torch.Tensor:
+    """vLLM penalties on the logits of seen tokens (prompt or output), one entry per token, in place.
+
+    logit / r if logit > 0 else logit × r; then minus the entry's offset (frequency × output count
+    + presence × [output count > 0]). `offsets` and `repetition` are given per entry. `values` is
+    used up: the comparison and the quotient are taken before its in-place product.
+    """
+    return torch.where(values > 0, values / repetition, values.mul_(repetition)).sub_(offsets)
 
 
 FLOAT_WEIGHT: Final = -1
@@ -243,7 +252,7 @@ class TorchOps:
     def apply_penalties(
         self, logits: torch.Tensor, index: torch.Tensor, offsets: torch.Tensor, repetition: torch.Tensor
     ) -> None:
-        """`penalties.apply_penalties` on the entries of `logits` at flat `index`, in place (each index once)."""
+        """`apply_penalties` on the entries of `logits` at flat `index`, in place (each index once)."""
         flat = logits.view(-1)
         flat.index_copy_(0, index, apply_penalties(flat.index_select(0, index), offsets, repetition))
 

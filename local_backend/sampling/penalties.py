@@ -12,8 +12,6 @@ import math
 from array import array
 from collections.abc import Sequence as Seq
 
-import torch
-
 from local_backend._constants import DRY_MAX_EXPONENT_LOG
 from local_backend.sampling.sampling_params import SamplingParams
 
@@ -65,16 +63,6 @@ class PenaltyState:
                 offsets.append(0.0)
             counts[i] += 1
             offsets[i] = self._frequency * counts[i] + self._presence
-
-
-def apply_penalties(values: torch.Tensor, offsets: torch.Tensor, repetition: torch.Tensor) -> torch.Tensor:
-    """vLLM penalties on the logits of seen tokens (prompt or output), one entry per token, in place.
-
-    logit / r if logit > 0 else logit × r; then minus the entry's offset (frequency × output count
-    + presence × [output count > 0]). `offsets` and `repetition` are given per entry. `values` is
-    used up: the comparison and the quotient are taken before its in-place product.
-    """
-    return torch.where(values > 0, values / repetition, values.mul_(repetition)).sub_(offsets)
 
 
 def dry_penalties(tokens: Seq[int], params: SamplingParams, breakers: frozenset[int]) -> dict[int, float]:

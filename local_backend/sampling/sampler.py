@@ -26,19 +26,37 @@ from __future__ import annotations
 import math
 import weakref
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from collections.abc import Sequence as Seq
 from functools import partial
+from typing import Protocol
 
 import torch
 
 from local_backend._constants import SAMPLER_FIRST_CUTOFF, SAMPLER_REJECTION_ROUNDS
-from local_backend.engine.sequence import Sequence
 from local_backend.kernels.ops import TorchOps, chunk_sums
 from local_backend.sampling.penalties import PenaltyState, dry_penalties
 from local_backend.sampling.sampling_params import SamplingParams
 
 LOG2E = 1.0 / math.log(2.0)
+
+
+class Sequence(Hashable, Protocol):
+    """What the sampler reads of a sequence (the engine's `Sequence` is one): sampling sits below the engine,
+    so it names the fields it needs rather than importing the engine's type. Sequences key the sampler's
+    per-sequence state (penalty buffers, seeded generators) weakly, by identity."""
+
+    @property
+    def params(self) -> SamplingParams: ...
+
+    @property
+    def token_ids(self) -> list[int]: ...
+
+    @property
+    def prompt_token_ids(self) -> list[int]: ...
+
+    @property
+    def output_token_ids(self) -> list[int]: ...
 
 
 def keep_thresholds(w: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:

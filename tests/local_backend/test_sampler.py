@@ -9,8 +9,8 @@ import torch
 
 from local_backend.engine.sequence import Sequence
 from local_backend.kernels import cpu_kernels, ops
-from local_backend.kernels.ops import chunk_sums, draw, heavier_mass
-from local_backend.sampling.penalties import PenaltyState, apply_penalties, dry_penalties
+from local_backend.kernels.ops import apply_penalties, chunk_sums, draw, heavier_mass
+from local_backend.sampling.penalties import PenaltyState, dry_penalties
 from local_backend.sampling.sampler import Sampler, keep_thresholds
 from local_backend.sampling.sampling_params import SamplingParams
 

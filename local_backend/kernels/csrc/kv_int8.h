@@ -1,4 +1,4 @@
-// The int8 KV cache's rows (local_backend/kv_quant.py): head_dim int8 codes, then the row's float32 scale's
+// The int8 KV cache's rows (local_backend/kernels/kv_quant.py): head_dim int8 codes, then the row's float32 scale's
 // bytes. Symmetric absmax: scale = absmax / 127, code = round(x · (127 / absmax)) half to even, value = code ·
 // scale. The codes are read a vector of lanes at a time, widened to float (one sign-extend and one convert on
 // AVX2 / AVX-512; a plain loop on the portable path, which the compiler vectorizes).

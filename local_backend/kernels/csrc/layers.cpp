@@ -3,7 +3,7 @@
 //
 // At decode each is a handful of torch dispatches on a few kilobytes (F.rms_norm alone is six), so
 // their fixed cost is most of a layer's non-matmul time; here each is one call and one pass. Built and
-// loaded by `local_backend/cpu_kernels.py`; `model.py` keeps the torch ops as the path without them.
+// loaded by `local_backend/kernels/cpu_kernels.py`; `model/llama.py` keeps the torch ops as the path without them.
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>

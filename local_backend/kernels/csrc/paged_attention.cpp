@@ -4,7 +4,7 @@
 // torch has no op that attends over scattered cache slots, so without this a decode step copies every
 // sequence's context out of the cache per layer (`index_select`) and attends over the copy; this reads
 // each key and value once, where it lies, as vLLM's CPU attention kernel does. Built and loaded by
-// `local_backend/cpu_kernels.py`; `attention.py` keeps SDPA as the path when it is not available.
+// `local_backend/kernels/cpu_kernels.py`; `model/attention.py` keeps SDPA as the path when it is not available.
 //
 // Layout (attention.py): kv_cache `[slots, 2, kv_heads, dim]`, slot = block_id * block_size + offset;
 // query head h reads kv head h / (heads / kv_heads). Per task (one sequence, a run of its kv heads):

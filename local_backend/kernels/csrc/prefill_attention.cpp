@@ -10,7 +10,7 @@
 // output once. The (kv head, query block) tiles run in parallel, one thread each, so each GEMM runs on
 // one core over a tile in its cache. At 2048 tokens (8 heads, 4 kv heads, head_dim 64, one thread) this
 // ran 43 ms against SDPA's 47 ms and the earlier whole-row form's 49 ms. Built and loaded by
-// `local_backend/cpu_kernels.py`; `attention.py` calls it for prefill chunks on CPU float32 up to
+// `local_backend/kernels/cpu_kernels.py`; `model/attention.py` calls it for prefill chunks on CPU float32 up to
 // `KernelChoices.prefill_kernel_max_context` keys and keeps SDPA otherwise. The bfloat16 form (`attend_block_bf16`)
 // multiplies on oneDNN's brgemm where the CPU has it (`packs_bf16`); `ops.py` gives it long chunks after cached
 // tokens, where it beat SDPA's masked path (`BF16_PREFILL_KERNEL_MIN_QUERIES`).

@@ -4,7 +4,7 @@
 // In torch ops, temperature weights are five passes over the logits (max, subtract, scale, exp2, chunk
 // sums) and the top-p test three (divide, threshold, sum); at batch 64 and vocabulary 32k each pass
 // moves 8 MiB, more than the caches hold. Here they are two passes and one. Built and loaded by
-// `local_backend/cpu_kernels.py`; `sampler.py` keeps the torch passes as the path when it is not available.
+// `local_backend/kernels/cpu_kernels.py`; `sampling/sampler.py` keeps the torch passes as the path when it is not available.
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -135,7 +135,7 @@ at::Tensor draw(const at::Tensor& w, const at::Tensor& sums, const at::Tensor& u
 }
 
 // vLLM's penalties on each (flat index, offset, repetition) entry of the logits, in place:
-// logit / r if logit > 0 else logit * r, minus the offset (`penalties.apply_penalties`).
+// logit / r if logit > 0 else logit * r, minus the offset (`ops.apply_penalties`).
 void apply_penalties_(at::Tensor logits, const at::Tensor& index, const at::Tensor& offsets, const at::Tensor& repetition) {
   TORCH_CHECK(logits.scalar_type() == at::kFloat && logits.is_contiguous(), "apply_penalties_: logits must be contiguous float32");
   TORCH_CHECK(index.scalar_type() == at::kLong && offsets.scalar_type() == at::kFloat && repetition.scalar_type() == at::kFloat,
