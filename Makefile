@@ -180,12 +180,12 @@ test-fast: $(STAMP)
 
 # On a machine with a GPU only (never in CI): the CUDA parity tests, then the engine benchmark on CUDA.
 test-cuda: $(STAMP)
-	KVWISE_CUDA=1 $(PY) -m pytest -q tests/local_backend/test_engine_cuda.py
+	KVWISE_CUDA=1 $(PY) -m pytest -q tests/local_backend/engine/test_engine_cuda.py
 	$(PY) -m tests.benchmarks bench_engine_cuda
 
 # The server load test at soak size (minutes; not in CI): prints its counts.
 soak: $(STAMP)
-	KVWISE_SOAK=1 $(PY) -m pytest -q tests/local_backend/test_server_load.py -k soak
+	KVWISE_SOAK=1 $(PY) -m pytest -q tests/local_backend/server/test_server_load.py -k soak
 
 demo: $(STAMP)
 	$(PY) -m examples.demo

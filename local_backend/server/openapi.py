@@ -5,7 +5,7 @@ field the endpoint knows is a property (`additionalProperties: false`, since any
 typed by `FIELD_SCHEMAS` (a field it does not list may be any JSON value), with the fields the
 endpoint cannot do without as `required`. Every operation answers 200 or the API's own error body
 (OpenAI's, or Anthropic's under `/v1/messages`), never a 5xx for a bad request: the test suite
-fuzzes the server from this document (`tests/local_backend/test_server_openapi_fuzz.py`).
+fuzzes the server from this document (`tests/local_backend/server/test_server_openapi_fuzz.py`).
 """
 
 from __future__ import annotations

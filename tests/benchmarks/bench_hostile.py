@@ -43,7 +43,7 @@ from local_backend.model.tokenizer import TextTokenizer
 from local_backend.server import create_app, serve_in_thread
 from local_backend.server._constants import MAX_COUNTED_BYTES
 from tests.local_backend.conftest import CHAT_TEMPLATE
-from tests.local_backend.test_model_file_input import (
+from tests.local_backend.model.test_model_file_input import (
     CASES,
     DRIVER,
     REFUSAL_PEAK_RSS,
@@ -51,7 +51,7 @@ from tests.local_backend.test_model_file_input import (
     error_lines,
     run_bounded,
 )
-from tests.local_backend.test_server_hostile_templates import ATTACKS
+from tests.local_backend.server.test_server_hostile_templates import ATTACKS
 
 JSON = {"content-type": "application/json"}
 

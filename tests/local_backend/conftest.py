@@ -31,7 +31,7 @@ CHAT_TEMPLATE = (
 SPECIALS = ["<s>", "</s>", "<|im_start|>", "<|im_end|>"]
 CUDA_ENV = "KVWISE_CUDA"
 """Set by `make test-cuda`: only then are the GPU tests collected (never by `make test` or CI)."""
-collect_ignore = [] if os.environ.get(CUDA_ENV) else ["test_engine_cuda.py"]
+collect_ignore = [] if os.environ.get(CUDA_ENV) else ["engine/test_engine_cuda.py"]
 
 
 def _tokenizer(directory: Path) -> int:

@@ -15,8 +15,7 @@ import httpx2
 import pytest
 
 from local_backend.server._constants import MAX_GRAMMAR_NESTING, MAX_GRAMMAR_RULES, MAX_SCHEMA_DEPTH, MAX_SCHEMA_NODES
-from tests.local_backend.serving import Served, ServedEngines
-from tests.local_backend.test_server_hostile import (
+from tests.local_backend.server.test_server_hostile import (
     CHAT,
     CLIENT_TIMEOUT_SECONDS,
     MAX_MODEL_LEN,
@@ -25,6 +24,7 @@ from tests.local_backend.test_server_hostile import (
     _post,
     _refused,
 )
+from tests.local_backend.serving import Served, ServedEngines
 
 COMPLETIONS = "/v1/completions"
 TOOL_SCHEMA = {

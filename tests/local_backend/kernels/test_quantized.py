@@ -40,7 +40,7 @@ from local_backend.kernels.quantized import (
 )
 from local_backend.model.gguf_file import read_gguf
 from local_backend.model.model_names import open_checkpoint, resolve_model
-from tests.local_backend.test_gguf_loader import DEFAULT, MESSAGES, gguf_name, write_gguf
+from tests.local_backend.model.test_gguf_loader import DEFAULT, MESSAGES, gguf_name, write_gguf
 
 ROWS = [1, 2, 3, 4, 5, 8, 9, 33]
 """Rows of x: each remainder of the kernels' groups of four, and prefill-sized batches."""

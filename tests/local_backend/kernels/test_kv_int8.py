@@ -19,7 +19,7 @@ from local_backend.engine.engine_config import ConfigError, EngineConfig
 from local_backend.kernels import cpu_kernels, kv_quant, ops
 from local_backend.server.generation import Admission
 from local_backend.server.metrics import ServerMetrics
-from tests.local_backend.test_cpu_kernels import _run_on
+from tests.local_backend.kernels.test_cpu_kernels import _run_on
 
 PARITY_TOKENS = 128
 MIN_AGREEMENT = 0.95

@@ -28,7 +28,7 @@ from local_backend.engine.sequence import Sequence
 from local_backend.engine.speculative import NgramProposer, SpeculativeConfig, continuation
 from local_backend.kernels import ops
 from local_backend.sampling.sampler import Sampler
-from tests.local_backend.test_sampler import NO_BREAKERS, cpu_ops
+from tests.local_backend.sampling.test_sampler import NO_BREAKERS, cpu_ops
 
 SPEC = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
 GREEDY = SamplingParams(max_tokens=40, temperature=0, ignore_eos=True)

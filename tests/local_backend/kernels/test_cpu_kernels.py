@@ -30,13 +30,13 @@ BLOCK = 16
 LANES = {"DEFAULT": 8, "AVX2": 8, "AVX512": 16}
 TESTS = Path(__file__).parent
 VARIANT_TESTS = (  # what each variant must pass: its kernels against the torch forms, and transformers' tokens
-    "tests/local_backend/test_cpu_kernels.py",
-    "tests/local_backend/test_kv_int8.py::test_the_native_int8_kernels_match_the_torch_int8_forms",
-    "tests/local_backend/test_native_layers.py",
-    "tests/local_backend/test_quantized.py",
-    "tests/local_backend/test_sampler.py",
-    "tests/local_backend/test_engine.py::test_greedy_batch_matches_transformers_token_for_token",
-    "tests/local_backend/test_model_runner.py::test_mixed_context_lengths_decode_in_several_groups_and_match_transformers",
+    "tests/local_backend/kernels/test_cpu_kernels.py",
+    "tests/local_backend/kernels/test_kv_int8.py::test_the_native_int8_kernels_match_the_torch_int8_forms",
+    "tests/local_backend/kernels/test_native_layers.py",
+    "tests/local_backend/kernels/test_quantized.py",
+    "tests/local_backend/sampling/test_sampler.py",
+    "tests/local_backend/engine/test_engine.py::test_greedy_batch_matches_transformers_token_for_token",
+    "tests/local_backend/engine/test_model_runner.py::test_mixed_context_lengths_decode_in_several_groups_and_match_transformers",
 )
 
 
@@ -367,7 +367,7 @@ def test_every_variant_the_compiler_targets_builds_and_each_this_cpu_runs_passes
     assert done.returncode == 0, done.stderr
     assert f"native CPU kernels: {capability}, {LANES[capability]} floats per vector, {path.name}" in done.stderr
     command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *VARIANT_TESTS]
-    done = subprocess.run(command, env=env, cwd=TESTS.parent.parent, capture_output=True, text=True, timeout=1200)
+    done = subprocess.run(command, env=env, cwd=TESTS.parents[2], capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert " passed" in done.stdout.splitlines()[-1] and " failed" not in done.stdout.splitlines()[-1]
 

@@ -18,8 +18,15 @@ import httpx2
 import pytest
 
 from local_backend._constants import SEED_RANGE
+from tests.local_backend.server.test_server_hostile import (
+    CHAT,
+    CLIENT_TIMEOUT_SECONDS,
+    MAX_MODEL_LEN,
+    ROUTES,
+    _post,
+    _refused,
+)
 from tests.local_backend.serving import Served, ServedEngines
-from tests.local_backend.test_server_hostile import CHAT, CLIENT_TIMEOUT_SECONDS, MAX_MODEL_LEN, ROUTES, _post, _refused
 
 COUNT = "/v1/messages/count_tokens"
 MESSAGES = "/v1/messages"

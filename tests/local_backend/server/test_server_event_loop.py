@@ -13,8 +13,15 @@ import httpx2
 import pytest
 
 from local_backend.server._constants import MAX_COUNTED_BYTES, MAX_JSON_CONTAINERS, MAX_MESSAGES
+from tests.local_backend.server.test_server_hostile import (
+    CHAT,
+    CLIENT_TIMEOUT_SECONDS,
+    MAX_MODEL_LEN,
+    ROUTES,
+    _post,
+    _refused,
+)
 from tests.local_backend.serving import Served, ServedEngines
-from tests.local_backend.test_server_hostile import CHAT, CLIENT_TIMEOUT_SECONDS, MAX_MODEL_LEN, ROUTES, _post, _refused
 
 COUNT = "/v1/messages/count_tokens"
 FLOOD_CLIENTS = 3

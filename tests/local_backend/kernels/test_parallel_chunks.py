@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from local_backend.kernels.quantized import QuantizedWeight, QuantType
-from tests.local_backend.test_quantized import assert_decode, native, random_blocks
+from tests.local_backend.kernels.test_quantized import assert_decode, native, random_blocks
 
 THREAD_COUNTS = [1, 2, 3]
 KIND = QuantType.Q4_1
