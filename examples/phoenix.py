@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from examples.local_server import free_port, wait_healthy
-from sdk.telemetry import semconv as sc
+from sdk import semconv as sc
 
 ROOT = Path(__file__).resolve().parents[1]
 PHOENIX_VENV = ROOT / ".venv-phoenix"

@@ -36,7 +36,7 @@ class OutputCap:
     `tokens` is the value sent (reasoning and thinking included, where the API counts them in it);
     `param` the native parameter carrying it; `in_extra_body` whether it travels in `extra_body`
     (which the client merges over the named parameters); `source` who set it (a
-    `sdk.telemetry.semconv.CapSource`: "policy", "caller", "adaptive"); `clamped_from` the caller's
+    `sdk.semconv.CapSource`: "policy", "caller", "adaptive"); `clamped_from` the caller's
     own value where kvwise lowered it (None: kvwise filled a missing limit, or kept the caller's).
     """
 
@@ -45,6 +45,15 @@ class OutputCap:
     in_extra_body: bool = False
     source: str = "policy"
     clamped_from: int | None = None
+
+
+STREAM_USAGE_REQUESTED = "stream_usage_requested"
+"""The span's change when kvwise sends a stream with `stream_options.include_usage` the caller did not
+ask for (`Decisions.stream_usage_added`)."""
+STREAM_USAGE_REFUSED = "stream_usage_refused"
+"""The span's change when the server refuses `stream_options`: none is added (`Decisions.stream_usage_refused`).
+Both live here, beside the decisions they record, so that the Chat adapter that adds the field and
+`sdk.send.stream_options` that takes it back share them without importing each other."""
 
 
 @dataclass(slots=True)
@@ -154,7 +163,7 @@ class Usage:
 @dataclass(frozen=True, slots=True)
 class Expectation:
     """The cached tokens a call should read (`sdk.cache.expected_reads`), a miss cause known before its answer
-    (a `sdk.telemetry.semconv.MissCause` value; None: none), and whether the request carries
+    (a `sdk.semconv.MissCause` value; None: none), and whether the request carries
     breakpoints of an explicit cache (a provider honouring them writes or reads)."""
 
     tokens: int
@@ -165,7 +174,7 @@ class Expectation:
 @dataclass(frozen=True, slots=True)
 class Miss:
     """A call that read fewer cached tokens than expected: how many it should have read, missed, and why
-    (a `sdk.telemetry.semconv.MissCause` value)."""
+    (a `sdk.semconv.MissCause` value)."""
 
     expected: int
     missed: int

@@ -26,11 +26,11 @@ from sdk.lifecycle import CallListener
 from sdk.memory.memories import Memories, local_memories
 from sdk.policy import Policy
 from sdk.prompt.canonical import canonicalize
+from sdk.semconv import CapSource
 from sdk.send.refusals import Refusals
 from sdk.send.sender import Sender, SendParts, Server
 from sdk.surface import Kind
 from sdk.telemetry import Telemetry
-from sdk.telemetry.semconv import CapSource
 
 
 @runtime_checkable

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from sdk.call import Api, Call, Provider, Usage
-from sdk.decode.reasoning import Reasoning
+from sdk.reasoning import Reasoning
 
 TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
 

@@ -32,7 +32,7 @@ from sdk.adapters._base import (
     timings_of,
 )
 from sdk.call import Api, Call, Provider, Usage
-from sdk.decode.reasoning import Reasoning, anthropic_reasoning
+from sdk.reasoning import Reasoning, anthropic_reasoning
 
 _BETA_MODULES = "anthropic.types.beta"
 

@@ -21,9 +21,8 @@ from sdk.adapters._base import (
     pop_list,
     timings_of,
 )
-from sdk.call import Api, Call, Provider, Usage
-from sdk.decode.reasoning import Reasoning, openai_reasoning
-from sdk.send.stream_options import STREAM_USAGE_REQUESTED
+from sdk.call import STREAM_USAGE_REQUESTED, Api, Call, Provider, Usage
+from sdk.reasoning import Reasoning, openai_reasoning
 
 CutReason = Literal["length", "stop"]
 

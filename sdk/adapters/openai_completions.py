@@ -23,7 +23,7 @@ from sdk.adapters.openai_chat import (
     stream_usage_options,
 )
 from sdk.call import Api, Call, Provider, Usage
-from sdk.decode.reasoning import Reasoning
+from sdk.reasoning import Reasoning
 
 _PROMPT = "prompt"
 

@@ -38,7 +38,7 @@ from sdk.adapters._base import (
     timings_of,
 )
 from sdk.call import Api, Call, Provider, Usage
-from sdk.decode.reasoning import Reasoning, openai_reasoning
+from sdk.reasoning import Reasoning, openai_reasoning
 
 _BETA_MODULES = "openai.types.beta"
 _FINAL_EVENTS = ("response.completed", "response.incomplete", "response.failed")

@@ -38,7 +38,7 @@ from sdk._constants import CACHE_MISS_TOLERANCE_SHARE, CACHE_UNDER_MINIMUM_MARGI
 from sdk.cache.provider_facts import OPENAI_CACHE_STEP_TOKENS, OPENAI_SHORTEST_RETENTION_SECONDS, min_cacheable_tokens
 from sdk.call import Call, Expectation, Miss, Provider, Usage
 from sdk.lifecycle import CallEnd
-from sdk.telemetry.semconv import MissCause
+from sdk.semconv import MissCause
 
 _MARK = '"cache_control"'  # an item carrying an Anthropic breakpoint, as its JSON reads
 _Key = tuple[str, str, int]  # (provider, model, chained hash of the items up to one)

@@ -29,12 +29,13 @@ from typing import Any
 import sniffio
 
 from sdk.cache.fingerprint import segments
-from sdk.cache.hints import count_breakpoints, estimate_tokens
+from sdk.cache.hints import count_breakpoints
 from sdk.cache.provider_facts import min_cacheable_tokens
 from sdk.call import Call, Provider
 from sdk.lifecycle import CallEnd
 from sdk.memory.records import Leader
 from sdk.memory.store import LocalStore, Store
+from sdk.tokens import estimate_tokens
 
 _ANTHROPIC_MARK = "cache_control"
 _CREDENTIALS = ("api_key", "auth_token", "organization", "project", "base_url")

@@ -11,7 +11,6 @@ cache by prefix: for them only the order matters.
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -29,20 +28,14 @@ from sdk.cache.provider_facts import (
 from sdk.call import Api, Call, Provider
 from sdk.policy import Policy
 from sdk.prompt.moving import first_user_turn, is_note
+from sdk.tokens import estimate_tokens
 
-CHARS_PER_TOKEN = 4  # a conservative estimate for English text and JSON
 CACHE_KEY_PREFIX = "kvwise-"
 _SCHEMA_KEYS = frozenset({"input_schema", "parameters", "schema"})  # JSON schemas: a property may be named like a mark
 _THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
 _TOOL_OUTPUT_TYPES = ("tool_result", "function_call_output")
 _POSITIONS = ("tools", "system", "history", "last_turn")
 _EXTRA_BODY = "extra_body"
-
-
-def estimate_tokens(value: Any) -> int:
-    """A rough token count of a JSON-able value: characters / 4."""
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    return len(text) // CHARS_PER_TOKEN
 
 
 def count_breakpoints(value: Any, key: str) -> int:

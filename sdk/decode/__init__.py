@@ -3,7 +3,6 @@
 limits         `apply_limits`: the cap (decided once, `Call.cap`), stop sequences, penalties;
                `fit_to_context`: a filled cap fits a context the policy or a server's refusal named
 adaptive_caps  `AdaptiveCaps`: a cap learnt per prompt family from its own answers
-reasoning      which calls reason before they answer, within what budget
 loop_guard     `LoopDetector`: a streamed decode that has started to loop
 repetition     whether a repeating unit reads as records (on purpose) or prose (a loop)
 """

@@ -7,7 +7,7 @@ API) are enforced client-side.
 
 The guards never turn a request the API would accept into one it refuses, nor an answer into an
 empty one. The client merges `extra_body` over the named parameters, so a limit or stops given
-there are read and rewritten there. On a call that reasons (`sdk.decode.reasoning`), the output limit
+there are read and rewritten there. On a call that reasons (`sdk.reasoning`), the output limit
 also holds the reasoning:
 
 - with a thinking budget (Anthropic `thinking.type="enabled"`): the cap bounds the visible answer,
@@ -44,13 +44,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sdk import semconv as sc
 from sdk._constants import CONTEXT_FIT_BYTES_PER_TOKEN, REASONING_ROOM_TOKENS
 from sdk.adapters import Adapter, adapter_for
 from sdk.call import Call, OutputCap
 from sdk.decode.adaptive_caps import AdaptiveCaps, workload_of
 from sdk.policy import Policy
-from sdk.telemetry import semconv as sc
-from sdk.telemetry.semconv import CapSource
+from sdk.semconv import CapSource
 
 _EXTRA_BODY = "extra_body"
 _EXTRA_JSON = "extra_json"  # where the client's request options carry `extra_body`

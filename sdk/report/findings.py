@@ -35,7 +35,7 @@ MISS_ADVICE = {
     ),
     "other_endpoint": "the prefix was cached under another base URL or key; send a prompt family through one",
 }
-"""What each `sdk.telemetry.semconv.MissCause` means for the user."""
+"""What each `sdk.semconv.MissCause` means for the user."""
 
 
 def findings(

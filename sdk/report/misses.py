@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sdk.report.spans import ReportedCall
-from sdk.telemetry.semconv import MissCause
+from sdk.semconv import MissCause
 
 PROVIDER_CAUSES = frozenset({MissCause.EVICTED.value, MissCause.BREAKPOINT_IGNORED.value})
 """Misses that are the provider's (or a gateway's) doing, not the caller's."""

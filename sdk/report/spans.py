@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sdk.telemetry import semconv as sc
+from sdk import semconv as sc
 from sdk.telemetry.pricing import Cost
 
 _PHASES = frozenset(phase.value for phase in sc.PhaseName)

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sdk import compat
+from sdk import semconv as sc
 from sdk.call import Call
 from sdk.decode.limits import OUTPUT_LIMIT, ContextLimit
 from sdk.memory.store import Store
 from sdk.send.stream_options import STREAM_USAGE
-from sdk.telemetry import semconv as sc
 
 _REFUSAL_STATUSES = frozenset({400, 422})
 

@@ -24,6 +24,7 @@ from functools import partial
 from typing import Any
 
 from sdk import compat
+from sdk import semconv as sc
 from sdk.adapters import adapter_for
 from sdk.adapters._base import timings_of
 from sdk.adapters.responses import response_facts
@@ -33,6 +34,7 @@ from sdk.decode.limits import ContextLimit, fit_to_context
 from sdk.lifecycle import CallEnd, CallListener, Ending, Lifecycle
 from sdk.memory.records import Leader
 from sdk.policy import Policy
+from sdk.semconv import CapSource
 from sdk.send import raw_answer
 from sdk.send.attempts import sending
 from sdk.send.drive import Io, Steps, arun, run
@@ -40,8 +42,6 @@ from sdk.send.refusals import ADDITIONS, Refusals, TakeBack
 from sdk.send.retry import max_retries_for
 from sdk.surface import Kind
 from sdk.telemetry import CallRecord, Telemetry, client_tracing, content
-from sdk.telemetry import semconv as sc
-from sdk.telemetry.semconv import CapSource
 
 Server = tuple[str | None, int | None]
 

@@ -14,15 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sdk.call import Api, Call
+from sdk.call import STREAM_USAGE_REFUSED, STREAM_USAGE_REQUESTED, Api, Call
 
-STREAM_USAGE_REQUESTED = "stream_usage_requested"
-"""The span's change when kvwise sends a stream with `stream_options.include_usage` the caller did not
-ask for (`Decisions.stream_usage_added`)."""
-STREAM_USAGE_REFUSED = "stream_usage_refused"
-"""The span's change when the server refuses `stream_options`: none is added (`Decisions.stream_usage_refused`).
-Both live here, not in the Chat adapter that adds the field, so that `sdk.send.refusals` reads them without
-importing `openai` (an Anthropic-only app would pay for it)."""
 FIELD = "stream_options"
 _APIS = frozenset({Api.CHAT, Api.COMPLETIONS})  # the APIs whose streams kvwise asks for usage
 

@@ -57,7 +57,6 @@ from typing import Any
 from sdk.adapters import Adapter, StreamState
 from sdk.adapters._base import first_stop
 from sdk.adapters.responses import stream_facts
-from sdk.cache.hints import estimate_tokens
 from sdk.call import Api, Call, Usage
 from sdk.decode.loop_guard import LoopDetector
 from sdk.errors import stream_truncated
@@ -67,6 +66,7 @@ from sdk.send.stream_done import DoneMarker
 from sdk.send.stream_proxy import AsyncWatchedStream, Upstream, WatchedStream
 from sdk.telemetry import CallRecord
 from sdk.telemetry.content import streamed_tool_calls
+from sdk.tokens import estimate_tokens
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@
     record.end(CallEnd(Ending.ANSWERED, usage=...))       # exactly once (through `sdk.lifecycle`)
 
 Only `opentelemetry-api` is used here: with no SDK configured every call is a cheap no-op, and the
-app's own providers (or the ones passed in) receive everything. Modules: `semconv` (every name),
+app's own providers (or the ones passed in) receive everything. Every name is in `sdk.semconv`. Modules:
 `attributes` (call/outcome -> attributes), `openinference` (the same facts as Phoenix reads them),
 `spans` (the recorder), `metrics`, `pricing`, `content`; `setup` configures an SDK for apps without one.
 """
@@ -24,10 +24,10 @@ from opentelemetry import _logs, trace
 from opentelemetry.metrics import get_meter
 from opentelemetry.trace import SpanKind
 
+from sdk import semconv as sc
 from sdk.call import Call
 from sdk.policy import Policy
 from sdk.telemetry import openinference
-from sdk.telemetry import semconv as sc
 from sdk.telemetry.attributes import Attributes, provider_name, request_attributes, shape_attributes, span_name
 from sdk.telemetry.content import capture_mode
 from sdk.telemetry.conversation import current_conversation

@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from sdk import semconv as sc
 from sdk.call import Call, Miss, Provider, Usage
 from sdk.errors import StreamTruncated
 from sdk.lifecycle import CallEnd, Ending
-from sdk.telemetry import semconv as sc
 from sdk.telemetry.pricing import Cost
 
 Attributes = dict[str, Any]

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sdk.call import Call
-from sdk.telemetry.semconv import CAPTURE_MESSAGE_CONTENT_ENV, ContentCapture
+from sdk.semconv import CAPTURE_MESSAGE_CONTENT_ENV, ContentCapture
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from opentelemetry.context import get_current
 from opentelemetry.metrics import Counter, Histogram, Meter
 
-from sdk.telemetry import semconv as sc
+from sdk import semconv as sc
 from sdk.telemetry.attributes import Attributes, Outcome
 
 _NS_PER_S = 1e9

@@ -34,10 +34,10 @@ import functools
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from sdk import semconv as sc
 from sdk._constants import INVOCATION_JSON_CACHE_SIZE
 from sdk.adapters import adapter_for
 from sdk.call import Call, Provider
-from sdk.telemetry import semconv as sc
 from sdk.telemetry.attributes import Attributes, Outcome
 from sdk.telemetry.content import to_json
 

@@ -9,8 +9,8 @@ attributes for queries, and as one small JSON object Phoenix displays on the spa
 
 from __future__ import annotations
 
+from sdk import semconv as sc
 from sdk.call import Usage
-from sdk.telemetry import semconv as sc
 from sdk.telemetry.attributes import Attributes
 from sdk.telemetry.content import to_json
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from opentelemetry import trace
 
-from sdk.telemetry import semconv as sc
+from sdk import semconv as sc
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider

@@ -35,11 +35,11 @@ from opentelemetry import trace
 from opentelemetry._logs import Logger, LogRecord
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
+from sdk import semconv as sc
 from sdk.cache.diagnostics import disagree
 from sdk.call import Call, Usage
 from sdk.lifecycle import CallEnd
 from sdk.telemetry import content, openinference, phases
-from sdk.telemetry import semconv as sc
 from sdk.telemetry.attributes import Attributes, Outcome, error_type, outcome_attributes
 from sdk.telemetry.metrics import Instruments
 from sdk.telemetry.pricing import PriceTable, cost_of

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from sdk import report
+from sdk import semconv as sc
 from sdk.report.figures import write_figures
 from sdk.report.page import render
-from sdk.telemetry import semconv as sc
 
 TARGET_S = 10.0
 SPANS_PER_CALL = 3  # the call, its prefill, its decode

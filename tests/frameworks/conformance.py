@@ -37,8 +37,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 import sdk
+from sdk import semconv as sc
 from sdk.prompt.moving import NOTE_CLOSE, NOTE_OPEN
-from sdk.telemetry import semconv as sc
 from tests.simulator.records import RecordedRequest
 
 INSTRUCTIONS = "You answer weather questions in one short sentence."

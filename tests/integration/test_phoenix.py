@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from examples import export_phoenix
 from examples.phoenix import Phoenix
-from sdk.telemetry import semconv as sc
+from sdk import semconv as sc
 from tests.integration.conftest import MODEL, Traced, span_id, trace_id
 
 STREAMED = ("streamed", "cached", "looping")

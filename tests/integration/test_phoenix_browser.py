@@ -9,7 +9,7 @@ from pathlib import Path
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from sdk.telemetry import semconv as sc
+from sdk import semconv as sc
 from tests.browser import PNG_MAGIC, render
 from tests.integration.conftest import CALLS, MODEL, PROJECT, Traced, span_id, trace_id
 

@@ -20,11 +20,11 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import sdk
+from sdk import semconv as sc
 from sdk.adapters import adapter_for
 from sdk.cache.hints import count_breakpoints
 from sdk.call import Api, OutputCap, Provider
 from sdk.pipeline import Pipeline
-from sdk.telemetry import semconv as sc
 from tests.sdk.helpers import LONG_SYSTEM, collect, resolve
 from tests.sdk.telemetry.test_telemetry_spans import Otel, otel  # noqa: F401
 

@@ -21,9 +21,9 @@ import sdk
 import sdk.cache.expected_reads
 import sdk.cache.fingerprint
 import sdk.memory.memories
+from sdk import semconv as sc
 from sdk.report.build import Report, build, summary
 from sdk.report.spans import calls, from_readable
-from sdk.telemetry import semconv as sc
 from tests.sdk.agent_workload import workload
 from tests.sdk.helpers import LONG_SYSTEM, resolve
 from tests.sdk.telemetry.test_telemetry_spans import Otel, otel  # noqa: F401

@@ -13,10 +13,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import sdk
+from sdk import semconv as sc
 from sdk._constants import ADAPTIVE_CAP_MIN_CALLS, ADAPTIVE_CAP_WINDOW
 from sdk.call import Usage
 from sdk.decode.adaptive_caps import AdaptiveCaps
-from sdk.telemetry import semconv as sc
 from tests.sdk.helpers import collect, resolve
 from tests.sdk.savings_workloads import FAMILIES, TurnAnswer, output_workload, replay
 

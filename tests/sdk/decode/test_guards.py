@@ -7,7 +7,7 @@ import openai
 import pytest
 
 import sdk
-from sdk.telemetry import semconv as sc
+from sdk import semconv as sc
 from tests.sdk.helpers import collect, resolve
 from tests.sdk.telemetry.test_telemetry_spans import otel  # noqa: F401
 

@@ -12,8 +12,8 @@ import openai
 import pytest
 
 import sdk
+from sdk import semconv as sc
 from sdk.decode.limits import OUTPUT_LIMIT
-from sdk.telemetry import semconv as sc
 from tests.local_backend.serving import Served, served_engine
 from tests.sdk.helpers import resolve
 from tests.sdk.telemetry.test_telemetry_spans import Otel, otel  # noqa: F401

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import sdk
-from sdk.telemetry import semconv as sc
+from sdk import semconv as sc
 
 FACTS = {
     "degraded": sc.KVWISE_STATE_DEGRADED,

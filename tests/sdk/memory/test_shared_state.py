@@ -20,8 +20,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import sdk
+from sdk import semconv as sc
 from sdk._constants import ADAPTIVE_CAP_MIN_CALLS, ADAPTIVE_CAP_WINDOW, STATE_MAX_VALUE_BYTES, STATE_RETRY_SECONDS
-from sdk.telemetry import semconv as sc
 from tests.redis_server import RedisServer
 from tests.sdk import fleet
 from tests.sdk.fleet import PATIENT_SECONDS, PER_WORKER, PREFIX_TOKENS, WORKERS

@@ -24,6 +24,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import sdk
+from sdk import semconv as sc
 from sdk._constants import (
     STATE_EXPIRY_SECONDS,
     STATE_MAX_VALUE_BYTES,
@@ -39,7 +40,6 @@ from sdk.memory.records import FamilyRecord, Seen
 from sdk.memory.sqlite_link import SqliteLink
 from sdk.memory.sqlite_store import SqliteStore
 from sdk.memory.store import LocalStore, Store
-from sdk.telemetry import semconv as sc
 
 ROOT = Path(__file__).resolve().parents[3]
 PROCESSES = 8

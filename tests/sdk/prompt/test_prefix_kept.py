@@ -16,10 +16,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import sdk
+from sdk import semconv as sc
 from sdk.prompt.lint import FindingCode
 from sdk.report import build, calls, from_readable, summary
 from sdk.report.page import render
-from sdk.telemetry import semconv as sc
 
 HEAD = "You are the release assistant of the payments team.\n"
 RULES = "".join(f"{n}. Never ship a migration without its rollback script, rule {n}.\n" for n in range(1, 30))

@@ -28,9 +28,9 @@ from PIL import Image
 
 import sdk
 from sdk import report
+from sdk import semconv as sc
 from sdk.report.cli import NEEDS_MATPLOTLIB, main, progress_bar
 from sdk.report.figures import TITLES
-from sdk.telemetry import semconv as sc
 from tests.browser import PNG_MAGIC, layout, render
 from tests.sdk.helpers import LONG_SYSTEM
 from tests.simulator.simulator import ProviderSimulator

@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import sdk
 from sdk import report
-from sdk.telemetry import semconv as sc
+from sdk import semconv as sc
 from tests.local_backend.serving import served_engine
 
 SPECULATION = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}

@@ -36,7 +36,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 import sdk
-from sdk.telemetry import semconv as sc
+from sdk import semconv as sc
 from tests.sdk.helpers import http_library, resolve
 from tests.sdk.send.test_retry import client_sleeps  # noqa: F401
 from tests.simulator import ProviderSimulator

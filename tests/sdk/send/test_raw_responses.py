@@ -19,7 +19,7 @@ import anthropic
 import pytest
 
 import sdk
-from sdk.telemetry import semconv as sc
+from sdk import semconv as sc
 from tests.sdk.helpers import anthropic_traces_itself, collect, resolve
 from tests.sdk.telemetry.test_telemetry_spans import Otel, otel  # noqa: F401
 

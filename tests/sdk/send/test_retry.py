@@ -21,8 +21,8 @@ import pytest
 from openai.types.chat import ChatCompletion
 
 import sdk
+from sdk import semconv as sc
 from sdk.send.retry import max_retries_for
-from sdk.telemetry import semconv as sc
 from tests.sdk.helpers import collect, resolve
 from tests.sdk.telemetry.test_telemetry_spans import Otel, otel  # noqa: F401
 from tests.simulator import ProviderSimulator

@@ -20,9 +20,9 @@ import pytest
 from opentelemetry.trace import StatusCode
 
 import sdk
+from sdk import semconv as sc
 from sdk.call import Usage
 from sdk.lifecycle import CallEnd, Ending
-from sdk.telemetry import semconv as sc
 from tests.sdk.helpers import http_library, resolve
 from tests.sdk.send.test_fault_matrix import events_of
 from tests.sdk.telemetry.test_telemetry_spans import Otel, otel  # noqa: F401

@@ -15,7 +15,7 @@ import pytest
 from opentelemetry.trace import StatusCode
 
 import sdk
-from sdk.telemetry import semconv as sc
+from sdk import semconv as sc
 from tests.sdk.helpers import DECODE_SECONDS_PER_TOKEN, collect, require, resolve
 from tests.sdk.telemetry.test_telemetry_spans import Otel, otel  # noqa: F401
 

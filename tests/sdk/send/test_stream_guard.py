@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 import sdk
-from sdk.telemetry import semconv as sc
+from sdk import semconv as sc
 from tests.sdk.helpers import DECODE_SECONDS_PER_TOKEN, collect, connection_errors, resolve
 
 LOOP_UNIT = "I will keep repeating this sentence. "

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
 import sdk
-from sdk.telemetry import semconv as sc
+from sdk import semconv as sc
 from tests.sdk.helpers import anthropic_traces_itself, collect, connection_errors, http_library, resolve
 from tests.sdk.telemetry.test_telemetry_spans import Otel, otel  # noqa: F401
 

@@ -10,7 +10,7 @@ import openai
 import pytest
 
 import sdk
-from sdk.telemetry import semconv as sc
+from sdk import semconv as sc
 from tests.sdk.helpers import collect, in_stream, resolve
 from tests.sdk.telemetry.test_telemetry_spans import Otel, otel  # noqa: F401
 from tests.sdk.test_request_safety import _assert_every_difference_is_recorded, _kind

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import sdk
-from sdk.telemetry import semconv as sc
+from sdk import semconv as sc
 from tests.sdk.helpers import DECODE_SECONDS_PER_TOKEN, LONG_SYSTEM, collect, resolve
 from tests.sdk.send.test_fault_matrix import events_of
 from tests.sdk.telemetry.test_telemetry_spans import Otel, otel  # noqa: F401

@@ -24,10 +24,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 import sdk
+from sdk import semconv as sc
 from sdk import surface
 from sdk.call import Api
 from sdk.surface import Kind
-from sdk.telemetry import semconv as sc
 from tests.sdk.helpers import DECODE_SECONDS_PER_TOKEN, collect, require, resolve
 
 CAP = 77

@@ -23,9 +23,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 import sdk
+from sdk import semconv as sc
 from sdk.call import Api
 from sdk.surface import Kind
-from sdk.telemetry import semconv as sc
 from tests.sdk.helpers import collect, resolve
 from tests.sdk.surface.test_surface_paths import _CAP_PARAM, CASES, PathCase, request_kwargs, run_case, target_method
 

@@ -17,10 +17,10 @@ import pytest
 import sdk
 import sdk.cache.fingerprint
 import sdk.memory.memories
+from sdk import semconv as sc
 from sdk.cache import diagnostics
 from sdk.call import Api, Provider
 from sdk.lifecycle import CallEnd, Ending
-from sdk.telemetry import semconv as sc
 from tests.sdk.helpers import LONG_SYSTEM, resolve
 from tests.sdk.telemetry.test_telemetry_spans import SERVER, Otel, make_call, otel  # noqa: F401
 

@@ -26,7 +26,7 @@ from opentelemetry.trace import SpanKind
 from opentelemetry.util._once import Once
 
 import sdk
-from sdk.telemetry import semconv as sc
+from sdk import semconv as sc
 from tests.sdk.helpers import anthropic_traces_itself, collect, resolve
 from tests.sdk.telemetry.test_telemetry_spans import Otel, otel  # noqa: F401
 

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
+from sdk import semconv as sc
 from sdk.call import Api, Provider, Usage
 from sdk.lifecycle import CallEnd, Ending
 from sdk.policy import Policy
+from sdk.semconv import ContentCapture
 from sdk.telemetry import content
-from sdk.telemetry import semconv as sc
-from sdk.telemetry.semconv import ContentCapture
 from tests.sdk.telemetry.test_telemetry_spans import SERVER, Otel, make_call, otel  # noqa: F401
 
 SECRET_PROMPT, SECRET_SYSTEM, SECRET_ANSWER = "zebra-prompt-text", "okapi-system-text", "narwhal-answer-text"

@@ -11,9 +11,9 @@ import openai
 import pytest
 
 import sdk
+from sdk import semconv as sc
 from sdk.call import Usage
 from sdk.lifecycle import CallEnd, Ending
-from sdk.telemetry import semconv as sc
 from tests.sdk.helpers import LONG_SYSTEM, collect, resolve
 from tests.sdk.telemetry.test_telemetry_spans import SERVER, Otel, make_call, otel  # noqa: F401
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import sdk
-from sdk.telemetry import semconv as sc
+from sdk import semconv as sc
 from tests.sdk.helpers import LONG_SYSTEM, collect, resolve
 from tests.sdk.telemetry.test_telemetry_spans import Otel, otel  # noqa: F401
 

@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 import sdk
-from sdk.telemetry import semconv as sc
+from sdk import semconv as sc
 from tests.sdk.helpers import LONG_SYSTEM, collect, resolve
 from tests.sdk.telemetry.test_telemetry_content import SECRET_ANSWER, SECRET_PROMPT, SECRET_SYSTEM
 from tests.sdk.telemetry.test_telemetry_resilience import RaisingExporter

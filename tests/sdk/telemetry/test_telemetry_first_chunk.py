@@ -8,8 +8,8 @@ from time import time_ns
 from typing import Any
 
 import sdk
+from sdk import semconv as sc
 from sdk.lifecycle import CallEnd, Ending
-from sdk.telemetry import semconv as sc
 from tests.sdk.helpers import collect, resolve
 from tests.sdk.telemetry.test_telemetry_spans import SERVER, Otel, make_call, otel  # noqa: F401
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from sdk import semconv as sc
 from sdk.call import Api, Provider, Usage
 from sdk.lifecycle import CallEnd, Ending
-from sdk.telemetry import semconv as sc
 from tests.sdk.telemetry.test_telemetry_spans import SERVER, Otel, make_call, otel, stream_through  # noqa: F401
 
 

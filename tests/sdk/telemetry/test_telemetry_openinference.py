@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 import sdk
+from sdk import semconv as sc
 from sdk._constants import INVOCATION_JSON_CACHE_SIZE
 from sdk.call import Api, Provider, Usage
 from sdk.lifecycle import CallEnd, Ending
 from sdk.policy import Policy
-from sdk.telemetry import semconv as sc
 from sdk.telemetry.openinference import _scalars_json, invocation_attributes
 from tests.sdk.helpers import collect, resolve
 from tests.sdk.telemetry.test_telemetry_spans import SERVER, Otel, make_call, otel, stream_through  # noqa: F401

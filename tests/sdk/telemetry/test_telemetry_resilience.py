@@ -8,11 +8,11 @@ import pytest
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
+from sdk import semconv as sc
 from sdk.call import Usage
 from sdk.lifecycle import CallEnd, Ending
 from sdk.policy import Policy
 from sdk.telemetry import Telemetry
-from sdk.telemetry import semconv as sc
 from tests.sdk.telemetry.test_telemetry_spans import SERVER, Otel, make_call, otel, stream_through  # noqa: F401
 
 

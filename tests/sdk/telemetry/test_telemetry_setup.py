@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from sdk.telemetry import semconv as sc
+from sdk import semconv as sc
 from sdk.telemetry import setup
 from sdk.telemetry.setup import traces_url
 

@@ -21,6 +21,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import SpanKind, StatusCode
 
+from sdk import semconv as sc
 from sdk.adapters import adapter_for
 from sdk.adapters.anthropic_messages import messages_usage
 from sdk.call import Api, Call, Provider, Usage
@@ -28,7 +29,6 @@ from sdk.errors import StreamTruncated
 from sdk.lifecycle import CallEnd, Ending
 from sdk.policy import Policy
 from sdk.telemetry import CallRecord, Telemetry
-from sdk.telemetry import semconv as sc
 
 SERVER = ("127.0.0.1", 8000)
 

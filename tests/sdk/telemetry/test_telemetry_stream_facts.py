@@ -12,8 +12,8 @@ from anthropic.types import Message
 from openai.types.chat import ChatCompletion
 
 import sdk
+from sdk import semconv as sc
 from sdk.adapters.responses import response_facts
-from sdk.telemetry import semconv as sc
 from tests.sdk.helpers import LONG_SYSTEM, collect, resolve
 from tests.sdk.telemetry.test_telemetry_spans import Otel, otel  # noqa: F401
 

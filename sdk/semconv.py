@@ -5,10 +5,12 @@ GenAI names follow the newest OpenTelemetry GenAI semantic conventions
 `opentelemetry-semantic-conventions` package marks them deprecated and still spells the cache-write
 count `cache_creation`, so the names are written out here rather than imported. kvwise's own names
 live under `kvwise.*`. No other module spells a telemetry string: they import it from here.
+It sits at the SDK's root, below every step, because the steps name their decisions with it
+(`MissCause`, `CapSource`) as much as `sdk.telemetry` emits them.
 
 OpenInference names (the flavour Arize Phoenix reads: `openinference.*`, `llm.*`) have their own
-section, as spelled by the `openinference-semantic-conventions` package; `openinference.py` maps
-calls to them beside `attributes.py`.
+section, as spelled by the `openinference-semantic-conventions` package; `sdk.telemetry.openinference` maps
+calls to them beside `sdk.telemetry.attributes`.
 """
 
 from __future__ import annotations

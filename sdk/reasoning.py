@@ -4,7 +4,8 @@ Reasoning (OpenAI o-series and gpt-5 models, Anthropic extended or adaptive thin
 into the same output limit as the answer: `max_completion_tokens` / `max_output_tokens` count the
 reasoning tokens, and Anthropic's `max_tokens` must exceed `thinking.budget_tokens`. A cap sized
 for the answer alone can be spent on reasoning and come back empty, so the decode limits read this
-first (see `sdk.decode.limits`).
+first (see `sdk.decode.limits`). It sits at the SDK's root: the adapters read a call's reasoning
+from its kwargs, the decode limits act on it.
 """
 
 from __future__ import annotations

@@ -1,0 +1,72 @@
+"""No two `sdk` folders import each other, but for the pairs still to untangle, listed here (issue 56).
+
+Each module maps to its folder (`sdk/cache/hints.py` to `cache`; a root module such as `sdk/wrap.py`
+to itself). A pair is two folders each of which imports the other, through any of its modules, by
+any import the source holds (`import_graph`: relative, nested and type-only ones included). The list
+is exact: a new pair fails, and so does a listed pair that has gone, so that it only shrinks.
+Vocabulary every step shares sits at the root, below the folders (`sdk.semconv`, `sdk.reasoning`,
+`sdk.tokens`, the change names in `sdk.call`), so that no step imports another for a name.
+"""
+
+from __future__ import annotations
+
+from tests.test_import_graph import import_graph
+
+# The pairs left. Three go through memory/, the hub that knows every feature's records: its `Memories`
+# builds each feature's memory over one `Store`, and the features keep their records in it.
+KNOWN_PAIRS = {
+    # cache.fanout and cache.fingerprint keep leaders and fingerprints in memory's store and records
+    # (diagnostics reads `Seen`); memory.memories builds their `FanoutMemory` and `FingerprintMemory`.
+    frozenset({"cache", "memory"}),
+    # prompt.builder (`sdk.Prompt`) places cache hints and prompt.lint reads cache.provider_facts;
+    # cache.hints finds the context note (prompt.moving), cache.fingerprint names tools (prompt.canonical).
+    frozenset({"cache", "prompt"}),
+    # decode.adaptive_caps keeps its windows in memory's store and records (`WorkloadKey`);
+    # memory.memories builds `AdaptiveCaps`.
+    frozenset({"decode", "memory"}),
+    # prompt.families keeps its decisions in memory's store and records, memory.records masks with
+    # prompt.volatile; memory.memories builds `FamilyMemory`, and prompt.lint reads `memories_for`.
+    frozenset({"memory", "prompt"}),
+}
+
+
+def folder_of(module: str) -> str:
+    """`sdk.<folder>` for a module in a folder of `sdk`, the module itself at the root."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 2 else module
+
+
+def mutual_pairs(graph: dict[str, set[str]], folders: set[str]) -> set[frozenset[str]]:
+    """The unordered pairs of distinct `folders` each of which imports the other, from a module graph."""
+    edges = {
+        (folder_of(source), folder_of(target))
+        for source, targets in graph.items()
+        for target in targets
+        if folder_of(source) in folders and folder_of(target) in folders and folder_of(source) != folder_of(target)
+    }
+    return {frozenset(edge) for edge in edges if edge[::-1] in edges}
+
+
+def sdk_pairs() -> set[frozenset[str]]:
+    graph = import_graph("sdk")
+    folders = {name for name in graph if name.count(".") == 1 and any(other.startswith(f"{name}.") for other in graph)}
+    return {frozenset(name.removeprefix("sdk.") for name in pair) for pair in mutual_pairs(graph, folders)}
+
+
+def test_mutual_pairs_finds_folders_that_import_each_other_and_only_those():
+    graph = {
+        "sdk.a.x": {"sdk.b.y"},
+        "sdk.b.y": set(),
+        "sdk.b.z": {"sdk.a"},
+        "sdk.c.w": {"sdk.a.x", "sdk.root"},
+        "sdk.root": {"sdk.c.w"},
+        "sdk.a": set(),
+    }
+    assert mutual_pairs(graph, {"sdk.a", "sdk.b", "sdk.c"}) == {frozenset({"sdk.a", "sdk.b"})}
+    assert folder_of("sdk.a") == "sdk.a" and folder_of("sdk.wrap") == "sdk.wrap"
+
+
+def test_no_two_sdk_folders_import_each_other_but_the_known_pairs():
+    found = sdk_pairs()
+    assert not found - KNOWN_PAIRS, f"new pairs of folders importing each other: {found - KNOWN_PAIRS}"
+    assert not KNOWN_PAIRS - found, f"pairs untangled, take them off KNOWN_PAIRS: {KNOWN_PAIRS - found}"
