@@ -29,6 +29,10 @@ class Provider(StrEnum):
     OPENAI_COMPATIBLE = "openai_compatible"
 
 
+Server = tuple[str | None, int | None]
+"""The server a call goes to: host and port as the client's base URL names them (either may be unknown)."""
+
+
 @dataclass(frozen=True, slots=True)
 class OutputCap:
     """The output-token limit a request carries, decided once by the decode limits and read by every later layer.

@@ -19,7 +19,7 @@ from sdk.cache.expected_reads import SentPrefixes
 from sdk.cache.fanout import fanout_key
 from sdk.cache.fingerprint import cache_ttl_seconds
 from sdk.cache.hints import place_cache_hints
-from sdk.call import Call
+from sdk.call import Call, Server
 from sdk.decode.adaptive_caps import CapLearner, workload_of
 from sdk.decode.limits import apply_limits
 from sdk.lifecycle import CallListener
@@ -28,7 +28,7 @@ from sdk.policy import Policy
 from sdk.prompt.canonical import canonicalize
 from sdk.semconv import CapSource
 from sdk.send.refusals import Refusals
-from sdk.send.sender import Sender, SendParts, Server
+from sdk.send.sender import Sender, SendParts
 from sdk.surface import Kind
 from sdk.telemetry import Telemetry
 

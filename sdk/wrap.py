@@ -29,12 +29,12 @@ from sdk import compat, surface
 from sdk.adapters import adapter_for
 from sdk.adapters._base import is_given
 from sdk.cache import diagnostics
-from sdk.call import Provider
+from sdk.call import Provider, Server
 from sdk.memory.memories import memories_for
 from sdk.pipeline import Middleware, Pipeline
 from sdk.policy import Policy
 from sdk.proxy import Node
-from sdk.send.sender import Sender, Server
+from sdk.send.sender import Sender
 from sdk.surface import Intercept, Kind, Path
 from sdk.telemetry import Telemetry
 

@@ -29,7 +29,7 @@ from sdk.adapters import adapter_for
 from sdk.adapters._base import timings_of
 from sdk.adapters.responses import response_facts
 from sdk.cache.fanout import FanOut, LeaderRelease, Waited
-from sdk.call import Call
+from sdk.call import Call, Server
 from sdk.decode.limits import ContextLimit, fit_to_context
 from sdk.lifecycle import CallEnd, CallListener, Ending, Lifecycle
 from sdk.memory.records import Leader
@@ -42,8 +42,6 @@ from sdk.send.refusals import ADDITIONS, Refusals, TakeBack
 from sdk.send.retry import max_retries_for
 from sdk.surface import Kind
 from sdk.telemetry import CallRecord, Telemetry, client_tracing, content
-
-Server = tuple[str | None, int | None]
 
 
 @dataclass(frozen=True, slots=True)

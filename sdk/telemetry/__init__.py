@@ -25,7 +25,7 @@ from opentelemetry.metrics import get_meter
 from opentelemetry.trace import SpanKind
 
 from sdk import semconv as sc
-from sdk.call import Call
+from sdk.call import Call, Server
 from sdk.policy import Policy
 from sdk.telemetry import openinference
 from sdk.telemetry.attributes import Attributes, provider_name, request_attributes, shape_attributes, span_name
@@ -45,7 +45,6 @@ _METRIC_KEYS = (sc.GEN_AI_OPERATION_NAME, sc.GEN_AI_PROVIDER_NAME, sc.GEN_AI_REQ
 """Attributes of every metric point (see `sdk.telemetry.metrics` for why no others)."""
 _MAX_SHAPES = 1024
 """Call shapes (model, provider, stream flag, server) whose attributes are kept; past it the memo starts over."""
-Server = tuple[str | None, int | None]
 Shape = tuple[str, Attributes, Attributes]
 """A call shape's span name, request attributes and metric attributes."""
 
