@@ -1,14 +1,14 @@
 """How long torch's idle OpenMP workers spin before they sleep: chosen before torch loads its OpenMP runtime.
 
-torch's CPU ops (its GEMMs, and our prefill attention through `at::parallel_for`) run on libgomp; the native
-kernels' other regions use `csrc/parallel.h` instead. After each parallel region libgomp's workers spin for
-`GOMP_SPINCOUNT` pause loops before sleeping on a futex: 300,000 by default, several milliseconds. A prefill
-runs hundreds of short regions, and a batch too large for the decode kernels as many, so a short spin keeps the
-next region's wake-up cheap; but a worker spinning for milliseconds takes the core from what else this process
-runs between steps (the event loop and the detokenizer, which serve 16 streams) and, on a busy laptop, from the
-partner thread it waits for when that one has been descheduled. vLLM-CPU makes the same choice for Intel's
-runtime (`KMP_BLOCKTIME=1`: a millisecond). libgomp reads its variables once, when it loads, so this must run
-before anything imports torch; a value the user set is kept.
+torch's CPU ops (ours through `at::parallel_for`, and its GEMMs) run on libgomp; the decode step's own kernels
+use `csrc/parallel.h` instead. After each parallel region libgomp's workers spin for `GOMP_SPINCOUNT` pause loops
+before sleeping on a futex: 300,000 by default, several milliseconds. A prefill runs hundreds of short regions,
+and a batch too large for the decode kernels as many, so a short spin keeps the next region's wake-up
+cheap; but a worker spinning for milliseconds takes the core from what else this process runs between
+steps (the event loop and the detokenizer, which serve 16 streams) and, on a busy laptop, from the partner
+thread it waits for when that one has been descheduled. vLLM-CPU makes the same choice for Intel's runtime
+(`KMP_BLOCKTIME=1`: a millisecond). libgomp reads its variables once, when it loads, so this must run before
+anything imports torch; a value the user set is kept.
 """
 
 from __future__ import annotations

@@ -12,7 +12,6 @@
 #include <cmath>
 
 #include "lanes.h"
-#include "parallel.h"
 
 namespace {
 
@@ -49,7 +48,7 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
     const scalar_t* in = x.data_ptr<scalar_t>();
     const scalar_t* w = weight.data_ptr<scalar_t>();
     scalar_t* o = out.data_ptr<scalar_t>();
-    kvwise::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+    at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) norm_row(in + r * width, w, o + r * width, width, static_cast<float>(eps));
     });
   });
@@ -67,7 +66,7 @@ void add_rms_norm_(at::Tensor x, at::Tensor residual, const at::Tensor& weight, 
     scalar_t* in = x.data_ptr<scalar_t>();
     scalar_t* sum = residual.data_ptr<scalar_t>();
     const scalar_t* w = weight.data_ptr<scalar_t>();
-    kvwise::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+    at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         scalar_t* added = sum + r * width;
         const scalar_t* row = in + r * width;
@@ -89,7 +88,7 @@ void rope_one(at::Tensor& x, const T* cos, const T* sin) {
               "rotary_embedding_: q and k must be [tokens, heads, dim] with contiguous heads");
   const int64_t tokens = x.size(0), heads = x.size(1), dim = x.size(2), half = dim / 2, row_stride = x.stride(0);
   T* data = x.data_ptr<T>();
-  kvwise::parallel_for(0, tokens, 16, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, tokens, 16, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const T* c = cos + t * dim;
       const T* s = sin + t * dim;
@@ -125,7 +124,7 @@ at::Tensor silu_and_mul(const at::Tensor& gate_up) {
   KVWISE_DISPATCH(gate_up.scalar_type(), "silu_and_mul", [&] {
     const scalar_t* in = gate_up.data_ptr<scalar_t>();
     scalar_t* o = out.data_ptr<scalar_t>();
-    kvwise::parallel_for(0, tokens, 4, [&](int64_t begin, int64_t end) {
+    at::parallel_for(0, tokens, 4, [&](int64_t begin, int64_t end) {
       const Vec one(1.f);
       for (int64_t t = begin; t < end; ++t) {
         const scalar_t* gate = in + t * 2 * size;

@@ -244,7 +244,7 @@ void write_rows(at::Tensor& kv_cache, const at::Tensor& k, const at::Tensor& v, 
   const T* keys = k.data_ptr<T>();
   const T* values = v.data_ptr<T>();
   const int64_t k_stride = k.stride(0), v_stride = v.stride(0), slot_width = 2 * kv_heads * kv_cache.size(3);
-  kvwise::parallel_for(0, tokens, 64, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, tokens, 64, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       if (quantized) {
         int8_t* dst = kv_cache.data_ptr<int8_t>() + slot[t] * slot_width;

@@ -1,6 +1,5 @@
-// `kvwise::parallel_for`, the native kernels' fork-join (all their regions but prefill attention's; see
-// `prefill_attention.cpp`): chunks of the range are claimed, not handed out, so a worker the OS has descheduled
-// delays a region by at most the chunk it already took, never by one it was given.
+// `kvwise::parallel_for`, the decode step's fork-join: chunks of the range are claimed, not handed out, so a
+// worker the OS has descheduled delays a region by at most the chunk it already took, never by one it was given.
 //
 // ATen's OpenMP `parallel_for` gives each team thread a fixed share and joins at a barrier every thread must
 // reach. A decode step runs a few hundred such regions, tens of microseconds each; on a laptop doing other

@@ -28,7 +28,6 @@
 
 #include "kv_int8.h"
 #include "lanes.h"
-#include "parallel.h"
 
 namespace {
 
@@ -129,9 +128,6 @@ void attend_block(const at::Tensor& queries, const at::Tensor& keys, const at::T
 // `attend(kv_head, first, tokens)` for each kv head's query blocks of `kBlockTokens`, in parallel, then `done()` in each
 // thread. Threads take contiguous runs of items; a later query block sees more keys, so each kv head's blocks go in the
 // order 0, last, 1, last - 1, ...: any run mixes cheap and dear ones.
-// The one region of the native kernels left on ATen's OpenMP `parallel_for` (the others are on `parallel.h`): the
-// float blocks multiply with `at::mm_out`, which ATen runs single-threaded inside an OpenMP region only; from one of
-// `parallel.h`'s workers MKL would start a team of its own per worker. `done()` is also once per thread, not per chunk.
 template <typename Attend, typename Done>
 void for_each_block(int64_t kv_heads, int64_t n, const Attend& attend, const Done& done) {
   const int64_t blocks = (n + kBlockTokens - 1) / kBlockTokens;
@@ -212,7 +208,7 @@ std::pair<at::Tensor, at::Tensor> pack_kv(const at::Tensor& k, const at::Tensor&
   const BFloat16* src_v = chunked_values.data_ptr<BFloat16>();
   BFloat16* pk = packed_keys.data_ptr<BFloat16>();
   BFloat16* pv = packed_values.data_ptr<BFloat16>();
-  kvwise::parallel_for(0, kv_heads * chunks, 16, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, kv_heads * chunks, 16, [&](int64_t begin, int64_t end) {
     for (int64_t item = begin; item < end; ++item) {
       const int64_t at = item * kKeyAlign * dim;  // chunk `item % chunks` of kv head `item / chunks`
       at::native::cpublas::pack(dim, kKeyAlign, kKeyAlign, kKeyAlign, at::kBFloat16, at::kBFloat16, src_k + at, pk + at);
@@ -288,7 +284,7 @@ at::Tensor gather_kv(const at::Tensor& kv_cache, const at::Tensor& slots) {
   at::Tensor out = at::empty({n, 2, kv_cache.size(2), dim}, kv_cache.options().dtype(at::kFloat));
   const int8_t* cache = kv_cache.data_ptr<int8_t>();
   float* result = out.data_ptr<float>();
-  kvwise::parallel_for(0, n, 64, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, n, 64, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       for (int64_t r = 0; r < rows; ++r) kvwise::dequantize_row(cache + (slot[t] * rows + r) * row, dim, result + (t * rows + r) * dim);
     }

@@ -542,7 +542,7 @@ at::Tensor quant_mm(const at::Tensor& x, const at::Tensor& blocks, int64_t kind,
         const int64_t n = std::min(tile, out - o0);
         scalar_t* dst = scratch.data_ptr<scalar_t>();
         const uint8_t* w = blocks.data_ptr<uint8_t>() + o0 * blocks.size(1);
-        kvwise::parallel_for(0, n, MIN_OUTPUTS_PER_THREAD, [&](int64_t begin, int64_t end) {
+        at::parallel_for(0, n, MIN_OUTPUTS_PER_THREAD, [&](int64_t begin, int64_t end) {
           dequantize_rows<K>(w, in, nullptr, begin, end, dst + begin * in);
         });
         y.narrow(1, o0, n).copy_(at::mm(x, scratch.narrow(0, 0, n).t()));
@@ -566,7 +566,7 @@ at::Tensor quant_rows(const at::Tensor& blocks, int64_t kind, const at::Tensor& 
   auto y = at::empty(shape, blocks.options().dtype(dtype));
   KVWISE_DISPATCH(dtype, "quant_rows", [&] {
     dispatch_kind(kind, [&]<Kind K>() {
-      kvwise::parallel_for(0, flat.numel(), MIN_OUTPUTS_PER_THREAD, [&](int64_t begin, int64_t end) {
+      at::parallel_for(0, flat.numel(), MIN_OUTPUTS_PER_THREAD, [&](int64_t begin, int64_t end) {
         dequantize_rows<K>(blocks.data_ptr<uint8_t>(), in, idp, begin, end, y.data_ptr<scalar_t>() + begin * in);
       });
     });

@@ -15,7 +15,6 @@
 #include <limits>
 
 #include "lanes.h"
-#include "parallel.h"
 
 namespace {
 
@@ -36,7 +35,7 @@ at::Tensor tempered_weights_(at::Tensor logits, const at::Tensor& scale, int64_t
   float* data = logits.data_ptr<float>();
   const float* scales = scale.data_ptr<float>();
   double* out = sums.data_ptr<double>();
-  kvwise::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       float* row = data + r * vocab;
       const int64_t whole = vocab - vocab % Vec::size();
@@ -73,7 +72,7 @@ at::Tensor heavier_mass(const at::Tensor& w, const at::Tensor& chosen) {
   const float* data = w.data_ptr<float>();
   const float* bounds = chosen.data_ptr<float>();
   float* out = mass.data_ptr<float>();
-  kvwise::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* row = data + r * vocab;
       const Vec bound(bounds[r]), zero(0.f);
@@ -149,7 +148,7 @@ void apply_penalties_(at::Tensor logits, const at::Tensor& index, const at::Tens
   const float* rep = repetition.data_ptr<float>();
   const int64_t entries = index.numel(), size = logits.numel();
   for (int64_t i = 0; i < entries; ++i) TORCH_CHECK(at[i] >= 0 && at[i] < size, "apply_penalties_: index out of range");
-  kvwise::parallel_for(0, entries, 4096, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, entries, 4096, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const float v = data[at[i]];
       data[at[i]] = (v > 0 ? v / rep[i] : v * rep[i]) - off[i];
