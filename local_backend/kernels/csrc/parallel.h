@@ -14,6 +14,10 @@
 // sleep on a futex (`std::atomic::wait`). Chunk bounds depend only on the range, the grain and the thread count,
 // never on which thread runs them, so results are the same run to run. A region started while another runs
 // (a second engine thread) or from inside a chunk runs on the calling thread alone.
+//
+// Prefill's regions (layers.cpp, prefill attention, quant_mm's dequantizing, the sampler's passes) stay on
+// OpenMP: they alternate with torch's GEMMs, which run on OpenMP, and two pools spinning in turn on two cores cost
+// cold prefill more than the claimed chunks saved (docs/benchmarks.md, by_hand, "prefill's regions on the pool").
 #pragma once
 
 #include <ATen/Parallel.h>
