@@ -5,7 +5,7 @@ larger request and fills a missing one (Anthropic requires it anyway), and is de
 (`Call.cap`). Stops the API cannot take (beyond Chat Completions' 4; all of them on the Responses
 API) are enforced client-side.
 
-The guards never turn a request the API would accept into one it refuses, nor an answer into an
+The limits never turn a request the API would accept into one it refuses, nor an answer into an
 empty one. The client merges `extra_body` over the named parameters, so a limit or stops given
 there are read and rewritten there. On a call that reasons (`sdk.reasoning`), the output limit
 also holds the reasoning:

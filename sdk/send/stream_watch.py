@@ -1,5 +1,5 @@
-"""Stream watching: observe each event, cut upstream on a loop or a client-side stop (the streaming
-decode guards), tell an end from a break.
+"""Stream watching: observe each event, cut upstream on a loop (the loop guard) or a client-side stop,
+tell an end from a break.
 
 The caller gets the client's own stream object behind a proxy (`sdk.send.stream_proxy`), so it is
 still an `openai.Stream`, an `anthropic.AsyncStream`, ...; iterating it runs a watching generator
@@ -97,7 +97,7 @@ class StreamWatch:
         self.detector = LoopDetector.for_call(call) if policy.loop_guard else None
         self.stops = call.client_stops
         self._stop_tail = ""
-        self.cap = call.cap.tokens if call.cap is not None else None  # the limit the guards decided and sent
+        self.cap = call.cap.tokens if call.cap is not None else None  # the cap the decode limits decided and sent
         self.delivered = 0  # content events handed to the caller
         self.finalized = False
         self.received_ns: int | None = None  # when the answering attempt's first event (a header) arrived
