@@ -35,7 +35,7 @@ Glossary: one word per concept (identifiers that still say another word are list
 - conversation: the calls of one `gen_ai.conversation.id` (`sdk.conversation`); the report groups
   calls by it, else by model.
 - memory: what a wrapped client learns across calls (volatile decisions, adaptive-cap windows,
-  fan-out leaders, the last fingerprint per API and model), kept in a store (in-process or Redis).
+  fan-out leaders, the last fingerprint per API and model), kept in a store (in-process, SQLite or Redis).
 - leader / follower: under fan-out, the first in-flight call of a cacheable prefix and the calls
   that wait for its first chunk.
 - decode limits: the cap (the output-token limit decided once, `Call.cap`, from the policy, the
@@ -51,6 +51,9 @@ Glossary: one word per concept (identifiers that still say another word are list
 
 Layout, in the order a call meets it (the order itself is one function, `sdk.pipeline.Pipeline.prepare`):
 
+    call, policy, semconv, reasoning, tokens
+                           the ground floor every step imports: the `Call`, the policy, telemetry's names,
+                           which calls reason, the token estimate (docs/architecture.md)
     wrap, surface, compat  the wrapped client; which methods go through kvwise; the clients' private parts
     adapters/              an API's native arguments as a `Call` (`call`) and back; its responses read
     pipeline               the order of a call, top to bottom, and the user's `Middleware`
@@ -60,7 +63,7 @@ Layout, in the order a call meets it (the order itself is one function, `sdk.pip
     send/                  the send: attempts and retries, refusals taken back, the stream watcher
     lifecycle              the end of call, told to its listeners, then to the telemetry
     telemetry/             spans, metrics, events, prices; `sdk.conversation`
-    memory/                what a client learns, in one store (in-process or Redis)
+    memory/                what a client learns, in one store (in-process, SQLite or Redis)
     report/                `python -m sdk.report`
 """
 
