@@ -7,7 +7,8 @@ the line above each table names the dtype and block types its `/metrics` reports
 `llama-server` (`.llama-server`, built by `make llama-server` from the llama.cpp source that llama-cpp-python's
 sdist ships), serves the same file, with what its users run it with: `CONCURRENT` parallel slots over one shared
 KV cache of `MAX_MODEL_LEN` tokens, continuous batching; vLLM's CPU build (`.venv-vllm`) serves the file's
-dequantized weights, written here as a safetensors checkpoint by kvwise's own GGUF reader, in float32. Each server
+dequantized weights, written here as a float32 safetensors checkpoint by kvwise's own GGUF reader, and served in
+the dtype kvwise chose for this CPU (`--dtype auto`: bfloat16 where the CPU multiplies it). Each server
 gets every core (llama-server `--threads`/`--threads-batch`, vLLM `VLLM_CPU_OMP_THREADS_BIND`). llama-cpp-python's
 Python server is not run: it drives the same ggml kernels one request at a time, so it says nothing llama-server
 does not (its 16-stream row measured its queue, not llama.cpp).
@@ -392,13 +393,13 @@ def llama_server_command(file: Path, port: int) -> list[str]:
     ]
 
 
-def kvwise_serving(url: str) -> str:
-    """What kvwise's `/metrics` says it serves: its dtype and the block types its weights are kept in."""
+def kvwise_serving(url: str) -> tuple[str, str]:
+    """What kvwise's `/metrics` says it serves: its dtype, and that with the block types its weights are kept in."""
     text = httpx2.get(f"{url}/metrics", timeout=REQUEST_TIMEOUT_SECONDS).text
     dtype = re.search(r'^kvwise_model_dtype_info\{dtype="([^"]*)"', text, re.MULTILINE)
     kept = re.search(r'^kvwise_quantization_info\{.*kept="([^"]*)"', text, re.MULTILINE)
     assert dtype and kept, "kvwise's /metrics names no dtype or quantization"
-    return f"{dtype[1]}, weights as {kept[1]} blocks" if kept[1] else f"{dtype[1]}, weights dequantized"
+    return dtype[1], f"{dtype[1]}, weights as {kept[1]} blocks" if kept[1] else f"{dtype[1]}, weights dequantized"
 
 
 def bench_file(label: str, file: Path, scratch: Path, tokenizer: TextTokenizer, eos: int) -> None:
@@ -431,7 +432,7 @@ def bench_file(label: str, file: Path, scratch: Path, tokenizer: TextTokenizer, 
                 "/health",
             )
         )
-        served_as = kvwise_serving(servers["kvwise"].url)
+        dtype, served_as = kvwise_serving(servers["kvwise"].url)
         if LLAMA_SERVER.exists():
             port = free_port()
             servers["llama-server"] = stack.enter_context(serving(llama_server_command(file, port), port, "/health"))
@@ -453,7 +454,7 @@ def bench_file(label: str, file: Path, scratch: Path, tokenizer: TextTokenizer, 
                         "--port",
                         str(port),
                         "--dtype",
-                        "float32",
+                        dtype,
                         "--max-model-len",
                         str(MAX_MODEL_LEN),
                         "--served-model-name",
@@ -471,7 +472,7 @@ def bench_file(label: str, file: Path, scratch: Path, tokenizer: TextTokenizer, 
         memory = {name: resident_bytes(served.pid) for name, served in servers.items()}
         with busy_cores() as hogs:
             busy = run(servers, tokenizer, eos, phase=1)
-    report(label, served_as, quiet, busy, hogs, memory, missing, parity)
+    report(label, served_as, dtype, quiet, busy, hogs, memory, missing, parity)
 
 
 def main() -> None:
@@ -523,6 +524,7 @@ def table(samples: Samples, against: dict[str, dict[str, float]] | None = None) 
 def report(
     label: str,
     served_as: str,
+    dtype: str,
     quiet: Samples,
     busy: Samples,
     hogs: int,
@@ -537,7 +539,7 @@ def report(
     )
     print(
         f"llama-server serves the file's blocks ({CONCURRENT} slots, one shared KV cache, continuous batching), "
-        f"vLLM the dequantized float32 weights; {THREADS} threads each"
+        f"vLLM the dequantized weights in {dtype}; {THREADS} threads each"
     )
     if missing:
         print(f"left out, not built: {'; '.join(missing)}")
