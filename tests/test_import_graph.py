@@ -42,6 +42,12 @@ def import_graph(package: str) -> dict[str, set[str]]:
     return {name: _imports(path, name, set(paths)) for name, path in paths.items()}
 
 
+def folder_of(module: str) -> str:
+    """`package.<folder>` for a module in a folder of its package, the module itself at the root."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 2 else module
+
+
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     """One import circle of the graph as a path that returns to its start, or None."""
     state: dict[str, str] = {}
@@ -90,8 +96,8 @@ def upward_imports(graph: dict[str, set[str]], layers: tuple[str, ...]) -> set[t
     """(importer, imported) pairs where a module of one layer imports a module of a later layer."""
 
     def layer(module: str) -> int | None:
-        parts = module.split(".")
-        return layers.index(parts[1]) if len(parts) > 2 and parts[1] in layers else None
+        folder = folder_of(module).partition(".")[2]
+        return layers.index(folder) if folder in layers else None
 
     return {
         (source, target)

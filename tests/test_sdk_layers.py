@@ -10,7 +10,7 @@ Vocabulary every step shares sits at the root, below the folders (`sdk.semconv`,
 
 from __future__ import annotations
 
-from tests.test_import_graph import import_graph
+from tests.test_import_graph import folder_of, import_graph
 
 # The pairs left. Three go through memory/, the hub that knows every feature's records: its `Memories`
 # builds each feature's memory over one `Store`, and the features keep their records in it.
@@ -28,12 +28,6 @@ KNOWN_PAIRS = {
     # prompt.volatile; memory.memories builds `FamilyMemory`, and prompt.lint reads `memories_for`.
     frozenset({"memory", "prompt"}),
 }
-
-
-def folder_of(module: str) -> str:
-    """`sdk.<folder>` for a module in a folder of `sdk`, the module itself at the root."""
-    parts = module.split(".")
-    return ".".join(parts[:2]) if len(parts) > 2 else module
 
 
 def mutual_pairs(graph: dict[str, set[str]], folders: set[str]) -> set[frozenset[str]]:
