@@ -25,6 +25,7 @@ from local_backend import SamplingParams
 from local_backend.kernels import cpu_kernels, kernel_choices, ops
 from local_backend.kernels.kernel_choices import KernelChoices
 from local_backend.model.attention import AttentionMetadata, DecodeGroup, PagedDecodes, paged_attention
+from tests.local_backend.kernels.op_forms import run_on
 
 BLOCK = 16
 LANES = {"DEFAULT": 8, "AVX2": 8, "AVX512": 16}
@@ -221,16 +222,6 @@ def test_the_prefill_kernel_refuses_shapes_it_cannot_attend_with_a_clear_error()
         torch.ops.kvwise.prefill_attention(q.double(), k.double(), k.double(), 1.0)
 
 
-def _run_on(engine, form):
-    """Give every module of the engine (and its sampler and runner) the op set `form`."""
-    for module in engine.runner.model.modules():
-        if hasattr(module, "ops"):
-            module.ops = form
-    engine.runner.sampler.ops = form
-    engine.runner.paged_decodes = form.paged_decodes
-    engine.reset_prefix_cache()
-
-
 def test_engine_prefills_use_the_kernel_up_to_its_context_limit_and_give_the_sdpa_paths_tokens(
     make_engine, monkeypatch
 ):
@@ -244,14 +235,14 @@ def test_engine_prefills_use_the_kernel_up_to_its_context_limit_and_give_the_sdp
 
     monkeypatch.setattr(torch.ops.kvwise, "prefill_attention", counted)
     choices = cpu_kernels.load().choices
-    _run_on(engine, ops.NativeOps(16, replace(choices, prefill_kernel_max_context=100)))
+    run_on(engine, ops.NativeOps(16, replace(choices, prefill_kernel_max_context=100)))
     prompts = [[5 + i % 90 for i in range(n)] for n in (3, 40, 150)]
     params = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
     with_kernel = [list(o.token_ids) for o in engine.generate(prompts, params)]
     assert {3, 40} <= set(contexts)  # whole prompts
     assert any(40 < n <= 100 for n in contexts)  # a chunk of the 150 over its cached start
     assert max(contexts) <= 100  # its last chunk sees more keys: SDPA's
-    _run_on(engine, ops.NativeOps(16, replace(choices, prefill_kernel_max_context=0)))
+    run_on(engine, ops.NativeOps(16, replace(choices, prefill_kernel_max_context=0)))
     contexts.clear()
     assert [list(o.token_ids) for o in engine.generate(prompts, params)] == with_kernel
     assert not contexts
@@ -420,7 +411,7 @@ def test_forcing_any_choice_gives_the_same_tokens(
     loaded = cpu_kernels.load().choices
     expected = [list(o.token_ids) for o in engine.generate(prompts, params)]
     forced = KernelChoices(loaded.capability, matvec_max_rows, onednn_min_rows, prefill_kernel_max_context)
-    _run_on(engine, ops.NativeOps(16, forced))
+    run_on(engine, ops.NativeOps(16, forced))
     assert [list(o.token_ids) for o in engine.generate(prompts, params)] == expected
 
 

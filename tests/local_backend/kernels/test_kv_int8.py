@@ -19,7 +19,7 @@ from local_backend.engine.engine_config import ConfigError, EngineConfig
 from local_backend.kernels import cpu_kernels, kv_quant, ops
 from local_backend.server.generation import Admission
 from local_backend.server.metrics import ServerMetrics
-from tests.local_backend.kernels.test_cpu_kernels import _run_on
+from tests.local_backend.kernels.op_forms import run_on
 
 PARITY_TOKENS = 128
 MIN_AGREEMENT = 0.95
@@ -214,5 +214,5 @@ def test_int8_on_the_torch_forms_gives_the_native_kernels_tokens(make_engine):
     engine = make_engine(kv_cache_dtype="int8", max_num_batched_tokens=64)  # the long prompt prefills in chunks
     prompts = [PROMPTS[0], list(range(4, 150)), PROMPTS[2]]
     native = [list(o.token_ids) for o in engine.generate(prompts, GREEDY)]
-    _run_on(engine, ops.TORCH)  # CUDA's forms: decode groups gathered by slot, dequantized by torch ops
+    run_on(engine, ops.TORCH)  # CUDA's forms: decode groups gathered by slot, dequantized by torch ops
     assert [list(o.token_ids) for o in engine.generate(prompts, GREEDY)] == native
