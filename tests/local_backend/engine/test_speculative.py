@@ -350,6 +350,14 @@ def test_the_torch_ops_verify_as_the_native_ones_do(make, copying, monkeypatch):
     assert out.accepted_draft_tokens > 0
 
 
+def test_bfloat16_weights_verify_drafts_to_plain_bfloat16_s_tokens(make, copying):
+    """n-gram speculation on bfloat16 weights: drafts accepted, the tokens plain bfloat16 decoding gives."""
+    plain, fast = make(copying["steered"], False, dtype="bfloat16"), make(copying["steered"], True, dtype="bfloat16")
+    prompt = _cycle_prompt(plain)
+    [out] = _same(plain, fast, [prompt, list(range(4, 40))], GREEDY)[:1]
+    assert out.accepted_draft_tokens > 0
+
+
 def test_a_stop_string_or_token_inside_an_accepted_run_ends_the_output_there(make, copying):
     plain, fast = make(copying["bigram"], False), make(copying["bigram"], True)
     prompt = _cycle_prompt(plain)

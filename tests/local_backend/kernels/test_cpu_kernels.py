@@ -248,6 +248,32 @@ def test_engine_prefills_use_the_kernel_up_to_its_context_limit_and_give_the_sdp
     assert not contexts
 
 
+@pytest.mark.parametrize("cached", [0, 24])  # a whole prompt; a chunk after cached tokens
+def test_bfloat16_prefills_without_bfloat16_brgemm_attend_in_the_float32_kernel_on_widened_copies(monkeypatch, cached):
+    native = ops.NativeOps(64, cpu_kernels.load().choices, torch.bfloat16)
+    native.bf16_prefill = False  # as on a CPU where oneDNN has no bfloat16 brgemm (AVX512-BF16 without AMX)
+    widths = []
+    kernel = torch.ops.kvwise.prefill_attention
+
+    def recorded(q, k, v, scale):
+        widths.append((q.dtype, k.dtype, v.dtype))
+        return kernel(q, k, v, scale)
+
+    monkeypatch.setattr(torch.ops.kvwise, "prefill_attention", recorded)
+    gen = torch.Generator().manual_seed(cached)
+    n, context = 40, 40 + cached
+    q = torch.randn(n, 4, 64, generator=gen).bfloat16()
+    k, v = (torch.randn(context, 2, 64, generator=gen).bfloat16() for _ in range(2))
+    mask = torch.ones(n, context, dtype=torch.bool).tril(cached) if cached else None
+    got = native.prefill_attention(q, k, v, mask, 0.125)
+    assert widths == [(torch.float32,) * 3] and got.dtype == torch.bfloat16
+    expected = ops.TORCH.prefill_attention(q.float(), k.float(), v.float(), mask, 0.125)
+    torch.testing.assert_close(got.float(), expected, rtol=1.6e-2, atol=1e-3)  # one rounding to bfloat16
+    native.choices = replace(native.choices, prefill_kernel_max_context=context - 1)
+    widths.clear()
+    assert native.prefill_attention(q, k, v, mask, 0.125).dtype == torch.bfloat16 and not widths  # SDPA past it
+
+
 def test_engine_decodes_use_the_kernel_and_give_the_sdpa_paths_tokens(make_engine, monkeypatch):
     engine = make_engine()
     assert engine.runner.paged_decodes
