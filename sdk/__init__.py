@@ -54,6 +54,7 @@ Layout, in the order a call meets it (the order itself is one function, `sdk.pip
     call, policy, semconv, reasoning, tokens
                            the ground floor every step imports: the `Call`, the policy, telemetry's names,
                            which calls reason, the token estimate (docs/architecture.md)
+    providers/             one module per provider: its hosts, telemetry name, cache's minimums and lifetimes
     wrap, surface, compat  the wrapped client; which methods go through kvwise; the clients' private parts
     adapters/              an API's native arguments as a `Call` (`call`) and back; its responses read
     pipeline               the order of a call, top to bottom, and the user's `Middleware`

@@ -462,7 +462,8 @@ class OperationName(StrEnum):
 
 
 class ProviderName(StrEnum):
-    """Values of `gen_ai.provider.name` that kvwise reports (the semconv well-known values)."""
+    """Values of `gen_ai.provider.name` that kvwise reports (the semconv well-known values); which hosts report
+    each is `sdk.providers`' knowledge."""
 
     OPENAI = "openai"
     ANTHROPIC = "anthropic"
@@ -477,29 +478,6 @@ class ProviderName(StrEnum):
     MOONSHOT_AI = "moonshot_ai"
     PERPLEXITY = "perplexity"
     X_AI = "x_ai"
-
-
-KNOWN_PLATFORMS: Final = (
-    (".amazonaws.com", ProviderName.AWS_BEDROCK),
-    ("aiplatform.googleapis.com", ProviderName.GCP_VERTEX_AI),
-    (".services.ai.azure.com", ProviderName.AZURE_AI_INFERENCE),
-    (".models.ai.azure.com", ProviderName.AZURE_AI_INFERENCE),
-    (".inference.ai.azure.com", ProviderName.AZURE_AI_INFERENCE),
-)
-"""Host suffixes of the clouds that host either provider's models (Bedrock, Vertex AI, Azure AI
-Inference / Foundry): the call is reported under the platform's name, whatever API it speaks."""
-
-KNOWN_SERVERS: Final = (
-    (".openai.azure.com", ProviderName.AZURE_AI_OPENAI),
-    ("api.deepseek.com", ProviderName.DEEPSEEK),
-    ("generativelanguage.googleapis.com", ProviderName.GCP_GEMINI),
-    ("api.groq.com", ProviderName.GROQ),
-    ("api.mistral.ai", ProviderName.MISTRAL_AI),
-    ("api.moonshot.ai", ProviderName.MOONSHOT_AI),
-    ("api.perplexity.ai", ProviderName.PERPLEXITY),
-    ("api.x.ai", ProviderName.X_AI),
-)
-"""Host suffixes of OpenAI-compatible servers with a semconv provider name; others report `openai`."""
 
 
 class FinishReason(StrEnum):

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
-from sdk import compat, surface
+from sdk import compat, providers, surface
 from sdk.adapters import adapter_for
 from sdk.adapters._base import is_given
 from sdk.cache import diagnostics
@@ -40,7 +40,6 @@ from sdk.telemetry import Telemetry
 
 ClientT = TypeVar("ClientT")
 
-_HOSTED = {"api.openai.com": Provider.OPENAI, "api.anthropic.com": Provider.ANTHROPIC}
 _RAW_FORMS = frozenset({"with_raw_response", "with_streaming_response"})
 _COPIES = frozenset({"with_options", "copy"})
 _WRAPPER_ASSIGNMENTS = ("__module__", "__name__", "__qualname__", "__doc__")
@@ -325,11 +324,7 @@ class WrappedClient(Node):
         if key is not base_url:
             base = urlsplit(str(base_url))
             server = (base.hostname, base.port or (443 if base.scheme == "https" else 80))
-            provider = self._shared.provider or (
-                Provider.ANTHROPIC
-                if self._shared.package.name == "anthropic"
-                else _HOSTED.get(base.hostname or "", Provider.OPENAI_COMPATIBLE)
-            )
+            provider = self._shared.provider or providers.provider_for(base.hostname, self._shared.package.name)
             object.__setattr__(self, "_where", (base_url, provider, server))
         return provider, server
 

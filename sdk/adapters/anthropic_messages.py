@@ -32,6 +32,12 @@ from sdk.adapters._base import (
     timings_of,
 )
 from sdk.call import Api, Call, Provider, Usage
+from sdk.providers.anthropic import (
+    CACHE_READ_FIELD,
+    CACHE_WRITE_1H_FIELD,
+    CACHE_WRITE_FIELD,
+    CACHE_WRITE_SPLIT_FIELD,
+)
 from sdk.reasoning import Reasoning, anthropic_reasoning
 
 _BETA_MODULES = "anthropic.types.beta"
@@ -78,15 +84,15 @@ def messages_usage(usage: Any) -> Usage | None:
     """Anthropic usage -> `Usage`: input counts the uncached, cache-read and cache-written tokens."""
     if usage is None:
         return None
-    read = int(getattr(usage, "cache_read_input_tokens", None) or 0)
-    write = int(getattr(usage, "cache_creation_input_tokens", None) or 0)
-    split = getattr(usage, "cache_creation", None)  # the 5m/1h split of the writes (priced differently)
+    read = int(getattr(usage, CACHE_READ_FIELD, None) or 0)
+    write = int(getattr(usage, CACHE_WRITE_FIELD, None) or 0)
+    split = getattr(usage, CACHE_WRITE_SPLIT_FIELD, None)  # the 5m/1h split of the writes (priced differently)
     return Usage(
         input_tokens=int(getattr(usage, "input_tokens", None) or 0) + read + write,
         output_tokens=int(getattr(usage, "output_tokens", None) or 0),
         cache_read_tokens=read,
         cache_write_tokens=write,
-        cache_write_1h_tokens=min(int(getattr(split, "ephemeral_1h_input_tokens", None) or 0), write),
+        cache_write_1h_tokens=min(int(getattr(split, CACHE_WRITE_1H_FIELD, None) or 0), write),
     )
 
 
@@ -100,9 +106,9 @@ def _merged_usage(start: Any, delta: Any) -> Usage | None:
     fields = (
         "input_tokens",
         "output_tokens",
-        "cache_read_input_tokens",
-        "cache_creation_input_tokens",
-        "cache_creation",
+        CACHE_READ_FIELD,
+        CACHE_WRITE_FIELD,
+        CACHE_WRITE_SPLIT_FIELD,
     )
     merged = {
         name: value if (value := getattr(delta, name, None)) is not None else getattr(start, name, None)

@@ -22,6 +22,7 @@ from sdk.adapters._base import (
     timings_of,
 )
 from sdk.call import STREAM_USAGE_REQUESTED, Api, Call, Provider, Usage
+from sdk.providers.openai import CACHE_READ_FIELD, CACHE_WRITE_FIELD
 from sdk.reasoning import Reasoning, openai_reasoning
 
 CutReason = Literal["length", "stop"]
@@ -52,8 +53,8 @@ def chat_usage(usage: Any) -> Usage | None:
     return Usage(
         input_tokens=usage.prompt_tokens or 0,
         output_tokens=usage.completion_tokens or 0,
-        cache_read_tokens=detail_tokens(prompt_details, "cached_tokens"),
-        cache_write_tokens=detail_tokens(prompt_details, "cache_write_tokens"),
+        cache_read_tokens=detail_tokens(prompt_details, CACHE_READ_FIELD),
+        cache_write_tokens=detail_tokens(prompt_details, CACHE_WRITE_FIELD),
         reasoning_tokens=detail_tokens(completion_details, "reasoning_tokens"),
     )
 
@@ -65,7 +66,7 @@ def completion_usage(usage: Usage) -> CompletionUsage:
             "prompt_tokens": usage.input_tokens,
             "completion_tokens": usage.output_tokens,
             "total_tokens": usage.input_tokens + usage.output_tokens,
-            "prompt_tokens_details": {"cached_tokens": usage.cache_read_tokens},
+            "prompt_tokens_details": {CACHE_READ_FIELD: usage.cache_read_tokens},
             "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
         }
     )

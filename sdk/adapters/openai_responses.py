@@ -38,6 +38,7 @@ from sdk.adapters._base import (
     timings_of,
 )
 from sdk.call import Api, Call, Provider, Usage
+from sdk.providers.openai import CACHE_READ_FIELD, CACHE_WRITE_FIELD
 from sdk.reasoning import Reasoning, openai_reasoning
 
 _BETA_MODULES = "openai.types.beta"
@@ -57,8 +58,8 @@ def responses_usage(usage: Any) -> Usage | None:
     return Usage(
         input_tokens=usage.input_tokens or 0,
         output_tokens=usage.output_tokens or 0,
-        cache_read_tokens=detail_tokens(details, "cached_tokens"),
-        cache_write_tokens=detail_tokens(details, "cache_write_tokens"),
+        cache_read_tokens=detail_tokens(details, CACHE_READ_FIELD),
+        cache_write_tokens=detail_tokens(details, CACHE_WRITE_FIELD),
         reasoning_tokens=detail_tokens(out_details, "reasoning_tokens"),
     )
 
@@ -244,8 +245,8 @@ class ResponsesAdapter(Adapter):
                 {
                     "input_tokens": usage.input_tokens,
                     "input_tokens_details": {
-                        "cached_tokens": usage.cache_read_tokens,
-                        "cache_write_tokens": usage.cache_write_tokens,
+                        CACHE_READ_FIELD: usage.cache_read_tokens,
+                        CACHE_WRITE_FIELD: usage.cache_write_tokens,
                     },
                     "output_tokens": usage.output_tokens,
                     "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},

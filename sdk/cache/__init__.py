@@ -1,6 +1,6 @@
-"""The cache step of a call: what the provider's prompt cache does, and how kvwise aims at it.
+"""The cache step of a call: how kvwise aims at the provider's prompt cache (what that cache does, its
+minimum lengths, breakpoints and lifetimes, lives in `sdk.providers`).
 
-provider_facts  minimum cacheable lengths, breakpoints, lifetimes, as the providers state them
 fingerprint     the prefix hash chain, where it broke and why (`PrefixTracker`)
 hints           `place_cache_hints`: Anthropic breakpoints, OpenAI cache keys
 expected_reads  `SentPrefixes`: the tokens the provider should read from its cache, and why it read less

@@ -23,9 +23,9 @@ from urllib.parse import urlsplit
 from sdk.call import Api, Call
 from sdk.lifecycle import CallEnd
 from sdk.memory.records import Seen
+from sdk.providers import anthropic
 
 DIAGNOSTICS_PARAM = "diagnostics"
-ANTHROPIC_HOST = "api.anthropic.com"
 _PLATFORM_CLIENTS = ("Bedrock", "Vertex", "Foundry")
 
 SERVER_PREFIX_REASONS = frozenset({"model_changed", "system_changed", "tools_changed", "messages_changed"})
@@ -56,7 +56,7 @@ def eligible(client: Any, explicit_provider: str | None) -> bool:
         host = urlsplit(str(client.base_url)).hostname
     except (AttributeError, TypeError, ValueError):
         return False
-    return accepts and (host == ANTHROPIC_HOST or explicit_provider == "anthropic")
+    return accepts and (host == anthropic.HOST or explicit_provider == anthropic.FACTS.provider)
 
 
 def request_diagnostics(call: Call, seen: Seen, previous: Seen | None) -> ResponseIds | None:

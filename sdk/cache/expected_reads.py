@@ -6,7 +6,7 @@ sent before to the same provider and model, counted from that earlier call's rep
 (its input tokens, shared in proportion to the bytes of the prompt they cover, at whole items:
 tools, system parts, turns), within the provider's rules as kvwise knows them:
 
-- OpenAI: from `OPENAI_MIN_CACHEABLE_TOKENS` on, in `OPENAI_CACHE_STEP_TOKENS` steps;
+- OpenAI: from `sdk.providers.openai.MIN_CACHEABLE_TOKENS` on, in its `CACHE_STEP_TOKENS` steps;
 - Anthropic: only up to a breakpoint the earlier call wrote and this one reads at (a breakpoint
   of this call at or after it), from the model's minimum cacheable length on;
 - other OpenAI-compatible servers: as OpenAI (their block caches read at least that much; many
@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from time import monotonic
 
 from sdk._constants import CACHE_MISS_TOLERANCE_SHARE, CACHE_UNDER_MINIMUM_MARGIN, SENT_PREFIXES_REMEMBERED
-from sdk.cache.provider_facts import OPENAI_CACHE_STEP_TOKENS, OPENAI_SHORTEST_RETENTION_SECONDS, min_cacheable_tokens
-from sdk.call import Call, Expectation, Miss, Provider, Usage
+from sdk.call import Call, Expectation, Miss, Usage
 from sdk.lifecycle import CallEnd
+from sdk.providers import facts_for
 from sdk.semconv import MissCause
 
 _MARK = '"cache_control"'  # an item carrying an Anthropic breakpoint, as its JSON reads
@@ -112,15 +112,16 @@ class SentPrefixes:
         listener that learns its answer's input tokens (None for a prompt too short ever to be
         cached: no call after it can share enough of it, so it is not remembered)."""
         items = (call.tools, call.system, call.messages)
-        if _chars(items) * MAX_TOKENS_PER_CHAR < min_cacheable_tokens(call.provider, call.model):
+        facts = facts_for(call.provider)
+        if _chars(items) * MAX_TOKENS_PER_CHAR < facts.min_cacheable_tokens(call.model):
             return None, None
         texts = [_dumps(item) for tier in items for item in tier]
         sizes, total = [], 0
         for text in texts:
             total += len(text)
             sizes.append(total)
-        anthropic = call.provider is Provider.ANTHROPIC
-        marks = frozenset(index for index, text in enumerate(texts) if _MARK in text) if anthropic else frozenset()
+        at_marks = facts.breakpoints_only
+        marks = frozenset(index for index, text in enumerate(texts) if _MARK in text) if at_marks else frozenset()
         chain, keys = 0, []
         for text in texts:
             chain = hash((chain, text))
@@ -152,19 +153,19 @@ def _expectation(call: Call, sent: _Sent, found: tuple[_Sent, int], ttl_seconds:
     before, shared = found
     if not before.input_tokens:
         return None  # its answer is not in (in flight, or failed): nothing to count from
-    if call.provider is Provider.ANTHROPIC:
+    facts = facts_for(call.provider)
+    if facts.breakpoints_only:
         written = [index for index in before.marks if index <= shared and any(mark >= index for mark in sent.marks)]
         if not written:
             return None
         tokens = before.tokens_at(max(written))
     else:
         tokens = before.tokens_at(shared)
-    minimum = min_cacheable_tokens(call.provider, call.model)
-    if call.provider is not Provider.ANTHROPIC:
-        tokens -= tokens % OPENAI_CACHE_STEP_TOKENS
+    minimum = facts.min_cacheable_tokens(call.model)
+    tokens -= tokens % facts.cache_step_tokens
     if tokens < minimum:
         return None
-    lifetime = ttl_seconds if ttl_seconds is not None else _shortest_retention(call.provider)
+    lifetime = ttl_seconds if ttl_seconds is not None else facts.shortest_retention_seconds
     cause: str | None = None
     if before.endpoint != sent.endpoint:
         cause = MissCause.OTHER_ENDPOINT.value
@@ -191,8 +192,3 @@ def _chars(value: object) -> int:
         elif isinstance(item, (list, tuple)):
             pending.extend(item)
     return total
-
-
-def _shortest_retention(provider: Provider) -> float | None:
-    """OpenAI's in-memory retention lasts "5 to 10 minutes of inactivity": the shortest; others: not known."""
-    return OPENAI_SHORTEST_RETENTION_SECONDS if provider is Provider.OPENAI else None

@@ -30,11 +30,11 @@ import sniffio
 
 from sdk.cache.fingerprint import segments
 from sdk.cache.hints import count_breakpoints
-from sdk.cache.provider_facts import min_cacheable_tokens
-from sdk.call import Call, Provider
+from sdk.call import Call
 from sdk.lifecycle import CallEnd
 from sdk.memory.records import Leader
 from sdk.memory.store import LocalStore, Store
+from sdk.providers import facts_for
 from sdk.tokens import estimate_tokens
 
 _ANTHROPIC_MARK = "cache_control"
@@ -55,12 +55,13 @@ def cacheable_prefix(call: Call) -> str | None:
         return None
     values = list(_stable_values(call))
     end = len(chain)
-    if call.provider is Provider.ANTHROPIC and count_breakpoints(call.params, _ANTHROPIC_MARK) == 0:
+    facts = facts_for(call.provider)
+    if facts.breakpoints_only and count_breakpoints(call.params, _ANTHROPIC_MARK) == 0:
         marked = [i for i, value in enumerate(values) if count_breakpoints(value, _ANTHROPIC_MARK)]
         if not marked:
             return None  # Anthropic caches nothing before a breakpoint
         end = marked[-1] + 1
-    minimum = min_cacheable_tokens(call.provider, call.model)
+    minimum = facts.min_cacheable_tokens(call.model)
     if sum(estimate_tokens(segment.content or "") for segment in chain[:end]) < minimum:
         return None
     return chain[end - 1].chain

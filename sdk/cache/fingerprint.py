@@ -16,16 +16,11 @@ from collections.abc import Callable
 from enum import StrEnum
 from time import monotonic
 
-from sdk.cache.provider_facts import (
-    ANTHROPIC_CACHE_TTL_SECONDS,
-    ANTHROPIC_DEFAULT_TTL,
-    OPENAI_EXTENDED_RETENTION,
-    OPENAI_EXTENDED_RETENTION_SECONDS,
-)
-from sdk.call import Call, Provider
+from sdk.call import Call
 from sdk.memory.records import Seen, Segment, compact_json, sha256_hex
 from sdk.memory.store import LocalStore, Store
 from sdk.prompt.canonical import tool_name
+from sdk.providers import facts_for
 
 FINGERPRINT_HEX_CHARS = 16
 
@@ -170,10 +165,4 @@ def cache_ttl_seconds(call: Call, policy_ttl: str | None) -> float | None:
     retention (`prompt_cache_retention="24h"`, which `Policy.cache_ttl="1h"` asks for), else not known
     (in-memory retention lasts "5 to 10 minutes of inactivity, up to an hour"); other servers: not known.
     """
-    if call.provider is Provider.ANTHROPIC:
-        return ANTHROPIC_CACHE_TTL_SECONDS[policy_ttl or ANTHROPIC_DEFAULT_TTL]
-    if call.provider is Provider.OPENAI and (
-        call.params.get("prompt_cache_retention") == OPENAI_EXTENDED_RETENTION or policy_ttl == "1h"
-    ):
-        return OPENAI_EXTENDED_RETENTION_SECONDS
-    return None
+    return facts_for(call.provider).cache_lifetime(call.params, policy_ttl)

@@ -17,17 +17,10 @@ from typing import Any
 from sdk.adapters import Adapter
 from sdk.adapters._base import TEXT_PART_TYPES
 from sdk.cache.fingerprint import prefix_key
-from sdk.cache.provider_facts import (
-    ANTHROPIC_DEFAULT_TTL,
-    ANTHROPIC_LONG_TTL,
-    ANTHROPIC_MAX_BREAKPOINTS,
-    OPENAI_EXTENDED_RETENTION,
-    anthropic_min_tokens,
-    supports_openai_breakpoints,
-)
-from sdk.call import Api, Call, Provider
+from sdk.call import Api, Call
 from sdk.policy import Policy
 from sdk.prompt.moving import first_user_turn, is_note
+from sdk.providers import anthropic, facts_for, openai
 from sdk.tokens import estimate_tokens
 
 CACHE_KEY_PREFIX = "kvwise-"
@@ -58,19 +51,19 @@ def caller_breakpoints(call: Call, key: str) -> int:
 def place_cache_hints(call: Call, policy: Policy, adapter: Adapter) -> None:
     """Add the provider's cache hints to `call` in place, recording each in `call.decided.changes`."""
     if call.api in (Api.CHAT, Api.RESPONSES):
-        if call.provider is not Provider.OPENAI:
+        if not facts_for(call.provider).cache_keys:
             return  # vLLM, SGLang, llama.cpp, the local backend: prefix caching needs only the order
         if "prompt_cache_key" not in call.params:
             _set_parameter(call, "prompt_cache_key", CACHE_KEY_PREFIX + (call.decided.prefix_key or prefix_key(call)))
-        if policy.cache_ttl == ANTHROPIC_LONG_TTL and "prompt_cache_retention" not in call.params:
-            _set_parameter(call, "prompt_cache_retention", OPENAI_EXTENDED_RETENTION)  # in-memory lasts minutes
-        if supports_openai_breakpoints(call.model):
+        if policy.cache_ttl == anthropic.LONG_TTL and openai.RETENTION_PARAM not in call.params:
+            _set_parameter(call, openai.RETENTION_PARAM, openai.EXTENDED_RETENTION)  # in-memory lasts minutes
+        if openai.supports_breakpoints(call.model):
             _place_breakpoints(call, adapter, {"mode": "explicit"}, min_tokens=0)
         return
     marker: dict[str, Any] = {"type": "ephemeral"}
     if policy.cache_ttl is not None:
         marker["ttl"] = policy.cache_ttl
-    _place_breakpoints(call, adapter, marker, min_tokens=anthropic_min_tokens(call.model))
+    _place_breakpoints(call, adapter, marker, min_tokens=anthropic.min_cacheable_tokens(call.model))
 
 
 def _set_parameter(call: Call, name: str, value: Any) -> None:
@@ -104,7 +97,7 @@ def _place_breakpoints(call: Call, adapter: Adapter, marker: dict[str, Any], min
     requires (a 1h mark before every 5m one) against the caller's own marks, is skipped.
     """
     key = adapter.breakpoint_key
-    free = ANTHROPIC_MAX_BREAKPOINTS - caller_breakpoints(call, key)
+    free = anthropic.MAX_BREAKPOINTS - caller_breakpoints(call, key)
     api_markable = _anthropic_markable if call.api is Api.MESSAGES else _openai_markable
 
     history_end = call.history_end
@@ -114,14 +107,14 @@ def _place_breakpoints(call: Call, adapter: Adapter, marker: dict[str, Any], min
     tiers = (call.tools, call.system, history, last_span, [*call.messages[history_end + len(last_span) :], call.params])
     prefix_tokens = list(itertools.accumulate(estimate_tokens(tier) for tier in tiers[:4]))
     ttls = [_ttls(tier, key) for tier in tiers]
-    ttl = marker.get("ttl", ANTHROPIC_DEFAULT_TTL)
+    ttl = marker.get("ttl", anthropic.DEFAULT_TTL)
     for position in (3, 2, 1, 0):
         if free <= 0 or prefix_tokens[position] < max(min_tokens, 1):
             continue
         before = {t for tier in ttls[: position + 1] for t in tier}
         after = {t for tier in ttls[position + 1 :] for t in tier}
-        if (ttl != ANTHROPIC_LONG_TTL and ANTHROPIC_LONG_TTL in after) or (
-            ttl == ANTHROPIC_LONG_TTL and before - {ANTHROPIC_LONG_TTL}
+        if (ttl != anthropic.LONG_TTL and anthropic.LONG_TTL in after) or (
+            ttl == anthropic.LONG_TTL and before - {anthropic.LONG_TTL}
         ):
             continue
         if position == 0 and call.tools and call.api is Api.MESSAGES:
@@ -203,7 +196,7 @@ def _ttls(value: Any, key: str) -> list[str]:
     if isinstance(value, dict):
         mark = value.get(key)
         own = (
-            [str(mark.get("ttl", ANTHROPIC_DEFAULT_TTL)) if isinstance(mark, dict) else ANTHROPIC_DEFAULT_TTL]
+            [str(mark.get("ttl", anthropic.DEFAULT_TTL)) if isinstance(mark, dict) else anthropic.DEFAULT_TTL]
             if mark is not None
             else []
         )

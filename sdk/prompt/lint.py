@@ -7,7 +7,6 @@ from enum import StrEnum
 from typing import Any
 
 from sdk.adapters import adapter_for, map_descriptions, map_text
-from sdk.cache.provider_facts import min_cacheable_tokens
 from sdk.call import Api, Call, Provider
 from sdk.memory.memories import memories_for
 from sdk.policy import Policy
@@ -15,6 +14,7 @@ from sdk.prompt.canonical import tool_name
 from sdk.prompt.families import FamilyMemory
 from sdk.prompt.moving import first_user_turn, text_leaves
 from sdk.prompt.volatile import find_volatile, mask_volatile
+from sdk.providers import min_cacheable_tokens
 from sdk.tokens import estimate_tokens
 
 _ADVICE = {

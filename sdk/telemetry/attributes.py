@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from sdk import providers
 from sdk import semconv as sc
 from sdk.call import Call, Miss, Provider, Usage
 from sdk.errors import StreamTruncated
@@ -34,7 +35,6 @@ _PARAM_ATTRIBUTES = {
 _STOP_PARAMS = ("stop", "stop_sequences")
 _SCALARS = (bool, int, float, str)
 _CHAT = sc.OperationName.CHAT.value
-_OPENAI, _ANTHROPIC = sc.ProviderName.OPENAI.value, sc.ProviderName.ANTHROPIC.value
 
 
 @dataclass(slots=True)  # not frozen, as `CallEnd`: built on every call, never changed once built
@@ -59,17 +59,7 @@ class Outcome:
 def provider_name(call: Call, host: str | None) -> str:
     """`gen_ai.provider.name`: the cloud platform hosting the model (Bedrock, Vertex AI, Azure AI
     Inference) if the host is one, else the provider, or an OpenAI-compatible server's semconv name."""
-    if host:
-        for suffix, platform in sc.KNOWN_PLATFORMS:
-            if host.endswith(suffix):
-                return platform.value
-    if call.provider is Provider.ANTHROPIC:
-        return _ANTHROPIC
-    if call.provider is Provider.OPENAI_COMPATIBLE and host:
-        for suffix, name in sc.KNOWN_SERVERS:
-            if host.endswith(suffix):
-                return name.value
-    return _OPENAI
+    return providers.semconv_name(call.provider, host)
 
 
 def span_name(call: Call) -> str:

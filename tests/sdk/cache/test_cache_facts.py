@@ -9,8 +9,8 @@ import pytest
 import sdk
 from sdk.adapters import adapter_for
 from sdk.cache.hints import place_cache_hints
-from sdk.cache.provider_facts import anthropic_min_tokens
 from sdk.call import Api, Provider
+from sdk.providers.anthropic import min_cacheable_tokens as anthropic_min_tokens
 from tests.sdk.helpers import LONG_SYSTEM
 
 QUESTION = [{"role": "system", "content": LONG_SYSTEM}, {"role": "user", "content": "What is prefill?"}]

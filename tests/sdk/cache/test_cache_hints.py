@@ -9,8 +9,8 @@ import pytest
 import sdk
 from sdk.adapters import adapter_for
 from sdk.cache.hints import count_breakpoints, place_cache_hints
-from sdk.cache.provider_facts import anthropic_min_tokens
 from sdk.call import Api, Provider
+from sdk.providers.anthropic import min_cacheable_tokens as anthropic_min_tokens
 from tests.sdk.helpers import LONG_SYSTEM, resolve
 
 TOOLS = [
