@@ -21,6 +21,7 @@ from local_backend import _constants as C
 from local_backend.engine.speculative import SpeculativeConfig
 from local_backend.kernels.kv_quant import KV_CACHE_DTYPES
 from local_backend.kernels.quantized import QUANTIZATION_AUTO, QUANTIZATIONS
+from local_backend.sampling.knobs import SAMPLING_KNOBS
 from local_backend.sampling.sampling_params import SamplingParams
 
 DTYPES: Final = ("auto", "float32", "float", "bfloat16", "float16", "half")
@@ -38,14 +39,11 @@ GENERATION_CONFIG_VLLM: Final = "vllm"
 GENERATION_CONFIG_FILE: Final = "generation_config.json"
 
 GENERATION_DEFAULT_KEYS: Final = {
-    "temperature": "temperature",
-    "top_p": "top_p",
-    "top_k": "top_k",
-    "min_p": "min_p",
-    "repetition_penalty": "repetition_penalty",
+    **{knob.name: knob.name for knob in SAMPLING_KNOBS if knob.generation_default},
     "max_new_tokens": "max_tokens",
 }
-"""`generation_config.json` key → `SamplingParams` field: the keys vLLM reads as a request's defaults."""
+"""`generation_config.json` key → `SamplingParams` field: the keys vLLM reads as a request's defaults
+(the knobs `sampling/knobs.py` marks, under their own name, and the cap under transformers' name)."""
 
 _JINJA_CHARS: Final = "{}\n"
 """A `chat_template` holding one of these is a template, not a path (vLLM's rule)."""

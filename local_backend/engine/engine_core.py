@@ -3,10 +3,10 @@
 `EngineCore` owns the block pool, the scheduler and the model runner, and the requests it was
 given. `step()` plans one batch, runs it, delivers what it produced and returns a `StepOutput` (the
 tokens, the finished requests, the stats after it), so the front never reads the core's state.
-A request ends in one place, as in nano-vllm's `Scheduler.postprocess`: `_postprocess` appends
-each sampled token and checks the stops (after each of a speculating step's tokens, dropping those
-after a stop), and `_finish` (stop, length, abort, error alike) takes
-the request out of the scheduler, frees its blocks and hands its completion over.
+After the runner, one call does a step's bookkeeping, as in vLLM v1's `EngineCore.step`:
+`Scheduler.update_from_output` appends each sampled token, checks the stops and frees the blocks of
+what ended; the core then hands each ended request's completion over (`_deliver`). An abort or an
+error ends a request through `_finish`, which takes it out of the scheduler first.
 
 Whatever raises inside a step fails only what that step was working on, with
 `finish_reason="error"` and the error's text: the batch, when the model or sampler raised; the
@@ -84,8 +84,16 @@ class EngineCore:
         self.block_manager = BlockManager(num_blocks, block_size, enable_prefix_caching)
         self.max_model_len = min(max_model_len, num_blocks * block_size)
         proposer = NgramProposer(speculative_config, self.max_model_len) if speculative_config else None
+        self.eos = frozenset(cfg.eos_token_ids) | (
+            {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+        )
         self.scheduler = Scheduler(
-            self.block_manager, max_num_seqs, max(max_num_batched_tokens, max_num_seqs), proposer
+            self.block_manager,
+            max_num_seqs,
+            max(max_num_batched_tokens, max_num_seqs),
+            proposer,
+            eos=self.eos,
+            max_model_len=self.max_model_len,
         )
         sampler = Sampler(cfg.vocab_size, tokenizer.ids_containing, ops.select(device, torch.float32, cfg.head_dim))
         self.runner = ModelRunner(model, cfg, sampler, num_blocks, block_size, self.max_model_len, kv_dtype)
@@ -97,9 +105,6 @@ class EngineCore:
             num_blocks,
             block_size,
             num_blocks * block_size,
-        )
-        self.eos = frozenset(cfg.eos_token_ids) | (
-            {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
         )
         self.requests: dict[Sequence, Request] = {}
         self.prompt_tokens = self.generation_tokens = 0
@@ -166,61 +171,21 @@ class EngineCore:
             return
         try:
             produced = self.runner.run(batch)
-            sampled = self.scheduler.update(batch, produced)
+            update = self.scheduler.update_from_output(batch, produced, self.requests)
         except Exception as exc:
             logger.exception("engine step failed; failing its batch of %d", len(batch.seqs))
             self._fail(batch.seqs, "error", describe(exc))
             return
-        self._postprocess(sampled, produced, new_token_ids)
-
-    def _postprocess(
-        self,
-        sampled: list[Sequence],
-        produced: dict[Sequence, list[int]],
-        new_token_ids: dict[str, tuple[int, ...]],
-    ) -> None:
-        """Deliver each sequence's tokens in order, ending its request at the first that stops it.
-
-        A speculating step's accepted drafts are in the sequence already (`Scheduler.update`); the
-        last token is appended here. A stop inside the run drops the tokens after it.
-        """
-        for seq in sampled:
-            request = self.requests.get(seq)
-            if request is None:
-                continue
-            tokens = produced[seq]
+        self.generation_tokens += update.num_generated
+        new_token_ids.update(update.new_token_ids)
+        for ended in update.ended:
             try:
-                seq.append_token(tokens[-1])
-                start = len(seq) - len(tokens)
-                for i, token in enumerate(tokens):
-                    self.generation_tokens += 1
-                    new_token_ids[seq.request_id] = tuple(tokens[: i + 1])
-                    reason = self._stop_reason(request, token, start + i + 1)
-                    if reason is None:
-                        request.emit(token)
-                        continue
-                    seq.truncate(start + i + 1)
-                    self._finish(request, reason, (token,))
-                    break
+                if ended.error is not None:
+                    raise ended.error
+                self._deliver(self.requests[ended.seq], ended.reason, ended.new_tokens)
             except Exception as exc:
-                logger.exception("delivering a token of %s failed", seq.request_id)
-                self._fail([seq], "error", describe(exc))
-
-    def _stop_reason(self, request: Request, token: int, length: int) -> FinishReason | None:
-        """Why the request ends at `token`, the sequence's `length`-th, or None to go on.
-
-        In order: `stop_token_ids`, or EOS unless `ignore_eos` → "stop" (the token is in
-        `token_ids`, its text is not in the text, as in vLLM); a stop string → "stop";
-        `max_tokens` output tokens or `max_model_len` in all → "length".
-        """
-        seq, params = request.seq, request.seq.params
-        if token in params.stop_token_ids or (token in self.eos and not params.ignore_eos):
-            return "stop"
-        if request.detokenizer.add(token):
-            return "stop"
-        if length - seq.num_prompt_tokens >= params.max_tokens or length >= self.max_model_len:
-            return "length"
-        return None
+                logger.exception("delivering a token of %s failed", ended.seq.request_id)
+                self._fail([ended.seq], "error", describe(exc))
 
     def _fail(self, seqs: Iterable[Sequence], reason: FinishReason, error: str | None) -> None:
         for seq in seqs:
@@ -228,20 +193,24 @@ class EngineCore:
             if request is not None:
                 self._finish(request, reason, error=error)
 
-    def _finish(
+    def _finish(self, request: Request, reason: FinishReason, error: str | None = None) -> None:
+        """End the request (an abort, an error): out of the scheduler with its blocks freed, then its completion."""
+        try:
+            self.scheduler.finish(request.seq)
+        finally:
+            self._deliver(request, reason, error=error)
+
+    def _deliver(
         self, request: Request, reason: FinishReason, new_tokens: tuple[int, ...] = (), error: str | None = None
     ) -> None:
-        """End the request, whatever the reason: out of the scheduler with its blocks freed, then its completion.
+        """Hand over the completion of a request already out of the scheduler.
 
         Text held back as a possibly incomplete character is flushed first; if it ends at a stop
         string, a "length" finish becomes "stop".
         """
         seq = request.seq
         del self.requests[seq]
-        try:
-            self.scheduler.finish(seq)
-        finally:
-            if request.detokenizer.flush() and reason == "length":
-                reason = "stop"
-            self._finished.append((seq.request_id, reason))
-            request.complete(reason, new_tokens, error)
+        if request.detokenizer.flush() and reason == "length":
+            reason = "stop"
+        self._finished.append((seq.request_id, reason))
+        request.complete(reason, new_tokens, error)

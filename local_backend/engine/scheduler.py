@@ -10,6 +10,11 @@ With a proposer (speculative decoding), a decoding sequence may also compute dra
 its last token and up to k proposed tokens, within the budget and only where the pool has their
 blocks without preempting anyone; `update` keeps the drafts the model agreed with, counts only
 their positions as computed, and frees the blocks that held nothing else.
+
+After each step `update_from_output` (vLLM v1's shape) does the rest of a step's bookkeeping in one
+place: it records the computed tokens (`update`), appends each sampled token, checks the stops
+(after each of a speculating step's tokens, dropping those after a stop) and takes an ended
+sequence out with its blocks freed; the core only delivers the completions it reports.
 """
 
 from __future__ import annotations
@@ -18,11 +23,13 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from collections.abc import Sequence as Seq
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final
 
 from local_backend.engine.block_manager import BlockManager
+from local_backend.engine.outputs import FinishReason
+from local_backend.engine.request import Request
 from local_backend.engine.sequence import Sequence, Status
 from local_backend.engine.speculative import NgramProposer
 
@@ -51,6 +58,27 @@ class ScheduledBatch:
         return sum(self.num_new_tokens)
 
 
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """A sequence `update_from_output` ended: by a stop (`new_tokens`: the token that stopped it), or
+    by an `error` raised while delivering its tokens (then it is still in the queues, for the core to fail)."""
+
+    seq: Sequence
+    reason: FinishReason
+    new_tokens: tuple[int, ...] = ()
+    error: Exception | None = None
+
+
+@dataclass(slots=True)
+class UpdateOutput:
+    """What one step's tokens did: each sequence's tokens of the step so far, how many were generated,
+    and the sequences that ended, in step order."""
+
+    new_token_ids: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    num_generated: int = 0
+    ended: list[Ended] = field(default_factory=list)
+
+
 class ScheduleFailed(Exception):
     """`schedule()` raised while planning `seq` (None: before any); the queues are still consistent."""
 
@@ -60,7 +88,9 @@ class ScheduleFailed(Exception):
 
 
 class Scheduler:
-    """Queues and the step plan; `add`, `schedule`, `update` after the step, `finish`.
+    """Queues and the step plan; `add`, `schedule`, `update_from_output` after the step, `finish`.
+
+    `eos` and `max_model_len` are the stop rules every sequence shares (see `stop_reason`).
 
     `num_drafts` counts the steps that verified drafts, `num_draft_tokens` / `num_accepted_tokens`
     the drafts proposed and those kept (vLLM's spec-decode counters).
@@ -72,8 +102,13 @@ class Scheduler:
         max_num_seqs: int,
         max_num_batched_tokens: int,
         proposer: NgramProposer | None = None,
+        *,
+        eos: frozenset[int] = frozenset(),
+        max_model_len: int | None = None,
     ):
         self.block_manager = block_manager
+        self.eos = eos
+        self.max_model_len = max_model_len
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.proposer = proposer
@@ -176,6 +211,58 @@ class Scheduler:
             if seq.num_uncomputed_tokens == 0:
                 sampling.append(seq)
         return sampling
+
+    def update_from_output(
+        self, batch: ScheduledBatch, produced: Mapping[Sequence, Seq[int]], requests: Mapping[Sequence, Request]
+    ) -> UpdateOutput:
+        """After a step: record it (`update`), then deliver each sequence's tokens in order, ending it
+        (out of the queues, its blocks freed) at the first that stops it.
+
+        A speculating step's accepted drafts are in the sequence already (`update`); the last token
+        is appended here. A stop inside the run drops the tokens after it. A sequence whose delivery
+        raises is reported with the error and left for the caller to fail; the others go on.
+        """
+        out = UpdateOutput()
+        for seq in self.update(batch, produced):
+            request = requests.get(seq)
+            if request is None:
+                continue
+            try:
+                tokens = produced[seq]
+                seq.append_token(tokens[-1])
+                start = len(seq) - len(tokens)
+                for i, token in enumerate(tokens):
+                    out.num_generated += 1
+                    out.new_token_ids[seq.request_id] = tuple(tokens[: i + 1])
+                    reason = self.stop_reason(request, token, start + i + 1)
+                    if reason is None:
+                        request.emit(token)
+                        continue
+                    seq.truncate(start + i + 1)
+                    self.finish(seq)
+                    out.ended.append(Ended(seq, reason, (token,)))
+                    break
+            except Exception as exc:
+                out.ended.append(Ended(seq, "error", error=exc))
+        return out
+
+    def stop_reason(self, request: Request, token: int, length: int) -> FinishReason | None:
+        """Why the request ends at `token`, the sequence's `length`-th, or None to go on.
+
+        In order: `stop_token_ids`, or EOS unless `ignore_eos` → "stop" (the token is in
+        `token_ids`, its text is not in the text, as in vLLM); a stop string → "stop";
+        `max_tokens` output tokens or `max_model_len` in all → "length".
+        """
+        seq, params = request.seq, request.seq.params
+        if token in params.stop_token_ids or (token in self.eos and not params.ignore_eos):
+            return "stop"
+        if request.detokenizer.add(token):
+            return "stop"
+        if length - seq.num_prompt_tokens >= params.max_tokens:
+            return "length"
+        if self.max_model_len is not None and length >= self.max_model_len:
+            return "length"
+        return None
 
     def finish(self, seq: Sequence) -> None:
         """Take a sequence out of whichever queue holds it and release its blocks (finished or aborted)."""

@@ -26,10 +26,10 @@ from starlette.routing import Route
 from local_backend.engine.outputs import Completion, StreamDelta
 from local_backend.server.bounds import read_json
 from local_backend.server.errors import Flavor
+from local_backend.server.generating_route import Plan, serve_generation
 from local_backend.server.generation import Backend
-from local_backend.server.requests import AnthropicPrompt, MessageRequest, parse_count_tokens, parse_message
-from local_backend.server.sampling import per_choice
-from local_backend.server.streaming import respond, sse
+from local_backend.server.requests import AnthropicPrompt, parse_count_tokens, parse_message
+from local_backend.server.streaming import sse
 from local_backend.server.tools import (
     ArgumentsPiece,
     Event,
@@ -189,21 +189,20 @@ def _stop(completion: Completion, tool_use: bool = False) -> dict[str, Any]:
 
 
 async def messages(request: Request) -> Response:
-    backend = Backend.of(request)
-    engine = backend.engine
-    body = await read_json(request, backend.offload)
-    message, model, ids = await backend.offload.run(_message_prompt, backend, body)
-    params = message.sampling.params(len(ids), engine.max_model_len, engine.sampling_defaults)
-    [choice] = per_choice(params, grammar=await backend.grammars.compile(message.constraint))
-    generation = backend.start(request, ids, choice)
-    fmt = AnthropicFormat(model, parse_tools=message.prompt.tool_choice.mode != "none")
-    return await respond(request, [generation], fmt, message.stream)
+    return await serve_generation(request, _message_plan)
 
 
-def _message_prompt(backend: Backend, body: dict[str, Any]) -> tuple[MessageRequest, str, list[int]]:
+def _message_plan(backend: Backend, body: dict[str, Any]) -> Plan:
     message = parse_message(body)
     model, ids = _prompt(backend, message.prompt, backend.engine.max_model_len)
-    return message, model, ids
+    parse_tools = message.prompt.tool_choice.mode != "none"
+    return Plan(
+        ids,
+        message.sampling,
+        message.constraint,
+        message.stream,
+        lambda: AnthropicFormat(model, parse_tools=parse_tools),
+    )
 
 
 async def count_tokens(request: Request) -> Response:

@@ -24,22 +24,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from local_backend.sampling import knobs as sampling_knobs
 from local_backend.server._constants import MAX_JSON_INTEGER, MAX_STOP_SEQUENCES
 from local_backend.server.errors import ApiError
 
-SAMPLING_KNOBS: Final = {
-    "temperature": float,
-    "top_p": float,
-    "top_k": int,
-    "min_p": float,
-    "seed": int,
-    "frequency_penalty": float,
-    "presence_penalty": float,
-    "repetition_penalty": float,
-    "ignore_eos": bool,
-}
-"""Request fields passed to `SamplingParams` under the same name, with their JSON type; every
-generating endpoint reads all of them (`top_k`, `min_p`, `repetition_penalty`, `ignore_eos` are vLLM extras)."""
+SAMPLING_KNOBS: Final = {knob.name: knob.kind for knob in sampling_knobs.SAMPLING_KNOBS}
+"""Request fields passed to `SamplingParams` under the same name, with their JSON type (from
+`sampling/knobs.py`, the one list); every generating endpoint reads all of them."""
 
 
 class Use(enum.Enum):

@@ -22,15 +22,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from local_backend.engine.engine import Engine
 from local_backend.engine.outputs import Completion, StreamDelta
-from local_backend.server.bounds import check_prompt_size, read_json
+from local_backend.server.bounds import check_prompt_size
 from local_backend.server.constrained import Constraint
 from local_backend.server.errors import Flavor
+from local_backend.server.generating_route import Plan, serve_generation
 from local_backend.server.generation import Backend
 from local_backend.server.logprobs import Decode, LogprobsRecorder, chat_logprobs, completion_logprobs
-from local_backend.server.requests import ChatRequest, CompletionRequest, OpenAIOptions, parse_chat, parse_completion
-from local_backend.server.sampling import per_choice
-from local_backend.server.streaming import respond, sse
+from local_backend.server.requests import OpenAIOptions, parse_chat, parse_completion
+from local_backend.server.streaming import sse
 from local_backend.server.tools import (
     ArgumentsPiece,
     Event,
@@ -211,12 +212,19 @@ class OpenAIFormat:
 
 
 async def chat_completions(request: Request) -> Response:
-    backend = Backend.of(request)
-    body = await read_json(request, backend.offload)
-    chat, model, ids = await backend.offload.run(_chat_prompt, backend, body)
-    return await _generate(
-        request,
-        backend,
+    return await serve_generation(request, _chat_plan)
+
+
+def _chat_plan(backend: Backend, body: dict[str, Any]) -> Plan:
+    """The request checked, its prompt rendered and tokenized (on an offload thread)."""
+    engine = backend.engine
+    chat = parse_chat(body, engine.config.vocab_size)
+    model = backend.check_model(chat.options.model)
+    ids = prompt_ids(
+        engine.tokenizer, chat.messages, chat.tool_choice.shown(chat.tools), engine.max_model_len, chat.template
+    )
+    return _plan(
+        engine,
         model,
         chat.options,
         ids,
@@ -227,34 +235,11 @@ async def chat_completions(request: Request) -> Response:
     )
 
 
-def _chat_prompt(backend: Backend, body: dict[str, Any]) -> tuple[ChatRequest, str, list[int]]:
-    """The request, the model name it reports and its prompt's ids (on an offload thread: it renders and tokenizes)."""
-    engine = backend.engine
-    chat = parse_chat(body, engine.config.vocab_size)
-    model = backend.check_model(chat.options.model)
-    ids = prompt_ids(
-        engine.tokenizer, chat.messages, chat.tool_choice.shown(chat.tools), engine.max_model_len, chat.template
-    )
-    return chat, model, ids
-
-
 async def completions(request: Request) -> Response:
-    backend = Backend.of(request)
-    body = await read_json(request, backend.offload)
-    completion, model, ids = await backend.offload.run(_completion_prompt, backend, body)
-    return await _generate(
-        request,
-        backend,
-        model,
-        completion.options,
-        ids,
-        chat=False,
-        echo=completion.echo,
-        constraint=completion.constraint,
-    )
+    return await serve_generation(request, _completion_plan)
 
 
-def _completion_prompt(backend: Backend, body: dict[str, Any]) -> tuple[CompletionRequest, str, list[int]]:
+def _completion_plan(backend: Backend, body: dict[str, Any]) -> Plan:
     engine = backend.engine
     completion = parse_completion(body, engine.config.vocab_size)
     model = backend.check_model(completion.options.model)
@@ -262,7 +247,9 @@ def _completion_prompt(backend: Backend, body: dict[str, Any]) -> tuple[Completi
     if isinstance(prompt, str):
         check_prompt_size([prompt], engine.tokenizer.max_bytes_per_token, engine.max_model_len, "prompt")
     ids = engine.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-    return completion, model, ids
+    return _plan(
+        engine, model, completion.options, ids, chat=False, echo=completion.echo, constraint=completion.constraint
+    )
 
 
 async def models(request: Request) -> Response:
@@ -280,9 +267,8 @@ async def models(request: Request) -> Response:
     return JSONResponse({"object": "list", "data": listed})
 
 
-async def _generate(
-    request: Request,
-    backend: Backend,
+def _plan(
+    engine: Engine,
     model: str,
     options: OpenAIOptions,
     ids: list[int],
@@ -292,28 +278,34 @@ async def _generate(
     constraint: Constraint | None = None,
     parse_tools: bool = False,
     parallel_tool_calls: bool = True,
-) -> Response:
+) -> Plan:
     """Chat's or Completions' choices of one prompt, whole or streamed."""
-    engine = backend.engine
     top = options.top_logprobs
     recorders = [LogprobsRecorder(top) for _ in range(options.n)] if top is not None else []
-    params = options.sampling.params(len(ids), engine.max_model_len, engine.sampling_defaults)
-    grammar = await backend.grammars.compile(constraint)
-    choices = per_choice(params, options.n, recorders=recorders, bias=options.logit_bias, grammar=grammar)
-    # started first: the engine refuses token ids outside the vocabulary, which the echo could not decode
-    generations = backend.start_choices(request, ids, choices)
-    fmt = OpenAIFormat(
-        model,
-        chat=chat,
-        include_usage=options.include_usage,
-        echo=engine.tokenizer.decode(ids) if echo else "",
+
+    def wire() -> OpenAIFormat:
+        return OpenAIFormat(
+            model,
+            chat=chat,
+            include_usage=options.include_usage,
+            echo=engine.tokenizer.decode(ids) if echo else "",
+            n=options.n,
+            recorders=recorders,
+            decode=lambda token: engine.tokenizer.decode([token]),
+            parse_tools=parse_tools,
+            parallel_tool_calls=parallel_tool_calls,
+        )
+
+    return Plan(
+        ids,
+        options.sampling,
+        constraint,
+        options.stream,
+        wire,
         n=options.n,
         recorders=recorders,
-        decode=lambda token: engine.tokenizer.decode([token]),
-        parse_tools=parse_tools,
-        parallel_tool_calls=parallel_tool_calls,
+        bias=options.logit_bias,
     )
-    return await respond(request, generations, fmt, options.stream)
 
 
 ROUTES: Final = (

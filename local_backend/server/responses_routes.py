@@ -23,12 +23,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from local_backend.engine.outputs import Completion, StreamDelta
-from local_backend.server.bounds import read_json
 from local_backend.server.errors import Flavor
+from local_backend.server.generating_route import Plan, serve_generation
 from local_backend.server.generation import Backend
-from local_backend.server.requests import ResponsesRequest, parse_responses
-from local_backend.server.sampling import per_choice
-from local_backend.server.streaming import respond, sse
+from local_backend.server.requests import parse_responses
+from local_backend.server.streaming import sse
 from local_backend.server.tools import ArgumentsPiece, Event, TextPiece, ToolCallParser, ToolCallStart, prompt_ids
 from local_backend.server.usage import RequestUsage, timings
 
@@ -228,24 +227,24 @@ def _usage(usage: RequestUsage) -> dict[str, Any]:
 
 
 async def responses(request: Request) -> Response:
-    backend = Backend.of(request)
-    engine = backend.engine
-    body = await read_json(request, backend.offload)
-    response, model, ids = await backend.offload.run(_prompt, backend, body)
-    params = response.sampling.params(len(ids), engine.max_model_len, engine.sampling_defaults)
-    [choice] = per_choice(params, grammar=await backend.grammars.compile(response.constraint))
-    generation = backend.start(request, ids, choice)
-    fmt = ResponsesFormat(model, response.body, parse_tools=response.tool_choice.mode != "none")
-    return await respond(request, [generation], fmt, response.stream)
+    return await serve_generation(request, _plan)
 
 
-def _prompt(backend: Backend, body: dict[str, Any]) -> tuple[ResponsesRequest, str, list[int]]:
-    """The request, the model name it reports and its prompt's ids (on an offload thread)."""
+def _plan(backend: Backend, body: dict[str, Any]) -> Plan:
+    """The request checked, its prompt rendered and tokenized (on an offload thread)."""
     engine = backend.engine
     response = parse_responses(body)
     model = backend.check_model(response.model)
     shown = response.tool_choice.shown(response.tools)
-    return response, model, prompt_ids(engine.tokenizer, response.messages, shown, engine.max_model_len)
+    ids = prompt_ids(engine.tokenizer, response.messages, shown, engine.max_model_len)
+    parse_tools = response.tool_choice.mode != "none"
+    return Plan(
+        ids,
+        response.sampling,
+        response.constraint,
+        response.stream,
+        lambda: ResponsesFormat(model, response.body, parse_tools=parse_tools),
+    )
 
 
 ROUTES: Final = (Route("/v1/responses", responses, methods=["POST"]),)

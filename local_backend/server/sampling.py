@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -34,21 +34,14 @@ from local_backend.server.fields import SAMPLING_KNOBS, optional
 
 @dataclass(frozen=True, slots=True)
 class Sampling:
-    """What a generating request asks of the sampler; a knob left as None was not given (the engine's default)."""
+    """What a generating request asks of the sampler: its cap, its stops and the knobs it gave."""
 
     max_tokens: int | None
     max_tokens_param: str
     """The field `max_tokens` came from (`max_tokens`, `max_completion_tokens`, `max_output_tokens`)."""
     stop: tuple[str, ...]
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    min_p: float | None = None
-    seed: int | None = None
-    frequency_penalty: float | None = None
-    presence_penalty: float | None = None
-    repetition_penalty: float | None = None
-    ignore_eos: bool | None = None
+    knobs: Mapping[str, Any] = field(default_factory=dict)
+    """The `fields.SAMPLING_KNOBS` the request gave, by name; one left out takes the engine's default."""
 
     @classmethod
     def parse(
@@ -74,7 +67,7 @@ class Sampling:
             raise ApiError(
                 f"repetition_penalty={penalty} must be in ({low}, {high}] (vLLM's range)", param="repetition_penalty"
             )
-        return cls(max_tokens, max_tokens_param, stop, **knobs)
+        return cls(max_tokens, max_tokens_param, stop, {name: v for name, v in knobs.items() if v is not None})
 
     def params(
         self, prompt_tokens: int, max_model_len: int, defaults: Mapping[str, Any] | None = None
@@ -99,7 +92,7 @@ class Sampling:
                 param=self.max_tokens_param,
             )
         given = {name: value for name, value in defaults.items() if name != "max_tokens"}
-        given.update((name, getattr(self, name)) for name in SAMPLING_KNOBS if getattr(self, name) is not None)
+        given.update(self.knobs)
         try:
             return SamplingParams(max_tokens=max_tokens, stop=self.stop, **given)
         except ValueError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from local_backend.engine.block_manager import BlockManager
+from local_backend.engine.request import Request
 from local_backend.engine.scheduler import ScheduleFailed, Scheduler
 from local_backend.engine.sequence import Sequence, Status
 from local_backend.sampling.sampling_params import SamplingParams
@@ -146,3 +147,60 @@ def test_a_failed_admission_leaves_the_sequence_waiting_and_the_pool_untouched()
     s.block_manager.allocate = allocate  # type: ignore[method-assign]
     s.finish(s.waiting[0])
     assert not s.has_unfinished()
+
+
+class _Silent:
+    """A detokenizer that never matches a stop string and shows no text."""
+
+    def add(self, token_id: int) -> bool:
+        return False
+
+    def take_delta(self, final: bool) -> str:
+        return ""
+
+
+def _request(seq: Sequence, deltas: list) -> Request:
+    return Request(seq, _Silent(), deltas.append)
+
+
+def test_update_from_output_appends_emits_and_ends_a_stopped_sequence_with_its_blocks_freed():
+    s = Scheduler(BlockManager(16, 4), 8, 64, eos=frozenset({2}))
+    a, b = _seq("a", 5), _seq("b", 3)
+    deltas: list = []
+    requests = {a: _request(a, deltas), b: _request(b, deltas)}
+    s.add(a)
+    s.add(b)
+    out = s.update_from_output(s.schedule(), {a: [7], b: [2]}, requests)
+    assert out.new_token_ids == {"a": (7,), "b": (2,)} and out.num_generated == 2
+    assert [(e.seq, e.reason, e.new_tokens, e.error) for e in out.ended] == [(b, "stop", (2,), None)]
+    assert a.output_token_ids == [7] and b.output_token_ids == [2]
+    assert [d.token_ids for d in deltas] == [(7,)]  # the ended one's last delta is the core's to send
+    assert s.running == [a] and b.status is Status.FINISHED and not b.block_table
+
+
+def test_update_from_output_ends_at_max_tokens_and_at_max_model_len():
+    s = Scheduler(BlockManager(16, 4), 8, 64, max_model_len=7)
+    capped = Sequence("c", [1, 2, 3], SamplingParams(max_tokens=1))
+    long = _seq("l", 6)
+    requests = {capped: _request(capped, []), long: _request(long, [])}
+    s.add(capped)
+    s.add(long)
+    out = s.update_from_output(s.schedule(), {capped: [9], long: [9]}, requests)
+    assert [(e.seq.request_id, e.reason) for e in out.ended] == [("c", "length"), ("l", "length")]
+    assert not s.has_unfinished()
+
+
+def test_update_from_output_reports_a_failed_delivery_and_goes_on():
+    s = _scheduler()
+    a, b = _seq("a", 3), _seq("b", 3)
+
+    def broken(delta: object) -> None:
+        raise RuntimeError("sink closed")
+
+    requests = {a: Request(a, _Silent(), broken), b: _request(b, [])}
+    s.add(a)
+    s.add(b)
+    out = s.update_from_output(s.schedule(), {a: [7], b: [7]}, requests)
+    [failed] = out.ended
+    assert failed.seq is a and isinstance(failed.error, RuntimeError)
+    assert b.output_token_ids == [7] and s.running == [a, b]  # the caller fails `a`
