@@ -58,7 +58,8 @@ Layout, in the order a call meets it (the order itself is one function, `sdk.pip
     wrap, surface, compat  the wrapped client; which methods go through kvwise; the clients' private parts
     adapters/              an API's native arguments as a `Call` (`call`) and back; its responses read
     pipeline               the order of a call, top to bottom, and the user's `Middleware`
-    prompt/                canonical order and volatile bytes; `sdk.Prompt` and `sdk.lint`
+    prompt_builder         `sdk.Prompt`: a prompt built in canonical order, its cache hints placed
+    prompt/                canonical order and volatile bytes; `sdk.lint`
     cache/                 the provider's cache: fingerprint, hints, the read to expect, diagnostics, fan-out
     decode/                decode limits, adaptive caps, the loop guard
     send/                  the send: attempts and retries, refusals taken back, the stream watcher
@@ -71,8 +72,8 @@ Layout, in the order a call meets it (the order itself is one function, `sdk.pip
 from sdk.errors import KvwiseError, StreamTruncated, UnsupportedClient
 from sdk.pipeline import Middleware
 from sdk.policy import Policy
-from sdk.prompt.builder import Prompt
 from sdk.prompt.lint import Finding, lint
+from sdk.prompt_builder import Prompt
 from sdk.telemetry.conversation import conversation
 from sdk.wrap import wrap
 

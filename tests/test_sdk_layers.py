@@ -18,9 +18,6 @@ KNOWN_PAIRS = {
     # cache.fanout and cache.fingerprint keep leaders and fingerprints in memory's store and records
     # (diagnostics reads `Seen`); memory.memories builds their `FanoutMemory` and `FingerprintMemory`.
     frozenset({"cache", "memory"}),
-    # prompt.builder (`sdk.Prompt`) places cache hints;
-    # cache.hints finds the context note (prompt.moving), cache.fingerprint names tools (prompt.canonical).
-    frozenset({"cache", "prompt"}),
     # decode.adaptive_caps keeps its windows in memory's store and records (`WorkloadKey`);
     # memory.memories builds `AdaptiveCaps`.
     frozenset({"decode", "memory"}),

@@ -22,7 +22,7 @@ from sdk.adapters import Adapter
 from sdk.call import Call
 from sdk.policy import Policy
 from sdk.prompt.families import FamilyMemory
-from sdk.prompt.moving import NOTE_CLOSE as NOTE_CLOSE  # the context note's tags, used by sdk.prompt.builder
+from sdk.prompt.moving import NOTE_CLOSE as NOTE_CLOSE  # the context note's tags, used by sdk.prompt_builder
 from sdk.prompt.moving import NOTE_OPEN as NOTE_OPEN
 from sdk.prompt.moving import move_volatile
 
