@@ -26,7 +26,12 @@ relies on these parts of it, nowhere else:
   `isinstance` answers False for any object whose type is not exactly its own);
 - the client's own `post(path, *, cast_to, body, options, stream, stream_cls)` and
   `request(cast_to, options, *, stream, stream_cls)`, whose `FinalRequestOptions` (`method`, `url`,
-  `json_data`, and the fields set on it) `request_as_post` turns back into `post`'s arguments.
+  `json_data`, and the fields set on it) `request_as_post` turns back into `post`'s arguments;
+  the request option `extra_json`, where the methods' `extra_body` travels to be merged over the
+  body, and the methods' transport keywords (`extra_headers`, `extra_query`, `extra_body`,
+  `timeout`). A send's `post` arguments are read once into kvwise's own `Request` (the body, the
+  caller's extra body, the options) and written back from it for each send: no other module names
+  these parts (`tests/sdk/test_private_request_names.py`).
 
 `client_package` runs at `wrap()` time and raises `UnsupportedClient`, naming the supported
 releases, when the installed client is outside the range or lacks one of these parts. What differs
@@ -61,8 +66,12 @@ SUPPORTED = (
 RETRY_COUNT_HEADER = "x-stainless-retry-count"
 """The header in which the client's own retry loop sends each attempt's number (0 for the first)."""
 RAW_RESPONSE_HEADER = "X-Stainless-Raw-Response"
-EXTRA_BODY_OPTION = "extra_json"
+EXTRA_BODY = "extra_body"
+"""The methods' keyword whose mapping the client merges over the request body."""
+_EXTRA_BODY_OPTION = "extra_json"
 """The request option that carries a call's `extra_body` (merged over the body when the request is built)."""
+TRANSPORT_KEYWORDS = frozenset({"extra_headers", "extra_query", EXTRA_BODY, "timeout"})
+"""The methods' keywords that are the client's transport options, never sent as body parameters."""
 SPAN_NAME_OPTION = "span_name"
 
 
@@ -225,41 +234,143 @@ def _copy(resource: Any, **fields: Any) -> Any:
     return copied
 
 
-def send_options(
-    options: Mapping[str, Any] | None, trace_headers: Mapping[str, str] | None, max_retries: int | None
-) -> Mapping[str, Any] | None:
-    """The request options of one kvwise send: the caller's as written (the client's own retry loop
-    runs as it does bare), with `max_retries` where `Policy.retries` gives one (`sdk.send.retry`), and
-    with `trace_headers` (`sdk.telemetry.client_tracing`, where the client's tracer records nothing)
-    no call span of the client's (anthropic starts one only for a request option `span_name`) and
-    those headers in place of the context it would write."""
-    if trace_headers is None and max_retries is None:
-        return options
-    merged = dict(options or {})
-    if max_retries is not None:
-        merged["max_retries"] = max_retries
-    if trace_headers is not None:
-        merged.pop(SPAN_NAME_OPTION, None)
-        merged["headers"] = {**(merged.get("headers") or {}), **trace_headers}
-    return merged
+@dataclass(slots=True)
+class Request:
+    """One send's request, kvwise's own value: the client's `post(path, **arguments)` read once, the
+    caller's extra body (the methods' `extra_body`) apart from the other request options, and written
+    back as `post`'s arguments for each send (`send_kwargs`). A take-back rewrites `body` and `extra`
+    here, never the client's own objects."""
+
+    path: str
+    body: Any  # the JSON body the client's method built, before `extra` is merged over it (None: none)
+    extra: Mapping[str, Any] | None  # the caller's extra body (None: none)
+    options: Mapping[str, Any] | None  # the request options but the extra body (None: none given)
+    arguments: dict[str, Any]  # `post`'s other keyword arguments (`cast_to`, `stream`, `stream_cls`)
+
+    @classmethod
+    def of_post(cls, path: str, arguments: Mapping[str, Any]) -> Request:
+        """The request of the client's `post(path, **arguments)`."""
+        rest = dict(arguments)
+        body, options = rest.pop("body", None), rest.pop("options", None)
+        extra = options.get(_EXTRA_BODY_OPTION) if options else None
+        if extra is not None:
+            options = {name: value for name, value in options.items() if name != _EXTRA_BODY_OPTION}
+        return cls(path, body, extra, options, rest)
+
+    @property
+    def stream(self) -> bool:
+        """Whether the client's method asked `post` for a stream (a stream helper says so only there)."""
+        return bool(self.arguments.get("stream"))
+
+    @property
+    def cast_to(self) -> Any:
+        """What the client's method asked `post` to parse the answer into."""
+        return self.arguments.get("cast_to")
+
+    @property
+    def raw_mode(self) -> str | None:
+        """Which raw-response form the request is ("raw", "true", "stream"), or None for a plain call."""
+        value = _headers(self.options).get(RAW_RESPONSE_HEADER)
+        return value if isinstance(value, str) else None
+
+    def keywords(self) -> dict[str, Any]:
+        """The body as a method's keyword arguments: its parameters, and a copy of the caller's extra
+        body as `extra_body`."""
+        kwargs = dict(self.body)
+        if self.extra is not None:
+            kwargs[EXTRA_BODY] = dict(self.extra)
+        return kwargs
+
+    def with_keywords(self, kwargs: Mapping[str, Any]) -> Request:
+        """This request sending the body and extra body of a method's keyword arguments (`keywords`)."""
+        body = dict(kwargs)
+        extra = body.pop(EXTRA_BODY, None)
+        return Request(self.path, body, extra, self.options, self.arguments)
+
+    def send_kwargs(
+        self, trace_headers: Mapping[str, str] | None = None, max_retries: int | None = None, cast_to: Any = None
+    ) -> dict[str, Any]:
+        """`post`'s keyword arguments for one send: the body, and the caller's options as written with
+        their extra body (the client's own retry loop runs as it does bare), with `max_retries` where
+        `Policy.retries` gives one (`sdk.send.retry`), and with `trace_headers`
+        (`sdk.telemetry.client_tracing`, where the client's tracer records nothing) no call span of the
+        client's (anthropic starts one only for a request option `span_name`) and those headers in place
+        of the context it would write; `cast_to` in place of the method's where given."""
+        kwargs = dict(self.arguments)
+        if self.body is not None:
+            kwargs["body"] = self.body
+        options = self.options if self.extra is None else {**(self.options or {}), _EXTRA_BODY_OPTION: self.extra}
+        if trace_headers is not None or max_retries is not None:
+            options = dict(options or {})
+            if max_retries is not None:
+                options["max_retries"] = max_retries
+            if trace_headers is not None:
+                options.pop(SPAN_NAME_OPTION, None)
+                options["headers"] = {**(options.get("headers") or {}), **trace_headers}
+        if options is not None:
+            kwargs["options"] = options
+        if cast_to is not None:
+            kwargs["cast_to"] = cast_to
+        return kwargs
 
 
-def retries_taken(outcome: object, options: Mapping[str, Any] | None) -> int:
+def _headers(options: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """The headers request `options` set ({}: none)."""
+    return (options or {}).get("headers") or {}
+
+
+def extra_body_of(params: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The caller's `extra_body` among a method's keyword arguments; None where there is none (or it
+    is not a mapping, which only the client can judge)."""
+    extra = params.get(EXTRA_BODY)
+    return extra if extra is not None and isinstance(extra, Mapping) else None  # None first: the ABC check costs
+
+
+def own_extra_body(params: dict[str, Any]) -> dict[str, Any]:
+    """The caller's `extra_body` in `params` replaced by a dict of kvwise's own, which a step may
+    rewrite without touching theirs; {} where there is none (then `params` is left as it is)."""
+    extra = extra_body_of(params)
+    if extra is None:
+        return {}
+    owned = params[EXTRA_BODY] = dict(extra)
+    return owned
+
+
+def add_to_extra_body(params: dict[str, Any], name: str, value: Any) -> bool:
+    """Send `value` as the body's `name` through the `extra_body` in `params`, unless the caller's sets
+    it (or is not a dict); whether it was added."""
+    extra = params.get(EXTRA_BODY)
+    if extra is not None and not (isinstance(extra, dict) and name not in extra):
+        return False
+    params[EXTRA_BODY] = {**(extra or {}), name: value}
+    return True
+
+
+def as_body(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """A method's keyword arguments as the request body carries them: `extra_body` merged over the
+    parameters, the transport keywords out."""
+    body = {key: value for key, value in kwargs.items() if key not in TRANSPORT_KEYWORDS}
+    extra = kwargs.get(EXTRA_BODY)
+    if isinstance(extra, Mapping):
+        body.update(extra)
+    return body
+
+
+def retries_taken(outcome: object, request: Request) -> int:
     """How many retries the client's own loop took before `outcome` (what its `post` returned or
     raised), where the outcome says: a raw response's `retries_taken`; else the
     `x-stainless-retry-count` the client sent on the request behind a stream's or an error's HTTP
-    response, unless the caller set that header (`options`). 0 where nothing says (a parsed answer
-    keeps no trace of its retries)."""
+    response, unless the caller set that header (`request`'s options). 0 where nothing says (a parsed
+    answer keeps no trace of its retries)."""
     taken = getattr(outcome, "retries_taken", None)
     if isinstance(taken, int) and not isinstance(taken, bool):
         return taken
-    headers = (options or {}).get("headers") or {}
-    if any(isinstance(name, str) and name.lower() == RETRY_COUNT_HEADER for name in headers):
+    if any(isinstance(name, str) and name.lower() == RETRY_COUNT_HEADER for name in _headers(request.options)):
         return 0
     response = getattr(outcome, "response", None)
     try:  # an HTTP response a middleware built itself has no request (httpx raises RuntimeError)
-        request = getattr(response, "request", None) if response is not None else getattr(outcome, "request", None)
-        return int(request.headers.get(RETRY_COUNT_HEADER, 0)) if request is not None else 0
+        sent = getattr(response, "request", None) if response is not None else getattr(outcome, "request", None)
+        return int(sent.headers.get(RETRY_COUNT_HEADER, 0)) if sent is not None else 0
     except (AttributeError, RuntimeError, TypeError, ValueError):  # no request, or not the client's header
         return 0
 
@@ -278,32 +389,25 @@ def counting_cast_to(client: Any, cast_to: Any, is_async: bool, own_span: bool) 
     return wrapper[cast_to] if wrapper is not None else None
 
 
-def raw_mode(options: Mapping[str, Any] | None) -> str | None:
-    """Which raw-response form a request is ("raw", "true", "stream"), or None for a plain call."""
-    headers = (options or {}).get("headers") or {}
-    value = headers.get(RAW_RESPONSE_HEADER)
-    return value if isinstance(value, str) else None
-
-
 def cache_parsed(raw: Any, value: Any) -> None:
     """Make `raw.parse()` return `value` (the watched stream) from now on."""
     raw._parsed_by_type[raw._cast_to] = value
 
 
-def post_arguments(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
-    """A `post` call's path and its other (keyword-only) arguments; None for a call the client itself
-    would refuse (more than the one positional argument)."""
+def post_arguments(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Request | None:
+    """The request of a `post` call; None for a call the client itself would refuse (more than the one
+    positional argument)."""
     if len(args) > 1 or (not args and "path" not in kwargs):
         return None
     rest = dict(kwargs)
     path = args[0] if args else rest.pop("path")
-    return (path, rest) if isinstance(path, str) else None
+    return Request.of_post(path, rest) if isinstance(path, str) else None
 
 
-def request_as_post(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
-    """A `request(cast_to, options, *, stream, stream_cls)` call that POSTs a JSON body, as the `post`
-    arguments that build the same request (`post` makes `FinalRequestOptions.construct(method="post",
-    url=path, json_data=body, **options)`); None for any other request."""
+def request_as_post(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Request | None:
+    """The request of a `request(cast_to, options, *, stream, stream_cls)` call that POSTs a JSON body,
+    as `post` would build it (`post` makes `FinalRequestOptions.construct(method="post", url=path,
+    json_data=body, **options)`); None for any other request."""
     given = dict(zip(("cast_to", "options"), args)) | dict(kwargs)
     final = given.pop("options", None)
     if len(args) > 2 or "cast_to" not in given or str(getattr(final, "method", "")).lower() != "post":
@@ -311,7 +415,7 @@ def request_as_post(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[s
     if getattr(final, "files", None) is not None or getattr(final, "content", None) is not None:
         return None
     options = {name: getattr(final, name) for name in final.model_fields_set - _REQUEST_FIELDS}
-    return final.url, {**given, "body": final.json_data, "options": options}
+    return Request.of_post(final.url, {**given, "body": final.json_data, "options": options})
 
 
 def answers_in_models(cast_to: Any) -> bool:

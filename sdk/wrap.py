@@ -43,7 +43,6 @@ ClientT = TypeVar("ClientT")
 _RAW_FORMS = frozenset({"with_raw_response", "with_streaming_response"})
 _COPIES = frozenset({"with_options", "copy"})
 _WRAPPER_ASSIGNMENTS = ("__module__", "__name__", "__qualname__", "__doc__")
-_EXTRA_BODY = "extra_body"
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,8 +233,8 @@ class WrappedClient(Node):
                 routed = self._routed(as_post(args, kwargs))
                 if routed is None:
                     return await original(*args, **kwargs)
-                sender, path, post_kwargs = routed
-                return await sender.apost(path, **post_kwargs)
+                sender, request = routed
+                return await sender.asend(request)
 
             method: Callable[..., Any] = asend
         else:
@@ -244,20 +243,18 @@ class WrappedClient(Node):
                 routed = self._routed(as_post(args, kwargs))
                 if routed is None:
                     return original(*args, **kwargs)
-                sender, path, post_kwargs = routed
-                return sender.post(path, **post_kwargs)
+                sender, request = routed
+                return sender.send(request)
 
         return functools.update_wrapper(method, original, assigned=_WRAPPER_ASSIGNMENTS, updated=())
 
-    def _routed(self, arguments: tuple[str, dict[str, Any]] | None) -> tuple[Sender, str, dict[str, Any]] | None:
-        """A lower-level send's `post` arguments rewritten as the table's method would send them, with
-        its sender; None for a request that is no model call kvwise reads (passed through as it is)."""
-        if arguments is None:
+    def _routed(self, request: compat.Request | None) -> tuple[Sender, compat.Request] | None:
+        """A lower-level send's request rewritten as the table's method would send it, with its sender;
+        None for a request that is no model call kvwise reads (passed through as it is)."""
+        if request is None:
             return None
-        url, post_kwargs = arguments
-        body = post_kwargs.get("body")
-        found = surface.route(self._shared.package.name, _relative(url, compat.base_url(self._target)))
-        if found is None or not isinstance(body, Mapping) or not compat.answers_in_models(post_kwargs.get("cast_to")):
+        found = surface.route(self._shared.package.name, _relative(request.path, compat.base_url(self._target)))
+        if found is None or not isinstance(request.body, Mapping) or not compat.answers_in_models(request.cast_to):
             return None
         path, spec = found
         resource = self._target
@@ -267,15 +264,9 @@ class WrappedClient(Node):
         if method is None:  # a platform without this method (Bedrock counts no tokens): the client's own answer
             return None
         accepted = _parameters(method)
-        options = dict(post_kwargs.get("options") or {})
-        kwargs = dict(body)
-        if options.get(compat.EXTRA_BODY_OPTION) is not None:  # `extra_body`, as the client carries it
-            kwargs[_EXTRA_BODY] = dict(options.pop(compat.EXTRA_BODY_OPTION))
+        kwargs = request.keywords()
         sender, native = self._prepare(spec, kwargs, self._target, None if accepted is None else accepted | set(kwargs))
-        extra = native.pop(_EXTRA_BODY, None)
-        if extra is not None:
-            options[compat.EXTRA_BODY_OPTION] = extra
-        return sender, url, {**post_kwargs, "body": native, "options": options}
+        return sender, request.with_keywords(native)
 
     def _prepare(
         self, spec: Intercept, kwargs: dict[str, Any], client: Any, accepted: frozenset[str] | None

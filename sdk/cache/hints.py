@@ -14,6 +14,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
+from sdk import compat
 from sdk.adapters import Adapter
 from sdk.adapters._base import TEXT_PART_TYPES
 from sdk.cache.fingerprint import prefix_key
@@ -28,7 +29,6 @@ _SCHEMA_KEYS = frozenset({"input_schema", "parameters", "schema"})  # JSON schem
 _THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
 _TOOL_OUTPUT_TYPES = ("tool_result", "function_call_output")
 _POSITIONS = ("tools", "system", "history", "last_turn")
-_EXTRA_BODY = "extra_body"
 
 
 def count_breakpoints(value: Any, key: str) -> int:
@@ -71,14 +71,13 @@ def _set_parameter(call: Call, name: str, value: Any) -> None:
     client's method takes it; else in `extra_body`, which the client merges into the body (a release
     that predates the parameter), unless the caller's `extra_body` sets it; else left out, the span's
     changes saying which and why."""
-    takes, extra = call.takes, call.params.get(_EXTRA_BODY)
+    takes = call.takes
     if takes is None or name in takes:
         call.params[name] = value
         call.decided.changes.append(name)
-    elif _EXTRA_BODY not in takes:
+    elif compat.EXTRA_BODY not in takes:
         call.decided.changes.append(f"{name}:left_out:the client's method takes neither it nor extra_body")
-    elif extra is None or (isinstance(extra, dict) and name not in extra):
-        call.params[_EXTRA_BODY] = {**(extra or {}), name: value}
+    elif compat.add_to_extra_body(call.params, name, value):
         call.decided.changes.append(f"{name}:extra_body")
 
 

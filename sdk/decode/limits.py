@@ -44,6 +44,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sdk import compat
 from sdk import semconv as sc
 from sdk._constants import CONTEXT_FIT_BYTES_PER_TOKEN, REASONING_ROOM_TOKENS
 from sdk.adapters import Adapter, adapter_for
@@ -52,14 +53,11 @@ from sdk.decode.adaptive_caps import AdaptiveCaps, workload_of
 from sdk.policy import Policy
 from sdk.semconv import CapSource
 
-_EXTRA_BODY = "extra_body"
-_EXTRA_JSON = "extra_json"  # where the client's request options carry `extra_body`
-
 
 def apply_limits(call: Call, policy: Policy, adapter: Adapter, caps: AdaptiveCaps | None = None) -> None:
     """Cap output tokens, merge stops and default penalties on `call` in place (`caps`: the
     client's learnt workload caps, under `Policy.adaptive_caps`)."""
-    extra = _extra_body(call)
+    extra = compat.own_extra_body(call.params)  # a step rewriting it never touches the caller's
     _cap(call, policy, adapter, extra, caps)
     _merge_stops(call, policy, adapter, extra)
     if adapter.has_penalties:
@@ -68,16 +66,6 @@ def apply_limits(call: Call, policy: Policy, adapter: Adapter, caps: AdaptiveCap
             if value is not None and name not in call.params and name not in extra:
                 call.params[name] = value
                 call.decided.changes.append(name)
-
-
-def _extra_body(call: Call) -> dict[str, Any]:
-    """The caller's `extra_body` as a dict of our own (so rewriting it never touches theirs), or {}."""
-    extra = call.params.get(_EXTRA_BODY)
-    if extra is None or not isinstance(extra, Mapping):  # None first: most calls have none, and the ABC check costs
-        return {}
-    extra = dict(extra)
-    call.params[_EXTRA_BODY] = extra
-    return extra
 
 
 def _cap(call: Call, policy: Policy, adapter: Adapter, extra: dict[str, Any], caps: AdaptiveCaps | None) -> None:
@@ -101,7 +89,7 @@ def _cap(call: Call, policy: Policy, adapter: Adapter, extra: dict[str, Any], ca
         value = where[name]
         if isinstance(value, bool) or not isinstance(value, int):
             continue  # the caller's None, or a value only the API can judge, is theirs to send
-        label = f"{_EXTRA_BODY}.{name}" if where is extra else name
+        label = f"{compat.EXTRA_BODY}.{name}" if where is extra else name
         source = CapSource.CALLER
         clamped_from = None
         if limit is None and value > cap:
@@ -153,7 +141,7 @@ def _merge_stops(call: Call, policy: Policy, adapter: Adapter, extra: dict[str, 
     room = max(0, limit - len(caller)) if limit is not None else len(extra_stops)
     if room:
         where[adapter.stop_param] = [*caller, *extra_stops[:room]]
-        call.decided.changes.append("stop_merged" if where is call.params else f"stop_merged:{_EXTRA_BODY}")
+        call.decided.changes.append("stop_merged" if where is call.params else f"stop_merged:{compat.EXTRA_BODY}")
     if extra_stops[room:]:
         call.client_stops = tuple(extra_stops[room:])
         call.decided.changes.append("stop_client_side")
@@ -184,14 +172,14 @@ class ContextLimit:
     tokens: int | None
 
 
-def fit_to_context(call: Call, post_kwargs: dict[str, Any], context: ContextLimit) -> None:
+def fit_to_context(call: Call, request: compat.Request, context: ContextLimit) -> None:
     """Send the limit kvwise filled in or clamped as the caller wrote it where, after the prompt
     (estimated high), it does not fit `context` (see the module docstring)."""
     cap = call.cap
-    if cap is None or not OUTPUT_LIMIT.added(call, post_kwargs):
+    if cap is None or not OUTPUT_LIMIT.added(call, request):
         return
     if context.tokens is not None:
-        body = post_kwargs["body"]
+        body = request.body
         prompt = math.ceil(
             len(json.dumps(body, ensure_ascii=False, default=str).encode()) / CONTEXT_FIT_BYTES_PER_TOKEN
         )
@@ -200,7 +188,7 @@ def fit_to_context(call: Call, post_kwargs: dict[str, Any], context: ContextLimi
         change = f"max_tokens_not_filled:context:{context.tokens}"
     else:
         change = f"max_tokens_withheld:{cap.param}"
-    OUTPUT_LIMIT.send_as_written(call, post_kwargs)
+    OUTPUT_LIMIT.send_as_written(call, request)
     call.decided.changes.append(change)
 
 
@@ -225,8 +213,8 @@ class OutputLimit:
         "maximum context",
     )
 
-    def added(self, call: Call, post_kwargs: Mapping[str, Any]) -> bool:
-        cap, body = _kvwise_limit(call), post_kwargs.get("body")
+    def added(self, call: Call, request: compat.Request) -> bool:
+        cap, body = _kvwise_limit(call), request.body
         if cap is None or not isinstance(body, Mapping) or cap.param not in body:
             return False
         return cap.clamped_from is not None or not adapter_for(call.api).requires_max_tokens
@@ -235,11 +223,11 @@ class OutputLimit:
         lowered = message.lower()
         return any(word in lowered for word in self._WORDS)
 
-    def take_back(self, call: Call, post_kwargs: dict[str, Any]) -> None:
+    def take_back(self, call: Call, request: compat.Request) -> None:
         cap = call.cap
         if cap is None:
             return
-        self.send_as_written(call, post_kwargs)
+        self.send_as_written(call, request)
         call.decided.changes.append(f"max_tokens_refused:{cap.param}")
 
     def context_named(self, message: str) -> int | None:
@@ -249,19 +237,18 @@ class OutputLimit:
         return tokens if tokens > 0 else None
 
     @staticmethod
-    def send_as_written(call: Call, post_kwargs: dict[str, Any]) -> None:
-        """Make `post_kwargs` send the limit as the caller wrote it, and `call.cap` say what is sent."""
+    def send_as_written(call: Call, request: compat.Request) -> None:
+        """Make `request` send the limit as the caller wrote it, and `call.cap` say what is sent."""
         cap = call.cap
         if cap is None:
             return
-        body = dict(post_kwargs["body"])
-        options = dict(post_kwargs.get("options") or {})
-        extra = dict(options.get(_EXTRA_JSON) or {}) if cap.in_extra_body else None
+        body = dict(request.body)
+        extra = dict(request.extra or {}) if cap.in_extra_body else None
         _as_written(cap, call.params, None)  # the span describes what is sent
         call.cap = _as_written(cap, body, extra)
-        post_kwargs["body"] = body
+        request.body = body
         if extra is not None:
-            post_kwargs["options"] = {**options, _EXTRA_JSON: extra}
+            request.extra = extra
 
 
 _CONTEXT_NAMED = re.compile(r"context(?:[ _](?:length|window|size))?(?: is| of)? (\d[\d,]*) tokens", re.IGNORECASE)

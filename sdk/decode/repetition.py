@@ -29,6 +29,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from sdk import compat
+
 _RECORD_DELIMITER = re.compile(r"[{}\[\]|]|(?<!=)=(?!=)|\S\t|</?[A-Za-z!?]|[,;][^\s,;]")
 _JSON_TOKEN = re.compile(r'["{}\[\]]')
 _JSON_SCALARS = re.compile(r"(?:\s|[,:]|-?\d[\d.eE+-]*|true|false|null)*")
@@ -84,8 +86,7 @@ def wants_structured_output(params: Mapping[str, Any]) -> bool:
     Responses `text.format` or `text_format`, Messages `output_config.format` or `output_format`,
     also when sent through `extra_body`.
     """
-    extra = params.get("extra_body")
-    for source in (params, extra if isinstance(extra, Mapping) else {}):
+    for source in (params, compat.extra_body_of(params) or {}):
         text = source.get("text")
         config = source.get("output_config")
         candidates = (

@@ -17,7 +17,7 @@ per call. No request is ever made to learn a context: only the caller's own call
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -37,7 +37,7 @@ class Addition(Protocol):
     name: str  # what the server is remembered to refuse
     span_flag: str | None  # a boolean span attribute set when it is taken back
 
-    def added(self, call: Call, post_kwargs: Mapping[str, Any]) -> bool:
+    def added(self, call: Call, request: compat.Request) -> bool:
         """Whether the request about to be sent carries it, put there by kvwise alone."""
         ...
 
@@ -45,8 +45,8 @@ class Addition(Protocol):
         """Whether an error answer's text names it."""
         ...
 
-    def take_back(self, call: Call, post_kwargs: dict[str, Any]) -> None:
-        """Make `post_kwargs` send it as the caller wrote it, and `call` say so."""
+    def take_back(self, call: Call, request: compat.Request) -> None:
+        """Make `request` send it as the caller wrote it, and `call` say so."""
         ...
 
 
@@ -114,13 +114,13 @@ class Refusals:
             self._contexts[where] = _read(read)
         return self._contexts[where]
 
-    def refused(self, error: BaseException, call: Call, post_kwargs: Mapping[str, Any]) -> Addition | None:
+    def refused(self, error: BaseException, call: Call, request: compat.Request) -> Addition | None:
         """The addition kvwise made by itself that `error` refused, if any."""
         if getattr(error, "status_code", None) not in _REFUSAL_STATUSES:
             return None
         message = str(error)  # the clients' error text holds the answer's body
         for addition in ADDITIONS:
-            if addition.added(call, post_kwargs) and addition.named_by(message):
+            if addition.added(call, request) and addition.named_by(message):
                 return addition
         return None
 
@@ -139,23 +139,23 @@ class Refusals:
 
 @dataclass(slots=True)
 class TakeBack:
-    """One call's refusals taken back (`sdk.send.attempts.Resend`): `post_kwargs` are the next send's."""
+    """One call's refusals taken back (`sdk.send.attempts.Resend`): `request` is the next send's."""
 
     refusals: Refusals
     call: Call
-    post_kwargs: dict[str, Any]
+    request: compat.Request
     server: Hashable
     client: Any  # the live client: its base URL is where a context is learnt
     span: Any
 
     def refused(self, error: BaseException) -> bool:
-        return self.refusals.refused(error, self.call, self.post_kwargs) is not None
+        return self.refusals.refused(error, self.call, self.request) is not None
 
     def take_back(self, error: BaseException) -> None:
-        addition = self.refusals.refused(error, self.call, self.post_kwargs)
+        addition = self.refusals.refused(error, self.call, self.request)
         if addition is None:
             return
-        addition.take_back(self.call, self.post_kwargs)
+        addition.take_back(self.call, self.request)
         self.refusals.learn(addition, error, self.call, self.server, self.client)
         span = self.span
         if span is not None and span.is_recording():

@@ -68,9 +68,9 @@ class Sender:
     fanout_key: bytes | None = None  # the call's place at the fan-out gate (None: it goes straight out)
     listeners: tuple[CallListener, ...] = ()  # told of a model call's end (`sdk.pipeline.Pipeline.prepare`)
 
-    def _lifecycle(self, post_kwargs: dict[str, Any]) -> tuple[Lifecycle[CallRecord], Leader | None]:
+    def _lifecycle(self, request: compat.Request) -> tuple[Lifecycle[CallRecord], Leader | None]:
         """The call's span and end, and the fan-out leader it must wait for (None: none)."""
-        if post_kwargs.get("stream") and not self.call.stream:
+        if request.stream and not self.call.stream:
             self.call.params["stream"] = True  # a stream helper says so only to `post`
         record = self.parts.telemetry.start(self.call, self.server, client_tracing.switched_off(self.client))
         fanout = self.parts.fanout
@@ -83,59 +83,64 @@ class Sender:
         return Lifecycle(record, self.listeners + release), follow
 
     def _send(
-        self, path: str, post_kwargs: dict[str, Any], record: CallRecord, asynchronous: bool
+        self, request: compat.Request, record: CallRecord, asynchronous: bool
     ) -> tuple[Callable[[], Any], list[int], bool]:
-        """One send of the call as `post_kwargs` say at the time (a take-back rewrites them): the live
+        """One send of the call as `request` says at the time (a take-back rewrites it): the live
         client's `post`, its own retries inside; the count of sends made, kept as each starts; and
         whether the send returns the client's response wrapper of a parsed answer, to be parsed here
         (`sdk.compat.counting_cast_to`: its `retries_taken` counted)."""
         tracing = client_tracing.trace_headers(self.client, record.span)  # None: the client's own spans, under ours
-        max_retries = max_retries_for(self.client, post_kwargs.get("options"), self.parts.policy.retries)
+        max_retries = max_retries_for(self.client, request.options, self.parts.policy.retries)
         counting = None
-        if not post_kwargs.get("stream") and compat.raw_mode(post_kwargs.get("options")) is None:
+        if not request.stream and request.raw_mode is None:
             own_span = tracing is None and getattr(self.client, "open_telemetry", None) is not None
-            counting = compat.counting_cast_to(self.client, post_kwargs.get("cast_to"), asynchronous, own_span)
+            counting = compat.counting_cast_to(self.client, request.cast_to, asynchronous, own_span)
         made = [0]
 
         def send() -> Any:
             made[0] += 1
             record.attempt(made[0])
-            given = post_kwargs.get("options")
-            options = compat.send_options(given, tracing, max_retries)
-            kwargs = post_kwargs if options is given else {**post_kwargs, "options": options}
-            return self.client.post(path, **(kwargs if counting is None else {**kwargs, "cast_to": counting}))
+            return self.client.post(request.path, **request.send_kwargs(tracing, max_retries, counting))
 
         return send, made, counting is not None
 
-    def post(self, path: str, **post_kwargs: Any) -> Any:
+    def post(self, path: str, **arguments: Any) -> Any:
         """The sync client's `post(path, ...)`, sent the kvwise way."""
-        return run(self._sending(path, post_kwargs, asynchronous=False))
+        return self.send(compat.Request.of_post(path, arguments))
 
-    async def apost(self, path: str, **post_kwargs: Any) -> Any:
+    async def apost(self, path: str, **arguments: Any) -> Any:
         """The async client's `post(path, ...)`, sent the kvwise way."""
-        return await arun(self._sending(path, post_kwargs, asynchronous=True))
+        return await self.asend(compat.Request.of_post(path, arguments))
 
-    def _sending(self, path: str, post_kwargs: dict[str, Any], asynchronous: bool) -> Steps[Any]:
+    def send(self, request: compat.Request) -> Any:
+        """`request` through the sync client, sent the kvwise way."""
+        return run(self._sending(request, asynchronous=False))
+
+    async def asend(self, request: compat.Request) -> Any:
+        """`request` through the async client, sent the kvwise way."""
+        return await arun(self._sending(request, asynchronous=True))
+
+    def _sending(self, request: compat.Request, asynchronous: bool) -> Steps[Any]:
         """The send, top to bottom and without I/O: the I/O it needs is yielded to the driver (`sdk.send.drive`)."""
         if self.kind is Kind.CALL and (context := self._context()) is not None:
-            fit_to_context(self.call, post_kwargs, context)  # a limit kvwise filled in fits the model's context
-        lifecycle, follow = self._lifecycle(post_kwargs)  # the span, the end's listeners, the fan-out join
+            fit_to_context(self.call, request, context)  # a limit kvwise filled in fits the model's context
+        lifecycle, follow = self._lifecycle(request)  # the span, the end's listeners, the fan-out join
         record = lifecycle.record
-        send, made, counted = self._send(path, post_kwargs, record, asynchronous)
+        send, made, counted = self._send(request, record, asynchronous)
         if follow is not None and self.parts.fanout is not None:  # a follower waits for its leader's first chunk
             waiting = (follow, self.parts.policy.fanout_wait_seconds)
             _note_wait(record, (yield Io(self.parts.fanout.wait, self.parts.fanout.await_release, waiting)))
-        raw = compat.raw_mode(post_kwargs.get("options"))
-        take_back = TakeBack(self.parts.refusals, self.call, post_kwargs, self.server, self.client, record.span)
+        raw = request.raw_mode
+        take_back = TakeBack(self.parts.refusals, self.call, request, self.server, self.client, record.span)
         try:
             with record.activate():
                 result = yield from sending(send, take_back, len(ADDITIONS) + 1)
         except BaseException as error:
-            _attempts(record, made[0], error, post_kwargs)
+            _attempts(record, made[0], error, request)
             self._failed(lifecycle, error)
             raise
         if raw or counted or self.call.stream:  # else the answer keeps no trace of the client's retries
-            _attempts(record, made[0], result, post_kwargs)
+            _attempts(record, made[0], result, request)
         if raw:  # the caller reads the body when it chooses (a stream too): the bookkeeping then
             read = partial(self._watch, lifecycle, asynchronous) if self.call.stream else partial(self._read, lifecycle)
             raw_answer.defer(result, read, partial(_unread, lifecycle))
@@ -191,11 +196,11 @@ class Sender:
         lifecycle.end(CallEnd(Ending.FAILED, error=error))
 
 
-def _attempts(record: CallRecord, sends: int, outcome: object, post_kwargs: dict[str, Any]) -> None:
+def _attempts(record: CallRecord, sends: int, outcome: object, request: compat.Request) -> None:
     """Count in the span's `kvwise.attempts` the retries the client's own loop took before `outcome`
     (`sdk.compat.retries_taken`): kvwise's `sends` are counted as each starts. After retries the
     answering request's time runs from here: the client's waits stay out of its time to first chunk."""
-    taken = compat.retries_taken(outcome, post_kwargs.get("options"))
+    taken = compat.retries_taken(outcome, request)
     if taken > 0:
         record.attempt(sends + taken)
 

@@ -12,8 +12,8 @@ stream's usage is an estimate, marked `kvwise.usage.estimated` on its span.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
+from sdk import compat
 from sdk.call import STREAM_USAGE_REFUSED, STREAM_USAGE_REQUESTED, Api, Call
 
 FIELD = "stream_options"
@@ -26,22 +26,22 @@ class StreamUsage:
     name = FIELD
     span_flag: str | None = None  # the span's estimated usage says it (`kvwise.usage.estimated`)
 
-    def added(self, call: Call, post_kwargs: Mapping[str, Any]) -> bool:
+    def added(self, call: Call, request: compat.Request) -> bool:
         """Whether the request's `stream_options` is kvwise's alone: the caller sent none, named or in `extra_body`."""
-        body, extra = post_kwargs.get("body"), call.params.get("extra_body")
+        body, extra = request.body, compat.extra_body_of(call.params)
         return (
             isinstance(body, Mapping)
             and FIELD in body
             and call.decided.stream_usage_added
             and FIELD not in call.params
-            and not (isinstance(extra, Mapping) and FIELD in extra)
+            and not (extra is not None and FIELD in extra)
         )
 
     def named_by(self, message: str) -> bool:
         return FIELD in message
 
-    def take_back(self, call: Call, post_kwargs: dict[str, Any]) -> None:
-        post_kwargs["body"] = {key: value for key, value in post_kwargs["body"].items() if key != FIELD}
+    def take_back(self, call: Call, request: compat.Request) -> None:
+        request.body = {key: value for key, value in request.body.items() if key != FIELD}
         call.decided.stream_usage_added, call.decided.stream_usage_refused = False, True
         call.decided.changes[call.decided.changes.index(STREAM_USAGE_REQUESTED)] = STREAM_USAGE_REFUSED
 

@@ -34,6 +34,7 @@ import functools
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from sdk import compat
 from sdk import semconv as sc
 from sdk._constants import INVOCATION_JSON_CACHE_SIZE
 from sdk.adapters import adapter_for
@@ -64,9 +65,9 @@ _CONTENT_PARAMS = frozenset(
 )
 """The request's content (and Chat's predicted output), kept out of `llm.invocation_parameters`, which
 is written with capture off too."""
-_TRANSPORT_PARAMS = frozenset({"extra_headers", "extra_query", "extra_body", "timeout"})
-"""The clients' transport options: never sent as the body (headers may carry credentials)."""
-_NOT_INVOCATION_PARAMS = _CONTENT_PARAMS | _TRANSPORT_PARAMS
+_NOT_INVOCATION_PARAMS = _CONTENT_PARAMS | compat.TRANSPORT_KEYWORDS
+"""Never in `llm.invocation_parameters`: the content, and the clients' transport options (never sent as
+the body; headers may carry credentials)."""
 _JSON = sc.MimeType.JSON.value
 _SCALARS = frozenset({str, int, bool, type(None)})
 """Value types (exactly these: a subclass may encode otherwise) whose parameters' JSON is remembered;
@@ -118,8 +119,8 @@ def invocation_attributes(call: Call) -> Attributes:
     """`llm.invocation_parameters`: the body's parameters without its content, set whatever the capture."""
     params = call.params
     parameters = {key: value for key, value in params.items() if key not in _NOT_INVOCATION_PARAMS}
-    extra = params.get("extra_body")
-    if extra is not None and isinstance(extra, Mapping):  # None first: most calls have none, and the ABC check costs
+    extra = compat.extra_body_of(params)
+    if extra is not None:
         parameters.update((key, value) for key, value in extra.items() if key not in _CONTENT_PARAMS)
     types = tuple(map(type, parameters.values()))
     if _SCALARS.issuperset(types):  # most calls: the same few parameters, call after call
@@ -148,20 +149,11 @@ def content_attributes(
     attributes.update(_messages(sc.LLM_OUTPUT_MESSAGES, outputs))
     for index, tool in enumerate(call.tools):
         attributes[f"{sc.LLM_TOOLS}.{index}.{sc.TOOL_JSON_SCHEMA}"] = to_json(tool)
-    attributes[sc.INPUT_VALUE] = to_json(_body(adapter_for(call.api).to_kwargs(call)))
+    attributes[sc.INPUT_VALUE] = to_json(compat.as_body(adapter_for(call.api).to_kwargs(call)))
     attributes[sc.INPUT_MIME_TYPE] = _JSON
     attributes[sc.OUTPUT_VALUE] = to_json(list(outputs))
     attributes[sc.OUTPUT_MIME_TYPE] = _JSON
     return attributes
-
-
-def _body(kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    """Native keyword arguments as the request body carries them: `extra_body` merged, transport options out."""
-    body = {key: value for key, value in kwargs.items() if key not in _TRANSPORT_PARAMS}
-    extra = kwargs.get("extra_body")
-    if isinstance(extra, Mapping):
-        body.update(extra)
-    return body
 
 
 def _messages(prefix: str, messages: Sequence[Mapping[str, Any]]) -> Attributes:

@@ -114,3 +114,34 @@ async def test_x_should_retry_true_retries_an_error_the_sdk_would_not_retry(simu
     response = await resolve(sdk.wrap(openai_client).chat.completions.create(model="m", messages=USER))
     assert response.choices[0].message.content == simulator.reply
     assert len(simulator.requests) == 2
+
+
+def test_a_request_keeps_the_callers_extra_body_apart_and_gives_back_posts_arguments_as_given():
+    options = openai._base_client.make_request_options(extra_body={"seed": 1}, extra_headers={"x-a": "1"}, timeout=5)
+    given = {"cast_to": object, "body": {"model": "m"}, "options": options, "stream": False}
+    request = compat.Request.of_post("/chat/completions", given)
+    assert request.extra == {"seed": 1} and "extra_json" not in (request.options or {})
+    assert request.send_kwargs() == given
+    assert request.keywords() == {"model": "m", "extra_body": {"seed": 1}}
+    rewritten = request.with_keywords({"model": "n", "extra_body": {"seed": 2}})
+    assert rewritten.send_kwargs()["body"] == {"model": "n"}
+    assert rewritten.send_kwargs()["options"]["extra_json"] == {"seed": 2}
+    assert request.send_kwargs() == given  # the rewrite is a request of its own
+
+
+def test_a_sends_options_carry_kvwise_retries_and_trace_headers_in_place_of_the_clients_span():
+    given = {"cast_to": object, "body": {}, "options": {"headers": {"a": "1"}, "span_name": "chat"}}
+    request = compat.Request.of_post("/v1/messages", given)
+    sent = request.send_kwargs({"traceparent": "t"}, 4, cast_to=int)
+    assert sent["options"] == {"headers": {"a": "1", "traceparent": "t"}, "max_retries": 4} and sent["cast_to"] is int
+    assert compat.Request.of_post("/v1/messages", {"cast_to": object}).send_kwargs() == {"cast_to": object}
+
+
+def test_the_methods_extra_body_is_read_and_merged_over_the_body_in_compat():
+    params = {"model": "m", "timeout": 3, "extra_headers": {"a": "b"}, "extra_body": {"seed": 1}}
+    assert compat.as_body(params) == {"model": "m", "seed": 1}
+    owned = compat.own_extra_body(params)
+    assert owned == {"seed": 1} and params["extra_body"] is owned
+    assert compat.extra_body_of({"extra_body": "not a mapping"}) is None and compat.own_extra_body({}) == {}
+    assert compat.add_to_extra_body(params, "key", "v") and params["extra_body"] == {"seed": 1, "key": "v"}
+    assert not compat.add_to_extra_body(params, "key", "w") and params["extra_body"]["key"] == "v"
