@@ -12,21 +12,12 @@ from __future__ import annotations
 
 from tests.test_import_graph import folder_of, import_graph
 
-# The pairs left. Three go through memory/, the hub that knows every feature's records: its `Memories`
-# builds each feature's memory over one `Store`, and the features keep their records in it.
+# The pair left.
 KNOWN_PAIRS = {
-    # cache.fanout and cache.fingerprint keep leaders and fingerprints in memory's store and records
-    # (diagnostics reads `Seen`); memory.memories builds their `FanoutMemory` and `FingerprintMemory`.
-    frozenset({"cache", "memory"}),
     # prompt.builder (`sdk.Prompt`) places cache hints;
-    # cache.hints finds the context note (prompt.moving), cache.fingerprint names tools (prompt.canonical).
+    # cache.hints finds the context note (prompt.moving), cache.fingerprint names tools and masks volatile
+    # bytes (prompt.canonical, prompt.volatile).
     frozenset({"cache", "prompt"}),
-    # decode.adaptive_caps keeps its windows in memory's store and records (`WorkloadKey`);
-    # memory.memories builds `AdaptiveCaps`.
-    frozenset({"decode", "memory"}),
-    # prompt.families keeps its decisions in memory's store and records, memory.records masks with
-    # prompt.volatile; memory.memories builds `FamilyMemory`, and prompt.lint reads `memories_for`.
-    frozenset({"memory", "prompt"}),
 }
 
 

@@ -1,5 +1,7 @@
 """Where a wrapped client's memories live: one store interface and its three implementations.
 
+It imports no feature: the features keep their records here, and `sdk.memories` puts them together.
+
 records.py       what the memories keep (family records, fingerprints, leaders): plain values
 store.py         the `Store` interface, and `LocalStore` in this process (`state="memory"`)
 sqlite_store.py  `SqliteStore`, in one SQLite file per machine, shared by its processes (the default)
@@ -8,5 +10,5 @@ redis_store.py   `RedisStore`, in Redis / Valkey, shared by a fleet (key layout 
 redis_link.py    its connection: bounded commands, an outage instead of an error
 outage.py        a store outside the process that fails: logged once, told to the calls' spans
 values.py        what a stored value must be to be read back
-memories.py      a wrapped client's four memories on their store, chosen by `state` / $KVWISE_STATE_URL
+place.py         the store `state` / $KVWISE_STATE_URL chooses, and whose it is (a hash of the credentials)
 """

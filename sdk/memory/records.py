@@ -1,7 +1,8 @@
 """What the memories keep, as plain values: the one vocabulary every store (`sdk.memory.store`) reads and writes.
 
 A store knows these records and nothing above them, so the memories (`sdk.prompt.families`,
-`sdk.decode.adaptive_caps`, `sdk.cache.fanout`, `sdk.cache.fingerprint`) sit on the stores and never the other way.
+`sdk.decode.adaptive_caps`, `sdk.cache.fanout`, `sdk.cache.fingerprint`) sit on the stores and never the other way:
+what a record needs of a feature (how a segment's volatile bytes are masked) the feature hands it.
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
-
-from sdk.prompt.volatile import mask_volatile
 
 WorkloadKey = tuple[str, str, str]
 """A workload of the adaptive caps: API, model and stable-prefix hash (`sdk.decode.adaptive_caps.workload_of`)."""
@@ -53,8 +52,9 @@ class Segment(NamedTuple):
     """One stable segment of a prefix fingerprint: its key ("system[0]"), chained hash, and its bytes
     (to explain a break).
 
-    A segment read back from a shared store has no bytes (`content` None): its `tool` is a hash of
-    the tool's name and `sorted_form` / `masked_form` were kept as hashes."""
+    `mask` masks its volatile bytes (`sdk.prompt.volatile.mask_volatile`, which the fingerprint hands it).
+    A segment read back from a shared store has no bytes (`content` None) and no `mask`: its `tool` is
+    a hash of the tool's name and `sorted_form` / `masked_form` were kept as hashes."""
 
     key: str
     chain: str
@@ -62,6 +62,7 @@ class Segment(NamedTuple):
     tool: str | None
     kept_sorted: str | None = None
     kept_masked: str | None = None
+    mask: Callable[[str], str] | None = None
 
     def sorted_form(self) -> str:
         """A hash of the segment as JSON with sorted keys (what stays when only the serialisation differs)."""
@@ -71,9 +72,9 @@ class Segment(NamedTuple):
 
     def masked_form(self) -> str:
         """A hash of the segment with its volatile bytes masked (what stays when only they differ)."""
-        if self.content is None:
+        if self.content is None or self.mask is None:
             return self.kept_masked or ""
-        return sha256_hex(mask_volatile(self.content))
+        return sha256_hex(self.mask(self.content))
 
     def same_when_sorted(self, other: Segment) -> bool:
         """Equal as JSON with sorted keys: only the serialisation differs."""

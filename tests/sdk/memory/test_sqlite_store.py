@@ -35,7 +35,7 @@ from sdk._constants import (
     STATE_SQLITE_OPEN_SECONDS,
     STATE_SQLITE_SCHEMA,
 )
-from sdk.memory.memories import sqlite_path
+from sdk.memory.place import sqlite_path
 from sdk.memory.records import FamilyRecord, Seen
 from sdk.memory.sqlite_link import SqliteLink
 from sdk.memory.sqlite_store import SqliteStore
