@@ -2,8 +2,8 @@
 
 It imports no feature: the features keep their records here, and `sdk.memories` puts them together.
 
-records.py       what the memories keep (family records, fingerprints, leaders): plain values
-store.py         the `Store` interface, and `LocalStore` in this process (`state="memory"`)
+records.py       what the stores still know by name (fingerprints, workloads, leaders): plain values
+store.py         the `Store` interface, a feature's `Codec` for its own records, `LocalStore` (`state="memory"`)
 sqlite_store.py  `SqliteStore`, in one SQLite file per machine, shared by its processes (the default)
 sqlite_link.py   its file: opening, layout, eviction, a failure an outage
 redis_store.py   `RedisStore`, in Redis / Valkey, shared by a fleet (key layout there)

@@ -1,6 +1,7 @@
-"""What the memories keep, as plain values: the one vocabulary every store (`sdk.memory.store`) reads and writes.
+"""What the memories keep that the stores (`sdk.memory.store`) still know by name, as plain values.
 
-A store knows these records and nothing above them, so the memories (`sdk.prompt.families`,
+A feature that owns its records keeps them through a `sdk.memory.store.Codec` (a family's:
+`sdk.prompt.family_record`). A store knows these records and nothing above them, so the memories (`sdk.prompt.families`,
 `sdk.decode.adaptive_caps`, `sdk.cache.fanout`, `sdk.cache.fingerprint`) sit on the stores and never the other way:
 what a record needs of a feature (how a segment's volatile bytes are masked) the feature hands it.
 """
@@ -35,17 +36,6 @@ def digest(*parts: object) -> str:
 def sha256_hex(text: str) -> str:
     """The hash a fingerprint chains (`sdk.cache.fingerprint.segments`)."""
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-@dataclass(frozen=True, slots=True)
-class FamilyRecord:
-    """What is remembered of a prompt family's last call (`sdk.prompt.families`): hashes and flags only."""
-
-    values: tuple[int, ...]  # hashes of the candidates' bytes on the family's last call, in order
-    changed: tuple[bool, ...]  # which have ever differed from one call to the next
-    within: tuple[bool, ...]  # which have ever differed from the previous call of the same conversation
-    conversation: bytes  # the hash of the last call's first user turn
-    turns: int  # how many turns the last call sent
 
 
 class Segment(NamedTuple):

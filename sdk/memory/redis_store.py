@@ -11,6 +11,7 @@ sent the call before). Under one namespace per tenant (a hash of the client's cr
 URL, so one key never reads another's memories), only hashes and counts:
 
     kvwise:{tenant}:family:{family}       the family's last call: candidate hashes, changed flags, turns
+                                          (`{kind}:{key}` of a feature's `Codec`: `sdk.prompt.family_record`)
     kvwise:{tenant}:lengths:{workload}    the workload's recent output lengths, newest first
     kvwise:{tenant}:cuts:{workload}       per adaptively capped answer, 1 if it reached its cap
     kvwise:{tenant}:lease:{prefix}        the fan-out leader's span id, expiring after the wait limit;
@@ -36,17 +37,15 @@ from typing import Any
 from uuid import uuid4
 
 from sdk._constants import ADAPTIVE_CAP_WINDOW, STATE_EXPIRY_SECONDS
-from sdk.memory.records import FamilyRecord, Leader, Seen, WorkloadKey, digest, hashed_segment
+from sdk.memory.records import Leader, Seen, WorkloadKey, digest, hashed_segment
 from sdk.memory.redis_link import RedisLink
-from sdk.memory.store import Held, LocalStore
+from sdk.memory.store import Codec, Held, LocalStore, R
 from sdk.memory.values import (
-    _Malformed,
+    Malformed,
     checked_value,
     decode_cuts,
-    decode_family,
     decode_lengths,
     decode_seen,
-    encode_family,
     encode_seen,
 )
 
@@ -72,27 +71,27 @@ class RedisStore:
         self._release = self.link.redis.register_script(_RELEASE)
         self._lock = threading.Lock()
 
-    def update_family(self, family: bytes, update: Callable[[FamilyRecord | None], FamilyRecord]) -> FamilyRecord:
-        key = f"{self._namespace}:family:{family.hex()}"
-        found: list[FamilyRecord] = []
-        malformed: list[_Malformed] = []
+    def update_record(self, codec: Codec[R], key: bytes, update: Callable[[R | None], R]) -> R:
+        stored_key = f"{self._namespace}:{codec.kind}:{key.hex()}"
+        found: list[R] = []
+        malformed: list[Malformed] = []
 
         def transact(pipe: Any) -> None:
-            stored = pipe.get(key)
+            stored = pipe.get(stored_key)
             malformed.clear()
             try:
-                last = decode_family(stored) if stored is not None else None
-            except _Malformed as error:  # dropped: this call's record overwrites it
+                last = codec.decode(stored) if stored is not None else None
+            except Malformed as error:  # dropped: this call's record overwrites it
                 malformed.append(error)
                 last = None
             record = update(last)
             pipe.multi()
-            pipe.set(key, encode_family(record), ex=STATE_EXPIRY_SECONDS)
+            pipe.set(stored_key, codec.encode(record), ex=STATE_EXPIRY_SECONDS)
             found[:] = [record]
 
-        done, _ = self.link.run(lambda redis: redis.transaction(transact, key))
+        done, _ = self.link.run(lambda redis: redis.transaction(transact, stored_key))
         if not done:
-            return self._local.update_family(family, update)
+            return self._local.update_record(codec, key, update)
         if malformed:
             self.link.outages.malformed(malformed[0])
         return found[0]
@@ -129,7 +128,7 @@ class RedisStore:
             return self._local.lengths(workload)
         try:
             return decode_lengths(stored or ())
-        except _Malformed as error:
+        except Malformed as error:
             self.link.outages.malformed(error)
             self.link.run(lambda redis: redis.delete(lengths_key))
             return self._local.lengths(workload)
@@ -152,7 +151,7 @@ class RedisStore:
                 return 0
             try:
                 return sum(decode_cuts(results[3]))
-            except _Malformed as error:  # read at the call's end: nothing to degrade
+            except Malformed as error:  # read at the call's end: nothing to degrade
                 self.link.outages.malformed(error, during_call=False)
                 redis.delete(cuts_key)
                 return 0
@@ -205,7 +204,7 @@ class RedisStore:
             return None
         try:
             return decode_seen(kind, fields)
-        except _Malformed as error:
+        except Malformed as error:
             self.link.outages.malformed(error)
             return None
 
