@@ -2,7 +2,7 @@
 
 It imports no feature: the features keep their records here, and `sdk.memories` puts them together.
 
-records.py       what the stores still know by name (fingerprints, workloads, leaders): plain values
+records.py       what the stores still know by name (fingerprints, leaders, window keys): plain values
 store.py         the `Store` interface, a feature's `Codec` for its own records, `LocalStore` (`state="memory"`)
 sqlite_store.py  `SqliteStore`, in one SQLite file per machine, shared by its processes (the default)
 sqlite_link.py   its file: opening, layout, eviction, a failure an outage

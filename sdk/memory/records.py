@@ -16,8 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-WorkloadKey = tuple[str, str, str]
-"""A workload of the adaptive caps: API, model and stable-prefix hash (`sdk.decode.adaptive_caps.workload_of`)."""
+WindowsKey = tuple[str, ...]
+"""Whose answer windows (`sdk.memory.store.Store.push_answer`): the parts the store hashes into their key
+(an adaptive caps' workload: `sdk.decode.adaptive_caps.WorkloadKey`)."""
 
 compact_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
 """Compact JSON, as the clients send it (key order kept): one encoder, not one per `json.dumps` call."""

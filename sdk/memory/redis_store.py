@@ -37,7 +37,7 @@ from typing import Any
 from uuid import uuid4
 
 from sdk._constants import ADAPTIVE_CAP_WINDOW, STATE_EXPIRY_SECONDS
-from sdk.memory.records import Leader, Seen, WorkloadKey, digest, hashed_segment
+from sdk.memory.records import Leader, Seen, WindowsKey, digest, hashed_segment
 from sdk.memory.redis_link import RedisLink
 from sdk.memory.store import Codec, Held, LocalStore, R
 from sdk.memory.values import (
@@ -117,11 +117,11 @@ class RedisStore:
         done, _ = self.link.run(lambda redis: redis.transaction(transact, stored_key))
         return found[0] if done else self._local.update_value(kind, key, update)
 
-    def _windows(self, workload: WorkloadKey) -> tuple[str, str]:
+    def _windows(self, workload: WindowsKey) -> tuple[str, str]:
         name = digest(*workload)
         return f"{self._namespace}:lengths:{name}", f"{self._namespace}:cuts:{name}"
 
-    def lengths(self, workload: WorkloadKey) -> list[int]:
+    def lengths(self, workload: WindowsKey) -> list[int]:
         lengths_key, _ = self._windows(workload)
         done, stored = self.link.run(lambda redis: redis.lrange(lengths_key, 0, -1))
         if not done:
@@ -133,7 +133,7 @@ class RedisStore:
             self.link.run(lambda redis: redis.delete(lengths_key))
             return self._local.lengths(workload)
 
-    def push_answer(self, workload: WorkloadKey, length: int | None, cut: bool | None) -> int:
+    def push_answer(self, workload: WindowsKey, length: int | None, cut: bool | None) -> int:
         lengths_key, cuts_key = self._windows(workload)
 
         def push(redis: Any) -> int:
@@ -161,7 +161,7 @@ class RedisStore:
             return self._local.push_answer(workload, length, cut)
         return cuts
 
-    def forget(self, workload: WorkloadKey) -> None:
+    def forget(self, workload: WindowsKey) -> None:
         done, _ = self.link.run(lambda redis: redis.delete(*self._windows(workload)))
         if not done:
             self._local.forget(workload)

@@ -40,7 +40,7 @@ from sdk._constants import (
     STATE_MAX_OUTPUT_TOKENS,
     STATE_SQLITE_TOUCH_SECONDS,
 )
-from sdk.memory.records import Leader, Seen, WorkloadKey, digest, hashed_segment
+from sdk.memory.records import Leader, Seen, WindowsKey, digest, hashed_segment
 from sdk.memory.sqlite_link import WORKLOAD, SqliteLink, defer, shared_link
 from sdk.memory.store import Codec, Held, LocalStore, R
 from sdk.memory.values import Malformed, checked_value, decode_seen, encode_seen
@@ -144,7 +144,7 @@ class SqliteStore:
         self.link.outages.malformed(Malformed(_VALUE, "not text"))  # dropped: this call's value overwrites it
         return None
 
-    def lengths(self, workload: WorkloadKey) -> list[int]:
+    def lengths(self, workload: WindowsKey) -> list[int]:
         key = self._key(WORKLOAD, *workload)
 
         def read(db: sqlite3.Connection) -> list[int]:
@@ -160,7 +160,7 @@ class SqliteStore:
         done, lengths = self.link.run(read)
         return lengths if done and lengths is not None else self._local.lengths(workload)
 
-    def push_answer(self, workload: WorkloadKey, length: int | None, cut: bool | None) -> int:
+    def push_answer(self, workload: WindowsKey, length: int | None, cut: bool | None) -> int:
         key = self._key(WORKLOAD, *workload)
 
         def push(db: sqlite3.Connection) -> int:
@@ -177,7 +177,7 @@ class SqliteStore:
         done, cuts = self.link.run(push)
         return cuts if done and cuts is not None else self._local.push_answer(workload, length, cut)
 
-    def forget(self, workload: WorkloadKey) -> None:
+    def forget(self, workload: WindowsKey) -> None:
         key = self._key(WORKLOAD, *workload)
 
         def drop(db: sqlite3.Connection) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from sdk._constants import ADAPTIVE_CAP_WINDOW, ADAPTIVE_CAP_WORKLOADS, STATE_LOCAL_VALUES, VOLATILE_FAMILIES
-from sdk.memory.records import Leader, Seen, WorkloadKey
+from sdk.memory.records import Leader, Seen, WindowsKey
 from sdk.memory.values import checked_value
 
 R = TypeVar("R")
@@ -59,17 +59,17 @@ class Store(Protocol):
         called more than once; what it returns unchanged is not written again."""
         ...
 
-    def lengths(self, workload: WorkloadKey) -> list[int]:
+    def lengths(self, workload: WindowsKey) -> list[int]:
         """The output lengths of the workload's recent answers, at most `ADAPTIVE_CAP_WINDOW`."""
         ...
 
-    def push_answer(self, workload: WorkloadKey, length: int | None, cut: bool | None) -> int:
+    def push_answer(self, workload: WindowsKey, length: int | None, cut: bool | None) -> int:
         """Add an answer to the workload's windows: its output `length` (None: not learnt) and whether
         it was `cut` at its adaptive cap (None: it had none); return how many of the window's adaptively
         capped answers were cut."""
         ...
 
-    def forget(self, workload: WorkloadKey) -> None:
+    def forget(self, workload: WindowsKey) -> None:
         """Drop the workload's windows: it is learnt again."""
         ...
 
@@ -124,7 +124,7 @@ class LocalStore:
         self._records_size, self._workloads_size = records, workloads
         self._records: OrderedDict[tuple[str, bytes], Any] = OrderedDict()  # by (kind, key)
         self._values: OrderedDict[tuple[str, bytes], str] = OrderedDict()
-        self._workloads: OrderedDict[WorkloadKey, _Windows] = OrderedDict()
+        self._workloads: OrderedDict[WindowsKey, _Windows] = OrderedDict()
         self._last: dict[tuple[str, str], Seen] = {}  # by (API, model)
         self._latest: dict[str, Seen] = {}
         self._leaders: dict[bytes, Leader] = {}
@@ -147,7 +147,7 @@ class LocalStore:
                     self._values.popitem(last=False)
         return value
 
-    def lengths(self, workload: WorkloadKey) -> list[int]:
+    def lengths(self, workload: WindowsKey) -> list[int]:
         with self._lock:
             found = self._workloads.get(workload)
             if found is None:
@@ -155,7 +155,7 @@ class LocalStore:
             self._workloads.move_to_end(workload)
             return list(found.lengths)
 
-    def push_answer(self, workload: WorkloadKey, length: int | None, cut: bool | None) -> int:
+    def push_answer(self, workload: WindowsKey, length: int | None, cut: bool | None) -> int:
         with self._lock:
             found = self._workloads.pop(workload, None) or _Windows()
             self._workloads[workload] = found  # the most recently used
@@ -167,7 +167,7 @@ class LocalStore:
                 found.cuts.append(cut)
             return sum(found.cuts)
 
-    def forget(self, workload: WorkloadKey) -> None:
+    def forget(self, workload: WindowsKey) -> None:
         with self._lock:
             self._workloads.pop(workload, None)
 
