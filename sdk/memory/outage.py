@@ -12,7 +12,7 @@ import logging
 import threading
 from time import monotonic
 
-from sdk.memory.values import Malformed
+from sdk.memory.values import _Malformed
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class Outage:
         """Why the store is failing now (None: it is not)."""
         return self._reason
 
-    def malformed(self, error: Malformed, *, during_call: bool = True) -> None:
+    def malformed(self, error: _Malformed, *, during_call: bool = True) -> None:
         """A value read was malformed (the caller drops it): logged, and told to this thread's call
         by `degraded` where it was read `during_call` (not at a call's end)."""
         logger.warning("kvwise state: %s held a %s; it is dropped", self.where, error)

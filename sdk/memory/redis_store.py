@@ -41,7 +41,7 @@ from sdk.memory.records import Leader, Seen, WindowsKey, digest, hashed_segment
 from sdk.memory.redis_link import RedisLink
 from sdk.memory.store import Codec, Held, LocalStore, R
 from sdk.memory.values import (
-    Malformed,
+    _Malformed,
     checked_value,
     decode_cuts,
     decode_lengths,
@@ -74,14 +74,14 @@ class RedisStore:
     def update_record(self, codec: Codec[R], key: bytes, update: Callable[[R | None], R]) -> R:
         stored_key = f"{self._namespace}:{codec.kind}:{key.hex()}"
         found: list[R] = []
-        malformed: list[Malformed] = []
+        malformed: list[_Malformed] = []
 
         def transact(pipe: Any) -> None:
             stored = pipe.get(stored_key)
             malformed.clear()
             try:
                 last = codec.decode(stored) if stored is not None else None
-            except Malformed as error:  # dropped: this call's record overwrites it
+            except _Malformed as error:  # dropped: this call's record overwrites it
                 malformed.append(error)
                 last = None
             record = update(last)
@@ -128,7 +128,7 @@ class RedisStore:
             return self._local.lengths(workload)
         try:
             return decode_lengths(stored or ())
-        except Malformed as error:
+        except _Malformed as error:
             self.link.outages.malformed(error)
             self.link.run(lambda redis: redis.delete(lengths_key))
             return self._local.lengths(workload)
@@ -151,7 +151,7 @@ class RedisStore:
                 return 0
             try:
                 return sum(decode_cuts(results[3]))
-            except Malformed as error:  # read at the call's end: nothing to degrade
+            except _Malformed as error:  # read at the call's end: nothing to degrade
                 self.link.outages.malformed(error, during_call=False)
                 redis.delete(cuts_key)
                 return 0
@@ -204,7 +204,7 @@ class RedisStore:
             return None
         try:
             return decode_seen(kind, fields)
-        except Malformed as error:
+        except _Malformed as error:
             self.link.outages.malformed(error)
             return None
 

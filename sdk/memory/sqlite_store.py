@@ -43,7 +43,7 @@ from sdk._constants import (
 from sdk.memory.records import Leader, Seen, WindowsKey, digest, hashed_segment
 from sdk.memory.sqlite_link import WORKLOAD, SqliteLink, defer, shared_link
 from sdk.memory.store import Codec, Held, LocalStore, R
-from sdk.memory.values import Malformed, checked_value, decode_seen, encode_seen
+from sdk.memory.values import _Malformed, checked_value, decode_seen, encode_seen
 
 Row = tuple[bytes, float] | None
 """A record's row: its value and when it was last used (None: there is none)."""
@@ -126,7 +126,7 @@ class SqliteStore:
             return None
         try:
             return codec.decode(row[0])
-        except Malformed as error:  # dropped: this call's record overwrites it
+        except _Malformed as error:  # dropped: this call's record overwrites it
             self.link.outages.malformed(error)
             return None
 
@@ -141,7 +141,7 @@ class SqliteStore:
                 return stored.decode()
         except UnicodeDecodeError:
             pass
-        self.link.outages.malformed(Malformed(_VALUE, "not text"))  # dropped: this call's value overwrites it
+        self.link.outages.malformed(_Malformed(_VALUE, "not text"))  # dropped: this call's value overwrites it
         return None
 
     def lengths(self, workload: WindowsKey) -> list[int]:
@@ -212,11 +212,11 @@ class SqliteStore:
             stored, message_id = json.loads(row[0])
             fields = {b"seen": stored.encode()} | ({} if message_id is None else {b"id": message_id.encode()})
         except (ValueError, TypeError, AttributeError):
-            self.link.outages.malformed(Malformed(_SEEN, "wrong type"))
+            self.link.outages.malformed(_Malformed(_SEEN, "wrong type"))
             return None
         try:
             return decode_seen(_SEEN, fields)
-        except Malformed as error:
+        except _Malformed as error:
             self.link.outages.malformed(error)
             return None
 

@@ -30,10 +30,9 @@ Held = str
 
 class Codec(Protocol[R]):
     """How a feature's records of one `kind` are kept in a store outside the process: as a short
-    text (`encode`) of hashes and counts, read back by `decode`, which raises
-    `sdk.memory.values.Malformed` (naming `kind`) for what another process or kvwise may have written.
-    The kind names the records' keys (`sdk.memory.sqlite_link`, `sdk.memory.redis_store`): it is part of
-    the stored layout."""
+    text (`encode`) of hashes and counts, read back by `decode`, checked with `sdk.memory.values`'
+    checks (naming `kind`), since another process or kvwise may have written it. The kind names the
+    records' keys (`sdk.memory.sqlite_link`, `sdk.memory.redis_store`): it is part of the stored layout."""
 
     @property
     def kind(self) -> str: ...

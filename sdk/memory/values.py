@@ -2,7 +2,7 @@
 
 Every value read from the store is checked here before kvwise uses it: another process, an older
 kvwise, an operator or an attacker may have written it. A value that is not JSON, of the wrong
-type, of the wrong length or too large raises `Malformed` (kvwise's own: it never reaches a
+type, of the wrong length or too large raises `_Malformed` (kvwise's own: it never reaches a
 caller), naming its key's kind; the store then drops it and the call goes on as if it had not
 been there, its span saying why (`kvwise.state.degraded_reason`, e.g. "malformed family value: not JSON").
 """
@@ -20,7 +20,7 @@ from sdk.memory.records import Seen, Segment
 _SEGMENT_FIELDS = 5  # key, chain, tool, kept_sorted, kept_masked
 
 
-class Malformed(ValueError):
+class _Malformed(ValueError):
     """A stored value of key kind `kind` ("family", "lengths", "cuts", "seen", "latest") is unusable: `why`."""
 
     def __init__(self, kind: str, why: str) -> None:
@@ -34,19 +34,19 @@ class Malformed(ValueError):
 
 
 def parse_json(kind: str, stored: bytes) -> Any:
-    """`stored` as JSON, else `Malformed` (too large, or not JSON)."""
+    """`stored` as JSON, else `_Malformed` (too large, or not JSON)."""
     if len(stored) > STATE_MAX_VALUE_BYTES:
-        raise Malformed(kind, f"too large ({len(stored)} bytes, at most {STATE_MAX_VALUE_BYTES})")
+        raise _Malformed(kind, f"too large ({len(stored)} bytes, at most {STATE_MAX_VALUE_BYTES})")
     try:
         return json.loads(stored)
     except ValueError:  # UnicodeDecodeError included
-        raise Malformed(kind, "not JSON") from None
+        raise _Malformed(kind, "not JSON") from None
 
 
 def require(kind: str, ok: bool, why: str) -> None:
-    """`Malformed` for `why` unless `ok`."""
+    """`_Malformed` for `why` unless `ok`."""
     if not ok:
-        raise Malformed(kind, why)
+        raise _Malformed(kind, why)
 
 
 def is_int(value: Any, low: int, high: int) -> bool:
@@ -55,10 +55,19 @@ def is_int(value: Any, low: int, high: int) -> bool:
 
 
 def json_list(kind: str, value: Any, length: int | None = None) -> list[Any]:
-    """`value` if it is a list (of `length` items, where given), else `Malformed`."""
+    """`value` if it is a list (of `length` items, where given), else `_Malformed`."""
     require(kind, isinstance(value, list), "wrong type")
     require(kind, length is None or len(value) == length, "wrong length")
     return value  # type: ignore[no-any-return]
+
+
+def hex_bytes(kind: str, value: Any) -> bytes:
+    """`value` (a hex string) as bytes, else `_Malformed`."""
+    require(kind, isinstance(value, str), "wrong type")
+    try:
+        return bytes.fromhex(value)
+    except ValueError:
+        raise _Malformed(kind, "wrong type") from None
 
 
 def checked_value(value: str) -> str:
@@ -69,7 +78,7 @@ def checked_value(value: str) -> str:
 
 
 def decode_counts(kind: str, items: Sequence[bytes], high: int) -> list[int]:
-    """A workload's list (`lengths`: output lengths; `cuts`: 0 or 1 each), newest first, else `Malformed`."""
+    """A workload's list (`lengths`: output lengths; `cuts`: 0 or 1 each), newest first, else `_Malformed`."""
     require(kind, len(items) <= ADAPTIVE_CAP_WINDOW, "wrong length")
     require(kind, sum(map(len, items)) <= STATE_MAX_VALUE_BYTES, "too large")
     counts = [parse_json(kind, item) for item in items]
@@ -91,7 +100,7 @@ def encode_seen(seen: Seen) -> str:
 
 
 def decode_seen(kind: str, fields: Mapping[bytes, bytes]) -> Seen:
-    """A call's record as `encode_seen` wrote it under a `seen` or `latest` key, else `Malformed`."""
+    """A call's record as `encode_seen` wrote it under a `seen` or `latest` key, else `_Malformed`."""
     stored, message_id = fields.get(b"seen"), fields.get(b"id")
     require(kind, stored is not None, "wrong type")
     record = parse_json(kind, stored or b"")
@@ -114,5 +123,5 @@ def decode_seen(kind: str, fields: Mapping[bytes, bytes]) -> Seen:
         try:
             answer_id = message_id.decode()
         except UnicodeDecodeError:
-            raise Malformed(kind, "wrong type") from None
+            raise _Malformed(kind, "wrong type") from None
     return Seen(record["model"], chain, tuple(settings), float(at), answer_id)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from sdk.memory.values import Malformed, is_int, json_list, parse_json, require
+from sdk.memory.values import hex_bytes, is_int, json_list, parse_json, require
 
 _HASH_LIMIT = 1 << 64  # a candidate's hash is 64 bits (`sdk.prompt.families.value_hash`)
 
@@ -37,7 +37,7 @@ class _FamilyRecords:
         return json.dumps([list(record.values), *flags, record.conversation.hex(), record.turns])
 
     def decode(self, stored: bytes) -> FamilyRecord:
-        """A family's record as `encode` wrote it, else `Malformed`."""
+        """A family's record as `encode` wrote it, else the store's malformed-value error (its checks raise it)."""
         kind = self.kind
         values, changed, within, conversation, turns = json_list(kind, parse_json(kind, stored), 5)
         values, changed, within = (json_list(kind, part) for part in (values, changed, within))
@@ -45,10 +45,7 @@ class _FamilyRecords:
         require(kind, all(is_int(v, 0, _HASH_LIMIT) for v in values), "wrong type")
         require(kind, all(flag in (0, 1) and not isinstance(flag, float) for flag in (*changed, *within)), "wrong type")
         require(kind, isinstance(conversation, str) and is_int(turns, 0, _HASH_LIMIT), "wrong type")
-        try:
-            hashed = bytes.fromhex(conversation)
-        except ValueError:
-            raise Malformed(kind, "wrong type") from None
+        hashed = hex_bytes(kind, conversation)
         return FamilyRecord(tuple(values), tuple(map(bool, changed)), tuple(map(bool, within)), hashed, turns)
 
 
