@@ -23,7 +23,7 @@ from sdk.call import Call, Server
 from sdk.decode.adaptive_caps import CapLearner, workload_of
 from sdk.decode.limits import apply_limits
 from sdk.lifecycle import CallListener
-from sdk.memory.memories import Memories, local_memories
+from sdk.memories import Memories, local_memories
 from sdk.policy import Policy
 from sdk.prompt.canonical import canonicalize
 from sdk.semconv import CapSource

@@ -30,7 +30,7 @@ from sdk.adapters import adapter_for
 from sdk.adapters._base import is_given
 from sdk.cache import diagnostics
 from sdk.call import Provider, Server
-from sdk.memory.memories import memories_for
+from sdk.memories import memories_for
 from sdk.pipeline import Middleware, Pipeline
 from sdk.policy import Policy
 from sdk.proxy import Node
@@ -76,7 +76,7 @@ def wrap(
     canonical order. `state` (else $KVWISE_STATE_URL) says where what the client learns is kept: by
     default a SQLite file under the user's cache directory, shared by this machine's processes
     (`sdk.memory.sqlite_store`); "memory" keeps it in this process, "sqlite:///path" names another
-    file, "redis://host:6379/0" puts it in Redis or Valkey for a fleet (`sdk.memory.memories`).
+    file, "redis://host:6379/0" puts it in Redis or Valkey for a fleet (`sdk.memory.place`).
     """
     policy = policy if policy is not None else Policy()
     if not isinstance(policy, Policy):

@@ -1,9 +1,9 @@
-"""No two `sdk` folders import each other, but for the pairs still to untangle, listed here (issue 56).
+"""No two `sdk` folders import each other (issue 56).
 
 Each module maps to its folder (`sdk/cache/hints.py` to `cache`; a root module such as `sdk/wrap.py`
 to itself). A pair is two folders each of which imports the other, through any of its modules, by
-any import the source holds (`import_graph`: relative, nested and type-only ones included). The list
-is exact: a new pair fails, and so does a listed pair that has gone, so that it only shrinks.
+any import the source holds (`import_graph`: relative, nested and type-only ones included). What
+composes several steps sits at the root above them (`sdk.pipeline`, `sdk.memories`, `sdk.prompt_builder`).
 Vocabulary every step shares sits at the root, below the folders (`sdk.semconv`, `sdk.reasoning`,
 `sdk.tokens`, the change names in `sdk.call`), so that no step imports another for a name.
 """
@@ -11,20 +11,6 @@ Vocabulary every step shares sits at the root, below the folders (`sdk.semconv`,
 from __future__ import annotations
 
 from tests.test_import_graph import folder_of, import_graph
-
-# The pairs left. Three go through memory/, the hub that knows every feature's records: its `Memories`
-# builds each feature's memory over one `Store`, and the features keep their records in it.
-KNOWN_PAIRS = {
-    # cache.fanout and cache.fingerprint keep leaders and fingerprints in memory's store and records
-    # (diagnostics reads `Seen`); memory.memories builds their `FanoutMemory` and `FingerprintMemory`.
-    frozenset({"cache", "memory"}),
-    # decode.adaptive_caps keeps its windows in memory's store and records (`WorkloadKey`);
-    # memory.memories builds `AdaptiveCaps`.
-    frozenset({"decode", "memory"}),
-    # prompt.families keeps its decisions in memory's store and records, memory.records masks with
-    # prompt.volatile; memory.memories builds `FamilyMemory`, and prompt.lint reads `memories_for`.
-    frozenset({"memory", "prompt"}),
-}
 
 
 def mutual_pairs(graph: dict[str, set[str]], folders: set[str]) -> set[frozenset[str]]:
@@ -57,7 +43,5 @@ def test_mutual_pairs_finds_folders_that_import_each_other_and_only_those():
     assert folder_of("sdk.a") == "sdk.a" and folder_of("sdk.wrap") == "sdk.wrap"
 
 
-def test_no_two_sdk_folders_import_each_other_but_the_known_pairs():
-    found = sdk_pairs()
-    assert not found - KNOWN_PAIRS, f"new pairs of folders importing each other: {found - KNOWN_PAIRS}"
-    assert not KNOWN_PAIRS - found, f"pairs untangled, take them off KNOWN_PAIRS: {KNOWN_PAIRS - found}"
+def test_no_two_sdk_folders_import_each_other():
+    assert sdk_pairs() == set()

@@ -16,9 +16,7 @@ released once.
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import inspect
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,13 +30,13 @@ from sdk.cache.fingerprint import segments
 from sdk.cache.hints import count_breakpoints
 from sdk.call import Call
 from sdk.lifecycle import CallEnd
+from sdk.memory.place import credentials_hash
 from sdk.memory.records import Leader
 from sdk.memory.store import LocalStore, Store
 from sdk.providers import facts_for
 from sdk.tokens import estimate_tokens
 
 _ANTHROPIC_MARK = "cache_control"
-_CREDENTIALS = ("api_key", "auth_token", "organization", "project", "base_url")
 
 
 def _stable_values(call: Call) -> Iterator[Any]:
@@ -65,18 +63,6 @@ def cacheable_prefix(call: Call) -> str | None:
     if sum(estimate_tokens(segment.content or "") for segment in chain[:end]) < minimum:
         return None
     return chain[end - 1].chain
-
-
-def credentials_hash(client: Any) -> str:
-    """A hash of the client's credentials and server: who may share a cache, a wait or a memory."""
-    digest = hashlib.blake2b(digest_size=16)
-    for name in _CREDENTIALS:
-        # A resource the client makes on first read (anthropic's `organization`) is no credential:
-        # reading it would leave it on the live client, and its text differs per client.
-        made = isinstance(inspect.getattr_static(type(client), name, None), functools.cached_property)
-        digest.update(str(None if made else getattr(client, name, None)).encode("utf-8", "surrogatepass"))
-        digest.update(b"\x00")
-    return digest.hexdigest()
 
 
 def fanout_key(call: Call, client: Any) -> bytes | None:

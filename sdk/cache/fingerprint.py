@@ -20,6 +20,7 @@ from sdk.call import Call
 from sdk.memory.records import Seen, Segment, compact_json, sha256_hex
 from sdk.memory.store import LocalStore, Store
 from sdk.prompt.canonical import tool_name
+from sdk.prompt.volatile import mask_volatile
 from sdk.providers import facts_for
 
 FINGERPRINT_HEX_CHARS = 16
@@ -54,7 +55,8 @@ def segments(call: Call) -> list[Segment]:
             key = f"{tier}[{index}]"
             content = compact_json(value)
             chain = sha256_hex(chain + key + content)
-            result.append(Segment(key, chain, content, tool_name(value) if tier == "tools" else None))
+            tool = tool_name(value) if tier == "tools" else None
+            result.append(Segment(key, chain, content, tool, mask=mask_volatile))
     return result
 
 

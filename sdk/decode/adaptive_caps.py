@@ -32,8 +32,11 @@ from sdk._constants import (
 )
 from sdk.call import Call, Usage
 from sdk.lifecycle import CallEnd
-from sdk.memory.records import WorkloadKey
 from sdk.memory.store import LocalStore, Store
+
+WorkloadKey = tuple[str, str, str]
+"""A workload of the adaptive caps: API, model and stable-prefix hash (`workload_of`); the store keeps its
+answer windows under these parts (`sdk.memory.records.WindowsKey`)."""
 
 
 def quantile_of(lengths: list[int]) -> int | None:

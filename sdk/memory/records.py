@@ -1,7 +1,9 @@
-"""What the memories keep, as plain values: the one vocabulary every store (`sdk.memory.store`) reads and writes.
+"""What the memories keep that the stores (`sdk.memory.store`) still know by name, as plain values.
 
-A store knows these records and nothing above them, so the memories (`sdk.prompt.families`,
-`sdk.decode.adaptive_caps`, `sdk.cache.fanout`, `sdk.cache.fingerprint`) sit on the stores and never the other way.
+A feature that owns its records keeps them through a `sdk.memory.store.Codec` (a family's:
+`sdk.prompt.family_record`). A store knows these records and nothing above them, so the memories (`sdk.prompt.families`,
+`sdk.decode.adaptive_caps`, `sdk.cache.fanout`, `sdk.cache.fingerprint`) sit on the stores and never the other way:
+what a record needs of a feature (how a segment's volatile bytes are masked) the feature hands it.
 """
 
 from __future__ import annotations
@@ -14,10 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from sdk.prompt.volatile import mask_volatile
-
-WorkloadKey = tuple[str, str, str]
-"""A workload of the adaptive caps: API, model and stable-prefix hash (`sdk.decode.adaptive_caps.workload_of`)."""
+WindowsKey = tuple[str, ...]
+"""Whose answer windows (`sdk.memory.store.Store.push_answer`): the parts the store hashes into their key
+(an adaptive caps' workload: `sdk.decode.adaptive_caps.WorkloadKey`)."""
 
 compact_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
 """Compact JSON, as the clients send it (key order kept): one encoder, not one per `json.dumps` call."""
@@ -38,23 +39,13 @@ def sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-@dataclass(frozen=True, slots=True)
-class FamilyRecord:
-    """What is remembered of a prompt family's last call (`sdk.prompt.families`): hashes and flags only."""
-
-    values: tuple[int, ...]  # hashes of the candidates' bytes on the family's last call, in order
-    changed: tuple[bool, ...]  # which have ever differed from one call to the next
-    within: tuple[bool, ...]  # which have ever differed from the previous call of the same conversation
-    conversation: bytes  # the hash of the last call's first user turn
-    turns: int  # how many turns the last call sent
-
-
 class Segment(NamedTuple):
     """One stable segment of a prefix fingerprint: its key ("system[0]"), chained hash, and its bytes
     (to explain a break).
 
-    A segment read back from a shared store has no bytes (`content` None): its `tool` is a hash of
-    the tool's name and `sorted_form` / `masked_form` were kept as hashes."""
+    `mask` masks its volatile bytes (`sdk.prompt.volatile.mask_volatile`, which the fingerprint hands it).
+    A segment read back from a shared store has no bytes (`content` None) and no `mask`: its `tool` is
+    a hash of the tool's name and `sorted_form` / `masked_form` were kept as hashes."""
 
     key: str
     chain: str
@@ -62,6 +53,7 @@ class Segment(NamedTuple):
     tool: str | None
     kept_sorted: str | None = None
     kept_masked: str | None = None
+    mask: Callable[[str], str] | None = None
 
     def sorted_form(self) -> str:
         """A hash of the segment as JSON with sorted keys (what stays when only the serialisation differs)."""
@@ -71,9 +63,9 @@ class Segment(NamedTuple):
 
     def masked_form(self) -> str:
         """A hash of the segment with its volatile bytes masked (what stays when only they differ)."""
-        if self.content is None:
+        if self.content is None or self.mask is None:
             return self.kept_masked or ""
-        return sha256_hex(mask_volatile(self.content))
+        return sha256_hex(self.mask(self.content))
 
     def same_when_sorted(self, other: Segment) -> bool:
         """Equal as JSON with sorted keys: only the serialisation differs."""

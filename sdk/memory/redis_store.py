@@ -11,6 +11,7 @@ sent the call before). Under one namespace per tenant (a hash of the client's cr
 URL, so one key never reads another's memories), only hashes and counts:
 
     kvwise:{tenant}:family:{family}       the family's last call: candidate hashes, changed flags, turns
+                                          (`{kind}:{key}` of a feature's `Codec`: `sdk.prompt.family_record`)
     kvwise:{tenant}:lengths:{workload}    the workload's recent output lengths, newest first
     kvwise:{tenant}:cuts:{workload}       per adaptively capped answer, 1 if it reached its cap
     kvwise:{tenant}:lease:{prefix}        the fan-out leader's span id, expiring after the wait limit;
@@ -36,17 +37,15 @@ from typing import Any
 from uuid import uuid4
 
 from sdk._constants import ADAPTIVE_CAP_WINDOW, STATE_EXPIRY_SECONDS
-from sdk.memory.records import FamilyRecord, Leader, Seen, WorkloadKey, digest, hashed_segment
+from sdk.memory.records import Leader, Seen, WindowsKey, digest, hashed_segment
 from sdk.memory.redis_link import RedisLink
-from sdk.memory.store import Held, LocalStore
+from sdk.memory.store import Codec, Held, LocalStore, R
 from sdk.memory.values import (
     _Malformed,
     checked_value,
     decode_cuts,
-    decode_family,
     decode_lengths,
     decode_seen,
-    encode_family,
     encode_seen,
 )
 
@@ -72,27 +71,27 @@ class RedisStore:
         self._release = self.link.redis.register_script(_RELEASE)
         self._lock = threading.Lock()
 
-    def update_family(self, family: bytes, update: Callable[[FamilyRecord | None], FamilyRecord]) -> FamilyRecord:
-        key = f"{self._namespace}:family:{family.hex()}"
-        found: list[FamilyRecord] = []
+    def update_record(self, codec: Codec[R], key: bytes, update: Callable[[R | None], R]) -> R:
+        stored_key = f"{self._namespace}:{codec.kind}:{key.hex()}"
+        found: list[R] = []
         malformed: list[_Malformed] = []
 
         def transact(pipe: Any) -> None:
-            stored = pipe.get(key)
+            stored = pipe.get(stored_key)
             malformed.clear()
             try:
-                last = decode_family(stored) if stored is not None else None
+                last = codec.decode(stored) if stored is not None else None
             except _Malformed as error:  # dropped: this call's record overwrites it
                 malformed.append(error)
                 last = None
             record = update(last)
             pipe.multi()
-            pipe.set(key, encode_family(record), ex=STATE_EXPIRY_SECONDS)
+            pipe.set(stored_key, codec.encode(record), ex=STATE_EXPIRY_SECONDS)
             found[:] = [record]
 
-        done, _ = self.link.run(lambda redis: redis.transaction(transact, key))
+        done, _ = self.link.run(lambda redis: redis.transaction(transact, stored_key))
         if not done:
-            return self._local.update_family(family, update)
+            return self._local.update_record(codec, key, update)
         if malformed:
             self.link.outages.malformed(malformed[0])
         return found[0]
@@ -118,11 +117,11 @@ class RedisStore:
         done, _ = self.link.run(lambda redis: redis.transaction(transact, stored_key))
         return found[0] if done else self._local.update_value(kind, key, update)
 
-    def _windows(self, workload: WorkloadKey) -> tuple[str, str]:
+    def _windows(self, workload: WindowsKey) -> tuple[str, str]:
         name = digest(*workload)
         return f"{self._namespace}:lengths:{name}", f"{self._namespace}:cuts:{name}"
 
-    def lengths(self, workload: WorkloadKey) -> list[int]:
+    def lengths(self, workload: WindowsKey) -> list[int]:
         lengths_key, _ = self._windows(workload)
         done, stored = self.link.run(lambda redis: redis.lrange(lengths_key, 0, -1))
         if not done:
@@ -134,7 +133,7 @@ class RedisStore:
             self.link.run(lambda redis: redis.delete(lengths_key))
             return self._local.lengths(workload)
 
-    def push_answer(self, workload: WorkloadKey, length: int | None, cut: bool | None) -> int:
+    def push_answer(self, workload: WindowsKey, length: int | None, cut: bool | None) -> int:
         lengths_key, cuts_key = self._windows(workload)
 
         def push(redis: Any) -> int:
@@ -162,7 +161,7 @@ class RedisStore:
             return self._local.push_answer(workload, length, cut)
         return cuts
 
-    def forget(self, workload: WorkloadKey) -> None:
+    def forget(self, workload: WindowsKey) -> None:
         done, _ = self.link.run(lambda redis: redis.delete(*self._windows(workload)))
         if not done:
             self._local.forget(workload)

@@ -13,7 +13,8 @@ once, the calls go on with in-process state and their spans say why, and the fil
 Layout (`STATE_SQLITE_SCHEMA`, in the file's `user_version`), hashes and counts only:
 
     record(kind, key, value, used)   a family's record, a call's fingerprint: `key` a hash (tenant included),
-                                     `value` hashes as JSON (`sdk.memory.values`), `used` when last used
+                                     `value` hashes as JSON (`sdk.memory.values`; a feature's record: its
+                                     `Codec`'s text, under its kind), `used` when last used
     length(seq, workload, value)     a workload's recent output lengths, at most `ADAPTIVE_CAP_WINDOW` each
     cut(seq, workload, value)        per adaptively capped answer of a workload, 1 if it reached its cap
 

@@ -26,6 +26,7 @@ told to the call's span, as in Redis (`sdk.memory.values`).
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 import weakref
@@ -39,14 +40,14 @@ from sdk._constants import (
     STATE_MAX_OUTPUT_TOKENS,
     STATE_SQLITE_TOUCH_SECONDS,
 )
-from sdk.memory.records import FamilyRecord, Leader, Seen, WorkloadKey, digest, hashed_segment
+from sdk.memory.records import Leader, Seen, WindowsKey, digest, hashed_segment
 from sdk.memory.sqlite_link import WORKLOAD, SqliteLink, defer, shared_link
-from sdk.memory.store import Held, LocalStore
-from sdk.memory.values import _Malformed, checked_value, decode_family, decode_seen, encode_family, encode_seen
+from sdk.memory.store import Codec, Held, LocalStore, R
+from sdk.memory.values import _Malformed, checked_value, decode_seen, encode_seen
 
 Row = tuple[bytes, float] | None
 """A record's row: its value and when it was last used (None: there is none)."""
-_FAMILY, _SEEN, _VALUE = "family", "seen", "value"
+_SEEN, _VALUE = "seen", "value"
 _SELECT = "SELECT value, used FROM record WHERE kind = ? AND key = ?"
 _UPSERT = (
     "INSERT INTO record (kind, key, value, used) VALUES (?, ?, ?, ?)"
@@ -78,9 +79,10 @@ class SqliteStore:
     def _key(self, kind: str, *parts: object) -> bytes:
         return bytes.fromhex(digest(self._tenant, kind, *parts))
 
-    def update_family(self, family: bytes, update: Callable[[FamilyRecord | None], FamilyRecord]) -> FamilyRecord:
-        done, record = self._replace(_FAMILY, self._key(_FAMILY, family.hex()), self._family, encode_family, update)
-        return record if done and record is not None else self._local.update_family(family, update)
+    def update_record(self, codec: Codec[R], key: bytes, update: Callable[[R | None], R]) -> R:
+        read = functools.partial(self._record, codec)
+        done, record = self._replace(codec.kind, self._key(codec.kind, key.hex()), read, codec.encode, update)
+        return record if done and record is not None else self._local.update_record(codec, key, update)
 
     def update_value(self, kind: str, key: bytes, update: Callable[[str | None], str | None]) -> str | None:
         stored_key = self._key(_VALUE, kind, key.hex())
@@ -119,11 +121,11 @@ class SqliteStore:
 
         return self.link.run(change)
 
-    def _family(self, row: Row) -> FamilyRecord | None:
+    def _record(self, codec: Codec[R], row: Row) -> R | None:
         if row is None:
             return None
         try:
-            return decode_family(row[0])
+            return codec.decode(row[0])
         except _Malformed as error:  # dropped: this call's record overwrites it
             self.link.outages.malformed(error)
             return None
@@ -142,7 +144,7 @@ class SqliteStore:
         self.link.outages.malformed(_Malformed(_VALUE, "not text"))  # dropped: this call's value overwrites it
         return None
 
-    def lengths(self, workload: WorkloadKey) -> list[int]:
+    def lengths(self, workload: WindowsKey) -> list[int]:
         key = self._key(WORKLOAD, *workload)
 
         def read(db: sqlite3.Connection) -> list[int]:
@@ -158,7 +160,7 @@ class SqliteStore:
         done, lengths = self.link.run(read)
         return lengths if done and lengths is not None else self._local.lengths(workload)
 
-    def push_answer(self, workload: WorkloadKey, length: int | None, cut: bool | None) -> int:
+    def push_answer(self, workload: WindowsKey, length: int | None, cut: bool | None) -> int:
         key = self._key(WORKLOAD, *workload)
 
         def push(db: sqlite3.Connection) -> int:
@@ -175,7 +177,7 @@ class SqliteStore:
         done, cuts = self.link.run(push)
         return cuts if done and cuts is not None else self._local.push_answer(workload, length, cut)
 
-    def forget(self, workload: WorkloadKey) -> None:
+    def forget(self, workload: WindowsKey) -> None:
         key = self._key(WORKLOAD, *workload)
 
         def drop(db: sqlite3.Connection) -> None:

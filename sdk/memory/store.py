@@ -1,10 +1,12 @@
 """Where the memories live: one small interface, and its implementation in this process.
 
 The four memories of a wrapped client (`sdk.prompt.families`, `sdk.decode.adaptive_caps`, `sdk.cache.fanout`, the prefix
-tracker of `sdk.cache.fingerprint`) hold their rules; a `Store` holds their records (`sdk.memory.records`)
-and answers the few operations they need. `LocalStore` keeps them in this process, bounded (LRU) and
-locked; `sdk.memory.redis_store.RedisStore` keeps them in Redis or Valkey, shared by a fleet, and
-falls back to a `LocalStore` of its own whenever the store fails, so every operation always answers.
+tracker of `sdk.cache.fingerprint`) hold their rules; a `Store` holds their records and answers the few
+operations they need. A feature that owns its record type says how it is kept (a `Codec`: its kind,
+and its text, read back checked); the rest (`sdk.memory.records`) the store still knows by name.
+`LocalStore` keeps them in this process, bounded (LRU) and locked; `sdk.memory.redis_store.RedisStore`
+keeps them in Redis or Valkey, shared by a fleet, and falls back to a `LocalStore` of its own whenever
+the store fails, so every operation always answers.
 """
 
 from __future__ import annotations
@@ -12,23 +14,40 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sized
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Protocol, TypeVar
 
 from sdk._constants import ADAPTIVE_CAP_WINDOW, ADAPTIVE_CAP_WORKLOADS, STATE_LOCAL_VALUES, VOLATILE_FAMILIES
-from sdk.memory.records import FamilyRecord, Leader, Seen, WorkloadKey
+from sdk.memory.records import Leader, Seen, WindowsKey
 from sdk.memory.values import checked_value
 
-Held = Literal["family", "workload", "leader"]
-"""What `Store.held` counts."""
+R = TypeVar("R")
+
+Held = str
+"""What `Store.held` counts: "workload", "leader", or a `Codec`'s kind of records ("family")."""
+
+
+class Codec(Protocol[R]):
+    """How a feature's records of one `kind` are kept in a store outside the process: as a short
+    text (`encode`) of hashes and counts, read back by `decode`, checked with `sdk.memory.values`'
+    checks (naming `kind`), since another process or kvwise may have written it. The kind names the
+    records' keys (`sdk.memory.sqlite_link`, `sdk.memory.redis_store`): it is part of the stored layout."""
+
+    @property
+    def kind(self) -> str: ...
+
+    def encode(self, record: R) -> str: ...
+
+    def decode(self, stored: bytes) -> R: ...
 
 
 class Store(Protocol):
     """The operations the memories need of the place they live (see the module)."""
 
-    def update_family(self, family: bytes, update: Callable[[FamilyRecord | None], FamilyRecord]) -> FamilyRecord:
-        """Replace the family's record (None: none yet) by `update(record)`, atomically; return the new one."""
+    def update_record(self, codec: Codec[R], key: bytes, update: Callable[[R | None], R]) -> R:
+        """Replace the record of `codec`'s kind under `key` (None: none yet) by `update(record)`,
+        atomically; return the new one. `update` may be called more than once."""
         ...
 
     def update_value(self, kind: str, key: bytes, update: Callable[[str | None], str | None]) -> str | None:
@@ -39,17 +58,17 @@ class Store(Protocol):
         called more than once; what it returns unchanged is not written again."""
         ...
 
-    def lengths(self, workload: WorkloadKey) -> list[int]:
+    def lengths(self, workload: WindowsKey) -> list[int]:
         """The output lengths of the workload's recent answers, at most `ADAPTIVE_CAP_WINDOW`."""
         ...
 
-    def push_answer(self, workload: WorkloadKey, length: int | None, cut: bool | None) -> int:
+    def push_answer(self, workload: WindowsKey, length: int | None, cut: bool | None) -> int:
         """Add an answer to the workload's windows: its output `length` (None: not learnt) and whether
         it was `cut` at its adaptive cap (None: it had none); return how many of the window's adaptively
         capped answers were cut."""
         ...
 
-    def forget(self, workload: WorkloadKey) -> None:
+    def forget(self, workload: WindowsKey) -> None:
         """Drop the workload's windows: it is learnt again."""
         ...
 
@@ -93,28 +112,29 @@ class _Windows:
 
 
 class LocalStore:
-    """A `Store` in this process: at most `families` prompt families and `workloads` workloads, least
-    recently used dropped first; every operation locked (concurrent calls of one client are safe)."""
+    """A `Store` in this process: at most `records` records (`update_record`, of every kind together)
+    and `workloads` workloads, least recently used dropped first; every operation locked (concurrent
+    calls of one client are safe)."""
 
-    def __init__(self, families: int = VOLATILE_FAMILIES, workloads: int = ADAPTIVE_CAP_WORKLOADS) -> None:
-        for name, size in (("families", families), ("workloads", workloads)):
+    def __init__(self, records: int = VOLATILE_FAMILIES, workloads: int = ADAPTIVE_CAP_WORKLOADS) -> None:
+        for name, size in (("records", records), ("workloads", workloads)):
             if size < 1:
                 raise ValueError(f"LocalStore {name} size must be at least 1, got {size!r}")
-        self._families_size, self._workloads_size = families, workloads
-        self._families: OrderedDict[bytes, FamilyRecord] = OrderedDict()
+        self._records_size, self._workloads_size = records, workloads
+        self._records: OrderedDict[tuple[str, bytes], Any] = OrderedDict()  # by (kind, key)
         self._values: OrderedDict[tuple[str, bytes], str] = OrderedDict()
-        self._workloads: OrderedDict[WorkloadKey, _Windows] = OrderedDict()
+        self._workloads: OrderedDict[WindowsKey, _Windows] = OrderedDict()
         self._last: dict[tuple[str, str], Seen] = {}  # by (API, model)
         self._latest: dict[str, Seen] = {}
         self._leaders: dict[bytes, Leader] = {}
         self._lock = threading.Lock()
 
-    def update_family(self, family: bytes, update: Callable[[FamilyRecord | None], FamilyRecord]) -> FamilyRecord:
+    def update_record(self, codec: Codec[R], key: bytes, update: Callable[[R | None], R]) -> R:
         with self._lock:
-            record = update(self._families.pop(family, None))  # re-inserted: the most recently used
-            self._families[family] = record
-            if len(self._families) > self._families_size:
-                self._families.popitem(last=False)
+            record = update(self._records.pop((codec.kind, key), None))  # re-inserted: the most recently used
+            self._records[(codec.kind, key)] = record
+            if len(self._records) > self._records_size:
+                self._records.popitem(last=False)
         return record
 
     def update_value(self, kind: str, key: bytes, update: Callable[[str | None], str | None]) -> str | None:
@@ -126,7 +146,7 @@ class LocalStore:
                     self._values.popitem(last=False)
         return value
 
-    def lengths(self, workload: WorkloadKey) -> list[int]:
+    def lengths(self, workload: WindowsKey) -> list[int]:
         with self._lock:
             found = self._workloads.get(workload)
             if found is None:
@@ -134,7 +154,7 @@ class LocalStore:
             self._workloads.move_to_end(workload)
             return list(found.lengths)
 
-    def push_answer(self, workload: WorkloadKey, length: int | None, cut: bool | None) -> int:
+    def push_answer(self, workload: WindowsKey, length: int | None, cut: bool | None) -> int:
         with self._lock:
             found = self._workloads.pop(workload, None) or _Windows()
             self._workloads[workload] = found  # the most recently used
@@ -146,7 +166,7 @@ class LocalStore:
                 found.cuts.append(cut)
             return sum(found.cuts)
 
-    def forget(self, workload: WorkloadKey) -> None:
+    def forget(self, workload: WindowsKey) -> None:
         with self._lock:
             self._workloads.pop(workload, None)
 
@@ -203,9 +223,12 @@ class LocalStore:
         return None  # in this process, a store cannot fail
 
     def held(self, kind: Held) -> int:
-        records: dict[Held, Sized] = {"family": self._families, "workload": self._workloads, "leader": self._leaders}
         with self._lock:
-            return len(records[kind])
+            if kind == "workload":
+                return len(self._workloads)
+            if kind == "leader":
+                return len(self._leaders)
+            return sum(1 for stored, _ in self._records if stored == kind)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

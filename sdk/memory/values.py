@@ -15,9 +15,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sdk._constants import ADAPTIVE_CAP_WINDOW, STATE_MAX_OUTPUT_TOKENS, STATE_MAX_VALUE_BYTES
-from sdk.memory.records import FamilyRecord, Seen, Segment
+from sdk.memory.records import Seen, Segment
 
-_HASH_LIMIT = 1 << 64  # a candidate's hash is 64 bits (`sdk.prompt.families.value_hash`)
 _SEGMENT_FIELDS = 5  # key, chain, tool, kept_sorted, kept_masked
 
 
@@ -34,7 +33,8 @@ class _Malformed(ValueError):
         return str(self)
 
 
-def _loads(kind: str, stored: bytes) -> Any:
+def parse_json(kind: str, stored: bytes) -> Any:
+    """`stored` as JSON, else `_Malformed` (too large, or not JSON)."""
     if len(stored) > STATE_MAX_VALUE_BYTES:
         raise _Malformed(kind, f"too large ({len(stored)} bytes, at most {STATE_MAX_VALUE_BYTES})")
     try:
@@ -43,19 +43,31 @@ def _loads(kind: str, stored: bytes) -> Any:
         raise _Malformed(kind, "not JSON") from None
 
 
-def _require(kind: str, ok: bool, why: str) -> None:
+def require(kind: str, ok: bool, why: str) -> None:
+    """`_Malformed` for `why` unless `ok`."""
     if not ok:
         raise _Malformed(kind, why)
 
 
-def _is_int(value: Any, low: int, high: int) -> bool:
+def is_int(value: Any, low: int, high: int) -> bool:
+    """Whether `value` is an int (not a bool) in `[low, high)`."""
     return isinstance(value, int) and not isinstance(value, bool) and low <= value < high
 
 
-def _list(kind: str, value: Any, length: int | None = None) -> list[Any]:
-    _require(kind, isinstance(value, list), "wrong type")
-    _require(kind, length is None or len(value) == length, "wrong length")
+def json_list(kind: str, value: Any, length: int | None = None) -> list[Any]:
+    """`value` if it is a list (of `length` items, where given), else `_Malformed`."""
+    require(kind, isinstance(value, list), "wrong type")
+    require(kind, length is None or len(value) == length, "wrong length")
     return value  # type: ignore[no-any-return]
+
+
+def hex_bytes(kind: str, value: Any) -> bytes:
+    """`value` (a hex string) as bytes, else `_Malformed`."""
+    require(kind, isinstance(value, str), "wrong type")
+    try:
+        return bytes.fromhex(value)
+    except ValueError:
+        raise _Malformed(kind, "wrong type") from None
 
 
 def checked_value(value: str) -> str:
@@ -65,33 +77,12 @@ def checked_value(value: str) -> str:
     return value
 
 
-def encode_family(record: FamilyRecord) -> str:
-    flags = [int(c) for c in record.changed], [int(w) for w in record.within]
-    return json.dumps([list(record.values), *flags, record.conversation.hex(), record.turns])
-
-
-def decode_family(stored: bytes) -> FamilyRecord:
-    """A family's record as `encode_family` wrote it, else `_Malformed`."""
-    kind = "family"
-    values, changed, within, conversation, turns = _list(kind, _loads(kind, stored), 5)
-    values, changed, within = (_list(kind, part) for part in (values, changed, within))
-    _require(kind, len(changed) == len(values) == len(within), "wrong length")
-    _require(kind, all(_is_int(v, 0, _HASH_LIMIT) for v in values), "wrong type")
-    _require(kind, all(flag in (0, 1) and not isinstance(flag, float) for flag in (*changed, *within)), "wrong type")
-    _require(kind, isinstance(conversation, str) and _is_int(turns, 0, _HASH_LIMIT), "wrong type")
-    try:
-        hashed = bytes.fromhex(conversation)
-    except ValueError:
-        raise _Malformed(kind, "wrong type") from None
-    return FamilyRecord(tuple(values), tuple(map(bool, changed)), tuple(map(bool, within)), hashed, turns)
-
-
 def decode_counts(kind: str, items: Sequence[bytes], high: int) -> list[int]:
     """A workload's list (`lengths`: output lengths; `cuts`: 0 or 1 each), newest first, else `_Malformed`."""
-    _require(kind, len(items) <= ADAPTIVE_CAP_WINDOW, "wrong length")
-    _require(kind, sum(map(len, items)) <= STATE_MAX_VALUE_BYTES, "too large")
-    counts = [_loads(kind, item) for item in items]
-    _require(kind, all(_is_int(count, 0, high) for count in counts), "wrong type")
+    require(kind, len(items) <= ADAPTIVE_CAP_WINDOW, "wrong length")
+    require(kind, sum(map(len, items)) <= STATE_MAX_VALUE_BYTES, "too large")
+    counts = [parse_json(kind, item) for item in items]
+    require(kind, all(is_int(count, 0, high) for count in counts), "wrong type")
     return counts
 
 
@@ -111,24 +102,24 @@ def encode_seen(seen: Seen) -> str:
 def decode_seen(kind: str, fields: Mapping[bytes, bytes]) -> Seen:
     """A call's record as `encode_seen` wrote it under a `seen` or `latest` key, else `_Malformed`."""
     stored, message_id = fields.get(b"seen"), fields.get(b"id")
-    _require(kind, stored is not None, "wrong type")
-    record = _loads(kind, stored or b"")
-    _require(kind, isinstance(record, dict) and isinstance(record.get("model"), str), "wrong type")
+    require(kind, stored is not None, "wrong type")
+    record = parse_json(kind, stored or b"")
+    require(kind, isinstance(record, dict) and isinstance(record.get("model"), str), "wrong type")
     at = record.get("at")
-    _require(kind, isinstance(at, (int, float)) and not isinstance(at, bool) and math.isfinite(at), "wrong type")
-    settings = _list(kind, record.get("settings"))
-    _require(kind, all(isinstance(setting, str) for setting in settings), "wrong type")
+    require(kind, isinstance(at, (int, float)) and not isinstance(at, bool) and math.isfinite(at), "wrong type")
+    settings = json_list(kind, record.get("settings"))
+    require(kind, all(isinstance(setting, str) for setting in settings), "wrong type")
     chain = []
-    for entry in _list(kind, record.get("chain")):
-        key, hashed, tool, kept_sorted, kept_masked = _list(kind, entry, _SEGMENT_FIELDS)
-        _require(kind, isinstance(key, str) and isinstance(hashed, str), "wrong type")
-        _require(
+    for entry in json_list(kind, record.get("chain")):
+        key, hashed, tool, kept_sorted, kept_masked = json_list(kind, entry, _SEGMENT_FIELDS)
+        require(kind, isinstance(key, str) and isinstance(hashed, str), "wrong type")
+        require(
             kind, all(part is None or isinstance(part, str) for part in (tool, kept_sorted, kept_masked)), "wrong type"
         )
         chain.append(Segment(key, hashed, None, tool, kept_sorted, kept_masked))
     answer_id: str | None = None
     if message_id is not None:
-        _require(kind, len(message_id) <= STATE_MAX_VALUE_BYTES, "too large")
+        require(kind, len(message_id) <= STATE_MAX_VALUE_BYTES, "too large")
         try:
             answer_id = message_id.decode()
         except UnicodeDecodeError:

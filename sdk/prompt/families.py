@@ -62,8 +62,8 @@ from sdk._constants import (
     VOLATILE_LINES_TAUGHT_SHARE,
     VOLATILE_SCAN_CACHE_SIZE,
 )
-from sdk.memory.records import FamilyRecord
 from sdk.memory.store import LocalStore, Store
+from sdk.prompt.family_record import FAMILY_RECORDS, FamilyRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +208,7 @@ class FamilyMemory:
     """
 
     def __init__(self, store: Store | None = None, *, size: int = VOLATILE_FAMILIES) -> None:
-        self._store = store if store is not None else LocalStore(families=size)
+        self._store = store if store is not None else LocalStore(records=size)
 
     def observe(self, family: bytes, values: tuple[int, ...], conversation: bytes, turns: int = 1) -> Changes:
         """Record this call's candidates (`values`: the hash of each one's bytes, so no request id or
@@ -218,7 +218,7 @@ class FamilyMemory:
         over with the same request is another), this one included (all False on the family's first
         call: nothing is known yet)."""
         update = functools.partial(next_record, values=values, conversation=conversation, turns=turns)
-        record = self._store.update_family(family, update)
+        record = self._store.update_record(FAMILY_RECORDS, family, update)
         return Changes(record.changed, record.within)
 
     def observe_lines(
@@ -240,7 +240,7 @@ class FamilyMemory:
             return next_lines_record(record, lines, conversation, turns)
 
         outline = family_outline(masked_system, masked_tools, model)
-        record = self._store.update_family(outline, update)
+        record = self._store.update_record(FAMILY_RECORDS, outline, update)
         moving: list[dict[int, bool]] = []
         stable: list[str] = []
         position = 0
@@ -259,7 +259,8 @@ class FamilyMemory:
     ) -> list[dict[int, bool]]:
         """Per system text, the lines the family of these texts has shown changing (as `observe_lines`
         returns them), without recording a call: what `sdk.lint` names."""
-        record = self._store.update_family(family_outline(masked_system, masked_tools, model), _looked_at)
+        outline = family_outline(masked_system, masked_tools, model)
+        record = self._store.update_record(FAMILY_RECORDS, outline, _looked_at)
         found: list[dict[int, bool]] = []
         position = 0
         for text in masked_system:
@@ -270,7 +271,7 @@ class FamilyMemory:
         return found
 
     def __len__(self) -> int:
-        return self._store.held("family")
+        return self._store.held(FAMILY_RECORDS.kind)
 
 
 def _looked_at(record: FamilyRecord | None) -> FamilyRecord:

@@ -8,7 +8,7 @@ from typing import Any
 
 from sdk.adapters import adapter_for, map_descriptions, map_text
 from sdk.call import Api, Call, Provider
-from sdk.memory.memories import memories_for
+from sdk.memory.place import place_for
 from sdk.policy import Policy
 from sdk.prompt.canonical import tool_name
 from sdk.prompt.families import FamilyMemory
@@ -72,7 +72,8 @@ def lint(
                     )
                 )
     if client is not None:
-        findings += _changing_lines(call, memories_for(client, Policy(), state).families)
+        store = place_for(client, state, Policy().fanout_wait_seconds).store  # where `sdk.wrap` keeps its memories
+        findings += _changing_lines(call, FamilyMemory(store))
     names = [tool_name(tool) for tool in call.tools]
     if names != sorted(names):
         findings.append(

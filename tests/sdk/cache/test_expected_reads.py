@@ -20,7 +20,7 @@ import pytest
 import sdk
 import sdk.cache.expected_reads
 import sdk.cache.fingerprint
-import sdk.memory.memories
+import sdk.memories
 from sdk import semconv as sc
 from sdk.report.build import Report, build, summary
 from sdk.report.spans import calls, from_readable
@@ -83,8 +83,8 @@ def clock(simulator: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     real = sdk.cache.expected_reads.monotonic
     monkeypatch.setattr(sdk.cache.expected_reads, "monotonic", lambda: real() + offset[0])
     monkeypatch.setattr(sdk.cache.fingerprint, "monotonic", lambda: real() + offset[0])
-    wall = sdk.memory.memories.time
-    monkeypatch.setattr(sdk.memory.memories, "time", lambda: wall() + offset[0])  # the shared stores' clock
+    wall = sdk.memories.time
+    monkeypatch.setattr(sdk.memories, "time", lambda: wall() + offset[0])  # the shared stores' clock
 
     def advance(seconds: float) -> None:
         simulator.wait_idle()

@@ -59,7 +59,7 @@ def test_no_sdk_class_overrides_a_private_method_of_its_base():
 
 
 def test_memories_on_one_local_store_keep_their_records_apart_and_bounded():
-    store = LocalStore(families=1, workloads=2)
+    store = LocalStore(records=1, workloads=2)
     families, caps, fanout = FamilyMemory(store), AdaptiveCaps(store), FanOut(store)
     families.observe(b"a", (1,), b"run")
     families.observe(b"b", (2,), b"run")

@@ -35,11 +35,12 @@ from sdk._constants import (
     STATE_SQLITE_OPEN_SECONDS,
     STATE_SQLITE_SCHEMA,
 )
-from sdk.memory.memories import sqlite_path
-from sdk.memory.records import FamilyRecord, Seen
+from sdk.memory.place import sqlite_path
+from sdk.memory.records import Seen
 from sdk.memory.sqlite_link import SqliteLink
 from sdk.memory.sqlite_store import SqliteStore
 from sdk.memory.store import LocalStore, Store
+from sdk.prompt.family_record import FAMILY_RECORDS, FamilyRecord
 
 ROOT = Path(__file__).resolve().parents[3]
 PROCESSES = 8
@@ -184,7 +185,7 @@ def _counting(path: str, start: Any, errors: Any) -> None:
     start.wait()
     failed = 0
     for index in range(UPDATES):
-        store.update_family(b"counter", _add_one)
+        store.update_record(FAMILY_RECORDS, b"counter", _add_one)
         failed += store.link.outages.degraded() is not None
         store.push_answer(WORKLOAD, index, None)
         failed += store.link.outages.degraded() is not None or store.outage() is not None
@@ -209,23 +210,23 @@ def _family_rows(path: Path) -> list[bytes]:
 def test_the_file_keeps_at_most_its_cap_of_records_the_least_recently_used_dropped(tmp_path: Path) -> None:
     path = tmp_path / "state.sqlite3"
     store = SqliteStore(path, "tenant")
-    store.update_family(b"oldest", _add_one)
-    store.update_family(b"kept", _add_one)
+    store.update_record(FAMILY_RECORDS, b"oldest", _add_one)
+    store.update_record(FAMILY_RECORDS, b"kept", _add_one)
     for index in range(STATE_SQLITE_MAX_RECORDS + 2 * STATE_SQLITE_EVICT_EVERY):
-        store.update_family(index.to_bytes(4, "big"), _add_one)
+        store.update_record(FAMILY_RECORDS, index.to_bytes(4, "big"), _add_one)
         if index % 64 == 0:
-            store.update_family(b"kept", _add_one)  # used again and again: never the least recently used
+            store.update_record(FAMILY_RECORDS, b"kept", _add_one)  # used again and again: never the LRU
     assert STATE_SQLITE_MAX_RECORDS <= len(_family_rows(path)) <= STATE_SQLITE_MAX_RECORDS + STATE_SQLITE_EVICT_EVERY
     again = _another_process(path)  # what it finds
-    assert again.update_family(b"oldest", _read).turns == 0
-    assert again.update_family(b"kept", _read).turns > 1
+    assert again.update_record(FAMILY_RECORDS, b"oldest", _read).turns == 0
+    assert again.update_record(FAMILY_RECORDS, b"kept", _read).turns > 1
 
 
 def test_a_record_unused_for_the_expiry_is_dropped_when_the_file_is_opened(tmp_path: Path) -> None:
     path = tmp_path / "state.sqlite3"
     store = SqliteStore(path, "tenant")
-    store.update_family(b"one", _add_one)
-    store.update_family(b"other", _add_one)
+    store.update_record(FAMILY_RECORDS, b"one", _add_one)
+    store.update_record(FAMILY_RECORDS, b"other", _add_one)
     expired = _family_rows(path)[0]
     with sqlite3.connect(path) as db:  # one was last used just over a week ago
         db.execute("UPDATE record SET used = used - ? WHERE key = ?", (STATE_EXPIRY_SECONDS + 60, expired))
@@ -258,7 +259,8 @@ def test_a_full_file_degrades_the_operation_that_found_it_full_and_it_answers_fr
     store = SqliteStore(tmp_path / "state.sqlite3", "tenant")
     reasons = []
     for index in range(2000):
-        assert store.update_family(index.to_bytes(4, "big"), _add_one).turns == 1  # answered, full or not
+        answered = store.update_record(FAMILY_RECORDS, index.to_bytes(4, "big"), _add_one)
+        assert answered.turns == 1  # answered, full or not
         reasons.append(store.link.outages.degraded())
     first = next(index for index, reason in enumerate(reasons) if reason is not None)
     assert 10 < first and reasons[first] == "OperationalError: database or disk is full"
@@ -267,20 +269,20 @@ def test_a_full_file_degrades_the_operation_that_found_it_full_and_it_answers_fr
 
 def _add_in_child(store: SqliteStore, result: Any) -> None:
     for _ in range(3):
-        store.update_family(b"counter", _add_one)
+        store.update_record(FAMILY_RECORDS, b"counter", _add_one)
     result.put(store.outage())
 
 
 def test_a_forked_child_opens_the_file_again_and_parent_and_child_both_keep_counting(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "state.sqlite3", "tenant")
-    store.update_family(b"counter", _add_one)  # the parent's connection is open when it forks
+    store.update_record(FAMILY_RECORDS, b"counter", _add_one)  # the parent's connection is open when it forks
     context = multiprocessing.get_context("fork")
     result = context.Queue()
     child = context.Process(target=_add_in_child, args=(store, result))
     child.start()
     child.join()
     assert child.exitcode == 0 and result.get() is None
-    assert store.update_family(b"counter", _add_one).turns == 5 and store.outage() is None
+    assert store.update_record(FAMILY_RECORDS, b"counter", _add_one).turns == 5 and store.outage() is None
 
 
 def test_eight_processes_writing_at_once_lose_no_update(tmp_path: Path) -> None:
@@ -296,7 +298,7 @@ def test_eight_processes_writing_at_once_lose_no_update(tmp_path: Path) -> None:
     assert [worker.exitcode for worker in workers] == [0] * PROCESSES
     assert [errors.get() for _ in workers] == [0] * PROCESSES
     store = SqliteStore(path, "tenant")
-    assert store.update_family(b"counter", _read).turns == PROCESSES * UPDATES
+    assert store.update_record(FAMILY_RECORDS, b"counter", _read).turns == PROCESSES * UPDATES
     assert sorted(store.lengths(WORKLOAD)) == sorted(list(range(UPDATES)) * PROCESSES)
 
 
@@ -320,13 +322,13 @@ def test_opening_waits_out_a_lock_longer_than_a_write_would_and_a_write_does_not
     _kvwise_file(path)
     held = (STATE_SQLITE_BUSY_SECONDS + STATE_SQLITE_OPEN_SECONDS) / 2
     opened = _another_process(path)
-    assert opened.update_family(b"family", _add_one).turns == 2 and opened.outage() is None
+    assert opened.update_record(FAMILY_RECORDS, b"family", _add_one).turns == 2 and opened.outage() is None
     with _held_by_another_process(path, held):
         opening = _another_process(path)
-        assert opening.update_family(b"family", _add_one).turns == 3  # waited: read from the file
+        assert opening.update_record(FAMILY_RECORDS, b"family", _add_one).turns == 3  # waited: read from the file
         assert opening.outage() is None
     with _held_by_another_process(path, held):
-        assert opened.update_family(b"family", _add_one).turns == 1  # went on without the file ...
+        assert opened.update_record(FAMILY_RECORDS, b"family", _add_one).turns == 1  # went on without the file ...
         assert opened.outage() == "OperationalError: database is locked"  # ... and says why
 
 
@@ -349,7 +351,7 @@ def test_a_client_collected_inside_another_ones_write_defers_its_last_fingerprin
 
     assert kept.link.run(collect_inside_a_write) == (True, None)
     assert kept.outage() is None and _seen_rows(path) == 0  # deferred, not written by the collector
-    assert kept.update_family(b"family", _add_one).turns == 1 and kept.outage() is None
+    assert kept.update_record(FAMILY_RECORDS, b"family", _add_one).turns == 1 and kept.outage() is None
     assert _seen_rows(path) == 2  # written at the next use: the API and model's, and the API's latest
 
 
@@ -369,7 +371,7 @@ def test_eight_processes_calling_at_once_never_fail_a_call_nor_degrade(simulator
 def _kvwise_file(path: Path) -> None:
     """A file as kvwise lays it out, with a family learnt (by another process: closed since)."""
     store = _another_process(path)
-    store.update_family(b"family", lambda _: FamilyRecord((1,), (False,), (False,), b"", 1))
+    store.update_record(FAMILY_RECORDS, b"family", lambda _: FamilyRecord((1,), (False,), (False,), b"", 1))
     assert store.outage() is None and path.is_file()
     store.link.close()
 

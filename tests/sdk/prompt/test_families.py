@@ -383,7 +383,7 @@ def test_the_line_memory_keeps_hashes_of_lines_and_flags_only():
     lines, key = seen.moving, seen.key
     assert lines == [{2: False}, {}]  # the user's line changed; not within one conversation
     assert key == family_key(["You are a coding agent.\nRequest ID: <Request ID>\nBe kind.", "Never push to main."])
-    records = list(memory._store._families.values())  # type: ignore[attr-defined]
+    records = list(memory._store._records.values())  # type: ignore[attr-defined]
     assert all(isinstance(value, int) for record in records for value in record.values)  # no prompt text
 
 

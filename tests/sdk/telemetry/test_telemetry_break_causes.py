@@ -16,7 +16,7 @@ import pytest
 
 import sdk
 import sdk.cache.fingerprint
-import sdk.memory.memories
+import sdk.memories
 from sdk import semconv as sc
 from sdk.cache import diagnostics
 from sdk.call import Api, Provider
@@ -49,9 +49,9 @@ PAST_5M_TTL_S = 301.0
 def clock(simulator: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     """`advance(seconds)` moves the simulator's cache clock and the SDK's tracker clock together."""
     offset = [0.0]
-    real, wall = sdk.cache.fingerprint.monotonic, sdk.memory.memories.time
+    real, wall = sdk.cache.fingerprint.monotonic, sdk.memories.time
     monkeypatch.setattr(sdk.cache.fingerprint, "monotonic", lambda: real() + offset[0])
-    monkeypatch.setattr(sdk.memory.memories, "time", lambda: wall() + offset[0])  # the shared stores' clock
+    monkeypatch.setattr(sdk.memories, "time", lambda: wall() + offset[0])  # the shared stores' clock
 
     def advance(seconds: float) -> None:
         simulator.wait_idle()  # the last answer's cache write is done: it is what expires
