@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
 
 class Api(StrEnum):
@@ -21,12 +21,23 @@ class Api(StrEnum):
     COMPLETIONS = "completions"  # legacy text completions (`client.completions.create`)
 
 
-class Provider(StrEnum):
-    """Who serves the call: decides which cache hints apply."""
+class Provider(str):
+    """Who serves the call: the key of its module in `sdk.providers`, whose facts decide the cache hints.
 
-    OPENAI = "openai"
-    ANTHROPIC = "anthropic"
-    OPENAI_COMPATIBLE = "openai_compatible"
+    Open, not an enum, so that a provider is one new module: it names itself (`Provider("acme")`) and
+    registers its facts. The shipped ones are `OPENAI`, `ANTHROPIC` and `OPENAI_COMPATIBLE`; compare with `==`.
+    """
+
+    __slots__ = ()
+
+    OPENAI: ClassVar[Provider]
+    ANTHROPIC: ClassVar[Provider]
+    OPENAI_COMPATIBLE: ClassVar[Provider]
+
+
+Provider.OPENAI = Provider("openai")
+Provider.ANTHROPIC = Provider("anthropic")
+Provider.OPENAI_COMPATIBLE = Provider("openai_compatible")
 
 
 Server = tuple[str | None, int | None]

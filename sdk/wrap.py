@@ -82,8 +82,9 @@ def wrap(
     if not isinstance(policy, Policy):
         raise TypeError(f"policy must be an sdk.Policy, got {type(policy).__name__}")
     package = compat.client_package(client)
-    if provider is not None and provider not in tuple(Provider):
-        raise ValueError(f"provider must be one of {[p.value for p in Provider]}, got {provider!r}")
+    known = [facts.provider for facts in providers.PROVIDERS]
+    if provider is not None and provider not in known:
+        raise ValueError(f"provider must be one of {[str(name) for name in known]}, got {provider!r}")
     memories = memories_for(client, policy, state)
     pipeline = Pipeline(
         policy,

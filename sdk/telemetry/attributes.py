@@ -98,7 +98,7 @@ def request_attributes(call: Call, shape: Attributes) -> Attributes:
             elif isinstance(value, (list, tuple)) and value:
                 attributes[sc.GEN_AI_REQUEST_STOP_SEQUENCES] = tuple(str(stop) for stop in value)
     tier = call.params.get("service_tier")
-    if isinstance(tier, str) and call.provider is not Provider.ANTHROPIC:
+    if isinstance(tier, str) and call.provider != Provider.ANTHROPIC:
         attributes[sc.OPENAI_REQUEST_SERVICE_TIER] = tier
     if call.cap is not None:
         attributes[sc.KVWISE_OUTPUT_CAP_TOKENS] = call.cap.tokens

@@ -80,7 +80,7 @@ def request_attributes(call: Call, provider: str) -> Attributes:
     attributes: Attributes = {
         sc.OPENINFERENCE_SPAN_KIND: _LLM,
         sc.LLM_PROVIDER: _PROVIDERS.get(provider, provider),
-        sc.LLM_SYSTEM: _ANTHROPIC_SYSTEM if call.provider is Provider.ANTHROPIC else _OPENAI_SYSTEM,
+        sc.LLM_SYSTEM: _ANTHROPIC_SYSTEM if call.provider == Provider.ANTHROPIC else _OPENAI_SYSTEM,
     }
     if call.model:
         attributes[sc.LLM_MODEL_NAME] = call.model

@@ -6,7 +6,6 @@ its host and served with its own facts (name, cache minimum, cache keys) and no 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from enum import StrEnum
 from typing import Any
 
 import openai
@@ -25,10 +24,7 @@ from tests.sdk.canned_server import canned  # noqa: F401 (the fixture)
 # --- the new provider's module, as `sdk/providers/acme.py` would hold it ---------------------------
 
 
-class _Acme(StrEnum):
-    ACME = "acme"
-
-
+ACME = Provider("acme")
 HOST = "127.0.0.1"  # the loopback server stands in for the provider's host
 MIN_CACHEABLE_TOKENS = 16  # far below OpenAI's 1,024, so a short prompt is cached
 
@@ -38,7 +34,7 @@ def cache_lifetime(params: Mapping[str, Any], policy_ttl: str | None) -> float |
 
 
 FACTS = ProviderFacts(
-    provider=_Acme.ACME,  # type: ignore[arg-type]
+    provider=ACME,
     semconv_name="acme",
     min_cacheable_tokens=lambda model: MIN_CACHEABLE_TOKENS,
     cache_lifetime=cache_lifetime,
@@ -84,17 +80,26 @@ def _two_calls(url: str) -> list[Any]:
 
 
 def test_a_registered_provider_is_looked_up_by_its_host_and_its_facts(registered):
-    assert providers.provider_for(HOST, "openai") is _Acme.ACME
-    assert providers.facts_for(_Acme.ACME) is FACTS
-    assert providers.min_cacheable_tokens(_Acme.ACME, "acme-1") == MIN_CACHEABLE_TOKENS
-    assert providers.semconv_name(_Acme.ACME, HOST) == "acme"
+    assert providers.provider_for(HOST, "openai") is ACME
+    assert providers.facts_for(ACME) is FACTS
+    assert providers.min_cacheable_tokens(ACME, "acme-1") == MIN_CACHEABLE_TOKENS
+    assert providers.semconv_name(ACME, HOST) == "acme"
     assert providers.provider_for("api.openai.com", "openai") is Provider.OPENAI  # the others keep theirs
 
 
 def test_without_its_module_the_host_is_a_plain_openai_compatible_server():
     assert providers.provider_for(HOST, "openai") is Provider.OPENAI_COMPATIBLE
     with pytest.raises(LookupError):
-        providers.facts_for(_Acme.ACME)
+        providers.facts_for(ACME)
+
+
+def test_wrap_takes_a_registered_provider_by_name_and_refuses_one_that_is_not(registered):
+    client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="k")
+    assert sdk.wrap(client, provider="acme", state="memory") is not None
+    with pytest.raises(
+        ValueError, match=r"provider must be one of \['openai', 'anthropic', 'openai_compatible', 'acme'\]"
+    ):
+        sdk.wrap(client, provider="acme-2", state="memory")
 
 
 def test_wrap_routes_a_call_to_the_registered_provider_and_uses_its_facts(canned, registered):
