@@ -81,9 +81,12 @@ class Decisions:
     prompt as sent (`sdk.cache.fingerprint`); `break_at` and `break_cause` where and why the cache
     broke since the previous call of its API and model. `stream_usage_added`: kvwise asked the stream
     for its usage (`stream_options.include_usage`) where the caller did not; `stream_usage_refused`:
-    the server refuses `stream_options`, so none is added (`sdk.send.stream_options`).
-    `state_degraded`: why the shared state store failed this call (`sdk.memory.redis_store`), which
-    then went on with in-process memories. `expected_read` the tokens its provider should read from
+    the server refuses `stream_options`, so none is added (`sdk.send.stream_options`). `taken_back`:
+    a server refused something kvwise added and the call was sent again without it, so `changes`
+    grew after the span started (`sdk.send.refusals`); `cap_refused`: what it refused was kvwise's
+    output limit (`sdk.decode.limits`). `state_degraded`: why the shared state store failed this call
+    (`sdk.memory.redis_store`), before its send or at its fan-out join, which then went on with
+    in-process memories. `expected_read` the tokens its provider should read from
     the cache (`sdk.cache.expected_reads`), and `read_miss`, once it answered, how many it missed and
     why (None: no miss). `family` is the id of the call's prompt family and `stable_kept` the share of
     its system prompt's stable bytes kept from the family's previous call (`sdk.prompt.families`).
@@ -96,6 +99,8 @@ class Decisions:
     break_cause: str | None = None
     stream_usage_added: bool = False
     stream_usage_refused: bool = False
+    taken_back: bool = False
+    cap_refused: bool = False
     state_degraded: str | None = None
     expected_read: Expectation | None = None
     read_miss: Miss | None = None

@@ -45,7 +45,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from sdk import compat
-from sdk import semconv as sc
 from sdk._constants import CONTEXT_FIT_BYTES_PER_TOKEN, REASONING_ROOM_TOKENS
 from sdk.adapters import Adapter, adapter_for
 from sdk.call import Call, OutputCap
@@ -203,7 +202,6 @@ class OutputLimit:
     """
 
     name = "output_limit"
-    span_flag: str | None = sc.KVWISE_GUARD_CAP_REFUSED
     _WORDS = (
         "max_tokens",
         "max_completion_tokens",
@@ -229,6 +227,7 @@ class OutputLimit:
             return
         self.send_as_written(call, request)
         call.decided.changes.append(f"max_tokens_refused:{cap.param}")
+        call.decided.cap_refused = True  # the span says so (`kvwise.guard.cap_refused`)
 
     def context_named(self, message: str) -> int | None:
         """The context a refusal's text names, in tokens (None: it names none)."""

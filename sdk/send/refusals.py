@@ -5,7 +5,7 @@ kvwise adds to some requests what the caller did not write: a stream's usage req
 (`sdk.decode.limits.OUTPUT_LIMIT`). A server may refuse either with a 400 (or 422) the caller's own request
 would not get. When an answer refuses one that kvwise alone put in the request (the error's text
 names it), the call is sent again with that addition as the caller wrote it (`TakeBack`, the
-decision of `sdk.send.attempts`), the call's changes and span say so, and it is remembered: a
+decision of `sdk.send.attempts`), the call's decisions say so (its span, at its end), and it is remembered: a
 server that refused the usage request gets none from this wrapped client again (`Refusals.mark`),
 and the context a refused limit names is remembered for the base URL and model, in the wrapped
 client's state store too, so the next call's limit fits it (`Refusals.context`,
@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sdk import compat
-from sdk import semconv as sc
 from sdk.call import Call
 from sdk.decode.limits import OUTPUT_LIMIT, ContextLimit
 from sdk.memory.store import Store
@@ -35,7 +34,6 @@ class Addition(Protocol):
     """Something kvwise adds to a request and some servers refuse."""
 
     name: str  # what the server is remembered to refuse
-    span_flag: str | None  # a boolean span attribute set when it is taken back
 
     def added(self, call: Call, request: compat.Request) -> bool:
         """Whether the request about to be sent carries it, put there by kvwise alone."""
@@ -46,7 +44,7 @@ class Addition(Protocol):
         ...
 
     def take_back(self, call: Call, request: compat.Request) -> None:
-        """Make `request` send it as the caller wrote it, and `call` say so."""
+        """Make `request` send it as the caller wrote it, and `call`'s decisions say so."""
         ...
 
 
@@ -139,14 +137,14 @@ class Refusals:
 
 @dataclass(slots=True)
 class TakeBack:
-    """One call's refusals taken back (`sdk.send.attempts.Resend`): `request` is the next send's."""
+    """One call's refusals taken back (`sdk.send.attempts.Resend`): `request` is the next send's, and
+    the call's decisions say so (`Decisions.taken_back`), for its span to tell at its end."""
 
     refusals: Refusals
     call: Call
     request: compat.Request
     server: Hashable
     client: Any  # the live client: its base URL is where a context is learnt
-    span: Any
 
     def refused(self, error: BaseException) -> bool:
         return self.refusals.refused(error, self.call, self.request) is not None
@@ -157,11 +155,7 @@ class TakeBack:
             return
         addition.take_back(self.call, self.request)
         self.refusals.learn(addition, error, self.call, self.server, self.client)
-        span = self.span
-        if span is not None and span.is_recording():
-            span.set_attribute(sc.KVWISE_CANONICAL_CHANGES, tuple(self.call.decided.changes))
-            if addition.span_flag is not None:
-                span.set_attribute(addition.span_flag, True)
+        self.call.decided.taken_back = True
 
 
 def _same(text: str | None) -> str | None:

@@ -7,11 +7,15 @@ the client's own retry loop runs inside, exactly as bare (`sdk.send.retry`; `Pol
 where the caller set no `max_retries`); once `post` returned, the request is never sent again (a 200
 was accepted). kvwise sends it once more only after a refusal of something it added, as the caller
 wrote it (`sdk.send.attempts`, `sdk.send.refusals`). One CLIENT span covers the sends, its
-`kvwise.attempts` the requests made as far as the client tells (`_attempts`); a stream comes back
+`kvwise.attempts` the requests made as far as the client tells (`_attempts`); what the send learns
+on the way (a fan-out wait, a refusal taken back, a store failed at the join) it leaves as data, on
+the call's record and decisions, for the telemetry to write (`sdk.telemetry.spans`); a stream comes back
 watched, and a raw response comes back as the client's own object, unread (a streamed one's stream
 not yet built): kvwise's bookkeeping runs when the caller parses it (`sdk.send.raw_answer`), and a
 streamed one's `.parse()` gives the watched stream. Before the first send a limit kvwise filled
-in is fitted to the model's context where kvwise was told it (`sdk.decode.limits.fit_to_context`).
+in is fitted to the model's context where kvwise was told it (`sdk.decode.limits.fit_to_context`):
+here, not among `sdk.pipeline.Pipeline.prepare`'s steps, since it measures and rewrites the body the
+client built, which only exists once the client's method calls `post`.
 All of that is written once, in `Sender._sending`, which does no I/O: `post` and `apost` run it
 with the sync and the async driver of `sdk.send.drive`.
 """
@@ -24,11 +28,10 @@ from functools import partial
 from typing import Any
 
 from sdk import compat
-from sdk import semconv as sc
 from sdk.adapters import adapter_for
 from sdk.adapters._base import timings_of
 from sdk.adapters.responses import response_facts
-from sdk.cache.fanout import FanOut, LeaderRelease, Waited
+from sdk.cache.fanout import FanOut, LeaderRelease
 from sdk.call import Call, Server
 from sdk.decode.limits import ContextLimit, fit_to_context
 from sdk.lifecycle import CallEnd, CallListener, Ending, Lifecycle
@@ -78,7 +81,7 @@ class Sender:
             return Lifecycle(record, self.listeners), None
         follow, leader = fanout.join(self.fanout_key, _span_id(record.span))
         if self.call.decided.state_degraded is None and (reason := fanout.outage()) is not None:
-            _note_degraded(record, reason)
+            self.call.decided.state_degraded = reason  # the store failed at the join: the span says so at its end
         release = () if leader is None else (LeaderRelease(fanout, leader),)  # the leader tells its followers
         return Lifecycle(record, self.listeners + release), follow
 
@@ -129,9 +132,9 @@ class Sender:
         send, made, counted = self._send(request, record, asynchronous)
         if follow is not None and self.parts.fanout is not None:  # a follower waits for its leader's first chunk
             waiting = (follow, self.parts.policy.fanout_wait_seconds)
-            _note_wait(record, (yield Io(self.parts.fanout.wait, self.parts.fanout.await_release, waiting)))
+            record.waited((yield Io(self.parts.fanout.wait, self.parts.fanout.await_release, waiting)))
         raw = request.raw_mode
-        take_back = TakeBack(self.parts.refusals, self.call, request, self.server, self.client, record.span)
+        take_back = TakeBack(self.parts.refusals, self.call, request, self.server, self.client)
         try:
             with record.activate():
                 result = yield from sending(send, take_back, len(ADDITIONS) + 1)
@@ -215,23 +218,6 @@ def _span_id(span: Any) -> str | None:
     if span is None or not span.is_recording():
         return None
     return f"{span.get_span_context().span_id:016x}"
-
-
-def _note_degraded(record: CallRecord, reason: str) -> None:
-    """Record on the span that the shared state store failed at the fan-out join (`sdk.memory.redis_store`)."""
-    span = record.span
-    if span is not None:
-        span.set_attributes({sc.KVWISE_STATE_DEGRADED: True, sc.KVWISE_STATE_DEGRADED_REASON: reason})
-
-
-def _note_wait(record: CallRecord, waited: Waited) -> None:
-    """Record on the follower's span how long it waited, and for which leader."""
-    span = record.span
-    if span is None or not span.is_recording():
-        return
-    span.set_attribute(sc.KVWISE_FANOUT_WAITED_MS, waited.waited_ms)
-    if waited.leader_span_id is not None:
-        span.set_attribute(sc.KVWISE_FANOUT_LEADER_SPAN_ID, waited.leader_span_id)
 
 
 def _parsed(response: Any) -> Any:

@@ -24,7 +24,6 @@ class StreamUsage:
     """The `stream_options` kvwise adds to a stream, as an addition a server may refuse (`sdk.send.refusals`)."""
 
     name = FIELD
-    span_flag: str | None = None  # the span's estimated usage says it (`kvwise.usage.estimated`)
 
     def added(self, call: Call, request: compat.Request) -> bool:
         """Whether the request's `stream_options` is kvwise's alone: the caller sent none, named or in `extra_body`."""

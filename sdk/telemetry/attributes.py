@@ -8,14 +8,17 @@ Kept apart from the span plumbing so another flavour of the same facts (OpenInfe
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sdk import providers
 from sdk import semconv as sc
-from sdk.call import Call, Miss, Provider, Usage
+from sdk.call import Call, Decisions, Miss, Provider, Usage
 from sdk.errors import StreamTruncated
 from sdk.lifecycle import CallEnd, Ending
 from sdk.telemetry.pricing import Cost
+
+if TYPE_CHECKING:  # a fan-out follower's wait is read here, never made
+    from sdk.cache.fanout import Waited
 
 Attributes = dict[str, Any]
 
@@ -119,6 +122,24 @@ def request_attributes(call: Call, shape: Attributes) -> Attributes:
         attributes[sc.KVWISE_STATE_DEGRADED] = True
         attributes[sc.KVWISE_STATE_DEGRADED_REASON] = call.decided.state_degraded
     return attributes
+
+
+def add_sending_attributes(attributes: Attributes, decided: Decisions, waited: Waited | None) -> None:
+    """What became known while sending, after the span started, written into `attributes` in place
+    (the span's alone: the content event carries the attributes the span started with): the changes
+    again once a refusal was taken back, and the output limit's refusal; a shared state store that
+    failed (at the fan-out join, if not before); how long a fan-out follower waited, and for which leader."""
+    if decided.taken_back:
+        attributes[sc.KVWISE_CANONICAL_CHANGES] = tuple(decided.changes)
+        if decided.cap_refused:
+            attributes[sc.KVWISE_GUARD_CAP_REFUSED] = True
+    if decided.state_degraded is not None:
+        attributes[sc.KVWISE_STATE_DEGRADED] = True
+        attributes[sc.KVWISE_STATE_DEGRADED_REASON] = decided.state_degraded
+    if waited is not None:
+        attributes[sc.KVWISE_FANOUT_WAITED_MS] = waited.waited_ms
+        if waited.leader_span_id is not None:
+            attributes[sc.KVWISE_FANOUT_LEADER_SPAN_ID] = waited.leader_span_id
 
 
 def outcome_attributes(outcome: Outcome) -> Attributes:

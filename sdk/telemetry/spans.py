@@ -11,8 +11,10 @@
 The phase spans are OpenInference CHAIN spans (Phoenix shows them, counts no tokens on them) carrying
 what they measured, as `kvwise.prefill.*` / `kvwise.decode.*` and as their JSON `output.value`.
 
-The wrapper drives a `CallRecord` through `activate`, `attempt`, `first_chunk`, `chunk` and
-exactly one `end` (whose `CallEnd` says how the call ended, a guard's cut included). The phase
+The wrapper drives a `CallRecord` through `activate`, `attempt`, `waited`, `first_chunk`, `chunk`
+and exactly one `end` (whose `CallEnd` says how the call ended, a guard's cut included). What the
+send learns after the span started (a fan-out wait, a refusal taken back, a state store that failed
+at the fan-out join: `Decisions`) is data until `end` writes it: only this package writes spans. The phase
 spans are created at `end` with the timestamps taken on the way, so a stream that is abandoned,
 cut or failed still ends every span it has, and the per-chunk path is one counter and one clock
 read. Every method swallows (and logs at debug level) its own exceptions: a broken tracer, meter or
@@ -28,7 +30,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from time import time_ns
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -40,9 +42,12 @@ from sdk.cache.diagnostics import disagree
 from sdk.call import Call, Usage
 from sdk.lifecycle import CallEnd
 from sdk.telemetry import content, openinference, phases
-from sdk.telemetry.attributes import Attributes, Outcome, error_type, outcome_attributes
+from sdk.telemetry.attributes import Attributes, Outcome, add_sending_attributes, error_type, outcome_attributes
 from sdk.telemetry.metrics import Instruments
 from sdk.telemetry.pricing import PriceTable, cost_of
+
+if TYPE_CHECKING:
+    from sdk.cache.fanout import Waited
 
 logger = logging.getLogger(__name__)
 
@@ -136,6 +141,7 @@ class CallRecord:
         "_start_ns",
         "_streamed",
         "_usage_estimated",
+        "_waited",
     )
 
     def __init__(
@@ -160,6 +166,7 @@ class CallRecord:
         self._last_ns: int | None = None
         self._chunks = 0
         self._usage_estimated = False
+        self._waited: Waited | None = None
         self._ended = sinks is None
 
     @property
@@ -182,6 +189,10 @@ class CallRecord:
         Nothing here can raise (as in `chunk`), so not `never_raises`: one wrapper less on every call."""
         self._attempts = number
         self._attempt_ns = time_ns()
+
+    def waited(self, waited: Waited) -> None:
+        """The call, a fan-out follower, waited for its leader before its first send (the span says so at its end)."""
+        self._waited = waited
 
     def first_chunk(self, received_ns: int | None = None) -> None:
         """The first content chunk reached the caller: prefill ends, decode starts.
@@ -269,6 +280,7 @@ class CallRecord:
                 attributes.update(self._capture(sinks, span, outcome, answer))
             if self._usage_estimated:
                 attributes[sc.KVWISE_USAGE_ESTIMATED] = True
+            add_sending_attributes(attributes, self._call.decided, self._waited)
             span.set_attributes(attributes)
             if outcome.error_type:
                 span.set_status(Status(StatusCode.ERROR, outcome.error_type))

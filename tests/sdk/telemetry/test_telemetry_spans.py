@@ -24,6 +24,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from sdk import semconv as sc
 from sdk.adapters import adapter_for
 from sdk.adapters.anthropic_messages import messages_usage
+from sdk.cache.fanout import Waited
 from sdk.call import Api, Call, Provider, Usage
 from sdk.errors import StreamTruncated
 from sdk.lifecycle import CallEnd, Ending
@@ -353,6 +354,43 @@ def test_prefix_facts_and_canonical_changes_of_the_call_are_on_the_span(otel: Ot
     assert attributes[sc.KVWISE_PREFIX_BREAK_AT] == "system[0]"
     assert attributes[sc.KVWISE_PREFIX_BREAK_CAUSE] == "volatile_content"
     assert attributes[sc.KVWISE_CANONICAL_CHANGES] == ("moved 1 volatile value to the context note", "sorted 2 tools")
+
+
+def test_what_the_send_learnt_after_the_span_started_is_on_the_span_of_a_call_that_then_fails(otel: Otel) -> None:
+    call = make_call()
+    call.decided.changes.append("max_tokens_filled:max_completion_tokens:4096")
+    record = otel.telemetry().start(call, SERVER)
+    record.waited(Waited("00000000000000ab", 12.5))  # a fan-out follower, then a refused limit taken back
+    call.decided.state_degraded = "ConnectionError: the store went away"
+    call.decided.changes.append("max_tokens_refused:max_completion_tokens")
+    call.decided.taken_back = call.decided.cap_refused = True
+    record.end(CallEnd(Ending.FAILED, error=TimeoutError("slow")))
+    [span] = otel.spans()
+    attributes = span.attributes or {}
+    assert attributes[sc.KVWISE_CANONICAL_CHANGES] == (
+        "max_tokens_filled:max_completion_tokens:4096",
+        "max_tokens_refused:max_completion_tokens",
+    )
+    assert attributes[sc.KVWISE_GUARD_CAP_REFUSED] is True
+    assert attributes[sc.KVWISE_STATE_DEGRADED] is True
+    assert attributes[sc.KVWISE_STATE_DEGRADED_REASON] == "ConnectionError: the store went away"
+    assert attributes[sc.KVWISE_FANOUT_WAITED_MS] == 12.5
+    assert attributes[sc.KVWISE_FANOUT_LEADER_SPAN_ID] == "00000000000000ab"
+    assert span.status.status_code is StatusCode.ERROR
+
+
+def test_a_follower_of_an_unknown_leader_that_learnt_nothing_else_gets_its_wait_alone(otel: Otel) -> None:
+    record = otel.telemetry().start(make_call(), SERVER)
+    record.waited(Waited(None, 3.0))  # a leader whose span id is unknown
+    record.end(CallEnd(Ending.ANSWERED))
+    attributes = otel.spans()[-1].attributes or {}
+    assert attributes[sc.KVWISE_FANOUT_WAITED_MS] == 3.0
+    assert not {
+        sc.KVWISE_FANOUT_LEADER_SPAN_ID,
+        sc.KVWISE_CANONICAL_CHANGES,
+        sc.KVWISE_GUARD_CAP_REFUSED,
+        sc.KVWISE_STATE_DEGRADED,
+    } & set(attributes)
 
 
 def test_anthropic_cache_reads_and_writes_are_reported_and_counted_in_the_input(otel: Otel) -> None:
