@@ -31,10 +31,12 @@
 // - in floats (the portable build, and the reference): the block's codes widened to float lanes and multiplied
 //   into x as it is, so the result is the float product with the dequantized weights, up to the order of the sums.
 //
-// `kvwise::quant_mm` (prefill: many rows) dequantizes a tile of W's rows into a scratch of x's dtype that stays
-// in cache (`TILE_FLOATS`), and multiplies x by it with ATen's GEMM (oneDNN, on AMX tiles for bfloat16 where the
-// CPU has them); the tiles take turns, so W is never whole in float. `kvwise::quant_rows` dequantizes the rows
-// that ids pick (an embedding's lookups).
+// `kvwise::quant_mm` (prefill: many rows) dequantizes a tile of W's rows into a scratch of x's dtype
+// (`TILE_BYTES`: a small model's whole weight, a large model's in slices), and multiplies x by it with ATen's
+// GEMM (oneDNN, on AMX tiles for bfloat16 where the CPU has them), so W is never whole in float past that size.
+// Tiles that stayed in L2 (256 KB) cut SmolLM2's GEMMs into slices of ~110 outputs and took 1.3-1.6x the time
+// of one GEMM over the whole weight (bfloat16, 128 and 512 rows, 2-core AMD EPYC with AVX512-BF16).
+// `kvwise::quant_rows` dequantizes the rows that ids pick (an embedding's lookups).
 //
 // Widening is per capability: AVX-512 turns a block's 16 code bytes into two vectors of 16 floats, AVX2 into
 // four of 8 (the K-quants' through their int16 codes), the portable build goes through a small array.
@@ -61,7 +63,7 @@ constexpr int64_t QK_K = 256;  // weights per super-block of a K-quant
 constexpr int64_t LANES_PER_BLOCK = QK / Vec::size();
 constexpr int64_t ROWS_PER_GROUP = 4;  // rows of x that share each widened block
 constexpr int64_t MIN_OUTPUTS_PER_THREAD = 16;
-constexpr int64_t TILE_FLOATS = 64 * 1024;  // a dequantized tile (256 KB as float32) stays in L2 while x passes by
+constexpr int64_t TILE_BYTES = 8 << 20;  // a dequantized tile: a small model's whole weight, so x meets one GEMM
 constexpr int64_t MIN_TILE_ROWS = 32;
 constexpr int64_t X_CODE_MAX = 32767;  // x's codes in the integer decode: int16
 
@@ -534,7 +536,7 @@ at::Tensor quant_mm(const at::Tensor& x, const at::Tensor& blocks, int64_t kind,
   const int64_t in = input_width(blocks, kind), out = blocks.size(0);
   check_x(x, in, bias, out);
   auto y = at::empty({x.size(0), out}, x.options());
-  const int64_t tile = std::min(out, std::max(MIN_TILE_ROWS, TILE_FLOATS / in));
+  const int64_t tile = std::min(out, std::max(MIN_TILE_ROWS, TILE_BYTES / (in * x.element_size())));
   auto scratch = at::empty({tile, in}, x.options());
   KVWISE_DISPATCH(x.scalar_type(), "quant_mm", [&] {
     dispatch_kind(kind, [&]<Kind K>() {
@@ -545,7 +547,11 @@ at::Tensor quant_mm(const at::Tensor& x, const at::Tensor& blocks, int64_t kind,
         at::parallel_for(0, n, MIN_OUTPUTS_PER_THREAD, [&](int64_t begin, int64_t end) {
           dequantize_rows<K>(w, in, nullptr, begin, end, dst + begin * in);
         });
-        y.narrow(1, o0, n).copy_(at::mm(x, scratch.narrow(0, 0, n).t()));
+        if (n == out) {
+          at::mm_out(y, x, scratch.t());
+        } else {
+          y.narrow(1, o0, n).copy_(at::mm(x, scratch.narrow(0, 0, n).t()));
+        }
       }
     });
   });
