@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from local_backend._constants import (
     BF16_PREFILL_KERNEL_MIN_QUERIES,
+    BF16_WIDENED_PREFILL_MIN_QUERIES,
     ONEDNN_MIN_ROWS,
     QUANT_MATVEC_MAX_ROWS,
     SAMPLER_CHUNK,
@@ -262,9 +263,10 @@ class NativeOps(TorchOps):
     writing float32 or bfloat16 and summing in float32. bfloat16 prefill chunks of `BF16_PREFILL_KERNEL_MIN_QUERIES`
     queries or more after cached tokens attend in `kvwise::prefill_attention` on brgemm where oneDNN has it for
     bfloat16 (`bf16_prefill`), whole prompts and shorter chunks in SDPA (torch's flash kernel, on AMX tiles where the
-    CPU has them); where oneDNN has no bfloat16 brgemm, in the float32 kernel on widened copies (up to
-    `prefill_kernel_max_context` keys, as float32 chunks), and rows past `matvec_max_rows` multiply in oneDNN (likewise,
-    by the weight prepacked at load where oneDNN multiplies bfloat16 natively: `kernel_choices.onednn_prepacks`).
+    CPU has them); where oneDNN has no bfloat16 brgemm, chunks of `BF16_WIDENED_PREFILL_MIN_QUERIES` queries or
+    more in the float32 kernel on widened copies (up to `prefill_kernel_max_context` keys, as float32 chunks),
+    and rows past `matvec_max_rows` multiply in oneDNN (likewise, by the weight prepacked at load where oneDNN
+    multiplies bfloat16 natively: `kernel_choices.onednn_prepacks`).
 
     Decode rows stream the weights through `matvec`, or a quantized weight's blocks through `quant_matvec` (up to
     `QUANT_MATVEC_MAX_ROWS` rows; more rows multiply by tiles of it dequantized in cache, `quant_mm`);
@@ -339,9 +341,7 @@ class NativeOps(TorchOps):
         if self.attends and len(keys) <= self.choices.prefill_kernel_max_context:
             if q.dtype == torch.float32:
                 return torch.ops.kvwise.prefill_attention(q, keys, values, scale)
-            if q.dtype == torch.bfloat16 and not self.bf16_prefill:
-                # No bfloat16 brgemm here (AVX512-BF16 without AMX): SDPA's bfloat16 path took 3-4x the float32
-                # kernel's time on widened copies (512 and 2048 tokens, SmolLM2's heads, 2-core AMD EPYC).
+            if q.dtype == torch.bfloat16 and not self.bf16_prefill and len(q) >= BF16_WIDENED_PREFILL_MIN_QUERIES:
                 widened = torch.ops.kvwise.prefill_attention(q.float(), keys.float(), values.float(), scale)
                 return widened.to(torch.bfloat16)
         if (

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from local_backend import SamplingParams
+from local_backend._constants import BF16_WIDENED_PREFILL_MIN_QUERIES
 from local_backend.kernels import cpu_kernels, kernel_choices, ops
 from local_backend.kernels.kernel_choices import KernelChoices
 from local_backend.model.attention import AttentionMetadata, DecodeGroup, PagedDecodes, paged_attention
@@ -261,7 +262,7 @@ def test_bfloat16_prefills_without_bfloat16_brgemm_attend_in_the_float32_kernel_
 
     monkeypatch.setattr(torch.ops.kvwise, "prefill_attention", recorded)
     gen = torch.Generator().manual_seed(cached)
-    n, context = 40, 40 + cached
+    n, context = BF16_WIDENED_PREFILL_MIN_QUERIES, BF16_WIDENED_PREFILL_MIN_QUERIES + cached
     q = torch.randn(n, 4, 64, generator=gen).bfloat16()
     k, v = (torch.randn(context, 2, 64, generator=gen).bfloat16() for _ in range(2))
     mask = torch.ones(n, context, dtype=torch.bool).tril(cached) if cached else None
@@ -272,6 +273,10 @@ def test_bfloat16_prefills_without_bfloat16_brgemm_attend_in_the_float32_kernel_
     native.choices = replace(native.choices, prefill_kernel_max_context=context - 1)
     widths.clear()
     assert native.prefill_attention(q, k, v, mask, 0.125).dtype == torch.bfloat16 and not widths  # SDPA past it
+    native.choices = replace(native.choices, prefill_kernel_max_context=context)
+    fewer = q[1:]  # one query short: SDPA's
+    assert native.prefill_attention(fewer, k, v, None if mask is None else mask[1:], 0.125).shape == (n - 1, 256)
+    assert not widths
 
 
 def test_engine_decodes_use_the_kernel_and_give_the_sdpa_paths_tokens(make_engine, monkeypatch):
