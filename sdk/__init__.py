@@ -36,6 +36,9 @@ Glossary: one word per concept (identifiers that still say another word are list
   calls by it, else by model.
 - memory: what a wrapped client learns across calls (volatile decisions, adaptive-cap windows,
   fan-out leaders, the last fingerprint per API and model), kept in a store (in-process, SQLite or Redis).
+- outage ("outage" names nothing else): the store failing (unreachable, corrupt, full, a malformed value);
+  the call goes on with in-process memories, its span saying so (`kvwise.state.degraded`, like the
+  `state=` argument a published name kept as it is).
 - leader / follower: under fan-out, the first in-flight call of a cacheable prefix and the calls
   that wait for its first chunk.
 - decode limits: the cap (the output-token limit decided once, `Call.cap`, from the policy, the

@@ -84,7 +84,7 @@ class Decisions:
     the server refuses `stream_options`, so none is added (`sdk.send.stream_options`). `taken_back`:
     a server refused something kvwise added and the call was sent again without it, so `changes`
     grew after the span started (`sdk.send.refusals`); `cap_refused`: what it refused was kvwise's
-    output limit (`sdk.decode.limits`). `state_degraded`: why the shared state store failed this call
+    output limit (`sdk.decode.limits`). `store_outage`: why the memory's store failed this call
     (`sdk.memory.redis_store`), before its send or at its fan-out join, which then went on with
     in-process memories. `expected_read` the tokens its provider should read from
     the cache (`sdk.cache.expected_reads`), and `read_miss`, once it answered, how many it missed and
@@ -101,7 +101,7 @@ class Decisions:
     stream_usage_refused: bool = False
     taken_back: bool = False
     cap_refused: bool = False
-    state_degraded: str | None = None
+    store_outage: str | None = None
     expected_read: Expectation | None = None
     read_miss: Miss | None = None
     family: str | None = None

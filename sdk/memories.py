@@ -36,7 +36,7 @@ def memories_for(client: Any, policy: Policy, state: str | None) -> Memories:
     """The memories of a client wrapped under `policy`, in the store `state` names (else
     $KVWISE_STATE_URL, else the default SQLite file: `sdk.memory.place`)."""
     place = place_for(client, state, policy.fanout_wait_seconds)
-    shared = place.degraded is not None  # timed by the wall clock: the processes' monotonic clocks differ
+    shared = place.outage is not None  # timed by the wall clock: the processes' monotonic clocks differ
     return _on(place, policy, PrefixTracker(place.store, clock=time if shared else None))
 
 
@@ -51,4 +51,4 @@ def _on(place: Place, policy: Policy, tracker: PrefixTracker) -> Memories:
     store = place.store
     caps = AdaptiveCaps(store) if policy.adaptive_caps else None
     fanout = FanOut(store) if policy.fanout == "warm" else None
-    return Memories(tracker, FamilyMemory(store), caps, fanout, place.degraded, store)
+    return Memories(tracker, FamilyMemory(store), caps, fanout, place.outage, store)

@@ -104,7 +104,7 @@ class Pipeline:
         if self.caps is not None and call.cap is not None and (workload := workload_of(call)) is not None:
             listeners.append(CapLearner(self.caps, workload, call.cap.tokens, call.cap.source == CapSource.ADAPTIVE))
         if self.outage is not None:
-            call.decided.state_degraded = self.outage()  # the shared memory's store failed: in-process state
+            call.decided.store_outage = self.outage()  # the shared memory's store failed: in-process state
         call.decided.expected_read, learner = self.sent.expect(call, ttl)  # the read to expect, breakpoints placed
         if learner is not None:
             listeners.append(learner)

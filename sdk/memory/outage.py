@@ -26,7 +26,7 @@ class Outage:
         self._reason: str | None = None
         self._retry_at = 0.0
         self._lock = threading.Lock()
-        self._found = threading.local()  # `reason`: a malformed value this thread's call read (`degraded`)
+        self._found = threading.local()  # `reason`: a malformed value this thread's call read (`reason_for_call`)
 
     def waiting(self) -> bool:
         """Whether the store is left alone now (it failed less than `retry_seconds` ago)."""
@@ -55,12 +55,12 @@ class Outage:
 
     def malformed(self, error: _Malformed, *, during_call: bool = True) -> None:
         """A value read was malformed (the caller drops it): logged, and told to this thread's call
-        by `degraded` where it was read `during_call` (not at a call's end)."""
+        by `reason_for_call` where it was read `during_call` (not at a call's end)."""
         logger.warning("kvwise state: %s held a %s; it is dropped", self.where, error)
         if during_call:
             self._found.reason = error.reason
 
-    def degraded(self) -> str | None:
+    def reason_for_call(self) -> str | None:
         """Why this thread's call could not use the store: an outage, or a malformed value it read."""
         found, self._found.reason = getattr(self._found, "reason", None), None
         return self._reason or found

@@ -33,11 +33,11 @@ _CREDENTIALS = ("api_key", "auth_token", "organization", "project", "base_url")
 
 @dataclass(frozen=True, slots=True)
 class Place:
-    """A store, and `degraded()`: why it failed this thread's call (None: it did not); `degraded` is
+    """A store, and `outage()`: why it failed this thread's call (None: it did not); `outage` is
     None itself for a store in this process, which cannot fail."""
 
     store: Store
-    degraded: Callable[[], str | None] | None
+    outage: Callable[[], str | None] | None
 
 
 def place_for(client: Any, state: str | None, lease_seconds: float) -> Place:
@@ -49,9 +49,9 @@ def place_for(client: Any, state: str | None, lease_seconds: float) -> Place:
     tenant = credentials_hash(client)
     if url.startswith("sqlite:"):
         sqlite = SqliteStore(sqlite_path(url), tenant)
-        return Place(sqlite, sqlite.link.outages.degraded)
+        return Place(sqlite, sqlite.link.outages.reason_for_call)
     redis = RedisStore(url, f"kvwise:{tenant}", lease_seconds)
-    return Place(redis, redis.link.outages.degraded)
+    return Place(redis, redis.link.outages.reason_for_call)
 
 
 def sqlite_path(url: str) -> Path:

@@ -80,8 +80,8 @@ class Sender:
         if fanout is None or self.fanout_key is None:
             return Lifecycle(record, self.listeners), None
         follow, leader = fanout.join(self.fanout_key, _span_id(record.span))
-        if self.call.decided.state_degraded is None and (reason := fanout.outage()) is not None:
-            self.call.decided.state_degraded = reason  # the store failed at the join: the span says so at its end
+        if self.call.decided.store_outage is None and (reason := fanout.outage()) is not None:
+            self.call.decided.store_outage = reason  # the store failed at the join: the span says so at its end
         release = () if leader is None else (LeaderRelease(fanout, leader),)  # the leader tells its followers
         return Lifecycle(record, self.listeners + release), follow
 

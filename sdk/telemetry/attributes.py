@@ -118,9 +118,9 @@ def request_attributes(call: Call, shape: Attributes) -> Attributes:
         attributes[sc.KVWISE_PROMPT_STABLE_KEPT] = call.decided.stable_kept
     if call.decided.changes:
         attributes[sc.KVWISE_CANONICAL_CHANGES] = tuple(call.decided.changes)
-    if call.decided.state_degraded is not None:
+    if call.decided.store_outage is not None:
         attributes[sc.KVWISE_STATE_DEGRADED] = True
-        attributes[sc.KVWISE_STATE_DEGRADED_REASON] = call.decided.state_degraded
+        attributes[sc.KVWISE_STATE_DEGRADED_REASON] = call.decided.store_outage
     return attributes
 
 
@@ -133,9 +133,9 @@ def add_sending_attributes(attributes: Attributes, decided: Decisions, waited: W
         attributes[sc.KVWISE_CANONICAL_CHANGES] = tuple(decided.changes)
         if decided.cap_refused:
             attributes[sc.KVWISE_GUARD_CAP_REFUSED] = True
-    if decided.state_degraded is not None:
+    if decided.store_outage is not None:
         attributes[sc.KVWISE_STATE_DEGRADED] = True
-        attributes[sc.KVWISE_STATE_DEGRADED_REASON] = decided.state_degraded
+        attributes[sc.KVWISE_STATE_DEGRADED_REASON] = decided.store_outage
     if waited is not None:
         attributes[sc.KVWISE_FANOUT_WAITED_MS] = waited.waited_ms
         if waited.leader_span_id is not None:

@@ -186,9 +186,9 @@ def _counting(path: str, start: Any, errors: Any) -> None:
     failed = 0
     for index in range(UPDATES):
         store.update_record(FAMILY_RECORDS, b"counter", _add_one)
-        failed += store.link.outages.degraded() is not None
+        failed += store.link.outages.reason_for_call() is not None
         store.push_answer(WORKLOAD, index, None)
-        failed += store.link.outages.degraded() is not None or store.outage() is not None
+        failed += store.link.outages.reason_for_call() is not None or store.outage() is not None
     errors.put(failed)
 
 
@@ -261,7 +261,7 @@ def test_a_full_file_degrades_the_operation_that_found_it_full_and_it_answers_fr
     for index in range(2000):
         answered = store.update_record(FAMILY_RECORDS, index.to_bytes(4, "big"), _add_one)
         assert answered.turns == 1  # answered, full or not
-        reasons.append(store.link.outages.degraded())
+        reasons.append(store.link.outages.reason_for_call())
     first = next(index for index, reason in enumerate(reasons) if reason is not None)
     assert 10 < first and reasons[first] == "OperationalError: database or disk is full"
     assert (tmp_path / "state.sqlite3").stat().st_size <= 64 * 1024

@@ -361,7 +361,7 @@ def test_what_the_send_learnt_after_the_span_started_is_on_the_span_of_a_call_th
     call.decided.changes.append("max_tokens_filled:max_completion_tokens:4096")
     record = otel.telemetry().start(call, SERVER)
     record.waited(Waited("00000000000000ab", 12.5))  # a fan-out follower, then a refused limit taken back
-    call.decided.state_degraded = "ConnectionError: the store went away"
+    call.decided.store_outage = "ConnectionError: the store went away"
     call.decided.changes.append("max_tokens_refused:max_completion_tokens")
     call.decided.taken_back = call.decided.cap_refused = True
     record.end(CallEnd(Ending.FAILED, error=TimeoutError("slow")))
