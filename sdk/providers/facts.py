@@ -45,8 +45,13 @@ class ProviderFacts:
 
     def name_for(self, host: str | None) -> str:
         """`gen_ai.provider.name` of a call to `host`: a named server's, else the provider's."""
-        if host:
-            for suffix, name in self.servers:
-                if host.endswith(suffix):
-                    return name
-        return self.semconv_name
+        return name_by_suffix(host, self.servers) or self.semconv_name
+
+
+def name_by_suffix(host: str | None, table: tuple[tuple[str, str], ...]) -> str | None:
+    """The name `table` gives the first host suffix `host` ends with (None: none, or no host)."""
+    if host:
+        for suffix, name in table:
+            if host.endswith(suffix):
+                return name
+    return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from sdk.providers.facts import name_by_suffix
 from sdk.semconv import ProviderName
 
 KNOWN_PLATFORMS: Final = (
@@ -19,8 +20,4 @@ KNOWN_PLATFORMS: Final = (
 
 def platform_name(host: str | None) -> str | None:
     """The `gen_ai.provider.name` of the platform `host` belongs to (None: no known platform)."""
-    if host:
-        for suffix, name in KNOWN_PLATFORMS:
-            if host.endswith(suffix):
-                return name
-    return None
+    return name_by_suffix(host, KNOWN_PLATFORMS)
