@@ -239,13 +239,17 @@ class Request:
     """One send's request, kvwise's own value: the client's `post(path, **arguments)` read once, the
     caller's extra body (the methods' `extra_body`) apart from the other request options, and written
     back as `post`'s arguments for each send (`send_kwargs`). A take-back rewrites `body` and `extra`
-    here, never the client's own objects."""
+    here, never the client's own objects. What a send asks of it more than once is read here once
+    (`stream`, `cast_to`, `raw_mode`): a call reads each twice or more."""
 
     path: str
     body: Any  # the JSON body the client's method built, before `extra` is merged over it (None: none)
     extra: Mapping[str, Any] | None  # the caller's extra body (None: none)
     options: Mapping[str, Any] | None  # the request options but the extra body (None: none given)
     arguments: dict[str, Any]  # `post`'s other keyword arguments (`cast_to`, `stream`, `stream_cls`)
+    stream: bool  # whether the client's method asked `post` for a stream (a stream helper says so only there)
+    cast_to: Any  # what the client's method asked `post` to parse the answer into
+    raw_mode: str | None  # which raw-response form it is ("raw", "true", "stream"); None: a plain call
 
     @classmethod
     def of_post(cls, path: str, arguments: Mapping[str, Any]) -> Request:
@@ -255,23 +259,17 @@ class Request:
         extra = options.get(_EXTRA_BODY_OPTION) if options else None
         if extra is not None:
             options = {name: value for name, value in options.items() if name != _EXTRA_BODY_OPTION}
-        return cls(path, body, extra, options, rest)
-
-    @property
-    def stream(self) -> bool:
-        """Whether the client's method asked `post` for a stream (a stream helper says so only there)."""
-        return bool(self.arguments.get("stream"))
-
-    @property
-    def cast_to(self) -> Any:
-        """What the client's method asked `post` to parse the answer into."""
-        return self.arguments.get("cast_to")
-
-    @property
-    def raw_mode(self) -> str | None:
-        """Which raw-response form the request is ("raw", "true", "stream"), or None for a plain call."""
-        value = _headers(self.options).get(RAW_RESPONSE_HEADER)
-        return value if isinstance(value, str) else None
+        raw_mode = _headers(options).get(RAW_RESPONSE_HEADER)
+        return cls(
+            path,
+            body,
+            extra,
+            options,
+            rest,
+            bool(rest.get("stream")),
+            rest.get("cast_to"),
+            raw_mode if isinstance(raw_mode, str) else None,
+        )
 
     def keywords(self) -> dict[str, Any]:
         """The body as a method's keyword arguments: its parameters, and a copy of the caller's extra
@@ -285,7 +283,7 @@ class Request:
         """This request sending the body and extra body of a method's keyword arguments (`keywords`)."""
         body = dict(kwargs)
         extra = body.pop(EXTRA_BODY, None)
-        return Request(self.path, body, extra, self.options, self.arguments)
+        return Request(self.path, body, extra, self.options, self.arguments, self.stream, self.cast_to, self.raw_mode)
 
     def send_kwargs(
         self, trace_headers: Mapping[str, str] | None = None, max_retries: int | None = None, cast_to: Any = None

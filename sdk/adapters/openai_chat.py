@@ -75,8 +75,8 @@ def completion_usage(usage: Usage) -> CompletionUsage:
 def choice_finish_reasons(response: Any) -> tuple[str, ...]:
     """Why each choice of a non-streamed Chat or Completions answer ended (none where the body had
     no `choices`)."""
-    reasons = (getattr(choice, "finish_reason", None) for choice in listed(response, "choices"))
-    return tuple(reason for reason in reasons if isinstance(reason, str) and reason)
+    reasons = [getattr(choice, "finish_reason", None) for choice in listed(response, "choices")]
+    return tuple([reason for reason in reasons if isinstance(reason, str) and reason])
 
 
 def caller_asks_usage(call: Call) -> bool:

@@ -96,6 +96,10 @@ class Seen:
         if self.on_learn is not None:
             self.on_learn(message_id)
 
+    def hash_settings(self) -> None:
+        """Keep the settings as a store outside the process does: hashed, as they may carry what it must not hold."""
+        self.settings = tuple([digest(setting) if setting else "" for setting in self.settings])
+
 
 @dataclass(slots=True)
 class Leader:

@@ -184,7 +184,7 @@ class RedisStore:
             hashed_segment(segment, stored_chain[index] if index < len(stored_chain) else None)
             for index, segment in enumerate(seen.chain)
         ]
-        seen.settings = tuple(digest(setting) if setting else "" for setting in seen.settings)
+        seen.hash_settings()
         value = encode_seen(seen)
 
         def remember(redis: Any) -> None:

@@ -192,7 +192,7 @@ class SqliteStore:
             self._local.forget(workload)
 
     def exchange_seen(self, api: str, seen: Seen) -> tuple[Seen | None, Seen | None]:
-        seen.settings = tuple(digest(setting) if setting else "" for setting in seen.settings)  # as the file keeps them
+        seen.hash_settings()
         previous, latest = self._local.exchange_seen(api, seen)
         keys = self._seen_keys.get((api, seen.model))
         if keys is None:
