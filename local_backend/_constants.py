@@ -84,9 +84,10 @@ the 2-core AMX Xeon (8 heads, 4 kv heads, head_dim 64): 1024 queries after 1024 
 2048 9.2 against its causal path's 7.7."""
 
 BF16_WIDENED_PREFILL_MIN_QUERIES: Final = 256
-"""Queries from which a CPU bfloat16 prefill chunk, where oneDNN has no bfloat16 brgemm (AVX512-BF16 without AMX),
-attends in the float32 `kvwise::prefill_attention` on widened copies, below which in SDPA. Measured on the 2-core
-AMD EPYC (9 heads, 3 kv heads, head_dim 64), kernel against SDPA's bfloat16 flash path: 256 queries 0.89 against
+"""Queries from which a CPU bfloat16 prefill chunk, where the CPU has neither bfloat16 brgemm (AMX) nor AVX512-BF16 dot
+products (`kvwise::dots_bf16`, which take every chunk), attends in the float32 `kvwise::prefill_attention` on widened
+copies, below which in SDPA. Measured on the 2-core AMD EPYC (9 heads, 3 kv heads, head_dim 64) before the dot
+products' form, kernel against SDPA's bfloat16 flash path: 256 queries 0.89 against
 1.11 ms, 512 2.63 against 4.32, 1024 9.83 against 12.13, 2048 39.4 against 40.8, 512 after 1536 cached 14.3
 against 18.1; 128 queries 0.40 against 0.37, 32 after 2048 cached 1.51 against 1.38."""
 

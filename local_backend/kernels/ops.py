@@ -263,8 +263,10 @@ class NativeOps(TorchOps):
     writing float32 or bfloat16 and summing in float32. bfloat16 prefill chunks of `BF16_PREFILL_KERNEL_MIN_QUERIES`
     queries or more after cached tokens attend in `kvwise::prefill_attention` on brgemm where oneDNN has it for
     bfloat16 (`bf16_prefill`), whole prompts and shorter chunks in SDPA (torch's flash kernel, on AMX tiles where the
-    CPU has them); where oneDNN has no bfloat16 brgemm, chunks of `BF16_WIDENED_PREFILL_MIN_QUERIES` queries or
-    more in the float32 kernel on widened copies (up to `prefill_kernel_max_context` keys, as float32 chunks),
+    CPU has them); where the CPU has AVX512-BF16 dot products but no AMX (`bf16_dots`), every chunk in the kernel on
+    them (as fast as SDPA or faster from 1 query to 2048, with or without cached tokens); where neither, chunks of
+    `BF16_WIDENED_PREFILL_MIN_QUERIES` queries or more in the float32 kernel on widened copies (up to
+    `prefill_kernel_max_context` keys, as float32 chunks),
     and rows past `matvec_max_rows` multiply in oneDNN (likewise, by the weight prepacked at load where oneDNN
     multiplies bfloat16 natively: `kernel_choices.onednn_prepacks`).
 
@@ -280,6 +282,7 @@ class NativeOps(TorchOps):
     def __init__(self, head_dim: int, choices: KernelChoices, dtype: torch.dtype = torch.float32):
         self.attends = head_dim % cpu_kernels.HEAD_DIM_MULTIPLE == 0
         self.bf16_prefill = dtype == torch.bfloat16 and bool(torch.ops.kvwise.packs_bf16(head_dim))
+        self.bf16_dots = dtype == torch.bfloat16 and bool(torch.ops.kvwise.dots_bf16(head_dim))
         self.paged_decodes = self.attends
         self.choices = choices
         self.matvec_max_rows, self.onednn_min_rows = choices.rows(dtype)  # the crossovers of this engine's dtype
@@ -338,6 +341,8 @@ class NativeOps(TorchOps):
     def prefill_attention(
         self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None, scale: float
     ) -> torch.Tensor:
+        if self.bf16_dots and q.dtype == torch.bfloat16:
+            return torch.ops.kvwise.prefill_attention(q, keys, values, scale)
         if self.attends and len(keys) <= self.choices.prefill_kernel_max_context:
             if q.dtype == torch.float32:
                 return torch.ops.kvwise.prefill_attention(q, keys, values, scale)

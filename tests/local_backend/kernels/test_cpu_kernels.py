@@ -179,17 +179,18 @@ def test_the_prefill_kernel_equals_sdpa_with_the_causal_mask_after_a_cached_pref
     ("tokens", "cached"), [(1, 0), (65, 0), (129, 0), (700, 0), (32, 200), (130, 900), (257, 1100)]
 )
 def test_the_bfloat16_prefill_kernel_equals_float32_sdpa_within_bfloat16_rounding(heads, kv_heads, dim, tokens, cached):
-    """Where oneDNN multiplies bfloat16 by brgemm (`packs_bf16`: AMX or AVX512-BF16) the kernel attends bfloat16
-    inputs, keys padded to whole packed chunks, for a head_dim oneDNN packs (16, 32, 48, 64 or a multiple of 64);
-    on a CPU without, or for another head_dim (40 here), it refuses them (the engine keeps SDPA there)."""
+    """Where oneDNN multiplies bfloat16 by brgemm (`packs_bf16`: AMX) the kernel attends bfloat16 inputs, keys
+    padded to whole packed chunks, for a head_dim oneDNN packs (16, 32, 48, 64 or a multiple of 64); where the CPU
+    has AVX512-BF16 dot products instead (`dots_bf16`), on its own packing, for a head_dim a multiple of 16 up to
+    128; on a CPU with neither, or for another head_dim (40 here), it refuses them (the engine keeps SDPA there)."""
     assert cpu_kernels.load()
     gen = torch.Generator().manual_seed(tokens * 1000 + cached + heads + dim)
     context = cached + tokens
     qkv = torch.randn(tokens, (heads + 2 * kv_heads) * dim, generator=gen).bfloat16()
     q = qkv[:, : heads * dim].view(tokens, heads, dim)
     k, v = torch.randn(2, context, kv_heads, dim, generator=gen).bfloat16()
-    if not torch.ops.kvwise.packs_bf16(dim):
-        with pytest.raises(RuntimeError, match="packs_bf16"):  # this CPU has no bfloat16 brgemm: the portable path
+    if not (torch.ops.kvwise.packs_bf16(dim) or torch.ops.kvwise.dots_bf16(dim)):
+        with pytest.raises(RuntimeError, match="packs_bf16"):  # no bfloat16 brgemm or dot products: the portable path
             torch.ops.kvwise.prefill_attention(q, k, v, dim**-0.5)
         return
     sees = torch.ones(tokens, context, dtype=torch.bool).tril_(cached)
@@ -249,10 +250,18 @@ def test_engine_prefills_use_the_kernel_up_to_its_context_limit_and_give_the_sdp
     assert not contexts
 
 
-@pytest.mark.parametrize("cached", [0, 24])  # a whole prompt; a chunk after cached tokens
-def test_bfloat16_prefills_without_bfloat16_brgemm_attend_in_the_float32_kernel_on_widened_copies(monkeypatch, cached):
-    native = ops.NativeOps(64, cpu_kernels.load().choices, torch.bfloat16)
-    native.bf16_prefill = False  # as on a CPU where oneDNN has no bfloat16 brgemm (AVX512-BF16 without AMX)
+def bfloat16_chunk(n: int, cached: int, heads: int, kv_heads: int) -> tuple[torch.Tensor, ...]:
+    """A bfloat16 prefill chunk of `n` queries (head_dim 64) after `cached` tokens: q, k, v and the mask of what
+    each query sees (None for a whole prompt, as the engine passes it)."""
+    gen = torch.Generator().manual_seed(n * 10 + cached)
+    q = torch.randn(n, heads, 64, generator=gen).bfloat16()
+    k, v = (torch.randn(n + cached, kv_heads, 64, generator=gen).bfloat16() for _ in range(2))
+    mask = torch.ones(n, n + cached, dtype=torch.bool).tril(cached) if cached else None
+    return q, k, v, mask
+
+
+def kernel_input_dtypes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[torch.dtype, ...]]:
+    """The dtypes of q, k and v at each call of `kvwise::prefill_attention` from now on (it still attends)."""
     widths = []
     kernel = torch.ops.kvwise.prefill_attention
 
@@ -261,11 +270,16 @@ def test_bfloat16_prefills_without_bfloat16_brgemm_attend_in_the_float32_kernel_
         return kernel(q, k, v, scale)
 
     monkeypatch.setattr(torch.ops.kvwise, "prefill_attention", recorded)
-    gen = torch.Generator().manual_seed(cached)
+    return widths
+
+
+@pytest.mark.parametrize("cached", [0, 24])  # a whole prompt; a chunk after cached tokens
+def test_bfloat16_prefills_without_bfloat16_brgemm_attend_in_the_float32_kernel_on_widened_copies(monkeypatch, cached):
+    native = ops.NativeOps(64, cpu_kernels.load().choices, torch.bfloat16)
+    native.bf16_prefill = native.bf16_dots = False  # as on a CPU with no bfloat16 brgemm or dot products
+    widths = kernel_input_dtypes(monkeypatch)
     n, context = BF16_WIDENED_PREFILL_MIN_QUERIES, BF16_WIDENED_PREFILL_MIN_QUERIES + cached
-    q = torch.randn(n, 4, 64, generator=gen).bfloat16()
-    k, v = (torch.randn(context, 2, 64, generator=gen).bfloat16() for _ in range(2))
-    mask = torch.ones(n, context, dtype=torch.bool).tril(cached) if cached else None
+    q, k, v, mask = bfloat16_chunk(n, cached, heads=4, kv_heads=2)
     got = native.prefill_attention(q, k, v, mask, 0.125)
     assert widths == [(torch.float32,) * 3] and got.dtype == torch.bfloat16
     expected = ops.TORCH.prefill_attention(q.float(), k.float(), v.float(), mask, 0.125)
@@ -277,6 +291,22 @@ def test_bfloat16_prefills_without_bfloat16_brgemm_attend_in_the_float32_kernel_
     fewer = q[1:]  # one query short: SDPA's
     assert native.prefill_attention(fewer, k, v, None if mask is None else mask[1:], 0.125).shape == (n - 1, 256)
     assert not widths
+
+
+@pytest.mark.skipif(
+    not (cpu_kernels.load() and torch.ops.kvwise.dots_bf16(64)), reason="this CPU has no AVX512-BF16 without AMX"
+)
+@pytest.mark.parametrize(("n", "cached"), [(1, 0), (32, 0), (300, 0), (8, 40), (200, 1100)])
+def test_bfloat16_prefills_on_avx512_bf16_dot_products_attend_every_chunk_in_bfloat16(monkeypatch, n, cached):
+    native = ops.NativeOps(64, cpu_kernels.load().choices, torch.bfloat16)
+    assert native.bf16_dots and not native.bf16_prefill
+    native.choices = replace(native.choices, prefill_kernel_max_context=64)  # the float32 kernel's limit binds not
+    widths = kernel_input_dtypes(monkeypatch)
+    q, k, v, mask = bfloat16_chunk(n, cached, heads=6, kv_heads=2)
+    got = native.prefill_attention(q, k, v, mask, 0.125)
+    assert widths == [(torch.bfloat16,) * 3] and got.dtype == torch.bfloat16
+    expected = ops.TORCH.prefill_attention(q.float(), k.float(), v.float(), mask, 0.125)
+    torch.testing.assert_close(got.float(), expected, rtol=1.6e-2, atol=2e-2)  # the exponentials rounded to bfloat16
 
 
 def test_engine_decodes_use_the_kernel_and_give_the_sdpa_paths_tokens(make_engine, monkeypatch):
