@@ -421,7 +421,7 @@ bool dots_bf16(int64_t head_dim) {
 #endif
 }
 
-// Whether this CPU multiplies bfloat16 through `cpublas::brgemm` (oneDNN's ukernel: AMX or AVX512-BF16), for this head_dim.
+// Whether this CPU multiplies bfloat16 through `cpublas::brgemm` (oneDNN's ukernel: AMX; `dots_bf16` elsewhere), for this head_dim.
 bool packs_bf16(int64_t head_dim) { return bf16_head_dim(head_dim) && at::native::cpublas::could_pack(at::kBFloat16); }
 
 // q [n, heads, dim] (rows may be strided), k and v [context, kv_heads, dim] (likewise), the queries being the
