@@ -69,7 +69,9 @@ THREADS = os.cpu_count() or 1  # every core, as kvwise and vLLM (`VLLM_CPU_OMP_T
 BUSY_NICENESS = 10
 CONTENTION_TARGET = 0.9  # kvwise's ratio to a peer on the busy CPU over its quiet ratio
 ROUNDS = 3
-TTFT_SAMPLES = 3
+TTFT_SAMPLES = 5
+"""Cold samples per length and server, each server's in turn: a shared VM runs in phases (on the 2-core AMD EPYC of
+docs/benchmarks.md, a bare bfloat16 `torch.mm` in a quiet process moved 1.2-1.9x for tens of seconds at a time)."""
 FILE_NAMES = ("q4_1", "q8_0")
 """The files' names on the command line, in the order they run (the Q8_0 file is made from the Q4_1 one)."""
 PARITY_PROMPTS = 4
