@@ -7,6 +7,7 @@ counters read zero after each: `/metrics`, the engine's own count, and a 429's b
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import itertools
 import json
 import logging
@@ -29,6 +30,7 @@ ROUNDS = 84
 n = 16 (the issue's 500 times over, for each)."""
 STREAMED_TOKENS = 8
 LONG_TOKENS = 220
+HOLD_ATTEMPTS = 20
 
 
 @pytest.fixture(scope="module")
@@ -165,16 +167,36 @@ def _held(served: Served, n: int) -> Callable[[], None]:
     return sock.close
 
 
-def test_a_full_server_says_in_its_429_what_metrics_and_the_engine_count(full, server_log):
-    hang_up = _held(full, 16)
-    try:
-        with full.engine._step_lock:  # no step runs: the stream cannot finish and free its slots meanwhile
-            stats = full.engine.stats()
-            with httpx2.Client(base_url=full.url) as http:
-                refused = http.post("/v1/chat/completions", json=json.loads(_body(1, stream=False)))
-            in_flight = _in_flight(full.url)
-    finally:
+def _release(served: Served, hang_up: Callable[[], None]) -> None:
+    served.engine._step_lock.release()
+    hang_up()
+
+
+def _held_and_stopped(served: Served, n: int) -> Callable[[], None]:
+    """A stream of `n` choices running, with the engine's step lock taken so that it cannot finish and free its
+    slots; returns what releases the lock and hangs up. The lock is not fair: the engine thread takes it again as
+    it releases it, so a waiting test can get it only after the stream's last token (the tiny model's 220 steps
+    take a fraction of a second); then the server has no choice running and a fresh stream is held."""
+    for _ in range(HOLD_ATTEMPTS):
+        hang_up = _held(served, n)
+        served.engine._step_lock.acquire()
+        if served.engine.stats().num_running == n:
+            return functools.partial(_release, served, hang_up)
+        served.engine._step_lock.release()
         hang_up()
+        assert _settled(served) == (0, 0, 0, 0)
+    pytest.fail(f"the step lock came only after the held stream had ended, {HOLD_ATTEMPTS} times")
+
+
+def test_a_full_server_says_in_its_429_what_metrics_and_the_engine_count(full, server_log):
+    release = _held_and_stopped(full, 16)
+    try:
+        stats = full.engine.stats()
+        with httpx2.Client(base_url=full.url) as http:
+            refused = http.post("/v1/chat/completions", json=json.loads(_body(1, stream=False)))
+        in_flight = _in_flight(full.url)
+    finally:
+        release()
     assert refused.status_code == 429
     admitted = re.search(r"(\d+) requests admitted", refused.json()["error"]["message"])
     assert admitted is not None and int(admitted.group(1)) == in_flight == stats.num_running + stats.num_waiting == 16
