@@ -294,7 +294,14 @@ class CausalLM(nn.Module):
         return stack
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Vocabulary logits of the rows that sample a token."""
+        """Vocabulary logits of the rows that sample a token.
+
+        A lm_head kept as blocks takes the rows as float32 and gives float32 logits: its kernel sums in float32
+        anyway, and logits rounded to bfloat16 (steps of 0.06 around 10) tie top tokens that float32 tells apart,
+        then cost the sampler a copy to float32 large enough for an OpenMP region in every decode step.
+        """
+        if self.lm_head.quantized is not None:
+            return self.lm_head(hidden.float())
         return self.lm_head(hidden)
 
     def quantized_types(self) -> tuple[str, ...]:

@@ -18,6 +18,12 @@ namespace {
 using kvwise::sum_lanes;
 using kvwise::Vec;
 
+// Rows each op takes on the calling thread before it splits them over OpenMP's team: a decode step's rows (up to
+// `QUANT_MATVEC_MAX_ROWS`, 32) are a few microseconds of work here, and a parallel region wakes OpenMP's sleeping
+// worker, which on a busy CPU waits out another process's time slice (about a millisecond) at the region's join;
+// one such region per layer cut 16 streams' decode beside one niced CPU-bound process per core (docs/benchmarks.md).
+constexpr int64_t INLINE_ROWS = 32;
+
 // dst = row / sqrt(mean(row²) + eps) · w over one row of `width` elements (dst may be another row or the same).
 template <typename T>
 void norm_row(const T* row, const T* w, T* dst, int64_t width, float eps) {
@@ -48,7 +54,7 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
     const scalar_t* in = x.data_ptr<scalar_t>();
     const scalar_t* w = weight.data_ptr<scalar_t>();
     scalar_t* o = out.data_ptr<scalar_t>();
-    at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+    at::parallel_for(0, rows, INLINE_ROWS, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) norm_row(in + r * width, w, o + r * width, width, static_cast<float>(eps));
     });
   });
@@ -66,7 +72,7 @@ void add_rms_norm_(at::Tensor x, at::Tensor residual, const at::Tensor& weight, 
     scalar_t* in = x.data_ptr<scalar_t>();
     scalar_t* sum = residual.data_ptr<scalar_t>();
     const scalar_t* w = weight.data_ptr<scalar_t>();
-    at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+    at::parallel_for(0, rows, INLINE_ROWS, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         scalar_t* added = sum + r * width;
         const scalar_t* row = in + r * width;
@@ -88,7 +94,7 @@ void rope_one(at::Tensor& x, const T* cos, const T* sin) {
               "rotary_embedding_: q and k must be [tokens, heads, dim] with contiguous heads");
   const int64_t tokens = x.size(0), heads = x.size(1), dim = x.size(2), half = dim / 2, row_stride = x.stride(0);
   T* data = x.data_ptr<T>();
-  at::parallel_for(0, tokens, 16, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, tokens, INLINE_ROWS, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const T* c = cos + t * dim;
       const T* s = sin + t * dim;
@@ -124,7 +130,7 @@ at::Tensor silu_and_mul(const at::Tensor& gate_up) {
   KVWISE_DISPATCH(gate_up.scalar_type(), "silu_and_mul", [&] {
     const scalar_t* in = gate_up.data_ptr<scalar_t>();
     scalar_t* o = out.data_ptr<scalar_t>();
-    at::parallel_for(0, tokens, 4, [&](int64_t begin, int64_t end) {
+    at::parallel_for(0, tokens, INLINE_ROWS, [&](int64_t begin, int64_t end) {
       const Vec one(1.f);
       for (int64_t t = begin; t < end; ++t) {
         const scalar_t* gate = in + t * 2 * size;

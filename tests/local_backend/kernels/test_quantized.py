@@ -263,6 +263,23 @@ def test_the_kernels_multiply_the_real_file_s_tensors_as_their_dequantized_matri
     assert torch.equal(form.quantized_rows(weight, ids, torch.float32), dense[ids])
 
 
+def test_a_bfloat16_engine_takes_logits_from_the_file_s_lm_head_blocks_in_float32(smollm2: Path) -> None:
+    native()
+    engine = Engine.from_pretrained(smollm2, device="cpu", dtype="bfloat16", max_model_len=256, kv_cache_memory=2**21)
+    try:
+        model = engine.core.runner.model
+        lm_head = model.lm_head.quantized
+        assert lm_head is not None
+        hidden = torch.randn(3, lm_head.in_features, generator=torch.Generator().manual_seed(5)).bfloat16()
+        logits = model.logits(hidden)
+        assert logits.dtype == torch.float32
+        product = torch.ops.kvwise.quant_matvec(hidden.float(), lm_head.blocks, int(lm_head.kind), None)
+        assert torch.equal(logits, product)
+        assert not torch.equal(logits, logits.bfloat16().float())  # not rounded through bfloat16 on the way
+    finally:
+        engine.close()
+
+
 K_TENSORS = {
     "blk.0.attn_q.weight": Q.Q4_K,
     "blk.0.attn_k.weight": Q.Q4_K,
