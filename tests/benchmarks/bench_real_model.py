@@ -357,7 +357,12 @@ def run(servers: dict[str, Served], tokenizer: TextTokenizer, eos: int, phase: i
     for round_ in range(ROUNDS):
         for name, served in servers.items():
             time.sleep(IDLE_SECONDS)
-            for key, value in asyncio.run(measure(served.url, tokenizer, phase * ROUNDS + round_, eos)).items():
+            try:
+                figures = asyncio.run(measure(served.url, tokenizer, phase * ROUNDS + round_, eos))
+            except httpx2.TransportError as exc:
+                alive = "alive" if Path(f"/proc/{served.pid}").exists() else "gone"
+                raise RuntimeError(f"{name} dropped a request ({exc!r}); its process is {alive}") from exc
+            for key, value in figures.items():
                 samples[name].setdefault(key, []).append(value)
     for sample in range(TTFT_SAMPLES):
         for n in PROMPT_LENGTHS:
