@@ -273,7 +273,10 @@ async def _streamed(http: httpx2.AsyncClient, prompt: str, max_tokens: int, eos:
 
 async def measure(url: str, tokenizer: TextTokenizer, seed: int, eos: int) -> dict[str, float]:
     out: dict[str, float] = {}
-    async with httpx2.AsyncClient(base_url=url, timeout=REQUEST_TIMEOUT_SECONDS) as http:
+    # a connection per request, for every server: llama-server now and then closed a kept-alive connection after a
+    # streamed answer just as the next request went out on it ("Server disconnected without sending a response")
+    fresh = httpx2.Limits(max_keepalive_connections=0)
+    async with httpx2.AsyncClient(base_url=url, timeout=REQUEST_TIMEOUT_SECONDS, limits=fresh) as http:
         [prefix] = text_prompts(tokenizer, 1, 2048, seed * 100 + 1)
         a, b = text_prompts(tokenizer, 2, SUFFIX, seed * 100 + 2)
         await _streamed(http, prefix + a, 1, eos)  # caches the prefix
