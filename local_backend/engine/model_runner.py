@@ -113,7 +113,8 @@ class ModelRunner:
             read = [index[row] for row in read]
         produced: dict[Sequence, list[int]] = {}
         if read:
-            logits = self.model.logits(hidden[read])
+            # every row in order (a step of decodes): hidden as it is, where indexing copies it in an OpenMP region
+            logits = self.model.logits(hidden if read == list(range(len(hidden))) else hidden[read])
         if rows:
             tokens = self.sampler(logits[: len(rows)] if spec_rows else logits, sampling)
             produced.update((seq, [token]) for seq, token in zip(sampling, tokens))

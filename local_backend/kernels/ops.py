@@ -250,6 +250,10 @@ class TorchOps:
         """`draw`: one token per row of w by inverse CDF over its chunk sums."""
         return draw(w, uniforms, sums)
 
+    def argmax(self, logits: torch.Tensor) -> torch.Tensor:
+        """Each row's first index of its largest logit (a NaN counts as the largest): greedy rows' tokens."""
+        return logits.argmax(dim=-1)
+
     def apply_penalties(
         self, logits: torch.Tensor, index: torch.Tensor, offsets: torch.Tensor, repetition: torch.Tensor
     ) -> None:
@@ -421,6 +425,11 @@ class NativeOps(TorchOps):
         self, logits: torch.Tensor, index: torch.Tensor, offsets: torch.Tensor, repetition: torch.Tensor
     ) -> None:
         torch.ops.kvwise.apply_penalties_(logits, index, offsets, repetition)
+
+    def argmax(self, logits: torch.Tensor) -> torch.Tensor:
+        if not logits.is_contiguous() or logits.shape[-1] == 0:
+            return super().argmax(logits)
+        return torch.ops.kvwise.argmax_rows(logits)
 
 
 NATIVE_DTYPES: Final = (torch.float32, torch.bfloat16)

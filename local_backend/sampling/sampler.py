@@ -154,9 +154,9 @@ class Sampler:
         params = [s.params for s in seqs]
         logits = self.adjusted_logits(processed(logits, seqs), seqs)
         if all(p.greedy for p in params):
-            return logits.argmax(dim=-1).tolist()
+            return self.ops.argmax(logits).tolist()
         greedy = [i for i, p in enumerate(params) if p.greedy]
-        argmax = logits[greedy].argmax(dim=-1) if greedy else None
+        argmax = self.ops.argmax(logits[greedy]) if greedy else None
         tokens = self._draw(*self.weights(logits, params), seqs)
         if argmax is not None:
             tokens[greedy] = argmax
@@ -196,7 +196,7 @@ class Sampler:
         logits = self.adjusted_logits(logits, rows, ahead)
         device, params = logits.device, [s.params for s in rows]
         proposed = torch.tensor([t for draft in drafts for t in (*draft, 0)], device=device)  # 0: a last row
-        argmax = logits.argmax(dim=-1)
+        argmax = self.ops.argmax(logits)
         keep = argmax == proposed
         sampled = [i for i, p in enumerate(params) if not p.greedy]
         if sampled:

@@ -1,5 +1,5 @@
 // The sampler's passes over [rows, vocab] fused (CPU, float32): `kvwise::tempered_weights_`, `kvwise::heavier_mass`,
-// `kvwise::draw`, `kvwise::apply_penalties_`.
+// `kvwise::draw`, `kvwise::apply_penalties_`, and greedy rows' `kvwise::argmax_rows`.
 //
 // In torch ops, temperature weights are five passes over the logits (max, subtract, scale, exp2, chunk
 // sums) and the top-p test three (divide, threshold, sum); at batch 64 and vocabulary 32k each pass
@@ -15,6 +15,7 @@
 #include <limits>
 
 #include "lanes.h"
+#include "parallel.h"
 
 namespace {
 
@@ -156,6 +157,47 @@ void apply_penalties_(at::Tensor logits, const at::Tensor& index, const at::Tens
   });
 }
 
+// Each row's first index of its largest logit, as `torch.argmax(dim=-1)` gives it (a NaN counts as the largest).
+// A greedy decode step ends here: on the decode step's own pool (`kvwise::parallel_for`), where ATen's argmax over
+// [16, 49152] opens an OpenMP region, whose join waits out a descheduled worker's time slice on a busy CPU.
+at::Tensor argmax_rows(const at::Tensor& logits) {
+  TORCH_CHECK(logits.dim() == 2 && logits.scalar_type() == at::kFloat && logits.is_contiguous() && logits.size(1) > 0,
+              "argmax_rows: logits must be contiguous float32 [rows, vocab > 0]");
+  const int64_t rows = logits.size(0), vocab = logits.size(1), whole = vocab - vocab % Vec::size();
+  auto best = at::empty({rows}, logits.options().dtype(at::kLong));
+  const float* data = logits.data_ptr<float>();
+  int64_t* out = best.data_ptr<int64_t>();
+  kvwise::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float* row = data + r * vocab;
+      Vec top_lanes(-std::numeric_limits<float>::infinity());
+      for (int64_t i = 0; i < whole; i += Vec::size()) top_lanes = at::vec::maximum(top_lanes, Vec::loadu(row + i));
+      float top = max_lanes(top_lanes);  // NaN if any lane saw one
+      for (int64_t i = whole; i < vocab && !std::isnan(top); ++i) top = std::isnan(row[i]) ? row[i] : std::max(top, row[i]);
+      int64_t at = 0;
+      if (std::isnan(top)) {
+        while (!std::isnan(row[at])) ++at;
+      } else {
+        const Vec top_v(top);
+        // zero_mask: a bit per lane not equal to top; the first clear bit is the first index of the largest
+        for (; at < whole; at += Vec::size()) {
+          const int differs = (Vec::loadu(row + at) == top_v).zero_mask();
+          if (differs != (1 << Vec::size()) - 1) {
+            at += __builtin_ctz(~differs);
+            break;
+          }
+        }
+        if (at >= whole) {
+          at = whole;
+          while (row[at] != top) ++at;
+        }
+      }
+      out[r] = at;
+    }
+  });
+  return best;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(kvwise, m) {
@@ -163,6 +205,7 @@ TORCH_LIBRARY_FRAGMENT(kvwise, m) {
   m.def("heavier_mass(Tensor w, Tensor chosen) -> Tensor");
   m.def("draw(Tensor w, Tensor sums, Tensor uniforms, int chunk) -> Tensor");
   m.def("apply_penalties_(Tensor(a!) logits, Tensor index, Tensor offsets, Tensor repetition) -> ()");
+  m.def("argmax_rows(Tensor logits) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(kvwise, CPU, m) {
@@ -170,4 +213,5 @@ TORCH_LIBRARY_IMPL(kvwise, CPU, m) {
   m.impl("heavier_mass", heavier_mass);
   m.impl("draw", draw);
   m.impl("apply_penalties_", apply_penalties_);
+  m.impl("argmax_rows", argmax_rows);
 }

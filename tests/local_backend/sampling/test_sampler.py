@@ -178,6 +178,23 @@ def test_the_native_draw_takes_the_torch_draws_steps_to_the_same_tokens(vocab):
     assert native[2] == vocab - 1 and native[1] < vocab // 2
 
 
+@pytest.mark.parametrize("vocab", [1, 7, 16, 49152, 49157])
+def test_the_native_argmax_gives_torch_s_first_index_of_the_largest_logit(vocab):
+    assert cpu_kernels.load()
+    logits = torch.randn(7, vocab, generator=torch.Generator().manual_seed(vocab)) * 4
+    logits[1] = float("-inf")  # every token masked: index 0, as torch gives it
+    logits[2, vocab // 3] = logits[2, vocab - 1] = 99.0  # a tie: the first one
+    logits[3, -1] = 99.0  # the largest in the last lane or the tail past the vectors
+    logits[4, vocab // 2] = float("nan")  # a NaN counts as the largest, as in torch
+    logits[5, 0] = 99.0
+    logits[6, : vocab // 2] = 50.0  # the largest repeated across many vectors: the first
+    native = torch.ops.kvwise.argmax_rows(logits)
+    assert native.dtype == torch.int64
+    assert native.tolist() == logits.argmax(dim=-1).tolist()
+    strided = logits[:, ::2]  # not contiguous past one column: the sampler's op takes torch's form
+    assert cpu_ops().argmax(strided).tolist() == strided.argmax(dim=-1).tolist()
+
+
 def test_native_penalties_equal_the_torch_ones_and_refuse_an_index_out_of_range():
     assert cpu_kernels.load()
     logits = torch.tensor([[2.0, -1.0, 0.5, 3.0], [0.0, -2.0, 1.0, 4.0]])
