@@ -15,7 +15,10 @@ does not (its 16-stream row measured its queue, not llama.cpp).
 First, kvwise's greedy answers to `PARITY_PROMPTS` prompts of `PARITY_TOKENS` token ids are compared with
 llama-server's, token for token (the issue's bar for 4-bit types: at least `PARITY_TARGET` equal). llama-server is
 asked each prompt twice, cold and then with the prompt in its cache, and the two answers' agreement is printed as the
-measure's floor: llama.cpp's own sums change with the batch's shape, which flips its near ties too.
+measure's floor: llama.cpp's own sums change with the batch's shape, which flips its near ties too. The file's
+dequantized model, served by kvwise in float32 for the comparison alone, is held to llama-server's answers the same
+way: how far llama.cpp's own arithmetic (activations rounded to 8-bit Q8_1 / Q8_0 blocks for every product, an
+f16 KV cache) moves its answers from the model's, before any of kvwise's.
 Requests are `/v1/completions` with text prompts of the stated token lengths, greedy, EOS banned by
 `logit_bias` (the one way all three take). Measures, medians of `ROUNDS` rounds that take the
 servers in turn: TTFT of a 32-token suffix after a cached 2048-token prefix, decode tokens/s at
@@ -308,8 +311,9 @@ async def greedy_text(url: str, prompt: list[int], eos: int) -> str:
 
 def greedy_parity(servers: dict[str, Served], tokenizer: TextTokenizer, eos: int) -> str:
     """How many of `PARITY_PROMPTS` greedy answers kvwise gives token for token as llama-server does cold, where
-    the others part (a different sum order may flip a near tie), and how many llama-server gives itself when the
-    prompt is asked again from its cache."""
+    the others part (a different sum order may flip a near tie), how many llama-server gives itself when the
+    prompt is asked again from its cache, and how many the `reference` server (the file's weights dequantized,
+    summed in float32: the model the blocks stand for) gives as llama-server does."""
     prompts = [
         tokenizer.encode(text, add_special_tokens=False)
         for text in text_prompts(tokenizer, PARITY_PROMPTS, PARITY_TOKENS, seed=777)
@@ -319,11 +323,12 @@ def greedy_parity(servers: dict[str, Served], tokenizer: TextTokenizer, eos: int
         text = asyncio.run(greedy_text(servers[name].url, prompt, eos))
         return tokenizer.encode(text, add_special_tokens=False)
 
-    parted, self_equal, either = [], 0, 0
+    parted, self_equal, either, reference_equal = [], 0, 0, 0
     for prompt in prompts:
         ours, cold = answer("kvwise", prompt), answer("llama-server", prompt)
         cached = answer("llama-server", prompt)
         self_equal += cold == cached
+        reference_equal += answer("reference", prompt) == cold
         either += ours in (cold, cached)
         if ours != cold:
             parted.append(next((i for i, (a, b) in enumerate(zip(ours, cold)) if a != b), min(len(ours), len(cold))))
@@ -334,7 +339,8 @@ def greedy_parity(servers: dict[str, Served], tokenizer: TextTokenizer, eos: int
         f"greedy tokens equal to llama-server's cold answers on {equal} of {PARITY_PROMPTS} prompts of "
         f"{PARITY_TOKENS} tokens{where} (target >= {PARITY_TARGET}: {verdict}); llama-server asked again, from its "
         f"cache, gives its own cold answer on {self_equal} of {PARITY_PROMPTS}; kvwise's equals one of its two on "
-        f"{either} of {PARITY_PROMPTS}"
+        f"{either} of {PARITY_PROMPTS}; the file's dequantized model in float32 (kvwise `--quantization none "
+        f"--dtype float32`) gives llama-server's cold answer on {reference_equal} of {PARITY_PROMPTS}"
     )
 
 
@@ -375,6 +381,27 @@ def run(servers: dict[str, Served], tokenizer: TextTokenizer, eos: int, phase: i
                 time.sleep(IDLE_SECONDS)
                 samples[name].setdefault(f"ttft_{n}", []).append(asyncio.run(_first_token(served.url, prompt, eos)))
     return samples
+
+
+def kvwise_command(file: Path, port: int, *options: str) -> list[str]:
+    """kvwise's server on `file`, on the CPU, with `options` (its quantization, its dtype)."""
+    return [
+        str(ROOT / ".venv" / "bin" / "python"),
+        "-m",
+        "local_backend",
+        "serve",
+        "--model",
+        str(file),
+        "--port",
+        str(port),
+        "--device",
+        "cpu",
+        *options,
+        "--max-model-len",
+        str(MAX_MODEL_LEN),
+        "--served-model-name",
+        SERVED,
+    ]
 
 
 def llama_server_command(file: Path, port: int) -> list[str]:
@@ -420,24 +447,7 @@ def bench_file(label: str, file: Path, scratch: Path, tokenizer: TextTokenizer, 
         port = free_port()
         servers["kvwise"] = stack.enter_context(
             serving(
-                [
-                    str(ROOT / ".venv" / "bin" / "python"),
-                    "-m",
-                    "local_backend",
-                    "serve",
-                    "--model",
-                    str(file),
-                    "--port",
-                    str(port),
-                    "--device",
-                    "cpu",
-                    "--quantization",
-                    "auto",
-                    "--max-model-len",
-                    str(MAX_MODEL_LEN),
-                    "--served-model-name",
-                    SERVED,
-                ],
+                kvwise_command(file, port, "--quantization", "auto"),
                 port,
                 "/health",
             )
@@ -477,7 +487,12 @@ def bench_file(label: str, file: Path, scratch: Path, tokenizer: TextTokenizer, 
             )
         else:
             missing.append("vLLM (.venv-vllm: make vllm-venv)")
-        parity = greedy_parity(servers, tokenizer, eos) if "llama-server" in servers else None
+        parity = None
+        if "llama-server" in servers:
+            port = free_port()
+            reference = kvwise_command(file, port, "--quantization", "none", "--dtype", "float32")
+            with serving(reference, port, "/health") as dequantized:  # stopped before any measure
+                parity = greedy_parity({**servers, "reference": dequantized}, tokenizer, eos)
         quiet = run(servers, tokenizer, eos, phase=0)
         memory = {name: resident_bytes(served.pid) for name, served in servers.items()}
         with busy_cores() as hogs:
