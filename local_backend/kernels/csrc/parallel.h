@@ -1,5 +1,5 @@
 // `kvwise::parallel_for`, the decode step's fork-join: chunks of the range are claimed, not handed out, so a
-// worker the OS has descheduled delays a region by at most the chunk it already took, never by one it was given.
+// worker the OS has descheduled delays a region only by the chunk it already took, never by one it was given.
 //
 // ATen's OpenMP `parallel_for` gives each team thread a fixed share and joins at a barrier every thread must
 // reach. A decode step runs a few hundred such regions, tens of microseconds each; on a laptop doing other
@@ -7,8 +7,9 @@
 // in that slice waits for it: one niced-0 CPU-bound process beside the server cut batch-1 decode on SmolLM2's
 // Q4_1 file from about 95 to 3-15 tokens/s (llama-server, whose threads also meet at barriers, fell to 0.9).
 // Here the calling thread and a small pool of workers take chunks from one counter until none is left; the
-// caller then waits only for chunks in flight. A worker that wakes late finds nothing left and goes back to
-// waiting; if every worker is parked the caller does the whole range itself, at one thread's speed.
+// caller then waits only for chunks in flight, keeping its core (`WAIT_BEFORE_ANY_YIELD`). A worker that wakes late
+// finds nothing left and goes back to waiting; if every worker is parked the caller does the whole range itself,
+// at one thread's speed.
 //
 // Workers spin a short while between regions (`SPIN`), which the back-to-back regions of a step need, then
 // sleep on a futex (`std::atomic::wait`). Chunk bounds depend only on the range, the grain and the thread count,
@@ -29,6 +30,10 @@
 #include <exception>
 #include <mutex>
 #include <thread>
+
+#if defined(__linux__)
+#include <sched.h>
+#endif
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
@@ -51,8 +56,25 @@ constexpr int64_t CHUNKS_PER_THREAD = 4;
 // How long an idle worker spins for the next region before it sleeps (a step's regions come microseconds
 // apart; the next step's, after the sampler and the server's Python, a millisecond or more later).
 constexpr auto SPIN = std::chrono::microseconds(200);
-// Pauses the caller spins, waiting for chunks in flight, between yields of its core.
+// Pauses the caller spins, waiting for chunks in flight, between looks at whether to yield its core.
 constexpr int WAIT_PAUSES_PER_YIELD = 256;
+// The caller yields its core while it waits only to a worker that last ran on the same core, or after this long.
+// A yield gives the core to whatever else is runnable there: on a busy CPU, a niced process beside the server,
+// which then runs its whole slice (milliseconds) while the chunk the caller waited for is long done. Yielding at
+// every look cut batch-1 decode on SmolLM2's Q4_1 file to 0.74x with one niced CPU-bound process on the caller's
+// core (its fair share would cost 0.9x; 0.92x now), and a worker on another core gains nothing from it.
+constexpr auto WAIT_BEFORE_ANY_YIELD = std::chrono::milliseconds(1);
+// Workers whose core the pool records (`cpu_`); the caller yields to any further one as to one on its own core.
+constexpr int RECORDED_WORKERS = 256;
+
+// The core this thread runs on, or -1 where the OS does not say.
+inline int current_cpu() {
+#if defined(__linux__)
+  return sched_getcpu();
+#else
+  return -1;
+#endif
+}
 
 class WorkerPool {
  public:
@@ -89,9 +111,10 @@ class WorkerPool {
     claims_.store(uint64_t(generation) << 32, std::memory_order_release);
     generation_.store(generation, std::memory_order_release);
     if (sleepers_.load() > 0) generation_.notify_all();
-    work(generation);
+    work(generation, -1);
+    const auto since = std::chrono::steady_clock::now();
     for (int spins = 0; job.done.load(std::memory_order_acquire) < chunks; ++spins) {
-      if (spins % WAIT_PAUSES_PER_YIELD == WAIT_PAUSES_PER_YIELD - 1) {
+      if (spins % WAIT_PAUSES_PER_YIELD == WAIT_PAUSES_PER_YIELD - 1 && should_yield(threads - 1, since)) {
         std::this_thread::yield();
       } else {
         relax();
@@ -111,13 +134,26 @@ class WorkerPool {
     std::mutex error_lock;
   };
 
+  // Whether the caller, waiting since `since` for chunks of `helpers` workers, should let its core go: a worker
+  // that last ran a chunk on it may be waiting for it; one elsewhere is not helped, and the core would go to
+  // another process. Past `WAIT_BEFORE_ANY_YIELD` it yields anyway (a worker the OS moved onto this core since).
+  bool should_yield(int64_t helpers, std::chrono::steady_clock::time_point since) const {
+    const int here = current_cpu();
+    if (here < 0 || helpers > RECORDED_WORKERS) return true;
+    for (int64_t i = 0; i < helpers; ++i) {
+      if (cpu_[i].load(std::memory_order_relaxed) == here + 1) return true;
+    }
+    return std::chrono::steady_clock::now() - since > WAIT_BEFORE_ANY_YIELD;
+  }
+
   static bool& in_chunk() {
     static thread_local bool inside = false;
     return inside;
   }
 
-  // Claim and run the chunks of `generation` until none is left (or a newer region replaced it).
-  void work(uint32_t generation) {
+  // Claim and run the chunks of `generation` until none is left (or a newer region replaced it); worker `index`
+  // (the caller: -1) records the core it runs them on.
+  void work(uint32_t generation, int index) {
     Job& job = jobs_[generation & 1];
     uint64_t seen = claims_.load(std::memory_order_acquire);
     while (static_cast<uint32_t>(seen >> 32) == generation) {
@@ -125,6 +161,7 @@ class WorkerPool {
       if (chunk >= job.chunks.load(std::memory_order_relaxed)) return;
       if (!claims_.compare_exchange_weak(seen, seen + 1, std::memory_order_acq_rel)) continue;
       const int64_t begin = chunk * job.size, end = std::min(job.n, begin + job.size);
+      if (index >= 0 && index < RECORDED_WORKERS) cpu_[index].store(current_cpu() + 1, std::memory_order_relaxed);
       in_chunk() = true;
       try {
         job.call(job.fn, begin, end);
@@ -159,7 +196,7 @@ class WorkerPool {
         now = generation_.load(std::memory_order_acquire);
       }
       last = now;
-      if (index < jobs_[now & 1].helpers.load(std::memory_order_relaxed)) work(now);
+      if (index < jobs_[now & 1].helpers.load(std::memory_order_relaxed)) work(now, index);
     }
   }
 
@@ -169,6 +206,7 @@ class WorkerPool {
   std::atomic<uint64_t> claims_{0};  // the running region's generation (high half) and next chunk (low half)
   std::atomic<uint32_t> generation_{0};
   std::atomic<int> sleepers_{0};
+  std::atomic<int> cpu_[RECORDED_WORKERS] = {};  // 1 + the core each worker last ran a chunk on; 0: none yet
 };
 
 }  // namespace detail

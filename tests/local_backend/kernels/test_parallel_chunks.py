@@ -7,8 +7,12 @@ a timing property: `bench_real_model`'s busy rows measure it.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -79,3 +83,38 @@ def test_regions_started_from_two_threads_at_once_each_get_their_own_answer(thre
     for t in threads:
         t.join()
     assert failures == []
+
+
+SHARED_CORE_SCRIPT = """
+import os, torch
+from local_backend.kernels.quantized import QuantizedWeight, QuantType
+from tests.local_backend.kernels.test_quantized import native, random_blocks
+native()
+blocks = random_blocks(QuantType.Q4_1, 1000, 128, seed=3)
+weight = torch.from_numpy(blocks)
+x = torch.randn(2, 128, generator=torch.Generator().manual_seed(4))
+torch.set_num_threads(1)
+expected = torch.ops.kvwise.quant_matvec(x, weight, int(QuantType.Q4_1), None)
+torch.set_num_threads(3)
+assert len(os.sched_getaffinity(0)) == 1
+answers = [torch.ops.kvwise.quant_matvec(x, weight, int(QuantType.Q4_1), None) for _ in range(500)]
+print("equal" if all(torch.equal(answer, expected) for answer in answers) else "differs")
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="the OS sets no CPU affinity")
+def test_a_pool_on_one_core_gives_every_region_its_answer() -> None:
+    """Three threads on one core: the caller waits for chunks a worker on its own core holds (it yields its core
+    to that worker, where on a core of its own it would not), and every region still ends with the answer."""
+    native()
+    core = min(os.sched_getaffinity(0))
+    done = subprocess.run(
+        [sys.executable, "-c", SHARED_CORE_SCRIPT],
+        preexec_fn=lambda: os.sched_setaffinity(0, {core}),
+        cwd=Path(__file__).parents[3],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["equal"]
