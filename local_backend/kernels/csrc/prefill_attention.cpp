@@ -37,6 +37,7 @@
 
 #include "kv_int8.h"
 #include "lanes.h"
+#include "parallel.h"
 
 namespace {
 
@@ -134,13 +135,29 @@ void attend_block(const at::Tensor& queries, const at::Tensor& keys, const at::T
   }
 }
 
-// `attend(kv_head, first, tokens)` for each kv head's query blocks of `kBlockTokens`, in parallel, then `done()` in each
-// thread. Threads take contiguous runs of items; a later query block sees more keys, so each kv head's blocks go in the
-// order 0, last, 1, last - 1, ...: any run mixes cheap and dear ones.
+// A chunk of up to this many queries (a prompt's short suffix after cached tokens) is a decode-sized step: its
+// projections multiply on kvwise's pool (`QUANT_MATVEC_MAX_ROWS`, `matvec`), so its attention runs there too. An OpenMP
+// region between them wakes libgomp's team while the pool's worker still spins, and on a busy CPU its join waits out
+// a descheduled thread's time slice.
+constexpr int64_t kPoolQueries = 32;
+
+// `at::parallel_for` over [begin, end) for a chunk of `queries` queries: on kvwise's pool up to `kPoolQueries`.
+template <typename F>
+void parallel_over(int64_t queries, int64_t begin, int64_t end, int64_t grain, const F& f) {
+  if (queries <= kPoolQueries) {
+    kvwise::parallel_for(begin, end, grain, f);
+  } else {
+    at::parallel_for(begin, end, grain, f);
+  }
+}
+
+// `attend(kv_head, first, tokens)` for each kv head's query blocks of `kBlockTokens`, in parallel, then `done()` after
+// each run of items. Threads take contiguous runs of items; a later query block sees more keys, so each kv head's blocks
+// go in the order 0, last, 1, last - 1, ...: any run mixes cheap and dear ones.
 template <typename Attend, typename Done>
 void for_each_block(int64_t kv_heads, int64_t n, const Attend& attend, const Done& done) {
   const int64_t blocks = (n + kBlockTokens - 1) / kBlockTokens;
-  at::parallel_for(0, kv_heads * blocks, 1, [&](int64_t begin, int64_t end) {
+  parallel_over(n, 0, kv_heads * blocks, 1, [&](int64_t begin, int64_t end) {
     for (int64_t item = begin; item < end; ++item) {
       const int64_t turn = item % blocks, first = (turn % 2 == 0 ? turn / 2 : blocks - 1 - turn / 2) * kBlockTokens;
       attend(item / blocks, first, std::min(kBlockTokens, n - first));
@@ -369,22 +386,30 @@ struct DotTiles {
   }
 };
 
-// Each kv head's keys and values packed for `DotTiles` (zero past the context): [kv_heads, padded · dim] each.
-std::pair<at::Tensor, at::Tensor> pack_dots(const at::Tensor& k, const at::Tensor& v) {
+// Each kv head's keys and values packed for `DotTiles` (zero past the context): [kv_heads, padded · dim] each, read
+// from k and v where they lie (no transposed copies, no zero fill past the last group: each a region of its own) for a
+// chunk of `n` queries.
+std::pair<at::Tensor, at::Tensor> pack_dots(const at::Tensor& k_rows, const at::Tensor& v_rows, int64_t n) {
+  const at::Tensor k = k_rows.stride(2) == 1 ? k_rows : k_rows.contiguous(), v = v_rows.stride(2) == 1 ? v_rows : v_rows.contiguous();
   const int64_t context = k.size(0), kv_heads = k.size(1), dim = k.size(2), padded = round_up(context, DotTiles::kAlign);
-  const at::Tensor keys = k.permute({1, 0, 2}).contiguous(), values = v.permute({1, 0, 2}).contiguous();  // [kv_heads, context, dim]
-  at::Tensor packed_keys = at::zeros({kv_heads, padded * dim}, k.options()), packed_values = at::zeros_like(packed_keys);
-  const int64_t pairs = dim / 2, blocks = dim / 16;
-  at::parallel_for(0, kv_heads * (padded / 16), 4, [&](int64_t begin, int64_t end) {
-    for (int64_t item = begin; item < end; ++item) {  // 16 keys of kv head `item / groups`
-      const int64_t head = item / (padded / 16), first = item % (padded / 16) * 16;
-      const BFloat16* key_rows = keys[head].data_ptr<BFloat16>();
-      const BFloat16* value_rows = values[head].data_ptr<BFloat16>();
-      BFloat16* pk = packed_keys[head].data_ptr<BFloat16>() + first * dim;
-      BFloat16* pv = packed_values[head].data_ptr<BFloat16>() + first * dim;
+  at::Tensor packed_keys = at::empty({kv_heads, padded * dim}, k.options()), packed_values = at::empty_like(packed_keys);
+  const int64_t pairs = dim / 2, blocks = dim / 16, groups = padded / 16;
+  const BFloat16* key_data = k.data_ptr<BFloat16>();
+  const BFloat16* value_data = v.data_ptr<BFloat16>();
+  BFloat16* keys_out = packed_keys.data_ptr<BFloat16>();
+  BFloat16* values_out = packed_values.data_ptr<BFloat16>();
+  parallel_over(n, 0, kv_heads * groups, 4, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {  // 16 keys of kv head `item / groups`: 16 · dim packed values each
+      const int64_t head = item / groups, first = item % groups * 16;
+      BFloat16* pk = keys_out + head * padded * dim + first * dim;
+      BFloat16* pv = values_out + head * padded * dim + first * dim;
+      if (first + 16 > context) {  // the last group, past the context: zero where no key lands
+        std::fill(pk, pk + 16 * dim, BFloat16(0.f));
+        std::fill(pv, pv + 16 * dim, BFloat16(0.f));
+      }
       for (int64_t j = first; j < std::min(first + 16, context); ++j) {
-        const BFloat16* key = key_rows + j * dim;
-        const BFloat16* value = value_rows + j * dim;
+        const BFloat16* key = key_data + j * k.stride(0) + head * k.stride(1);
+        const BFloat16* value = value_data + j * v.stride(0) + head * v.stride(1);
         for (int64_t p = 0; p < pairs; ++p) {
           pk[(p * 16 + j - first) * 2] = key[2 * p];
           pk[(p * 16 + j - first) * 2 + 1] = key[2 * p + 1];
@@ -401,7 +426,7 @@ std::pair<at::Tensor, at::Tensor> pack_dots(const at::Tensor& k, const at::Tenso
 
 at::Tensor prefill_attention_dots(const at::Tensor& queries, const at::Tensor& k, const at::Tensor& v, int64_t n, int64_t heads,
                                   int64_t group, double scale) {
-  const auto [packed_keys, packed_values] = pack_dots(k, v);
+  const auto [packed_keys, packed_values] = pack_dots(k, v, n);
   const int64_t dim = k.size(2);
   const auto tiles_of = [&](int64_t kv_head) {
     return DotTiles{packed_keys[kv_head].data_ptr<BFloat16>(), packed_values[kv_head].data_ptr<BFloat16>(), dim};
