@@ -427,7 +427,7 @@ class NativeOps(TorchOps):
         torch.ops.kvwise.apply_penalties_(logits, index, offsets, repetition)
 
     def argmax(self, logits: torch.Tensor) -> torch.Tensor:
-        if not logits.is_contiguous() or logits.shape[-1] == 0:
+        if logits.dim() != 2 or logits.dtype != torch.float32 or not logits.is_contiguous() or logits.shape[-1] == 0:
             return super().argmax(logits)
         return torch.ops.kvwise.argmax_rows(logits)
 

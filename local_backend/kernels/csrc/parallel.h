@@ -46,6 +46,8 @@ namespace detail {
 inline void relax() {
 #if defined(__x86_64__) || defined(_M_X64)
   _mm_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");  // the core's spin hint, not the OS's: the core stays this thread's
 #else
   std::this_thread::yield();
 #endif
@@ -58,7 +60,8 @@ constexpr int64_t CHUNKS_PER_THREAD = 4;
 constexpr auto SPIN = std::chrono::microseconds(200);
 // Pauses the caller spins, waiting for chunks in flight, between looks at whether to yield its core.
 constexpr int WAIT_PAUSES_PER_YIELD = 256;
-// The caller yields its core while it waits only to a worker that last ran on the same core, or after this long.
+// The caller yields its core while it waits only to a worker whose chunk in hand runs on the same core, or after
+// this long.
 // A yield gives the core to whatever else is runnable there: on a busy CPU, a niced process beside the server,
 // which then runs its whole slice (milliseconds) while the chunk the caller waited for is long done. Yielding at
 // every look cut batch-1 decode on SmolLM2's Q4_1 file to 0.74x with one niced CPU-bound process on the caller's
@@ -135,7 +138,7 @@ class WorkerPool {
   };
 
   // Whether the caller, waiting since `since` for chunks of `helpers` workers, should let its core go: a worker
-  // that last ran a chunk on it may be waiting for it; one elsewhere is not helped, and the core would go to
+  // whose chunk in hand runs on it may be waiting for it; one elsewhere is not helped, and the core would go to
   // another process. Past `WAIT_BEFORE_ANY_YIELD` it yields anyway (a worker the OS moved onto this core since).
   bool should_yield(int64_t helpers, std::chrono::steady_clock::time_point since) const {
     const int here = current_cpu();
@@ -161,7 +164,8 @@ class WorkerPool {
       if (chunk >= job.chunks.load(std::memory_order_relaxed)) return;
       if (!claims_.compare_exchange_weak(seen, seen + 1, std::memory_order_acq_rel)) continue;
       const int64_t begin = chunk * job.size, end = std::min(job.n, begin + job.size);
-      if (index >= 0 && index < RECORDED_WORKERS) cpu_[index].store(current_cpu() + 1, std::memory_order_relaxed);
+      const bool recorded = index >= 0 && index < RECORDED_WORKERS;
+      if (recorded) cpu_[index].store(current_cpu() + 1, std::memory_order_relaxed);
       in_chunk() = true;
       try {
         job.call(job.fn, begin, end);
@@ -170,6 +174,7 @@ class WorkerPool {
         if (!job.error) job.error = std::current_exception();
       }
       in_chunk() = false;
+      if (recorded) cpu_[index].store(0, std::memory_order_relaxed);  // it holds no chunk: nothing to yield to
       job.done.fetch_add(1, std::memory_order_release);
       seen = claims_.load(std::memory_order_acquire);
     }
@@ -206,7 +211,8 @@ class WorkerPool {
   std::atomic<uint64_t> claims_{0};  // the running region's generation (high half) and next chunk (low half)
   std::atomic<uint32_t> generation_{0};
   std::atomic<int> sleepers_{0};
-  std::atomic<int> cpu_[RECORDED_WORKERS] = {};  // 1 + the core each worker last ran a chunk on; 0: none yet
+  // 1 + the core each worker runs its chunk in hand on; 0: none in hand. Off the line the spinning threads poll.
+  alignas(64) std::atomic<int> cpu_[RECORDED_WORKERS] = {};
 };
 
 }  // namespace detail

@@ -135,16 +135,18 @@ void attend_block(const at::Tensor& queries, const at::Tensor& keys, const at::T
   }
 }
 
-// A chunk of up to this many queries (a prompt's short suffix after cached tokens) is a decode-sized step: its
+// A bfloat16 chunk of up to this many queries (a prompt's short suffix after cached tokens) is a decode-sized step: its
 // projections multiply on kvwise's pool (`QUANT_MATVEC_MAX_ROWS`, `matvec`), so its attention runs there too. An OpenMP
 // region between them wakes libgomp's team while the pool's worker still spins, and on a busy CPU its join waits out
-// a descheduled thread's time slice.
+// a descheduled thread's time slice. The float32 kernel stays on OpenMP: its GEMMs (MKL) would open regions of their
+// own from the pool's threads, which are outside any OpenMP region.
 constexpr int64_t kPoolQueries = 32;
 
-// `at::parallel_for` over [begin, end) for a chunk of `queries` queries: on kvwise's pool up to `kPoolQueries`.
+// `at::parallel_for` over [begin, end) for a chunk of `queries` queries: on kvwise's pool for a bfloat16 kernel
+// (intrinsics and oneDNN's brgemm, no OpenMP inside) up to `kPoolQueries`.
 template <typename F>
-void parallel_over(int64_t queries, int64_t begin, int64_t end, int64_t grain, const F& f) {
-  if (queries <= kPoolQueries) {
+void parallel_over(bool bf16, int64_t queries, int64_t begin, int64_t end, int64_t grain, const F& f) {
+  if (bf16 && queries <= kPoolQueries) {
     kvwise::parallel_for(begin, end, grain, f);
   } else {
     at::parallel_for(begin, end, grain, f);
@@ -155,9 +157,9 @@ void parallel_over(int64_t queries, int64_t begin, int64_t end, int64_t grain, c
 // each run of items. Threads take contiguous runs of items; a later query block sees more keys, so each kv head's blocks
 // go in the order 0, last, 1, last - 1, ...: any run mixes cheap and dear ones.
 template <typename Attend, typename Done>
-void for_each_block(int64_t kv_heads, int64_t n, const Attend& attend, const Done& done) {
+void for_each_block(bool bf16, int64_t kv_heads, int64_t n, const Attend& attend, const Done& done) {
   const int64_t blocks = (n + kBlockTokens - 1) / kBlockTokens;
-  parallel_over(n, 0, kv_heads * blocks, 1, [&](int64_t begin, int64_t end) {
+  parallel_over(bf16, n, 0, kv_heads * blocks, 1, [&](int64_t begin, int64_t end) {
     for (int64_t item = begin; item < end; ++item) {
       const int64_t turn = item % blocks, first = (turn % 2 == 0 ? turn / 2 : blocks - 1 - turn / 2) * kBlockTokens;
       attend(item / blocks, first, std::min(kBlockTokens, n - first));
@@ -286,7 +288,7 @@ at::Tensor attend_bf16(const at::Tensor& queries, int64_t context, int64_t n, in
   at::Tensor out = at::empty({n, heads * dim}, queries.options());
   BFloat16* result = out.data_ptr<BFloat16>();
   for_each_block(
-      queries.size(0), n,
+      true, queries.size(0), n,
       [&](int64_t kv_head, int64_t first, int64_t tokens) {
         attend_block_bf16(queries[kv_head].data_ptr<BFloat16>() + first * group * dim, tiles_of(kv_head), first, tokens, before,
                           group, dim, kv_head, heads, static_cast<float>(scale), result);
@@ -398,7 +400,8 @@ std::pair<at::Tensor, at::Tensor> pack_dots(const at::Tensor& k_rows, const at::
   const BFloat16* value_data = v.data_ptr<BFloat16>();
   BFloat16* keys_out = packed_keys.data_ptr<BFloat16>();
   BFloat16* values_out = packed_values.data_ptr<BFloat16>();
-  parallel_over(n, 0, kv_heads * groups, 4, [&](int64_t begin, int64_t end) {
+  const int64_t key_row = k.stride(0), key_head = k.stride(1), value_row = v.stride(0), value_head = v.stride(1);
+  parallel_over(true, n, 0, kv_heads * groups, 4, [&](int64_t begin, int64_t end) {
     for (int64_t item = begin; item < end; ++item) {  // 16 keys of kv head `item / groups`: 16 · dim packed values each
       const int64_t head = item / groups, first = item % groups * 16;
       BFloat16* pk = keys_out + head * padded * dim + first * dim;
@@ -408,8 +411,8 @@ std::pair<at::Tensor, at::Tensor> pack_dots(const at::Tensor& k_rows, const at::
         std::fill(pv, pv + 16 * dim, BFloat16(0.f));
       }
       for (int64_t j = first; j < std::min(first + 16, context); ++j) {
-        const BFloat16* key = key_data + j * k.stride(0) + head * k.stride(1);
-        const BFloat16* value = value_data + j * v.stride(0) + head * v.stride(1);
+        const BFloat16* key = key_data + j * key_row + head * key_head;
+        const BFloat16* value = value_data + j * value_row + head * value_head;
         for (int64_t p = 0; p < pairs; ++p) {
           pk[(p * 16 + j - first) * 2] = key[2 * p];
           pk[(p * 16 + j - first) * 2 + 1] = key[2 * p + 1];
@@ -474,7 +477,7 @@ at::Tensor prefill_attention(const at::Tensor& q, const at::Tensor& k, const at:
   at::Tensor out = at::empty({n, heads * dim}, q.options());
   float* result = out.data_ptr<float>();
   for_each_block(
-      kv_heads, n,
+      false, kv_heads, n,
       [&](int64_t kv_head, int64_t first, int64_t tokens) {
         attend_block(queries[kv_head], keys[kv_head], values[kv_head], first, tokens, before, group, kv_head, heads,
                      static_cast<float>(scale), result);

@@ -161,6 +161,7 @@ void apply_penalties_(at::Tensor logits, const at::Tensor& index, const at::Tens
 // A greedy decode step ends here: on the decode step's own pool (`kvwise::parallel_for`), where ATen's argmax over
 // [16, 49152] opens an OpenMP region, whose join waits out a descheduled worker's time slice on a busy CPU.
 at::Tensor argmax_rows(const at::Tensor& logits) {
+  static_assert(Vec::size() < 32, "argmax_rows: a lane mask in an int");
   TORCH_CHECK(logits.dim() == 2 && logits.scalar_type() == at::kFloat && logits.is_contiguous() && logits.size(1) > 0,
               "argmax_rows: logits must be contiguous float32 [rows, vocab > 0]");
   const int64_t rows = logits.size(0), vocab = logits.size(1), whole = vocab - vocab % Vec::size();
